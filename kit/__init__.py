@@ -1,0 +1,1 @@
+"""Secure-site deployment kit: images, MPI pairs, transfer, Slurm, scaling."""

@@ -1,0 +1,1 @@
+"""Command groups of the `kit` CLI, one module per group."""

@@ -1,0 +1,6 @@
+"""`kit site` commands (placeholder until its issue lands)."""
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("site", help="(not yet implemented)")
