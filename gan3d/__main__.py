@@ -1,0 +1,29 @@
+"""`python -m gan3d COMMAND ...`: each command lives in its own module with main(argv)."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "train": ("gan3d.train", "train the 3DGAN (Horovod data-parallel, hybrid MPI/OpenMP)"),
+    "simulate": ("gan3d.simulate", "write synthetic calorimeter showers in the CLIC HDF5 layout"),
+    "validate": ("gan3d.validate", "compare generated showers with data showers (physics check)"),
+    "flops": ("gan3d.flops", "print the FLOP of one training step by phase as JSON"),
+    "peak": ("gan3d.peak", "measure the dense-kernel FLOP/s peak of this machine"),
+    "demo": ("gan3d.demo", "simulate, train with 2 ranks on a site, and print a summary"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: python -m gan3d {" + ",".join(COMMANDS) + "} ...\n", file=sys.stderr)
+        for name, (_, text) in COMMANDS.items():
+            print(f"  {name:9s} {text}", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
