@@ -1,0 +1,53 @@
+"""Find a site config by name or path, and load it validated into a typed Site."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kit.site.model import NAME_RE, SCHEMA, Site
+from kit.site.schema import SiteError, check_document
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_DIR = REPO / "site-configs"
+
+
+def search_dirs() -> list[Path]:
+    """$KIT_SITE_PATH dirs (os.pathsep-separated) first, then the shipped site-configs/."""
+    extra = [Path(p).expanduser() for p in os.environ.get("KIT_SITE_PATH", "").split(os.pathsep) if p]
+    return extra + [SHIPPED_DIR]
+
+
+def available_sites() -> list[str]:
+    names: set[str] = set()
+    for directory in search_dirs():
+        names.update(p.stem for p in directory.glob("*.yaml"))
+    return sorted(names)
+
+
+def resolve_site(name_or_path: str | os.PathLike) -> Path:
+    """A value naming an existing file, or containing '/' or ending in .yaml/.yml, is a path."""
+    text = os.fspath(name_or_path)
+    candidate = Path(text).expanduser()
+    if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):
+        if not candidate.is_file():
+            raise SiteError(f"{text}: no such site config file")
+        return candidate
+    if not NAME_RE.match(text):
+        raise SiteError(f"{text!r} is neither a site config file nor a valid site name")
+    for directory in search_dirs():
+        path = directory / f"{text}.yaml"
+        if path.is_file():
+            return path
+    where = ", ".join(str(d) for d in search_dirs())
+    known = ", ".join(available_sites()) or "none"
+    raise SiteError(f"no site config named {text!r} in {where} (known sites: {known})")
+
+
+def load_site(name_or_path: str | os.PathLike) -> Site:
+    """Load and validate a site config; SiteError names file, line and key on any problem."""
+    path = resolve_site(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SiteError(f"{path}: cannot read site config: {exc}") from None
+    return Site.from_dict(check_document(text, path, SCHEMA), path=path)

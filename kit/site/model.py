@@ -1,0 +1,260 @@
+"""Typed site config (DESIGN.md "Site config") and the schema that guards it."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit.site.schema import Field, Section
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+WALLTIME_RE = re.compile(r"^(\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")
+MPI_VENDORS = ("intel", "mpich", "mvapich2", "cray-mpich", "parastation", "openmpi")
+
+
+def _name(value: str) -> str | None:
+    if not NAME_RE.match(value):
+        return f"{value!r} is not a valid site name: use lower-case letters, digits, '.', '_', '-'"
+    return None
+
+
+def _walltime(value: str) -> str | None:
+    if not WALLTIME_RE.match(value):
+        return f"{value!r} is not a walltime: write HH:MM:SS or D-HH:MM:SS, quoted"
+    return None
+
+
+def _absolute(value: str) -> str | None:
+    if not value.startswith(("/", "~")):
+        return f"{value!r} must be an absolute path (or start with ~)"
+    return None
+
+
+def _absolute_list(values: list[str]) -> str | None:
+    for value in values:
+        if message := _absolute(value):
+            return message
+    return None
+
+
+def _binds(values: list[str]) -> str | None:
+    for value in values:
+        src, sep, dst = value.partition(":")
+        if not sep or not src.startswith("/") or not dst.startswith("/"):
+            return f"bind {value!r} must be SRC:DST with two absolute paths"
+    return None
+
+
+def _port(value: int) -> str | None:
+    return None if 1 <= value <= 65535 else f"port {value} is outside 1..65535"
+
+
+def _node_check(node: dict) -> list[tuple[str, str]]:
+    problems = []
+    if node["usable_memory_gb"] > node["memory_gb"]:
+        problems.append(("usable_memory_gb", f"usable memory {node['usable_memory_gb']} GB is more "
+                         f"than the node's memory_gb {node['memory_gb']} GB"))
+    cores = node["sockets"] * node["cores_per_socket"]
+    for key in ("numa_domains", "numa_domains_snc"):
+        value = node[key]
+        if value is not None and value > cores:
+            problems.append((key, f"{value} NUMA domains cannot exceed the {cores} cores of a node"))
+    return problems
+
+
+def _network_check(net: dict) -> list[tuple[str, str]]:
+    if (net["islands"] is None) != (net["island_nodes"] is None):
+        key = "islands" if net["islands"] is None else "island_nodes"
+        return [(key, "give both islands and island_nodes, or neither")]
+    return []
+
+
+SCHEMA = Section({
+    "name": Field("str", check=_name, doc="short name used on the command line"),
+    "description": Field("str", required=False, default=""),
+    "scheduler": Field(Section({
+        "type": Field("str", choices=("local", "slurm")),
+        "partition": Field("str", nullable=True, required=False),
+        "account": Field("str", nullable=True, required=False),
+        "max_nodes": Field("int", positive=True),
+        "max_walltime": Field("str", check=_walltime),
+        "mpi_plugin": Field("str", nullable=True, required=False, choices=("pmi2", "pmix", "none"),
+                            doc="srun --mpi=VALUE"),
+        "constraint": Field("str", nullable=True, required=False),
+    })),
+    "node": Field(Section({
+        "cpu_model": Field("str"),
+        "sockets": Field("int", positive=True),
+        "cores_per_socket": Field("int", positive=True),
+        "threads_per_core": Field("int", positive=True),
+        "numa_domains": Field("int", positive=True),
+        "numa_domains_snc": Field("int", positive=True, nullable=True, required=False,
+                                  doc="NUMA domains with sub-NUMA clustering enabled"),
+        "memory_gb": Field("float", positive=True),
+        "usable_memory_gb": Field("float", positive=True),
+        "clock_ghz_avx": Field("float", positive=True, doc="sustained clock under AVX load"),
+        "clock_ghz_max": Field("float", positive=True, nullable=True, required=False,
+                               doc="clock used for the vendor/Top500 peak"),
+        "fp32_flop_per_cycle_per_core": Field("int", positive=True),
+    }, check=_node_check)),
+    "host_mpi": Field(Section({
+        "vendor": Field("str", choices=MPI_VENDORS),
+        "version": Field("str"),
+        "prefix": Field("str", check=_absolute),
+        "library_dirs": Field("list[str]", required=False, default=[], check=_absolute_list),
+        "launcher": Field("str", doc="command that starts ranks, e.g. 'srun' or 'mpiexec'"),
+        "env": Field("map[str,str]", required=False, default={}),
+        "soname": Field("str", nullable=True, required=False,
+                        doc="the host library's SONAME, e.g. libmpi.so.12"),
+        "library_version": Field("str", nullable=True, required=False,
+                                 doc="the host libmpi file's version suffix, e.g. 12.0.0"),
+    })),
+    "container": Field(Section({
+        "runtime": Field("str", choices=("charliecloud",)),
+        "image_dir": Field("str", check=_absolute),
+        "binds": Field("list[str]", required=False, default=[], check=_binds),
+        "join": Field("bool", required=False, default=True),
+        "mpi_target": Field("str", required=False, default="/opt/hostmpi", check=_absolute,
+                            doc="in-image directory the host MPI library dirs are bound under"),
+    })),
+    "modules": Field("list[str]", required=False, default=[]),
+    "transfer": Field(Section({
+        "host": Field("str"),
+        "user": Field("str", nullable=True, required=False),
+        "port": Field("int", required=False, default=22, check=_port),
+        "image_dir": Field("str", check=_absolute),
+        "jump_host": Field("str", nullable=True, required=False),
+        "keep_versions": Field("int", required=False, default=2, positive=True),
+    })),
+    "network": Field(Section({
+        "fabric": Field("str", nullable=True, required=False),
+        "latency_us": Field("float", positive=True),
+        "bandwidth_gbps": Field("float", positive=True),
+        "islands": Field("int", positive=True, nullable=True, required=False),
+        "island_nodes": Field("int", positive=True, nullable=True, required=False,
+                              doc="nodes per island (full bisection inside an island)"),
+    }, check=_network_check)),
+})
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    type: str
+    max_nodes: int
+    max_walltime: str
+    partition: str | None = None
+    account: str | None = None
+    mpi_plugin: str | None = None
+    constraint: str | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    cpu_model: str
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    numa_domains: int
+    memory_gb: float
+    usable_memory_gb: float
+    clock_ghz_avx: float
+    fp32_flop_per_cycle_per_core: int
+    numa_domains_snc: int | None = None
+    clock_ghz_max: float | None = None
+
+    @property
+    def cores(self) -> int:
+        """Physical cores per node."""
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def hardware_threads(self) -> int:
+        return self.cores * self.threads_per_core
+
+    def theoretical_peak_flops(self, precision: str = "fp32", clock_ghz: float | None = None) -> float:
+        """Peak FLOP/s of one node: cores x clock x FLOP/cycle (fp64 is half of fp32).
+
+        The default clock is the sustained AVX clock; pass ``clock_ghz=node.clock_ghz_max`` for
+        the vendor/Top500 convention the seed paper divides by.
+        """
+        per_cycle = {"fp32": self.fp32_flop_per_cycle_per_core,
+                     "fp64": self.fp32_flop_per_cycle_per_core / 2}
+        if precision not in per_cycle:
+            raise ValueError(f"precision must be fp32 or fp64, not {precision!r}")
+        clock = self.clock_ghz_avx if clock_ghz is None else clock_ghz
+        return self.cores * clock * 1e9 * per_cycle[precision]
+
+
+@dataclass(frozen=True)
+class HostMPI:
+    vendor: str
+    version: str
+    prefix: str
+    launcher: str
+    library_dirs: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    soname: str | None = None
+    library_version: str | None = None
+
+    @property
+    def lib_dirs(self) -> list[str]:
+        """The library dirs, defaulting to PREFIX/lib."""
+        return list(self.library_dirs) or [str(Path(self.prefix) / "lib")]
+
+
+@dataclass(frozen=True)
+class Container:
+    runtime: str
+    image_dir: str
+    binds: list[str] = field(default_factory=list)
+    join: bool = True
+    mpi_target: str = "/opt/hostmpi"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    host: str
+    image_dir: str
+    user: str | None = None
+    port: int = 22
+    jump_host: str | None = None
+    keep_versions: int = 2
+
+
+@dataclass(frozen=True)
+class Network:
+    latency_us: float
+    bandwidth_gbps: float
+    fabric: str | None = None
+    islands: int | None = None
+    island_nodes: int | None = None
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    scheduler: Scheduler
+    node: Node
+    host_mpi: HostMPI
+    container: Container
+    transfer: Transfer
+    network: Network
+    description: str = ""
+    modules: list[str] = field(default_factory=list)
+    path: Path | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict, path: Path | None = None) -> "Site":
+        """Build from a dict that already passed SCHEMA."""
+        data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+        data["host_mpi"]["env"] = {k: str(v) for k, v in data["host_mpi"]["env"].items()}
+        return cls(
+            name=data["name"], description=data["description"], modules=list(data["modules"]),
+            scheduler=Scheduler(**data["scheduler"]), node=Node(**data["node"]),
+            host_mpi=HostMPI(**data["host_mpi"]), container=Container(**data["container"]),
+            transfer=Transfer(**data["transfer"]), network=Network(**data["network"]), path=path)
+
+    def peak_per_island(self, precision: str = "fp32") -> float | None:
+        if self.network.island_nodes is None:
+            return None
+        return self.network.island_nodes * self.node.theoretical_peak_flops(precision)
