@@ -1,0 +1,216 @@
+"""Synthetic electron showers in the CLIC ECAL layout, so every feature works without the real data.
+
+The real CLIC files cannot be downloaded at a secure site; this module writes files with the
+same layout (`ECAL` (N,25,25,25) float32 cell energies in GeV, `target` (N,2) with the particle
+id 11 in column 0 and the primary energy in GeV in column 1, plus `energy` (N,)) from a
+documented parametrization in the spirit of GFLASH (Grindhammer & Peters, hep-ex/0001020).
+
+Geometry (axis order of the array = x, y, z; z, the LAST axis, is the depth):
+  * 25 x 25 cells transversely, 5.1 mm each; tungsten absorber, Moliere radius 9.3 mm, so
+    R_M = 1.83 cells (`MOLIERE_CELLS`).
+  * 25 sampling layers along z, each 0.8 radiation lengths deep (`X0_PER_LAYER`), 20 X0 in all.
+  * critical energy of tungsten Ec = 7.97 MeV (`CRITICAL_GEV`).
+
+Per event (all vectorized over events and energy deposits; no Python loop over events):
+  * Longitudinal: dE/dt = E b (b t)^(a-1) e^(-b t) / Gamma(a), t in X0. The shower maximum
+    T = (a-1)/b has the mean ln(E/Ec) - 0.5 (electron); a has Grindhammer's mean
+    0.21 + (0.492 + 2.38/Z) ln(E/Ec). (ln T, ln a) are drawn as correlated Gaussians with the
+    GFLASH widths sigma(ln T) = 1/(-1.4 + 1.26 ln y), sigma(ln a) = 1/(-0.58 + 0.86 ln y) and
+    correlation 0.705 - 0.023 ln y (y = E/Ec), then b = (a-1)/T: showers fluctuate in depth
+    and length event by event.
+  * Transverse: the GFLASH radial form f(r) = p f(r; R_C) + (1-p) f(r; R_T) with
+    f(r; R) = 2 r R^2 / (r^2 + R^2)^2 (r in Moliere radii); the core radius R_C, tail radius R_T
+    and core weight p depend on the relative depth tau = t/T with the GFLASH tungsten
+    (Z = 74) coefficients, so showers widen with depth.
+  * Shower axis: enters at the centre of the 25 x 25 face plus a uniform jitter of +-1 cell
+    in x and y (`AXIS_JITTER_CELLS`).
+  * Visible energy: E x sampling fraction s, s = 2.1% x (1 + N(0, 0.10/sqrt(E/GeV) (+) 0.01)),
+    i.e. a stochastic resolution of 10%/sqrt(E) with a 1% constant term. Energy leaking out
+    of the back (beyond 20 X0) or the sides is lost, so cell sum / E is about 0.02 and falls
+    slightly with E, like the real data (the reference's fitted cell-sum/Ep curve).
+  * Cell-level fluctuations: the visible energy is carried by discrete energy spots (their
+    number Poisson with mean 100 + 2 E/GeV; each spot's weight Gamma(2)-distributed), each
+    placed at a depth t drawn from the event's Gamma profile and a radius drawn from the
+    radial form: cells receive a Poisson number of spots with random energies, as in GFLASH.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+GRID = 25  # cells per axis
+X0_PER_LAYER = 0.8  # radiation lengths per layer along z
+MOLIERE_CELLS = 9.3 / 5.1  # Moliere radius of tungsten in cell widths
+CRITICAL_GEV = 7.97e-3  # critical energy of tungsten
+Z_ABSORBER = 74.0
+SAMPLING_FRACTION = 0.021
+STOCHASTIC_TERM = 0.10  # sigma(s)/s = 10% / sqrt(E/GeV) (+) 1%
+CONSTANT_TERM = 0.01
+AXIS_JITTER_CELLS = 1.0
+SPOTS_BASE, SPOTS_PER_GEV = 100.0, 2.0
+SPOT_WEIGHT_SHAPE = 2.0
+PARTICLE_ID = 11  # electron
+CHUNK_EVENTS = 256  # events simulated at once: bounds the temporary arrays (~40 MB)
+
+
+def _longitudinal(energy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per-event Gamma shape a and shower maximum T (in X0), with GFLASH correlated fluctuations."""
+    ln_y = np.log(energy / CRITICAL_GEV)
+    mean_ln_t = np.log(ln_y - 0.5)
+    mean_ln_a = np.log(0.21 + (0.492 + 2.38 / Z_ABSORBER) * ln_y)
+    sig_t = 1.0 / (-1.4 + 1.26 * ln_y)
+    sig_a = 1.0 / (-0.58 + 0.86 * ln_y)
+    rho = 0.705 - 0.023 * ln_y
+    g1, g2 = rng.standard_normal((2, energy.size))
+    ln_t = mean_ln_t + sig_t * g1
+    ln_a = mean_ln_a + sig_a * (rho * g1 + np.sqrt(1.0 - rho**2) * g2)
+    return np.exp(ln_a), np.exp(ln_t)
+
+
+def _radial_params(tau: np.ndarray, ln_e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GFLASH core radius, tail radius (Moliere radii) and core probability at relative depth tau."""
+    z = Z_ABSORBER
+    r_core = (0.0251 + 0.00319 * ln_e) + (0.1162 - 0.000381 * z) * tau
+    k4 = 0.3585 + 0.0421 * ln_e
+    r_tail = (0.659 - 0.00309 * z) * (np.exp(-2.59 * (tau - 0.645)) + np.exp(k4 * (tau - 0.645)))
+    p1, p2, p3 = 0.2632 - 0.00094 * z, 0.401 + 0.00187 * z, 1.313 - 0.0686 * ln_e
+    arg = (p2 - tau) / p3
+    p_core = np.clip(p1 * np.exp(arg - np.exp(arg)), 0.0, 1.0)
+    return r_core, r_tail, p_core
+
+
+def _simulate_chunk(energy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    n = energy.size
+    a, t_max = _longitudinal(energy, rng)
+    b = (a - 1.0) / t_max
+    resolution = np.hypot(STOCHASTIC_TERM / np.sqrt(energy), CONSTANT_TERM)
+    visible = energy * SAMPLING_FRACTION * np.clip(1.0 + resolution * rng.standard_normal(n), 0.05, None)
+    centre = GRID / 2.0 + rng.uniform(-AXIS_JITTER_CELLS, AXIS_JITTER_CELLS, (2, n))
+
+    spots = rng.poisson(SPOTS_BASE + SPOTS_PER_GEV * energy)
+    event = np.repeat(np.arange(n), spots)
+    depth = rng.gamma(a[event], 1.0 / b[event])  # in X0
+    weight = rng.gamma(SPOT_WEIGHT_SHAPE, 1.0, event.size)
+    weight *= (visible / np.maximum(np.bincount(event, weight, minlength=n), 1e-30))[event]
+
+    r_core, r_tail, p_core = _radial_params(depth / t_max[event], np.log(energy)[event])
+    radius = np.where(rng.random(event.size) < p_core, r_core, r_tail)
+    u = rng.random(event.size)
+    r = radius * np.sqrt(u / (1.0 - u)) * MOLIERE_CELLS  # inverse CDF of 2rR^2/(r^2+R^2)^2
+    phi = rng.uniform(0.0, 2.0 * np.pi, event.size)
+    x = np.floor(centre[0][event] + r * np.cos(phi))
+    y = np.floor(centre[1][event] + r * np.sin(phi))
+    layer = np.floor(depth / X0_PER_LAYER)
+    inside = (x >= 0) & (x < GRID) & (y >= 0) & (y < GRID) & (layer < GRID)
+    flat = (((event * GRID + x) * GRID + y) * GRID + layer)[inside].astype(np.int64)
+    cells = np.bincount(flat, weight[inside], minlength=n * GRID**3)
+    return cells.reshape(n, GRID, GRID, GRID).astype(np.float32)
+
+
+def simulate_showers(n: int, rng: np.random.Generator, energies: np.ndarray | None = None,
+                     emin: float = 10.0, emax: float = 500.0) -> tuple[np.ndarray, np.ndarray]:
+    """n electron showers: (ECAL cells in GeV, float32 (n,25,25,25) [x,y,z]; primary energy in GeV).
+
+    Energies default to U(emin, emax) GeV, as in the reference's energy scan files.
+    """
+    if energies is None:
+        energies = rng.uniform(emin, emax, n)
+    energies = np.asarray(energies, dtype=np.float64).reshape(-1)
+    if energies.size != n:
+        raise ValueError(f"simulate_showers: {energies.size} energies given for n={n} showers")
+    if n and energies.min() <= 0.1:
+        raise ValueError("simulate_showers: energies must be above 0.1 GeV (the parametrization's range)")
+    ecal = np.empty((n, GRID, GRID, GRID), dtype=np.float32)
+    for start in range(0, n, CHUNK_EVENTS):
+        stop = min(start + CHUNK_EVENTS, n)
+        ecal[start:stop] = _simulate_chunk(energies[start:stop], rng)
+    return ecal, energies
+
+
+def file_name(index: int) -> str:
+    """`EleEscan_<i>_<j>.h5` like the reference scans: ten files j=0..9 per group i=1,2,..."""
+    return f"EleEscan_{index // 10 + 1}_{index % 10}.h5"
+
+
+def write_file(path: Path, ecal: np.ndarray, energy_gev: np.ndarray, compression: str | None = "gzip") -> None:
+    """Write one file in the CLIC layout, atomically (temp sibling + fsync + rename)."""
+    import h5py
+
+    from kit.atomic import atomic_open
+
+    opts = {"compression": compression, "compression_opts": 1} if compression == "gzip" else {"compression": compression}
+    target = np.stack([np.full(energy_gev.shape, PARTICLE_ID, dtype=np.float32),
+                       energy_gev.astype(np.float32)], axis=1)
+    with atomic_open(path, "wb") as fh:
+        with h5py.File(fh, "w") as h5:
+            h5.create_dataset("ECAL", data=ecal, dtype=np.float32,
+                              chunks=(min(len(ecal), 64), GRID, GRID, GRID) if len(ecal) else None,
+                              shuffle=compression is not None, **(opts if len(ecal) else {}))
+            h5.create_dataset("target", data=target)
+            h5.create_dataset("energy", data=energy_gev.astype(np.float32))
+            h5.attrs["generator"] = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"
+
+
+def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int,
+                emin: float = 10.0, emax: float = 500.0, compression: str | None = "gzip",
+                progress=None) -> list[Path]:
+    """Write `files` files of `events_per_file` showers; file k is seeded by (seed, k), so each is
+    reproducible on its own. `progress(done_events)` is called after every chunk when given."""
+    if files < 1 or events_per_file < 1:
+        raise ValueError("write_files: need at least one file and one event per file")
+    if not 0.1 < emin <= emax:
+        raise ValueError(f"write_files: energy range must satisfy 0.1 < emin <= emax (got {emin}, {emax})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(files):
+        rng = np.random.default_rng([seed, k])
+        energies = rng.uniform(emin, emax, events_per_file)
+        ecal = np.empty((events_per_file, GRID, GRID, GRID), dtype=np.float32)
+        for start in range(0, events_per_file, CHUNK_EVENTS):
+            stop = min(start + CHUNK_EVENTS, events_per_file)
+            ecal[start:stop] = _simulate_chunk(energies[start:stop], rng)
+            if progress is not None:
+                progress(stop - start)
+        path = out / file_name(k)
+        write_file(path, ecal, energies, compression)
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gan3d simulate", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (created if missing)")
+    ap.add_argument("--files", type=int, default=2)
+    ap.add_argument("--events-per-file", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--emin", type=float, default=10.0, help="lowest primary energy, GeV")
+    ap.add_argument("--emax", type=float, default=500.0, help="highest primary energy, GeV")
+    ap.add_argument("--compression", choices=["gzip", "lzf", "none"], default="gzip",
+                    help="HDF5 filter for ECAL (gzip level 1 is readable by every HDF5 tool)")
+    args = ap.parse_args(argv)
+    comp = None if args.compression == "none" else args.compression
+    total = args.files * args.events_per_file
+    try:
+        if sys.stderr.isatty():
+            from rich.progress import Progress
+
+            with Progress(transient=False) as bar:
+                task = bar.add_task(f"simulating {total} showers", total=total)
+                paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
+                                    args.emax, comp, progress=lambda k: bar.advance(task, k))
+        else:
+            paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
+                                args.emax, comp)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(paths)} files, {total} showers, into {Path(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
