@@ -1,0 +1,373 @@
+"""Flatten an image's layers into one clean Charliecloud root filesystem, as a stream.
+
+Why two passes over the upper layers and one over the base: to emit the base layer in
+its own order (parents before children, hard-link targets before links) we must know, for
+each member, whether a later layer replaces or whites it out. Pass 1 reads only the
+headers of layers 1..N-1 (usually small) into three small maps; pass 2 streams every layer
+bottom-up and emits only the survivors, each exactly once. Memory grows with the number of
+paths, never with the bytes.
+
+Charliecloud rules (its lib/image.py): whiteouts apply to earlier layers only, an entry of
+another type replaces the old one, devices/FIFOs and ``dev/*`` are dropped, setuid/setgid
+stripped, owners 0, ``u+rwx`` on directories and ``u+rw`` on files, absolute symlinks made
+relative, links may not climb out of the image, nothing is written through a symlink.
+"""
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import tarfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Callable, Iterator, Sequence
+
+from kit.errors import KitError
+from kit.image.layers import Budget, LayerError, Limits, iter_members, safe_name
+from kit.image.sources import Image, Layer
+
+DIR, REG, SYM, LNK, OTHER = "directory", "file", "symlink", "hard link", "device or FIFO"
+WHITEOUT, OPAQUE, AUFS_META = ".wh.", ".wh..wh..opq", ".wh..wh."
+STANDARD_DIRS = ["bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr"] + [f"mnt/{i}" for i in range(10)]
+STANDARD_FILES = ["etc/hosts", "etc/resolv.conf"]
+NOTE_CAP = 10_000  # notes kept per list; the rest are only counted
+
+
+@dataclass
+class Note:
+    path: str
+    layer: int | None
+    reason: str
+
+
+@dataclass
+class Report:
+    """What the conversion dropped or changed and why, and the mount points it created."""
+    dropped: list[Note] = field(default_factory=list)
+    changed: list[Note] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    mount_points: list[str] = field(default_factory=list)
+
+    def drop(self, path: str, layer: int | None, reason: str) -> None:
+        self.counts["dropped: " + reason] += 1
+        if len(self.dropped) < NOTE_CAP:
+            self.dropped.append(Note(path, layer, reason))
+
+    def change(self, path: str, layer: int | None, reason: str) -> None:
+        self.counts["changed: " + reason] += 1
+        if len(self.changed) < NOTE_CAP:
+            self.changed.append(Note(path, layer, reason))
+
+
+@dataclass
+class Entry:
+    """One output member; ``data`` is readable only until the next entry is requested."""
+    info: tarfile.TarInfo
+    data: IO[bytes] | None = None
+
+
+def kind_of(info: tarfile.TarInfo) -> str:
+    if info.isdir():
+        return DIR
+    if info.isreg():
+        return REG
+    if info.issym():
+        return SYM
+    if info.islnk():
+        return LNK
+    return OTHER
+
+
+def ancestors(name: str) -> Iterator[str]:
+    """Strict ancestors of a normalised path, shortest first."""
+    pos = name.find("/")
+    while pos != -1:
+        yield name[:pos]
+        pos = name.find("/", pos + 1)
+
+
+class _UpperIndex:
+    """Pass 1: for every path touched by layers 1..N-1, the highest layer that touches it."""
+
+    def __init__(self) -> None:
+        self.top_any: dict[str, int] = {}       # any entry (incl. whiteout) at the path
+        self.top_nondir: dict[str, int] = {}    # a non-directory or whiteout at the path
+        self.hide_subtree: dict[str, int] = {}  # whiteout, opaque marker or non-dir: hides below
+        self.dir_meta: dict[str, tuple[int, int]] = {}  # topmost directory's (mode, mtime)
+
+    def add(self, i: int, info: tarfile.TarInfo) -> None:
+        name = info.name
+        parent, _, base = name.rpartition("/")
+        if base == OPAQUE:
+            self.hide_subtree[parent] = i
+        elif base.startswith(AUFS_META):
+            return
+        elif base.startswith(WHITEOUT):
+            target = f"{parent}/{base[4:]}" if parent else base[4:]
+            self.top_any[target] = self.top_nondir[target] = self.hide_subtree[target] = i
+        elif name:
+            self.top_any[name] = i
+            if info.isdir():
+                self.dir_meta[name] = (info.mode, int(info.mtime))
+            else:
+                self.top_nondir[name] = self.hide_subtree[name] = i
+
+    def survives(self, name: str, i: int, is_dir: bool) -> bool:
+        """Does layer i's entry at ``name`` reach the final tree?"""
+        if self.top_any.get(name, -1) > i and (not is_dir or self.top_nondir.get(name, -1) > i):
+            return False
+        if self.hide_subtree:
+            for q in ancestors(name):
+                if self.hide_subtree.get(q, -1) > i:
+                    return False
+        return True
+
+
+def _contained(link_dir: str, target: str) -> bool:
+    """Does a relative symlink target stay inside the image, resolved lexically?"""
+    depth = len(link_dir.split("/")) if link_dir else 0
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
+
+
+class Flattener:
+    """Streams the surviving entries of an image's layers with Charliecloud's rules applied."""
+
+    def __init__(self, image: Image, limits: Limits = Limits(),
+                 progress: Callable[[int], None] | None = None):
+        self.image = image
+        self.limits = limits
+        self.progress = progress
+        self.report = Report()
+        self.index = _UpperIndex()
+        self.emitted: dict[str, str] = {}
+        self.hidden_files: dict[str, tuple[int, int]] = {}
+        self.link_canon: dict[str, str] = {}
+        self.materialized: dict[str, str] = {}
+
+    # -- the stream -------------------------------------------------------------------------
+    def entries(self, mount_points: Sequence[str] = ()) -> Iterator[Entry]:
+        user_mounts = [self._mount_name(p) for p in mount_points]
+        budget = Budget(self.limits)
+        for layer in self.image.layers[1:]:
+            for m in iter_members(layer, budget, self.progress):
+                self.index.add(layer.index, m.info)
+        budget = Budget(self.limits)
+        for layer in self.image.layers:
+            for m in iter_members(layer, budget, self.progress):
+                yield from self._member(layer, m.info, m.ordinal, m.open)
+        yield from self._mount_points(user_mounts)
+        yield from self._charliecloud_files()
+
+    def _member(self, layer: Layer, info: tarfile.TarInfo, ordinal: int, opener) -> Iterator[Entry]:
+        name, i = info.name, layer.index
+        base = name.rpartition("/")[2]
+        if not name:
+            return  # the root directory itself
+        if base.startswith(WHITEOUT):
+            self.report.counts["whiteouts applied"] += 1
+            return
+        kind = kind_of(info)
+        if not self.index.survives(name, i, kind == DIR):
+            if kind == REG:
+                self.hidden_files[name] = (i, ordinal)
+            self.report.counts["replaced or whited out by a later layer"] += 1
+            return
+        if name.startswith("dev/"):
+            self.report.drop(name, i, "under /dev (ch-run provides its own)")
+            return
+        if kind == OTHER:
+            self.report.drop(name, i, "device node or FIFO")
+            return
+        if name in ("ch/environment", "ch/metadata.json"):
+            self.report.drop(name, i, "replaced by the image config's")
+            return
+        prev = self.emitted.get(name)
+        if prev is not None:
+            if prev == DIR and kind == DIR:
+                return  # a directory merged across layers: emitted once, top layer's metadata
+            raise LayerError(f"{layer.label}: member {name!r} appears twice in the layer; "
+                             "fix: rebuild the layer")
+        yield from self._parents(layer, name)
+        out = self._normal(info, layer)
+        data = None
+        if kind == SYM:
+            out.linkname = self._symlink_target(layer, name, info.linkname)
+        elif kind == LNK:
+            target = self.materialized.get(info.linkname, info.linkname)
+            target = self.link_canon.get(target, target)
+            tkind = self.emitted.get(target)
+            if tkind in (REG, SYM):
+                out.linkname = target
+                self.link_canon[name] = target
+            elif info.linkname in self.hidden_files:
+                yield from self._materialize(layer, name, info.linkname, out)
+                return
+            else:
+                raise LayerError(f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
+                                 f"which is {'a ' + tkind if tkind else 'not'} in the image before "
+                                 "it; fix: rebuild the layer")
+        elif kind == REG:
+            data = opener()
+        self.emitted[name] = kind
+        yield Entry(out, data)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _normal(self, info: tarfile.TarInfo, layer: Layer | None) -> tarfile.TarInfo:
+        """A fresh header: owner 0, no setuid/setgid, u+rwx dirs, u+rw files, no xattrs."""
+        i = layer.index if layer else None
+        out = tarfile.TarInfo(info.name)
+        kind = kind_of(info)
+        out.type = {DIR: tarfile.DIRTYPE, REG: tarfile.REGTYPE, SYM: tarfile.SYMTYPE,
+                    LNK: tarfile.LNKTYPE}[kind]
+        mode, mtime = info.mode & 0o7777, int(info.mtime)
+        if kind == DIR and self.index.top_any.get(info.name, -1) > (i or 0):
+            mode, mtime = self.index.dir_meta.get(info.name, (mode, mtime))
+            mode &= 0o7777
+        if mode & 0o6000 and kind != SYM:
+            self.report.change(info.name, i, "setuid/setgid bit removed")
+            mode &= ~0o6000
+        if kind == DIR:
+            mode |= 0o700
+        elif kind in (REG, LNK):
+            mode |= 0o600
+        else:
+            mode = 0o777
+        out.mode, out.mtime = mode, mtime
+        out.uid = out.gid = 0
+        out.uname = out.gname = "root"
+        out.size = info.size if kind == REG else 0
+        return out
+
+    def _parents(self, layer: Layer, name: str) -> Iterator[Entry]:
+        parent = name.rpartition("/")[0]
+        if not parent:
+            return
+        kind = self.emitted.get(parent)
+        if kind == DIR:
+            return
+        if kind == SYM:
+            raise LayerError(f"{layer.label}: member {name!r} would be written through the "
+                             f"symlink {parent!r}; the image is unsafe, rebuild it")
+        if kind is not None:
+            raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
+                             f"{kind}; fix: rebuild the layer")
+        yield from self._parents(layer, parent)
+        info = tarfile.TarInfo(parent)
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        self.report.change(parent, layer.index, "missing parent directory created")
+        self.emitted[parent] = DIR
+        yield Entry(self._normal(info, layer))
+
+    def _symlink_target(self, layer: Layer, name: str, target: str) -> str:
+        link_dir = name.rpartition("/")[0]
+        if target.startswith("/"):
+            absolute = posixpath.normpath("/" + target.lstrip("/"))
+            rel = posixpath.relpath(absolute, "/" + link_dir)
+            self.report.change(name, layer.index, f"absolute symlink {target} made relative")
+            return rel
+        if not _contained(link_dir, target):
+            raise LayerError(f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the "
+                             "image; the image is unsafe, rebuild it")
+        return target
+
+    def _materialize(self, layer: Layer, name: str, target: str, out: tarfile.TarInfo) -> Iterator[Entry]:
+        """A hard link whose target a later layer removed keeps the old data: copy it in."""
+        li, ordinal = self.hidden_files[target]
+        for m in iter_members(self.image.layers[li], Budget(self.limits)):
+            if m.ordinal == ordinal:
+                out.type, out.size = tarfile.REGTYPE, m.info.size
+                self.report.change(name, layer.index,
+                                   f"hard link to {target} (removed later) stored as a copy")
+                self.materialized[target] = name
+                self.emitted[name] = REG
+                yield Entry(out, m.open())
+                return
+        raise LayerError(f"{layer.label}: hard link {name!r}: target {target!r} vanished")
+
+    def _mount_name(self, path: str) -> str:
+        if not path.startswith("/"):
+            raise KitError(f"--mount-point {path!r}: must be an absolute path inside the image")
+        dummy = Layer(-1, "mount point", self.image.layers[0].blob)
+        try:
+            name = safe_name(path, dummy, "mount point")
+        except LayerError as exc:
+            raise KitError(f"--mount-point {path!r}: {exc}") from None
+        if not name:
+            raise KitError(f"--mount-point {path!r}: cannot be the image root")
+        return name
+
+    def _mount_points(self, user: list[str]) -> Iterator[Entry]:
+        volumes = (self.image.config.get("config") or {}).get("Volumes") or {}
+        wanted = [(p, DIR, False) for p in STANDARD_DIRS] + [(p, REG, False) for p in STANDARD_FILES]
+        wanted += [(v.strip("/"), DIR, False) for v in sorted(volumes) if v.strip("/")]
+        wanted += [(p, DIR, True) for p in user]
+        for path, kind, strict in wanted:
+            yield from self._ensure(path, kind, strict)
+
+    def _ensure(self, path: str, kind: str, strict: bool) -> Iterator[Entry]:
+        """Create PATH (parents as directories) unless present; never follow a symlink."""
+        parts = path.split("/")
+        for n in range(1, len(parts) + 1):
+            q, leaf = "/".join(parts[:n]), n == len(parts)
+            have = self.emitted.get(q)
+            want = kind if leaf else DIR
+            if have is None:
+                info = tarfile.TarInfo(q)
+                info.type = tarfile.DIRTYPE if want == DIR else tarfile.REGTYPE
+                info.mode = 0o755 if want == DIR else 0o644
+                self.emitted[q] = want
+                self.report.mount_points.append("/" + q)
+                yield Entry(self._normal(info, None), io.BytesIO(b"") if want == REG else None)
+            elif have != want and not (have == LNK and want == REG):
+                if strict:
+                    raise KitError(f"--mount-point /{path}: /{q} is a {have} in the image, so the "
+                                   "mount point cannot be created without following or replacing "
+                                   "it; fix: choose another path")
+                self.report.change(q, None, f"mount point kept as {have} (not followed)")
+                return
+
+    def _charliecloud_files(self) -> Iterator[Entry]:
+        if self.emitted.get("ch", DIR) != DIR:
+            raise KitError(f"{self.image.source}: /ch is a {self.emitted['ch']} in the image; "
+                           "Charliecloud needs it as a directory for its metadata")
+        meta = charliecloud_metadata(self.image.config)
+        env_text = "".join(f"{k}={v}\n" for k, v in sorted(meta["env"].items()))
+        meta_text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
+        if "ch" not in self.emitted:
+            info = tarfile.TarInfo("ch")
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            self.emitted["ch"] = DIR
+            yield Entry(self._normal(info, None))
+        for name, text in (("ch/environment", env_text), ("ch/metadata.json", meta_text)):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.mode, info.size = 0o644, len(data)
+            self.emitted[name] = REG
+            yield Entry(self._normal(info, None), io.BytesIO(data))
+
+
+def charliecloud_metadata(config: dict) -> dict:
+    """Charliecloud's ch/metadata.json fields, read from an OCI/Docker image config."""
+    cfg = config.get("config") or {}
+    env: dict[str, str] = {}
+    for line in cfg.get("Env") or []:
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise KitError(f"image config: Env entry {line!r} is not KEY=VALUE")
+        env[key] = value
+    return {
+        "arch": config.get("architecture") or "amd64",
+        "cwd": cfg.get("WorkingDir") or "/",
+        "env": env,
+        "history": config.get("history") or [],
+        "labels": cfg.get("Labels") or {},
+        "shell": cfg.get("Shell") or ["/bin/sh", "-c"],
+        "volumes": sorted(cfg.get("Volumes") or {}),
+    }
