@@ -1,6 +1,122 @@
-"""`kit image` commands (placeholder until its issue lands)."""
+"""`kit image convert|inspect`: thin CLI over kit.image."""
+from __future__ import annotations
+
 import argparse
+import json
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from kit.image import Limits, convert
+from kit.image.convert import DEFAULT_LEVEL, ConversionReport
+from kit.image.inspect import inspect_image
+from kit.image.writers import FORMATS
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 64G, 500M)") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("image", help="(not yet implemented)")
+    group = sub.add_parser("image", help="convert and inspect container images offline")
+    leaves = group.add_subparsers(dest="image_cmd", required=True, metavar="SUBCOMMAND")
+
+    conv = leaves.add_parser("convert", help="docker-archive / OCI / rootfs -> Charliecloud image",
+                             description="Convert SRC into a Charliecloud image OUT without a "
+                             "daemon; writes OUT.sha256 and OUT.manifest.json beside it.")
+    conv.add_argument("src", type=Path, help="docker-archive, OCI layout dir/archive, rootfs tar/dir")
+    conv.add_argument("out", type=Path, help="OUT.tar.gz, OUT.tar, OUT.sqfs or a directory")
+    conv.add_argument("--format", choices=FORMATS, help="output format (default: from OUT's suffix)")
+    conv.add_argument("--image", metavar="TAG|DIGEST", help="which image, if SRC holds several")
+    conv.add_argument("--mount-point", action="append", default=[], metavar="PATH",
+                      help="create an empty directory for a ch-run -b target (repeatable)")
+    conv.add_argument("--level", type=int, default=DEFAULT_LEVEL,
+                      help=f"compression level (gzip via ISA-L: 0-3; sqfs: 1-9; default {DEFAULT_LEVEL})")
+    conv.add_argument("--max-size", type=_size, default=Limits.max_size,
+                      help="stop past this many uncompressed bytes (default 64G)")
+    conv.add_argument("--max-members", type=int, default=Limits.max_members,
+                      help="stop past this many tar members (default 2000000)")
+    conv.add_argument("--dry-run", action="store_true",
+                      help="report what would be dropped or changed; write nothing")
+    conv.set_defaults(func=_convert)
+
+    insp = leaves.add_parser("inspect", help="config, layers and MPI libraries of an image")
+    insp.add_argument("src", type=Path)
+    insp.add_argument("--image", metavar="TAG|DIGEST")
+    insp.add_argument("--json", action="store_true", help="machine-readable output")
+    insp.set_defaults(func=_inspect)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    limits = Limits(max_size=args.max_size, max_members=args.max_members)
+    with ExitStack() as stack:
+        progress = None
+        if sys.stderr.isatty():
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+            bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                               TransferSpeedColumn(), TimeRemainingColumn(),
+                                               transient=True))
+            task = bar.add_task(f"converting {args.src.name}", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+        report = convert(args.src, args.out, fmt=args.format, image=args.image,
+                         mount_points=args.mount_point, level=args.level, limits=limits,
+                         dry_run=args.dry_run, progress=progress)
+    _print_report(report)
+    return 0
+
+
+def _print_report(r: ConversionReport) -> None:
+    img = r.image
+    print(f"source: {r.source} ({img.kind}{', ' + img.ref if img.ref else ''}), "
+          f"{len(img.layers)} layer(s)")
+    for key, n in r.counts.items():
+        print(f"  {key}: {n}")
+    for note in r.dropped[:20]:
+        print(f"  dropped /{note.path} (layer {note.layer}): {note.reason}")
+    for note in r.changed[:20]:
+        print(f"  changed /{note.path} (layer {note.layer}): {note.reason}")
+    if len(r.dropped) + len(r.changed) > 40:
+        print("  ... (the full list is in the manifest)")
+    if r.mount_points:
+        print(f"  mount points created: {' '.join(r.mount_points)}")
+    if r.dry_run:
+        print(f"dry run: would write {r.entries} entries as {r.format}; nothing written")
+    else:
+        print(f"wrote {r.output} ({r.format}, {r.size} bytes, {r.entries} entries)")
+        if r.sha256:
+            print(f"sha256 {r.sha256}  (also {r.output}.sha256, {r.output}.manifest.json)")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    info = inspect_image(args.src, args.image)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{info['source']}: {info['kind']} {info['ref'] or ''}".rstrip())
+    print(f"  architecture: {info['architecture']}  os: {info['os']}")
+    print(f"  entrypoint: {info['entrypoint']}  cmd: {info['cmd']}  workdir: {info['workdir']}")
+    for line in info["env"]:
+        print(f"  env {line}")
+    for key, value in sorted(info["labels"].items()):
+        print(f"  label {key}={value}")
+    for layer in info["layers"]:
+        print(f"  layer {layer['index']}: {layer['digest']} {layer['media_type']} "
+              f"{layer['size']} bytes")
+    libs = info["mpi_libraries"]
+    if not libs:
+        print("  MPI libraries: none found")
+    for lib in libs:
+        print(f"  MPI library {lib['path']}: linker name {lib['linker_name']}, SONAME "
+              f"{lib['soname']}, version {lib['version']}"
+              + (f", also {' '.join(lib['aliases'])}" if lib["aliases"] else ""))
+    return 0
