@@ -1,0 +1,227 @@
+"""`kit transfer push`: resumable, verified upload of an image to the site, optional install.
+
+Control goes through Fabric (probe, siblings, install); the bulk bytes go through the
+system's ssh(1) to the remote receiver, because OpenSSH's C crypto is about twice as fast
+as paramiko's single SFTP stream. Both use the same resolved endpoint (kit.transfer.ssh).
+
+The upload lands in `.NAME.part` next to a `.NAME.part.state` naming the image's sha256,
+size and chunk size. On the next push both sides hash the complete chunks of the part and
+only chunks that differ or are missing are sent. The receiver computes the full sha256 of
+the file as it ends up on disk and renames it into place only if it matches.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import fabric
+
+from kit.errors import KitError
+from kit.transfer import remote
+from kit.transfer.image import LocalImage, chunk_sha256, open_image, recorded_sha256, sha256_file
+from kit.transfer.ssh import Endpoint, connect, resolve, ssh_argv
+
+CHUNK = 64 << 20
+BLOCK = 4 << 20
+SPACE_MARGIN = 1 << 20
+
+
+@dataclass
+class PushReport:
+    """What a push did (or, with dry_run, would do)."""
+
+    endpoint: str
+    image: str
+    remote_path: str
+    size: int
+    sha256: str
+    bytes_sent: int = 0
+    bytes_skipped: int = 0
+    resent_chunks: list[int] = field(default_factory=list)
+    siblings: list[str] = field(default_factory=list)
+    installed: str | None = None
+    current: str | None = None
+    pruned: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        verb = "would" if self.dry_run else "did"
+        out = [f"{self.image} ({self.size} bytes, sha256 {self.sha256[:16]}...) -> {self.endpoint}:{self.remote_path}",
+               f"{verb} send {self.bytes_sent} bytes; {self.bytes_skipped} bytes already there and verified"]
+        if self.resent_chunks:
+            out.append(f"chunks re-sent after a failed check: {self.resent_chunks}")
+        if self.siblings:
+            out.append(f"{verb} copy alongside: {', '.join(self.siblings)}")
+        if self.installed:
+            out.append(f"{verb} install {self.installed} and point {self.current} at it")
+        if self.pruned:
+            out.append(f"{verb} prune old versions: {', '.join(self.pruned)}")
+        if not self.dry_run and self.seconds:
+            rate = self.bytes_sent / self.seconds / 1e6
+            out.append(f"took {self.seconds:.1f} s ({rate:.0f} MB/s sent)")
+        return out
+
+
+def _site(site):
+    if isinstance(site, (str, os.PathLike)):
+        from kit.site import load_site
+        return load_site(site)
+    return site
+
+
+def _plan_chunks(probe: dict, img: LocalImage, chunk: int) -> tuple[set[int], list[int]]:
+    """Chunks of the remote part whose hash matches ours (kept), and those that did not."""
+    theirs = probe["chunk_hashes"]
+    ours = chunk_sha256(img.path, chunk, len(theirs))
+    keep = {i for i, (a, b) in enumerate(zip(ours, theirs)) if a == b}
+    return keep, [i for i in range(len(theirs)) if i not in keep]
+
+
+def _send(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, keep: set[int],
+          check: Callable[[], None], progress: Callable[[int], None] | None) -> tuple[int, dict]:
+    """Stream the chunks not in `keep` into the remote receiver; return (bytes sent, answer)."""
+    size = img.size
+    cmd = remote.command("receive", directory, img.path.name, size, sha, chunk,
+                         ",".join(map(str, sorted(keep))))
+    proc = subprocess.Popen(ssh_argv(ep) + [cmd], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda k=k, s=s: out.__setitem__(k, s.read()), daemon=True)
+               for k, s in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    sent, broken = 0, False
+    try:
+        with open(img.path, "rb") as fh:
+            pipe = proc.stdin.fileno()
+            for index in range((size + chunk - 1) // chunk):
+                if index in keep:
+                    continue
+                offset, end = index * chunk, min(size, (index + 1) * chunk)
+                while offset < end:
+                    n = os.sendfile(pipe, fh.fileno(), offset, min(BLOCK, end - offset))
+                    if n == 0:
+                        raise KitError(f"{img.path} shrank while being sent; do not modify it during a push")
+                    offset += n
+                    sent += n
+                    if progress:
+                        progress(n)
+        check()
+        proc.stdin.write(f"COMMIT {sha}\n".encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        broken = True
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    code = proc.wait()
+    for t in readers:
+        t.join()
+    stdout, stderr = out.get("out", b"").decode(errors="replace"), out.get("err", b"").decode(errors="replace")
+    if code == 255 or (broken and "KIT-ERROR" not in stderr):
+        raise KitError(f"the connection to {ep} was lost after {sent} bytes of this push "
+                       f"({stderr.strip()[-300:] or 'no message'}); run the same command again: "
+                       "it resumes from the last verified chunk")
+    answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {ep.hostname}:{directory}")
+    return sent, answer
+
+
+def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> list[str]:
+    """Small files go by SFTP to a dot-temp name, then are renamed into place."""
+    sftp = conn.sftp()
+    names = []
+    for sib in img.siblings:
+        tmp, final = f"{directory}/.{sib.name}.tmp", f"{directory}/{sib.name}"
+        conn.put(str(sib), tmp)
+        sftp.posix_rename(tmp, final)
+        names.append(sib.name)
+    return names
+
+
+def push(image: str | Path, site, *, host: str | None = None, user: str | None = None,
+         port: int | None = None, remote_dir: str | None = None, install: bool = False,
+         keep: int | None = None, accept_new_host_key: bool = False, dry_run: bool = False,
+         progress: Callable[[int], None] | None = None, chunk_size: int = CHUNK,
+         ssh_config: Path | None = None) -> PushReport:
+    """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install.
+
+    `progress(n)` is called with each block of bytes sent (the CLI draws a bar with it).
+    """
+    started = time.monotonic()
+    site = _site(site)
+    img = open_image(image)
+    t = site.transfer
+    ep = resolve(host or t.host, user=user or t.user, port=port or (t.port if not host and t.port != 22 else None),
+                 jump=t.jump_host, ssh_config=ssh_config)
+    directory = remote.remote_path(remote_dir or t.image_dir)
+
+    sha = recorded_sha256(img)
+    verify: dict[str, str] = {}
+    checker = None
+    if sha is None:
+        sha = sha256_file(img.path)
+    else:  # check the recorded digest while the bytes travel, not before
+        checker = threading.Thread(target=lambda: verify.__setitem__("sha", sha256_file(img.path)), daemon=True)
+        checker.start()
+
+    def check() -> None:
+        if checker:
+            checker.join()
+            if verify.get("sha") != sha:
+                raise KitError(f"{img.path} does not match {img.sha_file} (sha256 {verify.get('sha')}, "
+                               f"recorded {sha}): the image changed or is damaged; re-run kit image convert")
+
+    conn = connect(ep, accept_new_host_key=accept_new_host_key)
+    try:
+        where = f"{ep.hostname}:{directory}"
+        probe = remote.run(conn, "probe", directory, img.path.name, img.size, sha, chunk_size,
+                           what=f"checking {where}")
+        report = PushReport(endpoint=str(ep), image=str(img.path), size=img.size, sha256=sha,
+                            remote_path=f"{probe['dir']}/{img.path.name}", dry_run=dry_run)
+        if probe["final_matches"]:
+            keep_chunks, bad = set(range((img.size + chunk_size - 1) // chunk_size)), []
+        else:
+            keep_chunks, bad = _plan_chunks(probe, img, chunk_size)
+        kept = sum(min(chunk_size, img.size - i * chunk_size) for i in keep_chunks)
+        report.bytes_skipped, report.bytes_sent, report.resent_chunks = kept, img.size - kept, bad
+        need = img.size - min(probe["part_size"], img.size) + SPACE_MARGIN
+        if not probe["final_matches"] and probe["free"] < need:
+            raise KitError(f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
+                           f"{need}; nothing was changed. Free space there or pass --remote-dir")
+        if dry_run:
+            check()
+            report.siblings = [s.name for s in img.siblings]
+        else:
+            if not probe["final_matches"]:
+                report.bytes_sent, answer = _send(ep, img, directory, sha, chunk_size, keep_chunks,
+                                                  check, progress)
+                report.remote_path = answer["path"]
+            else:
+                check()
+            report.siblings = _put_siblings(conn, img, directory)
+        if install:
+            _install(conn, site, img, report, keep, dry_run)
+    finally:
+        conn.close()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _install(conn: fabric.Connection, site, img: LocalImage, report: PushReport,
+             keep: int | None, dry_run: bool) -> None:
+    """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune."""
+    imgdir = remote.remote_path(site.container.image_dir)
+    keep_n = site.transfer.keep_versions if keep is None else keep
+    if keep_n < 0:
+        raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
+    answer = remote.run(conn, "install", report.remote_path, imgdir, img.stem, report.sha256[:12],
+                        keep_n, "1" if dry_run else "0",
+                        what=f"installing {img.stem} in {conn.host}:{imgdir}")
+    report.installed, report.current, report.pruned = answer["target"], answer["current"], answer["prune"]

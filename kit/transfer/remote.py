@@ -1,0 +1,63 @@
+"""Running remote_script.py on the site: command lines, remote paths, and its answers."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+from pathlib import Path
+
+import fabric
+
+from kit.errors import KitError
+
+_SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
+_BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
+_ERROR = re.compile(r"KIT-ERROR (\d+) (.*)")
+NO_SPACE = 28
+
+
+class RemoteError(KitError):
+    """The remote script refused or failed; `code` is its exit status (28 = out of space)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def remote_path(path: str) -> str:
+    """A site path for remote commands: '~/x' becomes 'x' (SSH sessions start in $HOME)
+    so it survives shlex.quote, which would otherwise stop the shell expanding '~'."""
+    if path in ("~", "~/"):
+        return "."
+    if path.startswith("~/"):
+        return path[2:] or "."
+    if path.startswith("~"):
+        raise KitError(f"remote path {path!r}: '~user' paths are not supported; write it in full")
+    return path
+
+
+def command(mode: str, *args: object) -> str:
+    """One shell-safe line: python3 -c <base64 bootstrap> MODE ARGS (works under sh and csh)."""
+    return " ".join(shlex.quote(str(a)) for a in ("python3", "-c", _BOOT, mode, *args))
+
+
+def parse(stdout: str, stderr: str, exited: int, what: str) -> dict:
+    """The script's JSON answer, or a RemoteError naming what failed and why."""
+    if exited == 0:
+        try:
+            return json.loads(stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise KitError(f"{what}: unexpected answer from the remote side: {stdout[-300:]!r}") from exc
+    found = _ERROR.search(stderr)
+    if found:
+        raise RemoteError(int(found.group(1)), f"{what}: {found.group(2)}")
+    if exited == 127:
+        raise RemoteError(exited, f"{what}: python3 is not on the remote PATH; the remote side of "
+                          "kit transfer needs python3 >= 3.6 on the transfer node")
+    raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {stderr.strip()[-500:]}")
+
+
+def run(conn: fabric.Connection, mode: str, *args: object, what: str) -> dict:
+    result = conn.run(command(mode, *args), hide=True, warn=True, in_stream=False)
+    return parse(result.stdout, result.stderr, result.exited, what)

@@ -1,0 +1,246 @@
+"""The remote half of `kit transfer`: run on the site as `python3 -c <this> MODE ARGS...`.
+
+It is sent over SSH (base64 inside a one-line command, so any login shell passes it
+through untouched) and needs only a stock python3 >= 3.6 on the transfer node: no
+f-string tricks beyond 3.6, no third-party modules. Every mode prints one JSON object
+on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzero.
+
+Modes:
+  probe   DIR NAME SIZE SHA CHUNK          what is there already (no change)
+  receive DIR NAME SIZE SHA CHUNK KEEP     write the chunks not in KEEP from stdin, verify, rename
+  install SRC IMGDIR NAME VERSION KEEPN DRY   unpack with ch-convert as NAME@VERSION, switch NAME.current
+"""
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+BUF = 1 << 20
+EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL = 28, 3, 4, 5, 6
+
+
+def fail(code, message):
+    sys.stderr.write("KIT-ERROR %d %s\n" % (code, message))
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def free_bytes(path):
+    """Free bytes for unprivileged writers on the filesystem holding path (or its nearest parent)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def names(directory, name):
+    return (os.path.join(directory, name), os.path.join(directory, "." + name + ".part"),
+            os.path.join(directory, "." + name + ".part.state"))
+
+
+def read_state(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def hash_range(fh, offset, length, *hashers):
+    fh.seek(offset)
+    left = length
+    while left:
+        data = fh.read(min(BUF, left))
+        if not data:
+            return False
+        for h in hashers:
+            h.update(data)
+        left -= len(data)
+    return True
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        hash_range(fh, 0, os.path.getsize(path), h)
+    return h.hexdigest()
+
+
+def probe(directory, name, size, sha, chunk):
+    final, part, state_path = names(directory, name)
+    out = {"dir": os.path.abspath(directory), "dir_exists": os.path.isdir(directory),
+           "free": free_bytes(directory), "final_matches": False, "part_size": 0,
+           "chunk_hashes": [], "python": sys.version.split()[0]}
+    if os.path.isfile(final) and os.path.getsize(final) == size:
+        out["final_matches"] = file_sha256(final) == sha
+    state = read_state(state_path)
+    if (os.path.isfile(part) and state and state.get("sha256") == sha
+            and state.get("size") == size and state.get("chunk") == chunk):
+        out["part_size"] = os.path.getsize(part)
+        with open(part, "rb") as fh:
+            for index in range(min(out["part_size"], size) // chunk):
+                h = hashlib.sha256()
+                hash_range(fh, index * chunk, chunk, h)
+                out["chunk_hashes"].append(h.hexdigest())
+    print(json.dumps(out))
+
+
+def write_all(fh, data, offset):
+    try:
+        fh.write(data)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            fail(EXIT_NOSPACE, "no space left on the remote filesystem at offset %d of the upload" % offset)
+        raise
+
+
+def receive(directory, name, size, sha, chunk, keep):
+    """Walk the file chunk by chunk: kept chunks are read back from disk, the others come
+    from stdin; the full sha256 is computed over the bytes as they end up on disk/in place."""
+    final, part, state_path = names(directory, name)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        state = read_state(state_path)
+        if not (state and state.get("sha256") == sha and state.get("size") == size
+                and state.get("chunk") == chunk):
+            keep = set()
+            tmp = state_path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump({"sha256": sha, "size": size, "chunk": chunk}, fh)
+            os.replace(tmp, state_path)
+        fh = open(part, "r+b" if os.path.exists(part) and keep else "wb")
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            fail(EXIT_NOSPACE, "no space left on the remote filesystem in %s" % directory)
+        fail(EXIT_USAGE, "cannot write in %s: %s" % (directory, exc))
+    full = hashlib.sha256()
+    stdin = sys.stdin.buffer
+    buf = bytearray(BUF)
+    with fh:
+        for index in range((size + chunk - 1) // chunk):
+            offset, length = index * chunk, min(chunk, size - index * chunk)
+            if index in keep:
+                if not hash_range(fh, offset, length, full):
+                    fail(EXIT_SHORT, "kept chunk %d of %s is short" % (index, part))
+                continue
+            fh.seek(offset)
+            left = length
+            while left:
+                view = memoryview(buf)[:min(BUF, left)]
+                n = stdin.readinto(view)
+                if not n:
+                    fh.flush()
+                    fail(EXIT_SHORT, "upload stream ended at offset %d of %d" % (offset + length - left, size))
+                full.update(view[:n])
+                write_all(fh, view[:n], offset + length - left)
+                left -= n
+        fh.truncate(size)
+        try:
+            fh.flush()
+            os.fsync(fh.fileno())
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                fail(EXIT_NOSPACE, "no space left on the remote filesystem while flushing %s" % part)
+            raise
+    commit = stdin.readline().decode("ascii", "replace").split()
+    got = full.hexdigest()
+    if got != sha or commit != ["COMMIT", sha]:
+        os.unlink(part)
+        os.unlink(state_path)
+        fail(EXIT_MISMATCH, "sha256 of the received file is %s, expected %s (sender said %s); "
+             "the partial upload was removed" % (got, sha, " ".join(commit) or "nothing"))
+    os.replace(part, final)
+    os.unlink(state_path)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    print(json.dumps({"path": os.path.abspath(final), "sha256": got}))
+
+
+def versions(imgdir, name):
+    prefix = name + "@"
+    return [e for e in os.listdir(imgdir) if e.startswith(prefix)] if os.path.isdir(imgdir) else []
+
+
+def remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def install(src, imgdir, name, version, keep_n, dry):
+    """Unpack SRC as IMGDIR/NAME@VERSION (dir, or .sqfs copied), point NAME.current at it
+    (symlink made aside then renamed over the old one), prune to KEEPN previous versions."""
+    is_sqfs = src.endswith(".sqfs")
+    entry = name + "@" + version + (".sqfs" if is_sqfs else "")
+    target = os.path.join(imgdir, entry)
+    current = os.path.join(imgdir, name + ".current")
+    previous = os.readlink(current) if os.path.islink(current) else None
+    others = [v for v in versions(imgdir, name) if v != entry]
+    others.sort(key=lambda v: os.lstat(os.path.join(imgdir, v)).st_mtime, reverse=True)
+    prune = others[keep_n:]
+    out = {"target": os.path.abspath(target), "current": os.path.abspath(current),
+           "previous": previous, "exists": os.path.exists(target), "prune": prune,
+           "free": free_bytes(imgdir), "dry_run": dry}
+    if dry:
+        print(json.dumps(out))
+        return
+    os.makedirs(imgdir, exist_ok=True)
+    if not out["exists"]:
+        tmp = os.path.join(imgdir, "." + entry + ".tmp")
+        remove(tmp)
+        try:
+            if is_sqfs:
+                shutil.copyfile(src, tmp)
+            else:
+                proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", "dir", src, tmp],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                log = proc.communicate()[0].decode("utf-8", "replace")
+                if proc.returncode:
+                    raise RuntimeError(log.strip()[-800:])
+        except (OSError, RuntimeError) as exc:
+            remove(tmp)
+            text = str(exc)
+            nospace = (getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                       or "No space left" in text or "Disk quota" in text)
+            if nospace:
+                fail(EXIT_NOSPACE, "no space left in %s while installing %s; nothing changed, %s is "
+                     "still current" % (imgdir, entry, previous or "no version"))
+            fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
+        os.rename(tmp, target)
+    link_tmp = os.path.join(imgdir, "." + name + ".current.tmp")
+    remove(link_tmp)
+    os.symlink(entry, link_tmp)
+    os.replace(link_tmp, current)
+    for old in prune:
+        remove(os.path.join(imgdir, old))
+    print(json.dumps(out))
+
+
+def main(argv):
+    if not argv:
+        fail(EXIT_USAGE, "usage: MODE ARGS...")
+    mode, args = argv[0], argv[1:]
+    try:
+        if mode == "probe":
+            probe(args[0], args[1], int(args[2]), args[3], int(args[4]))
+        elif mode == "receive":
+            keep = set(int(i) for i in args[5].split(",") if i)
+            receive(args[0], args[1], int(args[2]), args[3], int(args[4]), keep)
+        elif mode == "install":
+            install(args[0], args[1], args[2], args[3], int(args[4]), args[5] == "1")
+        else:
+            fail(EXIT_USAGE, "unknown mode %s" % mode)
+    except (IndexError, ValueError) as exc:
+        fail(EXIT_USAGE, "bad arguments for %s: %s" % (mode, exc))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
