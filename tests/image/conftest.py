@@ -1,0 +1,23 @@
+"""Session fixtures: real images built once (and cached across runs) with umoci/skopeo/buildah."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.image.builders import buildah_image, cached, rich_image
+from tests.image.chtools import need
+
+
+@pytest.fixture(scope="session")
+def rich() -> Path:
+    """OCI layout, oci.tar, docker.tar, oci-zstd and the umoci reference unpack."""
+    need("umoci", "skopeo")
+    return cached(rich_image)
+
+
+@pytest.fixture(scope="session")
+def built() -> Path:
+    """A buildah bud --layers image as docker.tar, oci.tar, oci/ and its reference unpack."""
+    need("buildah", "skopeo", "umoci")
+    return cached(buildah_image)
