@@ -18,6 +18,7 @@ from typing import IO, Callable, Iterator
 
 import zstandard
 from isal import igzip_threaded
+from isal.igzip_lib import IsalError
 
 from kit.errors import KitError
 from kit.image.sources import Layer
@@ -228,7 +229,8 @@ def iter_members(layer: Layer, budget: Budget, progress=None) -> Iterator[Member
             finish()
     except KitError:
         raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError, ValueError) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError, IsalError,
+            ValueError) as exc:
         raise LayerError(f"{layer.label}: truncated or corrupt near member {last!r}: {exc}; "
                          "fix: export the image again") from exc
 

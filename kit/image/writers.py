@@ -85,6 +85,9 @@ class Writer:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def abort(self) -> None:
+        tar = getattr(self, "tar", None)
+        if tar is not None:  # drop the tar stream's buffer: it must not flush into a closed file
+            tar.closed = tar.fileobj.closed = True
         with contextlib.suppress(Exception):
             self._close_quietly()
         shutil.rmtree(self.tmp, ignore_errors=True)

@@ -13,10 +13,10 @@ def need(*tools: str) -> None:
         require(shutil.which(tool) is not None, f"{tool} not installed (scripts/setup.sh)")
 
 
-def ch_run(image: Path, *args: str, binds: tuple[str, ...] = ()) -> str:
+def ch_run(image: Path, *args: str, binds: tuple[str, ...] = (), opts: tuple[str, ...] = ()) -> str:
     """Run a command in a Charliecloud image with the real ch-run."""
     need("ch-run")
-    cmd = ["ch-run"] + [f"-b{b}" for b in binds] + [str(image), "--", *args]
+    cmd = ["ch-run", *opts] + [f"-b{b}" for b in binds] + [str(image), "--", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"{cmd}: {proc.stderr}"
     return proc.stdout
