@@ -1,0 +1,68 @@
+"""kit image inspect: config, layers, and MPI libraries (SONAME read from the real ELF file)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kit.image.inspect import find_mpi_libraries, inspect_image
+from tests.helpers import require
+from tests.image.builders import oci_layout, tar_bytes
+
+LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+MPICH = LIBDIR / "libmpich.so.12.2.2"
+
+
+def mpi_tree(root: Path) -> Path:
+    """An image tree holding the host's real MPICH library under two names and some links."""
+    require(MPICH.is_file(), "libmpich-dev not installed (scripts/setup.sh)")
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    shutil.copy(MPICH, lib / MPICH.name)
+    os.symlink(MPICH.name, lib / "libmpich.so.12")
+    os.symlink("libmpich.so.12", lib / "libmpich.so")
+    os.symlink("/usr/lib/x86_64-linux-gnu/libmpich.so.12", lib / "libmpi.so.12")
+    vendor = root / "opt/vendor/lib"
+    vendor.mkdir(parents=True)
+    shutil.copy(MPICH, vendor / "libmpi.so.12.5.0")  # file name and SONAME disagree
+    (lib / "libmpi_fake.so.1").write_bytes(b"not an ELF file")
+    return root
+
+
+def test_find_mpi_libraries_in_tree(tmp_path):
+    libs = {l.path: l for l in find_mpi_libraries(mpi_tree(tmp_path / "tree"))}
+    assert set(libs) == {"/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2",
+                         "/opt/vendor/lib/libmpi.so.12.5.0"}
+    mpich = libs["/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2"]
+    assert (mpich.linker_name, mpich.soname, mpich.version) == ("libmpich.so", "libmpich.so.12",
+                                                                 "12.2.2")
+    assert sorted(mpich.aliases) == ["/usr/lib/x86_64-linux-gnu/libmpi.so.12",
+                                     "/usr/lib/x86_64-linux-gnu/libmpich.so",
+                                     "/usr/lib/x86_64-linux-gnu/libmpich.so.12"]
+    vendor = libs["/opt/vendor/lib/libmpi.so.12.5.0"]
+    assert (vendor.linker_name, vendor.soname, vendor.version) == ("libmpi.so", "libmpich.so.12",
+                                                                   "12.5.0")
+
+
+def test_inspect_layered_image_sees_flattened_tree(tmp_path):
+    """A library deleted by a later layer is not reported; config and layers are."""
+    tree = mpi_tree(tmp_path / "tree")
+    subprocess.run(["tar", "-C", str(tree), "-cf", str(tmp_path / "l0.tar"), "."], check=True)
+    top = tar_bytes([("opt/vendor/lib/.wh.libmpi.so.12.5.0", "f", b"")])
+    src = oci_layout(tmp_path / "img", [(tmp_path / "l0.tar").read_bytes(), top],
+                     env=("PATH=/usr/bin", "MPI=mpich"), gzip_layers=False)
+    info = inspect_image(src)
+    assert info["env"] == ["PATH=/usr/bin", "MPI=mpich"] and info["architecture"] == "amd64"
+    assert [l["index"] for l in info["layers"]] == [0, 1]
+    assert info["layers"][0]["size"] > 1_000_000
+    assert [l["path"] for l in info["mpi_libraries"]] == ["/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2"]
+    cli = subprocess.run([sys.executable, "-m", "kit", "image", "inspect", str(src)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert "SONAME libmpich.so.12, version 12.2.2" in cli.stdout and "env MPI=mpich" in cli.stdout
+    as_json = subprocess.run([sys.executable, "-m", "kit", "image", "inspect", "--json", str(src)],
+                             capture_output=True, text=True)
+    assert json.loads(as_json.stdout)["mpi_libraries"][0]["soname"] == "libmpich.so.12"
