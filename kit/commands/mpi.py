@@ -1,6 +1,68 @@
-"""`kit mpi` commands (placeholder until its issue lands)."""
+"""`kit mpi pair|check`: pair an image's MPI with a site's host MPI, and prove it."""
+from __future__ import annotations
+
 import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from kit.mpi import MODES, make_pair, prepare_image_dir, run_check, write_pair
+
+
+def _pair(args: argparse.Namespace) -> int:
+    pair = make_pair(args.site, args.image, mode=args.mode)
+    console = Console()
+    v = pair.verdict
+    console.print(f"host MPI:      {pair.host.describe()}")
+    console.print(f"container MPI: {pair.container.describe()} (found via {pair.found.source})")
+    for reason in v.reasons:
+        console.print(f"  ok: {reason}")
+    for warning in v.warnings:
+        console.print(f"  [yellow]warning[/yellow]: {warning}")
+    if args.prepare:
+        made = prepare_image_dir(pair, args.image)
+        console.print(f"created in the image: {', '.join(made)}")
+    path = write_pair(pair, args.out)
+    console.print(f"wrote {path}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    pair = make_pair(args.site, args.image, mode=args.mode)
+    result = run_check(pair, python=args.python, timeout=args.timeout)
+    table = Table(title=f"kit mpi check: {args.image} at {pair.site.name}")
+    for col in ("rank", "size", "MPI library (inside ch-run)", "mapped from", "allreduce"):
+        table.add_column(col, overflow="fold")
+    for r in result.ranks:
+        table.add_row(str(r.rank), str(r.size), r.library_version.splitlines()[0],
+                      "\n".join(r.mapped) or "-", str(r.sum))
+    console = Console()
+    console.print(table)
+    for problem in result.problems:
+        console.print(f"[red]FAIL[/red]: {problem}")
+    if not result.ok:
+        if result.output and not result.ranks:
+            console.print(result.output[-3000:], markup=False, highlight=False)
+        return 1
+    console.print("[green]PASS[/green]: the host MPI is loaded from the bind and a 2-rank allreduce is right")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("mpi", help="(not yet implemented)")
+    mpi = sub.add_parser("mpi", help="pair an image's MPI with a site's host MPI")
+    leaves = mpi.add_subparsers(dest="mpi_command", required=True, metavar="SUBCOMMAND")
+    for name, func, text in (("pair", _pair, "decide the pair and write IMAGE.pair.yaml"),
+                             ("check", _check, "run 2 ranks in ch-run with the host MPI bound in")):
+        p = leaves.add_parser(name, help=text)
+        p.add_argument("image", metavar="IMAGE", help="directory, tarball or SquashFS image")
+        p.add_argument("--site", required=True, help="site name or config file")
+        p.add_argument("--mode", choices=MODES, default="full",
+                       help="minor-version rule: major (ignore), full (warn if host older), strict (equal)")
+        p.set_defaults(func=func)
+        if name == "pair":
+            p.add_argument("--out", help="pair file (default IMAGE.pair.yaml)")
+            p.add_argument("--prepare", action="store_true",
+                           help="create the mount points and alias links in a writable directory image")
+        else:
+            p.add_argument("--python", default="python3", help="python inside the image")
+            p.add_argument("--timeout", type=float, default=120.0)

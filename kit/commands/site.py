@@ -1,6 +1,52 @@
-"""`kit site` commands (placeholder until its issue lands)."""
+"""`kit site validate|show|probe`: check, read and create site configs."""
+from __future__ import annotations
+
 import argparse
+import sys
+
+from kit.site import load_site
+from kit.site.probe import probe_yaml, write_probe
+from kit.site.schema import SiteError
+from kit.site.show import print_summary
+
+
+def _validate(args: argparse.Namespace) -> int:
+    failed = 0
+    for name in args.files:
+        try:
+            site = load_site(name)
+        except SiteError as exc:
+            print(exc, file=sys.stderr)
+            failed += 1
+        else:
+            print(f"{site.path}: ok ({site.name})")
+    return 2 if failed else 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    print_summary(load_site(args.site))
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    if args.out:
+        path = write_probe(args.out, args.name)
+        print(f"wrote {path}; it validates — check the values marked in its header")
+    else:
+        sys.stdout.write(probe_yaml(args.name))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("site", help="(not yet implemented)")
+    site = sub.add_parser("site", help="validate, show or probe site configs")
+    leaves = site.add_subparsers(dest="site_command", required=True, metavar="SUBCOMMAND")
+    p = leaves.add_parser("validate", help="check site config files (or names) against the schema")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=_validate)
+    p = leaves.add_parser("show", help="summary of a site, with theoretical peak per node and island")
+    p.add_argument("site", metavar="NAME_OR_FILE")
+    p.set_defaults(func=_show)
+    p = leaves.add_parser("probe", help="write a site config describing this host")
+    p.add_argument("--out", metavar="FILE", help="write here (atomically) instead of stdout")
+    p.add_argument("--name", help="site name (default: the host name)")
+    p.set_defaults(func=_probe)

@@ -1,0 +1,152 @@
+"""Give read access to an image's files as a directory, without running anything from it.
+
+A directory image is used in place. A Charliecloud tarball or a SquashFS image has only the
+files MPI discovery needs extracted (the linker cache and paths mentioning "mpi" or
+"fabric"), so a multi-GB image costs one read, not a full unpack.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from kit.errors import KitError
+
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
+SQUASH_SUFFIXES = (".sqfs", ".squashfs", ".squash")
+WANTED_WORDS = ("mpi", "fabric", "psm")
+
+
+def wanted(relpath: str) -> bool:
+    """Members worth extracting: the linker cache, dpkg status, and MPI-looking paths."""
+    rel = relpath.lstrip("./")
+    if rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status") or rel.startswith("etc/ld.so.conf.d/"):
+        return True
+    return any(word in rel.lower() for word in WANTED_WORDS)
+
+
+def image_kind(image: Path) -> str:
+    name = image.name.lower()
+    if image.is_dir():
+        return "dir"
+    if name.endswith(TAR_SUFFIXES):
+        return "tar"
+    if name.endswith(SQUASH_SUFFIXES):
+        return "squash"
+    with open(image, "rb") as fh:
+        head = fh.read(4)
+    if head == b"hsqs":
+        return "squash"
+    raise KitError(f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}) "
+                   f"or SquashFS ({', '.join(SQUASH_SUFFIXES)}) image")
+
+
+def _safe_rel(name: str) -> str | None:
+    rel = posixpath.normpath(name.lstrip("/"))
+    if rel in (".", "") or rel.startswith("..") or "/../" in f"/{rel}/":
+        return None
+    return rel
+
+
+def _extract_tar(image: Path, dest: Path) -> None:
+    try:
+        with tarfile.open(image, "r:*") as tar:
+            for member in tar:
+                rel = _safe_rel(member.name)
+                if rel is None or not wanted(rel):
+                    continue
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if member.issym():
+                    with contextlib.suppress(FileExistsError):
+                        os.symlink(member.linkname, target)  # resolved later inside the root only
+                elif member.isfile():
+                    with tar.extractfile(member) as src, open(target, "wb") as out:
+                        while chunk := src.read(1 << 20):
+                            out.write(chunk)
+                elif member.islnk():
+                    link = _safe_rel(member.linkname)
+                    if link and (dest / link).is_file():
+                        os.link(dest / link, target)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise KitError(f"{image}: cannot read the tarball: {exc}") from None
+
+
+def _extract_squash(image: Path, dest: Path) -> None:
+    listing = subprocess.run(["unsquashfs", "-l", "-no-progress", str(image)],
+                             capture_output=True, text=True)
+    if listing.returncode != 0:
+        raise KitError(f"{image}: unsquashfs cannot read it: {listing.stderr.strip()}")
+    paths = []
+    for line in listing.stdout.splitlines():
+        if line.startswith("squashfs-root/"):
+            rel = line[len("squashfs-root/"):]
+            if rel and wanted(rel):
+                paths.append("/" + rel)
+    if not paths:
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".list") as lst:
+        lst.write("\n".join(paths) + "\n")
+        lst.flush()
+        run = subprocess.run(["unsquashfs", "-no-progress", "-no-xattrs", "-f", "-d", str(dest),
+                              "-ef", lst.name, str(image)], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise KitError(f"{image}: unsquashfs failed: {run.stderr.strip()}")
+
+
+def _image_root(tree: Path) -> Path:
+    """A tarball may hold the tree at top level or under one directory (ch-convert's style)."""
+    if (tree / "etc").is_dir() or (tree / "usr").is_dir():
+        return tree
+    entries = [p for p in tree.iterdir()]
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+        return _image_root(entries[0]) if entries[0] != tree else tree
+    return tree
+
+
+@contextlib.contextmanager
+def image_root(image: str | os.PathLike) -> Iterator[Path]:
+    """A directory holding (at least) the image's MPI-related files, for the block's duration."""
+    image = Path(image)
+    if not image.exists():
+        raise KitError(f"{image}: no such image")
+    kind = image_kind(image)
+    if kind == "dir":
+        yield image
+        return
+    with tempfile.TemporaryDirectory(prefix="kit-mpi-") as tmp:
+        (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp))
+        yield _image_root(Path(tmp))
+
+
+def resolve_in_root(root: Path, path: str, hops: int = 40) -> Path | None:
+    """Resolve an absolute in-image path, following symlinks inside ``root`` only."""
+    parts = [p for p in path.split("/") if p]
+    done: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        candidate = root.joinpath(*done, part)
+        if candidate.is_symlink():
+            hops -= 1
+            if hops < 0:
+                return None
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        if not candidate.exists():
+            return None
+        done.append(part)
+    return root.joinpath(*done)

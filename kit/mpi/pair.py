@@ -1,0 +1,195 @@
+"""Build and write IMAGE.pair.yaml: which host MPI replaces the image's, and how to bind it."""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+from kit.mpi.abi import DEFAULT_SONAME, FAMILY_OF_VENDOR, AbiId, Verdict, advice_for, decide
+from kit.mpi.discover import ImageMPI, _file_version, find_image_mpi
+from kit.site import Site, load_site
+
+PAIR_FORMAT = 1
+COMPAT_DIR = "compat"  # in-image dir (inside mpi_target) of alias links; never a mount point
+
+
+@dataclass
+class Pair:
+    """The decided pair; `document()` is what goes into IMAGE.pair.yaml."""
+
+    site: Site
+    image: str
+    host: AbiId
+    container: AbiId
+    found: ImageMPI
+    verdict: Verdict
+    binds: list[tuple[str, str]]
+    env_set: dict[str, str]
+    env_prepend: dict[str, list[str]]
+    links: dict[str, str]
+
+    @property
+    def mount_points(self) -> list[str]:
+        return [dst for _src, dst in self.binds]
+
+    def ch_run_args(self, image: str | None = None, join: list[str] | None = None) -> list[str]:
+        """`ch-run` with the pair's binds and environment (values expanded by ch-run)."""
+        if join is None:
+            join = ["--join"] if self.site.container.join else []
+        args = ["ch-run", *join]
+        for src, dst in self.binds:
+            args.append(f"--bind={src}:{dst}")
+        for key, value in self.env_set.items():
+            args.append(f"--set-env={key}={value}")
+        for key, dirs in self.env_prepend.items():
+            args.append(f"--set-env={key}={':'.join(dirs)}:${key}")
+        return args + [image or self.image, "--"]
+
+    def launch_line(self, command: str = "python3 -m gan3d train") -> str:
+        """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the
+        script's shell to expand; every other value is shell-quoted."""
+        words = shlex.split(self.site.host_mpi.launcher)
+        join: list[str] = []
+        head_join = "--join-ct=${RANKS_PER_NODE}"  # Hydra sets no variable ch-run --join reads
+        if words[0] == "srun":
+            plugin = [f"--mpi={self.site.scheduler.mpi_plugin}"] if self.site.scheduler.mpi_plugin else []
+            head = [shlex.quote(w) for w in words + plugin]
+            join = ["--join"] if self.site.container.join else []
+        else:
+            if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
+                words[0] = str(Path(self.site.host_mpi.prefix) / "bin" / words[0])
+            head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
+        body = [shlex.quote(a) for a in self.ch_run_args(join=join)]
+        if words[0] != "srun" and self.site.container.join:
+            body.insert(1, head_join)
+        return " ".join(head + body + [command])
+
+    def document(self) -> dict:
+        v = self.verdict
+        status = "refused" if not v.ok else ("accepted with warnings" if v.warnings else "accepted")
+        primary = self.found.primary
+        return {
+            "kit_pair": PAIR_FORMAT,
+            "image": self.image,
+            "site": self.site.name,
+            "host_mpi": _side(self.host) | {"prefix": self.site.host_mpi.prefix,
+                                            "library_dirs": self.site.host_mpi.lib_dirs},
+            "container_mpi": _side(self.container) | {
+                "library": primary.path if primary else None,
+                "real_file": primary.real_path if primary else None,
+                "found_via": self.found.source,
+                "used_by": sorted(self.found.users)},
+            "verdict": {"ok": v.ok, "mode": v.mode, "status": status, "reasons": v.reasons,
+                        "warnings": v.warnings},
+            "binds": [f"{src}:{dst}" for src, dst in self.binds],
+            "env": {"set": dict(self.env_set), "prepend": {k: list(d) for k, d in self.env_prepend.items()}},
+            "mount_points": self.mount_points,
+            "links": dict(self.links),
+            "launch": self.launch_line(),
+        }
+
+
+def _side(abi: AbiId) -> dict:
+    return {"vendor": abi.vendor, "version": abi.version, "abi_family": abi.family,
+            "soname": abi.soname, "abi_version": abi.file_version,
+            "major": abi.major, "minor": abi.minor}
+
+
+def host_abi(site: Site) -> AbiId:
+    """The host MPI's ABI from the site config; missing minor is read from the host if present."""
+    mpi = site.host_mpi
+    family = FAMILY_OF_VENDOR[mpi.vendor]
+    soname = mpi.soname or DEFAULT_SONAME[family]
+    version = mpi.library_version
+    if version is None:
+        for directory in mpi.lib_dirs:
+            path = Path(directory) / soname
+            if path.is_file():
+                version = _file_version(path.resolve(), soname)
+                break
+    return AbiId(mpi.vendor, mpi.version, soname, version)
+
+
+def image_abi(found: ImageMPI) -> AbiId:
+    """The image's MPI; KitError with the fix when there is none or it is linked statically."""
+    lib = found.primary
+    if lib is None:
+        if found.static:
+            raise KitError(f"{found.image}: MPI is linked statically into {', '.join(found.static[:3])}: "
+                           "a host MPI cannot be bound in; rebuild them against a shared MPI library "
+                           "(libmpi.so.12 for an MPICH-ABI host)")
+        raise KitError(f"{found.image}: no MPI library found (searched the image's {found.source} for "
+                       "libmpi.so.N / libmpich.so.N); install the MPI the site's ABI needs into the image")
+    if lib.vendor is None:
+        raise KitError(f"{found.image}: {lib.real_path} has MPI symbols but no known vendor banner "
+                       "(MPICH, Intel MPI, Open MPI, MVAPICH2)")
+    return AbiId(lib.vendor, lib.mpi_version, lib.soname or lib.name, lib.file_version)
+
+
+def _translate(value: str, binds: list[tuple[str, str]]) -> str:
+    """Rewrite host paths under a bound dir into their in-image path (colon lists too)."""
+    out = []
+    for part in value.split(":"):
+        for src, dst in sorted(binds, key=lambda b: -len(b[0])):
+            if part == src or part.startswith(src.rstrip("/") + "/"):
+                part = dst + part[len(src.rstrip("/")):]
+                break
+        out.append(part)
+    return ":".join(out)
+
+
+def make_pair(site: Site | str, image: str | os.PathLike, mode: str = "full",
+              found: ImageMPI | None = None) -> Pair:
+    """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
+    site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
+    found = found or find_image_mpi(image)
+    host, container = host_abi(site), image_abi(found)
+    verdict = decide(host, container, mode)
+    if not verdict.ok:
+        raise KitError(f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
+                       f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
+                       f"Put {advice_for(host)} into the image instead.")
+    target = site.container.mpi_target.rstrip("/")
+    lib_dirs = site.host_mpi.lib_dirs
+    binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
+    binds += [tuple(b.split(":", 1)) for b in site.container.binds]
+    host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
+                        binds[0][1])
+    links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
+    prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
+    env_set = {k: _translate(v, binds) for k, v in site.host_mpi.env.items()}
+    return Pair(site, str(image), host, container, found, verdict, binds, env_set,
+                {"LD_LIBRARY_PATH": prepend}, links)
+
+
+def pair_path(image: str | os.PathLike) -> Path:
+    image = Path(image)
+    return image.with_name(image.name.rstrip("/") + ".pair.yaml")
+
+
+def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
+    path = Path(out) if out else pair_path(pair.image)
+    atomic_write_text(path, yaml.safe_dump(pair.document(), sort_keys=False, width=100))
+    return path
+
+
+def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
+    """Create the pair's mount points and alias links in a writable image tree (at conversion)."""
+    root = Path(rootfs)
+    made = []
+    for dst in pair.mount_points:
+        (root / dst.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        made.append(dst)
+    for link, target in pair.links.items():
+        path = root / link.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        path.symlink_to(os.path.relpath(target, os.path.dirname(link)))
+        made.append(link)
+    return made

@@ -1,0 +1,22 @@
+"""Run inside the container by `kit mpi check` (passed to python -c).
+
+Rank 0 gathers every rank's report and prints them as one JSON line, so the launcher's
+interleaving of rank outputs cannot split a report.
+"""
+import json
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+with open("/proc/self/maps") as maps:
+    mapped = sorted({line.split()[-1] for line in maps
+                     if "/" in line and ("libmpi" in line or "libmpich" in line)})
+mine = {
+    "rank": comm.Get_rank(), "size": comm.Get_size(),
+    "library_version": MPI.Get_library_version().strip(),
+    "mapped": mapped,
+    "sum": comm.allreduce(comm.Get_rank() + 1, op=MPI.SUM),
+}
+reports = comm.gather(mine, root=0)
+if comm.Get_rank() == 0:
+    print("\nKITCHECK " + json.dumps(reports), flush=True)

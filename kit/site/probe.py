@@ -1,0 +1,132 @@
+"""Describe the current host as a site config (lscpu, hwloc, /proc/meminfo, the MPI on PATH)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+from kit.site.model import SCHEMA
+from kit.site.schema import check_document
+
+# FP32 FLOP per cycle per core from the widest FMA the CPU flags show; two FMA units assumed
+# for AVX-512 and AVX2 (one cannot read the unit count from flags: edit the result if needed).
+FLOPS_BY_FLAG = [("avx512f", 64), ("fma", 32), ("avx", 16), ("sse2", 8)]
+
+
+def _run(cmd: list[str]) -> str:
+    if shutil.which(cmd[0]) is None:
+        return ""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def _lscpu() -> dict[str, str]:
+    text = _run(["lscpu", "-J"])
+    if not text:
+        return {}
+    return {e["field"].rstrip(":"): e.get("data") or "" for e in json.loads(text)["lscpu"]}
+
+
+def _hwloc_count(kind: str) -> int | None:
+    out = _run(["hwloc-calc", "--number-of", kind, "all"]).strip()
+    return int(out) if out.isdigit() and int(out) > 0 else None
+
+
+def _meminfo_gb() -> tuple[float, float]:
+    fields = dict(re.findall(r"^(\w+):\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M))
+    total = int(fields["MemTotal"]) / 2**20
+    return round(total, 1), round(int(fields.get("MemAvailable", fields["MemTotal"])) / 2**20, 1)
+
+
+def _clock_ghz(cpu: dict[str, str]) -> float:
+    for key in ("CPU max MHz", "CPU MHz"):
+        if cpu.get(key):
+            return round(float(cpu[key]) / 1000, 2)
+    match = re.search(r"^cpu MHz\s*:\s*([\d.]+)", Path("/proc/cpuinfo").read_text(), re.M)
+    return round(float(match.group(1)) / 1000, 2) if match else 1.0
+
+
+def _flops_per_cycle(flags: str) -> int:
+    have = set(flags.split())
+    return next((n for flag, n in FLOPS_BY_FLAG if flag in have), 4)
+
+
+def probe_mpi() -> dict:
+    """The MPI whose mpiexec is first on PATH, described from its own version output."""
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        raise KitError("kit site probe: no mpiexec on PATH, so host_mpi cannot be described; load "
+                       "the site's MPI module (or install one) and probe again")
+    text = _run([mpiexec, "--version"]) + _run(["mpichversion"])
+    real = Path(mpiexec).resolve()
+    prefix = real.parent.parent
+    if "Intel(R) MPI" in text:
+        vendor, version = "intel", re.search(r"Version (\d[\w.]*)", text)
+    elif "Open MPI" in text or "OpenRTE" in text:
+        vendor, version = "openmpi", re.search(r"\(Open MPI\) (\d[\w.]*)", text)
+    else:
+        vendor, version = "mpich", re.search(r"MPICH Version:\s*(\d[\w.]*)", text) or re.search(r"Version:\s*(\d[\w.]*)", text)
+    soname, lib_dir, file_version = None, None, None
+    names = ("libmpi.so.40",) if vendor == "openmpi" else ("libmpi.so.12", "libmpich.so.12")
+    for line in _run(["ldconfig", "-p"]).splitlines():
+        match = re.match(r"\s*(\S+) \(.*\) => (\S+)", line)
+        if match and match.group(1) in names:
+            soname, path = match.groups()
+            lib_dir = str(Path(path).parent)
+            suffix = re.search(r"\.so\.([\d.]+)$", Path(path).resolve().name)
+            file_version = suffix.group(1) if suffix else None
+            break
+    return {"vendor": vendor, "version": version.group(1) if version else "unknown",
+            "prefix": str(prefix), "library_dirs": [lib_dir] if lib_dir else [],
+            "launcher": "mpiexec", "env": {}, "soname": soname, "library_version": file_version}
+
+
+def probe_host(name: str | None = None) -> dict:
+    """A site-config dict for this machine; values the host cannot tell are marked in comments."""
+    cpu = _lscpu()
+    sockets = _hwloc_count("package") or int(cpu.get("Socket(s)", "1") or 1)
+    cores = _hwloc_count("core") or os.cpu_count() or 1
+    threads = _hwloc_count("pu") or cores
+    numa = _hwloc_count("numanode") or int(cpu.get("NUMA node(s)", "1") or 1)
+    total, avail = _meminfo_gb()
+    host = re.sub(r"[^a-z0-9._-]", "-", (name or socket.gethostname()).lower()).strip("-.") or "localhost"
+    slurm = shutil.which("sbatch") is not None
+    return {
+        "name": host[:64],
+        "description": f"probed from {socket.gethostname()} by kit site probe",
+        "scheduler": {"type": "slurm" if slurm else "local", "partition": None, "account": None,
+                      "max_nodes": 1, "max_walltime": "01:00:00"},
+        "node": {"cpu_model": cpu.get("Model name", "unknown"), "sockets": sockets,
+                 "cores_per_socket": max(1, cores // sockets), "threads_per_core": max(1, threads // cores),
+                 "numa_domains": numa, "memory_gb": total, "usable_memory_gb": avail,
+                 "clock_ghz_avx": _clock_ghz(cpu),
+                 "fp32_flop_per_cycle_per_core": _flops_per_cycle(cpu.get("Flags", ""))},
+        "host_mpi": probe_mpi(),
+        "container": {"runtime": "charliecloud", "image_dir": "~/images", "binds": [], "join": True},
+        "modules": [],
+        "transfer": {"host": "localhost", "user": None, "port": 22, "image_dir": "~/images",
+                     "jump_host": None, "keep_versions": 2},
+        "network": {"latency_us": 1.0, "bandwidth_gbps": 10.0},
+    }
+
+
+def probe_yaml(name: str | None = None) -> str:
+    """The probed config as YAML, validated against the schema before anyone sees it."""
+    header = ("# Written by `kit site probe`. Check what a host cannot tell: clock under AVX load,\n"
+              "# FMA units per core, scheduler limits, transfer endpoint and network figures.\n")
+    text = header + yaml.safe_dump(probe_host(name), sort_keys=False)
+    check_document(text, "<probed>", SCHEMA)
+    return text
+
+
+def write_probe(out: str | os.PathLike, name: str | None = None) -> Path:
+    atomic_write_text(out, probe_yaml(name))
+    return Path(out)

@@ -1,0 +1,63 @@
+"""A readable summary of a site: the facts a user checks before a scaling run."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from kit.site.model import Site
+
+
+def _flops(value: float) -> str:
+    for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} FLOP/s"
+
+
+def summary_rows(site: Site) -> list[tuple[str, str]]:
+    n, s, mpi = site.node, site.scheduler, site.host_mpi
+    numa = f"{n.numa_domains}" + (f" ({n.numa_domains_snc} with SNC)" if n.numa_domains_snc else "")
+    rows = [
+        ("site", f"{site.name}: {site.description}" if site.description else site.name),
+        ("config file", str(site.path) if site.path else "-"),
+        ("scheduler", f"{s.type}, partition {s.partition or '-'}, account {s.account or '-'}, "
+                      f"up to {s.max_nodes} nodes for {s.max_walltime}"),
+        ("node", f"{n.sockets} x {n.cores_per_socket}-core {n.cpu_model} = {n.cores} cores, "
+                 f"{n.threads_per_core} threads/core, {numa} NUMA domains"),
+        ("memory", f"{n.memory_gb:g} GB, {n.usable_memory_gb:g} GB usable"),
+        ("clock", f"{n.clock_ghz_avx:g} GHz under AVX" + (f", {n.clock_ghz_max:g} GHz max" if n.clock_ghz_max else "")),
+        ("peak per node", f"FP32 {_flops(n.theoretical_peak_flops('fp32'))}, FP64 "
+                          f"{_flops(n.theoretical_peak_flops('fp64'))} ({n.cores} cores x "
+                          f"{n.clock_ghz_avx:g} GHz x {n.fp32_flop_per_cycle_per_core} FP32 FLOP/cycle)"),
+    ]
+    if n.clock_ghz_max:
+        rows.append(("peak at max clock", f"FP32 {_flops(n.theoretical_peak_flops('fp32', n.clock_ghz_max))}, "
+                     f"FP64 {_flops(n.theoretical_peak_flops('fp64', n.clock_ghz_max))} (vendor/Top500 convention)"))
+    if site.network.island_nodes:
+        rows.append(("peak per island", f"FP32 {_flops(site.peak_per_island('fp32'))}, FP64 "
+                     f"{_flops(site.peak_per_island('fp64'))} ({site.network.island_nodes} nodes; "
+                     f"{site.network.islands} islands)"))
+    rows += [
+        ("peak at max_nodes", f"FP32 {_flops(s.max_nodes * n.theoretical_peak_flops())}"),
+        ("host MPI", f"{mpi.vendor} {mpi.version} at {mpi.prefix}, launcher {mpi.launcher!r}"
+                     + (f", {mpi.soname} {mpi.library_version or ''}" if mpi.soname else "")),
+        ("MPI env", ", ".join(f"{k}={v}" for k, v in mpi.env.items()) or "-"),
+        ("container", f"{site.container.runtime}, images in {site.container.image_dir}, host MPI "
+                      f"bound under {site.container.mpi_target}, join={site.container.join}"),
+        ("modules", ", ".join(site.modules) or "-"),
+        ("transfer", f"{site.transfer.user + '@' if site.transfer.user else ''}{site.transfer.host}:"
+                     f"{site.transfer.port} -> {site.transfer.image_dir}"
+                     + (f" via {site.transfer.jump_host}" if site.transfer.jump_host else "")),
+        ("network", f"{site.network.fabric or '-'}, {site.network.latency_us:g} us, "
+                    f"{site.network.bandwidth_gbps:g} Gbit/s"),
+    ]
+    return rows
+
+
+def print_summary(site: Site, console: Console | None = None) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in summary_rows(site):
+        table.add_row(key, value)
+    (console or Console()).print(table)
