@@ -1,0 +1,292 @@
+"""Physics check: do generated showers look like data showers, energy bin by energy bin?
+
+Images are (N,25,25,25[,1]) with axes (x, y, z); z, the LAST axis, is the depth (the
+reference's longitudinal axis), x and y are transverse. Features per shower:
+  * longitudinal profile (energy per z layer) and transverse x and y profiles;
+  * cell sum / Ep (Ep in units of 100 GeV, so about 2 x xscale for the CLIC data);
+  * first moment (energy-weighted mean cell index) and second moment (energy-weighted rms
+    width, in cells) along x, y and z.
+
+Score of one energy bin (lower is better, 0 for identical samples):
+  profile part  = sum over z, x, y of  sum_i |r_i - f_i|, with r, f the mean profiles of real
+                  and generated showers each normalized to unit sum (each term in [0, 2]);
+  scalar part   = mean over the 7 scalars (cell sum/Ep and the six moments) of
+                  (|mean_f - mean_r| + |std_f - std_r|) / std_r  (std_r floored at 1e-3 x
+                  |mean_r| and 0.01 cells), i.e. location and spread errors in units of the
+                  data's own event-by-event spread; a moment undefined because (nearly) all
+                  showers of one kind are empty counts `UNDEFINED_TERM` = 10;
+  bin score     = profile part + scalar part.
+The overall score is the mean of the bin scores over bins holding at least `MIN_EVENTS`
+showers of both kinds. Two independent halves of the same simulated data score about 0.15
+with a few hundred showers per bin (statistical noise only); the same showers moved by one
+cell in x, two layers in z, or scaled by 1.2 score about 0.9-1.0.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from kit.atomic import atomic_write_bytes, atomic_write_text
+
+DEFAULT_BINS: tuple[tuple[float, float], ...] = ((10, 100), (100, 200), (200, 300), (300, 500))
+PROFILES = ("z", "x", "y")
+SCALARS = ("cellsum_over_ep", "m1_x", "m1_y", "m1_z", "m2_x", "m2_y", "m2_z")
+MIN_EVENTS = 2
+UNDEFINED_TERM = 10.0  # a moment that cannot be computed (e.g. a generator of empty showers)
+_IDX = np.arange(25, dtype=np.float64)
+
+
+def shower_features(images: np.ndarray, ep: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-shower features (see the module docstring); `ep` is the primary energy in 100 GeV."""
+    x = np.asarray(images)
+    if x.ndim == 5:
+        x = x[..., 0]
+    if x.ndim != 4 or x.shape[1:] != (25, 25, 25):
+        raise ValueError(f"shower_features: images of shape {np.shape(images)}, expected (N,25,25,25[,1])")
+    ep = np.asarray(ep, dtype=np.float64).reshape(-1)
+    prof = {"z": x.sum(axis=(1, 2), dtype=np.float64), "x": x.sum(axis=(2, 3), dtype=np.float64),
+            "y": x.sum(axis=(1, 3), dtype=np.float64)}
+    total = prof["z"].sum(axis=1)
+    safe = np.where(total > 0, total, np.nan)
+    feats = {"energy_gev": ep * 100.0, "cellsum": total, "cellsum_over_ep": total / ep}
+    for axis in PROFILES:
+        p = prof[axis]
+        m1 = (p * _IDX).sum(axis=1) / safe
+        feats[f"profile_{axis}"] = p
+        feats[f"m1_{axis}"] = m1
+        feats[f"m2_{axis}"] = np.sqrt(np.maximum((p * (_IDX - m1[:, None]) ** 2).sum(axis=1) / safe, 0.0))
+    return feats
+
+
+def concat_features(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Join the features of several chunks (so callers never hold all images at once)."""
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+def _select(feats: dict[str, np.ndarray], lo: float, hi: float) -> dict[str, np.ndarray]:
+    e = feats["energy_gev"]
+    mask = (e >= lo) & (e < hi)
+    return {k: v[mask] for k, v in feats.items()}
+
+
+def _mean_profile(p: np.ndarray) -> np.ndarray:
+    m = p.mean(axis=0)
+    return m / m.sum() if m.sum() > 0 else m
+
+
+def _scalar_term(r: np.ndarray, f: np.ndarray, floor: float) -> dict:
+    r, f = r[np.isfinite(r)], f[np.isfinite(f)]  # moments of empty showers are undefined
+    if len(r) < MIN_EVENTS or len(f) < MIN_EVENTS:
+        return {"real_events": int(len(r)), "fake_events": int(len(f)), "term": UNDEFINED_TERM}
+    mr, mf, sr, sf = r.mean(), f.mean(), r.std(), f.std()
+    scale = max(sr, 1e-3 * abs(mr), floor)
+    return {"real_mean": float(mr), "fake_mean": float(mf), "real_std": float(sr), "fake_std": float(sf),
+            "term": float((abs(mf - mr) + abs(sf - sr)) / scale)}
+
+
+def score_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray],
+                   bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> dict:
+    """The per-bin and overall score of already computed features (see the module docstring)."""
+    out_bins, scores = [], []
+    for lo, hi in bins:
+        r, f = _select(real, lo, hi), _select(fake, lo, hi)
+        entry: dict = {"range_gev": [lo, hi], "real_events": int(len(r["cellsum"])),
+                       "fake_events": int(len(f["cellsum"])), "score": None}
+        if entry["real_events"] >= MIN_EVENTS and entry["fake_events"] >= MIN_EVENTS:
+            l1 = {a: float(np.abs(_mean_profile(r[f"profile_{a}"]) - _mean_profile(f[f"profile_{a}"])).sum())
+                  for a in PROFILES}
+            scalars = {s: _scalar_term(r[s], f[s], 0.0 if s == "cellsum_over_ep" else 0.01) for s in SCALARS}
+            entry["profile_l1"] = l1
+            entry["scalars"] = scalars
+            entry["profile_part"] = sum(l1.values())
+            entry["scalar_part"] = float(np.mean([v["term"] for v in scalars.values()]))
+            entry["score"] = entry["profile_part"] + entry["scalar_part"]
+            scores.append(entry["score"])
+        out_bins.append(entry)
+    return {"score": float(np.mean(scores)) if scores else None, "bins": out_bins,
+            "definition": "mean over energy bins of [sum_{z,x,y} L1(normalized mean profiles) + "
+                          "mean_{cellsum/Ep, m1_xyz, m2_xyz} (|dmean|+|dstd|)/std_data]; lower is better"}
+
+
+def physics_score(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
+                  bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> dict:
+    """Score generated showers `fake` against data showers `real`; Ep in units of 100 GeV."""
+    return score_features(shower_features(real, real_ep), shower_features(fake, fake_ep), bins)
+
+
+def _save_png(fig, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_dir: str | Path,
+                  bins: Sequence[tuple[float, float]] = DEFAULT_BINS, fake_label: str = "generated") -> list[Path]:
+    """One PNG per energy bin (profiles, cell sum/Ep, moments) plus a summary PNG; atomic writes."""
+    from matplotlib.figure import Figure
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for lo, hi in bins:
+        r, f = _select(real, lo, hi), _select(fake, lo, hi)
+        if len(r["cellsum"]) < MIN_EVENTS or len(f["cellsum"]) < MIN_EVENTS:
+            continue
+        fig = Figure(figsize=(16, 7.5))
+        fig.subplots_adjust(left=0.05, right=0.99, bottom=0.08, top=0.93, wspace=0.3, hspace=0.3)
+        axes = fig.subplots(2, 4).ravel()
+        fig.suptitle(f"{lo:g}-{hi:g} GeV: data ({len(r['cellsum'])}) vs {fake_label} ({len(f['cellsum'])})")
+        for ax, axis in zip(axes[:3], PROFILES):
+            for feats, label, style in ((r, "data", "k-"), (f, fake_label, "r--")):
+                ax.plot(_IDX, feats[f"profile_{axis}"].mean(axis=0), style, label=label)
+            ax.set_yscale("log")
+            ax.set_xlabel(f"{axis} cell" + (" (depth)" if axis == "z" else ""))
+            ax.set_ylabel("mean energy per cell slice")
+            ax.legend()
+        for ax, key in zip(axes[3:], ("cellsum_over_ep", "m1_z", "m2_z", "m1_x", "m2_x")):
+            rv, fv = r[key][np.isfinite(r[key])], f[key][np.isfinite(f[key])]  # empty showers have no moments
+            both = np.concatenate([rv, fv])
+            n_bins = int(np.clip(np.sqrt(len(both)), 10, 40))
+            if len(both):
+                edges = np.linspace(np.percentile(both, 0.5), np.percentile(both, 99.5) + 1e-9, n_bins + 1)
+                for values, label, color, line in ((rv, "data", "k", "-"), (fv, fake_label, "r", "--")):
+                    if len(values):
+                        ax.hist(values, edges, histtype="step", color=color, linestyle=line, density=True,
+                                label=label)
+            ax.set_xlabel(key.replace("_over_", " / ").replace("m1_", "first moment ").replace("m2_", "second moment "))
+            ax.legend()
+        written.append(_save_png(fig, out / f"physics_{lo:g}-{hi:g}GeV.png"))
+    fig = Figure(figsize=(7, 4.5))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.95)
+    ax = fig.subplots()
+    for feats, label, style in ((real, "data", "ko"), (fake, fake_label, "r^")):
+        ax.plot(feats["energy_gev"], feats["cellsum_over_ep"], style, ms=2, alpha=0.4, label=label)
+    ax.set_xlabel("primary energy (GeV)")
+    ax.set_ylabel("cell sum / Ep (Ep in 100 GeV)")
+    ax.legend()
+    written.append(_save_png(fig, out / "physics_cellsum_vs_energy.png"))
+    return written
+
+
+def plot_comparison(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
+                    out_dir: str | Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS,
+                    fake_label: str = "generated") -> list[Path]:
+    """PNG comparison plots of image sets (see `plot_features`)."""
+    return plot_features(shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins, fake_label)
+
+
+def update_results(path: str | Path, physics: dict) -> None:
+    """Add/replace the "physics" key of a results JSON, keeping every other key (atomic rewrite)."""
+    path = Path(path)
+    record = {}
+    if path.exists():
+        try:
+            record = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"results file {path} is not valid JSON ({exc}); fix: point --results at the "
+                             "training run's results JSON or a new file") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"results file {path} does not hold a JSON object; fix: use the training results JSON")
+    record["physics"] = physics
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+
+
+def _data_features(files, n: int, xscale: float, chunk: int = 500) -> dict[str, np.ndarray]:
+    from gan3d.data import preprocess
+
+    parts, left = [], n
+    for k, count in enumerate(files.counts):
+        for start in range(0, min(count, left), chunk):
+            stop = min(start + chunk, count, start + left)
+            images, ep, _ = preprocess(files.read(k, start, stop), files.energies[k][start:stop], xscale)
+            parts.append(shower_features(images, ep))
+        left -= min(count, left)
+        if left <= 0:
+            break
+    return concat_features(parts)
+
+
+def _generated_features(generator, latent_dim: int, ep: np.ndarray, seed: int, batch: int = 100):
+    from gan3d.model import sample_latent
+
+    import tensorflow as tf
+
+    rng = tf.random.Generator.from_seed(seed)
+    parts = []
+    for start in range(0, len(ep), batch):
+        e = ep[start:start + batch].astype(np.float32)
+        z = sample_latent(len(e), e.reshape(-1, 1), latent_dim, rng)
+        images = generator(z, training=False).numpy()
+        parts.append(shower_features(images, e))
+    return concat_features(parts)
+
+
+def _weights_path(args) -> tuple[Path, str | None]:
+    """(generator weights file, preset recorded in the checkpoint if any)."""
+    if args.generator_weights:
+        return Path(args.generator_weights), None
+    from gan3d.checkpoint import GENERATOR_WEIGHTS, EpochCheckpoints
+
+    latest = EpochCheckpoints(args.checkpoint).latest()
+    if latest is None:
+        raise ValueError(f"checkpoint directory {args.checkpoint} holds no complete epoch checkpoint; "
+                         "fix: train first (python -m gan3d train --checkpoint-dir DIR) or pass --generator-weights")
+    return latest / GENERATOR_WEIGHTS, EpochCheckpoints.read_meta(latest).get("preset")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gan3d validate", description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True, help="data showers: directory, glob or comma-separated files")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--generator-weights", help="generator weights file (CHECKPOINT_DIR/epoch-N/generator.weights.h5)")
+    src.add_argument("--checkpoint", help="checkpoint directory: use its latest complete epoch")
+    ap.add_argument("--preset", choices=["full", "tiny"], default=None,
+                    help="model preset (default: the checkpoint's, else full)")
+    ap.add_argument("--out", required=True, help="directory for the PNG plots")
+    ap.add_argument("--results", help="results JSON to which a 'physics' key is added")
+    ap.add_argument("--events", type=int, default=2000, help="data showers to compare (the first N)")
+    ap.add_argument("--xscale", type=float, default=1.0, help="image scale used in training")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the generator's latent noise")
+    args = ap.parse_args(argv)
+
+    from gan3d.data import DataError, ShowerFiles, expand_data_arg
+
+    try:
+        weights, ckpt_preset = _weights_path(args)
+        preset = args.preset or ckpt_preset or "full"
+        if not weights.is_file():
+            raise ValueError(f"generator weights {weights} do not exist; fix: pass the trainer's "
+                             "CHECKPOINT_DIR/epoch-N/generator.weights.h5 or --checkpoint CHECKPOINT_DIR")
+        with ShowerFiles(expand_data_arg(args.data)) as files:
+            real = _data_features(files, args.events, args.xscale)
+        from gan3d.model import PRESETS, generator
+
+        model = generator(preset)
+        try:
+            model.load_weights(str(weights))
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"generator weights {weights} do not fit preset {preset!r} ({exc}); "
+                             "fix: pass the --preset the generator was trained with") from None
+        fake = _generated_features(model, PRESETS[preset].latent_dim, real["energy_gev"] / 100.0, args.seed)
+        physics = score_features(real, fake)
+        plots = plot_features(real, fake, args.out)
+        physics.update({"plots": [str(p) for p in plots], "events": int(len(real["cellsum"])),
+                        "generator_weights": str(weights), "preset": preset, "xscale": args.xscale})
+        if args.results:
+            update_results(args.results, physics)
+    except (DataError, ValueError) as exc:
+        print(f"gan3d validate: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: physics[k] for k in ("score", "bins", "plots", "definition")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
