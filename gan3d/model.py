@@ -1,0 +1,141 @@
+"""The CERN 3DGAN generator and discriminator (channels_last tf.keras), plus the latent sampling.
+
+The `full` preset reproduces the reference architecture exactly (872,948 and 73,450
+parameters, see docs and tests); `tiny` runs the same code with fewer filters so that CPU
+tests finish in seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+LEAKY_SLOPE = 0.3  # Keras-2 LeakyReLU default, as in the reference
+BN_MOMENTUM = 0.99
+BN_EPSILON = 1e-3
+ENERGY_RANGE = (0.1, 5.0)  # primary energy Ep in units of 100 GeV
+CELLSUM_FIT = (0.0018, -0.023, 0.11, -0.28, 2.21)  # cell sum / Ep vs Ep (100 GeV units)
+IMAGE_SHAPE = (25, 25, 25, 1)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes of one model variant; every preset runs the same layer code."""
+
+    latent_dim: int
+    g_dense_channels: int  # the Dense output is reshaped to (7, 7, 8, g_dense_channels)
+    g_filters: tuple[int, int, int]  # the three generator convolutions before the 1-channel one
+    d_filters: tuple[int, int]  # first discriminator conv, then the three later convs
+    dropout: float = 0.2
+
+
+PRESETS: dict[str, Preset] = {
+    "full": Preset(latent_dim=200, g_dense_channels=8, g_filters=(64, 6, 6), d_filters=(32, 8)),
+    "tiny": Preset(latent_dim=32, g_dense_channels=2, g_filters=(8, 4, 2), d_filters=(8, 2)),
+}
+
+
+def get_preset(preset: str | Preset) -> Preset:
+    """Resolve a preset name; an unknown name is a user error that lists the choices."""
+    if isinstance(preset, Preset):
+        return preset
+    try:
+        return PRESETS[preset]
+    except KeyError:
+        raise ValueError(f"unknown model preset {preset!r}; choose one of {sorted(PRESETS)}") from None
+
+
+def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, **kw) -> tf.keras.layers.Layer:
+    return tf.keras.layers.Conv3D(filters, kernel, padding=padding, data_format="channels_last",
+                                  name=name, **kw)
+
+
+def _bn(name: str) -> tf.keras.layers.Layer:
+    return tf.keras.layers.BatchNormalization(axis=-1, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
+
+
+def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
+    # force_generator: masks come from a tf.random.Generator whose state is a variable, so
+    # a checkpoint can hold it (Keras' default legacy RNG keeps its state inside the kernel).
+    return tf.keras.layers.Dropout(rate, name=name, force_generator=True)
+
+
+def generator(preset: str | Preset = "full") -> tf.keras.Model:
+    """Latent vector (already multiplied by Ep) -> shower image (25, 25, 25, 1)."""
+    p = get_preset(preset)
+    L = tf.keras.layers
+    f1, f2, f3 = p.g_filters
+    z = L.Input(shape=(p.latent_dim,), name="latent")
+    x = L.Dense(7 * 7 * 8 * p.g_dense_channels, name="g_dense")(z)
+    x = L.Reshape((7, 7, 8, p.g_dense_channels), name="g_reshape")(x)
+    x = _conv(f1, (6, 6, 8), "same", "g_conv1", kernel_initializer="he_uniform")(x)
+    x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu1")(x)
+    x = _bn("g_bn1")(x)
+    x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
+    x = L.ZeroPadding3D((2, 2, 0), name="g_pad1")(x)
+    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", kernel_initializer="he_uniform")(x)
+    x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu2")(x)
+    x = _bn("g_bn2")(x)
+    x = L.UpSampling3D((2, 2, 3), name="g_up2")(x)
+    x = L.ZeroPadding3D((1, 0, 3), name="g_pad2")(x)
+    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", kernel_initializer="he_uniform")(x)
+    x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu3")(x)
+    x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(x)
+    image = L.ReLU(name="g_relu")(x)
+    return tf.keras.Model(z, image, name="generator")
+
+
+def discriminator(preset: str | Preset = "full") -> tf.keras.Model:
+    """Image -> [real/fake probability, Ep regression, cell sum of the input image]."""
+    p = get_preset(preset)
+    L = tf.keras.layers
+    f1, f2 = p.d_filters
+    image = L.Input(shape=IMAGE_SHAPE, name="image")
+    x = _conv(f1, (5, 5, 5), "same", "d_conv1")(image)
+    x = L.LeakyReLU(LEAKY_SLOPE, name="d_lrelu1")(x)
+    x = _dropout(p.dropout, "d_drop1")(x)
+    for i, pad in enumerate(((2, 2, 2), (2, 2, 2), (1, 1, 1)), start=2):
+        x = L.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
+        x = _conv(f2, (5, 5, 5), "valid", f"d_conv{i}")(x)
+        x = L.LeakyReLU(LEAKY_SLOPE, name=f"d_lrelu{i}")(x)
+        x = _bn(f"d_bn{i}")(x)
+        x = _dropout(p.dropout, f"d_drop{i}")(x)
+    x = L.AveragePooling3D((2, 2, 2), name="d_pool")(x)
+    features = L.Flatten(name="d_flatten")(x)
+    fake = L.Dense(1, activation="sigmoid", name="generation")(features)
+    aux = L.Dense(1, activation="linear", name="auxiliary")(features)
+    ecal = L.Lambda(lambda t: tf.reduce_sum(t, axis=(1, 2, 3)), name="ecal")(image)
+    return tf.keras.Model(image, [fake, aux, ecal], name="discriminator")
+
+
+def sample_energies(batch: int, rng: tf.random.Generator) -> tf.Tensor:
+    """Primary energies Ep ~ U(0.1, 5) in units of 100 GeV, shape (batch, 1)."""
+    lo, hi = ENERGY_RANGE
+    return rng.uniform((batch, 1), lo, hi, dtype=tf.float32)
+
+
+def _as_generator(rng_or_seed: tf.random.Generator | int) -> tf.random.Generator:
+    if isinstance(rng_or_seed, tf.random.Generator):
+        return rng_or_seed
+    return tf.random.Generator.from_seed(int(rng_or_seed))
+
+
+def sample_latent(batch: int, ep: tf.Tensor | None, latent_dim: int,
+                  rng_or_seed: tf.random.Generator | int) -> tf.Tensor:
+    """Generator input z ~ N(0, 1) multiplied by Ep (shape (batch, 1)); Ep=None leaves z as is."""
+    z = _as_generator(rng_or_seed).normal((batch, latent_dim), dtype=tf.float32)
+    return z if ep is None else z * tf.reshape(tf.cast(ep, tf.float32), (-1, 1))
+
+
+def fitted_cellsum(ep, xscale: float = 1.0):
+    """Target cell sum of a fake shower: fitted (cell sum / Ep)(Ep) x Ep x xscale.
+
+    Ep in units of 100 GeV; the image is in GeV x xscale, so at Ep=1 the sum is about
+    2 GeV x xscale (sampling fraction ~2%). Works on numpy arrays and tensors alike.
+    """
+    if tf.is_tensor(ep):
+        ratio = tf.math.polyval([tf.constant(c, ep.dtype) for c in CELLSUM_FIT], ep)
+        return ratio * ep * tf.cast(xscale, ep.dtype)
+    ep = np.asarray(ep, dtype=np.float64)
+    return np.polyval(CELLSUM_FIT, ep) * ep * xscale
