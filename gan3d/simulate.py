@@ -36,6 +36,7 @@ Per event (all vectorized over events and energy deposits; no Python loop over e
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -135,23 +136,36 @@ def file_name(index: int) -> str:
     return f"EleEscan_{index // 10 + 1}_{index % 10}.h5"
 
 
-def write_file(path: Path, ecal: np.ndarray, energy_gev: np.ndarray, compression: str | None = "gzip") -> None:
-    """Write one file in the CLIC layout, atomically (temp sibling + fsync + rename)."""
+def _write_file(path: Path, energy_gev: np.ndarray, rng: np.random.Generator, compression: str | None,
+                progress) -> None:
+    """Simulate and write one file chunk by chunk (bounded memory), atomically: a hidden temp
+    sibling is filled, fsynced and renamed into place, so readers never see a partial file."""
     import h5py
 
-    from kit.atomic import atomic_open
-
-    opts = {"compression": compression, "compression_opts": 1} if compression == "gzip" else {"compression": compression}
-    target = np.stack([np.full(energy_gev.shape, PARTICLE_ID, dtype=np.float32),
-                       energy_gev.astype(np.float32)], axis=1)
-    with atomic_open(path, "wb") as fh:
-        with h5py.File(fh, "w") as h5:
-            h5.create_dataset("ECAL", data=ecal, dtype=np.float32,
-                              chunks=(min(len(ecal), 64), GRID, GRID, GRID) if len(ecal) else None,
-                              shuffle=compression is not None, **(opts if len(ecal) else {}))
+    n = len(energy_gev)
+    opts = {"compression": compression, "shuffle": compression is not None}
+    if compression == "gzip":
+        opts["compression_opts"] = 1
+    target = np.stack([np.full(n, PARTICLE_ID, dtype=np.float32), energy_gev.astype(np.float32)], axis=1)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        with h5py.File(tmp, "w") as h5:
+            ecal = h5.create_dataset("ECAL", (n, GRID, GRID, GRID), dtype=np.float32,
+                                     chunks=(min(n, 64), GRID, GRID, GRID), **opts)
+            for start in range(0, n, CHUNK_EVENTS):
+                stop = min(start + CHUNK_EVENTS, n)
+                ecal[start:stop] = _simulate_chunk(energy_gev[start:stop], rng)
+                if progress is not None:
+                    progress(stop - start)
             h5.create_dataset("target", data=target)
             h5.create_dataset("energy", data=energy_gev.astype(np.float32))
             h5.attrs["generator"] = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int,
@@ -169,14 +183,8 @@ def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int
     for k in range(files):
         rng = np.random.default_rng([seed, k])
         energies = rng.uniform(emin, emax, events_per_file)
-        ecal = np.empty((events_per_file, GRID, GRID, GRID), dtype=np.float32)
-        for start in range(0, events_per_file, CHUNK_EVENTS):
-            stop = min(start + CHUNK_EVENTS, events_per_file)
-            ecal[start:stop] = _simulate_chunk(energies[start:stop], rng)
-            if progress is not None:
-                progress(stop - start)
         path = out / file_name(k)
-        write_file(path, ecal, energies, compression)
+        _write_file(path, energies, rng, compression, progress)
         paths.append(path)
     return paths
 
