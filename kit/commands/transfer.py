@@ -1,6 +1,86 @@
-"""`kit transfer` commands (placeholder until its issue lands)."""
+"""`kit transfer push|bundle|verify`: thin CLI over kit.transfer."""
+from __future__ import annotations
+
 import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from kit.transfer import bundle, push, verify_bundle
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("transfer", help="(not yet implemented)")
+    group = sub.add_parser("transfer", help="move images into the secure site (SSH push, bundles)")
+    leaves = group.add_subparsers(dest="transfer_cmd", required=True, metavar="SUBCOMMAND")
+
+    p = leaves.add_parser("push", help="resumable, verified upload to the site (optionally install)",
+                          description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings "
+                          "to the site's transfer host over SSH (your ~/.ssh/config, agent and keys). "
+                          "An interrupted push resumes; the remote checks sha256 before renaming "
+                          "into place.")
+    p.add_argument("image", type=Path, help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs")
+    p.add_argument("--site", required=True, help="site name or YAML path")
+    p.add_argument("--host", help="transfer host or ~/.ssh/config alias (default: transfer.host)")
+    p.add_argument("--user", help="login user (default: transfer.user, then ~/.ssh/config)")
+    p.add_argument("--port", type=int, help="SSH port")
+    p.add_argument("--remote-dir", help="upload directory (default: transfer.image_dir)")
+    p.add_argument("--install", action="store_true",
+                   help="unpack with the site's ch-convert into container.image_dir as NAME@SHA "
+                   "and point NAME.current at it")
+    p.add_argument("--keep", type=int, metavar="N",
+                   help="previous installed versions to keep (default: transfer.keep_versions)")
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="record an unknown host key in known_hosts (verify its fingerprint first)")
+    p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+    p.set_defaults(func=_push)
+
+    b = leaves.add_parser("bundle", help="write a self-checking removable-media bundle",
+                          description="Copy images (+ siblings) into the new directory DIR with a "
+                          "MANIFEST and verify.sh / verify.py checkers.")
+    b.add_argument("paths", type=Path, nargs="+", metavar="IMAGE... DIR")
+    b.set_defaults(func=_bundle)
+
+    v = leaves.add_parser("verify", help="check a bundle: names missing, truncated, altered files")
+    v.add_argument("dir", type=Path)
+    v.set_defaults(func=_verify)
+
+
+def _push(args: argparse.Namespace) -> int:
+    with ExitStack() as stack:
+        progress = None
+        if sys.stderr.isatty() and not args.dry_run:
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+            bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                               TransferSpeedColumn(), TimeRemainingColumn(),
+                                               transient=True))
+            task = bar.add_task(f"pushing {args.image.name}", total=args.image.stat().st_size
+                                if args.image.is_file() else None)
+
+            def progress(n: int) -> None:
+                bar.advance(task, n)
+        report = push(args.image, args.site, host=args.host, user=args.user, port=args.port,
+                      remote_dir=args.remote_dir, install=args.install, keep=args.keep,
+                      accept_new_host_key=args.accept_new_host_key, dry_run=args.dry_run,
+                      progress=progress)
+    if args.dry_run:
+        print("dry run: nothing was changed")
+    print("\n".join(report.lines()))
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    if len(args.paths) < 2:
+        print("kit: error: give at least one IMAGE and the bundle DIR", file=sys.stderr)
+        return 2
+    out = bundle(args.paths[:-1], args.paths[-1])
+    report = verify_bundle(out)
+    print(f"wrote {out}: {report.files} files; check it on the other side with "
+          f"'sh {out}/verify.sh' or 'python3 {out}/verify.py'")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    report = verify_bundle(args.dir)
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1

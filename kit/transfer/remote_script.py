@@ -206,10 +206,11 @@ def install(src, imgdir, name, version, keep_n, dry):
                 if proc.returncode:
                     raise RuntimeError(log.strip()[-800:])
         except (OSError, RuntimeError) as exc:
-            remove(tmp)
             text = str(exc)
             nospace = (getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-                       or "No space left" in text or "Disk quota" in text)
+                       or "No space left" in text or "Disk quota" in text
+                       or free_bytes(imgdir) < (1 << 20))  # tar may only say "Wrote only N bytes"
+            remove(tmp)
             if nospace:
                 fail(EXIT_NOSPACE, "no space left in %s while installing %s; nothing changed, %s is "
                      "still current" % (imgdir, entry, previous or "no version"))

@@ -1,0 +1,140 @@
+"""`kit transfer bundle|verify`: removable-media bundles that check themselves on the inside.
+
+A bundle directory holds the images and their sibling files, `MANIFEST` (one line
+`<sha256> <size> <name>` per file, read by both checkers), `MANIFEST.json` (the same for
+tools), `verify.sh` (POSIX sh + coreutils only) and `verify.py` (python3 fallback, the very
+module kit.transfer.verify). The bundle is built in a hidden temp directory beside the
+target and renamed into place whole, so a half-written bundle never has the final name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit.errors import KitError
+from kit.transfer import verify as checker
+from kit.transfer.image import open_image, recorded_sha256
+
+VERIFY_SH = r"""#!/bin/sh
+# Check this bundle with POSIX sh + coreutils (wc, sha256sum, cut, tr): names every
+# missing, truncated or altered file listed in MANIFEST. Exit 0 all good, 1 problems.
+# Usage: sh verify.sh [BUNDLE_DIR]
+set -u
+dir=${1:-$(dirname "$0")}
+cd "$dir" || { echo "verify: cannot enter $dir" >&2; exit 2; }
+[ -r MANIFEST ] || { echo "verify: $dir/MANIFEST is missing: not a kit transfer bundle?" >&2; exit 2; }
+bad=0
+n=0
+while read -r sum size name; do
+  n=$((n + 1))
+  case "$name" in ''|.*|*/*) echo "verify: MANIFEST line $n is malformed" >&2; exit 2 ;; esac
+  if [ ! -f "$name" ]; then
+    echo "MISSING: $name (not in the bundle)"; bad=$((bad + 1)); continue
+  fi
+  actual=$(wc -c < "$name" | tr -d ' ')
+  if [ "$actual" -lt "$size" ]; then
+    echo "TRUNCATED: $name ($actual bytes, manifest says $size)"; bad=$((bad + 1)); continue
+  fi
+  if [ "$actual" -gt "$size" ]; then
+    echo "OVERSIZED: $name ($actual bytes, manifest says $size)"; bad=$((bad + 1)); continue
+  fi
+  got=$(sha256sum < "$name" | cut -d ' ' -f 1)
+  if [ "$got" != "$sum" ]; then
+    echo "ALTERED: $name (sha256 $got, manifest says $sum)"; bad=$((bad + 1))
+  fi
+done < MANIFEST
+echo "$dir: $n files, $bad problem(s)"
+[ "$bad" -eq 0 ]
+"""
+
+
+@dataclass
+class VerifyReport:
+    directory: Path
+    files: int
+    problems: list[tuple[str, str, str]] = field(default_factory=list)  # (name, kind, detail)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        out = [f"{kind.upper()}: {name} ({detail})" for name, kind, detail in self.problems]
+        return out + [f"{self.directory}: {self.files} files, {len(self.problems)} problem(s)"]
+
+
+def _copy(src: Path, dst: Path) -> str:
+    """Copy with fsync, hashing the bytes on the way (one read of the source)."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while data := fin.read(8 << 20):
+            h.update(data)
+            fout.write(data)
+        fout.flush()
+        os.fsync(fout.fileno())
+    return h.hexdigest()
+
+
+def bundle(images: list[Path], out_dir: Path) -> Path:
+    """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`."""
+    out_dir = Path(out_dir)
+    if not images:
+        raise KitError("no images given: kit transfer bundle IMAGE... DIR")
+    if out_dir.exists():
+        raise KitError(f"{out_dir} already exists; a bundle is written whole into a new directory: "
+                       "choose another path or remove it")
+    imgs = [open_image(p) for p in images]
+    sources = [p for img in imgs for p in (img.path, *img.siblings)]
+    seen: dict[str, Path] = {}
+    for p in sources:
+        if p.name in seen and seen[p.name] != p:
+            raise KitError(f"{p} and {seen[p.name]} have the same name; a bundle is flat: rename one")
+        seen[p.name] = p
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        entries = []
+        for img in imgs:
+            for src in dict.fromkeys((img.path, *img.siblings)):
+                entries.append((_copy(src, tmp / src.name), src.stat().st_size, src.name))
+            recorded = recorded_sha256(img)
+            copied = next(sha for sha, _, name in entries if name == img.path.name)
+            if recorded and recorded != copied:
+                raise KitError(f"{img.path} does not match {img.sha_file} (sha256 {copied}, recorded "
+                               f"{recorded}): the image is damaged or changed; re-run kit image convert")
+        shutil.copyfile(checker.__file__, tmp / "verify.py")
+        (tmp / "verify.sh").write_text(VERIFY_SH)
+        os.chmod(tmp / "verify.sh", 0o755)
+        os.chmod(tmp / "verify.py", 0o755)
+        (tmp / "MANIFEST.json").write_text(json.dumps({
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "files": [{"name": n, "size": s, "sha256": h} for h, s, n in entries]}, indent=2) + "\n")
+        (tmp / checker.MANIFEST).write_text("".join(f"{h} {s} {n}\n" for h, s, n in entries))
+        os.chmod(tmp, 0o755)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def verify_bundle(directory: Path) -> VerifyReport:
+    """Check every file the bundle's MANIFEST lists; problems name the file and what is wrong."""
+    directory = Path(directory)
+    try:
+        entries = checker.read_manifest(str(directory))
+        problems = checker.check(str(directory))
+    except checker.ManifestError as exc:
+        raise KitError(str(exc)) from exc
+    return VerifyReport(directory, len(entries), problems)
