@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from kit.errors import KitError
 from kit.image.flatten import Flattener, Note, Report
 from kit.image.layers import Limits
 from kit.image.manifest import write_sidecars
@@ -13,6 +14,7 @@ from kit.image.sources import Image, open_image
 from kit.image.writers import format_for, open_writer
 
 DEFAULT_LEVEL = 3  # ISA-L's best; about zlib -6 size at several times its speed
+LEVELS = {"tar.gz": (0, 3), "sqfs": (1, 9)}  # ISA-L levels; mksquashfs gzip levels
 
 
 @dataclass
@@ -42,6 +44,9 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
     """
     src, out = Path(src), Path(out)
     fmt = format_for(out, fmt)
+    lo, hi = LEVELS.get(fmt, (level, level))
+    if not lo <= level <= hi:
+        raise KitError(f"--level {level}: {fmt} output takes {lo}..{hi}")
     img = open_image(src, image)
     total = sum(l.blob.size for l in img.layers) + sum(l.blob.size for l in img.layers[1:])
     done = 0

@@ -75,9 +75,15 @@ def detect(src: Path) -> str:
         magic = fh.read(4)
     if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
         return "rootfs-tar"  # compressed: only flat root filesystems come this way
+    names = set()
     try:
         with tarfile.open(src, "r:") as tf:
-            names = {_clean(n) for n in tf.getnames()[:4096]}
+            while (info := tf.next()) is not None:
+                tf.members.clear()
+                name = _clean(info.name)
+                if name.count("/") > 2:  # image archives are shallow; a root filesystem is not
+                    return "rootfs-tar"
+                names.add(name)
     except tarfile.TarError as exc:
         raise KitError(f"{src}: not a tar archive, OCI layout or directory ({exc}); "
                        "fix: pass a docker-archive, OCI layout/archive or root filesystem") from exc

@@ -139,7 +139,6 @@ class SquashWriter(Writer):
             raise KitError("mksquashfs not found; fix: apt-get install squashfs-tools")
         self.path = self.tmp / "out.sqfs"
         self.errlog = open(self.tmp / "mksquashfs.log", "w+b")
-        level = max(1, min(9, level))
         self.proc = subprocess.Popen(
             ["mksquashfs", "-", str(self.path), "-tar", "-noappend", "-quiet", "-no-progress",
              "-reproducible", "-mkfs-time", "0", "-comp", "gzip", "-Xcompression-level",
