@@ -68,6 +68,7 @@ def busybox_image(out: Path, extra: bytes = b"") -> Path:
     """A tiny but genuine Charliecloud image tarball: busybox-static plus the dirs ch-run binds."""
     require(Path("/bin/busybox").exists(), "busybox-static not installed")
     root = out.parent / (out.name + ".root")
+    out.parent.mkdir(parents=True, exist_ok=True)
     for d in ("bin", "dev", "etc", "home", "proc", "root", "sys", "tmp", "usr", "var"):
         (root / d).mkdir(parents=True, exist_ok=True)
     for f in ("hosts", "resolv.conf", "passwd", "group"):

@@ -146,7 +146,6 @@ def test_out_of_space_keeps_previous_version(sshd, user_home, make_site, tmp_pat
     filler.unlink()
 
     # 3. the upload fits but unpacking does not: ch-convert fails, the old version stays current
-    (tmp_path / "bomb").mkdir()
     bomb = busybox_image(tmp_path / "bomb" / "app.tar.gz", b"\0" * (9 * MiB))
     with pytest.raises(KitError, match="no space left .* installing"):
         push(bomb, site, install=True)

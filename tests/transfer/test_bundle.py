@@ -1,0 +1,79 @@
+"""kit transfer bundle|verify, and the bundle's own verify.sh (POSIX sh) and verify.py checkers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kit.errors import KitError
+from kit.transfer import bundle, verify_bundle
+from tests.transfer.conftest import busybox_image, random_image
+
+
+def checkers(bundle_dir, repo):
+    """Run all three checkers; return {name: (exit code, output)}."""
+    runs = {
+        "kit": [sys.executable, "-m", "kit", "transfer", "verify", str(bundle_dir)],
+        "sh": ["sh", str(bundle_dir / "verify.sh")],
+        "py": ["python3", str(bundle_dir / "verify.py")],
+    }
+    out = {}
+    for name, cmd in runs.items():
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=repo)
+        out[name] = (res.returncode, res.stdout + res.stderr)
+    return out
+
+
+@pytest.fixture
+def made(tmp_path):
+    a = busybox_image(tmp_path / "src" / "a.tar.gz", b"a")
+    (tmp_path / "src" / "a.pair.yaml").write_text("verdict: compatible\n")
+    b = random_image(tmp_path / "src" / "b.sqfs", 300_000, seed=3)
+    out = bundle([a, b], tmp_path / "media" / "bundle")
+    return out
+
+
+def test_bundle_contents_and_clean_verify(made, repo):
+    names = sorted(p.name for p in made.iterdir())
+    assert names == sorted(["a.tar.gz", "a.tar.gz.sha256", "a.pair.yaml", "b.sqfs", "b.sqfs.sha256",
+                            "MANIFEST", "MANIFEST.json", "verify.sh", "verify.py"])
+    assert verify_bundle(made).ok and verify_bundle(made).files == 5
+    for name, (code, text) in checkers(made, repo).items():
+        assert code == 0, (name, text)
+        assert "5 files, 0 problem(s)" in text, (name, text)
+
+
+@pytest.mark.parametrize("damage,kind", [("flip", "ALTERED"), ("truncate", "TRUNCATED"),
+                                         ("delete", "MISSING")])
+def test_damaged_bundle_names_the_file(made, repo, damage, kind):
+    target = made / "b.sqfs"
+    if damage == "flip":
+        data = bytearray(target.read_bytes())
+        data[123_456] ^= 0x01
+        target.write_bytes(bytes(data))
+    elif damage == "truncate":
+        os.truncate(target, target.stat().st_size - 1)
+    else:
+        target.unlink()
+    report = verify_bundle(made)
+    assert [(p[0], p[1]) for p in report.problems] == [("b.sqfs", kind.lower())]
+    for name, (code, text) in checkers(made, repo).items():
+        assert code == 1, (name, text)
+        assert f"{kind}: b.sqfs" in text, (name, text)
+        assert "a.tar.gz" not in text.replace("a.tar.gz.sha256", ""), (name, text)
+
+
+def test_bundle_is_written_whole(tmp_path):
+    img = random_image(tmp_path / "x.tar", 10_000)
+    (tmp_path / "x.tar.sha256").write_text("f" * 64 + "  x.tar\n")  # damaged source
+    with pytest.raises(KitError, match="does not match"):
+        bundle([img], tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.tar", "x.tar.sha256"], "no partial bundle"
+    (tmp_path / "x.tar.sha256").unlink()
+    bundle([img], tmp_path / "out")
+    with pytest.raises(KitError, match="already exists"):
+        bundle([img], tmp_path / "out")
+    with pytest.raises(KitError, match="MANIFEST"):
+        verify_bundle(tmp_path)
