@@ -60,7 +60,8 @@ else
 fi
 
 # 4. Horovod 0.28.1 from source against MPI; the built wheel is cached across clones.
-if ! "$VENV/bin/python" -c "import horovod.tensorflow" >/dev/null 2>&1; then
+hvd_ok() { TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c "import horovod.tensorflow as h; assert h.mpi_built()" >/dev/null 2>&1; }
+if ! hvd_ok; then
   whl=$(ls "$CACHE"/wheels/horovod-0.28.1-*.whl 2>/dev/null | head -n1 || true)
   if [ -z "$whl" ]; then
     log "building horovod 0.28.1 against MPICH (about 3 minutes on 2 cores)"
@@ -70,9 +71,8 @@ if ! "$VENV/bin/python" -c "import horovod.tensorflow" >/dev/null 2>&1; then
       -w "$CACHE/wheels" horovod==0.28.1
     whl=$(ls "$CACHE"/wheels/horovod-0.28.1-*.whl | head -n1)
   fi
-  "${PIP[@]}" --no-deps "$whl"
+  "${PIP[@]}" --no-deps --force-reinstall "$whl"
   "${PIP[@]}" cloudpickle psutil pyyaml packaging cffi
+  hvd_ok || { echo "setup: horovod does not import with MPI support; fix: rm -r $CACHE/wheels and rerun" >&2; exit 1; }
 fi
-"$VENV/bin/python" -c "import horovod.tensorflow as h; assert h.mpi_built(), 'horovod lacks MPI'" \
-  || { echo "setup: horovod is installed without MPI support; fix: rm -r $CACHE/wheels and rerun" >&2; exit 1; }
 log "ready: $VENV"
