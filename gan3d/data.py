@@ -81,7 +81,12 @@ def train_test_split(paths: Sequence[str | Path], test_fraction: float = 0.1,
 def preprocess(raw: np.ndarray, energy_gev: np.ndarray, xscale: float = 1.0
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reference preprocessing -> (images (B,25,25,25,1), Ep in 100 GeV, cell sum), all float32."""
-    images = np.asarray(raw, dtype=np.float32).copy()
+    return _preprocess_owned(np.array(raw, dtype=np.float32), energy_gev, xscale)
+
+
+def _preprocess_owned(images: np.ndarray, energy_gev: np.ndarray, xscale: float
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`preprocess` in place on a float32 array nobody else holds (saves a copy per batch)."""
     images[images < THRESHOLD] = 0.0
     if xscale != 1.0:
         images *= np.float32(xscale)
@@ -175,11 +180,16 @@ class ShowerFiles:
                 raise DataError(f"data file {path}: dataset ECAL cannot be read ({exc}); fix: {MAKE_DATA_HINT}") from None
         return energy
 
-    def read(self, file_index: int, start: int, stop: int) -> np.ndarray:
-        """Raw ECAL cells of events [start, stop) of one file (one contiguous HDF5 read)."""
+    def read(self, file_index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Raw ECAL cells of events [start, stop) of one file (one contiguous HDF5 read), into
+        `out` (float32, stop-start events) without a temporary copy when given."""
         try:
-            return self._h5[file_index]["ECAL"][start:stop]
-        except (OSError, ValueError) as exc:
+            ecal = self._h5[file_index]["ECAL"]
+            if out is None:
+                return ecal[start:stop]
+            ecal.read_direct(out, np.s_[start:stop])
+            return out
+        except (OSError, ValueError, TypeError) as exc:
             raise DataError(f"data file {self.paths[file_index]}: dataset ECAL events {start}..{stop} cannot "
                             f"be read ({exc}); fix: {MAKE_DATA_HINT}") from None
 
@@ -249,9 +259,9 @@ class ShowerStream:
 
     @property
     def max_buffer_events(self) -> int:
-        """Upper bound of events held at once: the read window, carried-over events, queued batches."""
-        return (self.window_blocks * self.block_events + self.batch_size
-                + (self.prefetch_batches + 1) * self.batch_size)
+        """Events held at once by the stream and its consumer: window buffer and batches in flight."""
+        return (self.window_blocks * self.block_events + self.batch_size  # the window buffer
+                + (self.prefetch_batches + 3) * self.batch_size)  # queued, in-flight and consumer's batches
 
     def plan(self, epoch: int) -> list[tuple[int, int, int]]:
         """This rank's (file, start, stop) reads for an epoch, in reading order."""
@@ -278,22 +288,26 @@ class ShowerStream:
     def _batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         rng = np.random.default_rng([self.seed, epoch, self.rank, self.size, 1])
         pieces = self.plan(epoch)
-        carry_x = np.zeros((0, GRID, GRID, GRID), np.float32)
-        carry_e = np.zeros(0)
+        # one window buffer for the whole epoch: carried-over events first, then the window's blocks
+        buffer = np.empty((self.window_blocks * self.block_events + self.batch_size, GRID, GRID, GRID), np.float32)
+        energy = np.empty(len(buffer))
+        carry = 0
         for w in range(0, len(pieces), self.window_blocks):
-            window = pieces[w:w + self.window_blocks]
-            raw = np.concatenate([carry_x] + [self.files.read(k, a, b) for k, a, b in window])
-            energy = np.concatenate([carry_e] + [self.files.energies[k][a:b] for k, a, b in window])
-            if self.shuffle:
-                order = rng.permutation(len(raw))
-                raw, energy = raw[order], energy[order]
-            full = len(raw) // self.batch_size * self.batch_size
+            fill = carry
+            for k, a, b in pieces[w:w + self.window_blocks]:
+                self.files.read(k, a, b, out=buffer[fill:fill + b - a])
+                energy[fill:fill + b - a] = self.files.energies[k][a:b]
+                fill += b - a
+            order = rng.permutation(fill) if self.shuffle else np.arange(fill)
+            full = fill // self.batch_size * self.batch_size
             for i in range(0, full, self.batch_size):
-                yield preprocess(raw[i:i + self.batch_size], energy[i:i + self.batch_size], self.xscale)
-            carry_x, carry_e = raw[full:], energy[full:]
-            del raw
-        if len(carry_x) and not self.drop_remainder:
-            yield preprocess(carry_x, carry_e, self.xscale)
+                take = order[i:i + self.batch_size]
+                yield _preprocess_owned(buffer[take], energy[take], self.xscale)
+            rest = order[full:]  # fewer than batch_size events carried to the front of the next window
+            buffer[:len(rest)], energy[:len(rest)] = buffer[rest], energy[rest]
+            carry = len(rest)
+        if carry and not self.drop_remainder:
+            yield preprocess(buffer[:carry], energy[:carry], self.xscale)
 
     def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Batches (images (B,25,25,25,1), Ep (B,), cell sum (B,)) float32 of one epoch for this rank."""

@@ -1,0 +1,131 @@
+"""Benchmark of the gan3d data side: simulator speed, file writing, and the streaming reader.
+
+    .venv/bin/python bench/gan3d_data.py [--events 4000] [--files 4] [--events-per-file 2000]
+
+Prints one JSON object. The reader is compared with the reference's way of reading
+(whole file into memory with h5py, threshold, then slice batches), run back to back on the
+same files; "overlap" runs a consumer that spends `--compute-ms` per batch in a GIL-releasing
+numpy matmul (standing in for the TF step) with and without the read-ahead thread.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from gan3d.data import ShowerFiles, ShowerStream, expand_data_arg
+from gan3d.simulate import simulate_showers, write_files
+
+
+def _best(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def bench_simulator(events: int) -> dict:
+    rng = np.random.default_rng(0)
+    simulate_showers(256, rng)  # warm up
+    seconds = _best(lambda: simulate_showers(events, rng))
+    return {"events": events, "seconds": round(seconds, 3), "showers_per_second": round(events / seconds)}
+
+
+def bench_write(out: Path, files: int, per_file: int) -> dict:
+    t0 = time.perf_counter()
+    paths = write_files(out, files, per_file, seed=1)
+    seconds = time.perf_counter() - t0
+    size = sum(p.stat().st_size for p in paths)
+    return {"files": files, "events": files * per_file, "seconds": round(seconds, 2),
+            "showers_per_second": round(files * per_file / seconds), "mb_per_1000_showers":
+            round(size / (files * per_file) * 1000 / 1e6, 2)}
+
+
+def _reference_epoch(paths: list[Path], batch: int) -> int:
+    """The reference: each file read whole, thresholded, then cut into batches."""
+    import h5py
+
+    count = 0
+    for path in paths:
+        with h5py.File(path, "r") as h5:
+            x = h5["ECAL"][:]
+            e = h5["target"][:, 1]
+        x[x < 1e-6] = 0
+        x = np.expand_dims(x, -1)
+        ep = e / 100
+        for i in range(0, len(x) - batch + 1, batch):
+            xb, _ = x[i:i + batch], ep[i:i + batch]
+            xb.sum(axis=(1, 2, 3, 4))
+            count += batch
+    return count
+
+
+def _stream_epoch(files: ShowerFiles, batch: int, prefetch: int, compute_ms: float = 0.0) -> int:
+    a = np.ones((512, 512), np.float32)
+    reps = 0
+    if compute_ms:
+        t0 = time.perf_counter()
+        for _ in range(20):
+            a @ a
+        reps = max(1, round(compute_ms / ((time.perf_counter() - t0) / 20 * 1000)))
+    count = 0
+    for images, _, _ in ShowerStream(files, batch_size=batch, seed=1, prefetch_batches=prefetch).epoch(0):
+        for _ in range(reps):
+            a @ a
+        count += len(images)
+    return count
+
+
+def _timed_peak(fn) -> tuple[float, float, int]:
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    count = fn()
+    seconds = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, count
+
+
+def bench_reader(paths: list[Path], batch: int, compute_ms: float) -> dict:
+    files = ShowerFiles(paths)
+    out: dict = {"events": files.num_events, "batch_size": batch}
+    for name, fn in (("reference_whole_file", lambda: _reference_epoch(paths, batch)),
+                     ("stream_no_read_ahead", lambda: _stream_epoch(files, batch, 0)),
+                     ("stream_read_ahead", lambda: _stream_epoch(files, batch, 2))):
+        runs = [_timed_peak(fn) for _ in range(2)]
+        seconds = min(r[0] for r in runs)
+        out[name] = {"showers_per_second": round(runs[0][2] / seconds), "peak_traced_mb": round(runs[0][1] / 1e6)}
+    for prefetch in (0, 2):
+        t0 = time.perf_counter()
+        n = _stream_epoch(files, batch, prefetch, compute_ms)
+        out[f"overlap_{compute_ms:g}ms_compute_read_ahead_{prefetch}"] = {
+            "seconds": round(time.perf_counter() - t0, 2), "pure_compute_seconds": round(n / batch * compute_ms / 1000, 2)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=4000, help="showers for the simulator timing")
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--events-per-file", type=int, default=2000)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--compute-ms", type=float, default=20.0)
+    args = ap.parse_args()
+    result = {"load_average_before": os.getloadavg(), "simulator": bench_simulator(args.events)}
+    with tempfile.TemporaryDirectory(prefix="gan3d-bench-") as tmp:
+        result["write_files"] = bench_write(Path(tmp), args.files, args.events_per_file)
+        result["reader"] = bench_reader(expand_data_arg(tmp), args.batch_size, args.compute_ms)
+    result["load_average_after"] = os.getloadavg()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
