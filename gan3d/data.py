@@ -342,10 +342,9 @@ def _read_ahead(source: Iterator, depth: int) -> Iterator:
         except BaseException as exc:  # handed to the consumer, raised there
             put(exc)
 
-    thread = threading.Thread(target=work, name="shower-read-ahead", daemon=True)
-    thread.start()
-
     def consume() -> Iterator:
+        thread = threading.Thread(target=work, name="shower-read-ahead", daemon=True)
+        thread.start()  # on the first next(): an iterator never started leaves no thread behind
         try:
             while True:
                 item = q.get()

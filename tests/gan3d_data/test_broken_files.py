@@ -84,3 +84,19 @@ def test_good_files_are_accepted(sim_dir: Path):
     with ShowerFiles(sorted(sim_dir.glob("*.h5"))) as files:
         assert files.num_events == 1200
         assert files.read(2, 10, 13).shape == (3, 25, 25, 25)
+
+
+def test_damage_inside_a_file_stops_the_stream_with_the_file_named(tmp_path: Path, sim_dir: Path):
+    from gan3d.data import ShowerStream
+
+    bad = tmp_path / "EleEscan_1_0.h5"
+    shutil.copy(sim_dir / "EleEscan_1_0.h5", bad)
+    size = bad.stat().st_size
+    with open(bad, "r+b") as fh:  # scramble compressed ECAL chunks in the middle of the file
+        fh.seek(size // 2)
+        fh.write(np.random.default_rng(0).integers(0, 256, 20_000, dtype=np.uint8).tobytes())
+    files = ShowerFiles([bad])  # the first and last events still decode
+    with pytest.raises(DataError) as info:
+        for _ in ShowerStream(files, batch_size=16, shuffle=False).epoch(0):
+            pass
+    assert str(bad) in str(info.value) and "dataset ECAL" in str(info.value)
