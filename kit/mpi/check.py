@@ -77,9 +77,9 @@ def run_check(pair: Pair, image: str | os.PathLike | None = None, python: str = 
               timeout: float = 120.0) -> CheckResult:
     """Launch RANKS ranks of ch-run + mpi4py and judge what they report."""
     image = Path(image or pair.image)
-    if image_kind(image) == "tar":
-        raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert the tarball "
-                       "first (kit image convert IMAGE.tar.gz OUT.sqfs)")
+    if image_kind(image) in ("tar", "source"):
+        raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
+                       "(kit image convert IMAGE OUT.sqfs --mount-point DIR ...)")
     missing = missing_in_image(pair, image)
     if missing:
         raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(missing)}; fix: "

@@ -135,8 +135,10 @@ def inspect_root(root: Path, label: str) -> ImageMPI:
         needs = [n for n in facts.needed if n in mpi_names or MPI_LIB_RE.match(n)]
         if needs:
             result.users[rel] = needs
-        elif facts.defines_mpi_init and not (facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))):
-            result.static.append(rel)
+        elif not (facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))):
+            # MPI linked in: MPI_Init defined here, or (stripped) an MPI banner in its bytes
+            if facts.defines_mpi_init or vendor_and_version(path)[0] is not None:
+                result.static.append(rel)
     return result
 
 

@@ -2,7 +2,8 @@
 
 A directory image is used in place. A Charliecloud tarball or a SquashFS image has only the
 files MPI discovery needs extracted (the linker cache and paths mentioning "mpi" or
-"fabric"), so a multi-GB image costs one read, not a full unpack.
+"fabric"), so a multi-GB image costs one read, not a full unpack. A source docker/OCI image
+is flattened offline by kit.image.convert into a temporary directory.
 """
 from __future__ import annotations
 
@@ -30,12 +31,26 @@ def wanted(relpath: str) -> bool:
     return any(word in rel.lower() for word in WANTED_WORDS)
 
 
+def _source_kind(image: Path) -> str | None:
+    """docker-archive / OCI layout or archive, as kit.image tells them from a flat tree."""
+    try:
+        from kit.image.sources import detect
+    except ImportError:  # kit image not installed: only Charliecloud images are read
+        return None
+    try:
+        kind = detect(image)
+    except KitError:
+        return None
+    return kind if kind in ("docker-archive", "oci-archive", "oci-dir") else None
+
+
 def image_kind(image: Path) -> str:
+    """dir, tar, squash, or source (a docker/OCI image read through kit.image)."""
     name = image.name.lower()
     if image.is_dir():
-        return "dir"
+        return "source" if _source_kind(image) else "dir"
     if name.endswith(TAR_SUFFIXES):
-        return "tar"
+        return "source" if name.endswith(".tar") and _source_kind(image) else "tar"
     if name.endswith(SQUASH_SUFFIXES):
         return "squash"
     with open(image, "rb") as fh:
@@ -58,7 +73,7 @@ def _extract_tar(image: Path, dest: Path) -> None:
         with tarfile.open(image, "r:*") as tar:
             for member in tar:
                 rel = _safe_rel(member.name)
-                if rel is None or not wanted(rel):
+                if rel is None or not (member.issym() or wanted(rel)):  # every link: paths cross them
                     continue
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -78,16 +93,20 @@ def _extract_tar(image: Path, dest: Path) -> None:
 
 
 def _extract_squash(image: Path, dest: Path) -> None:
-    listing = subprocess.run(["unsquashfs", "-l", "-no-progress", str(image)],
+    listing = subprocess.run(["unsquashfs", "-lls", "-no-progress", str(image)],
                              capture_output=True, text=True)
     if listing.returncode != 0:
         raise KitError(f"{image}: unsquashfs cannot read it: {listing.stderr.strip()}")
     paths = []
     for line in listing.stdout.splitlines():
-        if line.startswith("squashfs-root/"):
-            rel = line[len("squashfs-root/"):]
-            if rel and wanted(rel):
-                paths.append("/" + rel)
+        mode, _sep, rest = line.partition(" ")
+        _before, sep, rel = rest.partition(" squashfs-root/")
+        if not sep or not rel:
+            continue
+        is_link = mode.startswith("l")
+        rel = rel.split(" -> ")[0] if is_link else rel
+        if is_link or wanted(rel):  # every link: paths cross them
+            paths.append("/" + rel)
     if not paths:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".list") as lst:
@@ -120,6 +139,12 @@ def image_root(image: str | os.PathLike) -> Iterator[Path]:
         yield image
         return
     with tempfile.TemporaryDirectory(prefix="kit-mpi-") as tmp:
+        if kind == "source":
+            from kit.image.convert import convert
+
+            convert(image, Path(tmp) / "root", fmt="dir")  # offline flatten, nothing executed
+            yield Path(tmp) / "root"
+            return
         (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp))
         yield _image_root(Path(tmp))
 

@@ -1,0 +1,114 @@
+"""Real parts for the MPI pair tests: Intel MPI runtime (impi-rt wheel) as the "host" MPI and
+images built with mmdebstrap + buildah and converted by kit.image (all cached between runs)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import require
+from tests.support.rootfs import CACHE, _locked, debian_rootfs_dir, debian_rootfs_tar
+
+IMPI_VERSION = "2021.18.1"  # bundles libfabric; 2021.19 needs a libfabric wheel PyPI lacks here
+MPICH_PACKAGES = ["python3", "mpich"]
+OPENMPI_PACKAGES = ["python3", "python3-mpi4py"]  # Debian's mpi4py is built on Open MPI
+TARGET = "/opt/hostmpi"
+
+
+def _tools(*names: str) -> None:
+    for name in names:
+        require(shutil.which(name) is not None, f"{name} not installed (scripts/setup.sh installs it)")
+
+
+@pytest.fixture(scope="session")
+def impi_prefix() -> Path:
+    """Intel MPI runtime installed from PyPI into a cached prefix: the site's "host MPI"."""
+    prefix = CACHE / "impi" / IMPI_VERSION
+    with _locked(prefix):
+        if not (prefix / "bin" / "mpiexec.hydra").is_file():
+            part = prefix.with_name(prefix.name + ".part")
+            shutil.rmtree(part, ignore_errors=True)
+            run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                  "--prefix", str(part), f"impi-rt=={IMPI_VERSION}"],
+                                 capture_output=True, text=True)
+            require(run.returncode == 0, f"cannot install impi-rt from PyPI: {run.stderr[-500:]}")
+            shutil.rmtree(prefix, ignore_errors=True)
+            os.replace(part, prefix)
+    require((prefix / "lib" / "libmpi.so.12").is_file(), f"impi-rt in {prefix} has no lib/libmpi.so.12")
+    return prefix
+
+
+def impi_site_dict(prefix: Path) -> dict:
+    lib = str(prefix / "lib")
+    return {
+        "name": "impi-host",
+        "description": "this machine, with the Intel MPI runtime (impi-rt) playing the site's host MPI",
+        "scheduler": {"type": "local", "max_nodes": 1, "max_walltime": "00:10:00"},
+        "node": {"cpu_model": "test", "sockets": 1, "cores_per_socket": 2, "threads_per_core": 1,
+                 "numa_domains": 1, "memory_gb": 24, "usable_memory_gb": 20, "clock_ghz_avx": 2.0,
+                 "fp32_flop_per_cycle_per_core": 64},
+        "host_mpi": {"vendor": "intel", "version": IMPI_VERSION, "prefix": str(prefix),
+                     "library_dirs": [lib], "launcher": "mpiexec",
+                     # one node: shared memory; libfabric's providers live beside libmpi in the wheel
+                     "env": {"I_MPI_FABRICS": "shm", "FI_PROVIDER": "tcp", "FI_PROVIDER_PATH": lib}},
+        "container": {"runtime": "charliecloud", "image_dir": "/tmp", "mpi_target": TARGET},
+        "transfer": {"host": "localhost", "image_dir": "/tmp"},
+        "network": {"latency_us": 1.0, "bandwidth_gbps": 10.0},
+    }
+
+
+@pytest.fixture(scope="session")
+def impi_site(impi_prefix, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("site") / "impi-host.yaml"
+    path.write_text(yaml.safe_dump(impi_site_dict(impi_prefix), sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mpich_oci() -> Path:
+    """oci-archive built by buildah: bookworm + Debian MPICH + mpi4py (built on MPICH) + the
+    recipe's alias link that lets the image's libmpich.so.12 resolve to the host's libmpi.so.12."""
+    _tools("mmdebstrap", "buildah")
+    from tests.support.images import mpi4py_from_venv, oci_image
+
+    require((mpi4py_from_venv() / "MPI.cpython-311-x86_64-linux-gnu.so").is_file(), "venv mpi4py missing")
+    return oci_image(MPICH_PACKAGES, files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
+                     links={f"{TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"}, tag="mpich")
+
+
+@pytest.fixture(scope="session")
+def mpich_image(mpich_oci) -> Path:
+    """The Charliecloud directory image made by `kit.image.convert` with the pair's mount point."""
+    from tests.support.images import converted_dir
+
+    return converted_dir(mpich_oci, [f"{TARGET}/lib0"])
+
+
+@pytest.fixture(scope="session")
+def mpich_squash(mpich_image) -> Path:
+    _tools("mksquashfs")
+    out = mpich_image.with_name(mpich_image.name + ".sqfs")
+    with _locked(out):
+        if not out.exists():
+            part = out.with_name(out.name + ".part")
+            subprocess.run(["mksquashfs", str(mpich_image), str(part), "-noappend", "-no-xattrs",
+                            "-comp", "lz4", "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+            os.replace(part, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def openmpi_tar() -> Path:
+    """A real bookworm tree with only Open MPI (python3-mpi4py pulls libopenmpi3), as a tarball."""
+    _tools("mmdebstrap")
+    return debian_rootfs_tar(OPENMPI_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def openmpi_dir(openmpi_tar) -> Path:
+    return debian_rootfs_dir(OPENMPI_PACKAGES)

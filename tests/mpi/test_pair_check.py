@@ -1,0 +1,84 @@
+"""End to end: Intel MPI (impi-rt) as the host MPI, bound into a real MPICH image under ch-run."""
+import dataclasses
+import os
+import shutil
+
+import pytest
+import yaml
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.mpi import make_pair, prepare_image_dir, run_check, write_pair
+from kit.mpi.pair import pair_path
+from tests.helpers import require
+from tests.mpi.conftest import TARGET
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _charliecloud():
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    os.environ.setdefault("USER", "root")
+
+
+def test_pair_accepts_debian_mpich_for_intel_host_and_writes_the_pair_file(impi_site, impi_prefix, mpich_image, tmp_path, capsys):
+    out = tmp_path / "img.pair.yaml"
+    assert main(["mpi", "pair", "--site", str(impi_site), str(mpich_image), "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert doc["host_mpi"]["vendor"] == "intel" and doc["host_mpi"]["soname"] == "libmpi.so.12"
+    assert doc["host_mpi"]["abi_version"] == "12.0.0"  # read from the installed impi-rt files
+    assert doc["container_mpi"]["vendor"] == "mpich" and doc["container_mpi"]["abi_family"] == "mpich"
+    assert doc["verdict"]["ok"] and doc["verdict"]["status"] == "accepted with warnings"
+    assert doc["binds"] == [f"{impi_prefix / 'lib'}:{TARGET}/lib0"]
+    assert doc["mount_points"] == [f"{TARGET}/lib0"]
+    assert doc["links"] == {f"{TARGET}/compat/libmpich.so.12": f"{TARGET}/lib0/libmpi.so.12"}
+    assert doc["env"]["set"]["FI_PROVIDER_PATH"] == f"{TARGET}/lib0"  # host path rewritten
+    assert doc["env"]["prepend"]["LD_LIBRARY_PATH"] == [f"{TARGET}/compat", f"{TARGET}/lib0"]
+    assert doc["launch"].startswith(f"{impi_prefix}/bin/mpiexec -n ${{NRANKS}} ch-run --join-ct=${{RANKS_PER_NODE}}")
+    assert "'--set-env=LD_LIBRARY_PATH=/opt/hostmpi/compat:/opt/hostmpi/lib0:$LD_LIBRARY_PATH'" in doc["launch"]
+    assert "warning: host minor 0 is older" in " ".join(capsys.readouterr().out.split())
+
+
+def test_strict_mode_refuses_the_newer_image_minor(impi_site, mpich_image):
+    with pytest.raises(KitError, match=r"minor versions differ: host 0, image 2 \(strict mode"):
+        make_pair(impi_site, mpich_image, mode="strict")
+    assert main(["mpi", "pair", "--site", str(impi_site), str(mpich_image), "--mode", "strict",
+                 "--out", "/dev/null/never"]) == 2
+
+
+def test_check_runs_intel_mpi_from_the_bind_inside_ch_run(impi_site, mpich_image, capsys):
+    assert main(["mpi", "check", "--site", str(impi_site), str(mpich_image)]) == 0
+    out = capsys.readouterr().out
+    assert "Intel(R) MPI Library" in out and "PASS" in out
+    result = run_check(make_pair(impi_site, mpich_image))
+    assert result.ok, result.problems
+    assert [r.rank for r in result.ranks] == [0, 1]
+    for r in result.ranks:
+        assert r.library_version.startswith("Intel(R) MPI Library") and r.sum == 3 and r.size == 2
+        assert r.mapped == [f"{TARGET}/lib0/libmpi.so.12"]
+
+
+def test_check_fails_when_the_image_mpi_is_what_runs(impi_site, mpich_image):
+    """Without the binds the image's own MPICH is loaded: the check must say so."""
+    pair = make_pair(impi_site, mpich_image)
+    unbound = dataclasses.replace(pair, binds=[], links={}, env_prepend={})
+    result = run_check(unbound, timeout=60)
+    assert not result.ok
+    assert any("not from the host bind" in p or "not the host's" in p or "ranks reported" in p
+               for p in result.problems)
+
+
+def test_check_names_the_missing_mount_point(impi_site, mpich_image, tmp_path):
+    image = tmp_path / "img"
+    shutil.copytree(mpich_image, image, symlinks=True)
+    shutil.rmtree(image / TARGET.lstrip("/"))
+    pair = make_pair(impi_site, image)
+    with pytest.raises(KitError, match=r"lacks what the pair binds onto: /opt/hostmpi/lib0, "
+                                       r"/opt/hostmpi/compat/libmpich.so.12 -> .*--mount-point"):
+        run_check(pair)
+    made = prepare_image_dir(pair, image)  # what conversion does for a directory image
+    assert made == [f"{TARGET}/lib0", f"{TARGET}/compat/libmpich.so.12"]
+    assert run_check(pair).ok
+    path = write_pair(pair)
+    assert path == pair_path(image) and path.name == "img.pair.yaml"
