@@ -84,7 +84,7 @@ def _plan_chunks(probe: dict, img: LocalImage, chunk: int) -> tuple[set[int], li
 
 
 def _send(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, keep: set[int],
-          check: Callable[[], None], progress: Callable[[int], None] | None) -> tuple[int, dict]:
+          progress: Callable[[int], None] | None) -> tuple[int, dict]:
     """Stream the chunks not in `keep` into the remote receiver; return (bytes sent, answer)."""
     size = img.size
     cmd = remote.command("receive", directory, img.path.name, size, sha, chunk,
@@ -112,7 +112,6 @@ def _send(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, k
                     sent += n
                     if progress:
                         progress(n)
-        check()
         proc.stdin.write(f"COMMIT {sha}\n".encode())
         proc.stdin.close()
     except BrokenPipeError:
@@ -129,7 +128,13 @@ def _send(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, k
         raise KitError(f"the connection to {ep} was lost after {sent} bytes of this push "
                        f"({stderr.strip()[-300:] or 'no message'}); run the same command again: "
                        "it resumes from the last verified chunk")
-    answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {ep.hostname}:{directory}")
+    try:
+        answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {ep.hostname}:{directory}")
+    except remote.RemoteError as exc:
+        if exc.code == remote.MISMATCH and img.sha_file:
+            raise KitError(f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
+                           "damaged; re-run kit image convert (nothing was installed)") from exc
+        raise
     return sent, answer
 
 
@@ -162,21 +167,9 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
                  jump=t.jump_host, ssh_config=ssh_config)
     directory = remote.remote_path(remote_dir or t.image_dir)
 
-    sha = recorded_sha256(img)
-    verify: dict[str, str] = {}
-    checker = None
-    if sha is None:
-        sha = sha256_file(img.path)
-    else:  # check the recorded digest while the bytes travel, not before
-        checker = threading.Thread(target=lambda: verify.__setitem__("sha", sha256_file(img.path)), daemon=True)
-        checker.start()
-
-    def check() -> None:
-        if checker:
-            checker.join()
-            if verify.get("sha") != sha:
-                raise KitError(f"{img.path} does not match {img.sha_file} (sha256 {verify.get('sha')}, "
-                               f"recorded {sha}): the image changed or is damaged; re-run kit image convert")
+    # With IMAGE.sha256 the file is not read twice: the receiver hashes every byte it gets
+    # and refuses the rename unless the whole file matches the recorded digest.
+    sha = recorded_sha256(img) or sha256_file(img.path)
 
     conn = connect(ep, accept_new_host_key=accept_new_host_key)
     try:
@@ -196,15 +189,12 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             raise KitError(f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
                            f"{need}; nothing was changed. Free space there or pass --remote-dir")
         if dry_run:
-            check()
             report.siblings = [s.name for s in img.siblings]
         else:
             if not probe["final_matches"]:
                 report.bytes_sent, answer = _send(ep, img, directory, sha, chunk_size, keep_chunks,
-                                                  check, progress)
+                                                  progress)
                 report.remote_path = answer["path"]
-            else:
-                check()
             report.siblings = _put_siblings(conn, img, directory)
         if install:
             _install(conn, site, img, report, keep, dry_run)

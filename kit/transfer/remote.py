@@ -14,7 +14,7 @@ from kit.errors import KitError
 _SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
 _BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
 _ERROR = re.compile(r"KIT-ERROR (\d+) (.*)", re.S)
-NO_SPACE = 28
+NO_SPACE, MISMATCH = 28, 4  # exit codes of remote_script.py
 
 
 class RemoteError(KitError):
