@@ -1,0 +1,55 @@
+"""`kit site validate|show|probe` through the real command line entry point."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kit.cli import main
+from kit.site import load_site
+from tests.helpers import require
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_validate_reports_each_file_and_fails_on_a_bad_one(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "site-configs/laptop.yaml").read_text().replace("join: true", "join: maybe"))
+    shipped = sorted(str(p) for p in (REPO / "site-configs").glob("*.yaml"))
+    assert main(["site", "validate", *shipped]) == 0
+    assert capsys.readouterr().out.count(": ok (") == len(shipped)
+    assert main(["site", "validate", shipped[0], str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:" in err and "container.join: expected true or false" in err
+
+
+def test_show_prints_peak_per_node_and_per_island(capsys):
+    assert main(["site", "show", "supermuc-ng"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "48 cores" in out and "77 GB usable" in out
+    assert "FP32 7.07 TFLOP/s" in out            # 48 x 2.3 GHz x 64
+    assert "FP64 4.15 TFLOP/s (vendor/Top500" in out  # the paper's 4.15 TFLOP/s per node
+    assert "peak per island FP32 5.60 PFLOP/s" in out and "792 nodes" in out
+
+
+def test_show_unknown_site_is_a_clean_error(capsys):
+    assert main(["site", "show", "atlantis"]) == 2
+    assert "no site config named 'atlantis'" in capsys.readouterr().err
+
+
+def test_probe_writes_a_valid_config_matching_this_host(tmp_path, capsys):
+    require(shutil.which("lscpu") and shutil.which("mpiexec"), "lscpu/mpiexec missing")
+    out = tmp_path / "here.yaml"
+    assert main(["site", "probe", "--out", str(out), "--name", "ci-host"]) == 0
+    site = load_site(out)
+    assert site.name == "ci-host"
+    nproc = int(subprocess.run(["nproc", "--all"], capture_output=True, text=True, check=True).stdout)
+    assert site.node.cores * site.node.threads_per_core == nproc
+    assert site.host_mpi.vendor == "mpich" and site.host_mpi.soname == "libmpich.so.12"
+    assert site.node.usable_memory_gb <= site.node.memory_gb
+    assert not list(tmp_path.glob(".*.part"))
+
+
+def test_probe_to_stdout_is_the_same_yaml(capsys):
+    assert main(["site", "probe", "--name", "x"]) == 0
+    assert "name: x" in capsys.readouterr().out
