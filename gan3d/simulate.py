@@ -54,7 +54,7 @@ AXIS_JITTER_CELLS = 1.0
 SPOTS_BASE, SPOTS_PER_GEV = 100.0, 2.0
 SPOT_WEIGHT_SHAPE = 2.0
 PARTICLE_ID = 11  # electron
-CHUNK_EVENTS = 256  # events simulated at once: bounds the temporary arrays (~40 MB)
+CHUNK_EVENTS = 64  # events simulated at once: temporaries stay cache-sized (faster than 256 here)
 
 
 def _longitudinal(energy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +101,7 @@ def _simulate_chunk(energy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     radius = np.where(rng.random(event.size) < p_core, r_core, r_tail)
     u = rng.random(event.size)
     r = radius * np.sqrt(u / (1.0 - u)) * MOLIERE_CELLS  # inverse CDF of 2rR^2/(r^2+R^2)^2
-    phi = rng.uniform(0.0, 2.0 * np.pi, event.size)
+    phi = rng.random(event.size, dtype=np.float32) * np.float32(2.0 * np.pi)  # float32 trig is SIMD, ~10x faster
     x = np.floor(centre[0][event] + r * np.cos(phi))
     y = np.floor(centre[1][event] + r * np.sin(phi))
     layer = np.floor(depth / X0_PER_LAYER)
