@@ -204,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     total = args.files * args.events_per_file
     try:
         if sys.stderr.isatty():
+            from rich.console import Console
             from rich.progress import Progress
 
-            with Progress(transient=False) as bar:
+            with Progress(console=Console(stderr=True)) as bar:
                 task = bar.add_task(f"simulating {total} showers", total=total)
                 paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
                                     args.emax, comp, progress=lambda k: bar.advance(task, k))
