@@ -1,0 +1,43 @@
+# 3DGAN training image for sites whose host MPI is of the MPICH ABI family (Intel MPI on
+# SuperMUC-NG / Stampede2 / the Intel lab cluster, MPICH, MVAPICH2, Cray MPICH).
+#
+# The container carries Debian's MPICH (libmpich.so.12, ABI 12.2) so the image runs on its
+# own; at the site `kit mpi pair` binds the host MPI's library dirs onto HOSTMPI_TARGET/libN
+# and the alias below makes the image's libmpich.so.12 load the host's libmpi.so.12.
+# Build outside the perimeter (kit image build), convert offline with the pair's mount points:
+#   kit image convert IMAGE OUT.sqfs --mount-point /opt/hostmpi/lib0 [--mount-point .../lib1 ...]
+#   kit mpi pair --site supermuc-ng OUT.sqfs        # writes OUT.sqfs.pair.yaml
+#
+# Template values (--build-arg):
+#   BASE            base image (Debian bookworm: python3.11, MPICH 4.0.2)
+#   HOSTMPI_TARGET  the site's container.mpi_target (default /opt/hostmpi)
+#   HOSTMPI_LIBDIR  the libN dir holding the host's libmpi.so.12: N = index of that dir in the
+#                   site's host_mpi.library_dirs (lib0 for all shipped site configs)
+#   HOSTMPI_DIRS    how many host library dirs the site binds (their mount points)
+ARG BASE=debian:bookworm-slim
+FROM ${BASE}
+
+ARG HOSTMPI_TARGET=/opt/hostmpi
+ARG HOSTMPI_LIBDIR=lib0
+ARG HOSTMPI_DIRS=3
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-dev mpich libmpich-dev \
+        build-essential cmake git ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir numpy==1.26.4 tensorflow==2.15.1 keras==2.15.0 \
+        protobuf==4.23.4 h5py==3.16.0 pyyaml==6.0.3 \
+ && MPICC=mpicc /opt/venv/bin/pip install --no-cache-dir --no-binary mpi4py mpi4py==4.1.2 \
+ && HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation horovod==0.28.1
+
+COPY gan3d /opt/gan3d/gan3d
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/gan3d OMP_NUM_THREADS=1
+
+# Bind targets for the host MPI (read-only images cannot grow them later) and the alias that
+# `kit mpi pair` lists under `links:` for an Intel MPI host.
+RUN set -e; i=0; while [ "$i" -lt "${HOSTMPI_DIRS}" ]; do mkdir -p "${HOSTMPI_TARGET}/lib$i"; i=$((i+1)); done; \
+    mkdir -p "${HOSTMPI_TARGET}/compat"; \
+    ln -sfn "../${HOSTMPI_LIBDIR}/libmpi.so.12" "${HOSTMPI_TARGET}/compat/libmpich.so.12"
