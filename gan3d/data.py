@@ -193,9 +193,6 @@ class ShowerFiles:
             raise DataError(f"data file {self.paths[file_index]}: dataset ECAL events {start}..{stop} cannot "
                             f"be read ({exc}); fix: {MAKE_DATA_HINT}") from None
 
-    def all_energies(self) -> np.ndarray:
-        return np.concatenate(self.energies) if self.energies else np.zeros(0)
-
     def load(self, n: int | None = None, xscale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first n events (all when None) across the files, preprocessed (for validation)."""
         n = self.num_events if n is None else min(n, self.num_events)

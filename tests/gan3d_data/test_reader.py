@@ -21,8 +21,8 @@ def test_preprocessing_matches_the_reference(tmp_path: Path):
     raw[:, 3, 4, 5] = [5e-7, 2e-6, 0.5, 1.5]
     raw[:, 12, 12, 12] = 1.0
     path = tmp_path / "old_layout.h5"
-    with h5py.File(path, "w") as h5:  # older files: `energy` instead of `target`
-        h5.create_dataset("ECAL", data=raw)
+    with h5py.File(path, "w") as h5:  # older files: `energy` instead of `target`, float64 cells
+        h5.create_dataset("ECAL", data=raw.astype(np.float64))
         h5.create_dataset("energy", data=np.array([10.0, 50.0, 200.0, 450.0]))
     files = ShowerFiles([path])
     batches = list(ShowerStream(files, batch_size=4, xscale=100.0, shuffle=False).epoch(0))
