@@ -75,44 +75,52 @@ def _site(site):
     return site
 
 
-def _plan_chunks(probe: dict, img: LocalImage, chunk: int) -> tuple[set[int], list[int]]:
-    """Chunks of the remote part whose hash matches ours (kept), and those that did not."""
+@dataclass
+class _Plan:
+    keep: set[int]            # chunks of the remote part that match ours: not sent again
+    resent: list[int]         # chunks of the remote part that did not match
+    kept_bytes: int
+    skip: bool                # the final file is already there and verified
+
+
+def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
+    """Compare the remote chunk hashes with ours; refuse early if the space is not there."""
+    size = img.size
+    if probe["final_matches"]:
+        return _Plan(set(range((size + chunk - 1) // chunk)), [], size, True)
     theirs = probe["chunk_hashes"]
     ours = chunk_sha256(img.path, chunk, len(theirs))
     keep = {i for i, (a, b) in enumerate(zip(ours, theirs)) if a == b}
-    return keep, [i for i in range(len(theirs)) if i not in keep]
+    need = size - min(probe["part_size"], size) + SPACE_MARGIN
+    if probe["free"] < need:
+        raise KitError(f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
+                       f"{need}; nothing was changed. Free space there or pass --remote-dir")
+    kept = sum(min(chunk, size - i * chunk) for i in keep)
+    return _Plan(keep, [i for i in range(len(theirs)) if i not in keep], kept, False)
 
 
-def _send(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, keep: set[int],
-          progress: Callable[[int], None] | None) -> tuple[int, dict]:
-    """Stream the chunks not in `keep` into the remote receiver; return (bytes sent, answer)."""
-    size = img.size
-    cmd = remote.command("receive", directory, img.path.name, size, sha, chunk,
-                         ",".join(map(str, sorted(keep))))
+def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
+            progress: Callable[[int], None] | None) -> tuple[dict, _Plan, int]:
+    """One ssh session: the receiver reports what it has, we answer with the plan and stream
+    the chunks it lacks, then COMMIT. Returns (receiver's answer, plan, bytes sent)."""
+    where = f"{ep.hostname}:{directory}"
+    cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk)
     proc = subprocess.Popen(ssh_argv(ep) + [cmd], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out: dict[str, bytes] = {}
-    readers = [threading.Thread(target=lambda k=k, s=s: out.__setitem__(k, s.read()), daemon=True)
-               for k, s in (("out", proc.stdout), ("err", proc.stderr))]
-    for t in readers:
-        t.start()
-    sent, broken = 0, False
+    err: list[bytes] = []
+    drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    drain.start()
+    sent, broken, plan = 0, False, None
     try:
-        with open(img.path, "rb") as fh:
-            pipe = proc.stdin.fileno()
-            for index in range((size + chunk - 1) // chunk):
-                if index in keep:
-                    continue
-                offset, end = index * chunk, min(size, (index + 1) * chunk)
-                while offset < end:
-                    n = os.sendfile(pipe, fh.fileno(), offset, min(BLOCK, end - offset))
-                    if n == 0:
-                        raise KitError(f"{img.path} shrank while being sent; do not modify it during a push")
-                    offset += n
-                    sent += n
-                    if progress:
-                        progress(n)
-        proc.stdin.write(f"COMMIT {sha}\n".encode())
+        first = proc.stdout.readline()
+        if first:
+            plan = _plan(remote.parse(first.decode(), "", 0, f"checking {where}"), img, chunk, where)
+            proc.stdin.write(b"SKIP\n" if plan.skip else
+                             f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode())
+            proc.stdin.flush()
+            if not plan.skip:
+                sent = _send_chunks(proc, img, chunk, plan.keep, progress)
+                proc.stdin.write(f"COMMIT {sha}\n".encode())
         proc.stdin.close()
     except BrokenPipeError:
         broken = True
@@ -120,22 +128,43 @@ def _send(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, k
         proc.kill()
         proc.wait()
         raise
+    stdout = proc.stdout.read().decode(errors="replace")
     code = proc.wait()
-    for t in readers:
-        t.join()
-    stdout, stderr = out.get("out", b"").decode(errors="replace"), out.get("err", b"").decode(errors="replace")
+    drain.join()
+    stderr = b"".join(err).decode(errors="replace")
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
         raise KitError(f"the connection to {ep} was lost after {sent} bytes of this push "
                        f"({stderr.strip()[-300:] or 'no message'}); run the same command again: "
                        "it resumes from the last verified chunk")
     try:
-        answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {ep.hostname}:{directory}")
+        answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}")
     except remote.RemoteError as exc:
         if exc.code == remote.MISMATCH and img.sha_file:
             raise KitError(f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
                            "damaged; re-run kit image convert (nothing was installed)") from exc
         raise
-    return sent, answer
+    return answer, plan, sent
+
+
+def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[int],
+                 progress: Callable[[int], None] | None) -> int:
+    """sendfile() the chunks not in `keep`, in order, into ssh's stdin."""
+    size, sent = img.size, 0
+    pipe = proc.stdin.fileno()
+    with open(img.path, "rb") as fh:
+        for index in range((size + chunk - 1) // chunk):
+            if index in keep:
+                continue
+            offset, end = index * chunk, min(size, (index + 1) * chunk)
+            while offset < end:
+                n = os.sendfile(pipe, fh.fileno(), offset, min(BLOCK, end - offset))
+                if n == 0:
+                    raise KitError(f"{img.path} shrank while being sent; do not modify it during a push")
+                offset += n
+                sent += n
+                if progress:
+                    progress(n)
+    return sent
 
 
 def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> list[str]:
@@ -170,32 +199,23 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     # With IMAGE.sha256 the file is not read twice: the receiver hashes every byte it gets
     # and refuses the rename unless the whole file matches the recorded digest.
     sha = recorded_sha256(img) or sha256_file(img.path)
-
     conn = connect(ep, accept_new_host_key=accept_new_host_key)
     try:
-        where = f"{ep.hostname}:{directory}"
-        probe = remote.run(conn, "probe", directory, img.path.name, img.size, sha, chunk_size,
-                           what=f"checking {where}")
         report = PushReport(endpoint=str(ep), image=str(img.path), size=img.size, sha256=sha,
-                            remote_path=f"{probe['dir']}/{img.path.name}", dry_run=dry_run)
-        if probe["final_matches"]:
-            keep_chunks, bad = set(range((img.size + chunk_size - 1) // chunk_size)), []
-        else:
-            keep_chunks, bad = _plan_chunks(probe, img, chunk_size)
-        kept = sum(min(chunk_size, img.size - i * chunk_size) for i in keep_chunks)
-        report.bytes_skipped, report.bytes_sent, report.resent_chunks = kept, img.size - kept, bad
-        need = img.size - min(probe["part_size"], img.size) + SPACE_MARGIN
-        if not probe["final_matches"] and probe["free"] < need:
-            raise KitError(f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
-                           f"{need}; nothing was changed. Free space there or pass --remote-dir")
+                            remote_path="", dry_run=dry_run)
         if dry_run:
+            where = f"{ep.hostname}:{directory}"
+            probe = remote.run(conn, "probe", directory, img.path.name, img.size, sha, chunk_size,
+                               what=f"checking {where}")
+            plan = _plan(probe, img, chunk_size, where)
+            report.remote_path = f"{probe['dir']}/{img.path.name}"
             report.siblings = [s.name for s in img.siblings]
+            report.bytes_sent = img.size - plan.kept_bytes
         else:
-            if not probe["final_matches"]:
-                report.bytes_sent, answer = _send(ep, img, directory, sha, chunk_size, keep_chunks,
-                                                  progress)
-                report.remote_path = answer["path"]
+            answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, progress)
+            report.remote_path = answer["path"]
             report.siblings = _put_siblings(conn, img, directory)
+        report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         if install:
             _install(conn, site, img, report, keep, dry_run)
     finally:

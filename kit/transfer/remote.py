@@ -14,7 +14,7 @@ from kit.errors import KitError
 _SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
 _BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
 _ERROR = re.compile(r"KIT-ERROR (\d+) (.*)", re.S)
-NO_SPACE, MISMATCH = 28, 4  # exit codes of remote_script.py
+MISMATCH = 4  # remote_script.py: the received file does not match its sha256
 
 
 class RemoteError(KitError):
@@ -37,9 +37,14 @@ def remote_path(path: str) -> str:
     return path
 
 
+# The system python3 first (stable, quick to start; a login PATH may put a slow shim first).
+_PICK = ('for p in /usr/bin/python3 python3; do command -v "$p" >/dev/null 2>&1 && exec "$p" -c "$0" "$@"; '
+         'done; echo "KIT-ERROR 127 python3 is not installed on the remote side" >&2; exit 127')
+
+
 def command(mode: str, *args: object) -> str:
-    """One shell-safe line: python3 -c <base64 bootstrap> MODE ARGS (works under sh and csh)."""
-    return " ".join(shlex.quote(str(a)) for a in ("python3", "-c", _BOOT, mode, *args))
+    """One shell-safe line running remote_script MODE ARGS under python3 (fine under sh and csh)."""
+    return " ".join(shlex.quote(str(a)) for a in ("sh", "-c", _PICK, _BOOT, mode, *args))
 
 
 def parse(stdout: str, stderr: str, exited: int, what: str) -> dict:
@@ -51,10 +56,8 @@ def parse(stdout: str, stderr: str, exited: int, what: str) -> dict:
             raise KitError(f"{what}: unexpected answer from the remote side: {stdout[-300:]!r}") from exc
     found = _ERROR.search(stderr)
     if found:
-        raise RemoteError(int(found.group(1)), f"{what}: {found.group(2)}")
-    if exited == 127:
-        raise RemoteError(exited, f"{what}: python3 is not on the remote PATH; the remote side of "
-                          "kit transfer needs python3 >= 3.6 on the transfer node")
+        hint = "; the remote side of kit transfer needs python3 >= 3.6" if found.group(1) == "127" else ""
+        raise RemoteError(int(found.group(1)), f"{what}: {found.group(2).strip()}{hint}")
     raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {stderr.strip()[-500:]}")
 
 

@@ -6,8 +6,10 @@ f-string tricks beyond 3.6, no third-party modules. Every mode prints one JSON o
 on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzero.
 
 Modes:
-  probe   DIR NAME SIZE SHA CHUNK          what is there already (no change)
-  receive DIR NAME SIZE SHA CHUNK KEEP     write the chunks not in KEEP from stdin, verify, rename
+  probe   DIR NAME SIZE SHA CHUNK        what is there already (no change)
+  push    DIR NAME SIZE SHA CHUNK        probe, print it, read the sender's plan line from stdin
+                                         ("KEEP i,j,..." / "SKIP" / "ABORT"), then receive the
+                                         other chunks from stdin, verify and rename: one session
   install SRC IMGDIR NAME VERSION KEEPN DRY   unpack with ch-convert as NAME@VERSION, switch NAME.current
 """
 import errno
@@ -71,6 +73,10 @@ def file_sha256(path):
 
 
 def probe(directory, name, size, sha, chunk):
+    print(json.dumps(inspect(directory, name, size, sha, chunk)))
+
+
+def inspect(directory, name, size, sha, chunk):
     final, part, state_path = names(directory, name)
     out = {"dir": os.path.abspath(directory), "dir_exists": os.path.isdir(directory),
            "free": free_bytes(directory), "final_matches": False, "part_size": 0,
@@ -86,7 +92,19 @@ def probe(directory, name, size, sha, chunk):
                 h = hashlib.sha256()
                 hash_range(fh, index * chunk, chunk, h)
                 out["chunk_hashes"].append(h.hexdigest())
-    print(json.dumps(out))
+    return out
+
+
+def push(directory, name, size, sha, chunk):
+    sys.stdout.write(json.dumps(inspect(directory, name, size, sha, chunk)) + "\n")
+    sys.stdout.flush()
+    plan = sys.stdin.buffer.readline().decode("ascii", "replace").split()
+    if plan[:1] == ["KEEP"]:
+        receive(directory, name, size, sha, chunk, set(int(i) for i in "".join(plan[1:]).split(",") if i))
+    elif plan[:1] == ["SKIP"]:
+        print(json.dumps({"path": os.path.abspath(names(directory, name)[0]), "sha256": sha}))
+    else:
+        fail(EXIT_USAGE, "the sender stopped before sending (%s)" % " ".join(plan or ["nothing"]))
 
 
 def write_all(fh, data, offset):
@@ -232,9 +250,8 @@ def main(argv):
     try:
         if mode == "probe":
             probe(args[0], args[1], int(args[2]), args[3], int(args[4]))
-        elif mode == "receive":
-            keep = set(int(i) for i in args[5].split(",") if i)
-            receive(args[0], args[1], int(args[2]), args[3], int(args[4]), keep)
+        elif mode == "push":
+            push(args[0], args[1], int(args[2]), args[3], int(args[4]))
         elif mode == "install":
             install(args[0], args[1], args[2], args[3], int(args[4]), args[5] == "1")
         else:
