@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.mpi.elf import elf_facts, is_elf, vendor_and_version
+from kit.mpi.elf import defines_symbol, elf_facts, is_elf, vendor_and_version
 from kit.mpi.imagefs import image_root, resolve_in_root, wanted
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 
@@ -114,9 +114,9 @@ def inspect_root(root: Path, label: str) -> ImageMPI:
             continue
         try:
             facts = elf_facts(real)
+            if not defines_symbol(real, "MPI_Init"):
+                continue
         except ValueError:
-            continue
-        if not facts.defines_mpi_init:
             continue
         vendor, version = vendor_and_version(real)
         version = version or dpkg.get(vendor or "")
@@ -137,7 +137,7 @@ def inspect_root(root: Path, label: str) -> ImageMPI:
             result.users[rel] = needs
         elif not (facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))):
             # MPI linked in: MPI_Init defined here, or (stripped) an MPI banner in its bytes
-            if facts.defines_mpi_init or vendor_and_version(path)[0] is not None:
+            if defines_symbol(path, "MPI_Init") or vendor_and_version(path)[0] is not None:
                 result.static.append(rel)
     return result
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.hash import ELFHashSection, GNUHashSection
 from elftools.elf.sections import SymbolTableSection
 
 ELF_MAGIC = b"\x7fELF"
@@ -29,7 +30,6 @@ VENDOR_MARKERS = [("intel", b"Intel(R) MPI Library"), ("openmpi", b"Open MPI"),
 class ElfFacts:
     soname: str | None
     needed: tuple[str, ...]
-    defines_mpi_init: bool  # a defined (not imported) MPI_Init symbol
 
 
 def is_elf(path: Path) -> bool:
@@ -41,27 +41,38 @@ def is_elf(path: Path) -> bool:
 
 
 def elf_facts(path: Path) -> ElfFacts:
-    """SONAME, DT_NEEDED and whether MPI_Init is defined here; ValueError if not an ELF."""
+    """SONAME and DT_NEEDED; ValueError if not an ELF."""
     try:
         with open(path, "rb") as fh:
-            elf = ELFFile(fh)
             soname, needed = None, []
-            for section in elf.iter_sections():
+            for section in ELFFile(fh).iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
                         if tag.entry.d_tag == "DT_SONAME":
                             soname = tag.soname
                         elif tag.entry.d_tag == "DT_NEEDED":
                             needed.append(tag.needed)
-            defines = False
-            for name in (".dynsym", ".symtab"):
-                table = elf.get_section_by_name(name)
-                if not isinstance(table, SymbolTableSection):
-                    continue
-                for sym in table.get_symbol_by_name("MPI_Init") or []:
-                    if sym["st_shndx"] != "SHN_UNDEF":
-                        defines = True
-            return ElfFacts(soname, tuple(needed), defines)
+            return ElfFacts(soname, tuple(needed))
+    except (ELFError, OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable ELF file: {exc}") from None
+
+
+def defines_symbol(path: Path, name: str = "MPI_Init") -> bool:
+    """Whether ``name`` is defined (not imported) here: hash-table lookup in .dynsym first,
+    then a walk of .symtab (executables with MPI linked in rarely export it)."""
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            for section in elf.iter_sections():
+                if isinstance(section, (GNUHashSection, ELFHashSection)):
+                    sym = section.get_symbol(name)
+                    if sym is not None and sym["st_shndx"] != "SHN_UNDEF":
+                        return True
+            table = elf.get_section_by_name(".symtab")
+            if isinstance(table, SymbolTableSection):
+                return any(sym.name == name and sym["st_shndx"] != "SHN_UNDEF"
+                           for sym in table.iter_symbols())
+            return False
     except (ELFError, OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable ELF file: {exc}") from None
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kit.mpi.abi import AbiId, decide
-from kit.mpi.elf import elf_facts, vendor_and_version
+from kit.mpi.elf import defines_symbol, elf_facts, vendor_and_version
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 from tests.helpers import require
 
@@ -35,8 +35,9 @@ def test_ld_cache_parser_refuses_garbage_and_truncation():
 def test_elf_facts_and_banners_of_real_libraries():
     lib = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
     require(lib.exists(), "Debian MPICH not installed")
-    facts = elf_facts(lib)
-    assert facts.soname == "libmpich.so.12" and facts.defines_mpi_init
+    assert elf_facts(lib).soname == "libmpich.so.12"
+    assert defines_symbol(lib, "MPI_Init") and not defines_symbol(lib, "MPI_No_Such_Call")
+    assert not defines_symbol(Path("/usr/lib/x86_64-linux-gnu/libmpichcxx.so.12"), "MPI_Init")  # imports it
     assert vendor_and_version(lib) == ("mpich", subprocess.run(
         ["mpichversion", "--version"], capture_output=True, text=True).stdout.split()[-1])
     with pytest.raises(ValueError, match="not a readable ELF"):
