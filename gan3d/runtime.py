@@ -38,7 +38,8 @@ class RankLayout:
     hostname: str
     nodes: int  # distinct hostnames in the job
     ranks_per_node: int  # the largest number of ranks on any node
-    mpi_library_version: str
+    mpi_library_version: str  # first line, e.g. "MPICH Version: 4.0.2" or "Intel(R) MPI Library 2021.x ..."
+    mpi_library_version_full: str
 
 
 def discover_layout() -> RankLayout:
@@ -52,12 +53,14 @@ def discover_layout() -> RankLayout:
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
     hostname = socket.gethostname()
     per_rank = world.allgather((hostname, node.Get_size()))
+    version = MPI.Get_library_version().strip()
     node_sizes = {h: n for h, n in per_rank}
     layout = RankLayout(
         rank=world.Get_rank(), size=world.Get_size(), local_rank=node.Get_rank(),
         local_size=node.Get_size(), hostname=hostname, nodes=len(node_sizes),
         ranks_per_node=max(node_sizes.values()),
-        mpi_library_version=MPI.Get_library_version().strip(),
+        mpi_library_version=" ".join(version.splitlines()[0].split()) if version else "unknown",
+        mpi_library_version_full=version,
     )
     node.Free()
     return layout

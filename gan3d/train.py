@@ -1,0 +1,419 @@
+"""`python -m gan3d train`: Horovod data-parallel 3DGAN training in hybrid MPI/OpenMP.
+
+Launch one process per rank with the MPI's own launcher (`mpiexec -n R ...` or `srun`); each rank
+uses `--threads` compute threads. Order of start-up matters and is kept here: MPI layout (mpi4py)
+-> thread checks and environment -> TensorFlow -> Horovod -> data -> models -> broadcast of the
+initial (or resumed) state from rank 0 -> epochs. Rank 0 checkpoints every epoch and writes the
+results JSON (see gan3d.results for its conventions).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import importlib.util
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gan3d import runtime
+from gan3d.checkpoint import CheckpointError, EpochCheckpoints
+from gan3d.runtime import RankLayout, SettingsError
+
+ITEX_MODULE = "intel_extension_for_tensorflow"
+SYNTHETIC_EVENTS_PER_FILE = 512
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m gan3d train", description=__doc__.split("\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="HDF5 shower files: a directory, a glob, or a comma-separated list")
+    src.add_argument("--synthetic", type=int, metavar="N",
+                     help="simulate N showers into --synthetic-dir (default: a temporary directory)")
+    ap.add_argument("--synthetic-dir", help="where --synthetic writes (must be shared by all nodes)")
+    ap.add_argument("--validation-data", help="files for validation losses (default: split off --data)")
+    ap.add_argument("--test-fraction", type=float, default=0.1,
+                    help="share of the files kept for validation when --validation-data is not given")
+    ap.add_argument("--preset", choices=["full", "tiny"], default="full")
+    ap.add_argument("--epochs", type=int, default=2, help="total epochs (a resumed run continues up to it)")
+    ap.add_argument("--steps-per-epoch", type=int, help="cap on optimizer steps per epoch (short runs)")
+    ap.add_argument("--validation-steps", type=int, help="cap on validation batches per epoch")
+    ap.add_argument("--batch-size", type=int, default=16, help="showers per rank per step")
+    ap.add_argument("--threads", type=int,
+                    help="intra-op (OpenMP) threads per rank [SLURM_CPUS_PER_TASK, else cores / ranks on node]")
+    ap.add_argument("--inter-op-threads", type=int, default=2, help="TensorFlow inter-op threads per rank")
+    ap.add_argument("--oversubscribe", action="store_true",
+                    help="allow ranks per node x threads > cores of a node (laptops)")
+    ap.add_argument("--site", help="site config name or file: node cores, peak FLOP/s, usable memory")
+    ap.add_argument("--measure-peak", type=float, nargs="?", const=3.0, metavar="SECONDS",
+                    help="measure the dense-matmul peak on every rank before training (default 3 s)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate per rank (scaled by the rank count)")
+    ap.add_argument("--warmup-epochs", type=float, default=0.0,
+                    help="linear learning-rate warm-up from lr to lr x ranks over this many epochs")
+    ap.add_argument("--optimizer", choices=["rmsprop", "adam"], default="rmsprop")
+    ap.add_argument("--loss-weights", default="8,0.2,0.1", help="BCE, MAPE(Ep), MAPE(cell sum)")
+    ap.add_argument("--flip-prob", type=float, default=0.05, help="label flip probability")
+    ap.add_argument("--xscale", type=float, default=1.0, help="image scale factor (reference: 1 or 100)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deterministic", action="store_true",
+                    help="TensorFlow op determinism: bit-identical reruns and resumes (slower)")
+    ap.add_argument("--results", help="results JSON written by rank 0")
+    ap.add_argument("--checkpoint-dir", help="rank 0 writes a checkpoint here after every epoch")
+    ap.add_argument("--keep-checkpoints", type=int, default=2)
+    ap.add_argument("--resume", action="store_true", help="continue after the last checkpoint in --checkpoint-dir")
+    ap.add_argument("--itex", choices=["on", "off"], default="off",
+                    help="Intel Extension for TensorFlow (optional extra: pip install '.[itex]')")
+    return ap
+
+
+def _loss_weights(text: str) -> tuple[float, float, float]:
+    try:
+        weights = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        weights = ()
+    if len(weights) != 3:
+        raise SettingsError(f"--loss-weights {text!r}: give three comma-separated numbers, e.g. 8,0.2,0.1")
+    return weights  # type: ignore[return-value]
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
+                        ("--steps-per-epoch", args.steps_per_epoch), ("--validation-steps", args.validation_steps),
+                        ("--synthetic", args.synthetic)):
+        if value is not None and value < 1:
+            raise SettingsError(f"{flag} {value}: must be at least 1")
+    if args.resume and not args.checkpoint_dir:
+        raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
+    if not 0.0 < args.test_fraction < 1.0:
+        raise SettingsError(f"--test-fraction {args.test_fraction}: must be between 0 and 1")
+    _loss_weights(args.loss_weights)
+
+
+def _say(layout: RankLayout, text: str) -> None:
+    if layout.rank == 0:
+        print(text, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    layout = None
+    try:
+        _check_args(args)
+        layout = runtime.discover_layout()
+        return _run(args, layout)
+    except Exception as exc:  # user-facing errors end the whole job with one clear line
+        from gan3d.data import DataError
+        from kit.errors import KitError
+
+        if not isinstance(exc, (SettingsError, CheckpointError, DataError, KitError)):
+            raise
+        if layout is None or layout.size == 1:
+            print(f"gan3d train: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        # Other ranks may wait in a collective: end the job. Rank 0 speaks first; another rank
+        # only gets to speak (after a pause) if rank 0 did not fail and tear the job down.
+        from mpi4py import MPI
+
+        if layout.rank != 0:
+            time.sleep(1.0)
+        print(f"gan3d train: error: [rank {layout.rank}] {exc}", file=sys.stderr, flush=True)
+        MPI.COMM_WORLD.Abort(2)
+        return 2
+
+
+def _site_and_cores(args: argparse.Namespace):
+    """The site (if given) and the cores of one node to size threads against."""
+    if args.site:
+        from kit.site import load_site
+
+        site = load_site(args.site)
+        return site, site.node.cores, f"{site.name!r} site"
+    return None, os.cpu_count() or 1, "this machine's"
+
+
+def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path], list[Path], str | None]:
+    """(train files, validation files, temporary dir to remove at the end)."""
+    from gan3d.data import expand_data_arg, train_test_split
+
+    temp = None
+    if args.synthetic:
+        from mpi4py import MPI
+
+        from gan3d.simulate import write_files
+
+        target = args.synthetic_dir
+        if layout.rank == 0:
+            if target is None:
+                target = temp = tempfile.mkdtemp(prefix="gan3d-synthetic-")
+            files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
+            write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+        target = MPI.COMM_WORLD.bcast(target, root=0)
+        paths = expand_data_arg(str(target))
+    else:
+        paths = expand_data_arg(args.data)
+    if args.validation_data:
+        return paths, expand_data_arg(args.validation_data), temp
+    train, test = train_test_split(paths, test_fraction=args.test_fraction)
+    return train, test, temp
+
+
+def _weights_digest(models) -> str:
+    """SHA-256 over every variable of the models (trainable and BatchNorm statistics)."""
+    digest = hashlib.sha256()
+    for model in models:
+        for var in model.variables:
+            digest.update(var.name.encode())
+            digest.update(np.ascontiguousarray(var.numpy()).tobytes())
+    return digest.hexdigest()
+
+
+def _epoch_seed(seed: int, rank: int, epoch: int) -> int:
+    """The step RNG seed of (seed, rank, epoch): a resumed epoch draws exactly what it would have."""
+    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+def _mean_losses(sums: dict[str, float], count: int, hvd) -> dict[str, float]:
+    """Per-rank mean of each loss, then averaged over ranks (one all-reduce)."""
+    import tensorflow as tf
+
+    if not sums or count == 0:
+        return {}
+    keys = sorted(sums)
+    local = tf.constant([sums[k] / count for k in keys], tf.float64)
+    mean = hvd.allreduce(local, op=hvd.Average, name="epoch_losses").numpy() if hvd.size() > 1 else local.numpy()
+    return {k: float(v) for k, v in zip(keys, mean)}
+
+
+def _average_statistics(models, hvd) -> None:
+    """Average the BatchNorm moving statistics over ranks (Horovod only all-reduces gradients).
+
+    Each rank normalizes with its own batches, so these drift apart during an epoch; after this
+    every rank holds the same model at epoch boundaries, the checkpoint of rank 0 is the state of
+    all ranks, and a resumed multi-rank run continues exactly.
+    """
+    stats = [v for m in models for v in m.non_trainable_variables]
+    if hvd.size() > 1 and stats:
+        for var, mean in zip(stats, hvd.grouped_allreduce(stats, op=hvd.Average, name="bn_statistics")):
+            var.assign(mean)
+
+
+def _run(args: argparse.Namespace, layout: RankLayout) -> int:
+    t_start = time.time()
+    site, cores, where = _site_and_cores(args)
+    threads = args.threads or runtime.default_threads(layout.local_size, cores)
+    runtime.check_capacity(layout.ranks_per_node, threads, args.inter_op_threads, cores, where,
+                           args.oversubscribe)
+    if args.itex == "on" and importlib.util.find_spec(ITEX_MODULE) is None:  # before any slow work
+        raise SettingsError("--itex on: intel-extension-for-tensorflow is not installed; "
+                            "fix: pip install '.[itex]' (intel-extension-for-tensorflow[cpu]==2.15.0.0) "
+                            "or run with --itex off")
+    settings = runtime.thread_settings(threads, args.inter_op_threads)
+    warnings = runtime.apply_environment(settings)
+    itex_installed = importlib.util.find_spec(ITEX_MODULE) is not None
+    if args.itex == "off" and itex_installed:
+        warnings.append("--itex off, but TensorFlow loads an installed ITEX plugin by itself; "
+                        "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow")
+    train_paths, val_paths, temp_dir = _data_files(args, layout)
+    # Checked before TensorFlow starts, so a bad file stops the job in seconds.
+    from gan3d.data import ShowerFiles, ShowerStream
+
+    train_files, val_files = ShowerFiles(train_paths), ShowerFiles(val_paths)
+    stream = ShowerStream(train_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
+                          seed=args.seed, xscale=args.xscale, shuffle=True)
+    val_stream = ShowerStream(val_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
+                              seed=args.seed, xscale=args.xscale, shuffle=False)
+    steps = min(stream.batches_per_epoch, args.steps_per_epoch or stream.batches_per_epoch)
+    val_steps = min(val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch)
+
+    import tensorflow as tf
+
+    warnings += runtime.configure_tensorflow(settings)
+    if args.itex == "on":
+        importlib.import_module(ITEX_MODULE)  # registers its CPU kernels with TensorFlow
+    import horovod.tensorflow as hvd
+
+    hvd.init()
+    if (hvd.rank(), hvd.size()) != (layout.rank, layout.size):
+        raise SettingsError(f"Horovod sees rank {hvd.rank()} of {hvd.size()} but MPI rank {layout.rank} of "
+                            f"{layout.size}: horovod and mpi4py are built against different MPIs; "
+                            "fix: rebuild both against the MPI the launcher belongs to")
+    tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere (rank 0's are broadcast)
+    if args.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    in_force = runtime.settings_in_force()
+    _say(layout, f"gan3d train: {layout.size} rank(s) on {layout.nodes} node(s), {layout.ranks_per_node} per node; "
+                 f"intra-op {in_force['intra_op_threads']}, inter-op {in_force['inter_op_threads']} threads "
+                 f"per rank; " + " ".join(f"{k}={v}" for k, v in in_force["env"].items()))
+    for w in warnings:
+        _say(layout, f"gan3d train: warning: {w}")
+
+    from gan3d.flops import step_flops
+    from gan3d.model import PRESETS, discriminator, generator
+    from gan3d.step import StepConfig, TrainStep
+
+    peak_measured = None
+    if args.measure_peak:
+        from gan3d.peak import measure_peak_flops
+
+        mine = measure_peak_flops(threads, args.measure_peak)
+        mine = float(mine["flop_per_second"] if isinstance(mine, dict) else mine)
+        peak_measured = float(sum(hvd.allgather_object(mine)))
+
+    gen, disc = generator(args.preset), discriminator(args.preset)
+    config = StepConfig(loss_weights=_loss_weights(args.loss_weights), flip_prob=args.flip_prob,
+                        learning_rate=args.lr * layout.size, optimizer=args.optimizer, xscale=args.xscale,
+                        latent_dim=PRESETS[args.preset].latent_dim, seed=args.seed)
+    step = TrainStep(gen, disc, config=config, hvd=hvd)
+    state = tf.train.Checkpoint(generator=gen, discriminator=disc, **step.variables_to_checkpoint())
+    initial_digest = _weights_digest((gen, disc))
+
+    checkpoints = EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints) if args.checkpoint_dir else None
+    start_epoch = 0
+    if args.resume and layout.rank == 0:
+        latest = checkpoints.latest()
+        if latest is None:
+            raise CheckpointError(f"--resume: no complete checkpoint in {checkpoints.directory}; "
+                                  "fix: train without --resume first, or point --checkpoint-dir at the run")
+        meta = checkpoints.restore(state, latest, {"preset": args.preset})
+        start_epoch = int(meta["epoch"])
+    start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0))
+    # Rank 0's state (fresh or resumed) everywhere: models, optimizer slots and counters, dropout RNGs.
+    hvd.broadcast_variables(gen.variables + disc.variables + step.d_optimizer.variables
+                            + step.g_optimizer.variables, root_rank=0)
+    for rng in step.variables_to_checkpoint()["dropout_rngs"]:
+        hvd.broadcast_variables([v for v in _tracked_variables(rng)], root_rank=0)
+    if start_epoch:
+        _say(layout, f"gan3d train: resumed from {checkpoints.latest()} after epoch {start_epoch}")
+    if start_epoch >= args.epochs:
+        _say(layout, f"gan3d train: already trained {start_epoch} epoch(s) of --epochs {args.epochs}; nothing to do")
+
+    base_lr = args.lr * layout.size
+    warmup_steps = int(round(args.warmup_epochs * steps))
+    history, epoch_times, val_times, ckpt_times = [], [], [], []
+    first_step_seconds, timed_steps, timed_seconds = None, 0, 0.0
+    for epoch in range(start_epoch, args.epochs):
+        step.rng.reset_from_seed(_epoch_seed(args.seed, layout.rank, epoch))
+        sums: dict[str, float] = {}
+        done = 0
+        t0 = time.perf_counter()
+        for images, ep, cellsum in stream.epoch(epoch):
+            if done == steps:
+                break
+            global_step = epoch * steps + done
+            if warmup_steps:
+                frac = min(1.0, (global_step + 1) / warmup_steps)
+                step.set_learning_rate(args.lr + (base_lr - args.lr) * frac)
+            ts = time.perf_counter()
+            losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
+            dt = time.perf_counter() - ts
+            if first_step_seconds is None:
+                first_step_seconds = dt
+            else:
+                timed_steps, timed_seconds = timed_steps + 1, timed_seconds + dt
+            for k, v in losses.items():
+                sums[k] = sums.get(k, 0.0) + v
+            done += 1
+        epoch_times.append(time.perf_counter() - t0)
+        if done != steps:
+            raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
+        train_losses = _mean_losses(sums, done, hvd)
+        _average_statistics((gen, disc), hvd)
+
+        t0 = time.perf_counter()
+        vsums: dict[str, float] = {}
+        vdone = 0
+        for i, (images, ep, cellsum) in enumerate(val_stream.epoch(0)):
+            if vdone == val_steps:
+                break
+            for k, v in step.evaluate(images, ep, cellsum, batch_index=layout.rank * val_steps + i).items():
+                vsums[k] = vsums.get(k, 0.0) + float(v)
+            vdone += 1
+        val_losses = _mean_losses(vsums, vdone, hvd)
+        val_times.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        if checkpoints and layout.rank == 0:
+            checkpoints.save(state, gen, epoch + 1, {"preset": args.preset, "seed": args.seed,
+                                                     "ranks": layout.size, "batch_size": args.batch_size,
+                                                     "steps_per_epoch": steps})
+        ckpt_times.append(time.perf_counter() - t0)
+        history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses})
+        _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {epoch_times[-1]:.2f} s, {steps} steps, "
+                     f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
+                     f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
+                     f"{val_losses.get('d_loss', float('nan')):.4f}")
+
+    from gan3d import results as res
+
+    digest = _weights_digest((gen, disc))
+    per_rank = hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
+                                     "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest})
+    if layout.rank == 0 and args.results:
+        flops = step_flops(args.preset, args.batch_size)
+        node_peak = site.node.theoretical_peak_flops() if site else None
+        perf = res.throughput({k: float(v) for k, v in flops.items() if isinstance(v, (int, float))},
+                              args.batch_size, layout.size, timed_steps, timed_seconds,
+                              layout.nodes * node_peak if node_peak else None, peak_measured)
+        rss = [r["peak_rss_bytes"] for r in per_rank]
+        usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
+        record = {
+            "site": site.name if site else None,
+            "image_digest": res.image_digest(),
+            "software": res.software_versions(itex_loaded=itex_installed),
+            "mpi_library_version": layout.mpi_library_version,
+            "mpi_library_version_full": layout.mpi_library_version_full,
+            "nodes": layout.nodes, "ranks": layout.size, "ranks_per_node": layout.ranks_per_node,
+            "threads_per_rank": in_force["intra_op_threads"], "inter_op_threads": in_force["inter_op_threads"],
+            "thread_env": in_force["env"], "oversubscribed": layout.ranks_per_node * threads > cores,
+            "cores_per_node": cores, "itex": {"requested": args.itex == "on", "installed": itex_installed}, "deterministic": args.deterministic,
+            "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
+            "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
+            "loss_weights": list(_loss_weights(args.loss_weights)), "xscale": args.xscale,
+            "data_files": {"train": len(train_paths), "validation": len(val_paths)},
+            "train_events": train_files.num_events, "validation_events": val_files.num_events,
+            "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
+            "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,
+            "full_epoch_steps": stream.batches_per_epoch, "validation_steps": val_steps,
+            "epoch_times": epoch_times, "validation_times": val_times, "checkpoint_times": ckpt_times,
+            "first_step_seconds": first_step_seconds,
+            "full_epoch_seconds_estimate": (stream.batches_per_epoch * timed_seconds / timed_steps
+                                            if timed_steps else None),
+            **perf,
+            "losses": history,
+            "peak_rss_bytes_per_rank": rss,
+            "usable_memory_bytes_per_rank": usable,
+            "memory_within_node": (max(rss) <= usable) if usable else None,
+            "weights_sha256_initial": initial_digest,
+            "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
+            "hostnames": sorted({r["hostname"] for r in per_rank}),
+            "checkpoint": str(checkpoints.latest()) if checkpoints and checkpoints.latest() else None,
+            "wall_seconds": time.time() - t_start,
+        }
+        path = res.write_results(args.results, record)
+        _say(layout, f"gan3d train: {perf['showers_per_second']:.2f} showers/s, "
+                     f"{perf['flop_per_second'] / 1e9:.2f} GFLOP/s; results in {path}")
+        if usable and max(rss) > usable:
+            _say(layout, f"gan3d train: warning: peak memory {max(rss) / 1e9:.2f} GB per rank exceeds the "
+                         f"{usable / 1e9:.2f} GB a rank may use on a {site.name} node")
+    train_files.close()
+    val_files.close()
+    if temp_dir and layout.rank == 0:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    hvd.shutdown()
+    return 0
+
+
+def _tracked_variables(rng) -> list:
+    """tf.Variables held by a Keras RandomGenerator (its tf.random.Generator state)."""
+    gen = getattr(rng, "_generator", None)
+    return [gen.state] if gen is not None and hasattr(gen, "state") else []
+
+
+if __name__ == "__main__":
+    sys.exit(main())
