@@ -15,6 +15,7 @@ import os
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -199,27 +200,36 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     # With IMAGE.sha256 the file is not read twice: the receiver hashes every byte it gets
     # and refuses the rename unless the whole file matches the recorded digest.
     sha = recorded_sha256(img) or sha256_file(img.path)
-    conn = connect(ep, accept_new_host_key=accept_new_host_key)
+    pool = ThreadPoolExecutor(1)
+    opening = pool.submit(connect, ep, accept_new_host_key=accept_new_host_key)
     try:
+        if dry_run or accept_new_host_key:
+            opening.result()  # settle the host key before ssh(1) checks the same known_hosts
         report = PushReport(endpoint=str(ep), image=str(img.path), size=img.size, sha256=sha,
                             remote_path="", dry_run=dry_run)
         if dry_run:
             where = f"{ep.hostname}:{directory}"
-            probe = remote.run(conn, "probe", directory, img.path.name, img.size, sha, chunk_size,
-                               what=f"checking {where}")
+            probe = remote.run(opening.result(), "probe", directory, img.path.name, img.size, sha,
+                               chunk_size, what=f"checking {where}")
             plan = _plan(probe, img, chunk_size, where)
             report.remote_path = f"{probe['dir']}/{img.path.name}"
             report.siblings = [s.name for s in img.siblings]
             report.bytes_sent = img.size - plan.kept_bytes
-        else:
-            answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, progress)
+        else:  # the data stream starts while Fabric is still logging in
+            try:
+                answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, progress)
+            except KitError:
+                opening.result()  # if Fabric failed too, its reason (host key, auth) is the clearer one
+                raise
             report.remote_path = answer["path"]
-            report.siblings = _put_siblings(conn, img, directory)
+            report.siblings = _put_siblings(opening.result(), img, directory)
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         if install:
-            _install(conn, site, img, report, keep, dry_run)
+            _install(opening.result(), site, img, report, keep, dry_run)
     finally:
-        conn.close()
+        pool.shutdown(wait=True)
+        if opening.exception() is None:
+            opening.result().close()
     report.seconds = time.monotonic() - started
     return report
 
