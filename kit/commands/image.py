@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--mount-point", action="append", default=[], metavar="PATH",
                       help="create an empty directory for a ch-run -b target (repeatable)")
     conv.add_argument("--level", type=int, default=DEFAULT_LEVEL,
-                      help=f"compression level (gzip via ISA-L: 0-3; sqfs: 1-9; default {DEFAULT_LEVEL})")
+                      help=f"compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9; "
+                      f"default {DEFAULT_LEVEL})")
     conv.add_argument("--max-size", type=_size, default=Limits.max_size,
                       help="stop past this many uncompressed bytes (default 64G)")
     conv.add_argument("--max-members", type=int, default=Limits.max_members,

@@ -13,8 +13,8 @@ from kit.image.manifest import write_sidecars
 from kit.image.sources import Image, open_image
 from kit.image.writers import format_for, open_writer
 
-DEFAULT_LEVEL = 3  # ISA-L's best; about zlib -6 size at several times its speed
-LEVELS = {"tar.gz": (0, 3), "sqfs": (1, 9)}  # ISA-L levels; mksquashfs gzip levels
+DEFAULT_LEVEL = 5  # zlib-ng 5: within ~1% of gzip -6's size at 3x its speed (docs/benchmarks.md)
+LEVELS = {"tar.gz": (0, 9), "sqfs": (1, 9)}  # 0-3 ISA-L, 4-9 zlib-ng; mksquashfs gzip levels
 
 
 @dataclass

@@ -267,6 +267,11 @@ class Flattener:
 
     def _symlink_target(self, layer: Layer, name: str, target: str) -> str:
         link_dir = name.rpartition("/")[0]
+        try:
+            target.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LayerError(f"{layer.label}: symlink {name!r} has a target that is not UTF-8; "
+                             "fix: rebuild the image without it") from None
         if target.startswith("/"):
             absolute = posixpath.normpath("/" + target.lstrip("/"))
             rel = posixpath.relpath(absolute, "/" + link_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import stat
 import tarfile
@@ -123,6 +124,18 @@ class _CountingReader:
             self.hash.update(data)
         return data
 
+    def readinto(self, buf) -> int:
+        data = self.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return False
+
     def finish(self) -> str | None:
         while self.read(CHUNK):
             pass
@@ -130,6 +143,35 @@ class _CountingReader:
             return (f"its uncompressed content does not match its diff_id (got {self.algo}:"
                     f"{self.hash.hexdigest()})")
         return None
+
+
+class _Forward:
+    """A forward-only seekable view of a stream: lets tarfile use its random-access mode,
+    whose buffering is far cheaper than stream mode's, as long as members are read in order."""
+
+    def __init__(self, inner: IO[bytes]):
+        self.inner = inner
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.inner.read(n)
+        self.pos += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        if whence == 1:
+            pos += self.pos
+        elif whence != 0 or pos < self.pos:
+            raise io.UnsupportedOperation("layer streams are read front to back only")
+        while self.pos < pos and self.read(min(CHUNK, pos - self.pos)):
+            pass
+        return self.pos
 
 
 def _compression(layer: Layer) -> str:
@@ -191,7 +233,8 @@ def _tar_stream(layer: Layer, budget: Budget, progress) -> Iterator[tuple[tarfil
         else:
             plain = raw
         counted = _CountingReader(plain, budget, blob.size, layer.diff_id, layer)
-        tf = tarfile.open(fileobj=counted, mode="r|", bufsize=CHUNK, errorlevel=2)
+        tf = tarfile.open(fileobj=_Forward(io.BufferedReader(counted, CHUNK)), mode="r:",
+                          errorlevel=2)
 
         def finish() -> None:
             problem = counted.finish() or raw.finish()
