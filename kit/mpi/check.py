@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import shlex
 import shutil
 import subprocess
@@ -41,19 +40,6 @@ class CheckResult:
         return not self.problems and len(self.ranks) == RANKS
 
 
-def missing_in_image(pair: Pair, image: Path) -> list[str]:
-    """Mount points and alias links the image lacks (directory images can be checked in place)."""
-    if image_kind(image) != "dir":
-        return []
-    missing = [p for p in pair.mount_points if not (image / p.lstrip("/")).is_dir()]
-    for link, target in pair.links.items():
-        path = image / link.lstrip("/")
-        points_to = os.readlink(path) if path.is_symlink() else None
-        if points_to is None or posixpath.normpath(posixpath.join(posixpath.dirname(link), points_to)) != target:
-            missing.append(f"{link} -> {target}")
-    return missing
-
-
 def launcher_command(pair: Pair, ranks: int) -> tuple[list[str], list[str]]:
     """(launcher argv, extra ch-run join args) for the site's launcher on this machine."""
     site = pair.site
@@ -73,16 +59,14 @@ def launcher_command(pair: Pair, ranks: int) -> tuple[list[str], list[str]]:
     return [exe, *words[1:], "-n", str(ranks)], [f"--join-ct={ranks}", f"--join-tag=kitcheck-{os.getpid()}"]
 
 
-def run_check(pair: Pair, image: str | os.PathLike | None = None, python: str = "python3",
-              timeout: float = 120.0) -> CheckResult:
-    """Launch RANKS ranks of ch-run + mpi4py and judge what they report."""
-    image = Path(image or pair.image)
+def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0) -> CheckResult:
+    """Launch RANKS ranks of ch-run + mpi4py in the pair's image and judge what they report."""
+    image = Path(pair.image)
     if image_kind(image) in ("tar", "source"):
         raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
                        "(kit image convert IMAGE OUT.sqfs --mount-point DIR ...)")
-    missing = missing_in_image(pair, image)
-    if missing:
-        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(missing)}; fix: "
+    if pair.missing:
+        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}; fix: "
                        "convert it with `kit image convert --mount-point DIR` for each mount point "
                        "(and the recipe's alias links), or `kit mpi pair --prepare` on a directory image")
     if shutil.which("ch-run") is None:

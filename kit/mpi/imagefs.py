@@ -77,7 +77,9 @@ def _extract_tar(image: Path, dest: Path) -> None:
                     continue
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if member.issym():
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                elif member.issym():
                     with contextlib.suppress(FileExistsError):
                         os.symlink(member.linkname, target)  # resolved later inside the root only
                 elif member.isfile():

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -11,7 +12,8 @@ import yaml
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.mpi.abi import DEFAULT_SONAME, FAMILY_OF_VENDOR, AbiId, Verdict, advice_for, decide
-from kit.mpi.discover import ImageMPI, _file_version, find_image_mpi
+from kit.mpi.discover import ImageMPI, _file_version, inspect_root
+from kit.mpi.imagefs import image_root
 from kit.site import Site, load_site
 
 PAIR_FORMAT = 1
@@ -32,6 +34,7 @@ class Pair:
     env_set: dict[str, str]
     env_prepend: dict[str, list[str]]
     links: dict[str, str]
+    missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
 
     @property
     def mount_points(self) -> list[str]:
@@ -90,6 +93,7 @@ class Pair:
             "env": {"set": dict(self.env_set), "prepend": {k: list(d) for k, d in self.env_prepend.items()}},
             "mount_points": self.mount_points,
             "links": dict(self.links),
+            "image_ready": {"ok": not self.missing, "missing": list(self.missing)},
             "launch": self.launch_line(),
         }
 
@@ -143,28 +147,45 @@ def _translate(value: str, binds: list[tuple[str, str]]) -> str:
     return ":".join(out)
 
 
-def make_pair(site: Site | str, image: str | os.PathLike, mode: str = "full",
-              found: ImageMPI | None = None) -> Pair:
+def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
     """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
     site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
-    found = found or find_image_mpi(image)
-    host, container = host_abi(site), image_abi(found)
-    verdict = decide(host, container, mode)
-    if not verdict.ok:
-        raise KitError(f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
-                       f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
-                       f"Put {advice_for(host)} into the image instead.")
-    target = site.container.mpi_target.rstrip("/")
-    lib_dirs = site.host_mpi.lib_dirs
-    binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
-    binds += [tuple(b.split(":", 1)) for b in site.container.binds]
-    host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
-                        binds[0][1])
-    links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
-    prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
-    env_set = {k: _translate(v, binds) for k, v in site.host_mpi.env.items()}
-    return Pair(site, str(image), host, container, found, verdict, binds, env_set,
-                {"LD_LIBRARY_PATH": prepend}, links)
+    with image_root(image) as root:
+        found = inspect_root(root, str(image))
+        host, container = host_abi(site), image_abi(found)
+        verdict = decide(host, container, mode)
+        if not verdict.ok:
+            raise KitError(f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
+                           f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
+                           f"Put {advice_for(host)} into the image instead.")
+        target = site.container.mpi_target.rstrip("/")
+        lib_dirs = site.host_mpi.lib_dirs
+        binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
+        binds += [tuple(b.split(":", 1)) for b in site.container.binds]
+        host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
+                            binds[0][1])
+        links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
+        prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
+        env_set = {k: _translate(v, binds) for k, v in site.host_mpi.env.items()}
+        pair = Pair(site, str(image), host, container, found, verdict, binds, env_set,
+                    {"LD_LIBRARY_PATH": prepend}, links)
+        pair.missing = missing_in_root(pair, root)
+    if pair.missing:
+        verdict.warnings.append(f"the image lacks {', '.join(pair.missing)}: convert it with "
+                                "`kit image convert --mount-point DIR` per mount point (links come from "
+                                "the images/ recipe), or `kit mpi pair --prepare` on a directory image")
+    return pair
+
+
+def missing_in_root(pair: Pair, root: Path) -> list[str]:
+    """Mount points and alias links the image tree lacks."""
+    missing = [p for p in pair.mount_points if not (root / p.lstrip("/")).is_dir()]
+    for link, target in pair.links.items():
+        path = root / link.lstrip("/")
+        points_to = os.readlink(path) if path.is_symlink() else None
+        if points_to is None or posixpath.normpath(posixpath.join(posixpath.dirname(link), points_to)) != target:
+            missing.append(f"{link} -> {target}")
+    return missing
 
 
 def pair_path(image: str | os.PathLike) -> Path:

@@ -40,6 +40,14 @@ def test_pair_accepts_debian_mpich_for_intel_host_and_writes_the_pair_file(impi_
     assert "warning: host minor 0 is older" in " ".join(capsys.readouterr().out.split())
 
 
+def test_check_on_the_squashfs_image(impi_site, mpich_squash):
+    pair = make_pair(impi_site, mpich_squash)
+    assert pair.document()["image_ready"]["ok"]  # mount point and link found inside the SquashFS
+    result = run_check(pair)
+    assert result.ok, result.problems
+    assert {r.mapped[0] for r in result.ranks} == {f"{TARGET}/lib0/libmpi.so.12"}
+
+
 def test_strict_mode_refuses_the_newer_image_minor(impi_site, mpich_image):
     with pytest.raises(KitError, match=r"minor versions differ: host 0, image 2 \(strict mode"):
         make_pair(impi_site, mpich_image, mode="strict")
@@ -76,11 +84,16 @@ def test_check_names_the_missing_mount_point(impi_site, mpich_oci, tmp_path):
     convert(mpich_oci, image, fmt="dir")  # no --mount-point; drop the recipe's alias link too
     (image / TARGET.lstrip("/") / "compat/libmpich.so.12").unlink()
     pair = make_pair(impi_site, image)
+    assert pair.document()["image_ready"] == {"ok": False, "missing": [
+        f"{TARGET}/lib0", f"{TARGET}/compat/libmpich.so.12 -> {TARGET}/lib0/libmpi.so.12"]}
+    assert any("--mount-point" in w for w in pair.verdict.warnings)
     with pytest.raises(KitError, match=r"lacks what the pair binds onto: /opt/hostmpi/lib0, "
                                        r"/opt/hostmpi/compat/libmpich.so.12 -> .*--mount-point"):
         run_check(pair)
     made = prepare_image_dir(pair, image)  # what conversion does for a directory image
     assert made == [f"{TARGET}/lib0", f"{TARGET}/compat/libmpich.so.12"]
+    pair = make_pair(impi_site, image)
+    assert not pair.missing
     assert run_check(pair).ok
     path = write_pair(pair)
     assert path == pair_path(image) and path.name == "img.pair.yaml"
