@@ -1,19 +1,23 @@
-"""Benchmark: `kit transfer push` vs `scp` of the same 1 GB random file over loopback sshd.
+"""Benchmark: `kit transfer push` vs `scp` of the same 1 GB random file over a loopback sshd.
 
 Run: .venv/bin/python bench/transfer_push.py [--size-mb 1024] [--reps 3] [--cipher NAME]
 
-Both tools go to the same sshd (started here, tests/transfer/sshd.py) with the same
-ssh config; with --cipher both are forced to that cipher, else both use OpenSSH's default.
-The image has its IMAGE.sha256 sibling, as `kit image convert` writes it; the push still
-re-hashes the file locally (overlapped with sending) and the remote verifies the full
-sha256 before renaming into place. Each push starts from an empty remote dir.
+Each transfer gets a freshly started sshd (tests/transfer/sshd.py) and an empty remote dir,
+so its CPU time (client + sshd + remote processes, from getrusage once sshd has exited) can
+be counted as well as its wall time; the tools alternate, back to back. Without --cipher
+every tool uses its own default (scp: OpenSSH's, chacha20-poly1305; kit: AES-GCM first when
+the CPU has AES instructions and ~/.ssh/config names no Ciphers); with --cipher both are
+forced to that cipher through the shared ssh config. The image has its IMAGE.sha256 sibling
+as `kit image convert` writes it; the push is fully verified (the receiver hashes every
+byte and renames only on a sha256 match). "kit" times the library call, "kit-cli" the
+`python -m kit transfer push` command including interpreter start and imports.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -22,24 +26,32 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import yaml
 
-from kit.site import load_site  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
 from kit.transfer import push  # noqa: E402
 from tests.transfer.sshd import start_sshd  # noqa: E402
+
+
+def cpu_seconds() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--cipher", default=None, help="e.g. aes128-gcm@openssh.com (both tools)")
+    ap.add_argument("--cipher", default=None, help="force this cipher for both, e.g. aes128-gcm@openssh.com")
+    ap.add_argument("--tools", default="scp,kit,kit-cli")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kit-bench-transfer-"))
-    server = start_sshd(work / "sshd")
     try:
-        extra = f"  Ciphers {args.cipher}\n" if args.cipher else ""
-        cfg = server.write_ssh_config(work / "ssh_config", alias="127.0.0.1", extra=extra)
         img = work / "bench.tar.gz"
         h = hashlib.sha256()
         with open(img, "wb") as fh:
@@ -50,41 +62,57 @@ def main() -> None:
         (work / "bench.tar.gz.sha256").write_text(f"{h.hexdigest()}  bench.tar.gz\n")
         size = img.stat().st_size
         remote = work / "remote"
-        site = load_site("laptop")
-        site = dataclasses.replace(site, transfer=dataclasses.replace(
-            site.transfer, host="127.0.0.1", port=server.port, user="root", image_dir=str(remote)))
+        home = work / "home"
+        base = yaml.safe_load((ROOT / "site-configs" / "laptop.yaml").read_text())
+        site = work / "bench-site.yaml"
+        site.write_text(yaml.safe_dump(dict(base, name="bench", transfer=dict(
+            base["transfer"], host="bench-sshd", user=None, port=22, image_dir=str(remote)))))
 
-        def fresh() -> None:
+        def run(tool: str) -> tuple[float, float]:
             shutil.rmtree(remote, ignore_errors=True)
             remote.mkdir()
+            server = start_sshd(work / "sshd")
+            extra = f"  Ciphers {args.cipher}\n" if args.cipher else ""
+            cfg = server.write_ssh_config(home / ".ssh" / "config", alias="bench-sshd", extra=extra)
             subprocess.run(["sync"], check=True)
+            cpu0, t0 = cpu_seconds(), time.perf_counter()
+            if tool == "scp":
+                subprocess.run(["scp", "-q", "-F", str(cfg), str(img), f"bench-sshd:{remote}/bench.tar.gz"],
+                               check=True)
+            elif tool == "kit":
+                report = push(img, site, ssh_config=cfg)
+                assert report.bytes_sent == size, report
+            else:
+                subprocess.run([sys.executable, "-m", "kit", "transfer", "push", str(img), "--site", str(site)],
+                               check=True, cwd=ROOT, env=dict(os.environ, HOME=str(home)),
+                               stdout=subprocess.DEVNULL)
+            wall = time.perf_counter() - t0
+            server.stop()  # its children's CPU time reaches us once it has exited
+            cpu = cpu_seconds() - cpu0
+            got = hashlib.sha256((remote / "bench.tar.gz").read_bytes()).hexdigest()
+            assert got == h.hexdigest(), f"{tool}: remote copy differs"
+            return wall, cpu
 
-        def run_scp() -> float:
-            fresh()
-            t = time.perf_counter()
-            subprocess.run(["scp", "-q", "-F", str(cfg), str(img), f"127.0.0.1:{remote}/bench.tar.gz"], check=True)
-            return time.perf_counter() - t
-
-        def run_kit() -> float:
-            fresh()
-            t = time.perf_counter()
-            report = push(img, site, ssh_config=cfg)
-            elapsed = time.perf_counter() - t
-            assert report.bytes_sent == size, report
-            return elapsed
-
-        times: dict[str, list[float]] = {"scp": [], "kit": []}
+        tools = args.tools.split(",")
+        walls: dict[str, list[float]] = {t: [] for t in tools}
+        cpus: dict[str, list[float]] = {t: [] for t in tools}
         for _ in range(args.reps):  # interleaved, back to back
-            times["scp"].append(run_scp())
-            times["kit"].append(run_kit())
-        med = {k: statistics.median(v) for k, v in times.items()}
-        mbps = {k: size / v / 1e6 for k, v in med.items()}
-        print(f"file: {size} bytes; cipher: {args.cipher or 'OpenSSH default'}; load: {os.getloadavg()}")
-        for k in ("scp", "kit"):
-            print(f"{k:4s} times {[round(x, 2) for x in times[k]]} median {med[k]:.2f} s = {mbps[k]:.0f} MB/s")
-        print(f"kit/scp throughput ratio: {mbps['kit'] / mbps['scp']:.2f}")
+            for tool in tools:
+                wall, cpu = run(tool)
+                walls[tool].append(wall)
+                cpus[tool].append(cpu)
+        print(f"file: {size} bytes; cipher: {args.cipher or 'each tool its default'}; "
+              f"load before/after: {os.getloadavg()}")
+        rate = {t: size / statistics.median(walls[t]) / 1e6 for t in tools}
+        for t in tools:
+            print(f"{t:8s} wall {[round(x, 2) for x in walls[t]]} median {statistics.median(walls[t]):.2f} s "
+                  f"= {rate[t]:.0f} MB/s; CPU s {[round(x, 2) for x in cpus[t]]} median "
+                  f"{statistics.median(cpus[t]):.2f}")
+        for t in tools:
+            if t != "scp" and "scp" in rate:
+                print(f"{t}/scp throughput ratio (median wall): {rate[t] / rate['scp']:.2f}; "
+                      f"CPU ratio scp/{t}: {statistics.median(cpus['scp']) / statistics.median(cpus[t]):.2f}")
     finally:
-        server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -11,6 +11,7 @@ the file as it ends up on disk and renames it into place only if it matches.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import threading
@@ -108,6 +109,10 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk)
     proc = subprocess.Popen(ssh_argv(ep) + [cmd], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:  # a 1 MiB pipe into ssh: fewer wake-ups per byte on a busy machine
+        fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except OSError:
+        pass
     err: list[bytes] = []
     drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
     drain.start()
