@@ -28,32 +28,33 @@ from image_inputs import big_image, debian_image  # noqa: E402
 KIT = [sys.executable, "-m", "kit", "image", "convert"]
 
 
-def timed(cmds: list[list[str]], cwd: Path) -> tuple[float, int]:
-    """Wall seconds for the command sequence and the largest peak RSS (bytes) of any step."""
-    peak, start = 0, time.perf_counter()
+def timed(cmds: list[list[str]], cwd: Path) -> tuple[float, int, float]:
+    """Wall seconds of the sequence, the largest peak RSS (bytes) of any step, CPU seconds."""
+    peak, cpu, start = 0, 0.0, time.perf_counter()
     for cmd in cmds:
-        rss_file = cwd / "rss.txt"
-        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd], check=True,
+        stats = cwd / "time.txt"
+        subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(stats), *cmd], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
-        peak = max(peak, int(rss_file.read_text().split()[-1]) * 1024)
-    return time.perf_counter() - start, peak
+        rss_kb, user, sys_s = stats.read_text().split()[-3:]
+        peak, cpu = max(peak, int(rss_kb) * 1024), cpu + float(user) + float(sys_s)
+    return time.perf_counter() - start, peak, cpu
 
 
-def peer(src: Path, work: Path) -> tuple[float, int, int]:
+def peer(src: Path, work: Path) -> tuple[float, int, float, int]:
     for p in ("oci", "root", "peer.tar.gz"):
         shutil.rmtree(work / p, ignore_errors=True) if (work / p).is_dir() else (work / p).unlink(missing_ok=True)
-    wall, rss = timed([
+    wall, rss, cpu = timed([
         ["skopeo", "copy", "-q", f"docker-archive:{src}", f"oci:{work}/oci:img"],
         ["umoci", "raw", "unpack", "--rootless", "--image", f"{work}/oci:img", str(work / "root")],
         ["tar", "-czf", str(work / "peer.tar.gz"), "-C", str(work / "root"), "."],
     ], work)
-    return wall, rss, (work / "peer.tar.gz").stat().st_size
+    return wall, rss, cpu, (work / "peer.tar.gz").stat().st_size
 
 
-def kit(src: Path, work: Path, *extra: str) -> tuple[float, int, int]:
+def kit(src: Path, work: Path, *extra: str) -> tuple[float, int, float, int]:
     out = work / "kit.tar.gz"
-    wall, rss = timed([[*KIT, str(src), str(out), *extra]], work)
-    return wall, rss, out.stat().st_size
+    wall, rss, cpu = timed([[*KIT, str(src), str(out), *extra]], work)
+    return wall, rss, cpu, out.stat().st_size
 
 
 def flat_memory(src: Path, work: Path) -> dict:
@@ -97,18 +98,18 @@ def main() -> None:
         for _ in range(args.reps):
             rows["peer"].append(peer(src, work))
             rows["kit"].append(kit(src, work))
-        med = {k: [statistics.median(r[i] for r in v) for i in range(3)] for k, v in rows.items()}
+        med = {k: [statistics.median(r[i] for r in v) for i in range(4)] for k, v in rows.items()}
         result = {
             "input": str(src), "input_bytes": src.stat().st_size, "reps": args.reps,
-            "load_before": load_before, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
-            "peer": {"wall_s": round(med["peer"][0], 2), "peak_rss_MB": round(med["peer"][1] / 2**20),
-                     "output_bytes": med["peer"][2]},
-            "kit": {"wall_s": round(med["kit"][0], 2), "peak_rss_MB": round(med["kit"][1] / 2**20),
-                    "output_bytes": med["kit"][2]},
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
+            **{k: {"wall_s": round(m[0], 2), "peak_rss_MB": round(m[1] / 2**20),
+                   "cpu_s": round(m[2], 2), "output_bytes": m[3]} for k, m in med.items()},
             "all_walls": {k: [round(r[0], 2) for r in v] for k, v in rows.items()},
         }
-        result["speedup"] = round(med["peer"][0] / med["kit"][0], 2)
-        result["size_ratio"] = round(med["kit"][2] / med["peer"][2], 4)
+        result["speedup_wall"] = round(med["peer"][0] / med["kit"][0], 2)
+        result["speedup_cpu"] = round(med["peer"][2] / med["kit"][2], 2)
+        result["size_ratio"] = round(med["kit"][3] / med["peer"][3], 4)
         if not args.skip_big:
             result["big"] = flat_memory(big_image(), work)
     print(json.dumps(result, indent=2))
