@@ -180,7 +180,7 @@ def _compression(layer: Layer) -> str:
         return "gzip"
     if mt.endswith(("+zstd", ".zstd")):
         return "zstd"
-    if mt.endswith((".tar", "tar.v1.tar")) or mt.endswith("layer.v1.tar"):
+    if mt.startswith(("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")):
         return "none"
     with open(layer.blob.path, "rb") as fh:  # docker-archive and flat root filesystems: sniff
         fh.seek(layer.blob.offset)

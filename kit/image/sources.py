@@ -182,8 +182,8 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
                 walk(sub, names)
             return
         plat = desc.get("platform") or {}
-        if plat and (plat.get("os"), plat.get("architecture")) not in (("linux", "amd64"), (None, None)):
-            return
+        if plat.get("os", "linux") != "linux" or plat.get("architecture", "amd64") != "amd64":
+            return  # another platform of a multi-arch index
         out.append(Candidate(names, desc["digest"], desc))
 
     for desc in store.json("index.json").get("manifests", []):
