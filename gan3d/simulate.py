@@ -3,7 +3,8 @@
 The real CLIC files cannot be downloaded at a secure site; this module writes files with the
 same layout (`ECAL` (N,25,25,25) float32 cell energies in GeV, `target` (N,2) with the particle
 id 11 in column 0 and the primary energy in GeV in column 1, plus `energy` (N,)) from a
-documented parametrization in the spirit of GFLASH (Grindhammer & Peters, hep-ex/0001020).
+documented parametrization in the spirit of GFLASH (Grindhammer & Peters, hep-ex/0001020),
+with the coefficients of Geant4's GFlash homogeneous-medium tuning (GVFlashHomoShowerTuning).
 
 Geometry (axis order of the array = x, y, z; z, the LAST axis, is the depth):
   * 25 x 25 cells transversely, 5.1 mm each; tungsten absorber, Moliere radius 9.3 mm, so
@@ -13,18 +14,19 @@ Geometry (axis order of the array = x, y, z; z, the LAST axis, is the depth):
 
 Per event (all vectorized over events and energy deposits; no Python loop over events):
   * Longitudinal: dE/dt = E b (b t)^(a-1) e^(-b t) / Gamma(a), t in X0. The shower maximum
-    T = (a-1)/b has the mean ln(E/Ec) - 0.5 (electron); a has Grindhammer's mean
-    0.21 + (0.492 + 2.38/Z) ln(E/Ec). (ln T, ln a) are drawn as correlated Gaussians with the
-    GFLASH widths sigma(ln T) = 1/(-1.4 + 1.26 ln y), sigma(ln a) = 1/(-0.58 + 0.86 ln y) and
-    correlation 0.705 - 0.023 ln y (y = E/Ec), then b = (a-1)/T: showers fluctuate in depth
-    and length event by event.
+    T = (a-1)/b has the mean ln(E/Ec) - 0.5 (electron, PDG; Geant4's tuning uses -0.812);
+    a has the GFlash mean 0.81 + (0.458 + 2.26/Z) ln(E/Ec). (ln T, ln a) are drawn as
+    correlated Gaussians with the GFlash widths sigma(ln T) = 1/(-1.4 + 1.26 ln y),
+    sigma(ln a) = 1/(-0.58 + 0.86 ln y) and correlation 0.705 - 0.023 ln y (y = E/Ec), then
+    b = (a-1)/T: showers fluctuate in depth and length event by event.
   * Transverse: the GFLASH radial form f(r) = p f(r; R_C) + (1-p) f(r; R_T) with
     f(r; R) = 2 r R^2 / (r^2 + R^2)^2 (r in Moliere radii); the core radius R_C, tail radius R_T
-    and core weight p depend on the relative depth tau = t/T with the GFLASH tungsten
-    (Z = 74) coefficients, so showers widen with depth.
+    and core weight p depend on the relative depth tau = t/T with the GFlash coefficients
+    for tungsten (Z = 74), so showers widen with depth; about 90% of the energy lies within
+    one Moliere radius.
   * Shower axis: enters at the centre of the 25 x 25 face plus a uniform jitter of +-1 cell
     in x and y (`AXIS_JITTER_CELLS`).
-  * Visible energy: E x sampling fraction s, s = 2.4% x (1 + N(0, 0.10/sqrt(E/GeV) (+) 0.01)),
+  * Visible energy: E x sampling fraction s, s = 2.34% x (1 + N(0, 0.10/sqrt(E/GeV) (+) 0.01)),
     i.e. a stochastic resolution of 10%/sqrt(E) with a 1% constant term. Energy leaking out
     of the back (beyond 16 X0) or the sides is lost, so cell sum / E falls from 0.022 at
     10 GeV to 0.018 at 500 GeV (about E/50 on average). The depth per layer and s were chosen
@@ -49,7 +51,7 @@ X0_PER_LAYER = 0.65  # radiation lengths per layer along z (see the module docst
 MOLIERE_CELLS = 9.3 / 5.1  # Moliere radius of tungsten in cell widths
 CRITICAL_GEV = 7.97e-3  # critical energy of tungsten
 Z_ABSORBER = 74.0
-SAMPLING_FRACTION = 0.024
+SAMPLING_FRACTION = 0.0234
 STOCHASTIC_TERM = 0.10  # sigma(s)/s = 10% / sqrt(E/GeV) (+) 1%
 CONSTANT_TERM = 0.01
 AXIS_JITTER_CELLS = 1.0
@@ -63,7 +65,7 @@ def _longitudinal(energy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndar
     """Per-event Gamma shape a and shower maximum T (in X0), with GFLASH correlated fluctuations."""
     ln_y = np.log(energy / CRITICAL_GEV)
     mean_ln_t = np.log(ln_y - 0.5)
-    mean_ln_a = np.log(0.21 + (0.492 + 2.38 / Z_ABSORBER) * ln_y)
+    mean_ln_a = np.log(0.81 + (0.458 + 2.26 / Z_ABSORBER) * ln_y)
     sig_t = 1.0 / (-1.4 + 1.26 * ln_y)
     sig_a = 1.0 / (-0.58 + 0.86 * ln_y)
     rho = 0.705 - 0.023 * ln_y
@@ -77,9 +79,9 @@ def _radial_params(tau: np.ndarray, ln_e: np.ndarray) -> tuple[np.ndarray, np.nd
     """GFLASH core radius, tail radius (Moliere radii) and core probability at relative depth tau."""
     z = Z_ABSORBER
     r_core = (0.0251 + 0.00319 * ln_e) + (0.1162 - 0.000381 * z) * tau
-    k4 = 0.3585 + 0.0421 * ln_e
+    k4 = 0.3585 + 0.0412 * ln_e
     r_tail = (0.659 - 0.00309 * z) * (np.exp(-2.59 * (tau - 0.645)) + np.exp(k4 * (tau - 0.645)))
-    p1, p2, p3 = 0.2632 - 0.00094 * z, 0.401 + 0.00187 * z, 1.313 - 0.0686 * ln_e
+    p1, p2, p3 = 2.632 - 0.00094 * z, 0.401 + 0.00187 * z, 1.313 - 0.0686 * ln_e
     arg = (p2 - tau) / p3
     p_core = np.clip(p1 * np.exp(arg - np.exp(arg)), 0.0, 1.0)
     return r_core, r_tail, p_core

@@ -20,9 +20,9 @@ empty counts `UNDEFINED_TERM` = 10. The energy response gets a part of its own b
 is what a calorimeter simulation is for.
 The overall score is the mean of the bin scores over bins holding at least `MIN_EVENTS`
 showers of both kinds. Two independent halves of 1,200 simulated showers (100-250 per bin)
-score about 0.5, which is statistical noise (it falls as 1/sqrt(showers)); against the same
-data, showers moved by one cell in x score 1.3, two layers deeper 1.6, scaled by 1.2 3.2,
-and empty showers 28.
+score about 0.6, which is statistical noise (it falls as 1/sqrt(showers)); against the same
+data, showers moved by one cell in x score 1.5, two layers deeper 1.6, scaled by 1.2 3.8,
+and empty showers 29.
 """
 from __future__ import annotations
 
