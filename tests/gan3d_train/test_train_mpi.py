@@ -62,11 +62,14 @@ def _tiny(data, results: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def two_rank_run(parts, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("run2")
-    proc = train(_tiny(data, out / "r.json", "--epochs", "2", "--site", "laptop", "--measure-peak", "0.5",
-                       "--checkpoint-dir", str(out / "ckpt")), ranks=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def two_rank_run(parts, tmp_path_factory):
+    """`python -m gan3d demo` with the tiny preset: simulate, 2-rank mpiexec training, physics check."""
+    out = tmp_path_factory.mktemp("demo")
+    cmd = [sys.executable, "-m", "gan3d", "demo", "--site", "laptop", "--preset", "tiny", "--epochs", "2",
+           "--steps", "3", "--batch-size", "4", "--build", str(out / "build"), "--results", str(out / "r.json")]
+    env = dict(_env(), COLUMNS="250")  # rich wraps long paths at 80 columns when not on a terminal
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "r.json").read_text()), out, proc
 
 
@@ -79,6 +82,15 @@ def test_two_ranks_end_with_identical_weights_and_learn(two_rank_run):
     assert first["d_loss"] != last["d_loss"] and first["g_loss"] != last["g_loss"]
     assert set(record["losses"][0]["validation"]) >= {"d_loss", "g_loss"}
     assert "2 rank(s) on 1 node(s)" in proc.stdout and "KMP_BLOCKTIME=0" in proc.stdout
+
+
+def test_demo_validates_physics_and_prints_the_summary(two_rank_run):
+    record, out, proc = two_rank_run
+    assert record["physics"]["score"] > 0
+    assert record["physics"]["plots"] and all(Path(p).is_file() for p in record["physics"]["plots"])
+    for text in ("showers/s (job)", "GFLOP/s (job)", "% of theoretical fp32 peak", "% of measured matmul peak",
+                 str(out / "r.json")):
+        assert text in proc.stdout, text
 
 
 def test_results_carry_the_contract_with_plausible_values(two_rank_run):
@@ -101,7 +113,7 @@ def test_results_carry_the_contract_with_plausible_values(two_rank_run):
         assert 0 < r[key] <= 100
     assert len(r["peak_rss_bytes_per_rank"]) == 2 and min(r["peak_rss_bytes_per_rank"]) > 50 * 2**20
     assert r["memory_within_node"] is True
-    assert r["data_files"] == {"train": 2, "validation": 1}
+    assert r["data_files"] == {"train": 2, "validation": 1} and r["train_events"] == 512
     ckpt = Path(r["checkpoint"])
     assert ckpt.name == "epoch-0002" and (ckpt / "generator.weights.h5").is_file()
 

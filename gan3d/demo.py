@@ -1,0 +1,138 @@
+"""`python -m gan3d demo --site laptop`: the main job end to end on one machine.
+
+Synthetic showers (reused when already there) -> a short 2-rank Horovod training of the
+full-size 3DGAN launched with MPICH's mpiexec -> the physics check -> a summary table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+DATA_FILES, EVENTS_PER_FILE = 3, 256  # 2 files to train on, 1 for validation
+MARKER = ".complete"  # written after the last file: a half-simulated set is redone
+
+
+def find_mpiexec() -> str:
+    """MPICH's hydra launcher (Debian's mpiexec may be an alternative pointing at Open MPI)."""
+    for name in ("mpiexec.hydra", "mpiexec.mpich", "mpiexec"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise SystemExit("gan3d demo: error: no mpiexec on PATH; fix: apt-get install mpich (or run scripts/setup.sh)")
+
+
+def ensure_data(directory: Path, seed: int, console: Console) -> list[Path]:
+    """Simulate the demo's showers once; later runs reuse them."""
+    from gan3d.simulate import write_files
+
+    if (directory / MARKER).is_file():
+        console.print(f"[dim]reusing synthetic showers in {directory}[/dim]")
+        return sorted(directory.glob("*.h5"))
+    shutil.rmtree(directory, ignore_errors=True)
+    with console.status(f"simulating {DATA_FILES * EVENTS_PER_FILE} showers into {directory}"):
+        paths = write_files(directory, DATA_FILES, EVENTS_PER_FILE, seed)
+    (directory / MARKER).write_text("done\n")
+    return paths
+
+
+def train_command(python: str, args: argparse.Namespace, data: list[Path]) -> list[str]:
+    return [find_mpiexec(), "-n", str(args.ranks), python, "-m", "gan3d", "train",
+            "--data", ",".join(str(p) for p in data[:-1]), "--validation-data", str(data[-1]),
+            "--preset", args.preset, "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps),
+            "--validation-steps", "2", "--batch-size", str(args.batch_size), "--threads", str(args.threads),
+            "--site", args.site, "--measure-peak", "2", "--seed", str(args.seed),
+            "--results", str(args.results), "--checkpoint-dir", str(args.build / "ckpt")]
+
+
+def summary(record: dict, plots: Path | None, results: Path) -> Table:
+    table = Table(title=f"3DGAN demo on site {record['site']!r}: {record['ranks']} ranks x "
+                        f"{record['threads_per_rank']} thread(s), preset {record['preset']}")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for i, seconds in enumerate(record["epoch_times"], start=1):
+        table.add_row(f"time of epoch {i} ({record['steps_per_epoch']} steps)", f"{seconds:.1f} s")
+    table.add_row("first step (tracing), excluded below", f"{record['first_step_seconds']:.1f} s")
+    table.add_row("showers/s (job)", f"{record['showers_per_second']:.2f}")
+    table.add_row("GFLOP per shower (train step)", f"{record['flop_per_shower'] / 1e9:.1f}")
+    table.add_row("GFLOP/s (job)", f"{record['flop_per_second'] / 1e9:.1f}")
+    peak_t, peak_m = record["peak_flop_per_second_theoretical"], record["peak_flop_per_second_measured"]
+    if peak_t:
+        table.add_row(f"% of theoretical fp32 peak ({peak_t / 1e9:.0f} GFLOP/s)",
+                      f"{record['percent_of_peak_theoretical']:.1f} %")
+    if peak_m:
+        table.add_row(f"% of measured matmul peak ({peak_m / 1e9:.0f} GFLOP/s)",
+                      f"{record['percent_of_peak_measured']:.1f} %")
+    table.add_row("peak memory per rank", f"{max(record['peak_rss_bytes_per_rank']) / 2**30:.2f} GiB")
+    last = record["losses"][-1] if record["losses"] else {}
+    if last:
+        table.add_row("last epoch d_loss / g_loss (train)",
+                      f"{last['train'].get('d_loss', float('nan')):.3f} / {last['train'].get('g_loss', float('nan')):.3f}")
+    if "physics" in record:
+        table.add_row("physics score (lower is better; short run)", f"{record['physics']['score']:.3g}")
+    table.add_row("results JSON", str(results))
+    table.add_row("physics plots", str(plots) if plots else "not produced")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gan3d demo", description=__doc__.split("\n")[0])
+    ap.add_argument("--site", default="laptop")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="threads per rank")
+    ap.add_argument("--preset", choices=["full", "tiny"], default="full")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per epoch")
+    ap.add_argument("--batch-size", type=int, default=8, help="showers per rank per step")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--build", type=Path, default=REPO / "build" / "demo")
+    ap.add_argument("--results", type=Path, default=REPO / "results" / "demo.json")
+    args = ap.parse_args(argv)
+    console = Console()
+
+    from kit.errors import KitError
+    from kit.site import load_site
+
+    try:
+        site = load_site(args.site)
+    except KitError as exc:
+        console.print(f"[red]gan3d demo: error:[/red] {exc}")
+        return 2
+    data = ensure_data(args.build / "data", args.seed, console)
+    shutil.rmtree(args.build / "ckpt", ignore_errors=True)  # a fresh run, not a resume
+    cmd = train_command(sys.executable, args, data)
+    console.print(f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd))
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=REPO)
+    if proc.returncode != 0:
+        console.print(f"[red]gan3d demo: training failed (exit {proc.returncode})[/red]")
+        return proc.returncode
+    console.print(f"[dim]training job took {time.time() - t0:.0f} s[/dim]")
+    plots = run_validation(args, data, console)
+    record = json.loads(args.results.read_text())
+    console.print(summary(record, plots, args.results))
+    return 0
+
+
+def run_validation(args: argparse.Namespace, data: list[Path], console: Console) -> Path | None:
+    """The physics check on the trained generator; the demo still reports training if it fails."""
+    out = args.build / "plots"
+    weights = args.build / "ckpt"
+    cmd = [sys.executable, "-m", "gan3d", "validate", "--preset", args.preset,
+           "--checkpoint", str(weights), "--data", str(data[-1]), "--out", str(out),
+           "--results", str(args.results)]
+    with console.status("physics check of the trained generator"):
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)  # its JSON goes into the results
+    if proc.returncode != 0:
+        console.print(f"[yellow]physics validation failed (exit {proc.returncode}): {' '.join(cmd)}[/yellow]\n"
+                      + proc.stderr[-2000:])
+        return None
+    return out
