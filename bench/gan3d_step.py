@@ -1,0 +1,218 @@
+"""Benchmark of the full-size 3DGAN training step and of its convolution kernels.
+
+    .venv/bin/python bench/gan3d_step.py [--batch-size 16] [--steps 4] [--repeat 3] [--layers]
+
+Prints a markdown table: the measured matmul peak (2048^2 float32), the paper's "single
+convolution kernel" (forward + backward of D's 32->8 channel 5^3 convolution, batch 16), and
+the whole step at 1 rank x 2 threads and 2 ranks x 1 thread (`mpiexec -n 2`, Horovod), each
+as showers/s, GFLOP/s, % of the theoretical FP32 peak and % of the measured matmul peak.
+`--layers` adds where the time goes: every convolution's forward, input-gradient and
+weight-gradient at the shapes of the step. Each configuration runs in a fresh process
+(thread pools are fixed at TF start-up); the best of `--repeat` timings is reported with the
+load average at the time, since the machine is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+THEORETICAL = 2 * 2.0e9 * 64  # this machine: 2 cores x 2.0 GHz x 64 FP32 FLOP/cycle (AVX-512 FMA)
+CONV_SPECS = {  # name: (input shape incl. padding, kernel, padding) as run in the step
+    "d_conv1 1->32": ((25, 25, 25, 1), (5, 5, 5, 1, 32), "SAME"),
+    "d_conv2 32->8": ((29, 29, 29, 32), (5, 5, 5, 32, 8), "VALID"),
+    "d_conv3 8->8": ((29, 29, 29, 8), (5, 5, 5, 8, 8), "VALID"),
+    "d_conv4 8->8": ((27, 27, 27, 8), (5, 5, 5, 8, 8), "VALID"),
+    "g_conv1 8->64": ((7, 7, 8, 8), (6, 6, 8, 8, 64), "SAME"),
+    "g_conv2 64->6": ((18, 18, 16, 64), (6, 5, 8, 64, 6), "VALID"),
+    "g_conv3 6->6": ((28, 28, 33, 6), (3, 3, 8, 6, 6), "VALID"),
+    "g_conv4 6->1": ((26, 26, 26, 6), (2, 2, 2, 6, 1), "VALID"),
+}
+
+
+# -- workers (run in their own process) --------------------------------------------------------
+def _tf(threads: int, inter: int):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    return tf
+
+
+def _best_time(fn, sync, reps: int, repeat: int) -> float:
+    sync(fn())
+    sync(fn())
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            out = fn()
+        sync(out)
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def worker_conv(args) -> dict:
+    """Per-op times of each convolution of the model at the step's shapes."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    rows = {}
+    names = [n for n in CONV_SPECS if args.only is None or n.split()[0] in args.only.split(",")]
+    for name in names:
+        ishape, kshape, pad = CONV_SPECS[name]
+        x = tf.random.stateless_normal((args.batch_size,) + ishape, [1, 2])
+        w = tf.random.stateless_normal(kshape, [3, 4]) * 0.05
+        y = tf.nn.conv3d(x, w, [1] * 5, pad)
+        dy = tf.random.stateless_normal(y.shape, [5, 6])
+        flop = 2 * int(tf.size(y)) * kshape[0] * kshape[1] * kshape[2] * kshape[3]
+        ops = {
+            "forward": tf.function(lambda: tf.nn.conv3d(x, w, [1] * 5, pad)),
+            "input_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropInputV2(
+                input_sizes=tf.constant(x.shape.as_list()), filter=w, out_backprop=dy,
+                strides=[1] * 5, padding=pad)),
+            "weight_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropFilterV2(
+                input=x, filter_sizes=tf.constant(w.shape.as_list()), out_backprop=dy,
+                strides=[1] * 5, padding=pad)),
+        }
+        rows[name] = {"flop": flop}
+        for op, fn in ops.items():
+            t = _best_time(fn, lambda o: o.numpy(), 3, args.repeat)
+            rows[name][op] = t
+    return {"layers": rows}
+
+
+def worker_kernel(args) -> dict:
+    """The paper's single convolution kernel: D's 32->8 5^3 conv, forward + both gradients."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    ishape, kshape, pad = CONV_SPECS["d_conv2 32->8"]
+    x = tf.random.stateless_normal((args.batch_size,) + ishape, [1, 2])
+    w = tf.Variable(tf.random.stateless_normal(kshape, [3, 4]) * 0.05)
+
+    @tf.function
+    def fwd_bwd():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.conv3d(x, w, [1] * 5, pad)
+            loss = tf.reduce_sum(y * y) * 0.5  # dL/dy = y: a full-size upstream gradient
+        return tape.gradient(loss, [x, w])
+
+    y_size = args.batch_size * 25 ** 3 * 8
+    flop = 3 * 2 * y_size * 125 * 32
+    t = _best_time(fwd_bwd, lambda o: o[1].numpy(), 3, args.repeat)
+    return {"seconds": t, "flop": flop}
+
+
+def worker_step(args) -> dict:
+    """Whole training steps of the full model on random showers, optionally under Horovod."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    import numpy as np
+
+    from gan3d import flops, model, step
+
+    hvd = None
+    if args.hvd:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+    rank = hvd.rank() if hvd else 0
+    tf.keras.utils.set_random_seed(1 + rank)
+    s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset),
+                       config=step.StepConfig(seed=1), hvd=hvd)
+    rng = np.random.default_rng(rank)
+    b = args.batch_size
+    images = (rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)).astype("f4")
+    ep = rng.uniform(0.1, 5.0, b).astype("f4")
+    batch = s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4)))
+    t = _best_time(lambda: s(*batch), lambda o: o["g_loss"].numpy(), args.steps, args.repeat)
+    if hvd:  # the job's step time is the slowest rank's
+        t = float(hvd.allreduce(tf.constant(t), op=hvd.Max))
+        if rank != 0:
+            return {}
+    ranks = hvd.size() if hvd else 1
+    return {"seconds": t, "flop": flops.step_flops(args.preset, b)["total"] * ranks, "showers": b * ranks}
+
+
+def worker_peak(args) -> dict:
+    from gan3d.peak import measure_peak_flops
+
+    return {"flop_per_second": measure_peak_flops(args.threads, seconds=2.0)}
+
+
+WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak}
+
+
+# -- driver -------------------------------------------------------------------------------------
+def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | None = None) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--threads", str(threads),
+           "--inter-op-threads", str(args.inter_op_threads), "--batch-size", str(args.batch_size),
+           "--steps", str(args.steps), "--repeat", str(args.repeat), "--preset", args.preset]
+    if args.only:
+        cmd += ["--only", args.only]
+    if ranks > 1:
+        cmd = [shutil.which("mpiexec") or "mpiexec", "-n", str(ranks)] + cmd + ["--hvd"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS=str(threads),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra_env or {})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench worker {kind} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1])
+
+
+def _load() -> str:
+    return "%.1f" % os.getloadavg()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=4, help="steps per timing")
+    ap.add_argument("--repeat", type=int, default=3, help="timings per configuration (best is kept)")
+    ap.add_argument("--inter-op-threads", type=int, default=1)
+    ap.add_argument("--preset", default="full")
+    ap.add_argument("--layers", action="store_true", help="also time every convolution op")
+    ap.add_argument("--only", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    ap.add_argument("--hvd", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args)), flush=True)
+        return 0
+
+    peak = run_worker("peak", args, 2)["flop_per_second"]
+    rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
+    k = run_worker("kernel", args, 2)
+    rows.append(("D conv 32→8 5³ fwd+bwd (single kernel)", "1×2", None, k["flop"] / k["seconds"], _load()))
+    for ranks, threads in ((1, 2), (2, 1)):
+        s = run_worker("step", args, threads, ranks)
+        rows.append((f"training step, batch {args.batch_size}/rank", f"{ranks}×{threads}",
+                     s["showers"] / s["seconds"], s["flop"] / s["seconds"], _load()))
+    print(f"| what | ranks×threads | showers/s | GFLOP/s | % of {THEORETICAL / 1e9:.0f} GFLOP/s theoretical "
+          f"| % of measured matmul peak | load |")
+    print("|---|---|---|---|---|---|---|")
+    for what, layout, showers, rate, load in rows:
+        sh = f"{showers:.2f}" if showers else "–"
+        print(f"| {what} | {layout} | {sh} | {rate / 1e9:.1f} | {100 * rate / THEORETICAL:.1f}% "
+              f"| {100 * rate / peak:.1f}% | {load} |")
+    if args.layers:
+        conv = run_worker("conv", args, 2)["layers"]
+        print("\n| convolution (batch %d, 1×2) | forward GFLOP/s | input-grad GFLOP/s | weight-grad GFLOP/s "
+              "| ms fwd / in / w |" % args.batch_size)
+        print("|---|---|---|---|---|")
+        for name, r in conv.items():
+            f = r["flop"]
+            print(f"| {name} | {f / r['forward'] / 1e9:.1f} | {f / r['input_grad'] / 1e9:.1f} "
+                  f"| {f / r['weight_grad'] / 1e9:.1f} | {1e3 * r['forward']:.1f} / "
+                  f"{1e3 * r['input_grad']:.1f} / {1e3 * r['weight_grad']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
