@@ -1,8 +1,9 @@
 """`kit transfer push`: resumable, verified upload of an image to the site, optional install.
 
-Control goes through Fabric (probe, siblings, install); the bulk bytes go through the
-system's ssh(1) to the remote receiver, because OpenSSH's C crypto is about twice as fast
-as paramiko's single SFTP stream. Both use the same resolved endpoint (kit.transfer.ssh).
+Control goes through Fabric (host keys, the dry-run probe, sibling files, the install); the
+bulk bytes go through the system's ssh(1) into the remote receiver, because OpenSSH's C
+crypto is about twice as fast as paramiko's single SFTP stream (docs/benchmarks.md). Both
+use the same resolved endpoint (kit.transfer.ssh).
 
 The upload lands in `.NAME.part` next to a `.NAME.part.state` naming the image's sha256,
 size and chunk size. On the next push both sides hash the complete chunks of the part and
@@ -198,8 +199,14 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     site = _site(site)
     img = open_image(image)
     t = site.transfer
-    ep = resolve(host or t.host, user=user or t.user, port=port or (t.port if not host and t.port != 22 else None),
-                 jump=t.jump_host, ssh_config=ssh_config)
+    keep_n = t.keep_versions if keep is None else keep
+    if keep_n < 0:
+        raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
+    # The site's port applies to the site's host unless it is the default 22, which leaves
+    # room for a Port line in ~/.ssh/config (e.g. for a tunnel alias).
+    site_port = t.port if not host and t.port != 22 else None
+    ep = resolve(host or t.host, user=user or t.user, port=port or site_port, jump=t.jump_host,
+                 ssh_config=ssh_config)
     directory = remote.remote_path(remote_dir or t.image_dir)
 
     # With IMAGE.sha256 the file is not read twice: the receiver hashes every byte it gets
@@ -230,7 +237,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             report.siblings = _put_siblings(opening.result(), img, directory)
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         if install:
-            _install(opening.result(), site, img, report, keep, dry_run)
+            _install(opening.result(), site, img, report, keep_n, dry_run)
     finally:
         pool.shutdown(wait=True)
         if opening.exception() is None:
@@ -240,12 +247,9 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
 
 
 def _install(conn: fabric.Connection, site, img: LocalImage, report: PushReport,
-             keep: int | None, dry_run: bool) -> None:
+             keep_n: int, dry_run: bool) -> None:
     """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune."""
     imgdir = remote.remote_path(site.container.image_dir)
-    keep_n = site.transfer.keep_versions if keep is None else keep
-    if keep_n < 0:
-        raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
     answer = remote.run(conn, "install", report.remote_path, imgdir, img.stem, report.sha256[:12],
                         keep_n, "1" if dry_run else "0",
                         what=f"installing {img.stem} in {conn.host}:{imgdir}")

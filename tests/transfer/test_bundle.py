@@ -77,3 +77,15 @@ def test_bundle_is_written_whole(tmp_path):
         bundle([img], tmp_path / "out")
     with pytest.raises(KitError, match="MANIFEST"):
         verify_bundle(tmp_path)
+
+
+def test_cli_bundle(tmp_path, repo):
+    img = random_image(tmp_path / "one.tar", 50_000)
+    out = tmp_path / "usb" / "b1"
+    res = subprocess.run([sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
+                         capture_output=True, text=True, cwd=repo)
+    assert res.returncode == 0, res.stderr
+    assert "2 files" in res.stdout and (out / "verify.sh").exists()
+    again = subprocess.run([sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
+                           capture_output=True, text=True, cwd=repo)
+    assert again.returncode == 2 and "already exists" in again.stderr
