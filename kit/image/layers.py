@@ -218,7 +218,8 @@ class Member:
 
 
 @contextlib.contextmanager
-def _tar_stream(layer: Layer, budget: Budget, progress) -> Iterator[tuple[tarfile.TarFile, Callable]]:
+def _tar_stream(layer: Layer, budget: Budget,
+                progress) -> Iterator[tuple[tarfile.TarFile | None, Callable]]:
     blob = layer.blob
     comp = _compression(layer)
     with contextlib.ExitStack() as stack:
@@ -233,8 +234,9 @@ def _tar_stream(layer: Layer, budget: Budget, progress) -> Iterator[tuple[tarfil
         else:
             plain = raw
         counted = _CountingReader(plain, budget, blob.size, layer.diff_id, layer)
-        tf = tarfile.open(fileobj=_Forward(io.BufferedReader(counted, CHUNK)), mode="r:",
-                          errorlevel=2)
+        buffered = io.BufferedReader(counted, CHUNK)
+        tf = (tarfile.open(fileobj=_Forward(buffered), mode="r:", errorlevel=2)
+              if buffered.peek(1) else None)  # a zero-length layer holds nothing
 
         def finish() -> None:
             problem = counted.finish() or raw.finish()
@@ -256,7 +258,7 @@ def iter_members(layer: Layer, budget: Budget, progress=None) -> Iterator[Member
     try:
         with _tar_stream(layer, budget, progress) as (tf, finish):
             ordinal = 0
-            while (info := tf.next()) is not None:
+            while tf is not None and (info := tf.next()) is not None:
                 tf.members.clear()  # stream mode would otherwise keep every header
                 last = info.name
                 budget.members += 1

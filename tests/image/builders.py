@@ -29,8 +29,8 @@ def run(*cmd: str, cwd: Path | None = None) -> str:
 
 def cached(builder) -> Path:
     """Run ``builder(dir)`` once per recipe (its source text) and return the cached dir."""
-    key = hashlib.sha256(inspect.getsource(builder).encode()
-                         + inspect.getsource(busybox_rootfs).encode()).hexdigest()[:16]
+    recipe = [builder, busybox_rootfs, busybox_rootfs_into]
+    key = hashlib.sha256("".join(map(inspect.getsource, recipe)).encode()).hexdigest()[:16]
     final = CACHE / f"{builder.__name__}-{key}"
     if (final / "done").exists():
         return final
@@ -40,7 +40,8 @@ def cached(builder) -> Path:
     try:
         builder(tmp)
         (tmp / "done").write_text("ok\n")
-        shutil.rmtree(final, ignore_errors=True)
+        for stale in CACHE.glob(f"{builder.__name__}-*"):  # older recipes
+            shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -53,6 +53,12 @@ def test_opaque_directory_hides_lower_children_only(tmp_path):
     assert sorted(os.listdir(img / "o")) == ["new"]
 
 
+def test_empty_layers_are_fine(tmp_path):
+    src = oci_layout(tmp_path / "src", [tar_bytes(BASE), tar_bytes([]), b""])
+    report = convert(src, tmp_path / "img")
+    assert len(report.image.layers) == 3 and (tmp_path / "img/bin/sh").is_file()
+
+
 def test_missing_parents_are_created(tmp_path):
     img, report = flat(tmp_path, [BASE + [("x/y/z", "f", b"1")]])
     assert (img / "x/y").is_dir() and (img / "x/y/z").read_text() == "1"
