@@ -30,6 +30,7 @@ DIR, REG, SYM, LNK, OTHER = "directory", "file", "symlink", "hard link", "device
 WHITEOUT, OPAQUE, AUFS_META = ".wh.", ".wh..wh..opq", ".wh..wh."
 STANDARD_DIRS = ["bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr"] + [f"mnt/{i}" for i in range(10)]
 STANDARD_FILES = ["etc/hosts", "etc/resolv.conf"]
+CH_FILES = ("ch/environment", "ch/metadata.json")
 NOTE_CAP = 10_000  # notes kept per list; the rest are only counted
 
 
@@ -185,7 +186,7 @@ class Flattener:
         if kind == OTHER:
             self.report.drop(name, i, "device node or FIFO")
             return
-        if name in ("ch/environment", "ch/metadata.json"):
+        if name in CH_FILES and self.image.config:
             self.report.drop(name, i, "replaced by the image config's")
             return
         prev = self.emitted.get(name)
@@ -350,7 +351,9 @@ class Flattener:
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             self.emitted["ch"] = DIR
             yield Entry(self._normal(info, None))
-        for name, text in (("ch/environment", env_text), ("ch/metadata.json", meta_text)):
+        for name, text in zip(CH_FILES, (env_text, meta_text)):
+            if name in self.emitted:
+                continue  # a flat root filesystem (no config) keeps its own
             data = text.encode()
             info = tarfile.TarInfo(name)
             info.mode, info.size = 0o644, len(data)

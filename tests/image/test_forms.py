@@ -102,3 +102,14 @@ def test_flat_rootfs_tar_and_dir(rich, tmp_path):
         report = a if name == "a" else b
         expected = charliecloud_view(snapshot(rich / "reference"))
         assert diff(expected, without_additions(snapshot(tree), report.mount_points)) == []
+
+
+def test_charliecloud_tarball_round_trips(rich, tmp_path):
+    """Our own gzip output is a valid flat root filesystem input: converting it again is a no-op."""
+    first = convert(rich / "oci", tmp_path / "one.tar.gz")
+    second = convert(tmp_path / "one.tar.gz", tmp_path / "two")
+    assert second.image.kind == "rootfs-tar" and second.mount_points == []
+    assert second.dropped == [] and second.changed == []
+    one = ch_convert(tmp_path / "one.tar.gz", tmp_path / "one", "dir")
+    assert diff(snapshot(one), snapshot(tmp_path / "two")) == []  # incl. the ch/ files kept
+    assert first.sha256 and second.sha256 is None  # a directory has no single digest
