@@ -3,8 +3,9 @@
 Why two passes over the upper layers and one over the base: to emit the base layer in
 its own order (parents before children, hard-link targets before links) we must know, for
 each member, whether a later layer replaces or whites it out. Pass 1 reads only the
-headers of layers 1..N-1 (usually small) into three small maps; pass 2 streams every layer
-bottom-up and emits only the survivors, each exactly once. Memory grows with the number of
+headers of layers 1..N-1 into a few small maps (an uncompressed layer is skipped over by
+seeking; a compressed one must be decompressed); pass 2 streams every layer bottom-up,
+verifies its digest and emits only the survivors, each exactly once. Memory grows with the number of
 paths, never with the bytes.
 
 Charliecloud rules (its lib/image.py): whiteouts apply to earlier layers only, an entry of
@@ -157,7 +158,7 @@ class Flattener:
         user_mounts = [self._mount_name(p) for p in mount_points]
         budget = Budget(self.limits)
         for layer in self.image.layers[1:]:
-            for m in iter_members(layer, budget, self.progress):
+            for m in iter_members(layer, budget, self.progress, headers_only=True):
                 self.index.add(layer.index, m.info)
         budget = Budget(self.limits)
         for layer in self.image.layers:

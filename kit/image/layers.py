@@ -246,17 +246,58 @@ def _tar_stream(layer: Layer, budget: Budget,
         yield tf, finish
 
 
-def iter_members(layer: Layer, budget: Budget, progress=None) -> Iterator[Member]:
+class _Window:
+    """A seekable byte range of a file: an uncompressed layer inside an archive."""
+
+    def __init__(self, fh: IO[bytes], offset: int, size: int):
+        self.fh, self.offset, self.size, self.pos = fh, offset, size, 0
+        fh.seek(offset)
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        data = self.fh.read(n)
+        self.pos += len(data)
+        return data
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = max(0, min(base + pos, self.size))
+        self.fh.seek(self.offset + self.pos)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+
+@contextlib.contextmanager
+def _seekable_tar(layer: Layer, progress) -> Iterator[tuple[tarfile.TarFile | None, Callable]]:
+    """Headers only, seeking over the data (the full pass verifies the digest)."""
+    with open(layer.blob.path, "rb") as fh:
+        window = _Window(fh, layer.blob.offset, layer.blob.size)
+        tf = tarfile.open(fileobj=window, mode="r:", errorlevel=2) if layer.blob.size else None
+
+        def finish() -> None:
+            if progress:
+                progress(layer.blob.size)
+        yield tf, finish
+
+
+def iter_members(layer: Layer, budget: Budget, progress=None,
+                 headers_only: bool = False) -> Iterator[Member]:
     """Yield the layer's members in tar order, then verify the digest.
 
+    ``headers_only``: the caller reads no data; an uncompressed layer is then skipped over
+    by seeking instead of being read, and its digest is left to a full pass.
     Errors (corrupt or truncated data, limits, unsafe names) name the layer and the member.
     """
     if layer.media_type == "rootfs-dir":
         yield from _walk_dir(layer, budget)
         return
     last = "(start of layer)"
+    seek = headers_only and _compression(layer) == "none"
     try:
-        with _tar_stream(layer, budget, progress) as (tf, finish):
+        with (_seekable_tar(layer, progress) if seek
+              else _tar_stream(layer, budget, progress)) as (tf, finish):
             ordinal = 0
             while tf is not None and (info := tf.next()) is not None:
                 tf.members.clear()  # stream mode would otherwise keep every header

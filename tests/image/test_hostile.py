@@ -85,6 +85,14 @@ def test_truncated_blob_with_matching_descriptor(tmp_path):
     fails(src, tmp_path, "layer 0|truncated or corrupt")
 
 
+def test_truncated_uncompressed_upper_layer(tmp_path):
+    """Upper layers are indexed by seeking over their data: truncation is still caught."""
+    layers = [tar_bytes(BUSYBOX), tar_bytes([("f", "f", b"x" * 5000), ("g", "f", b"y")])]
+    src = oci_layout(tmp_path / "src", layers, gzip_layers=False,
+                     stored=lambda data: data[:2048] if b"x" * 5000 in data else data)
+    fails(src, tmp_path, "layer 1 (sha256:|truncated or corrupt")
+
+
 def test_truncated_blob_file(tmp_path):
     src = oci_layout(tmp_path / "src", [tar_bytes(BUSYBOX)])
     blob = layer_blob(src, 0)
