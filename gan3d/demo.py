@@ -49,7 +49,7 @@ def train_command(python: str, args: argparse.Namespace, data: list[Path]) -> li
             "--data", ",".join(str(p) for p in data[:-1]), "--validation-data", str(data[-1]),
             "--preset", args.preset, "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps),
             "--validation-steps", "2", "--batch-size", str(args.batch_size), "--threads", str(args.threads),
-            "--site", args.site, "--measure-peak", "2", "--seed", str(args.seed),
+            "--site", args.site, "--measure-peak", "2", "--seed", str(args.seed), "--warmup-epochs", "1",
             "--results", str(args.results), "--checkpoint-dir", str(args.build / "ckpt")]
 
 

@@ -190,6 +190,11 @@ def _mean_losses(sums: dict[str, float], count: int, hvd) -> dict[str, float]:
     return {k: float(v) for k, v in zip(keys, mean)}
 
 
+def warmup_lr(lr: float, scaled_lr: float, global_step: int, warmup_steps: int) -> float:
+    """Linear warm-up (Goyal et al. 2017): from the one-rank rate to the rank-scaled one."""
+    return lr + (scaled_lr - lr) * min(1.0, (global_step + 1) / warmup_steps)
+
+
 def _average_statistics(models, hvd) -> None:
     """Average the BatchNorm moving statistics over ranks (Horovod only all-reduces gradients).
 
@@ -307,8 +312,9 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                 break
             global_step = epoch * steps + done
             if warmup_steps:
-                frac = min(1.0, (global_step + 1) / warmup_steps)
-                step.set_learning_rate(args.lr + (base_lr - args.lr) * frac)
+                step.set_learning_rate(warmup_lr(args.lr, base_lr, global_step, warmup_steps))
+            if done == 0:
+                lr_first = step.learning_rate
             ts = time.perf_counter()
             losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
             dt = time.perf_counter() - ts
@@ -343,7 +349,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                                                      "ranks": layout.size, "batch_size": args.batch_size,
                                                      "steps_per_epoch": steps})
         ckpt_times.append(time.perf_counter() - t0)
-        history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses})
+        history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
+                        "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
         _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {epoch_times[-1]:.2f} s, {steps} steps, "
                      f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
                      f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "

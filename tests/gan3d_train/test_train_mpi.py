@@ -81,6 +81,10 @@ def test_two_ranks_end_with_identical_weights_and_learn(two_rank_run):
     first, last = record["losses"][0]["train"], record["losses"][-1]["train"]
     assert first["d_loss"] != last["d_loss"] and first["g_loss"] != last["g_loss"]
     assert set(record["losses"][0]["validation"]) >= {"d_loss", "g_loss"}
+    # The demo warms the learning rate up over epoch 1 from lr to lr x ranks (0.001 -> 0.002).
+    lr1, lr2 = record["losses"][0]["learning_rate"], record["losses"][1]["learning_rate"]
+    assert lr1["first_step"] == pytest.approx(0.001 + 0.001 / 3, rel=1e-6)
+    assert lr1["last_step"] == pytest.approx(0.002, rel=1e-6) == lr2["first_step"] == lr2["last_step"]
     assert "2 rank(s) on 1 node(s)" in proc.stdout and "KMP_BLOCKTIME=0" in proc.stdout
 
 
