@@ -58,22 +58,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _convert(args: argparse.Namespace) -> int:
     limits = Limits(max_size=args.max_size, max_members=args.max_members)
     with ExitStack() as stack:
-        progress = None
-        if sys.stderr.isatty():
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                       TransferSpeedColumn)
-            bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
-                                               TransferSpeedColumn(), TimeRemainingColumn(),
-                                               transient=True))
-            task = bar.add_task(f"converting {args.src.name}", total=None)
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
         report = convert(args.src, args.out, fmt=args.format, image=args.image,
                          mount_points=args.mount_point, level=args.level, limits=limits,
-                         dry_run=args.dry_run, progress=progress)
+                         dry_run=args.dry_run, progress=_progress_bar(stack, args.src.name))
     _print_report(report)
     return 0
+
+
+def _progress_bar(stack: ExitStack, label: str):
+    """A rich progress bar on a terminal (stored bytes read), else None."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                               TransferSpeedColumn)
+    bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                       TransferSpeedColumn(), TimeRemainingColumn(),
+                                       transient=True))
+    task = bar.add_task(f"converting {label}", total=None)
+    return lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _print_report(r: ConversionReport) -> None:
