@@ -59,7 +59,6 @@ class _RangeReader:
         self.fh = open(path, "rb")
         self.fh.seek(offset)
         self.left = size
-        self.size = size
         self.algo, _, self.want = (digest or "").partition(":")
         self.hash = hashlib.new(self.algo) if digest else None
         self.progress = progress
