@@ -177,7 +177,8 @@ class ShowerFiles:
                 ecal[0]
                 ecal[len(energy) - 1]
             except (OSError, ValueError) as exc:
-                raise DataError(f"data file {path}: dataset ECAL cannot be read ({exc}); fix: {MAKE_DATA_HINT}") from None
+                raise DataError(f"data file {path}: dataset ECAL cannot be read ({exc}); "
+                                f"fix: {MAKE_DATA_HINT}") from None
         return energy
 
     def read(self, file_index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -251,8 +252,9 @@ class ShowerStream:
             self.batches_per_epoch = math.ceil(per_rank / batch_size)
             self.events_per_rank = per_rank
         if self.batches_per_epoch == 0:
-            raise DataError(f"data files {[str(p) for p in files.paths]} hold {files.num_events} events: fewer than "
-                            f"{size} rank(s) x batch size {batch_size}; fix: simulate more events or lower --batch-size")
+            raise DataError(f"data files {[str(p) for p in files.paths]} hold {files.num_events} events: fewer "
+                            f"than {size} rank(s) x batch size {batch_size}; "
+                            "fix: simulate more events or lower --batch-size")
 
     @property
     def max_buffer_events(self) -> int:
