@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
                                 args.emax, comp)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:  # bad arguments, unwritable --out
+        print(f"gan3d simulate: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {len(paths)} files, {total} showers, into {Path(args.out)}")
     return 0

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                         "generator_weights": str(weights), "preset": preset, "xscale": args.xscale})
         if args.results:
             update_results(args.results, physics)
-    except (DataError, ValueError) as exc:
+    except (DataError, ValueError, OSError) as exc:
         print(f"gan3d validate: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps({k: physics[k] for k in ("score", "bins", "plots", "definition")}, indent=2))

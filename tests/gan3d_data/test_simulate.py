@@ -88,3 +88,6 @@ def test_cli_writes_files_atomically_and_rejects_bad_ranges(tmp_path: Path, caps
         assert 50 <= h5["target"][:, 1].min() and h5["target"][:, 1].max() <= 60
     assert main(["--out", str(tmp_path / "bad"), "--emin", "500", "--emax", "10"]) == 2
     assert "emin" in capsys.readouterr().err
+    (tmp_path / "plain").write_text("not a directory")
+    assert main(["--out", str(tmp_path / "plain" / "sub"), "--files", "1", "--events-per-file", "2"]) == 2
+    assert str(tmp_path / "plain") in capsys.readouterr().err
