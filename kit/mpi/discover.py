@@ -47,7 +47,7 @@ class ImageMPI:
         return max(self.libraries, key=lambda lib: wanted_names.count(lib.name))
 
 
-def _file_version(real: Path, soname: str | None) -> str | None:
+def file_version_of(real: Path, soname: str | None) -> str | None:
     """12.2.2 from libmpich.so.12.2.2; for a plain libmpi.so.12 copy, its longest sibling."""
     match = re.search(r"\.so\.(\d+(?:\.\d+)*)$", real.name)
     best = match.group(1) if match else None
@@ -107,11 +107,15 @@ def inspect_root(root: Path, label: str) -> ImageMPI:
     source, candidates = _candidates(root)
     result = ImageMPI(image=label, source=source)
     dpkg = _dpkg_versions(root)
-    seen_real: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for name, path in candidates:
         real = resolve_in_root(root, path)
         if real is None or not real.is_file():
             continue
+        real_rel = "/" + os.path.relpath(real, root)
+        if (name, real_rel) in seen:  # the cache may list a library once per hwcap dir
+            continue
+        seen.add((name, real_rel))
         try:
             facts = elf_facts(real)
             if not defines_symbol(real, "MPI_Init"):
@@ -120,12 +124,8 @@ def inspect_root(root: Path, label: str) -> ImageMPI:
             continue
         vendor, version = vendor_and_version(real)
         version = version or dpkg.get(vendor or "")
-        real_rel = "/" + os.path.relpath(real, root)
-        if real_rel in seen_real and any(lib.name == name for lib in result.libraries):
-            continue
-        seen_real.add(real_rel)
         result.libraries.append(MPILibrary(name, path, real_rel, facts.soname,
-                                           _file_version(real, facts.soname), vendor, version))
+                                           file_version_of(real, facts.soname), vendor, version))
     mpi_names = {lib.name for lib in result.libraries} | {lib.soname for lib in result.libraries if lib.soname}
     for rel, path in _elf_files(root):
         try:

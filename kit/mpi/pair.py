@@ -12,7 +12,7 @@ import yaml
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.mpi.abi import DEFAULT_SONAME, FAMILY_OF_VENDOR, AbiId, Verdict, advice_for, decide
-from kit.mpi.discover import ImageMPI, _file_version, inspect_root
+from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import image_root
 from kit.site import Site, load_site
 
@@ -114,7 +114,7 @@ def host_abi(site: Site) -> AbiId:
         for directory in mpi.lib_dirs:
             path = Path(directory) / soname
             if path.is_file():
-                version = _file_version(path.resolve(), soname)
+                version = file_version_of(path.resolve(), soname)
                 break
     return AbiId(mpi.vendor, mpi.version, soname, version)
 

@@ -16,7 +16,7 @@ from tests.support.rootfs import CACHE, _locked, debian_rootfs_dir, debian_rootf
 
 IMPI_VERSION = "2021.18.1"  # bundles libfabric; 2021.19 needs a libfabric wheel PyPI lacks here
 MPICH_PACKAGES = ["python3", "mpich"]
-OPENMPI_PACKAGES = ["python3", "python3-mpi4py"]  # Debian's mpi4py is built on Open MPI
+OPENMPI_PACKAGES = ["libopenmpi3"]  # Debian's Open MPI runtime, nothing else
 TARGET = "/opt/hostmpi"
 
 
@@ -104,7 +104,7 @@ def mpich_squash(mpich_image) -> Path:
 
 @pytest.fixture(scope="session")
 def openmpi_tar() -> Path:
-    """A real bookworm tree with only Open MPI (python3-mpi4py pulls libopenmpi3), as a tarball."""
+    """A real bookworm tree with only Open MPI (libopenmpi3), as a tarball."""
     _tools("mmdebstrap")
     return debian_rootfs_tar(OPENMPI_PACKAGES)
 

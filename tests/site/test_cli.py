@@ -3,8 +3,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from kit.cli import main
 from kit.site import load_site
 from tests.helpers import require
