@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from kit.mpi import MODES, make_pair, prepare_image_dir, run_check, write_pair
+from kit.mpi import MODES, make_pair, pair_path, prepare_image_dir, run_check, write_pair
 
 
 def _pair(args: argparse.Namespace) -> int:
@@ -19,6 +20,11 @@ def _pair(args: argparse.Namespace) -> int:
         console.print(f"  ok: {reason}")
     for warning in v.warnings:
         console.print(f"  [yellow]warning[/yellow]: {warning}")
+    if args.dry_run:
+        console.print(yaml.safe_dump(pair.document(), sort_keys=False, width=100), markup=False,
+                      highlight=False)
+        console.print(f"dry run: nothing written (would write {args.out or pair_path(args.image)})")
+        return 0
     if args.prepare:
         made = prepare_image_dir(pair, args.image)
         console.print(f"created in the image: {', '.join(made)}")
@@ -63,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--out", help="pair file (default IMAGE.pair.yaml)")
             p.add_argument("--prepare", action="store_true",
                            help="create the mount points and alias links in a writable directory image")
+            p.add_argument("--dry-run", action="store_true", help="print the pair file, write nothing")
         else:
             p.add_argument("--python", default="python3", help="python inside the image")
             p.add_argument("--timeout", type=float, default=120.0)

@@ -38,6 +38,9 @@ def test_pair_accepts_debian_mpich_for_intel_host_and_writes_the_pair_file(impi_
     assert doc["launch"].startswith(f"{impi_prefix}/bin/mpiexec -n ${{NRANKS}} ch-run --join-ct=${{RANKS_PER_NODE}}")
     assert "'--set-env=LD_LIBRARY_PATH=/opt/hostmpi/compat:/opt/hostmpi/lib0:$LD_LIBRARY_PATH'" in doc["launch"]
     assert "warning: host minor 0 is older" in " ".join(capsys.readouterr().out.split())
+    dry = tmp_path / "dry.pair.yaml"
+    assert main(["mpi", "pair", "--site", str(impi_site), str(mpich_image), "--out", str(dry), "--dry-run"]) == 0
+    assert not dry.exists() and "kit_pair: 1" in capsys.readouterr().out
 
 
 def test_check_on_the_squashfs_image(impi_site, mpich_squash):
