@@ -19,9 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 BUF = 1 << 20
-EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL = 28, 3, 4, 5, 6
+EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
 
 
 def widen_pipe(fd):
@@ -104,7 +106,28 @@ def inspect(directory, name, size, sha, chunk):
     return out
 
 
+def lock_dir(directory):
+    """One push at a time writes into a directory (held until this process exits)."""
+    import fcntl
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
+             "cannot create or open %s: %s" % (directory, exc))
+    for _ in range(50):  # a push whose connection just dropped may take a moment to exit
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            time.sleep(0.1)
+    fail(EXIT_BUSY, "another kit transfer push is writing into %s right now; wait for it to end "
+         "(or stop it: its upload resumes later)" % os.path.abspath(directory))
+
+
 def push(directory, name, size, sha, chunk):
+    widen_pipe(sys.stdin.fileno())
+    lock_dir(directory)
     sys.stdout.write(json.dumps(inspect(directory, name, size, sha, chunk)) + "\n")
     sys.stdout.flush()
     plan = sys.stdin.buffer.readline().decode("ascii", "replace").split()
@@ -123,6 +146,35 @@ def write_all(fh, data, offset):
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             fail(EXIT_NOSPACE, "no space left on the remote filesystem at offset %d of the upload" % offset)
         raise
+
+
+class Flusher(threading.Thread):
+    """fdatasync in the background once per chunk, so the final fsync before the rename
+    has little left to write: the disk works while the network does."""
+
+    def __init__(self, fd):
+        threading.Thread.__init__(self, daemon=True)
+        self.fd, self.wake, self.done, self.error = fd, threading.Event(), False, None
+        self.start()
+
+    def run(self):
+        while not self.done:
+            self.wake.wait()
+            self.wake.clear()
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:
+                self.error = exc
+
+    def kick(self):
+        self.wake.set()
+
+    def finish(self):
+        self.done = True
+        self.wake.set()
+        self.join()
+        if self.error:
+            raise self.error
 
 
 def receive(directory, name, size, sha, chunk, keep):
@@ -146,11 +198,12 @@ def receive(directory, name, size, sha, chunk, keep):
         fail(EXIT_USAGE, "cannot write in %s: %s" % (directory, exc))
     full = hashlib.sha256()
     stdin = sys.stdin.buffer
-    widen_pipe(stdin.fileno())
     buf = bytearray(BUF)
+    flusher = Flusher(fh.fileno())
     with fh:
         for index in range((size + chunk - 1) // chunk):
             offset, length = index * chunk, min(chunk, size - index * chunk)
+            flusher.kick()
             if index in keep:
                 if not hash_range(fh, offset, length, full):
                     fail(EXIT_SHORT, "kept chunk %d of %s is short" % (index, part))
@@ -169,6 +222,7 @@ def receive(directory, name, size, sha, chunk, keep):
         fh.truncate(size)
         try:
             fh.flush()
+            flusher.finish()
             os.fsync(fh.fileno())
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):

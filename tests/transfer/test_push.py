@@ -216,3 +216,19 @@ def test_cli_push_and_errors(sshd, home, make_site, tmp_path, repo):
                          capture_output=True, text=True, env=env, cwd=repo)
     assert bad.returncode == 2 and "does not match" in bad.stderr
     assert not (tmp_path / "r2" / "c.tar.gz").exists()
+
+
+def test_concurrent_push_into_same_dir_is_refused(sshd, user_home, make_site, tmp_path):
+    import fcntl
+    site = make_site()
+    remote_dir = tmp_path / "remote"
+    remote_dir.mkdir()
+    img = random_image(tmp_path / "busy.tar.gz", 1000)
+    fd = os.open(remote_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a running push holds
+        with pytest.raises(KitError, match="another kit transfer push is writing into"):
+            push(img, site)
+    finally:
+        os.close(fd)
+    assert push(img, site).bytes_sent == 1000
