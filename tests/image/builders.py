@@ -41,8 +41,13 @@ def cached(builder) -> Path:
         builder(tmp)
         (tmp / "done").write_text("ok\n")
         for stale in CACHE.glob(f"{builder.__name__}-*"):  # older recipes
-            shutil.rmtree(stale, ignore_errors=True)
-        os.replace(tmp, final)
+            if stale != final:
+                shutil.rmtree(stale, ignore_errors=True)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / "done").exists():  # else a concurrent run finished it first
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

@@ -1,10 +1,12 @@
 """Session fixtures: real images built once (and cached across runs) with umoci/skopeo/buildah."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import require
 from tests.image.builders import buildah_image, cached, rich_image
 from tests.image.chtools import need
 
@@ -13,6 +15,7 @@ from tests.image.chtools import need
 def rich() -> Path:
     """OCI layout, oci.tar, docker.tar, oci-zstd and the umoci reference unpack."""
     need("umoci", "skopeo")
+    require(os.geteuid() == 0, "building the test image makes device nodes: needs root")
     return cached(rich_image)
 
 
