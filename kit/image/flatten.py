@@ -119,6 +119,8 @@ class _UpperIndex:
         if self.top_any.get(name, -1) > i and (not is_dir or self.top_nondir.get(name, -1) > i):
             return False
         if self.hide_subtree:
+            if self.hide_subtree.get("", -1) > i:  # an opaque marker at the image root
+                return False
             for q in ancestors(name):
                 if self.hide_subtree.get(q, -1) > i:
                     return False

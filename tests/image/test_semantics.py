@@ -59,6 +59,13 @@ def test_empty_layers_are_fine(tmp_path):
     assert len(report.image.layers) == 3 and (tmp_path / "img/bin/sh").is_file()
 
 
+def test_opaque_marker_at_the_root_hides_all_lower_layers(tmp_path):
+    img, _ = flat(tmp_path, [BASE + [("old", "f", b"")],
+                             [(".wh..wh..opq", "f", b""), ("bin", "d", None), ("bin/new", "f", b"")]])
+    assert not (img / "old").exists() and not (img / "bin/sh").exists()
+    assert (img / "bin/new").exists()
+
+
 def test_missing_parents_are_created(tmp_path):
     img, report = flat(tmp_path, [BASE + [("x/y/z", "f", b"1")]])
     assert (img / "x/y").is_dir() and (img / "x/y/z").read_text() == "1"
