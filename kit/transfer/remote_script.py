@@ -2,7 +2,7 @@
 
 It is sent over SSH (base64 inside a one-line command, so any login shell passes it
 through untouched) and needs only a stock python3 >= 3.6 on the transfer node: no
-f-string tricks beyond 3.6, no third-party modules. Every mode prints one JSON object
+f-string tricks beyond 3.6, no third-party modules. Every mode answers with JSON lines
 on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzero.
 
 Modes:
