@@ -173,9 +173,16 @@ def _weights_digest(models) -> str:
     return digest.hexdigest()
 
 
-def _epoch_seed(seed: int, rank: int, epoch: int) -> int:
-    """The step RNG seed of (seed, rank, epoch): a resumed epoch draws exactly what it would have."""
-    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1, dtype=np.uint64)[0]) >> 1
+def _reseed_epoch(step, seed: int, rank: int, epoch: int) -> None:
+    """Derive all randomness of an epoch (noise, energies, label flips, dropout) from (seed, rank, epoch).
+
+    The ranks draw different noise, and a resumed run draws in epoch e exactly what an
+    uninterrupted one did, without having to gather every rank's RNG states into rank 0's checkpoint.
+    """
+    generators = [step.rng, *step.variables_to_checkpoint()["dropout_rngs"]]
+    for stream, gen in enumerate(generators):
+        entropy = np.random.SeedSequence([seed, rank, epoch, stream]).generate_state(1, dtype=np.uint64)[0]
+        gen.reset_from_seed(int(entropy) >> 1)
 
 
 def _mean_losses(sums: dict[str, float], count: int, hvd) -> dict[str, float]:
@@ -288,11 +295,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         meta = checkpoints.restore(state, latest, {"preset": args.preset})
         start_epoch = int(meta["epoch"])
     start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0))
-    # Rank 0's state (fresh or resumed) everywhere: models, optimizer slots and counters, dropout RNGs.
+    # Rank 0's state (fresh or resumed) everywhere: models, optimizer slots and counters.
+    # (The RNGs are reseeded per rank and epoch, see _reseed_epoch.)
     hvd.broadcast_variables(gen.variables + disc.variables + step.d_optimizer.variables
                             + step.g_optimizer.variables, root_rank=0)
-    for rng in step.variables_to_checkpoint()["dropout_rngs"]:
-        hvd.broadcast_variables([v for v in _tracked_variables(rng)], root_rank=0)
     if start_epoch:
         _say(layout, f"gan3d train: resumed from {checkpoints.latest()} after epoch {start_epoch}")
     if start_epoch >= args.epochs:
@@ -303,7 +309,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     history, epoch_times, val_times, ckpt_times = [], [], [], []
     first_step_seconds, timed_steps, timed_seconds = None, 0, 0.0
     for epoch in range(start_epoch, args.epochs):
-        step.rng.reset_from_seed(_epoch_seed(args.seed, layout.rank, epoch))
+        _reseed_epoch(step, args.seed, layout.rank, epoch)
         sums: dict[str, float] = {}
         done = 0
         t0 = time.perf_counter()
@@ -414,12 +420,6 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         shutil.rmtree(temp_dir, ignore_errors=True)
     hvd.shutdown()
     return 0
-
-
-def _tracked_variables(rng) -> list:
-    """tf.Variables held by a Keras RandomGenerator (its tf.random.Generator state)."""
-    gen = getattr(rng, "_generator", None)
-    return [gen.state] if gen is not None and hasattr(gen, "state") else []
 
 
 if __name__ == "__main__":

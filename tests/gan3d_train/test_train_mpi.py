@@ -123,17 +123,19 @@ def test_results_carry_the_contract_with_plausible_values(two_rank_run):
 
 
 def test_resume_gives_bit_identical_weights(parts, data, tmp_path):
-    straight = train(_tiny(data, tmp_path / "a.json", "--epochs", "2", "--deterministic"))
+    """2 ranks: per-rank noise streams and BatchNorm statistics must also continue exactly."""
+    straight = train(_tiny(data, tmp_path / "a.json", "--epochs", "2", "--deterministic"), ranks=2)
     assert straight.returncode == 0, straight.stderr[-3000:]
     ckpt = ["--checkpoint-dir", str(tmp_path / "ckpt"), "--deterministic"]
-    part1 = train(_tiny(data, tmp_path / "b1.json", "--epochs", "1", *ckpt))
+    part1 = train(_tiny(data, tmp_path / "b1.json", "--epochs", "1", *ckpt), ranks=2)
     assert part1.returncode == 0, part1.stderr[-3000:]
-    part2 = train(_tiny(data, tmp_path / "b2.json", "--epochs", "2", "--resume", *ckpt))
+    part2 = train(_tiny(data, tmp_path / "b2.json", "--epochs", "2", "--resume", *ckpt), ranks=2)
     assert part2.returncode == 0, part2.stderr[-3000:]
     a, b1, b2 = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b1.json", "b2.json"))
     assert b2["start_epoch"] == 1 and "resumed from" in part2.stdout
     assert b1["weights_sha256_per_rank"] != a["weights_sha256_per_rank"]  # epoch 1 alone differs...
     assert b2["weights_sha256_per_rank"] == a["weights_sha256_per_rank"]  # ...resumed epoch 2 is identical
+    assert len(set(a["weights_sha256_per_rank"])) == 1
     assert b2["losses"][0]["train"] == a["losses"][1]["train"]
 
 
