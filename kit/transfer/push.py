@@ -78,6 +78,14 @@ def _site(site):
     return site
 
 
+class StreamLost(KitError):
+    """The ssh data session ended early; `answered` tells whether the receiver ever spoke."""
+
+    def __init__(self, answered: bool, message: str):
+        super().__init__(message)
+        self.answered = answered
+
+
 @dataclass
 class _Plan:
     keep: set[int]            # chunks of the remote part that match ours: not sent again
@@ -140,7 +148,7 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     drain.join()
     stderr = b"".join(err).decode(errors="replace")
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
-        raise KitError(f"the connection to {ep} was lost after {sent} bytes of this push "
+        raise StreamLost(plan is not None, f"the connection to {ep} was lost after {sent} bytes of this push "
                        f"({stderr.strip()[-300:] or 'no message'}); run the same command again: "
                        "it resumes from the last verified chunk")
     try:
@@ -230,8 +238,9 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         else:  # the data stream starts while Fabric is still logging in
             try:
                 answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, progress)
-            except KitError:
-                opening.result()  # if Fabric failed too, its reason (host key, auth) is the clearer one
+            except StreamLost as exc:
+                if not exc.answered:  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
+                    opening.result()
                 raise
             report.remote_path = answer["path"]
             report.siblings = _put_siblings(opening.result(), img, directory)
