@@ -129,12 +129,75 @@ def worker_step(args) -> dict:
     ep = rng.uniform(0.1, 5.0, b).astype("f4")
     batch = s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4)))
     t = _best_time(lambda: s(*batch), lambda o: o["g_loss"].numpy(), args.steps, args.repeat)
+    local_peak = None
+    if not hvd:  # the same process's matmul rate right after: a load-robust yardstick
+        from gan3d.peak import measure_peak_flops
+
+        local_peak = measure_peak_flops(seconds=1.0)
     if hvd:  # the job's step time is the slowest rank's
         t = float(hvd.allreduce(tf.constant(t), op=hvd.Max))
         if rank != 0:
             return {}
     ranks = hvd.size() if hvd else 1
-    return {"seconds": t, "flop": flops.step_flops(args.preset, b)["total"] * ranks, "showers": b * ranks}
+    return {"seconds": t, "flop": flops.step_flops(args.preset, b)["total"] * ranks, "showers": b * ranks,
+            "local_peak": local_peak}
+
+
+def worker_profile(args) -> dict:
+    """Warm up, print a marker, run one step: the parent reads ONEDNN_VERBOSE lines after it."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    import numpy as np
+
+    from gan3d import model, step
+
+    s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset), config=step.StepConfig(seed=1))
+    rng = np.random.default_rng(0)
+    images = rng.gamma(0.3, 0.05, (args.batch_size, 25, 25, 25, 1)).astype("f4")
+    batch = s._inputs(images, rng.uniform(0.1, 5.0, args.batch_size).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
+    s(*batch)["g_loss"].numpy()
+    s(*batch)["g_loss"].numpy()
+    print(PROFILE_MARK, flush=True)
+    t0 = time.perf_counter()
+    s(*batch)["g_loss"].numpy()
+    return {"seconds": time.perf_counter() - t0}
+
+
+PROFILE_MARK = "=== profiled step ==="
+KIND = {"forward_training": "forward", "backward_data": "input-grad", "backward_weights": "weight-grad"}
+
+
+def conv_name(desc: str) -> str:
+    """Layer name of a oneDNN convolution descriptor like mb16_ic32oc8_id29od25..."""
+    import re
+
+    m = re.search(r"ic(\d+)oc(\d+)_id(\d+)", desc)
+    if m:
+        ic, oc, idepth = map(int, m.groups())
+        for name, (ishape, kshape, _) in CONV_SPECS.items():
+            if (kshape[3], kshape[4], ishape[0]) == (ic, oc, idepth):
+                return name
+    return desc
+
+
+def onednn_profile(args) -> list[tuple[str, str, int, float]]:
+    """Time per (layer, op) of one whole step from oneDNN's own verbose log."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "profile", "--threads", "2",
+           "--inter-op-threads", str(args.inter_op_threads), "--batch-size", str(args.batch_size),
+           "--preset", args.preset]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", ONEDNN_VERBOSE="1",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    agg: dict[tuple[str, str], list] = {}
+    for line in out.split(PROFILE_MARK, 1)[1].splitlines():
+        f = line.split(",")
+        if len(f) < 6 or f[0] != "onednn_verbose" or f[1] != "exec":
+            continue
+        prim, kind, desc, ms = f[3], f[5], f[-2], float(f[-1])
+        key = (conv_name(desc), KIND.get(kind, kind)) if prim == "convolution" else (prim, "")
+        agg.setdefault(key, [0, 0.0])
+        agg[key][0] += 1
+        agg[key][1] += ms
+    return sorted(((k[0], k[1], v[0], v[1]) for k, v in agg.items()), key=lambda r: -r[3])
 
 
 def worker_peak(args) -> dict:
@@ -143,7 +206,16 @@ def worker_peak(args) -> dict:
     return {"flop_per_second": measure_peak_flops(args.threads, seconds=2.0)}
 
 
-WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak}
+TUNING = {  # variant: (threads, inter-op threads, batch size, extra environment)
+    "baseline: intra 2, inter 1, oneDNN on (TF default)": (2, 1, 16, {}),
+    "inter-op 2": (2, 2, 16, {}),
+    "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0, Eigen kernels)": (2, 1, 16, {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "batch 32": (2, 1, 32, {}),
+    "batch 8": (2, 1, 8, {}),
+}
+
+WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak,
+           "profile": worker_profile}
 
 
 # -- driver -------------------------------------------------------------------------------------
@@ -177,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inter-op-threads", type=int, default=1)
     ap.add_argument("--preset", default="full")
     ap.add_argument("--layers", action="store_true", help="also time every convolution op")
+    ap.add_argument("--tune", action="store_true",
+                    help="also time the step (1 rank x 2 threads) under each tuning variant of TUNING")
+    ap.add_argument("--profile", action="store_true",
+                    help="also break one step down by oneDNN primitive (ONEDNN_VERBOSE=1)")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -201,6 +277,25 @@ def main(argv: list[str] | None = None) -> int:
         sh = f"{showers:.2f}" if showers else "–"
         print(f"| {what} | {layout} | {sh} | {rate / 1e9:.1f} | {100 * rate / THEORETICAL:.1f}% "
               f"| {100 * rate / peak:.1f}% | {load} |")
+    if args.tune:
+        print("\n| step variant (1 rank) | showers/s | GFLOP/s | % of theoretical | % of matmul peak measured "
+              "in the same process | load |")
+        print("|---|---|---|---|---|---|")
+        for name, (threads, inter, batch, env) in TUNING.items():
+            variant = argparse.Namespace(**{**vars(args), "inter_op_threads": inter, "batch_size": batch})
+            s = run_worker("step", variant, threads, 1, env)
+            rate = s["flop"] / s["seconds"]
+            print(f"| {name} | {s['showers'] / s['seconds']:.2f} | {rate / 1e9:.1f} | "
+                  f"{100 * rate / THEORETICAL:.1f}% | {100 * rate / s['local_peak']:.1f}% | {_load()} |", flush=True)
+    if args.profile:
+        rows = onednn_profile(args)
+        total = sum(r[3] for r in rows)
+        print(f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}) | op | calls | ms | share |")
+        print("|---|---|---|---|---|")
+        for name, op, calls, ms in rows:
+            if ms >= 0.005 * total:
+                print(f"| {name} | {op} | {calls} | {ms:.0f} | {100 * ms / total:.1f}% |")
+        print(f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} | load {_load()} |")
     if args.layers:
         conv = run_worker("conv", args, 2)["layers"]
         print("\n| convolution (batch %d, 1×2) | forward GFLOP/s | input-grad GFLOP/s | weight-grad GFLOP/s "

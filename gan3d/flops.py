@@ -151,15 +151,18 @@ def executed_op_names(graph) -> set[str]:
     return seen
 
 
-def profiler_flops(graph) -> dict[str, int]:
-    """FLOP by op type according to TensorFlow's graph profiler, of the ops that run."""
+def profiler_flops(graph, executed_only: bool = True) -> dict[str, int]:
+    """FLOP by op type according to TensorFlow's graph profiler, of the ops that run.
+
+    `executed_only=False` counts every op of the graph, also those TensorFlow prunes.
+    """
     import tensorflow as tf
 
     register_conv3d_backprop_statistics()
     opts = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     opts["output"] = "none"
     prof = tf.compat.v1.profiler.profile(graph, cmd="scope", options=opts)
-    run = executed_op_names(graph)
+    run = executed_op_names(graph) if executed_only else {op.name for op in graph.get_operations()}
     by_type: dict[str, int] = {}
     stack = list(prof.children)
     while stack:

@@ -1,0 +1,43 @@
+"""The faster first-layer convolution is the reference convolution, value and gradients."""
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from gan3d import kernels, model  # noqa: E402
+
+
+@pytest.mark.parametrize("ksize,cout", [((5, 5, 5), 4), ((3, 4, 5), 3)])
+def test_image_conv3d_matches_tf_conv3d_and_its_gradients(ksize, cout):
+    x = tf.random.stateless_normal((2, 9, 8, 7, 1), [1, 2])
+    w = tf.random.stateless_normal(ksize + (1, cout), [3, 4])
+    upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
+
+    def grads(conv):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = conv(x, w)
+            loss = tf.reduce_sum(y * upstream)
+        return (y,) + tuple(tape.gradient(loss, [x, w]))
+
+    ours = grads(kernels.image_conv3d)
+    ref = grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"))
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_discriminator_first_layer_is_a_plain_conv3d_with_same_parameters():
+    d = model.discriminator("full")
+    layer = d.get_layer("d_conv1")
+    assert isinstance(layer, tf.keras.layers.Conv3D) and isinstance(layer, kernels.ImageConv3D)
+    assert layer.count_params() == 4_032
+    ref = tf.keras.layers.Conv3D(32, (5, 5, 5), padding="same")
+    x = tf.random.stateless_uniform((2, 25, 25, 25, 1), [7, 8])
+    ref(x)
+    ref.set_weights(layer.get_weights())
+    np.testing.assert_allclose(layer(x).numpy(), ref(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_image_conv3d_rejects_what_it_does_not_implement():
+    with pytest.raises(ValueError, match="1-channel"):
+        kernels.ImageConv3D(4, 3, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
