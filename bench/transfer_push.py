@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kit.transfer import push  # noqa: E402
+from kit.transfer.image import sha256_file  # noqa: E402
 from tests.transfer.sshd import start_sshd  # noqa: E402
 
 
@@ -93,7 +94,7 @@ def main() -> None:
                 time.sleep(0.05)  # time reaches us through its getrusage once it has exited
             server.stop()
             cpu = cpu_seconds() - cpu0
-            got = hashlib.sha256((remote / "bench.tar.gz").read_bytes()).hexdigest()
+            got = sha256_file(remote / "bench.tar.gz")
             assert got == h.hexdigest(), f"{tool}: remote copy differs"
             return wall, cpu
 
