@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--install", action="store_true",
                    help="unpack with the site's ch-convert into container.image_dir as NAME@SHA "
                    "and point NAME.current at it")
+    p.add_argument("--install-as", choices=("dir", "squash"), default="dir",
+                   help="installed form: unpacked directory (default) or SquashFS file")
     p.add_argument("--keep", type=int, metavar="N",
                    help="previous installed versions to keep (default: transfer.keep_versions)")
     p.add_argument("--accept-new-host-key", action="store_true",
@@ -61,6 +63,7 @@ def _push(args: argparse.Namespace) -> int:
                 bar.advance(task, n)
         report = push(args.image, args.site, host=args.host, user=args.user, port=args.port,
                       remote_dir=args.remote_dir, install=args.install, keep=args.keep,
+                      install_as=args.install_as,
                       accept_new_host_key=args.accept_new_host_key, dry_run=args.dry_run,
                       progress=progress)
     if args.dry_run:

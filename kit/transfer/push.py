@@ -198,8 +198,9 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
          port: int | None = None, remote_dir: str | None = None, install: bool = False,
          keep: int | None = None, accept_new_host_key: bool = False, dry_run: bool = False,
          progress: Callable[[int], None] | None = None, chunk_size: int = CHUNK,
-         ssh_config: Path | None = None) -> PushReport:
-    """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install.
+         ssh_config: Path | None = None, install_as: str = "dir") -> PushReport:
+    """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install
+    (as an unpacked directory, or with install_as="squash" a SquashFS file).
 
     `progress(n)` is called with each block of bytes sent (the CLI draws a bar with it).
     """
@@ -210,6 +211,8 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     keep_n = t.keep_versions if keep is None else keep
     if keep_n < 0:
         raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
+    if install_as not in ("dir", "squash"):
+        raise KitError(f"install format {install_as!r}: use dir or squash")
     # The site's port applies to the site's host unless it is the default 22, which leaves
     # room for a Port line in ~/.ssh/config (e.g. for a tunnel alias).
     site_port = t.port if not host and t.port != 22 else None
@@ -246,7 +249,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             report.siblings = _put_siblings(opening.result(), img, directory)
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         if install:
-            _install(opening.result(), site, img, report, keep_n, dry_run)
+            _install(opening.result(), site, img, report, keep_n, dry_run, install_as)
     finally:
         pool.shutdown(wait=True)
         if opening.exception() is None:
@@ -256,10 +259,10 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
 
 
 def _install(conn: fabric.Connection, site, img: LocalImage, report: PushReport,
-             keep_n: int, dry_run: bool) -> None:
+             keep_n: int, dry_run: bool, install_as: str) -> None:
     """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune."""
     imgdir = remote.remote_path(site.container.image_dir)
     answer = remote.run(conn, "install", report.remote_path, imgdir, img.stem, report.sha256[:12],
-                        keep_n, "1" if dry_run else "0",
+                        keep_n, "1" if dry_run else "0", install_as,
                         what=f"installing {img.stem} in {conn.host}:{imgdir}")
     report.installed, report.current, report.pruned = answer["target"], answer["current"], answer["prune"]

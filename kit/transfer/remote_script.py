@@ -10,7 +10,8 @@ Modes:
   push    DIR NAME SIZE SHA CHUNK        probe, print it, read the sender's plan line from stdin
                                          ("KEEP i,j,..." / "SKIP" / "ABORT"), then receive the
                                          other chunks from stdin, verify and rename: one session
-  install SRC IMGDIR NAME VERSION KEEPN DRY   unpack with ch-convert as NAME@VERSION, switch NAME.current
+  install SRC IMGDIR NAME VERSION KEEPN DRY FMT   ch-convert to FMT (dir|squash) as NAME@VERSION,
+                                         switch NAME.current, prune
 """
 import errno
 import hashlib
@@ -257,11 +258,12 @@ def remove(path):
         os.unlink(path)
 
 
-def install(src, imgdir, name, version, keep_n, dry):
-    """Unpack SRC as IMGDIR/NAME@VERSION (dir, or .sqfs copied), point NAME.current at it
-    (symlink made aside then renamed over the old one), prune to KEEPN previous versions."""
+def install(src, imgdir, name, version, keep_n, dry, fmt):
+    """Unpack SRC as IMGDIR/NAME@VERSION (a directory, or with FMT squash a .sqfs; a .sqfs
+    SRC is copied), point NAME.current at it (symlink made aside then renamed over the old
+    one), prune to KEEPN previous versions."""
     is_sqfs = src.endswith(".sqfs")
-    entry = name + "@" + version + (".sqfs" if is_sqfs else "")
+    entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
     target = os.path.join(imgdir, entry)
     current = os.path.join(imgdir, name + ".current")
     previous = os.readlink(current) if os.path.islink(current) else None
@@ -282,7 +284,7 @@ def install(src, imgdir, name, version, keep_n, dry):
             if is_sqfs:
                 shutil.copyfile(src, tmp)
             else:
-                proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", "dir", src, tmp],
+                proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", fmt, src, tmp],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 log = proc.communicate()[0].decode("utf-8", "replace")
                 if proc.returncode:
@@ -317,7 +319,9 @@ def main(argv):
         elif mode == "push":
             push(args[0], args[1], int(args[2]), args[3], int(args[4]))
         elif mode == "install":
-            install(args[0], args[1], args[2], args[3], int(args[4]), args[5] == "1")
+            if args[6] not in ("dir", "squash"):
+                fail(EXIT_USAGE, "install format %s: use dir or squash" % args[6])
+            install(args[0], args[1], args[2], args[3], int(args[4]), args[5] == "1", args[6])
         else:
             fail(EXIT_USAGE, "unknown mode %s" % mode)
     except (IndexError, ValueError) as exc:

@@ -232,3 +232,14 @@ def test_concurrent_push_into_same_dir_is_refused(sshd, user_home, make_site, tm
     finally:
         os.close(fd)
     assert push(img, site).bytes_sent == 1000
+
+
+def test_install_as_squashfs(sshd, user_home, make_site, tmp_path):
+    have_charliecloud()
+    site = make_site()
+    img = busybox_image(tmp_path / "sq.tar.gz", b"squashed")
+    report = push(img, site, install=True, install_as="squash")
+    current = tmp_path / "images" / "sq.current"
+    assert os.readlink(current) == f"sq@{report.sha256[:12]}.sqfs"
+    assert (tmp_path / "images" / os.readlink(current)).is_file()
+    assert ch_run(current, "/bin/busybox", "cat", "/etc/kit-version") == "squashed"
