@@ -128,8 +128,8 @@ def connect(ep: Endpoint, *, accept_new_host_key: bool = False, timeout: int = 2
     conn = fabric.Connection(
         ep.hostname, user=ep.user, port=ep.port, gateway=gateway, connect_timeout=timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),  # already resolved above
-        connect_kwargs={"key_filename": ep.identity_files or None, "allow_agent": True,
-                        "look_for_keys": not ep.identities_only},
+        connect_kwargs={"allow_agent": True, "look_for_keys": not ep.identities_only,
+                        **({"key_filename": ep.identity_files} if ep.identity_files else {})},
     )
     for path in ep.known_hosts:
         if path.is_file():
