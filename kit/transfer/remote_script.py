@@ -298,6 +298,10 @@ def install(src, imgdir, name, version, keep_n, dry, fmt):
             if nospace:
                 fail(EXIT_NOSPACE, "no space left in %s while installing %s; nothing changed, %s is "
                      "still current" % (imgdir, entry, previous or "no version"))
+            if getattr(exc, "errno", None) == errno.ENOENT and not is_sqfs:
+                fail(EXIT_INSTALL, "ch-convert is not on the PATH of a non-interactive login on this "
+                     "host; install Charliecloud there (or put it on PATH in the login files); "
+                     "the image itself was uploaded and verified")
             fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
         os.rename(tmp, target)
     link_tmp = os.path.join(imgdir, "." + name + ".current.tmp")
