@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = leaves.add_parser("bundle", help="write a self-checking removable-media bundle",
                           description="Copy images (+ siblings) into the new directory DIR with a "
                           "MANIFEST and verify.sh / verify.py checkers.")
-    b.add_argument("paths", type=Path, nargs="+", metavar="IMAGE... DIR")
+    b.add_argument("images", type=Path, nargs="+", metavar="IMAGE")
+    b.add_argument("dir", type=Path, metavar="DIR", help="new bundle directory")
     b.set_defaults(func=_bundle)
 
     v = leaves.add_parser("verify", help="check a bundle: names missing, truncated, altered files")
@@ -73,10 +74,7 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    if len(args.paths) < 2:
-        print("kit: error: give at least one IMAGE and the bundle DIR", file=sys.stderr)
-        return 2
-    out = bundle(args.paths[:-1], args.paths[-1])
+    out = bundle(args.images, args.dir)
     report = verify_bundle(out)
     print(f"wrote {out}: {report.files} files; check it on the other side with "
           f"'sh {out}/verify.sh' or 'python3 {out}/verify.py'")
