@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     except KitError as exc:
         console.print(f"[red]gan3d demo: error:[/red] {exc}")
         return 2
+    # TensorFlow's CUDA/TensorRT start-up chatter drowns the summary on a CPU machine.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     data = ensure_data(args.build / "data", args.seed, console)
     shutil.rmtree(args.build / "ckpt", ignore_errors=True)  # a fresh run, not a resume
     cmd = train_command(sys.executable, args, data)
