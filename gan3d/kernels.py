@@ -5,8 +5,17 @@ one channel (the discriminator's first layer, 1 -> 32 channels on the 25^3 image
 times slower than the same convolution's forward pass: its backward-data kernel writes a
 1-channel output, which leaves the AVX-512 lanes idle. `ImageConv3D` computes that gradient
 as one matmul (dy x W^T, 125-wide) followed by a col2im of 125 shifted adds, ~3x faster; the
-forward pass and the weight gradient are the usual oneDNN kernels. Parameters and outputs
-are those of `tf.keras.layers.Conv3D` (a subclass), so the model is the reference model.
+forward pass and the weight gradient are the usual oneDNN kernels.
+
+The reference pads the discriminator's later layers explicitly (ZeroPadding3D(2) then a VALID
+5^3 convolution); that is exactly a SAME convolution of the unpadded input, which oneDNN runs
+faster (no 29^3 copy, and its SAME gradient kernels beat VALID-then-slice). `SameConv3D` does
+that, computing the forward pass as the transposed convolution of the spatially flipped,
+channel-swapped kernel (oneDNN's backward-data kernel, faster than its forward kernel for
+32 -> 8 channels) and both gradients as SAME kernels.
+
+Parameters and outputs of both layers are those of `tf.keras.layers.Conv3D` (they subclass
+it), so the model is the reference model.
 """
 from __future__ import annotations
 
@@ -55,6 +64,52 @@ def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         return y, grad
 
     return conv(x, tf.convert_to_tensor(kernel))
+
+
+def flipped_kernel(kernel: tf.Tensor) -> tf.Tensor:
+    """W'[k, o, c] = W[K-1-k, c, o]: conv with W == transposed conv with W' (odd K, SAME)."""
+    return tf.transpose(tf.reverse(kernel, [0, 1, 2]), (0, 1, 2, 4, 3))
+
+
+def same_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """Stride-1 SAME conv3d with an odd kernel, forward as a transposed conv of the flipped kernel.
+
+    y[q] = sum_k x[q + k - p] W[k] with p = (K-1)/2; the transposed conv with pads K-1-p = p
+    gives sum_k' x[q - k' + p] W'[k']^T, the same sum with k = K-1-k'.
+    """
+    strides = [1, 1, 1, 1, 1]
+
+    @tf.custom_gradient
+    def conv(x, kernel):
+        out_shape = tf.concat([tf.shape(x)[:4], tf.shape(kernel)[4:]], 0)
+        y = tf.raw_ops.Conv3DBackpropInputV2(input_sizes=out_shape, filter=flipped_kernel(kernel), out_backprop=x,
+                                             strides=strides, padding="SAME")
+        y = tf.ensure_shape(y, x.shape[:4].concatenate(kernel.shape[4:]))
+
+        def grad(dy):
+            dx = tf.raw_ops.Conv3DBackpropInputV2(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
+                                                  strides=strides, padding="SAME")
+            dw = tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
+                                                   strides=strides, padding="SAME")
+            return dx, dw
+
+        return y, grad
+
+    return conv(x, tf.convert_to_tensor(kernel))
+
+
+class SameConv3D(tf.keras.layers.Conv3D):
+    """`Conv3D` (stride 1, 'same', odd kernel) run as `same_conv3d`: ZeroPadding3D((K-1)/2) + VALID fused."""
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        if self.padding != "same" or tuple(self.strides) != (1, 1, 1) or tuple(self.dilation_rate) != (1, 1, 1) \
+                or self.data_format != "channels_last" or any(k % 2 == 0 for k in self.kernel_size) or self.groups != 1:
+            raise ValueError(f"{self.name}: SameConv3D needs padding='same', an odd kernel, stride 1, "
+                             "no dilation, one group and channels_last")
+
+    def convolution_op(self, inputs, kernel):
+        return same_conv3d(inputs, kernel)
 
 
 class ImageConv3D(tf.keras.layers.Conv3D):

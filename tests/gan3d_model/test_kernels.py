@@ -1,4 +1,4 @@
-"""The faster first-layer convolution is the reference convolution, value and gradients."""
+"""The faster convolutions are the reference convolutions: values and gradients."""
 import numpy as np
 import pytest
 
@@ -41,3 +41,45 @@ def test_discriminator_first_layer_is_a_plain_conv3d_with_same_parameters():
 def test_image_conv3d_rejects_what_it_does_not_implement():
     with pytest.raises(ValueError, match="1-channel"):
         kernels.ImageConv3D(4, 3, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
+
+
+@pytest.mark.parametrize("ksize,cin,cout", [((5, 5, 5), 6, 3), ((3, 5, 1), 2, 4)])
+def test_same_conv3d_is_zero_padding_then_valid_conv_with_its_gradients(ksize, cin, cout):
+    x = tf.random.stateless_normal((2, 9, 8, 7, cin), [1, 2])
+    w = tf.random.stateless_normal(ksize + (cin, cout), [3, 4])
+    upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
+    pads = [[0, 0]] + [[(k - 1) // 2] * 2 for k in ksize] + [[0, 0]]
+
+    def grads(conv):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = conv(x, w)
+            loss = tf.reduce_sum(y * upstream)
+        return (y,) + tuple(tape.gradient(loss, [x, w]))
+
+    ours = grads(kernels.same_conv3d)
+    ref = grads(lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"))
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv():
+    d = model.discriminator("tiny")
+    x = tf.random.stateless_uniform((2, 25, 25, 25, d.get_layer("d_conv2").input_shape[-1]), [7, 8])
+    for name in ("d_conv2", "d_conv3"):
+        layer = d.get_layer(name)
+        assert isinstance(layer, kernels.SameConv3D)
+        assert layer.input_shape[1:4] == (25, 25, 25)  # the reference's ZeroPadding3D(2) is fused in
+    layer = d.get_layer("d_conv2")
+    ref = tf.keras.Sequential([tf.keras.layers.ZeroPadding3D(2),
+                               tf.keras.layers.Conv3D(layer.filters, (5, 5, 5), padding="valid")])
+    ref(x)
+    ref.layers[1].set_weights(layer.get_weights())
+    np.testing.assert_allclose(layer(x).numpy(), ref(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_same_conv3d_rejects_what_it_does_not_implement():
+    with pytest.raises(ValueError, match="odd kernel"):
+        kernels.SameConv3D(4, 4, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
+    with pytest.raises(ValueError, match="odd kernel"):
+        kernels.SameConv3D(4, 3, padding="valid")(tf.zeros((1, 5, 5, 5, 2)))
