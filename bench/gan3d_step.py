@@ -1,6 +1,6 @@
 """Benchmark of the full-size 3DGAN training step and of its convolution kernels.
 
-    .venv/bin/python bench/gan3d_step.py [--batch-size 16] [--steps 4] [--repeat 3] [--layers]
+    .venv/bin/python bench/gan3d_step.py [--batch-size 16] [--steps 4] [--repeat 3] [--layers] [--fused-ab]
 
 Prints a markdown table: the measured matmul peak (2048^2 float32), the paper's "single
 convolution kernel" (forward + backward of D's 32->8 channel 5^3 convolution, batch 16), and
@@ -152,6 +152,50 @@ def worker_step(args) -> dict:
             "local_peak": local_peak}
 
 
+def worker_fused_ab(args) -> dict:
+    """Interleaved A/B in one process: D's pad-2 convs as the reference pair, plain SAME, SameConv3D."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    import numpy as np
+
+    from gan3d import flops, model, step
+
+    def reference(x, filters, pad, i):
+        x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
+        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+
+    def plain_same(x, filters, pad, i):
+        return model._conv(filters, (5, 5, 5), "same", f"d_conv{i}")(x) if pad == 2 else reference(x, filters, pad, i)
+
+    fused = model._padded_conv
+    b = args.batch_size
+    rng = np.random.default_rng(0)
+    images = (rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)).astype("f4")
+    ep = rng.uniform(0.1, 5.0, b).astype("f4")
+    runs = {}
+    try:
+        for name, conv in (("reference ZeroPadding3D + VALID", reference), ("Keras Conv3D 'same'", plain_same),
+                           ("SameConv3D (as committed)", fused)):
+            model._padded_conv = conv
+            tf.keras.utils.set_random_seed(1)
+            s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset),
+                               config=step.StepConfig(seed=1))
+            runs[name] = (s, s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4))))
+    finally:
+        model._padded_conv = fused
+    for s, batch in runs.values():
+        s(*batch)["g_loss"].numpy()
+        s(*batch)["g_loss"].numpy()
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(args.repeat):  # rounds: each variant in turn, so load changes hit all alike
+        for name, (s, batch) in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                out = s(*batch)
+            out["g_loss"].numpy()
+            best[name] = min(best[name], (time.perf_counter() - t0) / args.steps)
+    return {"flop": flops.step_flops(args.preset, b)["total"], "showers": b, "seconds": best}
+
+
 def worker_profile(args) -> dict:
     """Warm up, print a marker, run one step: the parent reads ONEDNN_VERBOSE lines after it."""
     tf = _tf(args.threads, args.inter_op_threads)
@@ -226,7 +270,7 @@ TUNING = {  # variant: (threads, inter-op threads, batch size, extra environment
 }
 
 WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak,
-           "profile": worker_profile}
+           "profile": worker_profile, "fused_ab": worker_fused_ab}
 
 
 # -- driver -------------------------------------------------------------------------------------
@@ -264,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the step (1 rank x 2 threads) under each tuning variant of TUNING")
     ap.add_argument("--profile", action="store_true",
                     help="also break one step down by oneDNN primitive (ONEDNN_VERBOSE=1)")
+    ap.add_argument("--fused-ab", action="store_true",
+                    help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
+                         "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -302,6 +349,14 @@ def main(argv: list[str] | None = None) -> int:
             rate = s["flop"] / s["seconds"]
             print(f"| {name} | {s['showers'] / s['seconds']:.2f} | {rate / 1e9:.1f} | "
                   f"{100 * rate / THEORETICAL:.1f}% | {100 * rate / s['local_peak']:.1f}% | {_load()} |", flush=True)
+    if args.fused_ab:
+        ab = run_worker("fused_ab", args, 2)
+        print(f"\n| step, D's pad-2 convs as (interleaved, best of {args.repeat} rounds) | showers/s | GFLOP/s "
+              "| % of theoretical | load |")
+        print("|---|---|---|---|---|")
+        for name, t in ab["seconds"].items():
+            rate = ab["flop"] / t
+            print(f"| {name} | {ab['showers'] / t:.2f} | {rate / 1e9:.1f} | {100 * rate / THEORETICAL:.1f}% | {_load()} |")
     if args.profile:
         rows = onednn_profile(args)
         total = sum(r[3] for r in rows)
