@@ -86,12 +86,16 @@ class _RangeReader:
 
     def finish(self) -> str | None:
         """Drain the rest and return an error text when size or digest disagree."""
-        while self.read(CHUNK):
-            pass
-        if self.hash and self.hash.hexdigest() != self.want:
-            return (f"its content does not match its digest (got {self.algo}:"
-                    f"{self.hash.hexdigest()})")
-        return None
+        return _drain_and_check(self, "its content does not match its digest")
+
+
+def _drain_and_check(reader: "_RangeReader | _CountingReader", mismatch: str) -> str | None:
+    """Read a hashing reader to its end; the error text when its digest is not the wanted one."""
+    while reader.read(CHUNK):
+        pass
+    if reader.hash and reader.hash.hexdigest() != reader.want:
+        return f"{mismatch} (got {reader.algo}:{reader.hash.hexdigest()})"
+    return None
 
 
 class _CountingReader:
@@ -136,12 +140,7 @@ class _CountingReader:
         return False
 
     def finish(self) -> str | None:
-        while self.read(CHUNK):
-            pass
-        if self.hash and self.hash.hexdigest() != self.want:
-            return (f"its uncompressed content does not match its diff_id (got {self.algo}:"
-                    f"{self.hash.hexdigest()})")
-        return None
+        return _drain_and_check(self, "its uncompressed content does not match its diff_id")
 
 
 class _Forward:
