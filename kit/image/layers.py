@@ -51,7 +51,32 @@ class LayerError(KitError):
     """A layer is unsafe, corrupt or past a limit; the message names layer and member."""
 
 
-class _RangeReader:
+class _HashingReader:
+    """A file-like reader that hashes what passes; subclasses set the digest and read()."""
+
+    mismatch = "its content does not match its digest"
+    algo: str
+    want: str
+    hash: "hashlib._Hash | None"
+
+    def readinto(self, buf) -> int:
+        data = self.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def finish(self) -> str | None:
+        """Drain the rest and return an error text when the digest disagrees."""
+        while self.read(CHUNK):
+            pass
+        if self.hash and self.hash.hexdigest() != self.want:
+            return f"{self.mismatch} (got {self.algo}:{self.hash.hexdigest()})"
+        return None
+
+
+class _RangeReader(_HashingReader):
     """Read a byte range of a file, hashing the bytes (the stored digest) as they pass."""
 
     def __init__(self, path: Path, offset: int, size: int, digest: str | None,
@@ -73,33 +98,16 @@ class _RangeReader:
             self.progress(len(data))
         return data
 
-    def readinto(self, buf) -> int:
-        data = self.read(len(buf))
-        buf[:len(data)] = data
-        return len(data)
-
-    def readable(self) -> bool:
-        return True
 
     def close(self) -> None:
         self.fh.close()
 
-    def finish(self) -> str | None:
-        """Drain the rest and return an error text when size or digest disagree."""
-        return _drain_and_check(self, "its content does not match its digest")
 
 
-def _drain_and_check(reader: "_RangeReader | _CountingReader", mismatch: str) -> str | None:
-    """Read a hashing reader to its end; the error text when its digest is not the wanted one."""
-    while reader.read(CHUNK):
-        pass
-    if reader.hash and reader.hash.hexdigest() != reader.want:
-        return f"{mismatch} (got {reader.algo}:{reader.hash.hexdigest()})"
-    return None
-
-
-class _CountingReader:
+class _CountingReader(_HashingReader):
     """Count (and optionally hash) the uncompressed tar stream; enforce the limits."""
+
+    mismatch = "its uncompressed content does not match its diff_id"
 
     def __init__(self, inner: IO[bytes], budget: Budget, stored: int, diff_id: str | None,
                  layer: Layer):
@@ -127,20 +135,11 @@ class _CountingReader:
             self.hash.update(data)
         return data
 
-    def readinto(self, buf) -> int:
-        data = self.read(len(buf))
-        buf[:len(data)] = data
-        return len(data)
-
-    def readable(self) -> bool:
-        return True
 
     @property
     def closed(self) -> bool:
         return False
 
-    def finish(self) -> str | None:
-        return _drain_and_check(self, "its uncompressed content does not match its diff_id")
 
 
 class _Forward:

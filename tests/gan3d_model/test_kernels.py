@@ -7,21 +7,23 @@ tf = pytest.importorskip("tensorflow")
 from gan3d import kernels, model  # noqa: E402
 
 
+def _value_and_grads(conv, x, w, upstream):
+    """Output and both gradients of sum(conv(x, w) * upstream): what a layer's backprop sees."""
+    with tf.GradientTape() as tape:
+        tape.watch([x, w])
+        y = conv(x, w)
+        loss = tf.reduce_sum(y * upstream)
+    return (y,) + tuple(tape.gradient(loss, [x, w]))
+
+
 @pytest.mark.parametrize("ksize,cout", [((5, 5, 5), 4), ((3, 4, 5), 3)])
 def test_image_conv3d_matches_tf_conv3d_and_its_gradients(ksize, cout):
     x = tf.random.stateless_normal((2, 9, 8, 7, 1), [1, 2])
     w = tf.random.stateless_normal(ksize + (1, cout), [3, 4])
     upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
 
-    def grads(conv):
-        with tf.GradientTape() as tape:
-            tape.watch([x, w])
-            y = conv(x, w)
-            loss = tf.reduce_sum(y * upstream)
-        return (y,) + tuple(tape.gradient(loss, [x, w]))
-
-    ours = grads(kernels.image_conv3d)
-    ref = grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"))
+    ours = _value_and_grads(kernels.image_conv3d, x, w, upstream)
+    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), x, w, upstream)
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
 
@@ -50,15 +52,9 @@ def test_same_conv3d_is_zero_padding_then_valid_conv_with_its_gradients(ksize, c
     upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
     pads = [[0, 0]] + [[(k - 1) // 2] * 2 for k in ksize] + [[0, 0]]
 
-    def grads(conv):
-        with tf.GradientTape() as tape:
-            tape.watch([x, w])
-            y = conv(x, w)
-            loss = tf.reduce_sum(y * upstream)
-        return (y,) + tuple(tape.gradient(loss, [x, w]))
-
-    ours = grads(kernels.same_conv3d)
-    ref = grads(lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"))
+    ours = _value_and_grads(kernels.same_conv3d, x, w, upstream)
+    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"),
+                           x, w, upstream)
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
 
