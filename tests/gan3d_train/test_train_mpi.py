@@ -165,3 +165,18 @@ def test_itex_on_without_the_extra_is_a_clear_error(data, tmp_path):
         pytest.skip("ITEX is installed here: the missing-extra error cannot occur")
     proc = train(["--data", str(data[0]), "--validation-data", str(data[2]), "--itex", "on"], timeout=60)
     assert proc.returncode == 2 and "pip install '.[itex]'" in proc.stderr
+
+
+def test_synthetic_showers_are_simulated_once_and_shared_by_both_ranks(parts, tmp_path):
+    out = tmp_path / "synthetic"
+    results = tmp_path / "r.json"
+    proc = train(["--synthetic", "48", "--synthetic-dir", str(out), "--preset", "tiny", "--batch-size", "4",
+                  "--steps-per-epoch", "2", "--validation-steps", "1", "--threads", "1", "--seed", "3",
+                  "--results", str(results)], ranks=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = sorted(out.glob("*.h5"))
+    assert len(written) >= 2  # rank 0 wrote them; rank 1 read the same directory
+    record = json.loads(results.read_text())
+    assert record["ranks"] == 2
+    assert record["data_files"]["train"] + record["data_files"]["validation"] == len(written)
+    assert record["train_events"] + record["validation_events"] >= 48
