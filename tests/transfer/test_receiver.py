@@ -1,0 +1,104 @@
+"""The remote receiver of `kit transfer push` (remote_script.py push), driven over local pipes
+exactly as sshd drives it: probe line out, plan line in, then the bytes, then COMMIT."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import require
+
+SCRIPT = Path(__file__).resolve().parents[2] / "kit" / "transfer" / "remote_script.py"
+MiB = 1 << 20
+
+
+def receive(directory: Path, data: bytes, chunk: int, *, send: bytes | None = None,
+            keep: str = "") -> subprocess.CompletedProcess:
+    """Run the receiver for an image `data`, feeding it `send` (default: all of `data`)."""
+    sha = hashlib.sha256(data).hexdigest()
+    payload = data if send is None else send
+    stdin = f"KEEP {keep}\n".encode() + payload
+    if send is None:
+        stdin += f"COMMIT {sha}\n".encode()
+    return subprocess.run([sys.executable, str(SCRIPT), "push", str(directory), "img.tar.gz",
+                           str(len(data)), sha, str(chunk)], input=stdin, capture_output=True)
+
+
+def direct_io_works(directory: Path) -> bool:
+    try:
+        fd = os.open(directory / ".probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    os.close(fd)
+    os.unlink(directory / ".probe")
+    return True
+
+
+def cached_pages(path: Path) -> int:
+    out = subprocess.run(["fincore", "--raw", "--noheadings", "--bytes", "-o", "RES", str(path)],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[0])
+
+
+@pytest.mark.parametrize("chunk", [2 * MiB, 3000], ids=["aligned-direct", "unaligned-buffered"])
+def test_odd_sizes_arrive_exactly(tmp_path, chunk):
+    # 9 MiB + 123 bytes: several 4 MiB write blocks, an unaligned tail that O_DIRECT pads and
+    # ftruncate cuts; a chunk size that is no multiple of 4096 takes the buffered path.
+    data = os.urandom(9 * MiB + 123)
+    res = receive(tmp_path, data, chunk)
+    assert res.returncode == 0, res.stderr.decode()
+    assert (tmp_path / "img.tar.gz").read_bytes() == data
+    assert json.loads(res.stdout.splitlines()[-1])["sha256"] == hashlib.sha256(data).hexdigest()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar.gz"]
+
+
+def test_received_image_bypasses_the_page_cache(tmp_path):
+    require(direct_io_works(tmp_path), "the test filesystem does not take O_DIRECT")
+    require(subprocess.run(["which", "fincore"], capture_output=True).returncode == 0,
+            "fincore (util-linux) not installed")
+    data = os.urandom(16 * MiB + 5)
+    res = receive(tmp_path, data, 4 * MiB)
+    assert res.returncode == 0, res.stderr.decode()
+    # O_DIRECT: the 16 MiB went from the receiver's buffers to the device, not via the cache
+    assert cached_pages(tmp_path / "img.tar.gz") < MiB
+    assert (tmp_path / "img.tar.gz").read_bytes() == data
+
+
+def test_cut_stream_keeps_what_arrived_for_the_next_push(tmp_path):
+    chunk = MiB
+    data = os.urandom(6 * chunk + 777)
+    res = receive(tmp_path, data, chunk, send=data[:3 * chunk + 4097])
+    assert res.returncode == 3, res.stderr.decode()
+    assert b"upload stream ended at offset" in res.stderr
+    part = tmp_path / ".img.tar.gz.part"
+    assert part.read_bytes()[:3 * chunk + 4097] == data[:3 * chunk + 4097]
+    assert not (tmp_path / "img.tar.gz").exists()
+
+    # the next session's probe offers the three complete chunks; keep them, send the rest
+    sha = hashlib.sha256(data).hexdigest()
+    probe = subprocess.run([sys.executable, str(SCRIPT), "probe", str(tmp_path), "img.tar.gz",
+                            str(len(data)), sha, str(chunk)], capture_output=True, check=True)
+    ours = [hashlib.sha256(data[i * chunk:(i + 1) * chunk]).hexdigest() for i in range(3)]
+    assert json.loads(probe.stdout)["chunk_hashes"][:3] == ours
+    res = receive(tmp_path, data, chunk, send=data[3 * chunk:] + f"COMMIT {sha}\n".encode(),
+                  keep="0,1,2")
+    assert res.returncode == 0, res.stderr.decode()
+    assert (tmp_path / "img.tar.gz").read_bytes() == data
+
+
+def test_wrong_bytes_are_refused_and_removed(tmp_path):
+    data = os.urandom(5 * MiB)
+    bad = bytearray(data)
+    bad[4 * MiB + 1] ^= 1
+    sha = hashlib.sha256(data).hexdigest()
+    res = receive(tmp_path, data, MiB, send=bytes(bad) + f"COMMIT {sha}\n".encode())
+    assert res.returncode == 4 and b"sha256 of the received file" in res.stderr
+    assert list(tmp_path.iterdir()) == [], "nothing may remain under any name"
