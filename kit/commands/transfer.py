@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="previous installed versions to keep (default: transfer.keep_versions)")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="record an unknown host key in known_hosts (verify its fingerprint first)")
+    p.add_argument("--direct-io", action=argparse.BooleanOptionalAction, default=None,
+                   help="remote writes bypass the page cache where the filesystem allows it "
+                   "(default: transfer.direct_io, true)")
     p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
     p.set_defaults(func=_push)
 
@@ -64,7 +67,7 @@ def _push(args: argparse.Namespace) -> int:
                 bar.advance(task, n)
         report = push(args.image, args.site, host=args.host, user=args.user, port=args.port,
                       remote_dir=args.remote_dir, install=args.install, keep=args.keep,
-                      install_as=args.install_as,
+                      install_as=args.install_as, direct_io=args.direct_io,
                       accept_new_host_key=args.accept_new_host_key, dry_run=args.dry_run,
                       progress=progress)
     if args.dry_run:

@@ -125,6 +125,9 @@ SCHEMA = Section({
         "image_dir": Field("str", check=_absolute),
         "jump_host": Field("str", nullable=True, required=False),
         "keep_versions": Field("int", required=False, default=2, positive=True),
+        "direct_io": Field("bool", required=False, default=True,
+                           doc="write uploads with O_DIRECT where the filesystem allows it "
+                           "(no page cache to fill and flush); false for buffered writes"),
     })),
     "network": Field(Section({
         "fabric": Field("str", nullable=True, required=False),
@@ -219,6 +222,7 @@ class Transfer:
     port: int = 22
     jump_host: str | None = None
     keep_versions: int = 2
+    direct_io: bool = True
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def probe_host(name: str | None = None) -> dict:
         "container": {"runtime": "charliecloud", "image_dir": "~/images", "binds": [], "join": True},
         "modules": [],
         "transfer": {"host": "localhost", "user": None, "port": 22, "image_dir": "~/images",
-                     "jump_host": None, "keep_versions": 2},
+                     "jump_host": None, "keep_versions": 2, "direct_io": True},
         "network": {"latency_us": 1.0, "bandwidth_gbps": 10.0},
     }
 

@@ -47,6 +47,7 @@ class PushReport:
     bytes_skipped: int = 0
     resent_chunks: list[int] = field(default_factory=list)
     siblings: list[str] = field(default_factory=list)
+    direct_io: bool | None = None       # how the receiver wrote the bytes (None: nothing written)
     installed: str | None = None
     current: str | None = None
     pruned: list[str] = field(default_factory=list)
@@ -67,7 +68,8 @@ class PushReport:
             out.append(f"{verb} prune old versions: {', '.join(self.pruned)}")
         if not self.dry_run and self.seconds:
             rate = self.bytes_sent / self.seconds / 1e6
-            out.append(f"took {self.seconds:.1f} s ({rate:.0f} MB/s sent)")
+            how = {True: ", written with O_DIRECT", False: ", buffered writes"}.get(self.direct_io, "")
+            out.append(f"took {self.seconds:.1f} s ({rate:.0f} MB/s sent{how})")
         return out
 
 
@@ -110,12 +112,12 @@ def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
     return _Plan(keep, [i for i in range(len(theirs)) if i not in keep], kept, False)
 
 
-def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
+def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, direct_io: bool,
             progress: Callable[[int], None] | None) -> tuple[dict, _Plan, int]:
     """One ssh session: the receiver reports what it has, we answer with the plan and stream
     the chunks it lacks, then COMMIT. Returns (receiver's answer, plan, bytes sent)."""
     where = f"{ep.hostname}:{directory}"
-    cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk)
+    cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk, "1" if direct_io else "0")
     proc = subprocess.Popen(ssh_argv(ep) + [cmd], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:  # a 1 MiB pipe into ssh: fewer wake-ups per byte on a busy machine
@@ -198,11 +200,13 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
          port: int | None = None, remote_dir: str | None = None, install: bool = False,
          keep: int | None = None, accept_new_host_key: bool = False, dry_run: bool = False,
          progress: Callable[[int], None] | None = None, chunk_size: int = CHUNK,
-         ssh_config: Path | None = None, install_as: str = "dir") -> PushReport:
+         ssh_config: Path | None = None, install_as: str = "dir",
+         direct_io: bool | None = None) -> PushReport:
     """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install
     (as an unpacked directory, or with install_as="squash" a SquashFS file).
 
     `progress(n)` is called with each block of bytes sent (the CLI draws a bar with it).
+    `direct_io` (default: the site's transfer.direct_io) lets the receiver bypass the page cache.
     """
     started = time.monotonic()
     site = _site(site)
@@ -240,12 +244,14 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             report.bytes_sent = img.size - plan.kept_bytes
         else:  # the data stream starts while Fabric is still logging in
             try:
-                answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, progress)
+                direct = t.direct_io if direct_io is None else direct_io
+                answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, direct,
+                                                          progress)
             except StreamLost as exc:
                 if not exc.answered:  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
                     opening.result()
                 raise
-            report.remote_path = answer["path"]
+            report.remote_path, report.direct_io = answer["path"], answer.get("direct_io")
             report.siblings = _put_siblings(opening.result(), img, directory)
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         if install:

@@ -7,9 +7,10 @@ on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzer
 
 Modes:
   probe   DIR NAME SIZE SHA CHUNK        what is there already (no change)
-  push    DIR NAME SIZE SHA CHUNK        probe, print it, read the sender's plan line from stdin
+  push    DIR NAME SIZE SHA CHUNK DIRECT   probe, print it, read the sender's plan line from stdin
                                          ("KEEP i,j,..." / "SKIP" / "ABORT"), then receive the
-                                         other chunks from stdin, verify and rename: one session
+                                         other chunks from stdin (DIRECT 1: with O_DIRECT where
+                                         possible), verify and rename: one session
   install SRC IMGDIR NAME VERSION KEEPN DRY FMT   ch-convert to FMT (dir|squash) as NAME@VERSION,
                                          switch NAME.current, prune
 """
@@ -129,14 +130,15 @@ def lock_dir(directory):
          "(or stop it: its upload resumes later)" % os.path.abspath(directory))
 
 
-def push(directory, name, size, sha, chunk):
+def push(directory, name, size, sha, chunk, direct):
     widen_pipe(sys.stdin.fileno())
     lock_dir(directory)
     sys.stdout.write(json.dumps(inspect(directory, name, size, sha, chunk)) + "\n")
     sys.stdout.flush()
     plan = sys.stdin.buffer.readline().decode("ascii", "replace").split()
     if plan[:1] == ["KEEP"]:
-        receive(directory, name, size, sha, chunk, set(int(i) for i in "".join(plan[1:]).split(",") if i))
+        keep = set(int(i) for i in "".join(plan[1:]).split(",") if i)
+        receive(directory, name, size, sha, chunk, keep, direct)
     elif plan[:1] == ["SKIP"]:
         print(json.dumps({"path": os.path.abspath(names(directory, name)[0]), "sha256": sha}))
     else:
@@ -153,11 +155,11 @@ class Writer(threading.Thread):
     buffered and fdatasync'ed every chunk, so the final flush stays short either way.
     """
 
-    def __init__(self, path, fresh, chunk):
+    def __init__(self, path, fresh, chunk, direct):
         threading.Thread.__init__(self, daemon=True)
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else 0)
         self.direct, self.fd = False, None
-        if chunk % ALIGN == 0 and hasattr(os, "O_DIRECT"):
+        if direct and chunk % ALIGN == 0 and hasattr(os, "O_DIRECT"):
             try:
                 self.fd, self.direct = os.open(path, flags | os.O_DIRECT, 0o644), True
             except OSError as exc:
@@ -250,7 +252,7 @@ def fill(stream, view):
     return got
 
 
-def receive(directory, name, size, sha, chunk, keep):
+def receive(directory, name, size, sha, chunk, keep, direct):
     """Walk the file chunk by chunk: kept chunks are read back from disk, the others come
     from stdin; the full sha256 is computed over the bytes in file order, as they are written."""
     final, part, state_path = names(directory, name)
@@ -264,7 +266,7 @@ def receive(directory, name, size, sha, chunk, keep):
             with open(tmp, "w") as fh:
                 json.dump({"sha256": sha, "size": size, "chunk": chunk}, fh)
             os.replace(tmp, state_path)
-        writer = Writer(part, not (keep and os.path.exists(part)), chunk)
+        writer = Writer(part, not (keep and os.path.exists(part)), chunk, direct)
         kept = open(part, "rb") if keep else None
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -303,7 +305,7 @@ def receive(directory, name, size, sha, chunk, keep):
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    print(json.dumps({"path": os.path.abspath(final), "sha256": got}))
+    print(json.dumps({"path": os.path.abspath(final), "sha256": got, "direct_io": writer.direct}))
 
 
 def versions(imgdir, name):
@@ -381,7 +383,7 @@ def main(argv):
         if mode == "probe":
             probe(args[0], args[1], int(args[2]), args[3], int(args[4]))
         elif mode == "push":
-            push(args[0], args[1], int(args[2]), args[3], int(args[4]))
+            push(args[0], args[1], int(args[2]), args[3], int(args[4]), args[5] == "1")
         elif mode == "install":
             if args[6] not in ("dir", "squash"):
                 fail(EXIT_USAGE, "install format %s: use dir or squash" % args[6])

@@ -1,6 +1,7 @@
 """Fixtures of the transfer tests: a real OpenSSH sshd on loopback, a user's ~/.ssh, sites, images."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -102,3 +103,16 @@ def ch_run(image_dir: Path, *cmd: str) -> str:
     env = dict(os.environ, USER=os.environ.get("USER", "root"))
     return subprocess.run(["ch-run", str(image_dir), "--", *cmd], capture_output=True, text=True,
                           check=True, env=env).stdout
+
+
+def direct_io_works(directory: Path) -> bool:
+    """Does the filesystem under `directory` take O_DIRECT opens (tmpfs before Linux 6.6 does not)?"""
+    try:
+        fd = os.open(directory / ".probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    os.close(fd)
+    os.unlink(directory / ".probe")
+    return True

@@ -11,7 +11,8 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import busybox_image, ch_run, have_charliecloud, random_image
+from tests.transfer.conftest import (busybox_image, ch_run, direct_io_works, have_charliecloud,
+                                     random_image)
 
 MiB = 1 << 20
 
@@ -64,7 +65,7 @@ def _interrupted(sshd, site, img, after: int) -> None:
 
 
 def test_interrupted_push_resumes(sshd, user_home, make_site, tmp_path):
-    site = make_site()
+    site = make_site(direct_io=False)  # buffered writes here; the next test takes O_DIRECT
     img = random_image(tmp_path / "blob.tar.gz", 12 * MiB + 123)
     _interrupted(sshd, site, img, after=8 * MiB)
     part = tmp_path / "remote" / ".blob.tar.gz.part"
@@ -73,6 +74,7 @@ def test_interrupted_push_resumes(sshd, user_home, make_site, tmp_path):
     assert report.bytes_skipped >= 2 * MiB, "the verified prefix must not be sent again"
     assert report.bytes_sent == img.stat().st_size - report.bytes_skipped
     assert report.resent_chunks == []
+    assert report.direct_io is False
     assert sha(tmp_path / "remote" / "blob.tar.gz") == sha(img)
     assert not part.exists()
 
@@ -92,6 +94,7 @@ def test_corrupted_byte_in_partial_is_resent(sshd, user_home, make_site, tmp_pat
     assert report.resent_chunks == [1]
     assert report.bytes_skipped % MiB == 0 and report.bytes_skipped >= 2 * MiB
     assert report.bytes_sent == img.stat().st_size - report.bytes_skipped
+    assert report.direct_io is direct_io_works(tmp_path / "remote")
     assert sha(tmp_path / "remote" / "blob.tar.gz") == sha(img)
 
 

@@ -2,7 +2,6 @@
 exactly as sshd drives it: probe line out, plan line in, then the bytes, then COMMIT."""
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -13,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import require
+from tests.transfer.conftest import direct_io_works
 
 SCRIPT = Path(__file__).resolve().parents[2] / "kit" / "transfer" / "remote_script.py"
 MiB = 1 << 20
 
 
 def receive(directory: Path, data: bytes, chunk: int, *, send: bytes | None = None,
-            keep: str = "") -> subprocess.CompletedProcess:
+            keep: str = "", direct: bool = True) -> subprocess.CompletedProcess:
     """Run the receiver for an image `data`, feeding it `send` (default: all of `data`)."""
     sha = hashlib.sha256(data).hexdigest()
     payload = data if send is None else send
@@ -27,19 +27,8 @@ def receive(directory: Path, data: bytes, chunk: int, *, send: bytes | None = No
     if send is None:
         stdin += f"COMMIT {sha}\n".encode()
     return subprocess.run([sys.executable, str(SCRIPT), "push", str(directory), "img.tar.gz",
-                           str(len(data)), sha, str(chunk)], input=stdin, capture_output=True)
-
-
-def direct_io_works(directory: Path) -> bool:
-    try:
-        fd = os.open(directory / ".probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
-    except OSError as exc:
-        if exc.errno == errno.EINVAL:
-            return False
-        raise
-    os.close(fd)
-    os.unlink(directory / ".probe")
-    return True
+                           str(len(data)), sha, str(chunk), "1" if direct else "0"],
+                          input=stdin, capture_output=True)
 
 
 def cached_pages(path: Path) -> int:
@@ -60,15 +49,18 @@ def test_odd_sizes_arrive_exactly(tmp_path, chunk):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar.gz"]
 
 
-def test_received_image_bypasses_the_page_cache(tmp_path):
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "buffered"])
+def test_direct_io_bypasses_the_page_cache(tmp_path, direct):
     require(direct_io_works(tmp_path), "the test filesystem does not take O_DIRECT")
     require(subprocess.run(["which", "fincore"], capture_output=True).returncode == 0,
             "fincore (util-linux) not installed")
     data = os.urandom(16 * MiB + 5)
-    res = receive(tmp_path, data, 4 * MiB)
+    res = receive(tmp_path, data, 4 * MiB, direct=direct)
     assert res.returncode == 0, res.stderr.decode()
+    assert json.loads(res.stdout.splitlines()[-1])["direct_io"] is direct
+    cached = cached_pages(tmp_path / "img.tar.gz")
     # O_DIRECT: the 16 MiB went from the receiver's buffers to the device, not via the cache
-    assert cached_pages(tmp_path / "img.tar.gz") < MiB
+    assert cached < MiB if direct else cached > 8 * MiB
     assert (tmp_path / "img.tar.gz").read_bytes() == data
 
 
