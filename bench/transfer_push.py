@@ -1,6 +1,6 @@
 """Benchmark: `kit transfer push` vs `scp` of the same 1 GB random file over a loopback sshd.
 
-Run: .venv/bin/python bench/transfer_push.py [--size-mb 1024] [--reps 3] [--cipher NAME]
+Run: .venv/bin/python bench/transfer_push.py [--size-mb 1024] [--reps 5] [--cipher NAME] [--buffered]
 
 Each transfer gets a freshly started sshd (tests/transfer/sshd.py) and an empty remote dir,
 so its CPU time (client + sshd + remote processes, from getrusage once sshd has exited) can
@@ -9,8 +9,10 @@ every tool uses its own default (scp: OpenSSH's, chacha20-poly1305; kit: AES-GCM
 the CPU has AES instructions and ~/.ssh/config names no Ciphers); with --cipher both are
 forced to that cipher through the shared ssh config. The image has its IMAGE.sha256 sibling
 as `kit image convert` writes it; the push is fully verified (the receiver hashes every
-byte and renames only on a sha256 match). "kit" times the library call, "kit-cli" the
-`python -m kit transfer push` command including interpreter start and imports.
+byte, makes the file durable and renames only on a sha256 match). The receiver writes with
+O_DIRECT where the filesystem allows it; --buffered measures the page-cache path instead.
+"kit" times the library call, "kit-cli" the `python -m kit transfer push` command including
+interpreter start and imports.
 """
 from __future__ import annotations
 
@@ -47,9 +49,10 @@ def cpu_seconds() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cipher", default=None, help="force this cipher for both, e.g. aes128-gcm@openssh.com")
     ap.add_argument("--tools", default="scp,kit,kit-cli")
+    ap.add_argument("--buffered", action="store_true", help="kit's receiver without O_DIRECT")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kit-bench-transfer-"))
     try:
@@ -81,10 +84,12 @@ def main() -> None:
                 subprocess.run(["scp", "-q", "-F", str(cfg), str(img), f"bench-sshd:{remote}/bench.tar.gz"],
                                check=True)
             elif tool == "kit":
-                report = push(img, site, ssh_config=cfg)
-                assert report.bytes_sent == size, report
+                report = push(img, site, ssh_config=cfg, direct_io=not args.buffered)
+                assert report.bytes_sent == size and report.direct_io is not args.buffered, report
             else:
-                subprocess.run([sys.executable, "-m", "kit", "transfer", "push", str(img), "--site", str(site)],
+                io = "--no-direct-io" if args.buffered else "--direct-io"
+                subprocess.run([sys.executable, "-m", "kit", "transfer", "push", str(img), "--site", str(site),
+                                io],
                                check=True, cwd=ROOT, env=dict(os.environ, HOME=str(home)),
                                stdout=subprocess.DEVNULL)
             wall = time.perf_counter() - t0
@@ -107,6 +112,7 @@ def main() -> None:
                 walls[tool].append(wall)
                 cpus[tool].append(cpu)
         print(f"file: {size} bytes; cipher: {args.cipher or 'each tool its default'}; "
+              f"kit receiver: {'buffered' if args.buffered else 'O_DIRECT'}; "
               f"load before/after: {os.getloadavg()}")
         rate = {t: size / statistics.median(walls[t]) / 1e6 for t in tools}
         for t in tools:
