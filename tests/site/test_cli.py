@@ -1,5 +1,6 @@
 """`kit site validate|show|probe` through the real command line entry point."""
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -51,3 +52,15 @@ def test_probe_writes_a_valid_config_matching_this_host(tmp_path, capsys):
 def test_probe_to_stdout_is_the_same_yaml(capsys):
     assert main(["site", "probe", "--name", "x"]) == 0
     assert "name: x" in capsys.readouterr().out
+
+
+def test_a_command_imports_only_its_group():
+    # start-up time: `kit site ...` must not pull in Fabric/paramiko or the MPI probes
+    code = ("import sys; from kit.cli import build_parser; build_parser(['site', 'show', 'laptop']); "
+            "print(sorted(m for m in ('fabric', 'kit.mpi', 'kit.image', 'kit.transfer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=REPO).stdout
+    assert out.strip() == "[]"
+    full = subprocess.run([sys.executable, "-m", "kit", "--help"], capture_output=True, text=True,
+                          cwd=REPO).stdout
+    assert all(group in full for group in ("site", "mpi", "image", "transfer"))
