@@ -7,8 +7,9 @@ use the same resolved endpoint (kit.transfer.ssh).
 
 The upload lands in `.NAME.part` next to a `.NAME.part.state` naming the image's sha256,
 size and chunk size. On the next push both sides hash the complete chunks of the part and
-only chunks that differ or are missing are sent. The receiver computes the full sha256 of
-the file as it ends up on disk and renames it into place only if it matches.
+only chunks that differ or are missing are sent. The receiver hashes the whole file in order
+as it writes it (with O_DIRECT where the filesystem allows: no page cache to fill and flush),
+makes it durable, and renames it into place only if the sha256 matches.
 """
 from __future__ import annotations
 

@@ -6,13 +6,13 @@ f-string tricks beyond 3.6, no third-party modules. Every mode answers with JSON
 on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzero.
 
 Modes:
-  probe   DIR NAME SIZE SHA CHUNK        what is there already (no change)
-  push    DIR NAME SIZE SHA CHUNK DIRECT   probe, print it, read the sender's plan line from stdin
-                                         ("KEEP i,j,..." / "SKIP" / "ABORT"), then receive the
-                                         other chunks from stdin (DIRECT 1: with O_DIRECT where
-                                         possible), verify and rename: one session
+  probe   DIR NAME SIZE SHA CHUNK         what is there already (no change)
+  push    DIR NAME SIZE SHA CHUNK DIRECT  probe, print it, read the sender's plan line from stdin
+                                          ("KEEP i,j,..." / "SKIP" / "ABORT"), then receive the
+                                          other chunks from stdin (DIRECT 1: with O_DIRECT where
+                                          possible), verify and rename: one session
   install SRC IMGDIR NAME VERSION KEEPN DRY FMT   ch-convert to FMT (dir|squash) as NAME@VERSION,
-                                         switch NAME.current, prune
+                                          switch NAME.current, prune
 """
 import errno
 import fcntl
