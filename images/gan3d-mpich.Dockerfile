@@ -4,9 +4,9 @@
 # The container carries Debian's MPICH (libmpich.so.12, ABI 12.2) so the image runs on its
 # own; at the site `kit mpi pair` binds the host MPI's library dirs onto HOSTMPI_TARGET/libN
 # and the alias below makes the image's libmpich.so.12 load the host's libmpi.so.12.
-# Build outside the perimeter (kit image build), convert offline with the pair's mount points:
-#   kit image convert IMAGE OUT.sqfs --mount-point /opt/hostmpi/lib0 [--mount-point .../lib1 ...]
-#   kit mpi pair --site supermuc-ng OUT.sqfs        # writes OUT.sqfs.pair.yaml
+# Build outside the perimeter, convert offline for the site (the pair's mount points and this
+# alias are then made by the conversion too, so other recipes need not carry them):
+#   kit image convert IMAGE OUT.sqfs --site supermuc-ng     # writes OUT.sqfs.pair.yaml
 #
 # Template values (--build-arg):
 #   BASE            base image (Debian bookworm: python3.11, MPICH 4.0.2)

@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="stop past this many uncompressed bytes (default 64G)")
     conv.add_argument("--max-members", type=int, default=Limits.max_members,
                       help="stop past this many tar members (default 2000000)")
+    conv.add_argument("--site", metavar="SITE",
+                      help="pair the image's MPI with this site's host MPI first (refused images are not "
+                      "converted), create the pair's mount points and links, write OUT.pair.yaml")
+    conv.add_argument("--mpi-mode", choices=("major", "full", "strict"), default="full",
+                      help="with --site: the minor-version rule of `kit mpi pair` (default full)")
     conv.add_argument("--dry-run", action="store_true",
                       help="report what would be dropped or changed; write nothing")
     conv.set_defaults(func=_convert)
@@ -57,11 +62,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     limits = Limits(max_size=args.max_size, max_members=args.max_members)
+    options = dict(fmt=args.format, image=args.image, mount_points=args.mount_point, level=args.level,
+                   limits=limits, dry_run=args.dry_run)
+    paired = None
     with ExitStack() as stack:
-        report = convert(args.src, args.out, fmt=args.format, image=args.image,
-                         mount_points=args.mount_point, level=args.level, limits=limits,
-                         dry_run=args.dry_run, progress=_progress_bar(stack, args.src.name))
+        if args.site:
+            from kit.mpi import convert_paired
+            paired = convert_paired(args.src, args.out, args.site, mode=args.mpi_mode,
+                                    progress=_progress_bar(stack, args.src.name), **options)
+            report = paired.report
+        else:
+            report = convert(args.src, args.out, progress=_progress_bar(stack, args.src.name), **options)
     _print_report(report)
+    if paired:
+        pair = paired.pair
+        print(f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
+              f"{pair.host.describe()} bound in from the host ({pair.document()['verdict']['status']})")
+        for warning in pair.warnings:
+            print(f"  warning: {warning}")
+        print(f"would write {args.out}.pair.yaml" if args.dry_run else f"wrote {paired.pair_file}")
     return 0
 
 
@@ -92,6 +111,8 @@ def _print_report(r: ConversionReport) -> None:
         print("  ... (the full list is in the manifest)")
     if r.mount_points:
         print(f"  mount points created: {' '.join(r.mount_points)}")
+    if r.links:
+        print(f"  links created: {', '.join(r.links)}")
     if r.dry_run:
         print(f"dry run: would write {r.entries} entries as {r.format}; nothing written")
     else:

@@ -18,7 +18,7 @@ def _pair(args: argparse.Namespace) -> int:
     console.print(f"container MPI: {pair.container.describe()} (found via {pair.found.source})")
     for reason in v.reasons:
         console.print(f"  ok: {reason}")
-    for warning in v.warnings:
+    for warning in pair.warnings:
         console.print(f"  [yellow]warning[/yellow]: {warning}")
     if args.dry_run:
         console.print(yaml.safe_dump(pair.document(), sort_keys=False, width=100), markup=False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kit.errors import KitError
 from kit.image.flatten import Flattener, Note, Report
@@ -29,18 +29,20 @@ class ConversionReport:
     changed: list[Note] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     mount_points: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
     entries: int = 0
     dry_run: bool = False
 
 
 def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None = None,
             image: str | None = None, mount_points: Sequence[str] = (),
-            level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
+            links: Mapping[str, str] = {}, level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
             progress: Callable[[int, int], None] | None = None,
             threads: int | None = None) -> ConversionReport:
     """Convert SRC into a Charliecloud image at OUT, atomically; or only report (dry run).
 
-    ``progress(done, total)`` is called with stored bytes read so far.
+    ``progress(done, total)`` is called with stored bytes read so far. ``links`` maps in-image
+    paths to the absolute targets of symlinks to create there (made relative).
     """
     src, out = Path(src), Path(out)
     fmt = format_for(out, fmt)
@@ -62,7 +64,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
     threads = threads or max(1, min(4, os.cpu_count() or 1))
     writer = None if dry_run else open_writer(out, fmt, level, threads)
     try:
-        for entry in flat.entries(mount_points):
+        for entry in flat.entries(mount_points, links):
             result.entries += 1
             if writer:
                 writer.add(entry)
@@ -88,4 +90,4 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
 def _fill(result: ConversionReport, report: Report) -> None:
     result.dropped, result.changed = report.dropped, report.changed
     result.counts = dict(sorted(report.counts.items()))
-    result.mount_points = report.mount_points
+    result.mount_points, result.links = report.mount_points, report.links

@@ -21,7 +21,7 @@ import posixpath
 import tarfile
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO, Callable, Iterator, Mapping, Sequence
 
 from kit.errors import KitError
 from kit.image.layers import Budget, LayerError, Limits, iter_members, safe_name
@@ -44,11 +44,12 @@ class Note:
 
 @dataclass
 class Report:
-    """What the conversion dropped or changed and why, and the mount points it created."""
+    """What the conversion dropped or changed and why, and the mount points and links it created."""
     dropped: list[Note] = field(default_factory=list)
     changed: list[Note] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     mount_points: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
 
     def drop(self, path: str, layer: int | None, reason: str) -> None:
         self.counts["dropped: " + reason] += 1
@@ -154,10 +155,14 @@ class Flattener:
         self.hidden_files: dict[str, tuple[int, int]] = {}
         self.link_canon: dict[str, str] = {}
         self.materialized: dict[str, str] = {}
+        self.symlinks: dict[str, str] = {}  # emitted symlink -> its (relative) target
 
     # -- the stream -------------------------------------------------------------------------
-    def entries(self, mount_points: Sequence[str] = ()) -> Iterator[Entry]:
+    def entries(self, mount_points: Sequence[str] = (), links: Mapping[str, str] = {}) -> Iterator[Entry]:
+        """`links` maps absolute in-image paths to absolute targets (the host-MPI alias names)."""
         user_mounts = [self._mount_name(p) for p in mount_points]
+        user_links = {self._mount_name(p, "link"): self._mount_name(t, "link target")
+                      for p, t in links.items()}
         budget = Budget(self.limits)
         for layer in self.image.layers[1:]:
             for m in iter_members(layer, budget, self.progress, headers_only=True):
@@ -167,6 +172,7 @@ class Flattener:
             for m in iter_members(layer, budget, self.progress):
                 yield from self._member(layer, m.info, m.ordinal, m.open)
         yield from self._mount_points(user_mounts)
+        yield from self._links(user_links)
         yield from self._charliecloud_files()
 
     def _member(self, layer: Layer, info: tarfile.TarInfo, ordinal: int, opener) -> Iterator[Entry]:
@@ -219,6 +225,8 @@ class Flattener:
                                  "it; fix: rebuild the layer")
         elif kind == REG:
             data = opener()
+        if kind == SYM:
+            self.symlinks[name] = out.linkname
         self.emitted[name] = kind
         yield Entry(out, data)
 
@@ -300,17 +308,39 @@ class Flattener:
                 return
         raise LayerError(f"{layer.label}: hard link {name!r}: target {target!r} vanished")
 
-    def _mount_name(self, path: str) -> str:
+    def _mount_name(self, path: str, what: str = "--mount-point") -> str:
         if not path.startswith("/"):
-            raise KitError(f"--mount-point {path!r}: must be an absolute path inside the image")
-        dummy = Layer(-1, "mount point", self.image.layers[0].blob)
+            raise KitError(f"{what} {path!r}: must be an absolute path inside the image")
+        dummy = Layer(-1, what, self.image.layers[0].blob)
         try:
-            name = safe_name(path, dummy, "mount point")
+            name = safe_name(path, dummy, what)
         except LayerError as exc:
-            raise KitError(f"--mount-point {path!r}: {exc}") from None
+            raise KitError(f"{what} {path!r}: {exc}") from None
         if not name:
-            raise KitError(f"--mount-point {path!r}: cannot be the image root")
+            raise KitError(f"{what} {path!r}: cannot be the image root")
         return name
+
+    def _links(self, links: dict[str, str]) -> Iterator[Entry]:
+        """Relative symlinks the site's pair needs; the image's own identical link is kept."""
+        for name, target in links.items():
+            parent = name.rpartition("/")[0]
+            if parent:
+                yield from self._ensure(parent, DIR, True)
+            rel = posixpath.relpath("/" + target, "/" + parent)
+            have = self.emitted.get(name)
+            if have == SYM and self.symlinks.get(name) == rel:
+                continue
+            if have is not None:
+                now = f"a symlink to {self.symlinks[name]}" if have == SYM else f"a {have}"
+                raise KitError(f"/{name} is {now} in the image, but the site's MPI pair needs a "
+                               f"symlink to /{target} there; fix: remove it from the image recipe")
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            out = self._normal(info, None)
+            out.linkname = rel
+            self.emitted[name], self.symlinks[name] = SYM, rel
+            self.report.links.append(f"/{name} -> {rel}")
+            yield Entry(out)
 
     def _mount_points(self, user: list[str]) -> Iterator[Entry]:
         volumes = (self.image.config.get("config") or {}).get("Volumes") or {}

@@ -23,6 +23,7 @@ def manifest_dict(r: "ConversionReport") -> dict:
         "output": {"path": str(r.output) if r.output else None, "format": r.format,
                    "sha256": r.sha256, "size": r.size, "entries": r.entries},
         "mount_points_created": r.mount_points,
+        "links_created": r.links,
         "counts": r.counts,
         "dropped": [asdict(n) for n in r.dropped],
         "changed": [asdict(n) for n in r.changed],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kit.errors import KitError
 from kit.mpi.imagefs import image_kind
-from kit.mpi.pair import Pair
+from kit.mpi.pair import FIX_MISSING, Pair
 
 VENDOR_BANNER = {"intel": "Intel(R) MPI Library", "mpich": "MPICH", "mvapich2": "MVAPICH2",
                  "openmpi": "Open MPI", "cray-mpich": "CRAY MPICH", "parastation": "MPICH"}
@@ -64,11 +64,10 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0) -> Ch
     image = Path(pair.image)
     if image_kind(image) in ("tar", "source"):
         raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
-                       "(kit image convert IMAGE OUT.sqfs --mount-point DIR ...)")
+                       "(kit image convert IMAGE OUT.sqfs --site SITE)")
     if pair.missing:
-        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}; fix: "
-                       "convert it with `kit image convert --mount-point DIR` for each mount point "
-                       "(and the recipe's alias links), or `kit mpi pair --prepare` on a directory image")
+        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}; "
+                       f"fix: {FIX_MISSING}")
     if shutil.which("ch-run") is None:
         raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
     launcher, join = launcher_command(pair, RANKS)

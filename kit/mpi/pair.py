@@ -18,6 +18,8 @@ from kit.site import Site, load_site
 
 PAIR_FORMAT = 1
 COMPAT_DIR = "compat"  # in-image dir (inside mpi_target) of alias links; never a mount point
+FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
+               "the mount points and links), or run `kit mpi pair --prepare` on a directory image")
 
 
 @dataclass
@@ -35,6 +37,12 @@ class Pair:
     env_prepend: dict[str, list[str]]
     links: dict[str, str]
     missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
+
+    @property
+    def warnings(self) -> list[str]:
+        """The verdict's warnings, and what the image still lacks."""
+        lacks = [f"the image lacks {', '.join(self.missing)}: {FIX_MISSING}"] if self.missing else []
+        return self.verdict.warnings + lacks
 
     @property
     def mount_points(self) -> list[str]:
@@ -74,7 +82,7 @@ class Pair:
 
     def document(self) -> dict:
         v = self.verdict
-        status = "refused" if not v.ok else ("accepted with warnings" if v.warnings else "accepted")
+        status = "refused" if not v.ok else ("accepted with warnings" if self.warnings else "accepted")
         primary = self.found.primary
         return {
             "kit_pair": PAIR_FORMAT,
@@ -88,7 +96,7 @@ class Pair:
                 "found_via": self.found.source,
                 "used_by": sorted(self.found.users)},
             "verdict": {"ok": v.ok, "mode": v.mode, "status": status, "reasons": v.reasons,
-                        "warnings": v.warnings},
+                        "warnings": self.warnings},
             "binds": [f"{src}:{dst}" for src, dst in self.binds],
             "env": {"set": dict(self.env_set), "prepend": {k: list(d) for k, d in self.env_prepend.items()}},
             "mount_points": self.mount_points,
@@ -170,10 +178,6 @@ def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: st
         pair = Pair(site, str(image), host, container, found, verdict, binds, env_set,
                     {"LD_LIBRARY_PATH": prepend}, links)
         pair.missing = missing_in_root(pair, root)
-    if pair.missing:
-        verdict.warnings.append(f"the image lacks {', '.join(pair.missing)}: convert it with "
-                                "`kit image convert --mount-point DIR` per mount point (links come from "
-                                "the images/ recipe), or `kit mpi pair --prepare` on a directory image")
     return pair
 
 

@@ -89,9 +89,9 @@ def test_check_names_the_missing_mount_point(impi_site, mpich_oci, tmp_path):
     pair = make_pair(impi_site, image)
     assert pair.document()["image_ready"] == {"ok": False, "missing": [
         f"{TARGET}/lib0", f"{TARGET}/compat/libmpich.so.12 -> {TARGET}/lib0/libmpi.so.12"]}
-    assert any("--mount-point" in w for w in pair.verdict.warnings)
+    assert any("kit image convert SRC OUT --site SITE" in w for w in pair.warnings)
     with pytest.raises(KitError, match=r"lacks what the pair binds onto: /opt/hostmpi/lib0, "
-                                       r"/opt/hostmpi/compat/libmpich.so.12 -> .*--mount-point"):
+                                       r"/opt/hostmpi/compat/libmpich.so.12 -> .*--site SITE"):
         run_check(pair)
     made = prepare_image_dir(pair, image)  # what conversion does for a directory image
     assert made == [f"{TARGET}/lib0", f"{TARGET}/compat/libmpich.so.12"]
