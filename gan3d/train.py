@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -215,6 +216,53 @@ def _average_statistics(models, hvd) -> None:
             var.assign(mean)
 
 
+@dataclass
+class StepTimes:
+    """Step wall times; the first step (graph tracing, oneDNN primitive creation) is kept apart."""
+    first: float | None = None
+    steps: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        if self.first is None:
+            self.first = seconds
+        else:
+            self.steps, self.seconds = self.steps + 1, self.seconds + seconds
+
+
+def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes) -> tuple[dict, int, float]:
+    """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first)."""
+    sums: dict[str, float] = {}
+    done, lr_first = 0, step.learning_rate
+    for images, ep, cellsum in stream.epoch(epoch):
+        if done == steps:
+            break
+        if lr_at:
+            step.set_learning_rate(lr_at(epoch * steps + done))
+        if done == 0:
+            lr_first = step.learning_rate
+        ts = time.perf_counter()
+        losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
+        times.add(time.perf_counter() - ts)
+        for k, v in losses.items():
+            sums[k] = sums.get(k, 0.0) + v
+        done += 1
+    return sums, done, lr_first
+
+
+def _validation_sums(step, stream, steps: int, rank: int) -> tuple[dict, int]:
+    """This rank's validation loss sums over its shard (same batches every epoch)."""
+    sums: dict[str, float] = {}
+    done = 0
+    for i, (images, ep, cellsum) in enumerate(stream.epoch(0)):
+        if done == steps:
+            break
+        for k, v in step.evaluate(images, ep, cellsum, batch_index=rank * steps + i).items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+        done += 1
+    return sums, done
+
+
 def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     t_start = time.time()
     site, cores, where = _site_and_cores(args)
@@ -306,31 +354,13 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
 
     base_lr = args.lr * layout.size
     warmup_steps = int(round(args.warmup_epochs * steps))
+    lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
     history, epoch_times, val_times, ckpt_times = [], [], [], []
-    first_step_seconds, timed_steps, timed_seconds = None, 0, 0.0
+    times = StepTimes()
     for epoch in range(start_epoch, args.epochs):
         _reseed_epoch(step, args.seed, layout.rank, epoch)
-        sums: dict[str, float] = {}
-        done = 0
         t0 = time.perf_counter()
-        for images, ep, cellsum in stream.epoch(epoch):
-            if done == steps:
-                break
-            global_step = epoch * steps + done
-            if warmup_steps:
-                step.set_learning_rate(warmup_lr(args.lr, base_lr, global_step, warmup_steps))
-            if done == 0:
-                lr_first = step.learning_rate
-            ts = time.perf_counter()
-            losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
-            dt = time.perf_counter() - ts
-            if first_step_seconds is None:
-                first_step_seconds = dt
-            else:
-                timed_steps, timed_seconds = timed_steps + 1, timed_seconds + dt
-            for k, v in losses.items():
-                sums[k] = sums.get(k, 0.0) + v
-            done += 1
+        sums, done, lr_first = _train_epoch(step, stream, epoch, steps, lr_at, times)
         epoch_times.append(time.perf_counter() - t0)
         if done != steps:
             raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
@@ -338,15 +368,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         _average_statistics((gen, disc), hvd)
 
         t0 = time.perf_counter()
-        vsums: dict[str, float] = {}
-        vdone = 0
-        for i, (images, ep, cellsum) in enumerate(val_stream.epoch(0)):
-            if vdone == val_steps:
-                break
-            for k, v in step.evaluate(images, ep, cellsum, batch_index=layout.rank * val_steps + i).items():
-                vsums[k] = vsums.get(k, 0.0) + float(v)
-            vdone += 1
-        val_losses = _mean_losses(vsums, vdone, hvd)
+        val_losses = _mean_losses(*_validation_sums(step, val_stream, val_steps, layout.rank), hvd)
         val_times.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
@@ -371,7 +393,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         flops = step_flops(args.preset, args.batch_size)
         node_peak = site.node.theoretical_peak_flops() if site else None
         perf = res.throughput({k: float(v) for k, v in flops.items() if isinstance(v, (int, float))},
-                              args.batch_size, layout.size, timed_steps, timed_seconds,
+                              args.batch_size, layout.size, times.steps, times.seconds,
                               layout.nodes * node_peak if node_peak else None, peak_measured)
         rss = [r["peak_rss_bytes"] for r in per_rank]
         usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
@@ -394,9 +416,9 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,
             "full_epoch_steps": stream.batches_per_epoch, "validation_steps": val_steps,
             "epoch_times": epoch_times, "validation_times": val_times, "checkpoint_times": ckpt_times,
-            "first_step_seconds": first_step_seconds,
-            "full_epoch_seconds_estimate": (stream.batches_per_epoch * timed_seconds / timed_steps
-                                            if timed_steps else None),
+            "first_step_seconds": times.first,
+            "full_epoch_seconds_estimate": (stream.batches_per_epoch * times.seconds / times.steps
+                                            if times.steps else None),
             **perf,
             "losses": history,
             "peak_rss_bytes_per_rank": rss,
