@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from kit.transfer import bundle, push, verify_bundle
+from kit.transfer import bundle, installed_versions, push, rollback, verify_bundle
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,10 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "An interrupted push resumes; the remote checks sha256 before renaming "
                           "into place.")
     p.add_argument("image", type=Path, help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs")
-    p.add_argument("--site", required=True, help="site name or YAML path")
-    p.add_argument("--host", help="transfer host or ~/.ssh/config alias (default: transfer.host)")
-    p.add_argument("--user", help="login user (default: transfer.user, then ~/.ssh/config)")
-    p.add_argument("--port", type=int, help="SSH port")
+    _add_endpoint_args(p)
     p.add_argument("--remote-dir", help="upload directory (default: transfer.image_dir)")
     p.add_argument("--install", action="store_true",
                    help="unpack with the site's ch-convert into container.image_dir as NAME@SHA "
@@ -31,13 +29,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="installed form: unpacked directory (default) or SquashFS file")
     p.add_argument("--keep", type=int, metavar="N",
                    help="previous installed versions to keep (default: transfer.keep_versions)")
-    p.add_argument("--accept-new-host-key", action="store_true",
-                   help="record an unknown host key in known_hosts (verify its fingerprint first)")
     p.add_argument("--direct-io", action=argparse.BooleanOptionalAction, default=None,
                    help="remote writes bypass the page cache where the filesystem allows it "
                    "(default: transfer.direct_io, true)")
     p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
     p.set_defaults(func=_push)
+
+    for name, func, text in (("versions", _versions, "list the installed versions of an image on the site"),
+                             ("rollback", _rollback, "point NAME.current back at the version before it")):
+        r = leaves.add_parser(name, help=text)
+        r.add_argument("name", metavar="NAME", help="image name (gan3d), or the image file pushed (gan3d.sqfs)")
+        _add_endpoint_args(r)
+        if name == "rollback":
+            r.add_argument("--to", metavar="VERSION", help="this version (NAME@SHA or a SHA prefix) instead "
+                           "of the one installed before the current")
+            r.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+        r.set_defaults(func=func)
 
     b = leaves.add_parser("bundle", help="write a self-checking removable-media bundle",
                           description="Copy images (+ siblings) into the new directory DIR with a "
@@ -65,14 +72,45 @@ def _push(args: argparse.Namespace) -> int:
 
             def progress(n: int) -> None:
                 bar.advance(task, n)
-        report = push(args.image, args.site, host=args.host, user=args.user, port=args.port,
-                      remote_dir=args.remote_dir, install=args.install, keep=args.keep,
-                      install_as=args.install_as, direct_io=args.direct_io,
-                      accept_new_host_key=args.accept_new_host_key, dry_run=args.dry_run,
-                      progress=progress)
+        report = push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
+                      keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
+                      dry_run=args.dry_run, progress=progress, **_endpoint_args(args))
     if args.dry_run:
         print("dry run: nothing was changed")
     print("\n".join(report.lines()))
+    return 0
+
+
+def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--site", required=True, help="site name or YAML path")
+    p.add_argument("--host", help="transfer host or ~/.ssh/config alias (default: transfer.host)")
+    p.add_argument("--user", help="login user (default: transfer.user, then ~/.ssh/config)")
+    p.add_argument("--port", type=int, help="SSH port")
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="record an unknown host key in known_hosts (verify its fingerprint first)")
+
+
+def _endpoint_args(args: argparse.Namespace) -> dict:
+    return dict(host=args.host, user=args.user, port=args.port, accept_new_host_key=args.accept_new_host_key)
+
+
+def _versions(args: argparse.Namespace) -> int:
+    found = installed_versions(args.name, args.site, **_endpoint_args(args))
+    if not found.versions:
+        print(f"no version of {args.name} installed in {found.where}")
+        return 0
+    print(f"{found.where}:")
+    for v in found.versions:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(v.installed))
+        print(f"  {'*' if v.current else ' '} {v.entry}  ({v.format}, installed {when})")
+    print("  (* = current)" if found.current else "  no current version is set")
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    done = rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
+    verb = "would point" if done.dry_run else "pointed"
+    print(f"{verb} {done.where}/{args.name}.current at {done.target} (was {done.previous or 'unset'})")
     return 0
 
 

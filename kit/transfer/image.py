@@ -38,6 +38,15 @@ def _stem(name: str) -> str:
                    "(as written by kit image convert)")
 
 
+def image_name(text: str) -> str:
+    """The installed name of an image given as NAME, an image file name or its path."""
+    name = _stem(Path(text).name) if text.endswith(SUFFIXES) else text
+    if not NAME_RE.match(name):
+        raise KitError(f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
+                       "digits and . _ + -, not starting with a dot")
+    return name
+
+
 def open_image(path: str | Path) -> LocalImage:
     """Check the file and its name; collect the siblings `kit image convert` writes next to it."""
     path = Path(path)

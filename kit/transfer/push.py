@@ -28,7 +28,7 @@ import fabric
 from kit.errors import KitError
 from kit.transfer import remote
 from kit.transfer.image import LocalImage, chunk_sha256, open_image, recorded_sha256, sha256_file
-from kit.transfer.ssh import Endpoint, connect, resolve, ssh_argv
+from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 
 CHUNK = 64 << 20
 BLOCK = 4 << 20
@@ -74,7 +74,8 @@ class PushReport:
         return out
 
 
-def _site(site):
+def as_site(site):
+    """A Site from a name, a YAML path or a Site."""
     if isinstance(site, (str, os.PathLike)):
         from kit.site import load_site
         return load_site(site)
@@ -210,7 +211,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     `direct_io` (default: the site's transfer.direct_io) lets the receiver bypass the page cache.
     """
     started = time.monotonic()
-    site = _site(site)
+    site = as_site(site)
     img = open_image(image)
     t = site.transfer
     keep_n = t.keep_versions if keep is None else keep
@@ -218,11 +219,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
     if install_as not in ("dir", "squash"):
         raise KitError(f"install format {install_as!r}: use dir or squash")
-    # The site's port applies to the site's host unless it is the default 22, which leaves
-    # room for a Port line in ~/.ssh/config (e.g. for a tunnel alias).
-    site_port = t.port if not host and t.port != 22 else None
-    ep = resolve(host or t.host, user=user or t.user, port=port or site_port, jump=t.jump_host,
-                 ssh_config=ssh_config)
+    ep = site_endpoint(t, host=host, user=user, port=port, ssh_config=ssh_config)
     directory = remote.remote_path(remote_dir or t.image_dir)
 
     # With IMAGE.sha256 the file is not read twice: the receiver hashes every byte it gets

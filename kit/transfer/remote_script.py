@@ -13,6 +13,8 @@ Modes:
                                           possible), verify and rename: one session
   install SRC IMGDIR NAME VERSION KEEPN DRY FMT   ch-convert to FMT (dir|squash) as NAME@VERSION,
                                           switch NAME.current, prune
+  versions IMGDIR NAME                    the installed NAME@... entries, newest first, and current
+  switch  IMGDIR NAME ENTRY DRY           point NAME.current at ENTRY (an installed version)
 """
 import errno
 import fcntl
@@ -313,6 +315,46 @@ def versions(imgdir, name):
     return [e for e in os.listdir(imgdir) if e.startswith(prefix)] if os.path.isdir(imgdir) else []
 
 
+def newest_first(imgdir, entries):
+    return sorted(entries, key=lambda v: os.lstat(os.path.join(imgdir, v)).st_mtime, reverse=True)
+
+
+def current_entry(imgdir, name):
+    current = os.path.join(imgdir, name + ".current")
+    return os.readlink(current) if os.path.islink(current) else None
+
+
+def point_current(imgdir, name, entry):
+    """NAME.current -> ENTRY: a new link made aside, then renamed over the old one (atomic)."""
+    link_tmp = os.path.join(imgdir, "." + name + ".current.tmp")
+    remove(link_tmp)
+    os.symlink(entry, link_tmp)
+    os.replace(link_tmp, os.path.join(imgdir, name + ".current"))
+
+
+def listing(imgdir, name):
+    current = current_entry(imgdir, name)
+    out = []
+    for entry in newest_first(imgdir, versions(imgdir, name)):
+        path = os.path.join(imgdir, entry)
+        out.append({"entry": entry, "current": entry == current,
+                    "format": "dir" if os.path.isdir(path) else "squash",
+                    "installed": os.lstat(path).st_mtime})
+    print(json.dumps({"dir": os.path.abspath(imgdir), "current": current, "versions": out}))
+
+
+def switch(imgdir, name, entry, dry):
+    installed = versions(imgdir, name)
+    if entry not in installed:
+        fail(EXIT_USAGE, "%s is not installed in %s (installed: %s)"
+             % (entry, os.path.abspath(imgdir), ", ".join(newest_first(imgdir, installed)) or "none"))
+    previous = current_entry(imgdir, name)
+    if not dry:
+        point_current(imgdir, name, entry)
+    print(json.dumps({"current": os.path.join(os.path.abspath(imgdir), name + ".current"),
+                      "previous": previous, "target": entry, "dry_run": dry}))
+
+
 def remove(path):
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)
@@ -328,9 +370,10 @@ def install(src, imgdir, name, version, keep_n, dry, fmt):
     entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
     target = os.path.join(imgdir, entry)
     current = os.path.join(imgdir, name + ".current")
-    previous = os.readlink(current) if os.path.islink(current) else None
-    others = [v for v in versions(imgdir, name) if v != entry]
-    others.sort(key=lambda v: os.lstat(os.path.join(imgdir, v)).st_mtime, reverse=True)
+    previous = current_entry(imgdir, name)
+    # the version current until now is kept first (after a rollback it is not the newest)
+    others = newest_first(imgdir, [v for v in versions(imgdir, name) if v != entry])
+    others.sort(key=lambda v: v != previous)
     prune = others[keep_n:]
     out = {"target": os.path.abspath(target), "current": os.path.abspath(current),
            "previous": previous, "exists": os.path.exists(target), "prune": prune,
@@ -366,10 +409,7 @@ def install(src, imgdir, name, version, keep_n, dry, fmt):
                      "the image itself was uploaded and verified")
             fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
         os.rename(tmp, target)
-    link_tmp = os.path.join(imgdir, "." + name + ".current.tmp")
-    remove(link_tmp)
-    os.symlink(entry, link_tmp)
-    os.replace(link_tmp, current)
+    point_current(imgdir, name, entry)
     for old in prune:
         remove(os.path.join(imgdir, old))
     print(json.dumps(out))
@@ -388,6 +428,10 @@ def main(argv):
             if args[6] not in ("dir", "squash"):
                 fail(EXIT_USAGE, "install format %s: use dir or squash" % args[6])
             install(args[0], args[1], args[2], args[3], int(args[4]), args[5] == "1", args[6])
+        elif mode == "versions":
+            listing(args[0], args[1])
+        elif mode == "switch":
+            switch(args[0], args[1], args[2], args[3] == "1")
         else:
             fail(EXIT_USAGE, "unknown mode %s" % mode)
     except (IndexError, ValueError) as exc:

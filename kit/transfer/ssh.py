@@ -93,6 +93,16 @@ def resolve(host: str, *, user: str | None = None, port: int | None = None,
     return ep
 
 
+def site_endpoint(transfer, *, host: str | None = None, user: str | None = None, port: int | None = None,
+                  ssh_config: Path | None = None) -> Endpoint:
+    """The endpoint of a site's `transfer` section, with command-line overrides."""
+    # The site's port applies to the site's host unless it is the default 22, which leaves
+    # room for a Port line in ~/.ssh/config (e.g. for a tunnel alias).
+    site_port = transfer.port if not host and transfer.port != 22 else None
+    return resolve(host or transfer.host, user=user or transfer.user, port=port or site_port,
+                   jump=transfer.jump_host, ssh_config=ssh_config)
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
     digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")

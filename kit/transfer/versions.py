@@ -1,0 +1,95 @@
+"""`kit transfer versions|rollback`: what is installed on the site, and going back to it.
+
+`push --install` keeps the N previous versions of an image next to the current one for this:
+when a new image misbehaves at scale, `rollback` points NAME.current back at the version
+before it (or at a named one) in one atomic rename, with no upload and no unpacking.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.errors import KitError
+from kit.transfer import remote
+from kit.transfer.image import image_name
+from kit.transfer.push import as_site
+from kit.transfer.ssh import connect, site_endpoint
+
+
+@dataclass
+class Installed:
+    entry: str          # NAME@<sha12> (a directory) or NAME@<sha12>.sqfs
+    current: bool
+    format: str         # dir | squash
+    installed: float    # mtime on the site: install order
+
+
+@dataclass
+class Versions:
+    where: str
+    current: str | None
+    versions: list[Installed]   # newest first
+
+
+@dataclass
+class Switch:
+    where: str
+    previous: str | None
+    target: str
+    dry_run: bool
+
+
+def _connection(site, host, user, port, ssh_config, accept_new_host_key):
+    site = as_site(site)
+    ep = site_endpoint(site.transfer, host=host, user=user, port=port, ssh_config=ssh_config)
+    return site, connect(ep, accept_new_host_key=accept_new_host_key)
+
+
+def _list(conn, site, name: str) -> tuple[str, Versions]:
+    imgdir = remote.remote_path(site.container.image_dir)
+    answer = remote.run(conn, "versions", imgdir, name, what=f"listing {name} in {conn.host}:{imgdir}")
+    return imgdir, Versions(f"{conn.host}:{answer['dir']}", answer["current"],
+                            [Installed(**v) for v in answer["versions"]])
+
+
+def installed_versions(name: str, site, *, host: str | None = None, user: str | None = None,
+                       port: int | None = None, ssh_config: Path | None = None,
+                       accept_new_host_key: bool = False) -> Versions:
+    """The installed versions of image NAME in the site's container.image_dir."""
+    name = image_name(name)
+    site, conn = _connection(site, host, user, port, ssh_config, accept_new_host_key)
+    with conn:
+        return _list(conn, site, name)[1]
+
+
+def pick(versions: Versions, name: str, to: str | None) -> str:
+    """The entry to switch to: `to` (entry name or sha prefix), else the one installed before current."""
+    entries = [v.entry for v in versions.versions]
+    if to:
+        found = [e for e in entries if e == to or e.split("@", 1)[1].startswith(to)]
+        if len(found) != 1:
+            raise KitError(f"--to {to}: {'matches ' + ', '.join(found) if found else 'matches no version'} "
+                           f"of {name} in {versions.where}; installed: {', '.join(entries) or 'none'}")
+        return found[0]
+    if versions.current not in entries:
+        raise KitError(f"{name} has no current version in {versions.where}; pick one with --to "
+                       f"(installed: {', '.join(entries) or 'none'})")
+    older = entries[entries.index(versions.current) + 1:]
+    if not older:
+        raise KitError(f"{versions.current} is the oldest version of {name} kept in {versions.where}; "
+                       "there is nothing to roll back to")
+    return older[0]
+
+
+def rollback(name: str, site, *, to: str | None = None, dry_run: bool = False, host: str | None = None,
+             user: str | None = None, port: int | None = None, ssh_config: Path | None = None,
+             accept_new_host_key: bool = False) -> Switch:
+    """Point NAME.current at the version installed before the current one (or at `to`)."""
+    name = image_name(name)
+    site, conn = _connection(site, host, user, port, ssh_config, accept_new_host_key)
+    with conn:
+        imgdir, versions = _list(conn, site, name)
+        target = pick(versions, name, to)
+        done = remote.run(conn, "switch", imgdir, name, target, "1" if dry_run else "0",
+                          what=f"switching {name} in {versions.where}")
+    return Switch(versions.where, done["previous"], target, dry_run)
