@@ -16,7 +16,7 @@ APT_PACKAGES=(
   mpich libmpich-dev hdf5-tools
   charliecloud squashfs-tools squashfuse fuse3
   buildah umoci skopeo mmdebstrap busybox-static
-  slurm-wlm munge
+  slurm-wlm munge libpmi2-0
   openssh-server openssh-client rsync
   zstd pigz hwloc procps psmisc iproute2
 )

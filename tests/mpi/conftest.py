@@ -63,6 +63,27 @@ def impi_site_dict(prefix: Path) -> dict:
 
 
 @pytest.fixture(scope="session")
+def impi_srun_site(impi_prefix, slurm, tmp_path_factory) -> Path:
+    """The same host MPI started the way Slurm sites start Intel MPI: srun --mpi=pmi2, with Slurm's
+    PMI-2 library bound into the container (a host library dir of its own) and named by
+    I_MPI_PMI_LIBRARY; the pair rewrites that host path to its in-container bind."""
+    pmi = tmp_path_factory.mktemp("host-pmi")
+    system = Path("/usr/lib/x86_64-linux-gnu/libpmi2.so.0")
+    require(system.exists(), "Slurm's PMI-2 library missing (apt-get install libpmi2-0)")
+    shutil.copy(system, pmi / "libpmi2.so.0")  # a real copy: a symlink would dangle inside ch-run
+    site = impi_site_dict(impi_prefix)
+    site["name"] = "impi-slurm"
+    site["scheduler"] = {"type": "slurm", "partition": "debug", "max_nodes": 1, "max_walltime": "00:10:00",
+                         "mpi_plugin": "pmi2"}
+    site["host_mpi"]["launcher"] = "srun"
+    site["host_mpi"]["library_dirs"].append(str(pmi))
+    site["host_mpi"]["env"]["I_MPI_PMI_LIBRARY"] = str(pmi / "libpmi2.so.0")
+    path = tmp_path_factory.mktemp("site") / "impi-slurm.yaml"
+    path.write_text(yaml.safe_dump(site, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
 def impi_site(impi_prefix, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("site") / "impi-host.yaml"
     path.write_text(yaml.safe_dump(impi_site_dict(impi_prefix), sort_keys=False))

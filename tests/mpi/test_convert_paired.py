@@ -79,3 +79,19 @@ def test_an_image_that_cannot_pair_is_not_converted(impi_site, openmpi_tar, tmp_
     assert main(["image", "convert", str(openmpi_tar), str(out), "--site", str(impi_site)]) == 2
     assert "ABI families differ" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_srun_launch_under_a_real_slurm_binds_the_pmi_library_too(impi_srun_site, mpich_oci, tmp_path):
+    # Slurm starts the ranks (srun --mpi=pmi2, ch-run --join), Intel MPI finds Slurm's PMI-2 through
+    # I_MPI_PMI_LIBRARY, which the pair rewrote to the second host library dir's bind
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    done = convert_paired(mpich_oci, tmp_path / "gan3d.sqfs", impi_srun_site)
+    doc = done.pair.document()
+    assert doc["mount_points"] == [f"{TARGET}/lib0", f"{TARGET}/lib1"]
+    assert doc["env"]["set"]["I_MPI_PMI_LIBRARY"] == f"{TARGET}/lib1/libpmi2.so.0"
+    assert doc["launch"].startswith("srun --mpi=pmi2 ch-run --join ")
+    result = run_check(make_pair(impi_srun_site, tmp_path / "gan3d.sqfs"))
+    assert result.ok, (result.problems, result.output[-2000:])
+    assert result.command[:6] == ["srun", "--mpi=pmi2", "-N", "1", "-n", "2"]
+    assert {r.mapped[0] for r in result.ranks} == {f"{TARGET}/lib0/libmpi.so.12"}
+    assert all(r.library_version.startswith("Intel(R) MPI Library") for r in result.ranks)

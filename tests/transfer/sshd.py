@@ -13,17 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers import free_port
+
 SSHD = "/usr/sbin/sshd"
 
 
 def sshd_available() -> bool:
     return Path(SSHD).exists() and shutil.which("ssh-keygen") is not None and shutil.which("ssh") is not None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
