@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from kit.commands.progress import byte_bar
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.inspect import inspect_image
@@ -66,13 +66,14 @@ def _convert(args: argparse.Namespace) -> int:
                    limits=limits, dry_run=args.dry_run)
     paired = None
     with ExitStack() as stack:
+        bar = byte_bar(stack, f"converting {args.src.name}")
         if args.site:
             from kit.mpi import convert_paired
             paired = convert_paired(args.src, args.out, args.site, mode=args.mpi_mode,
-                                    progress=_progress_bar(stack, args.src.name), **options)
+                                    progress=bar and bar.update, **options)
             report = paired.report
         else:
-            report = convert(args.src, args.out, progress=_progress_bar(stack, args.src.name), **options)
+            report = convert(args.src, args.out, progress=bar and bar.update, **options)
     _print_report(report)
     if paired:
         pair = paired.pair
@@ -82,19 +83,6 @@ def _convert(args: argparse.Namespace) -> int:
             print(f"  warning: {warning}")
         print(f"would write {args.out}.pair.yaml" if args.dry_run else f"wrote {paired.pair_file}")
     return 0
-
-
-def _progress_bar(stack: ExitStack, label: str):
-    """A rich progress bar on a terminal (stored bytes read), else None."""
-    if not sys.stderr.isatty():
-        return None
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                               TransferSpeedColumn)
-    bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
-                                       TransferSpeedColumn(), TimeRemainingColumn(),
-                                       transient=True))
-    task = bar.add_task(f"converting {label}", total=None)
-    return lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _print_report(r: ConversionReport) -> None:

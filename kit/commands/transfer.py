@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from kit.commands.progress import byte_bar
 from kit.transfer import bundle, installed_versions, push, rollback, verify_bundle
 
 
@@ -60,18 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _push(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
-        progress = None
-        if sys.stderr.isatty() and not args.dry_run:
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                       TransferSpeedColumn)
-            bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
-                                               TransferSpeedColumn(), TimeRemainingColumn(),
-                                               transient=True))
-            task = bar.add_task(f"pushing {args.image.name}", total=args.image.stat().st_size
-                                if args.image.is_file() else None)
-
-            def progress(n: int) -> None:
-                bar.advance(task, n)
+        bar = None if args.dry_run else byte_bar(
+            stack, f"pushing {args.image.name}", args.image.stat().st_size if args.image.is_file() else None)
+        progress = bar and bar.advance
         report = push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
                       keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
                       dry_run=args.dry_run, progress=progress, **_endpoint_args(args))
@@ -115,14 +106,23 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    out = bundle(args.images, args.dir)
-    report = verify_bundle(out)
+    with ExitStack() as stack:
+        bar = byte_bar(stack, f"copying into {args.dir.name}")
+        out = bundle(args.images, args.dir, progress=bar and bar.update)
+    with ExitStack() as stack:  # read back from the medium (the copies left the page cache)
+        bar = byte_bar(stack, f"verifying {args.dir.name}")
+        report = verify_bundle(out, progress=bar and bar.update)
+    if not report.ok:
+        print("\n".join(report.lines()))
+        return 1
     print(f"wrote {out}: {report.files} files; check it on the other side with "
           f"'sh {out}/verify.sh' or 'python3 {out}/verify.py'")
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify_bundle(args.dir)
+    with ExitStack() as stack:
+        bar = byte_bar(stack, f"verifying {args.dir.name}")
+        report = verify_bundle(args.dir, progress=bar and bar.update)
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kit.errors import KitError
 from kit.transfer import verify as checker
@@ -69,20 +70,39 @@ class VerifyReport:
         return out + [f"{self.directory}: {self.files} files, {len(self.problems)} problem(s)"]
 
 
-def _copy(src: Path, dst: Path) -> str:
-    """Copy with fsync, hashing the bytes on the way (one read of the source)."""
+def _copy(src: Path, dst: Path, progress: Callable[[int], None] | None) -> str:
+    """Copy with fsync, hashing the bytes on the way (one read of the source). The copy's
+    pages are then dropped from the cache, so a verify that follows reads the medium itself."""
     h = hashlib.sha256()
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while data := fin.read(8 << 20):
             h.update(data)
             fout.write(data)
+            if progress:
+                progress(len(data))
         fout.flush()
         os.fsync(fout.fileno())
+        os.posix_fadvise(fout.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return h.hexdigest()
 
 
-def bundle(images: list[Path], out_dir: Path) -> Path:
-    """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`."""
+
+def _counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
+    """progress(done, total) from a stream of block sizes."""
+    if progress is None:
+        return None
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(done, total)
+    return tick
+
+
+def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], None] | None = None) -> Path:
+    """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`;
+    `progress(done, total)` follows the bytes copied."""
     out_dir = Path(out_dir)
     if not images:
         raise KitError("no images given: kit transfer bundle IMAGE... DIR")
@@ -96,13 +116,14 @@ def bundle(images: list[Path], out_dir: Path) -> Path:
         if p.name in seen and seen[p.name] != p:
             raise KitError(f"{p} and {seen[p.name]} have the same name; a bundle is flat: rename one")
         seen[p.name] = p
+    tick = _counter(sum(p.stat().st_size for p in seen.values()), progress)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         entries = []
         for img in imgs:
             for src in dict.fromkeys((img.path, *img.siblings)):
-                entries.append((_copy(src, tmp / src.name), src.stat().st_size, src.name))
+                entries.append((_copy(src, tmp / src.name, tick), src.stat().st_size, src.name))
             recorded = recorded_sha256(img)
             copied = next(sha for sha, _, name in entries if name == img.path.name)
             if recorded and recorded != copied:
@@ -129,12 +150,13 @@ def bundle(images: list[Path], out_dir: Path) -> Path:
     return out_dir
 
 
-def verify_bundle(directory: Path) -> VerifyReport:
-    """Check every file the bundle's MANIFEST lists; problems name the file and what is wrong."""
+def verify_bundle(directory: Path, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Check every file the bundle's MANIFEST lists; problems name the file and what is wrong.
+    `progress(done, total)` follows the bytes hashed."""
     directory = Path(directory)
     try:
         entries = checker.read_manifest(str(directory))
-        problems = checker.check(str(directory))
+        problems = checker.check(str(directory), _counter(sum(size for _, size, _ in entries), progress))
     except checker.ManifestError as exc:
         raise KitError(str(exc)) from exc
     return VerifyReport(directory, len(entries), problems)

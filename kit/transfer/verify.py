@@ -39,7 +39,7 @@ def read_manifest(directory):
     return entries
 
 
-def sha256_of(path):
+def sha256_of(path, progress=None):
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while True:
@@ -47,10 +47,13 @@ def sha256_of(path):
             if not data:
                 return h.hexdigest()
             h.update(data)
+            if progress:
+                progress(len(data))
 
 
-def check(directory):
-    """[(name, problem, detail)] for every missing, truncated, oversized or altered file."""
+def check(directory, progress=None):
+    """[(name, problem, detail)] for every missing, truncated, oversized or altered file;
+    `progress(n)` is told of each block of bytes hashed."""
     problems = []
     for sha, size, name in read_manifest(directory):
         path = os.path.join(directory, name)
@@ -62,7 +65,7 @@ def check(directory):
             kind = "truncated" if actual < size else "oversized"
             problems.append((name, kind, "%d bytes, manifest says %d" % (actual, size)))
             continue
-        got = sha256_of(path)
+        got = sha256_of(path, progress)
         if got != sha:
             problems.append((name, "altered", "sha256 %s, manifest says %s" % (got, sha)))
     return problems

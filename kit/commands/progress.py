@@ -1,0 +1,28 @@
+"""Progress bars for long byte-moving commands: rich on a terminal, nothing in logs and pipes."""
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+
+
+class ByteBar:
+    """One rich bar counting bytes (size, speed, time left)."""
+
+    def __init__(self, stack: ExitStack, label: str, total: int | None = None):
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+        self.bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                                TransferSpeedColumn(), TimeRemainingColumn(),
+                                                transient=True))
+        self.task = self.bar.add_task(label, total=total)
+
+    def advance(self, n: int) -> None:
+        self.bar.advance(self.task, n)
+
+    def update(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total)
+
+
+def byte_bar(stack: ExitStack, label: str, total: int | None = None) -> ByteBar | None:
+    """A bar when stderr is a terminal, else None (callers pass `bar and bar.update`)."""
+    return ByteBar(stack, label, total) if sys.stderr.isatty() else None
