@@ -35,8 +35,8 @@ class ConversionReport:
 
 
 def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None = None,
-            image: str | None = None, mount_points: Sequence[str] = (),
-            links: Mapping[str, str] = {}, level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
+            image: str | None = None, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
+            level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
             progress: Callable[[int, int], None] | None = None,
             threads: int | None = None) -> ConversionReport:
     """Convert SRC into a Charliecloud image at OUT, atomically; or only report (dry run).

@@ -3,7 +3,7 @@
 A directory image is used in place. A Charliecloud tarball or a SquashFS image has only the
 files MPI discovery needs extracted (the linker cache and paths mentioning "mpi" or
 "fabric"), so a multi-GB image costs one read, not a full unpack. A source docker/OCI image
-is flattened offline by kit.image.convert into a temporary directory.
+is flattened offline by kit.image's Flattener, keeping the same files (and the directories).
 """
 from __future__ import annotations
 
@@ -130,9 +130,32 @@ def _image_root(tree: Path) -> Path:
     return tree
 
 
+def _extract_source(image: Path, dest: Path, select: str | None) -> Path:
+    """The wanted files of a docker/OCI image, flattened by Charliecloud's rules (nothing run)."""
+    from kit.image.flatten import Flattener
+    from kit.image.sources import open_image
+    from kit.image.writers import DirWriter
+
+    out = dest / "root"
+    writer, written = DirWriter(out), set()
+    try:
+        for entry in Flattener(open_image(image, select)).entries():
+            info = entry.info
+            if info.isdir() or info.issym() or (  # every link: paths cross them (/lib -> usr/lib)
+                    wanted(info.name) and (not info.islnk() or info.linkname in written)):
+                writer.add(entry)
+                written.add(info.name)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    return out
+
+
 @contextlib.contextmanager
-def image_root(image: str | os.PathLike) -> Iterator[Path]:
-    """A directory holding (at least) the image's MPI-related files, for the block's duration."""
+def image_root(image: str | os.PathLike, select: str | None = None) -> Iterator[Path]:
+    """A directory holding (at least) the image's MPI-related files, for the block's duration;
+    `select` picks the image (tag or digest) in a source archive holding several."""
     image = Path(image)
     if not image.exists():
         raise KitError(f"{image}: no such image")
@@ -142,10 +165,7 @@ def image_root(image: str | os.PathLike) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="kit-mpi-") as tmp:
         if kind == "source":
-            from kit.image.convert import convert
-
-            convert(image, Path(tmp) / "root", fmt="dir")  # offline flatten, nothing executed
-            yield Path(tmp) / "root"
+            yield _extract_source(image, Path(tmp), select)
             return
         (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp))
         yield _image_root(Path(tmp))

@@ -155,10 +155,12 @@ def _translate(value: str, binds: list[tuple[str, str]]) -> str:
     return ":".join(out)
 
 
-def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
-    """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
+def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full",
+              select: str | None = None) -> Pair:
+    """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair.
+    ``select`` picks the image (tag or digest) in a docker/OCI archive holding several."""
     site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
-    with image_root(image) as root:
+    with image_root(image, select) as root:
         found = inspect_root(root, str(image))
         host, container = host_abi(site), image_abi(found)
         verdict = decide(host, container, mode)

@@ -32,7 +32,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
     `options` go to kit.image.convert (fmt, image, level, limits, progress, threads).
     Raises KitError (nothing written) if the image's MPI cannot pair with the site's.
     """
-    pair = make_pair(site, src, mode)
+    pair = make_pair(site, src, mode, select=options.get("image"))
     report = convert(src, out, mount_points=[*mount_points, *pair.mount_points], links=pair.links,
                      dry_run=dry_run, **options)
     pair.image, pair.missing = str(out), []  # convert created each one or raised
