@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from kit.errors import KitError
-from kit.image.flatten import Flattener, Note, Report
+from kit.image.flatten import Entry, Flattener, Note, Report
 from kit.image.layers import Limits
 from kit.image.manifest import write_sidecars
 from kit.image.sources import Image, open_image
@@ -15,6 +15,16 @@ from kit.image.writers import format_for, open_writer
 
 DEFAULT_LEVEL = 5  # zlib-ng 5: within ~1% of gzip -6's size at 3x its speed (docs/benchmarks.md)
 LEVELS = {"tar.gz": (0, 9), "sqfs": (1, 9)}  # 0-3 ISA-L, 4-9 zlib-ng; mksquashfs gzip levels
+
+
+class Tap(Protocol):
+    """Looks at the stream as it is written (e.g. to pair the image's MPI in the same pass)."""
+
+    def see(self, entry: Entry) -> Entry:
+        """Called with every entry before it is written; returns the entry to write."""
+
+    def extras(self) -> tuple[Sequence[str], Mapping[str, str]]:
+        """Called once the last layer is through: more mount points and links to create."""
 
 
 @dataclass
@@ -38,7 +48,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
             image: str | None = None, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
             level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
             progress: Callable[[int, int], None] | None = None,
-            threads: int | None = None) -> ConversionReport:
+            threads: int | None = None, tap: Tap | None = None) -> ConversionReport:
     """Convert SRC into a Charliecloud image at OUT, atomically; or only report (dry run).
 
     ``progress(done, total)`` is called with stored bytes read so far. ``links`` maps in-image
@@ -64,7 +74,9 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
     threads = threads or max(1, min(4, os.cpu_count() or 1))
     writer = None if dry_run else open_writer(out, fmt, level, threads)
     try:
-        for entry in flat.entries(mount_points, links):
+        for entry in flat.entries(mount_points, links, tap and tap.extras):
+            if tap:
+                entry = tap.see(entry)
             result.entries += 1
             if writer:
                 writer.add(entry)

@@ -158,11 +158,12 @@ class Flattener:
         self.symlinks: dict[str, str] = {}  # emitted symlink -> its (relative) target
 
     # -- the stream -------------------------------------------------------------------------
-    def entries(self, mount_points: Sequence[str] = (), links: Mapping[str, str] = {}) -> Iterator[Entry]:
-        """`links` maps absolute in-image paths to absolute targets (the host-MPI alias names)."""
+    def entries(self, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
+                extras: Callable[[], tuple[Sequence[str], Mapping[str, str]]] | None = None) -> Iterator[Entry]:
+        """`links` maps absolute in-image paths to absolute targets (the host-MPI alias names);
+        `extras()`, called once the last layer is through, may add mount points and links."""
         user_mounts = [self._mount_name(p) for p in mount_points]
-        user_links = {self._mount_name(p, "link"): self._mount_name(t, "link target")
-                      for p, t in links.items()}
+        user_links = self._link_names(links)
         budget = Budget(self.limits)
         for layer in self.image.layers[1:]:
             for m in iter_members(layer, budget, self.progress, headers_only=True):
@@ -171,6 +172,10 @@ class Flattener:
         for layer in self.image.layers:
             for m in iter_members(layer, budget, self.progress):
                 yield from self._member(layer, m.info, m.ordinal, m.open)
+        if extras:
+            more_mounts, more_links = extras()
+            user_mounts += [self._mount_name(p) for p in more_mounts]
+            user_links.update(self._link_names(more_links))
         yield from self._mount_points(user_mounts)
         yield from self._links(user_links)
         yield from self._charliecloud_files()
@@ -319,6 +324,9 @@ class Flattener:
         if not name:
             raise KitError(f"{what} {path!r}: cannot be the image root")
         return name
+
+    def _link_names(self, links: Mapping[str, str]) -> dict[str, str]:
+        return {self._mount_name(p, "link"): self._mount_name(t, "link target") for p, t in links.items()}
 
     def _links(self, links: dict[str, str]) -> Iterator[Entry]:
         """Relative symlinks the site's pair needs; the image's own identical link is kept."""

@@ -130,32 +130,55 @@ def _image_root(tree: Path) -> Path:
     return tree
 
 
-def _extract_source(image: Path, dest: Path, select: str | None) -> Path:
+class WantedTree:
+    """Writes the members MPI discovery needs (and every directory and symlink: paths cross
+    them, e.g. /lib -> usr/lib) of a flattened image stream into `out`."""
+
+    def __init__(self, out: Path):
+        from kit.image.writers import DirWriter
+
+        self.writer, self.written = DirWriter(out), set()
+
+    def offer(self, entry) -> bool:
+        """Keep `entry` if wanted (its data is then consumed); True if kept."""
+        info = entry.info
+        if not (info.isdir() or info.issym() or (wanted(info.name) and (not info.islnk()
+                                                                         or info.linkname in self.written))):
+            return False
+        self.writer.add(entry)
+        self.written.add(info.name)
+        return True
+
+    def path(self, name: str) -> Path:
+        """Where a kept member is while the tree is being written."""
+        return self.writer.root / name
+
+    def commit(self) -> Path:
+        self.writer.commit()
+        return self.writer.out
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
+def _extract_source(image: Path, dest: Path) -> Path:
     """The wanted files of a docker/OCI image, flattened by Charliecloud's rules (nothing run)."""
     from kit.image.flatten import Flattener
     from kit.image.sources import open_image
-    from kit.image.writers import DirWriter
 
-    out = dest / "root"
-    writer, written = DirWriter(out), set()
+    tree = WantedTree(dest / "root")
     try:
-        for entry in Flattener(open_image(image, select)).entries():
-            info = entry.info
-            if info.isdir() or info.issym() or (  # every link: paths cross them (/lib -> usr/lib)
-                    wanted(info.name) and (not info.islnk() or info.linkname in written)):
-                writer.add(entry)
-                written.add(info.name)
-        writer.commit()
+        for entry in Flattener(open_image(image)).entries():
+            tree.offer(entry)
+        return tree.commit()
     except BaseException:
-        writer.abort()
+        tree.abort()
         raise
-    return out
 
 
 @contextlib.contextmanager
-def image_root(image: str | os.PathLike, select: str | None = None) -> Iterator[Path]:
-    """A directory holding (at least) the image's MPI-related files, for the block's duration;
-    `select` picks the image (tag or digest) in a source archive holding several."""
+def image_root(image: str | os.PathLike) -> Iterator[Path]:
+    """A directory holding (at least) the image's MPI-related files, for the block's duration."""
     image = Path(image)
     if not image.exists():
         raise KitError(f"{image}: no such image")
@@ -165,7 +188,7 @@ def image_root(image: str | os.PathLike, select: str | None = None) -> Iterator[
         return
     with tempfile.TemporaryDirectory(prefix="kit-mpi-") as tmp:
         if kind == "source":
-            yield _extract_source(image, Path(tmp), select)
+            yield _extract_source(image, Path(tmp))
             return
         (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp))
         yield _image_root(Path(tmp))

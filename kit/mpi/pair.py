@@ -155,31 +155,34 @@ def _translate(value: str, binds: list[tuple[str, str]]) -> str:
     return ":".join(out)
 
 
-def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full",
-              select: str | None = None) -> Pair:
-    """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair.
-    ``select`` picks the image (tag or digest) in a docker/OCI archive holding several."""
+def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
+    """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
     site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
-    with image_root(image, select) as root:
-        found = inspect_root(root, str(image))
-        host, container = host_abi(site), image_abi(found)
-        verdict = decide(host, container, mode)
-        if not verdict.ok:
-            raise KitError(f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
-                           f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
-                           f"Put {advice_for(host)} into the image instead.")
-        target = site.container.mpi_target.rstrip("/")
-        lib_dirs = site.host_mpi.lib_dirs
-        binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
-        binds += [tuple(b.split(":", 1)) for b in site.container.binds]
-        host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
-                            binds[0][1])
-        links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
-        prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
-        env_set = {k: _translate(v, binds) for k, v in site.host_mpi.env.items()}
-        pair = Pair(site, str(image), host, container, found, verdict, binds, env_set,
-                    {"LD_LIBRARY_PATH": prepend}, links)
-        pair.missing = missing_in_root(pair, root)
+    with image_root(image) as root:
+        return pair_from_root(site, root, str(image), mode)
+
+
+def pair_from_root(site: Site, root: Path, image: str, mode: str = "full") -> Pair:
+    """The pair for the image tree at ``root`` (all of it, or at least its MPI files)."""
+    found = inspect_root(root, image)
+    host, container = host_abi(site), image_abi(found)
+    verdict = decide(host, container, mode)
+    if not verdict.ok:
+        raise KitError(f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
+                       f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
+                       f"Put {advice_for(host)} into the image instead.")
+    target = site.container.mpi_target.rstrip("/")
+    lib_dirs = site.host_mpi.lib_dirs
+    binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
+    binds += [tuple(b.split(":", 1)) for b in site.container.binds]
+    host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
+                        binds[0][1])
+    links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
+    prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
+    env_set = {k: _translate(v, binds) for k, v in site.host_mpi.env.items()}
+    pair = Pair(site, image, host, container, found, verdict, binds, env_set,
+                {"LD_LIBRARY_PATH": prepend}, links)
+    pair.missing = missing_in_root(pair, root)
     return pair
 
 

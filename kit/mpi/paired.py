@@ -1,20 +1,26 @@
-"""Convert an image for a site: decide the MPI pair first, then convert with everything the
-pair binds onto already inside, and write OUT.pair.yaml beside OUT.
+"""Convert an image for a site in one pass: pair its MPI with the site's host MPI while the
+layers stream through the converter, then add the pair's mount points and alias links to
+the same stream, and write OUT.pair.yaml beside OUT.
 
-Pairing first means an image that cannot run at the site is refused before minutes of
-conversion; creating the mount points and alias links during conversion is the only moment
-they can be added to a read-only image (SquashFS, or a tarball unpacked by ch-convert).
+The MPI-related files (imagefs.wanted) are copied aside as they pass; once the last layer is
+through the pair is decided from them, in time for its mount points and links to be written
+into the image: conversion is the only moment they can be added to a read-only image
+(SquashFS, or a tarball unpacked by ch-convert). An image that cannot pair fails the
+conversion and nothing is written.
 """
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import IO, Any, Mapping, Sequence
 
 from kit.image.convert import ConversionReport, convert
-from kit.mpi.pair import Pair, make_pair, pair_path, write_pair
-from kit.site import Site
+from kit.image.flatten import Entry
+from kit.mpi.imagefs import WantedTree
+from kit.mpi.pair import Pair, pair_from_root, pair_path, write_pair
+from kit.site import Site, load_site
 
 
 @dataclass
@@ -24,17 +30,48 @@ class PairedConversion:
     pair_file: Path | None  # None in a dry run
 
 
-def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | str | os.PathLike, *,
-                   mode: str = "full", mount_points: Sequence[str] = (), dry_run: bool = False,
-                   **options: Any) -> PairedConversion:
-    """kit.image.convert(SRC, OUT) plus the pair's mount points and links; then OUT.pair.yaml.
+class _PairTap:
+    """kit.image.convert's Tap: keeps the MPI files passing by, decides the pair at the end."""
 
-    `options` go to kit.image.convert (fmt, image, level, limits, progress, threads).
+    def __init__(self, site: Site, mode: str, label: str, workdir: Path):
+        self.site, self.mode, self.label = site, mode, label
+        self.tree = WantedTree(workdir / "root")
+        self.pair: Pair | None = None
+        self.copy: IO[bytes] | None = None  # the kept file the output writer reads next
+
+    def see(self, entry: Entry) -> Entry:
+        self.close()
+        if self.pair is not None or not self.tree.offer(entry) or not entry.info.isreg():
+            return entry
+        self.copy = open(self.tree.path(entry.info.name), "rb")  # the stream was consumed
+        return Entry(entry.info, self.copy)
+
+    def extras(self) -> tuple[Sequence[str], Mapping[str, str]]:
+        self.close()
+        self.pair = pair_from_root(self.site, self.tree.commit(), self.label, self.mode)
+        return self.pair.mount_points, self.pair.links
+
+    def close(self) -> None:
+        if self.copy:
+            self.copy.close()
+            self.copy = None
+
+
+def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | str | os.PathLike, *,
+                   mode: str = "full", dry_run: bool = False, **options: Any) -> PairedConversion:
+    """kit.image.convert(SRC, OUT) with the site's MPI pair decided on the way; then OUT.pair.yaml.
+
+    `options` go to kit.image.convert (fmt, image, mount_points, level, limits, progress, threads).
     Raises KitError (nothing written) if the image's MPI cannot pair with the site's.
     """
-    pair = make_pair(site, src, mode, select=options.get("image"))
-    report = convert(src, out, mount_points=[*mount_points, *pair.mount_points], links=pair.links,
-                     dry_run=dry_run, **options)
+    site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
+    with tempfile.TemporaryDirectory(prefix="kit-pair-") as tmp:
+        tap = _PairTap(site, mode, str(src), Path(tmp))
+        try:
+            report = convert(src, out, dry_run=dry_run, tap=tap, **options)
+        finally:
+            tap.close()
+    pair = tap.pair
     pair.image, pair.missing = str(out), []  # convert created each one or raised
     if dry_run:
         return PairedConversion(report, pair, None)
