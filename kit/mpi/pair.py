@@ -37,6 +37,7 @@ class Pair:
     env_prepend: dict[str, list[str]]
     links: dict[str, str]
     missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
+    site_image: str | None = None  # where the image will be on the site, if not at `image`
 
     @property
     def warnings(self) -> list[str]:
@@ -75,7 +76,8 @@ class Pair:
             if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
                 words[0] = str(Path(self.site.host_mpi.prefix) / "bin" / words[0])
             head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
-        body = [shlex.quote(a) for a in self.ch_run_args(join=join)]
+        image = self.site_image or self.image
+        body = [shlex.quote(a) for a in self.ch_run_args(image, join=join)[:-2]] + [_shell_path(image), "--"]
         if words[0] != "srun" and self.site.container.join:
             body.insert(1, head_join)
         return " ".join(head + body + [command])
@@ -87,6 +89,7 @@ class Pair:
         return {
             "kit_pair": PAIR_FORMAT,
             "image": self.image,
+            "site_image": self.site_image or self.image,
             "site": self.site.name,
             "host_mpi": _side(self.host) | {"prefix": self.site.host_mpi.prefix,
                                             "library_dirs": self.site.host_mpi.lib_dirs},
@@ -104,6 +107,11 @@ class Pair:
             "image_ready": {"ok": not self.missing, "missing": list(self.missing)},
             "launch": self.launch_line(),
         }
+
+
+def _shell_path(path: str) -> str:
+    """Quoted for a shell, but a leading ~/ left bare so that the shell still expands it."""
+    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
 def _side(abi: AbiId) -> dict:

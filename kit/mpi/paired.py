@@ -21,6 +21,7 @@ from kit.image.flatten import Entry
 from kit.mpi.imagefs import WantedTree
 from kit.mpi.pair import Pair, pair_from_root, pair_path, write_pair
 from kit.site import Site, load_site
+from kit.image_names import image_name
 
 
 @dataclass
@@ -65,6 +66,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
     Raises KitError (nothing written) if the image's MPI cannot pair with the site's.
     """
     site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
+    installed = f"{site.container.image_dir.rstrip('/')}/{image_name(Path(out).name)}.current"
     with tempfile.TemporaryDirectory(prefix="kit-pair-") as tmp:
         tap = _PairTap(site, mode, str(src), Path(tmp))
         try:
@@ -73,6 +75,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
             tap.close()
     pair = tap.pair
     pair.image, pair.missing = str(out), []  # convert created each one or raised
+    pair.site_image = installed  # where `kit transfer push --install` puts it: the launch line's image
     if dry_run:
         return PairedConversion(report, pair, None)
     return PairedConversion(report, pair, write_pair(pair, pair_path(out)))

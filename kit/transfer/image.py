@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import KitError
+from kit.image_names import NAME_RE, stem
 
-SUFFIXES = (".tar.gz", ".tgz", ".sqfs", ".tar")
 SIBLINGS = (".sha256", ".manifest.json", ".pair.yaml")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 BUF = 8 << 20
 
@@ -30,23 +29,6 @@ class LocalImage:
         return next((p for p in self.siblings if p.name.endswith(".sha256")), None)
 
 
-def _stem(name: str) -> str:
-    for suffix in SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    raise KitError(f"{name}: not an image file; expected one of {', '.join(SUFFIXES)} "
-                   "(as written by kit image convert)")
-
-
-def image_name(text: str) -> str:
-    """The installed name of an image given as NAME, an image file name or its path."""
-    name = _stem(Path(text).name) if text.endswith(SUFFIXES) else text
-    if not NAME_RE.match(name):
-        raise KitError(f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
-                       "digits and . _ + -, not starting with a dot")
-    return name
-
-
 def open_image(path: str | Path) -> LocalImage:
     """Check the file and its name; collect the siblings `kit image convert` writes next to it."""
     path = Path(path)
@@ -55,14 +37,14 @@ def open_image(path: str | Path) -> LocalImage:
     if not NAME_RE.match(path.name):
         raise KitError(f"{path.name}: image names may hold only letters, digits and . _ + - "
                        "and must not start with a dot; rename the file")
-    stem = _stem(path.name)
+    name = stem(path.name)
     siblings = [path.with_name(path.name + s) for s in SIBLINGS]
-    siblings += [path.with_name(stem + s) for s in SIBLINGS]
+    siblings += [path.with_name(name + s) for s in SIBLINGS]
     found = []
     for p in siblings:
         if p.is_file() and p not in found:
             found.append(p)
-    return LocalImage(path, stem, found)
+    return LocalImage(path, name, found)
 
 
 def recorded_sha256(image: LocalImage) -> str | None:

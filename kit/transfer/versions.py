@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kit.errors import KitError
 from kit.transfer import remote
-from kit.transfer.image import image_name
+from kit.image_names import image_name
 from kit.transfer.push import as_site
 from kit.transfer.ssh import connect, site_endpoint
 

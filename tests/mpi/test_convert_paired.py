@@ -40,6 +40,9 @@ def test_squashfs_converted_for_the_site_runs_the_host_mpi(impi_site, bare_sourc
 
     doc = yaml.safe_load((tmp_path / "gan3d.sqfs.pair.yaml").read_text())
     assert doc["image"] == str(out) and doc["image_ready"] == {"ok": True, "missing": []}
+    # the launch line names the image where `kit transfer push --install` will put it
+    assert doc["site_image"] == "/tmp/gan3d.current"
+    assert doc["launch"].endswith(" /tmp/gan3d.current -- python3 -m gan3d train")
     assert doc["verdict"]["status"] == "accepted with warnings"  # host minor 0 < image minor 2 only
     manifest = json.loads((tmp_path / "gan3d.sqfs.manifest.json").read_text())
     assert f"{TARGET}/lib0" in manifest["mount_points_created"]

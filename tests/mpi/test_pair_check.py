@@ -2,6 +2,7 @@
 import dataclasses
 import os
 import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -37,6 +38,7 @@ def test_pair_accepts_debian_mpich_for_intel_host_and_writes_the_pair_file(impi_
     assert doc["env"]["prepend"]["LD_LIBRARY_PATH"] == [f"{TARGET}/compat", f"{TARGET}/lib0"]
     assert doc["launch"].startswith(f"{impi_prefix}/bin/mpiexec -n ${{NRANKS}} ch-run --join-ct=${{RANKS_PER_NODE}}")
     assert "'--set-env=LD_LIBRARY_PATH=/opt/hostmpi/compat:/opt/hostmpi/lib0:$LD_LIBRARY_PATH'" in doc["launch"]
+    assert doc["site_image"] == str(mpich_image) and f" {mpich_image} -- python3" in doc["launch"]
     assert "warning: host minor 0 is older" in " ".join(capsys.readouterr().out.split())
     dry = tmp_path / "dry.pair.yaml"
     assert main(["mpi", "pair", "--site", str(impi_site), str(mpich_image), "--out", str(dry), "--dry-run"]) == 0
@@ -100,3 +102,13 @@ def test_check_names_the_missing_mount_point(impi_site, mpich_oci, tmp_path):
     assert run_check(pair).ok
     path = write_pair(pair)
     assert path == pair_path(image) and path.name == "img.pair.yaml"
+
+
+def test_launch_line_keeps_a_home_relative_site_image_expandable(impi_site, mpich_image):
+    pair = make_pair(impi_site, mpich_image)
+    pair.site_image = "~/my images/gan3d.current"  # a site's image_dir of "~/my images"
+    word = "~/'my images/gan3d.current'"
+    assert f" {word} -- python3 -m gan3d train" in pair.launch_line()
+    shell = subprocess.run(["bash", "-c", f"printf '%s' {word}"], capture_output=True, text=True,
+                           env={"HOME": "/home/someone"}, check=True)
+    assert shell.stdout == "/home/someone/my images/gan3d.current"
