@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import fabric
+import yaml
 
 from kit.errors import KitError
 from kit.transfer import remote
@@ -49,6 +50,7 @@ class PushReport:
     resent_chunks: list[int] = field(default_factory=list)
     siblings: list[str] = field(default_factory=list)
     direct_io: bool | None = None       # how the receiver wrote the bytes (None: nothing written)
+    pair_warnings: list[str] = field(default_factory=list)  # the image's pair vs this site
     installed: str | None = None
     current: str | None = None
     pruned: list[str] = field(default_factory=list)
@@ -63,6 +65,7 @@ class PushReport:
             out.append(f"chunks re-sent after a failed check: {self.resent_chunks}")
         if self.siblings:
             out.append(f"{verb} copy alongside: {', '.join(self.siblings)}")
+        out += [f"warning: {w}" for w in self.pair_warnings]
         if self.installed:
             out.append(f"{verb} install {self.installed} and point {self.current} at it")
         if self.pruned:
@@ -186,6 +189,30 @@ def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[
     return sent
 
 
+def _check_pair(conn: fabric.Connection, site, img: LocalImage) -> list[str]:
+    """Does the image's pair file fit this site, and are the host paths it binds there? A wrong
+    host_mpi.prefix would otherwise only show when the job's ch-run cannot bind it."""
+    path = next((p for p in img.siblings if p.name.endswith(".pair.yaml")), None)
+    if path is None:
+        return []
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        sources = [b.split(":", 1)[0] for b in doc.get("binds") or []]
+    except (yaml.YAMLError, AttributeError) as exc:
+        return [f"{path.name} is not a pair file kit mpi pair wrote ({exc}); re-run kit image convert --site"]
+    out = []
+    if doc.get("site") != site.name:
+        out.append(f"{path.name} pairs the image with site {doc.get('site')!r}, not {site.name!r}; "
+                   f"re-run kit image convert --site {site.name}")
+    if sources:
+        missing = remote.run(conn, "missing", *sources, what=f"checking the pair's host paths on {conn.host}")
+        if missing["missing"]:
+            out.append(f"the host paths the pair binds are missing on {conn.host}: "
+                       f"{', '.join(missing['missing'])}; fix host_mpi.prefix/library_dirs (or container.binds) "
+                       "in the site config and re-pair (the transfer host may not see every compute-node path)")
+    return out
+
+
 def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> list[str]:
     """Small files go by SFTP to a dot-temp name, then are renamed into place."""
     sftp = conn.sftp()
@@ -252,6 +279,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             report.remote_path, report.direct_io = answer["path"], answer.get("direct_io")
             report.siblings = _put_siblings(opening.result(), img, directory)
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
+        report.pair_warnings = _check_pair(opening.result(), site, img)
         if install:
             _install(opening.result(), site, img, report, keep_n, dry_run, install_as)
     finally:

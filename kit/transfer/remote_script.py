@@ -15,6 +15,7 @@ Modes:
                                           switch NAME.current, prune
   versions IMGDIR NAME                    the installed NAME@... entries, newest first, and current
   switch  IMGDIR NAME ENTRY DRY           point NAME.current at ENTRY (an installed version)
+  missing PATH...                         which of these paths do not exist here
 """
 import errno
 import fcntl
@@ -432,6 +433,8 @@ def main(argv):
             listing(args[0], args[1])
         elif mode == "switch":
             switch(args[0], args[1], args[2], args[3] == "1")
+        elif mode == "missing":
+            print(json.dumps({"missing": [p for p in args if not os.path.exists(p)]}))
         else:
             fail(EXIT_USAGE, "unknown mode %s" % mode)
     except (IndexError, ValueError) as exc:

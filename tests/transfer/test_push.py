@@ -246,3 +246,24 @@ def test_install_as_squashfs(sshd, user_home, make_site, tmp_path):
     assert os.readlink(current) == f"sq@{report.sha256[:12]}.sqfs"
     assert (tmp_path / "images" / os.readlink(current)).is_file()
     assert ch_run(current, "/bin/busybox", "cat", "/etc/kit-version") == "squashed"
+
+
+def test_pair_file_is_checked_against_the_site(sshd, user_home, make_site, tmp_path):
+    site = make_site(name="sshtest")
+    img = random_image(tmp_path / "p.tar.gz", MiB)
+    present = tmp_path / "impi" / "lib"
+    present.mkdir(parents=True)
+    pair = tmp_path / "p.tar.gz.pair.yaml"
+    pair.write_text(f"kit_pair: 1\nsite: sshtest\nbinds:\n- {present}:/opt/hostmpi/lib0\n"
+                    f"- /nonexistent/impi/lib:/opt/hostmpi/lib1\n")
+    dry = push(img, site, dry_run=True)
+    assert len(dry.pair_warnings) == 1 and "/nonexistent/impi/lib" in dry.pair_warnings[0]
+    assert str(present) not in dry.pair_warnings[0]
+    report = push(img, site)
+    assert (tmp_path / "remote" / "p.tar.gz.pair.yaml").read_text() == pair.read_text()
+    assert any("missing on 127.0.0.1: /nonexistent/impi/lib" in line for line in report.lines())
+
+    pair.write_text(f"kit_pair: 1\nsite: supermuc-ng\nbinds:\n- {present}:/opt/hostmpi/lib0\n")
+    other = push(img, site)
+    assert other.pair_warnings == ["p.tar.gz.pair.yaml pairs the image with site 'supermuc-ng', not "
+                                   "'sshtest'; re-run kit image convert --site sshtest"]
