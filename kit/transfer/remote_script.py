@@ -170,7 +170,7 @@ class Writer(threading.Thread):
                     raise
         if self.fd is None:
             self.fd = os.open(path, flags, 0o644)
-        self.chunk, self.unsynced, self.error = chunk, 0, None
+        self.chunk, self.unsynced, self.error, self.fd_direct = chunk, 0, None, self.direct
         self.todo, self.free = queue.Queue(), queue.Queue()
         for _ in range(NBUF):
             self.free.put(mmap.mmap(-1, BLOCK))  # page-aligned, as O_DIRECT needs
@@ -200,21 +200,24 @@ class Writer(threading.Thread):
             self.free.put(buf)
 
     def write(self, view, length, offset):
-        if self.direct:
-            padded = -(-length // ALIGN) * ALIGN  # the tail past `length` is cut by ftruncate
+        done = 0
+        if self.direct and self.fd_direct:
+            done = length - length % ALIGN
             try:
-                self.write_all(view[:padded], offset)
-                return
+                self.write_all(view[:done], offset)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                self.direct = False  # the filesystem took the open but not the I/O: go buffered
+                self.direct, done = False, 0  # the filesystem took the open but not the I/O
+            if done < length:  # an unaligned tail (the file's end, or a cut stream's): no padding,
+                self.fd_direct = False  # which would leave bytes that never arrived in the part
                 fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-        self.write_all(view[:length], offset)
-        self.unsynced += length
-        if self.unsynced >= self.chunk:
-            os.fdatasync(self.fd)
-            self.unsynced = 0
+        if done < length:
+            self.write_all(view[done:length], offset + done)
+            self.unsynced += length - done
+            if self.unsynced >= self.chunk:
+                os.fdatasync(self.fd)
+                self.unsynced = 0
 
     def write_all(self, view, offset):
         while len(view):
