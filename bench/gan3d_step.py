@@ -198,7 +198,7 @@ def worker_fused_ab(args) -> dict:
 
 def worker_profile(args) -> dict:
     """Warm up, print a marker, run one step: the parent reads ONEDNN_VERBOSE lines after it."""
-    tf = _tf(args.threads, args.inter_op_threads)
+    _tf(args.threads, args.inter_op_threads)  # thread settings, before any op runs
     import numpy as np
 
     from gan3d import model, step
