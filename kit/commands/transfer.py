@@ -88,7 +88,7 @@ def _endpoint_args(args: argparse.Namespace) -> dict:
 def _versions(args: argparse.Namespace) -> int:
     found = installed_versions(args.name, args.site, **_endpoint_args(args))
     if not found.versions:
-        print(f"no version of {args.name} installed in {found.where}")
+        print(f"no version of {found.name} installed in {found.where}")
         return 0
     print(f"{found.where}:")
     for v in found.versions:
@@ -101,7 +101,7 @@ def _versions(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     done = rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
     verb = "would point" if done.dry_run else "pointed"
-    print(f"{verb} {done.where}/{args.name}.current at {done.target} (was {done.previous or 'unset'})")
+    print(f"{verb} {done.current} at {done.target} (was {done.previous or 'unset'})")
     return 0
 
 

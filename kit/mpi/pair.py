@@ -165,7 +165,7 @@ def _translate(value: str, binds: list[tuple[str, str]]) -> str:
 
 def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
     """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
-    site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
+    site = load_site(site)
     with image_root(image) as root:
         return pair_from_root(site, root, str(image), mode)
 

@@ -65,7 +65,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
     `options` go to kit.image.convert (fmt, image, mount_points, level, limits, progress, threads).
     Raises KitError (nothing written) if the image's MPI cannot pair with the site's.
     """
-    site = load_site(site) if isinstance(site, (str, os.PathLike)) else site
+    site = load_site(site)
     installed = f"{site.container.image_dir.rstrip('/')}/{image_name(Path(out).name)}.current"
     with tempfile.TemporaryDirectory(prefix="kit-pair-") as tmp:
         tap = _PairTap(site, mode, str(src), Path(tmp))

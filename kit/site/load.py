@@ -43,8 +43,11 @@ def resolve_site(name_or_path: str | os.PathLike) -> Path:
     raise SiteError(f"no site config named {text!r} in {where} (known sites: {known})")
 
 
-def load_site(name_or_path: str | os.PathLike) -> Site:
-    """Load and validate a site config; SiteError names file, line and key on any problem."""
+def load_site(name_or_path: str | os.PathLike | Site) -> Site:
+    """Load and validate a site config; SiteError names file, line and key on any problem.
+    A Site passes through, so every API taking a site takes a name, a path or a Site."""
+    if isinstance(name_or_path, Site):
+        return name_or_path
     path = resolve_site(name_or_path)
     try:
         text = path.read_text(encoding="utf-8")

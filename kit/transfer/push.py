@@ -27,8 +27,10 @@ import fabric
 import yaml
 
 from kit.errors import KitError
+from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.image import LocalImage, chunk_sha256, open_image, recorded_sha256, sha256_file
+from kit.transfer.remote_script import EXIT_MISMATCH, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 
 CHUNK = 64 << 20
@@ -77,14 +79,6 @@ class PushReport:
         return out
 
 
-def as_site(site):
-    """A Site from a name, a YAML path or a Site."""
-    if isinstance(site, (str, os.PathLike)):
-        from kit.site import load_site
-        return load_site(site)
-    return site
-
-
 class StreamLost(KitError):
     """The ssh data session ended early; `answered` tells whether the receiver ever spoke."""
 
@@ -99,13 +93,14 @@ class _Plan:
     resent: list[int]         # chunks of the remote part that did not match
     kept_bytes: int
     skip: bool                # the final file is already there and verified
+    missing: list[str]        # host paths the pair binds that the site does not have
 
 
 def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
     """Compare the remote chunk hashes with ours; refuse early if the space is not there."""
     size = img.size
     if probe["final_matches"]:
-        return _Plan(set(range((size + chunk - 1) // chunk)), [], size, True)
+        return _Plan(set(range((size + chunk - 1) // chunk)), [], size, True, probe["missing"])
     theirs = probe["chunk_hashes"]
     ours = chunk_sha256(img.path, chunk, len(theirs))
     keep = {i for i, (a, b) in enumerate(zip(ours, theirs)) if a == b}
@@ -114,15 +109,16 @@ def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
         raise KitError(f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
                        f"{need}; nothing was changed. Free space there or pass --remote-dir")
     kept = sum(min(chunk, size - i * chunk) for i in keep)
-    return _Plan(keep, [i for i in range(len(theirs)) if i not in keep], kept, False)
+    return _Plan(keep, [i for i in range(len(theirs)) if i not in keep], kept, False, probe["missing"])
 
 
 def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, direct_io: bool,
-            progress: Callable[[int], None] | None) -> tuple[dict, _Plan, int]:
+            paths: list[str], progress: Callable[[int], None] | None) -> tuple[dict, _Plan, int]:
     """One ssh session: the receiver reports what it has, we answer with the plan and stream
     the chunks it lacks, then COMMIT. Returns (receiver's answer, plan, bytes sent)."""
     where = f"{ep.hostname}:{directory}"
-    cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk, "1" if direct_io else "0")
+    cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk, "1" if direct_io else "0",
+                         *paths)
     proc = subprocess.Popen(ssh_argv(ep) + [cmd], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:  # a 1 MiB pipe into ssh: fewer wake-ups per byte on a busy machine
@@ -135,8 +131,11 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     sent, broken, plan = 0, False, None
     try:
         first = proc.stdout.readline()
+        while first and not first.startswith(PROBE_MARK.encode()):  # what a login shell printed
+            first = proc.stdout.readline()
         if first:
-            plan = _plan(remote.parse(first.decode(), "", 0, f"checking {where}"), img, chunk, where)
+            probe = remote.parse(first[len(PROBE_MARK):].decode(), "", 0, f"checking {where}")
+            plan = _plan(probe, img, chunk, where)
             proc.stdin.write(b"SKIP\n" if plan.skip else
                              f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode())
             proc.stdin.flush()
@@ -161,7 +160,7 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     try:
         answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}")
     except remote.RemoteError as exc:
-        if exc.code == remote.MISMATCH and img.sha_file:
+        if exc.code == EXIT_MISMATCH and img.sha_file:
             raise KitError(f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
                            "damaged; re-run kit image convert (nothing was installed)") from exc
         raise
@@ -189,32 +188,34 @@ def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[
     return sent
 
 
-def _check_pair(conn: fabric.Connection, site, img: LocalImage) -> list[str]:
-    """Does the image's pair file fit this site, and are the host paths it binds there? A wrong
-    host_mpi.prefix would otherwise only show when the job's ch-run cannot bind it."""
+def _read_pair(site, img: LocalImage) -> tuple[list[str], list[str]]:
+    """(host paths the image's pair file binds, warnings about the pair file itself). The
+    paths go to the receiver's probe: a wrong host_mpi.prefix would otherwise only show when
+    the job's ch-run cannot bind it."""
     path = next((p for p in img.siblings if p.name.endswith(".pair.yaml")), None)
     if path is None:
-        return []
+        return [], []
     try:
         doc = yaml.safe_load(path.read_text()) or {}
         sources = [b.split(":", 1)[0] for b in doc.get("binds") or []]
     except (yaml.YAMLError, AttributeError) as exc:
-        return [f"{path.name} is not a pair file kit mpi pair wrote ({exc}); re-run kit image convert --site"]
-    out = []
+        return [], [f"{path.name} is not a pair file kit mpi pair wrote ({exc}); re-run kit image convert --site"]
     if doc.get("site") != site.name:
-        out.append(f"{path.name} pairs the image with site {doc.get('site')!r}, not {site.name!r}; "
-                   f"re-run kit image convert --site {site.name}")
-    if sources:
-        missing = remote.run(conn, "missing", *sources, what=f"checking the pair's host paths on {conn.host}")
-        if missing["missing"]:
-            out.append(f"the host paths the pair binds are missing on {conn.host}: "
-                       f"{', '.join(missing['missing'])}; fix host_mpi.prefix/library_dirs (or container.binds) "
-                       "in the site config and re-pair (the transfer host may not see every compute-node path)")
-    return out
+        return sources, [f"{path.name} pairs the image with site {doc.get('site')!r}, not {site.name!r}; "
+                         f"re-run kit image convert --site {site.name}"]
+    return sources, []
+
+
+def _missing_warning(missing: list[str], host: str) -> list[str]:
+    return [f"the host paths the pair binds are missing on {host}: {', '.join(missing)}; fix "
+            "host_mpi.prefix/library_dirs (or container.binds) in the site config and re-pair (the "
+            "transfer host may not see every compute-node path)"] if missing else []
 
 
 def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> list[str]:
     """Small files go by SFTP to a dot-temp name, then are renamed into place."""
+    if not img.siblings:
+        return []  # no SFTP session for nothing
     sftp = conn.sftp()
     names = []
     for sib in img.siblings:
@@ -238,7 +239,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     `direct_io` (default: the site's transfer.direct_io) lets the receiver bypass the page cache.
     """
     started = time.monotonic()
-    site = as_site(site)
+    site = load_site(site)
     img = open_image(image)
     t = site.transfer
     keep_n = t.keep_versions if keep is None else keep
@@ -252,6 +253,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     # With IMAGE.sha256 the file is not read twice: the receiver hashes every byte it gets
     # and refuses the rename unless the whole file matches the recorded digest.
     sha = recorded_sha256(img) or sha256_file(img.path)
+    pair_paths, pair_warnings = _read_pair(site, img)
     pool = ThreadPoolExecutor(1)
     opening = pool.submit(connect, ep, accept_new_host_key=accept_new_host_key)
     try:
@@ -262,7 +264,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         if dry_run:
             where = f"{ep.hostname}:{directory}"
             probe = remote.run(opening.result(), "probe", directory, img.path.name, img.size, sha,
-                               chunk_size, what=f"checking {where}")
+                               chunk_size, *pair_paths, what=f"checking {where}")
             plan = _plan(probe, img, chunk_size, where)
             report.remote_path = f"{probe['dir']}/{img.path.name}"
             report.siblings = [s.name for s in img.siblings]
@@ -271,7 +273,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             try:
                 direct = t.direct_io if direct_io is None else direct_io
                 answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, direct,
-                                                          progress)
+                                                          pair_paths, progress)
             except StreamLost as exc:
                 if not exc.answered:  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
                     opening.result()
@@ -279,7 +281,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             report.remote_path, report.direct_io = answer["path"], answer.get("direct_io")
             report.siblings = _put_siblings(opening.result(), img, directory)
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
-        report.pair_warnings = _check_pair(opening.result(), site, img)
+        report.pair_warnings = pair_warnings + _missing_warning(plan.missing, ep.hostname)
         if install:
             _install(opening.result(), site, img, report, keep_n, dry_run, install_as)
     finally:

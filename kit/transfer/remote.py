@@ -14,7 +14,6 @@ from kit.errors import KitError
 _SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
 _BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
 _ERROR = re.compile(r"KIT-ERROR (\d+) (.*)", re.S)
-MISMATCH = 4  # remote_script.py: the received file does not match its sha256
 
 
 class RemoteError(KitError):

@@ -6,16 +6,17 @@ f-string tricks beyond 3.6, no third-party modules. Every mode answers with JSON
 on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzero.
 
 Modes:
-  probe   DIR NAME SIZE SHA CHUNK         what is there already (no change)
-  push    DIR NAME SIZE SHA CHUNK DIRECT  probe, print it, read the sender's plan line from stdin
-                                          ("KEEP i,j,..." / "SKIP" / "ABORT"), then receive the
-                                          other chunks from stdin (DIRECT 1: with O_DIRECT where
-                                          possible), verify and rename: one session
+  probe   DIR NAME SIZE SHA CHUNK PATH...         what is there already, and which PATHs (the
+                                                  pair's host paths) are missing (no change)
+  push    DIR NAME SIZE SHA CHUNK DIRECT PATH...  probe, print it as "KIT-PROBE <json>" (a
+                                                  login shell may print before us), read the
+                                                  sender's plan line ("KEEP i,j,..." / "SKIP"),
+                                                  receive the other chunks from stdin (DIRECT 1:
+                                                  O_DIRECT where possible), verify, rename
   install SRC IMGDIR NAME VERSION KEEPN DRY FMT   ch-convert to FMT (dir|squash) as NAME@VERSION,
                                           switch NAME.current, prune
   versions IMGDIR NAME                    the installed NAME@... entries, newest first, and current
   switch  IMGDIR NAME ENTRY DRY           point NAME.current at ENTRY (an installed version)
-  missing PATH...                         which of these paths do not exist here
 """
 import errno
 import fcntl
@@ -33,6 +34,7 @@ import time
 BUF = 1 << 20
 ALIGN = 4096            # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
+PROBE_MARK = "KIT-PROBE "
 EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
 
 
@@ -92,15 +94,16 @@ def file_sha256(path):
     return h.hexdigest()
 
 
-def probe(directory, name, size, sha, chunk):
-    print(json.dumps(inspect(directory, name, size, sha, chunk)))
+def probe(directory, name, size, sha, chunk, paths):
+    print(json.dumps(inspect(directory, name, size, sha, chunk, paths)))
 
 
-def inspect(directory, name, size, sha, chunk):
+def inspect(directory, name, size, sha, chunk, paths):
     final, part, state_path = names(directory, name)
     out = {"dir": os.path.abspath(directory), "dir_exists": os.path.isdir(directory),
            "free": free_bytes(directory), "final_matches": False, "part_size": 0,
-           "chunk_hashes": [], "python": sys.version.split()[0]}
+           "chunk_hashes": [], "python": sys.version.split()[0],
+           "missing": [p for p in paths if not os.path.exists(p)]}
     if os.path.isfile(final) and os.path.getsize(final) == size:
         out["final_matches"] = file_sha256(final) == sha
     state = read_state(state_path)
@@ -133,10 +136,10 @@ def lock_dir(directory):
          "(or stop it: its upload resumes later)" % os.path.abspath(directory))
 
 
-def push(directory, name, size, sha, chunk, direct):
+def push(directory, name, size, sha, chunk, direct, paths):
     widen_pipe(sys.stdin.fileno())
     lock_dir(directory)
-    sys.stdout.write(json.dumps(inspect(directory, name, size, sha, chunk)) + "\n")
+    sys.stdout.write(PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths)) + "\n")
     sys.stdout.flush()
     plan = sys.stdin.buffer.readline().decode("ascii", "replace").split()
     if plan[:1] == ["KEEP"]:
@@ -161,7 +164,7 @@ class Writer(threading.Thread):
     def __init__(self, path, fresh, chunk, direct):
         threading.Thread.__init__(self, daemon=True)
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else 0)
-        self.direct, self.fd = False, None
+        self.direct, self.fd = False, None  # direct: the bulk went O_DIRECT (for the report)
         if direct and chunk % ALIGN == 0 and hasattr(os, "O_DIRECT"):
             try:
                 self.fd, self.direct = os.open(path, flags | os.O_DIRECT, 0o644), True
@@ -201,16 +204,18 @@ class Writer(threading.Thread):
 
     def write(self, view, length, offset):
         done = 0
-        if self.direct and self.fd_direct:
+        if self.fd_direct:
             done = length - length % ALIGN
             try:
                 self.write_all(view[:done], offset)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                self.direct, done = False, 0  # the filesystem took the open but not the I/O
+                self.direct = self.fd_direct = False  # the filesystem took the open, not the I/O
+                done = 0
             if done < length:  # an unaligned tail (the file's end, or a cut stream's): no padding,
                 self.fd_direct = False  # which would leave bytes that never arrived in the part
+            if not self.fd_direct:
                 fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
         if done < length:
             self.write_all(view[done:length], offset + done)
@@ -262,8 +267,7 @@ def receive(directory, name, size, sha, chunk, keep, direct):
     """Walk the file chunk by chunk: kept chunks are read back from disk, the others come
     from stdin; the full sha256 is computed over the bytes in file order, as they are written."""
     final, part, state_path = names(directory, name)
-    try:
-        os.makedirs(directory, exist_ok=True)
+    try:  # the directory exists: lock_dir made it
         state = read_state(state_path)
         if not (state and state.get("sha256") == sha and state.get("size") == size
                 and state.get("chunk") == chunk):
@@ -425,9 +429,9 @@ def main(argv):
     mode, args = argv[0], argv[1:]
     try:
         if mode == "probe":
-            probe(args[0], args[1], int(args[2]), args[3], int(args[4]))
+            probe(args[0], args[1], int(args[2]), args[3], int(args[4]), args[5:])
         elif mode == "push":
-            push(args[0], args[1], int(args[2]), args[3], int(args[4]), args[5] == "1")
+            push(args[0], args[1], int(args[2]), args[3], int(args[4]), args[5] == "1", args[6:])
         elif mode == "install":
             if args[6] not in ("dir", "squash"):
                 fail(EXIT_USAGE, "install format %s: use dir or squash" % args[6])
@@ -436,8 +440,6 @@ def main(argv):
             listing(args[0], args[1])
         elif mode == "switch":
             switch(args[0], args[1], args[2], args[3] == "1")
-        elif mode == "missing":
-            print(json.dumps({"missing": [p for p in args if not os.path.exists(p)]}))
         else:
             fail(EXIT_USAGE, "unknown mode %s" % mode)
     except (IndexError, ValueError) as exc:

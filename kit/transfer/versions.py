@@ -12,7 +12,7 @@ from pathlib import Path
 from kit.errors import KitError
 from kit.transfer import remote
 from kit.image_names import image_name
-from kit.transfer.push import as_site
+from kit.site import load_site
 from kit.transfer.ssh import connect, site_endpoint
 
 
@@ -26,6 +26,7 @@ class Installed:
 
 @dataclass
 class Versions:
+    name: str                   # as installed (gan3d for gan3d.sqfs)
     where: str
     current: str | None
     versions: list[Installed]   # newest first
@@ -33,14 +34,14 @@ class Versions:
 
 @dataclass
 class Switch:
-    where: str
+    current: str                # the NAME.current link that was (or would be) switched
     previous: str | None
     target: str
     dry_run: bool
 
 
 def _connection(site, host, user, port, ssh_config, accept_new_host_key):
-    site = as_site(site)
+    site = load_site(site)
     ep = site_endpoint(site.transfer, host=host, user=user, port=port, ssh_config=ssh_config)
     return site, connect(ep, accept_new_host_key=accept_new_host_key)
 
@@ -48,7 +49,7 @@ def _connection(site, host, user, port, ssh_config, accept_new_host_key):
 def _list(conn, site, name: str) -> tuple[str, Versions]:
     imgdir = remote.remote_path(site.container.image_dir)
     answer = remote.run(conn, "versions", imgdir, name, what=f"listing {name} in {conn.host}:{imgdir}")
-    return imgdir, Versions(f"{conn.host}:{answer['dir']}", answer["current"],
+    return imgdir, Versions(name, f"{conn.host}:{answer['dir']}", answer["current"],
                             [Installed(**v) for v in answer["versions"]])
 
 
@@ -92,4 +93,4 @@ def rollback(name: str, site, *, to: str | None = None, dry_run: bool = False, h
         target = pick(versions, name, to)
         done = remote.run(conn, "switch", imgdir, name, target, "1" if dry_run else "0",
                           what=f"switching {name} in {versions.where}")
-    return Switch(versions.where, done["previous"], target, dry_run)
+    return Switch(f"{conn.host}:{done['current']}", done["previous"], target, dry_run)

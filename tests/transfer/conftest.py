@@ -105,6 +105,14 @@ def ch_run(image_dir: Path, *cmd: str) -> str:
                           check=True, env=env).stdout
 
 
+def cached_bytes(path: Path) -> int:
+    """How much of `path` sits in the page cache (fincore, util-linux)."""
+    require(shutil.which("fincore") is not None, "fincore (util-linux) not installed")
+    out = subprocess.run(["fincore", "--raw", "--noheadings", "--bytes", "-o", "RES", str(path)],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[0])
+
+
 def direct_io_works(directory: Path) -> bool:
     """Does the filesystem under `directory` take O_DIRECT opens (tmpfs before Linux 6.6 does not)?"""
     try:

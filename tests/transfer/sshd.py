@@ -69,8 +69,9 @@ class Sshd:
                 pass
 
 
-def start_sshd(root: Path) -> Sshd:
-    """Start sshd -D on 127.0.0.1:<free port> with keys generated under `root`."""
+def start_sshd(root: Path, extra_config: str = "") -> Sshd:
+    """Start sshd -D on 127.0.0.1:<free port> with keys generated under `root`; `extra_config`
+    lines are appended to its sshd_config."""
     root.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege-separation dir
     host_key, client_key = root / "host_ed25519", root / "client_ed25519"
@@ -87,7 +88,7 @@ def start_sshd(root: Path) -> Sshd:
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
         "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nAllowTcpForwarding yes\n"
         "MaxStartups 50\nMaxSessions 50\nLogLevel ERROR\n"
-        "Subsystem sftp internal-sftp\n")
+        "Subsystem sftp internal-sftp\n" + extra_config)
     log = open(root / "sshd.log", "ab")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stdout=log, stderr=log)
     host_pub = " ".join((root / "host_ed25519.pub").read_text().split()[:2])

@@ -13,6 +13,7 @@ from kit.errors import KitError
 from kit.transfer import push
 from tests.transfer.conftest import (busybox_image, ch_run, direct_io_works, have_charliecloud,
                                      random_image)
+from tests.transfer.sshd import start_sshd
 
 MiB = 1 << 20
 
@@ -267,3 +268,21 @@ def test_pair_file_is_checked_against_the_site(sshd, user_home, make_site, tmp_p
     other = push(img, site)
     assert other.pair_warnings == ["p.tar.gz.pair.yaml pairs the image with site 'supermuc-ng', not "
                                    "'sshtest'; re-run kit image convert --site sshtest"]
+
+
+def test_a_login_that_prints_before_the_command_does_not_break_the_push(tmp_path, repo):
+    # Sites often echo a banner or module messages from the login files for every session;
+    # ForceCommand makes this sshd do that before running what the client asked for.
+    noisy = start_sshd(tmp_path / "noisy", extra_config='ForceCommand echo "Welcome to the site"; '
+                       'echo "module: intel-mpi loaded"; eval "$SSH_ORIGINAL_COMMAND"\n')
+    try:
+        cfg = noisy.write_ssh_config(tmp_path / "ssh_config", alias="noisy")
+        img = random_image(tmp_path / "n.tar.gz", 2 * MiB + 3)
+        (tmp_path / "n.tar.gz.sha256").unlink()  # no sibling: SFTP would meet the forced command too
+        site = tmp_path / "site.yaml"
+        site.write_text((repo / "site-configs" / "laptop.yaml").read_text())
+        report = push(img, site, host="noisy", remote_dir=str(tmp_path / "remote"), ssh_config=cfg)
+        assert report.bytes_sent == img.stat().st_size
+        assert sha(tmp_path / "remote" / "n.tar.gz") == sha(img)
+    finally:
+        noisy.stop()

@@ -43,15 +43,12 @@ def test_explicit_values_win_and_no_config(tmp_path):
 
 def test_unreachable_host_is_a_clear_error(tmp_path):
     """No IdentityFile anywhere and nothing listening: a KitError naming the endpoint."""
-    import socket
-
     import pytest
 
     from kit.errors import KitError
     from kit.transfer.ssh import connect
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again once the block ends
+    from tests.helpers import free_port
+    port = free_port()  # nothing listens there
     ep = resolve("127.0.0.1", port=port, ssh_config=tmp_path / "missing")
     with pytest.raises(KitError, match=f"cannot reach .*127.0.0.1:{port}"):
         connect(ep, timeout=5)

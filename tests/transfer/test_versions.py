@@ -73,8 +73,9 @@ def test_cli_versions_and_rollback(sshd, home, make_site, tmp_path, repo):
     newest, older = rows[0][1], rows[1][0]
     current = tmp_path / "images" / "app.current"
     assert os.readlink(current) == newest
-    dry = run("rollback", "app", "--dry-run")
+    dry = run("rollback", "app.tar.gz", "--dry-run")  # the pushed file's name names the image too
     assert dry.returncode == 0 and "would point" in dry.stdout and f"at {older} (was {newest})" in dry.stdout
+    assert f"/images/app.current at {older}" in dry.stdout
     assert os.readlink(current) == newest
     done = run("rollback", "app")
     assert done.returncode == 0 and os.readlink(current) == older
