@@ -10,7 +10,8 @@ from pathlib import Path
 
 from kit.errors import KitError
 
-SUFFIXES = (".tar.gz", ".tgz", ".sqfs", ".tar")
+TAR_GZ, TAR, SQUASH = (".tar.gz", ".tgz"), (".tar",), (".sqfs", ".squashfs", ".squash")
+SUFFIXES = TAR_GZ + SQUASH + TAR  # what kit image convert writes and kit transfer moves
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 

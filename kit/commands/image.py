@@ -45,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--max-members", type=int, default=Limits.max_members,
                       help="stop past this many tar members (default 2000000)")
     conv.add_argument("--site", metavar="SITE",
-                      help="pair the image's MPI with this site's host MPI first (refused images are not "
-                      "converted), create the pair's mount points and links, write OUT.pair.yaml")
+                      help="in the same pass, pair the image's MPI with this site's host MPI (an image "
+                      "that cannot pair fails the conversion: nothing is written), create the pair's "
+                      "mount points and links, write OUT.pair.yaml")
     conv.add_argument("--mpi-mode", choices=("major", "full", "strict"), default="full",
                       help="with --site: the minor-version rule of `kit mpi pair` (default full)")
     conv.add_argument("--dry-run", action="store_true",

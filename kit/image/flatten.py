@@ -332,8 +332,8 @@ class Flattener:
         """Relative symlinks the site's pair needs; the image's own identical link is kept."""
         for name, target in links.items():
             parent = name.rpartition("/")[0]
-            if parent:
-                yield from self._ensure(parent, DIR, True)
+            if parent:  # the link's directory is no mount point: not listed as one
+                yield from self._ensure(parent, DIR, True, made=[], what=f"link /{name}:")
             rel = posixpath.relpath("/" + target, "/" + parent)
             have = self.emitted.get(name)
             if have == SYM and self.symlinks.get(name) == rel:
@@ -358,8 +358,11 @@ class Flattener:
         for path, kind, strict in wanted:
             yield from self._ensure(path, kind, strict)
 
-    def _ensure(self, path: str, kind: str, strict: bool) -> Iterator[Entry]:
-        """Create PATH (parents as directories) unless present; never follow a symlink."""
+    def _ensure(self, path: str, kind: str, strict: bool, made: list[str] | None = None,
+                what: str = "--mount-point") -> Iterator[Entry]:
+        """Create PATH (parents as directories) unless present, listing what was made in `made`
+        (default: the report's mount points); never follow a symlink."""
+        made = self.report.mount_points if made is None else made
         parts = path.split("/")
         for n in range(1, len(parts) + 1):
             q, leaf = "/".join(parts[:n]), n == len(parts)
@@ -370,13 +373,12 @@ class Flattener:
                 info.type = tarfile.DIRTYPE if want == DIR else tarfile.REGTYPE
                 info.mode = 0o755 if want == DIR else 0o644
                 self.emitted[q] = want
-                self.report.mount_points.append("/" + q)
+                made.append("/" + q)
                 yield Entry(self._normal(info, None), io.BytesIO(b"") if want == REG else None)
             elif have != want and not (have == LNK and want == REG):
                 if strict:
-                    raise KitError(f"--mount-point /{path}: /{q} is a {have} in the image, so the "
-                                   "mount point cannot be created without following or replacing "
-                                   "it; fix: choose another path")
+                    raise KitError(f"{what} /{path}: /{q} is a {have} in the image, so it cannot be "
+                                   "created without following or replacing it; fix: choose another path")
                 self.report.change(q, None, f"mount point kept as {have} (not followed)")
                 return
 

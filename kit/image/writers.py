@@ -20,6 +20,7 @@ from zlib_ng import gzip_ng_threaded
 
 from kit.errors import KitError
 from kit.image.flatten import Entry
+from kit.image_names import SQUASH, TAR, TAR_GZ
 
 FORMATS = ("tar.gz", "tar", "sqfs", "dir")
 CHUNK = 1 << 20
@@ -32,11 +33,11 @@ def format_for(out: Path, fmt: str | None) -> str:
             raise KitError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
         return fmt
     name = out.name
-    if name.endswith((".tar.gz", ".tgz")):
+    if name.endswith(TAR_GZ):
         return "tar.gz"
-    if name.endswith(".tar"):
+    if name.endswith(TAR):
         return "tar"
-    if name.endswith((".sqfs", ".squashfs", ".squash")):
+    if name.endswith(SQUASH):
         return "sqfs"
     if out.is_dir() or not out.suffix:
         return "dir"

@@ -135,8 +135,9 @@ def inspect_root(root: Path, label: str) -> ImageMPI:
         needs = [n for n in facts.needed if n in mpi_names or MPI_LIB_RE.match(n)]
         if needs:
             result.users[rel] = needs
-        elif not (facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))):
-            # MPI linked in: MPI_Init defined here, or (stripped) an MPI banner in its bytes
+        elif not result.libraries and not (facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))):
+            # no shared MPI: is it linked in? MPI_Init defined here, or (stripped) an MPI banner
+            # in its bytes; only asked then, since it reads whole files
             if defines_symbol(path, "MPI_Init") or vendor_and_version(path)[0] is not None:
                 result.static.append(rel)
     return result

@@ -17,18 +17,24 @@ from pathlib import Path
 from typing import Iterator
 
 from kit.errors import KitError
+from kit.image_names import SQUASH
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
-SQUASH_SUFFIXES = (".sqfs", ".squashfs", ".squash")
 WANTED_WORDS = ("mpi", "fabric", "psm")
 
 
 def wanted(relpath: str) -> bool:
-    """Members worth extracting: the linker cache, dpkg status, and MPI-looking paths."""
+    """Files worth extracting: the linker cache, dpkg status, and MPI-looking paths."""
     rel = relpath.lstrip("./")
     if rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status") or rel.startswith("etc/ld.so.conf.d/"):
         return True
     return any(word in rel.lower() for word in WANTED_WORDS)
+
+
+def kept(relpath: str, is_dir: bool, is_link: bool) -> bool:
+    """What every extractor keeps: wanted files, every symlink (paths cross them, e.g.
+    /lib -> usr/lib) and every directory (the pair's mount points are empty directories)."""
+    return is_dir or is_link or wanted(relpath)
 
 
 def _source_kind(image: Path) -> str | None:
@@ -51,14 +57,14 @@ def image_kind(image: Path) -> str:
         return "source" if _source_kind(image) else "dir"
     if name.endswith(TAR_SUFFIXES):
         return "source" if name.endswith(".tar") and _source_kind(image) else "tar"
-    if name.endswith(SQUASH_SUFFIXES):
+    if name.endswith(SQUASH):
         return "squash"
     with open(image, "rb") as fh:
         head = fh.read(4)
     if head == b"hsqs":
         return "squash"
     raise KitError(f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}) "
-                   f"or SquashFS ({', '.join(SQUASH_SUFFIXES)}) image")
+                   f"or SquashFS ({', '.join(SQUASH)}) image")
 
 
 def _safe_rel(name: str) -> str | None:
@@ -73,7 +79,7 @@ def _extract_tar(image: Path, dest: Path) -> None:
         with tarfile.open(image, "r:*") as tar:
             for member in tar:
                 rel = _safe_rel(member.name)
-                if rel is None or not (member.issym() or wanted(rel)):  # every link: paths cross them
+                if rel is None or not kept(rel, member.isdir(), member.issym()):
                     continue
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -99,16 +105,20 @@ def _extract_squash(image: Path, dest: Path) -> None:
                              capture_output=True, text=True)
     if listing.returncode != 0:
         raise KitError(f"{image}: unsquashfs cannot read it: {listing.stderr.strip()}")
-    paths = []
+    paths, dirs = [], []
     for line in listing.stdout.splitlines():
         mode, _sep, rest = line.partition(" ")
         _before, sep, rel = rest.partition(" squashfs-root/")
         if not sep or not rel:
             continue
-        is_link = mode.startswith("l")
+        is_link, is_dir = mode.startswith("l"), mode.startswith("d")
         rel = rel.split(" -> ")[0] if is_link else rel
-        if is_link or wanted(rel):  # every link: paths cross them
+        if is_dir:  # made here: listed to unsquashfs, a directory would come out whole
+            dirs.append(rel)
+        elif kept(rel, False, is_link):
             paths.append("/" + rel)
+    for rel in dirs:
+        (dest / rel).mkdir(parents=True, exist_ok=True)
     if not paths:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".list") as lst:
@@ -142,8 +152,7 @@ class WantedTree:
     def offer(self, entry) -> bool:
         """Keep `entry` if wanted (its data is then consumed); True if kept."""
         info = entry.info
-        if not (info.isdir() or info.issym() or (wanted(info.name) and (not info.islnk()
-                                                                         or info.linkname in self.written))):
+        if not kept(info.name, info.isdir(), info.issym()) or (info.islnk() and info.linkname not in self.written):
             return False
         self.writer.add(entry)
         self.written.add(info.name)

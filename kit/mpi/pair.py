@@ -51,6 +51,10 @@ class Pair:
 
     def ch_run_args(self, image: str | None = None, join: list[str] | None = None) -> list[str]:
         """`ch-run` with the pair's binds and environment (values expanded by ch-run)."""
+        return self.ch_run_options(join) + [image or self.image, "--"]
+
+    def ch_run_options(self, join: list[str] | None = None) -> list[str]:
+        """`ch-run` and its options, up to the image."""
         if join is None:
             join = ["--join"] if self.site.container.join else []
         args = ["ch-run", *join]
@@ -60,7 +64,7 @@ class Pair:
             args.append(f"--set-env={key}={value}")
         for key, dirs in self.env_prepend.items():
             args.append(f"--set-env={key}={':'.join(dirs)}:${key}")
-        return args + [image or self.image, "--"]
+        return args
 
     def launch_line(self, command: str = "python3 -m gan3d train") -> str:
         """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the
@@ -77,7 +81,7 @@ class Pair:
                 words[0] = str(Path(self.site.host_mpi.prefix) / "bin" / words[0])
             head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
         image = self.site_image or self.image
-        body = [shlex.quote(a) for a in self.ch_run_args(image, join=join)[:-2]] + [_shell_path(image), "--"]
+        body = [shlex.quote(a) for a in self.ch_run_options(join)] + [_shell_path(image), "--"]
         if words[0] != "srun" and self.site.container.join:
             body.insert(1, head_join)
         return " ".join(head + body + [command])

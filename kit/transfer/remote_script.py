@@ -374,7 +374,7 @@ def install(src, imgdir, name, version, keep_n, dry, fmt):
     """Unpack SRC as IMGDIR/NAME@VERSION (a directory, or with FMT squash a .sqfs; a .sqfs
     SRC is copied), point NAME.current at it (symlink made aside then renamed over the old
     one), prune to KEEPN previous versions."""
-    is_sqfs = src.endswith(".sqfs")
+    is_sqfs = src.endswith((".sqfs", ".squashfs", ".squash"))  # kit.image_names.SQUASH
     entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
     target = os.path.join(imgdir, entry)
     current = os.path.join(imgdir, name + ".current")

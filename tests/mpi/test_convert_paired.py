@@ -31,7 +31,6 @@ def bare_source(mpich_oci, tmp_path):
 
 def test_squashfs_converted_for_the_site_runs_the_host_mpi(impi_site, bare_source, tmp_path, capsys):
     require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
-    os.environ.setdefault("USER", "root")
     out = tmp_path / "gan3d.sqfs"
     assert main(["image", "convert", str(bare_source), str(out), "--site", str(impi_site)]) == 0
     printed = " ".join(capsys.readouterr().out.split())
@@ -98,3 +97,22 @@ def test_srun_launch_under_a_real_slurm_binds_the_pmi_library_too(impi_srun_site
     assert result.command[:6] == ["srun", "--mpi=pmi2", "-N", "1", "-n", "2"]
     assert {r.mapped[0] for r in result.ranks} == {f"{TARGET}/lib0/libmpi.so.12"}
     assert all(r.library_version.startswith("Intel(R) MPI Library") for r in result.ranks)
+
+
+@pytest.mark.parametrize("suffix", ["tar.gz", "squashfs"])
+def test_mount_points_outside_mpi_named_dirs_are_found_in_tarballs_and_squashfs(
+        impi_prefix, mpich_oci, tmp_path, suffix):
+    # a site whose bind target has no "mpi" in its path: the pair must still see the mount points
+    # (empty directories) inside a tarball or SquashFS image, which are read in part only
+    from tests.mpi.conftest import impi_site_dict
+
+    doc = impi_site_dict(impi_prefix)
+    doc["container"]["mpi_target"] = "/opt/host"
+    site = tmp_path / "plain-target.yaml"
+    site.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / f"img.{suffix}"
+    done = convert_paired(mpich_oci, out, site)
+    assert done.pair.mount_points == ["/opt/host/lib0"]
+    pair = make_pair(site, out)
+    assert pair.missing == [], pair.missing
+    assert pair.document()["image_ready"]["ok"]

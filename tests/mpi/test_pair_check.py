@@ -1,6 +1,5 @@
 """End to end: Intel MPI (impi-rt) as the host MPI, bound into a real MPICH image under ch-run."""
 import dataclasses
-import os
 import shutil
 import subprocess
 
@@ -20,7 +19,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _charliecloud():
     require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
-    os.environ.setdefault("USER", "root")
 
 
 def test_pair_accepts_debian_mpich_for_intel_host_and_writes_the_pair_file(impi_site, impi_prefix, mpich_image, tmp_path, capsys):

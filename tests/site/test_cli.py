@@ -64,3 +64,7 @@ def test_a_command_imports_only_its_group():
     full = subprocess.run([sys.executable, "-m", "kit", "--help"], capture_output=True, text=True,
                           cwd=REPO).stdout
     assert all(group in full for group in ("site", "mpi", "image", "transfer"))
+    from kit.cli import GROUPS, build_parser
+    groups = next(a for a in build_parser([])._actions if a.dest == "group").choices
+    assert sorted(groups) == sorted(GROUPS)  # no argv: every group registered, each by itself
+    assert sorted(next(a for a in build_parser(["mpi"])._actions if a.dest == "group").choices) == ["mpi"]
