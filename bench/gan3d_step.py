@@ -16,14 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-THEORETICAL = 2 * 2.0e9 * 64  # this machine: 2 cores x 2.0 GHz x 64 FP32 FLOP/cycle (AVX-512 FMA)
+sys.path.insert(0, str(ROOT))
+
+from gan3d.demo import find_mpiexec  # noqa: E402
+from kit.site import load_site  # noqa: E402
+
+# this machine, as the built-in laptop site describes it (the same figure the results JSON uses)
+THEORETICAL = load_site("laptop").node.theoretical_peak_flops()
 CONV_SPECS = {  # name: (input shape incl. padding, kernel, padding) as run in the step
     "d_conv1 1->32": ((25, 25, 25, 1), (5, 5, 5, 1, 32), "SAME"),
     "d_conv2 32->8": ((25, 25, 25, 32), (5, 5, 5, 32, 8), "SAME"),  # ZeroPadding3D fused (gan3d.kernels)
@@ -281,7 +286,7 @@ def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | 
     if args.only:
         cmd += ["--only", args.only]
     if ranks > 1:
-        cmd = [shutil.which("mpiexec") or "mpiexec", "-n", str(ranks)] + cmd + ["--hvd"]
+        cmd = [find_mpiexec(), "-n", str(ranks)] + cmd + ["--hvd"]  # MPICH's: Horovod's MPI
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS=str(threads),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(extra_env or {})

@@ -61,9 +61,10 @@ def flip_labels(labels: tf.Tensor, prob: float, rng: tf.random.Generator) -> tf.
     return tf.where(flip, 1.0 - labels, labels)
 
 
-def rank_seed(seed: int, rank: int) -> int:
-    """A distinct, reproducible generator seed for each Horovod rank."""
-    return int(np.random.SeedSequence([int(seed), int(rank)]).generate_state(1, dtype=np.uint64)[0]) >> 1
+def rank_seed(seed: int, rank: int, *keys: int) -> int:
+    """A distinct, reproducible generator seed for each Horovod rank (and epoch, stream, ...)."""
+    entropy = np.random.SeedSequence([int(seed), int(rank), *map(int, keys)]).generate_state(1, dtype=np.uint64)
+    return int(entropy[0]) >> 1
 
 
 def _bce(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
@@ -107,6 +108,13 @@ class TrainStep:
         """Trackables whose values define the training state besides the two models."""
         return {"rng": self.rng, "d_optimizer": self.d_optimizer, "g_optimizer": self.g_optimizer,
                 "dropout_rngs": self.dropout_rngs}
+
+    def reseed(self, rank: int, *keys: int) -> None:
+        """Derive all randomness that follows (noise, energies, label flips, dropout) from
+        (seed, rank, *keys): the trainer passes the epoch, so a resumed run draws in epoch e
+        exactly what an uninterrupted one did, without gathering every rank's RNG states."""
+        for stream, gen in enumerate([self.rng, *self.dropout_rngs]):
+            gen.reset_from_seed(rank_seed(self.config.seed, rank, *keys, stream))
 
     @property
     def learning_rate(self) -> float:

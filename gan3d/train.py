@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import importlib
 import importlib.util
+import itertools
 import math
 import os
 import shutil
@@ -174,18 +175,6 @@ def _weights_digest(models) -> str:
     return digest.hexdigest()
 
 
-def _reseed_epoch(step, seed: int, rank: int, epoch: int) -> None:
-    """Derive all randomness of an epoch (noise, energies, label flips, dropout) from (seed, rank, epoch).
-
-    The ranks draw different noise, and a resumed run draws in epoch e exactly what an
-    uninterrupted one did, without having to gather every rank's RNG states into rank 0's checkpoint.
-    """
-    generators = [step.rng, *step.variables_to_checkpoint()["dropout_rngs"]]
-    for stream, gen in enumerate(generators):
-        entropy = np.random.SeedSequence([seed, rank, epoch, stream]).generate_state(1, dtype=np.uint64)[0]
-        gen.reset_from_seed(int(entropy) >> 1)
-
-
 def _mean_losses(sums: dict[str, float], count: int, hvd) -> dict[str, float]:
     """Per-rank mean of each loss, then averaged over ranks (one all-reduce)."""
     import tensorflow as tf
@@ -234,9 +223,7 @@ def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes) 
     """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first)."""
     sums: dict[str, float] = {}
     done, lr_first = 0, step.learning_rate
-    for images, ep, cellsum in stream.epoch(epoch):
-        if done == steps:
-            break
+    for images, ep, cellsum in itertools.islice(stream.epoch(epoch), steps):  # reads no batch more
         if lr_at:
             step.set_learning_rate(lr_at(epoch * steps + done))
         if done == 0:
@@ -254,10 +241,8 @@ def _validation_sums(step, stream, steps: int, rank: int) -> tuple[dict, int]:
     """This rank's validation loss sums over its shard (same batches every epoch)."""
     sums: dict[str, float] = {}
     done = 0
-    for i, (images, ep, cellsum) in enumerate(stream.epoch(0)):
-        if done == steps:
-            break
-        for k, v in step.evaluate(images, ep, cellsum, batch_index=rank * steps + i).items():
+    for images, ep, cellsum in itertools.islice(stream.epoch(0), steps):
+        for k, v in step.evaluate(images, ep, cellsum, batch_index=rank * steps + done).items():
             sums[k] = sums.get(k, 0.0) + float(v)
         done += 1
     return sums, done
@@ -322,11 +307,11 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         from gan3d.peak import measure_peak_flops
 
         mine = measure_peak_flops(threads, args.measure_peak)
-        mine = float(mine["flop_per_second"] if isinstance(mine, dict) else mine)
         peak_measured = float(sum(hvd.allgather_object(mine)))
 
     gen, disc = generator(args.preset), discriminator(args.preset)
-    config = StepConfig(loss_weights=_loss_weights(args.loss_weights), flip_prob=args.flip_prob,
+    loss_weights = _loss_weights(args.loss_weights)
+    config = StepConfig(loss_weights=loss_weights, flip_prob=args.flip_prob,
                         learning_rate=args.lr * layout.size, optimizer=args.optimizer, xscale=args.xscale,
                         latent_dim=PRESETS[args.preset].latent_dim, seed=args.seed)
     step = TrainStep(gen, disc, config=config, hvd=hvd)
@@ -344,7 +329,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         start_epoch = int(meta["epoch"])
     start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0))
     # Rank 0's state (fresh or resumed) everywhere: models, optimizer slots and counters.
-    # (The RNGs are reseeded per rank and epoch, see _reseed_epoch.)
+    # (The RNGs are reseeded per rank and epoch: TrainStep.reseed.)
     hvd.broadcast_variables(gen.variables + disc.variables + step.d_optimizer.variables
                             + step.g_optimizer.variables, root_rank=0)
     if start_epoch:
@@ -352,13 +337,13 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     if start_epoch >= args.epochs:
         _say(layout, f"gan3d train: already trained {start_epoch} epoch(s) of --epochs {args.epochs}; nothing to do")
 
-    base_lr = args.lr * layout.size
+    base_lr = config.learning_rate
     warmup_steps = int(round(args.warmup_epochs * steps))
     lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
     history, epoch_times, val_times, ckpt_times = [], [], [], []
     times = StepTimes()
     for epoch in range(start_epoch, args.epochs):
-        _reseed_epoch(step, args.seed, layout.rank, epoch)
+        step.reseed(layout.rank, epoch)
         t0 = time.perf_counter()
         sums, done, lr_first = _train_epoch(step, stream, epoch, steps, lr_at, times)
         epoch_times.append(time.perf_counter() - t0)
@@ -390,9 +375,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     per_rank = hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
                                      "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest})
     if layout.rank == 0 and args.results:
+        last_checkpoint = checkpoints.latest() if checkpoints else None
         flops = step_flops(args.preset, args.batch_size)
         node_peak = site.node.theoretical_peak_flops() if site else None
-        perf = res.throughput({k: float(v) for k, v in flops.items() if isinstance(v, (int, float))},
+        perf = res.throughput({k: float(v) for k, v in flops.items()},
                               args.batch_size, layout.size, times.steps, times.seconds,
                               layout.nodes * node_peak if node_peak else None, peak_measured)
         rss = [r["peak_rss_bytes"] for r in per_rank]
@@ -409,7 +395,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "cores_per_node": cores, "itex": {"requested": args.itex == "on", "installed": itex_installed}, "deterministic": args.deterministic,
             "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
             "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
-            "loss_weights": list(_loss_weights(args.loss_weights)), "xscale": args.xscale,
+            "loss_weights": list(loss_weights), "xscale": args.xscale,
             "data_files": {"train": len(train_paths), "validation": len(val_paths)},
             "train_events": train_files.num_events, "validation_events": val_files.num_events,
             "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
@@ -427,7 +413,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "weights_sha256_initial": initial_digest,
             "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
             "hostnames": sorted({r["hostname"] for r in per_rank}),
-            "checkpoint": str(checkpoints.latest()) if checkpoints and checkpoints.latest() else None,
+            "checkpoint": str(last_checkpoint) if last_checkpoint else None,
             "wall_seconds": time.time() - t_start,
         }
         path = res.write_results(args.results, record)

@@ -25,11 +25,20 @@ def test_measured_peak_runs_a_real_matmul(capsys):
     assert out["percent_of_theoretical"] == pytest.approx(100 * out["measured_flop_per_second"] / 256e9)
 
 
-def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process():
+def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process(monkeypatch):
     tf = pytest.importorskip("tensorflow")
     tf.constant(1.0) + 1  # the runtime is up: its thread pool can no longer change
     current = tf.config.threading.get_intra_op_parallelism_threads()
+    launched = []
+    real_run = peak.subprocess.run
+
+    def spy(cmd, *args, **kwargs):
+        launched.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+    monkeypatch.setattr(peak.subprocess, "run", spy)
     assert peak.measure_peak_flops(threads=current + 1, seconds=0.2, n=256) > 1e8
+    assert len(launched) == 1 and launched[0][1:4] == ["-m", "gan3d", "peak"]
+    assert launched[0][-2:] == ["--threads", str(current + 1)]  # measured in a fresh process
 
 
 def test_cli_rejects_partial_theoretical_arguments(capsys):
