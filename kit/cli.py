@@ -9,7 +9,7 @@ from kit.errors import KitError
 
 # Each module defines register(subparsers) adding one command group whose leaf
 # parsers set `func(args) -> int`.
-GROUPS = ["site", "mpi", "image", "transfer"]
+GROUPS = ["site", "mpi", "image", "transfer", "slurm", "scale"]
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

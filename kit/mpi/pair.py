@@ -18,6 +18,7 @@ from kit.site import Site, load_site
 
 PAIR_FORMAT = 1
 COMPAT_DIR = "compat"  # in-image dir (inside mpi_target) of alias links; never a mount point
+DEFAULT_COMMAND = "python3 -m gan3d train"
 FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
                "the mount points and links), or run `kit mpi pair --prepare` on a directory image")
 
@@ -55,36 +56,11 @@ class Pair:
 
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
         """`ch-run` and its options, up to the image."""
-        if join is None:
-            join = ["--join"] if self.site.container.join else []
-        args = ["ch-run", *join]
-        for src, dst in self.binds:
-            args.append(f"--bind={src}:{dst}")
-        for key, value in self.env_set.items():
-            args.append(f"--set-env={key}={value}")
-        for key, dirs in self.env_prepend.items():
-            args.append(f"--set-env={key}={':'.join(dirs)}:${key}")
-        return args
+        return ch_run_options(self.site, self.binds, self.env_set, self.env_prepend, join)
 
-    def launch_line(self, command: str = "python3 -m gan3d train") -> str:
-        """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the
-        script's shell to expand; every other value is shell-quoted."""
-        words = shlex.split(self.site.host_mpi.launcher)
-        join: list[str] = []
-        head_join = "--join-ct=${RANKS_PER_NODE}"  # Hydra sets no variable ch-run --join reads
-        if words[0] == "srun":
-            plugin = [f"--mpi={self.site.scheduler.mpi_plugin}"] if self.site.scheduler.mpi_plugin else []
-            head = [shlex.quote(w) for w in words + plugin]
-            join = ["--join"] if self.site.container.join else []
-        else:
-            if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
-                words[0] = str(Path(self.site.host_mpi.prefix) / "bin" / words[0])
-            head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
-        image = self.site_image or self.image
-        body = [shlex.quote(a) for a in self.ch_run_options(join)] + [_shell_path(image), "--"]
-        if words[0] != "srun" and self.site.container.join:
-            body.insert(1, head_join)
-        return " ".join(head + body + [command])
+    def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
+        return launch_line(self.site, self.binds, self.env_set, self.env_prepend,
+                           self.site_image or self.image, command)
 
     def document(self) -> dict:
         v = self.verdict
@@ -116,6 +92,46 @@ class Pair:
 def _shell_path(path: str) -> str:
     """Quoted for a shell, but a leading ~/ left bare so that the shell still expands it."""
     return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
+
+
+def ch_run_options(site: Site, binds: list[tuple[str, str]], env_set: dict[str, str],
+                   env_prepend: dict[str, list[str]], join: list[str] | None = None) -> list[str]:
+    """`ch-run` and its options, up to the image (values expanded by ch-run)."""
+    if join is None:
+        join = ["--join"] if site.container.join else []
+    args = ["ch-run", *join]
+    for src, dst in binds:
+        args.append(f"--bind={src}:{dst}")
+    for key, value in env_set.items():
+        args.append(f"--set-env={key}={value}")
+    for key, dirs in env_prepend.items():
+        args.append(f"--set-env={key}={':'.join(dirs)}:${key}")
+    return args
+
+
+def launcher_words(site: Site) -> list[str]:
+    """The site's launcher, shell-quoted: srun with the site's PMI plugin, or the host MPI's own
+    mpiexec starting ${NRANKS} ranks (left for the batch script's shell to expand)."""
+    words = shlex.split(site.host_mpi.launcher)
+    if words[0] == "srun":
+        plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
+        return [shlex.quote(w) for w in words + plugin]
+    if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
+        words[0] = str(Path(site.host_mpi.prefix) / "bin" / words[0])
+    return [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
+
+
+def launch_line(site: Site, binds: list[tuple[str, str]], env_set: dict[str, str],
+                env_prepend: dict[str, list[str]], image: str, command: str = DEFAULT_COMMAND) -> str:
+    """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
+    shell to expand; every other value is shell-quoted (``command`` is taken as shell words)."""
+    head = launcher_words(site)
+    srun = shlex.split(site.host_mpi.launcher)[0] == "srun"
+    join = ["--join"] if srun and site.container.join else []
+    body = [shlex.quote(a) for a in ch_run_options(site, binds, env_set, env_prepend, join)]
+    if not srun and site.container.join:
+        body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
+    return " ".join(head + body + [_shell_path(image), "--", command])
 
 
 def _side(abi: AbiId) -> dict:
@@ -155,7 +171,7 @@ def image_abi(found: ImageMPI) -> AbiId:
     return AbiId(lib.vendor, lib.mpi_version, lib.soname or lib.name, lib.file_version)
 
 
-def _translate(value: str, binds: list[tuple[str, str]]) -> str:
+def translate(value: str, binds: list[tuple[str, str]]) -> str:
     """Rewrite host paths under a bound dir into their in-image path (colon lists too)."""
     out = []
     for part in value.split(":"):
@@ -191,7 +207,7 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full") -> Pa
                         binds[0][1])
     links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
     prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
-    env_set = {k: _translate(v, binds) for k, v in site.host_mpi.env.items()}
+    env_set = {k: translate(v, binds) for k, v in site.host_mpi.env.items()}
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)
     pair.missing = missing_in_root(pair, root)

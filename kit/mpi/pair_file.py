@@ -1,0 +1,59 @@
+"""Read IMAGE.pair.yaml back at run time: the binds and environment a job's ch-run needs."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from kit.errors import KitError
+from kit.mpi.pair import DEFAULT_COMMAND, PAIR_FORMAT, launch_line
+from kit.site import Site
+
+FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
+
+
+@dataclass(frozen=True)
+class PairFile:
+    """The run-time half of a pair: decided at conversion, trusted here only after checks."""
+
+    path: Path
+    site: Site
+    site_image: str
+    binds: list[tuple[str, str]]
+    env_set: dict[str, str]
+    env_prepend: dict[str, list[str]]
+    warnings: list[str] = field(default_factory=list)
+
+    def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
+        return launch_line(self.site, self.binds, self.env_set, self.env_prepend, self.site_image, command)
+
+
+def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
+    """The pair file for ``site``; KitError naming the file, the key and the fix otherwise."""
+    path = Path(path)
+    fix = FIX.format(site=site.name)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise KitError(f"{path}: no such pair file; {fix}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise KitError(f"{path}: not a pair file kit wrote ({exc}); {fix}") from None
+    if not isinstance(doc, dict) or doc.get("kit_pair") != PAIR_FORMAT:
+        raise KitError(f"{path}: key kit_pair is not {PAIR_FORMAT}: not a pair file this kit wrote; {fix}")
+    if doc.get("site") != site.name:
+        raise KitError(f"{path}: key site is {doc.get('site')!r}, but the job runs at {site.name!r}; {fix}")
+    try:
+        binds = [tuple(b.split(":", 1)) for b in doc["binds"]]
+        env = doc["env"]
+        verdict = doc["verdict"]
+        pair = PairFile(path, site, str(doc["site_image"]), binds,  # type: ignore[arg-type]
+                        {str(k): str(v) for k, v in (env["set"] or {}).items()},
+                        {str(k): [str(d) for d in v] for k, v in (env["prepend"] or {}).items()},
+                        list(verdict.get("warnings") or []))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise KitError(f"{path}: key {exc} is missing or malformed; {fix}") from None
+    if not verdict.get("ok") or any(len(b) != 2 for b in binds):
+        raise KitError(f"{path}: key verdict says the pair was refused ({verdict.get('reasons')}); {fix}")
+    return pair

@@ -1,0 +1,136 @@
+"""Submit a plan's runs and find out what became of them."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kit.errors import KitError
+from kit.scale.plan import Plan, load_plan
+from kit.slurm import ACTIVE, UNKNOWN, RunFiles, check_run, job_states, render, sbatch, write_run
+from kit.slurm.ledger import latest_job, read_jobs, record_job
+
+LOG_TAIL_LINES = 12
+
+
+@dataclass(frozen=True)
+class Submission:
+    run_id: str
+    script: Path
+    job: str | None  # None: not submitted (dry run, or skipped)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    job: str | None
+    state: str  # Slurm's state, or NOT SUBMITTED
+    result: Path | None  # the run's results JSON, once it is there and readable
+    problem: str = ""  # why a finished run has no result, with the log's last lines
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+
+def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None,
+           resubmit: bool = False) -> list[Submission]:
+    """Render and sbatch each run. A run that has a result or a job still queued is skipped
+    unless ``resubmit``, so submitting twice queues nothing twice."""
+    plan = load_plan(sweep_dir)
+    site = plan.load_site()
+    pair = plan.pair_file(site)
+    runs = _select(plan, only)
+    jobs = read_jobs(sweep_dir)
+    queued = job_states([j for r in runs if (j := latest_job(jobs, r.run_id))]) if not dry_run else {}
+    out = []
+    for spec in runs:
+        checked = check_run(site, spec)
+        files = RunFiles(sweep_dir.resolve(), spec.run_id)
+        job = latest_job(jobs, spec.run_id)
+        if not resubmit and files.results.exists():
+            out.append(Submission(spec.run_id, files.script, None, "has a result (--resubmit to run again)"))
+        elif not resubmit and job and queued.get(job) in ACTIVE:
+            out.append(Submission(spec.run_id, files.script, None, f"job {job} is {queued[job]}"))
+        elif dry_run:
+            render(site, checked, files, pair, plan.python)  # every check, nothing written
+            out.append(Submission(spec.run_id, files.script, None, "dry run: would sbatch"))
+        else:
+            files = write_run(site, checked, sweep_dir, pair, plan.python)
+            job = sbatch(files.script)
+            record_job(sweep_dir, spec.run_id, job)
+            out.append(Submission(spec.run_id, files.script, job, "submitted"))
+    return out
+
+
+def collect(sweep_dir: Path) -> list[RunStatus]:
+    """Each run's state; a finished run without a result is a problem, shown with its log."""
+    plan = load_plan(sweep_dir)
+    jobs = read_jobs(sweep_dir)
+    latest = {r.run_id: latest_job(jobs, r.run_id) for r in plan.runs}
+    states = job_states([j for j in latest.values() if j])
+    out = []
+    for spec in plan.runs:
+        files = RunFiles(sweep_dir.resolve(), spec.run_id)
+        job = latest[spec.run_id]
+        state = states.get(job, UNKNOWN) if job else "NOT SUBMITTED"
+        result, problem = _result(files), ""
+        if result is None and job and state not in ACTIVE:
+            problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
+        out.append(RunStatus(spec.run_id, job, state, result, problem))
+    return out
+
+
+def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = None,
+         on_poll: Callable[[list[RunStatus]], None] | None = None) -> list[RunStatus]:
+    """Collect until no submitted run is queued or running."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        status = collect(sweep_dir)
+        if on_poll:
+            on_poll(status)
+        if not any(s.active for s in status):
+            return status
+        if deadline is not None and time.monotonic() > deadline:
+            raise KitError(f"{sweep_dir}: runs still queued or running after {timeout:.0f} s: "
+                           + ", ".join(f"{s.run_id} ({s.state})" for s in status if s.active))
+        time.sleep(poll_seconds)
+
+
+def results(sweep_dir: Path) -> list[Path]:
+    """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere)."""
+    found = (_result(RunFiles(sweep_dir.resolve(), r.run_id)) for r in load_plan(sweep_dir).runs)
+    return [p for p in found if p is not None]
+
+
+def _select(plan: Plan, only: list[str] | None) -> list:
+    if not only:
+        return plan.runs
+    known = {r.run_id for r in plan.runs}
+    unknown = [o for o in only if o not in known]
+    if unknown:
+        raise KitError(f"--only {', '.join(unknown)}: not in the plan (runs: {', '.join(sorted(known))})")
+    return [r for r in plan.runs if r.run_id in only]
+
+
+def _result(files: RunFiles) -> Path | None:
+    try:
+        json.loads(files.results.read_text())
+    except (OSError, ValueError):
+        return None
+    return files.results
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])

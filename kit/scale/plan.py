@@ -1,0 +1,105 @@
+"""A sweep over nodes x ranks per node x threads per rank, written once as DIR/plan.yaml."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+from kit.mpi.pair import pair_path
+from kit.mpi.pair_file import PairFile, read_pair_file
+from kit.site import Site, load_site
+from kit.slurm.spec import RunSpec, check_run, default_threads
+
+PLAN_FORMAT = 1
+PLAN_NAME = "plan.yaml"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a sweep's jobs share, and the runs that vary."""
+
+    site: str  # the site config file, absolute
+    walltime: str
+    runs: list[RunSpec]
+    pair: str | None = None  # IMAGE.pair.yaml; None runs the host's Python without a container
+    python: str = "python3"
+    train_args: tuple[str, ...] = ()
+    refused: list[dict] = field(default_factory=list)
+
+    def load_site(self) -> Site:
+        return load_site(self.site)
+
+    def pair_file(self, site: Site) -> PairFile | None:
+        return read_pair_file(self.pair, site) if self.pair else None
+
+
+def run_id(nodes: int, ranks_per_node: int, threads: int) -> str:
+    return f"n{nodes}-r{ranks_per_node}-t{threads}"
+
+
+def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], threads: list[int] | None,
+              walltime: str, image: str | None = None, python: str = "python3",
+              train_args: tuple[str, ...] = (), partition: str | None = None,
+              account: str | None = None) -> Plan:
+    """The cartesian sweep; combinations the site cannot run are kept aside with the reason.
+    ``threads`` None gives each layout one thread per physical core."""
+    site = load_site(site)
+    if site.path is None:
+        raise KitError(f"site {site.name}: a plan needs a site config file")
+    pair = str(Path(image if image.endswith(".pair.yaml") else pair_path(image)).resolve()) if image else None
+    if pair:
+        read_pair_file(pair, site)  # refuse a wrong pair now, not at submission
+    runs, refused = [], []
+    for n, r in itertools.product(sorted(set(nodes)), sorted(set(ranks_per_node))):
+        for t in sorted(set(threads)) if threads else [default_threads(site, r)]:
+            spec = RunSpec(run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account)
+            try:
+                check_run(site, spec)
+            except KitError as exc:
+                refused.append({"nodes": n, "ranks_per_node": r, "threads_per_rank": t, "reason": str(exc)})
+                continue
+            runs.append(spec)
+    if not runs:
+        reasons = "; ".join(sorted({r["reason"] for r in refused}))
+        raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")
+    return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused)
+
+
+def write_plan(plan: Plan, sweep_dir: Path) -> Path:
+    """DIR/plan.yaml; an existing plan with other runs is not overwritten (its jobs may be queued)."""
+    path = sweep_dir / PLAN_NAME
+    if path.exists() and load_plan(sweep_dir) != plan:
+        raise KitError(f"{path} exists with another plan; fix: use a new directory, or remove it if none "
+                       "of its jobs matter")
+    doc = {"kit_plan": PLAN_FORMAT, "site": plan.site, "pair": plan.pair, "python": plan.python,
+           "walltime": plan.walltime, "train_args": list(plan.train_args),
+           "runs": [{k: v for k, v in asdict(r).items() if k not in ("walltime", "train_args")} for r in plan.runs],
+           "refused": plan.refused}
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False, width=110))
+    return path
+
+
+def load_plan(sweep_dir: Path) -> Plan:
+    path = sweep_dir / PLAN_NAME
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise KitError(f"{path}: no plan here; fix: kit scale plan --dir {sweep_dir} ...") from None
+    except yaml.YAMLError as exc:
+        raise KitError(f"{path}: not YAML ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kit_plan") != PLAN_FORMAT:
+        raise KitError(f"{path}: key kit_plan is not {PLAN_FORMAT}: not a plan kit scale plan wrote")
+    try:
+        train_args = tuple(str(a) for a in doc["train_args"])
+        runs = [RunSpec(str(r["run_id"]), int(r["nodes"]), int(r["ranks_per_node"]), int(r["threads_per_rank"]),
+                        str(doc["walltime"]), train_args, r.get("partition"), r.get("account"))
+                for r in doc["runs"]]
+        return Plan(str(doc["site"]), str(doc["walltime"]), runs, doc.get("pair"), str(doc["python"]),
+                    train_args, list(doc.get("refused") or []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise KitError(f"{path}: key {exc} is missing or malformed; re-create the plan") from None

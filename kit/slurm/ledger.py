@@ -1,0 +1,36 @@
+"""jobs.yaml in a run dir: which Slurm jobs ran which run, newest last (a resubmit keeps history)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+
+NAME = "jobs.yaml"
+
+
+def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
+    path = run_dir / NAME
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+            raise ValueError("expected run id -> list of jobs")
+    except (yaml.YAMLError, ValueError) as exc:
+        raise KitError(f"{path}: not a job ledger kit wrote ({exc}); move it aside to start afresh") from None
+    return data
+
+
+def record_job(run_dir: Path, run_id: str, job_id: str) -> None:
+    jobs = read_jobs(run_dir)
+    jobs.setdefault(run_id, []).append({"job": job_id, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    atomic_write_text(run_dir / NAME, yaml.safe_dump(jobs, sort_keys=True))
+
+
+def latest_job(jobs: dict[str, list[dict]], run_id: str) -> str | None:
+    history = jobs.get(run_id) or []
+    return str(history[-1]["job"]) if history else None

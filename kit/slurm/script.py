@@ -1,0 +1,115 @@
+"""Render the batch script of one run from slurm/run.sbatch, the site and (in a container) the pair."""
+from __future__ import annotations
+
+import re
+import shlex
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+from kit.mpi.pair import launcher_words, translate
+from kit.mpi.pair_file import PairFile
+from kit.site import Site
+from kit.slurm.spec import Checked
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "run.sbatch"
+# #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there.
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
+SAFE_WORD = re.compile(r"^[A-Za-z0-9._,:+-]+$")
+
+
+class _Template(string.Template):
+    delimiter = "@"  # the script's own ${...} stay for the shell
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where one run keeps its script, log and result inside a run directory."""
+
+    run_dir: Path
+    run_id: str
+
+    @property
+    def script(self) -> Path:
+        return self.run_dir / "scripts" / f"{self.run_id}.sbatch"
+
+    @property
+    def results(self) -> Path:
+        return self.run_dir / "results" / f"{self.run_id}.json"
+
+    @property
+    def log_pattern(self) -> Path:
+        return self.run_dir / "logs" / f"{self.run_id}-%j.out"
+
+    def log(self, job_id: str) -> Path:
+        return self.run_dir / "logs" / f"{self.run_id}-{job_id}.out"
+
+    @property
+    def site_file(self) -> Path:
+        return self.run_dir / "site.yaml"
+
+
+def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3") -> str:
+    """The batch script text. ``pair`` None runs the host's Python without a container."""
+    spec = run.spec
+    if not SAFE_PATH.match(str(files.run_dir)):
+        raise KitError(f"run dir {files.run_dir}: use an absolute path of letters, digits and ._/+- only "
+                       "(sbatch reads #SBATCH --output without a shell)")
+    directives = []
+    for flag, value, key in (("partition", spec.partition or site.scheduler.partition, "scheduler.partition"),
+                             ("account", spec.account or site.scheduler.account, "scheduler.account"),
+                             ("constraint", site.scheduler.constraint, "scheduler.constraint")):
+        if value is None:
+            continue
+        if not SAFE_WORD.match(value):
+            raise KitError(f"{key} {value!r}: not a Slurm name (letters, digits, ._,:+-)")
+        directives.append(f"#SBATCH --{flag}={value}")
+    if run.hyperthreads:
+        directives.append("#SBATCH --hint=multithread")
+    train = [python, "-m", "gan3d", "train", "--site", str(files.site_file), "--threads",
+             str(spec.threads_per_rank), "--results", str(files.results),
+             *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args]
+    if pair is None:
+        launch = " ".join(launcher_words(site) + [shlex.quote(w) for w in train])
+        env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.env.items()]
+    else:
+        inside = _inside(pair, files.run_dir)
+        launch = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in train))
+        env = []
+    modules = ""
+    if site.modules:
+        modules = ("if ! command -v module >/dev/null 2>&1 && [ -r /etc/profile.d/modules.sh ]; then\n"
+                   "  . /etc/profile.d/modules.sh\nfi\n"
+                   "module load " + " ".join(shlex.quote(m) for m in site.modules))
+    return _Template(TEMPLATE.read_text()).substitute(
+        run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
+        ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
+        log=files.log_pattern, directives="\n".join(directives), modules=modules, env="\n".join(env),
+        launch=launch)
+
+
+def _inside(pair: PairFile, run_dir: Path):
+    """Host paths -> the container's view through the pair's binds; the run dir must be bound."""
+    if not any(str(run_dir) == src or str(run_dir).startswith(src.rstrip("/") + "/") for src, _ in pair.binds):
+        binds = ", ".join(f"{s}:{d}" for s, d in pair.binds)
+        raise KitError(f"run dir {run_dir} is not under any directory {pair.path.name} binds into the "
+                       f"container ({binds}), so the job could not write its result; fix: choose a run dir "
+                       "under one of them, or add SRC:DST covering it to container.binds in the site "
+                       "config and re-run kit image convert --site (it makes the mount point)")
+    return lambda word: ",".join(translate(p, pair.binds) if p.startswith("/") else p for p in word.split(","))
+
+
+def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, python: str = "python3") -> RunFiles:
+    """Script, site copy and the log/result dirs, written atomically; the job reads the same
+    site config the script was rendered from."""
+    files = RunFiles(run_dir.resolve(), run.spec.run_id)
+    if site.path is None:
+        raise KitError(f"site {site.name}: no config file behind it to give the job")
+    text = render(site, run, files, pair, python)
+    for sub in ("scripts", "logs", "results"):
+        (files.run_dir / sub).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(files.site_file, Path(site.path).read_text())
+    atomic_write_text(files.script, text, perm=0o755)
+    return files

@@ -1,0 +1,86 @@
+"""One training run as the scheduler sees it: nodes x ranks per node x threads per rank."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kit.errors import KitError
+from kit.site import Site
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Flags the batch script sets itself from the run and the site; a second value would fight them.
+OWNED_FLAGS = ("--threads", "--results", "--site", "--oversubscribe")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What varies between the runs of a sweep; everything else comes from the site config."""
+
+    run_id: str
+    nodes: int
+    ranks_per_node: int
+    threads_per_rank: int
+    walltime: str
+    train_args: tuple[str, ...] = ()
+    partition: str | None = None
+    account: str | None = None
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A run the site can hold, and what the script must do about it."""
+
+    spec: RunSpec
+    hyperthreads: bool  # more threads than physical cores: gan3d needs --oversubscribe
+    warnings: list[str] = field(default_factory=list)
+
+
+def seconds(walltime: str) -> int:
+    """[D-]HH:MM:SS in seconds (the format the site schema admits)."""
+    days, _, clock = walltime.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + s
+
+
+def default_threads(site: Site, ranks_per_node: int) -> int:
+    """One thread per physical core, shared evenly (the paper's 1x48, 4x12 layouts)."""
+    return max(1, site.node.cores // max(1, ranks_per_node))
+
+
+def check_run(site: Site, spec: RunSpec) -> Checked:
+    """Refuse what the site cannot run, naming the field and the fix, before anything is queued."""
+    where = f"site {site.name}" + (f" ({site.path})" if site.path else "")
+    if site.scheduler.type != "slurm":
+        raise KitError(f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
+                       "system to submit to; run `python -m gan3d train` directly (e.g. `make demo`)")
+    if not RUN_ID_RE.match(spec.run_id):
+        raise KitError(f"run id {spec.run_id!r}: use letters, digits, '.', '_', '-' (at most 64)")
+    if not 1 <= spec.nodes <= site.scheduler.max_nodes:
+        raise KitError(f"--nodes {spec.nodes}: {where} allows 1..{site.scheduler.max_nodes} "
+                       "(scheduler.max_nodes)")
+    if spec.ranks_per_node < 1 or spec.threads_per_rank < 1:
+        raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s): "
+                       "both must be at least 1")
+    node = site.node
+    wanted = spec.ranks_per_node * spec.threads_per_rank
+    if wanted > node.hardware_threads:
+        fit = node.hardware_threads // spec.ranks_per_node
+        fix = f"--threads {fit}" if fit else f"at most {node.hardware_threads} ranks per node"
+        raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s) = {wanted}, "
+                       f"but a {site.name} node has {node.cores} cores x {node.threads_per_core} hardware "
+                       f"threads = {node.hardware_threads}; fix: {fix}")
+    if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
+        raise KitError(f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
+                       "(scheduler.max_walltime)")
+    owned = [a for a in spec.train_args if a.split("=", 1)[0] in OWNED_FLAGS]
+    if owned:
+        raise KitError(f"training arguments {' '.join(owned)}: the batch script sets "
+                       f"{', '.join(OWNED_FLAGS)} itself from the run and the site; drop them")
+    hyper = wanted > node.cores
+    warnings = [f"{wanted} threads on {node.cores} cores: the run uses hyperthreads "
+                "(the paper's 2 x 48 layout on SuperMUC-NG)"] if hyper else []
+    return Checked(spec, hyper, warnings)

@@ -1,0 +1,117 @@
+"""Sweeps through a real Slurm (munged + slurmctld + slurmd on this host): plan, sbatch, srun
+--mpi=pmi2, a real 2-rank Horovod training per job, collect, report. One node is all there is
+here; the multi-node arithmetic of the report is tested in tests/scale."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kit.cli import main
+from kit.mpi import convert_paired
+from kit.scale import campaign
+from kit.scale.plan import load_plan, make_plan, write_plan
+from kit.slurm.ledger import read_jobs
+from tests.helpers import require
+from tests.slurm.conftest import REPO, tiny_train_args, write_site
+
+pytestmark = pytest.mark.slow
+WAIT = 420  # seconds: two tiny trainings sharing two cores, TensorFlow start-up included
+
+
+def _plan(site, sweep: Path, train_args, **kw) -> Path:
+    plan = make_plan(site, [1], kw.pop("ranks_per_node", [1, 2]), kw.pop("threads", None), "00:10:00",
+                     python=sys.executable, train_args=train_args, **kw)
+    write_plan(plan, sweep)
+    return sweep
+
+
+def test_sweep_is_submitted_once_collected_and_reported(slurm, slurm_site, showers, tmp_path, capsys):
+    sweep = _plan(slurm_site, tmp_path / "sweep", tiny_train_args(showers), ranks_per_node=[1, 2, 4])
+    plan = load_plan(sweep)
+    assert [r.run_id for r in plan.runs] == ["n1-r1-t2", "n1-r2-t1"]  # the node's 2 cores, shared evenly
+    assert plan.refused[0]["ranks_per_node"] == 4 and "fix: at most 2 ranks per node" in plan.refused[0]["reason"]
+
+    first = campaign.submit(sweep)
+    assert [s.note for s in first] == ["submitted", "submitted"] and all(s.job for s in first)
+    again = campaign.submit(sweep)  # nothing is queued twice
+    assert all(s.job is None and s.note.startswith(f"job {f.job} is ") for s, f in zip(again, first))
+
+    status = campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    assert [s.state for s in status] == ["COMPLETED", "COMPLETED"], [s.problem for s in status]
+    for s, spec in zip(status, plan.runs):
+        result = json.loads(s.result.read_text())
+        assert (result["nodes"], result["ranks_per_node"], result["threads_per_rank"]) == \
+            (1, spec.ranks_per_node, spec.threads_per_rank)
+        assert result["site"] == "localslurm" and result["mpi_library_version"].startswith("MPICH")
+        assert result["thread_env"]["OMP_NUM_THREADS"] == str(spec.threads_per_rank)
+        log = (sweep / "logs" / f"{spec.run_id}-{s.job}.out").read_text()
+        assert f"kit: run {spec.run_id} job {s.job} on {slurm.node}: {spec.ranks} ranks" in log
+    assert campaign.submit(sweep)[0].note.startswith("has a result")
+
+    assert main(["scale", "report", str(sweep)]) == 0
+    written = capsys.readouterr().out.split()
+    assert {Path(p).name for p in written} >= {"report.md", "report.csv", "time_per_epoch.png"}
+    md = (sweep / "report" / "report.md").read_text()
+    assert "localslurm: 1 ranks/node × 2 threads/rank" in md
+    assert "localslurm: 2 ranks/node × 1 threads/rank" in md
+
+    redo = campaign.submit(sweep, only=["n1-r2-t1"], resubmit=True)
+    assert len(redo) == 1 and redo[0].job and redo[0].job != first[1].job
+    assert [j["job"] for j in read_jobs(sweep)["n1-r2-t1"]] == [first[1].job, redo[0].job]
+    campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+
+
+def test_a_failed_job_is_named_with_the_end_of_its_log(slurm, slurm_site, showers, tmp_path, capsys):
+    missing = tmp_path / "no-such-showers.h5"
+    sweep = _plan(slurm_site, tmp_path / "sweep", ("--data", str(missing), "--validation-data", str(showers[2]), "--preset", "tiny"),
+                  ranks_per_node=[2])
+    campaign.submit(sweep)
+    campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    assert main(["scale", "collect", str(sweep)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "n1-r2-t1 (job" in out and "has no result; its log ends:" in out
+    assert "gan3d train: error:" in out and str(missing) in out
+    assert "0 of 1 run(s) have results" in out
+    assert main(["scale", "report", str(sweep)]) == 2
+    assert "no results to report" in capsys.readouterr().err
+
+
+def test_containerized_job_runs_horovod_on_the_host_intel_mpi(slurm, impi_srun_site, mpich_oci, showers, tmp_path):
+    """The paper's set-up: srun starts ch-run --join; inside, Horovod and mpi4py (built on MPICH)
+    load the host's Intel MPI through the pair's bind and alias. The image carries MPICH but no
+    TensorFlow: the Python stack is bound in from this checkout's venv (a site bakes it into the
+    image; the recipe in images/ does) - the only shortcut here, and it is outside the MPI path."""
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    base = Path(sys.base_prefix).resolve()
+    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
+    work = tmp_path / "work"
+    work.mkdir()
+    site = yaml.safe_load(impi_srun_site.read_text())
+    site["name"] = "impi-slurm-ct"
+    site["container"]["image_dir"] = str(tmp_path / "images")
+    site["container"]["binds"] = [f"{REPO}:{REPO}", f"{base}:{base}", f"{work}:{work}"]
+    site_path = write_site(tmp_path, site)
+    images = tmp_path / "images"
+    images.mkdir()
+    done = convert_paired(mpich_oci, images / "gan3d.sqfs", site_path)
+    assert not done.pair.missing
+    (images / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
+    data = [shutil.copy(f, work / f.name) for f in showers]
+
+    sweep = _plan(site_path, work / "sweep", tiny_train_args([Path(p) for p in data]), ranks_per_node=[2],
+                  image=str(images / "gan3d.sqfs"))
+    script = (sweep / "scripts")  # rendered at submission
+    [sub] = campaign.submit(sweep)
+    launch = (script / "n1-r2-t1.sbatch").read_text().splitlines()[-1]
+    assert launch.startswith("srun --mpi=pmi2 ch-run --join ") and f" {images}/gan3d.current -- " in launch
+    [status] = campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    assert status.state == "COMPLETED" and status.result, status.problem
+    result = json.loads(status.result.read_text())
+    assert result["ranks"] == 2 and result["site"] == "impi-slurm-ct"
+    assert result["mpi_library_version"].startswith("Intel(R) MPI Library"), result["mpi_library_version"]
+    assert len(set(result["weights_sha256_per_rank"])) == 1  # Horovod kept both ranks in step

@@ -1,0 +1,139 @@
+"""Batch scripts: what the site allows, what goes into #SBATCH, and how values are quoted.
+Rendering for SuperMUC-NG's 768 nodes needs no such machine: only the script is checked."""
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.mpi import make_pair, write_pair
+from kit.mpi.pair_file import read_pair_file
+from kit.site import load_site
+from kit.slurm import RunFiles, RunSpec, check_run, render, write_run
+from tests.mpi.conftest import TARGET
+from tests.slurm.conftest import slurm_site_dict, tiny_train_args, write_site
+
+SNG = load_site("supermuc-ng")
+
+
+@pytest.fixture(scope="module")
+def sng_pair(mpich_image, tmp_path_factory) -> Path:
+    """The real pair of the test MPICH image with SuperMUC-NG's Intel MPI, as convert writes it."""
+    pair = make_pair(SNG, mpich_image)
+    pair.site_image = "~/images/gan3d.current"
+    return write_pair(pair, tmp_path_factory.mktemp("pair") / "gan3d.sqfs.pair.yaml")
+
+
+def _spec(nodes=4, rpn=4, threads=12, **kw) -> RunSpec:
+    return RunSpec(kw.pop("run_id", f"n{nodes}"), nodes, rpn, threads, kw.pop("walltime", "02:00:00"), **kw)
+
+
+def _last_line(script: str) -> list[str]:
+    return shlex.split(script.rstrip("\n").splitlines()[-1])
+
+
+def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_path):
+    pair = read_pair_file(sng_pair, SNG)
+    files = RunFiles(Path("/hppfs/work/pr/run1"), "n768")
+    script = render(SNG, check_run(SNG, _spec(768, 4, 12, run_id="n768")), files, pair)
+    assert "#SBATCH --nodes=768\n#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=12\n" in script
+    assert "#SBATCH --partition=general" in script and "#SBATCH --output=/hppfs/work/pr/run1/logs/n768-%j.out" in script
+    assert "module load charliecloud mpi.intel/2019" in script and "export OMP_NUM_THREADS=12" in script
+    words = _last_line(script)
+    assert words[:3] == ["/lrz/sys/intel/impi2019u7/impi/2019.7.217/bin/mpiexec", "-n", "${NRANKS}"]
+    assert words[3:5] == ["ch-run", "--join-ct=${RANKS_PER_NODE}"]
+    assert f"--bind=/lrz/sys/intel/impi2019u7/impi/2019.7.217/intel64/lib/release:{TARGET}/lib0" in words
+    assert "--set-env=FI_PROVIDER=psm2" in words
+    i = words.index("--")
+    assert words[i - 1] == "~/images/gan3d.current" and script.count(" ~/images/gan3d.current ") == 1  # ~ expands
+    assert words[i + 1:i + 5] == ["python3", "-m", "gan3d", "train"]
+    assert words[words.index("--results") + 1] == "/hppfs/work/pr/run1/results/n768.json"
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_hyperthreads_are_allowed_up_to_the_hardware_threads_and_then_refused():
+    run = check_run(SNG, _spec(8, 2, 48))  # the paper's Table 2 layout
+    assert run.hyperthreads and "hyperthreads" in run.warnings[0]
+    script = render(SNG, run, RunFiles(Path("/scratch/r"), "n8"), None)
+    assert "#SBATCH --hint=multithread" in script and "--oversubscribe" in _last_line(script)
+    assert not check_run(SNG, _spec(8, 4, 12)).hyperthreads
+    with pytest.raises(KitError, match=r"2 rank\(s\) per node x 49 thread\(s\) = 98.*= 96; fix: --threads 48"):
+        check_run(SNG, _spec(8, 2, 49))
+    with pytest.raises(KitError, match="fix: at most 96 ranks per node"):
+        check_run(SNG, _spec(1, 97, 1))
+
+
+@pytest.mark.parametrize("spec, message", [
+    (_spec(769), r"--nodes 769: site supermuc-ng .* allows 1\.\.768 \(scheduler\.max_nodes\)"),
+    (_spec(walltime="49:00:00"), r"--walltime 49:00:00: .* at most 48:00:00 \(scheduler\.max_walltime\)"),
+    (_spec(train_args=("--threads=4",)), r"training arguments --threads=4: the batch script sets"),
+    (_spec(run_id="a b"), r"run id 'a b'"),
+])
+def test_what_the_site_cannot_run_is_refused_with_the_field(spec, message):
+    with pytest.raises(KitError, match=message):
+        check_run(SNG, spec)
+
+
+def test_a_site_without_slurm_is_refused():
+    with pytest.raises(KitError, match="scheduler.type is 'local', not slurm.*make demo"):
+        check_run(load_site("laptop"), _spec(1, 1, 1))
+
+
+def test_hostile_values_stay_single_words(tmp_path):
+    site = load_site(write_site(tmp_path, slurm_site_dict()))
+    evil = "/data/$(touch /tmp/pwned) x;y"
+    run = check_run(site, _spec(1, 2, 1, walltime="00:10:00", train_args=("--data", evil)))
+    script = render(site, run, RunFiles(tmp_path, "r"), None, python="/opt/my python/bin/python")
+    words = _last_line(script)
+    assert words[:2] == ["srun", "--mpi=pmi2"] and words[2] == "/opt/my python/bin/python"
+    assert words[words.index("--data") + 1] == evil
+    with pytest.raises(KitError, match="use an absolute path of letters"):
+        render(site, run, RunFiles(tmp_path / "my runs", "r"), None)
+    bad = slurm_site_dict("badpart")
+    bad["scheduler"]["partition"] = "debug\n#SBATCH --uid=0"
+    with pytest.raises(KitError, match="scheduler.partition .* not a Slurm name"):
+        render(load_site(write_site(tmp_path, bad)), run, RunFiles(tmp_path, "r"), None)
+
+
+def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_image, tmp_path):
+    site_doc = slurm_site_dict("boundslurm")
+    site_doc["container"]["binds"] = [f"{tmp_path}/work:/work"]
+    site = load_site(write_site(tmp_path, site_doc))
+    pair_file = write_pair(make_pair(site, mpich_image), tmp_path / "img.pair.yaml")
+    pair = read_pair_file(pair_file, site)
+    run = check_run(site, _spec(1, 2, 1, walltime="00:10:00", train_args=tiny_train_args([tmp_path / "work" / f"f{i}.h5" for i in range(3)])))
+    script = render(site, run, RunFiles(tmp_path / "work" / "sweep", "r"), pair)
+    words = _last_line(script)
+    train = words[words.index("--") + 1:]
+    assert train[train.index("--data") + 1] == "/work/f0.h5,/work/f1.h5"
+    assert train[train.index("--results") + 1] == "/work/sweep/results/r.json"
+    assert train[train.index("--site") + 1] == "/work/sweep/site.yaml"
+    with pytest.raises(KitError, match=r"run dir .* is not under any directory img.pair.yaml binds"):
+        render(site, run, RunFiles(tmp_path / "elsewhere", "r"), pair)
+    with pytest.raises(KitError, match=r"key site is 'boundslurm', but the job runs at 'supermuc-ng'"):
+        read_pair_file(pair_file, SNG)
+    pair_file.write_text("kit_pair: 1\nsite: boundslurm\n")
+    with pytest.raises(KitError, match=r"img.pair.yaml: key 'binds' is missing"):
+        read_pair_file(pair_file, site)
+
+
+def test_write_run_gives_the_job_the_site_it_was_rendered_from(slurm_site, tmp_path):
+    site = load_site(slurm_site)
+    files = write_run(site, check_run(site, _spec(1, 1, 2, run_id="one", walltime="00:10:00")), tmp_path / "d", None)
+    assert files.script.stat().st_mode & 0o111 and files.site_file.read_text() == slurm_site.read_text()
+    assert (files.run_dir / "logs").is_dir() and (files.run_dir / "results").is_dir()
+
+
+def test_cli_render_dry_run_prints_the_script_and_writes_nothing(slurm_site, tmp_path, capsys):
+    rc = main(["slurm", "render", "--site", str(slurm_site), "--no-container", "--ranks-per-node", "2",
+               "--dir", str(tmp_path / "d"), "--dry-run", "--", "--epochs", "3"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "dry run: nothing written" in err and not (tmp_path / "d").exists()
+    assert "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=1\n" in out  # 2 cores shared by 2 ranks
+    assert _last_line(out)[-2:] == ["--epochs", "3"]
+    assert main(["slurm", "render", "--site", "laptop", "--no-container", "--dir", str(tmp_path)]) == 2
+    assert "not slurm" in capsys.readouterr().err
