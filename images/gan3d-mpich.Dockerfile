@@ -34,6 +34,10 @@ RUN python3 -m venv /opt/venv \
     HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation horovod==0.28.1
 
 COPY gan3d /opt/gan3d/gan3d
+# `gan3d train --site FILE` reads the site config with kit.site (PyYAML only); the batch script
+# that `kit slurm render` writes hands the job its copy of the config.
+COPY kit /opt/gan3d/kit
+COPY site-configs /opt/gan3d/site-configs
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/gan3d OMP_NUM_THREADS=1
 
 # Bind targets for the host MPI (read-only images cannot grow them later) and the alias that

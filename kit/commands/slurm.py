@@ -12,6 +12,7 @@ from kit.mpi.pair_file import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, default_threads, render, sbatch, write_run
 from kit.slurm.ledger import record_job
+from kit.slurm.spec import seconds
 
 DEFAULT_WALLTIME = "01:00:00"
 
@@ -40,8 +41,6 @@ def train_args(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def walltime(args: argparse.Namespace, max_walltime: str) -> str:
-    from kit.slurm.spec import seconds
-
     if args.walltime:
         return args.walltime
     return DEFAULT_WALLTIME if seconds(DEFAULT_WALLTIME) <= seconds(max_walltime) else max_walltime

@@ -49,7 +49,7 @@ def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None
     pair = plan.pair_file(site)
     runs = _select(plan, only)
     jobs = read_jobs(sweep_dir)
-    queued = job_states([j for r in runs if (j := latest_job(jobs, r.run_id))]) if not dry_run else {}
+    queued = job_states([j for r in runs if (j := latest_job(jobs, r.run_id))])  # none yet: Slurm not asked
     out = []
     for spec in runs:
         checked = check_run(site, spec)

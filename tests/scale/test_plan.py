@@ -1,0 +1,66 @@
+"""Sweep plans: what goes in, what is left out and why, and that a plan is never silently replaced.
+SuperMUC-NG's sweep is only planned here (no 768-node machine); submission is in tests/slurm."""
+from __future__ import annotations
+
+import pytest
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.scale import campaign
+from kit.scale.plan import load_plan, make_plan, write_plan
+
+
+def _sng_plan(**kw):
+    return make_plan("supermuc-ng", kw.pop("nodes", [4, 8, 768, 1024]), kw.pop("ranks_per_node", [1, 2, 4]),
+                     kw.pop("threads", None), "02:00:00", **kw)
+
+
+def test_the_papers_layouts_are_planned_and_impossible_ones_left_out_with_the_reason():
+    plan = _sng_plan()
+    ids = [r.run_id for r in plan.runs]
+    assert ids[:3] == ["n4-r1-t48", "n4-r2-t24", "n4-r4-t12"]  # one thread per physical core
+    assert "n768-r4-t12" in ids and not any(i.startswith("n1024-") for i in ids)
+    assert len(plan.refused) == 3 and all("allows 1..768" in r["reason"] for r in plan.refused)
+    hyper = _sng_plan(nodes=[8], ranks_per_node=[2], threads=[48, 64])
+    assert [r.run_id for r in hyper.runs] == ["n8-r2-t48"]  # Table 2's layout, on hyperthreads
+    assert "= 128, but a supermuc-ng node has 48 cores x 2 hardware threads = 96" in hyper.refused[0]["reason"]
+    with pytest.raises(KitError, match="no run of the sweep fits site supermuc-ng: --nodes 1024"):
+        _sng_plan(nodes=[1024])
+
+
+def test_a_plan_is_written_once_and_never_replaced_by_another(tmp_path):
+    plan = _sng_plan(train_args=("--epochs", "2"))
+    path = write_plan(plan, tmp_path)
+    assert load_plan(tmp_path) == plan
+    assert write_plan(plan, tmp_path) == path  # the same plan again: fine
+    with pytest.raises(KitError, match="exists with another plan"):
+        write_plan(_sng_plan(nodes=[4]), tmp_path)
+    assert load_plan(tmp_path) == plan
+    path.write_text("kit_plan: 1\nsite: x\n")
+    with pytest.raises(KitError, match=r"plan.yaml: key 'train_args' is missing or malformed"):
+        load_plan(tmp_path)
+    with pytest.raises(KitError, match="no plan here; fix: kit scale plan --dir"):
+        load_plan(tmp_path / "elsewhere")
+
+
+def test_dry_run_submission_checks_every_run_and_writes_nothing(tmp_path, capsys):
+    write_plan(_sng_plan(nodes=[4, 8]), tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = campaign.submit(tmp_path, dry_run=True)
+    assert [s.note for s in out] == ["dry run: would sbatch"] * 6 and not any(s.job for s in out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    with pytest.raises(KitError, match=r"--only n9-r9-t9: not in the plan"):
+        campaign.submit(tmp_path, dry_run=True, only=["n9-r9-t9"])
+    assert main(["scale", "submit", str(tmp_path), "--dry-run", "--only", "n8-r4-t12"]) == 0
+    assert "n8-r4-t12" in capsys.readouterr().out
+
+
+def test_cli_plan_lists_runs_and_reasons(tmp_path, capsys):
+    assert main(["scale", "plan", "--site", "supermuc-ng", "--no-container", "--nodes", "4,8",
+                 "--ranks-per-node", "4", "--threads", "12,24", "--dir", str(tmp_path / "s"), "--", "--epochs", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "n4-r4-t12" in out and "n8-r4-t24" in out and "left out" not in out  # 4 x 24 = 96 fits (HT)
+    assert load_plan(tmp_path / "s").train_args == ("--epochs", "1")
+    with pytest.raises(SystemExit):
+        main(["scale", "plan", "--site", "supermuc-ng", "--no-container", "--nodes", "x", "--dir", str(tmp_path / "t")])
+    assert "give comma-separated whole numbers" in capsys.readouterr().err
