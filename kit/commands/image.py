@@ -1,4 +1,4 @@
-"""`kit image convert|inspect`: thin CLI over kit.image."""
+"""`kit image build|convert|inspect`: thin CLI over kit.image."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from kit.commands.progress import byte_bar
+from kit.errors import KitError
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.inspect import inspect_image
@@ -54,11 +55,50 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="report what would be dropped or changed; write nothing")
     conv.set_defaults(func=_convert)
 
+    bld = leaves.add_parser("build", help="build the site's training image from its recipe in images/",
+                            description="Outside the perimeter: pick the recipe whose MPI the site's host MPI "
+                            "can replace, pass the site's build arguments, build with buildah (or podman, "
+                            "docker) and write a docker-archive/oci-archive ready for `kit image convert`.")
+    bld.add_argument("out", type=Path, help="the archive to write, e.g. gan3d.tar")
+    bld.add_argument("--site", required=True, help="site config name or file")
+    bld.add_argument("--recipe", type=Path, help="a Dockerfile (default: images/gan3d-<host ABI family>.Dockerfile)")
+    bld.add_argument("--context", type=Path, help="build context (default: this checkout)")
+    bld.add_argument("--builder", choices=("buildah", "podman", "docker"), help="default: the first installed")
+    bld.add_argument("--format", dest="fmt", choices=("docker-archive", "oci-archive"), default="docker-archive")
+    bld.add_argument("--tag", default="gan3d:latest")
+    bld.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                     help="override or add a recipe ARG (e.g. BASE=...)")
+    bld.add_argument("--dry-run", action="store_true", help="print the commands; build nothing")
+    bld.set_defaults(func=_build)
+
     insp = leaves.add_parser("inspect", help="config, layers and MPI libraries of an image")
     insp.add_argument("src", type=Path)
     insp.add_argument("--image", metavar="TAG|DIGEST")
     insp.add_argument("--json", action="store_true", help="machine-readable output")
     insp.set_defaults(func=_inspect)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from kit.image.build import plan_build, run_build
+
+    extra = {}
+    for item in args.build_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise KitError(f"--build-arg {item!r}: write KEY=VALUE")
+        extra[key] = value
+    options = {"context": args.context} if args.context else {}
+    plan = plan_build(args.site, args.out, recipe=args.recipe, builder=args.builder, fmt=args.fmt,
+                      tag=args.tag, extra_args=extra, **options)
+    print(f"recipe {plan.recipe}; build arguments: "
+          + " ".join(f"{k}={v}" for k, v in plan.build_args.items()))
+    if args.dry_run:
+        print(plan.shell())
+        print(f"dry run: nothing built; would write {plan.out}")
+        return 0
+    out = run_build(plan, echo=lambda line: print(f"$ {line}", flush=True))
+    print(f"wrote {out}; next: kit image convert {out} IMAGE.sqfs --site {args.site}")
+    return 0
 
 
 def _convert(args: argparse.Namespace) -> int:

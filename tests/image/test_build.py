@@ -1,0 +1,88 @@
+"""`kit image build`: the site picks the recipe and its build arguments; buildah builds for real.
+The shipped recipe needs the network (apt, PyPI) and ~15 minutes, so the real build here uses a
+small recipe with the same ARGs; the shipped one is checked as a plan (--dry-run)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+import yaml
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.image import convert
+from kit.image.build import RECIPES, plan_build, recipe_for, run_build
+from kit.site import load_site
+from tests.helpers import require
+from tests.image.builders import busybox_rootfs
+
+RECIPE = """FROM scratch
+ADD rootfs.tar /
+ARG HOSTMPI_TARGET=/nowhere
+ARG HOSTMPI_DIRS=0
+ARG HOSTMPI_LIBDIR=none
+RUN i=0; while [ "$i" -lt "$HOSTMPI_DIRS" ]; do mkdir -p "$HOSTMPI_TARGET/lib$i"; i=$((i+1)); done; \\
+    echo "$HOSTMPI_LIBDIR" > /libdir
+"""
+
+
+@pytest.fixture
+def context(tmp_path):
+    ctx = tmp_path / "ctx"
+    busybox_rootfs(ctx / "rootfs")
+    subprocess.run(["tar", "-C", str(ctx / "rootfs"), "-cf", str(ctx / "rootfs.tar"), "."], check=True)
+    (ctx / "Dockerfile").write_text(RECIPE)
+    return ctx
+
+
+def test_the_site_decides_the_build_arguments_and_the_image_carries_them(context, tmp_path):
+    require(shutil.which("buildah") is not None, "buildah not installed (scripts/setup.sh)")
+    out = tmp_path / "out" / "gan3d.tar"
+    plan = plan_build("supermuc-ng", out, recipe=context / "Dockerfile", context=context, builder="buildah",
+                      storage=tmp_path / "storage", extra_args={"HOSTMPI_LIBDIR": "lib2"})
+    assert plan.build_args == {"HOSTMPI_TARGET": "/opt/hostmpi", "HOSTMPI_DIRS": "3", "HOSTMPI_LIBDIR": "lib2"}
+    assert run_build(plan) == out and not plan.part.exists()
+    with tarfile.open(out) as tf:
+        assert "manifest.json" in tf.getnames()  # a docker-archive, as `docker save` writes it
+    root = tmp_path / "root"
+    convert(out, root, fmt="dir")
+    assert sorted(p.name for p in (root / "opt/hostmpi").iterdir()) == ["lib0", "lib1", "lib2"]
+    assert (root / "libdir").read_text() == "lib2\n"
+
+
+def test_a_failing_build_names_the_builder_and_writes_nothing(context, tmp_path):
+    require(shutil.which("buildah") is not None, "buildah not installed (scripts/setup.sh)")
+    (context / "Dockerfile").write_text(RECIPE + "RUN echo no-such-package-here >&2; exit 3\n")
+    out = tmp_path / "gan3d.tar"
+    plan = plan_build("laptop", out, recipe=context / "Dockerfile", context=context, builder="buildah",
+                      storage=tmp_path / "storage")
+    with pytest.raises(KitError, match=r"buildah failed \(exit \d+\) building Dockerfile: .*no-such-package-here"):
+        run_build(plan)
+    assert not out.exists() and not plan.part.exists()
+
+
+def test_the_recipe_follows_the_host_mpi_family(tmp_path):
+    assert recipe_for(load_site("supermuc-ng")) == RECIPES / "gan3d-mpich.Dockerfile"  # Intel MPI: MPICH ABI
+    site = yaml.safe_load((RECIPES.parent / "site-configs" / "laptop.yaml").read_text())
+    site.update(name="ompi-site")
+    site["host_mpi"].update(vendor="openmpi", version="4.1.4", soname="libmpi.so.40", library_version="40.30.2")
+    path = tmp_path / "ompi-site.yaml"
+    path.write_text(yaml.safe_dump(site))
+    with pytest.raises(KitError, match=r"openmpi ABI family and images/ has no gan3d-openmpi.Dockerfile "
+                                       r"\(recipes: gan3d-mpich.Dockerfile\)"):
+        recipe_for(load_site(path))
+
+
+def test_cli_dry_run_prints_the_commands_with_the_shipped_recipe(tmp_path, capsys):
+    require(shutil.which("buildah") is not None, "buildah not installed (scripts/setup.sh)")
+    assert main(["image", "build", str(tmp_path / "g.tar"), "--site", "supermuc-ng", "--builder", "buildah",
+                 "--build-arg", "BASE=debian:bookworm-slim", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "images/gan3d-mpich.Dockerfile" in out and "--build-arg=HOSTMPI_DIRS=3" in out
+    assert "--build-arg=BASE=debian:bookworm-slim" in out and f"docker-archive:{tmp_path}/.g.tar.part:" in out
+    assert not list(tmp_path.iterdir())
+    assert main(["image", "build", str(tmp_path / "g.tar"), "--site", "laptop", "--build-arg", "NOEQUALS",
+                 "--dry-run"]) == 2
+    assert "--build-arg 'NOEQUALS': write KEY=VALUE" in capsys.readouterr().err
