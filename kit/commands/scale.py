@@ -1,4 +1,4 @@
-"""`kit scale plan|submit|collect|report`: a scaling sweep from plan to the paper's tables."""
+"""`kit scale plan|submit|collect|cancel|report`: a scaling sweep from plan to the paper's tables."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from rich.table import Table
 from kit.commands.slurm import add_run_args, train_args, walltime
 from kit.errors import KitError
 from kit.scale import campaign
-from kit.scale.plan import load_plan, make_plan, write_plan
+from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site
 
 
@@ -49,10 +49,11 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     console = Console()
-    for s in campaign.submit(args.dir, args.dry_run, args.only, args.resubmit):
+    done = campaign.submit(args.dir, args.dry_run, args.only, args.resubmit)
+    for s in done:
         job = f"job {s.job}" if s.job else "-"
         console.print(f"{s.run_id:<16} {job:<12} {s.note}  {s.script}", highlight=False)
-    return 0
+    return 1 if any(s.note.startswith("not submitted") for s in done) else 0
 
 
 def _status_table(status: list[campaign.RunStatus]) -> Table:
@@ -83,6 +84,16 @@ def _collect(args: argparse.Namespace) -> int:
     return 1 if any(s.problem for s in status) else 0
 
 
+def _cancel(args: argparse.Namespace) -> int:
+    active = campaign.cancel(args.dir, args.only, args.dry_run)
+    verb = "would cancel" if args.dry_run else "cancelled"
+    for run, job in active:
+        print(f"{verb} {run} (job {job})")
+    if not active:
+        print("no run of the plan is queued or running")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from kit.scale.report import load_results, write_report
 
@@ -92,9 +103,7 @@ def _report(args: argparse.Namespace) -> int:
         raise KitError(f"no results to report: {args.dir or 'no sweep dir'} has none yet "
                        "(kit scale collect shows why) and no RESULT.json was named")
     out = args.out or (args.dir / "report" if args.dir else Path("report"))
-    title = None
-    if args.dir:
-        title = f"scaling sweep {args.dir.resolve().name} at {load_plan(args.dir).load_site().name}"
+    title = f"scaling sweep {args.dir.absolute().name}" if args.dir else None
     for path in write_report(load_results(paths), out, reference=args.reference, title=title):
         print(path)
     return 0
@@ -126,6 +135,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--poll", type=float, default=10.0, help="seconds between checks with --wait")
     p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
     p.set_defaults(func=_collect)
+
+    p = leaves.add_parser("cancel", help="scancel the plan's queued and running jobs")
+    p.add_argument("dir", type=Path)
+    p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
+    p.add_argument("--dry-run", action="store_true", help="say which jobs; cancel nothing")
+    p.set_defaults(func=_cancel)
 
     p = leaves.add_parser("report", help="tables (md, csv) and plots (png) of a sweep, as in the paper")
     p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kit.mpi.pair import pair_path
-from kit.mpi.pair_file import read_pair_file
+from kit.mpi.pair_file import pair_file_for, read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, default_threads, render, sbatch, write_run
 from kit.slurm.ledger import record_job
@@ -48,19 +47,19 @@ def walltime(args: argparse.Namespace, max_walltime: str) -> str:
 
 def _run(args: argparse.Namespace, submit: bool) -> int:
     site = load_site(args.site)
-    threads = args.threads or default_threads(site, args.ranks_per_node)
+    threads = args.threads if args.threads is not None else default_threads(site, args.ranks_per_node)
     run_id = args.run_id or f"n{args.nodes}-r{args.ranks_per_node}-t{threads}"
     spec = RunSpec(run_id, args.nodes, args.ranks_per_node, threads, walltime(args, site.scheduler.max_walltime),
                    train_args(args), args.partition, args.account)
     checked = check_run(site, spec)
     pair = None
     if args.image:
-        pair = read_pair_file(args.image if args.image.endswith(".pair.yaml") else pair_path(args.image), site)
+        pair = read_pair_file(pair_file_for(args.image), site)
     console = Console(stderr=True)
     for warning in checked.warnings + (pair.warnings if pair else []):
         console.print(f"[yellow]warning[/yellow]: {warning}")
     if args.dry_run:
-        sys.stdout.write(render(site, checked, RunFiles(args.dir.resolve(), run_id), pair, args.python))
+        sys.stdout.write(render(site, checked, RunFiles(args.dir.absolute(), run_id), pair, args.python))
         console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))
         return 0
     files = write_run(site, checked, args.dir, pair, args.python)

@@ -96,6 +96,7 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
 def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Path:
     """Run the plan; OUT appears only when the archive is complete (temp + rename)."""
     plan.out.parent.mkdir(parents=True, exist_ok=True)
+    plan.part.unlink(missing_ok=True)  # a killed build's leftover: `buildah push` will not overwrite it
     try:
         for cmd in plan.commands:
             if echo:
@@ -105,6 +106,8 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
             if done.returncode:
                 raise KitError(f"{cmd[0]} failed (exit {done.returncode}) building {plan.recipe.name}: "
                                f"{done.stderr.strip()[-1500:]}")
+        with open(plan.part, "rb") as fh:
+            os.fsync(fh.fileno())
         os.replace(plan.part, plan.out)
     finally:
         plan.part.unlink(missing_ok=True)

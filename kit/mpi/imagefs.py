@@ -24,9 +24,11 @@ WANTED_WORDS = ("mpi", "fabric", "psm")
 
 
 def wanted(relpath: str) -> bool:
-    """Files worth extracting: the linker cache, dpkg status, and MPI-looking paths."""
+    """Files worth extracting: the linker cache, dpkg status, the image's environment (ch-run
+    imports it) and MPI-looking paths."""
     rel = relpath.lstrip("./")
-    if rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status") or rel.startswith("etc/ld.so.conf.d/"):
+    if rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status", "ch/environment") \
+            or rel.startswith("etc/ld.so.conf.d/"):
         return True
     return any(word in rel.lower() for word in WANTED_WORDS)
 

@@ -39,6 +39,7 @@ class Pair:
     links: dict[str, str]
     missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
     site_image: str | None = None  # where the image will be on the site, if not at `image`
+    image_env: bool = True  # the image has /ch/environment (its ENV) for ch-run to import
 
     @property
     def warnings(self) -> list[str]:
@@ -54,13 +55,15 @@ class Pair:
         """`ch-run` with the pair's binds and environment (values expanded by ch-run)."""
         return self.ch_run_options(join) + [image or self.image, "--"]
 
+    @property
+    def launch(self) -> Launch:
+        return Launch(self.site, self.binds, self.env_set, self.env_prepend, self.image_env)
+
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
-        """`ch-run` and its options, up to the image."""
-        return ch_run_options(self.site, self.binds, self.env_set, self.env_prepend, join)
+        return self.launch.ch_run_options(join)
 
     def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
-        return launch_line(self.site, self.binds, self.env_set, self.env_prepend,
-                           self.site_image or self.image, command)
+        return self.launch.line(self.site_image or self.image, command)
 
     def document(self) -> dict:
         v = self.verdict
@@ -85,6 +88,7 @@ class Pair:
             "mount_points": self.mount_points,
             "links": dict(self.links),
             "image_ready": {"ok": not self.missing, "missing": list(self.missing)},
+            "image_environment": self.image_env,
             "launch": self.launch_line(),
         }
 
@@ -94,44 +98,50 @@ def _shell_path(path: str) -> str:
     return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
-def ch_run_options(site: Site, binds: list[tuple[str, str]], env_set: dict[str, str],
-                   env_prepend: dict[str, list[str]], join: list[str] | None = None) -> list[str]:
-    """`ch-run` and its options, up to the image (values expanded by ch-run)."""
-    if join is None:
-        join = ["--join"] if site.container.join else []
-    args = ["ch-run", *join]
-    for src, dst in binds:
-        args.append(f"--bind={src}:{dst}")
-    for key, value in env_set.items():
-        args.append(f"--set-env={key}={value}")
-    for key, dirs in env_prepend.items():
-        args.append(f"--set-env={key}={':'.join(dirs)}:${key}")
-    return args
+@dataclass(frozen=True)
+class Launch:
+    """How a job starts its ranks in the image: the site's launcher, then ch-run with the pair's
+    binds and environment."""
+
+    site: Site
+    binds: list[tuple[str, str]]
+    env_set: dict[str, str]
+    env_prepend: dict[str, list[str]]
+    image_env: bool = True
+
+    def ch_run_options(self, join: list[str] | None = None) -> list[str]:
+        """`ch-run` and its options, up to the image (values expanded by ch-run). ch-run passes the
+        host environment on; a bare --set-env first adds the image's own (the recipe's PATH and
+        PYTHONPATH), then the pair's settings win."""
+        if join is None:
+            join = ["--join"] if self.site.container.join else []
+        args = ["ch-run", *join] + (["--set-env"] if self.image_env else [])
+        args += [f"--bind={src}:{dst}" for src, dst in self.binds]
+        args += [f"--set-env={key}={value}" for key, value in self.env_set.items()]
+        args += [f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in self.env_prepend.items()]
+        return args
+
+    def line(self, image: str, command: str = DEFAULT_COMMAND) -> str:
+        """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
+        shell to expand; every other value is shell-quoted (``command`` is taken as shell words)."""
+        head, srun = launcher_words(self.site)
+        join = ["--join"] if srun and self.site.container.join else []
+        body = [shlex.quote(a) for a in self.ch_run_options(join)]
+        if not srun and self.site.container.join:
+            body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
+        return " ".join(head + body + [_shell_path(image), "--", command])
 
 
-def launcher_words(site: Site) -> list[str]:
-    """The site's launcher, shell-quoted: srun with the site's PMI plugin, or the host MPI's own
-    mpiexec starting ${NRANKS} ranks (left for the batch script's shell to expand)."""
+def launcher_words(site: Site) -> tuple[list[str], bool]:
+    """The site's launcher, shell-quoted, and whether it is srun: srun with the site's PMI plugin,
+    or the host MPI's own mpiexec starting ${NRANKS} ranks (left for the batch script's shell)."""
     words = shlex.split(site.host_mpi.launcher)
     if words[0] == "srun":
         plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-        return [shlex.quote(w) for w in words + plugin]
+        return [shlex.quote(w) for w in words + plugin], True
     if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
         words[0] = str(Path(site.host_mpi.prefix) / "bin" / words[0])
-    return [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
-
-
-def launch_line(site: Site, binds: list[tuple[str, str]], env_set: dict[str, str],
-                env_prepend: dict[str, list[str]], image: str, command: str = DEFAULT_COMMAND) -> str:
-    """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
-    shell to expand; every other value is shell-quoted (``command`` is taken as shell words)."""
-    head = launcher_words(site)
-    srun = shlex.split(site.host_mpi.launcher)[0] == "srun"
-    join = ["--join"] if srun and site.container.join else []
-    body = [shlex.quote(a) for a in ch_run_options(site, binds, env_set, env_prepend, join)]
-    if not srun and site.container.join:
-        body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
-    return " ".join(head + body + [_shell_path(image), "--", command])
+    return [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"], False
 
 
 def _side(abi: AbiId) -> dict:
@@ -176,8 +186,9 @@ def translate(value: str, binds: list[tuple[str, str]]) -> str:
     out = []
     for part in value.split(":"):
         for src, dst in sorted(binds, key=lambda b: -len(b[0])):
-            if part == src or part.startswith(src.rstrip("/") + "/"):
-                part = dst + part[len(src.rstrip("/")):]
+            base = src.rstrip("/")
+            if part == base or part.startswith(base + "/"):
+                part = dst.rstrip("/") + part[len(base):]
                 break
         out.append(part)
     return ":".join(out)
@@ -211,6 +222,7 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full") -> Pa
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)
     pair.missing = missing_in_root(pair, root)
+    pair.image_env = (root / "ch" / "environment").is_file()
     return pair
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from kit.errors import KitError
-from kit.mpi.pair import DEFAULT_COMMAND, PAIR_FORMAT, launch_line
+from kit.mpi.pair import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
 from kit.site import Site
 
 FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
@@ -19,15 +19,17 @@ class PairFile:
     """The run-time half of a pair: decided at conversion, trusted here only after checks."""
 
     path: Path
-    site: Site
     site_image: str
-    binds: list[tuple[str, str]]
-    env_set: dict[str, str]
-    env_prepend: dict[str, list[str]]
+    launch: Launch
     warnings: list[str] = field(default_factory=list)
 
     def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
-        return launch_line(self.site, self.binds, self.env_set, self.env_prepend, self.site_image, command)
+        return self.launch.line(self.site_image, command)
+
+
+def pair_file_for(image: str | os.PathLike) -> Path:
+    """IMAGE.pair.yaml beside IMAGE, or the pair file itself."""
+    return Path(image) if str(image).endswith(".pair.yaml") else pair_path(image)
 
 
 def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
@@ -44,16 +46,22 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
         raise KitError(f"{path}: key kit_pair is not {PAIR_FORMAT}: not a pair file this kit wrote; {fix}")
     if doc.get("site") != site.name:
         raise KitError(f"{path}: key site is {doc.get('site')!r}, but the job runs at {site.name!r}; {fix}")
+    key = "binds"
     try:
-        binds = [tuple(b.split(":", 1)) for b in doc["binds"]]
-        env = doc["env"]
-        verdict = doc["verdict"]
-        pair = PairFile(path, site, str(doc["site_image"]), binds,  # type: ignore[arg-type]
-                        {str(k): str(v) for k, v in (env["set"] or {}).items()},
+        binds = [tuple(b.split(":", 1)) for b in doc[key]]
+        if any(len(b) != 2 for b in binds):
+            raise ValueError("not SRC:DST")
+        key, env = "env", doc["env"]
+        launch = Launch(site, binds, {str(k): str(v) for k, v in (env["set"] or {}).items()},  # type: ignore[arg-type]
                         {str(k): [str(d) for d in v] for k, v in (env["prepend"] or {}).items()},
-                        list(verdict.get("warnings") or []))
+                        bool(doc.get("image_environment", False)))
+        key, verdict, ready = "verdict", doc["verdict"], doc["image_ready"]
+        pair = PairFile(path, str(doc["site_image"]), launch, list(verdict.get("warnings") or []))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise KitError(f"{path}: key {exc} is missing or malformed; {fix}") from None
-    if not verdict.get("ok") or any(len(b) != 2 for b in binds):
+        raise KitError(f"{path}: key {key!r} is missing or malformed ({exc!r}); {fix}") from None
+    if not verdict.get("ok"):
         raise KitError(f"{path}: key verdict says the pair was refused ({verdict.get('reasons')}); {fix}")
+    if not ready.get("ok", False):
+        raise KitError(f"{path}: key image_ready: the image lacks {', '.join(ready.get('missing') or [])}, so "
+                       f"its ch-run --bind would fail; {FIX_MISSING}")
     return pair

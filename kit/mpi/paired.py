@@ -75,6 +75,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
             tap.close()
     pair = tap.pair
     pair.image, pair.missing = str(out), []  # convert created each one or raised
+    pair.image_env = True  # the converter always writes /ch/environment
     pair.site_image = installed  # where `kit transfer push --install` puts it: the launch line's image
     if dry_run:
         return PairedConversion(report, pair, None)

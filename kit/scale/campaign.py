@@ -9,7 +9,7 @@ from typing import Callable
 
 from kit.errors import KitError
 from kit.scale.plan import Plan, load_plan
-from kit.slurm import ACTIVE, UNKNOWN, RunFiles, check_run, job_states, render, sbatch, write_run
+from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, job_states, render, sbatch, scancel, write_run
 from kit.slurm.ledger import latest_job, read_jobs, record_job
 
 LOG_TAIL_LINES = 12
@@ -37,7 +37,7 @@ class RunStatus:
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE
+        return is_active(self.state)
 
 
 def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None,
@@ -53,20 +53,26 @@ def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None
     out = []
     for spec in runs:
         checked = check_run(site, spec)
-        files = RunFiles(sweep_dir.resolve(), spec.run_id)
+        files = RunFiles(sweep_dir.absolute(), spec.run_id)
         job = latest_job(jobs, spec.run_id)
-        if not resubmit and files.results.exists():
+        if not resubmit and _result(files):
             out.append(Submission(spec.run_id, files.script, None, "has a result (--resubmit to run again)"))
-        elif not resubmit and job and queued.get(job) in ACTIVE:
+        elif not resubmit and job and is_active(queued[job]):
             out.append(Submission(spec.run_id, files.script, None, f"job {job} is {queued[job]}"))
         elif dry_run:
             render(site, checked, files, pair, plan.python)  # every check, nothing written
             out.append(Submission(spec.run_id, files.script, None, "dry run: would sbatch"))
         else:
-            files = write_run(site, checked, sweep_dir, pair, plan.python)
-            job = sbatch(files.script)
-            record_job(sweep_dir, spec.run_id, job)
-            out.append(Submission(spec.run_id, files.script, job, "submitted"))
+            write_run(site, checked, sweep_dir, pair, plan.python)
+            if files.results.exists():  # a failed resubmission must not leave the old numbers current
+                files.results.rename(files.results.with_name(f"{spec.run_id}.before-job-{job}.json"))
+            try:
+                new = sbatch(files.script)
+            except KitError as exc:  # the runs queued so far stay recorded; say which failed and go on
+                out.append(Submission(spec.run_id, files.script, None, f"not submitted: {exc}"))
+                continue
+            record_job(sweep_dir, spec.run_id, new)
+            out.append(Submission(spec.run_id, files.script, new, "submitted"))
     return out
 
 
@@ -78,14 +84,26 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
     states = job_states([j for j in latest.values() if j])
     out = []
     for spec in plan.runs:
-        files = RunFiles(sweep_dir.resolve(), spec.run_id)
+        files = RunFiles(sweep_dir.absolute(), spec.run_id)
         job = latest[spec.run_id]
         state = states.get(job, UNKNOWN) if job else "NOT SUBMITTED"
         result, problem = _result(files), ""
-        if result is None and job and state not in ACTIVE:
+        if result is None and job and not is_active(state):
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         out.append(RunStatus(spec.run_id, job, state, result, problem))
     return out
+
+
+def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
+    """scancel the plan's queued and running jobs: (run id, job id) of each one cancelled."""
+    plan = load_plan(sweep_dir)
+    jobs = read_jobs(sweep_dir)
+    latest = {r.run_id: j for r in _select(plan, only) if (j := latest_job(jobs, r.run_id))}
+    states = job_states(list(latest.values()))
+    active = [(run, job) for run, job in latest.items() if is_active(states[job])]
+    if active and not dry_run:
+        scancel([job for _, job in active])
+    return active
 
 
 def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = None,
@@ -106,7 +124,7 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
 
 def results(sweep_dir: Path) -> list[Path]:
     """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere)."""
-    found = (_result(RunFiles(sweep_dir.resolve(), r.run_id)) for r in load_plan(sweep_dir).runs)
+    found = (_result(RunFiles(sweep_dir.absolute(), r.run_id)) for r in load_plan(sweep_dir).runs)
     return [p for p in found if p is not None]
 
 

@@ -9,13 +9,14 @@ import yaml
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.mpi.pair import pair_path
-from kit.mpi.pair_file import PairFile, read_pair_file
+from kit.mpi.pair_file import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
+from kit.slurm.script import RunFiles, render
 from kit.slurm.spec import RunSpec, check_run, default_threads
 
 PLAN_FORMAT = 1
 PLAN_NAME = "plan.yaml"
+PER_RUN_FLAGS = ("--checkpoint-dir", "--synthetic-dir")  # a directory one run writes
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     site = load_site(site)
     if site.path is None:
         raise KitError(f"site {site.name}: a plan needs a site config file")
-    pair = str(Path(image if image.endswith(".pair.yaml") else pair_path(image)).resolve()) if image else None
+    pair = str(pair_file_for(image).absolute()) if image else None
     if pair:
         read_pair_file(pair, site)  # refuse a wrong pair now, not at submission
     runs, refused = [], []
@@ -66,6 +67,10 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     if not runs:
         reasons = "; ".join(sorted({r["reason"] for r in refused}))
         raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")
+    shared = [a for a in train_args if a.split("=", 1)[0] in PER_RUN_FLAGS]
+    if shared and len(runs) > 1:
+        raise KitError(f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
+                       "directory at once; fix: leave them out of the sweep (or plan one run per directory)")
     return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused)
 
 
@@ -75,6 +80,9 @@ def write_plan(plan: Plan, sweep_dir: Path) -> Path:
     if path.exists() and load_plan(sweep_dir) != plan:
         raise KitError(f"{path} exists with another plan; fix: use a new directory, or remove it if none "
                        "of its jobs matter")
+    site = plan.load_site()  # the first run rendered now: a run dir the jobs cannot use fails here
+    render(site, check_run(site, plan.runs[0]), RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),
+           plan.pair_file(site), plan.python)
     doc = {"kit_plan": PLAN_FORMAT, "site": plan.site, "pair": plan.pair, "python": plan.python,
            "walltime": plan.walltime, "train_args": list(plan.train_args),
            "runs": [{k: v for k, v in asdict(r).items() if k not in ("walltime", "train_args")} for r in plan.runs],
@@ -102,4 +110,4 @@ def load_plan(sweep_dir: Path) -> Plan:
         return Plan(str(doc["site"]), str(doc["walltime"]), runs, doc.get("pair"), str(doc["python"]),
                     train_args, list(doc.get("refused") or []))
     except (KeyError, TypeError, ValueError) as exc:
-        raise KitError(f"{path}: key {exc} is missing or malformed; re-create the plan") from None
+        raise KitError(f"{path}: a key is missing or malformed ({exc!r}); re-create the plan") from None

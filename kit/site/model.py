@@ -8,6 +8,7 @@ from pathlib import Path
 from kit.site.schema import Field, Section
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 WALLTIME_RE = re.compile(r"^(\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")
 MPI_VENDORS = ("intel", "mpich", "mvapich2", "cray-mpich", "parastation", "openmpi")
 
@@ -43,6 +44,11 @@ def _binds(values: list[str]) -> str | None:
         if not sep or not src.startswith("/") or not dst.startswith("/"):
             return f"bind {value!r} must be SRC:DST with two absolute paths"
     return None
+
+
+def _env_names(env: dict) -> str | None:
+    bad = [k for k in env if not ENV_NAME_RE.match(str(k))]
+    return f"{', '.join(map(repr, bad))}: not environment variable names (letters, digits, _)" if bad else None
 
 
 def _port(value: int) -> str | None:
@@ -103,7 +109,8 @@ SCHEMA = Section({
         "prefix": Field("str", check=_absolute),
         "library_dirs": Field("list[str]", required=False, default=[], check=_absolute_list),
         "launcher": Field("str", doc="command that starts ranks, e.g. 'srun' or 'mpiexec'"),
-        "env": Field("map[str,str]", required=False, default={}),
+        "env": Field("map[str,str]", required=False, default={}, check=_env_names,
+                     doc="set for the launcher and, translated into the container, for the ranks"),
         "soname": Field("str", nullable=True, required=False,
                         doc="the host library's SONAME, e.g. libmpi.so.12"),
         "library_version": Field("str", nullable=True, required=False,

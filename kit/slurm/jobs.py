@@ -1,4 +1,4 @@
-"""Talk to Slurm: submit a script, ask what became of jobs (squeue, then scontrol, then sacct)."""
+"""Talk to Slurm: submit a script, ask what became of jobs (squeue, then sacct), cancel them."""
 from __future__ import annotations
 
 import shutil
@@ -7,14 +7,24 @@ from pathlib import Path
 
 from kit.errors import KitError
 
-ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
-UNKNOWN = "UNKNOWN"
+# States after which a job is gone for good; every other state Slurm reports means "still there".
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE", "REVOKED"}
+UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
+
+
+def is_active(state: str) -> bool:
+    return state not in TERMINAL and state != UNKNOWN
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     if shutil.which(argv[0]) is None:
         raise KitError(f"{argv[0]} not found: run this on the site's login node (or load the slurm module)")
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise KitError(f"{argv[0]} did not answer in {timeout:.0f} s (slurmctld busy?); nothing was recorded: "
+                       "check `squeue --me` before running this again") from None
 
 
 def sbatch(script: Path) -> str:
@@ -26,25 +36,29 @@ def sbatch(script: Path) -> str:
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
-    """Each job's state; UNKNOWN when Slurm no longer remembers it (no accounting, MinJobAge over)."""
+    """Each job's state. A failing query is an error, never a guess: taking a queued job for a
+    forgotten one would queue its run twice."""
     states = {j: UNKNOWN for j in job_ids}
     if not job_ids:
         return states
-    done = _run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T"])
+    done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"])
+    if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
+        raise KitError(f"squeue failed: {done.stderr.strip()}; try again when slurmctld answers")
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
         job, _, state = line.partition("|")
         if job in states:
             states[job] = state
-    for job in [j for j, s in states.items() if s == UNKNOWN]:
-        shown = _run(["scontrol", "show", "job", "-o", job])
-        for word in shown.stdout.split() if shown.returncode == 0 else []:
-            if word.startswith("JobState="):
-                states[job] = word.split("=", 1)[1]
     left = [j for j, s in states.items() if s == UNKNOWN]
     if left and shutil.which("sacct"):
         acct = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(left), "-o", "JobID,State"])
-        for line in acct.stdout.splitlines() if acct.returncode == 0 else []:
+        for line in acct.stdout.splitlines() if acct.returncode == 0 else []:  # no accounting: stay UNKNOWN
             job, _, state = line.partition("|")
             if job in states and state:
                 states[job] = state.split()[0]
     return states
+
+
+def scancel(job_ids: list[str]) -> None:
+    done = _run(["scancel", *job_ids])
+    if done.returncode != 0:
+        raise KitError(f"scancel {' '.join(job_ids)} failed: {done.stderr.strip()}")

@@ -18,8 +18,9 @@ def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
         return {}
     try:
         data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-            raise ValueError("expected run id -> list of jobs")
+        if not isinstance(data, dict) or not all(
+                isinstance(v, list) and all(isinstance(e, dict) and "job" in e for e in v) for v in data.values()):
+            raise ValueError("expected run id -> list of {job: ID, submitted: TIME}")
     except (yaml.YAMLError, ValueError) as exc:
         raise KitError(f"{path}: not a job ledger kit wrote ({exc}); move it aside to start afresh") from None
     return data

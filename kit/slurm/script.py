@@ -48,7 +48,8 @@ class RunFiles:
 
     @property
     def site_file(self) -> Path:
-        return self.run_dir / "site.yaml"
+        """Each run its own copy: a later submission with another config must not change a queued job."""
+        return self.run_dir / "scripts" / f"{self.run_id}.site.yaml"
 
 
 def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3") -> str:
@@ -68,16 +69,22 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         directives.append(f"#SBATCH --{flag}={value}")
     if run.hyperthreads:
         directives.append("#SBATCH --hint=multithread")
+    elif site.node.threads_per_core > 1:  # Slurm counts hardware threads: one rank's threads on whole cores
+        directives.append("#SBATCH --hint=nomultithread")
     train = [python, "-m", "gan3d", "train", "--site", str(files.site_file), "--threads",
              str(spec.threads_per_rank), "--results", str(files.results),
              *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args]
+    head, srun = launcher_words(site)
+    # The launcher (and Hydra's proxies) read the host MPI's settings on the host; inside, the
+    # pair's --set-env values (host paths translated) win.
+    env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.env.items()]
+    if srun:  # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
+        env.append(f"export SRUN_CPUS_PER_TASK={spec.threads_per_rank}")
     if pair is None:
-        launch = " ".join(launcher_words(site) + [shlex.quote(w) for w in train])
-        env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.env.items()]
+        launch = " ".join(head + [shlex.quote(w) for w in train])
     else:
         inside = _inside(pair, files.run_dir)
         launch = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in train))
-        env = []
     modules = ""
     if site.modules:
         modules = ("if ! command -v module >/dev/null 2>&1 && [ -r /etc/profile.d/modules.sh ]; then\n"
@@ -90,21 +97,33 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         launch=launch)
 
 
+def bound(path: str, binds: list[tuple[str, str]]) -> bool:
+    """Whether a host path lies in a directory bound into the container."""
+    return any(path == src.rstrip("/") or path.startswith(src.rstrip("/") + "/") for src, _ in binds)
+
+
 def _inside(pair: PairFile, run_dir: Path):
-    """Host paths -> the container's view through the pair's binds; the run dir must be bound."""
-    if not any(str(run_dir) == src or str(run_dir).startswith(src.rstrip("/") + "/") for src, _ in pair.binds):
-        binds = ", ".join(f"{s}:{d}" for s, d in pair.binds)
+    """Host paths -> the container's view through the pair's binds (also in --opt=/path and comma
+    lists); the run dir must be bound, or the job could not write its result."""
+    binds = pair.launch.binds
+    if not bound(str(run_dir), binds):
+        listed = ", ".join(f"{s}:{d}" for s, d in binds)
         raise KitError(f"run dir {run_dir} is not under any directory {pair.path.name} binds into the "
-                       f"container ({binds}), so the job could not write its result; fix: choose a run dir "
+                       f"container ({listed}), so the job could not write its result; fix: choose a run dir "
                        "under one of them, or add SRC:DST covering it to container.binds in the site "
                        "config and re-run kit image convert --site (it makes the mount point)")
-    return lambda word: ",".join(translate(p, pair.binds) if p.startswith("/") else p for p in word.split(","))
+
+    def one(word: str) -> str:
+        flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        value = ",".join(translate(p, binds) if p.startswith("/") else p for p in value.split(","))
+        return f"{flag}{eq}{value}"
+    return one
 
 
 def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, python: str = "python3") -> RunFiles:
     """Script, site copy and the log/result dirs, written atomically; the job reads the same
     site config the script was rendered from."""
-    files = RunFiles(run_dir.resolve(), run.spec.run_id)
+    files = RunFiles(run_dir.absolute(), run.spec.run_id)
     if site.path is None:
         raise KitError(f"site {site.name}: no config file behind it to give the job")
     text = render(site, run, files, pair, python)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kit.errors import KitError
 from kit.site import Site
+from kit.site.model import WALLTIME_RE
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Flags the batch script sets itself from the run and the site; a second value would fight them.
@@ -53,7 +55,7 @@ def default_threads(site: Site, ranks_per_node: int) -> int:
 
 def check_run(site: Site, spec: RunSpec) -> Checked:
     """Refuse what the site cannot run, naming the field and the fix, before anything is queued."""
-    where = f"site {site.name}" + (f" ({site.path})" if site.path else "")
+    where = f"site {site.name}" + (f" ({Path(site.path).resolve()})" if site.path else "")
     if site.scheduler.type != "slurm":
         raise KitError(f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
                        "system to submit to; run `python -m gan3d train` directly (e.g. `make demo`)")
@@ -73,10 +75,13 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
         raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s) = {wanted}, "
                        f"but a {site.name} node has {node.cores} cores x {node.threads_per_core} hardware "
                        f"threads = {node.hardware_threads}; fix: {fix}")
+    if not WALLTIME_RE.match(spec.walltime):
+        raise KitError(f"--walltime {spec.walltime!r}: write HH:MM:SS or D-HH:MM:SS")
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
                        "(scheduler.max_walltime)")
-    owned = [a for a in spec.train_args if a.split("=", 1)[0] in OWNED_FLAGS]
+    owned = [a for a in spec.train_args if a.startswith("--") and len(flag := a.split("=", 1)[0]) > 2
+             and any(o.startswith(flag) for o in OWNED_FLAGS)]  # argparse takes any unique prefix
     if owned:
         raise KitError(f"training arguments {' '.join(owned)}: the batch script sets "
                        f"{', '.join(OWNED_FLAGS)} itself from the run and the site; drop them")

@@ -37,7 +37,7 @@ def test_a_plan_is_written_once_and_never_replaced_by_another(tmp_path):
         write_plan(_sng_plan(nodes=[4]), tmp_path)
     assert load_plan(tmp_path) == plan
     path.write_text("kit_plan: 1\nsite: x\n")
-    with pytest.raises(KitError, match=r"plan.yaml: key 'train_args' is missing or malformed"):
+    with pytest.raises(KitError, match=r"plan.yaml: a key is missing or malformed \(KeyError\('train_args'\)\)"):
         load_plan(tmp_path)
     with pytest.raises(KitError, match="no plan here; fix: kit scale plan --dir"):
         load_plan(tmp_path / "elsewhere")
@@ -64,3 +64,21 @@ def test_cli_plan_lists_runs_and_reasons(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["scale", "plan", "--site", "supermuc-ng", "--no-container", "--nodes", "x", "--dir", str(tmp_path / "t")])
     assert "give comma-separated whole numbers" in capsys.readouterr().err
+
+
+def test_a_plan_the_jobs_could_not_use_is_refused_before_it_is_written(tmp_path):
+    bad = tmp_path / "my sweep"
+    with pytest.raises(KitError, match="use an absolute path of letters"):
+        write_plan(_sng_plan(nodes=[4]), bad)
+    assert not (bad / "plan.yaml").exists()
+    with pytest.raises(KitError, match="training arguments --checkpoint-dir: every run of the sweep would write the same"):
+        _sng_plan(train_args=("--checkpoint-dir", "/x"))
+    assert len(_sng_plan(nodes=[4], ranks_per_node=[4], train_args=("--checkpoint-dir", "/x")).runs) == 1
+
+
+def test_the_same_sweep_named_by_a_relative_or_absolute_site_path_is_the_same_plan(tmp_path, monkeypatch):
+    from kit.site.load import SHIPPED_DIR
+
+    monkeypatch.chdir(SHIPPED_DIR.parent)
+    write_plan(make_plan("site-configs/supermuc-ng.yaml", [1024, 4], [4], None, "01:00:00"), tmp_path)
+    write_plan(make_plan(str(SHIPPED_DIR / "supermuc-ng.yaml"), [1024, 4], [4], None, "01:00:00"), tmp_path)

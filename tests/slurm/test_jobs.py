@@ -115,3 +115,19 @@ def test_containerized_job_runs_horovod_on_the_host_intel_mpi(slurm, impi_srun_s
     assert result["ranks"] == 2 and result["site"] == "impi-slurm-ct"
     assert result["mpi_library_version"].startswith("Intel(R) MPI Library"), result["mpi_library_version"]
     assert len(set(result["weights_sha256_per_rank"])) == 1  # Horovod kept both ranks in step
+
+
+def test_cancel_stops_the_queued_and_running_jobs_of_a_plan(slurm, slurm_site, showers, tmp_path, capsys):
+    long = tiny_train_args(showers) + ("--epochs", "500")  # the later --epochs wins: hours of work
+    sweep = _plan(slurm_site, tmp_path / "sweep", long, ranks_per_node=[1, 2])
+    jobs = {s.run_id: s.job for s in campaign.submit(sweep)}
+    assert main(["scale", "cancel", str(sweep), "--dry-run"]) == 0
+    assert capsys.readouterr().out.count("would cancel") == 2
+    assert {s.state for s in campaign.collect(sweep)} <= {"PENDING", "RUNNING", "CONFIGURING"}
+    assert main(["scale", "cancel", str(sweep), "--only", "n1-r1-t2"]) == 0
+    assert capsys.readouterr().out.strip() == f"cancelled n1-r1-t2 (job {jobs['n1-r1-t2']})"
+    assert sorted(campaign.cancel(sweep)) == [("n1-r2-t1", jobs["n1-r2-t1"])]
+    status = campaign.wait(sweep, poll_seconds=1, timeout=120)
+    assert [s.state for s in status] == ["CANCELLED", "CANCELLED"] and not any(s.result for s in status)
+    assert main(["scale", "cancel", str(sweep)]) == 0
+    assert "no run of the plan is queued or running" in capsys.readouterr().out

@@ -10,7 +10,7 @@ import pytest
 
 from kit.cli import main
 from kit.errors import KitError
-from kit.mpi import make_pair, write_pair
+from kit.mpi import convert_paired, make_pair, write_pair
 from kit.mpi.pair_file import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render, write_run
@@ -21,11 +21,9 @@ SNG = load_site("supermuc-ng")
 
 
 @pytest.fixture(scope="module")
-def sng_pair(mpich_image, tmp_path_factory) -> Path:
-    """The real pair of the test MPICH image with SuperMUC-NG's Intel MPI, as convert writes it."""
-    pair = make_pair(SNG, mpich_image)
-    pair.site_image = "~/images/gan3d.current"
-    return write_pair(pair, tmp_path_factory.mktemp("pair") / "gan3d.sqfs.pair.yaml")
+def sng_pair(mpich_oci, tmp_path_factory) -> Path:
+    """The test MPICH image converted for SuperMUC-NG (its Intel MPI): the pair file convert writes."""
+    return convert_paired(mpich_oci, tmp_path_factory.mktemp("pair") / "gan3d.tar", SNG).pair_file
 
 
 def _spec(nodes=4, rpn=4, threads=12, **kw) -> RunSpec:
@@ -52,6 +50,11 @@ def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_pat
     assert words[i - 1] == "~/images/gan3d.current" and script.count(" ~/images/gan3d.current ") == 1  # ~ expands
     assert words[i + 1:i + 5] == ["python3", "-m", "gan3d", "train"]
     assert words[words.index("--results") + 1] == "/hppfs/work/pr/run1/results/n768.json"
+    assert words[5] == "--set-env"  # the image's ENV first (recipe's PATH), then the pair's
+    assert "#SBATCH --hint=nomultithread" in script  # 4 x 12 on whole cores, not 24 cores x 2 threads
+    assert "SRUN_CPUS_PER_TASK" not in script  # Hydra starts its proxies with srun: no per-task CPU limit
+    assert "export FI_PROVIDER=psm2" in script  # the host launcher sees the host MPI's settings too
+    assert script.index("module load") < script.index("set -euo pipefail")  # module scripts break under -u
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
@@ -72,6 +75,9 @@ def test_hyperthreads_are_allowed_up_to_the_hardware_threads_and_then_refused():
     (_spec(walltime="49:00:00"), r"--walltime 49:00:00: .* at most 48:00:00 \(scheduler\.max_walltime\)"),
     (_spec(train_args=("--threads=4",)), r"training arguments --threads=4: the batch script sets"),
     (_spec(run_id="a b"), r"run id 'a b'"),
+    (_spec(walltime="2h"), r"--walltime '2h': write HH:MM:SS"),
+    (_spec(walltime="1\n:00:00"), r"--walltime '1\\n:00:00': write HH:MM:SS"),  # would end the #SBATCH block
+    (_spec(train_args=("--thread", "4")), r"training arguments --thread: the batch script sets"),  # a prefix
 ])
 def test_what_the_site_cannot_run_is_refused_with_the_field(spec, message):
     with pytest.raises(KitError, match=message):
@@ -90,6 +96,7 @@ def test_hostile_values_stay_single_words(tmp_path):
     script = render(site, run, RunFiles(tmp_path, "r"), None, python="/opt/my python/bin/python")
     words = _last_line(script)
     assert words[:2] == ["srun", "--mpi=pmi2"] and words[2] == "/opt/my python/bin/python"
+    assert "export SRUN_CPUS_PER_TASK=1\n" in script and "--hint" not in script  # 1 thread per core here
     assert words[words.index("--data") + 1] == evil
     with pytest.raises(KitError, match="use an absolute path of letters"):
         render(site, run, RunFiles(tmp_path / "my runs", "r"), None)
@@ -99,25 +106,29 @@ def test_hostile_values_stay_single_words(tmp_path):
         render(load_site(write_site(tmp_path, bad)), run, RunFiles(tmp_path, "r"), None)
 
 
-def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_image, tmp_path):
+def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_oci, tmp_path):
     site_doc = slurm_site_dict("boundslurm")
     site_doc["container"]["binds"] = [f"{tmp_path}/work:/work"]
     site = load_site(write_site(tmp_path, site_doc))
-    pair_file = write_pair(make_pair(site, mpich_image), tmp_path / "img.pair.yaml")
+    pair_file = convert_paired(mpich_oci, tmp_path / "img.tar", site).pair_file
     pair = read_pair_file(pair_file, site)
     run = check_run(site, _spec(1, 2, 1, walltime="00:10:00", train_args=tiny_train_args([tmp_path / "work" / f"f{i}.h5" for i in range(3)])))
     script = render(site, run, RunFiles(tmp_path / "work" / "sweep", "r"), pair)
     words = _last_line(script)
     train = words[words.index("--") + 1:]
     assert train[train.index("--data") + 1] == "/work/f0.h5,/work/f1.h5"
+    option = render(site, check_run(site, _spec(1, 1, 1, walltime="00:10:00",
+                                                train_args=(f"--validation-data={tmp_path}/work/v.h5",))),
+                    RunFiles(tmp_path / "work" / "sweep", "r"), pair)
+    assert "--validation-data=/work/v.h5" in _last_line(option)
     assert train[train.index("--results") + 1] == "/work/sweep/results/r.json"
-    assert train[train.index("--site") + 1] == "/work/sweep/site.yaml"
-    with pytest.raises(KitError, match=r"run dir .* is not under any directory img.pair.yaml binds"):
+    assert train[train.index("--site") + 1] == "/work/sweep/scripts/r.site.yaml"  # each run its own copy
+    with pytest.raises(KitError, match=r"run dir .* is not under any directory img.tar.pair.yaml binds"):
         render(site, run, RunFiles(tmp_path / "elsewhere", "r"), pair)
     with pytest.raises(KitError, match=r"key site is 'boundslurm', but the job runs at 'supermuc-ng'"):
         read_pair_file(pair_file, SNG)
     pair_file.write_text("kit_pair: 1\nsite: boundslurm\n")
-    with pytest.raises(KitError, match=r"img.pair.yaml: key 'binds' is missing"):
+    with pytest.raises(KitError, match=r"img.tar.pair.yaml: key 'binds' is missing"):
         read_pair_file(pair_file, site)
 
 
@@ -137,3 +148,11 @@ def test_cli_render_dry_run_prints_the_script_and_writes_nothing(slurm_site, tmp
     assert _last_line(out)[-2:] == ["--epochs", "3"]
     assert main(["slurm", "render", "--site", "laptop", "--no-container", "--dir", str(tmp_path)]) == 2
     assert "not slurm" in capsys.readouterr().err
+
+
+def test_a_pair_whose_image_lacks_the_mount_points_is_refused_before_queueing(mpich_image, tmp_path):
+    """`kit mpi pair` on an image converted without --site: the binds would fail in every job."""
+    pair_file = write_pair(make_pair(SNG, mpich_image), tmp_path / "img.pair.yaml")
+    with pytest.raises(KitError, match=r"key image_ready: the image lacks /opt/hostmpi/lib1, /opt/hostmpi/lib2, "
+                                       r"/hppfs, so its ch-run --bind would fail; convert the source image"):
+        read_pair_file(pair_file, SNG)
