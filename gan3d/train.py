@@ -390,6 +390,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         record = {
             "site": site.name if site else None,
             "image_digest": res.image_digest(),
+            "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
             "software": res.software_versions(itex_loaded=itex_installed),
             "mpi_library_version": layout.mpi_library_version,
             "mpi_library_version_full": layout.mpi_library_version_full,

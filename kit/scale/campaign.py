@@ -9,7 +9,7 @@ from typing import Callable
 
 from kit.errors import KitError
 from kit.scale.plan import Plan, load_plan
-from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, job_states, render, sbatch, scancel, write_run
+from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, render, sbatch, scancel, write_run
 from kit.slurm.ledger import latest_job, read_jobs, record_job
 
 LOG_TAIL_LINES = 12
@@ -116,6 +116,11 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
             on_poll(status)
         if not any(s.active for s in status):
             return status
+        active = [s for s in status if s.active]
+        if all(is_stuck(s.state) for s in active):
+            raise KitError(f"{sweep_dir}: every run still queued pends for a reason only a person can clear: "
+                           + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active)
+                           + "; fix the cause (scontrol release, partition limits) or kit scale cancel")
         if deadline is not None and time.monotonic() > deadline:
             raise KitError(f"{sweep_dir}: runs still queued or running after {timeout:.0f} s: "
                            + ", ".join(f"{s.run_id} ({s.state})" for s in status if s.active))

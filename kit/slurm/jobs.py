@@ -11,10 +11,18 @@ from kit.errors import KitError
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "REVOKED"}
 UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
+# Why a job may pend that no waiting will clear: shown, and `kit scale collect --wait` stops on them.
+STUCK = {"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+         "JobHeldUser", "JobHeldAdmin", "DependencyNeverSatisfied"}
 
 
 def is_active(state: str) -> bool:
-    return state not in TERMINAL and state != UNKNOWN
+    return state.split(" ")[0] not in TERMINAL and state != UNKNOWN
+
+
+def is_stuck(state: str) -> bool:
+    """PENDING (Reason) with a reason only a person can clear."""
+    return state.startswith("PENDING (") and state[9:-1] in STUCK
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
@@ -41,13 +49,13 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
     states = {j: UNKNOWN for j in job_ids}
     if not job_ids:
         return states
-    done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"])
+    done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
         raise KitError(f"squeue failed: {done.stderr.strip()}; try again when slurmctld answers")
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
-        job, _, state = line.partition("|")
+        job, state, reason = (line.split("|") + ["", ""])[:3]
         if job in states:
-            states[job] = state
+            states[job] = f"PENDING ({reason})" if state == "PENDING" and reason not in ("", "None") else state
     left = [j for j, s in states.items() if s == UNKNOWN]
     if left and shutil.which("sacct"):
         acct = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(left), "-o", "JobID,State"])

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from kit.cli import main
+from kit.errors import KitError
 from kit.mpi import convert_paired
 from kit.scale import campaign
 from kit.scale.plan import load_plan, make_plan, write_plan
@@ -49,6 +50,7 @@ def test_sweep_is_submitted_once_collected_and_reported(slurm, slurm_site, showe
             (1, spec.ranks_per_node, spec.threads_per_rank)
         assert result["site"] == "localslurm" and result["mpi_library_version"].startswith("MPICH")
         assert result["thread_env"]["OMP_NUM_THREADS"] == str(spec.threads_per_rank)
+        assert result["job"] == {"slurm_job_id": s.job, "run_id": spec.run_id}  # which job wrote it
         log = (sweep / "logs" / f"{spec.run_id}-{s.job}.out").read_text()
         assert f"kit: run {spec.run_id} job {s.job} on {slurm.node}: {spec.ranks} ranks" in log
     assert campaign.submit(sweep)[0].note.startswith("has a result")
@@ -123,7 +125,7 @@ def test_cancel_stops_the_queued_and_running_jobs_of_a_plan(slurm, slurm_site, s
     jobs = {s.run_id: s.job for s in campaign.submit(sweep)}
     assert main(["scale", "cancel", str(sweep), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("would cancel") == 2
-    assert {s.state for s in campaign.collect(sweep)} <= {"PENDING", "RUNNING", "CONFIGURING"}
+    assert all(s.active and not s.result for s in campaign.collect(sweep))
     assert main(["scale", "cancel", str(sweep), "--only", "n1-r1-t2"]) == 0
     assert capsys.readouterr().out.strip() == f"cancelled n1-r1-t2 (job {jobs['n1-r1-t2']})"
     assert sorted(campaign.cancel(sweep)) == [("n1-r2-t1", jobs["n1-r2-t1"])]
@@ -131,3 +133,26 @@ def test_cancel_stops_the_queued_and_running_jobs_of_a_plan(slurm, slurm_site, s
     assert [s.state for s in status] == ["CANCELLED", "CANCELLED"] and not any(s.result for s in status)
     assert main(["scale", "cancel", str(sweep)]) == 0
     assert "no run of the plan is queued or running" in capsys.readouterr().out
+
+
+def test_a_run_held_in_the_queue_is_shown_with_its_reason_and_waiting_stops(slurm, slurm_site, showers, tmp_path,
+                                                                           capsys):
+    import subprocess
+
+    def scontrol(*args: str) -> None:
+        subprocess.run(["scontrol", *args], check=True, capture_output=True)  # SLURM_CONF: the fixture
+
+    sweep = _plan(slurm_site, tmp_path / "sweep", tiny_train_args(showers), ranks_per_node=[2])
+    scontrol("update", f"NodeName={slurm.node}", "State=DRAIN", "Reason=kit-test")  # nothing may start yet
+    try:
+        [sub] = campaign.submit(sweep)
+        scontrol("hold", sub.job)  # as an admin (or a wrapper) would
+    finally:
+        scontrol("update", f"NodeName={slurm.node}", "State=RESUME")
+    with pytest.raises(KitError, match=rf"n1-r2-t1 \(job {sub.job}, PENDING \(JobHeld(User|Admin)\)\).*kit scale cancel"):
+        campaign.wait(sweep, poll_seconds=1, timeout=60)
+    assert main(["scale", "collect", str(sweep)]) == 0  # nothing failed yet
+    assert "PENDING (JobHeld" in capsys.readouterr().out
+    assert campaign.submit(sweep)[0].note.startswith(f"job {sub.job} is PENDING (JobHeld")  # not queued twice
+    campaign.cancel(sweep)
+    assert campaign.collect(sweep)[0].state.startswith("CANCELLED")
