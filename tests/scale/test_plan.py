@@ -82,3 +82,14 @@ def test_the_same_sweep_named_by_a_relative_or_absolute_site_path_is_the_same_pl
     monkeypatch.chdir(SHIPPED_DIR.parent)
     write_plan(make_plan("site-configs/supermuc-ng.yaml", [1024, 4], [4], None, "01:00:00"), tmp_path)
     write_plan(make_plan(str(SHIPPED_DIR / "supermuc-ng.yaml"), [1024, 4], [4], None, "01:00:00"), tmp_path)
+
+
+def test_a_corrupt_result_is_no_result(tmp_path):
+    """A job killed while writing leaves a broken file: the run is not done and is submitted again."""
+    write_plan(_sng_plan(nodes=[4], ranks_per_node=[4]), tmp_path)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "n4-r4-t12.json").write_text('{"schema": "gan3d-ru')
+    [status] = campaign.collect(tmp_path)
+    assert (status.state, status.result, status.done) == ("NOT SUBMITTED", None, False)
+    assert campaign.submit(tmp_path, dry_run=True)[0].note == "dry run: would sbatch"
+    assert campaign.results(tmp_path) == []

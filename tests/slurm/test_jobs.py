@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,19 @@ def test_a_failed_job_is_named_with_the_end_of_its_log(slurm, slurm_site, shower
     assert "0 of 1 run(s) have results" in out
     assert main(["scale", "report", str(sweep)]) == 2
     assert "no results to report" in capsys.readouterr().err
+
+    one = tmp_path / "one"  # the same through `kit slurm submit`: one run, recorded, its log named
+    assert main(["slurm", "submit", "--site", str(slurm_site), "--no-container", "--ranks-per-node", "2",
+                 "--python", sys.executable, "--walltime", "00:05:00", "--dir", str(one), "--run-id", "single",
+                 "--", "--data", str(missing), "--validation-data", str(showers[2])]) == 0
+    job = capsys.readouterr().out.strip()
+    assert [j["job"] for j in read_jobs(one)["single"]] == [job]
+    log = one / "logs" / f"single-{job}.out"
+    for _ in range(60):
+        if "gan3d train: error:" in (log.read_text() if log.exists() else ""):
+            break
+        time.sleep(1)
+    assert str(missing) in log.read_text()
 
 
 def test_containerized_job_runs_horovod_on_the_host_intel_mpi(slurm, impi_srun_site, mpich_oci, showers, tmp_path):
