@@ -38,7 +38,8 @@ COPY gan3d /opt/gan3d/gan3d
 # that `kit slurm render` writes hands the job its copy of the config.
 COPY kit /opt/gan3d/kit
 COPY site-configs /opt/gan3d/site-configs
-ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/gan3d OMP_NUM_THREADS=1
+# No OMP_NUM_THREADS here: ch-run imports this ENV into every job, over the batch script's value.
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/gan3d
 
 # Bind targets for the host MPI (read-only images cannot grow them later) and the alias that
 # `kit mpi pair` lists under `links:` for an Intel MPI host.

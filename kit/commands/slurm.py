@@ -7,10 +7,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from kit.errors import KitError
 from kit.mpi.pair_file import pair_file_for, read_pair_file
 from kit.site import load_site
-from kit.slurm import RunFiles, RunSpec, check_run, default_threads, render, sbatch, write_run
-from kit.slurm.ledger import record_job
+from kit.slurm import RunFiles, RunSpec, check_run, default_threads, is_active, job_states, render, sbatch, write_run
+from kit.slurm.ledger import all_jobs, locked, read_jobs, record_job
 from kit.slurm.spec import seconds
 
 DEFAULT_WALLTIME = "01:00:00"
@@ -62,14 +63,26 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
         sys.stdout.write(render(site, checked, RunFiles(args.dir.absolute(), run_id), pair, args.python))
         console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))
         return 0
-    files = write_run(site, checked, args.dir, pair, args.python)
-    console.print(f"wrote {files.script}")
-    if submit:
-        job = sbatch(files.script)
-        record_job(files.run_dir, run_id, job)
-        console.print(f"submitted job {job}: log {files.log(job)}, result {files.results}")
-        print(job)
+    with locked(args.dir.absolute()):
+        _refuse_a_second_job(RunFiles(args.dir.absolute(), run_id))
+        files = write_run(site, checked, args.dir, pair, args.python)
+        console.print(f"wrote {files.script}")
+        if submit:
+            job = sbatch(files.script)
+            record_job(files.run_dir, run_id, job)
+            console.print(f"submitted job {job}: log {files.log(job)}, result {files.results}")
+            print(job)
     return 0
+
+
+def _refuse_a_second_job(files: RunFiles) -> None:
+    """A run id names one job's script, site copy and result: a queued job would read the next one's."""
+    jobs = all_jobs(read_jobs(files.run_dir), files.run_id)
+    active = [j for j, state in job_states(jobs).items() if is_active(state)]
+    if active or files.results.exists():
+        what = f"job {active[-1]} still queued or running" if active else f"a result ({files.results})"
+        raise KitError(f"run {files.run_id} in {files.run_dir} already has {what}; fix: another --run-id or "
+                       "--dir (sweeps: kit scale submit --resubmit)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

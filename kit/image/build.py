@@ -1,6 +1,7 @@
 """Build a site's training image from its recipe in images/ (outside the perimeter, where the
 network is): the recipe is the one whose MPI the site's host MPI can replace, and its build
-arguments come from the site config, so the image is born with the pair's mount points."""
+arguments come from the site config (where the host MPI's library dirs will be bound; the
+site's other binds are made by `kit image convert --site`)."""
 from __future__ import annotations
 
 import os

@@ -28,7 +28,7 @@ def wanted(relpath: str) -> bool:
     imports it) and MPI-looking paths."""
     rel = relpath.lstrip("./")
     if rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status", "ch/environment") \
-            or rel.startswith("etc/ld.so.conf.d/"):
+            or rel.startswith("etc/ld.so.conf.d/") or rel.partition("/")[2] == "ch/environment":  # TOP/ch/...
         return True
     return any(word in rel.lower() for word in WANTED_WORDS)
 

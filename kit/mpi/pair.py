@@ -181,14 +181,18 @@ def image_abi(found: ImageMPI) -> AbiId:
     return AbiId(lib.vendor, lib.mpi_version, lib.soname or lib.name, lib.file_version)
 
 
+def under(path: str, directory: str) -> bool:
+    base = directory.rstrip("/")
+    return path == base or path.startswith(base + "/")
+
+
 def translate(value: str, binds: list[tuple[str, str]]) -> str:
     """Rewrite host paths under a bound dir into their in-image path (colon lists too)."""
     out = []
     for part in value.split(":"):
         for src, dst in sorted(binds, key=lambda b: -len(b[0])):
-            base = src.rstrip("/")
-            if part == base or part.startswith(base + "/"):
-                part = dst.rstrip("/") + part[len(base):]
+            if under(part, src):
+                part = dst.rstrip("/") + part[len(src.rstrip("/")):]
                 break
         out.append(part)
     return ":".join(out)

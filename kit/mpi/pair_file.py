@@ -22,6 +22,7 @@ class PairFile:
     site_image: str
     launch: Launch
     warnings: list[str] = field(default_factory=list)
+    digest: str | None = None  # sha256:HEX of the image, from IMAGE.sha256 beside the pair file
 
     def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
         return self.launch.line(self.site_image, command)
@@ -54,9 +55,12 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
         key, env = "env", doc["env"]
         launch = Launch(site, binds, {str(k): str(v) for k, v in (env["set"] or {}).items()},  # type: ignore[arg-type]
                         {str(k): [str(d) for d in v] for k, v in (env["prepend"] or {}).items()},
-                        bool(doc.get("image_environment", False)))
+                        bool(doc.get("image_environment", True)))  # before the key: converted, so True
         key, verdict, ready = "verdict", doc["verdict"], doc["image_ready"]
-        pair = PairFile(path, str(doc["site_image"]), launch, list(verdict.get("warnings") or []))
+        site_image = str(doc["site_image"])
+        if not site_image.startswith(("/", "~/")):  # the job may start anywhere
+            site_image = str((path.parent / site_image).absolute())
+        pair = PairFile(path, site_image, launch, list(verdict.get("warnings") or []), _digest(path))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise KitError(f"{path}: key {key!r} is missing or malformed ({exc!r}); {fix}") from None
     if not verdict.get("ok"):
@@ -65,3 +69,12 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
         raise KitError(f"{path}: key image_ready: the image lacks {', '.join(ready.get('missing') or [])}, so "
                        f"its ch-run --bind would fail; {FIX_MISSING}")
     return pair
+
+
+def _digest(pair: Path) -> str | None:
+    """The image's sha256 as `kit image convert` wrote it (IMAGE.sha256: "HEX  NAME")."""
+    try:
+        hexdigest = (pair.with_name(pair.name.removesuffix(".pair.yaml") + ".sha256").read_text().split() or [""])[0]
+    except OSError:
+        return None
+    return f"sha256:{hexdigest}" if len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest) else None

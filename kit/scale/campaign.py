@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -10,7 +11,7 @@ from typing import Callable
 from kit.errors import KitError
 from kit.scale.plan import Plan, load_plan
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, render, sbatch, scancel, write_run
-from kit.slurm.ledger import latest_job, read_jobs, record_job
+from kit.slurm.ledger import all_jobs, latest_job, locked, read_jobs, record_job
 
 LOG_TAIL_LINES = 12
 
@@ -37,43 +38,50 @@ class RunStatus:
 
     @property
     def active(self) -> bool:
-        return is_active(self.state)
+        return self.job is not None and is_active(self.state)
 
 
 def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None,
            resubmit: bool = False) -> list[Submission]:
     """Render and sbatch each run. A run that has a result or a job still queued is skipped
-    unless ``resubmit``, so submitting twice queues nothing twice."""
+    unless ``resubmit`` (which never runs beside a job of the same run), so submitting twice
+    queues nothing twice."""
     plan = load_plan(sweep_dir)
     site = plan.load_site()
     pair = plan.pair_file(site)
     runs = _select(plan, only)
-    jobs = read_jobs(sweep_dir)
-    queued = job_states([j for r in runs if (j := latest_job(jobs, r.run_id))])  # none yet: Slurm not asked
-    out = []
-    for spec in runs:
-        checked = check_run(site, spec)
-        files = RunFiles(sweep_dir.absolute(), spec.run_id)
-        job = latest_job(jobs, spec.run_id)
-        if not resubmit and _result(files):
-            out.append(Submission(spec.run_id, files.script, None, "has a result (--resubmit to run again)"))
-        elif not resubmit and job and is_active(queued[job]):
-            out.append(Submission(spec.run_id, files.script, None, f"job {job} is {queued[job]}"))
-        elif dry_run:
-            render(site, checked, files, pair, plan.python)  # every check, nothing written
-            out.append(Submission(spec.run_id, files.script, None, "dry run: would sbatch"))
-        else:
-            write_run(site, checked, sweep_dir, pair, plan.python)
-            if files.results.exists():  # a failed resubmission must not leave the old numbers current
-                files.results.rename(files.results.with_name(f"{spec.run_id}.before-job-{job}.json"))
-            try:
-                new = sbatch(files.script)
-            except KitError as exc:  # the runs queued so far stay recorded; say which failed and go on
-                out.append(Submission(spec.run_id, files.script, None, f"not submitted: {exc}"))
-                continue
-            record_job(sweep_dir, spec.run_id, new)
-            out.append(Submission(spec.run_id, files.script, new, "submitted"))
+    with nullcontext() if dry_run else locked(sweep_dir):
+        jobs = read_jobs(sweep_dir)
+        states = job_states([j for r in runs for j in all_jobs(jobs, r.run_id)])  # none yet: Slurm not asked
+        out = []
+        for spec in runs:
+            checked = check_run(site, spec)
+            files = RunFiles(sweep_dir.absolute(), spec.run_id)
+            job = latest_job(jobs, spec.run_id)
+            running = [j for j in all_jobs(jobs, spec.run_id) if is_active(states[j])]
+            if not resubmit and _result(files, job):
+                out.append(Submission(spec.run_id, files.script, None, "has a result (--resubmit to run again)"))
+            elif running:
+                out.append(Submission(spec.run_id, files.script, None, f"job {running[-1]} is "
+                                      f"{states[running[-1]]}" + (": cancel it first" if resubmit else "")))
+            elif dry_run:
+                render(site, checked, files, pair, plan.python)  # every check, nothing written
+                out.append(Submission(spec.run_id, files.script, None, "dry run: would sbatch"))
+            else:
+                out.append(_submit_one(site, checked, sweep_dir, pair, plan.python, files, job))
     return out
+
+
+def _submit_one(site, checked, sweep_dir: Path, pair, python: str, files: RunFiles, old: str | None) -> Submission:
+    write_run(site, checked, sweep_dir, pair, python)
+    try:
+        job = sbatch(files.script)
+    except KitError as exc:  # the runs queued so far stay recorded; say which failed and go on
+        return Submission(files.run_id, files.script, None, f"not submitted: {exc}")
+    record_job(sweep_dir, files.run_id, job)
+    if files.results.exists():  # the old numbers must not pass for the new job's
+        files.results.rename(files.results.with_name(f"{files.run_id}.before-job-{old}.json"))
+    return Submission(files.run_id, files.script, job, "submitted")
 
 
 def collect(sweep_dir: Path) -> list[RunStatus]:
@@ -87,7 +95,7 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
         files = RunFiles(sweep_dir.absolute(), spec.run_id)
         job = latest[spec.run_id]
         state = states.get(job, UNKNOWN) if job else "NOT SUBMITTED"
-        result, problem = _result(files), ""
+        result, problem = _result(files, job), ""
         if result is None and job and not is_active(state):
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         out.append(RunStatus(spec.run_id, job, state, result, problem))
@@ -98,9 +106,9 @@ def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False
     """scancel the plan's queued and running jobs: (run id, job id) of each one cancelled."""
     plan = load_plan(sweep_dir)
     jobs = read_jobs(sweep_dir)
-    latest = {r.run_id: j for r in _select(plan, only) if (j := latest_job(jobs, r.run_id))}
-    states = job_states(list(latest.values()))
-    active = [(run, job) for run, job in latest.items() if is_active(states[job])]
+    history = [(r.run_id, j) for r in _select(plan, only) for j in all_jobs(jobs, r.run_id)]
+    states = job_states([j for _, j in history])
+    active = [(run, job) for run, job in history if is_active(states[job])]
     if active and not dry_run:
         scancel([job for _, job in active])
     return active
@@ -129,7 +137,8 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
 
 def results(sweep_dir: Path) -> list[Path]:
     """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere)."""
-    found = (_result(RunFiles(sweep_dir.absolute(), r.run_id)) for r in load_plan(sweep_dir).runs)
+    jobs = read_jobs(sweep_dir)
+    found = (_result(RunFiles(sweep_dir.absolute(), r.run_id), latest_job(jobs, r.run_id)) for r in load_plan(sweep_dir).runs)
     return [p for p in found if p is not None]
 
 
@@ -143,12 +152,14 @@ def _select(plan: Plan, only: list[str] | None) -> list:
     return [r for r in plan.runs if r.run_id in only]
 
 
-def _result(files: RunFiles) -> Path | None:
+def _result(files: RunFiles, job: str | None) -> Path | None:
+    """The run's results JSON if it is whole and was written by ``job`` (when it says which)."""
     try:
-        json.loads(files.results.read_text())
+        record = json.loads(files.results.read_text())
     except (OSError, ValueError):
         return None
-    return files.results
+    written_by = (record.get("job") or {}).get("slurm_job_id") if isinstance(record, dict) else None
+    return files.results if written_by is None or written_by == job else None
 
 
 def _log_tail(log: Path) -> str:

@@ -12,7 +12,7 @@ from kit.errors import KitError
 from kit.mpi.pair_file import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render
-from kit.slurm.spec import RunSpec, check_run, default_threads
+from kit.slurm.spec import RunSpec, check_run, default_threads, matching
 
 PLAN_FORMAT = 1
 PLAN_NAME = "plan.yaml"
@@ -67,7 +67,7 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     if not runs:
         reasons = "; ".join(sorted({r["reason"] for r in refused}))
         raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")
-    shared = [a for a in train_args if a.split("=", 1)[0] in PER_RUN_FLAGS]
+    shared = matching(tuple(train_args), PER_RUN_FLAGS)
     if shared and len(runs) > 1:
         raise KitError(f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
                        "directory at once; fix: leave them out of the sweep (or plan one run per directory)")

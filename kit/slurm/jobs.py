@@ -21,8 +21,9 @@ def is_active(state: str) -> bool:
 
 
 def is_stuck(state: str) -> bool:
-    """PENDING (Reason) with a reason only a person can clear."""
-    return state.startswith("PENDING (") and state[9:-1] in STUCK
+    """PENDING (Reason) with a reason only a person can clear, or a held state of its own."""
+    return (state.startswith("PENDING (") and state[9:-1] in STUCK) or state.endswith("_HOLD") \
+        or state in ("SPECIAL_EXIT", "STOPPED")
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

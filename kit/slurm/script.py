@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.mpi.pair import launcher_words, translate
+from kit.mpi.pair import launcher_words, translate, under
 from kit.mpi.pair_file import PairFile
 from kit.site import Site
 from kit.slurm.spec import Checked
@@ -18,6 +18,7 @@ TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "run.sbatch"
 # #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there.
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
 SAFE_WORD = re.compile(r"^[A-Za-z0-9._,:+-]+$")
+PATH_FLAGS = ("--data", "--validation-data", "--synthetic-dir", "--checkpoint-dir")
 
 
 class _Template(string.Template):
@@ -83,13 +84,16 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
     if pair is None:
         launch = " ".join(head + [shlex.quote(w) for w in train])
     else:
-        inside = _inside(pair, files.run_dir)
+        inside = _inside(pair, files.run_dir, spec.train_args)
         launch = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in train))
+        if pair.digest:  # the results name the image they ran on
+            env.append(f"export KIT_IMAGE_DIGEST={shlex.quote(pair.digest)}")
     modules = ""
     if site.modules:
         modules = ("if ! command -v module >/dev/null 2>&1 && [ -r /etc/profile.d/modules.sh ]; then\n"
                    "  . /etc/profile.d/modules.sh\nfi\n"
-                   "module load " + " ".join(shlex.quote(m) for m in site.modules))
+                   "module load " + " ".join(shlex.quote(m) for m in site.modules)
+                   + ' || { echo "kit: module load failed (modules in the site config)" >&2; exit 1; }')
     return _Template(TEMPLATE.read_text()).substitute(
         run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
         ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
@@ -97,21 +101,38 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         launch=launch)
 
 
+def path_arguments(train_args: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(flag, value) of the training arguments that name host files or directories."""
+    out, args = [], list(train_args)
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in PATH_FLAGS:
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            out.append((flag, value))
+    return out
+
+
 def bound(path: str, binds: list[tuple[str, str]]) -> bool:
     """Whether a host path lies in a directory bound into the container."""
-    return any(path == src.rstrip("/") or path.startswith(src.rstrip("/") + "/") for src, _ in binds)
+    return any(under(path, src) for src, _ in binds)
 
 
-def _inside(pair: PairFile, run_dir: Path):
+def _inside(pair: PairFile, run_dir: Path, train_args: tuple[str, ...]):
     """Host paths -> the container's view through the pair's binds (also in --opt=/path and comma
-    lists); the run dir must be bound, or the job could not write its result."""
+    lists). The run dir and the data must be bound, or the job fails after its wait in the queue."""
     binds = pair.launch.binds
+    listed = ", ".join(f"{s}:{d}" for s, d in binds)
+    fix = ("add SRC:DST covering it to container.binds in the site config and re-run kit image convert "
+           "--site (it makes the mount point)")
     if not bound(str(run_dir), binds):
-        listed = ", ".join(f"{s}:{d}" for s, d in binds)
         raise KitError(f"run dir {run_dir} is not under any directory {pair.path.name} binds into the "
                        f"container ({listed}), so the job could not write its result; fix: choose a run dir "
-                       "under one of them, or add SRC:DST covering it to container.binds in the site "
-                       "config and re-run kit image convert --site (it makes the mount point)")
+                       f"under one of them, or {fix}")
+    for flag, value in path_arguments(train_args):
+        for part in value.split(","):
+            if not part.startswith("/") or not bound(part, binds):
+                raise KitError(f"training argument {flag} {part}: the container sees only absolute paths under "
+                               f"the directories {pair.path.name} binds ({listed}); fix: give such a path, or {fix}")
 
     def one(word: str) -> str:
         flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)

@@ -41,6 +41,12 @@ class Checked:
     warnings: list[str] = field(default_factory=list)
 
 
+def matching(train_args: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
+    """The arguments that name one of ``flags``, abbreviated or not (argparse takes any unique prefix)."""
+    return [a for a in train_args if a.startswith("--") and len(flag := a.split("=", 1)[0]) > 2
+            and any(f.startswith(flag) for f in flags)]
+
+
 def seconds(walltime: str) -> int:
     """[D-]HH:MM:SS in seconds (the format the site schema admits)."""
     days, _, clock = walltime.rpartition("-")
@@ -80,8 +86,7 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
                        "(scheduler.max_walltime)")
-    owned = [a for a in spec.train_args if a.startswith("--") and len(flag := a.split("=", 1)[0]) > 2
-             and any(o.startswith(flag) for o in OWNED_FLAGS)]  # argparse takes any unique prefix
+    owned = matching(spec.train_args, OWNED_FLAGS)
     if owned:
         raise KitError(f"training arguments {' '.join(owned)}: the batch script sets "
                        f"{', '.join(OWNED_FLAGS)} itself from the run and the site; drop them")

@@ -73,6 +73,8 @@ def test_a_plan_the_jobs_could_not_use_is_refused_before_it_is_written(tmp_path)
     assert not (bad / "plan.yaml").exists()
     with pytest.raises(KitError, match="training arguments --checkpoint-dir: every run of the sweep would write the same"):
         _sng_plan(train_args=("--checkpoint-dir", "/x"))
+    with pytest.raises(KitError, match="training arguments --checkpoint=/x: every run"):  # argparse's abbreviation
+        _sng_plan(train_args=("--checkpoint=/x",))
     assert len(_sng_plan(nodes=[4], ranks_per_node=[4], train_args=("--checkpoint-dir", "/x")).runs) == 1
 
 
@@ -93,3 +95,9 @@ def test_a_corrupt_result_is_no_result(tmp_path):
     assert (status.state, status.result, status.done) == ("NOT SUBMITTED", None, False)
     assert campaign.submit(tmp_path, dry_run=True)[0].note == "dry run: would sbatch"
     assert campaign.results(tmp_path) == []
+
+
+def test_waiting_on_a_plan_with_runs_never_submitted_returns_at_once(tmp_path):
+    write_plan(_sng_plan(nodes=[4], ranks_per_node=[4]), tmp_path)
+    [status] = campaign.wait(tmp_path, poll_seconds=60, timeout=1)  # would raise after 1 s if it waited
+    assert status.state == "NOT SUBMITTED" and not status.active

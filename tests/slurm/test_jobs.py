@@ -168,5 +168,10 @@ def test_a_run_held_in_the_queue_is_shown_with_its_reason_and_waiting_stops(slur
     assert main(["scale", "collect", str(sweep)]) == 0  # nothing failed yet
     assert "PENDING (JobHeld" in capsys.readouterr().out
     assert campaign.submit(sweep)[0].note.startswith(f"job {sub.job} is PENDING (JobHeld")  # not queued twice
+    again = campaign.submit(sweep, resubmit=True)[0]  # never beside a job of the same run
+    assert again.job is None and again.note.endswith(": cancel it first")
+    stale = sweep / "results" / "n1-r2-t1.json"  # left by an earlier job: not this job's result
+    stale.write_text(json.dumps({"schema": "gan3d-run/1", "job": {"slurm_job_id": str(int(sub.job) + 1000)}}))
+    assert campaign.collect(sweep)[0].result is None
     campaign.cancel(sweep)
     assert campaign.collect(sweep)[0].state.startswith("CANCELLED")

@@ -55,6 +55,9 @@ def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_pat
     assert "SRUN_CPUS_PER_TASK" not in script  # Hydra starts its proxies with srun: no per-task CPU limit
     assert "export FI_PROVIDER=psm2" in script  # the host launcher sees the host MPI's settings too
     assert script.index("module load") < script.index("set -euo pipefail")  # module scripts break under -u
+    assert 'module load charliecloud mpi.intel/2019 || { echo "kit: module load failed' in script
+    digest = (sng_pair.parent / "gan3d.tar.sha256").read_text().split()[0]
+    assert f"export KIT_IMAGE_DIGEST=sha256:{digest}\n" in script  # the result names the image
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
@@ -123,6 +126,10 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_oci,
     assert "--validation-data=/work/v.h5" in _last_line(option)
     assert train[train.index("--results") + 1] == "/work/sweep/results/r.json"
     assert train[train.index("--site") + 1] == "/work/sweep/scripts/r.site.yaml"  # each run its own copy
+    for data, why in ((f"{tmp_path}/elsewhere/f.h5", "elsewhere"), ("calo/f.h5", "relative")):
+        with pytest.raises(KitError, match=r"training argument --data .*: the container sees only absolute paths"):
+            render(site, check_run(site, _spec(1, 1, 1, walltime="00:10:00", train_args=("--data", data))),
+                   RunFiles(tmp_path / "work" / "sweep", "r"), pair)
     with pytest.raises(KitError, match=r"run dir .* is not under any directory img.tar.pair.yaml binds"):
         render(site, run, RunFiles(tmp_path / "elsewhere", "r"), pair)
     with pytest.raises(KitError, match=r"key site is 'boundslurm', but the job runs at 'supermuc-ng'"):
@@ -156,3 +163,12 @@ def test_a_pair_whose_image_lacks_the_mount_points_is_refused_before_queueing(mp
     with pytest.raises(KitError, match=r"key image_ready: the image lacks /opt/hostmpi/lib1, /opt/hostmpi/lib2, "
                                        r"/hppfs, so its ch-run --bind would fail; convert the source image"):
         read_pair_file(pair_file, SNG)
+
+
+def test_a_relative_image_in_the_pair_is_taken_from_the_pair_files_directory(mpich_image, tmp_path, monkeypatch):
+    """`kit mpi pair` on `gan3d` (a relative path): the job must not depend on where sbatch ran."""
+    monkeypatch.chdir(mpich_image.parent)
+    pair = make_pair(SNG, mpich_image.name)
+    pair.missing = []  # only the image path is under test here; missing mount points are refused above
+    pair_file = write_pair(pair, tmp_path / "img.pair.yaml")
+    assert read_pair_file(pair_file, SNG).site_image == str(tmp_path / mpich_image.name)
