@@ -122,23 +122,24 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
         status = collect(sweep_dir)
         if on_poll:
             on_poll(status)
-        if not any(s.active for s in status):
-            return status
         active = [s for s in status if s.active]
+        if not active:
+            return status
         if all(is_stuck(s.state) for s in active):
             raise KitError(f"{sweep_dir}: every run still queued pends for a reason only a person can clear: "
                            + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active)
                            + "; fix the cause (scontrol release, partition limits) or kit scale cancel")
         if deadline is not None and time.monotonic() > deadline:
             raise KitError(f"{sweep_dir}: runs still queued or running after {timeout:.0f} s: "
-                           + ", ".join(f"{s.run_id} ({s.state})" for s in status if s.active))
+                           + ", ".join(f"{s.run_id} ({s.state})" for s in active))
         time.sleep(poll_seconds)
 
 
 def results(sweep_dir: Path) -> list[Path]:
     """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere)."""
     jobs = read_jobs(sweep_dir)
-    found = (_result(RunFiles(sweep_dir.absolute(), r.run_id), latest_job(jobs, r.run_id)) for r in load_plan(sweep_dir).runs)
+    found = (_result(RunFiles(sweep_dir.absolute(), r.run_id), latest_job(jobs, r.run_id))
+             for r in load_plan(sweep_dir).runs)
     return [p for p in found if p is not None]
 
 

@@ -97,9 +97,12 @@ def test_a_failed_job_is_named_with_the_end_of_its_log(slurm, slurm_site, shower
     assert str(missing) in log.read_text()
 
 
-def test_containerized_job_runs_horovod_on_the_host_intel_mpi(slurm, impi_srun_site, mpich_oci, showers, tmp_path):
-    """The paper's set-up: srun starts ch-run --join; inside, Horovod and mpi4py (built on MPICH)
-    load the host's Intel MPI through the pair's bind and alias. The image carries MPICH but no
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec.hydra"])
+def test_containerized_job_runs_horovod_on_the_host_intel_mpi(launcher, slurm, impi_srun_site, mpich_oci, showers,
+                                                             tmp_path):
+    """The paper's set-up: srun (or, as on SuperMUC-NG, Intel MPI's own Hydra, which starts its
+    proxies with srun) starts ch-run --join; inside, Horovod and mpi4py (built on MPICH) load the
+    host's Intel MPI through the pair's bind and alias. The image carries MPICH but no
     TensorFlow: the Python stack is bound in from this checkout's venv (a site bakes it into the
     image; the recipe in images/ does) - the only shortcut here, and it is outside the MPI path."""
     require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
@@ -111,6 +114,10 @@ def test_containerized_job_runs_horovod_on_the_host_intel_mpi(slurm, impi_srun_s
     site["name"] = "impi-slurm-ct"
     site["container"]["image_dir"] = str(tmp_path / "images")
     site["container"]["binds"] = [f"{REPO}:{REPO}", f"{base}:{base}", f"{work}:{work}"]
+    if launcher != "srun":  # Hydra is the PMI server: no Slurm PMI library for Intel MPI
+        site["host_mpi"]["launcher"] = launcher
+        site["host_mpi"]["library_dirs"] = site["host_mpi"]["library_dirs"][:1]
+        del site["host_mpi"]["env"]["I_MPI_PMI_LIBRARY"]
     site_path = write_site(tmp_path, site)
     images = tmp_path / "images"
     images.mkdir()
@@ -121,16 +128,19 @@ def test_containerized_job_runs_horovod_on_the_host_intel_mpi(slurm, impi_srun_s
 
     sweep = _plan(site_path, work / "sweep", tiny_train_args([Path(p) for p in data]), ranks_per_node=[2],
                   image=str(images / "gan3d.sqfs"))
-    script = (sweep / "scripts")  # rendered at submission
     [sub] = campaign.submit(sweep)
-    launch = (script / "n1-r2-t1.sbatch").read_text().splitlines()[-1]
-    assert launch.startswith("srun --mpi=pmi2 ch-run --join ") and f" {images}/gan3d.current -- " in launch
+    launch = (sweep / "scripts" / "n1-r2-t1.sbatch").read_text().splitlines()[-1]
+    head = {"srun": "srun --mpi=pmi2 ch-run --join ",
+            "mpiexec.hydra": f"{site['host_mpi']['prefix']}/bin/mpiexec.hydra -n ${{NRANKS}} ch-run "
+                             "--join-ct=${RANKS_PER_NODE} "}[launcher]
+    assert launch.startswith(head) and f" {images}/gan3d.current -- " in launch
     [status] = campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
     assert status.state == "COMPLETED" and status.result, status.problem
     result = json.loads(status.result.read_text())
     assert result["ranks"] == 2 and result["site"] == "impi-slurm-ct"
     assert result["mpi_library_version"].startswith("Intel(R) MPI Library"), result["mpi_library_version"]
     assert len(set(result["weights_sha256_per_rank"])) == 1  # Horovod kept both ranks in step
+    assert result["image_digest"] == "sha256:" + (images / "gan3d.sqfs.sha256").read_text().split()[0]
 
 
 def test_cancel_stops_the_queued_and_running_jobs_of_a_plan(slurm, slurm_site, showers, tmp_path, capsys):
