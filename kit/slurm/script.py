@@ -1,6 +1,7 @@
 """Render the batch script of one run from slurm/run.sbatch, the site and (in a container) the pair."""
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import string
@@ -23,6 +24,12 @@ PATH_FLAGS = ("--data", "--validation-data", "--synthetic-dir", "--checkpoint-di
 
 class _Template(string.Template):
     delimiter = "@"  # the script's own ${...} stay for the shell
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> _Template:
+    """Read once per process: a sweep renders every run from it."""
+    return _Template(TEMPLATE.read_text())
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
                    "  . /etc/profile.d/modules.sh\nfi\n"
                    "module load " + " ".join(shlex.quote(m) for m in site.modules)
                    + ' || { echo "kit: module load failed (modules in the site config)" >&2; exit 1; }')
-    return _Template(TEMPLATE.read_text()).substitute(
+    return _template().substitute(
         run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
         ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
         log=files.log_pattern, directives="\n".join(directives), modules=modules, env="\n".join(env),
