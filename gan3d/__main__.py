@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from kit.crash import debug_requested, report_bug
+
 COMMANDS = {
     "train": ("gan3d.train", "train the 3DGAN (Horovod data-parallel, hybrid MPI/OpenMP)"),
     "simulate": ("gan3d.simulate", "write synthetic calorimeter showers in the CLIC HDF5 layout"),
@@ -15,14 +17,20 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         print("usage: python -m gan3d {" + ",".join(COMMANDS) + "} ...\n", file=sys.stderr)
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:9s} {text}", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return int(module.main(argv[1:]) or 0)
+    try:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        return int(module.main(argv[1:]) or 0)
+    except KeyboardInterrupt:
+        print(f"gan3d {argv[0]}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        return report_bug(f"gan3d-{argv[0]}", exc, debug)
 
 
 if __name__ == "__main__":

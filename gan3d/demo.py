@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         site = load_site(args.site)
     except KitError as exc:
         console.print(f"[red]gan3d demo: error:[/red] {exc}")
-        return 2
+        return 1
     # TensorFlow's CUDA/TensorRT start-up chatter drowns the summary on a CPU machine.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     data = ensure_data(args.build / "data", args.seed, console)

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.emax, comp)
     except (ValueError, OSError) as exc:  # bad arguments, unwritable --out
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     print(f"wrote {len(paths)} files, {total} showers, into {Path(args.out)}")
     return 0
 

@@ -110,27 +110,33 @@ def main(argv: list[str] | None = None) -> int:
         _check_args(args)
         layout = runtime.discover_layout()
         return _run(args, layout)
-    except Exception as exc:  # user-facing errors end the whole job with one clear line
+    except Exception as exc:  # every failure ends the whole job with one clear line, never a hang
         from gan3d.data import DataError
+        from kit.crash import EXIT_ERROR, report_bug
         from kit.errors import KitError
 
-        if not isinstance(exc, (SettingsError, CheckpointError, DataError, KitError)):
-            raise
+        expected = isinstance(exc, (SettingsError, CheckpointError, DataError, KitError))
         if layout is None or layout.size == 1:
+            if not expected:
+                raise  # gan3d.__main__'s last-resort handler reports it
             print(f"gan3d train: error: {exc}", file=sys.stderr, flush=True)
-            return 2
+            return EXIT_ERROR
         # Other ranks may wait in a collective: end the job. Rank 0 speaks first; another rank
         # only gets to speak (after a pause) if rank 0 did not fail and tear the job down.
         from mpi4py import MPI
 
         if layout.rank != 0:
             time.sleep(ABORT_GRACE_S * 4)
-        print(f"gan3d train: error: [rank {layout.rank}] {exc}", file=sys.stderr, flush=True)
+        if expected:
+            print(f"gan3d train: error: [rank {layout.rank}] {exc}", file=sys.stderr, flush=True)
+            code = EXIT_ERROR
+        else:
+            code = report_bug(f"gan3d-train-rank{layout.rank}", exc, debug=False)
         # The launcher forwards output and the abort on separate channels; without a pause it
         # may act on the abort first and drop the line above (mpiexec.hydra did, 3 runs in 40).
         time.sleep(ABORT_GRACE_S)
-        MPI.COMM_WORLD.Abort(2)
-        return 2
+        MPI.COMM_WORLD.Abort(code)
+        return code
 
 
 def _site_and_cores(args: argparse.Namespace):

@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             update_results(args.results, physics)
     except (DataError, ValueError, OSError) as exc:
         print(f"gan3d validate: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     print(json.dumps({k: physics[k] for k in ("score", "bins", "plots", "definition")}, indent=2))
     return 0
 

@@ -5,6 +5,7 @@ import argparse
 import importlib
 import sys
 
+from kit.crash import EXIT_ERROR, debug_requested, report_bug
 from kit.errors import KitError
 
 # Each module defines register(subparsers) adding one command group whose leaf
@@ -16,6 +17,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """With a group named first in `argv`, only that group is imported: its libraries (Fabric,
     the MPI probes, ...) are what a command's start-up time is made of."""
     parser = argparse.ArgumentParser(prog="kit", description=__doc__)
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an internal error instead of writing it to a file")
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     first = next((a for a in argv or [] if not a.startswith("-")), None)
     for name in [first] if first in GROUPS else GROUPS:
@@ -24,16 +27,20 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
-        print("kit: interrupted; nothing was left half-written", file=sys.stderr)
+        # Outputs are renamed into place only when complete; what an interrupted command
+        # leaves is temporary files with the kit's own names, which its next run removes.
+        print("kit: interrupted; outputs are replaced only when complete", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        return report_bug("kit", exc, debug)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+try:  # property tests: a bounded run by default (CI's budget); --hypothesis-profile=long locally
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("default", max_examples=60, deadline=None, derandomize=False,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("long", max_examples=5000, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("default")
+except ImportError:  # hypothesis arrives with the test extra (scripts/setup.sh)
+    pass
 os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER
 
 

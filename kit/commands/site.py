@@ -20,7 +20,7 @@ def _validate(args: argparse.Namespace) -> int:
             failed += 1
         else:
             print(f"{site.path}: ok ({site.name})")
-    return 2 if failed else 0
+    return 1 if failed else 0
 
 
 def _show(args: argparse.Namespace) -> int:

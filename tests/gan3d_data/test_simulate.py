@@ -86,8 +86,8 @@ def test_cli_writes_files_atomically_and_rejects_bad_ranges(tmp_path: Path, caps
     assert sorted(p.name for p in out.iterdir()) == ["EleEscan_1_0.h5", "EleEscan_1_1.h5"]  # no temp files left
     with h5py.File(out / "EleEscan_1_1.h5") as h5:
         assert 50 <= h5["target"][:, 1].min() and h5["target"][:, 1].max() <= 60
-    assert main(["--out", str(tmp_path / "bad"), "--emin", "500", "--emax", "10"]) == 2
+    assert main(["--out", str(tmp_path / "bad"), "--emin", "500", "--emax", "10"]) == 1
     assert "emin" in capsys.readouterr().err
     (tmp_path / "plain").write_text("not a directory")
-    assert main(["--out", str(tmp_path / "plain" / "sub"), "--files", "1", "--events-per-file", "2"]) == 2
+    assert main(["--out", str(tmp_path / "plain" / "sub"), "--files", "1", "--events-per-file", "2"]) == 1
     assert str(tmp_path / "plain") in capsys.readouterr().err

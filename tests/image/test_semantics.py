@@ -121,5 +121,5 @@ def test_cli_convert_and_error_exit(rich, tmp_path):
     src = oci_layout(tmp_path / "bad", [tar_bytes([("../x", "f", b"")])])
     bad = subprocess.run(kit + [str(src), str(tmp_path / "bad.tar.gz")], capture_output=True,
                          text=True)
-    assert bad.returncode == 2 and "kit: error: layer 0" in bad.stderr and "'../x'" in bad.stderr
+    assert bad.returncode == 1 and "kit: error: layer 0" in bad.stderr and "'../x'" in bad.stderr
     assert not (tmp_path / "bad.tar.gz").exists()

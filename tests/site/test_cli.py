@@ -17,7 +17,7 @@ def test_validate_reports_each_file_and_fails_on_a_bad_one(tmp_path, capsys):
     shipped = sorted(str(p) for p in (REPO / "site-configs").glob("*.yaml"))
     assert main(["site", "validate", *shipped]) == 0
     assert capsys.readouterr().out.count(": ok (") == len(shipped)
-    assert main(["site", "validate", shipped[0], str(bad)]) == 2
+    assert main(["site", "validate", shipped[0], str(bad)]) == 1
     err = capsys.readouterr().err
     assert f"{bad}:" in err and "container.join: expected true or false" in err
 
@@ -32,7 +32,7 @@ def test_show_prints_peak_per_node_and_per_island(capsys):
 
 
 def test_show_unknown_site_is_a_clean_error(capsys):
-    assert main(["site", "show", "atlantis"]) == 2
+    assert main(["site", "show", "atlantis"]) == 1
     assert "no site config named 'atlantis'" in capsys.readouterr().err
 
 

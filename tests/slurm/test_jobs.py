@@ -80,7 +80,7 @@ def test_a_failed_job_is_named_with_the_end_of_its_log(slurm, slurm_site, shower
     assert "n1-r2-t1 (job" in out and "has no result; its log ends:" in out
     assert "gan3d train: error:" in out and str(missing) in out
     assert "0 of 1 run(s) have results" in out
-    assert main(["scale", "report", str(sweep)]) == 2
+    assert main(["scale", "report", str(sweep)]) == 1
     assert "no results to report" in capsys.readouterr().err
 
     one = tmp_path / "one"  # the same through `kit slurm submit`: one run, recorded, its log named

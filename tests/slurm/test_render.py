@@ -153,7 +153,7 @@ def test_cli_render_dry_run_prints_the_script_and_writes_nothing(slurm_site, tmp
     assert rc == 0 and "dry run: nothing written" in err and not (tmp_path / "d").exists()
     assert "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=1\n" in out  # 2 cores shared by 2 ranks
     assert _last_line(out)[-2:] == ["--epochs", "3"]
-    assert main(["slurm", "render", "--site", "laptop", "--no-container", "--dir", str(tmp_path)]) == 2
+    assert main(["slurm", "render", "--site", "laptop", "--no-container", "--dir", str(tmp_path)]) == 1
     assert "not slurm" in capsys.readouterr().err
 
 

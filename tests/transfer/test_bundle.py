@@ -88,7 +88,7 @@ def test_cli_bundle(tmp_path, repo):
     assert "2 files" in res.stdout and (out / "verify.sh").exists()
     again = subprocess.run([sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
                            capture_output=True, text=True, cwd=repo)
-    assert again.returncode == 2 and "already exists" in again.stderr
+    assert again.returncode == 1 and "already exists" in again.stderr
 
 
 def test_progress_and_verify_reads_the_medium_not_the_cache(tmp_path):

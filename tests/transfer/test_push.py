@@ -218,7 +218,7 @@ def test_cli_push_and_errors(sshd, home, make_site, tmp_path, repo):
     (tmp_path / "c.tar.gz.sha256").write_text("0" * 64 + "  c.tar.gz\n")
     bad = subprocess.run(kit + [str(img), "--site", str(site), "--remote-dir", str(tmp_path / "r2")],
                          capture_output=True, text=True, env=env, cwd=repo)
-    assert bad.returncode == 2 and "does not match" in bad.stderr
+    assert bad.returncode == 1 and "does not match" in bad.stderr
     assert not (tmp_path / "r2" / "c.tar.gz").exists()
 
 

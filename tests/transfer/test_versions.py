@@ -80,4 +80,4 @@ def test_cli_versions_and_rollback(sshd, home, make_site, tmp_path, repo):
     done = run("rollback", "app")
     assert done.returncode == 0 and os.readlink(current) == older
     bad = run("rollback", "../etc")
-    assert bad.returncode == 2 and "image name '../etc'" in bad.stderr
+    assert bad.returncode == 1 and "image name '../etc'" in bad.stderr

@@ -1,0 +1,59 @@
+"""The last-resort handler: an unexpected exception ends a command with one line, not a traceback.
+
+Expected failures are KitError (or a command's own error types) and are reported where they
+happen. Anything else is a bug: the user gets one line naming a file that holds the traceback
+to attach to a report; `--debug` (or KIT_DEBUG=1) prints the traceback instead.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+EXIT_ERROR = 1  # an expected failure: the message names the file, the field and the fix
+EXIT_BUG = 70  # EX_SOFTWARE: an internal error, the traceback is in the named file
+
+
+def debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
+    """`--debug` anywhere before a `--` (removed from argv) or KIT_DEBUG=1 in the environment."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    head = [a for a in argv[:end] if a != "--debug"]
+    found = len(head) != end or os.environ.get("KIT_DEBUG", "") not in ("", "0")
+    return found, head + argv[end:]
+
+
+def _crash_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(os.environ.get("KIT_CRASH_DIR") or os.path.join(state, "secure-site-kit"))
+
+
+def write_report(prog: str, exc: BaseException) -> Path | None:
+    """The traceback in a new file (never replacing one); None if no directory would take it."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for directory in (_crash_dir(), Path(tempfile.gettempdir())):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f"{prog}-crash-{stamp}-", suffix=".txt", dir=directory)
+        except OSError:
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{prog} {' '.join(sys.argv[1:])}\n\n{text}")
+        return Path(name)
+    return None
+
+
+def report_bug(prog: str, exc: BaseException, debug: bool) -> int:
+    """Print one line (or the traceback with debug) for an unexpected exception; the exit code."""
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        return EXIT_BUG
+    where = write_report(prog, exc)
+    summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    kept = f"the traceback is in {where}" if where else "no directory would take the traceback"
+    print(f"{prog}: internal error ({summary}); {kept}; rerun with --debug to print it, "
+          f"and please report it", file=sys.stderr, flush=True)
+    return EXIT_BUG
