@@ -91,18 +91,19 @@ def _lstat(path: Path) -> os.stat_result | None:
 def _check_overlap(src: Path, out: Path, path: Path) -> None:
     """OUT must not be SRC, inside it or around it, nor the current directory or above it."""
     real_src = Path(os.path.realpath(src))
-    if path == real_src or _same_file(src, path):
-        raise KitError(f"{out}: OUT is SRC itself; fix: write the image under another name")
-    if real_src in path.parents:
-        raise KitError(f"{out}: OUT is inside SRC {src}; fix: write the image outside the source")
-    if path in real_src.parents:
-        raise KitError(f"{out}: OUT contains SRC {src}; fix: write the image elsewhere")
     try:
         cwd = Path(os.getcwd())
     except FileNotFoundError:
-        return
-    if path == cwd or path in cwd.parents:
-        raise KitError(f"{out}: OUT is the current directory or contains it; fix: name a new image")
+        cwd = None
+    for where in (path, Path(os.path.realpath(path))):  # OUT itself, and where a link at OUT leads
+        if where == real_src or _same_file(src, where):
+            raise KitError(f"{out}: OUT is SRC itself; fix: write the image under another name")
+        if real_src in where.parents:
+            raise KitError(f"{out}: OUT is inside SRC {src}; fix: write the image outside the source")
+        if where in real_src.parents:
+            raise KitError(f"{out}: OUT contains SRC {src}; fix: write the image elsewhere")
+        if cwd is not None and (where == cwd or where in cwd.parents):
+            raise KitError(f"{out}: OUT is the current directory or contains it; fix: name a new image")
 
 
 def _same_file(src: Path, path: Path) -> bool:
@@ -170,10 +171,11 @@ def _read_small(path: Path, limit: int) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        return None
     with open(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
         return fh.read(limit + 1)
 
 
