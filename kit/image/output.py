@@ -138,8 +138,8 @@ def claim(target: Target) -> Iterator[Work]:
             try:
                 yield work
             except BaseException:
-                if not work.swapped:
-                    remove_tree(work.path)
+                if not (work.swapped and (work.path / f"{STAGED}{MANIFEST}").exists()):
+                    remove_tree(work.path)  # unless it holds the sidecars of the image now at OUT
                 raise
             remove_tree(work.path)
         finally:

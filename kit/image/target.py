@@ -161,8 +161,12 @@ def work_dirs(parent: Path, name: str) -> list[str]:
         names = os.listdir(parent)
     except OSError:
         return []
-    return sorted(n for n in names if pattern.fullmatch(n)
-                  and stat.S_ISDIR(os.lstat(parent / n).st_mode))
+    return sorted(n for n in names if pattern.fullmatch(n) and _is_dir(parent / n))
+
+
+def _is_dir(path: Path) -> bool:
+    st = _lstat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
 
 
 def _read_small(path: Path, limit: int) -> bytes | None:
