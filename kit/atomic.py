@@ -81,7 +81,7 @@ def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
 def exchange(dir_fd: int, a: str, b: str) -> None:
     """Swap A and B in the directory ``dir_fd`` in one step: each name always names a whole tree.
 
-    OSError(EINVAL) where the filesystem cannot; callers check with ``can_exchange`` first.
+    OSError(EINVAL) where the filesystem cannot (kit.image.output probes before converting).
     """
     _renameat2(dir_fd, a, b, _RENAME_EXCHANGE)
 

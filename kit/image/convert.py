@@ -94,26 +94,32 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
         _fill(result, flat.report)
         return result
     with claim(target) as work:
-        writer = open_writer(work.path, fmt, level, threads, keep_fds=(work.lock_fd,))
         try:
-            for entry in stream:
-                if tap:
-                    entry = tap.see(entry)
-                result.entries += 1
-                writer.add(entry)
-            built = writer.finish()
-        except BaseException:
-            writer.abort()
-            raise
-        result.sha256, result.size = writer.sha256, writer.size
-        _fill(result, flat.report)
-        result.identity = identity(built, fmt)
-        stagers: dict[str, Stager] = {s: _bind(f, result) for s, f in sidecars.items()}
-        if result.sha256:
-            stagers[".sha256"] = stage_text(sha256_text(result))
-        result.sidecars = sorted(stagers) + [MANIFEST]
-        stagers[MANIFEST] = stage_text(manifest_text(result))
-        work.commit(built, stagers)
+            writer = open_writer(work.path, fmt, level, threads, keep_fds=(work.lock_fd,))
+            try:
+                for entry in stream:
+                    if tap:
+                        entry = tap.see(entry)
+                    result.entries += 1
+                    writer.add(entry)
+                built = writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+            result.sha256, result.size = writer.sha256, writer.size
+            _fill(result, flat.report)
+            result.identity = identity(built, fmt)
+            stagers: dict[str, Stager] = {s: _bind(f, result) for s, f in sidecars.items()}
+            if result.sha256:
+                stagers[".sha256"] = stage_text(sha256_text(result))
+            result.sidecars = sorted(stagers) + [MANIFEST]
+            stagers[MANIFEST] = stage_text(manifest_text(result))
+            work.commit(built, stagers)
+        except OSError as exc:  # a full disk, a quota, a vanished directory
+            done = ("the new image is in place, its sidecars follow on the next run" if work.swapped
+                    else "nothing was replaced")
+            raise KitError(f"{out}: {exc.strerror or exc} while writing it; {done}; "
+                           f"fix: check the free space and permissions of {target.parent}") from exc
     return result
 
 

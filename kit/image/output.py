@@ -123,18 +123,22 @@ def claim(target: Target) -> Iterator[Work]:
     except OSError as exc:
         raise KitError(f"{target.out}: cannot use the directory {target.parent} ({exc.strerror}); "
                        "fix: create it or choose OUT elsewhere") from None
-    work = None
     try:
         lock_fd = _lock(target, dir_fd)
         try:
             target = target.recheck()
-            if target.existing is not None and target.fmt == "dir":
-                _check_exchange(target)
-            if target.pending:
-                install_staged(target, dir_fd, target.pending)
-            for name in work_dirs(target.parent, target.name):
-                remove_tree(target.parent / name)
-            work = Work(target, dir_fd, lock_fd)
+            try:
+                if target.existing is not None and target.fmt == "dir":
+                    _check_exchange(target)
+                if target.pending:
+                    install_staged(target, dir_fd, target.pending)
+                for name in work_dirs(target.parent, target.name):
+                    remove_tree(target.parent / name)
+                work = Work(target, dir_fd, lock_fd)
+            except OSError as exc:
+                raise KitError(f"{target.out}: {exc.strerror or exc} while preparing to write it; "
+                               f"nothing was replaced; fix: check the free space and permissions of "
+                               f"{target.parent}") from exc
             try:
                 yield work
             except BaseException:

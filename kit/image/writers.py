@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import IO, Sequence
 
@@ -155,7 +156,7 @@ class SquashWriter(Writer):
         if not shutil.which("mksquashfs"):
             raise KitError("mksquashfs not found; fix: apt-get install squashfs-tools")
         self.path = self.tmp / "out.sqfs"
-        self.errlog = open(self.tmp / "mksquashfs.log", "w+b")
+        self.errlog = tempfile.TemporaryFile()  # not beside OUT: when that disk is full, the reason must fit
         self.proc = subprocess.Popen(
             ["mksquashfs", "-", str(self.path), "-tar", "-noappend", "-quiet", "-no-progress",
              "-reproducible", "-mkfs-time", "0", "-comp", "gzip", "-Xcompression-level",
@@ -172,7 +173,7 @@ class SquashWriter(Writer):
             self._fail()
 
     def _fail(self) -> None:
-        """mksquashfs stopped or failed: one line, its last words."""
+        """mksquashfs stopped or failed: one line, its last words (the reason comes before the FATAL ERROR)."""
         try:
             code = self.proc.wait(timeout=self.FINISH_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -181,9 +182,9 @@ class SquashWriter(Writer):
                            f"the disk holding {self.tmp.parent}") from None
         self.errlog.seek(0)
         lines = [line.strip() for line in self.errlog.read(1 << 20).decode(errors="replace").splitlines()]
-        last = next((line for line in reversed(lines) if line), "no message")[:300]
-        raise KitError(f"mksquashfs failed (exit {code}) writing the image for {self.tmp.parent}: "
-                       f"{last}; fix: check free space there and squashfs-tools >= 4.5")
+        last = "; ".join([line for line in lines if line][-3:])[-400:] or "no message"
+        raise KitError(f"mksquashfs failed (exit {code}) writing into {self.tmp.parent}: {last}; "
+                       "fix: check the free space there, and squashfs-tools >= 4.5")
 
     def finish(self) -> Path:
         try:

@@ -258,3 +258,27 @@ def test_any_existing_out_is_refused_cleanly_or_replaced_consistently(tmp_path_f
     assert manifest["output"]["identity"] == identity(out, fmt) == report.identity
     assert not Path(f"{out}.pair.yaml").exists()
     assert not [p for p in tmp.iterdir() if p.name.startswith(".")]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB filesystem (tmpfs) to run out of space on."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, timeout=30)
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True, timeout=30)
+
+
+@pytest.mark.parametrize("fmt", list(FORMS))
+def test_a_full_disk_is_one_line_and_keeps_the_old_image(tmp_path, small_disk, fmt):
+    small = small_source(tmp_path / "small")
+    big = oci_layout(tmp_path / "big", [tar_bytes(SMALL + [("etc/r", "f", os.urandom(3 << 20))])])
+    out = small_disk / FORMS[fmt]
+    convert(small, out)
+    before = state(small_disk)
+    proc = kit(str(big), str(out), "--force", cwd=tmp_path)
+    refused(proc, *(["mksquashfs failed"] if fmt == "sqfs" else []), "No space left on device", "fix:")
+    assert state(small_disk) == before
