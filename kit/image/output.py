@@ -147,7 +147,7 @@ def claim(target: Target) -> Iterator[Work]:
                 raise
             remove_tree(work.path)
         finally:
-            os.unlink(f"{target.name}{LOCK_TAG}", dir_fd=dir_fd)
+            os.unlink(f".{target.name}{LOCK_TAG}", dir_fd=dir_fd)
             os.close(lock_fd)
     finally:
         os.close(dir_fd)
@@ -155,7 +155,7 @@ def claim(target: Target) -> Iterator[Work]:
 
 def _lock(target: Target, dir_fd: int) -> int:
     """Hold ``.OUT.kit-lock`` (flock; the file is removed by its holder when done)."""
-    name = f"{target.name}{LOCK_TAG}"
+    name = f".{target.name}{LOCK_TAG}"
     for _ in range(10):  # the holder may remove the file between our open and our flock
         try:
             fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,

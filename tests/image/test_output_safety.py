@@ -282,3 +282,21 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_image(tmp_path, small_disk, f
     proc = kit(str(big), str(out), "--force", cwd=tmp_path)
     refused(proc, *(["mksquashfs failed"] if fmt == "sqfs" else []), "No space left on device", "fix:")
     assert state(small_disk) == before
+
+
+def test_a_second_run_for_the_same_out_is_refused_while_one_holds_it(tmp_path):
+    """The lock is real: flock on .OUT.kit-lock, taken here by this process as a run would."""
+    import fcntl
+
+    src = small_source(tmp_path / "src")
+    lock = os.open(tmp_path / ".img.tar.kit-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(KitError, match="another kit image convert is writing it"):
+            convert(src, tmp_path / "img.tar")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".img.tar.kit-lock", "src"]
+    finally:
+        os.close(lock)
+    convert(src, tmp_path / "img.tar")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar", "img.tar.manifest.json",
+                                                          "img.tar.sha256", "src"]
