@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -35,3 +36,56 @@ def atomic_write_text(path: str | os.PathLike, text: str, perm: int = 0o644) -> 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, perm: int = 0o644) -> None:
     with atomic_open(path, "wb", perm) as fh:
         fh.write(data)
+
+
+# -- renames that cannot clobber: renameat2(2) through libc --------------------------------
+
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+_AT = None
+
+
+def _renameat2(dir_fd: int, old: str, new: str, flags: int) -> None:
+    """renameat2 within one directory; OSError(EINVAL) where the filesystem or libc lacks it."""
+    global _AT
+    if _AT is None:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        _AT = getattr(libc, "renameat2", False), ctypes
+    func, ctypes = _AT
+    if not func:
+        raise OSError(errno.EINVAL, "renameat2 is not in this C library", new)
+    if func(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new), flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), new)
+
+
+def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
+    """Rename OLD to NEW in the directory ``dir_fd`` only if NEW does not exist (FileExistsError).
+
+    Where the filesystem cannot (NFS), it falls back to check-then-rename: a window of one
+    system call in which a file created at NEW by someone else would be replaced.
+    """
+    try:
+        _renameat2(dir_fd, old, new, _RENAME_NOREPLACE)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS):
+            raise
+        try:
+            os.lstat(new, dir_fd=dir_fd)
+        except FileNotFoundError:
+            os.rename(old, new, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), new) from None
+
+
+def exchange(dir_fd: int, a: str, b: str) -> None:
+    """Swap A and B in the directory ``dir_fd`` in one step: each name always names a whole tree.
+
+    OSError(EINVAL) where the filesystem cannot (kit.image.output probes before converting).
+    """
+    _renameat2(dir_fd, a, b, _RENAME_EXCHANGE)
+
+
+def fsync_dir(dir_fd: int) -> None:
+    """Make renames in the directory durable (a crash must not bring back the old name)."""
+    os.fsync(dir_fd)

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "mount points and links, write OUT.pair.yaml")
     conv.add_argument("--mpi-mode", choices=("major", "full", "strict"), default="full",
                       help="with --site: the minor-version rule of `kit mpi pair` (default full)")
+    conv.add_argument("--force", action="store_true",
+                      help="replace OUT if it is an earlier kit image convert output of the same form "
+                      "(never anything else)")
     conv.add_argument("--dry-run", action="store_true",
                       help="report what would be dropped or changed; write nothing")
     conv.set_defaults(func=_convert)
@@ -104,7 +107,7 @@ def _build(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     limits = Limits(max_size=args.max_size, max_members=args.max_members)
     options = dict(fmt=args.format, image=args.image, mount_points=args.mount_point, level=args.level,
-                   limits=limits, dry_run=args.dry_run)
+                   limits=limits, dry_run=args.dry_run, force=args.force)
     paired = None
     with ExitStack() as stack:
         bar = byte_bar(stack, f"converting {args.src.name}")

@@ -1,4 +1,8 @@
-"""``kit image convert``: SRC image -> Charliecloud image OUT (+ OUT.sha256, OUT.manifest.json)."""
+"""``kit image convert``: SRC image -> Charliecloud image OUT (+ OUT.sha256, OUT.manifest.json).
+
+OUT is checked before any work (kit.image.target: never what the kit did not make) and put
+into place so that it is the old or the new image at every instant (kit.image.output).
+"""
 from __future__ import annotations
 
 import os
@@ -9,9 +13,11 @@ from typing import Callable, Mapping, Protocol, Sequence
 from kit.errors import KitError
 from kit.image.flatten import Entry, Flattener, Note, Report
 from kit.image.layers import Limits
-from kit.image.manifest import write_sidecars
+from kit.image.manifest import manifest_text, sha256_text
+from kit.image.output import Stager, claim, stage_text
 from kit.image.sources import Image, open_image
-from kit.image.writers import format_for, open_writer
+from kit.image.target import MANIFEST, identity, plan
+from kit.image.writers import open_writer
 
 DEFAULT_LEVEL = 5  # zlib-ng 5: within ~1% of gzip -6's size at 3x its speed (docs/benchmarks.md)
 LEVELS = {"tar.gz": (0, 9), "sqfs": (1, 9)}  # 0-3 ISA-L, 4-9 zlib-ng; mksquashfs gzip levels
@@ -42,20 +48,27 @@ class ConversionReport:
     links: list[str] = field(default_factory=list)
     entries: int = 0
     dry_run: bool = False
+    identity: dict | None = None  # how the next run (and a reader) knows the manifest describes OUT
+    sidecars: list[str] = field(default_factory=list)  # the suffixes of the files beside OUT
 
 
 def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None = None,
             image: str | None = None, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
             level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
             progress: Callable[[int, int], None] | None = None,
-            threads: int | None = None, tap: Tap | None = None) -> ConversionReport:
+            threads: int | None = None, tap: Tap | None = None, force: bool = False,
+            sidecars: Mapping[str, Callable[[ConversionReport, Path], object]] = {}) -> ConversionReport:
     """Convert SRC into a Charliecloud image at OUT, atomically; or only report (dry run).
 
     ``progress(done, total)`` is called with stored bytes read so far. ``links`` maps in-image
-    paths to the absolute targets of symlinks to create there (made relative).
+    paths to the absolute targets of symlinks to create there (made relative). ``force``
+    replaces an earlier kit output of the same form (nothing else). ``sidecars`` maps more
+    suffixes of files beside OUT (.pair.yaml) to functions writing them for the finished
+    conversion, so that they go into place with the image.
     """
     src, out = Path(src), Path(out)
-    fmt = format_for(out, fmt)
+    target = plan(src, out, fmt, force)  # refuses before any work; decides the form
+    fmt = target.fmt
     lo, hi = LEVELS.get(fmt, (level, level))
     if not lo <= level <= hi:
         raise KitError(f"--level {level}: {fmt} output takes {lo}..{hi}")
@@ -72,31 +85,46 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
     flat = Flattener(img, limits, tick)
     result = ConversionReport(src, None if dry_run else out, fmt, img, dry_run=dry_run)
     threads = threads or max(1, min(4, os.cpu_count() or 1))
-    writer = None if dry_run else open_writer(out, fmt, level, threads)
-    try:
-        for entry in flat.entries(mount_points, links, tap and tap.extras):
+    stream = flat.entries(mount_points, links, tap and tap.extras)
+    if dry_run:
+        for entry in stream:
             if tap:
-                entry = tap.see(entry)
+                tap.see(entry)
             result.entries += 1
-            if writer:
-                writer.add(entry)
-        if writer:
-            writer.commit()
-            result.sha256, result.size = writer.sha256, writer.size
-    except BaseException:
-        if writer:
-            writer.abort()
-        raise
-    _fill(result, flat.report)
-    if not dry_run:
+        _fill(result, flat.report)
+        return result
+    with claim(target) as work:
         try:
-            write_sidecars(result)
-        except BaseException:
-            for path in (out, Path(f"{out}.sha256"), Path(f"{out}.manifest.json")):
-                if path.is_file():
-                    path.unlink()
-            raise
+            writer = open_writer(work.path, fmt, level, threads, keep_fds=(work.lock_fd,))
+            try:
+                for entry in stream:
+                    if tap:
+                        entry = tap.see(entry)
+                    result.entries += 1
+                    writer.add(entry)
+                built = writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+            result.sha256, result.size = writer.sha256, writer.size
+            _fill(result, flat.report)
+            result.identity = identity(built, fmt)
+            stagers: dict[str, Stager] = {s: _bind(f, result) for s, f in sidecars.items()}
+            if result.sha256:
+                stagers[".sha256"] = stage_text(sha256_text(result))
+            result.sidecars = sorted(stagers) + [MANIFEST]
+            stagers[MANIFEST] = stage_text(manifest_text(result))
+            work.commit(built, stagers)
+        except OSError as exc:  # a full disk, a quota, a vanished directory
+            done = ("the new image is in place, its sidecars follow on the next run" if work.swapped
+                    else "nothing was replaced")
+            raise KitError(f"{out}: {exc.strerror or exc} while writing it; {done}; "
+                           f"fix: check the free space and permissions of {target.parent}") from exc
     return result
+
+
+def _bind(func: Callable[[ConversionReport, Path], object], result: ConversionReport) -> Stager:
+    return lambda path: func(result, path)
 
 
 def _fill(result: ConversionReport, report: Report) -> None:

@@ -1,11 +1,14 @@
-"""The files beside a converted image: ``OUT.sha256`` (sha256sum format) and ``OUT.manifest.json``."""
+"""The files beside a converted image: ``OUT.sha256`` (sha256sum format) and ``OUT.manifest.json``.
+
+The manifest's ``output.identity`` names the very file or directory it describes (kit.image.target):
+a reader compares it with OUT to know the manifest, and the sidecars it lists, are OUT's.
+"""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from kit.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from kit.image.convert import ConversionReport
@@ -21,7 +24,8 @@ def manifest_dict(r: "ConversionReport") -> dict:
         "layers": [{"index": l.index, "digest": l.digest, "diff_id": l.diff_id,
                     "media_type": l.media_type, "size": l.blob.size} for l in img.layers],
         "output": {"path": str(r.output) if r.output else None, "format": r.format,
-                   "sha256": r.sha256, "size": r.size, "entries": r.entries},
+                   "sha256": r.sha256, "size": r.size, "entries": r.entries, "identity": r.identity},
+        "sidecars": r.sidecars,
         "mount_points_created": r.mount_points,
         "links_created": r.links,
         "counts": r.counts,
@@ -30,9 +34,11 @@ def manifest_dict(r: "ConversionReport") -> dict:
     }
 
 
-def write_sidecars(r: "ConversionReport") -> None:
-    """Write OUT.sha256 (files only: ``sha256sum -c`` checks it) and OUT.manifest.json."""
-    assert r.output is not None
-    if r.sha256:
-        atomic_write_text(f"{r.output}.sha256", f"{r.sha256}  {r.output.name}\n")
-    atomic_write_text(f"{r.output}.manifest.json", json.dumps(manifest_dict(r), indent=2) + "\n")
+def sha256_text(r: "ConversionReport") -> str:
+    """OUT.sha256 (files only): ``sha256sum -c`` checks it."""
+    assert r.output is not None and r.sha256
+    return f"{r.sha256}  {r.output.name}\n"
+
+
+def manifest_text(r: "ConversionReport") -> str:
+    return json.dumps(manifest_dict(r), indent=2) + "\n"

@@ -1,7 +1,8 @@
-"""Write a stream of entries as .tar.gz, .tar, SquashFS or a directory, atomically.
+"""Write a stream of entries as .tar.gz, .tar, SquashFS or a directory.
 
-Every writer builds its output under a temporary name in OUT's directory and renames it
-into place on ``commit``; ``abort`` removes it, so a failed conversion leaves nothing.
+Every writer builds its output inside the run's work directory (kit.image.output, beside
+OUT); ``finish`` returns the finished image there and kit.image.output puts it into place.
+``abort`` stops a writer (and its mksquashfs) so that the work directory can go.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Sequence
 
 from isal import igzip_threaded
 from zlib_ng import gzip_ng_threaded
@@ -79,28 +80,19 @@ class _TellingFile:
 
 
 class Writer:
-    """Base: a temporary sibling of OUT that becomes OUT on commit."""
+    """Base: builds the image inside WORK; ``finish`` returns its path there."""
 
-    def __init__(self, out: Path):
-        self.out = out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
+    def __init__(self, work: Path):
+        self.tmp = work
         self.sha256: str | None = None
         self.size = 0
 
     def add(self, entry: Entry) -> None:
         raise NotImplementedError
 
-    def _finish(self) -> Path:
-        """Close the output; return the temporary path to rename to OUT."""
+    def finish(self) -> Path:
+        """Close the output durably; return its path in WORK."""
         raise NotImplementedError
-
-    def commit(self) -> None:
-        done = self._finish()
-        if self.out.is_dir() and not self.out.is_symlink() and done.is_dir():
-            shutil.rmtree(self.out)  # replacing an earlier directory output
-        os.replace(done, self.out)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def abort(self) -> None:
         tar = getattr(self, "tar", None)
@@ -108,7 +100,6 @@ class Writer:
             tar.closed = tar.fileobj.closed = True
         with contextlib.suppress(Exception):
             self._close_quietly()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _close_quietly(self) -> None:
         pass
@@ -117,10 +108,10 @@ class Writer:
 class TarWriter(Writer):
     """Plain or gzip tar (ISA-L or zlib-ng, several threads), hashed while written."""
 
-    def __init__(self, out: Path, gzip: bool, level: int, threads: int):
-        super().__init__(out)
+    def __init__(self, work: Path, gzip: bool, level: int, threads: int):
+        super().__init__(work)
         self.path = self.tmp / "out"
-        self.raw = open(self.path, "wb")
+        self.raw = open(self.path, "xb")
         self.hashed = _HashingFile(self.raw)
         # ISA-L is fastest (levels 0-3); zlib-ng at 4-9 is within ~1% of gzip -6's size.
         module = igzip_threaded if level <= 3 else gzip_ng_threaded
@@ -132,7 +123,7 @@ class TarWriter(Writer):
     def add(self, entry: Entry) -> None:
         self.tar.addfile(entry.info, entry.data)
 
-    def _finish(self) -> Path:
+    def finish(self) -> Path:
         self.tar.close()
         if self.gz:
             self.gz.close()
@@ -151,19 +142,27 @@ class TarWriter(Writer):
 
 
 class SquashWriter(Writer):
-    """SquashFS through ``mksquashfs -tar``: the tar streams into it, no unpacked tree."""
+    """SquashFS through ``mksquashfs -tar``: the tar streams into it, no unpacked tree.
 
-    def __init__(self, out: Path, level: int, threads: int):
-        super().__init__(out)
+    mksquashfs runs in its own process group (a terminal's Ctrl-C reaches the kit, which kills
+    it in ``abort``) and holds ``keep_fds`` (the run's lock on OUT): if the kit is killed, the
+    pipe's end stops it, and until it has stopped no other run can take OUT's work directory.
+    """
+
+    FINISH_TIMEOUT = 3600  # seconds for mksquashfs to finish once the stream has ended
+
+    def __init__(self, work: Path, level: int, threads: int, keep_fds: Sequence[int] = ()):
+        super().__init__(work)
         if not shutil.which("mksquashfs"):
             raise KitError("mksquashfs not found; fix: apt-get install squashfs-tools")
         self.path = self.tmp / "out.sqfs"
-        self.errlog = open(self.tmp / "mksquashfs.log", "w+b")
+        self.errlog = tempfile.TemporaryFile()  # not beside OUT: when that disk is full, the reason must fit
         self.proc = subprocess.Popen(
             ["mksquashfs", "-", str(self.path), "-tar", "-noappend", "-quiet", "-no-progress",
              "-reproducible", "-mkfs-time", "0", "-comp", "gzip", "-Xcompression-level",
              str(level), "-processors", str(max(1, threads))],
-            stdin=subprocess.PIPE, stdout=self.errlog, stderr=subprocess.STDOUT)
+            stdin=subprocess.PIPE, stdout=self.errlog, stderr=subprocess.STDOUT,
+            process_group=0, pass_fds=tuple(keep_fds))
         self.tar = tarfile.open(fileobj=_TellingFile(self.proc.stdin), mode="w",
                                 format=tarfile.PAX_FORMAT, copybufsize=CHUNK)
 
@@ -174,24 +173,37 @@ class SquashWriter(Writer):
             self._fail()
 
     def _fail(self) -> None:
-        self.proc.wait()
+        """mksquashfs stopped or failed: one line, its last words (the reason comes before the FATAL ERROR)."""
+        try:
+            code = self.proc.wait(timeout=self.FINISH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._close_quietly()
+            raise KitError(f"mksquashfs did not finish within {self.FINISH_TIMEOUT} s; fix: check "
+                           f"the disk holding {self.tmp.parent}") from None
         self.errlog.seek(0)
-        raise KitError(f"mksquashfs failed (exit {self.proc.returncode}): "
-                       f"{self.errlog.read().decode(errors='replace').strip()[-2000:]}")
+        lines = [line.strip() for line in self.errlog.read(1 << 20).decode(errors="replace").splitlines()]
+        last = "; ".join([line for line in lines if line][-3:])[-400:] or "no message"
+        raise KitError(f"mksquashfs failed (exit {code}) writing into {self.tmp.parent}: {last}; "
+                       "fix: check the free space there, and squashfs-tools >= 4.5")
 
-    def _finish(self) -> Path:
+    def finish(self) -> Path:
         try:
             self.tar.close()
             self.proc.stdin.close()
         except BrokenPipeError:
             pass
-        if self.proc.wait() != 0:
+        try:
+            code = self.proc.wait(timeout=self.FINISH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0:
             self._fail()
         self.errlog.close()
         h = hashlib.sha256()
         with open(self.path, "rb") as fh:
             while chunk := fh.read(CHUNK):
                 h.update(chunk)
+            os.fsync(fh.fileno())
         self.sha256, self.size = h.hexdigest(), self.path.stat().st_size
         os.chmod(self.path, 0o644)
         return self.path
@@ -205,8 +217,8 @@ class SquashWriter(Writer):
 class DirWriter(Writer):
     """A directory tree, written without following symlinks; modes/mtimes of dirs set last."""
 
-    def __init__(self, out: Path):
-        super().__init__(out)
+    def __init__(self, work: Path):
+        super().__init__(work)
         self.root = self.tmp / "root"
         self.root.mkdir(mode=0o755)
         self.dirs: list[tarfile.TarInfo] = []
@@ -232,19 +244,42 @@ class DirWriter(Writer):
         os.utime(path, (info.mtime, info.mtime), follow_symlinks=False)
         self.size += info.size
 
-    def _finish(self) -> Path:
-        for info in reversed(self.dirs):
-            path = self.root / info.name
-            os.chmod(path, info.mode)
-            os.utime(path, (info.mtime, info.mtime))
+    def finish(self) -> Path:
+        """Directory modes and mtimes, deepest first, each directory reached without following
+        a symlink (a read-only directory is made so only once its entries are in)."""
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for info in reversed(self.dirs):
+                fd = _open_dir(root_fd, info.name)
+                try:
+                    os.chmod(fd, info.mode)
+                    os.utime(fd, (info.mtime, info.mtime))
+                finally:
+                    os.close(fd)
+            os.fsync(root_fd)
+        finally:
+            os.close(root_fd)
         return self.root
 
 
-def open_writer(out: Path, fmt: str, level: int, threads: int) -> Writer:
+def _open_dir(root_fd: int, rel: str) -> int:
+    """A directory of the tree by its path under the root, never through a symlink."""
+    fd = os.dup(root_fd)
+    for part in [p for p in rel.split("/") if p not in ("", ".")]:
+        try:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
+def open_writer(work: Path, fmt: str, level: int, threads: int, keep_fds: Sequence[int] = ()) -> Writer:
+    """The writer for FMT, building inside WORK; ``keep_fds`` stay open in its subprocess."""
     if fmt == "tar.gz":
-        return TarWriter(out, True, level, threads)
+        return TarWriter(work, True, level, threads)
     if fmt == "tar":
-        return TarWriter(out, False, level, threads)
+        return TarWriter(work, False, level, threads)
     if fmt == "sqfs":
-        return SquashWriter(out, level, threads)
-    return DirWriter(out)
+        return SquashWriter(work, level, threads, keep_fds)
+    return DirWriter(work)

@@ -149,6 +149,7 @@ class WantedTree:
     def __init__(self, out: Path):
         from kit.image.writers import DirWriter
 
+        out.mkdir()  # a scratch directory (the caller's temporary one removes it): the tree is out/root
         self.writer, self.written = DirWriter(out), set()
 
     def offer(self, entry) -> bool:
@@ -165,8 +166,7 @@ class WantedTree:
         return self.writer.root / name
 
     def commit(self) -> Path:
-        self.writer.commit()
-        return self.writer.out
+        return self.writer.finish()
 
     def abort(self) -> None:
         self.writer.abort()

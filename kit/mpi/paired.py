@@ -60,23 +60,29 @@ class _PairTap:
 
 def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | str | os.PathLike, *,
                    mode: str = "full", dry_run: bool = False, **options: Any) -> PairedConversion:
-    """kit.image.convert(SRC, OUT) with the site's MPI pair decided on the way; then OUT.pair.yaml.
+    """kit.image.convert(SRC, OUT) with the site's MPI pair decided on the way, and OUT.pair.yaml.
 
-    `options` go to kit.image.convert (fmt, image, mount_points, level, limits, progress, threads).
+    `options` go to kit.image.convert (fmt, image, mount_points, level, limits, progress, threads,
+    force). OUT.pair.yaml goes into place with the image and its other sidecars, never apart.
     Raises KitError (nothing written) if the image's MPI cannot pair with the site's.
     """
     site = load_site(site)
     installed = f"{site.container.image_dir.rstrip('/')}/{image_name(Path(out).name)}.current"
     with tempfile.TemporaryDirectory(prefix="kit-pair-") as tmp:
         tap = _PairTap(site, mode, str(src), Path(tmp))
+
+        def finished() -> Pair:
+            pair = tap.pair
+            pair.image, pair.missing = str(out), []  # convert created each one or raised
+            pair.image_env = True  # the converter always writes /ch/environment
+            pair.site_image = installed  # where `kit transfer push --install` puts it: the launch line's image
+            return pair
+
         try:
-            report = convert(src, out, dry_run=dry_run, tap=tap, **options)
+            report = convert(src, out, dry_run=dry_run, tap=tap,
+                             sidecars={".pair.yaml": lambda _report, path: write_pair(finished(), path)},
+                             **options)
         finally:
             tap.close()
-    pair = tap.pair
-    pair.image, pair.missing = str(out), []  # convert created each one or raised
-    pair.image_env = True  # the converter always writes /ch/environment
-    pair.site_image = installed  # where `kit transfer push --install` puts it: the launch line's image
-    if dry_run:
-        return PairedConversion(report, pair, None)
-    return PairedConversion(report, pair, write_pair(pair, pair_path(out)))
+    pair = finished()
+    return PairedConversion(report, pair, None if dry_run else pair_path(out))
