@@ -1,0 +1,32 @@
+#!/bin/sh
+# install.sh [VENV] [EXTRAS]: installs secure-site-kit from this wheelhouse alone, on a login
+# node with no root, no internet and no compiler: checks every file against SHA256SUMS, makes
+# a venv with the site's Python (the one the wheelhouse was made for) and pip-installs from
+# this directory only. VENV defaults to ~/.local/share/secure-site-kit/venv; EXTRAS is a
+# comma list (report, convert, transfer, build, train) of those the wheelhouse was made with.
+# PYTHON picks the interpreter (default: python3).
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+VENV=${1:-$HOME/.local/share/secure-site-kit/venv}
+EXTRAS=${2:-}
+PY=${PYTHON:-python3}
+die() { echo "install.sh: $*" >&2; exit 1; }
+
+(cd "$HERE" && sha256sum --check --quiet --strict SHA256SUMS) \
+  || die "files in $HERE do not match its SHA256SUMS (a damaged copy); fix: copy the wheelhouse again"
+want=$(cat "$HERE/PYTHON_VERSION")
+command -v "$PY" >/dev/null 2>&1 || die "no $PY on PATH; fix: load a Python $want (e.g. module load python) or set PYTHON=/path/to/python$want"
+have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+[ "$have" = "$want" ] || die "$PY is Python $have but this wheelhouse is for Python $want; fix: set PYTHON=/path/to/python$want, or make the wheelhouse with PYTHON=python$have"
+for extra in $(echo "$EXTRAS" | tr ',' ' '); do
+  grep -qx "$extra" "$HERE/EXTRAS" || die "extra '$extra' is not in this wheelhouse (it has: $(tr '\n' ' ' < "$HERE/EXTRAS")); fix: make the wheelhouse with EXTRAS=$EXTRAS"
+done
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV" || die "$PY -m venv $VENV failed; fix: use a Python with the venv module (Debian: python3-venv)"
+fi
+"$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE" --disable-pip-version-check \
+  "secure-site-kit${EXTRAS:+[$EXTRAS]}" || die "pip could not install from $HERE (see above)"
+if [ -f "$HERE/horovod/BUILD.sh" ] && echo ",$EXTRAS," | grep -q ',train,'; then
+  echo "install.sh: for --no-container runs build Horovod against the site's MPI: sh $HERE/horovod/BUILD.sh $VENV"
+fi
+echo "install.sh: installed; run $VENV/bin/kit (add $VENV/bin to PATH)"
