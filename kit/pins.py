@@ -18,6 +18,8 @@ from typing import List, Optional, Tuple
 
 MAX_BYTES = 8 << 20  # a lock of every extra is ~250 KB
 PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)\s*(?:;\s*(?P<marker>.+?))?\s*\Z")
+_TERM = r"\(*\s*[a-z_]+\s*(?:==|!=|<=|>=|<|>|~=|not in|in)\s*'[^']*'\s*\)*"
+MARKER = re.compile(rf"{_TERM}(?:\s+(?:and|or)\s+{_TERM})*")
 HASH = re.compile(r"--hash=sha256:(?P<hex>[0-9a-f]{64})\Z")
 # name-version(-build)?-python-abi-platform.whl, or name-version.tar.gz / .zip
 WHEEL = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-[^-]+)?-[^-]+-[^-]+-[^-]+\.whl\Z")
@@ -66,7 +68,8 @@ def read_pins(path: Path) -> List[Pin]:
         words = entry.split(" --hash=")
         match = PIN.fullmatch(words[0])
         hashes = [HASH.fullmatch("--hash=" + w.strip()) for w in words[1:]]
-        if not match or not all(hashes):
+        bad_marker = match is not None and match["marker"] is not None and not MARKER.fullmatch(match["marker"])
+        if not match or not hashes or not all(hashes) or bad_marker:
             raise PinError(f"{path}: entry {entry[:80]!r} is not NAME==VERSION [; MARKER] --hash=sha256:HEX...; "
                            "fix: regenerate it with scripts/lock.sh")
         pins.append(Pin(match["name"], match["version"], match["marker"], tuple(h["hex"] for h in hashes)))

@@ -10,6 +10,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 VENV=${1:-$HOME/.local/share/secure-site-kit/venv}
 EXTRAS=${2:-}
 PY=${PYTHON:-python3}
+# This directory only: no pip.conf index or find-links of the login node takes part.
+export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
+unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV 2>/dev/null || true
 die() { echo "install.sh: $*" >&2; exit 1; }
 
 (cd "$HERE" && sha256sum --check --quiet --strict SHA256SUMS) \
@@ -24,7 +27,7 @@ done
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV" || die "$PY -m venv $VENV failed; fix: use a Python with the venv module (Debian: python3-venv)"
 fi
-"$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE" --disable-pip-version-check \
+"$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE" \
   "secure-site-kit${EXTRAS:+[$EXTRAS]}" || die "pip could not install from $HERE (see above)"
 if [ -f "$HERE/horovod/BUILD.sh" ] && echo ",$EXTRAS," | grep -q ',train,'; then
   echo "install.sh: for --no-container runs build Horovod against the site's MPI: sh $HERE/horovod/BUILD.sh $VENV"

@@ -6,7 +6,8 @@
 #   PYTHON    an interpreter of the site's Python version (default python3): pip evaluates the pin
 #             list's markers with the Python that runs it
 #   EXTRAS    comma list (default report; train adds Horovod's sdist)
-#   PLATFORM  the site's wheel platform tag (default manylinux2014_x86_64)
+#   PLATFORM  the site's wheel platform tag(s), comma-separated (default manylinux2014_x86_64: glibc
+#             >= 2.17; manylinux_2_N_x86_64 for the site's glibc 2.N also takes older manylinux wheels)
 #   OUT       default dist/wheelhouse
 # Downloads are cached in ~/.cache/secure-site-kit/pip, so a re-run fetches only index pages.
 set -euo pipefail
@@ -24,6 +25,7 @@ log() { printf '\033[1mwheelhouse:\033[0m %s\n' "$*"; }
 command -v "$PY" >/dev/null 2>&1 && "$PY" -m pip --version >/dev/null 2>&1 \
   || die "no $PY with pip; fix: set PYTHON to an interpreter of the site's Python version (with pip)"
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+[[ $PLATFORM =~ ^[a-z0-9_,]+$ ]] || die "PLATFORM=$PLATFORM: use wheel platform tags such as manylinux2014_x86_64"
 [[ $EXTRAS =~ ^[a-z,]*$ ]] || die "EXTRAS=$EXTRAS: use a comma list of report,convert,transfer,build,train"
 if [ -e "$OUT" ] && [ ! -e "$OUT/$MARK" ]; then
   die "$OUT exists and was not made by this script; fix: move it away or set OUT=another/dir"
@@ -39,7 +41,15 @@ wheel=$(ls "$part"/secure_site_kit-*.whl)
 "$PY" "$ROOT/kit/pins.py" constraints "$LOCK" > "$part/.constraints"
 
 log "core + [$EXTRAS] for Python $pyver on $PLATFORM"
-"$PY" -m pip download -q --only-binary=:all: --platform "$PLATFORM" --python-version "$pyver" \
+platforms=()
+for p in ${PLATFORM//,/ }; do
+  platforms+=(--platform "$p")
+  if [[ $p =~ ^manylinux_2_([0-9]+)_(.+)$ ]]; then  # a glibc 2.N system also runs older manylinux wheels
+    for ((m = BASH_REMATCH[1] - 1; m >= 17; m--)); do platforms+=(--platform "manylinux_2_${m}_${BASH_REMATCH[2]}"); done
+    platforms+=(--platform "manylinux2014_${BASH_REMATCH[2]}")
+  fi
+done
+"$PY" -m pip download -q --only-binary=:all: "${platforms[@]}" --python-version "$pyver" \
   --implementation cp -c "$part/.constraints" --find-links "$part" -d "$part" "$wheel[$EXTRAS]"
 if [[ ,$EXTRAS, == *,train,* ]]; then  # --no-container sites build Horovod against their own MPI
   "$PY" "$ROOT/kit/pins.py" requirements "$LOCK" --only horovod | head -n1 | sed 's/ ;.*//' > "$part/.horovod"
