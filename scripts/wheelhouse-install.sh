@@ -15,8 +15,11 @@ export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV 2>/dev/null || true
 die() { echo "install.sh: $*" >&2; exit 1; }
 
-(cd "$HERE" && sha256sum --check --quiet --strict SHA256SUMS) \
-  || die "files in $HERE do not match its SHA256SUMS (a damaged copy); fix: copy the wheelhouse again"
+[ -f "$HERE/SHA256SUMS" ] || die "$HERE/SHA256SUMS is missing; fix: copy the whole wheelhouse directory"
+if ! report=$(cd "$HERE" && sha256sum --check --quiet --strict SHA256SUMS 2>&1); then
+  bad=$(printf '%s\n' "$report" | sed -n 's/: FAILED.*//p' | head -n1)
+  die "$HERE/${bad:-SHA256SUMS} does not match SHA256SUMS (a damaged or partial copy); fix: copy the wheelhouse again"
+fi
 want=$(cat "$HERE/PYTHON_VERSION")
 command -v "$PY" >/dev/null 2>&1 || die "no $PY on PATH; fix: load a Python $want (e.g. module load python) or set PYTHON=/path/to/python$want"
 have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')

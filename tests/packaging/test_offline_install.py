@@ -108,9 +108,14 @@ def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: i
     assert "secure-site-kit[transfer]" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_root_installs_and_runs_the_core_offline_on_the_oldest_python(netns, public_dir):
+@pytest.fixture(scope="module")
+def floor_wheelhouse(public_dir) -> tuple[str, Path]:
     python = floor_python()
-    wheelhouse = build_wheelhouse(python, public_dir / "wheelhouse-floor")
+    return python, build_wheelhouse(python, public_dir / "wheelhouse-floor")
+
+
+def test_root_installs_and_runs_the_core_offline_on_the_oldest_python(netns, public_dir, floor_wheelhouse):
+    python, wheelhouse = floor_wheelhouse
     sums = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=wheelhouse, capture_output=True,
                           text=True)
     assert sums.returncode == 0 and sums.stdout.count(": OK") >= 10, sums.stdout + sums.stderr
@@ -133,3 +138,30 @@ def test_an_unprivileged_user_installs_and_runs_the_core_offline(netns, public_d
     home.mkdir()
     check_offline(netns, wheelhouse, system, home, user=NOBODY)
     assert (home / "venv" / "bin" / "kit").stat().st_uid == NOBODY
+
+
+def test_install_sh_refuses_a_damaged_copy_another_python_and_a_missing_extra(floor_wheelhouse, tmp_path):
+    """Each in one line, exit 1, before any venv exists."""
+    python, wheelhouse = floor_wheelhouse
+    copy = tmp_path / "wheelhouse"
+    shutil.copytree(wheelhouse, copy)
+    venv = tmp_path / "venv"
+
+    def install(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return run(["sh", str(copy / "install.sh"), str(venv), *args], env=outside_env(**{"PYTHON": python, **env}))
+
+    other = "/usr/bin/python3" if run([python, "-c", "import sys; print(sys.version_info[:2])"]).stdout != \
+        run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"]).stdout else None
+    if other:
+        done = install("report", PYTHON=other)
+        assert done.returncode == 1 and "but this wheelhouse is for Python" in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1
+    done = install("transfer")
+    assert done.returncode == 1 and "extra 'transfer' is not in this wheelhouse" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+    [wheel] = copy.glob("rich-*.whl")
+    wheel.write_bytes(wheel.read_bytes()[:-1] + b"?")
+    done = install("report")
+    assert done.returncode == 1 and done.stderr == (f"install.sh: {copy / wheel.name} does not match SHA256SUMS (a "
+                                                    "damaged or partial copy); fix: copy the wheelhouse again\n")
+    assert not venv.exists()
