@@ -35,6 +35,12 @@ def floor_python() -> str:
     return next((c for c in candidates if c and runs(c)), sys.executable)
 
 
+def machine_platform() -> str:
+    """This machine's manylinux tag (the venvs under test run here): manylinux_2_<glibc minor>."""
+    glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 2.17").split()[-1]
+    return f"manylinux_2_{int(glibc.split('.')[1])}_{os.uname().machine}"
+
+
 def run(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import require
-from tests.packaging.conftest import REPO, build_wheelhouse, floor_python, outside_env, run
+from tests.packaging.conftest import REPO, build_wheelhouse, floor_python, machine_platform, outside_env, run
 
 pytestmark = pytest.mark.slow
 NOBODY = 65534
@@ -111,7 +111,11 @@ def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: i
 @pytest.fixture(scope="module")
 def floor_wheelhouse(public_dir) -> tuple[str, Path]:
     python = floor_python()
-    return python, build_wheelhouse(python, public_dir / "wheelhouse-floor")
+    # Python 3.9 has manylinux2014 wheels of everything (the default tag, glibc >= 2.17); a newer
+    # fallback Python may need this machine's own tag.
+    old = run([python, "-c", "import sys; print(sys.version_info[:2] == (3, 9))"]).stdout.strip() == "True"
+    platform = "manylinux2014_x86_64" if old else machine_platform()
+    return python, build_wheelhouse(python, public_dir / "wheelhouse-floor", platform=platform)
 
 
 def test_root_installs_and_runs_the_core_offline_on_the_oldest_python(netns, public_dir, floor_wheelhouse):
@@ -131,9 +135,9 @@ def test_an_unprivileged_user_installs_and_runs_the_core_offline(netns, public_d
     builder = public_dir / "builder-venv"
     made = run([system, "-m", "venv", str(builder)])
     require(made.returncode == 0, f"{system} -m venv failed (python3-venv missing): {made.stderr.strip()}")
-    # Debian 12's glibc 2.36: some of this Python's wheels exist only as manylinux_2_28
+    # some of this Python's wheels exist only for newer glibc (manylinux_2_28): this machine's tag
     wheelhouse = build_wheelhouse(str(builder / "bin" / "python"), public_dir / "wheelhouse-system",
-                                  platform="manylinux_2_28_x86_64")
+                                  platform=machine_platform())
     home = public_dir / "user-home"
     home.mkdir()
     check_offline(netns, wheelhouse, system, home, user=NOBODY)
