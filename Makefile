@@ -1,7 +1,13 @@
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench wheelhouse lock
 setup:
 	bash scripts/setup.sh
 demo: setup
 	.venv/bin/python -m gan3d demo --site laptop
 test: setup
 	bash scripts/test.sh
+# For a login node without internet: PYTHON=<the site's python3.X> EXTRAS=report,... PLATFORM=...
+wheelhouse:
+	bash scripts/wheelhouse.sh
+# After changing a requirement in pyproject.toml: re-resolve constraints.txt (the one pin list).
+lock:
+	bash scripts/lock.sh

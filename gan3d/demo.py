@@ -17,7 +17,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parent.parent
 DATA_FILES, EVENTS_PER_FILE = 3, 256  # 2 files to train on, 1 for validation
 MARKER = ".complete"  # written after the last file: a half-simulated set is redone
 
@@ -94,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per epoch")
     ap.add_argument("--batch-size", type=int, default=8, help="showers per rank per step")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--build", type=Path, default=REPO / "build" / "demo")
-    ap.add_argument("--results", type=Path, default=REPO / "results" / "demo.json")
+    ap.add_argument("--build", type=Path, default=Path("build", "demo"),
+                    help="data, checkpoints and plots (default: build/demo in the current directory)")
+    ap.add_argument("--results", type=Path, default=Path("results", "demo.json"),
+                    help="results JSON (default: results/demo.json in the current directory)")
     args = ap.parse_args(argv)
     console = Console()
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = train_command(sys.executable, args, data)
     console.print(f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd))
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=REPO)
+    proc = subprocess.run(cmd)
     if proc.returncode != 0:
         console.print(f"[red]gan3d demo: training failed (exit {proc.returncode})[/red]")
         return proc.returncode
@@ -133,7 +134,7 @@ def run_validation(args: argparse.Namespace, data: list[Path], console: Console)
            "--checkpoint", str(weights), "--data", str(data[-1]), "--out", str(out),
            "--results", str(args.results)]
     with console.status("physics check of the trained generator"):
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)  # its JSON goes into the results
+        proc = subprocess.run(cmd, capture_output=True, text=True)  # its JSON goes into the results
     if proc.returncode != 0:
         console.print(f"[yellow]physics validation failed (exit {proc.returncode}): {' '.join(cmd)}[/yellow]\n"
                       + proc.stderr[-2000:])

@@ -26,12 +26,20 @@ RUN apt-get update \
         build-essential cmake git ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
+# The stack from the kit's one pin list (constraints.txt: every version, hashes checked by pip),
+# copied before the code so that a code change does not redo this layer; Horovod from its
+# pinned sdist, built against the container's MPICH like mpi4py.
+COPY constraints.txt /opt/gan3d/constraints.txt
+COPY kit/pins.py /opt/gan3d/pins.py
 RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir numpy==1.26.4 tensorflow==2.15.1 keras==2.15.0 \
-        protobuf==4.23.4 h5py==3.16.0 pyyaml==6.0.3 \
- && MPICC=mpicc /opt/venv/bin/pip install --no-cache-dir --no-binary mpi4py mpi4py==4.1.2 \
+ && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --exclude horovod > /tmp/stack.txt \
+ && MPICC=mpicc PIP_NO_BINARY=mpi4py /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps \
+        -r /tmp/stack.txt \
+ && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --only horovod > /tmp/horovod.txt \
  && HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation horovod==0.28.1
+    HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation --require-hashes \
+        --no-deps -r /tmp/horovod.txt \
+ && rm /tmp/stack.txt /tmp/horovod.txt
 
 COPY gan3d /opt/gan3d/gan3d
 # `gan3d train --site FILE` reads the site config with kit.site (PyYAML only); the batch script

@@ -5,8 +5,10 @@ import argparse
 import importlib
 import sys
 
+from kit import __version__
 from kit.crash import EXIT_ERROR, debug_requested, report_bug
 from kit.errors import KitError
+from kit.extras import missing_extra
 
 # Each module defines register(subparsers) adding one command group whose leaf
 # parsers set `func(args) -> int`.
@@ -19,18 +21,42 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kit", description=__doc__)
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an internal error instead of writing it to a file")
+    parser.add_argument("--version", action="version", version=f"kit (secure-site-kit) {__version__}")
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     first = next((a for a in argv or [] if not a.startswith("-")), None)
     for name in [first] if first in GROUPS else GROUPS:
-        importlib.import_module(f"kit.commands.{name}").register(sub)
+        try:
+            importlib.import_module(f"kit.commands.{name}").register(sub)
+        except ImportError as exc:
+            error = missing_extra(exc, f"kit {name}")
+            if error is None:
+                raise
+            _unavailable(sub, name, error)
     return parser
+
+
+def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) -> None:
+    """A group whose optional dependencies are not installed still shows in --help, and any of
+    its commands ends with the one line that names the extra to install."""
+    group = sub.add_parser(name, help=f"(not installed: {str(error).split('fix: ')[-1]})", add_help=False)
+    group.add_argument("words", nargs=argparse.REMAINDER)
+
+    def fail(args: argparse.Namespace) -> int:
+        raise error
+    group.set_defaults(func=fail)
 
 
 def main(argv: list[str] | None = None) -> int:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
     try:
+        args = build_parser(argv).parse_args(argv)
         return int(args.func(args) or 0)
+    except ImportError as exc:
+        error = missing_extra(exc, "kit " + " ".join([a for a in argv if not a.startswith("-")][:2]))
+        if error is None:
+            return report_bug("kit", exc, debug)
+        print(f"kit: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

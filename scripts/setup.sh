@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # One idempotent setup for demo, tests and CI: system packages, .venv, the pinned
 # Python stack and Horovod built against the system MPICH. A second run only checks.
+# Needs: Debian 12 or Ubuntu 22.04+ as root (or the packages below already installed), the
+# network, and Python 3.11 (Debian's python3.11, or PYTHON=/path/to/python3.11 on Ubuntu 24.04).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${KIT_VENV:-$ROOT/.venv}
 CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
-PY=${PYTHON:-python3.11}
+LOCK=$ROOT/constraints.txt  # the one pin list (scripts/lock.sh): every version, with hashes
 mkdir -p "$CACHE"
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+die() { echo "setup: $*" >&2; exit 1; }
 
 # 1. Debian packages (the real parts the kit drives and the tests start).
 APT_PACKAGES=(
@@ -20,6 +23,9 @@ APT_PACKAGES=(
   openssh-server openssh-client rsync
   zstd pigz hwloc procps psmisc iproute2
 )
+# TensorFlow 2.15.1 runs on Python 3.9-3.11: the developer set-up uses 3.11, from apt unless
+# PYTHON names another interpreter.
+[ -n "${PYTHON:-}" ] || APT_PACKAGES+=(python3.11 python3.11-venv python3.11-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,6 +39,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  for p in "${missing[@]}"; do
+    apt-cache show "$p" >/dev/null 2>&1 || case "$p" in
+      python3.11*) die "this system's apt has no $p (Ubuntu 24.04 ships Python 3.12); fix: install Python 3.11 (pyenv, uv python install 3.11, or a module) and rerun with PYTHON=/path/to/python3.11" ;;
+      *) die "this system's apt has no package $p; fix: use Debian 12 or Ubuntu 22.04+, or install $p by hand" ;;
+    esac
+  done
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # Services must not start on their own: tests start their own instances.
   for s in slurmctld slurmd munge ssh; do service "$s" stop >/dev/null 2>&1 || true; done
@@ -41,38 +53,47 @@ else
 fi
 
 # 2. Virtual environment.
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || die "no $PY on PATH; fix: apt-get install python3.11 python3.11-venv python3.11-dev, or rerun with PYTHON=/path/to/python3.11"
+"$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+  || die "$PY is Python $("$PY" -c 'import platform; print(platform.python_version())'), the set-up needs 3.11 (TensorFlow 2.15.1); fix: rerun with PYTHON=/path/to/python3.11"
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
-  "$PY" -m venv "$VENV"
+  "$PY" -m venv "$VENV" || die "$PY -m venv failed; fix: apt-get install python3.11-venv (or use a Python with ensurepip via PYTHON=...)"
   "$VENV/bin/pip" install -q --upgrade pip wheel setuptools
 fi
 PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
 export PIP_NO_BINARY=mpi4py  # link mpi4py against the system MPICH, not a bundled MPI
 
-# 3. The pinned stack, reinstalled only when pyproject.toml or this script changed.
-stamp="$VENV/.kit-deps-$(cat "$ROOT/pyproject.toml" "$0" | sha256sum | cut -c1-16)"
+# 3. The pinned stack (every package of the pin list for this Python, hashes checked by pip),
+# then the kit itself, editable; redone only when pyproject.toml, the pin list or this script changed.
+stamp="$VENV/.kit-deps-$(cat "$ROOT/pyproject.toml" "$LOCK" "$0" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  log "installing the pinned Python stack (tensorflow 2.15.1, ...)"
-  "${PIP[@]}" -e "$ROOT[train,test]"
+  log "installing the pinned Python stack (constraints.txt: tensorflow, ...)"
+  "$VENV/bin/python" "$ROOT/kit/pins.py" requirements "$LOCK" --exclude horovod > "$VENV/.kit-requirements.txt"
+  "${PIP[@]}" --require-hashes --no-deps -r "$VENV/.kit-requirements.txt"
+  "${PIP[@]}" --no-deps -e "$ROOT"
+  "$VENV/bin/pip" check >/dev/null || die "the pin list misses a requirement ($("$VENV/bin/pip" check | head -n1)); fix: run scripts/lock.sh and commit constraints.txt"
   rm -f "$VENV"/.kit-deps-* && touch "$stamp"
 else
   log "Python stack up to date"
 fi
 
-# 4. Horovod 0.28.1 from source against MPI; the built wheel is cached across clones.
+# 4. Horovod from its pinned sdist against MPI; the built wheel is cached across clones.
 hvd_ok() { TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c "import horovod.tensorflow as h; assert h.mpi_built()" >/dev/null 2>&1; }
 if ! hvd_ok; then
-  whl=$(ls "$CACHE"/wheels/horovod-0.28.1-*.whl 2>/dev/null | head -n1 || true)
+  hv=$("$VENV/bin/python" "$ROOT/kit/pins.py" version "$LOCK" horovod)
+  whl=$(ls "$CACHE"/wheels/horovod-"$hv"-*.whl 2>/dev/null | head -n1 || true)
   if [ -z "$whl" ]; then
-    log "building horovod 0.28.1 against MPICH (about 3 minutes on 2 cores)"
+    log "building horovod $hv against MPICH (about 3 minutes on 2 cores)"
+    "$VENV/bin/python" "$ROOT/kit/pins.py" requirements "$LOCK" --only horovod > "$VENV/.kit-horovod.txt"
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
     HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1 MAKEFLAGS=-j2 \
-      "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps --no-binary horovod \
-      -w "$CACHE/wheels" horovod==0.28.1
-    whl=$(ls "$CACHE"/wheels/horovod-0.28.1-*.whl | head -n1)
+      "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps --no-binary horovod --require-hashes \
+      -w "$CACHE/wheels" -r "$VENV/.kit-horovod.txt"
+    whl=$(ls "$CACHE"/wheels/horovod-"$hv"-*.whl | head -n1)
   fi
   "${PIP[@]}" --no-deps --force-reinstall "$whl"
-  "${PIP[@]}" cloudpickle psutil pyyaml packaging cffi
   hvd_ok || { echo "setup: horovod does not import with MPI support; fix: rm -r $CACHE/wheels and rerun" >&2; exit 1; }
 fi
 log "ready: $VENV"

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from kit.commands.progress import byte_bar
-from kit.transfer import bundle, installed_versions, push, rollback, verify_bundle
+import kit.transfer as transfer  # push, versions, rollback need the [transfer] extra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +63,7 @@ def _push(args: argparse.Namespace) -> int:
         bar = None if args.dry_run else byte_bar(
             stack, f"pushing {args.image.name}", args.image.stat().st_size if args.image.is_file() else None)
         progress = bar and bar.advance
-        report = push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
+        report = transfer.push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
                       keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
                       dry_run=args.dry_run, progress=progress, **_endpoint_args(args))
     if args.dry_run:
@@ -86,7 +86,7 @@ def _endpoint_args(args: argparse.Namespace) -> dict:
 
 
 def _versions(args: argparse.Namespace) -> int:
-    found = installed_versions(args.name, args.site, **_endpoint_args(args))
+    found = transfer.installed_versions(args.name, args.site, **_endpoint_args(args))
     if not found.versions:
         print(f"no version of {found.name} installed in {found.where}")
         return 0
@@ -99,7 +99,7 @@ def _versions(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    done = rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
+    done = transfer.rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
     verb = "would point" if done.dry_run else "pointed"
     print(f"{verb} {done.current} at {done.target} (was {done.previous or 'unset'})")
     return 0
@@ -108,10 +108,10 @@ def _rollback(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"copying into {args.dir.name}")
-        out = bundle(args.images, args.dir, progress=bar and bar.update)
+        out = transfer.bundle(args.images, args.dir, progress=bar and bar.update)
     with ExitStack() as stack:  # read back from the medium (the copies left the page cache)
         bar = byte_bar(stack, f"verifying {args.dir.name}")
-        report = verify_bundle(out, progress=bar and bar.update)
+        report = transfer.verify_bundle(out, progress=bar and bar.update)
     if not report.ok:
         print("\n".join(report.lines()))
         return 1
@@ -123,6 +123,6 @@ def _bundle(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"verifying {args.dir.name}")
-        report = verify_bundle(args.dir, progress=bar and bar.update)
+        report = transfer.verify_bundle(args.dir, progress=bar and bar.update)
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kit.data import shipped
 from kit.errors import KitError
 from kit.mpi.abi import FAMILY_OF_VENDOR
 from kit.site import Site, load_site
 
-REPO = Path(__file__).resolve().parents[2]
-RECIPES = REPO / "images"
+RECIPES = shipped("images")
+# What the recipes COPY, staged from the installed kit when no --context is given.
+CONTEXT_PACKAGES = ("kit", "gan3d")
 BUILDERS = ("buildah", "podman", "docker")
 FORMATS = ("docker-archive", "oci-archive")
 
@@ -31,6 +33,7 @@ class BuildPlan:
     commands: list[list[str]]
     out: Path
     part: Path
+    staged: Path | None = None  # the context run_build assembles first (and removes after)
 
     def shell(self) -> str:
         return "\n".join(" ".join(shlex.quote(w) for w in cmd) for cmd in self.commands)
@@ -64,7 +67,7 @@ def which_builder(preferred: str | None = None) -> str:
 
 
 def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.PathLike | None = None,
-               context: str | os.PathLike = REPO, builder: str | None = None, fmt: str = "docker-archive",
+               context: str | os.PathLike | None = None, builder: str | None = None, fmt: str = "docker-archive",
                tag: str = "gan3d:latest", extra_args: dict[str, str] | None = None,
                storage: str | os.PathLike | None = None) -> BuildPlan:
     """The builder's commands for ``site``; user ``extra_args`` override the site's."""
@@ -77,6 +80,8 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     args = {**site_build_args(site), **(extra_args or {})}
     out = Path(out).resolve()
     part = out.with_name(f".{out.name}.part")
+    staged = None if context else out.with_name(f".{out.name}.context")
+    context = context or staged
     builder = which_builder(builder)
     flags = [f"--build-arg={k}={v}" for k, v in args.items()]
     if builder == "buildah":
@@ -91,13 +96,30 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
             raise KitError("docker save writes docker-archive only; fix: --format docker-archive or --builder buildah")
         commands = [[builder, "build", "-f", str(recipe), "-t", tag, *flags, str(context)],
                     [builder, "save", *save, "-o", str(part), tag]]
-    return BuildPlan(recipe, args, commands, out, part)
+    return BuildPlan(recipe, args, commands, out, part, staged)
+
+
+def stage_context(dest: Path) -> Path:
+    """The build context the recipes expect (kit/, gan3d/, site-configs/, constraints.txt), copied
+    from the installed kit: a wheel installed anywhere builds the same image as a checkout."""
+    from importlib import resources
+
+    dest.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in CONTEXT_PACKAGES:
+        shutil.copytree(Path(str(resources.files(package))), dest / package, ignore=ignore)
+    shutil.copytree(shipped("site-configs"), dest / "site-configs", ignore=ignore)
+    shutil.copyfile(shipped("constraints.txt"), dest / "constraints.txt")
+    return dest
 
 
 def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Path:
     """Run the plan; OUT appears only when the archive is complete (temp + rename)."""
     plan.out.parent.mkdir(parents=True, exist_ok=True)
     plan.part.unlink(missing_ok=True)  # a killed build's leftover: `buildah push` will not overwrite it
+    if plan.staged:
+        shutil.rmtree(plan.staged, ignore_errors=True)  # ours, from a killed build
+        stage_context(plan.staged)
     try:
         for cmd in plan.commands:
             if echo:
@@ -112,5 +134,7 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
         os.replace(plan.part, plan.out)
     finally:
         plan.part.unlink(missing_ok=True)
+        if plan.staged:
+            shutil.rmtree(plan.staged, ignore_errors=True)
     return plan.out
 

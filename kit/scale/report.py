@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Tuple
 
 from gan3d.results import SCHEMA
 from kit.atomic import atomic_write_bytes
@@ -21,7 +21,8 @@ from kit.errors import KitError
 from kit.mpi.elf import VENDOR_MARKERS
 from kit.scale.paper import PaperTable, paper_table
 
-Config = tuple[str | None, int, int, int, str]  # site, ranks/node, threads/rank, batch/rank, MPI vendor
+# site, ranks/node, threads/rank, batch/rank, MPI vendor (Optional: a runtime alias, and the core runs on 3.9)
+Config = Tuple[Optional[str], int, int, int, str]
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")
 _RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,

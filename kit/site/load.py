@@ -4,17 +4,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kit.data import shipped
 from kit.site.model import NAME_RE, SCHEMA, Site
 from kit.site.schema import SiteError, check_document
 
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED_DIR = REPO / "site-configs"
+SHIPPED_DIR = shipped("site-configs")
+
+
+def user_dir() -> Path:
+    """A user's own site configs: $XDG_CONFIG_HOME/kit/sites (default ~/.config/kit/sites)."""
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if os.path.isabs(config) else Path("~/.config").expanduser()
+    return base / "kit" / "sites"
 
 
 def search_dirs() -> list[Path]:
-    """$KIT_SITE_PATH dirs (os.pathsep-separated) first, then the shipped site-configs/."""
+    """Where a site *name* is looked up, first match wins: the $KIT_SITE_PATH dirs
+    (os.pathsep-separated, in order), then the user's dir, then the configs shipped with the
+    kit; so a user's file of the same name overrides a shipped one. A path is never searched."""
     extra = [Path(p).expanduser() for p in os.environ.get("KIT_SITE_PATH", "").split(os.pathsep) if p]
-    return extra + [SHIPPED_DIR]
+    return extra + [user_dir(), SHIPPED_DIR]
 
 
 def available_sites() -> list[str]:

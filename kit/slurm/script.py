@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.atomic import atomic_write_text
+from kit.data import shipped
 from kit.errors import KitError
 from kit.mpi.pair import launcher_words, translate, under
 from kit.mpi.pair_file import PairFile
 from kit.site import Site
 from kit.slurm.spec import Checked
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "run.sbatch"
+TEMPLATE = shipped("slurm", "run.sbatch")
 # #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there.
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
 SAFE_WORD = re.compile(r"^[A-Za-z0-9._,:+-]+$")

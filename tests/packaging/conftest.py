@@ -1,0 +1,55 @@
+"""Helpers for the packaging tests: environments without the checkout, and Pythons to install on."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("KIT_CACHE") or Path.home() / ".cache" / "secure-site-kit")
+
+
+def outside_env(**extra: str) -> dict[str, str]:
+    """The environment of a user who has only the installed kit: no PYTHONPATH into the checkout,
+    no pip configuration of this machine."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE="/dev/null", USER=env.get("USER", "root"), **extra)
+    return env
+
+
+def runs(python: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", "import venv"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def floor_python() -> str:
+    """The oldest Python the core promises (3.9) when this machine has one, else this one."""
+    candidates = [shutil.which("python3.9") or "", *sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.9*/bin/python3.9")))]
+    return next((c for c in candidates if c and runs(c)), sys.executable)
+
+
+def machine_platform() -> str:
+    """This machine's manylinux tag (the venvs under test run here): manylinux_2_<glibc minor>."""
+    glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 2.17").split()[-1]
+    return f"manylinux_2_{int(glibc.split('.')[1])}_{os.uname().machine}"
+
+
+def run(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def build_wheelhouse(python: str, out: Path, extras: str = "report", platform: str = "manylinux2014_x86_64") -> Path:
+    """`make wheelhouse` for ``python``'s version; downloads are cached across runs."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # this machine's pip set-up reaches PyPI
+    env.update(PYTHON=python, EXTRAS=extras, PLATFORM=platform, OUT=str(out), KIT_CACHE=str(CACHE))
+    done = run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], timeout=900, env=env)
+    if done.returncode:
+        pytest.fail(f"wheelhouse.sh failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return out
