@@ -21,6 +21,7 @@ from zlib_ng import gzip_ng_threaded
 from kit.errors import KitError
 from kit.image.flatten import Entry
 from kit.image_names import SQUASH, TAR, TAR_GZ
+from kit.rootfs import Root
 
 FORMATS = ("tar.gz", "tar", "sqfs", "dir")
 CHUNK = 1 << 20
@@ -212,24 +213,25 @@ class DirWriter(Writer):
         self.dirs: list[tarfile.TarInfo] = []
 
     def add(self, entry: Entry) -> None:
+        """Every name is created through directory fds, never following a symlink: a member
+        under a link (or a hard link to one) is refused, whatever the stream says."""
         info = entry.info
-        path = self.root / info.name
+        tree = _tree_of(self)
         if info.isdir():
-            path.mkdir(mode=0o700)
+            tree.mkdir(info.name, 0o700)
             self.dirs.append(info)
             return
         if info.issym():
-            os.symlink(info.linkname, path)
+            tree.symlink(info.name, info.linkname)
         elif info.islnk():
-            os.link(self.root / info.linkname, path, follow_symlinks=False)
+            tree.hardlink(info.name, info.linkname)
             return
         else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with open(fd, "wb") as fh:
+            with tree.create(info.name) as fh:
                 if entry.data is not None:
                     shutil.copyfileobj(entry.data, fh, CHUNK)
-            os.chmod(path, info.mode)
-        os.utime(path, (info.mtime, info.mtime), follow_symlinks=False)
+                os.fchmod(fh.fileno(), info.mode)
+        tree.set_times(info.name, info.mtime)
         self.size += info.size
 
     def _finish(self) -> Path:
@@ -238,6 +240,14 @@ class DirWriter(Writer):
             os.chmod(path, info.mode)
             os.utime(path, (info.mtime, info.mtime))
         return self.root
+
+
+def _tree_of(writer: DirWriter) -> Root:
+    """The writer's root, opened once (closed with the writer object)."""
+    tree = writer.__dict__.get("_tree")
+    if tree is None:
+        tree = writer.__dict__["_tree"] = Root(writer.root)
+    return tree
 
 
 def open_writer(out: Path, fmt: str, level: int, threads: int) -> Writer:
