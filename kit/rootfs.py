@@ -46,6 +46,12 @@ class _Spot:
         return f"{self.parent}/{self.name}" if self.parent else self.name
 
 
+def show(path: str) -> str:
+    """A path fit for a one-line message: newlines, control characters and bytes that are not
+    UTF-8 (kept by Python as surrogates) are shown escaped."""
+    return path if path.isprintable() else repr(path)[1:-1]
+
+
 def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p not in ("", ".")]
 
@@ -105,11 +111,11 @@ class Root:
                 if st is not None and stat.S_ISLNK(st.st_mode) and (parts or follow_last):
                     if not through_links:
                         where = "/".join([n for _fd, n in stack[1:]] + [name])
-                        raise RootError(f"{self.path}: /{path.lstrip('/')} would pass through the symlink "
-                                        f"/{where}; the image is unsafe, rebuild it")
+                        raise RootError(f"{self.path}: /{show(path.lstrip('/'))} would pass through the symlink "
+                                        f"/{show(where)}; the image is unsafe, rebuild it")
                     hops += 1
                     if hops > MAX_HOPS:
-                        raise RootError(f"{self.path}: /{path.lstrip('/')}: more than {MAX_HOPS} symlinks "
+                        raise RootError(f"{self.path}: /{show(path.lstrip('/'))}: more than {MAX_HOPS} symlinks "
                                         "(a loop?); fix the image's links")
                     target = os.readlink(name, dir_fd=dirfd)
                     if target.startswith("/"):
@@ -141,7 +147,7 @@ class Root:
         except FileExistsError:
             pass
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create /{path.lstrip('/')} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot create /{show(path.lstrip('/'))} ({exc.strerror})") from None
 
     def _find(self, path: str, follow_last: bool) -> _Spot | None:
         try:
@@ -153,7 +159,7 @@ class Root:
         except OSError as exc:
             if exc.errno in NOT_THERE:
                 return None
-            raise RootError(f"{self.path}: cannot read /{path.lstrip('/')} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot read /{show(path.lstrip('/'))} ({exc.strerror})") from None
 
     def find(self, path: str, follow_last: bool = True) -> tuple[str, os.stat_result] | None:
         """The canonical in-image path (no symlink left in it, '' for the root) of what ``path``
@@ -164,7 +170,7 @@ class Root:
         try:
             st = _lstat(spot.name, spot.fd) if spot.name else os.fstat(spot.fd)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot read /{spot.rel} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot read /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
         return None if st is None else (spot.rel, st)
@@ -221,22 +227,22 @@ class Root:
             return None
         try:
             if spot.name is None:
-                raise RootError(f"{self.path}: /{spot.rel} is a directory, not a file")
+                raise RootError(f"{self.path}: /{show(spot.rel)} is a directory, not a file")
             st = _lstat(spot.name, spot.fd)
             if st is None:
                 return None
             if not stat.S_ISREG(st.st_mode):
-                raise RootError(f"{self.path}: /{spot.rel} is {_kind(st.st_mode)}, not a regular file; "
+                raise RootError(f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode)}, not a regular file; "
                                 "it is not read")
             fd = os.open(spot.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          dir_fd=spot.fd)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot read /{spot.rel} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot read /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
             os.close(fd)
-            raise RootError(f"{self.path}: /{spot.rel} is not a regular file; it is not read")
+            raise RootError(f"{self.path}: /{show(spot.rel)} is not a regular file; it is not read")
         return os.fdopen(fd, "rb")
 
     def read_regular(self, path: str, limit: int) -> bytes | None:
@@ -247,7 +253,7 @@ class Root:
         with fh:
             size = os.fstat(fh.fileno()).st_size
             if size > limit:
-                raise RootError(f"{self.path}: /{path.lstrip('/')} has {size} bytes, more than the "
+                raise RootError(f"{self.path}: /{show(path.lstrip('/'))} has {size} bytes, more than the "
                                 f"{limit} this reader takes; it is not read")
             return fh.read(limit + 1)[:limit]
 
@@ -256,12 +262,12 @@ class Root:
         try:
             spot = self._walk(path, follow_last=False, through_links=through_links, make_dirs=make_parents)
         except (FileNotFoundError, NotADirectoryError) as exc:
-            raise RootError(f"{self.path}: cannot create /{path.lstrip('/')}: a parent "
+            raise RootError(f"{self.path}: cannot create /{show(path.lstrip('/'))}: a parent "
                             f"{'is missing' if isinstance(exc, FileNotFoundError) else 'is not a directory'}") from None
         except RootError:
             raise
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create /{path.lstrip('/')} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot create /{show(path.lstrip('/'))} ({exc.strerror})") from None
         if spot.name is None:
             os.close(spot.fd)
             raise RootError(f"{self.path}: cannot create the image root itself")
@@ -277,7 +283,7 @@ class Root:
                 self._mkdir_at(spot.fd, spot.name, mode, path)
                 st = _lstat(spot.name, spot.fd)
             if st is None or not stat.S_ISDIR(st.st_mode):
-                raise RootError(f"{self.path}: /{spot.rel} is {_kind(st.st_mode) if st else 'missing'}, "
+                raise RootError(f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode) if st else 'missing'}, "
                                 f"not a directory; fix: remove it from the image or choose another path")
             return spot.rel
         finally:
@@ -289,18 +295,20 @@ class Root:
         try:
             os.mkdir(spot.name, mode, dir_fd=spot.fd)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create directory /{spot.rel} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot create directory /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
 
-    def create(self, path: str, mode: int = 0o600) -> IO[bytes]:
-        """A new regular file for writing (never an existing one, never through a link)."""
-        spot = self._leaf(path, False, None)
+    def create(self, path: str, mode: int = 0o600, *, through_links: bool = False,
+               make_parents: int | None = None) -> IO[bytes]:
+        """A new regular file for writing: never an existing one, never through a link of its
+        own name; its directory reached through no symlink unless ``through_links``."""
+        spot = self._leaf(path, through_links, make_parents)
         try:
             fd = os.open(spot.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          mode, dir_fd=spot.fd)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create file /{spot.rel} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot create file /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
         return os.fdopen(fd, "wb")
@@ -317,7 +325,7 @@ class Root:
                 if stat.S_ISLNK(st.st_mode) and os.readlink(spot.name, dir_fd=spot.fd) == target:
                     return False
                 if not (replace_link and stat.S_ISLNK(st.st_mode)):
-                    raise RootError(f"{self.path}: /{spot.rel} is already {_kind(st.st_mode)} in the image; "
+                    raise RootError(f"{self.path}: /{show(spot.rel)} is already {_kind(st.st_mode)} in the image; "
                                     f"fix: remove it from the image recipe (the kit does not replace it)")
                 tmp = f".{spot.name}.kit-{os.getpid()}"
                 os.symlink(target, tmp, dir_fd=spot.fd)
@@ -326,19 +334,20 @@ class Root:
             os.symlink(target, spot.name, dir_fd=spot.fd)
             return True
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create symlink /{spot.rel} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot create symlink /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
 
-    def hardlink(self, path: str, existing: str) -> None:
+    def hardlink(self, path: str, existing: str, *, through_links: bool = False,
+                 make_parents: int | None = None) -> None:
         """A second name for ``existing`` (the link itself if it is a symlink, never its target)."""
-        src = self._leaf(existing, False, None)
+        src = self._leaf(existing, through_links, None)
         try:
-            dst = self._leaf(path, False, None)
+            dst = self._leaf(path, through_links, make_parents)
             try:
                 os.link(src.name, dst.name, src_dir_fd=src.fd, dst_dir_fd=dst.fd, follow_symlinks=False)
             except OSError as exc:
-                raise RootError(f"{self.path}: cannot hard-link /{dst.rel} to /{src.rel} ({exc.strerror})") from None
+                raise RootError(f"{self.path}: cannot hard-link /{show(dst.rel)} to /{show(src.rel)} ({exc.strerror})") from None
             finally:
                 os.close(dst.fd)
         finally:
@@ -350,7 +359,7 @@ class Root:
         try:
             os.utime(spot.name, (mtime, mtime), dir_fd=spot.fd, follow_symlinks=False)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot set the times of /{spot.rel} ({exc.strerror})") from None
+            raise RootError(f"{self.path}: cannot set the times of /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
 
