@@ -22,6 +22,7 @@ from typing import IO
 from kit.errors import KitError
 
 MAX_HOPS = 40  # symlinks followed in one resolution (Linux's MAXSYMLINKS)
+DIR_CACHE = 128  # open directories kept for link-free walks (a writer adds siblings in a row)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 NOT_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG)
 
@@ -74,7 +75,8 @@ class Root:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise KitError(f"{self.path}: cannot open the image root ({exc.strerror})") from None
-        self._closer = weakref.finalize(self, os.close, self.fd)
+        self._dirs: dict[str, int] = {}  # canonical dir -> open fd, for walks that cross no link
+        self._closer = weakref.finalize(self, _close_all, self.fd, self._dirs)
 
     def close(self) -> None:
         self._closer()
@@ -91,6 +93,19 @@ class Root:
         """Resolve ``path`` up to its last component. Symlinks on the way are followed inside
         the root (or refused, with ``through_links=False``); missing directories are made with
         mode ``make_dirs`` if given. Raises FileNotFoundError/NotADirectoryError or RootError."""
+        plain = not through_links and make_dirs is None and ".." not in path.split("/")
+        if plain:  # a link-free walk always ends in the same directory: reuse it
+            parent, _sep, name = "/".join(_parts(path)).rpartition("/")
+            if name and parent in self._dirs:
+                return _Spot(os.dup(self._dirs[parent]), parent, name)
+        spot = self._walk_parts(path, follow_last, through_links, make_dirs)
+        if plain and spot.name and spot.parent:
+            if len(self._dirs) >= DIR_CACHE:
+                os.close(self._dirs.pop(next(iter(self._dirs))))
+            self._dirs[spot.parent] = os.dup(spot.fd)
+        return spot
+
+    def _walk_parts(self, path: str, follow_last: bool, through_links: bool, make_dirs: int | None) -> _Spot:
         parts = deque(_parts(path))
         stack: list[tuple[int, str]] = [(self.fd, "")]
         hops = 0
@@ -362,6 +377,13 @@ class Root:
             raise RootError(f"{self.path}: cannot set the times of /{show(spot.rel)} ({exc.strerror})") from None
         finally:
             os.close(spot.fd)
+
+
+def _close_all(fd: int, dirs: dict[str, int]) -> None:
+    for cached in dirs.values():
+        os.close(cached)
+    dirs.clear()
+    os.close(fd)
 
 
 def _kind(mode: int) -> str:
