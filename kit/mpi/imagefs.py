@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import stat
 import subprocess
 import tarfile
@@ -26,6 +27,9 @@ from kit.rootfs import Root, RootError, show
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
 WANTED_WORDS = ("mpi", "fabric", "psm")
 SQUASH_TIMEOUT = 1800.0  # seconds for one unsquashfs run over a large image
+# Older unsquashfs follows '..' names and writes through a symlink that shares its name with a
+# directory in a crafted image (CVE-2021-40153, CVE-2021-41072).
+MIN_UNSQUASHFS = (4, 5, 1)
 
 
 def wanted(relpath: str) -> bool:
@@ -125,6 +129,7 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tre
 def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = SQUASH_TIMEOUT) -> None:
     """unsquashfs (>= 4.5.1 refuses '..' names and writes through no link of the image)
     extracts the wanted files into our private ``dest``; directories are made here, inside it."""
+    _require_safe_unsquashfs()
     try:
         listing = subprocess.run(["unsquashfs", "-lls", "-no-progress", str(image)],
                                  capture_output=True, text=True, errors="surrogateescape", timeout=timeout)
@@ -167,6 +172,23 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
         notes.append(f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr)}")
     elif run.returncode != 0:
         raise KitError(f"{image}: unsquashfs failed: {one_line(run.stderr)}")
+
+
+def _require_safe_unsquashfs() -> None:
+    try:
+        run = subprocess.run(["unsquashfs", "-version"], capture_output=True, text=True, errors="replace",
+                             timeout=60)
+    except FileNotFoundError:
+        raise KitError("unsquashfs not found, needed to read a SquashFS image; fix: install squashfs-tools "
+                       ">= 4.5.1") from None
+    except subprocess.TimeoutExpired:
+        raise KitError("unsquashfs -version did not answer within 60 s; fix: check the squashfs-tools install") from None
+    match = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", run.stdout + run.stderr)
+    found = tuple(int(g or 0) for g in match.groups()) if match else None
+    if found is None or found < MIN_UNSQUASHFS:
+        shown = ".".join(map(str, found)) if found else "of unknown version"
+        raise KitError(f"unsquashfs {shown} can write outside its destination for a crafted image; fix: "
+                       f"install squashfs-tools >= {'.'.join(map(str, MIN_UNSQUASHFS))}")
 
 
 def one_line(text: str, limit: int = 300) -> str:

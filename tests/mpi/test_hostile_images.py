@@ -174,3 +174,24 @@ def test_names_that_are_not_utf8_are_skipped_with_a_note(tmp_path):
     assert run.returncode == 0, run.stderr
     assert doc["container_mpi"]["used_by"] == []
     assert f"/{LIB_DIR}/mpi\\udcff/libmpichcxx.so.12: its name is not UTF-8; skipped" in run.stdout
+
+
+@pytest.mark.parametrize("version", ["unsquashfs version 4.4 (2019/08/29)", None], ids=["old", "missing"])
+def test_squashfs_needs_an_unsquashfs_that_stays_in_its_destination(tmp_path, version):
+    """squashfs-tools before 4.5.1 can be made to write outside -d; such a tool (here a script
+    that answers -version like 4.4 would, first on PATH) or none at all is refused by name."""
+    image = image_of("sqfs", tmp_path, {})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if version:
+        fake = bin_dir / "unsquashfs"
+        fake.write_text(f"#!/bin/sh\necho '{version}'\n")
+        fake.chmod(0o755)
+    out = tmp_path / "out.pair.yaml"
+    env = dict(os.environ, PATH=str(bin_dir), TMPDIR=str(tmp_path / "tmp"), KIT_CRASH_DIR=str(tmp_path / "crash"))
+    run = subprocess.run([sys.executable, "-m", "kit", "mpi", "pair", "--site", str(site_file(tmp_path)), str(image),
+                          "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stderr
+    expected = "unsquashfs 4.4.0 can write outside its destination" if version else "unsquashfs not found"
+    assert expected in run.stderr and "squashfs-tools >= 4.5.1" in run.stderr
+    assert not out.exists()
