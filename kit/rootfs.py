@@ -315,11 +315,15 @@ class Root:
             os.close(spot.fd)
 
     def create(self, path: str, mode: int = 0o600, *, through_links: bool = False,
-               make_parents: int | None = None) -> IO[bytes]:
-        """A new regular file for writing: never an existing one, never through a link of its
-        own name; its directory reached through no symlink unless ``through_links``."""
+               make_parents: int | None = None, replace: bool = False) -> IO[bytes]:
+        """A new regular file for writing, never written through a link of its own name; its
+        directory reached through no symlink unless ``through_links``. With ``replace`` (a tree
+        the kit made) a file or symlink already there is unlinked first, as tar would."""
         spot = self._leaf(path, through_links, make_parents)
         try:
+            st = _lstat(spot.name, spot.fd) if replace else None
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                os.unlink(spot.name, dir_fd=spot.fd)
             fd = os.open(spot.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          mode, dir_fd=spot.fd)
         except OSError as exc:

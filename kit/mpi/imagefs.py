@@ -116,7 +116,8 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tre
     elif member.issym():
         tree.symlink(rel, member.linkname, through_links=True, make_parents=0o755)  # read via Root only
     elif member.isfile():
-        with tar.extractfile(member) as src, tree.create(rel, through_links=True, make_parents=0o755) as out:
+        out = tree.create(rel, through_links=True, make_parents=0o755, replace=True)  # a later member wins
+        with tar.extractfile(member) as src, out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
     elif member.islnk():

@@ -115,6 +115,21 @@ def test_prepare_creates_inside_the_image_only(tmp_path, canary, style):
     assert snapshot(canary) == before
 
 
+def test_a_later_tar_member_replaces_a_link_instead_of_writing_through_it(tmp_path, canary):
+    """tar semantics (a later member wins) without tar's old hole: the first member is a link to
+    a host file, the second a file of the same name; the link is replaced, the host file kept."""
+    tree = mpich_tree(tmp_path / "tmp" / "img")
+    lib = f"./{LIB_DIR}/{SYSTEM_MPICH.name}"
+    os.unlink(tree / lib)
+    tar = as_tar(tree, tmp_path / "img.tar", [member(lib, "l", linkname=str(canary / "etc/passwd")),
+                                             member(lib, "f", SYSTEM_MPICH.read_bytes())])
+    before = snapshot(canary)
+    run, doc = pair_doc(tmp_path, tar)
+    assert snapshot(canary) == before
+    assert run.returncode == 0, run.stderr
+    assert doc["container_mpi"]["real_file"] == f"/{LIB_DIR}/{SYSTEM_MPICH.name}"
+
+
 def test_prepare_refuses_a_file_where_the_alias_link_goes(tmp_path):
     image = mpich_tree(tmp_path / "tmp" / "img")
     (image / "opt/hostmpi/compat").mkdir(parents=True)
