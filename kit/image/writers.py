@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import weakref
 from pathlib import Path
 from typing import IO
 
@@ -242,11 +243,14 @@ class DirWriter(Writer):
         return self.root
 
 
+_TREES: weakref.WeakKeyDictionary[DirWriter, Root] = weakref.WeakKeyDictionary()
+
+
 def _tree_of(writer: DirWriter) -> Root:
-    """The writer's root, opened once (closed with the writer object)."""
-    tree = writer.__dict__.get("_tree")
+    """The writer's root, opened once and closed when the writer is gone."""
+    tree = _TREES.get(writer)
     if tree is None:
-        tree = writer.__dict__["_tree"] = Root(writer.root)
+        tree = _TREES[writer] = Root(writer.root)
     return tree
 
 

@@ -8,6 +8,7 @@ is flattened offline by kit.image's Flattener, keeping the same files (and the d
 from __future__ import annotations
 
 import contextlib
+import lzma
 import os
 import posixpath
 import re
@@ -106,8 +107,8 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                         _extract_member(tar, member, rel, tree)
                     except RootError as exc:
                         notes.append(f"skipped member {show(rel)} of {image.name}: {exc}")
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-            raise KitError(f"{image}: cannot read the tarball: {exc}") from None
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            raise KitError(f"{image}: cannot read the tarball: {one_line(str(exc))}") from None
 
 
 def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tree: Root) -> None:

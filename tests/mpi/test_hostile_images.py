@@ -6,6 +6,7 @@ The images hold the real MPICH library of this machine; the CLI runs as a subpro
 time limit, so a hang fails the test instead of stopping the suite."""
 from __future__ import annotations
 
+import lzma
 import os
 import subprocess
 import sys
@@ -210,3 +211,17 @@ def test_squashfs_needs_an_unsquashfs_that_stays_in_its_destination(tmp_path, ve
     expected = "unsquashfs 4.4.0 can write outside its destination" if version else "unsquashfs not found"
     assert expected in run.stderr and "squashfs-tools >= 4.5.1" in run.stderr
     assert not out.exists()
+
+
+def test_a_corrupt_compressed_tarball_is_one_clean_line(tmp_path):
+    """tarfile tries every compression and reports each failure on a line of its own."""
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/mpi.conf").write_bytes(os.urandom(4096))
+    data = bytearray(lzma.compress(as_tar(tree, tmp_path / "img.tar").read_bytes(), preset=0))
+    data[200] ^= 0xFF  # inside the first block: the xz check fails
+    image = tmp_path / "img.tar.xz"
+    image.write_bytes(bytes(data))
+    run, _doc = pair_doc(tmp_path, image)
+    assert run.returncode == 1
+    assert run.stderr.count("\n") == 1 and f"{image}: cannot read the tarball: " in run.stderr
