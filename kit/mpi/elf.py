@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 ELF_MAGIC = b"\x7fELF"
-MAX_ELF_SIZE = 4 << 30  # larger "libraries" are not read
+MAX_ELF_SIZE = 1 << 30  # larger "libraries" are not read (Intel MPI's libmpi is ~80 MB)
+MAX_SECTIONS = 1 << 16  # shared libraries have dozens; more is a forged count
 MAX_NAME = 4096  # longest SONAME/NEEDED/symbol string looked at
 SHT_SYMTAB, SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 2, 6, 8, 11
 DT_NULL, DT_NEEDED, DT_SONAME = 0, 1, 14
@@ -87,6 +88,8 @@ class Elf:
             if shoff + entsize > size:
                 raise ElfError(f"{self.label}: section table offset {shoff} is past the end ({size} bytes)")
             count = self._sh.unpack_from(self.data, shoff)[5]
+        if count > MAX_SECTIONS:
+            raise ElfError(f"{self.label}: {count} sections claimed, more than the {MAX_SECTIONS} this reader takes")
         if shoff + count * entsize > size:
             raise ElfError(f"{self.label}: section table ({count} entries at offset {shoff}) runs past "
                            f"the end of the file ({size} bytes)")

@@ -288,10 +288,3 @@ def image_root(image: str | os.PathLike) -> Iterator[Path]:
     with open_image_tree(image) as tree:
         yield tree.root
 
-
-def resolve_in_root(root: Path, path: str) -> Path | None:
-    """Resolve an absolute in-image path, following symlinks inside ``root`` only (as chroot
-    would); None if it does not exist, RootError for a symlink loop."""
-    with Root(root) as tree:
-        rel = tree.resolve(path)
-    return None if rel is None else root / rel

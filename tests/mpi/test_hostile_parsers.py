@@ -63,6 +63,7 @@ CUTS = st.none() | st.tuples(st.sampled_from(REGION_NAMES), st.integers(0, 1 << 
 ATTACKS = {
     "zero-entsize": ([("shdr:.dynsym", 56, bytes(8))], None),
     "huge-section-count": ([("ehdr", 60, b"\xff\xff")], None),
+    "extended-section-count": ([("ehdr", 60, b"\0\0"), ("shdr:", 32, (1 << 40).to_bytes(8, "little"))], None),
     "section-past-the-end": ([("shdr:.dynamic", 24, b"\xff" * 7 + b"\x00")], None),
     "huge-section-size": ([("shdr:.dynsym", 32, b"\xff" * 7 + b"\x00")], None),
     "bad-string-table-link": ([("shdr:.dynsym", 40, b"\xff\x00\x00\x00")], None),
