@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kit.mpi.elf import ElfError, is_elf, open_elf
-from kit.mpi.imagefs import open_image_tree, wanted
+from kit.mpi.imagefs import note, open_image_tree, wanted
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 from kit.rootfs import Root, RootError, show
 
@@ -27,7 +27,6 @@ SKIP_TOP = {"proc", "sys", "dev", "tmp", "run"}
 DPKG_MPI = {"libmpich12": "mpich", "libopenmpi3": "openmpi", "libmvapich2-12": "mvapich2"}
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
 MAX_DPKG_STATUS = 64 << 20  # a full distribution's is a few MB
-MAX_NOTES = 100
 
 
 @dataclass(frozen=True)
@@ -61,10 +60,7 @@ class ImageMPI:
         return max(self.libraries, key=lambda lib: wanted_names.count(lib.name))
 
     def note(self, text: str) -> None:
-        if len(self.notes) < MAX_NOTES:
-            self.notes.append(text)
-        elif len(self.notes) == MAX_NOTES:
-            self.notes.append("(more skipped files not listed)")
+        note(self.notes, text)
 
 
 def best_version(real_name: str, soname: str | None, siblings: Iterable[str],

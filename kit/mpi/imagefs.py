@@ -31,6 +31,15 @@ SQUASH_TIMEOUT = 1800.0  # seconds for one unsquashfs run over a large image
 # Older unsquashfs follows '..' names and writes through a symlink that shares its name with a
 # directory in a crafted image (CVE-2021-40153, CVE-2021-41072).
 MIN_UNSQUASHFS = (4, 5, 1)
+MAX_NOTES = 100  # skipped files named; a hostile image may have millions
+
+
+def note(notes: list[str], text: str) -> None:
+    """Keep a note of something skipped; past MAX_NOTES only say that more were."""
+    if len(notes) < MAX_NOTES:
+        notes.append(text)
+    elif len(notes) == MAX_NOTES:
+        notes.append("(more skipped files not listed)")
 
 
 def wanted(relpath: str) -> bool:
@@ -106,7 +115,7 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                     try:
                         _extract_member(tar, member, rel, tree)
                     except RootError as exc:
-                        notes.append(f"skipped member {show(rel)} of {image.name}: {exc}")
+                        note(notes, f"skipped member {show(rel)} of {image.name}: {exc}")
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
             raise KitError(f"{image}: cannot read the tarball: {one_line(str(exc))}") from None
 
@@ -148,7 +157,7 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
         is_link, is_dir = mode.startswith("l"), mode.startswith("d")
         rel = rel.split(" -> ")[0] if is_link else rel
         if _safe_rel(rel) != rel:
-            notes.append(f"skipped {show(rel)} in {image.name}: a name unsquashfs lists ambiguously")
+            note(notes, f"skipped {show(rel)} in {image.name}: a name unsquashfs lists ambiguously")
         elif is_dir:  # made here: listed to unsquashfs, a directory would come out whole
             dirs.append(rel)
         elif kept(rel, False, is_link):
@@ -158,7 +167,7 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
             try:
                 tree.makedirs(rel, 0o755)
             except RootError as exc:
-                notes.append(f"skipped directory {show(rel)} of {image.name}: {exc}")
+                note(notes, f"skipped directory {show(rel)} of {image.name}: {exc}")
     if not paths:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".list", errors="surrogateescape") as lst:
@@ -171,7 +180,7 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
         except subprocess.TimeoutExpired:
             raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to extract its MPI files") from None
     if run.returncode == 2:  # non-fatal: some files could not be written (e.g. an overlong link)
-        notes.append(f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr)}")
+        note(notes, f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr)}")
     elif run.returncode != 0:
         raise KitError(f"{image}: unsquashfs failed: {one_line(run.stderr)}")
 
