@@ -18,6 +18,7 @@ import yaml
 
 from tests.mpi.hostile import LIB_DIR, SYSTEM_MPICH, as_squash, as_tar, links, mpich_tree, site_file, snapshot
 
+REPO = Path(__file__).resolve().parents[2]  # the CLI under test is this checkout's
 TARGET = "/opt/hostmpi"
 LINK = f"{TARGET}/compat/libmpich.so.12"
 ESC = "d/esc/.."  # from an image root at tmp/tmp/NAME: d/esc is tmp/tmp, d/esc/.. is tmp
@@ -46,7 +47,8 @@ def escapes(style: str, canary: Path) -> dict[str, str]:
 
 def kit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """The real CLI; temp dirs (where tarballs are extracted) at tmp/tmp, beside the image."""
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), KIT_CRASH_DIR=str(tmp_path / "crash"), COLUMNS="500")
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), KIT_CRASH_DIR=str(tmp_path / "crash"), COLUMNS="500",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     (tmp_path / "tmp").mkdir(exist_ok=True)
     run = subprocess.run([sys.executable, "-m", "kit", *args], capture_output=True, text=True, env=env,
                          timeout=300)
@@ -207,7 +209,8 @@ def test_squashfs_needs_an_unsquashfs_that_stays_in_its_destination(tmp_path, ve
         fake.write_text(f"#!/bin/sh\necho '{version}'\n")
         fake.chmod(0o755)
     out = tmp_path / "out.pair.yaml"
-    env = dict(os.environ, PATH=str(bin_dir), TMPDIR=str(tmp_path / "tmp"), KIT_CRASH_DIR=str(tmp_path / "crash"))
+    env = dict(os.environ, PATH=str(bin_dir), TMPDIR=str(tmp_path / "tmp"), KIT_CRASH_DIR=str(tmp_path / "crash"),
+               PYTHONPATH=str(REPO))
     run = subprocess.run([sys.executable, "-m", "kit", "mpi", "pair", "--site", str(site_file(tmp_path)), str(image),
                           "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 1, run.stderr

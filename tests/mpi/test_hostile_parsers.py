@@ -5,7 +5,6 @@ and the whole reader (`find_image_mpi`) nothing but KitError; none of them loops
 from __future__ import annotations
 
 import shutil
-import struct
 from functools import lru_cache
 from pathlib import Path
 
