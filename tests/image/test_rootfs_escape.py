@@ -174,3 +174,30 @@ def test_resolution_stays_in_the_root_and_agrees_with_chroot(tmp_path_factory, n
             assert real == str(root / rel).rstrip("/") and (real + "/").startswith(f"{root}/"), query
             assert expected == "/" + rel, query
     assert snapshot(base) == before
+
+
+@given(nodes=NODES, queries=QUERIES)
+@example(nodes=[("d", "d", (False, ["a"])), ("d/up", "l", (False, [".."])), ("d/esc", "l", (False, ["up", ".."])),
+                ("a", "l", (False, ["d", "esc", "host"]))], queries=["a", "a/etc"])
+@example(nodes=[("a", "l", (True, ["..", "host", "etc"]))], queries=["a"])
+def test_creation_through_random_links_never_leaves_the_root(tmp_path_factory, nodes, queries):
+    """mkdir -p, symlinks and files made below every query path, through whatever links the
+    tree has: the sibling directory outside the root is never touched."""
+    base = tmp_path_factory.mktemp("tree")
+    root, host = base / "root", base / "host"
+    root.mkdir()
+    (host / "etc").mkdir(parents=True)
+    build_tree(root, nodes)
+    before = snapshot(host)
+    with Root(root) as tree:
+        for query in queries:
+            for make in (lambda: tree.makedirs(f"{query}/made"),
+                         lambda: tree.symlink(f"{query}/link", "made", through_links=True, make_parents=0o755),
+                         lambda: tree.create(f"{query}/file", through_links=True, make_parents=0o755,
+                                             replace=True).close()):
+                try:
+                    make()
+                except RootError:
+                    pass
+    assert snapshot(host) == before
+    assert sorted(os.listdir(base)) == ["host", "root"]
