@@ -20,6 +20,8 @@ def _pair(args: argparse.Namespace) -> int:
         console.print(f"  ok: {reason}")
     for warning in pair.warnings:
         console.print(f"  [yellow]warning[/yellow]: {warning}")
+    for note in pair.found.notes:
+        console.print(f"  note: {note}", markup=False, highlight=False)
     if args.dry_run:
         console.print(yaml.safe_dump(pair.document(), sort_keys=False, width=100), markup=False,
                       highlight=False)

@@ -22,6 +22,7 @@ from zlib_ng import gzip_ng_threaded
 from kit.errors import KitError
 from kit.image.flatten import Entry
 from kit.image_names import SQUASH, TAR, TAR_GZ
+from kit.rootfs import Root
 
 FORMATS = ("tar.gz", "tar", "sqfs", "dir")
 CHUNK = 1 << 20
@@ -221,32 +222,35 @@ class DirWriter(Writer):
         super().__init__(work)
         self.root = self.tmp / "root"
         self.root.mkdir(mode=0o755)
+        self.tree = Root(self.root)
         self.dirs: list[tarfile.TarInfo] = []
 
     def add(self, entry: Entry) -> None:
+        """Every name is created through directory fds, never following a symlink: a member
+        under a link (or a hard link to one) is refused, whatever the stream says."""
         info = entry.info
-        path = self.root / info.name
+        tree = self.tree
         if info.isdir():
-            path.mkdir(mode=0o700)
+            tree.mkdir(info.name, 0o700)
             self.dirs.append(info)
             return
         if info.issym():
-            os.symlink(info.linkname, path)
+            tree.symlink(info.name, info.linkname)
         elif info.islnk():
-            os.link(self.root / info.linkname, path, follow_symlinks=False)
+            tree.hardlink(info.name, info.linkname)
             return
         else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with open(fd, "wb") as fh:
+            with tree.create(info.name) as fh:
                 if entry.data is not None:
                     shutil.copyfileobj(entry.data, fh, CHUNK)
-            os.chmod(path, info.mode)
-        os.utime(path, (info.mtime, info.mtime), follow_symlinks=False)
+                os.fchmod(fh.fileno(), info.mode)
+        tree.set_times(info.name, info.mtime)
         self.size += info.size
 
     def finish(self) -> Path:
         """Directory modes and mtimes, deepest first, each directory reached without following
         a symlink (a read-only directory is made so only once its entries are in)."""
+        self.tree.close()
         root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             for info in reversed(self.dirs):
@@ -260,6 +264,9 @@ class DirWriter(Writer):
         finally:
             os.close(root_fd)
         return self.root
+
+    def _close_quietly(self) -> None:
+        self.tree.close()
 
 
 def _open_dir(root_fd: int, rel: str) -> int:

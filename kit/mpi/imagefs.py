@@ -8,19 +8,38 @@ is flattened offline by kit.image's Flattener, keeping the same files (and the d
 from __future__ import annotations
 
 import contextlib
+import lzma
 import os
 import posixpath
+import re
+import stat
 import subprocess
 import tarfile
 import tempfile
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from kit.errors import KitError
 from kit.image_names import SQUASH
+from kit.rootfs import Root, RootError, show
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
 WANTED_WORDS = ("mpi", "fabric", "psm")
+SQUASH_TIMEOUT = 1800.0  # seconds for one unsquashfs run over a large image
+# Older unsquashfs follows '..' names and writes through a symlink that shares its name with a
+# directory in a crafted image (CVE-2021-40153, CVE-2021-41072).
+MIN_UNSQUASHFS = (4, 5, 1)
+MAX_NOTES = 100  # skipped files named; a hostile image may have millions
+
+
+def note(notes: list[str], text: str) -> None:
+    """Keep a note of something skipped; past MAX_NOTES only say that more were."""
+    if len(notes) < MAX_NOTES:
+        notes.append(text)
+    elif len(notes) == MAX_NOTES:
+        notes.append("(more skipped files not listed)")
 
 
 def wanted(relpath: str) -> bool:
@@ -55,8 +74,15 @@ def _source_kind(image: Path) -> str | None:
 def image_kind(image: Path) -> str:
     """dir, tar, squash, or source (a docker/OCI image read through kit.image)."""
     name = image.name.lower()
-    if image.is_dir():
+    try:
+        st = os.stat(image)
+    except OSError as exc:
+        raise KitError(f"{image}: cannot read the image ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
         return "source" if _source_kind(image) else "dir"
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: not opened
+        raise KitError(f"{image}: not a directory or a regular file; fix: name an image directory, "
+                       "tarball or SquashFS file")
     if name.endswith(TAR_SUFFIXES):
         return "source" if name.endswith(".tar") and _source_kind(image) else "tar"
     if name.endswith(SQUASH):
@@ -76,37 +102,52 @@ def _safe_rel(name: str) -> str | None:
     return rel
 
 
-def _extract_tar(image: Path, dest: Path) -> None:
+def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
+    """Wanted members into ``dest``; paths are resolved and created inside it only (kit.rootfs),
+    so no member or link in the tarball can make this write anywhere else."""
+    with Root(dest) as tree:
+        try:
+            with tarfile.open(image, "r:*") as tar:
+                for member in tar:
+                    rel = _safe_rel(member.name)
+                    if rel is None or not kept(rel, member.isdir(), member.issym()):
+                        continue
+                    try:
+                        _extract_member(tar, member, rel, tree)
+                    except RootError as exc:
+                        note(notes, f"skipped member {show(rel)} of {image.name}: {exc}")
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            raise KitError(f"{image}: cannot read the tarball: {one_line(str(exc))}") from None
+
+
+def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tree: Root) -> None:
+    if member.isdir():
+        tree.makedirs(rel, 0o755)
+    elif member.issym():
+        tree.symlink(rel, member.linkname, through_links=True, make_parents=0o755)  # read via Root only
+    elif member.isfile():
+        out = tree.create(rel, through_links=True, make_parents=0o755, replace=True)  # a later member wins
+        with tar.extractfile(member) as src, out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+    elif member.islnk():
+        link = _safe_rel(member.linkname)
+        if link and tree.is_file(link):
+            tree.hardlink(rel, tree.resolve(link), through_links=True, make_parents=0o755)
+    # devices and FIFOs are never made
+
+
+def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = SQUASH_TIMEOUT) -> None:
+    """unsquashfs (>= 4.5.1 refuses '..' names and writes through no link of the image)
+    extracts the wanted files into our private ``dest``; directories are made here, inside it."""
+    _require_safe_unsquashfs()
     try:
-        with tarfile.open(image, "r:*") as tar:
-            for member in tar:
-                rel = _safe_rel(member.name)
-                if rel is None or not kept(rel, member.isdir(), member.issym()):
-                    continue
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                elif member.issym():
-                    with contextlib.suppress(FileExistsError):
-                        os.symlink(member.linkname, target)  # resolved later inside the root only
-                elif member.isfile():
-                    with tar.extractfile(member) as src, open(target, "wb") as out:
-                        while chunk := src.read(1 << 20):
-                            out.write(chunk)
-                elif member.islnk():
-                    link = _safe_rel(member.linkname)
-                    if link and (dest / link).is_file():
-                        os.link(dest / link, target)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise KitError(f"{image}: cannot read the tarball: {exc}") from None
-
-
-def _extract_squash(image: Path, dest: Path) -> None:
-    listing = subprocess.run(["unsquashfs", "-lls", "-no-progress", str(image)],
-                             capture_output=True, text=True)
+        listing = subprocess.run(["unsquashfs", "-lls", "-no-progress", str(image)],
+                                 capture_output=True, text=True, errors="surrogateescape", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to list it") from None
     if listing.returncode != 0:
-        raise KitError(f"{image}: unsquashfs cannot read it: {listing.stderr.strip()}")
+        raise KitError(f"{image}: unsquashfs cannot read it: {one_line(listing.stderr)}")
     paths, dirs = [], []
     for line in listing.stdout.splitlines():
         mode, _sep, rest = line.partition(" ")
@@ -115,30 +156,65 @@ def _extract_squash(image: Path, dest: Path) -> None:
             continue
         is_link, is_dir = mode.startswith("l"), mode.startswith("d")
         rel = rel.split(" -> ")[0] if is_link else rel
-        if is_dir:  # made here: listed to unsquashfs, a directory would come out whole
+        if _safe_rel(rel) != rel:
+            note(notes, f"skipped {show(rel)} in {image.name}: a name unsquashfs lists ambiguously")
+        elif is_dir:  # made here: listed to unsquashfs, a directory would come out whole
             dirs.append(rel)
         elif kept(rel, False, is_link):
             paths.append("/" + rel)
-    for rel in dirs:
-        (dest / rel).mkdir(parents=True, exist_ok=True)
+    with Root(dest) as tree:
+        for rel in dirs:
+            try:
+                tree.makedirs(rel, 0o755)
+            except RootError as exc:
+                note(notes, f"skipped directory {show(rel)} of {image.name}: {exc}")
     if not paths:
         return
-    with tempfile.NamedTemporaryFile("w", suffix=".list") as lst:
+    with tempfile.NamedTemporaryFile("w", suffix=".list", errors="surrogateescape") as lst:
         lst.write("\n".join(paths) + "\n")
         lst.flush()
-        run = subprocess.run(["unsquashfs", "-no-progress", "-no-xattrs", "-f", "-d", str(dest),
-                              "-ef", lst.name, str(image)], capture_output=True, text=True)
-    if run.returncode != 0:
-        raise KitError(f"{image}: unsquashfs failed: {run.stderr.strip()}")
+        try:
+            run = subprocess.run(["unsquashfs", "-no-progress", "-no-xattrs", "-no-wildcards", "-ignore-errors",
+                                  "-f", "-d", str(dest), "-ef", lst.name, str(image)],
+                                 capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to extract its MPI files") from None
+    if run.returncode == 2:  # non-fatal: some files could not be written (e.g. an overlong link)
+        note(notes, f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr)}")
+    elif run.returncode != 0:
+        raise KitError(f"{image}: unsquashfs failed: {one_line(run.stderr)}")
+
+
+def _require_safe_unsquashfs() -> None:
+    try:
+        run = subprocess.run(["unsquashfs", "-version"], capture_output=True, text=True, errors="replace",
+                             timeout=60)
+    except FileNotFoundError:
+        raise KitError("unsquashfs not found, needed to read a SquashFS image; fix: install squashfs-tools "
+                       ">= 4.5.1") from None
+    except subprocess.TimeoutExpired:
+        raise KitError("unsquashfs -version did not answer within 60 s; fix: check the squashfs-tools install") from None
+    match = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", run.stdout + run.stderr)
+    found = tuple(int(g or 0) for g in match.groups()) if match else None
+    if found is None or found < MIN_UNSQUASHFS:
+        shown = ".".join(map(str, found)) if found else "of unknown version"
+        raise KitError(f"unsquashfs {shown} can write outside its destination for a crafted image; fix: "
+                       f"install squashfs-tools >= {'.'.join(map(str, MIN_UNSQUASHFS))}")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A tool's stderr as one line of a message."""
+    return " ".join(text.split())[-limit:] or "(no message)"
 
 
 def _image_root(tree: Path) -> Path:
     """A tarball may hold the tree at top level or under one directory (ch-convert's style)."""
-    if (tree / "etc").is_dir() or (tree / "usr").is_dir():
-        return tree
-    entries = [p for p in tree.iterdir()]
+    with Root(tree) as root:
+        if root.lstat("etc", follow_last=False) or root.lstat("usr", follow_last=False):
+            return tree
+    entries = list(tree.iterdir())
     if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
-        return _image_root(entries[0]) if entries[0] != tree else tree
+        return _image_root(entries[0])
     return tree
 
 
@@ -187,47 +263,37 @@ def _extract_source(image: Path, dest: Path) -> Path:
         raise
 
 
+@dataclass
+class ImageTree:
+    """A directory holding the image's files (all, or at least the MPI-related ones), and what
+    extraction skipped."""
+
+    root: Path
+    notes: list[str] = field(default_factory=list)
+
+
 @contextlib.contextmanager
-def image_root(image: str | os.PathLike) -> Iterator[Path]:
-    """A directory holding (at least) the image's MPI-related files, for the block's duration."""
+def open_image_tree(image: str | os.PathLike) -> Iterator[ImageTree]:
+    """The image as a directory for the block's duration (extracted into a private temp dir)."""
     image = Path(image)
-    if not image.exists():
+    if not os.path.lexists(image):
         raise KitError(f"{image}: no such image")
     kind = image_kind(image)
     if kind == "dir":
-        yield image
+        yield ImageTree(image)
         return
     with tempfile.TemporaryDirectory(prefix="kit-mpi-") as tmp:
         if kind == "source":
-            yield _extract_source(image, Path(tmp))
+            yield ImageTree(_extract_source(image, Path(tmp)))
             return
-        (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp))
-        yield _image_root(Path(tmp))
+        notes: list[str] = []
+        (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp), notes)
+        yield ImageTree(_image_root(Path(tmp)), notes)
 
 
-def resolve_in_root(root: Path, path: str, hops: int = 40) -> Path | None:
-    """Resolve an absolute in-image path, following symlinks inside ``root`` only."""
-    parts = [p for p in path.split("/") if p]
-    done: list[str] = []
-    while parts:
-        part = parts.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if done:
-                done.pop()
-            continue
-        candidate = root.joinpath(*done, part)
-        if candidate.is_symlink():
-            hops -= 1
-            if hops < 0:
-                return None
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                done = []
-            parts = [p for p in target.split("/") if p] + parts
-            continue
-        if not candidate.exists():
-            return None
-        done.append(part)
-    return root.joinpath(*done)
+@contextlib.contextmanager
+def image_root(image: str | os.PathLike) -> Iterator[Path]:
+    """A directory holding (at least) the image's MPI-related files, for the block's duration."""
+    with open_image_tree(image) as tree:
+        yield tree.root
+

@@ -14,6 +14,7 @@ NEW_MAGIC = b"glibc-ld.so.cache1.1"
 NEW_HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, ext_offset
 NEW_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
 OLD_ENTRY_SIZE = 12
+MAX_STRING = 4096  # longest name or path looked at: a string without its NUL ends the search there
 
 
 class LdCacheError(ValueError):
@@ -30,6 +31,8 @@ def _new_header_offset(data: bytes) -> int:
     if data.startswith(NEW_MAGIC):
         return 0
     if data.startswith(OLD_MAGIC):
+        if len(data) < len(OLD_MAGIC) + 1 + 4:
+            raise LdCacheError("truncated old-format header")
         (nlibs,) = struct.unpack_from("<I", data, len(OLD_MAGIC) + 1)
         offset = len(OLD_MAGIC) + 1 + 4 + nlibs * OLD_ENTRY_SIZE
         offset = (offset + 7) & ~7  # glibc aligns the new table to its alignment
@@ -40,9 +43,9 @@ def _new_header_offset(data: bytes) -> int:
 
 
 def _cstring(data: bytes, offset: int) -> str:
-    end = data.find(b"\0", offset)
-    if offset >= len(data) or end < 0:
-        raise LdCacheError(f"string offset {offset} outside the file")
+    end = data.find(b"\0", offset, offset + MAX_STRING) if offset < len(data) else -1
+    if end < 0:
+        raise LdCacheError(f"string at offset {offset} is outside the file or longer than {MAX_STRING} bytes")
     return data[offset:end].decode("utf-8", "surrogateescape")
 
 

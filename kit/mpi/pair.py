@@ -6,6 +6,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import yaml
 
@@ -13,7 +14,8 @@ from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.mpi.abi import DEFAULT_SONAME, FAMILY_OF_VENDOR, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
-from kit.mpi.imagefs import image_root
+from kit.mpi.imagefs import open_image_tree
+from kit.rootfs import Root, RootError
 from kit.site import Site, load_site
 
 PAIR_FORMAT = 1
@@ -201,13 +203,13 @@ def translate(value: str, binds: list[tuple[str, str]]) -> str:
 def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
     """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
     site = load_site(site)
-    with image_root(image) as root:
-        return pair_from_root(site, root, str(image), mode)
+    with open_image_tree(image) as tree:
+        return pair_from_root(site, tree.root, str(image), mode, tree.notes)
 
 
-def pair_from_root(site: Site, root: Path, image: str, mode: str = "full") -> Pair:
+def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes: Sequence[str] = ()) -> Pair:
     """The pair for the image tree at ``root`` (all of it, or at least its MPI files)."""
-    found = inspect_root(root, image)
+    found = inspect_root(root, image, notes)
     host, container = host_abi(site), image_abi(found)
     verdict = decide(host, container, mode)
     if not verdict.ok:
@@ -225,17 +227,29 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full") -> Pa
     env_set = {k: translate(v, binds) for k, v in site.host_mpi.env.items()}
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)
-    pair.missing = missing_in_root(pair, root)
-    pair.image_env = (root / "ch" / "environment").is_file()
+    with Root(root) as tree:
+        pair.missing = missing_in_root(pair, tree)
+        pair.image_env = _quietly(tree.is_file, "ch/environment")
     return pair
 
 
-def missing_in_root(pair: Pair, root: Path) -> list[str]:
-    """Mount points and alias links the image tree lacks."""
-    missing = [p for p in pair.mount_points if not (root / p.lstrip("/")).is_dir()]
+def _quietly(test, path: str) -> bool:
+    """A yes/no question about an image path; a symlink loop there answers no."""
+    try:
+        return test(path)
+    except RootError:
+        return False
+
+
+def missing_in_root(pair: Pair, tree: Root) -> list[str]:
+    """Mount points and alias links the image tree lacks (its own symlinks followed inside it:
+    what points out of the image is missing)."""
+    missing = [p for p in pair.mount_points if not _quietly(tree.is_dir, p)]
     for link, target in pair.links.items():
-        path = root / link.lstrip("/")
-        points_to = os.readlink(path) if path.is_symlink() else None
+        try:
+            points_to = tree.readlink(link)
+        except RootError:  # a link loop on the way
+            points_to = None
         if points_to is None or posixpath.normpath(posixpath.join(posixpath.dirname(link), points_to)) != target:
             missing.append(f"{link} -> {target}")
     return missing
@@ -253,17 +267,16 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
 
 
 def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
-    """Create the pair's mount points and alias links in a writable image tree (at conversion)."""
-    root = Path(rootfs)
+    """Create the pair's mount points and alias links in a writable image tree. The image's
+    own symlinks are followed inside it only (kit.rootfs), so nothing outside it is created,
+    changed or deleted; a stale alias link is replaced, anything else in the way refused."""
     made = []
-    for dst in pair.mount_points:
-        (root / dst.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        made.append(dst)
-    for link, target in pair.links.items():
-        path = root / link.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_symlink() or path.exists():
-            path.unlink()
-        path.symlink_to(os.path.relpath(target, os.path.dirname(link)))
-        made.append(link)
+    with Root(rootfs) as tree:
+        for dst in pair.mount_points:
+            tree.makedirs(dst, 0o755)
+            made.append(dst)
+        for link, target in pair.links.items():
+            tree.symlink(link, posixpath.relpath(target, posixpath.dirname(link)), through_links=True,
+                         replace_link=True, make_parents=0o755)
+            made.append(link)
     return made
