@@ -152,7 +152,7 @@ class EpochCheckpoints:
         except (AssertionError, ValueError) as exc:
             raise CheckpointError(f"{path / STATE}: does not match this model ({_one_line(exc)}); "
                                   f"fix: use another --checkpoint-dir or train without --resume") from None
-        except (tf.errors.OpError, IndexError) as exc:  # missing or truncated index/data files (IndexError: "Read less bytes")
+        except (tf.errors.OpError, IndexError) as exc:  # missing or truncated state files
             raise CheckpointError(f"{path / STATE}: cannot be read ({type(exc).__name__}: {_one_line(exc)}); "
                                   f"fix: delete {path} to resume from the one before it") from None
         return meta
