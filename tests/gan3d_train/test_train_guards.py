@@ -96,3 +96,20 @@ def test_resume_from_a_damaged_meta_json_is_one_line(data, first_epoch, tmp_path
     line = _error_line(train(_args(data, "--skip-bad-events", "--epochs", "2", "--resume",
                                    "--checkpoint-dir", str(tmp_path / "ckpt"))))
     assert str(tmp_path / "ckpt" / "epoch-0001" / "meta.json") in line and "fix: delete" in line
+
+
+def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
+    """Both ranks see the NaN (gradients are all-reduced), so the job ends at once, not in a hang."""
+    from tests.gan3d_train.test_train_mpi import MPIEXEC, _horovod_with_mpi
+    from tests.helpers import require
+
+    require(MPIEXEC is not None and _horovod_with_mpi(), "MPICH mpiexec and horovod built with MPI")
+    results = tmp_path / "r.json"
+    proc = train(_args(data, "--skip-bad-events", "--epochs", "2", "--lr", "1e30", "--checkpoint-dir",
+                       str(tmp_path / "ckpt"), "--results", str(results)), ranks=2)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    assert "gan3d train: error: [rank 0] losses became NaN at epoch 1 step 1" in proc.stderr
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+    record = _strict(results)
+    assert record["status"] == "failed" and record["ranks"] == 2 and record["checkpoint"] is None
