@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from gan3d.files import NotRegularFile, read_regular
+from gan3d.files import NotRegularFile, one_line, read_regular
 from kit.atomic import atomic_write_text
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
@@ -65,9 +65,18 @@ class EpochCheckpoints:
         done = self.complete()
         return done[-1][1] if done else None
 
+    def prepare(self) -> None:
+        """Create the directory: the trainer calls this before training, so that a --checkpoint-dir
+        that cannot hold checkpoints fails in seconds, not after the first epoch."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"--checkpoint-dir {self.directory}: cannot be created as a directory "
+                                  f"({exc.strerror}); fix: give a directory path that can be written") from None
+
     def save(self, checkpoint, generator, epoch: int, meta: dict) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         final = self.directory / f"epoch-{epoch:04d}"
         tmp = self.directory / f".epoch-{epoch:04d}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -97,7 +106,7 @@ class EpochCheckpoints:
         except NotRegularFile as exc:
             raise CheckpointError(f"{file}: is {exc.kind}, not a regular file; {fix}") from None
         except (OSError, ValueError, RecursionError) as exc:  # unreadable, too big, not JSON, too deep
-            raise CheckpointError(f"{file}: unreadable checkpoint metadata ({_one_line(exc)}); {fix}") from None
+            raise CheckpointError(f"{file}: unreadable checkpoint metadata ({one_line(exc)}); {fix}") from None
         if not isinstance(meta, dict):
             raise CheckpointError(f"{file}: holds a JSON {type(meta).__name__}, expected an object; {fix}")
         epoch = meta.get("epoch")
@@ -150,10 +159,10 @@ class EpochCheckpoints:
         try:
             checkpoint.read(str(path / STATE)).assert_existing_objects_matched()
         except (AssertionError, ValueError) as exc:
-            raise CheckpointError(f"{path / STATE}: does not match this model ({_one_line(exc)}); "
+            raise CheckpointError(f"{path / STATE}: does not match this model ({one_line(exc)}); "
                                   f"fix: use another --checkpoint-dir or train without --resume") from None
         except (tf.errors.OpError, IndexError) as exc:  # missing or truncated state files
-            raise CheckpointError(f"{path / STATE}: cannot be read ({type(exc).__name__}: {_one_line(exc)}); "
+            raise CheckpointError(f"{path / STATE}: cannot be read ({type(exc).__name__}: {one_line(exc)}); "
                                   f"fix: delete {path} to resume from the one before it") from None
         return meta
 
@@ -161,7 +170,3 @@ class EpochCheckpoints:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]

@@ -21,6 +21,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from gan3d.files import one_line
 from gan3d.showerfile import GRID, MAKE_DATA_HINT, MAX_CHUNK_BYTES, DataError, open_checked
 
 THRESHOLD = 1e-6
@@ -162,7 +163,7 @@ class ShowerFiles:
             self._h5[k]["ECAL"].read_direct(out, np.s_[start:stop])
         except (OSError, ValueError, TypeError) as exc:
             raise DataError(f"data file {self.paths[k]}: dataset ECAL events {start}..{stop} cannot "
-                            f"be read ({exc}); fix: {MAKE_DATA_HINT}") from None
+                            f"be read ({one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
         return out
 
     @property

@@ -22,6 +22,11 @@ class NotRegularFile(OSError):
         self.path, self.kind = path, kind
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """A library exception's text as one bounded line (h5py and Keras messages span lines)."""
+    return " ".join(str(exc).split())[:limit]
+
+
 def kind_of(mode: int) -> str:
     """'a FIFO', 'a directory', ... for a non-regular st_mode."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gan3d.files import NotRegularFile, open_regular
+from gan3d.files import NotRegularFile, one_line, open_regular
 
 GRID = 25
 MAX_EVENTS_PER_FILE = 10_000_000  # 625 GB of cells; real CLIC files hold 10,000
@@ -52,7 +52,7 @@ def open_checked(path: Path):
         try:
             h5 = h5py.File(name, "r")
         except OSError as exc:
-            reason = str(exc).replace(name, str(path))
+            reason = one_line(exc).replace(name, str(path))
             kind = "is not an HDF5 file" if not h5py.is_hdf5(name) else "is truncated or corrupt"
             raise DataError(f"data file {path} {kind}, so dataset ECAL cannot be read ({reason}); "
                             f"fix: {MAKE_DATA_HINT}") from None
@@ -63,14 +63,10 @@ def open_checked(path: Path):
     except (KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:  # h5py on damaged metadata
         h5.close()
         raise DataError(f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
-                        f"{_one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
+                        f"{one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
     except BaseException:
         h5.close()
         raise
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
 
 
 def _layout(h5, path: Path):

@@ -343,6 +343,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                           seed=args.seed, xscale=args.xscale, shuffle=True)
     val_stream = ShowerStream(val_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
                               seed=args.seed, xscale=args.xscale, shuffle=False)
+    if args.checkpoint_dir and layout.rank == 0:
+        EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints).prepare()
     steps = min(stream.batches_per_epoch, args.steps_per_epoch or stream.batches_per_epoch)
     val_steps = min(val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch)
 

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gan3d.files import NotRegularFile, open_regular, read_regular
+from gan3d.files import NotRegularFile, one_line, open_regular, read_regular
 from kit.atomic import atomic_write_bytes, atomic_write_text
 
 DEFAULT_BINS: tuple[tuple[float, float], ...] = ((10, 100), (100, 200), (200, 300), (300, 500))
@@ -199,7 +199,7 @@ def update_results(path: str | Path, physics: dict) -> None:
             raise ValueError(f"results file {path} is {exc.kind}, not a regular file; fix: point --results at "
                              "the training run's results JSON or a new file") from None
         except (ValueError, RecursionError) as exc:
-            raise ValueError(f"results file {path} is not valid JSON ({exc}); fix: point --results at the "
+            raise ValueError(f"results file {path} is not valid JSON ({one_line(exc)}); fix: point --results at the "
                              "training run's results JSON or a new file") from None
         if not isinstance(record, dict):
             raise ValueError(f"results file {path} does not hold a JSON object; fix: use the training results JSON")
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             model.load_weights(str(weights))
         except (ValueError, OSError) as exc:
-            raise ValueError(f"generator weights {weights} do not fit preset {preset!r} ({exc}); "
+            raise ValueError(f"generator weights {weights} do not fit preset {preset!r} ({one_line(exc)}); "
                              "fix: pass the --preset the generator was trained with") from None
         fake = _generated_features(model, PRESETS[preset].latent_dim, real["energy_gev"] / 100.0, args.seed)
         physics = score_features(real, fake)

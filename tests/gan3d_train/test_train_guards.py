@@ -113,3 +113,12 @@ def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
     record = _strict(results)
     assert record["status"] == "failed" and record["ranks"] == 2 and record["checkpoint"] is None
+
+
+def test_a_checkpoint_dir_that_is_a_file_fails_before_training(data, tmp_path):
+    (tmp_path / "ckpt").write_text("my notes\n")
+    line = _error_line(train(_args(data, "--skip-bad-events", "--checkpoint-dir", str(tmp_path / "ckpt")),
+                             timeout=120))
+    assert f"--checkpoint-dir {tmp_path / 'ckpt'}: cannot be created as a directory" in line
+    assert (tmp_path / "ckpt").read_text() == "my notes\n"
+    assert "epoch 1/" not in line
