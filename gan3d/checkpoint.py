@@ -3,18 +3,28 @@
 Layout: DIR/epoch-NNNN/{state.index, state.data-*, generator.weights.h5, meta.json}. Each is
 written into a hidden temporary sibling and renamed into place when complete (meta.json last);
 only the newest `keep` are kept. `latest` only ever returns a complete one.
+
+Reading one back trusts nothing in it: meta.json must be a small regular file holding a JSON
+object whose `epoch` is the int in the directory's name, and every entry of the directory must be
+a regular file (TensorFlow and h5py would block on a FIFO) before TensorFlow reads the state;
+any defect is a CheckpointError of one line naming the file, the field and the fix.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import shutil
 from pathlib import Path
 
+from gan3d.files import NotRegularFile, one_line, read_regular
 from kit.atomic import atomic_write_text
 
-_NAME = re.compile(r"^epoch-(\d{4,})$")
+_NAME = re.compile(r"epoch-(\d{4,9})")
+MAX_META_BYTES = 64 * 1024
+MAX_ENTRIES = 64  # files in one checkpoint directory (the kit writes four)
+META_TYPES = {"preset": str, "seed": int, "ranks": int, "batch_size": int, "steps_per_epoch": int}
 STATE = "state"
 GENERATOR_WEIGHTS = "generator.weights.h5"
 META = "meta.json"
@@ -45,19 +55,28 @@ class EpochCheckpoints:
         """(epoch, path) of every complete checkpoint, oldest first."""
         found = []
         if self.directory.is_dir():
-            for entry in self.directory.iterdir():
-                match = _NAME.match(entry.name)
-                if match and (entry / META).is_file():
-                    found.append((int(match.group(1)), entry))
+            for entry in os.scandir(self.directory):
+                match = _NAME.fullmatch(entry.name)
+                if match and entry.is_dir(follow_symlinks=False) and os.path.lexists(Path(entry.path, META)):
+                    found.append((int(match.group(1)), Path(entry.path)))
         return sorted(found)
 
     def latest(self) -> Path | None:
         done = self.complete()
         return done[-1][1] if done else None
 
+    def prepare(self) -> None:
+        """Create the directory: the trainer calls this before training, so that a --checkpoint-dir
+        that cannot hold checkpoints fails in seconds, not after the first epoch."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"--checkpoint-dir {self.directory}: cannot be created as a directory "
+                                  f"({exc.strerror}); fix: give a directory path that can be written") from None
+
     def save(self, checkpoint, generator, epoch: int, meta: dict) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         final = self.directory / f"epoch-{epoch:04d}"
         tmp = self.directory / f".epoch-{epoch:04d}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -80,23 +99,74 @@ class EpochCheckpoints:
 
     @staticmethod
     def read_meta(path: Path) -> dict:
+        """meta.json of checkpoint `path`, checked: a JSON object with an int `epoch` matching the name."""
+        file, fix = path / META, f"fix: delete {path} to resume from the one before it"
         try:
-            return json.loads((path / META).read_text())
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{path / META}: unreadable checkpoint metadata ({exc}); "
-                                  f"fix: delete {path} to resume from the one before it") from exc
+            meta = json.loads(read_regular(file, MAX_META_BYTES, follow_symlinks=False))
+        except NotRegularFile as exc:
+            raise CheckpointError(f"{file}: is {exc.kind}, not a regular file; {fix}") from None
+        except (OSError, ValueError, RecursionError) as exc:  # unreadable, too big, not JSON, too deep
+            raise CheckpointError(f"{file}: unreadable checkpoint metadata ({one_line(exc)}); {fix}") from None
+        if not isinstance(meta, dict):
+            raise CheckpointError(f"{file}: holds a JSON {type(meta).__name__}, expected an object; {fix}")
+        epoch = meta.get("epoch")
+        if type(epoch) is not int or epoch < 1:
+            raise CheckpointError(f"{file}: field 'epoch' is {_short(epoch)}, expected an int >= 1; {fix}")
+        match = _NAME.fullmatch(path.name)
+        if match and int(match.group(1)) != epoch:
+            raise CheckpointError(f"{file}: field 'epoch' is {epoch} but the directory is {path.name}; {fix}")
+        for key, kind in META_TYPES.items():
+            if key in meta and type(meta[key]) is not kind:
+                raise CheckpointError(f"{file}: field {key!r} is {_short(meta[key])}, expected "
+                                      f"{kind.__name__}; {fix}")
+        return meta
+
+    @staticmethod
+    def check_files(path: Path) -> None:
+        """Every entry of checkpoint `path` is a regular file, and the state index and data exist."""
+        fix = f"fix: delete {path} to resume from the one before it"
+        try:
+            with os.scandir(path) as listing:
+                entries = list(itertools.islice(listing, MAX_ENTRIES + 1))
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot list the checkpoint ({exc.strerror}); {fix}") from None
+        if len(entries) > MAX_ENTRIES:
+            raise CheckpointError(f"{path}: holds more than {MAX_ENTRIES} entries, not a checkpoint; {fix}")
+        for entry in entries:
+            if not entry.is_file(follow_symlinks=False):
+                kind = "a directory" if entry.is_dir(follow_symlinks=False) else "not a regular file"
+                if entry.is_symlink():
+                    kind = "a symbolic link"
+                raise CheckpointError(f"{entry.path}: is {kind}; a checkpoint holds regular files only; {fix}")
+        names = {e.name for e in entries}
+        for need in (f"{STATE}.index", GENERATOR_WEIGHTS):
+            if need not in names:
+                raise CheckpointError(f"{path / need}: missing, the checkpoint is incomplete; {fix}")
+        if not any(n.startswith(f"{STATE}.data-") for n in names):
+            raise CheckpointError(f"{path / STATE}.data-*: missing, the checkpoint is incomplete; {fix}")
 
     def restore(self, checkpoint, path: Path, expect: dict) -> dict:
         """Load `path` into `checkpoint`; `expect` holds meta keys that must match (e.g. the preset)."""
+        import tensorflow as tf
+
         meta = self.read_meta(path)
         for key, value in expect.items():
             if meta.get(key) != value:
                 raise CheckpointError(
                     f"{path}: checkpoint has {key}={meta.get(key)!r} but this run asks for {value!r}; "
                     f"fix: resume with the same {key}, or use another --checkpoint-dir")
+        self.check_files(path)
         try:
             checkpoint.read(str(path / STATE)).assert_existing_objects_matched()
         except (AssertionError, ValueError) as exc:
-            raise CheckpointError(f"{path / STATE}: does not match this model ({exc}); "
-                                  f"fix: use another --checkpoint-dir or train without --resume") from exc
+            raise CheckpointError(f"{path / STATE}: does not match this model ({one_line(exc)}); "
+                                  f"fix: use another --checkpoint-dir or train without --resume") from None
+        except (tf.errors.OpError, IndexError) as exc:  # missing or truncated state files
+            raise CheckpointError(f"{path / STATE}: cannot be read ({type(exc).__name__}: {one_line(exc)}); "
+                                  f"fix: delete {path} to resume from the one before it") from None
         return meta
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

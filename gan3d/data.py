@@ -21,13 +21,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-GRID = 25
+from gan3d.files import one_line
+from gan3d.showerfile import GRID, MAKE_DATA_HINT, MAX_CHUNK_BYTES, DataError, open_checked
+
 THRESHOLD = 1e-6
-MAKE_DATA_HINT = "regenerate it (python -m gan3d simulate --out DIR) or re-copy it from the source"
-
-
-class DataError(Exception):
-    """A data file or argument that cannot be used; the message names the file, dataset and fix."""
+SKIP_HINT = "or pass --skip-bad-events to leave such events out"
+__all__ = ["DataError", "ShowerFiles", "ShowerStream", "expand_data_arg", "preprocess", "train_test_split"]
 
 
 def _natural_key(path: Path) -> list:
@@ -98,101 +97,100 @@ def _preprocess_owned(images: np.ndarray, energy_gev: np.ndarray, xscale: float
 class ShowerFiles:
     """A checked set of shower files, each opened once; reads contiguous event ranges on demand.
 
-    Construction validates every file (exists, HDF5 and not truncated, `ECAL` (N,25,25,25),
-    energy in `target[:,1]` or `energy`, equal lengths, finite positive energies) and keeps
-    only the energies in memory.
+    Construction checks every file's layout (gan3d.showerfile) and energies, and keeps only the
+    energies in memory. Events with a NaN, Inf or non-positive energy, or with NaN/Inf cells, are
+    refused with the file and event named; with `skip_bad_events` they are left out instead
+    (`skipped` counts them per file). Finding bad cells up front costs one extra read of every
+    file, so only the skipping mode does it; otherwise each block of cells is checked as it is
+    read (one vectorised pass over memory already in cache), and the first and last events at once.
     """
 
-    def __init__(self, paths: Sequence[str | Path]):
-        import h5py
-
+    def __init__(self, paths: Sequence[str | Path], *, skip_bad_events: bool = False):
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise DataError("no data files given; fix: pass --data DIR|GLOB|a.h5,b.h5")
+        self.skip_bad_events = skip_bad_events
         self._h5: list = []
+        self._kept: list[np.ndarray | None] = []  # file event index of each usable event (None: all)
         self.counts: list[int] = []
-        self.energies: list[np.ndarray] = []  # GeV, per file
+        self.energies: list[np.ndarray] = []  # GeV, per file, usable events only
+        self.skipped: list[int] = []
         try:
             for path in self.paths:
-                handle, energy = self._open_checked(h5py, path)
-                self._h5.append(handle)
-                self.counts.append(len(energy))
-                self.energies.append(energy)
+                h5, _, energy, source = open_checked(path)
+                self._h5.append(h5)
+                self._add(len(self._h5) - 1, energy, source)
         except BaseException:
             self.close()
             raise
         self.num_events = sum(self.counts)
 
-    @staticmethod
-    def _open_checked(h5py, path: Path):
-        if not path.is_file():
-            raise DataError(f"data file {path} does not exist (expected HDF5 with datasets ECAL and target); "
-                            "fix: check --data or run `python -m gan3d simulate --out DIR`")
-        try:
-            h5 = h5py.File(path, "r")
-        except OSError as exc:
-            kind = "is not an HDF5 file" if not h5py.is_hdf5(path) else "is truncated or corrupt"
-            raise DataError(f"data file {path} {kind}, so dataset ECAL cannot be read ({exc}); "
-                            f"fix: {MAKE_DATA_HINT}") from None
-        try:
-            return h5, ShowerFiles._check_layout(h5, path)
-        except BaseException:
-            h5.close()
-            raise
+    def _add(self, k: int, energy: np.ndarray, source: str) -> None:
+        good = np.isfinite(energy) & (energy > 0)
+        if self.skip_bad_events:
+            good &= self._finite_events(k, len(energy))
+        elif not good.all():
+            bad = np.flatnonzero(~good)
+            raise DataError(f"data file {self.paths[k]}: dataset {source} event {bad[0]} holds the energy "
+                            f"{energy[bad[0]]!r} (NaN, Inf or not positive; {len(bad)} such event(s)); "
+                            f"fix: repair or drop them ({MAKE_DATA_HINT}), {SKIP_HINT}")
+        kept = None if good.all() else np.flatnonzero(good)
+        self._kept.append(kept)
+        self.energies.append(energy if kept is None else energy[kept])
+        self.counts.append(len(self.energies[-1]))
+        self.skipped.append(len(energy) - self.counts[-1])
+        if self.counts[-1] and not self.skip_bad_events:  # the first and last events decode and are finite
+            self.read(k, 0, 1)
+            self.read(k, self.counts[-1] - 1, self.counts[-1])
 
-    @staticmethod
-    def _check_layout(h5, path: Path) -> np.ndarray:
-        names = sorted(h5.keys())
-        if "ECAL" not in h5:
-            raise DataError(f"data file {path} has no dataset ECAL (datasets found: {names}); "
-                            "fix: use CLIC-layout files (ECAL (N,25,25,25) plus target or energy)")
-        ecal = h5["ECAL"]
-        if ecal.ndim != 4 or tuple(ecal.shape[1:]) != (GRID, GRID, GRID):
-            raise DataError(f"data file {path}: dataset ECAL has shape {ecal.shape}, expected (N,25,25,25); "
-                            "fix: use 25x25x25 CLIC ECAL files")
-        if "target" in h5:
-            source, raw = "target", h5["target"]
-            if raw.ndim != 2 or raw.shape[1] < 2:
-                raise DataError(f"data file {path}: dataset target has shape {raw.shape}, expected (N,>=2) with "
-                                "the energy in column 1; fix: regenerate or repair the file")
-            energy = np.asarray(raw[:, 1], dtype=np.float64)
-            source = "target[:,1]"
-        elif "energy" in h5:
-            source, raw = "energy", h5["energy"]
-            if raw.ndim not in (1, 2) or (raw.ndim == 2 and raw.shape[1] != 1):
-                raise DataError(f"data file {path}: dataset energy has shape {raw.shape}, expected (N,); "
-                                "fix: regenerate or repair the file")
-            energy = np.asarray(raw[()], dtype=np.float64).reshape(-1)
-        else:
-            raise DataError(f"data file {path} has no energy: neither dataset target (energy in target[:,1]) "
-                            f"nor dataset energy (datasets found: {names}); fix: {MAKE_DATA_HINT}")
-        if len(energy) != ecal.shape[0]:
-            raise DataError(f"data file {path}: dataset ECAL has {ecal.shape[0]} events but dataset {source} has "
-                            f"{len(energy)}; fix: {MAKE_DATA_HINT}")
-        if len(energy) and not (np.all(np.isfinite(energy)) and energy.min() > 0):
-            raise DataError(f"data file {path}: dataset {source} holds non-finite or non-positive energies; "
-                            f"fix: {MAKE_DATA_HINT}")
-        if len(energy):
-            try:  # the first and last events must decode (catches damaged chunks cheaply)
-                ecal[0]
-                ecal[len(energy) - 1]
-            except (OSError, ValueError) as exc:
-                raise DataError(f"data file {path}: dataset ECAL cannot be read ({exc}); "
-                                f"fix: {MAKE_DATA_HINT}") from None
-        return energy
+    def _finite_events(self, k: int, events: int) -> np.ndarray:
+        """Per event of file k: are all its cells finite? One pass in chunk-sized blocks."""
+        ecal = self._h5[k]["ECAL"]
+        per_chunk = ecal.chunks[0] if ecal.chunks else 64
+        block = max(1, min(per_chunk, MAX_CHUNK_BYTES // (GRID**3 * 4)))
+        buffer = np.empty((min(block, events), GRID, GRID, GRID), np.float32)
+        good = np.ones(events, bool)
+        for start in range(0, events, block):
+            part = self._read_raw(k, start, min(start + block, events), buffer)
+            if not np.isfinite(part).all():
+                good[start:start + len(part)] = np.isfinite(part.reshape(len(part), -1)).all(axis=1)
+        return good
+
+    def _read_raw(self, k: int, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """Events [start, stop) of file k as stored (no event left out) into out[:stop-start]."""
+        out = out[:stop - start]
+        try:
+            self._h5[k]["ECAL"].read_direct(out, np.s_[start:stop])
+        except (OSError, ValueError, TypeError) as exc:
+            raise DataError(f"data file {self.paths[k]}: dataset ECAL events {start}..{stop} cannot "
+                            f"be read ({one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
+        return out
+
+    @property
+    def skipped_events(self) -> int:
+        return sum(self.skipped)
 
     def read(self, file_index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Raw ECAL cells of events [start, stop) of one file (one contiguous HDF5 read), into
-        `out` (float32, stop-start events) without a temporary copy when given."""
-        try:
-            ecal = self._h5[file_index]["ECAL"]
-            if out is None:
-                return ecal[start:stop]
-            ecal.read_direct(out, np.s_[start:stop])
-            return out
-        except (OSError, ValueError, TypeError) as exc:
-            raise DataError(f"data file {self.paths[file_index]}: dataset ECAL events {start}..{stop} cannot "
-                            f"be read ({exc}); fix: {MAKE_DATA_HINT}") from None
+        """Raw ECAL cells (float32) of usable events [start, stop) of one file, into `out` without a
+        temporary copy when given; contiguous events are one HDF5 read. NaN/Inf cells are refused."""
+        if out is None:
+            out = np.empty((stop - start, GRID, GRID, GRID), np.float32)
+        kept = self._kept[file_index]
+        if kept is None:
+            self._read_raw(file_index, start, stop, out)
+        else:  # one read per run of consecutive usable events
+            index = kept[start:stop]
+            pos = 0
+            for run in np.split(index, np.flatnonzero(np.diff(index) != 1) + 1):
+                if len(run):
+                    self._read_raw(file_index, int(run[0]), int(run[-1]) + 1, out[pos:pos + len(run)])
+                    pos += len(run)
+        if not np.isfinite(out).all():
+            first = int(np.argmin(np.isfinite(out.reshape(len(out), -1)).all(axis=1))) + start
+            event = first if kept is None else int(kept[first])
+            raise DataError(f"data file {self.paths[file_index]}: dataset ECAL event {event} holds NaN or Inf "
+                            f"cells; fix: repair or drop it ({MAKE_DATA_HINT}), {SKIP_HINT}")
+        return out
 
     def load(self, n: int | None = None, xscale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first n events (all when None) across the files, preprocessed (for validation)."""

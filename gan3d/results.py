@@ -8,6 +8,9 @@ Conventions, so that a report can compare runs:
 - `peak_flop_per_second_theoretical` = nodes x the site node's fp32 peak (cores x AVX clock x FLOP/cycle).
 - `peak_flop_per_second_measured` = the sum over ranks of a dense matmul rate measured by all ranks
   at once with their own thread count (`--measure-peak`), i.e. what this rank layout can reach.
+- `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
+  `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
+  must never meet a NaN it could average).
 """
 from __future__ import annotations
 
@@ -80,7 +83,8 @@ def _percent(rate: float, peak: float | None) -> float | None:
 
 
 def write_results(path: str | os.PathLike, record: dict) -> Path:
-    """Write the record atomically (readers never see half a file)."""
+    """Write the record atomically (readers never see half a file); ValueError if it holds NaN/Inf."""
     path = Path(path)
-    atomic_write_text(path, json.dumps({"schema": SCHEMA, **record}, indent=2) + "\n")
+    text = json.dumps({"schema": SCHEMA, **record}, indent=2, allow_nan=False) + "\n"
+    atomic_write_text(path, text)
     return path

@@ -5,6 +5,11 @@ uses `--threads` compute threads. Order of start-up matters and is kept here: MP
 -> thread checks and environment -> TensorFlow -> Horovod -> data -> models -> broadcast of the
 initial (or resumed) state from rank 0 -> epochs. Rank 0 checkpoints every epoch and writes the
 results JSON (see gan3d.results for its conventions).
+
+A run whose losses or weights become NaN/Inf stops at once with LossDiverged (exit 1): that
+state is never checkpointed, and the results JSON, when asked for, is written with
+"status": "failed", the error and the finite history before it, and no throughput or loss
+figure of the failed epoch, so no report can count it as a run.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import numpy as np
 from gan3d import runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.runtime import RankLayout, SettingsError
+from kit.errors import KitError
 
 ITEX_MODULE = "intel_extension_for_tensorflow"
 SYNTHETIC_EVENTS_PER_FILE = 512
@@ -43,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--validation-data", help="files for validation losses (default: split off --data)")
     ap.add_argument("--test-fraction", type=float, default=0.1,
                     help="share of the files kept for validation when --validation-data is not given")
+    ap.add_argument("--skip-bad-events", action="store_true",
+                    help="leave out events with NaN/Inf cells or a NaN/Inf/non-positive energy instead of "
+                         "stopping (costs one extra read of the data at start; the results count them)")
     ap.add_argument("--preset", choices=["full", "tiny"], default="full")
     ap.add_argument("--epochs", type=int, default=2, help="total epochs (a resumed run continues up to it)")
     ap.add_argument("--steps-per-epoch", type=int, help="cap on optimizer steps per epoch (short runs)")
@@ -96,6 +105,36 @@ def _check_args(args: argparse.Namespace) -> None:
     if not 0.0 < args.test_fraction < 1.0:
         raise SettingsError(f"--test-fraction {args.test_fraction}: must be between 0 and 1")
     _loss_weights(args.loss_weights)
+
+
+class LossDiverged(KitError):
+    """Losses or weights became NaN/Inf: the state is worthless, so it is never checkpointed or reported."""
+
+    def __init__(self, message: str, epoch: int, step: int | None):
+        super().__init__(message)
+        self.epoch, self.step = epoch, step
+
+
+def check_losses(losses: dict[str, float], epoch: int, step: int | None, lr: float, args) -> None:
+    """Raise LossDiverged if any loss is NaN or Inf (`step` None: the epoch's validation losses)."""
+    bad = sorted(k for k, v in losses.items() if not math.isfinite(v))
+    if bad:
+        what = "NaN" if any(math.isnan(losses[k]) for k in bad) else "Inf"
+        where = f"epoch {epoch} step {step}" if step is not None else f"validation after epoch {epoch}"
+        raise LossDiverged(f"losses became {what} at {where} ({', '.join(bad[:4])}"
+                           f"{', ...' if len(bad) > 4 else ''}); this state is not checkpointed; fix: try a "
+                           f"lower --lr (the step used {lr:g}), check the data scale (--xscale {args.xscale:g}), "
+                           "or --resume from the last checkpoint", epoch, step)
+
+
+def check_weights(models, epoch: int, args) -> None:
+    """Raise LossDiverged if a model variable holds NaN/Inf (before it could be checkpointed)."""
+    for model in models:
+        for var in model.variables:
+            if not np.isfinite(var.numpy()).all():
+                raise LossDiverged(f"weights became NaN or Inf in epoch {epoch} ({var.name}); this state is not "
+                                   f"checkpointed; fix: try a lower --lr (now {args.lr:g} per rank) or "
+                                   "--resume from the last checkpoint", epoch, None)
 
 
 def _say(layout: RankLayout, text: str) -> None:
@@ -229,8 +268,9 @@ class StepTimes:
             self.steps, self.seconds = self.steps + 1, self.seconds + seconds
 
 
-def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes) -> tuple[dict, int, float]:
-    """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first)."""
+def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, args) -> tuple[dict, int, float]:
+    """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first).
+    Stops at the first step whose losses are not finite (LossDiverged)."""
     sums: dict[str, float] = {}
     done, lr_first = 0, step.learning_rate
     for images, ep, cellsum in itertools.islice(stream.epoch(epoch), steps):  # reads no batch more
@@ -241,10 +281,25 @@ def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes) 
         ts = time.perf_counter()
         losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
         times.add(time.perf_counter() - ts)
+        check_losses(losses, epoch + 1, done + 1, step.learning_rate, args)
         for k, v in losses.items():
             sums[k] = sums.get(k, 0.0) + v
         done += 1
     return sums, done, lr_first
+
+
+def _write_failure(args, layout: RankLayout, exc: LossDiverged, history: list, checkpoints) -> None:
+    """The results JSON of a diverged run: says it failed and why; no throughput, no NaN."""
+    from gan3d import results as res
+
+    last = checkpoints.latest() if checkpoints else None
+    res.write_results(args.results, {
+        "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
+        "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
+        "learning_rate": {"per_rank": args.lr}, "xscale": args.xscale,
+        "losses": history,  # the completed epochs, all finite
+        "checkpoint": str(last) if last else None,
+    })
 
 
 def _validation_sums(step, stream, steps: int, rank: int) -> tuple[dict, int]:
@@ -278,11 +333,18 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     # Checked before TensorFlow starts, so a bad file stops the job in seconds.
     from gan3d.data import ShowerFiles, ShowerStream
 
-    train_files, val_files = ShowerFiles(train_paths), ShowerFiles(val_paths)
+    train_files = ShowerFiles(train_paths, skip_bad_events=args.skip_bad_events)
+    val_files = ShowerFiles(val_paths, skip_bad_events=args.skip_bad_events)
+    skipped = {"train": train_files.skipped_events, "validation": val_files.skipped_events}
+    if any(skipped.values()):
+        _say(layout, f"gan3d train: --skip-bad-events left out {skipped['train']} training and "
+                     f"{skipped['validation']} validation event(s) with NaN/Inf cells or bad energies")
     stream = ShowerStream(train_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
                           seed=args.seed, xscale=args.xscale, shuffle=True)
     val_stream = ShowerStream(val_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
                               seed=args.seed, xscale=args.xscale, shuffle=False)
+    if args.checkpoint_dir and layout.rank == 0:
+        EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints).prepare()
     steps = min(stream.batches_per_epoch, args.steps_per_epoch or stream.batches_per_epoch)
     val_steps = min(val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch)
 
@@ -342,6 +404,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     # (The RNGs are reseeded per rank and epoch: TrainStep.reseed.)
     hvd.broadcast_variables(gen.variables + disc.variables + step.d_optimizer.variables
                             + step.g_optimizer.variables, root_rank=0)
+    step.set_learning_rate(config.learning_rate)  # this run's --lr, not the one restored with the optimizer
     if start_epoch:
         _say(layout, f"gan3d train: resumed from {checkpoints.latest()} after epoch {start_epoch}")
     if start_epoch >= args.epochs:
@@ -352,32 +415,40 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
     history, epoch_times, val_times, ckpt_times = [], [], [], []
     times = StepTimes()
-    for epoch in range(start_epoch, args.epochs):
-        step.reseed(layout.rank, epoch)
-        t0 = time.perf_counter()
-        sums, done, lr_first = _train_epoch(step, stream, epoch, steps, lr_at, times)
-        epoch_times.append(time.perf_counter() - t0)
-        if done != steps:
-            raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
-        train_losses = _mean_losses(sums, done, hvd)
-        _average_statistics((gen, disc), hvd)
+    try:
+        for epoch in range(start_epoch, args.epochs):
+            step.reseed(layout.rank, epoch)
+            t0 = time.perf_counter()
+            sums, done, lr_first = _train_epoch(step, stream, epoch, steps, lr_at, times, args)
+            epoch_times.append(time.perf_counter() - t0)
+            if done != steps:
+                raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
+            train_losses = _mean_losses(sums, done, hvd)
+            _average_statistics((gen, disc), hvd)
 
-        t0 = time.perf_counter()
-        val_losses = _mean_losses(*_validation_sums(step, val_stream, val_steps, layout.rank), hvd)
-        val_times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            val_losses = _mean_losses(*_validation_sums(step, val_stream, val_steps, layout.rank), hvd)
+            val_times.append(time.perf_counter() - t0)
+            check_losses({**train_losses, **{f"validation {k}": v for k, v in val_losses.items()}},
+                         epoch + 1, None, step.learning_rate, args)
+            check_weights((gen, disc), epoch + 1, args)  # identical on all ranks: all stop together
 
-        t0 = time.perf_counter()
-        if checkpoints and layout.rank == 0:
-            checkpoints.save(state, gen, epoch + 1, {"preset": args.preset, "seed": args.seed,
-                                                     "ranks": layout.size, "batch_size": args.batch_size,
-                                                     "steps_per_epoch": steps})
-        ckpt_times.append(time.perf_counter() - t0)
-        history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
-                        "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
-        _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {epoch_times[-1]:.2f} s, {steps} steps, "
-                     f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
-                     f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
-                     f"{val_losses.get('d_loss', float('nan')):.4f}")
+            t0 = time.perf_counter()
+            if checkpoints and layout.rank == 0:
+                checkpoints.save(state, gen, epoch + 1, {"preset": args.preset, "seed": args.seed,
+                                                         "ranks": layout.size, "batch_size": args.batch_size,
+                                                         "steps_per_epoch": steps})
+            ckpt_times.append(time.perf_counter() - t0)
+            history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
+                            "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
+            _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {epoch_times[-1]:.2f} s, {steps} steps, "
+                         f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
+                         f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
+                         f"{val_losses.get('d_loss', float('nan')):.4f}")
+    except LossDiverged as exc:
+        if layout.rank == 0 and args.results:
+            _write_failure(args, layout, exc, history, checkpoints)
+        raise
 
     from gan3d import results as res
 
@@ -394,6 +465,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         rss = [r["peak_rss_bytes"] for r in per_rank]
         usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
         record = {
+            "status": "ok",
             "site": site.name if site else None,
             "image_digest": res.image_digest(),
             "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
@@ -408,6 +480,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
             "loss_weights": list(loss_weights), "xscale": args.xscale,
             "data_files": {"train": len(train_paths), "validation": len(val_paths)},
+            "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped,
             "train_events": train_files.num_events, "validation_events": val_files.num_events,
             "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
             "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,

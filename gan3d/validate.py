@@ -29,12 +29,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from gan3d.files import NotRegularFile, one_line, open_regular, read_regular
 from kit.atomic import atomic_write_bytes, atomic_write_text
 
 DEFAULT_BINS: tuple[tuple[float, float], ...] = ((10, 100), (100, 200), (200, 300), (300, 500))
@@ -43,6 +45,7 @@ MOMENTS = ("m1_x", "m1_y", "m1_z", "m2_x", "m2_y", "m2_z")
 MIN_EVENTS = 2
 UNDEFINED_TERM = 10.0  # a moment that cannot be computed (e.g. a generator of empty showers)
 _IDX = np.arange(25, dtype=np.float64)
+MAX_RESULTS_BYTES = 64 * 2**20
 
 
 def shower_features(images: np.ndarray, ep: np.ndarray) -> dict[str, np.ndarray]:
@@ -189,16 +192,19 @@ def update_results(path: str | Path, physics: dict) -> None:
     """Add/replace the "physics" key of a results JSON, keeping every other key (atomic rewrite)."""
     path = Path(path)
     record = {}
-    if path.exists():
+    if os.path.lexists(path):
         try:
-            record = json.loads(path.read_text())
-        except ValueError as exc:
-            raise ValueError(f"results file {path} is not valid JSON ({exc}); fix: point --results at the "
+            record = json.loads(read_regular(path, MAX_RESULTS_BYTES))
+        except NotRegularFile as exc:
+            raise ValueError(f"results file {path} is {exc.kind}, not a regular file; fix: point --results at "
+                             "the training run's results JSON or a new file") from None
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"results file {path} is not valid JSON ({one_line(exc)}); fix: point --results at the "
                              "training run's results JSON or a new file") from None
         if not isinstance(record, dict):
             raise ValueError(f"results file {path} does not hold a JSON object; fix: use the training results JSON")
     record["physics"] = physics
-    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(record, indent=2, allow_nan=False) + "\n")
 
 
 def _data_features(files, n: int, xscale: float, chunk: int = 500) -> dict[str, np.ndarray]:
@@ -227,6 +233,9 @@ def _generated_features(generator, latent_dim: int, ep: np.ndarray, seed: int, b
         e = ep[start:start + batch].astype(np.float32)
         z = sample_latent(len(e), e.reshape(-1, 1), latent_dim, rng)
         images = generator(z, training=False).numpy()
+        if not np.isfinite(images).all():  # a score of NaN would look like a number in the results
+            raise ValueError("the generator produces NaN or Inf showers (its weights hold NaN or Inf); "
+                             "fix: validate a checkpoint from before the training diverged")
         parts.append(shower_features(images, e))
     return concat_features(parts)
 
@@ -241,7 +250,20 @@ def _weights_path(args) -> tuple[Path, str | None]:
     if latest is None:
         raise ValueError(f"checkpoint directory {args.checkpoint} holds no complete epoch checkpoint; "
                          "fix: train first (python -m gan3d train --checkpoint-dir DIR) or pass --generator-weights")
-    return latest / GENERATOR_WEIGHTS, EpochCheckpoints.read_meta(latest).get("preset")
+    preset = EpochCheckpoints.read_meta(latest).get("preset")
+    EpochCheckpoints.check_files(latest)
+    return latest / GENERATOR_WEIGHTS, preset
+
+
+def _check_weights_file(weights: Path) -> None:
+    """A regular file (h5py would block on a FIFO), or a one-line ValueError."""
+    fix = "fix: pass the trainer's CHECKPOINT_DIR/epoch-N/generator.weights.h5 or --checkpoint CHECKPOINT_DIR"
+    try:
+        os.close(open_regular(weights))
+    except FileNotFoundError:
+        raise ValueError(f"generator weights {weights} do not exist; {fix}") from None
+    except NotRegularFile as exc:
+        raise ValueError(f"generator weights {weights} is {exc.kind}, not a regular file; {fix}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=2000, help="data showers to compare (the first N)")
     ap.add_argument("--xscale", type=float, default=1.0, help="image scale used in training")
     ap.add_argument("--seed", type=int, default=0, help="seed of the generator's latent noise")
+    ap.add_argument("--skip-bad-events", action="store_true",
+                    help="leave out data events with NaN/Inf cells or bad energies (counted in the results)")
     args = ap.parse_args(argv)
 
     from gan3d.data import DataError, ShowerFiles, expand_data_arg
@@ -264,24 +288,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         weights, ckpt_preset = _weights_path(args)
         preset = args.preset or ckpt_preset or "full"
-        if not weights.is_file():
-            raise ValueError(f"generator weights {weights} do not exist; fix: pass the trainer's "
-                             "CHECKPOINT_DIR/epoch-N/generator.weights.h5 or --checkpoint CHECKPOINT_DIR")
-        with ShowerFiles(expand_data_arg(args.data)) as files:
+        _check_weights_file(weights)
+        with ShowerFiles(expand_data_arg(args.data), skip_bad_events=args.skip_bad_events) as files:
             real = _data_features(files, args.events, args.xscale)
+            skipped = files.skipped_events
         from gan3d.model import PRESETS, generator
 
         model = generator(preset)
         try:
             model.load_weights(str(weights))
         except (ValueError, OSError) as exc:
-            raise ValueError(f"generator weights {weights} do not fit preset {preset!r} ({exc}); "
+            raise ValueError(f"generator weights {weights} do not fit preset {preset!r} ({one_line(exc)}); "
                              "fix: pass the --preset the generator was trained with") from None
         fake = _generated_features(model, PRESETS[preset].latent_dim, real["energy_gev"] / 100.0, args.seed)
         physics = score_features(real, fake)
         plots = plot_features(real, fake, args.out)
         physics.update({"plots": [str(p) for p in plots], "events": int(len(real["cellsum"])),
-                        "generator_weights": str(weights), "preset": preset, "xscale": args.xscale})
+                        "generator_weights": str(weights), "preset": preset, "xscale": args.xscale,
+                        "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped})
         if args.results:
             update_results(args.results, physics)
     except (DataError, ValueError, OSError) as exc:

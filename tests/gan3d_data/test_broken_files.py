@@ -77,7 +77,7 @@ def test_length_mismatch(tmp_path: Path):
 
 def test_bad_energy_values(tmp_path: Path):
     path = _write(tmp_path / "nan.h5", ECAL=_good_ecal(3), energy=np.array([10.0, np.nan, 30.0]))
-    _expect([path], str(path), "dataset energy", "non-finite")
+    _expect([path], str(path), "dataset energy event 1 ", "nan", "--skip-bad-events")
 
 
 def test_good_files_are_accepted(sim_dir: Path):

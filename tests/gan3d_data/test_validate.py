@@ -106,7 +106,8 @@ def test_cli_with_a_real_tiny_generator(sim_dir: Path, tmp_path: Path, capsys):
 
     weights = str(ckpt / "generator.weights.h5")
     assert main(args + ["--generator-weights", weights, "--preset", "full"]) == 1
-    assert "do not fit preset 'full'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "do not fit preset 'full'" in err and len(err.strip().splitlines()) == 1, err
     assert main(args + ["--generator-weights", str(tmp_path / "nope.h5")]) == 1
     assert "nope.h5" in capsys.readouterr().err
 

@@ -1,0 +1,124 @@
+"""`python -m gan3d train` (one rank, tiny preset) on bad data, diverging losses and damaged checkpoints.
+
+Real processes, real HDF5 files from the simulator, real checkpoints written by an earlier run.
+Expected failures end with exit 1 and one `gan3d train: error:` line; nothing lost silently.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.gan3d_train.test_train_mpi import train
+
+
+def _strict(path: Path) -> dict:
+    """The JSON of `path`, refusing NaN/Infinity (which json.dumps writes by default)."""
+    def refuse(name):
+        raise AssertionError(f"{path} holds {name}")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def _error_line(proc) -> str:
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("gan3d train: error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def _args(data: list[Path], *extra: str) -> list[str]:
+    return ["--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), "--preset", "tiny",
+            "--batch-size", "4", "--steps-per-epoch", "2", "--validation-steps", "1", "--threads", "1",
+            "--seed", "2", *extra]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> list[Path]:
+    """Three simulator files; the first event of the first holds a NaN cell."""
+    from gan3d.simulate import write_files
+
+    paths = write_files(tmp_path_factory.mktemp("showers"), 3, 32, seed=4)
+    with h5py.File(paths[0], "r+") as h5:
+        h5["ECAL"][0, 12, 12, 3] = np.nan
+    return paths
+
+
+@pytest.fixture(scope="module")
+def first_epoch(data, tmp_path_factory):
+    """One good epoch with --skip-bad-events and a checkpoint: (results, checkpoint dir)."""
+    out = tmp_path_factory.mktemp("run")
+    proc = train(_args(data, "--skip-bad-events", "--epochs", "1", "--checkpoint-dir", str(out / "ckpt"),
+                       "--results", str(out / "r.json")))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _strict(out / "r.json"), out / "ckpt", proc
+
+
+def test_skipped_bad_events_are_counted_in_the_results(first_epoch):
+    record, _, proc = first_epoch
+    assert record["status"] == "ok" and record["skip_bad_events"] is True
+    assert record["bad_events_skipped"] == {"train": 1, "validation": 0}
+    assert record["train_events"] == 63
+    assert "left out 1 training and 0 validation event(s)" in proc.stdout
+
+
+def test_a_bad_event_without_the_option_is_refused_naming_file_and_event(data, tmp_path):
+    line = _error_line(train(_args(data, "--results", str(tmp_path / "r.json")), timeout=120))
+    assert f"data file {data[0]}: dataset ECAL event 0 holds NaN or Inf cells" in line
+    assert "--skip-bad-events" in line
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_nan_losses_stop_the_run_without_a_checkpoint_or_a_valid_result(data, first_epoch, tmp_path):
+    _, ckpt, _ = first_epoch
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"schema": "gan3d-run/1", "showers_per_second": 9.0}))  # a stale result
+    proc = train(_args(data, "--skip-bad-events", "--epochs", "3", "--resume", "--lr", "1e30",
+                       "--checkpoint-dir", str(tmp_path / "ckpt"), "--results", str(results)))
+    line = _error_line(proc)
+    assert "losses became NaN at epoch 2 step 1" in line and "lower --lr" in line
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0001"]  # no NaN state saved
+    record = _strict(results)
+    assert record["status"] == "failed" and record["error"] == line.removeprefix("gan3d train: error: ")
+    assert record["failed_at"] == {"epoch": 2, "step": 1}
+    assert record["checkpoint"] == str(tmp_path / "ckpt" / "epoch-0001")
+    assert "showers_per_second" not in record and "flop_per_second" not in record
+
+
+@pytest.mark.parametrize("meta", ['{"epoch": "one", "preset": "tiny"}', '["epoch", 1]'])
+def test_resume_from_a_damaged_meta_json_is_one_line(data, first_epoch, tmp_path, meta: str):
+    _, ckpt, _ = first_epoch
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "epoch-0001" / "meta.json").write_text(meta)
+    line = _error_line(train(_args(data, "--skip-bad-events", "--epochs", "2", "--resume",
+                                   "--checkpoint-dir", str(tmp_path / "ckpt"))))
+    assert str(tmp_path / "ckpt" / "epoch-0001" / "meta.json") in line and "fix: delete" in line
+
+
+def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
+    """Both ranks see the NaN (gradients are all-reduced), so the job ends at once, not in a hang."""
+    from tests.gan3d_train.test_train_mpi import MPIEXEC, _horovod_with_mpi
+    from tests.helpers import require
+
+    require(MPIEXEC is not None and _horovod_with_mpi(), "MPICH mpiexec and horovod built with MPI")
+    results = tmp_path / "r.json"
+    proc = train(_args(data, "--skip-bad-events", "--epochs", "2", "--lr", "1e30", "--checkpoint-dir",
+                       str(tmp_path / "ckpt"), "--results", str(results)), ranks=2)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    assert "gan3d train: error: [rank 0] losses became NaN at epoch 1 step 1" in proc.stderr
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+    record = _strict(results)
+    assert record["status"] == "failed" and record["ranks"] == 2 and record["checkpoint"] is None
+
+
+def test_a_checkpoint_dir_that_is_a_file_fails_before_training(data, tmp_path):
+    (tmp_path / "ckpt").write_text("my notes\n")
+    line = _error_line(train(_args(data, "--skip-bad-events", "--checkpoint-dir", str(tmp_path / "ckpt")),
+                             timeout=120))
+    assert f"--checkpoint-dir {tmp_path / 'ckpt'}: cannot be created as a directory" in line
+    assert (tmp_path / "ckpt").read_text() == "my notes\n"
+    assert "epoch 1/" not in line
