@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kit.atomic import atomic_write_text
 
-_NAME = re.compile(r"^epoch-(\d{4,})$")
+_NAME = re.compile(r"^epoch-(\d{4,})\Z")
 STATE = "state"
 GENERATOR_WEIGHTS = "generator.weights.h5"
 META = "meta.json"

@@ -10,7 +10,7 @@ from kit.mpi.elf import defines_symbol, elf_facts, is_elf, vendor_and_version
 from kit.mpi.imagefs import image_root, resolve_in_root, wanted
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 
-MPI_LIB_RE = re.compile(r"^lib(mpi|mpich)\.so\.(\d+)$")
+MPI_LIB_RE = re.compile(r"^lib(mpi|mpich)\.so\.(\d+)\Z")
 STANDARD_DIRS = ["lib", "lib64", "usr/lib", "usr/lib64", "usr/local/lib", "lib/x86_64-linux-gnu",
                  "usr/lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu/openmpi/lib"]
 SKIP_TOP = {"proc", "sys", "dev", "tmp", "run"}
@@ -49,7 +49,7 @@ class ImageMPI:
 
 def file_version_of(real: Path, soname: str | None) -> str | None:
     """12.2.2 from libmpich.so.12.2.2; for a plain libmpi.so.12 copy, its longest sibling."""
-    match = re.search(r"\.so\.(\d+(?:\.\d+)*)$", real.name)
+    match = re.search(r"\.so\.(\d+(?:\.\d+)*)\Z", real.name)
     best = match.group(1) if match else None
     stem = (soname or real.name).split(".so")[0] + ".so."
     for sibling in real.parent.glob(stem + "*"):

@@ -81,7 +81,7 @@ def probe_mpi() -> dict:
         if match and match.group(1) in names:
             soname, path = match.groups()
             lib_dir = str(Path(path).parent)
-            suffix = re.search(r"\.so\.([\d.]+)$", Path(path).resolve().name)
+            suffix = re.search(r"\.so\.([\d.]+)\Z", Path(path).resolve().name)
             file_version = suffix.group(1) if suffix else None
             break
     return {"vendor": vendor, "version": version.group(1) if version else "unknown",
