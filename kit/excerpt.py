@@ -39,3 +39,9 @@ def control_character(text: str) -> str | None:
         if unicodedata.category(char) in _BREAKS:
             return repr(char)[1:-1]
     return None
+
+
+def clipped(text: str, limit: int = LIMIT) -> str:
+    """Free text for a message, unquoted: line breaks escaped, cut to ``limit`` characters."""
+    text = "".join(repr(c)[1:-1] if unicodedata.category(c) in _BREAKS else c for c in text[:limit + 1])
+    return text if len(text) <= limit else text[:limit - 3] + "..."

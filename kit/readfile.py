@@ -10,7 +10,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kit.errors import KitError
 
@@ -26,10 +26,8 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
-               error: type[KitError] = KitError) -> bytes:
-    """The whole of a regular file of at most ``limit`` bytes; FileNotFoundError passes through."""
-    path = Path(path)
+def _open_regular(path: Path, what: str, error: type[KitError]) -> BinaryIO:
+    """The file opened for reading, once stat and fstat both say it is a regular file."""
     refuse = f"{path}: is {{}}, not the regular file a {what} is; fix: give the {what} itself"
     try:
         if not stat.S_ISREG(mode := os.stat(path).st_mode):
@@ -40,14 +38,29 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
     except OSError as exc:
         raise error(f"{path}: cannot read the {what} ({exc.strerror}); fix: check the path and its "
                     "permissions") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(mode := os.fstat(fd).st_mode):  # replaced between stat and open
-            raise error(refuse.format(_kind(mode)))
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(mode := os.fstat(fd).st_mode):  # replaced between stat and open
+        fh.close()
+        raise error(refuse.format(_kind(mode)))
+    return fh
+
+
+def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
+               error: type[KitError] = KitError) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes; FileNotFoundError passes through."""
+    with _open_regular(Path(path), what, error) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise error(f"{path}: larger than {limit // 2**20} MiB, far more than any {what}; fix: give the "
                     f"{what} itself")
     return data
+
+
+def read_tail(path: str | os.PathLike, limit: int, what: str = "log") -> bytes:
+    """The last ``limit`` bytes of a regular file (a job's log may be gigabytes)."""
+    with _open_regular(Path(path), what, KitError) as fh:
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - limit))
+        return fh.read(limit)
 
 
 def decode(data: bytes, path: str | os.PathLike, what: str, error: type[KitError] = KitError) -> str:

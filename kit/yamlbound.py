@@ -127,14 +127,13 @@ class Document:
         node, line = self.root, (self.root.start_mark.line + 1 if self.root else 1)
         for step in path:
             if isinstance(node, yaml.MappingNode):
-                node = next((v for k, v in node.value if getattr(k, "value", None) == step), None)
+                key, node = next(((k, v) for k, v in node.value if getattr(k, "value", None) == step), (None, None))
+                line = key.start_mark.line + 1 if key else line  # the key's line: where a reader looks
             elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
                 node = node.value[step]
+                line = node.start_mark.line + 1
             else:
-                node = None
-            if node is None:
                 break
-            line = node.start_mark.line + 1
         return line
 
     def where(self, *path: str | int) -> str:

@@ -138,7 +138,7 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_oci,
     with pytest.raises(KitError, match=r"key site is 'boundslurm', but the job runs at 'supermuc-ng'"):
         read_pair_file(pair_file, SNG)
     pair_file.write_text("kit_pair: 1\nsite: boundslurm\n")
-    with pytest.raises(KitError, match=r"img.tar.pair.yaml: key 'binds' is missing"):
+    with pytest.raises(KitError, match=r"img.tar.pair.yaml:1: key 'binds' is missing"):
         read_pair_file(pair_file, site)
 
 
