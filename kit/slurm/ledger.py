@@ -29,11 +29,12 @@ def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
     except FileNotFoundError:
         return {}
     data = {} if doc.value is None else doc.value
+    entries = "a list of {job: ID, submitted: TIME}"
     if not isinstance(data, dict):
-        raise KitError(f"{doc.where()}: not a job ledger (expected run id -> list of {{job: ID, submitted: TIME}}); {fix}")
+        raise KitError(f"{doc.where()}: not a job ledger (expected run id -> {entries}); {fix}")
     for run, history in data.items():
         if not isinstance(run, str) or not isinstance(history, list):
-            raise KitError(f"{doc.where(run)}: run {shown(run)}: expected a list of {{job: ID, submitted: TIME}}; {fix}")
+            raise KitError(f"{doc.where(run)}: run {shown(run)}: expected {entries}; {fix}")
         for i, entry in enumerate(history):
             job = entry.get("job") if isinstance(entry, dict) else None
             if isinstance(job, bool) or not isinstance(job, (str, int)) or not JOB_ID_RE.fullmatch(str(job)):
