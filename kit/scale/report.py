@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 from gan3d.results import SCHEMA
 from kit.atomic import atomic_write_bytes
 from kit.errors import KitError
-from kit.excerpt import shown
+from kit.excerpt import control_character, shown
 from kit.mpi.elf import VENDOR_MARKERS
 from kit.readfile import read_json
 from kit.scale.paper import PaperTable, paper_table
@@ -29,6 +29,7 @@ _RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and m
          "a number >= 0")
 _SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
 _TEXT = (lambda v: isinstance(v, str), "a string")
+_NAME = (lambda v: isinstance(v, str) and control_character(v) is None, "one line of text")  # headings, labels
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _load_one(path: Path) -> RunResult:
     counts = {k: _value(record, path, k, _COUNT) for k in
               ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}
     return RunResult(
-        path=path, site=_value(record, path, "site", _TEXT, nullable=True), **counts,
+        path=path, site=_value(record, path, "site", _NAME, nullable=True), **counts,
         epoch_seconds=seconds, epoch_seconds_from=source,
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),

@@ -24,7 +24,10 @@ FLOPS_BY_FLAG = [("avx512f", 64), ("fma", 32), ("avx", 16), ("sse2", 8)]
 def _run(cmd: list[str]) -> str:
     if shutil.which(cmd[0]) is None:
         return ""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:  # a hung probe describes nothing; the field falls back
+        return ""
     return proc.stdout if proc.returncode == 0 else ""
 
 

@@ -13,7 +13,9 @@ from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.mpi.pair import launcher_words, translate, under
 from kit.mpi.pair_file import PairFile
-from kit.site import Site
+from kit.readfile import read_text
+from kit.site import Site, SiteError
+from kit.site.load import MAX_SITE_BYTES
 from kit.site.model import SLURM_WORD_RE
 from kit.slurm.spec import Checked
 
@@ -162,6 +164,6 @@ def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, py
     text = render(site, run, files, pair, python)
     for sub in ("scripts", "logs", "results"):
         (files.run_dir / sub).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(files.site_file, Path(site.path).read_text())
+    atomic_write_text(files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError))
     atomic_write_text(files.script, text, perm=0o755)
     return files
