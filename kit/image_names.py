@@ -12,7 +12,7 @@ from kit.errors import KitError
 
 TAR_GZ, TAR, SQUASH = (".tar.gz", ".tgz"), (".tar",), (".sqfs", ".squashfs", ".squash")
 SUFFIXES = TAR_GZ + SQUASH + TAR  # what kit image convert writes and kit transfer moves
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
 def stem(name: str) -> str:

@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 from kit.image.flatten import Flattener
 from kit.image.sources import open_image
 
-MPI_NAME = re.compile(r"^(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)$")
+MPI_NAME = re.compile(r"^(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)\Z")
 MAX_ELF = 256 << 20
 
 

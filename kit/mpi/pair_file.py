@@ -4,12 +4,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from kit.errors import KitError
+from kit.excerpt import clipped, control_character, shown
 from kit.mpi.pair import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
 from kit.site import Site
+from kit.yamlbound import load_file
 
 FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
 
@@ -34,41 +35,68 @@ def pair_file_for(image: str | os.PathLike) -> Path:
 
 
 def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
-    """The pair file for ``site``; KitError naming the file, the key and the fix otherwise."""
+    """The pair file for ``site``; KitError naming the file, the line, the key and the fix otherwise."""
     path = Path(path)
     fix = FIX.format(site=site.name)
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = load_file(path, "pair file", fix)
     except FileNotFoundError:
         raise KitError(f"{path}: no such pair file; {fix}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise KitError(f"{path}: not a pair file kit wrote ({exc}); {fix}") from None
-    if not isinstance(doc, dict) or doc.get("kit_pair") != PAIR_FORMAT:
-        raise KitError(f"{path}: key kit_pair is not {PAIR_FORMAT}: not a pair file this kit wrote; {fix}")
-    if doc.get("site") != site.name:
-        raise KitError(f"{path}: key site is {doc.get('site')!r}, but the job runs at {site.name!r}; {fix}")
-    key = "binds"
-    try:
-        binds = [tuple(b.split(":", 1)) for b in doc[key]]
-        if any(len(b) != 2 for b in binds):
-            raise ValueError("not SRC:DST")
-        key, env = "env", doc["env"]
-        launch = Launch(site, binds, {str(k): str(v) for k, v in (env["set"] or {}).items()},  # type: ignore[arg-type]
-                        {str(k): [str(d) for d in v] for k, v in (env["prepend"] or {}).items()},
-                        bool(doc.get("image_environment", True)))  # before the key: converted, so True
-        key, verdict, ready = "verdict", doc["verdict"], doc["image_ready"]
-        site_image = str(doc["site_image"])
-        if not site_image.startswith(("/", "~/")):  # the job may start anywhere
-            site_image = str((path.parent / site_image).absolute())
-        pair = PairFile(path, site_image, launch, list(verdict.get("warnings") or []), _digest(path))
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise KitError(f"{path}: key {key!r} is missing or malformed ({exc!r}); {fix}") from None
+    pair = doc.value
+    if not isinstance(pair, dict) or pair.get("kit_pair") != PAIR_FORMAT:
+        raise KitError(f"{doc.where('kit_pair')}: key kit_pair is not {PAIR_FORMAT}: not a pair file this kit "
+                       f"wrote; {fix}")
+    if pair.get("site") != site.name:
+        raise KitError(f"{doc.where('site')}: key site is {shown(pair.get('site'))}, but the job runs at "
+                       f"{site.name!r}; {fix}")
+
+    def bad(key: tuple[str | int, ...], problem: str) -> KitError:
+        name = ".".join(map(str, key))
+        return KitError(f"{doc.where(*key)}: key {name!r} {problem}; {fix}")
+
+    def text(value: Any, *key: str | int) -> str:
+        """A string that goes into a batch script: one line."""
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise bad(key, "is missing" if value is None else f"is {shown(value)}, expected a string")
+        if char := control_character(str(value)):
+            raise bad(key, f"holds a control character ({char}): a batch script line would break")
+        return str(value)
+
+    def mapping(value: Any, *key: str) -> dict:
+        if not isinstance(value, dict):
+            raise bad(key, "is missing" if value is None else f"is {shown(value)}, expected a mapping")
+        return value
+
+    binds = pair.get("binds")
+    if not isinstance(binds, list):
+        raise bad(("binds",), "is missing or malformed (expected a list of SRC:DST)")
+    pairs = [tuple(text(b, "binds", i).split(":", 1)) for i, b in enumerate(binds)]
+    if any(len(b) != 2 for b in pairs):
+        raise bad(("binds",), "holds an entry that is not SRC:DST")
+    env = mapping(pair.get("env"), "env")
+    env_set = {text(k, "env", "set"): text(v, "env", "set", k)
+               for k, v in mapping(env.get("set") or {}, "env", "set").items()}
+    env_prepend = {}
+    for k, dirs in mapping(env.get("prepend") or {}, "env", "prepend").items():
+        if not isinstance(dirs, list):
+            raise bad(("env", "prepend", k), f"is {shown(dirs)}, expected a list of directories")
+        env_prepend[text(k, "env", "prepend")] = [text(d, "env", "prepend", k) for d in dirs]
+    launch = Launch(site, pairs, env_set, env_prepend,  # type: ignore[arg-type]
+                    bool(pair.get("image_environment", True)))  # before the key: converted, so True
+    verdict, ready = mapping(pair.get("verdict"), "verdict"), mapping(pair.get("image_ready"), "image_ready")
+    site_image = text(pair.get("site_image"), "site_image")
+    if not site_image.startswith(("/", "~/")):  # the job may start anywhere
+        site_image = str((path.parent / site_image).absolute())
+    warnings = verdict.get("warnings") or []
     if not verdict.get("ok"):
-        raise KitError(f"{path}: key verdict says the pair was refused ({verdict.get('reasons')}); {fix}")
+        raise bad(("verdict",), f"says the pair was refused ({shown(verdict.get('reasons'), 200)})")
     if not ready.get("ok", False):
-        raise KitError(f"{path}: key image_ready: the image lacks {', '.join(ready.get('missing') or [])}, so "
-                       f"its ch-run --bind would fail; {FIX_MISSING}")
-    return pair
+        missing = ready.get("missing") if isinstance(ready.get("missing"), list) else []
+        raise KitError(f"{doc.where('image_ready')}: key image_ready: the image lacks "
+                       f"{clipped(', '.join(map(str, missing[:20])), 300)}, so its ch-run --bind would fail; "
+                       f"{FIX_MISSING}")
+    return PairFile(path, site_image, launch, [str(w) for w in warnings] if isinstance(warnings, list) else [],
+                    _digest(path))
 
 
 def _digest(pair: Path) -> str | None:

@@ -1,7 +1,6 @@
 """Submit a plan's runs and find out what became of them."""
 from __future__ import annotations
 
-import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -9,11 +8,14 @@ from pathlib import Path
 from typing import Callable
 
 from kit.errors import KitError
+from kit.excerpt import shown
+from kit.readfile import read_json, read_tail
 from kit.scale.plan import Plan, load_plan
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, render, sbatch, scancel, write_run
 from kit.slurm.ledger import all_jobs, latest_job, locked, read_jobs, record_job
 
 LOG_TAIL_LINES = 12
+LOG_TAIL_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None
             files = RunFiles(sweep_dir.absolute(), spec.run_id)
             job = latest_job(jobs, spec.run_id)
             running = [j for j in all_jobs(jobs, spec.run_id) if is_active(states[j])]
-            if not resubmit and _result(files, job):
+            if not resubmit and _usable_result(files, job):
                 out.append(Submission(spec.run_id, files.script, None, "has a result (--resubmit to run again)"))
             elif running:
                 out.append(Submission(spec.run_id, files.script, None, f"job {running[-1]} is "
@@ -95,8 +97,11 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
         files = RunFiles(sweep_dir.absolute(), spec.run_id)
         job = latest[spec.run_id]
         state = states.get(job, UNKNOWN) if job else "NOT SUBMITTED"
-        result, problem = _result(files, job), ""
-        if result is None and job and not is_active(state):
+        try:
+            result, problem = _result(files, job), ""
+        except KitError as exc:  # shown with the run, not fatal to the others' status
+            result, problem = None, str(exc)
+        if result is None and not problem and job and not is_active(state):
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         out.append(RunStatus(spec.run_id, job, state, result, problem))
     return out
@@ -136,7 +141,8 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
 
 
 def results(sweep_dir: Path) -> list[Path]:
-    """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere)."""
+    """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere);
+    a damaged one is a KitError naming it, not a run silently left out of the report."""
     jobs = read_jobs(sweep_dir)
     found = (_result(RunFiles(sweep_dir.absolute(), r.run_id), latest_job(jobs, r.run_id))
              for r in load_plan(sweep_dir).runs)
@@ -154,18 +160,34 @@ def _select(plan: Plan, only: list[str] | None) -> list:
 
 
 def _result(files: RunFiles, job: str | None) -> Path | None:
-    """The run's results JSON if it is whole and was written by ``job`` (when it says which)."""
+    """The run's results JSON if it was written by ``job`` (when it says which); None if there is none.
+    A file there that is no results JSON is a KitError naming it."""
+    fix = "fix: move it aside and kit scale submit --resubmit --only " + files.run_id
     try:
-        record = json.loads(files.results.read_text())
-    except (OSError, ValueError):
+        record = read_json(files.results, "gan3d results file", fix)
+    except FileNotFoundError:
         return None
-    written_by = (record.get("job") or {}).get("slurm_job_id") if isinstance(record, dict) else None
-    return files.results if written_by is None or written_by == job else None
+    if not isinstance(record, dict):
+        raise KitError(f"{files.results}: a {type(record).__name__}, not a gan3d results file; {fix}")
+    written = record.get("job") or {}
+    if not isinstance(written, dict):
+        raise KitError(f"{files.results}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")
+    written_by = written.get("slurm_job_id")
+    return files.results if written_by is None or str(written_by) == job else None
+
+
+def _usable_result(files: RunFiles, job: str | None) -> Path | None:
+    """For submission a damaged result is no result: the new job's replaces it (the old one is kept aside)."""
+    try:
+        return _result(files, job)
+    except KitError:
+        return None
 
 
 def _log_tail(log: Path) -> str:
+    """The last lines of a job's log; only its end is read, and nothing but a regular file."""
     try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
+        data = read_tail(log, LOG_TAIL_BYTES)
+    except (OSError, KitError):
         return ""
-    return "\n".join(lines[-LOG_TAIL_LINES:])
+    return "\n".join(data.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:])

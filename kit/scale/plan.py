@@ -4,15 +4,18 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
+from kit.excerpt import shown
 from kit.mpi.pair_file import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render
 from kit.slurm.spec import RunSpec, check_run, default_threads, matching
+from kit.yamlbound import load_file
 
 PLAN_FORMAT = 1
 PLAN_NAME = "plan.yaml"
@@ -93,21 +96,51 @@ def write_plan(plan: Plan, sweep_dir: Path) -> Path:
 
 
 def load_plan(sweep_dir: Path) -> Plan:
+    """DIR/plan.yaml as kit scale plan wrote it; anything else is one line naming the line and key."""
     path = sweep_dir / PLAN_NAME
+    fix = f"fix: restore the plan.yaml kit scale plan wrote, or plan again with kit scale plan --dir {sweep_dir}"
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = load_file(path, "sweep plan", fix)
     except FileNotFoundError:
         raise KitError(f"{path}: no plan here; fix: kit scale plan --dir {sweep_dir} ...") from None
-    except yaml.YAMLError as exc:
-        raise KitError(f"{path}: not YAML ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("kit_plan") != PLAN_FORMAT:
-        raise KitError(f"{path}: key kit_plan is not {PLAN_FORMAT}: not a plan kit scale plan wrote")
-    try:
-        train_args = tuple(str(a) for a in doc["train_args"])
-        runs = [RunSpec(str(r["run_id"]), int(r["nodes"]), int(r["ranks_per_node"]), int(r["threads_per_rank"]),
-                        str(doc["walltime"]), train_args, r.get("partition"), r.get("account"))
-                for r in doc["runs"]]
-        return Plan(str(doc["site"]), str(doc["walltime"]), runs, doc.get("pair"), str(doc["python"]),
-                    train_args, list(doc.get("refused") or []))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise KitError(f"{path}: a key is missing or malformed ({exc!r}); re-create the plan") from None
+    if not isinstance(doc.value, dict) or doc.value.get("kit_plan") != PLAN_FORMAT:
+        raise KitError(f"{doc.where('kit_plan')}: key kit_plan is not {PLAN_FORMAT}: not a plan kit scale plan "
+                       f"wrote; {fix}")
+    plan = doc.value
+
+    def need(value: Any, ok: bool, expected: str, *key: str | int) -> Any:
+        if not ok:
+            name = ".".join(f"[{k}]" if isinstance(k, int) else k for k in key).replace(".[", "[")
+            got = "missing" if value is _MISSING else f"{shown(value)}"
+            raise KitError(f"{doc.where(*key)}: key {name} is {got}, expected {expected}; {fix}")
+        return value
+
+    def text(value: Any, *key: str | int, nullable: bool = False) -> str | None:
+        return need(value, isinstance(value, str) or (nullable and value is None),
+                    "a string" + (" or null" if nullable else ""), *key)
+
+    def count(value: Any, *key: str | int) -> int:
+        return need(value, isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10**9,
+                    "a whole number >= 1", *key)
+
+    args = need(plan.get("train_args", _MISSING), isinstance(plan.get("train_args"), list), "a list of strings",
+                "train_args")
+    train_args = tuple(text(a, "train_args", i) for i, a in enumerate(args))
+    walltime = text(plan.get("walltime", _MISSING), "walltime")
+    runs_doc = need(plan.get("runs", _MISSING), isinstance(plan.get("runs"), list) and bool(plan.get("runs")),
+                    "a list of runs", "runs")
+    runs = []
+    for i, r in enumerate(runs_doc):
+        need(r, isinstance(r, dict), "a mapping", "runs", i)
+        runs.append(RunSpec(text(r.get("run_id", _MISSING), "runs", i, "run_id"),
+                            *(count(r.get(k, _MISSING), "runs", i, k) for k in ("nodes", "ranks_per_node",
+                                                                                "threads_per_rank")),
+                            walltime, train_args, text(r.get("partition"), "runs", i, "partition", nullable=True),
+                            text(r.get("account"), "runs", i, "account", nullable=True)))
+    refused = need(plan.get("refused") or [], isinstance(plan.get("refused") or [], list), "a list", "refused")
+    return Plan(text(plan.get("site", _MISSING), "site"), walltime, runs,
+                text(plan.get("pair"), "pair", nullable=True), text(plan.get("python", _MISSING), "python"),
+                train_args, list(refused))
+
+
+_MISSING = object()

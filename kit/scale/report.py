@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -18,7 +17,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Tuple
 from gan3d.results import SCHEMA
 from kit.atomic import atomic_write_bytes
 from kit.errors import KitError
+from kit.excerpt import control_character, shown
 from kit.mpi.elf import VENDOR_MARKERS
+from kit.readfile import read_json
 from kit.scale.paper import PaperTable, paper_table
 
 # site, ranks/node, threads/rank, batch/rank, MPI vendor (Optional: a runtime alias, and the core runs on 3.9)
@@ -29,6 +30,7 @@ _RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and m
          "a number >= 0")
 _SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
 _TEXT = (lambda v: isinstance(v, str), "a string")
+_NAME = (lambda v: isinstance(v, str) and control_character(v) is None, "one line of text")  # headings, labels
 
 
 @dataclass(frozen=True)
@@ -84,22 +86,18 @@ def load_results(paths: Iterable[str | os.PathLike]) -> list[RunResult]:
 
 def _load_one(path: Path) -> RunResult:
     try:
-        record = json.loads(path.read_text())
-    except OSError as exc:
-        raise KitError(f"{path}: cannot read it ({exc.strerror}); "
-                       "fix: pass the results JSON of a finished job") from None
-    except ValueError as exc:
-        raise KitError(f"{path}: not valid JSON ({exc}), as a job that died while writing leaves it; "
-                       "fix: re-run the job, or leave this file out") from None
+        record = read_json(path, "gan3d results file", "fix: re-run the job, or leave this file out")
+    except FileNotFoundError:
+        raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        found = f"schema {record.get('schema')!r}" if isinstance(record, dict) else type(record).__name__
+        found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
         raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {SCHEMA!r}); "
                        "fix: pass the JSON written by `python -m gan3d train --results FILE`")
     seconds, source = _epoch_seconds(record, path)
     counts = {k: _value(record, path, k, _COUNT) for k in
               ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}
     return RunResult(
-        path=path, site=_value(record, path, "site", _TEXT, nullable=True), **counts,
+        path=path, site=_value(record, path, "site", _NAME, nullable=True), **counts,
         epoch_seconds=seconds, epoch_seconds_from=source,
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),
@@ -117,7 +115,7 @@ def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool
     if value is None and nullable:
         return None
     if not check[0](value):
-        raise KitError(f"{path}: key {key!r} is {value!r}, expected {check[1]}; {_RERUN}")
+        raise KitError(f"{path}: key {key!r} is {shown(value)}, expected {check[1]}; {_RERUN}")
     return value
 
 
@@ -131,7 +129,7 @@ def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
                        f"so there is no time per epoch; {_RERUN}")
     times = record["epoch_times"]
     if not isinstance(times, list) or not times or not all(_SECONDS[0](t) for t in times):
-        raise KitError(f"{path}: key 'epoch_times' is {times!r}, expected a list of seconds > 0; {_RERUN}")
+        raise KitError(f"{path}: key 'epoch_times' is {shown(times)}, expected a list of seconds > 0; {_RERUN}")
     if len(times) > 1:
         return mean(times[1:]), f"mean of epoch_times[1:] ({len(times) - 1} epochs)"
     return times[0], "epoch_times[0] (includes tracing)"

@@ -5,10 +5,13 @@ import os
 from pathlib import Path
 
 from kit.data import shipped
+from kit.excerpt import shown
+from kit.readfile import read_text
 from kit.site.model import NAME_RE, SCHEMA, Site
 from kit.site.schema import SiteError, check_document
 
 SHIPPED_DIR = shipped("site-configs")
+MAX_SITE_BYTES = 2**20  # a site config is a few kilobytes
 
 
 def user_dir() -> Path:
@@ -38,14 +41,14 @@ def resolve_site(name_or_path: str | os.PathLike) -> Path:
     text = os.fspath(name_or_path)
     candidate = Path(text).expanduser()
     if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):
-        if not candidate.is_file():
-            raise SiteError(f"{text}: no such site config file")
+        if not candidate.exists():  # a FIFO or a device is refused when read, by what it is
+            raise SiteError(f"{shown(text)}: no such site config file")
         return candidate
-    if not NAME_RE.match(text):
-        raise SiteError(f"{text!r} is neither a site config file nor a valid site name")
+    if not NAME_RE.fullmatch(text):
+        raise SiteError(f"{shown(text)} is neither a site config file nor a valid site name")
     for directory in search_dirs():
         path = directory / f"{text}.yaml"
-        if path.is_file():
+        if path.exists():  # not only regular files: a FIFO here is refused by what it is, not skipped
             return path
     where = ", ".join(str(d) for d in search_dirs())
     known = ", ".join(available_sites()) or "none"
@@ -59,7 +62,7 @@ def load_site(name_or_path: str | os.PathLike | Site) -> Site:
         return name_or_path
     path = resolve_site(name_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SiteError(f"{path}: cannot read site config: {exc}") from None
+        text = read_text(path, "site config", MAX_SITE_BYTES, SiteError)
+    except FileNotFoundError:
+        raise SiteError(f"{path}: no such site config file") from None
     return Site.from_dict(check_document(text, path, SCHEMA), path=path)

@@ -2,32 +2,51 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.excerpt import shown
 from kit.site.schema import Field, Section
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-WALLTIME_RE = re.compile(r"^(\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")
+# Whole-value patterns (fullmatch: `$` would let a trailing newline through), ASCII digits only.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+WALLTIME_RE = re.compile(r"(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]")
+SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are read without a shell
 MPI_VENDORS = ("intel", "mpich", "mvapich2", "cray-mpich", "parastation", "openmpi")
 
 
 def _name(value: str) -> str | None:
-    if not NAME_RE.match(value):
-        return f"{value!r} is not a valid site name: use lower-case letters, digits, '.', '_', '-'"
+    if not NAME_RE.fullmatch(value):
+        return f"{shown(value)} is not a valid site name: use lower-case letters, digits, '.', '_', '-'"
     return None
 
 
 def _walltime(value: str) -> str | None:
-    if not WALLTIME_RE.match(value):
-        return f"{value!r} is not a walltime: write HH:MM:SS or D-HH:MM:SS, quoted"
+    if not WALLTIME_RE.fullmatch(value):
+        return f"{shown(value)} is not a walltime: write HH:MM:SS or D-HH:MM:SS, quoted"
     return None
+
+
+def _slurm_word(value: str) -> str | None:
+    if not SLURM_WORD_RE.fullmatch(value):
+        return f"{shown(value)} is not a Slurm name: use letters, digits and ._,:+- only"
+    return None
+
+
+def _launcher(value: str) -> str | None:
+    """Split now as the batch script will, so an unbalanced quote is found before a job is queued."""
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        return f"{shown(value)} is not shell words ({exc}); fix: balance its quotes"
+    return None if words else "is empty; fix: name the command that starts ranks, e.g. srun or mpiexec"
 
 
 def _absolute(value: str) -> str | None:
     if not value.startswith(("/", "~")):
-        return f"{value!r} must be an absolute path (or start with ~)"
+        return f"{shown(value)} must be an absolute path (or start with ~)"
     return None
 
 
@@ -42,13 +61,13 @@ def _binds(values: list[str]) -> str | None:
     for value in values:
         src, sep, dst = value.partition(":")
         if not sep or not src.startswith("/") or not dst.startswith("/"):
-            return f"bind {value!r} must be SRC:DST with two absolute paths"
+            return f"bind {shown(value)} must be SRC:DST with two absolute paths"
     return None
 
 
 def _env_names(env: dict) -> str | None:
-    bad = [k for k in env if not ENV_NAME_RE.match(str(k))]
-    return f"{', '.join(map(repr, bad))}: not environment variable names (letters, digits, _)" if bad else None
+    bad = [k for k in env if not ENV_NAME_RE.fullmatch(k)]
+    return f"{shown(bad)}: not environment variable names (letters, digits, _)" if bad else None
 
 
 def _port(value: int) -> str | None:
@@ -80,13 +99,13 @@ SCHEMA = Section({
     "description": Field("str", required=False, default=""),
     "scheduler": Field(Section({
         "type": Field("str", choices=("local", "slurm")),
-        "partition": Field("str", nullable=True, required=False),
-        "account": Field("str", nullable=True, required=False),
+        "partition": Field("str", nullable=True, required=False, check=_slurm_word),
+        "account": Field("str", nullable=True, required=False, check=_slurm_word),
         "max_nodes": Field("int", positive=True),
         "max_walltime": Field("str", check=_walltime),
         "mpi_plugin": Field("str", nullable=True, required=False, choices=("pmi2", "pmix", "none"),
                             doc="srun --mpi=VALUE"),
-        "constraint": Field("str", nullable=True, required=False),
+        "constraint": Field("str", nullable=True, required=False, check=_slurm_word),
     })),
     "node": Field(Section({
         "cpu_model": Field("str"),
@@ -108,7 +127,7 @@ SCHEMA = Section({
         "version": Field("str"),
         "prefix": Field("str", check=_absolute),
         "library_dirs": Field("list[str]", required=False, default=[], check=_absolute_list),
-        "launcher": Field("str", doc="command that starts ranks, e.g. 'srun' or 'mpiexec'"),
+        "launcher": Field("str", check=_launcher, doc="command that starts ranks, e.g. 'srun' or 'mpiexec'"),
         "env": Field("map[str,str]", required=False, default={}, check=_env_names,
                      doc="set for the launcher and, translated into the container, for the ranks"),
         "soname": Field("str", nullable=True, required=False,

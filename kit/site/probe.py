@@ -24,7 +24,10 @@ FLOPS_BY_FLAG = [("avx512f", 64), ("fma", 32), ("avx", 16), ("sse2", 8)]
 def _run(cmd: list[str]) -> str:
     if shutil.which(cmd[0]) is None:
         return ""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:  # a hung probe describes nothing; the field falls back
+        return ""
     return proc.stdout if proc.returncode == 0 else ""
 
 
@@ -81,7 +84,7 @@ def probe_mpi() -> dict:
         if match and match.group(1) in names:
             soname, path = match.groups()
             lib_dir = str(Path(path).parent)
-            suffix = re.search(r"\.so\.([\d.]+)$", Path(path).resolve().name)
+            suffix = re.search(r"\.so\.([\d.]+)\Z", Path(path).resolve().name)
             file_version = suffix.group(1) if suffix else None
             break
     return {"vendor": vendor, "version": version.group(1) if version else "unknown",

@@ -6,6 +6,7 @@ key path of each value and lets unknown keys get a did-you-mean.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -13,6 +14,11 @@ from typing import Any, Callable
 import yaml
 
 from kit.errors import KitError
+from kit.excerpt import control_character, shown
+from kit.yamlbound import compose, reason
+
+INT_MAX = 10**9  # no machine counts past a billion of anything this schema counts
+MAX_LISTED = 5  # problems spelled out in the one-line error; the rest are counted
 
 
 class SiteError(KitError):
@@ -60,8 +66,13 @@ class _Walker:
     def fail(self, path: str, node: yaml.Node, message: str) -> None:
         self.problems.append(Problem(path or "(top level)", node.start_mark.line + 1, message))
 
-    def value(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+    def value(self, node: yaml.Node, path: str) -> Any:
+        """The node's value, or _BAD with the problem recorded (a 5000-digit integer, a bad date)."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:
+            self.fail(path, node, f"a value YAML cannot build ({reason(exc)})")
+            return _BAD
 
     def section(self, sec: Section, node: yaml.Node, path: str) -> dict | None:
         if not isinstance(node, yaml.MappingNode):
@@ -70,8 +81,10 @@ class _Walker:
         out: dict[str, Any] = {}
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            key = self.value(key_node)
-            kpath = f"{path}.{key}" if path else str(key)
+            key = self.value(key_node, path)
+            if key is _BAD:
+                continue
+            kpath = f"{path}.{_key(key)}" if path else _key(key)
             if not isinstance(key, str):
                 self.fail(kpath, key_node, "keys must be strings")
                 continue
@@ -109,7 +122,9 @@ class _Walker:
                 return None
             got = self.section(spec.kind, node, path)
             return _BAD if got is None else got
-        value = self.value(node)
+        value = self.value(node, path)
+        if value is _BAD:
+            return _BAD
         if value is None:
             if spec.nullable:
                 return None
@@ -125,6 +140,13 @@ class _Walker:
 
 
 _BAD = object()
+
+
+def _key(key: Any) -> str:
+    """A key as a path element: itself when it is a short printable string."""
+    if isinstance(key, str) and len(key) <= 40 and key.isprintable():
+        return key
+    return shown(key, 40)
 
 
 def _fresh(default: Any) -> Any:
@@ -168,36 +190,48 @@ def _type_error(spec: Field, value: Any) -> str | None:
             for k, v in value.items()),
     }[kind]
     if not ok:
-        return f"expected {_describe(spec)}, got {type(value).__name__} {value!r}"
+        return f"expected {_describe(spec)}, got {type(value).__name__} {shown(value)}"
+    for text in _strings(value):
+        if bad := control_character(text):
+            return f"{shown(text)} contains a control character ({bad}); fix: one line of printable text"
+    if kind == "int" and value > INT_MAX:
+        return f"{shown(value)} is more than {INT_MAX}; fix: give the real count"
+    if kind == "float" and not math.isfinite(value):
+        return f"{value} is not a finite number"
     if spec.choices and value not in spec.choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in spec.choices], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        return f"{value!r} is not allowed{hint} (allowed: {', '.join(map(str, spec.choices))})"
+        return f"{shown(value)} is not allowed{hint} (allowed: {', '.join(map(str, spec.choices))})"
     if spec.positive and value <= 0:
-        return f"must be greater than 0, got {value!r}"
+        return f"must be greater than 0, got {shown(value)}"
     if spec.minimum is not None and value < spec.minimum:
-        return f"must be at least {spec.minimum}, got {value!r}"
+        return f"must be at least {spec.minimum}, got {shown(value)}"
     return None
 
 
+def _strings(value: Any) -> list[str]:
+    """The strings in a typed value: a string, a list of them, a mapping's names and values."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        return [x for pair in value.items() for x in pair if isinstance(x, str)]
+    return []
+
+
 def check_document(text: str, file: str | Path, schema: Section) -> dict:
-    """Parse ``text`` and validate it; raise SiteError listing every problem with its line."""
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{file}:{mark.line + 1}" if mark else str(file)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SiteError(f"{where}: not valid YAML: {problem}") from None
-    finally:
-        loader.dispose()
+    """Parse ``text`` (bounded: depth, aliases, tags) and validate it; one SiteError line lists the
+    problems with their lines."""
+    loader, root = compose(text, file, SiteError, "fix: correct the YAML at that line")
     if root is None:
         raise SiteError(f"{file}: the file is empty; expected a site config mapping")
     walker = _Walker(loader)
     data = walker.section(schema, root, "")
     if walker.problems:
-        lines = "\n  ".join(p.render(str(file)) for p in walker.problems)
-        raise SiteError(f"{file}: invalid site config ({len(walker.problems)} problem(s)):\n  {lines}")
+        listed = "; ".join(p.render(str(file)) for p in walker.problems[:MAX_LISTED])
+        more = len(walker.problems) - MAX_LISTED
+        raise SiteError(f"{file}: invalid site config ({len(walker.problems)} problem(s)): {listed}"
+                        + (f"; and {more} more" if more > 0 else ""))
     assert data is not None
     return data

@@ -1,15 +1,18 @@
 """Talk to Slurm: submit a script, ask what became of jobs (squeue, then sacct), cancel them."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 from kit.errors import KitError
+from kit.excerpt import clipped, shown
 
 # States after which a job is gone for good; every other state Slurm reports means "still there".
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "REVOKED"}
+JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:[_+][0-9]{1,12})?")  # 123, an array's 123_4, a het job's 123+0
 UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
 # Why a job may pend that no waiting will clear: shown, and `kit scale collect --wait` stops on them.
 STUCK = {"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
@@ -36,12 +39,21 @@ def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
                        "check `squeue --me` before running this again") from None
 
 
+def _said(output: str) -> str:
+    """What a Slurm command printed, as one bounded line of an error message."""
+    return clipped(" | ".join(line.strip() for line in output.strip().splitlines()), 400)
+
+
 def sbatch(script: Path) -> str:
     """Submit; the job id. A refusal is passed on in Slurm's words, with the script named."""
     done = _run(["sbatch", "--parsable", str(script)])
     if done.returncode != 0:
-        raise KitError(f"sbatch refused {script}: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout.strip().split(";")[0]
+        raise KitError(f"sbatch refused {script}: {_said(done.stderr or done.stdout)}")
+    job = done.stdout.strip().split(";")[0]
+    if not JOB_ID_RE.fullmatch(job):  # recorded, it would go to squeue -j and scancel later
+        raise KitError(f"sbatch accepted {script} but answered {shown(done.stdout)}, not a job id; check "
+                       "`squeue --me` before submitting again")
+    return job
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
@@ -52,7 +64,7 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
         return states
     done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
-        raise KitError(f"squeue failed: {done.stderr.strip()}; try again when slurmctld answers")
+        raise KitError(f"squeue failed: {_said(done.stderr)}; try again when slurmctld answers")
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
         job, state, reason = (line.split("|") + ["", ""])[:3]
         if job in states:
@@ -70,4 +82,4 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
 def scancel(job_ids: list[str]) -> None:
     done = _run(["scancel", *job_ids])
     if done.returncode != 0:
-        raise KitError(f"scancel {' '.join(job_ids)} failed: {done.stderr.strip()}")
+        raise KitError(f"scancel {' '.join(job_ids)} failed: {_said(done.stderr)}")

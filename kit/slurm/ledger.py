@@ -11,22 +11,35 @@ import yaml
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
+from kit.excerpt import shown
+from kit.slurm.jobs import JOB_ID_RE
+from kit.yamlbound import load_file
 
 NAME = "jobs.yaml"
 LOCK = ".jobs.lock"
 
 
 def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
+    """The ledger; a file kit did not write this way is one line naming its line, not a guess: job ids
+    from it go to squeue and scancel."""
     path = run_dir / NAME
-    if not path.exists():
-        return {}
+    fix = "fix: restore the jobs.yaml kit wrote, or move it aside to start afresh (queued jobs are then forgotten)"
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict) or not all(
-                isinstance(v, list) and all(isinstance(e, dict) and "job" in e for e in v) for v in data.values()):
-            raise ValueError("expected run id -> list of {job: ID, submitted: TIME}")
-    except (yaml.YAMLError, ValueError) as exc:
-        raise KitError(f"{path}: not a job ledger kit wrote ({exc}); move it aside to start afresh") from None
+        doc = load_file(path, "job ledger", fix)
+    except FileNotFoundError:
+        return {}
+    data = {} if doc.value is None else doc.value
+    entries = "a list of {job: ID, submitted: TIME}"
+    if not isinstance(data, dict):
+        raise KitError(f"{doc.where()}: not a job ledger (expected run id -> {entries}); {fix}")
+    for run, history in data.items():
+        if not isinstance(run, str) or not isinstance(history, list):
+            raise KitError(f"{doc.where(run)}: run {shown(run)}: expected {entries}; {fix}")
+        for i, entry in enumerate(history):
+            job = entry.get("job") if isinstance(entry, dict) else None
+            if isinstance(job, bool) or not isinstance(job, (str, int)) or not JOB_ID_RE.fullmatch(str(job)):
+                raise KitError(f"{doc.where(run, i)}: run {shown(run)} entry {i}: job {shown(job)} is not a Slurm "
+                               f"job id; {fix}")
     return data
 
 

@@ -11,15 +11,19 @@ from pathlib import Path
 from kit.atomic import atomic_write_text
 from kit.data import shipped
 from kit.errors import KitError
+from kit.excerpt import control_character, shown
 from kit.mpi.pair import launcher_words, translate, under
 from kit.mpi.pair_file import PairFile
-from kit.site import Site
+from kit.readfile import read_text
+from kit.site import Site, SiteError
+from kit.site.load import MAX_SITE_BYTES
+from kit.site.model import SLURM_WORD_RE
 from kit.slurm.spec import Checked
 
 TEMPLATE = shipped("slurm", "run.sbatch")
-# #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there.
-SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
-SAFE_WORD = re.compile(r"^[A-Za-z0-9._,:+-]+$")
+# #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there
+# (fullmatch: a trailing newline would end the #SBATCH block early).
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+-]{0,4000}")
 PATH_FLAGS = ("--data", "--validation-data", "--synthetic-dir", "--checkpoint-dir")
 
 
@@ -64,17 +68,20 @@ class RunFiles:
 def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3") -> str:
     """The batch script text. ``pair`` None runs the host's Python without a container."""
     spec = run.spec
-    if not SAFE_PATH.match(str(files.run_dir)):
-        raise KitError(f"run dir {files.run_dir}: use an absolute path of letters, digits and ._/+- only "
-                       "(sbatch reads #SBATCH --output without a shell)")
+    if not SAFE_PATH.fullmatch(str(files.run_dir)):
+        raise KitError(f"run dir {shown(str(files.run_dir))}: use an absolute path of letters, digits and "
+                       "._/+- only (sbatch reads #SBATCH --output without a shell)")
+    if bad := control_character(python):
+        raise KitError(f"--python {shown(python)} contains a control character ({bad}); fix: the path of "
+                       "the Python that runs gan3d")
     directives = []
     for flag, value, key in (("partition", spec.partition or site.scheduler.partition, "scheduler.partition"),
                              ("account", spec.account or site.scheduler.account, "scheduler.account"),
                              ("constraint", site.scheduler.constraint, "scheduler.constraint")):
         if value is None:
             continue
-        if not SAFE_WORD.match(value):
-            raise KitError(f"{key} {value!r}: not a Slurm name (letters, digits, ._,:+-)")
+        if not SLURM_WORD_RE.fullmatch(value):
+            raise KitError(f"{key} {shown(value)}: not a Slurm name (letters, digits, ._,:+-)")
         directives.append(f"#SBATCH --{flag}={value}")
     if run.hyperthreads:
         directives.append("#SBATCH --hint=multithread")
@@ -158,6 +165,6 @@ def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, py
     text = render(site, run, files, pair, python)
     for sub in ("scripts", "logs", "results"):
         (files.run_dir / sub).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(files.site_file, Path(site.path).read_text())
+    atomic_write_text(files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError))
     atomic_write_text(files.script, text, perm=0o755)
     return files

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.errors import KitError
+from kit.excerpt import control_character, shown
 from kit.site import Site
 from kit.site.model import WALLTIME_RE
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: no trailing newline
 # Flags the batch script sets itself from the run and the site; a second value would fight them.
 OWNED_FLAGS = ("--threads", "--results", "--site", "--oversubscribe")
 
@@ -65,8 +66,8 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
     if site.scheduler.type != "slurm":
         raise KitError(f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
                        "system to submit to; run `python -m gan3d train` directly (e.g. `make demo`)")
-    if not RUN_ID_RE.match(spec.run_id):
-        raise KitError(f"run id {spec.run_id!r}: use letters, digits, '.', '_', '-' (at most 64)")
+    if not RUN_ID_RE.fullmatch(spec.run_id):
+        raise KitError(f"run id {shown(spec.run_id)}: use letters, digits, '.', '_', '-' (at most 64)")
     if not 1 <= spec.nodes <= site.scheduler.max_nodes:
         raise KitError(f"--nodes {spec.nodes}: {where} allows 1..{site.scheduler.max_nodes} "
                        "(scheduler.max_nodes)")
@@ -81,11 +82,15 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
         raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s) = {wanted}, "
                        f"but a {site.name} node has {node.cores} cores x {node.threads_per_core} hardware "
                        f"threads = {node.hardware_threads}; fix: {fix}")
-    if not WALLTIME_RE.match(spec.walltime):
-        raise KitError(f"--walltime {spec.walltime!r}: write HH:MM:SS or D-HH:MM:SS")
+    if not WALLTIME_RE.fullmatch(spec.walltime):
+        raise KitError(f"--walltime {shown(spec.walltime)}: write HH:MM:SS or D-HH:MM:SS")
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
                        "(scheduler.max_walltime)")
+    for arg in spec.train_args:
+        if bad := control_character(arg):
+            raise KitError(f"training argument {shown(arg)} contains a control character ({bad}); fix: "
+                           "one line of printable text per argument")
     owned = matching(spec.train_args, OWNED_FLAGS)
     if owned:
         raise KitError(f"training arguments {' '.join(owned)}: the batch script sets "

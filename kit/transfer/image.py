@@ -10,7 +10,7 @@ from kit.errors import KitError
 from kit.image_names import NAME_RE, stem
 
 SIBLINGS = (".sha256", ".manifest.json", ".pair.yaml")
-SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+SHA_RE = re.compile(r"^[0-9a-f]{64}\Z")
 BUF = 8 << 20
 
 

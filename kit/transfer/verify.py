@@ -13,7 +13,7 @@ import re
 import sys
 
 MANIFEST = "MANIFEST"
-_LINE = re.compile(r"^([0-9a-f]{64}) ([0-9]+) ([A-Za-z0-9][A-Za-z0-9._+-]*)$")
+_LINE = re.compile(r"^([0-9a-f]{64}) ([0-9]+) ([A-Za-z0-9][A-Za-z0-9._+-]*)\Z")
 
 
 class ManifestError(Exception):

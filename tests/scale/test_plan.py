@@ -37,7 +37,7 @@ def test_a_plan_is_written_once_and_never_replaced_by_another(tmp_path):
         write_plan(_sng_plan(nodes=[4]), tmp_path)
     assert load_plan(tmp_path) == plan
     path.write_text("kit_plan: 1\nsite: x\n")
-    with pytest.raises(KitError, match=r"plan.yaml: a key is missing or malformed \(KeyError\('train_args'\)\)"):
+    with pytest.raises(KitError, match=r"plan.yaml:1: key train_args is missing, expected a list of strings"):
         load_plan(tmp_path)
     with pytest.raises(KitError, match="no plan here; fix: kit scale plan --dir"):
         load_plan(tmp_path / "elsewhere")
@@ -93,8 +93,10 @@ def test_a_corrupt_result_is_no_result(tmp_path):
     (tmp_path / "results" / "n4-r4-t12.json").write_text('{"schema": "gan3d-ru')
     [status] = campaign.collect(tmp_path)
     assert (status.state, status.result, status.done) == ("NOT SUBMITTED", None, False)
+    assert status.problem.startswith(f"{tmp_path}/results/n4-r4-t12.json:1: not valid JSON")  # named, one line
     assert campaign.submit(tmp_path, dry_run=True)[0].note == "dry run: would sbatch"
-    assert campaign.results(tmp_path) == []
+    with pytest.raises(KitError, match=r"n4-r4-t12.json:1: not valid JSON"):  # a report never silently lacks it
+        campaign.results(tmp_path)
 
 
 def test_waiting_on_a_plan_with_runs_never_submitted_returns_at_once(tmp_path):

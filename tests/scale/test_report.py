@@ -222,6 +222,9 @@ def test_truncated_json_names_the_file(tmp_path):
     (lambda r: r.update(ranks_per_node="4"), "'ranks_per_node' is '4', expected a whole number"),
     (lambda r: r.update(full_epoch_seconds_estimate=0), "'full_epoch_seconds_estimate' is 0"),
     (lambda r: r.update(schema="other/2"), "not a gan3d results file"),
+    (lambda r: r.update(site="sng\n## injected heading"), r"'site' is 'sng\\n## injected heading', expected one line"),
+    (lambda r: (r.pop("full_epoch_seconds_estimate"), r.update(epoch_times=[0.0] * 100_000)),  # not repr'd whole
+     r"'epoch_times' is \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, \.\.\.\]"),
 ])
 def test_unusable_results_name_the_file_and_the_key(tmp_path, change, expected):
     record = _record(8, 479.52)

@@ -105,8 +105,11 @@ def test_hostile_values_stay_single_words(tmp_path):
         render(site, run, RunFiles(tmp_path / "my runs", "r"), None)
     bad = slurm_site_dict("badpart")
     bad["scheduler"]["partition"] = "debug\n#SBATCH --uid=0"
-    with pytest.raises(KitError, match="scheduler.partition .* not a Slurm name"):
-        render(load_site(write_site(tmp_path, bad)), run, RunFiles(tmp_path, "r"), None)
+    with pytest.raises(KitError, match=r"badpart.yaml:\d+: scheduler.partition: .* contains a control character"):
+        load_site(write_site(tmp_path, bad))  # refused where it is written, not when a job is rendered
+    with pytest.raises(KitError, match="scheduler.partition 'debug#x': not a Slurm name"):
+        render(site, check_run(site, _spec(1, 2, 1, walltime="00:10:00", partition="debug#x")),
+               RunFiles(tmp_path, "r"), None)
 
 
 def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_oci, tmp_path):
@@ -135,7 +138,7 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_oci,
     with pytest.raises(KitError, match=r"key site is 'boundslurm', but the job runs at 'supermuc-ng'"):
         read_pair_file(pair_file, SNG)
     pair_file.write_text("kit_pair: 1\nsite: boundslurm\n")
-    with pytest.raises(KitError, match=r"img.tar.pair.yaml: key 'binds' is missing"):
+    with pytest.raises(KitError, match=r"img.tar.pair.yaml:1: key 'binds' is missing"):
         read_pair_file(pair_file, site)
 
 

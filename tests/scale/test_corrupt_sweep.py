@@ -1,0 +1,139 @@
+"""`kit scale collect|submit|report` on a damaged sweep dir: every damage ends in one line naming the
+file, the line and the key, and exit 1 -- never a traceback, a hang, or a run silently left out."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kit.cli import main
+from kit.scale import campaign
+from kit.scale.plan import make_plan, write_plan
+from tests.helpers import require
+
+RUN = "n4-r4-t12"
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    write_plan(make_plan("supermuc-ng", [4], [4], None, "02:00:00"), tmp_path)
+    return tmp_path
+
+
+def one_line_error(capsys, argv: list[str], *words: str) -> str:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kit: error: "), err
+    assert "Traceback" not in err and "internal error" not in err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def edit_plan(sweep: Path, change) -> None:
+    plan = yaml.safe_load((sweep / "plan.yaml").read_text())
+    change(plan)
+    (sweep / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+
+
+def line_of(path: Path, needle: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+@pytest.mark.parametrize("change, key, expected", [
+    (lambda p: p["runs"][0].update(nodes="four"), "nodes: four", "key runs[0].nodes is 'four', expected a whole number"),
+    (lambda p: p["runs"][0].update(partition=["a", "b"]), "partition:", "key runs[0].partition is ['a', 'b'], expected a string"),
+    (lambda p: p["runs"][0].pop("run_id"), "nodes: 4", "key runs[0].run_id is missing"),
+    (lambda p: p.update(runs={"a": 1}), "runs:", "key runs is {'a': 1}, expected a list of runs"),
+    (lambda p: p.update(train_args="--epochs 2"), "train_args:", "key train_args is '--epochs 2', expected a list"),
+])
+def test_a_malformed_plan_names_line_and_key(sweep, capsys, change, key, expected):
+    edit_plan(sweep, change)
+    line = line_of(sweep / "plan.yaml", key)
+    for argv in (["scale", "collect", str(sweep)], ["scale", "submit", str(sweep), "--dry-run"]):
+        one_line_error(capsys, argv, f"{sweep}/plan.yaml:{line}: {expected}", "fix: ")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("text, expected", [
+    ("kit_plan: 1\ntrain_args: " + "[" * 10_000 + "]" * 10_000 + "\n", "plan.yaml:2: YAML refused: nested deeper"),
+    ("kit_plan: 1\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+     "YAML refused: aliases expand"),
+    ("kit_plan: 1\nsite: !!python/object/apply:os.system [true]\n", "plan.yaml:2: YAML refused: tag !!python"),
+    ("kit_plan: 1\nsite: caf\xe9\n", "plan.yaml:2: the sweep plan is not UTF-8"),
+])
+def test_a_hostile_plan_is_refused_in_one_line(sweep, capsys, text, expected):
+    (sweep / "plan.yaml").write_bytes(text.encode("latin-1"))
+    one_line_error(capsys, ["scale", "collect", str(sweep)], expected)
+
+
+@pytest.mark.timeout(30)
+def test_fifos_in_place_of_plan_ledger_or_result_do_not_block(sweep, capsys):
+    os.mkfifo(sweep / "results.fifo")
+    (sweep / "results").mkdir()
+    os.mkfifo(sweep / "results" / f"{RUN}.json")
+    [status] = campaign.collect(sweep)
+    assert "is a FIFO, not the regular file a gan3d results file is" in status.problem
+    one_line_error(capsys, ["scale", "report", str(sweep)], f"{RUN}.json: is a FIFO")
+    os.mkfifo(sweep / "jobs.yaml")
+    one_line_error(capsys, ["scale", "collect", str(sweep)], f"{sweep}/jobs.yaml: is a FIFO")
+    (sweep / "plan.yaml").unlink()
+    os.mkfifo(sweep / "plan.yaml")
+    one_line_error(capsys, ["scale", "collect", str(sweep)], f"{sweep}/plan.yaml: is a FIFO")
+
+
+@pytest.mark.parametrize("ledger, needle, expected", [
+    ({RUN: [{"job": "1,2", "submitted": "x"}]}, "job:", "not a Slurm job id"),  # squeue/scancel would get two jobs
+    ({RUN: [{"job": "12"}], "n8-r4-t12": "12"}, "n8-r4-t12", "run 'n8-r4-t12': expected a list"),
+    ({RUN: [{"submitted": "x"}]}, "submitted", "job None is not a Slurm job id"),
+    ({RUN: [{"job": [[[[[1]]]]] * 20}]}, "job:", "is not a Slurm job id"),
+])
+def test_a_malformed_ledger_names_line_and_key(sweep, capsys, ledger, needle, expected):
+    path = sweep / "jobs.yaml"
+    path.write_text(yaml.safe_dump(ledger))
+    err = one_line_error(capsys, ["scale", "collect", str(sweep)], f"{path}:{line_of(path, needle)}: ", expected)
+    assert len(err) < 600
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("text, expected", [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+    ('{"schema": "gan3d-run/1", "job": [1]}', "key 'job' is [1], expected a mapping"),
+    ('{"schema": "gan3d-run/1",\n "nodes": 4,\n "x": }', ".json:3: not valid JSON"),
+    ("[1, 2]", None),
+])
+def test_a_damaged_result_is_named_by_collect_and_stops_report(sweep, capsys, text, expected):
+    (sweep / "results").mkdir()
+    path = sweep / "results" / f"{RUN}.json"
+    path.write_text(text)
+    [status] = campaign.collect(sweep)
+    assert status.result is None and "\n" not in status.problem
+    assert status.problem.startswith(str(path)) and (expected or "not a gan3d results file") in status.problem
+    assert main(["scale", "collect", str(sweep)]) == 1
+    capsys.readouterr()
+    one_line_error(capsys, ["scale", "report", str(sweep)], f"{path}")
+
+
+@pytest.mark.timeout(30)
+def test_the_log_tail_reads_only_the_end_and_never_a_fifo(tmp_path):
+    log = tmp_path / "big.out"
+    with open(log, "wb") as fh:
+        fh.truncate(64 * 2**20)  # 64 MiB of NULs (sparse), then the lines that matter
+        fh.seek(0, os.SEEK_END)
+        fh.write(b"".join(b"line %d\n" % i for i in range(20)))
+    assert campaign._log_tail(log).splitlines() == [f"line {i}" for i in range(8, 20)]
+    os.mkfifo(tmp_path / "fifo.out")
+    assert campaign._log_tail(tmp_path / "fifo.out") == ""
+
+
+def test_a_slurm_that_does_not_answer_is_one_line(sweep, capsys, monkeypatch):
+    """squeue's own complaint spans lines (parse error, no controller, fatal): the kit's error stays one."""
+    require(shutil.which("squeue"), "squeue not installed")
+    (sweep / "slurm.conf").write_text("ClusterName=x\nBogusKey=1\n")
+    monkeypatch.setenv("SLURM_CONF", str(sweep / "slurm.conf"))
+    (sweep / "jobs.yaml").write_text(yaml.safe_dump({RUN: [{"job": "12", "submitted": "x"}]}))
+    one_line_error(capsys, ["scale", "collect", str(sweep)], "kit: error: squeue failed: ", "try again")
