@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -97,7 +98,10 @@ def _cancel(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from kit.scale.report import load_results, write_report
 
-    paths = campaign.results(args.dir) if args.dir else []
+    failed: list[str] = []
+    paths = campaign.results(args.dir, failed) if args.dir else []
+    for problem in failed:
+        print(f"left out (failed run): {problem}", file=sys.stderr)
     paths += args.results
     if not paths:
         raise KitError(f"no results to report: {args.dir or 'no sweep dir'} has none yet "

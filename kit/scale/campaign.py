@@ -140,12 +140,18 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
         time.sleep(poll_seconds)
 
 
-def results(sweep_dir: Path) -> list[Path]:
+def results(sweep_dir: Path, failed: list[str] | None = None) -> list[Path]:
     """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere);
-    a damaged one is a KitError naming it, not a run silently left out of the report."""
+    a damaged one is a KitError naming it, not a run silently left out of the report. Runs whose
+    result says they failed are left out and named in ``failed``."""
     jobs = read_jobs(sweep_dir)
-    found = (_result(RunFiles(sweep_dir.absolute(), r.run_id), latest_job(jobs, r.run_id))
-             for r in load_plan(sweep_dir).runs)
+    found = []
+    for run in load_plan(sweep_dir).runs:
+        try:
+            found.append(_result(RunFiles(sweep_dir.absolute(), run.run_id), latest_job(jobs, run.run_id)))
+        except RunFailed as exc:
+            if failed is not None:
+                failed.append(str(exc))
     return [p for p in found if p is not None]
 
 
@@ -173,7 +179,16 @@ def _result(files: RunFiles, job: str | None) -> Path | None:
     if not isinstance(written, dict):
         raise KitError(f"{files.results}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")
     written_by = written.get("slurm_job_id")
-    return files.results if written_by is None or str(written_by) == job else None
+    if written_by is not None and str(written_by) != job:
+        return None
+    if record.get("status") == "failed":  # gan3d train records why a run stopped (NaN losses, ...)
+        raise RunFailed(f"{files.results}: the run failed: {shown(record.get('error'))}; "
+                        f"fix: kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)")
+    return files.results
+
+
+class RunFailed(KitError):
+    """The run's job wrote a result that says it failed: no figures of it may be counted."""
 
 
 def _usable_result(files: RunFiles, job: str | None) -> Path | None:

@@ -93,6 +93,9 @@ def _load_one(path: Path) -> RunResult:
         found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
         raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {SCHEMA!r}); "
                        "fix: pass the JSON written by `python -m gan3d train --results FILE`")
+    if record.get("status") == "failed":
+        raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report; "
+                       "fix: leave this file out, or re-run the job")
     seconds, source = _epoch_seconds(record, path)
     counts = {k: _value(record, path, k, _COUNT) for k in
               ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}

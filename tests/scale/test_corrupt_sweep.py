@@ -137,3 +137,19 @@ def test_a_slurm_that_does_not_answer_is_one_line(sweep, capsys, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(sweep / "slurm.conf"))
     (sweep / "jobs.yaml").write_text(yaml.safe_dump({RUN: [{"job": "12", "submitted": "x"}]}))
     one_line_error(capsys, ["scale", "collect", str(sweep)], "kit: error: squeue failed: ", "try again")
+
+
+def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(sweep, capsys):
+    """gan3d train writes "status": "failed" when losses diverge: never counted, always named."""
+    (sweep / "results").mkdir()
+    path = sweep / "results" / f"{RUN}.json"
+    path.write_text('{"schema": "gan3d-run/1", "status": "failed", "error": "losses became NaN at epoch 1 step 3"}')
+    [status] = campaign.collect(sweep)
+    assert status.result is None and "the run failed" in status.problem and "NaN at epoch 1" in status.problem
+    assert f"--resubmit --only {RUN}" in status.problem
+    failed: list[str] = []
+    assert campaign.results(sweep, failed) == [] and len(failed) == 1
+    assert main(["scale", "report", str(sweep)]) == 1  # nothing else to report
+    err = capsys.readouterr().err
+    assert "left out (failed run):" in err and "no results to report" in err
+    one_line_error(capsys, ["scale", "report", "--results", str(path)], "the run failed", "fix: ")
