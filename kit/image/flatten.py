@@ -152,9 +152,11 @@ class Flattener:
         self.report = Report()
         self.index = _UpperIndex()
         self.emitted: dict[str, str] = {}
-        self.hidden_files: dict[str, tuple[int, int]] = {}
+        self.hidden_files: dict[str, tuple[int, int]] = {}  # path -> (layer, ordinal) of its data
+        self.hidden_links: dict[str, str] = {}  # hidden hard link -> the emitted file it shares
         self.link_canon: dict[str, str] = {}
-        self.materialized: dict[str, str] = {}
+        self.copies: dict[tuple[int, int], str] = {}  # hidden file -> the link that holds a copy
+        self.waiting: dict[str, list[Entry]] = {}  # copy not yet written -> links to it
         self.symlinks: dict[str, str] = {}  # emitted symlink -> its (relative) target
 
     # -- the stream -------------------------------------------------------------------------
@@ -172,6 +174,7 @@ class Flattener:
         for layer in self.image.layers:
             for m in iter_members(layer, budget, self.progress):
                 yield from self._member(layer, m.info, m.ordinal, m.open)
+            yield from self._write_copies(layer)
         if extras:
             more_mounts, more_links = extras()
             user_mounts += [self._mount_name(p) for p in more_mounts]
@@ -190,8 +193,7 @@ class Flattener:
             return
         kind = kind_of(info)
         if not self.index.survives(name, i, kind == DIR):
-            if kind == REG:
-                self.hidden_files[name] = (i, ordinal)
+            self._remember_hidden(name, kind, info.linkname, (i, ordinal))
             self.report.counts["replaced or whited out by a later layer"] += 1
             return
         if name.startswith("dev/"):
@@ -215,14 +217,20 @@ class Flattener:
         if kind == SYM:
             out.linkname = self._symlink_target(layer, name, info.linkname)
         elif kind == LNK:
-            target = self.materialized.get(info.linkname, info.linkname)
-            target = self.link_canon.get(target, target)
+            hidden = self._hidden_data(info.linkname)
+            target = self.copies.get(hidden, info.linkname) if hidden else info.linkname
+            target = self.hidden_links.get(target, self.link_canon.get(target, target))
             tkind = self.emitted.get(target)
             if tkind in (REG, SYM):
                 out.linkname = target
                 self.link_canon[name] = target
-            elif info.linkname in self.hidden_files:
-                yield from self._materialize(layer, name, info.linkname, out)
+                if target in self.waiting:  # its copy is written at the end of this layer
+                    self.emitted[name] = LNK
+                    self.waiting[target].append(Entry(out))
+                    return
+            elif hidden:
+                self._copy_later(layer, name, info.linkname, hidden)
+                self.waiting[name] = [Entry(out)]
                 return
             else:
                 raise LayerError(f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
@@ -263,24 +271,24 @@ class Flattener:
         return out
 
     def _parents(self, layer: Layer, name: str) -> Iterator[Entry]:
+        """Create missing parent directories, outermost first (a loop: paths may be deep)."""
+        missing = []
         parent = name.rpartition("/")[0]
-        if not parent:
-            return
-        kind = self.emitted.get(parent)
-        if kind == DIR:
-            return
-        if kind == SYM:
-            raise LayerError(f"{layer.label}: member {name!r} would be written through the "
-                             f"symlink {parent!r}; the image is unsafe, rebuild it")
-        if kind is not None:
-            raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
-                             f"{kind}; fix: rebuild the layer")
-        yield from self._parents(layer, parent)
-        info = tarfile.TarInfo(parent)
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        self.report.change(parent, layer.index, "missing parent directory created")
-        self.emitted[parent] = DIR
-        yield Entry(self._normal(info, layer))
+        while parent and (kind := self.emitted.get(parent)) != DIR:
+            if kind == SYM:
+                raise LayerError(f"{layer.label}: member {name!r} would be written through the "
+                                 f"symlink {parent!r}; the image is unsafe, rebuild it")
+            if kind is not None:
+                raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
+                                 f"{kind}; fix: rebuild the layer")
+            missing.append(parent)
+            parent = parent.rpartition("/")[0]
+        for parent in reversed(missing):
+            info = tarfile.TarInfo(parent)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            self.report.change(parent, layer.index, "missing parent directory created")
+            self.emitted[parent] = DIR
+            yield Entry(self._normal(info, layer))
 
     def _symlink_target(self, layer: Layer, name: str, target: str) -> str:
         link_dir = name.rpartition("/")[0]
@@ -299,19 +307,53 @@ class Flattener:
                              "image; the image is unsafe, rebuild it")
         return target
 
-    def _materialize(self, layer: Layer, name: str, target: str, out: tarfile.TarInfo) -> Iterator[Entry]:
-        """A hard link whose target a later layer removed keeps the old data: copy it in."""
-        li, ordinal = self.hidden_files[target]
-        for m in iter_members(self.image.layers[li], Budget(self.limits)):
-            if m.ordinal == ordinal:
-                out.type, out.size = tarfile.REGTYPE, m.info.size
-                self.report.change(name, layer.index,
-                                   f"hard link to {target} (removed later) stored as a copy")
-                self.materialized[target] = name
-                self.emitted[name] = REG
-                yield Entry(out, m.open())
-                return
-        raise LayerError(f"{layer.label}: hard link {name!r}: target {target!r} vanished")
+    def _remember_hidden(self, name: str, kind: str, linkname: str, where: tuple[int, int]) -> None:
+        """A later layer removes or replaces NAME; a hard link may still need what it held."""
+        self.hidden_files.pop(name, None)
+        self.hidden_links.pop(name, None)
+        if kind == REG:
+            self.hidden_files[name] = where
+        elif kind == LNK:
+            if (data := self._hidden_data(linkname)) is not None:
+                self.hidden_files[name] = data
+            elif (shared := self.hidden_links.get(linkname)) is not None:
+                self.hidden_links[name] = shared
+            elif self.emitted.get(canon := self.link_canon.get(linkname, linkname)) in (REG, SYM):
+                self.hidden_links[name] = canon
+
+    def _hidden_data(self, path: str) -> tuple[int, int] | None:
+        """Where the data of PATH's latest version is, if a later layer hides it."""
+        return None if path in self.emitted else self.hidden_files.get(path)
+
+    def _copy_later(self, layer: Layer, name: str, target: str, hidden: tuple[int, int]) -> None:
+        """A hard link whose target a later layer removed keeps the old data as a copy, written
+        once the layer is through: all copies from one lower layer then take one extra pass."""
+        self.report.change(name, layer.index, f"hard link to {target} (removed later) stored as a copy")
+        self.copies[hidden] = name
+        self.emitted[name] = REG
+
+    def _write_copies(self, layer: Layer) -> Iterator[Entry]:
+        if not self.waiting:
+            return
+        wanted: dict[int, dict[int, str]] = {}
+        for (li, ordinal), name in self.copies.items():
+            if name in self.waiting:
+                wanted.setdefault(li, {})[ordinal] = name
+        for li in sorted(wanted):
+            todo = wanted[li]
+            for m in iter_members(self.image.layers[li], Budget(self.limits)):
+                name = todo.pop(m.ordinal, None)
+                if name is None:
+                    continue
+                first, *links = self.waiting.pop(name)
+                first.info.type, first.info.size = tarfile.REGTYPE, m.info.size
+                yield Entry(first.info, m.open())
+                yield from links
+                if not todo:
+                    break
+            if todo:
+                raise LayerError(f"{layer.label}: hard link {next(iter(todo.values()))!r}: its "
+                                 f"target in layer {li} vanished; fix: export the image again")
 
     def _mount_name(self, path: str, what: str = "--mount-point") -> str:
         if not path.startswith("/"):

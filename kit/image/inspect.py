@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 from kit.image.flatten import Flattener
 from kit.image.sources import open_image
 
-MPI_NAME = re.compile(r"^(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)$")
+MPI_NAME = re.compile(r"(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)")
 MAX_ELF = 256 << 20
 
 
@@ -58,7 +58,7 @@ def find_mpi_libraries(image_tree_or_tar: str | os.PathLike, image: str | None =
     for entry in flat.entries():
         info = entry.info
         base = posixpath.basename(info.name)
-        match = MPI_NAME.match(base)
+        match = MPI_NAME.fullmatch(base)
         if not match:
             continue
         if info.issym():

@@ -66,3 +66,18 @@ def test_inspect_layered_image_sees_flattened_tree(tmp_path):
     as_json = subprocess.run([sys.executable, "-m", "kit", "image", "inspect", "--json", str(src)],
                              capture_output=True, text=True)
     assert json.loads(as_json.stdout)["mpi_libraries"][0]["soname"] == "libmpich.so.12"
+
+
+def test_names_are_matched_whole():
+    """`$` also matches before a trailing newline: a name with one is no image name."""
+    import pytest
+
+    from kit.errors import KitError
+    from kit.image.inspect import MPI_NAME
+    from kit.image_names import image_name
+
+    assert image_name("gan3d") == "gan3d" and image_name("/x/gan3d.sqfs") == "gan3d"
+    for bad in ("gan3d\n", "gan3d\n.sqfs", ".hidden", "a/b"):
+        with pytest.raises(KitError, match="image name"):
+            image_name(bad)
+    assert MPI_NAME.fullmatch("libmpi.so.12") and not MPI_NAME.fullmatch("libmpi.so.12\n")

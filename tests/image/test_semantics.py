@@ -123,3 +123,44 @@ def test_cli_convert_and_error_exit(rich, tmp_path):
                          text=True)
     assert bad.returncode == 1 and "kit: error: layer 0" in bad.stderr and "'../x'" in bad.stderr
     assert not (tmp_path / "bad.tar.gz").exists()
+
+
+def test_hard_links_to_removed_targets_cost_one_extra_pass(tmp_path, monkeypatch):
+    """40 links, each to its own file that the next layer removes: the base layer is read
+    twice in all (once, plus one pass for every copy), not once per link."""
+    import kit.image.flatten as flatten
+
+    reads: list[int] = []
+    real = flatten.iter_members
+
+    def counting(layer, *args, **kw):
+        if not kw.get("headers_only"):
+            reads.append(layer.index)
+        return real(layer, *args, **kw)
+
+    monkeypatch.setattr(flatten, "iter_members", counting)
+    n = 40
+    base = BASE + [(f"a{i}", "f", b"data %d\n" % i) for i in range(n)]
+    base += [(f"b{i}", "h", f"a{i}") for i in range(n)] + [("c0", "h", "b0")]
+    img, report = flat(tmp_path, [base, [(f".wh.a{i}", "f", b"") for i in range(n)]])
+    assert reads.count(0) == 2 and reads.count(1) == 1, reads
+    for i in range(n):
+        assert (img / f"b{i}").read_bytes() == b"data %d\n" % i and not (img / f"a{i}").exists()
+    assert os.stat(img / "c0").st_ino == os.stat(img / "b0").st_ino
+    assert sum("stored as a copy" in note.reason for note in report.changed) == n
+
+
+def test_hard_link_to_a_removed_link_keeps_the_data(tmp_path):
+    """c -> b -> a, and a later layer removes both a and b: c still holds a's data."""
+    img, _ = flat(tmp_path, [BASE + [("a", "f", b"A"), ("b", "h", "a"), ("c", "h", "b")],
+                             [(".wh.a", "f", b""), (".wh.b", "f", b"")]])
+    assert (img / "c").read_bytes() == b"A" and not (img / "b").exists()
+
+
+def test_hard_link_sees_the_version_of_its_own_layer(tmp_path):
+    """Layer 0's b -> a copies layer 0's a; layer 1's c -> a gets layer 1's a, though both
+    versions of a are removed or replaced later."""
+    img, _ = flat(tmp_path, [BASE + [("a", "f", b"old"), ("b", "h", "a")],
+                             [("a", "f", b"new"), ("c", "h", "a")],
+                             [(".wh.a", "f", b"")]])
+    assert (img / "b").read_bytes() == b"old" and (img / "c").read_bytes() == b"new"
