@@ -190,11 +190,13 @@ class Flattener:
             return  # the root directory itself
         if base.startswith(WHITEOUT):
             self.report.counts["whiteouts applied"] += 1
+            yield from self._parents(layer, name, strict=False)
             return
         kind = kind_of(info)
         if not self.index.survives(name, i, kind == DIR):
             self._remember_hidden(name, kind, info.linkname, (i, ordinal))
             self.report.counts["replaced or whited out by a later layer"] += 1
+            yield from self._parents(layer, name, strict=False)
             return
         if name.startswith("dev/"):
             self.report.drop(name, i, "under /dev (ch-run provides its own)")
@@ -209,8 +211,9 @@ class Flattener:
         if prev is not None:
             if prev == DIR and kind == DIR:
                 return  # a directory merged across layers: emitted once, top layer's metadata
-            raise LayerError(f"{layer.label}: member {name!r} appears twice in the layer; "
-                             "fix: rebuild the layer")
+            raise LayerError(f"{layer.label}: member {name!r} ({kind}) clashes with the {prev} "
+                             "this layer already has there (the name appears twice, or is the "
+                             "parent of an earlier member); fix: rebuild the layer")
         yield from self._parents(layer, name)
         out = self._normal(info, layer)
         data = None
@@ -270,11 +273,18 @@ class Flattener:
         out.size = info.size if kind == REG else 0
         return out
 
-    def _parents(self, layer: Layer, name: str) -> Iterator[Entry]:
-        """Create missing parent directories, outermost first (a loop: paths may be deep)."""
+    def _parents(self, layer: Layer, name: str, strict: bool = True) -> Iterator[Entry]:
+        """Create missing parent directories, outermost first (a loop: paths may be deep).
+
+        Not ``strict`` (for a whiteout or a member a later layer hides): unpacking the layer
+        would still create its parents, so those that survive are created; under a file or
+        symlink nothing is (nothing is written there), and that is no error.
+        """
         missing = []
         parent = name.rpartition("/")[0]
         while parent and (kind := self.emitted.get(parent)) != DIR:
+            if kind is not None and not strict:
+                return
             if kind == SYM:
                 raise LayerError(f"{layer.label}: member {name!r} would be written through the "
                                  f"symlink {parent!r}; the image is unsafe, rebuild it")
@@ -284,6 +294,8 @@ class Flattener:
             missing.append(parent)
             parent = parent.rpartition("/")[0]
         for parent in reversed(missing):
+            if not strict and not self.index.survives(parent, layer.index, True):
+                return
             info = tarfile.TarInfo(parent)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             self.report.change(parent, layer.index, "missing parent directory created")

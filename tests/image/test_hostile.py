@@ -44,7 +44,7 @@ def fails(src, tmp_path, match: str, fmt: str = "tar.gz", **kw) -> str:
     ([("h", "h", "../../etc/passwd")], "layer 0|hard link 'h' target|'..'"),
     ([("h", "h", "etc/shadow")], "layer 0|hard link 'h' points to 'etc/shadow'"),
     ([("lnk", "l", "/etc"), ("lnk/passwd", "f", b"x")], "layer 0|'lnk/passwd'|through the symlink"),
-    ([("x", "f", b"1"), ("x", "f", b"2")], "layer 0|'x' appears twice"),
+    ([("x", "f", b"1"), ("x", "f", b"2")], "layer 0|'x' (file) clashes with the file"),
     ([("bad\udcff", "f", b"x")], "layer 0|not UTF-8"),
     ([("d", "d", None), ("d/" + "x" * 300, "f", b"x")], "layer 0|overlong"),
 ], ids=["traversal", "inner-traversal", "symlink-escape", "hardlink-escape", "hardlink-missing",
