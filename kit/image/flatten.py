@@ -15,6 +15,7 @@ relative, links may not climb out of the image, nothing is written through a sym
 """
 from __future__ import annotations
 
+import copy
 import io
 import json
 import posixpath
@@ -154,10 +155,12 @@ class Flattener:
         self.emitted: dict[str, str] = {}
         self.hidden_files: dict[str, tuple[int, int]] = {}  # path -> (layer, ordinal) of its data
         self.hidden_links: dict[str, str] = {}  # hidden hard link -> the emitted file it shares
+        self.hidden_symlinks: dict[str, str] = {}  # hidden symlink -> its target in the layer
         self.link_canon: dict[str, str] = {}
         self.copies: dict[tuple[int, int], str] = {}  # hidden file -> the link that holds a copy
         self.waiting: dict[str, list[Entry]] = {}  # copy not yet written -> links to it
         self.symlinks: dict[str, str] = {}  # emitted symlink -> its (relative) target
+        self.symlink_raw: dict[str, str] = {}  # emitted symlink -> its target in the layer
 
     # -- the stream -------------------------------------------------------------------------
     def entries(self, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
@@ -215,16 +218,21 @@ class Flattener:
                              "this layer already has there (the name appears twice, or is the "
                              "parent of an earlier member); fix: rebuild the layer")
         yield from self._parents(layer, name)
+        if kind == LNK and (raw := self._symlink_text(info.linkname)) is not None:
+            # A symlink's text is read from where it is: a second name for it in another
+            # directory must be a symlink of its own, its target made relative from there.
+            info = copy.copy(info)
+            info.type, info.linkname, kind = tarfile.SYMTYPE, raw, SYM
+            self.report.change(name, i, f"hard link to the symlink {info.linkname} stored as a symlink")
         out = self._normal(info, layer)
         data = None
         if kind == SYM:
             out.linkname = self._symlink_target(layer, name, info.linkname)
+            self.symlink_raw[name] = info.linkname
         elif kind == LNK:
-            hidden = self._hidden_data(info.linkname)
-            target = self.copies.get(hidden, info.linkname) if hidden else info.linkname
-            target = self.hidden_links.get(target, self.link_canon.get(target, target))
+            target, hidden = self._resolve_link(info.linkname)
             tkind = self.emitted.get(target)
-            if tkind in (REG, SYM):
+            if tkind == REG:
                 out.linkname = target
                 self.link_canon[name] = target
                 if target in self.waiting:  # its copy is written at the end of this layer
@@ -323,15 +331,34 @@ class Flattener:
         """A later layer removes or replaces NAME; a hard link may still need what it held."""
         self.hidden_files.pop(name, None)
         self.hidden_links.pop(name, None)
+        self.hidden_symlinks.pop(name, None)
         if kind == REG:
             self.hidden_files[name] = where
+        elif kind == SYM:
+            self.hidden_symlinks[name] = linkname
         elif kind == LNK:
             if (data := self._hidden_data(linkname)) is not None:
                 self.hidden_files[name] = data
+            elif (raw := self._symlink_text(linkname)) is not None:
+                self.hidden_symlinks[name] = raw
             elif (shared := self.hidden_links.get(linkname)) is not None:
                 self.hidden_links[name] = shared
             elif self.emitted.get(canon := self.link_canon.get(linkname, linkname)) in (REG, SYM):
                 self.hidden_links[name] = canon
+
+    def _resolve_link(self, linkname: str) -> tuple[str, tuple[int, int] | None]:
+        """The emitted path a hard link to LINKNAME shares (if any), and the hidden data
+        behind LINKNAME when a later layer removes it."""
+        hidden = self._hidden_data(linkname)
+        target = self.copies.get(hidden, linkname) if hidden else linkname
+        return self.hidden_links.get(target, self.link_canon.get(target, target)), hidden
+
+    def _symlink_text(self, linkname: str) -> str | None:
+        """The layer's target text of the symlink a hard link to LINKNAME names, if it is one."""
+        if linkname not in self.emitted and linkname in self.hidden_symlinks:
+            return self.hidden_symlinks[linkname]
+        target = self._resolve_link(linkname)[0]
+        return self.symlink_raw.get(target) if self.emitted.get(target) == SYM else None
 
     def _hidden_data(self, path: str) -> tuple[int, int] | None:
         """Where the data of PATH's latest version is, if a later layer hides it."""

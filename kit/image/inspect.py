@@ -9,10 +9,12 @@ import io
 import os
 import posixpath
 import re
+import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
+from elftools.construct import ConstructError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
@@ -41,8 +43,9 @@ def _soname(data: bytes) -> str | None:
                 for tag in section.iter_tags():
                     if tag.entry.d_tag == "DT_SONAME":
                         return tag.soname
-    except (ELFError, ValueError, KeyError):
-        return None
+    except (ELFError, ConstructError, ValueError, KeyError, IndexError, OverflowError,
+            struct.error):
+        return None  # pyelftools' ways of saying the file is no ELF it can read
     return None
 
 

@@ -41,6 +41,7 @@ ADDED = ({"bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr", "ch", "etc/ho
 class Node:
     kind: str  # d, f, l
     payload: bytes | str | None = None
+    raw: str | None = None  # a symlink's target as the layer wrote it
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -156,24 +157,29 @@ def _add(state, latest, seen, conflicts, li, path, kind, payload) -> None:
     if kind == "f":
         _replace(state, path, Node("f", payload))
     elif kind == "l":
-        link_dir = path.rpartition("/")[0]
-        if _norm(payload.replace("..", "x")) is None:
-            conflicts.append(f"layer {li}: symlink {path} -> {payload!r}: not UTF-8")
-        if payload.startswith("/"):
-            target = posixpath.normpath("/" + payload.lstrip("/"))
-            payload = posixpath.relpath(target, "/" + link_dir)
-        elif _climbs_out(path, payload):
-            conflicts.append(f"layer {li}: symlink {path} -> {payload} climbs out")
-        _replace(state, path, Node("l", payload))
+        _symlink(state, conflicts, li, path, payload)
     else:
         target = latest.get(_norm(payload))
         if target is None or target.kind == "d":
             conflicts.append(f"layer {li}: hard link {path} -> {payload}: no file there")
             return
-        if target.kind == "l":
-            conflicts.append(f"layer {li}: hard link {path} -> {payload}: to a symlink")
-        _replace(state, path, target)
+        if target.kind == "l":  # its text is read from where it is: a symlink of its own
+            _symlink(state, conflicts, li, path, target.raw)
+        else:
+            _replace(state, path, target)
     latest[path] = state[path]
+
+
+def _symlink(state, conflicts, li, path, raw) -> None:
+    """A symlink; an absolute target is made relative from the link's directory."""
+    link_dir, payload = path.rpartition("/")[0], raw
+    if _norm(raw.replace("..", "x")) is None:
+        conflicts.append(f"layer {li}: symlink {path} -> {raw!r}: not UTF-8")
+    if raw.startswith("/"):
+        payload = posixpath.relpath(posixpath.normpath("/" + raw.lstrip("/")), "/" + link_dir)
+    elif _climbs_out(path, raw):
+        conflicts.append(f"layer {li}: symlink {path} -> {raw} climbs out")
+    _replace(state, path, Node("l", payload, raw))
 
 
 def _parents(state, latest, path) -> None:

@@ -2,6 +2,7 @@
 and leave nothing behind (no output, no temporary files, no sidecars)."""
 from __future__ import annotations
 
+import contextlib
 import gzip as gzlib
 import hashlib
 import io
@@ -15,10 +16,11 @@ import zlib
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from kit.errors import KitError
 from kit.image import Limits, convert
-from tests.image import rawtar
+from tests.image import archives, rawtar
 from tests.image.builders import layer_blob, oci_layout, tar_bytes
 
 BUSYBOX = [("bin", "d", None), ("bin/sh", "f", b"#!fake\n")]
@@ -284,16 +286,21 @@ def test_deeply_nested_member(tmp_path):
 
 def test_deeply_nested_rootfs_directory(tmp_path):
     root = tmp_path / "rootfs"
-    deep = str(root)
-    for _ in range(1201):  # os.makedirs itself recurses once per level
-        os.mkdir(deep)
-        deep += "/d"
-    with open(deep.removesuffix("/d") + "/f", "w") as fh:
-        fh.write("deep")
-    out = tmp_path / "img.tar"
-    convert(root, out)
-    with tarfile.open(out) as tf:
-        assert tf.extractfile("d/" * 1200 + "f").read() == b"deep"
+    levels = [str(root) + "/d" * n for n in range(1201)]
+    for level in levels:  # os.makedirs and shutil.rmtree recurse once per level: loops
+        os.mkdir(level)
+    try:
+        with open(levels[-1] + "/f", "w") as fh:
+            fh.write("deep")
+        out = tmp_path / "img.tar"
+        convert(root, out)
+        with tarfile.open(out) as tf:
+            assert tf.extractfile("d/" * 1200 + "f").read() == b"deep"
+    finally:  # pytest's own cleanup of tmp_path would hit the recursion limit
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(levels[-1] + "/f")
+        for level in reversed(levels):
+            os.rmdir(level)
 
 
 def layout_json(tmp_path, which: str, path: tuple | None, value) -> Path:
@@ -405,3 +412,22 @@ def test_cli_exit_1_for_hostile_sources(tmp_path):
                               text=True, timeout=120)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.startswith("kit: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "junk"])
+@pytest.mark.parametrize("codec", ["zstd", "gzip"])
+def test_bad_compressed_streams_in_a_docker_archive(tmp_path, codec, damage):
+    """docker-archive layers are sniffed by their magic; a broken stream is a clean error."""
+    payload = tar_bytes(BUSYBOX + [("data", "f", bytes(range(256)) * 200)])
+
+    def stored(tar: bytes) -> bytes:
+        data = zstandard.ZstdCompressor().compress(tar) if codec == "zstd" else gzlib.compress(tar)
+        middle = len(data) // 2
+        if damage == "flip":
+            return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+        if damage == "truncate":
+            return data[:middle]
+        return data[:6] + b"\x00junk" * 40
+    src = archives.docker_archive(tmp_path / "docker.tar", [payload], stored=stored)
+    text = fails(src, tmp_path, "layer 0 (sha256:|fix:")
+    assert "truncated or corrupt" in text or "does not match its diff_id" in text, text

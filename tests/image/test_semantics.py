@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -164,3 +165,22 @@ def test_hard_link_sees_the_version_of_its_own_layer(tmp_path):
                              [("a", "f", b"new"), ("c", "h", "a")],
                              [(".wh.a", "f", b"")]])
     assert (img / "b").read_bytes() == b"old" and (img / "c").read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("fmt", ["img", "img.tar"])
+def test_hard_link_to_a_symlink_elsewhere_stays_inside(tmp_path, fmt):
+    """b/e -> /a becomes b/e -> ../a; a hard link e to it shared that text, and from the
+    image root ../a points out of the image. It is now a symlink of its own: e -> a."""
+    src = oci_layout(tmp_path / "src", [tar_bytes(BASE + [("b", "d", None), ("b/e", "l", "/a"),
+                                                         ("e", "h", "b/e"), ("d", "d", None),
+                                                         ("d/f", "h", "b/e")]),
+                                        tar_bytes([("b/.wh.e", "f", b""), ("g", "h", "e")])])
+    report = convert(src, tmp_path / fmt)
+    if fmt == "img":
+        links = {n: os.readlink(tmp_path / "img" / n) for n in ("e", "d/f", "g")}
+    else:
+        with tarfile.open(tmp_path / fmt) as tf:
+            links = {n: tf.getmember(n).linkname for n in ("e", "d/f", "g")}
+            assert all(tf.getmember(n).issym() for n in links)
+    assert links == {"e": "a", "d/f": "../a", "g": "a"}
+    assert sum("stored as a symlink" in n.reason for n in report.changed) == 3
