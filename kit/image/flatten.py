@@ -223,7 +223,7 @@ class Flattener:
             # directory must be a symlink of its own, its target made relative from there.
             info = copy.copy(info)
             info.type, info.linkname, kind = tarfile.SYMTYPE, raw, SYM
-            self.report.change(name, i, f"hard link to the symlink {info.linkname} stored as a symlink")
+            self.report.change(name, i, f"hard link to a symlink (-> {raw}) stored as a symlink")
         out = self._normal(info, layer)
         data = None
         if kind == SYM:
@@ -302,7 +302,8 @@ class Flattener:
             missing.append(parent)
             parent = parent.rpartition("/")[0]
         for parent in reversed(missing):
-            if not strict and not self.index.survives(parent, layer.index, True):
+            if not strict and (parent.startswith("dev/")
+                               or not self.index.survives(parent, layer.index, True)):
                 return
             info = tarfile.TarInfo(parent)
             info.type, info.mode = tarfile.DIRTYPE, 0o755

@@ -8,7 +8,6 @@ import io
 import json
 import tarfile
 from pathlib import Path
-from typing import Callable
 
 from tests.image.builders import oci_layout
 
@@ -49,11 +48,8 @@ def build(root: Path, form: str, tars: list[bytes]) -> Path:
     return out
 
 
-def docker_archive(out: Path, tars: list[bytes], gzip_layers: bool = False,
-                   stored: Callable[[bytes], bytes] | None = None) -> Path:
-    """What ``docker save`` writes: manifest.json, the config, one directory per layer.
-
-    ``stored`` turns a layer's tar into the bytes stored (e.g. a broken zstd stream)."""
+def docker_archive(out: Path, tars: list[bytes], gzip_layers: bool = False) -> Path:
+    """What ``docker save`` writes: manifest.json, the config, one directory per layer."""
     out.parent.mkdir(parents=True, exist_ok=True)
     diff_ids = ["sha256:" + hashlib.sha256(t).hexdigest() for t in tars]
     config = json.dumps({"architecture": "amd64", "os": "linux",
@@ -64,8 +60,7 @@ def docker_archive(out: Path, tars: list[bytes], gzip_layers: bool = False,
     names = []
     for n, tar in enumerate(tars):
         names.append(f"{n:03d}/layer.tar")
-        files[names[-1]] = (stored(tar) if stored else
-                            gzip.compress(tar, 1, mtime=0) if gzip_layers else tar)
+        files[names[-1]] = gzip.compress(tar, 1, mtime=0) if gzip_layers else tar
     files["manifest.json"] = json.dumps([{"Config": config_name, "RepoTags": ["fuzz:1"],
                                           "Layers": names}]).encode()
     with tarfile.open(out, "w") as tf:

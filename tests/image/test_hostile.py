@@ -16,11 +16,10 @@ import zlib
 from pathlib import Path
 
 import pytest
-import zstandard
 
 from kit.errors import KitError
 from kit.image import Limits, convert
-from tests.image import archives, rawtar
+from tests.image import rawtar
 from tests.image.builders import layer_blob, oci_layout, tar_bytes
 
 BUSYBOX = [("bin", "d", None), ("bin/sh", "f", b"#!fake\n")]
@@ -229,17 +228,18 @@ def test_corrupt_header_mid_flat_rootfs(tmp_path, gzip_rootfs):
 
 @pytest.mark.parametrize("where", [0, 1], ids=["base", "upper"])
 def test_corrupt_header_mid_layer(tmp_path, where):
-    data, offset = corrupt_after(BASE_TAR + [rawtar.member("a", b"1"), rawtar.member("b", b"2")], 3)
-    layers = [tar_bytes(BUSYBOX), data] if where else [data]
+    members = BASE_TAR + [rawtar.member("a", b"1"), rawtar.member("b", b"2")]
+    data, offset = corrupt_after(members, 3)
     for gz in (False, True):
+        layers = [tar_bytes(BUSYBOX), data] if where else [data]
         src = oci_layout(tmp_path / f"src{gz}", layers, gzip_layers=gz)
         fails(src, tmp_path, f"layer {where} (sha256:|corrupt tar header at byte {offset}")
-
-
-def test_zero_padding_after_the_end_is_fine(tmp_path):
-    src = oci_layout(tmp_path / "src", [rawtar.archive(*BASE_TAR) + bytes(20 * 512)],
-                     gzip_layers=False)
-    assert convert(src, tmp_path / "img").entries > 0
+        # zero blocks past the end are padding, not a header: still fine
+        padded = rawtar.archive(*members) + bytes(20 * 512)
+        layers = [tar_bytes(BUSYBOX), padded] if where else [padded]
+        src = oci_layout(tmp_path / f"good{gz}", layers, gzip_layers=gz)
+        convert(src, tmp_path / f"img{gz}")
+        assert (tmp_path / f"img{gz}/b").read_bytes() == b"2"
 
 
 # -- no tracebacks for expected failures ----------------------------------------------------
@@ -385,7 +385,6 @@ GOOD_DIFF = "sha256:" + hashlib.sha256(tar_bytes(BUSYBOX)).hexdigest()
     ({"Config": "c.json", "Layers": ["l.tar"]}, "sha256:xyz",
      "c.json: rootfs.diff_ids[0] 'sha256:xyz' is not a digest"),
     ({"Config": "c.json", "Layers": ["l.tar"]}, 5, "rootfs.diff_ids[0] is a number"),
-    ({"Config": "../c.json", "Layers": ["l.tar"]}, GOOD_DIFF, "archive has no member '../c.json'"),
 ])
 def test_malformed_docker_manifest(tmp_path, entry, diff_id, match):
     src = tmp_path / "docker.tar"
@@ -412,22 +411,3 @@ def test_cli_exit_1_for_hostile_sources(tmp_path):
                               text=True, timeout=120)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.startswith("kit: error: ") and proc.stderr.count("\n") == 1, proc.stderr
-
-
-@pytest.mark.parametrize("damage", ["flip", "truncate", "junk"])
-@pytest.mark.parametrize("codec", ["zstd", "gzip"])
-def test_bad_compressed_streams_in_a_docker_archive(tmp_path, codec, damage):
-    """docker-archive layers are sniffed by their magic; a broken stream is a clean error."""
-    payload = tar_bytes(BUSYBOX + [("data", "f", bytes(range(256)) * 200)])
-
-    def stored(tar: bytes) -> bytes:
-        data = zstandard.ZstdCompressor().compress(tar) if codec == "zstd" else gzlib.compress(tar)
-        middle = len(data) // 2
-        if damage == "flip":
-            return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
-        if damage == "truncate":
-            return data[:middle]
-        return data[:6] + b"\x00junk" * 40
-    src = archives.docker_archive(tmp_path / "docker.tar", [payload], stored=stored)
-    text = fails(src, tmp_path, "layer 0 (sha256:|fix:")
-    assert "truncated or corrupt" in text or "does not match its diff_id" in text, text

@@ -184,3 +184,12 @@ def test_hard_link_to_a_symlink_elsewhere_stays_inside(tmp_path, fmt):
             assert all(tf.getmember(n).issym() for n in links)
     assert links == {"e": "a", "d/f": "../a", "g": "a"}
     assert sum("stored as a symlink" in n.reason for n in report.changed) == 3
+
+
+def test_parents_of_removed_members_are_kept_but_not_under_dev(tmp_path):
+    """Unpacking layer 0 makes a/ and dev/x/; layer 1 removes only a/b and dev/x/y: a/
+    stays (it was lost), dev/x/ is under /dev, which conversion drops."""
+    img, _ = flat(tmp_path, [BASE + [("a/b", "f", b""), ("dev/x/y", "f", b"")],
+                             [("a/.wh.b", "f", b""), ("dev/x/.wh.y", "f", b"")]])
+    assert (img / "a").is_dir() and os.listdir(img / "a") == []
+    assert not (img / "dev/x").exists()
