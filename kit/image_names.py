@@ -12,7 +12,7 @@ from kit.errors import KitError
 
 TAR_GZ, TAR, SQUASH = (".tar.gz", ".tgz"), (".tar",), (".sqfs", ".squashfs", ".squash")
 SUFFIXES = TAR_GZ + SQUASH + TAR  # what kit image convert writes and kit transfer moves
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")  # \Z: also safe under .match()
 
 
 def stem(name: str) -> str:
@@ -27,7 +27,7 @@ def stem(name: str) -> str:
 def image_name(text: str) -> str:
     """The installed name of an image given as NAME, an image file name or its path."""
     name = stem(Path(text).name) if text.endswith(SUFFIXES) else text
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise KitError(f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
                        "digits and . _ + -, not starting with a dot")
     return name

@@ -15,6 +15,7 @@ relative, links may not climb out of the image, nothing is written through a sym
 """
 from __future__ import annotations
 
+import copy
 import io
 import json
 import posixpath
@@ -152,10 +153,14 @@ class Flattener:
         self.report = Report()
         self.index = _UpperIndex()
         self.emitted: dict[str, str] = {}
-        self.hidden_files: dict[str, tuple[int, int]] = {}
+        self.hidden_files: dict[str, tuple[int, int]] = {}  # path -> (layer, ordinal) of its data
+        self.hidden_links: dict[str, str] = {}  # hidden hard link -> the emitted file it shares
+        self.hidden_symlinks: dict[str, str] = {}  # hidden symlink -> its target in the layer
         self.link_canon: dict[str, str] = {}
-        self.materialized: dict[str, str] = {}
+        self.copies: dict[tuple[int, int], str] = {}  # hidden file -> the link that holds a copy
+        self.waiting: dict[str, list[Entry]] = {}  # copy not yet written -> links to it
         self.symlinks: dict[str, str] = {}  # emitted symlink -> its (relative) target
+        self.symlink_raw: dict[str, str] = {}  # emitted symlink -> its target in the layer
 
     # -- the stream -------------------------------------------------------------------------
     def entries(self, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
@@ -172,6 +177,7 @@ class Flattener:
         for layer in self.image.layers:
             for m in iter_members(layer, budget, self.progress):
                 yield from self._member(layer, m.info, m.ordinal, m.open)
+            yield from self._write_copies(layer)
         if extras:
             more_mounts, more_links = extras()
             user_mounts += [self._mount_name(p) for p in more_mounts]
@@ -187,12 +193,13 @@ class Flattener:
             return  # the root directory itself
         if base.startswith(WHITEOUT):
             self.report.counts["whiteouts applied"] += 1
+            yield from self._parents(layer, name, strict=False)
             return
         kind = kind_of(info)
         if not self.index.survives(name, i, kind == DIR):
-            if kind == REG:
-                self.hidden_files[name] = (i, ordinal)
+            self._remember_hidden(name, kind, info.linkname, (i, ordinal))
             self.report.counts["replaced or whited out by a later layer"] += 1
+            yield from self._parents(layer, name, strict=False)
             return
         if name.startswith("dev/"):
             self.report.drop(name, i, "under /dev (ch-run provides its own)")
@@ -207,22 +214,34 @@ class Flattener:
         if prev is not None:
             if prev == DIR and kind == DIR:
                 return  # a directory merged across layers: emitted once, top layer's metadata
-            raise LayerError(f"{layer.label}: member {name!r} appears twice in the layer; "
-                             "fix: rebuild the layer")
+            raise LayerError(f"{layer.label}: member {name!r} ({kind}) clashes with the {prev} "
+                             "this layer already has there (the name appears twice, or is the "
+                             "parent of an earlier member); fix: rebuild the layer")
         yield from self._parents(layer, name)
+        if kind == LNK and (raw := self._symlink_text(info.linkname)) is not None:
+            # A symlink's text is read from where it is: a second name for it in another
+            # directory must be a symlink of its own, its target made relative from there.
+            info = copy.copy(info)
+            info.type, info.linkname, kind = tarfile.SYMTYPE, raw, SYM
+            self.report.change(name, i, f"hard link to a symlink (-> {raw}) stored as a symlink")
         out = self._normal(info, layer)
         data = None
         if kind == SYM:
             out.linkname = self._symlink_target(layer, name, info.linkname)
+            self.symlink_raw[name] = info.linkname
         elif kind == LNK:
-            target = self.materialized.get(info.linkname, info.linkname)
-            target = self.link_canon.get(target, target)
+            target, hidden = self._resolve_link(info.linkname)
             tkind = self.emitted.get(target)
-            if tkind in (REG, SYM):
+            if tkind == REG:
                 out.linkname = target
                 self.link_canon[name] = target
-            elif info.linkname in self.hidden_files:
-                yield from self._materialize(layer, name, info.linkname, out)
+                if target in self.waiting:  # its copy is written at the end of this layer
+                    self.emitted[name] = LNK
+                    self.waiting[target].append(Entry(out))
+                    return
+            elif hidden:
+                self._copy_later(layer, name, info.linkname, hidden)
+                self.waiting[name] = [Entry(out)]
                 return
             else:
                 raise LayerError(f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
@@ -262,25 +281,35 @@ class Flattener:
         out.size = info.size if kind == REG else 0
         return out
 
-    def _parents(self, layer: Layer, name: str) -> Iterator[Entry]:
+    def _parents(self, layer: Layer, name: str, strict: bool = True) -> Iterator[Entry]:
+        """Create missing parent directories, outermost first (a loop: paths may be deep).
+
+        Not ``strict`` (for a whiteout or a member a later layer hides): unpacking the layer
+        would still create its parents, so those that survive are created; under a file or
+        symlink nothing is (nothing is written there), and that is no error.
+        """
+        missing = []
         parent = name.rpartition("/")[0]
-        if not parent:
-            return
-        kind = self.emitted.get(parent)
-        if kind == DIR:
-            return
-        if kind == SYM:
-            raise LayerError(f"{layer.label}: member {name!r} would be written through the "
-                             f"symlink {parent!r}; the image is unsafe, rebuild it")
-        if kind is not None:
-            raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
-                             f"{kind}; fix: rebuild the layer")
-        yield from self._parents(layer, parent)
-        info = tarfile.TarInfo(parent)
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        self.report.change(parent, layer.index, "missing parent directory created")
-        self.emitted[parent] = DIR
-        yield Entry(self._normal(info, layer))
+        while parent and (kind := self.emitted.get(parent)) != DIR:
+            if kind is not None and not strict:
+                return
+            if kind == SYM:
+                raise LayerError(f"{layer.label}: member {name!r} would be written through the "
+                                 f"symlink {parent!r}; the image is unsafe, rebuild it")
+            if kind is not None:
+                raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
+                                 f"{kind}; fix: rebuild the layer")
+            missing.append(parent)
+            parent = parent.rpartition("/")[0]
+        for parent in reversed(missing):
+            if not strict and (parent.startswith("dev/")
+                               or not self.index.survives(parent, layer.index, True)):
+                return
+            info = tarfile.TarInfo(parent)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            self.report.change(parent, layer.index, "missing parent directory created")
+            self.emitted[parent] = DIR
+            yield Entry(self._normal(info, layer))
 
     def _symlink_target(self, layer: Layer, name: str, target: str) -> str:
         link_dir = name.rpartition("/")[0]
@@ -299,19 +328,72 @@ class Flattener:
                              "image; the image is unsafe, rebuild it")
         return target
 
-    def _materialize(self, layer: Layer, name: str, target: str, out: tarfile.TarInfo) -> Iterator[Entry]:
-        """A hard link whose target a later layer removed keeps the old data: copy it in."""
-        li, ordinal = self.hidden_files[target]
-        for m in iter_members(self.image.layers[li], Budget(self.limits)):
-            if m.ordinal == ordinal:
-                out.type, out.size = tarfile.REGTYPE, m.info.size
-                self.report.change(name, layer.index,
-                                   f"hard link to {target} (removed later) stored as a copy")
-                self.materialized[target] = name
-                self.emitted[name] = REG
-                yield Entry(out, m.open())
-                return
-        raise LayerError(f"{layer.label}: hard link {name!r}: target {target!r} vanished")
+    def _remember_hidden(self, name: str, kind: str, linkname: str, where: tuple[int, int]) -> None:
+        """A later layer removes or replaces NAME; a hard link may still need what it held."""
+        self.hidden_files.pop(name, None)
+        self.hidden_links.pop(name, None)
+        self.hidden_symlinks.pop(name, None)
+        if kind == REG:
+            self.hidden_files[name] = where
+        elif kind == SYM:
+            self.hidden_symlinks[name] = linkname
+        elif kind == LNK:
+            if (data := self._hidden_data(linkname)) is not None:
+                self.hidden_files[name] = data
+            elif (raw := self._symlink_text(linkname)) is not None:
+                self.hidden_symlinks[name] = raw
+            elif (shared := self.hidden_links.get(linkname)) is not None:
+                self.hidden_links[name] = shared
+            elif self.emitted.get(canon := self.link_canon.get(linkname, linkname)) in (REG, SYM):
+                self.hidden_links[name] = canon
+
+    def _resolve_link(self, linkname: str) -> tuple[str, tuple[int, int] | None]:
+        """The emitted path a hard link to LINKNAME shares (if any), and the hidden data
+        behind LINKNAME when a later layer removes it."""
+        hidden = self._hidden_data(linkname)
+        target = self.copies.get(hidden, linkname) if hidden else linkname
+        return self.hidden_links.get(target, self.link_canon.get(target, target)), hidden
+
+    def _symlink_text(self, linkname: str) -> str | None:
+        """The layer's target text of the symlink a hard link to LINKNAME names, if it is one."""
+        if linkname not in self.emitted and linkname in self.hidden_symlinks:
+            return self.hidden_symlinks[linkname]
+        target = self._resolve_link(linkname)[0]
+        return self.symlink_raw.get(target) if self.emitted.get(target) == SYM else None
+
+    def _hidden_data(self, path: str) -> tuple[int, int] | None:
+        """Where the data of PATH's latest version is, if a later layer hides it."""
+        return None if path in self.emitted else self.hidden_files.get(path)
+
+    def _copy_later(self, layer: Layer, name: str, target: str, hidden: tuple[int, int]) -> None:
+        """A hard link whose target a later layer removed keeps the old data as a copy, written
+        once the layer is through: all copies from one lower layer then take one extra pass."""
+        self.report.change(name, layer.index, f"hard link to {target} (removed later) stored as a copy")
+        self.copies[hidden] = name
+        self.emitted[name] = REG
+
+    def _write_copies(self, layer: Layer) -> Iterator[Entry]:
+        if not self.waiting:
+            return
+        wanted: dict[int, dict[int, str]] = {}
+        for (li, ordinal), name in self.copies.items():
+            if name in self.waiting:
+                wanted.setdefault(li, {})[ordinal] = name
+        for li in sorted(wanted):
+            todo = wanted[li]
+            for m in iter_members(self.image.layers[li], Budget(self.limits)):
+                name = todo.pop(m.ordinal, None)
+                if name is None:
+                    continue
+                first, *links = self.waiting.pop(name)
+                first.info.type, first.info.size = tarfile.REGTYPE, m.info.size
+                yield Entry(first.info, m.open())
+                yield from links
+                if not todo:
+                    break
+            if todo:
+                raise LayerError(f"{layer.label}: hard link {next(iter(todo.values()))!r}: its "
+                                 f"target in layer {li} vanished; fix: export the image again")
 
     def _mount_name(self, path: str, what: str = "--mount-point") -> str:
         if not path.startswith("/"):

@@ -9,17 +9,19 @@ import io
 import os
 import posixpath
 import re
+import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
+from elftools.construct import ConstructError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from kit.image.flatten import Flattener
 from kit.image.sources import open_image
 
-MPI_NAME = re.compile(r"^(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)\Z")
+MPI_NAME = re.compile(r"(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)")
 MAX_ELF = 256 << 20
 
 
@@ -41,8 +43,9 @@ def _soname(data: bytes) -> str | None:
                 for tag in section.iter_tags():
                     if tag.entry.d_tag == "DT_SONAME":
                         return tag.soname
-    except (ELFError, ValueError, KeyError):
-        return None
+    except (ELFError, ConstructError, ValueError, KeyError, IndexError, OverflowError,
+            struct.error):
+        return None  # pyelftools' ways of saying the file is no ELF it can read
     return None
 
 
@@ -58,7 +61,7 @@ def find_mpi_libraries(image_tree_or_tar: str | os.PathLike, image: str | None =
     for entry in flat.entries():
         info = entry.info
         base = posixpath.basename(info.name)
-        match = MPI_NAME.match(base)
+        match = MPI_NAME.fullmatch(base)
         if not match:
             continue
         if info.issym():

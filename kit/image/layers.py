@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import os
 import stat
 import tarfile
@@ -22,11 +23,16 @@ from isal import igzip_threaded
 from isal.igzip_lib import IsalError
 
 from kit.errors import KitError
+from kit.image.regular import kind_name, open_regular
 from kit.image.sources import Layer
+from kit.image.tarsafe import first_nonzero, open_tar
 
 CHUNK = 1 << 20
 MAX_PATH = 4095
 MAX_COMPONENT = 255
+MAX_MTIME = 1 << 32  # SquashFS keeps 32-bit unsigned times (until 2106)
+READ_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError, IsalError,
+               ValueError)
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ class _RangeReader(_HashingReader):
 
     def __init__(self, path: Path, offset: int, size: int, digest: str | None,
                  progress: Callable[[int], None] | None):
-        self.fh = open(path, "rb")
+        self.fh = open_regular(path, "the layer blob")
         self.fh.seek(offset)
         self.left = size
         self.algo, _, self.want = (digest or "").partition(":")
@@ -149,11 +155,21 @@ class _Forward:
     def __init__(self, inner: IO[bytes]):
         self.inner = inner
         self.pos = 0
+        self.last_at, self.last = 0, b""  # the latest read: where tarfile's last header was
 
     def read(self, n: int = -1) -> bytes:
         data = self.inner.read(n)
+        self.last_at, self.last = self.pos, data
         self.pos += len(data)
         return data
+
+    def rest_from(self, offset: int) -> Iterator[bytes]:
+        """The bytes from OFFSET (inside the latest read) to the end of the stream."""
+        if not self.last_at <= offset <= self.pos:
+            raise io.UnsupportedOperation(f"cannot look back to byte {offset}")
+        yield self.last[offset - self.last_at:]
+        while chunk := self.read(CHUNK):
+            yield chunk
 
     def tell(self) -> int:
         return self.pos
@@ -179,7 +195,7 @@ def _compression(layer: Layer) -> str:
         return "zstd"
     if mt.startswith(("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")):
         return "none"
-    with open(layer.blob.path, "rb") as fh:  # docker-archive and flat root filesystems: sniff
+    with open_regular(layer.blob.path, "the layer blob") as fh:  # docker-archive, flat rootfs: sniff
         fh.seek(layer.blob.offset)
         magic = fh.read(4)
     if magic[:2] == b"\x1f\x8b":
@@ -196,6 +212,9 @@ def safe_name(raw: str, layer: Layer, what: str = "member") -> str:
     except UnicodeEncodeError:
         raise LayerError(f"{layer.label}: {what} {raw.encode('utf-8', 'surrogateescape')!r} "
                          "has a name that is not UTF-8; fix: rename it in the image") from None
+    if "\0" in raw:
+        raise LayerError(f"{layer.label}: {what} {raw[:80]!r} has a NUL byte in its name "
+                         "(a forged pax header?); fix: rebuild the layer")
     parts = [p for p in raw.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise LayerError(f"{layer.label}: {what} {raw!r} has a '..' component (path traversal); "
@@ -216,7 +235,7 @@ class Member:
 
 @contextlib.contextmanager
 def _tar_stream(layer: Layer, budget: Budget,
-                progress) -> Iterator[tuple[tarfile.TarFile | None, Callable]]:
+                progress) -> Iterator[tuple[tarfile.TarFile | None, "_Forward", Callable]]:
     blob = layer.blob
     comp = _compression(layer)
     with contextlib.ExitStack() as stack:
@@ -232,15 +251,15 @@ def _tar_stream(layer: Layer, budget: Budget,
             plain = raw
         counted = _CountingReader(plain, budget, blob.size, layer.diff_id, layer)
         buffered = io.BufferedReader(counted, CHUNK)
-        tf = (tarfile.open(fileobj=_Forward(buffered), mode="r:", errorlevel=2)
-              if buffered.peek(1) else None)  # a zero-length layer holds nothing
+        stream = _Forward(buffered)
+        tf = open_tar(stream) if buffered.peek(1) else None  # a zero-length layer holds nothing
 
         def finish() -> None:
             problem = counted.finish() or raw.finish()
             if problem:
                 raise LayerError(f"{layer.label}: {problem}; fix: the blob is corrupt or was "
                                  "tampered with, export the image again")
-        yield tf, finish
+        yield tf, stream, finish
 
 
 class _Window:
@@ -265,18 +284,23 @@ class _Window:
     def tell(self) -> int:
         return self.pos
 
+    def rest_from(self, offset: int) -> Iterator[bytes]:
+        self.seek(offset)
+        while chunk := self.read(CHUNK):
+            yield chunk
+
 
 @contextlib.contextmanager
-def _seekable_tar(layer: Layer, progress) -> Iterator[tuple[tarfile.TarFile | None, Callable]]:
+def _seekable_tar(layer: Layer, progress) -> Iterator[tuple[tarfile.TarFile | None, _Window, Callable]]:
     """Headers only, seeking over the data (the full pass verifies the digest)."""
-    with open(layer.blob.path, "rb") as fh:
+    with open_regular(layer.blob.path, "the layer blob") as fh:
         window = _Window(fh, layer.blob.offset, layer.blob.size)
-        tf = tarfile.open(fileobj=window, mode="r:", errorlevel=2) if layer.blob.size else None
+        tf = open_tar(window) if layer.blob.size else None
 
         def finish() -> None:
             if progress:
                 progress(layer.blob.size)
-        yield tf, finish
+        yield tf, window, finish
 
 
 def iter_members(layer: Layer, budget: Budget, progress=None,
@@ -294,7 +318,7 @@ def iter_members(layer: Layer, budget: Budget, progress=None,
     seek = headers_only and _compression(layer) == "none"
     try:
         with (_seekable_tar(layer, progress) if seek
-              else _tar_stream(layer, budget, progress)) as (tf, finish):
+              else _tar_stream(layer, budget, progress)) as (tf, stream, finish):
             ordinal = 0
             while tf is not None and (info := tf.next()) is not None:
                 tf.members.clear()  # stream mode would otherwise keep every header
@@ -304,60 +328,148 @@ def iter_members(layer: Layer, budget: Budget, progress=None,
                     raise LayerError(f"{layer.label}: more than --max-members "
                                      f"{budget.limits.max_members} members at {last!r}; fix: raise "
                                      "--max-members if the image is genuine")
-                info.name = safe_name(info.name, layer)
-                if info.islnk():
-                    info.linkname = safe_name(info.linkname, layer, f"hard link {info.name!r} target")
-                yield Member(ordinal, info, lambda i=info: tf.extractfile(i))
+                _check_member(info, layer, budget.limits)
+                yield Member(ordinal, info,
+                             lambda i=info: _Guarded(tf.extractfile(i), layer, i.name))
                 ordinal += 1
+            if tf is not None:
+                _check_end(tf.offset, stream, layer, last)
             finish()
     except KitError:
         raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError, IsalError,
-            ValueError) as exc:
+    except READ_ERRORS as exc:
         raise LayerError(f"{layer.label}: truncated or corrupt near member {last!r}: {exc}; "
                          "fix: export the image again") from exc
 
 
+def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
+    """Normalise the names; refuse what no writer can store or what no layer can hold."""
+    info.name = safe_name(info.name, layer)
+    if info.islnk():
+        info.linkname = safe_name(info.linkname, layer, f"hard link {info.name!r} target")
+    elif info.issym():
+        size = len(info.linkname.encode("utf-8", "surrogateescape"))
+        if size > MAX_PATH or "\0" in info.linkname:
+            what = "with a NUL byte" if "\0" in info.linkname else f"of {size} bytes"
+            raise LayerError(f"{layer.label}: symlink {info.name!r} has a target {what} (at most "
+                             f"{MAX_PATH} bytes, no NUL); fix: rebuild the layer without it")
+    mtime = info.mtime
+    if not (isinstance(mtime, (int, float)) and math.isfinite(mtime) and 0 <= mtime < MAX_MTIME):
+        raise LayerError(f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its "
+                         "header, not a time between 1970 and 2106; fix: rebuild the layer with "
+                         "real timestamps (e.g. SOURCE_DATE_EPOCH)")
+    if info.size > limits.max_size:
+        raise LayerError(f"{layer.label}: member {info.name!r} says it holds {info.size} bytes, "
+                         f"more than --max-size {limits.max_size}; fix: raise --max-size if the "
+                         "image is genuine")
+
+
+def _check_end(offset: int, stream: "_Forward | _Window", layer: Layer, last: str) -> None:
+    """tarfile ends quietly at a header it cannot parse: only zero blocks may follow it."""
+    bad = first_nonzero(stream.rest_from(offset), offset)
+    if bad is not None:
+        raise LayerError(f"{layer.label}: corrupt tar header at byte {offset} of the layer "
+                         f"(after member {last!r}, non-zero data at byte {bad}): the members "
+                         "after it would be lost; fix: export the image again")
+
+
+class _Guarded:
+    """A member's data whose read errors name the layer and member (the writer only reads)."""
+
+    def __init__(self, inner: IO[bytes], layer: Layer, name: str):
+        self.inner, self.layer, self.name = inner, layer, name
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.inner.read(n)
+        except KitError:
+            raise
+        except READ_ERRORS as exc:
+            raise LayerError(f"{self.layer.label}: member {self.name!r}: truncated or corrupt "
+                             f"data ({exc}); fix: export the image again") from None
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def _walk_dir(layer: Layer, budget: Budget) -> Iterator[Member]:
-    """A root-filesystem directory as tar members: sorted, parents first, symlinks not followed."""
+    """A root-filesystem directory as tar members: sorted, parents first, symlinks not followed.
+
+    Iterative (a deep tree must not exhaust Python's recursion limit); a file is opened
+    without following a symlink and only if it is still a regular file.
+    """
     root = layer.blob.path
     inodes: dict[tuple[int, int], str] = {}
     ordinal = 0
-
-    def walk(rel: str) -> Iterator[Member]:
-        nonlocal ordinal
-        with os.scandir(root / rel if rel else root) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
-            name = safe_name(f"{rel}/{entry.name}" if rel else entry.name, layer)
-            st = entry.stat(follow_symlinks=False)
-            info = tarfile.TarInfo(name)
-            info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
-            if stat.S_ISDIR(st.st_mode):
-                info.type = tarfile.DIRTYPE
-            elif stat.S_ISLNK(st.st_mode):
-                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry.path)
-            elif stat.S_ISREG(st.st_mode):
-                key = (st.st_dev, st.st_ino)
-                if st.st_nlink > 1 and key in inodes:
-                    info.type, info.linkname = tarfile.LNKTYPE, inodes[key]
-                else:
-                    inodes[key] = name
-                    info.size = st.st_size
-            elif stat.S_ISFIFO(st.st_mode):
-                info.type = tarfile.FIFOTYPE
-            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                info.type = tarfile.CHRTYPE if stat.S_ISCHR(st.st_mode) else tarfile.BLKTYPE
-            else:
+    pending: list[Iterator[os.DirEntry]] = []
+    try:
+        pending.append(iter(_sorted_dir(root, "")))
+        while pending:
+            entry = next(pending[-1], None)
+            if entry is None:
+                pending.pop()
+                continue
+            rel = os.path.relpath(entry.path, root)
+            name = safe_name(rel, layer)
+            info = _dir_member(entry, name, inodes)
+            if info is None:
                 continue  # sockets cannot be archived
+            _check_member(info, layer, budget.limits)
             budget.members += 1
             budget.size += info.size
             if budget.members > budget.limits.max_members or budget.size > budget.limits.max_size:
                 raise LayerError(f"{layer.label}: {root} is past --max-members/--max-size at "
                                  f"{name!r}; fix: raise the limit if the tree is genuine")
-            yield Member(ordinal, info, lambda p=entry.path: open(p, "rb"))
+            yield Member(ordinal, info, lambda p=entry.path, n=name: _open_file(p, n, layer))
             ordinal += 1
             if info.isdir():
-                yield from walk(name)
+                pending.append(iter(_sorted_dir(root, name)))
+    except OSError as exc:
+        raise LayerError(f"{layer.label}: cannot read {exc.filename or root}: {exc.strerror}; "
+                         "fix: check the tree's permissions and path lengths") from None
 
-    yield from walk("")
+
+def _sorted_dir(root: Path, rel: str) -> list[os.DirEntry]:
+    with os.scandir(root / rel if rel else root) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _dir_member(entry: os.DirEntry, name: str,
+                inodes: dict[tuple[int, int], str]) -> tarfile.TarInfo | None:
+    st = entry.stat(follow_symlinks=False)
+    info = tarfile.TarInfo(name)
+    info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry.path)
+    elif stat.S_ISREG(st.st_mode):
+        key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and key in inodes:
+            info.type, info.linkname = tarfile.LNKTYPE, inodes[key]
+        else:
+            inodes[key] = name
+            info.size = st.st_size
+    elif stat.S_ISFIFO(st.st_mode):
+        info.type = tarfile.FIFOTYPE
+    elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        info.type = tarfile.CHRTYPE if stat.S_ISCHR(st.st_mode) else tarfile.BLKTYPE
+    else:
+        return None
+    return info
+
+
+def _open_file(path: str, name: str, layer: Layer) -> IO[bytes]:
+    """A tree's file, refused if it became a symlink, FIFO or device since it was listed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LayerError(f"{layer.label}: cannot read {name!r}: {exc.strerror} (changed while "
+                         "converting?); fix: convert a tree nobody is modifying") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise LayerError(f"{layer.label}: {name!r} is now {kind_name(mode)} (changed while "
+                         "converting?); fix: convert a tree nobody is modifying")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")

@@ -7,13 +7,19 @@ Blobs inside an archive are byte ranges of it, so nothing is extracted to disk.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import posixpath
+import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from kit.errors import KitError
+from kit.image.regular import open_regular
+from kit.image.tarsafe import first_nonzero, open_tar
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -62,31 +68,31 @@ class Candidate:
     payload: object
 
 
+MAX_ARCHIVE_MEMBERS = 1_000_000  # members of an outer image archive (a layer is one member)
+MAX_INDEX_DEPTH = 4  # image indexes nested in image indexes
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}")
+CHUNK = 1 << 20
+
+
 def detect(src: Path) -> str:
     """Return the kind of SRC, looking at its content."""
     if not src.exists():
         raise KitError(f"{src}: no such file or directory; fix: give an existing image archive, "
                        "OCI layout directory or root filesystem")
     if src.is_dir():
-        if (src / "oci-layout").is_file() and (src / "index.json").is_file():
+        if os.path.lexists(src / "oci-layout") and os.path.lexists(src / "index.json"):
             return "oci-dir"
         return "rootfs-dir"
-    with open(src, "rb") as fh:
+    with open_regular(src, "the source") as fh:
         magic = fh.read(4)
     if magic[:2] == b"\x1f\x8b" or magic == b"\x28\xb5\x2f\xfd":
         return "rootfs-tar"  # compressed: only flat root filesystems come this way
     names = set()
-    try:
-        with tarfile.open(src, "r:") as tf:
-            while (info := tf.next()) is not None:
-                tf.members.clear()
-                name = _clean(info.name)
-                if name.count("/") > 2:  # image archives are shallow; a root filesystem is not
-                    return "rootfs-tar"
-                names.add(name)
-    except tarfile.TarError as exc:
-        raise KitError(f"{src}: not a tar archive, OCI layout or directory ({exc}); "
-                       "fix: pass a docker-archive, OCI layout/archive or root filesystem") from exc
+    for info in _scan(src):
+        name = _clean(info.name)
+        if name.count("/") > 2:  # image archives are shallow; a root filesystem is not
+            return "rootfs-tar"
+        names.add(name)
     if "oci-layout" in names and "index.json" in names:
         return "oci-archive"
     if "manifest.json" in names:
@@ -94,8 +100,83 @@ def detect(src: Path) -> str:
     return "rootfs-tar"
 
 
+def _scan(src: Path) -> Iterator[tarfile.TarInfo]:
+    """The members of the tar SRC, read to its real end (a corrupt header is an error)."""
+    with open_regular(src, "the source") as fh:
+        count = 0
+        try:
+            tf = open_tar(fh)
+            while (info := tf.next()) is not None:
+                tf.members.clear()
+                count += 1
+                if count > MAX_ARCHIVE_MEMBERS:
+                    raise KitError(f"{src}: more than {MAX_ARCHIVE_MEMBERS} members; an image "
+                                   "archive holds a few per layer; fix: pass the image archive")
+                yield info
+            fh.seek(tf.offset)
+            bad = first_nonzero(iter(lambda: fh.read(CHUNK), b""), tf.offset)
+        except (tarfile.TarError, ValueError, EOFError) as exc:
+            raise KitError(f"{src}: not a tar archive, OCI layout or directory, or a corrupt one "
+                           f"({exc}); fix: pass a docker-archive, OCI layout/archive or root "
+                           "filesystem") from None
+    if bad is not None:
+        raise KitError(f"{src}: corrupt tar header at byte {tf.offset} (data at byte {bad} "
+                       "after what tar reads as the end): the members from there on would be "
+                       "lost; fix: copy or export the archive again")
+
+
 def _clean(name: str) -> str:
     return posixpath.normpath(name.lstrip("/")).removeprefix("./")
+
+
+def _type_name(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+class _Doc:
+    """Typed access to a parsed JSON document; a wrong type is a KitError naming the field."""
+
+    def __init__(self, where: str, fix: str):
+        self.where, self.fix = where, fix
+
+    def want(self, value: object, typ: type, field: str, optional: bool = False):
+        if value is None and optional:
+            return typ()
+        if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
+            raise KitError(f"{self.where}: {field} is {_type_name(value)}, expected "
+                           f"{_type_name(typ())}; fix: {self.fix}")
+        return value
+
+    def strings(self, value: object, field: str, optional: bool = True) -> list[str]:
+        items = self.want(value, list, field, optional)
+        for n, item in enumerate(items):
+            self.want(item, str, f"{field}[{n}]")
+        return items
+
+    def digest(self, value: object, field: str) -> str:
+        digest = self.want(value, str, field)
+        if not DIGEST.fullmatch(digest):
+            raise KitError(f"{self.where}: {field} {digest[:80]!r} is not a digest of the form "
+                           f"sha256:<64 hex digits>; fix: {self.fix}")
+        return digest
+
+
+def check_config(config: object, where: str) -> dict:
+    """The fields of an image config the converter and inspect read, with their JSON types."""
+    doc = _Doc(where, "the image config is malformed, rebuild or export the image again")
+    config = doc.want(config, dict, "the config")
+    for key in ("architecture", "os"):
+        doc.want(config.get(key), str, key, optional=True)
+    doc.want(config.get("history"), list, "history", optional=True)
+    cfg = doc.want(config.get("config"), dict, "config", optional=True)
+    for key in ("Env", "Shell", "Entrypoint", "Cmd"):
+        doc.strings(cfg.get(key), f"config.{key}")
+    doc.want(cfg.get("WorkingDir"), str, "config.WorkingDir", optional=True)
+    doc.want(cfg.get("Volumes"), dict, "config.Volumes", optional=True)
+    for key, value in doc.want(cfg.get("Labels"), dict, "config.Labels", optional=True).items():
+        doc.want(value, str, f"config.Labels[{key!r}]")
+    return config
 
 
 class _Store:
@@ -105,8 +186,7 @@ class _Store:
         self.src = src
         self.members: dict[str, tarfile.TarInfo] | None = None
         if not src.is_dir():
-            with tarfile.open(src, "r:") as tf:
-                self.members = {_clean(m.name): m for m in tf.getmembers()}
+            self.members = {_clean(m.name): m for m in _scan(src)}
 
     def _member(self, name: str, hops: int = 0) -> tarfile.TarInfo:
         assert self.members is not None
@@ -118,49 +198,62 @@ class _Store:
             base = posixpath.dirname(_clean(name)) if info.issym() else ""
             return self._member(posixpath.join(base, info.linkname), hops + 1)
         if not info.isfile():
-            raise KitError(f"{self.src}: member {name!r} is not a regular file")
+            raise KitError(f"{self.src}: member {name!r} is not a regular file; "
+                           "fix: the archive is corrupt, export it again")
         return info
 
     def blob(self, name: str) -> Blob:
         if self.members is None:
+            if ".." in name.split("/"):
+                raise KitError(f"{self.src}: {name!r} climbs out of the layout; "
+                               "fix: the layout is corrupt, copy it again (skopeo copy)")
             path = self.src / name
-            if not path.is_file():
+            if not os.path.lexists(path):
                 raise KitError(f"{self.src}: missing blob {name}; fix: the layout is incomplete, "
                                "copy it again (skopeo copy)")
-            return Blob(path, 0, path.stat().st_size)
+            with open_regular(path, name, follow=False) as fh:
+                return Blob(path, 0, os.fstat(fh.fileno()).st_size)
         info = self._member(name)
         return Blob(self.src, info.offset_data, info.size)
 
     def read(self, name: str, limit: int = 64 << 20) -> bytes:
         blob = self.blob(name)
         if blob.size > limit:
-            raise KitError(f"{self.src}: {name} is {blob.size} bytes, too big for metadata")
-        with open(blob.path, "rb") as fh:
+            raise KitError(f"{self.src}: {name} is {blob.size} bytes, too big for metadata "
+                           f"(at most {limit}); fix: the image is corrupt, export it again")
+        with open_regular(blob.path, name, follow=self.members is not None) as fh:
             fh.seek(blob.offset)
-            return fh.read(blob.size)
+            data = fh.read(blob.size)
+        if len(data) != blob.size:
+            raise KitError(f"{self.src}: {name} is truncated; fix: export the image again")
+        return data
 
-    def json(self, name: str) -> object:
+    def json(self, name: str, data: bytes | None = None) -> object:
         try:
-            return json.loads(self.read(name))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise KitError(f"{self.src}: {name} is not valid JSON: {exc}") from exc
+            return json.loads(self.read(name) if data is None else data)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise KitError(f"{self.src}: {name} is not valid JSON ({str(exc)[:200]}); "
+                           "fix: the image is corrupt, export it again") from None
 
 
 def _digest_path(digest: str) -> str:
+    if not DIGEST.fullmatch(digest):
+        raise KitError(f"unsupported or malformed digest {digest[:80]!r}")
     algo, _, hexpart = digest.partition(":")
-    if algo not in ("sha256", "sha512") or not hexpart.isalnum():
-        raise KitError(f"unsupported or malformed digest {digest!r}")
     return f"blobs/{algo}/{hexpart}"
 
 
 def _verified_json(store: _Store, digest: str) -> dict:
-    import hashlib
-    data = store.read(_digest_path(digest))
+    name = _digest_path(digest)
+    data = store.read(name)
     algo, _, want = digest.partition(":")
     if hashlib.new(algo, data).hexdigest() != want:
         raise KitError(f"{store.src}: blob {digest} does not match its digest; "
                        "fix: the image is corrupt, export it again")
-    return json.loads(data)
+    return _Doc(f"{store.src}: {name}", _FIX).want(store.json(name, data), dict, "the document")
+
+
+_FIX = "the image is corrupt, export or copy it again"
 
 
 def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
@@ -170,26 +263,42 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
         return [Candidate((), None, None)]
     store = _Store(src)
     if kind == "docker-archive":
-        entries = store.json("manifest.json")
-        if not isinstance(entries, list):
-            raise KitError(f"{src}: manifest.json is not a list")
-        return [Candidate(tuple(e.get("RepoTags") or ()), None, e) for e in entries]
-    out: list[Candidate] = []
+        doc = _Doc(f"{src}: manifest.json", _FIX)
+        entries = doc.want(store.json("manifest.json"), list, "the document")
+        out = []
+        for n, entry in enumerate(entries):
+            entry = doc.want(entry, dict, f"[{n}]")
+            out.append(Candidate(tuple(doc.strings(entry.get("RepoTags"), f"[{n}].RepoTags")),
+                                 None, entry))
+        return out
+    found: list[Candidate] = []
 
-    def walk(desc: dict, names: tuple[str, ...]) -> None:
+    def walk(desc: object, names: tuple[str, ...], doc: _Doc, field: str, depth: int) -> None:
+        desc = doc.want(desc, dict, field)
+        digest = doc.digest(desc.get("digest"), f"{field}.digest")
         if desc.get("mediaType") in (OCI_INDEX, DOCKER_LIST):
-            for sub in _verified_json(store, desc["digest"]).get("manifests", []):
-                walk(sub, names)
+            if depth >= MAX_INDEX_DEPTH:
+                raise KitError(f"{src}: image indexes nested more than {MAX_INDEX_DEPTH} deep "
+                               f"at {digest}; fix: {_FIX}")
+            sub = _Doc(f"{src}: {_digest_path(digest)}", _FIX)
+            index = _verified_json(store, digest)
+            for n, item in enumerate(sub.want(index.get("manifests"), list, "manifests", True)):
+                walk(item, names, sub, f"manifests[{n}]", depth + 1)
             return
-        plat = desc.get("platform") or {}
+        plat = doc.want(desc.get("platform"), dict, f"{field}.platform", optional=True)
         if plat.get("os", "linux") != "linux" or plat.get("architecture", "amd64") != "amd64":
             return  # another platform of a multi-arch index
-        out.append(Candidate(names, desc["digest"], desc))
+        found.append(Candidate(names, digest, desc))
 
-    for desc in store.json("index.json").get("manifests", []):
-        ref = (desc.get("annotations") or {}).get(REF_NAME)
-        walk(desc, (ref,) if ref else ())
-    return out
+    top = _Doc(f"{src}: index.json", _FIX)
+    index = top.want(store.json("index.json"), dict, "the document")
+    for n, desc in enumerate(top.want(index.get("manifests"), list, "manifests", optional=True)):
+        field = f"manifests[{n}]"
+        notes = top.want(top.want(desc, dict, field).get("annotations"), dict,
+                         f"{field}.annotations", optional=True)
+        ref = top.want(notes.get(REF_NAME), str, f"{field}.annotations[{REF_NAME!r}]", optional=True)
+        walk(desc, (ref,) if ref else (), top, field, 0)
+    return found
 
 
 def _matches(cand: Candidate, want: str) -> bool:
@@ -236,16 +345,21 @@ def open_image(src: str | Path, image: str | None = None) -> Image:
 def _docker_image(src: Path, store: _Store, cand: Candidate) -> Image:
     entry = cand.payload
     assert isinstance(entry, dict)
-    config_name = entry.get("Config")
+    doc = _Doc(f"{src}: manifest.json", _FIX)
+    config_name = doc.want(entry.get("Config"), str, "Config", optional=True)
     if not config_name:
-        raise KitError(f"{src}: manifest.json entry has no Config")
-    config = store.json(config_name)
-    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
-    names = entry.get("Layers") or []
+        raise KitError(f"{src}: manifest.json entry has no Config; fix: {_FIX}")
+    config = check_config(store.json(config_name), f"{src}: {config_name}")
+    cdoc = _Doc(f"{src}: {config_name}", _FIX)
+    rootfs = cdoc.want(config.get("rootfs"), dict, "rootfs", optional=True)
+    diff_ids = [cdoc.digest(d, f"rootfs.diff_ids[{n}]")
+                for n, d in enumerate(cdoc.want(rootfs.get("diff_ids"), list, "rootfs.diff_ids", True))]
+    names = doc.strings(entry.get("Layers"), "Layers")
     if len(diff_ids) != len(names):
         raise KitError(f"{src}: config lists {len(diff_ids)} layer digests (rootfs.diff_ids) "
                        f"but manifest.json lists {len(names)} layers; fix: export the image again")
-    config_digest = "sha256:" + Path(config_name).stem if len(Path(config_name).stem) == 64 else None
+    stem = Path(config_name).stem
+    config_digest = f"sha256:{stem}" if DIGEST.fullmatch(f"sha256:{stem}") else None
     layers = [Layer(i, "docker-archive", store.blob(n), diff_id=d)
               for i, (n, d) in enumerate(zip(names, diff_ids))]
     return Image("docker-archive", src, ref=(cand.names or (None,))[0], config=config,
@@ -253,16 +367,23 @@ def _docker_image(src: Path, store: _Store, cand: Candidate) -> Image:
 
 
 def _oci_image(src: Path, kind: str, store: _Store, cand: Candidate) -> Image:
+    assert cand.digest is not None
     manifest = _verified_json(store, cand.digest)
-    cfg = manifest.get("config") or {}
-    config = _verified_json(store, cfg["digest"]) if cfg.get("digest") else {}
+    doc = _Doc(f"{src}: {_digest_path(cand.digest)} (the manifest)", _FIX)
+    cfg = doc.want(manifest.get("config"), dict, "config", optional=True)
+    config_digest = doc.digest(cfg["digest"], "config.digest") if "digest" in cfg else None
+    config = (check_config(_verified_json(store, config_digest), f"{src}: {_digest_path(config_digest)}")
+              if config_digest else {})
     layers = []
-    for i, desc in enumerate(manifest.get("layers") or []):
-        blob = store.blob(_digest_path(desc["digest"]))
-        if "size" in desc and desc["size"] != blob.size:
-            raise KitError(f"{src}: layer {i} ({desc['digest']}) is {blob.size} bytes but its "
+    for i, desc in enumerate(doc.want(manifest.get("layers"), list, "layers", optional=True)):
+        desc = doc.want(desc, dict, f"layers[{i}]")
+        digest = doc.digest(desc.get("digest"), f"layers[{i}].digest")
+        media_type = doc.want(desc.get("mediaType"), str, f"layers[{i}].mediaType", optional=True)
+        blob = store.blob(_digest_path(digest))
+        if "size" in desc and doc.want(desc["size"], int, f"layers[{i}].size") != blob.size:
+            raise KitError(f"{src}: layer {i} ({digest}) is {blob.size} bytes but its "
                            f"descriptor says {desc['size']}; fix: the blob is truncated or corrupt, "
                            "copy the image again")
-        layers.append(Layer(i, desc.get("mediaType", ""), blob, digest=desc["digest"]))
+        layers.append(Layer(i, media_type, blob, digest=digest))
     return Image(kind, src, ref=(cand.names or (None,))[0], manifest_digest=cand.digest,
-                 config=config, config_digest=cfg.get("digest"), layers=layers)
+                 config=config, config_digest=config_digest, layers=layers)

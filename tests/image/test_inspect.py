@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit.image.inspect import find_mpi_libraries, inspect_image
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from kit.image.inspect import _soname, find_mpi_libraries, inspect_image
 from tests.helpers import require
 from tests.image.builders import oci_layout, tar_bytes
 
@@ -66,3 +69,35 @@ def test_inspect_layered_image_sees_flattened_tree(tmp_path):
     as_json = subprocess.run([sys.executable, "-m", "kit", "image", "inspect", "--json", str(src)],
                              capture_output=True, text=True)
     assert json.loads(as_json.stdout)["mpi_libraries"][0]["soname"] == "libmpich.so.12"
+
+
+def test_names_are_matched_whole():
+    """`$` also matches before a trailing newline: a name with one is no image name."""
+    import pytest
+
+    from kit.errors import KitError
+    from kit.image.inspect import MPI_NAME
+    from kit.image_names import image_name
+
+    assert image_name("gan3d") == "gan3d" and image_name("/x/gan3d.sqfs") == "gan3d"
+    for bad in ("gan3d\n", "gan3d\n.sqfs", ".hidden", "a/b"):
+        with pytest.raises(KitError, match="image name"):
+            image_name(bad)
+    assert MPI_NAME.fullmatch("libmpi.so.12") and not MPI_NAME.fullmatch("libmpi.so.12\n")
+
+
+LIBZ = LIBDIR / "libz.so.1"
+
+
+@settings(max_examples=max(40, settings.default.max_examples))
+@given(edits=st.lists(st.tuples(st.one_of(st.integers(0, 63), st.integers(-2048, -1)),
+                                st.integers(0, 255)), min_size=1, max_size=8))
+@example(edits=[(41, 73)])  # e_shoff past 2**63: pyelftools raised OverflowError
+def test_soname_of_a_corrupt_elf_is_a_name_or_none(edits):
+    """Byte edits in the ELF header and the section headers (at the end of the file)."""
+    require(LIBZ.is_file(), "zlib not installed")
+    data = bytearray(LIBZ.read_bytes())
+    for pos, value in edits:
+        data[pos] = value
+    name = _soname(bytes(data))
+    assert name is None or isinstance(name, str)

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -123,3 +124,72 @@ def test_cli_convert_and_error_exit(rich, tmp_path):
                          text=True)
     assert bad.returncode == 1 and "kit: error: layer 0" in bad.stderr and "'../x'" in bad.stderr
     assert not (tmp_path / "bad.tar.gz").exists()
+
+
+def test_hard_links_to_removed_targets_cost_one_extra_pass(tmp_path, monkeypatch):
+    """40 links, each to its own file that the next layer removes: the base layer is read
+    twice in all (once, plus one pass for every copy), not once per link."""
+    import kit.image.flatten as flatten
+
+    reads: list[int] = []
+    real = flatten.iter_members
+
+    def counting(layer, *args, **kw):
+        if not kw.get("headers_only"):
+            reads.append(layer.index)
+        return real(layer, *args, **kw)
+
+    monkeypatch.setattr(flatten, "iter_members", counting)
+    n = 40
+    base = BASE + [(f"a{i}", "f", b"data %d\n" % i) for i in range(n)]
+    base += [(f"b{i}", "h", f"a{i}") for i in range(n)] + [("c0", "h", "b0")]
+    img, report = flat(tmp_path, [base, [(f".wh.a{i}", "f", b"") for i in range(n)]])
+    assert reads.count(0) == 2 and reads.count(1) == 1, reads
+    for i in range(n):
+        assert (img / f"b{i}").read_bytes() == b"data %d\n" % i and not (img / f"a{i}").exists()
+    assert os.stat(img / "c0").st_ino == os.stat(img / "b0").st_ino
+    assert sum("stored as a copy" in note.reason for note in report.changed) == n
+
+
+def test_hard_link_to_a_removed_link_keeps_the_data(tmp_path):
+    """c -> b -> a, and a later layer removes both a and b: c still holds a's data."""
+    img, _ = flat(tmp_path, [BASE + [("a", "f", b"A"), ("b", "h", "a"), ("c", "h", "b")],
+                             [(".wh.a", "f", b""), (".wh.b", "f", b"")]])
+    assert (img / "c").read_bytes() == b"A" and not (img / "b").exists()
+
+
+def test_hard_link_sees_the_version_of_its_own_layer(tmp_path):
+    """Layer 0's b -> a copies layer 0's a; layer 1's c -> a gets layer 1's a, though both
+    versions of a are removed or replaced later."""
+    img, _ = flat(tmp_path, [BASE + [("a", "f", b"old"), ("b", "h", "a")],
+                             [("a", "f", b"new"), ("c", "h", "a")],
+                             [(".wh.a", "f", b"")]])
+    assert (img / "b").read_bytes() == b"old" and (img / "c").read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("fmt", ["img", "img.tar"])
+def test_hard_link_to_a_symlink_elsewhere_stays_inside(tmp_path, fmt):
+    """b/e -> /a becomes b/e -> ../a; a hard link e to it shared that text, and from the
+    image root ../a points out of the image. It is now a symlink of its own: e -> a."""
+    src = oci_layout(tmp_path / "src", [tar_bytes(BASE + [("b", "d", None), ("b/e", "l", "/a"),
+                                                         ("e", "h", "b/e"), ("d", "d", None),
+                                                         ("d/f", "h", "b/e")]),
+                                        tar_bytes([("b/.wh.e", "f", b""), ("g", "h", "e")])])
+    report = convert(src, tmp_path / fmt)
+    if fmt == "img":
+        links = {n: os.readlink(tmp_path / "img" / n) for n in ("e", "d/f", "g")}
+    else:
+        with tarfile.open(tmp_path / fmt) as tf:
+            links = {n: tf.getmember(n).linkname for n in ("e", "d/f", "g")}
+            assert all(tf.getmember(n).issym() for n in links)
+    assert links == {"e": "a", "d/f": "../a", "g": "a"}
+    assert sum("stored as a symlink" in n.reason for n in report.changed) == 3
+
+
+def test_parents_of_removed_members_are_kept_but_not_under_dev(tmp_path):
+    """Unpacking layer 0 makes a/ and dev/x/; layer 1 removes only a/b and dev/x/y: a/
+    stays (it was lost), dev/x/ is under /dev, which conversion drops."""
+    img, _ = flat(tmp_path, [BASE + [("a/b", "f", b""), ("dev/x/y", "f", b"")],
+                             [("a/.wh.b", "f", b""), ("dev/x/.wh.y", "f", b"")]])
+    assert (img / "a").is_dir() and os.listdir(img / "a") == []
+    assert not (img / "dev/x").exists()
