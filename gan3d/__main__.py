@@ -4,7 +4,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from kit.crash import debug_requested, report_bug
+from kit.crash import EXIT_ERROR, debug_requested, report_bug
+from kit.extras import missing_extra
 
 COMMANDS = {
     "train": ("gan3d.train", "train the 3DGAN (Horovod data-parallel, hybrid MPI/OpenMP)"),
@@ -29,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gan3d {argv[0]}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug: one line here, the traceback in a file
+    except Exception as exc:  # a missing extra is one line; anything else is a bug
+        missing = missing_extra(exc, f"gan3d {argv[0]}")
+        if missing is not None:
+            print(f"gan3d {argv[0]}: error: {missing}", file=sys.stderr)
+            return EXIT_ERROR
         return report_bug(f"gan3d-{argv[0]}", exc, debug)
 
 

@@ -74,3 +74,17 @@ def test_version_is_the_installed_distributions(tmp_path):
     import kit as package
 
     assert package.__version__ == metadata.version("secure-site-kit")
+
+
+@pytest.mark.parametrize("command, args", [
+    ("train", ["--synthetic", "8", "--preset", "tiny", "--epochs", "1", "--threads", "1"]),
+    ("flops", ["--preset", "tiny", "--batch-size", "2"]),
+])
+def test_gan3d_without_the_train_extra_names_it_in_one_line(command, args, tmp_path):
+    code = ("import sys\nfor m in sys.argv[1].split(','): sys.modules[m] = None\n"
+            "from gan3d.__main__ import main\nsys.exit(main(sys.argv[2:]))")
+    done = run([sys.executable, "-c", code, "tensorflow,h5py,keras", command, *args], cwd=tmp_path,
+               env=outside_env(PYTHONPATH=sys.path[0] if sys.path[0] else ".", KIT_CRASH_DIR=str(tmp_path)))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"gan3d {command}: error:" in done.stderr and "secure-site-kit[train]" in done.stderr
+    assert not list(tmp_path.glob("*crash*"))
