@@ -561,16 +561,22 @@ def clean_install_leftovers(imgdir, name):
             remove_ours(imgdir, entry)
 
 
-def point_current(imgdir, name, entry):
-    """NAME.current -> ENTRY: a new link made aside, then renamed over the old one (atomic)."""
+def check_current(imgdir, name):
+    """NAME.current is the kit's symlink or absent: anything else there is not replaced."""
     current = os.path.join(imgdir, name + ".current")
     try:
         st = os.lstat(current)
-        if not stat.S_ISLNK(st.st_mode):
-            raise Refused("%s is %s, not the link kit transfer makes; it is left alone: remove it"
-                          % (current, describe(st)))
     except FileNotFoundError:
-        pass
+        return
+    if not stat.S_ISLNK(st.st_mode):
+        raise Refused("%s is %s, not the link kit transfer makes; it is left alone: remove it"
+                      % (current, describe(st)))
+
+
+def point_current(imgdir, name, entry):
+    """NAME.current -> ENTRY: a new link made aside, then renamed over the old one (atomic)."""
+    current = os.path.join(imgdir, name + ".current")
+    check_current(imgdir, name)
     link_tmp = os.path.join(imgdir, ".%s.current.%d.tmp" % (name, os.getpid()))
     os.symlink(entry, link_tmp)
     os.replace(link_tmp, current)
@@ -595,16 +601,19 @@ def listing(imgdir, name):
 def switch(imgdir, name, entry, dry, wait):
     if not entry_re(name).fullmatch(entry):
         raise Usage("ENTRY %r is not a version of %s (NAME@<hex>[.sqfs])" % (entry, name))
-    if not dry:
-        lock_dir(imgdir, wait, "another kit transfer install or rollback is running in %s; try again "
-                 "when it ends")
-    if not installed(imgdir, entry):
-        fail(EXIT_USAGE, "%s is not installed in %s (installed: %s)"
-             % (entry, os.path.abspath(imgdir), ", ".join(newest_first(imgdir, versions(imgdir, name)))
-                or "none"))
-    previous = current_entry(imgdir, name)
-    if not dry:
-        point_current(imgdir, name, entry)
+    lock = None if dry else lock_dir(imgdir, wait, "another kit transfer install or rollback is "
+                                     "running in %s; try again when it ends")
+    try:
+        if not installed(imgdir, entry):
+            fail(EXIT_USAGE, "%s is not installed in %s (installed: %s)"
+                 % (entry, os.path.abspath(imgdir), ", ".join(newest_first(imgdir, versions(imgdir, name)))
+                    or "none"))
+        previous = current_entry(imgdir, name)
+        if not dry:
+            point_current(imgdir, name, entry)
+    finally:
+        if lock is not None:
+            os.close(lock)
     print(json.dumps({"current": os.path.join(os.path.abspath(imgdir), name + ".current"),
                       "previous": previous, "target": entry, "dry_run": dry}))
 
@@ -624,30 +633,39 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
     is_sqfs = src.endswith(SQUASH_SUFFIXES)
     suffix = source_suffix(src, is_sqfs)
     entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
-    target = os.path.join(imgdir, entry)
-    current = os.path.join(imgdir, name + ".current")
-    lock = None
-    if not dry:
-        lock = lock_dir(imgdir, wait, "another kit transfer install is running in %s (or the ch-convert it "
-                        "started); push again when it ends: nothing is sent twice")
+    if dry:
+        plan(imgdir, name, entry, keep_n, True)
+        return
+    lock = lock_dir(imgdir, wait, "another kit transfer install is running in %s (or the ch-convert it "
+                    "started); push again when it ends: nothing is sent twice")
+    try:
         clean_install_leftovers(imgdir, name)
+        check_current(imgdir, name)
+        out = plan(imgdir, name, entry, keep_n, False)
+        if not out["exists"]:
+            build(src, suffix, imgdir, entry, version, fmt, stall, lock, out["previous"])
+        point_current(imgdir, name, entry)
+        for old in out["prune"]:
+            remove_ours(imgdir, old)
+    finally:
+        os.close(lock)
+    print(json.dumps(out))
+
+
+def plan(imgdir, name, entry, keep_n, dry):
+    """What an install does: the entry, the version current until now, what is pruned."""
     previous = current_entry(imgdir, name)
     # the version current until now is kept first (after a rollback it is not the newest)
     others = newest_first(imgdir, [v for v in versions(imgdir, name) if v != entry])
     others.sort(key=lambda v: v != previous)
     prune = others[keep_n:]
-    out = {"target": os.path.abspath(target), "current": os.path.abspath(current),
+    out = {"target": os.path.abspath(os.path.join(imgdir, entry)),
+           "current": os.path.abspath(os.path.join(imgdir, name + ".current")),
            "previous": previous, "exists": installed(imgdir, entry), "prune": prune,
            "free": free_bytes(imgdir), "dry_run": dry}
     if dry:
         print(json.dumps(out))
-        return
-    if not out["exists"]:
-        build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous)
-    point_current(imgdir, name, entry)
-    for old in prune:
-        remove_ours(imgdir, old)
-    print(json.dumps(out))
+    return out
 
 
 def check_source(fd, src, version):
@@ -797,8 +815,6 @@ def main(argv):
     if not argv:
         fail(EXIT_USAGE, "usage: MODE ARGS...")
     mode, args = argv[0], argv[1:]
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, on_signal)
     try:
         if mode in ("probe", "push"):
             directory, name = args[0], check_name(args[1], "NAME")
@@ -838,4 +854,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     main(sys.argv[1:])
