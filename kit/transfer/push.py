@@ -220,7 +220,7 @@ def _read_pair(site, img: LocalImage) -> tuple[list[str], list[str]]:
         if not (isinstance(binds, list) and all(isinstance(b, str) for b in binds)):
             raise ValueError("binds is not a list of SRC:DST strings")
         sources = [b.split(":", 1)[0] for b in binds]
-    except (yaml.YAMLError, ValueError) as exc:
+    except (KitError, yaml.YAMLError, ValueError, RecursionError) as exc:  # advisory: a warning
         reason = " ".join(str(exc).split())[:200]
         return [], [f"{path.name} is not a pair file kit mpi pair wrote ({reason}); re-run kit image convert --site"]
     if doc.get("site") != site.name:
