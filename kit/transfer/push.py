@@ -36,6 +36,7 @@ from kit.transfer import remote
 from kit.transfer.image import LocalImage, chunk_sha256, open_image, read_small, recorded_sha256, sha256_file
 from kit.transfer.remote_script import EXIT_MISMATCH, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
+from kit.transfer.watchdog import Watchdog
 
 CHUNK = 64 << 20
 BLOCK = 4 << 20
@@ -44,6 +45,8 @@ INSTALL_STALL = 900     # s: the remote ch-convert is stopped after this long wi
 INSTALL_WAIT = 300      # s: how long an install waits for another one in the same image dir
 PROBE_TIMEOUT = 1800    # s: the dry-run probe hashes the partial upload at most
 BANNER_LINES = 1000     # lines a login shell may print before the receiver's probe line
+STREAM_STALL = 900      # s without a byte moving on the data stream (the remote probe hashes the part)
+OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
 PAIR_MAX = 1 << 20      # bytes of a .pair.yaml worth reading
 
 # What the remote answers must hold (remote.parse checks the types)
@@ -144,13 +147,15 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     except OSError:
         pass
     err: list[bytes] = []
-    drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    drain = threading.Thread(target=lambda: err.append(_tail(proc.stderr)), daemon=True)
     drain.start()
+    dog = Watchdog(proc, STREAM_STALL)
     sent, broken, plan = 0, False, None
     try:
         first, lines = proc.stdout.readline(1 << 20), 1
         while first and not first.startswith(PROBE_MARK.encode()) and lines < BANNER_LINES:
             first, lines = proc.stdout.readline(1 << 20), lines + 1  # what a login shell printed
+        dog.tick()
         if first.startswith(PROBE_MARK.encode()):
             probe = remote.parse(first[len(PROBE_MARK):].decode(errors="replace"), "", 0,
                                  f"checking {where}", PROBE)
@@ -159,7 +164,7 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
                              f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode())
             proc.stdin.flush()
             if not plan.skip:
-                sent = _send_chunks(proc, img, chunk, plan.keep, progress)
+                sent = _send_chunks(proc, img, chunk, plan.keep, _both(progress, dog.tick))
                 proc.stdin.write(f"COMMIT {sha}\n".encode())
         proc.stdin.close()
     except BrokenPipeError:
@@ -167,14 +172,20 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     except BaseException:
         proc.kill()
         proc.wait()
+        dog.stop()
         raise
-    stdout = proc.stdout.read().decode(errors="replace")
+    stdout = _tail(proc.stdout).decode(errors="replace")
     code = proc.wait()
+    dog.stop()
     drain.join()
     stderr = b"".join(err).decode(errors="replace")
+    if dog.fired:
+        raise StreamLost(plan is not None, f"the push to {ep} moved no byte for {STREAM_STALL} s after {sent} "
+                         "bytes (a hung remote filesystem or receiver?); it was stopped. Run the same "
+                         "command again: it resumes from the last verified chunk")
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
         raise StreamLost(plan is not None, f"the connection to {ep} was lost after {sent} bytes of this push "
-                       f"({stderr.strip()[-300:] or 'no message'}); run the same command again: "
+                       f"({remote.one_line(stderr) or 'no message'}); run the same command again: "
                        "it resumes from the last verified chunk")
     try:
         answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}", PUSHED)
@@ -184,6 +195,22 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
                            "damaged; re-run kit image convert (nothing was installed)") from exc
         raise
     return answer, plan, sent
+
+
+def _tail(stream) -> bytes:
+    """Everything `stream` says until it ends, keeping only the last OUTPUT_MAX bytes."""
+    kept = b""
+    while data := stream.read1(OUTPUT_MAX):
+        kept = (kept + data)[-OUTPUT_MAX:]
+    return kept
+
+
+def _both(first: Callable[[int], None] | None, second: Callable[[int], None]) -> Callable[[int], None]:
+    def call(n: int) -> None:
+        if first:
+            first(n)
+        second(n)
+    return call
 
 
 def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[int],

@@ -95,20 +95,21 @@ def test_fuzzed_checksum_files_give_a_digest_or_a_clean_error(tmp_path, content)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(doc=st.one_of(st.binary(max_size=100).map(lambda b: b.decode("latin-1")),
+@given(doc=st.one_of(st.binary(max_size=100),
                      st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
                                   lambda kids: st.lists(kids, max_size=3)
                                   | st.dictionaries(st.sampled_from(["site", "binds", "kit_pair"]), kids,
-                                                    max_size=3), max_leaves=8).map(repr)))
-@example(doc="binds: 5\nsite: x\n")
-@example(doc="binds: {a: b}\n")
-@example(doc="- just\n- a list\n")
-@example(doc="\x80")
-@example(doc="[" * 100_000)
+                                                    max_size=3), max_leaves=8).map(lambda v: repr(v).encode())))
+@example(doc=b"binds: 5\nsite: x\n")
+@example(doc=b"binds: {a: b}\n")
+@example(doc=b"- just\n- a list\n")
+@example(doc=b"\x80")
+@example(doc=b"[" * 100_000)
+@example(doc=b"'\xc4\x80'")
 def test_fuzzed_pair_files_give_paths_or_a_warning(tmp_path, doc):
     img = tmp_path / "p.tar.gz"
     img.write_bytes(b"image")
-    (tmp_path / "p.tar.gz.pair.yaml").write_text(doc, encoding="latin-1")
+    (tmp_path / "p.tar.gz.pair.yaml").write_bytes(doc)
     paths, warnings = _read_pair(SimpleNamespace(name="x"), open_image(img))
     assert all(isinstance(p, str) for p in paths) and all("\n" not in w for w in warnings)
 
@@ -262,6 +263,19 @@ def test_a_push_whose_connection_drops_after_the_upload(liar, tmp_path, repo):
              ssh_config=liar.config)
     assert "\n" not in str(err.value)
     assert (tmp_path / "remote" / "d.tar.gz").read_bytes() == img.read_bytes(), "the upload itself landed"
+
+
+@pytest.mark.timeout(2 * BOUND)
+def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, monkeypatch):
+    """The data stream's progress watchdog: a live connection on which nothing moves ends the push."""
+    liar.answer.write_text("sleep 20\n")  # longer than the stall; ends by itself after the test
+    monkeypatch.setattr(sys.modules["kit.transfer.push"], "STREAM_STALL", 2, raising=False)  # the module
+    img = random_image(tmp_path / "w.tar.gz", 3000)
+    (tmp_path / "w.tar.gz.sha256").unlink()
+    with pytest.raises(KitError, match="moved no byte for 2 s .* Run the same command again") as err:
+        push(img, site_file(tmp_path, repo), host="liar", remote_dir=str(tmp_path / "remote"),
+             ssh_config=liar.config)
+    assert "\n" not in str(err.value)
 
 
 LISTINGS = [b'[]', b'{"dir": 5}', b'{"dir": "/x", "current": null, "versions": [{"entry": 1}]}',
