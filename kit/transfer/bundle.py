@@ -29,8 +29,11 @@ VERIFY_SH = r"""#!/bin/sh
 set -u
 dir=${1:-$(dirname "$0")}
 cd "$dir" || { echo "verify: cannot enter $dir" >&2; exit 2; }
-{ [ -f MANIFEST ] && [ ! -L MANIFEST ]; } || { echo "verify: $dir/MANIFEST is missing or not a file: not a kit transfer bundle?" >&2; exit 2; }
-[ "$(wc -c < MANIFEST)" -le 1048576 ] || { echo "verify: $dir/MANIFEST is too large: not a kit transfer bundle" >&2; exit 2; }
+# a FIFO or a link (to /dev/zero, off the medium) is no manifest: refused before it is read
+{ [ -f MANIFEST ] && [ ! -L MANIFEST ]; } ||
+  { echo "verify: $dir/MANIFEST is missing or not a file: not a kit transfer bundle?" >&2; exit 2; }
+[ "$(wc -c < MANIFEST)" -le 1048576 ] ||
+  { echo "verify: $dir/MANIFEST is too large: not a kit transfer bundle" >&2; exit 2; }
 bad=0
 n=0
 while read -r sum size name; do

@@ -82,9 +82,9 @@ def fail(code, message):
 
 
 def check_name(text, what):
-    if not NAME_RE.fullmatch(text):
-        raise Usage("%s %r: letters, digits and . _ + - only, not starting with a dot, at most 200"
-                    % (what, text))
+    if not NAME_RE.fullmatch(text) or ".." in text:
+        raise Usage("%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', at "
+                    "most 200" % (what, text))
     return text
 
 

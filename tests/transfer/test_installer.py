@@ -215,6 +215,7 @@ HEX = st.text("0123456789abcdef", min_size=12, max_size=12)
 @example(name="../bb", version="V")
 @example(name="bb", version="../../escape")
 @example(name="bb/../../x", version="V")
+@example(name="bb..", version="V")
 def test_names_and_versions_never_reach_outside_the_image_dir(name, version):
     with tempfile.TemporaryDirectory() as root:
         root = Path(root)

@@ -61,7 +61,8 @@ def test_a_fifo_at_a_receiver_name_is_refused_without_blocking(tmp_path, planted
     assert sorted(p.name for p in tmp_path.iterdir()) == [planted]
 
 
-@pytest.mark.parametrize("name", ["../escape.tar.gz", "sub/x.tar.gz", "..", ".hidden.tar.gz", "x\n.tar.gz"])
+@pytest.mark.parametrize("name", ["../escape.tar.gz", "sub/x.tar.gz", "..", ".hidden.tar.gz", "x\n.tar.gz",
+                                  "x..tar.gz"])
 def test_a_name_that_leaves_the_directory_is_refused(tmp_path, name):
     up = tmp_path / "up"
     up.mkdir()
