@@ -67,11 +67,11 @@ def parse(stdout: str, stderr: str, exited: int, what: str, schema: Schema | Non
     if exited == 0:
         try:
             answer = json.loads(stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, RecursionError):  # not JSON, nothing, or nested too deep
             answer = None
         if not (isinstance(answer, dict) and all(fits(answer.get(k), t) for k, t in (schema or {}).items())):
             raise KitError(f"{what}: unexpected answer from the remote side: {one_line(stdout)!r}; is "
-                           "python3 on that host a standard one? (nothing was installed)")
+                           "python3 on that host a standard one?")
         return answer
     found = _ERROR.search(stderr)
     if found:

@@ -278,7 +278,7 @@ def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, 
     assert "\n" not in str(err.value)
 
 
-LISTINGS = [b'[]', b'{"dir": 5}', b'{"dir": "/x", "current": null, "versions": [{"entry": 1}]}',
+LISTINGS = [b'[]', b'{"dir": 5}', b"[" * 100_000, b'{"dir": "/x", "current": null, "versions": [{"entry": 1}]}',
             b'{"dir": "/x", "current": "a@1", "versions": "no"}', b'null', b'"text"']
 
 
