@@ -48,6 +48,7 @@ BANNER_LINES = 1000     # lines a login shell may print before the receiver's pr
 STREAM_STALL = 900      # s without a byte moving on the data stream (the remote probe hashes the part)
 OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
 PAIR_MAX = 1 << 20      # bytes of a .pair.yaml worth reading
+SFTP_TIMEOUT = 300      # s one SFTP request may take (siblings are small files)
 
 # What the remote answers must hold (remote.parse checks the types)
 PROBE = {"dir": str, "free": int, "final_matches": bool, "part_size": int, "chunk_hashes": list,
@@ -268,9 +269,9 @@ def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> l
     held by anything but a regular file is refused."""
     if not img.siblings:
         return []  # no SFTP session for nothing
-    names = []
+    names, sftp = [], None
     try:
-        sftp = conn.sftp()
+        sftp = _sftp(conn)
         for sib in img.siblings:
             tmp, final = f"{directory}/.{sib.name}.{secrets.token_hex(6)}.tmp", f"{directory}/{sib.name}"
             try:
@@ -287,7 +288,19 @@ def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> l
     except (OSError, EOFError, paramiko.SSHException) as exc:
         raise KitError(f"copying {img.path.name}'s sibling files to {conn.host}:{directory} failed "
                        f"({' '.join(str(exc).split()) or type(exc).__name__}); run the same command again") from exc
+    finally:
+        if sftp is not None:
+            sftp.close()
     return names
+
+
+def _sftp(conn: fabric.Connection) -> paramiko.SFTPClient:
+    """An SFTP session on the control connection whose every wait gives up after SFTP_TIMEOUT s:
+    a server that stops answering ends the push with an error instead of holding it forever."""
+    chan = conn.client.get_transport().open_session(timeout=SFTP_TIMEOUT)
+    chan.settimeout(SFTP_TIMEOUT)
+    chan.invoke_subsystem("sftp")
+    return paramiko.SFTPClient(chan)
 
 
 def push(image: str | Path, site, *, host: str | None = None, user: str | None = None,

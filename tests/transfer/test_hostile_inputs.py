@@ -278,6 +278,21 @@ def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, 
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.timeout(2 * BOUND)
+def test_a_push_whose_sftp_server_stops_answering_is_stopped(liar, tmp_path, repo, monkeypatch):
+    """The upload completes; the SFTP session for the siblings then never answers: a timeout."""
+    flag = liar.answer.parent / "uploaded"
+    flag.unlink(missing_ok=True)
+    liar.answer.write_text(f'if [ -e {flag} ]; then sleep 20; exit 1; fi\ntouch {flag}\n'
+                           'eval "$SSH_ORIGINAL_COMMAND"\n')
+    monkeypatch.setattr(sys.modules["kit.transfer.push"], "SFTP_TIMEOUT", 2, raising=False)
+    img = random_image(tmp_path / "t.tar.gz", 3000)
+    with pytest.raises(KitError, match="sibling files .* failed .* run the same command again") as err:
+        push(img, site_file(tmp_path, repo), host="liar", remote_dir=str(tmp_path / "remote"),
+             ssh_config=liar.config)
+    assert "\n" not in str(err.value)
+
+
 LISTINGS = [b'[]', b'{"dir": 5}', b"[" * 100_000, b'{"dir": "/x", "current": null, "versions": [{"entry": 1}]}',
             b'{"dir": "/x", "current": "a@1", "versions": "no"}', b'null', b'"text"']
 
