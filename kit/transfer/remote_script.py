@@ -45,10 +45,11 @@ ALIGN = 4096            # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
 PROBE_MARK = "KIT-PROBE "
 EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
-EXIT_REFUSED, EXIT_BUG = 8, 9
+EXIT_REFUSED, EXIT_BUG, EXIT_STOPPED = 8, 9, 10
 STALL, INSTALL_WAIT, PUSH_WAIT = 900, 300, 5  # seconds (install's defaults; push.py passes its own)
 STATE_MAX, LINE_MAX = 4096, 1 << 20            # bytes a state file / a control line may have
 NOFOLLOW, CLOEXEC = os.O_NOFOLLOW, getattr(os, "O_CLOEXEC", 0)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a mode like Ctrl-C
 
 # Names the kit makes: an upload's file name is an image file name (kit.image_names.NAME_RE);
 # versions are NAME@<hex sha prefix>, with .sqfs for SquashFS installs.
@@ -738,19 +739,29 @@ def copy_fd(fd, out):
         os.close(dst)
 
 
-def session_io(sid):
-    """Bytes read + written so far by the processes of session `sid` (None: /proc cannot tell)."""
-    total, seen = 0, False
+def session_members(sid):
+    """(pid, state) of the processes of session `sid`, from /proc ([] where there is none)."""
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return None
+        return []
+    found = []
     for pid in pids:
         try:
             with open("/proc/%s/stat" % pid, "rb") as fh:
                 fields = fh.read(4096).rsplit(b")", 1)[1].split()
-            if int(fields[3]) != sid:
-                continue
+            if int(fields[3]) == sid:
+                found.append((pid, fields[0]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def session_io(sid):
+    """Bytes read + written so far by the processes of session `sid` (None: /proc cannot tell)."""
+    total, seen = 0, False
+    for pid, _ in session_members(sid):
+        try:
             with open("/proc/%s/io" % pid, "rb") as fh:
                 for line in fh.read(4096).splitlines():
                     key, _, value = line.partition(b":")
@@ -763,11 +774,16 @@ def session_io(sid):
 
 
 def stop_group(proc):
+    """SIGKILL ch-convert and its children (its session), and wait (bounded) until they are gone."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
     proc.wait()
+    for _ in range(100):
+        if all(state in (b"Z", b"X") for _, state in session_members(proc.pid)):
+            return
+        time.sleep(0.05)
 
 
 def convert(src, out, fmt, work, stall, lock):
@@ -775,13 +791,21 @@ def convert(src, out, fmt, work, stall, lock):
     in which its process group read and wrote nothing, or when this installer is stopped."""
     log_path = os.path.join(work, "ch-convert.log")
     log = create_new(log_path)
+    # The stop signals are held back until `proc` is known, so that one arriving while the
+    # child starts is raised inside the try below, which stops it (the child unblocks them).
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", fmt, src, out], stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                pass_fds=(lock,))  # it holds the imgdir lock while it runs
+                                pass_fds=(lock,),  # it holds the imgdir lock while it runs
+                                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS))
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        raise
     finally:
         os.close(log)
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         last, idle = None, 0.0
         while True:
             try:
@@ -807,8 +831,8 @@ def convert(src, out, fmt, work, stall, lock):
 
 
 def on_signal(signum, frame):
-    """SIGTERM/SIGHUP end the installer like Ctrl-C: its finally clauses clean up."""
-    raise SystemExit(128 + signum)
+    """SIGTERM/SIGHUP end a mode like Ctrl-C: its finally clauses clean up, then one line."""
+    raise KeyboardInterrupt
 
 
 def main(argv):
@@ -845,6 +869,9 @@ def main(argv):
         fail(EXIT_USAGE, "bad arguments for %s: %s" % (mode, exc))
     except Refused as exc:
         fail(EXIT_REFUSED, str(exc))
+    except KeyboardInterrupt:
+        fail(EXIT_STOPPED, "kit transfer %s was stopped by a signal; what it had begun was removed (any "
+             "NAME.current still names a complete image); run it again" % mode)
     except OSError as exc:
         fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
              "%s failed on the remote side: %s" % (mode, exc))
@@ -854,6 +881,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS[1:]:
         signal.signal(sig, on_signal)
     main(sys.argv[1:])

@@ -61,6 +61,20 @@ def busy_work_dir(images: Path, prefix: str) -> bool:
         return False
 
 
+def live_processes(text: str) -> list[str]:
+    """Command lines holding `text` of processes that are not zombies."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            state = (proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if text in cmdline and state not in (b"Z", b"X"):
+            found.append(cmdline)
+    return found
+
+
 def slow_image(path: Path, label: bytes) -> Path:
     """A real image big enough (incompressible bytes) that ch-convert takes a moment to unpack."""
     return busybox_image(path, label + os.urandom(24 * MiB))
@@ -120,13 +134,34 @@ def test_sigkill_of_the_installer_leaves_a_complete_current(sshd, user_home, mak
     assert kit_leftovers(images) == [], "the killed install's work dir is gone"
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stopped_installer_cleans_up_at_once(tmp_path, signum):
+    """Ctrl-C, kill or a hang-up during ch-convert: ch-convert's process group is stopped, the
+    work dir removed, NAME.current untouched, and the installer says so in one line."""
+    have_charliecloud()
+    images = tmp_path / "images"
+    v1 = busybox_image(tmp_path / "v1" / "bb.tar.gz", b"one")
+    assert run_install(v1, images).returncode == 0
+    v2 = slow_image(tmp_path / "v2" / "bb.tar.gz", b"two")
+    proc = subprocess.Popen(install_argv(v2, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert wait_until(lambda: busy_work_dir(images, f".bb@{sha12(v2)}"), proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=BOUND)
+    assert proc.returncode == 10 and "stopped by a signal" in err.decode(), err
+    assert len(err.decode().strip().splitlines()) == 1, err
+    assert kit_leftovers(images) == [], "the work dir goes with the installer"
+    assert live_processes(f"{images}/.bb@") == [], "no ch-convert is left"
+    assert os.readlink(images / "bb.current") == f"bb@{sha12(v1)}"
+    assert ch_run(images / "bb.current", "/bin/busybox", "cat", "/etc/kit-version") == "one"
+
+
 @pytest.mark.timeout(BOUND)
 def test_a_ch_convert_that_never_ends_is_stopped(tmp_path):
     """The watchdog: a ch-convert (here a stand-in that only sleeps: a real one cannot be made to
     hang on a checked regular file) that reads and writes nothing for STALL s is killed."""
     fake = tmp_path / "bin" / "ch-convert"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nexec sleep 3600\n")
+    fake.write_text("#!/bin/sh\nsleep 3601\n")  # a shell and its child: the group goes
     fake.chmod(0o755)
     src = busybox_image(tmp_path / "up" / "bb.tar.gz", b"x")
     images = tmp_path / "images"
@@ -136,8 +171,7 @@ def test_a_ch_convert_that_never_ends_is_stopped(tmp_path):
     assert res.returncode == 6, res.stderr
     assert "read and wrote nothing for 2 s" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (images / "bb.current").is_symlink() and kit_leftovers(images) == []
-    sleepers = subprocess.run(["pgrep", "-f", str(fake)], capture_output=True, text=True).stdout
-    assert sleepers == "", "the stalled ch-convert was killed with its process group"
+    assert live_processes(str(fake)) == [] and live_processes("sleep 3601") == [], "its group is gone"
 
 
 @pytest.mark.timeout(BOUND)
