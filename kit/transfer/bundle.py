@@ -29,13 +29,17 @@ VERIFY_SH = r"""#!/bin/sh
 set -u
 dir=${1:-$(dirname "$0")}
 cd "$dir" || { echo "verify: cannot enter $dir" >&2; exit 2; }
-[ -r MANIFEST ] || { echo "verify: $dir/MANIFEST is missing: not a kit transfer bundle?" >&2; exit 2; }
+# a FIFO or a link (to /dev/zero, off the medium) is no manifest: refused before it is read
+{ [ -f MANIFEST ] && [ ! -L MANIFEST ]; } ||
+  { echo "verify: $dir/MANIFEST is missing or not a file: not a kit transfer bundle?" >&2; exit 2; }
+[ "$(wc -c < MANIFEST)" -le 1048576 ] ||
+  { echo "verify: $dir/MANIFEST is too large: not a kit transfer bundle" >&2; exit 2; }
 bad=0
 n=0
 while read -r sum size name; do
   n=$((n + 1))
   case "$name" in ''|.*|*/*) echo "verify: MANIFEST line $n is malformed" >&2; exit 2 ;; esac
-  if [ ! -f "$name" ]; then
+  if [ ! -f "$name" ] || [ -L "$name" ]; then
     echo "MISSING: $name (not in the bundle)"; bad=$((bad + 1)); continue
   fi
   actual=$(wc -c < "$name" | tr -d ' ')

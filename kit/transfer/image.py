@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,8 +12,9 @@ from kit.errors import KitError
 from kit.image_names import NAME_RE, stem
 
 SIBLINGS = (".sha256", ".manifest.json", ".pair.yaml")
-SHA_RE = re.compile(r"^[0-9a-f]{64}\Z")
+SHA_RE = re.compile(r"[0-9a-f]{64}")
 BUF = 8 << 20
+SHA_FILE_MAX = 64 << 10   # bytes of IMAGE.sha256 worth reading (one line is 64 + 2 + a name)
 
 
 @dataclass
@@ -29,12 +32,30 @@ class LocalImage:
         return next((p for p in self.siblings if p.name.endswith(".sha256")), None)
 
 
+def _kind(path: Path) -> str | None:
+    """None for a regular file (through links: these are the user's own files); else what it is."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a dangling symlink" if path.is_symlink() else "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+
+
 def open_image(path: str | Path) -> LocalImage:
-    """Check the file and its name; collect the siblings `kit image convert` writes next to it."""
+    """Check the file and its name; collect the siblings `kit image convert` writes next to it.
+    A sibling name held by a FIFO, device or dangling link is refused (it would block or lie)."""
     path = Path(path)
-    if not path.is_file():
+    kind = _kind(path)
+    if kind == "missing":
         raise KitError(f"{path}: no such image file")
-    if not NAME_RE.match(path.name):
+    if kind:
+        raise KitError(f"{path}: the image is {kind}, not a regular file; give the image file itself")
+    if not NAME_RE.fullmatch(path.name):
         raise KitError(f"{path.name}: image names may hold only letters, digits and . _ + - "
                        "and must not start with a dot; rename the file")
     name = stem(path.name)
@@ -42,9 +63,31 @@ def open_image(path: str | Path) -> LocalImage:
     siblings += [path.with_name(name + s) for s in SIBLINGS]
     found = []
     for p in siblings:
-        if p.is_file() and p not in found:
+        kind = _kind(p)
+        if kind not in (None, "missing"):
+            raise KitError(f"{p}: this sibling of {path.name} is {kind}, not a regular file; "
+                           f"remove it or regenerate it (kit image convert)")
+        if kind is None and p not in found:
             found.append(p)
     return LocalImage(path, name, found)
+
+
+def read_small(path: Path, limit: int, what: str) -> str:
+    """A small UTF-8 text file, read without blocking on a FIFO and without reading past `limit`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise KitError(f"{path}: cannot read the {what} ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise KitError(f"{path}: the {what} is not a regular file (a FIFO or device?); replace it")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise KitError(f"{path}: the {what} is larger than {limit} bytes; this is not one kit wrote")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KitError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); regenerate it") from exc
 
 
 def recorded_sha256(image: LocalImage) -> str | None:
@@ -52,10 +95,10 @@ def recorded_sha256(image: LocalImage) -> str | None:
     sha_file = image.sha_file
     if sha_file is None:
         return None
-    for line in sha_file.read_text().splitlines():
+    for line in read_small(sha_file, SHA_FILE_MAX, "checksum file").splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].lstrip("*").split("/")[-1] == image.path.name:
-            if not SHA_RE.match(parts[0].lower()):
+            if not SHA_RE.fullmatch(parts[0].lower()):
                 break
             return parts[0].lower()
     raise KitError(f"{sha_file}: no line '<64 hex digits>  {image.path.name}' (sha256sum format); "

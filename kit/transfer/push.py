@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
+import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -24,18 +27,34 @@ from pathlib import Path
 from typing import Callable
 
 import fabric
+import paramiko
 import yaml
 
 from kit.errors import KitError
 from kit.site import load_site
 from kit.transfer import remote
-from kit.transfer.image import LocalImage, chunk_sha256, open_image, recorded_sha256, sha256_file
+from kit.transfer.image import LocalImage, chunk_sha256, open_image, read_small, recorded_sha256, sha256_file
 from kit.transfer.remote_script import EXIT_MISMATCH, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
+from kit.transfer.watchdog import Watchdog
 
 CHUNK = 64 << 20
 BLOCK = 4 << 20
 SPACE_MARGIN = 1 << 20
+INSTALL_STALL = 900     # s: the remote ch-convert is stopped after this long without reading or writing
+INSTALL_WAIT = 300      # s: how long an install waits for another one in the same image dir
+PROBE_TIMEOUT = 1800    # s: the dry-run probe hashes the partial upload at most
+BANNER_LINES = 1000     # lines a login shell may print before the receiver's probe line
+STREAM_STALL = 900      # s without a byte moving on the data stream (the remote probe hashes the part)
+OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
+PAIR_MAX = 1 << 20      # bytes of a .pair.yaml worth reading
+SFTP_TIMEOUT = 300      # s one SFTP request may take (siblings are small files)
+
+# What the remote answers must hold (remote.parse checks the types)
+PROBE = {"dir": str, "free": int, "final_matches": bool, "part_size": int, "chunk_hashes": list,
+         "missing": list}
+PUSHED = {"path": str, "sha256": str}
+INSTALLED = {"target": str, "current": str, "prune": list}
 
 
 @dataclass
@@ -99,6 +118,9 @@ class _Plan:
 def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
     """Compare the remote chunk hashes with ours; refuse early if the space is not there."""
     size = img.size
+    if (len(probe["chunk_hashes"]) > (size + chunk - 1) // chunk
+            or not all(isinstance(x, str) for x in probe["chunk_hashes"] + probe["missing"])):
+        raise KitError(f"checking {where}: the remote side answered a malformed probe; nothing was sent")
     if probe["final_matches"]:
         return _Plan(set(range((size + chunk - 1) // chunk)), [], size, True, probe["missing"])
     theirs = probe["chunk_hashes"]
@@ -126,21 +148,24 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     except OSError:
         pass
     err: list[bytes] = []
-    drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    drain = threading.Thread(target=lambda: err.append(_tail(proc.stderr)), daemon=True)
     drain.start()
+    dog = Watchdog(proc, STREAM_STALL)
     sent, broken, plan = 0, False, None
     try:
-        first = proc.stdout.readline()
-        while first and not first.startswith(PROBE_MARK.encode()):  # what a login shell printed
-            first = proc.stdout.readline()
-        if first:
-            probe = remote.parse(first[len(PROBE_MARK):].decode(), "", 0, f"checking {where}")
+        first, lines = proc.stdout.readline(1 << 20), 1
+        while first and not first.startswith(PROBE_MARK.encode()) and lines < BANNER_LINES:
+            first, lines = proc.stdout.readline(1 << 20), lines + 1  # what a login shell printed
+        dog.tick()
+        if first.startswith(PROBE_MARK.encode()):
+            probe = remote.parse(first[len(PROBE_MARK):].decode(errors="replace"), "", 0,
+                                 f"checking {where}", PROBE)
             plan = _plan(probe, img, chunk, where)
             proc.stdin.write(b"SKIP\n" if plan.skip else
                              f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode())
             proc.stdin.flush()
             if not plan.skip:
-                sent = _send_chunks(proc, img, chunk, plan.keep, progress)
+                sent = _send_chunks(proc, img, chunk, plan.keep, _both(progress, dog.tick))
                 proc.stdin.write(f"COMMIT {sha}\n".encode())
         proc.stdin.close()
     except BrokenPipeError:
@@ -148,23 +173,45 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     except BaseException:
         proc.kill()
         proc.wait()
+        dog.stop()
         raise
-    stdout = proc.stdout.read().decode(errors="replace")
+    stdout = _tail(proc.stdout).decode(errors="replace")
     code = proc.wait()
+    dog.stop()
     drain.join()
     stderr = b"".join(err).decode(errors="replace")
+    if dog.fired:
+        raise StreamLost(plan is not None, f"the push to {ep} moved no byte for {STREAM_STALL} s after {sent} "
+                         "bytes (a hung remote filesystem or receiver?); it was stopped. Run the same "
+                         "command again: it resumes from the last verified chunk")
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
         raise StreamLost(plan is not None, f"the connection to {ep} was lost after {sent} bytes of this push "
-                       f"({stderr.strip()[-300:] or 'no message'}); run the same command again: "
+                       f"({remote.one_line(stderr) or 'no message'}); run the same command again: "
                        "it resumes from the last verified chunk")
     try:
-        answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}")
+        answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}", PUSHED)
     except remote.RemoteError as exc:
         if exc.code == EXIT_MISMATCH and img.sha_file:
             raise KitError(f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
                            "damaged; re-run kit image convert (nothing was installed)") from exc
         raise
     return answer, plan, sent
+
+
+def _tail(stream) -> bytes:
+    """Everything `stream` says until it ends, keeping only the last OUTPUT_MAX bytes."""
+    kept = b""
+    while data := stream.read1(OUTPUT_MAX):
+        kept = (kept + data)[-OUTPUT_MAX:]
+    return kept
+
+
+def _both(first: Callable[[int], None] | None, second: Callable[[int], None]) -> Callable[[int], None]:
+    def call(n: int) -> None:
+        if first:
+            first(n)
+        second(n)
+    return call
 
 
 def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[int],
@@ -196,10 +243,14 @@ def _read_pair(site, img: LocalImage) -> tuple[list[str], list[str]]:
     if path is None:
         return [], []
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-        sources = [b.split(":", 1)[0] for b in doc.get("binds") or []]
-    except (yaml.YAMLError, AttributeError) as exc:
-        return [], [f"{path.name} is not a pair file kit mpi pair wrote ({exc}); re-run kit image convert --site"]
+        doc = yaml.safe_load(read_small(path, PAIR_MAX, "pair file")) or {}
+        binds = doc.get("binds") or [] if isinstance(doc, dict) else None
+        if not (isinstance(binds, list) and all(isinstance(b, str) for b in binds)):
+            raise ValueError("binds is not a list of SRC:DST strings")
+        sources = [b.split(":", 1)[0] for b in binds]
+    except (KitError, yaml.YAMLError, ValueError, RecursionError) as exc:  # advisory: a warning
+        reason = " ".join(str(exc).split())[:200]
+        return [], [f"{path.name} is not a pair file kit mpi pair wrote ({reason}); re-run kit image convert --site"]
     if doc.get("site") != site.name:
         return sources, [f"{path.name} pairs the image with site {doc.get('site')!r}, not {site.name!r}; "
                          f"re-run kit image convert --site {site.name}"]
@@ -213,17 +264,43 @@ def _missing_warning(missing: list[str], host: str) -> list[str]:
 
 
 def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> list[str]:
-    """Small files go by SFTP to a dot-temp name, then are renamed into place."""
+    """Small files go by SFTP to a new dot-temp name of this push (created exclusively: a link
+    planted in a shared directory is not followed), then are renamed into place; a final name
+    held by anything but a regular file is refused."""
     if not img.siblings:
         return []  # no SFTP session for nothing
-    sftp = conn.sftp()
-    names = []
-    for sib in img.siblings:
-        tmp, final = f"{directory}/.{sib.name}.tmp", f"{directory}/{sib.name}"
-        conn.put(str(sib), tmp)
-        sftp.posix_rename(tmp, final)
-        names.append(sib.name)
+    names, sftp = [], None
+    try:
+        sftp = _sftp(conn)
+        for sib in img.siblings:
+            tmp, final = f"{directory}/.{sib.name}.{secrets.token_hex(6)}.tmp", f"{directory}/{sib.name}"
+            try:
+                mode = sftp.lstat(final).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                raise KitError(f"{conn.host}:{final} exists and is not a regular file (a symlink?); kit "
+                               "transfer does not replace it: remove it or use another --remote-dir")
+            with open(sib, "rb") as src, sftp.open(tmp, "wx") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            sftp.posix_rename(tmp, final)
+            names.append(sib.name)
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        raise KitError(f"copying {img.path.name}'s sibling files to {conn.host}:{directory} failed "
+                       f"({' '.join(str(exc).split()) or type(exc).__name__}); run the same command again") from exc
+    finally:
+        if sftp is not None:
+            sftp.close()
     return names
+
+
+def _sftp(conn: fabric.Connection) -> paramiko.SFTPClient:
+    """An SFTP session on the control connection whose every wait gives up after SFTP_TIMEOUT s:
+    a server that stops answering ends the push with an error instead of holding it forever."""
+    chan = conn.client.get_transport().open_session(timeout=SFTP_TIMEOUT)
+    chan.settimeout(SFTP_TIMEOUT)
+    chan.invoke_subsystem("sftp")
+    return paramiko.SFTPClient(chan)
 
 
 def push(image: str | Path, site, *, host: str | None = None, user: str | None = None,
@@ -264,7 +341,8 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         if dry_run:
             where = f"{ep.hostname}:{directory}"
             probe = remote.run(opening.result(), "probe", directory, img.path.name, img.size, sha,
-                               chunk_size, *pair_paths, what=f"checking {where}")
+                               chunk_size, *pair_paths, what=f"checking {where}", schema=PROBE,
+                               timeout=PROBE_TIMEOUT)
             plan = _plan(probe, img, chunk_size, where)
             report.remote_path = f"{probe['dir']}/{img.path.name}"
             report.siblings = [s.name for s in img.siblings]
@@ -297,6 +375,6 @@ def _install(conn: fabric.Connection, site, img: LocalImage, report: PushReport,
     """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune."""
     imgdir = remote.remote_path(site.container.image_dir)
     answer = remote.run(conn, "install", report.remote_path, imgdir, img.stem, report.sha256[:12],
-                        keep_n, "1" if dry_run else "0", install_as,
-                        what=f"installing {img.stem} in {conn.host}:{imgdir}")
+                        keep_n, "1" if dry_run else "0", install_as, INSTALL_STALL, INSTALL_WAIT,
+                        what=f"installing {img.stem} in {conn.host}:{imgdir}", schema=INSTALLED)
     report.installed, report.current, report.pruned = answer["target"], answer["current"], answer["prune"]

@@ -8,12 +8,15 @@ import shlex
 from pathlib import Path
 
 import fabric
+import paramiko
+from invoke.exceptions import CommandTimedOut
 
 from kit.errors import KitError
 
 _SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
 _BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
-_ERROR = re.compile(r"KIT-ERROR (\d+) (.*)", re.S)
+_ERROR = re.compile(r"KIT-ERROR (\d+) ([^\n]*)")
+Schema = dict  # key -> the type (or tuple of types) the answer's value must have
 
 
 class RemoteError(KitError):
@@ -46,20 +49,47 @@ def command(mode: str, *args: object) -> str:
     return " ".join(shlex.quote(str(a)) for a in ("sh", "-c", _PICK, _BOOT, mode, *args))
 
 
-def parse(stdout: str, stderr: str, exited: int, what: str) -> dict:
-    """The script's JSON answer, or a RemoteError naming what failed and why."""
+def one_line(text: str, limit: int = 300) -> str:
+    """Remote text for a one-line message: whitespace runs (newlines too) become one space."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def fits(value: object, types: type | tuple) -> bool:
+    """isinstance, except that JSON's true/false is no number."""
+    types = types if isinstance(types, tuple) else (types,)
+    return bool in types if isinstance(value, bool) else isinstance(value, types)
+
+
+def parse(stdout: str, stderr: str, exited: int, what: str, schema: Schema | None = None) -> dict:
+    """The script's JSON answer (a dict whose keys have the types in `schema`), or a
+    RemoteError naming what failed and why, in one line."""
     if exited == 0:
         try:
-            return json.loads(stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError) as exc:
-            raise KitError(f"{what}: unexpected answer from the remote side: {stdout[-300:]!r}") from exc
+            answer = json.loads(stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError, RecursionError):  # not JSON, nothing, or nested too deep
+            answer = None
+        if not (isinstance(answer, dict) and all(fits(answer.get(k), t) for k, t in (schema or {}).items())):
+            raise KitError(f"{what}: unexpected answer from the remote side: {one_line(stdout)!r}; is "
+                           "python3 on that host a standard one?")
+        return answer
     found = _ERROR.search(stderr)
     if found:
         hint = "; the remote side of kit transfer needs python3 >= 3.6" if found.group(1) == "127" else ""
-        raise RemoteError(int(found.group(1)), f"{what}: {found.group(2).strip()}{hint}")
-    raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {stderr.strip()[-500:]}")
+        raise RemoteError(int(found.group(1)), f"{what}: {one_line(found.group(2), 2000)}{hint}")
+    raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {one_line(stderr, 500)}")
 
 
-def run(conn: fabric.Connection, mode: str, *args: object, what: str) -> dict:
-    result = conn.run(command(mode, *args), hide=True, warn=True, in_stream=False)
-    return parse(result.stdout, result.stderr, result.exited, what)
+def run(conn: fabric.Connection, mode: str, *args: object, what: str, schema: Schema | None = None,
+        timeout: int | None = None) -> dict:
+    """Run a mode over the control connection; a dropped connection or no answer within
+    `timeout` seconds is a KitError, never a hang or a traceback."""
+    try:
+        result = conn.run(command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout)
+    except CommandTimedOut as exc:
+        raise KitError(f"{what}: no answer within {timeout} s; the remote side was stopped. Check the "
+                       "host (load, hung filesystem) and run the same command again") from exc
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        raise KitError(f"{what}: the SSH connection failed ({one_line(str(exc)) or type(exc).__name__}); "
+                       "run the same command again") from exc
+    return parse(result.stdout, result.stderr, result.exited, what, schema)

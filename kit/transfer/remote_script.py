@@ -3,7 +3,7 @@
 It is sent over SSH (base64 inside a one-line command, so any login shell passes it
 through untouched) and needs only a stock python3 >= 3.6 on the transfer node: no
 f-string tricks beyond 3.6, no third-party modules. Every mode answers with JSON lines
-on stdout; failures print `KIT-ERROR <code> <message>` on stderr and exit nonzero.
+on stdout; failures print `KIT-ERROR <code> <message>` (one line) on stderr and exit nonzero.
 
 Modes:
   probe   DIR NAME SIZE SHA CHUNK PATH...         what is there already, and which PATHs (the
@@ -13,10 +13,16 @@ Modes:
                                                   sender's plan line ("KEEP i,j,..." / "SKIP"),
                                                   receive the other chunks from stdin (DIRECT 1:
                                                   O_DIRECT where possible), verify, rename
-  install SRC IMGDIR NAME VERSION KEEPN DRY FMT   ch-convert to FMT (dir|squash) as NAME@VERSION,
-                                          switch NAME.current, prune
+  install SRC IMGDIR NAME VERSION KEEPN DRY FMT [STALL [WAIT]]
+                                          ch-convert to FMT (dir|squash) as NAME@VERSION,
+                                          switch NAME.current, prune; ch-convert is killed after
+                                          STALL seconds without I/O, the lock is waited for WAIT s
   versions IMGDIR NAME                    the installed NAME@... entries, newest first, and current
-  switch  IMGDIR NAME ENTRY DRY           point NAME.current at ENTRY (an installed version)
+  switch  IMGDIR NAME ENTRY DRY [WAIT]    point NAME.current at ENTRY (an installed version)
+
+The directories may be shared with other users: files are created with O_EXCL|O_NOFOLLOW
+under per-process names, existing ones are used only if they are regular files of this
+user, and nothing is removed but the kit's own names (symlinks are never followed).
 """
 import errno
 import fcntl
@@ -25,7 +31,10 @@ import json
 import mmap
 import os
 import queue
+import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -36,6 +45,27 @@ ALIGN = 4096            # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
 PROBE_MARK = "KIT-PROBE "
 EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
+EXIT_REFUSED, EXIT_BUG, EXIT_STOPPED = 8, 9, 10
+STALL, INSTALL_WAIT, PUSH_WAIT = 900, 300, 5  # seconds (install's defaults; push.py passes its own)
+STATE_MAX, LINE_MAX = 4096, 1 << 20            # bytes a state file / a control line may have
+NOFOLLOW, CLOEXEC = os.O_NOFOLLOW, getattr(os, "O_CLOEXEC", 0)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a mode like Ctrl-C
+
+# Names the kit makes: an upload's file name is an image file name (kit.image_names.NAME_RE);
+# versions are NAME@<hex sha prefix>, with .sqfs for SquashFS installs.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+VERSION_RE = re.compile(r"[0-9a-f]{12,64}")
+SHA_RE = re.compile(r"[0-9a-f]{64}")
+TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+SQUASH_SUFFIXES = (".sqfs", ".squashfs", ".squash")  # kit.image_names.SQUASH
+
+
+class Refused(Exception):
+    """Something is in a place the kit writes to that it did not make: left alone, not followed."""
+
+
+class Usage(Exception):
+    """A malformed argument or control line."""
 
 
 def widen_pipe(fd):
@@ -47,9 +77,80 @@ def widen_pipe(fd):
 
 
 def fail(code, message):
-    sys.stderr.write("KIT-ERROR %d %s\n" % (code, message))
+    sys.stderr.write("KIT-ERROR %d %s\n" % (code, " ".join(str(message).split())))
     sys.stderr.flush()
     sys.exit(code)
+
+
+def check_name(text, what):
+    if not NAME_RE.fullmatch(text) or ".." in text:
+        raise Usage("%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', at "
+                    "most 200" % (what, text))
+    return text
+
+
+def check_version(text):
+    if not VERSION_RE.fullmatch(text):
+        raise Usage("VERSION %r: 12 to 64 lowercase hex digits (a sha256 prefix)" % text)
+    return text
+
+
+def entry_re(name):
+    """The installed versions of NAME: the only entries listing, switch and prune ever touch."""
+    return re.compile(re.escape(name) + r"@[0-9a-f]{12,64}(\.sqfs)?")
+
+
+def number(text, what, low=0):
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) < low:
+        raise Usage("%s %r: a whole number >= %d" % (what, text, low))
+    return int(text)
+
+
+def describe(st):
+    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return kind
+    return "not a regular file"
+
+
+def own_file(path):
+    """lstat of `path` if it is a regular file of this user, None if nothing is there;
+    anything else (a planted link, FIFO, someone else's file) is refused."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused("%s is %s, which kit transfer did not make; it is neither followed nor replaced: "
+                      "remove it (or use another directory)" % (path, describe(st)))
+    if st.st_uid != os.geteuid():
+        raise Refused("%s belongs to uid %d, not to this user; it is left alone: remove it (or use "
+                      "another directory)" % (path, st.st_uid))
+    return st
+
+
+def open_regular(path):
+    """A read fd on a regular file, never through a symlink and never blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused("%s is a symlink; kit transfer does not follow links here: replace it by "
+                          "the file itself" % path)
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Refused("%s is %s, not a regular file: refused" % (path, describe(st)))
+    return fd
+
+
+def create_new(path, mode=0o600):
+    """A new file for writing: fails if anything (even a dangling link) has the name."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode)
 
 
 def free_bytes(path):
@@ -59,19 +160,6 @@ def free_bytes(path):
         path = os.path.dirname(path)
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
-
-
-def names(directory, name):
-    return (os.path.join(directory, name), os.path.join(directory, "." + name + ".part"),
-            os.path.join(directory, "." + name + ".part.state"))
-
-
-def read_state(path):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
 
 
 def hash_range(fh, offset, length, *hashers):
@@ -87,10 +175,71 @@ def hash_range(fh, offset, length, *hashers):
     return True
 
 
-def file_sha256(path):
+def lock_dir(directory, wait, what):
+    """An exclusive flock on `directory` (made if needed), waited for up to `wait` seconds.
+
+    The lock belongs to the open directory, so children that inherit the fd (ch-convert)
+    keep holding it if this process is killed: a re-run waits for them, not beside them."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+    except OSError as exc:
+        fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
+             "cannot create or open %s: %s" % (directory, exc))
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            if time.monotonic() >= deadline:
+                fail(EXIT_BUSY, what % os.path.abspath(directory))
+            time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- the receiver (probe, push)
+
+def names(directory, name):
+    return (os.path.join(directory, name), os.path.join(directory, "." + name + ".part"),
+            os.path.join(directory, "." + name + ".part.state"))
+
+
+def read_state(path):
+    """The part's state {sha256, size, chunk}, or None if absent or not one the kit wrote."""
+    try:
+        fd = open_regular(path)
+    except (OSError, Refused):
+        return None
+    try:
+        data = os.read(fd, STATE_MAX + 1)
+    finally:
+        os.close(fd)
+    try:
+        state = json.loads(data.decode("ascii")) if len(data) <= STATE_MAX else None
+    except ValueError:
+        return None
+    if (isinstance(state, dict) and isinstance(state.get("sha256"), str)
+            and all(type(state.get(k)) is int for k in ("size", "chunk"))):
+        return state
+    return None
+
+
+def write_state(path, state):
+    """Written under a per-process name, then renamed over the (checked) old one."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = create_new(tmp, 0o644)
+    try:
+        os.write(fd, json.dumps(state).encode("ascii"))
+    finally:
+        os.close(fd)
+    own_file(path)
+    os.replace(tmp, path)
+
+
+def file_sha256(fd, size):
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        hash_range(fh, 0, os.path.getsize(path), h)
+    with os.fdopen(fd, "rb") as fh:
+        hash_range(fh, 0, size, h)
     return h.hexdigest()
 
 
@@ -100,17 +249,20 @@ def probe(directory, name, size, sha, chunk, paths):
 
 def inspect(directory, name, size, sha, chunk, paths):
     final, part, state_path = names(directory, name)
+    final_st, part_st = own_file(final), own_file(part)
+    own_file(state_path)
     out = {"dir": os.path.abspath(directory), "dir_exists": os.path.isdir(directory),
            "free": free_bytes(directory), "final_matches": False, "part_size": 0,
            "chunk_hashes": [], "python": sys.version.split()[0],
            "missing": [p for p in paths if not os.path.exists(p)]}
-    if os.path.isfile(final) and os.path.getsize(final) == size:
-        out["final_matches"] = file_sha256(final) == sha
+    if final_st and final_st.st_size == size:
+        out["final_matches"] = file_sha256(open_regular(final), size) == sha
     state = read_state(state_path)
-    if (os.path.isfile(part) and state and state.get("sha256") == sha
+    if (part_st and state and state.get("sha256") == sha
             and state.get("size") == size and state.get("chunk") == chunk):
-        out["part_size"] = os.path.getsize(part)
-        with open(part, "rb") as fh:
+        fd = open_regular(part)
+        out["part_size"] = os.fstat(fd).st_size
+        with os.fdopen(fd, "rb") as fh:
             for index in range(min(out["part_size"], size) // chunk):
                 h = hashlib.sha256()
                 hash_range(fh, index * chunk, chunk, h)
@@ -118,37 +270,66 @@ def inspect(directory, name, size, sha, chunk, paths):
     return out
 
 
-def lock_dir(directory):
-    """One push at a time writes into a directory (held until this process exits)."""
+def clean_receiver_leftovers(directory, name):
+    """State temp files of receivers that were killed (ours only; the directory lock is held)."""
+    pattern = re.compile(re.escape("." + name + ".part.state") + r"\.[0-9]+\.tmp")
+    for entry in os.listdir(directory):
+        path = os.path.join(directory, entry)
+        if pattern.fullmatch(entry):
+            try:
+                own_file(path)
+            except Refused:
+                continue
+            os.unlink(path)
+
+
+def parse_keep(plan, count):
     try:
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError as exc:
-        fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
-             "cannot create or open %s: %s" % (directory, exc))
-    for _ in range(50):  # a push whose connection just dropped may take a moment to exit
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except OSError:
-            time.sleep(0.1)
-    fail(EXIT_BUSY, "another kit transfer push is writing into %s right now; wait for it to end "
-         "(or stop it: its upload resumes later)" % os.path.abspath(directory))
+        keep = set(int(i) for i in "".join(plan[1:]).split(",") if i)
+    except ValueError:
+        keep = None
+    if keep is None or any(i < 0 or i >= count for i in keep):
+        raise Usage("the sender's plan line is malformed: %r" % " ".join(plan)[:200])
+    return keep
 
 
 def push(directory, name, size, sha, chunk, direct, paths):
     widen_pipe(sys.stdin.fileno())
-    lock_dir(directory)
+    lock_dir(directory, PUSH_WAIT, "another kit transfer push is writing into %s right now; wait for "
+             "it to end (or stop it: its upload resumes later)")
+    clean_receiver_leftovers(directory, name)
     sys.stdout.write(PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths)) + "\n")
     sys.stdout.flush()
-    plan = sys.stdin.buffer.readline().decode("ascii", "replace").split()
+    plan = sys.stdin.buffer.readline(LINE_MAX).decode("ascii", "replace").split()
     if plan[:1] == ["KEEP"]:
-        keep = set(int(i) for i in "".join(plan[1:]).split(",") if i)
+        keep = parse_keep(plan, (size + chunk - 1) // chunk)
         receive(directory, name, size, sha, chunk, keep, direct)
     elif plan[:1] == ["SKIP"]:
         print(json.dumps({"path": os.path.abspath(names(directory, name)[0]), "sha256": sha}))
     else:
-        fail(EXIT_USAGE, "the sender stopped before sending (%s)" % " ".join(plan or ["nothing"]))
+        fail(EXIT_USAGE, "the sender stopped before sending (%s)" % " ".join(plan or ["nothing"])[:200])
+
+
+def open_part(path, fresh, extra):
+    """The part file for writing: a new one (O_EXCL), or the existing one if it is ours."""
+    flags = os.O_WRONLY | NOFOLLOW | CLOEXEC | extra
+    if fresh:
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:  # a refused O_DIRECT open may have made it an instant ago
+            if exc.errno != errno.EEXIST:
+                raise
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused("%s is a symlink; kit transfer does not follow links here: remove it" % path)
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise Refused("%s is not a regular file of this user; it is left alone: remove it" % path)
+    return fd
 
 
 class Writer(threading.Thread):
@@ -163,16 +344,15 @@ class Writer(threading.Thread):
 
     def __init__(self, path, fresh, chunk, direct):
         threading.Thread.__init__(self, daemon=True)
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else 0)
         self.direct, self.fd = False, None  # direct: the bulk went O_DIRECT (for the report)
         if direct and chunk % ALIGN == 0 and hasattr(os, "O_DIRECT"):
             try:
-                self.fd, self.direct = os.open(path, flags | os.O_DIRECT, 0o644), True
+                self.fd, self.direct = open_part(path, fresh, os.O_DIRECT), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
         if self.fd is None:
-            self.fd = os.open(path, flags, 0o644)
+            self.fd = open_part(path, fresh, 0)
         self.chunk, self.unsynced, self.error, self.fd_direct = chunk, 0, None, self.direct
         self.todo, self.free = queue.Queue(), queue.Queue()
         for _ in range(NBUF):
@@ -267,17 +447,17 @@ def receive(directory, name, size, sha, chunk, keep, direct):
     """Walk the file chunk by chunk: kept chunks are read back from disk, the others come
     from stdin; the full sha256 is computed over the bytes in file order, as they are written."""
     final, part, state_path = names(directory, name)
-    try:  # the directory exists: lock_dir made it
+    try:  # the directory exists: lock_dir made it; inspect() checked the three names
         state = read_state(state_path)
         if not (state and state.get("sha256") == sha and state.get("size") == size
                 and state.get("chunk") == chunk):
             keep = set()
-            tmp = state_path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump({"sha256": sha, "size": size, "chunk": chunk}, fh)
-            os.replace(tmp, state_path)
-        writer = Writer(part, not (keep and os.path.exists(part)), chunk, direct)
-        kept = open(part, "rb") if keep else None
+            write_state(state_path, {"sha256": sha, "size": size, "chunk": chunk})
+        fresh = not (keep and own_file(part))
+        if fresh and own_file(part):
+            os.unlink(part)  # our own stale part: it is started anew
+        writer = Writer(part, fresh, chunk, direct)
+        kept = os.fdopen(open_regular(part), "rb") if keep else None
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             fail(EXIT_NOSPACE, "no space left on the remote filesystem in %s" % directory)
@@ -301,13 +481,14 @@ def receive(directory, name, size, sha, chunk, keep, direct):
                 writer.finish()  # what did arrive is on disk: the next push keeps its chunks
                 fail(EXIT_SHORT, "upload stream ended at offset %d of %d" % (offset, size))
     writer.finish(size)
-    commit = stdin.readline().decode("ascii", "replace").split()
+    commit = stdin.readline(200).decode("ascii", "replace").split()
     got = full.hexdigest()
     if got != sha or commit != ["COMMIT", sha]:
         os.unlink(part)
         os.unlink(state_path)
         fail(EXIT_MISMATCH, "sha256 of the received file is %s, expected %s (sender said %s); "
-             "the partial upload was removed" % (got, sha, " ".join(commit) or "nothing"))
+             "the partial upload was removed" % (got, sha, " ".join(commit)[:80] or "nothing"))
+    own_file(final)  # an image of ours is replaced; anything else there is refused
     os.replace(part, final)
     os.unlink(state_path)
     dfd = os.open(directory, os.O_RDONLY)
@@ -318,13 +499,24 @@ def receive(directory, name, size, sha, chunk, keep, direct):
     print(json.dumps({"path": os.path.abspath(final), "sha256": got, "direct_io": writer.direct}))
 
 
+# ---------------------------------------------------------------- the installer (install, versions, switch)
+
 def versions(imgdir, name):
-    prefix = name + "@"
-    return [e for e in os.listdir(imgdir) if e.startswith(prefix)] if os.path.isdir(imgdir) else []
+    if not os.path.isdir(imgdir):
+        return []
+    ours = entry_re(name)
+    return [e for e in os.listdir(imgdir) if ours.fullmatch(e)]
 
 
 def newest_first(imgdir, entries):
-    return sorted(entries, key=lambda v: os.lstat(os.path.join(imgdir, v)).st_mtime, reverse=True)
+    """Installed entries by install time (mtime); one pruned meanwhile is left out."""
+    found = []
+    for entry in entries:
+        try:
+            found.append((os.lstat(os.path.join(imgdir, entry)).st_mtime, entry))
+        except FileNotFoundError:
+            pass
+    return [entry for _, entry in sorted(found, reverse=True)]
 
 
 def current_entry(imgdir, name):
@@ -332,12 +524,68 @@ def current_entry(imgdir, name):
     return os.readlink(current) if os.path.islink(current) else None
 
 
+def installed(imgdir, entry):
+    """Is ENTRY a complete install (a directory, or a .sqfs file, of this user)? Anything else
+    under that name is refused: current never points at what the kit did not make."""
+    path = os.path.join(imgdir, entry)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    want = stat.S_ISREG if entry.endswith(".sqfs") else stat.S_ISDIR
+    if not want(st.st_mode) or st.st_uid != os.geteuid():
+        raise Refused("%s is %s, not a version kit transfer installed; it is left alone: remove it"
+                      % (path, describe(st) if not want(st.st_mode) else "another user's"))
+    return True
+
+
+def remove_ours(imgdir, entry):
+    """Remove a kit-named entry of this user without following links (a link is unlinked)."""
+    path = os.path.join(imgdir, entry)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.geteuid():
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)  # the fd-based rmtree: it never descends through a symlink
+    else:
+        os.unlink(path)
+
+
+def clean_install_leftovers(imgdir, name):
+    """Temp names of installs that were killed (the imgdir lock is held: none is running)."""
+    stale = re.compile(r"\.%s(@[0-9a-f]{12,64}(\.sqfs)?|\.current)(\.[0-9]+)?\.tmp" % re.escape(name))
+    for entry in os.listdir(imgdir):
+        if stale.fullmatch(entry):
+            remove_ours(imgdir, entry)
+
+
+def check_current(imgdir, name):
+    """NAME.current is the kit's symlink or absent: anything else there is not replaced."""
+    current = os.path.join(imgdir, name + ".current")
+    try:
+        st = os.lstat(current)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISLNK(st.st_mode):
+        raise Refused("%s is %s, not the link kit transfer makes; it is left alone: remove it"
+                      % (current, describe(st)))
+
+
 def point_current(imgdir, name, entry):
     """NAME.current -> ENTRY: a new link made aside, then renamed over the old one (atomic)."""
-    link_tmp = os.path.join(imgdir, "." + name + ".current.tmp")
-    remove(link_tmp)
+    current = os.path.join(imgdir, name + ".current")
+    check_current(imgdir, name)
+    link_tmp = os.path.join(imgdir, ".%s.current.%d.tmp" % (name, os.getpid()))
     os.symlink(entry, link_tmp)
-    os.replace(link_tmp, os.path.join(imgdir, name + ".current"))
+    os.replace(link_tmp, current)
+    dfd = os.open(imgdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def listing(imgdir, name):
@@ -346,81 +594,245 @@ def listing(imgdir, name):
     for entry in newest_first(imgdir, versions(imgdir, name)):
         path = os.path.join(imgdir, entry)
         out.append({"entry": entry, "current": entry == current,
-                    "format": "dir" if os.path.isdir(path) else "squash",
+                    "format": "squash" if entry.endswith(".sqfs") else "dir",
                     "installed": os.lstat(path).st_mtime})
     print(json.dumps({"dir": os.path.abspath(imgdir), "current": current, "versions": out}))
 
 
-def switch(imgdir, name, entry, dry):
-    installed = versions(imgdir, name)
-    if entry not in installed:
-        fail(EXIT_USAGE, "%s is not installed in %s (installed: %s)"
-             % (entry, os.path.abspath(imgdir), ", ".join(newest_first(imgdir, installed)) or "none"))
-    previous = current_entry(imgdir, name)
-    if not dry:
-        point_current(imgdir, name, entry)
+def switch(imgdir, name, entry, dry, wait):
+    if not entry_re(name).fullmatch(entry):
+        raise Usage("ENTRY %r is not a version of %s (NAME@<hex>[.sqfs])" % (entry, name))
+    lock = None if dry else lock_dir(imgdir, wait, "another kit transfer install or rollback is "
+                                     "running in %s; try again when it ends")
+    try:
+        if not installed(imgdir, entry):
+            fail(EXIT_USAGE, "%s is not installed in %s (installed: %s)"
+                 % (entry, os.path.abspath(imgdir), ", ".join(newest_first(imgdir, versions(imgdir, name)))
+                    or "none"))
+        previous = current_entry(imgdir, name)
+        if not dry:
+            point_current(imgdir, name, entry)
+    finally:
+        if lock is not None:
+            os.close(lock)
     print(json.dumps({"current": os.path.join(os.path.abspath(imgdir), name + ".current"),
                       "previous": previous, "target": entry, "dry_run": dry}))
 
 
-def remove(path):
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
+def source_suffix(src, is_sqfs):
+    for suffix in (SQUASH_SUFFIXES if is_sqfs else TAR_SUFFIXES):
+        if src.endswith(suffix):
+            return suffix
+    raise Usage("SRC %r: not an image file (%s)" % (src, ", ".join(TAR_SUFFIXES + SQUASH_SUFFIXES)))
 
 
-def install(src, imgdir, name, version, keep_n, dry, fmt):
+def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
     """Unpack SRC as IMGDIR/NAME@VERSION (a directory, or with FMT squash a .sqfs; a .sqfs
     SRC is copied), point NAME.current at it (symlink made aside then renamed over the old
-    one), prune to KEEPN previous versions."""
-    is_sqfs = src.endswith((".sqfs", ".squashfs", ".squash"))  # kit.image_names.SQUASH
+    one), prune to KEEPN previous versions. All under the imgdir lock; SRC must still be
+    the image whose sha256 starts with VERSION."""
+    is_sqfs = src.endswith(SQUASH_SUFFIXES)
+    suffix = source_suffix(src, is_sqfs)
     entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
-    target = os.path.join(imgdir, entry)
-    current = os.path.join(imgdir, name + ".current")
+    if dry:
+        plan(imgdir, name, entry, keep_n, True)
+        return
+    lock = lock_dir(imgdir, wait, "another kit transfer install is running in %s (or the ch-convert it "
+                    "started); push again when it ends: nothing is sent twice")
+    try:
+        clean_install_leftovers(imgdir, name)
+        check_current(imgdir, name)
+        out = plan(imgdir, name, entry, keep_n, False)
+        if not out["exists"]:
+            build(src, suffix, imgdir, entry, version, fmt, stall, lock, out["previous"])
+        point_current(imgdir, name, entry)
+        for old in out["prune"]:
+            remove_ours(imgdir, old)
+    finally:
+        os.close(lock)
+    print(json.dumps(out))
+
+
+def plan(imgdir, name, entry, keep_n, dry):
+    """What an install does: the entry, the version current until now, what is pruned."""
     previous = current_entry(imgdir, name)
     # the version current until now is kept first (after a rollback it is not the newest)
     others = newest_first(imgdir, [v for v in versions(imgdir, name) if v != entry])
     others.sort(key=lambda v: v != previous)
     prune = others[keep_n:]
-    out = {"target": os.path.abspath(target), "current": os.path.abspath(current),
-           "previous": previous, "exists": os.path.exists(target), "prune": prune,
+    out = {"target": os.path.abspath(os.path.join(imgdir, entry)),
+           "current": os.path.abspath(os.path.join(imgdir, name + ".current")),
+           "previous": previous, "exists": installed(imgdir, entry), "prune": prune,
            "free": free_bytes(imgdir), "dry_run": dry}
     if dry:
         print(json.dumps(out))
-        return
-    os.makedirs(imgdir, exist_ok=True)
-    if not out["exists"]:
-        tmp = os.path.join(imgdir, "." + entry + ".tmp")
-        remove(tmp)
+    return out
+
+
+def check_source(fd, src, version):
+    """SRC is the image pushed as VERSION (not replaced since by another push of the name)."""
+    h = hashlib.sha256()
+    size = os.fstat(fd).st_size
+    with os.fdopen(os.dup(fd), "rb") as fh:
+        hash_range(fh, 0, size, h)
+    if not h.hexdigest().startswith(version):
+        fail(EXIT_MISMATCH, "%s is no longer the image uploaded as %s (sha256 %s): another push "
+             "replaced it; push again (nothing was installed)" % (src, version, h.hexdigest()[:16]))
+
+
+def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
+    """Make IMGDIR/ENTRY in a private directory (mkdir: nobody else's files in it), then rename it
+    into place: the entry exists only once complete. The work dir goes on any failure."""
+    fd = open_regular(src)
+    work = ".%s.%d.tmp" % (entry, os.getpid())
+    made = False
+    try:
+        check_source(fd, src, version)
+        os.mkdir(os.path.join(imgdir, work), 0o700)
+        made = True
+        out = os.path.join(imgdir, work, "image" + (".sqfs" if entry.endswith(".sqfs") else ""))
+        if suffix in SQUASH_SUFFIXES:
+            copy_fd(fd, out)
+        else:
+            # ch-convert reads the very file checked above, through this process's fd
+            link = os.path.join(imgdir, work, "source" + suffix)
+            os.symlink("/proc/%d/fd/%d" % (os.getpid(), fd) if os.path.isdir("/proc/self/fd")
+                       else os.path.abspath(src), link)
+            convert(link, out, fmt, os.path.join(imgdir, work), stall, lock)
+        os.rename(out, os.path.join(imgdir, entry))
+    except (OSError, RuntimeError) as exc:
+        text = str(exc)
+        nospace = (getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                   or "No space left" in text or "Disk quota" in text
+                   or free_bytes(imgdir) < (1 << 20))  # tar may only say "Wrote only N bytes"
+        remove_ours(imgdir, work)
+        made = False
+        if nospace:
+            fail(EXIT_NOSPACE, "no space left in %s while installing %s; nothing changed, %s is "
+                 "still current" % (imgdir, entry, previous or "no version"))
+        if getattr(exc, "errno", None) == errno.ENOENT and getattr(exc, "filename", None) == "ch-convert":
+            fail(EXIT_INSTALL, "ch-convert is not on the PATH of a non-interactive login on this "
+                 "host; install Charliecloud there (or put it on PATH in the login files); "
+                 "the image itself was uploaded and verified")
+        fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
+    finally:
+        os.close(fd)
+        if made:
+            remove_ours(imgdir, work)
+
+
+def copy_fd(fd, out):
+    """A SquashFS upload is installed as a copy (a new file: O_EXCL, no link followed)."""
+    dst = create_new(out, 0o644)
+    try:
+        offset, size = 0, os.fstat(fd).st_size
+        while offset < size:
+            data = os.pread(fd, BUF, offset)
+            if not data:
+                raise RuntimeError("the source shrank while being copied")
+            view = memoryview(data)
+            while len(view):
+                view = view[os.write(dst, view):]
+            offset += len(data)
+        os.fsync(dst)
+    finally:
+        os.close(dst)
+
+
+def session_members(sid):
+    """(pid, state) of the processes of session `sid`, from /proc ([] where there is none)."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
         try:
-            if is_sqfs:
-                shutil.copyfile(src, tmp)
+            with open("/proc/%s/stat" % pid, "rb") as fh:
+                fields = fh.read(4096).rsplit(b")", 1)[1].split()
+            if int(fields[3]) == sid:
+                found.append((pid, fields[0]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def session_io(sid):
+    """Bytes read + written so far by the processes of session `sid` (None: /proc cannot tell)."""
+    total, seen = 0, False
+    for pid, _ in session_members(sid):
+        try:
+            with open("/proc/%s/io" % pid, "rb") as fh:
+                for line in fh.read(4096).splitlines():
+                    key, _, value = line.partition(b":")
+                    if key in (b"rchar", b"wchar"):
+                        total += int(value)
+                        seen = True
+        except (OSError, IndexError, ValueError):
+            continue
+    return total if seen else None
+
+
+def stop_group(proc):
+    """SIGKILL ch-convert and its children (its session), and wait (bounded) until they are gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()
+    for _ in range(100):
+        if all(state in (b"Z", b"X") for _, state in session_members(proc.pid)):
+            return
+        time.sleep(0.05)
+
+
+def convert(src, out, fmt, work, stall, lock):
+    """ch-convert SRC to OUT under a watchdog: killed (with its children) after `stall` seconds
+    in which its process group read and wrote nothing, or when this installer is stopped."""
+    log_path = os.path.join(work, "ch-convert.log")
+    log = create_new(log_path)
+    # The stop signals are held back until `proc` is known, so that one arriving while the
+    # child starts is raised inside the try below, which stops it (the child unblocks them).
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", fmt, src, out], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                pass_fds=(lock,),  # it holds the imgdir lock while it runs
+                                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS))
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        raise
+    finally:
+        os.close(log)
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        last, idle = None, 0.0
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            done = session_io(proc.pid)
+            if done is None or done == last:
+                idle += 1.0
             else:
-                proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", fmt, src, tmp],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                log = proc.communicate()[0].decode("utf-8", "replace")
-                if proc.returncode:
-                    raise RuntimeError(log.strip()[-800:])
-        except (OSError, RuntimeError) as exc:
-            text = str(exc)
-            nospace = (getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-                       or "No space left" in text or "Disk quota" in text
-                       or free_bytes(imgdir) < (1 << 20))  # tar may only say "Wrote only N bytes"
-            remove(tmp)
-            if nospace:
-                fail(EXIT_NOSPACE, "no space left in %s while installing %s; nothing changed, %s is "
-                     "still current" % (imgdir, entry, previous or "no version"))
-            if getattr(exc, "errno", None) == errno.ENOENT and not is_sqfs:
-                fail(EXIT_INSTALL, "ch-convert is not on the PATH of a non-interactive login on this "
-                     "host; install Charliecloud there (or put it on PATH in the login files); "
-                     "the image itself was uploaded and verified")
-            fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
-        os.rename(tmp, target)
-    point_current(imgdir, name, entry)
-    for old in prune:
-        remove(os.path.join(imgdir, old))
-    print(json.dumps(out))
+                last, idle = done, 0.0
+            if idle >= stall:
+                stop_group(proc)
+                raise RuntimeError("ch-convert read and wrote nothing for %d s; it was stopped" % stall)
+    except BaseException:
+        stop_group(proc)
+        raise
+    if proc.returncode:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 800))
+            raise RuntimeError(fh.read().decode("utf-8", "replace").strip())
+
+
+def on_signal(signum, frame):
+    """SIGTERM/SIGHUP end a mode like Ctrl-C: its finally clauses clean up, then one line."""
+    raise KeyboardInterrupt
 
 
 def main(argv):
@@ -428,23 +840,47 @@ def main(argv):
         fail(EXIT_USAGE, "usage: MODE ARGS...")
     mode, args = argv[0], argv[1:]
     try:
-        if mode == "probe":
-            probe(args[0], args[1], int(args[2]), args[3], int(args[4]), args[5:])
-        elif mode == "push":
-            push(args[0], args[1], int(args[2]), args[3], int(args[4]), args[5] == "1", args[6:])
+        if mode in ("probe", "push"):
+            directory, name = args[0], check_name(args[1], "NAME")
+            size, sha, chunk = number(args[2], "SIZE"), args[3], number(args[4], "CHUNK", 1)
+            if not SHA_RE.fullmatch(sha):
+                raise Usage("SHA %r: 64 lowercase hex digits" % sha)
+            if mode == "probe":
+                probe(directory, name, size, sha, chunk, args[5:])
+            else:
+                push(directory, name, size, sha, chunk, args[5] == "1", args[6:])
         elif mode == "install":
             if args[6] not in ("dir", "squash"):
-                fail(EXIT_USAGE, "install format %s: use dir or squash" % args[6])
-            install(args[0], args[1], args[2], args[3], int(args[4]), args[5] == "1", args[6])
+                raise Usage("install format %s: use dir or squash" % args[6])
+            stall = number(args[7], "STALL", 1) if len(args) > 7 else STALL
+            wait = number(args[8], "WAIT") if len(args) > 8 else INSTALL_WAIT
+            install(args[0], args[1], check_name(args[2], "NAME"), check_version(args[3]),
+                    number(args[4], "KEEPN"), args[5] == "1", args[6], stall, wait)
         elif mode == "versions":
-            listing(args[0], args[1])
+            listing(args[0], check_name(args[1], "NAME"))
         elif mode == "switch":
-            switch(args[0], args[1], args[2], args[3] == "1")
+            wait = number(args[4], "WAIT") if len(args) > 4 else INSTALL_WAIT
+            switch(args[0], check_name(args[1], "NAME"), args[2], args[3] == "1", wait)
         else:
-            fail(EXIT_USAGE, "unknown mode %s" % mode)
-    except (IndexError, ValueError) as exc:
+            raise Usage("unknown mode %s" % mode)
+    except IndexError:
+        fail(EXIT_USAGE, "bad arguments for %s: too few" % mode)
+    except Usage as exc:
         fail(EXIT_USAGE, "bad arguments for %s: %s" % (mode, exc))
+    except Refused as exc:
+        fail(EXIT_REFUSED, str(exc))
+    except KeyboardInterrupt:
+        fail(EXIT_STOPPED, "kit transfer %s was stopped by a signal; what it had begun was removed (any "
+             "NAME.current still names a complete image); run it again" % mode)
+    except OSError as exc:
+        fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
+             "%s failed on the remote side: %s" % (mode, exc))
+    except Exception as exc:  # a bug: still one line, never a traceback the sender cannot parse
+        fail(EXIT_BUG, "internal error in the remote side of kit transfer %s: %s: %s"
+             % (mode, type(exc).__name__, exc))
 
 
 if __name__ == "__main__":
+    for sig in STOP_SIGNALS[1:]:
+        signal.signal(sig, on_signal)
     main(sys.argv[1:])

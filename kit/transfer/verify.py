@@ -7,31 +7,65 @@ the same functions. MANIFEST lines are `<sha256> <size> <name>`.
 
 Usage: python3 verify.py [BUNDLE_DIR]     (exit 0: all good, 1: problems, 2: no manifest)
 """
+import errno
 import hashlib
 import os
 import re
+import stat
 import sys
 
 MANIFEST = "MANIFEST"
-_LINE = re.compile(r"^([0-9a-f]{64}) ([0-9]+) ([A-Za-z0-9][A-Za-z0-9._+-]*)\Z")
+MANIFEST_MAX = 1 << 20   # bytes: ~10000 lines; a larger MANIFEST is not one kit wrote
+_LINE = re.compile(r"([0-9a-f]{64}) ([0-9]{1,19}) ([A-Za-z0-9][A-Za-z0-9._+-]{0,254})")
 
 
 class ManifestError(Exception):
     pass
 
 
+def _kind(mode):
+    return ("a symlink" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a directory" if stat.S_ISDIR(mode) else "a device or socket")
+
+
+def open_file(path):
+    """(fd, size) of a regular file; never through a symlink, never blocking on a FIFO.
+    None if nothing is there; ValueError naming what is there instead of a file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        if exc.errno == errno.ELOOP:
+            raise ValueError("a symlink, not a file in the bundle")
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError("%s, not a file in the bundle" % _kind(st.st_mode))
+    return fd, st.st_size
+
+
 def read_manifest(directory):
     """[(sha256, size, name)] from DIR/MANIFEST; a malformed line is an error naming it."""
     path = os.path.join(directory, MANIFEST)
     try:
-        with open(path) as fh:
-            lines = fh.read().splitlines()
-    except OSError as exc:
+        found = open_file(path)
+        if found is None:
+            raise ValueError("no such file")
+        with os.fdopen(found[0], "rb") as fh:
+            data = fh.read(MANIFEST_MAX + 1)
+    except (OSError, ValueError) as exc:
         raise ManifestError("%s: cannot read the bundle manifest (%s); is %s a bundle made by "
-                            "kit transfer bundle?" % (path, exc.strerror, directory))
+                            "kit transfer bundle?" % (path, getattr(exc, "strerror", None) or exc, directory))
+    if len(data) > MANIFEST_MAX:
+        raise ManifestError("%s: larger than %d bytes; not a manifest kit transfer bundle wrote"
+                            % (path, MANIFEST_MAX))
     entries = []
-    for number, line in enumerate(lines, 1):
-        found = _LINE.match(line)
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line and number > data.count(b"\n"):
+            break  # after the last newline
+        found = _LINE.fullmatch(line.decode("ascii", "replace"))
         if not found:
             raise ManifestError("%s line %d: expected '<sha256> <size> <name>', got %r"
                                 % (path, number, line[:120]))
@@ -39,16 +73,20 @@ def read_manifest(directory):
     return entries
 
 
-def sha256_of(path, progress=None):
+def sha256_of(fd, size, progress=None):
+    """sha256 of the first `size` bytes of fd (closed after): the read is bounded by the manifest."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            data = fh.read(1 << 20)
+    with os.fdopen(fd, "rb") as fh:
+        left = size
+        while left:
+            data = fh.read(min(1 << 20, left))
             if not data:
-                return h.hexdigest()
+                break
             h.update(data)
+            left -= len(data)
             if progress:
                 progress(len(data))
+    return h.hexdigest()
 
 
 def check(directory, progress=None):
@@ -56,16 +94,25 @@ def check(directory, progress=None):
     `progress(n)` is told of each block of bytes hashed."""
     problems = []
     for sha, size, name in read_manifest(directory):
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
+        try:
+            found = open_file(os.path.join(directory, name))
+        except (OSError, ValueError) as exc:
+            problems.append((name, "missing", getattr(exc, "strerror", None) or str(exc)))
+            continue
+        if found is None:
             problems.append((name, "missing", "not in the bundle"))
             continue
-        actual = os.path.getsize(path)
+        fd, actual = found
         if actual != size:
+            os.close(fd)
             kind = "truncated" if actual < size else "oversized"
             problems.append((name, kind, "%d bytes, manifest says %d" % (actual, size)))
             continue
-        got = sha256_of(path, progress)
+        try:
+            got = sha256_of(fd, size, progress)
+        except OSError as exc:
+            problems.append((name, "missing", "unreadable: %s" % exc.strerror))
+            continue
         if got != sha:
             problems.append((name, "altered", "sha256 %s, manifest says %s" % (got, sha)))
     return problems

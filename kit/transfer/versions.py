@@ -40,6 +40,11 @@ class Switch:
     dry_run: bool
 
 
+LISTED = {"dir": str, "current": (str, type(None)), "versions": list}
+SWITCHED = {"current": str, "previous": (str, type(None))}
+CALL_TIMEOUT = 600  # s: a listing, or a switch that may wait for an install's lock
+
+
 def _connection(site, host, user, port, ssh_config, accept_new_host_key):
     site = load_site(site)
     ep = site_endpoint(site.transfer, host=host, user=user, port=port, ssh_config=ssh_config)
@@ -48,7 +53,12 @@ def _connection(site, host, user, port, ssh_config, accept_new_host_key):
 
 def _list(conn, site, name: str) -> tuple[str, Versions]:
     imgdir = remote.remote_path(site.container.image_dir)
-    answer = remote.run(conn, "versions", imgdir, name, what=f"listing {name} in {conn.host}:{imgdir}")
+    what = f"listing {name} in {conn.host}:{imgdir}"
+    answer = remote.run(conn, "versions", imgdir, name, what=what, schema=LISTED, timeout=CALL_TIMEOUT)
+    item = {"entry": str, "current": bool, "format": str, "installed": (int, float)}
+    if not all(isinstance(v, dict) and set(v) == set(item) and all(remote.fits(v[k], t) for k, t in item.items())
+               for v in answer["versions"]):
+        raise KitError(f"{what}: unexpected answer from the remote side: {str(answer)[:300]!r}")
     return imgdir, Versions(name, f"{conn.host}:{answer['dir']}", answer["current"],
                             [Installed(**v) for v in answer["versions"]])
 
@@ -92,5 +102,5 @@ def rollback(name: str, site, *, to: str | None = None, dry_run: bool = False, h
         imgdir, versions = _list(conn, site, name)
         target = pick(versions, name, to)
         done = remote.run(conn, "switch", imgdir, name, target, "1" if dry_run else "0",
-                          what=f"switching {name} in {versions.where}")
+                          what=f"switching {name} in {versions.where}", schema=SWITCHED, timeout=CALL_TIMEOUT)
     return Switch(f"{conn.host}:{done['current']}", done["previous"], target, dry_run)
