@@ -10,6 +10,7 @@ from kit.commands.progress import byte_bar
 from kit.errors import KitError
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
+from kit.image.flatten import NOTE_CAP
 from kit.image.inspect import inspect_image
 from kit.image.writers import FORMATS
 
@@ -56,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "(never anything else)")
     conv.add_argument("--dry-run", action="store_true",
                       help="report what would be dropped or changed; write nothing")
+    conv.add_argument("-v", "--verbose", action="store_true",
+                      help="list every dropped or changed path (default: counts per rule)")
     conv.set_defaults(func=_convert)
 
     bld = leaves.add_parser("build", help="build the site's training image from its recipe in images/",
@@ -118,7 +121,7 @@ def _convert(args: argparse.Namespace) -> int:
             report = paired.report
         else:
             report = convert(args.src, args.out, progress=bar and bar.update, **options)
-    _print_report(report)
+    _print_report(report, args.verbose)
     if paired:
         pair = paired.pair
         print(f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
@@ -129,18 +132,30 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(r: ConversionReport) -> None:
+def _print_report(r: ConversionReport, verbose: bool = False) -> None:
+    """One line per rule, so that an image with thousands of device nodes still reads at a
+    glance; the paths go to -v and to the manifest."""
     img = r.image
     print(f"source: {r.source} ({img.kind}{', ' + img.ref if img.ref else ''}), "
           f"{len(img.layers)} layer(s)")
     for key, n in r.counts.items():
-        print(f"  {key}: {n}")
-    for note in r.dropped[:20]:
-        print(f"  dropped /{note.path} (layer {note.layer}): {note.reason}")
-    for note in r.changed[:20]:
-        print(f"  changed /{note.path} (layer {note.layer}): {note.reason}")
-    if len(r.dropped) + len(r.changed) > 40:
-        print("  ... (the full list is in the manifest)")
+        action, sep, rule = key.partition(": ")
+        if sep and action in ("dropped", "changed"):
+            print(f"  {action} {n} path{'s' if n != 1 else ''}: {rule}")
+        else:
+            print(f"  {key}: {n}")
+    if verbose:
+        for note in r.dropped:
+            print(f"  dropped /{note.path}{_layer(note.layer)}: {note.reason}")
+        for note in r.changed:
+            print(f"  changed /{note.path}{_layer(note.layer)}: {note.reason}")
+    noted = sum(n for key, n in r.counts.items() if key.startswith(("dropped: ", "changed: ")))
+    listed = len(r.dropped) + len(r.changed)
+    if noted and not verbose:
+        also = "" if r.dry_run else f", as does {r.output}.manifest.json"
+        print(f"  (-v lists the paths{also})")
+    elif noted > listed:
+        print(f"  ... and {noted - listed} more (only the first {NOTE_CAP} of each kind are kept)")
     if r.mount_points:
         print(f"  mount points created: {' '.join(r.mount_points)}")
     if r.links:
@@ -151,6 +166,10 @@ def _print_report(r: ConversionReport) -> None:
         print(f"wrote {r.output} ({r.format}, {r.size} bytes, {r.entries} entries)")
         if r.sha256:
             print(f"sha256 {r.sha256}  (also {r.output}.sha256, {r.output}.manifest.json)")
+
+
+def _layer(index: int | None) -> str:
+    return "" if index is None else f" (layer {index})"
 
 
 def _inspect(args: argparse.Namespace) -> int:

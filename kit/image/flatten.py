@@ -31,7 +31,8 @@ from kit.image.sources import Image, Layer
 DIR, REG, SYM, LNK, OTHER = "directory", "file", "symlink", "hard link", "device or FIFO"
 WHITEOUT, OPAQUE, AUFS_META = ".wh.", ".wh..wh..opq", ".wh..wh."
 STANDARD_DIRS = ["bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr"] + [f"mnt/{i}" for i in range(10)]
-STANDARD_FILES = ["etc/hosts", "etc/resolv.conf"]
+# ch-run bind-mounts all four by default and cannot start without a target for each
+STANDARD_FILES = ["etc/hosts", "etc/resolv.conf", "etc/passwd", "etc/group"]
 CH_FILES = ("ch/environment", "ch/metadata.json")
 NOTE_CAP = 10_000  # notes kept per list; the rest are only counted
 
@@ -57,8 +58,10 @@ class Report:
         if len(self.dropped) < NOTE_CAP:
             self.dropped.append(Note(path, layer, reason))
 
-    def change(self, path: str, layer: int | None, reason: str) -> None:
-        self.counts["changed: " + reason] += 1
+    def change(self, path: str, layer: int | None, reason: str, rule: str | None = None) -> None:
+        """Counted under RULE (default REASON): a reason that names the path's own details
+        would otherwise make one count per path, and the summary as long as the list."""
+        self.counts["changed: " + (rule or reason)] += 1
         if len(self.changed) < NOTE_CAP:
             self.changed.append(Note(path, layer, reason))
 
@@ -223,7 +226,8 @@ class Flattener:
             # directory must be a symlink of its own, its target made relative from there.
             info = copy.copy(info)
             info.type, info.linkname, kind = tarfile.SYMTYPE, raw, SYM
-            self.report.change(name, i, f"hard link to a symlink (-> {raw}) stored as a symlink")
+            self.report.change(name, i, f"hard link to a symlink (-> {raw}) stored as a symlink",
+                               "hard link to a symlink stored as a symlink")
         out = self._normal(info, layer)
         data = None
         if kind == SYM:
@@ -321,7 +325,8 @@ class Flattener:
         if target.startswith("/"):
             absolute = posixpath.normpath("/" + target.lstrip("/"))
             rel = posixpath.relpath(absolute, "/" + link_dir)
-            self.report.change(name, layer.index, f"absolute symlink {target} made relative")
+            self.report.change(name, layer.index, f"absolute symlink {target} made relative",
+                               "absolute symlink made relative")
             return rel
         if not _contained(link_dir, target):
             raise LayerError(f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the "
@@ -368,7 +373,8 @@ class Flattener:
     def _copy_later(self, layer: Layer, name: str, target: str, hidden: tuple[int, int]) -> None:
         """A hard link whose target a later layer removed keeps the old data as a copy, written
         once the layer is through: all copies from one lower layer then take one extra pass."""
-        self.report.change(name, layer.index, f"hard link to {target} (removed later) stored as a copy")
+        self.report.change(name, layer.index, f"hard link to {target} (removed later) stored as a copy",
+                           "hard link to a file removed later stored as a copy")
         self.copies[hidden] = name
         self.emitted[name] = REG
 

@@ -33,7 +33,7 @@ from pathlib import Path
 MAX_PATH, MAX_COMPONENT = 4095, 255
 WHITEOUT, OPAQUE, AUFS_META = ".wh.", ".wh..wh..opq", ".wh..wh."
 ADDED = ({"bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr", "ch", "etc/hosts",
-          "etc/resolv.conf", "ch/environment", "ch/metadata.json"}
+          "etc/resolv.conf", "etc/passwd", "etc/group", "ch/environment", "ch/metadata.json"}
          | {f"mnt/{i}" for i in range(10)})  # what conversion adds to every image
 
 
