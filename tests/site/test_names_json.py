@@ -6,7 +6,7 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from kit.cli import main
 from kit.errors import KitError
@@ -119,3 +119,17 @@ def test_show_json_without_islands_or_max_clock_has_nulls(capsys):
 def test_show_json_error_is_one_line_and_nothing_on_stdout(capsys):
     err = one_line_error(capsys, ["site", "show", "supermuc", "--json"])
     assert "did you mean 'supermuc-ng'?" in err
+
+
+@settings(deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])  # capsys is read out each time
+@given(name=NAMES)
+@example(name="supermuc-ng")
+@example(name="~0")
+def test_show_json_is_a_document_or_one_line_error(capsys, name):
+    code = main(["site", "show", name, "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, 1), err
+    if code == 0:
+        assert json.loads(out)["schema"] == "kit-site-show/1" and err == ""
+    else:
+        assert out == "" and err.count("\n") == 1 and err.startswith("kit: error: "), err
