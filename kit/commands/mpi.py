@@ -7,10 +7,26 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from kit.jsonout import add_json_flag, emit
 from kit.mpi import MODES, make_pair, pair_path, prepare_image_dir, run_check, write_pair
 
 
+PAIR_SCHEMA = "kit-mpi-pair/1"
+
+
+def _pair_json(args: argparse.Namespace) -> int:
+    """The same work as the text form; the document is printed only once all of it is done."""
+    pair = make_pair(args.site, args.image, mode=args.mode)
+    made = None if args.dry_run or not args.prepare else prepare_image_dir(pair, args.image)
+    written = None if args.dry_run else str(write_pair(pair, args.out))
+    emit(PAIR_SCHEMA, {"pair": pair.document(), "written": written, "prepared": made,
+                       "dry_run": args.dry_run})
+    return 0
+
+
 def _pair(args: argparse.Namespace) -> int:
+    if args.json:
+        return _pair_json(args)
     pair = make_pair(args.site, args.image, mode=args.mode)
     console = Console()
     v = pair.verdict
@@ -72,6 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--prepare", action="store_true",
                            help="create the mount points and alias links in a writable directory image")
             p.add_argument("--dry-run", action="store_true", help="print the pair file, write nothing")
+            add_json_flag(p, PAIR_SCHEMA)
         else:
             p.add_argument("--python", default="python3", help="python inside the image")
             p.add_argument("--timeout", type=float, default=120.0)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kit.commands.slurm import add_run_args, train_args, walltime
 from kit.errors import KitError
+from kit.jsonout import add_json_flag, emit
 from kit.scale import campaign
 from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site
@@ -67,7 +68,22 @@ def _status_table(status: list[campaign.RunStatus]) -> Table:
     return table
 
 
+COLLECT_SCHEMA = "kit-scale-collect/1"
+
+
+def _collect_document(sweep_dir: Path, status: list[campaign.RunStatus]) -> dict:
+    runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
+             "problem": s.problem or None} for s in status]
+    return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
+            "total": len(status), "problems": sum(bool(s.problem) for s in status)}
+
+
 def _collect(args: argparse.Namespace) -> int:
+    if args.json:  # no live table: the document is all that goes to stdout
+        status = (campaign.wait(args.dir, args.poll, args.timeout) if args.wait
+                  else campaign.collect(args.dir))
+        emit(COLLECT_SCHEMA, _collect_document(args.dir, status))
+        return 1 if any(s.problem for s in status) else 0
     console = Console()
     if args.wait:
         with Live(console=console, auto_refresh=False) as live:
@@ -138,6 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait", action="store_true", help="until no run is queued or running")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between checks with --wait")
     p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+    add_json_flag(p, COLLECT_SCHEMA)
     p.set_defaults(func=_collect)
 
     p = leaves.add_parser("cancel", help="scancel the plan's queued and running jobs")

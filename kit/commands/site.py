@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kit.jsonout import add_json_flag, emit
 from kit.site import load_site
 from kit.site.probe import probe_yaml, write_probe
 from kit.site.schema import SiteError
-from kit.site.show import print_summary
+from kit.site.show import JSON_SCHEMA, print_summary, summary_document
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -24,7 +25,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    print_summary(load_site(args.site))
+    site = load_site(args.site)
+    if args.json:
+        emit(JSON_SCHEMA, summary_document(site))
+    else:
+        print_summary(site)
     return 0
 
 
@@ -45,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_validate)
     p = leaves.add_parser("show", help="summary of a site, with theoretical peak per node and island")
     p.add_argument("site", metavar="NAME_OR_FILE")
+    add_json_flag(p, JSON_SCHEMA)
     p.set_defaults(func=_show)
     p = leaves.add_parser("probe", help="write a site config describing this host")
     p.add_argument("--out", metavar="FILE", help="write here (atomically) instead of stdout")

@@ -7,7 +7,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from kit.commands.progress import byte_bar
+from kit.jsonout import add_json_flag, emit
 import kit.transfer as transfer  # push, versions, rollback need the [transfer] extra
+
+VERSIONS_SCHEMA = "kit-transfer-versions/1"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             r.add_argument("--to", metavar="VERSION", help="this version (NAME@SHA or a SHA prefix) instead "
                            "of the one installed before the current")
             r.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+        else:
+            add_json_flag(r, VERSIONS_SCHEMA)
         r.set_defaults(func=func)
 
     b = leaves.add_parser("bundle", help="write a self-checking removable-media bundle",
@@ -87,6 +92,11 @@ def _endpoint_args(args: argparse.Namespace) -> dict:
 
 def _versions(args: argparse.Namespace) -> int:
     found = transfer.installed_versions(args.name, args.site, **_endpoint_args(args))
+    if args.json:
+        emit(VERSIONS_SCHEMA, {"name": found.name, "where": found.where, "current": found.current,
+                               "versions": [{"entry": v.entry, "current": v.current, "format": v.format,
+                                             "installed": v.installed} for v in found.versions]})
+        return 0
     if not found.versions:
         print(f"no version of {found.name} installed in {found.where}")
         return 0

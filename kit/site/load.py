@@ -1,6 +1,7 @@
 """Find a site config by name or path, and load it validated into a typed Site."""
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from kit.site.schema import SiteError, check_document
 
 SHIPPED_DIR = shipped("site-configs")
 MAX_SITE_BYTES = 2**20  # a site config is a few kilobytes
+MAX_LISTED = 20  # known sites named in an error: a search dir may hold hundreds of files
 
 
 def user_dir() -> Path:
@@ -25,21 +27,36 @@ def search_dirs() -> list[Path]:
     """Where a site *name* is looked up, first match wins: the $KIT_SITE_PATH dirs
     (os.pathsep-separated, in order), then the user's dir, then the configs shipped with the
     kit; so a user's file of the same name overrides a shipped one. A path is never searched."""
-    extra = [Path(p).expanduser() for p in os.environ.get("KIT_SITE_PATH", "").split(os.pathsep) if p]
+    extra = [Path(os.path.expanduser(p)) for p in os.environ.get("KIT_SITE_PATH", "").split(os.pathsep) if p]
     return extra + [user_dir(), SHIPPED_DIR]
 
 
 def available_sites() -> list[str]:
+    """The names a site can be loaded by; a file whose stem is no valid name is not one of them
+    (and its name, which may hold line breaks, never reaches an error message)."""
     names: set[str] = set()
     for directory in search_dirs():
-        names.update(p.stem for p in directory.glob("*.yaml"))
+        names.update(p.stem for p in directory.glob("*.yaml") if NAME_RE.fullmatch(p.stem))
     return sorted(names)
+
+
+def unknown_site(name: str) -> SiteError:
+    """The one-line error for a name no search dir holds: the closest known name, then them all."""
+    known = available_sites()
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    listed = ", ".join(known[:MAX_LISTED]) or "none"
+    if len(known) > MAX_LISTED:
+        listed += f", ... ({len(known) - MAX_LISTED} more)"
+    where = ", ".join(shown(str(d)) for d in search_dirs())
+    return SiteError(f"unknown site {name!r}{hint} known sites: {listed} "
+                     f"(searched {where}; a path to a site config works too)")
 
 
 def resolve_site(name_or_path: str | os.PathLike) -> Path:
     """A value naming an existing file, or containing '/' or ending in .yaml/.yml, is a path."""
     text = os.fspath(name_or_path)
-    candidate = Path(text).expanduser()
+    candidate = Path(os.path.expanduser(text))  # ~unknown-user stays as typed; Path's would raise
     if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):
         if not candidate.exists():  # a FIFO or a device is refused when read, by what it is
             raise SiteError(f"{shown(text)}: no such site config file")
@@ -50,9 +67,7 @@ def resolve_site(name_or_path: str | os.PathLike) -> Path:
         path = directory / f"{text}.yaml"
         if path.exists():  # not only regular files: a FIFO here is refused by what it is, not skipped
             return path
-    where = ", ".join(str(d) for d in search_dirs())
-    known = ", ".join(available_sites()) or "none"
-    raise SiteError(f"no site config named {text!r} in {where} (known sites: {known})")
+    raise unknown_site(text)
 
 
 def load_site(name_or_path: str | os.PathLike | Site) -> Site:

@@ -1,6 +1,8 @@
 """A readable summary of a site: the facts a user checks before a scaling run."""
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from rich.console import Console
 from rich.table import Table
 
@@ -52,6 +54,35 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
                     f"{site.network.bandwidth_gbps:g} Gbit/s"),
     ]
     return rows
+
+
+JSON_SCHEMA = "kit-site-show/1"
+
+
+def _precisions(flops_at) -> dict[str, float]:
+    return {p: flops_at(p) for p in ("fp32", "fp64")}
+
+
+def summary_document(site: Site) -> dict:
+    """The summary for scripts: the validated config, plus what it implies (cores, peaks in FLOP/s)."""
+    n, s = site.node, site.scheduler
+    sections = {k: asdict(v) for k, v in (("scheduler", s), ("node", n), ("host_mpi", site.host_mpi),
+                                          ("container", site.container), ("transfer", site.transfer),
+                                          ("network", site.network))}
+    sections["node"] |= {"cores": n.cores, "hardware_threads": n.hardware_threads}
+    sections["host_mpi"]["library_dirs"] = site.host_mpi.lib_dirs
+    node_peak = n.theoretical_peak_flops
+    return {
+        "name": site.name, "description": site.description,
+        "config_file": str(site.path) if site.path else None, "modules": list(site.modules),
+        **sections,
+        "peak_flops": {
+            "per_node": _precisions(node_peak),
+            "per_node_max_clock": _precisions(lambda p: node_peak(p, n.clock_ghz_max)) if n.clock_ghz_max else None,
+            "per_island": _precisions(site.peak_per_island) if site.network.island_nodes else None,
+            "at_max_nodes": _precisions(lambda p: s.max_nodes * node_peak(p)),
+        },
+    }
 
 
 def print_summary(site: Site, console: Console | None = None) -> None:

@@ -33,7 +33,7 @@ def test_show_prints_peak_per_node_and_per_island(capsys):
 
 def test_show_unknown_site_is_a_clean_error(capsys):
     assert main(["site", "show", "atlantis"]) == 1
-    assert "no site config named 'atlantis'" in capsys.readouterr().err
+    assert "unknown site 'atlantis'; known sites: " in capsys.readouterr().err
 
 
 def test_probe_writes_a_valid_config_matching_this_host(tmp_path, capsys):

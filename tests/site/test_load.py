@@ -60,7 +60,7 @@ def test_name_resolves_through_kit_site_path_first(tmp_path, monkeypatch):
 
 
 def test_unknown_name_lists_known_sites():
-    with pytest.raises(SiteError, match=r"no site config named 'nowhere'.*supermuc-ng"):
+    with pytest.raises(SiteError, match=r"unknown site 'nowhere'.*supermuc-ng"):
         load_site("nowhere")
 
 
