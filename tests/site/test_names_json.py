@@ -125,8 +125,9 @@ def test_show_json_error_is_one_line_and_nothing_on_stdout(capsys):
 @given(name=NAMES)
 @example(name="supermuc-ng")
 @example(name="~0")
+@example(name="-.-fuf9nddu1\n/b0")  # after `--` a leading dash is a name, not an option
 def test_show_json_is_a_document_or_one_line_error(capsys, name):
-    code = main(["site", "show", name, "--json"])
+    code = main(["site", "show", "--json", "--", name])
     out, err = capsys.readouterr()
     assert code in (0, 1), err
     if code == 0:
