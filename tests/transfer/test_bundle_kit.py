@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from kit.errors import KitError
@@ -160,7 +160,7 @@ def test_a_bad_wheelhouse_is_refused_in_one_line(tmp_path, image, wheelhouse, re
 ESCAPED = "\\" + "0" * 64 + "  a\\\\b.whl\n"  # what sha256sum writes for a name with a backslash
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sums=st.one_of(st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
                       st.lists(st.builds(lambda h, sep, name: f"{h}{sep}{name}",
                                          st.text("0123456789abcdef", min_size=63, max_size=65),
@@ -185,6 +185,51 @@ def test_fuzzed_wheelhouse_sums_give_a_bundle_or_a_clean_error(tmp_path, image, 
         assert not (tmp_path / "usb").exists() or not list((tmp_path / "usb").iterdir())
         return
     assert sha256sum_check(out).returncode == 0 and verify_bundle(out).ok
+
+
+WHEEL = "secure_site_kit-0.1.0-py3-none-any.whl"
+GOOD_NAMES = ["install.sh", "EXTRAS", "horovod/BUILD.sh", "a/b/c.whl", "secure_site_kit-0.0.1.tar.gz"]
+BAD_NAMES = ["a/b/c/d.whl", ".hidden", "a b.whl", "x\\y", "../up.whl"]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.tuples(st.sampled_from(GOOD_NAMES * 4 + BAD_NAMES), st.binary(max_size=64),
+                                st.sampled_from([True] * 5 + [False])),
+                      max_size=4, unique_by=lambda f: f[0]),
+       wheel=st.one_of(st.none(), st.tuples(st.just(WHEEL), st.binary(max_size=64),
+                                            st.sampled_from([True] * 5 + [False]))))
+@example(files=[("a/b/c/d.whl", b"", True)], wheel=(WHEEL, b"w", True))
+def test_a_wheelhouse_is_carried_exactly_when_it_verifies(tmp_path, image, files, wheel):
+    """Model: the bundle is made iff every listed name is plain and shallow enough, every sum right
+    and the kit's wheel listed; then kit/ holds those bytes and sha256sum -c agrees."""
+    import hashlib
+    files = files + ([wheel] if wheel else [])
+    wh, usb = tmp_path / "wh", tmp_path / "usb"
+    shutil.rmtree(wh, ignore_errors=True)
+    shutil.rmtree(usb, ignore_errors=True)
+    lines = []
+    for name, data, right in files:
+        if name in GOOD_NAMES + [WHEEL]:
+            (wh / name).parent.mkdir(parents=True, exist_ok=True)
+            (wh / name).write_bytes(data)
+        sha = hashlib.sha256(data if right else data + b"!").hexdigest()
+        lines.append(("\\" if "\\" in name else "") + f"{sha}  {name}\n")
+    wh.mkdir(exist_ok=True)
+    (wh / "SHA256SUMS").write_text("".join(lines))
+    expect = wheel is not None and all(name in GOOD_NAMES + [WHEEL] and right for name, _, right in files)
+    event("carried" if expect else "refused")
+    try:
+        out = bundle([image], usb / "b", kit_wheelhouse=wh)
+    except KitError as exc:
+        assert not expect, exc
+        assert "\n" not in str(exc) and "make wheelhouse" in str(exc)
+        assert not usb.exists() or not list(usb.iterdir()), "nothing half-made"
+        return
+    assert expect
+    assert files_under(out / "kit") == {name for name, _, _ in files} | {"SHA256SUMS"}
+    assert all((out / "kit" / name).read_bytes() == data for name, data, _ in files)
+    assert sha256sum_check(out).returncode == 0 and sha256sum_check(out / "kit").returncode == 0
+    assert verify_bundle(out).ok
 
 
 def test_the_regression_corpus_of_wheelhouse_sums(tmp_path, image):
