@@ -123,6 +123,8 @@ def _bundle(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {out}: {report.files} files; check it on the other side with "
           f"'sh {out}/verify.sh', 'python3 {out}/verify.py' or 'cd {out} && sha256sum -c SHA256SUMS'")
+    if args.with_kit:
+        print(f"the kit's wheelhouse is in {out}/kit: on the login node, sh {out}/kit/install.sh [VENV] [EXTRAS]")
     return 0
 
 

@@ -113,6 +113,14 @@ def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | No
     return entries
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _sha256(path: Path) -> str:
     """sha256 of a small file the bundle itself just wrote."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -177,11 +185,11 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
         extra = ["verify.py", "verify.sh", "MANIFEST.json", checker.MANIFEST]
         (tmp / SUMS).write_text(format_sums([(h, n) for h, _, n in entries] + [(_sha256(tmp / n), n) for n in extra]))
         os.chmod(tmp, 0o755)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        # a medium pulled right after the rename holds what the sums say: the files written here
+        # and every directory entry reach it before the bundle has its name
+        subdirs = [d for d in (tmp / SUBDIR).rglob("*") if d.is_dir()] + ([tmp / SUBDIR] if wh else [])
+        for path in [*(tmp / n for n in [*extra, SUMS]), *subdirs, tmp]:
+            _fsync(path)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

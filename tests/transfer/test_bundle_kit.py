@@ -84,6 +84,7 @@ def test_with_kit_carries_a_verified_wheelhouse(tmp_path, image, wheelhouse, kit
     out = tmp_path / "usb" / "b"
     res = kit("bundle", str(image), str(out), "--with-kit", cwd=tmp_path, repo=repo)  # default dist/wheelhouse
     assert res.returncode == 0, res.stderr
+    assert f"sh {out}/kit/install.sh" in res.stdout and "sha256sum -c SHA256SUMS" in res.stdout
     carried = {f"kit/{n}" for n in files_under(wheelhouse) - {".secure-site-kit-wheelhouse"}}
     assert carried <= files_under(out) and f"kit/{kit_wheel.name}" in carried
     assert (out / "kit" / kit_wheel.name).read_bytes() == kit_wheel.read_bytes()
