@@ -37,9 +37,12 @@ def files_under(directory: Path) -> set[str]:
 
 @pytest.fixture(scope="session")
 def kit_wheel(tmp_path_factory, repo) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The kit's wheel, built from a copy of the tree (setuptools writes build/ where it builds)."""
+    src, out = tmp_path_factory.mktemp("src") / "kit", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(repo, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "results", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(repo)], check=True, timeout=300, capture_output=True)
+                    "-w", str(out), str(src)], check=True, timeout=300, capture_output=True)
     (wheel,) = out.glob("secure_site_kit-*.whl")
     return wheel
 
