@@ -53,9 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = leaves.add_parser("bundle", help="write a self-checking removable-media bundle",
                           description="Copy images (+ siblings) into the new directory DIR with a "
-                          "MANIFEST and verify.sh / verify.py checkers.")
+                          "MANIFEST, verify.sh / verify.py checkers and SHA256SUMS (sha256sum -c).")
     b.add_argument("images", type=Path, nargs="+", metavar="IMAGE")
     b.add_argument("dir", type=Path, metavar="DIR", help="new bundle directory")
+    b.add_argument("--with-kit", action="store_true",
+                   help="also carry the kit's own offline wheelhouse under DIR/kit/ (install it there "
+                   "with sh DIR/kit/install.sh)")
+    b.add_argument("--kit-wheelhouse", type=Path, default=Path("dist/wheelhouse"), metavar="PATH",
+                   help="the wheelhouse `make wheelhouse` wrote (default: dist/wheelhouse)")
     b.set_defaults(func=_bundle)
 
     v = leaves.add_parser("verify", help="check a bundle: names missing, truncated, altered files")
@@ -118,7 +123,8 @@ def _rollback(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"copying into {args.dir.name}")
-        out = transfer.bundle(args.images, args.dir, progress=bar and bar.update)
+        out = transfer.bundle(args.images, args.dir, progress=bar and bar.update,
+                              kit_wheelhouse=args.kit_wheelhouse if args.with_kit else None)
     with ExitStack() as stack:  # read back from the medium (the copies left the page cache)
         bar = byte_bar(stack, f"verifying {args.dir.name}")
         report = transfer.verify_bundle(out, progress=bar and bar.update)
@@ -126,7 +132,9 @@ def _bundle(args: argparse.Namespace) -> int:
         print("\n".join(report.lines()))
         return 1
     print(f"wrote {out}: {report.files} files; check it on the other side with "
-          f"'sh {out}/verify.sh' or 'python3 {out}/verify.py'")
+          f"'sh {out}/verify.sh', 'python3 {out}/verify.py' or 'cd {out} && sha256sum -c SHA256SUMS'")
+    if args.with_kit:
+        print(f"the kit's wheelhouse is in {out}/kit: on the login node, sh {out}/kit/install.sh [VENV] [EXTRAS]")
     return 0
 
 

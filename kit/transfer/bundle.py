@@ -1,10 +1,12 @@
 """`kit transfer bundle|verify`: removable-media bundles that check themselves on the inside.
 
-A bundle directory holds the images and their sibling files, `MANIFEST` (one line
-`<sha256> <size> <name>` per file, read by both checkers), `MANIFEST.json` (the same for
-tools), `verify.sh` (POSIX sh + coreutils only) and `verify.py` (python3 fallback, the very
-module kit.transfer.verify). The bundle is built in a hidden temp directory beside the
-target and renamed into place whole, so a half-written bundle never has the final name.
+A bundle directory holds the images and their sibling files, with `--with-kit` the kit's own
+wheelhouse under `kit/`, `MANIFEST` (one line `<sha256> <size> <name>` per file, read by both
+checkers), `MANIFEST.json` (the same for tools), `verify.sh` (POSIX sh + coreutils only),
+`verify.py` (python3 fallback, the very module kit.transfer.verify) and `SHA256SUMS` over every
+other file, so a site with nothing of ours checks it with `sha256sum -c SHA256SUMS`. The bundle
+is built in a hidden temp directory beside the target and renamed into place whole, so a
+half-written bundle never has the final name.
 """
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from kit.errors import KitError
 from kit.transfer import verify as checker
 from kit.transfer.image import open_image, recorded_sha256
+from kit.transfer.sums import SUMS, format_sums
+from kit.transfer.wheelhouse import FIX, SUBDIR, Wheelhouse, open_wheelhouse
 
 VERIFY_SH = r"""#!/bin/sh
 # Check this bundle with POSIX sh + coreutils (wc, sha256sum, cut, tr): names every
@@ -38,8 +42,12 @@ bad=0
 n=0
 while read -r sum size name; do
   n=$((n + 1))
-  case "$name" in ''|.*|*/*) echo "verify: MANIFEST line $n is malformed" >&2; exit 2 ;; esac
-  if [ ! -f "$name" ] || [ -L "$name" ]; then
+  # a plain relative path (kit/x.whl): no dot-led part, no empty part, nothing but [A-Za-z0-9._+-/]
+  case "$name" in [!A-Za-z0-9]*|*/[!A-Za-z0-9]*|*/|*[!A-Za-z0-9._+/-]*)
+    echo "verify: MANIFEST line $n is malformed" >&2; exit 2 ;; esac
+  up=$name linked=
+  while [ "${up%/*}" != "$up" ]; do up=${up%/*}; [ -L "$up" ] && linked=$up; done
+  if [ -n "$linked" ] || [ ! -f "$name" ] || [ -L "$name" ]; then
     echo "MISSING: $name (not in the bundle)"; bad=$((bad + 1)); continue
   fi
   actual=$(wc -c < "$name" | tr -d ' ')
@@ -74,11 +82,11 @@ class VerifyReport:
         return out + [f"{self.directory}: {self.files} files, {len(self.problems)} problem(s)"]
 
 
-def _copy(src: Path, dst: Path, progress: Callable[[int], None] | None) -> str:
+def _copy(fin: BinaryIO, dst: Path, progress: Callable[[int], None] | None) -> str:
     """Copy with fsync, hashing the bytes on the way (one read of the source). The copy's
     pages are then dropped from the cache, so a verify that follows reads the medium itself."""
     h = hashlib.sha256()
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
+    with fin, open(dst, "xb") as fout:
         while data := fin.read(8 << 20):
             h.update(data)
             fout.write(data)
@@ -89,6 +97,33 @@ def _copy(src: Path, dst: Path, progress: Callable[[int], None] | None) -> str:
         os.posix_fadvise(fout.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return h.hexdigest()
 
+
+def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | None) -> list[tuple[str, int, str]]:
+    """The wheelhouse into tmp/kit/, each file checked against its SHA256SUMS line as it is copied."""
+    entries = []
+    for sha, name, _ in wh.files:
+        dst = tmp / SUBDIR / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        got = _copy(os.fdopen(wh.open(name), "rb"), dst, tick)
+        size = dst.stat().st_size  # our own copy: the bytes that were hashed
+        if sha and got != sha:
+            raise KitError(f"{wh.path / name} does not match {wh.path / SUMS} (sha256 {got}, listed {sha}): "
+                           f"the wheelhouse is damaged; fix: {FIX}")
+        entries.append((got, size, f"{SUBDIR}/{name}"))
+    return entries
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    """sha256 of a small file the bundle itself just wrote."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
@@ -104,9 +139,11 @@ def _counter(total: int, progress: Callable[[int, int], None] | None) -> Callabl
     return tick
 
 
-def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], None] | None = None) -> Path:
-    """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`;
-    `progress(done, total)` follows the bytes copied."""
+def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], None] | None = None,
+           kit_wheelhouse: Path | None = None) -> Path:
+    """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`, with
+    the wheelhouse at `kit_wheelhouse` under kit/ if given; `progress(done, total)` follows the
+    bytes copied."""
     out_dir = Path(out_dir)
     if not images:
         raise KitError("no images given: kit transfer bundle IMAGE... DIR")
@@ -120,19 +157,23 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
         if p.name in seen and seen[p.name] != p:
             raise KitError(f"{p} and {seen[p.name]} have the same name; a bundle is flat: rename one")
         seen[p.name] = p
-    tick = _counter(sum(p.stat().st_size for p in seen.values()), progress)
+    wh = open_wheelhouse(kit_wheelhouse) if kit_wheelhouse is not None else None
+    total = sum(p.stat().st_size for p in seen.values()) + sum(size for *_, size in (wh.files if wh else []))
+    tick = _counter(total, progress)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         entries = []
         for img in imgs:
             for src in dict.fromkeys((img.path, *img.siblings)):
-                entries.append((_copy(src, tmp / src.name, tick), src.stat().st_size, src.name))
+                entries.append((_copy(open(src, "rb"), tmp / src.name, tick), src.stat().st_size, src.name))
             recorded = recorded_sha256(img)
             copied = next(sha for sha, _, name in entries if name == img.path.name)
             if recorded and recorded != copied:
                 raise KitError(f"{img.path} does not match {img.sha_file} (sha256 {copied}, recorded "
                                f"{recorded}): the image is damaged or changed; re-run kit image convert")
+        if wh:
+            entries += _copy_wheelhouse(wh, tmp, tick)
         shutil.copyfile(checker.__file__, tmp / "verify.py")
         (tmp / "verify.sh").write_text(VERIFY_SH)
         os.chmod(tmp / "verify.sh", 0o755)
@@ -141,12 +182,14 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": [{"name": n, "size": s, "sha256": h} for h, s, n in entries]}, indent=2) + "\n")
         (tmp / checker.MANIFEST).write_text("".join(f"{h} {s} {n}\n" for h, s, n in entries))
+        extra = ["verify.py", "verify.sh", "MANIFEST.json", checker.MANIFEST]
+        (tmp / SUMS).write_text(format_sums([(h, n) for h, _, n in entries] + [(_sha256(tmp / n), n) for n in extra]))
         os.chmod(tmp, 0o755)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        # a medium pulled right after the rename holds what the sums say: the files written here
+        # and every directory entry reach it before the bundle has its name
+        subdirs = [d for d in (tmp / SUBDIR).rglob("*") if d.is_dir()] + ([tmp / SUBDIR] if wh else [])
+        for path in [*(tmp / n for n in [*extra, SUMS]), *subdirs, tmp]:
+            _fsync(path)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

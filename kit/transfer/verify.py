@@ -3,7 +3,8 @@
 
 This file is copied into each bundle as verify.py, so it must run on the secure side with
 nothing but a stock python3 (>= 3.6, standard library only). `kit transfer verify` imports
-the same functions. MANIFEST lines are `<sha256> <size> <name>`.
+the same functions. MANIFEST lines are `<sha256> <size> <name>`; a name is a path of at most
+four plain components (`kit/secure_site_kit-0.1.0-py3-none-any.whl`), none of them a link.
 
 Usage: python3 verify.py [BUNDLE_DIR]     (exit 0: all good, 1: problems, 2: no manifest)
 """
@@ -16,7 +17,11 @@ import sys
 
 MANIFEST = "MANIFEST"
 MANIFEST_MAX = 1 << 20   # bytes: ~10000 lines; a larger MANIFEST is not one kit wrote
-_LINE = re.compile(r"([0-9a-f]{64}) ([0-9]{1,19}) ([A-Za-z0-9][A-Za-z0-9._+-]{0,254})")
+_PART = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}"
+# no dot-led part (no `..`), no space, backslash or newline: sha256sum reads every name back as is
+NAME = re.compile(r"%s(?:/%s){0,3}" % (_PART, _PART))
+_LINE = re.compile(r"([0-9a-f]{64}) ([0-9]{1,19}) (%s)" % NAME.pattern)
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class ManifestError(Exception):
@@ -28,11 +33,11 @@ def _kind(mode):
             else "a directory" if stat.S_ISDIR(mode) else "a device or socket")
 
 
-def open_file(path):
+def open_file(path, dir_fd=None):
     """(fd, size) of a regular file; never through a symlink, never blocking on a FIFO.
     None if nothing is there; ValueError naming what is there instead of a file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, _OPEN, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             return None
@@ -44,6 +49,29 @@ def open_file(path):
         os.close(fd)
         raise ValueError("%s, not a file in the bundle" % _kind(st.st_mode))
     return fd, st.st_size
+
+
+def open_in(directory, name):
+    """open_file of the relative path `name` under `directory`, each directory on the way opened
+    without following a link: a linked `kit/` cannot send the check (or a copy) off the medium."""
+    parts = name.split("/")
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                              dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    return None
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ValueError("%s is a symlink or no directory" % part)
+                raise
+            os.close(dfd)
+            dfd = nfd
+        return open_file(parts[-1], dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def read_manifest(directory):
@@ -95,7 +123,7 @@ def check(directory, progress=None):
     problems = []
     for sha, size, name in read_manifest(directory):
         try:
-            found = open_file(os.path.join(directory, name))
+            found = open_in(directory, name)
         except (OSError, ValueError) as exc:
             problems.append((name, "missing", getattr(exc, "strerror", None) or str(exc)))
             continue

@@ -38,7 +38,7 @@ def made(tmp_path):
 def test_bundle_contents_and_clean_verify(made, repo):
     names = sorted(p.name for p in made.iterdir())
     assert names == sorted(["a.tar.gz", "a.tar.gz.sha256", "a.pair.yaml", "b.sqfs", "b.sqfs.sha256",
-                            "MANIFEST", "MANIFEST.json", "verify.sh", "verify.py"])
+                            "MANIFEST", "MANIFEST.json", "verify.sh", "verify.py", "SHA256SUMS"])
     assert verify_bundle(made).ok and verify_bundle(made).files == 5
     for name, (code, text) in checkers(made, repo).items():
         assert code == 0, (name, text)
