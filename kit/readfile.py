@@ -17,32 +17,55 @@ from kit.errors import KitError
 MAX_BYTES = 4 * 2**20  # site configs, pair files, plans, ledgers and results are kilobytes
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def kind_name(mode: int) -> str:
+    """How an error names a file of this mode ('a FIFO', 'a directory', ...)."""
+    return next((name for test, name in _KINDS if test(mode)), "of an unknown type")
+
+
+class NotRegularFile(OSError):
+    """The path exists but is no regular file; ``kind`` says what it is instead."""
+
+    def __init__(self, path: str | os.PathLike, kind: str):
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.path, self.kind = path, kind
+
+
+def open_regular_fd(path: str | os.PathLike, follow_symlinks: bool = True) -> int:
+    """A read-only fd of PATH once stat and fstat both say it is a regular file.
+
+    The one place the kit opens a file it did not make: a stat first (a device is never opened),
+    O_NONBLOCK so that a FIFO swapped in after the stat cannot block the open, fstat after it.
+    FileNotFoundError and other OSErrors pass through; NotRegularFile names what is there.
+    """
+    st = os.stat(path, follow_symlinks=follow_symlinks)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(path, kind_name(st.st_mode))
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(path, kind_name(mode))
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _open_regular(path: Path, what: str, error: type[KitError]) -> BinaryIO:
-    """The file opened for reading, once stat and fstat both say it is a regular file."""
-    refuse = f"{path}: is {{}}, not the regular file a {what} is; fix: give the {what} itself"
+    """The file opened for reading; anything but a regular file is ``error`` naming it."""
     try:
-        if not stat.S_ISREG(mode := os.stat(path).st_mode):
-            raise error(refuse.format(_kind(mode)))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.fdopen(open_regular_fd(path), "rb")
     except FileNotFoundError:
         raise
+    except NotRegularFile as exc:
+        raise error(f"{path}: is {exc.kind}, not the regular file a {what} is; fix: give the {what} itself") from None
     except OSError as exc:
         raise error(f"{path}: cannot read the {what} ({exc.strerror}); fix: check the path and its "
                     "permissions") from None
-    fh = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(mode := os.fstat(fd).st_mode):  # replaced between stat and open
-        fh.close()
-        raise error(refuse.format(_kind(mode)))
-    return fh
 
 
 def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
