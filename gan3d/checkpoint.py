@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from gan3d.files import NotRegularFile, one_line, read_regular
-from kit.atomic import atomic_write_text
+from kit.atomic import atomic_write_text, fsync_path
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
 MAX_META_BYTES = 64 * 1024
@@ -32,14 +32,6 @@ META = "meta.json"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used to resume; the message names it and the fix."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class EpochCheckpoints:
@@ -85,11 +77,11 @@ class EpochCheckpoints:
             checkpoint.write(str(tmp / STATE))
             generator.save_weights(str(tmp / GENERATOR_WEIGHTS))
             atomic_write_text(tmp / META, json.dumps({"epoch": epoch, **meta}, indent=2) + "\n")
-            _fsync_dir(tmp)
+            fsync_path(tmp)
             if final.exists():  # re-running an epoch (e.g. after a resume from an older one)
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_path(self.directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -89,3 +89,12 @@ def exchange(dir_fd: int, a: str, b: str) -> None:
 def fsync_dir(dir_fd: int) -> None:
     """Make renames in the directory durable (a crash must not bring back the old name)."""
     os.fsync(dir_fd)
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or a directory by name (a directory: its entries, before it is renamed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

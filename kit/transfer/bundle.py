@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from kit.atomic import fsync_path
 from kit.errors import KitError
 from kit.transfer import verify as checker
 from kit.transfer.image import open_image, recorded_sha256
@@ -113,14 +114,6 @@ def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | No
     return entries
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sha256(path: Path) -> str:
     """sha256 of a small file the bundle itself just wrote."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -189,7 +182,7 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
         # and every directory entry reach it before the bundle has its name
         subdirs = [d for d in (tmp / SUBDIR).rglob("*") if d.is_dir()] + ([tmp / SUBDIR] if wh else [])
         for path in [*(tmp / n for n in [*extra, SUMS]), *subdirs, tmp]:
-            _fsync(path)
+            fsync_path(path)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
