@@ -21,6 +21,7 @@ from zlib_ng import gzip_ng_threaded
 
 from kit.errors import KitError
 from kit.image.flatten import Entry
+from kit.image.sqfs_root import set_root_mtime
 from kit.image_names import SQUASH, TAR, TAR_GZ
 from kit.rootfs import Root
 
@@ -145,6 +146,11 @@ class TarWriter(Writer):
 class SquashWriter(Writer):
     """SquashFS through ``mksquashfs -tar``: the tar streams into it, no unpacked tree.
 
+    Byte-reproducible like the tar.gz: mksquashfs packs in a fixed order whatever
+    ``-processors``, the superblock's time is 0, the root directory is root's with mode 0755
+    and, once mksquashfs is done, gets the newest mtime of the image's entries (4.5.1 would
+    stamp it with the time of the run; see kit.image.sqfs_root, which needs ``-noI``).
+
     mksquashfs runs in its own process group (a terminal's Ctrl-C reaches the kit, which kills
     it in ``abort``) and holds ``keep_fds`` (the run's lock on OUT): if the kit is killed, the
     pipe's end stops it, and until it has stopped no other run can take OUT's work directory.
@@ -157,17 +163,19 @@ class SquashWriter(Writer):
         if not shutil.which("mksquashfs"):
             raise KitError("mksquashfs not found; fix: apt-get install squashfs-tools")
         self.path = self.tmp / "out.sqfs"
+        self.newest = 0  # the root directory's mtime
         self.errlog = tempfile.TemporaryFile()  # not beside OUT: when that disk is full, the reason must fit
         self.proc = subprocess.Popen(
             ["mksquashfs", "-", str(self.path), "-tar", "-noappend", "-quiet", "-no-progress",
-             "-reproducible", "-mkfs-time", "0", "-comp", "gzip", "-Xcompression-level",
-             str(level), "-processors", str(max(1, threads))],
+             "-reproducible", "-mkfs-time", "0", "-noI", "-all-root", "-root-mode", "0755",
+             "-comp", "gzip", "-Xcompression-level", str(level), "-processors", str(max(1, threads))],
             stdin=subprocess.PIPE, stdout=self.errlog, stderr=subprocess.STDOUT,
             process_group=0, pass_fds=tuple(keep_fds))
         self.tar = tarfile.open(fileobj=_TellingFile(self.proc.stdin), mode="w",
                                 format=tarfile.PAX_FORMAT, copybufsize=CHUNK)
 
     def add(self, entry: Entry) -> None:
+        self.newest = max(self.newest, int(entry.info.mtime))
         try:
             self.tar.addfile(entry.info, entry.data)
         except BrokenPipeError:
@@ -200,6 +208,7 @@ class SquashWriter(Writer):
         if code != 0:
             self._fail()
         self.errlog.close()
+        set_root_mtime(self.path, self.newest)
         h = hashlib.sha256()
         with open(self.path, "rb") as fh:
             while chunk := fh.read(CHUNK):
