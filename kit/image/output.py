@@ -205,12 +205,19 @@ def _check_exchange(target: Target) -> None:
 def remove_tree(path: Path) -> None:
     """Remove a tree the kit made, read-only directories in it included; never follows links."""
     def writable(func, name, exc_info) -> None:
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
         parent = os.path.dirname(name)
-        if isinstance(exc_info[1], PermissionError) and parent:
-            os.chmod(parent, 0o700)  # a read-only directory of the image: its entries can go now
-            func(name)
-        elif not isinstance(exc_info[1], FileNotFoundError):
+        if not (isinstance(exc_info[1], PermissionError) and parent):
             raise exc_info[1]
+        # A directory of the image without w or x bits: open it up, then remove what failed
+        # (``func`` may be os.open, os.rmdir or os.unlink: the retry is by what ``name`` is).
+        os.chmod(parent, 0o700)
+        if os.path.isdir(name) and not os.path.islink(name):
+            os.chmod(name, 0o700)
+            shutil.rmtree(name, onerror=writable)
+        else:
+            os.unlink(name)
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, onerror=writable)
 

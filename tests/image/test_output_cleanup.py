@@ -1,0 +1,49 @@
+"""The kit's own leftovers go even when an image made some of its directories unreadable.
+
+Root ignores directory permissions, so the user who meets this is a non-root one: the test runs
+the cleanup as `nobody` (setpriv), on a tree laid out as a converted image can leave it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import require
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def public_tmp():
+    base = Path(tempfile.mkdtemp(prefix="kit-cleanup-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base
+    subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp):
+    require(os.geteuid() == 0 and shutil.which("setpriv"), "needs root to switch to nobody (setpriv)")
+    work = public_tmp / ".img.kit-tmp.abcdefgh"
+    (work / "root/usr/locked/deeper").mkdir(parents=True)
+    (work / "root/usr/locked/deeper/file").write_text("x")
+    (work / "root/usr/readonly").mkdir()
+    (work / "root/usr/readonly/file").write_text("y")
+    subprocess.run(["chown", "-R", "nobody", str(public_tmp)], check=True)
+    (work / "root/usr/locked/deeper").chmod(0o000)  # d--------- as an image may have it
+    (work / "root/usr/locked").chmod(0o500)
+    (work / "root/usr/readonly").chmod(0o555)
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    probe = subprocess.run(as_nobody + ["import kit.image.output"], env=env, capture_output=True, text=True)
+    require(probe.returncode == 0, f"nobody cannot run this venv's Python here: {probe.stderr[-200:]}")
+    code = "import sys; from pathlib import Path; from kit.image.output import remove_tree; remove_tree(Path(sys.argv[1]))"
+    done = subprocess.run(as_nobody + [code, str(work)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not work.exists()
