@@ -40,8 +40,11 @@ def write_report(prog: str, exc: BaseException) -> Path | None:
             fd, name = tempfile.mkstemp(prefix=f"{prog}-crash-{stamp}-", suffix=".txt", dir=directory)
         except OSError:
             continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{prog} {' '.join(sys.argv[1:])}\n\n{text}")
+        try:  # argv may hold bytes that are no UTF-8 (surrogate escapes): never fail here
+            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+                fh.write(f"{prog} {' '.join(sys.argv[1:])}\n\n{text}")
+        except OSError:  # a full disk: try the next directory
+            continue
         return Path(name)
     return None
 

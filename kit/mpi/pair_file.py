@@ -9,6 +9,7 @@ from typing import Any
 from kit.errors import KitError
 from kit.excerpt import clipped, control_character, shown
 from kit.mpi.pair import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
+from kit.readfile import read_bytes
 from kit.site import Site
 from kit.yamlbound import load_file
 
@@ -102,7 +103,8 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
 def _digest(pair: Path) -> str | None:
     """The image's sha256 as `kit image convert` wrote it (IMAGE.sha256: "HEX  NAME")."""
     try:
-        hexdigest = (pair.with_name(pair.name.removesuffix(".pair.yaml") + ".sha256").read_text().split() or [""])[0]
-    except OSError:
+        data = read_bytes(pair.with_name(pair.name.removesuffix(".pair.yaml") + ".sha256"), "checksum file", 4096)
+        hexdigest = (data.decode("ascii").split() or [""])[0]
+    except (OSError, KitError, UnicodeDecodeError):  # no usable checksum: the digest is unknown
         return None
     return f"sha256:{hexdigest}" if len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest) else None

@@ -5,15 +5,20 @@ from kit.transfer.bundle import VerifyReport, bundle, verify_bundle
 try:  # SSH needs the [transfer] extra; bundles and `kit transfer verify` work with the core alone
     from kit.transfer.push import PushReport, push
     from kit.transfer.versions import Installed, Switch, Versions, installed_versions, rollback
-except ModuleNotFoundError as exc:
-    if (exc.name or "").split(".")[0] not in ("fabric", "paramiko", "invoke"):
-        raise
+except ImportError as exc:  # missing, or installed but broken (e.g. a mismatched cryptography)
+    _unusable = exc
 
     def __getattr__(name: str):
-        """Using push, versions or rollback without the extra raises the import error again
-        (the CLI turns it into one line naming the extra)."""
+        """Using push, versions or rollback without a working [transfer] extra raises the import
+        error again (the CLI turns a missing module into one line naming the extra)."""
         if name in ("PushReport", "push", "Installed", "Switch", "Versions", "installed_versions", "rollback"):
-            import fabric  # noqa: F401  (raises ModuleNotFoundError)
+            if isinstance(_unusable, ModuleNotFoundError):
+                raise _unusable
+            from kit.errors import KitError
+
+            raise KitError(f"kit transfer {name}: the [transfer] extra is installed but does not import "
+                           f"({type(_unusable).__name__}: {str(_unusable)[:120]}); fix: pip install "
+                           "--force-reinstall 'secure-site-kit[transfer]'")
         raise AttributeError(f"module 'kit.transfer' has no attribute {name!r}")
 
 __all__ = ["Installed", "PushReport", "Switch", "VerifyReport", "Versions", "bundle", "installed_versions",

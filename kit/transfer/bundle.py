@@ -157,8 +157,12 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         entries = []
+        copied_names: set[str] = set()
         for img in imgs:
             for src in dict.fromkeys((img.path, *img.siblings)):
+                if src.name in copied_names:  # a sidecar two images share (same stem) goes in once
+                    continue
+                copied_names.add(src.name)
                 entries.append((_copy(open(src, "rb"), tmp / src.name, tick), src.stat().st_size, src.name))
             recorded = recorded_sha256(img)
             copied = next(sha for sha, _, name in entries if name == img.path.name)

@@ -101,3 +101,14 @@ def test_progress_and_verify_reads_the_medium_not_the_cache(tmp_path):
     assert cached_bytes(out / "big.tar") < (1 << 20)
     assert verify_bundle(out, progress=lambda done, total: hashed.append((done, total))).ok
     assert hashed[-1] == (total, total)
+
+
+def test_a_sidecar_two_images_share_goes_in_once(tmp_path, repo):
+    """a.tar.gz and a.sqfs both pick up a.pair.yaml (the stem's sidecar): one copy, both verified."""
+    a = busybox_image(tmp_path / "src" / "a.tar.gz", b"a")
+    b = random_image(tmp_path / "src" / "a.sqfs", 20_000, seed=5)
+    (tmp_path / "src" / "a.pair.yaml").write_text("verdict: compatible\n")
+    bundle([a, b], tmp_path / "media" / "bundle")
+    names = sorted(p.name for p in (tmp_path / "media" / "bundle").iterdir())
+    assert names.count("a.pair.yaml") == 1 and {"a.tar.gz", "a.sqfs"} <= set(names)
+    assert all(code == 0 for code, _ in checkers(tmp_path / "media" / "bundle", repo).values())
