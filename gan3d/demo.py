@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     except KitError as exc:
         console.print(f"[red]gan3d demo: error:[/red] {exc}")
         return 1
-    # TensorFlow's CUDA/TensorRT start-up chatter drowns the summary on a CPU machine.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # TensorFlow's CUDA/TensorRT start-up chatter (C++ INFO and WARNING) drowns the summary on a
+    # CPU machine; level 2, as in the batch jobs, still shows its errors. A user's value wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     data = ensure_data(args.build / "data", args.seed, console)
     shutil.rmtree(args.build / "ckpt", ignore_errors=True)  # a fresh run, not a resume
     cmd = train_command(sys.executable, args, data)

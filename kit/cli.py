@@ -9,10 +9,11 @@ from kit import __version__
 from kit.crash import EXIT_ERROR, debug_requested, report_bug
 from kit.errors import KitError
 from kit.extras import missing_extra
+from kit.verbosity import add_flags, applied
 
 # Each module defines register(subparsers) adding one command group whose leaf
 # parsers set `func(args) -> int`.
-GROUPS = ["site", "mpi", "image", "transfer", "slurm", "scale"]
+GROUPS = ["site", "mpi", "image", "transfer", "slurm", "scale", "completion"]
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -22,6 +23,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an internal error instead of writing it to a file")
     parser.add_argument("--version", action="version", version=f"kit (secure-site-kit) {__version__}")
+    add_flags(parser, leaf=False)
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     first = next((a for a in argv or [] if not a.startswith("-")), None)
     for name in [first] if first in GROUPS else GROUPS:
@@ -32,7 +34,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             if error is None:
                 raise
             _unavailable(sub, name, error)
+    for leaf in leaves(parser):
+        add_flags(leaf, leaf=True)
     return parser
+
+
+def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers that run a command (they set `func`), depth first."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                found += leaves(child)
+    return found if found or parser.get_default("func") is None else [parser]
 
 
 def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) -> None:
@@ -50,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)
-        return int(args.func(args) or 0)
+        with applied(args):
+            return int(args.func(args) or 0)
     except ImportError as exc:
         error = missing_extra(exc, "kit " + " ".join([a for a in argv if not a.startswith("-")][:2]))
         if error is None:

@@ -13,6 +13,7 @@ from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.flatten import NOTE_CAP
 from kit.image.inspect import inspect_image
 from kit.image.writers import FORMATS
+from kit.verbosity import quiet, verbose
 
 
 def _size(text: str) -> int:
@@ -57,8 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "(never anything else)")
     conv.add_argument("--dry-run", action="store_true",
                       help="report what would be dropped or changed; write nothing")
-    conv.add_argument("-v", "--verbose", action="store_true",
-                      help="list every dropped or changed path (default: counts per rule)")
     conv.set_defaults(func=_convert)
 
     bld = leaves.add_parser("build", help="build the site's training image from its recipe in images/",
@@ -96,13 +95,15 @@ def _build(args: argparse.Namespace) -> int:
     options = {"context": args.context} if args.context else {}
     plan = plan_build(args.site, args.out, recipe=args.recipe, builder=args.builder, fmt=args.fmt,
                       tag=args.tag, extra_args=extra, **options)
-    print(f"recipe {plan.recipe}; build arguments: "
-          + " ".join(f"{k}={v}" for k, v in plan.build_args.items()))
+    if not quiet():
+        print(f"recipe {plan.recipe}; build arguments: "
+              + " ".join(f"{k}={v}" for k, v in plan.build_args.items()))
     if args.dry_run:
         print(plan.shell())
         print(f"dry run: nothing built; would write {plan.out}")
         return 0
-    out = run_build(plan, echo=lambda line: print(f"$ {line}", flush=True))
+    # without echo the builder's own output is not shown either
+    out = run_build(plan, echo=None if quiet() else lambda line: print(f"$ {line}", flush=True))
     print(f"wrote {out}; next: kit image convert {out} IMAGE.sqfs --site {args.site}")
     return 0
 
@@ -121,20 +122,32 @@ def _convert(args: argparse.Namespace) -> int:
             report = paired.report
         else:
             report = convert(args.src, args.out, progress=bar and bar.update, **options)
-    _print_report(report, args.verbose)
+    _print_report(report)
     if paired:
         pair = paired.pair
-        print(f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
-              f"{pair.host.describe()} bound in from the host ({pair.document()['verdict']['status']})")
+        if not quiet():
+            print(f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
+                  f"{pair.host.describe()} bound in from the host ({pair.document()['verdict']['status']})")
         for warning in pair.warnings:
             print(f"  warning: {warning}")
         print(f"would write {args.out}.pair.yaml" if args.dry_run else f"wrote {paired.pair_file}")
     return 0
 
 
-def _print_report(r: ConversionReport, verbose: bool = False) -> None:
+def _print_report(r: ConversionReport) -> None:
     """One line per rule, so that an image with thousands of device nodes still reads at a
-    glance; the paths go to -v and to the manifest."""
+    glance; the paths go to -v and to the manifest; -q keeps only what was written."""
+    if not quiet():
+        _print_notes(r)
+    if r.dry_run:
+        print(f"dry run: would write {r.entries} entries as {r.format}; nothing written")
+    else:
+        print(f"wrote {r.output} ({r.format}, {r.size} bytes, {r.entries} entries)")
+        if r.sha256:
+            print(f"sha256 {r.sha256}  (also {r.output}.sha256, {r.output}.manifest.json)")
+
+
+def _print_notes(r: ConversionReport) -> None:
     img = r.image
     print(f"source: {r.source} ({img.kind}{', ' + img.ref if img.ref else ''}), "
           f"{len(img.layers)} layer(s)")
@@ -144,14 +157,14 @@ def _print_report(r: ConversionReport, verbose: bool = False) -> None:
             print(f"  {action} {n} path{'s' if n != 1 else ''}: {rule}")
         else:
             print(f"  {key}: {n}")
-    if verbose:
+    if verbose():
         for note in r.dropped:
             print(f"  dropped /{note.path}{_layer(note.layer)}: {note.reason}")
         for note in r.changed:
             print(f"  changed /{note.path}{_layer(note.layer)}: {note.reason}")
     noted = sum(n for key, n in r.counts.items() if key.startswith(("dropped: ", "changed: ")))
     listed = len(r.dropped) + len(r.changed)
-    if noted and not verbose:
+    if noted and not verbose():
         also = "" if r.dry_run else f", as does {r.output}.manifest.json"
         print(f"  (-v lists the paths{also})")
     elif noted > listed:
@@ -160,12 +173,6 @@ def _print_report(r: ConversionReport, verbose: bool = False) -> None:
         print(f"  mount points created: {' '.join(r.mount_points)}")
     if r.links:
         print(f"  links created: {', '.join(r.links)}")
-    if r.dry_run:
-        print(f"dry run: would write {r.entries} entries as {r.format}; nothing written")
-    else:
-        print(f"wrote {r.output} ({r.format}, {r.size} bytes, {r.entries} entries)")
-        if r.sha256:
-            print(f"sha256 {r.sha256}  (also {r.output}.sha256, {r.output}.manifest.json)")
 
 
 def _layer(index: int | None) -> str:

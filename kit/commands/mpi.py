@@ -9,6 +9,7 @@ from rich.table import Table
 
 from kit.jsonout import add_json_flag, emit
 from kit.mpi import MODES, make_pair, pair_path, prepare_image_dir, run_check, write_pair
+from kit.verbosity import quiet
 
 
 PAIR_SCHEMA = "kit-mpi-pair/1"
@@ -29,15 +30,16 @@ def _pair(args: argparse.Namespace) -> int:
         return _pair_json(args)
     pair = make_pair(args.site, args.image, mode=args.mode)
     console = Console()
-    v = pair.verdict
-    console.print(f"host MPI:      {pair.host.describe()}")
-    console.print(f"container MPI: {pair.container.describe()} (found via {pair.found.source})")
-    for reason in v.reasons:
-        console.print(f"  ok: {reason}")
+    if not quiet():
+        console.print(f"host MPI:      {pair.host.describe()}")
+        console.print(f"container MPI: {pair.container.describe()} (found via {pair.found.source})")
+        for reason in pair.verdict.reasons:
+            console.print(f"  ok: {reason}")
     for warning in pair.warnings:
         console.print(f"  [yellow]warning[/yellow]: {warning}")
-    for note in pair.found.notes:
-        console.print(f"  note: {note}", markup=False, highlight=False)
+    if not quiet():
+        for note in pair.found.notes:
+            console.print(f"  note: {note}", markup=False, highlight=False)
     if args.dry_run:
         console.print(yaml.safe_dump(pair.document(), sort_keys=False, width=100), markup=False,
                       highlight=False)

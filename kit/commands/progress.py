@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from contextlib import ExitStack
 
+from kit.verbosity import quiet
+
 
 class ByteBar:
     """One rich bar counting bytes (size, speed, time left)."""
@@ -24,5 +26,6 @@ class ByteBar:
 
 
 def byte_bar(stack: ExitStack, label: str, total: int | None = None) -> ByteBar | None:
-    """A bar when stderr is a terminal, else None (callers pass `bar and bar.update`)."""
-    return ByteBar(stack, label, total) if sys.stderr.isatty() else None
+    """A bar when stderr is a terminal and -q was not given, else None (callers pass
+    `bar and bar.update`)."""
+    return ByteBar(stack, label, total) if sys.stderr.isatty() and not quiet() else None

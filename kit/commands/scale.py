@@ -15,6 +15,7 @@ from kit.jsonout import add_json_flag, emit
 from kit.scale import campaign
 from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site
+from kit.verbosity import quiet
 
 
 def _ints(text: str) -> list[int]:
@@ -85,12 +86,13 @@ def _collect(args: argparse.Namespace) -> int:
         emit(COLLECT_SCHEMA, _collect_document(args.dir, status))
         return 1 if any(s.problem for s in status) else 0
     console = Console()
-    if args.wait:
+    if args.wait and not quiet():  # the live table is progress: -q prints only the final one
         with Live(console=console, auto_refresh=False) as live:
             status = campaign.wait(args.dir, args.poll, args.timeout,
                                    on_poll=lambda st: live.update(_status_table(st), refresh=True))
     else:
-        status = campaign.collect(args.dir)
+        status = (campaign.wait(args.dir, args.poll, args.timeout) if args.wait
+                  else campaign.collect(args.dir))
         console.print(_status_table(status))
     for s in status:
         if s.problem:

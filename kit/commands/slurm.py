@@ -13,6 +13,7 @@ from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, default_threads, is_active, job_states, render, sbatch, write_run
 from kit.slurm.ledger import all_jobs, locked, read_jobs, record_job
 from kit.slurm.spec import seconds
+from kit.verbosity import quiet
 
 DEFAULT_WALLTIME = "01:00:00"
 
@@ -61,16 +62,19 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
         console.print(f"[yellow]warning[/yellow]: {warning}")
     if args.dry_run:
         sys.stdout.write(render(site, checked, RunFiles(args.dir.absolute(), run_id), pair, args.python))
-        console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))
+        if not quiet():
+            console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))
         return 0
     with locked(args.dir.absolute()):
         _refuse_a_second_job(RunFiles(args.dir.absolute(), run_id))
         files = write_run(site, checked, args.dir, pair, args.python)
-        console.print(f"wrote {files.script}")
+        if not (submit and quiet()):  # with -q a submission's result is the job id alone
+            console.print(f"wrote {files.script}")
         if submit:
             job = sbatch(files.script)
             record_job(files.run_dir, run_id, job)
-            console.print(f"submitted job {job}: log {files.log(job)}, result {files.results}")
+            if not quiet():
+                console.print(f"submitted job {job}: log {files.log(job)}, result {files.results}")
             print(job)
     return 0
 

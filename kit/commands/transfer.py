@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kit.commands.progress import byte_bar
 from kit.jsonout import add_json_flag, emit
+from kit.verbosity import quiet
 import kit.transfer as transfer  # push, versions, rollback need the [transfer] extra
 
 VERSIONS_SCHEMA = "kit-transfer-versions/1"
@@ -76,7 +77,7 @@ def _push(args: argparse.Namespace) -> int:
         report = transfer.push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
                       keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
                       dry_run=args.dry_run, progress=progress, **_endpoint_args(args))
-    if args.dry_run:
+    if args.dry_run and not quiet():
         print("dry run: nothing was changed")
     print("\n".join(report.lines()))
     return 0
