@@ -91,6 +91,17 @@ def fsync_dir(dir_fd: int) -> None:
     os.fsync(dir_fd)
 
 
+def sync_filesystem(fd: int) -> None:
+    """Write back everything on the filesystem holding ``fd`` (syncfs(2); sync(2) where libc lacks
+    it): one call makes a whole unpacked tree durable before it is renamed into place, where an
+    fsync per file would cost a disk flush per file."""
+    import ctypes
+
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None or syncfs(fd) != 0:
+        os.sync()
+
+
 def fsync_path(path: str | os.PathLike) -> None:
     """fsync a file or a directory by name (a directory: its entries, before it is renamed)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -270,7 +270,11 @@ class Root:
             if size > limit:
                 raise RootError(f"{self.path}: /{show(path.lstrip('/'))} has {size} bytes, more than the "
                                 f"{limit} this reader takes; it is not read")
-            return fh.read(limit + 1)[:limit]
+            data = fh.read(limit + 1)
+        if len(data) > limit:  # it grew after the fstat: never a silently cut copy
+            raise RootError(f"{self.path}: /{show(path.lstrip('/'))} grew past the {limit} bytes this reader "
+                            "takes while it was read; it is not read")
+        return data
 
     # -- creation -----------------------------------------------------------------------------
     def _leaf(self, path: str, through_links: bool, make_parents: int | None) -> _Spot:

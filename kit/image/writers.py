@@ -19,6 +19,7 @@ from typing import IO, Sequence
 from isal import igzip_threaded
 from zlib_ng import gzip_ng_threaded
 
+from kit.atomic import sync_filesystem
 from kit.errors import KitError
 from kit.image.flatten import Entry
 from kit.image.sqfs_root import set_root_mtime
@@ -269,7 +270,7 @@ class DirWriter(Writer):
                     os.utime(fd, (info.mtime, info.mtime))
                 finally:
                     os.close(fd)
-            os.fsync(root_fd)
+            sync_filesystem(root_fd)  # the files and directories, not only the root's entries
         finally:
             os.close(root_fd)
         return self.root
