@@ -68,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bld.add_argument("out", type=Path, help="the archive to write, e.g. gan3d.tar")
     bld.add_argument("--site", required=True, help="site config name or file")
     bld.add_argument("--recipe", type=Path, help="a Dockerfile (default: images/gan3d-<host ABI family>.Dockerfile)")
-    bld.add_argument("--context", type=Path, help="build context (default: the installed kit's files, staged beside OUT)")
+    bld.add_argument("--context", type=Path,
+                     help="build context (default: the installed kit's files, staged beside OUT)")
     bld.add_argument("--builder", choices=("buildah", "podman", "docker"), help="default: the first installed")
     bld.add_argument("--format", dest="fmt", choices=("docker-archive", "oci-archive"), default="docker-archive")
     bld.add_argument("--tag", default="gan3d:latest")

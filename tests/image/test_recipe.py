@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_TOOLS = {"build-essential", "gcc", "g++", "cpp", "make", "cmake", "git", "autoconf", "automake", "libtool",
                "pkg-config", "python3-venv", "python3-pip", "gfortran", "mpich-dev"}
 RECIPE_FILES = sorted(RECIPES.glob("*.Dockerfile"))
+VIA = re.compile(r"\s*#\s+(?:via\s+)?([A-Za-z0-9][A-Za-z0-9._-]*)(?: \(pyproject\.toml\))?")
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -77,9 +78,8 @@ def via(lock: Path) -> dict[str, set[str]]:
         if re.match(r"[A-Za-z0-9]", line):
             name = normalize(line.split("==")[0])
             graph.setdefault(name, set())
-        elif name and (m := re.fullmatch(r"\s*#\s+(?:via\s+)?([A-Za-z0-9][A-Za-z0-9._-]*)(?: \(pyproject\.toml\))?", line)):
-            if m[1] != "via":
-                graph[name].add(normalize(m[1]))
+        elif name and (m := VIA.fullmatch(line)) and m[1] != "via":
+            graph[name].add(normalize(m[1]))
     return graph
 
 
@@ -106,7 +106,8 @@ def test_the_image_runs_the_kit_with_its_runtime_extras_from_the_pin_list(recipe
     assert len(all_stages) >= 2, "one stage: the toolchain ships in the image"
     build_runs = " ".join(args for stage in all_stages[:-1] for keyword, args in stage if keyword == "RUN")
     assert "--require-hashes" in build_runs and "pins.py requirements /opt/gan3d/constraints.txt" in build_runs
-    excluded = {normalize(n) for n in re.findall(r"--exclude (\S+)", build_runs + " " + " ".join(global_args(text).values()))}
+    declared = build_runs + " " + " ".join(global_args(text).values())
+    excluded = {normalize(n) for n in re.findall(r"--exclude (\S+)", declared)}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     runtime = requirement_names(project["dependencies"])
