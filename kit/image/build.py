@@ -88,7 +88,10 @@ def overlay_works(graph_root: Path) -> tuple[bool, str]:
     overlayfs, no d_type), and a probe in the real root would touch a store we did not make."""
     if os.geteuid() != 0:
         return False, "not root (rootless overlay needs fuse-overlayfs)"
-    probe = Path(tempfile.mkdtemp(prefix=".kit-overlay-probe.", dir=_probe_parent(graph_root)))
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".kit-overlay-probe.", dir=_probe_parent(graph_root)))
+    except OSError as err:
+        return False, f"cannot probe beside {graph_root}: {err.strerror}"
     try:
         done = subprocess.run(["buildah", "--root", str(probe / "root"), "--runroot", str(probe / "run"),
                                "--storage-driver", "overlay", "info"], capture_output=True, text=True,

@@ -116,6 +116,8 @@ def test_overlay_where_it_works_else_vfs_and_the_probe_leaves_nothing(tmp_path, 
     assert plan.storage_driver == "vfs" and "not supported over overlayfs" in plan.driver_reason
     assert all(cmd[cmd.index("--storage-driver") + 1] == "vfs" for cmd in plan.commands)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ovl"] and not list(on_overlayfs.iterdir())
+    plan = plan_build("laptop", tmp_path / "c.tar", builder="buildah", storage="/proc/kit-no-such/storage")
+    assert plan.storage_driver == "vfs" and "cannot probe beside /proc/kit-no-such/storage/root" in plan.driver_reason
 
 
 def test_storage_driver_overrides_the_choice(tmp_path, on_overlayfs, capsys):
