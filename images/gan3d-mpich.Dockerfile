@@ -14,33 +14,46 @@
 #   HOSTMPI_LIBDIR  the libN dir holding the host's libmpi.so.12: N = index of that dir in the
 #                   site's host_mpi.library_dirs (lib0 for all shipped site configs)
 #   HOSTMPI_DIRS    how many host library dirs the site binds (their mount points)
+#
+# Two stages: `build` has the compilers, cmake and the -dev packages that mpi4py and Horovod
+# compile against; the final stage starts again from BASE with the runtime libraries only and
+# takes the built venv, so the image is smaller and carries no toolchain onto the site.
 ARG BASE=debian:bookworm-slim
-FROM ${BASE}
+# Test-only pins (the lock holds every extra): the image runs the kit, it does not test it.
+ARG TEST_ONLY="--exclude pytest --exclude pytest-timeout --exclude hypothesis --exclude sortedcontainers --exclude iniconfig --exclude pluggy"
 
-ARG HOSTMPI_TARGET=/opt/hostmpi
-ARG HOSTMPI_LIBDIR=lib0
-ARG HOSTMPI_DIRS=3
-
+FROM ${BASE} AS build
+ARG TEST_ONLY
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv python3-dev mpich libmpich-dev \
         build-essential cmake git ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
-# The stack from the kit's one pin list (constraints.txt: every version, hashes checked by pip),
-# copied before the code so that a code change does not redo this layer; Horovod from its
-# pinned sdist, built against the container's MPICH like mpi4py.
+# The stack from the kit's one pin list (constraints.txt: every version, hashes checked by pip);
+# Horovod from its pinned sdist, built against the container's MPICH like mpi4py.
 COPY constraints.txt /opt/gan3d/constraints.txt
 COPY kit/pins.py /opt/gan3d/pins.py
 RUN python3 -m venv /opt/venv \
- && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --exclude horovod > /tmp/stack.txt \
+ && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --exclude horovod ${TEST_ONLY} > /tmp/stack.txt \
  && MPICC=mpicc PIP_NO_BINARY=mpi4py /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps \
         -r /tmp/stack.txt \
  && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --only horovod > /tmp/horovod.txt \
  && HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation --require-hashes \
-        --no-deps -r /tmp/horovod.txt \
- && rm /tmp/stack.txt /tmp/horovod.txt
+        --no-deps -r /tmp/horovod.txt
 
+FROM ${BASE}
+ARG HOSTMPI_TARGET=/opt/hostmpi
+ARG HOSTMPI_LIBDIR=lib0
+ARG HOSTMPI_DIRS=3
+
+# Runtime only: the interpreter and MPICH's launcher and library (what mpi4py and Horovod link).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 mpich libmpich12 \
+ && rm -rf /var/lib/apt/lists/*
+
+COPY --from=build /opt/venv /opt/venv
+COPY constraints.txt /opt/gan3d/constraints.txt
 COPY gan3d /opt/gan3d/gan3d
 # `gan3d train --site FILE` reads the site config with kit.site (PyYAML only); the batch script
 # that `kit slurm render` writes hands the job its copy of the config.
@@ -48,6 +61,9 @@ COPY kit /opt/gan3d/kit
 COPY site-configs /opt/gan3d/site-configs
 # No OMP_NUM_THREADS here: ch-run imports this ENV into every job, over the batch script's value.
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/gan3d
+# `ch-run IMG -- kit ...`: the kit's console script, as pip would write it for kit.cli:main.
+RUN printf '#!/opt/venv/bin/python3\nimport sys\nfrom kit.cli import main\nsys.exit(main())\n' > /opt/venv/bin/kit \
+ && chmod 755 /opt/venv/bin/kit
 
 # Bind targets for the host MPI (read-only images cannot grow them later) and the alias that
 # `kit mpi pair` lists under `links:` for an Intel MPI host.

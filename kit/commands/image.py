@@ -67,12 +67,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     bld.add_argument("out", type=Path, help="the archive to write, e.g. gan3d.tar")
     bld.add_argument("--site", required=True, help="site config name or file")
     bld.add_argument("--recipe", type=Path, help="a Dockerfile (default: images/gan3d-<host ABI family>.Dockerfile)")
-    bld.add_argument("--context", type=Path, help="build context (default: the installed kit's files, staged beside OUT)")
+    bld.add_argument("--context", type=Path,
+                     help="build context (default: the installed kit's files, staged beside OUT)")
     bld.add_argument("--builder", choices=("buildah", "podman", "docker"), help="default: the first installed")
     bld.add_argument("--format", dest="fmt", choices=("docker-archive", "oci-archive"), default="docker-archive")
     bld.add_argument("--tag", default="gan3d:latest")
     bld.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="override or add a recipe ARG (e.g. BASE=...)")
+    bld.add_argument("--storage-driver", choices=("overlay", "vfs"),
+                     help="buildah's storage driver (default: overlay where it works, i.e. as root with the "
+                     "kernel's overlay on the storage's filesystem; else vfs)")
+    bld.add_argument("--storage", type=Path, metavar="DIR",
+                     help="buildah's storage (DIR/root, DIR/run; default: buildah's own)")
     bld.add_argument("--dry-run", action="store_true", help="print the commands; build nothing")
     bld.set_defaults(func=_build)
 
@@ -94,10 +100,13 @@ def _build(args: argparse.Namespace) -> int:
         extra[key] = value
     options = {"context": args.context} if args.context else {}
     plan = plan_build(args.site, args.out, recipe=args.recipe, builder=args.builder, fmt=args.fmt,
-                      tag=args.tag, extra_args=extra, **options)
+                      tag=args.tag, extra_args=extra, storage=args.storage, storage_driver=args.storage_driver,
+                      **options)
     if not quiet():
         print(f"recipe {plan.recipe}; build arguments: "
               + " ".join(f"{k}={v}" for k, v in plan.build_args.items()))
+        if plan.storage_driver:
+            print(f"storage driver {plan.storage_driver} ({plan.driver_reason})")
     if args.dry_run:
         print(plan.shell())
         print(f"dry run: nothing built; would write {plan.out}")

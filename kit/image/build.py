@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,10 @@ RECIPES = shipped("images")
 CONTEXT_PACKAGES = ("kit", "gan3d")
 BUILDERS = ("buildah", "podman", "docker")
 FORMATS = ("docker-archive", "oci-archive")
+STORAGE_DRIVERS = ("overlay", "vfs")
+# buildah's graph root for root when no --storage is given (containers-storage's default).
+DEFAULT_GRAPH_ROOT = Path("/var/lib/containers/storage")
+PROBE_TIMEOUT = 60  # seconds: `buildah info` answers in well under one
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class BuildPlan:
     out: Path
     part: Path
     staged: Path | None = None  # the context run_build assembles first (and removes after)
+    storage_driver: str | None = None  # buildah's; None: the builder's own choice
+    driver_reason: str = ""
 
     def shell(self) -> str:
         return "\n".join(" ".join(shlex.quote(w) for w in cmd) for cmd in self.commands)
@@ -66,10 +73,54 @@ def which_builder(preferred: str | None = None) -> str:
                    "needed) or name another with --builder")
 
 
+def _probe_parent(graph_root: Path) -> Path:
+    """The nearest existing directory beside graph_root: outside the store, on its filesystem."""
+    path = graph_root.parent
+    while not path.is_dir():
+        path = path.parent
+    return path
+
+
+def overlay_works(graph_root: Path) -> tuple[bool, str]:
+    """Whether buildah can use the kernel's overlay on graph_root's filesystem, and why not.
+    Asked of buildah itself in a throwaway root beside graph_root (same filesystem): only the
+    storage library knows every case it refuses (not root, no overlay module, overlay over
+    overlayfs, no d_type), and a probe in the real root would touch a store we did not make."""
+    if os.geteuid() != 0:
+        return False, "not root (rootless overlay needs fuse-overlayfs)"
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".kit-overlay-probe.", dir=_probe_parent(graph_root)))
+    except OSError as err:
+        return False, f"cannot probe beside {graph_root}: {err.strerror}"
+    try:
+        done = subprocess.run(["buildah", "--root", str(probe / "root"), "--runroot", str(probe / "run"),
+                               "--storage-driver", "overlay", "info"], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return False, f"`buildah info` with overlay did not answer in {PROBE_TIMEOUT} s"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if done.returncode:
+        why = next((line for line in done.stderr.splitlines() if line.startswith("Error:")), "")
+        return False, why.removeprefix("Error: ")[:200] or f"`buildah info` exit {done.returncode}"
+    return True, "root build host, kernel overlay works on the storage's filesystem"
+
+
+def choose_storage_driver(requested: str | None, graph_root: Path) -> tuple[str, str]:
+    """overlay where it works (layers are shared, not copied: far faster and smaller than vfs),
+    else vfs, which works everywhere; an explicit --storage-driver is taken as given."""
+    if requested:
+        if requested not in STORAGE_DRIVERS:
+            raise KitError(f"--storage-driver {requested}: use one of {', '.join(STORAGE_DRIVERS)}")
+        return requested, "--storage-driver"
+    works, why = overlay_works(graph_root)
+    return ("overlay", why) if works else ("vfs", f"overlay unavailable: {why}")
+
+
 def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.PathLike | None = None,
                context: str | os.PathLike | None = None, builder: str | None = None, fmt: str = "docker-archive",
                tag: str = "gan3d:latest", extra_args: dict[str, str] | None = None,
-               storage: str | os.PathLike | None = None) -> BuildPlan:
+               storage: str | os.PathLike | None = None, storage_driver: str | None = None) -> BuildPlan:
     """The builder's commands for ``site``; user ``extra_args`` override the site's."""
     site = load_site(site)
     recipe = Path(recipe) if recipe else recipe_for(site)
@@ -84,9 +135,15 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     context = context or staged
     builder = which_builder(builder)
     flags = [f"--build-arg={k}={v}" for k, v in args.items()]
+    driver, why = None, ""
+    if builder != "buildah" and (storage_driver or storage):
+        raise KitError(f"--storage-driver/--storage apply to buildah, not {builder} (its own configuration "
+                       "decides); fix: drop them or use --builder buildah")
     if builder == "buildah":
+        storage = Path(storage).resolve() if storage else None
+        driver, why = choose_storage_driver(storage_driver, storage / "root" if storage else DEFAULT_GRAPH_ROOT)
         store = ["--root", f"{storage}/root", "--runroot", f"{storage}/run"] if storage else []
-        store += ["--storage-driver", "vfs"]
+        store += ["--storage-driver", driver]
         commands = [["buildah", *store, "bud", "--isolation", "chroot", "--layers", "-f", str(recipe), "-t", tag,
                      *flags, str(context)],
                     ["buildah", *store, "push", tag, f"{fmt}:{part}:{tag}"]]
@@ -96,7 +153,7 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
             raise KitError("docker save writes docker-archive only; fix: --format docker-archive or --builder buildah")
         commands = [[builder, "build", "-f", str(recipe), "-t", tag, *flags, str(context)],
                     [builder, "save", *save, "-o", str(part), tag]]
-    return BuildPlan(recipe, args, commands, out, part, staged)
+    return BuildPlan(recipe, args, commands, out, part, staged, driver, why)
 
 
 def stage_context(dest: Path) -> Path:

@@ -3,9 +3,12 @@ The shipped recipe needs the network (apt, PyPI) and ~15 minutes, so the real bu
 small recipe with the same ARGs; the shipped one is checked as a plan (--dry-run)."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import tempfile
 
 import pytest
 import yaml
@@ -86,3 +89,70 @@ def test_cli_dry_run_prints_the_commands_with_the_shipped_recipe(tmp_path, capsy
     assert main(["image", "build", str(tmp_path / "g.tar"), "--site", "laptop", "--build-arg", "NOEQUALS",
                  "--dry-run"]) == 1
     assert "--build-arg 'NOEQUALS': write KEY=VALUE" in capsys.readouterr().err
+
+
+@pytest.fixture
+def on_overlayfs(tmp_path):
+    """A directory on an overlayfs mount: the kernel's overlay cannot stack on it, so buildah's
+    overlay driver refuses such a storage (as on a build host that is itself a container)."""
+    require(os.geteuid() == 0, "mounting an overlayfs needs root")
+    layers = tmp_path / "ovl"
+    for name in ("lower", "upper", "work", "merged"):
+        (layers / name).mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={layers}/lower,"
+                              f"upperdir={layers}/upper,workdir={layers}/work", str(layers / "merged")],
+                             capture_output=True, text=True, timeout=30)
+    require(mounted.returncode == 0, f"cannot mount an overlayfs here: {mounted.stderr.strip()}")
+    yield layers / "merged"
+    subprocess.run(["umount", str(layers / "merged")], check=True, timeout=30)
+
+
+def test_overlay_where_it_works_else_vfs_and_the_probe_leaves_nothing(tmp_path, on_overlayfs):
+    require(shutil.which("buildah") is not None, "buildah not installed (scripts/setup.sh)")
+    plan = plan_build("laptop", tmp_path / "a.tar", builder="buildah", storage=tmp_path / "storage")
+    assert plan.storage_driver == "overlay" and "root build host" in plan.driver_reason
+    assert all(cmd[cmd.index("--storage-driver") + 1] == "overlay" for cmd in plan.commands)
+    plan = plan_build("laptop", tmp_path / "b.tar", builder="buildah", storage=on_overlayfs / "storage")
+    assert plan.storage_driver == "vfs" and "not supported over overlayfs" in plan.driver_reason
+    assert all(cmd[cmd.index("--storage-driver") + 1] == "vfs" for cmd in plan.commands)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ovl"] and not list(on_overlayfs.iterdir())
+    plan = plan_build("laptop", tmp_path / "c.tar", builder="buildah", storage="/proc/kit-no-such/storage")
+    assert plan.storage_driver == "vfs" and "cannot probe beside /proc/kit-no-such/storage/root" in plan.driver_reason
+
+
+def test_storage_driver_overrides_the_choice(tmp_path, on_overlayfs, capsys):
+    require(shutil.which("buildah") is not None, "buildah not installed (scripts/setup.sh)")
+    plan = plan_build("laptop", tmp_path / "a.tar", builder="buildah", storage=on_overlayfs / "s",
+                      storage_driver="overlay")
+    assert (plan.storage_driver, plan.driver_reason) == ("overlay", "--storage-driver")
+    assert main(["image", "build", str(tmp_path / "g.tar"), "--site", "laptop", "--builder", "buildah",
+                 "--storage-driver", "vfs", "--storage", str(tmp_path / "st"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "storage driver vfs (--storage-driver)" in out
+    assert out.count(f"buildah --root {tmp_path}/st/root --runroot {tmp_path}/st/run --storage-driver vfs ") == 2
+    with pytest.raises(KitError, match=r"--storage-driver btrfs: use one of overlay, vfs"):
+        plan_build("laptop", tmp_path / "a.tar", builder="buildah", storage_driver="btrfs")
+    with pytest.raises(SystemExit):
+        main(["image", "build", str(tmp_path / "g.tar"), "--site", "laptop", "--storage-driver", "zfs", "--dry-run"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ovl"]
+
+
+def test_storage_options_are_refused_for_a_builder_that_ignores_them(tmp_path):
+    require(shutil.which("docker") is not None, "docker CLI not installed")
+    with pytest.raises(KitError, match=r"--storage-driver/--storage apply to buildah, not docker"):
+        plan_build("laptop", tmp_path / "a.tar", builder="docker", storage_driver="vfs")
+
+
+def test_a_build_host_that_is_not_root_gets_vfs():
+    """As an unprivileged user the overlay driver needs a helper (fuse-overlayfs): vfs."""
+    require(shutil.which("buildah") is not None and shutil.which("setpriv") is not None, "buildah, setpriv")
+    require(os.geteuid() == 0, "dropping to another user needs root")
+    with tempfile.TemporaryDirectory() as home:  # pytest's tmp_path is root's only
+        os.chmod(home, 0o777)
+        code = ("from kit.image.build import plan_build; "
+                f"p = plan_build('laptop', {home + '/a.tar'!r}, builder='buildah', storage={home + '/s'!r}); "
+                "print(p.storage_driver, p.driver_reason)")
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                               code], capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": home})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("vfs overlay unavailable: not root") and not os.listdir(home)
