@@ -21,6 +21,7 @@ import platform
 import resource
 from pathlib import Path
 
+from kit import __version__ as kit_version
 from kit.atomic import atomic_write_text
 
 SCHEMA = "gan3d-run/1"
@@ -85,6 +86,6 @@ def _percent(rate: float, peak: float | None) -> float | None:
 def write_results(path: str | os.PathLike, record: dict) -> Path:
     """Write the record atomically (readers never see half a file); ValueError if it holds NaN/Inf."""
     path = Path(path)
-    text = json.dumps({"schema": SCHEMA, **record}, indent=2, allow_nan=False) + "\n"
+    text = json.dumps({"schema": SCHEMA, "kit_version": kit_version, **record}, indent=2, allow_nan=False) + "\n"
     atomic_write_text(path, text)
     return path

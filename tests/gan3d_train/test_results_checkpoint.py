@@ -23,7 +23,10 @@ def test_throughput_is_consistent_with_flop_per_shower():
 
 def test_results_file_is_written_whole(tmp_path):
     path = results.write_results(tmp_path / "sub" / "r.json", {"ranks": 2})
-    assert json.loads(path.read_text()) == {"schema": results.SCHEMA, "ranks": 2}
+    from importlib import metadata
+
+    assert json.loads(path.read_text()) == {"schema": results.SCHEMA, "ranks": 2,
+                                            "kit_version": metadata.version("secure-site-kit")}
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left
     assert results.peak_rss_bytes() > 10 * 2**20
 
