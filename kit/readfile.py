@@ -38,8 +38,9 @@ class NotRegularFile(OSError):
 def open_regular_fd(path: str | os.PathLike, follow_symlinks: bool = True) -> int:
     """A read-only fd of PATH once stat and fstat both say it is a regular file.
 
-    The one place the kit opens a file it did not make: a stat first (a device is never opened),
-    O_NONBLOCK so that a FIFO swapped in after the stat cannot block the open, fstat after it.
+    What the kit's readers of host files it did not make build on: a stat first (a device is
+    never opened), O_NONBLOCK so that a FIFO swapped in after the stat cannot block the open,
+    fstat after it.
     FileNotFoundError and other OSErrors pass through; NotRegularFile names what is there.
     """
     st = os.stat(path, follow_symlinks=follow_symlinks)
