@@ -56,6 +56,9 @@ def unknown_site(name: str) -> SiteError:
 def resolve_site(name_or_path: str | os.PathLike) -> Path:
     """A value naming an existing file, or containing '/' or ending in .yaml/.yml, is a path."""
     text = os.fspath(name_or_path)
+    if "\0" in text:  # no path or name holds one (argv cannot; the library API can)
+        raise SiteError(f"{shown(text)}: a NUL byte is in the site name or path; fix: give a site name "
+                        "or the path of a site config")
     candidate = Path(os.path.expanduser(text))  # ~unknown-user stays as typed; Path's would raise
     if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):
         if not candidate.exists():  # a FIFO or a device is refused when read, by what it is
