@@ -15,19 +15,30 @@ import itertools
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 from gan3d.files import NotRegularFile, one_line, read_regular
-from kit.atomic import atomic_write_text, fsync_path
+from kit.atomic import atomic_write_text, fsync_path, remove_tree, replace_tree
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
+TMP_TAG = ".tmp-"  # .epoch-NNNN.tmp-PID: a save in progress (or killed) by process PID
+_TMP = re.compile(r"\.epoch-\d{4,9}\.tmp-(\d{1,10})")
 MAX_META_BYTES = 64 * 1024
 MAX_ENTRIES = 64  # files in one checkpoint directory (the kit writes four)
 META_TYPES = {"preset": str, "seed": int, "ranks": int, "batch_size": int, "steps_per_epoch": int}
 STATE = "state"
 GENERATOR_WEIGHTS = "generator.weights.h5"
 META = "meta.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class CheckpointError(ValueError):
@@ -67,27 +78,40 @@ class EpochCheckpoints:
                                   f"({exc.strerror}); fix: give a directory path that can be written") from None
 
     def save(self, checkpoint, generator, epoch: int, meta: dict) -> Path:
-        """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`."""
+        """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`.
+
+        Built in a temporary sibling and put in place in one step (an existing checkpoint of the
+        same epoch, after a resume from an older one, is exchanged, then removed): a run killed at
+        any instant leaves the old or the new checkpoint of that epoch, and the next save removes
+        the temporary trees of runs that are gone."""
         self.prepare()
+        self._remove_leftovers()
         final = self.directory / f"epoch-{epoch:04d}"
-        tmp = self.directory / f".epoch-{epoch:04d}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(final) and not (Path(final, META).is_file() and not final.is_symlink()):
+            raise CheckpointError(f"{final}: is in the way of epoch {epoch}'s checkpoint and is not one the "
+                                  "trainer wrote (no meta.json); fix: move it out of --checkpoint-dir")
+        tmp = self.directory / f".epoch-{epoch:04d}{TMP_TAG}{os.getpid()}"
+        remove_tree(tmp)
         tmp.mkdir()
         try:
             checkpoint.write(str(tmp / STATE))
             generator.save_weights(str(tmp / GENERATOR_WEIGHTS))
             atomic_write_text(tmp / META, json.dumps({"epoch": epoch, **meta}, indent=2) + "\n")
             fsync_path(tmp)
-            if final.exists():  # re-running an epoch (e.g. after a resume from an older one)
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            fsync_path(self.directory)
+            replace_tree(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
             raise
         for _, old in self.complete()[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
         return final
+
+    def _remove_leftovers(self) -> None:
+        """Temporary trees of saves whose process is gone (killed mid-save)."""
+        for entry in os.scandir(self.directory):
+            match = _TMP.fullmatch(entry.name)
+            if match and not _alive(int(match.group(1))):
+                remove_tree(entry.path)
 
     @staticmethod
     def read_meta(path: Path) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -109,3 +110,40 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Remove a tree the kit made, read-only directories in it included; never follows links."""
+    def writable(func, name, exc_info) -> None:
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
+        parent = os.path.dirname(name)
+        if not (isinstance(exc_info[1], PermissionError) and parent):
+            raise exc_info[1]
+        # A directory of the image without w or x bits: open it up, then remove what failed
+        # (``func`` may be os.open, os.rmdir or os.unlink: the retry is by what ``name`` is).
+        os.chmod(parent, 0o700)
+        if os.path.isdir(name) and not os.path.islink(name):
+            os.chmod(name, 0o700)
+            shutil.rmtree(name, onerror=writable)
+        else:
+            os.unlink(name)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, onerror=writable)
+
+
+def replace_tree(new: Path, final: Path) -> None:
+    """Put the directory NEW (a sibling the caller built) at FINAL: an existing FINAL is exchanged
+    with it in one step (renameat2), then the old tree, now at NEW, is removed. A reader, or a
+    process killed at any instant, sees the whole old or the whole new tree, never neither.
+    OSError(EINVAL) where the filesystem cannot exchange; nothing has moved then."""
+    fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if os.path.lexists(final):
+            exchange(fd, new.name, final.name)
+        else:
+            rename_noreplace(fd, new.name, final.name)
+        fsync_dir(fd)
+    finally:
+        os.close(fd)
+    remove_tree(new)

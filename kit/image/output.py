@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from kit.atomic import atomic_write_bytes, exchange, fsync_dir, rename_noreplace
+from kit.atomic import atomic_write_bytes, exchange, fsync_dir, remove_tree, rename_noreplace
 from kit.errors import KitError
 from kit.image.target import LOCK_TAG, MANIFEST, SIDECARS, STAGED, WORK_TAG, Target, read_manifest, work_dirs
 
@@ -200,26 +200,6 @@ def _check_exchange(target: Target) -> None:
                        "yourself, or write a file image (.sqfs, .tar.gz)") from None
     finally:
         remove_tree(probe)
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a tree the kit made, read-only directories in it included; never follows links."""
-    def writable(func, name, exc_info) -> None:
-        if isinstance(exc_info[1], FileNotFoundError):
-            return
-        parent = os.path.dirname(name)
-        if not (isinstance(exc_info[1], PermissionError) and parent):
-            raise exc_info[1]
-        # A directory of the image without w or x bits: open it up, then remove what failed
-        # (``func`` may be os.open, os.rmdir or os.unlink: the retry is by what ``name`` is).
-        os.chmod(parent, 0o700)
-        if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, 0o700)
-            shutil.rmtree(name, onerror=writable)
-        else:
-            os.unlink(name)
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=writable)
 
 
 def stage_text(text: str) -> Stager:

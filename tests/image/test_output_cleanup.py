@@ -41,9 +41,9 @@ def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp
     (work / "root/usr/readonly").chmod(0o555)
     as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    probe = subprocess.run(as_nobody + ["import kit.image.output"], env=env, capture_output=True, text=True)
+    probe = subprocess.run(as_nobody + ["import kit.atomic"], env=env, capture_output=True, text=True)
     require(probe.returncode == 0, f"nobody cannot run this venv's Python here: {probe.stderr[-200:]}")
-    code = "import sys; from pathlib import Path; from kit.image.output import remove_tree; remove_tree(Path(sys.argv[1]))"
+    code = "import sys; from pathlib import Path; from kit.atomic import remove_tree; remove_tree(Path(sys.argv[1]))"
     done = subprocess.run(as_nobody + [code, str(work)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert not work.exists()
