@@ -17,8 +17,29 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from kit.atomic import remove_tree
+from kit.errors import KitError
+
 DATA_FILES, EVENTS_PER_FILE = 3, 256  # 2 files to train on, 1 for validation
 MARKER = ".complete"  # written after the last file: a half-simulated set is redone
+OWNED = ".gan3d-demo"  # in --build: the demo made this directory, so it may remove what is in it
+OWN_ENTRIES = {"data", "ckpt", "plots", OWNED}  # all a demo writes into --build
+
+
+def claim_build(build: Path) -> Path:
+    """--build for this demo: new, empty, or one an earlier demo wrote (marked, or holding only what
+    a demo writes, with a complete data set); anything else is a user's directory and is refused,
+    since the demo starts each run by removing its data and checkpoints there."""
+    if build.is_symlink() or (build.exists() and not build.is_dir()):
+        raise KitError(f"--build {build}: not a directory the demo made; fix: give a new or empty directory")
+    build.mkdir(parents=True, exist_ok=True)
+    names = set(os.listdir(build))
+    earlier = names <= OWN_ENTRIES and ("data" not in names or (build / "data" / MARKER).is_file())
+    if OWNED not in names and not earlier:
+        raise KitError(f"--build {build}: holds files gan3d demo did not write (no {OWNED}); fix: give a "
+                       "new or empty directory")
+    (build / OWNED).touch()
+    return build
 
 
 def find_mpiexec() -> str:
@@ -37,7 +58,7 @@ def ensure_data(directory: Path, seed: int, console: Console) -> list[Path]:
     if (directory / MARKER).is_file():
         console.print(f"[dim]reusing synthetic showers in {directory}[/dim]")
         return sorted(directory.glob("*.h5"))
-    shutil.rmtree(directory, ignore_errors=True)
+    remove_tree(directory)  # inside the demo's own --build (claim_build): a half-simulated set
     with console.status(f"simulating {DATA_FILES * EVENTS_PER_FILE} showers into {directory}"):
         paths = write_files(directory, DATA_FILES, EVENTS_PER_FILE, seed)
     (directory / MARKER).write_text("done\n")
@@ -100,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     console = Console()
 
-    from kit.errors import KitError
     from kit.site import load_site
 
     try:
         site = load_site(args.site)
+        claim_build(args.build)
     except KitError as exc:
         console.print(f"[red]gan3d demo: error:[/red] {exc}")
         return 1
@@ -112,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     # CPU machine; level 2, as in the batch jobs, still shows its errors. A user's value wins.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     data = ensure_data(args.build / "data", args.seed, console)
-    shutil.rmtree(args.build / "ckpt", ignore_errors=True)  # a fresh run, not a resume
+    remove_tree(args.build / "ckpt")  # a fresh run, not a resume (the demo's own, claim_build)
     cmd = train_command(sys.executable, args, data)
     console.print(f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd))
     t0 = time.time()
