@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kit.atomic import remove_tree
 from kit.data import shipped
 from kit.errors import KitError
 from kit.mpi.abi import FAMILY_OF_VENDOR
@@ -99,7 +101,7 @@ def overlay_works(graph_root: Path) -> tuple[bool, str]:
     except subprocess.TimeoutExpired:
         return False, f"`buildah info` with overlay did not answer in {PROBE_TIMEOUT} s"
     finally:
-        shutil.rmtree(probe, ignore_errors=True)
+        remove_tree(probe)  # mkdtemp: ours
     if done.returncode:
         why = next((line for line in done.stderr.splitlines() if line.startswith("Error:")), "")
         return False, why.removeprefix("Error: ")[:200] or f"`buildah info` exit {done.returncode}"
@@ -173,9 +175,13 @@ def stage_context(dest: Path) -> Path:
 def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Path:
     """Run the plan; OUT appears only when the archive is complete (temp + rename)."""
     plan.out.parent.mkdir(parents=True, exist_ok=True)
+    for leftover, kind in ((plan.part, stat.S_ISREG), (plan.staged, stat.S_ISDIR)):
+        if leftover and os.path.lexists(leftover) and not kind(os.lstat(leftover).st_mode):
+            raise KitError(f"{leftover}: the kit builds here, and this is not the file or directory a killed "
+                           "build of it leaves (a link, or another kind); fix: move it away")
     plan.part.unlink(missing_ok=True)  # a killed build's leftover: `buildah push` will not overwrite it
     if plan.staged:
-        shutil.rmtree(plan.staged, ignore_errors=True)  # ours, from a killed build
+        remove_tree(plan.staged)  # a killed build's context: the name is the kit's own, beside OUT
         stage_context(plan.staged)
     try:
         for cmd in plan.commands:
@@ -192,6 +198,6 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
     finally:
         plan.part.unlink(missing_ok=True)
         if plan.staged:
-            shutil.rmtree(plan.staged, ignore_errors=True)
+            remove_tree(plan.staged)
     return plan.out
 

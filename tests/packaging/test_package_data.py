@@ -134,3 +134,21 @@ def test_the_staged_context_lives_only_during_the_build(tmp_path):
     with pytest.raises(KitError, match="failed"):
         run_build(replace(plan, out=tmp_path / "other.tar", commands=[["sh", "-c", "exit 3"]]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar", "seen"]
+
+
+@pytest.mark.parametrize("planted", ["context-link", "part-link"])
+def test_a_link_at_the_builds_own_names_is_refused_and_not_followed(tmp_path, planted):
+    from dataclasses import replace
+
+    from kit.errors import KitError
+    from kit.image.build import plan_build, run_build
+
+    plan = plan_build("laptop", tmp_path / "img.tar", builder="buildah")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "kit").mkdir()
+    (victim / "kit" / "mine.py").write_text("keep")
+    (plan.staged if planted == "context-link" else plan.part).symlink_to(victim)
+    with pytest.raises(KitError, match="not the file or directory a killed build"):
+        run_build(replace(plan, commands=[["true"]]))
+    assert (victim / "kit" / "mine.py").read_text() == "keep" and sorted(p.name for p in victim.iterdir()) == ["kit"]
