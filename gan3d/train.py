@@ -14,13 +14,13 @@ figure of the failed epoch, so no report can count it as a run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import importlib
 import importlib.util
 import itertools
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -32,6 +32,7 @@ import numpy as np
 from gan3d import runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.runtime import RankLayout, SettingsError
+from kit.atomic import remove_tree
 from kit.errors import KitError
 
 ITEX_MODULE = "intel_extension_for_tensorflow"
@@ -202,6 +203,7 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
         if layout.rank == 0:
             if target is None:
                 target = temp = tempfile.mkdtemp(prefix="gan3d-synthetic-")
+                atexit.register(remove_tree, temp)  # ours; also when the run ends in an error
             files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
             write_files(target, files, math.ceil(args.synthetic / files), args.seed)
         target = MPI.COMM_WORLD.bcast(target, root=0)
@@ -509,7 +511,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     train_files.close()
     val_files.close()
     if temp_dir and layout.rank == 0:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        remove_tree(temp_dir)
     hvd.shutdown()
     return 0
 

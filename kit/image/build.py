@@ -146,14 +146,15 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
         driver, why = choose_storage_driver(storage_driver, storage / "root" if storage else DEFAULT_GRAPH_ROOT)
         store = ["--root", f"{storage}/root", "--runroot", f"{storage}/run"] if storage else []
         store += ["--storage-driver", driver]
-        commands = [["buildah", *store, "bud", "--isolation", "chroot", "--layers", "-f", str(recipe), "-t", tag,
-                     *flags, str(context)],
+        # --force-rm: a failed step's container (and its overlay mount) goes too, not only a good one's
+        commands = [["buildah", *store, "bud", "--isolation", "chroot", "--layers", "--force-rm", "-f", str(recipe),
+                     "-t", tag, *flags, str(context)],
                     ["buildah", *store, "push", tag, f"{fmt}:{part}:{tag}"]]
     else:  # podman and docker share the CLI
         save = ["--format", fmt] if builder == "podman" else []
         if builder == "docker" and fmt != "docker-archive":
             raise KitError("docker save writes docker-archive only; fix: --format docker-archive or --builder buildah")
-        commands = [[builder, "build", "-f", str(recipe), "-t", tag, *flags, str(context)],
+        commands = [[builder, "build", "--force-rm", "-f", str(recipe), "-t", tag, *flags, str(context)],
                     [builder, "save", *save, "-o", str(part), tag]]
     return BuildPlan(recipe, args, commands, out, part, staged, driver, why)
 

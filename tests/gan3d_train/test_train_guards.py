@@ -122,3 +122,20 @@ def test_a_checkpoint_dir_that_is_a_file_fails_before_training(data, tmp_path):
     assert f"--checkpoint-dir {tmp_path / 'ckpt'}: cannot be created as a directory" in line
     assert (tmp_path / "ckpt").read_text() == "my notes\n"
     assert "epoch 1/" not in line
+
+
+def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
+    """--synthetic without --synthetic-dir simulates into a temporary dir: gone also when the run fails."""
+    import subprocess
+    import sys
+
+    from tests.gan3d_train.test_train_mpi import REPO, _env
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "gan3d", "train", "--synthetic", "64", "--preset", "tiny",
+                           "--batch-size", "4", "--epochs", "2", "--steps-per-epoch", "3", "--validation-steps",
+                           "1", "--threads", "1", "--lr", "1e30"], cwd=REPO, env={**_env(), "TMPDIR": str(temp)},
+                          capture_output=True, text=True, timeout=240)
+    assert "losses became NaN" in _error_line(proc)
+    assert not list(temp.glob("gan3d-synthetic-*"))

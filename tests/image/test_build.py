@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 import subprocess
 import sys
 import tarfile
@@ -64,6 +65,8 @@ def test_a_failing_build_names_the_builder_and_writes_nothing(context, tmp_path)
     with pytest.raises(KitError, match=r"buildah failed \(exit \d+\) building Dockerfile: .*no-such-package-here"):
         run_build(plan)
     assert not out.exists() and not plan.part.exists()
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(tmp_path / "storage") not in mounts, "the failed step's container is still mounted"
 
 
 def test_the_recipe_follows_the_host_mpi_family(tmp_path):
