@@ -17,8 +17,9 @@ import os
 import re
 from pathlib import Path
 
-from gan3d.files import NotRegularFile, one_line, read_regular
+from gan3d.files import NotRegularFile, read_regular
 from kit.atomic import atomic_write_text, fsync_path, remove_tree, replace_tree
+from kit.excerpt import one_line
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
 TMP_TAG = ".tmp-"  # .epoch-NNNN.tmp-PID: a save in progress (or killed) by process PID

@@ -21,8 +21,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from gan3d.files import one_line
 from gan3d.showerfile import GRID, MAKE_DATA_HINT, MAX_CHUNK_BYTES, DataError, open_checked
+from kit.excerpt import one_line
 
 THRESHOLD = 1e-6
 SKIP_HINT = "or pass --skip-bad-events to leave such events out"

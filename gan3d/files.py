@@ -11,14 +11,9 @@ from pathlib import Path
 
 from kit.readfile import NotRegularFile, open_regular_fd
 
-__all__ = ["NotRegularFile", "one_line", "open_regular", "read_regular"]
+__all__ = ["NotRegularFile", "open_regular", "read_regular"]
 
 open_regular = open_regular_fd  # a read-only fd of a regular file; NotRegularFile names anything else
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """A library exception's text as one bounded line (h5py and Keras messages span lines)."""
-    return " ".join(str(exc).split())[:limit]
 
 
 def read_regular(path: str | os.PathLike, limit: int, follow_symlinks: bool = True) -> bytes:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gan3d.files import NotRegularFile, one_line, open_regular
+from gan3d.files import NotRegularFile, open_regular
+from kit.excerpt import one_line
 
 GRID = 25
 MAX_EVENTS_PER_FILE = 10_000_000  # 625 GB of cells; real CLIC files hold 10,000

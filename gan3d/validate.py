@@ -36,8 +36,9 @@ from typing import Sequence
 
 import numpy as np
 
-from gan3d.files import NotRegularFile, one_line, open_regular, read_regular
+from gan3d.files import NotRegularFile, open_regular, read_regular
 from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.excerpt import one_line
 
 DEFAULT_BINS: tuple[tuple[float, float], ...] = ((10, 100), (100, 200), (200, 300), (300, 500))
 PROFILES = ("z", "x", "y")

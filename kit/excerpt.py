@@ -45,3 +45,12 @@ def clipped(text: str, limit: int = LIMIT) -> str:
     """Free text for a message, unquoted: line breaks escaped, cut to ``limit`` characters."""
     text = "".join(repr(c)[1:-1] if unicodedata.category(c) in _BREAKS else c for c in text[:limit + 1])
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def one_line(text: object, limit: int = 300, tail: bool = False) -> str:
+    """A tool's or library's message as one bounded line: whitespace runs (line breaks too) become
+    one space; ``tail`` keeps the end, where a tool's stderr says why it failed."""
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = "..." + text[-(limit - 3):] if tail else text[:limit - 3] + "..."
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in _BREAKS else c for c in text)

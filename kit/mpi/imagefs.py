@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from kit.errors import KitError
+from kit.excerpt import one_line
 from kit.image_names import SQUASH
 from kit.rootfs import Root, RootError, show
 
@@ -117,7 +118,7 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                     except RootError as exc:
                         note(notes, f"skipped member {show(rel)} of {image.name}: {exc}")
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
-            raise KitError(f"{image}: cannot read the tarball: {one_line(str(exc))}") from None
+            raise KitError(f"{image}: cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}") from None
 
 
 def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tree: Root) -> None:
@@ -147,7 +148,7 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
     except subprocess.TimeoutExpired:
         raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to list it") from None
     if listing.returncode != 0:
-        raise KitError(f"{image}: unsquashfs cannot read it: {one_line(listing.stderr)}")
+        raise KitError(f"{image}: unsquashfs cannot read it: {one_line(listing.stderr, tail=True) or '(no message)'}")
     paths, dirs = [], []
     for line in listing.stdout.splitlines():
         mode, _sep, rest = line.partition(" ")
@@ -180,9 +181,9 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
         except subprocess.TimeoutExpired:
             raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to extract its MPI files") from None
     if run.returncode == 2:  # non-fatal: some files could not be written (e.g. an overlong link)
-        note(notes, f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr)}")
+        note(notes, f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr, tail=True) or '(no message)'}")
     elif run.returncode != 0:
-        raise KitError(f"{image}: unsquashfs failed: {one_line(run.stderr)}")
+        raise KitError(f"{image}: unsquashfs failed: {one_line(run.stderr, tail=True) or '(no message)'}")
 
 
 def _require_safe_unsquashfs() -> None:
@@ -200,11 +201,6 @@ def _require_safe_unsquashfs() -> None:
         shown = ".".join(map(str, found)) if found else "of unknown version"
         raise KitError(f"unsquashfs {shown} can write outside its destination for a crafted image; fix: "
                        f"install squashfs-tools >= {'.'.join(map(str, MIN_UNSQUASHFS))}")
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """A tool's stderr as one line of a message."""
-    return " ".join(text.split())[-limit:] or "(no message)"
 
 
 def _image_root(tree: Path) -> Path:

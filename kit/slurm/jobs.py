@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.excerpt import clipped, shown
+from kit.excerpt import clipped, one_line, shown
 
 # States after which a job is gone for good; every other state Slurm reports means "still there".
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -39,16 +39,11 @@ def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
                        "check `squeue --me` before running this again") from None
 
 
-def _said(output: str) -> str:
-    """What a Slurm command printed, as one bounded line of an error message."""
-    return clipped(" | ".join(line.strip() for line in output.strip().splitlines()), 400)
-
-
 def sbatch(script: Path) -> str:
     """Submit; the job id. A refusal is passed on in Slurm's words, with the script named."""
     done = _run(["sbatch", "--parsable", str(script)])
     if done.returncode != 0:
-        raise KitError(f"sbatch refused {script}: {_said(done.stderr or done.stdout)}")
+        raise KitError(f"sbatch refused {script}: {one_line(done.stderr or done.stdout, 400)}")
     job = done.stdout.strip().split(";")[0]
     if not JOB_ID_RE.fullmatch(job):  # recorded, it would go to squeue -j and scancel later
         raise KitError(f"sbatch accepted {script} but answered {shown(done.stdout)}, not a job id; check "
@@ -64,7 +59,7 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
         return states
     done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
-        raise KitError(f"squeue failed: {_said(done.stderr)}; try again when slurmctld answers")
+        raise KitError(f"squeue failed: {one_line(done.stderr, 400)}; try again when slurmctld answers")
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
         job, state, reason = (line.split("|") + ["", ""])[:3]
         if job in states:
@@ -82,4 +77,4 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
 def scancel(job_ids: list[str]) -> None:
     done = _run(["scancel", *job_ids])
     if done.returncode != 0:
-        raise KitError(f"scancel {' '.join(job_ids)} failed: {_said(done.stderr)}")
+        raise KitError(f"scancel {' '.join(job_ids)} failed: {one_line(done.stderr, 400)}")

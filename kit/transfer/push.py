@@ -31,6 +31,7 @@ import paramiko
 import yaml
 
 from kit.errors import KitError
+from kit.excerpt import one_line
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.image import LocalImage, chunk_sha256, open_image, read_small, recorded_sha256, sha256_file
@@ -186,7 +187,7 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
                          "command again: it resumes from the last verified chunk")
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
         raise StreamLost(plan is not None, f"the connection to {ep} was lost after {sent} bytes of this push "
-                       f"({remote.one_line(stderr) or 'no message'}); run the same command again: "
+                       f"({one_line(stderr, tail=True) or 'no message'}); run the same command again: "
                        "it resumes from the last verified chunk")
     try:
         answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}", PUSHED)

@@ -12,6 +12,7 @@ import paramiko
 from invoke.exceptions import CommandTimedOut
 
 from kit.errors import KitError
+from kit.excerpt import one_line
 
 _SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
 _BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
@@ -49,12 +50,6 @@ def command(mode: str, *args: object) -> str:
     return " ".join(shlex.quote(str(a)) for a in ("sh", "-c", _PICK, _BOOT, mode, *args))
 
 
-def one_line(text: str, limit: int = 300) -> str:
-    """Remote text for a one-line message: whitespace runs (newlines too) become one space."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else "..." + text[-limit:]
-
-
 def fits(value: object, types: type | tuple) -> bool:
     """isinstance, except that JSON's true/false is no number."""
     types = types if isinstance(types, tuple) else (types,)
@@ -70,14 +65,14 @@ def parse(stdout: str, stderr: str, exited: int, what: str, schema: Schema | Non
         except (ValueError, IndexError, RecursionError):  # not JSON, nothing, or nested too deep
             answer = None
         if not (isinstance(answer, dict) and all(fits(answer.get(k), t) for k, t in (schema or {}).items())):
-            raise KitError(f"{what}: unexpected answer from the remote side: {one_line(stdout)!r}; is "
+            raise KitError(f"{what}: unexpected answer from the remote side: {one_line(stdout, tail=True)!r}; is "
                            "python3 on that host a standard one?")
         return answer
     found = _ERROR.search(stderr)
     if found:
         hint = "; the remote side of kit transfer needs python3 >= 3.6" if found.group(1) == "127" else ""
-        raise RemoteError(int(found.group(1)), f"{what}: {one_line(found.group(2), 2000)}{hint}")
-    raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {one_line(stderr, 500)}")
+        raise RemoteError(int(found.group(1)), f"{what}: {one_line(found.group(2), 2000, tail=True)}{hint}")
+    raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {one_line(stderr, 500, tail=True)}")
 
 
 def run(conn: fabric.Connection, mode: str, *args: object, what: str, schema: Schema | None = None,
@@ -90,6 +85,6 @@ def run(conn: fabric.Connection, mode: str, *args: object, what: str, schema: Sc
         raise KitError(f"{what}: no answer within {timeout} s; the remote side was stopped. Check the "
                        "host (load, hung filesystem) and run the same command again") from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise KitError(f"{what}: the SSH connection failed ({one_line(str(exc)) or type(exc).__name__}); "
+        raise KitError(f"{what}: the SSH connection failed ({one_line(exc, tail=True) or type(exc).__name__}); "
                        "run the same command again") from exc
     return parse(result.stdout, result.stderr, result.exited, what, schema)
