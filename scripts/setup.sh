@@ -17,6 +17,7 @@ die() { echo "setup: $*" >&2; exit 1; }
 APT_PACKAGES=(
   build-essential cmake pkg-config git
   mpich libmpich-dev hdf5-tools
+  openmpi-bin libopenmpi3
   charliecloud squashfs-tools squashfuse fuse3
   buildah umoci skopeo mmdebstrap busybox-static
   slurm-wlm munge libpmi2-0
@@ -50,6 +51,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   for s in slurmctld slurmd munge ssh; do service "$s" stop >/dev/null 2>&1 || true; done
 else
   log "Debian packages present"
+fi
+# Open MPI (a second host-MPI family for the tests) raises its own mpirun/mpicc above MPICH's in
+# Debian's alternatives; the developer stack (mpi4py, Horovod, bare `mpiexec`) is built on MPICH.
+if [ "$(id -u)" -eq 0 ]; then
+  [ "$(readlink -f /usr/bin/mpirun 2>/dev/null)" = /usr/bin/mpiexec.hydra ] ||
+    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
+  [ "$(readlink -f /usr/bin/mpicc 2>/dev/null)" = /usr/bin/mpicc.mpich ] ||
+    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
 fi
 
 # 2. Virtual environment.
