@@ -416,7 +416,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     warmup_steps = int(round(args.warmup_epochs * steps))
     lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
     history, epoch_times, val_times, ckpt_times = [], [], [], []
+    wall_times, available = [], []  # the paper's epoch clock; the node's MemAvailable at epoch ends
     times = StepTimes()
+    from gan3d import results as res
+
     try:
         for epoch in range(start_epoch, args.epochs):
             step.reseed(layout.rank, epoch)
@@ -427,6 +430,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                 raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
             train_losses = _mean_losses(sums, done, hvd)
             _average_statistics((gen, disc), hvd)
+            wall_times.append(time.perf_counter() - t0)  # t0: the epoch's start, as above
+            available.append(res.memory_available_bytes())
 
             t0 = time.perf_counter()
             val_losses = _mean_losses(*_validation_sums(step, val_stream, val_steps, layout.rank), hvd)
@@ -452,11 +457,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             _write_failure(args, layout, exc, history, checkpoints)
         raise
 
-    from gan3d import results as res
-
     digest = _weights_digest((gen, disc))
     per_rank = hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
-                                     "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest})
+                                     "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest,
+                                     "available": min(filter(None, available), default=None)})
     if layout.rank == 0 and args.results:
         last_checkpoint = checkpoints.latest() if checkpoints else None
         flops = step_flops(args.preset, args.batch_size)
@@ -469,7 +473,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         record = {
             "status": "ok",
             "site": site.name if site else None,
-            "image_digest": res.image_digest(),
+            "image_digest": res.image_digest(), "container": res.container_runtime(),
             "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
             "software": res.software_versions(itex_loaded=itex_installed),
             "mpi_library_version": layout.mpi_library_version,
@@ -487,15 +491,11 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
             "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,
             "full_epoch_steps": stream.batches_per_epoch, "validation_steps": val_steps,
-            "epoch_times": epoch_times, "validation_times": val_times, "checkpoint_times": ckpt_times,
-            "first_step_seconds": times.first,
-            "full_epoch_seconds_estimate": (stream.batches_per_epoch * times.seconds / times.steps
-                                            if times.steps else None),
+            "validation_times": val_times, "checkpoint_times": ckpt_times, "first_step_seconds": times.first,
+            **res.epochs(epoch_times, wall_times, times.steps, times.seconds, stream.batches_per_epoch),
             **perf,
             "losses": history,
-            "peak_rss_bytes_per_rank": rss,
-            "usable_memory_bytes_per_rank": usable,
-            "memory_within_node": (max(rss) <= usable) if usable else None,
+            **res.memory(rss, [r["available"] for r in per_rank], usable),
             "weights_sha256_initial": initial_digest,
             "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
             "hostnames": sorted({r["hostname"] for r in per_rank}),
