@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--synthetic-dir", help="where --synthetic writes (must be shared by all nodes)")
     ap.add_argument("--validation-data", help="files for validation losses (default: split off --data)")
     ap.add_argument("--test-fraction", type=float, default=0.1,
-                    help="share of the files kept for validation when --validation-data is not given")
+                    help="share of the events held out for validation when --validation-data is not given "
+                         "(whole files when they fit the share, else a range of every file; chosen by --seed)")
     ap.add_argument("--skip-bad-events", action="store_true",
                     help="leave out events with NaN/Inf cells or a NaN/Inf/non-positive energy instead of "
                          "stopping (costs one extra read of the data at start; the results count them)")
@@ -189,9 +190,9 @@ def _site_and_cores(args: argparse.Namespace):
     return None, os.cpu_count() or 1, "this machine's"
 
 
-def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path], list[Path], str | None]:
-    """(train files, validation files, temporary dir to remove at the end)."""
-    from gan3d.data import expand_data_arg, train_test_split
+def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path], list[Path] | None, str | None]:
+    """(data files, validation files or None to hold out --test-fraction, temporary dir to remove at the end)."""
+    from gan3d.data import expand_data_arg
 
     temp = None
     if args.synthetic:
@@ -210,10 +211,7 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
         paths = expand_data_arg(str(target))
     else:
         paths = expand_data_arg(args.data)
-    if args.validation_data:
-        return paths, expand_data_arg(args.validation_data), temp
-    train, test = train_test_split(paths, test_fraction=args.test_fraction)
-    return train, test, temp
+    return paths, expand_data_arg(args.validation_data) if args.validation_data else None, temp
 
 
 def _weights_digest(models) -> str:
@@ -333,10 +331,11 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                         "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow")
     train_paths, val_paths, temp_dir = _data_files(args, layout)
     # Checked before TensorFlow starts, so a bad file stops the job in seconds.
-    from gan3d.data import ShowerFiles, ShowerStream
+    from gan3d.data import ShowerStream, describe_held_out, open_split
 
-    train_files = ShowerFiles(train_paths, skip_bad_events=args.skip_bad_events)
-    val_files = ShowerFiles(val_paths, skip_bad_events=args.skip_bad_events)
+    train_files, val_files, held_out = open_split(train_paths, val_paths, args.test_fraction, args.seed,
+                                                  args.skip_bad_events)
+    _say(layout, f"gan3d train: {describe_held_out(held_out)}")
     skipped = {"train": train_files.skipped_events, "validation": val_files.skipped_events}
     if any(skipped.values()):
         _say(layout, f"gan3d train: --skip-bad-events left out {skipped['train']} training and "
@@ -485,7 +484,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
             "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
             "loss_weights": list(loss_weights), "xscale": args.xscale,
-            "data_files": {"train": len(train_paths), "validation": len(val_paths)},
+            "data_files": {"train": len(train_files.paths), "validation": len(val_files.paths)},
+            "held_out": held_out,
             "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped,
             "train_events": train_files.num_events, "validation_events": val_files.num_events,
             "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
