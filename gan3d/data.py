@@ -304,8 +304,8 @@ class EventRanges:
     range, so a by-event split needs no copy of the data and every range is read contiguously.
     """
 
-    def __init__(self, files: ShowerFiles, ranges: Sequence[tuple[int, int, int]]):
-        self.files, self.ranges = files, list(ranges)
+    def __init__(self, files: ShowerFiles, ranges: Sequence[tuple[int, int, int]], label: str, fix: str):
+        self.files, self.ranges, self.label, self.fix = files, list(ranges), label, fix
         self.paths = list(dict.fromkeys(files.paths[k] for k, _, _ in self.ranges))  # the files drawn from
         self.counts = [b - a for _, a, b in self.ranges]
         self.energies = [files.energies[k][a:b] for k, a, b in self.ranges]
@@ -348,7 +348,9 @@ def open_split(paths: Sequence[Path], validation_paths: Sequence[Path] | None, f
     except DataError:
         files.close()
         raise
-    train, test = EventRanges(files, split.train), EventRanges(files, split.test)
+    fix = "raise --test-fraction (or give --validation-data), give more events or lower --batch-size"
+    train = EventRanges(files, split.train, "the training events (those not held out)", fix)
+    test = EventRanges(files, split.test, f"the events held out by --test-fraction {fraction:g}", fix)
     return train, test, {"by": split.by, "events": test.num_events, "of_events": files.num_events,
                          "fraction": test.num_events / files.num_events, "requested_fraction": fraction,
                          "seed": seed, "source": test.describe()}
@@ -399,9 +401,10 @@ class ShowerStream:
             self.batches_per_epoch = math.ceil(per_rank / batch_size)
             self.events_per_rank = per_rank
         if self.batches_per_epoch == 0:
-            raise DataError(f"data files {[str(p) for p in files.paths]} hold {files.num_events} events: fewer "
-                            f"than {size} rank(s) x batch size {batch_size}; "
-                            "fix: simulate more events or lower --batch-size")
+            what = getattr(files, "label", f"data files {[str(p) for p in files.paths]}")
+            fix = getattr(files, "fix", "simulate more events or lower --batch-size")
+            raise DataError(f"{what} hold {files.num_events} events: fewer than {size} rank(s) x batch size "
+                            f"{batch_size}; fix: {fix}")
 
     @property
     def max_buffer_events(self) -> int:

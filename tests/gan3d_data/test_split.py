@@ -138,3 +138,12 @@ def test_fractions_outside_zero_and_one_are_refused():
         with pytest.raises(DataError, match="--test-fraction"):
             split_events([10, 10], fraction, 0)
 
+
+
+def test_too_few_held_out_events_for_the_ranks_name_the_fraction(tmp_path: Path):
+    train, test, _ = open_split(write_id_files(tmp_path, [24, 24]), None, 0.1, seed=0)
+    assert test.num_events == 5
+    with pytest.raises(DataError, match=r"^the events held out by --test-fraction 0.1 hold 5 events: fewer than "
+                                        r"2 rank\(s\) x batch size 4; fix: raise --test-fraction"):
+        ShowerStream(test, batch_size=4, size=2)
+    assert ShowerStream(train, batch_size=4, size=2).batches_per_epoch == 43 // 2 // 4
