@@ -250,6 +250,35 @@ def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_
     return written
 
 
+def plot_score(physics: dict, out_dir: str | Path) -> Path:
+    """physics_score.png: each energy bin's score and the overall one on the 0 (empty showers) to 1
+    (held-out data) scale, so which energies a generator gets wrong is seen at a glance."""
+    from matplotlib.figure import Figure
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    entries = [(f"{b['range_gev'][0]:g}-{b['range_gev'][1]:g} GeV", b["score"]) for b in physics["bins"]]
+    entries.append(("all bins", physics["score"]))
+    fig = Figure(figsize=(7, 4.5))
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.2, top=0.9)
+    ax = fig.subplots()
+    for x, (label, value) in enumerate(entries):
+        if value is None:
+            ax.text(x, 0.05, "no scale", ha="center", va="bottom", color="gray")
+        else:
+            ax.bar(x, value, color="k" if label == "all bins" else "tab:blue")
+            ax.text(x, value, f"{value:.3g}", ha="center", va="bottom" if value >= 0 else "top")
+    ax.axhline(1.0, color="g", linestyle="--", label="held-out data (1)")
+    ax.axhline(0.0, color="r", linestyle="--", label="empty showers (0)")
+    ax.set_xticks(range(len(entries)), [label for label, _ in entries])
+    ax.set_ylabel("physics score")
+    ax.set_title(f"generated vs data showers ({physics['compared_events']} compared, "
+                 f"{physics['reference_events']} reference)")
+    ax.set_ylim(top=max(1.15, ax.get_ylim()[1]))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    return _save_png(fig, out / "physics_score.png")
+
+
 def plot_comparison(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
                     out_dir: str | Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS,
                     fake_label: str = "generated") -> list[Path]:
@@ -376,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         reference, held_out = take(real, first), take(real, second)
         fake = _generated_features(model, PRESETS[preset].latent_dim, held_out["energy_gev"] / 100.0, args.seed)
         physics = scaled_score(reference, held_out, fake)
-        plots = plot_features(reference, fake, args.out)
+        plots = plot_features(reference, fake, args.out) + [plot_score(physics, args.out)]
         physics.update({"plots": [str(p) for p in plots], "events": int(len(real["cellsum"])),
                         "generator_weights": str(weights), "preset": preset, "xscale": args.xscale,
                         "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped})

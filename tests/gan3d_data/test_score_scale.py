@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gan3d.data import ShowerFiles, expand_data_arg
-from gan3d.validate import empty_features, normalise, reference_halves, scaled_score, shower_features, take
+from gan3d.validate import (empty_features, normalise, plot_score, reference_halves, scaled_score, shower_features,
+                            take)
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +94,11 @@ def test_a_scale_is_refused_when_data_cannot_be_told_from_nothing():
     assert normalise(None, 1.0, 9.0)[0] is None and "no energy bin" in normalise(1.0, None, 9.0)[1]
 
 
-def test_a_handful_of_showers_gets_no_scale_but_a_reason(showers):
+def test_a_handful_of_showers_gets_no_scale_but_a_reason_and_a_plot(showers, tmp_path):
     _, _, feats = showers
     index = np.arange(6)
     result = _scaled(feats, index, 0, lambda held: take(feats, held))
     assert result["score"] is None and result["score_null_reason"]
     assert result["score_raw"] is None or result["score_raw"] == result["score_reference_data"]
+    assert all(b["score"] is None for b in result["bins"])
+    assert plot_score(result, tmp_path).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")  # "no scale" drawn

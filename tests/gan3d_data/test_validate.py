@@ -106,6 +106,7 @@ def test_cli_with_a_real_tiny_generator(sim_dir: Path, tmp_path: Path, capsys):
     assert 0 < data < empty / 2 and raw > data  # an untrained generator is no data
     assert physics["score"] == pytest.approx((empty - raw) / (empty - data)) and physics["score"] < 1
     assert physics["generator_weights"] == str(ckpt / "generator.weights.h5")
+    assert Path(physics["plots"][-1]).name == "physics_score.png"
     for path in physics["plots"]:
         assert Path(path).read_bytes().startswith(PNG_SIGNATURE)
 
