@@ -49,8 +49,9 @@ class RunResult:
     epoch_seconds_from: str  # which measurement epoch_seconds is, for the CSV
     showers_per_second: float
     flop_per_second: float
-    peak_flop_per_second_theoretical: float | None
-    percent_of_peak_theoretical: float | None
+    percent_of_peak: float | None  # None: not known, or a results file from before per-precision peaks
+    percent_of_peak_denominator: str | None  # e.g. "fp32 theoretical peak", "fp32 measured peak"
+    percent_of_peak_fp64_max_clock: float | None  # the seed paper's convention (its Table 7)
     mpi_library_version: str | None
 
     @property
@@ -76,6 +77,8 @@ class Row:
     showers_per_second: float
     pflop_per_second: float
     percent_of_peak: float | None
+    percent_of_peak_denominator: str | None
+    percent_of_peak_fp64_max_clock: float | None
     run: RunResult
 
 
@@ -104,8 +107,10 @@ def _load_one(path: Path) -> RunResult:
         epoch_seconds=seconds, epoch_seconds_from=source,
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),
-        peak_flop_per_second_theoretical=_value(record, path, "peak_flop_per_second_theoretical", _RATE, True),
-        percent_of_peak_theoretical=_value(record, path, "percent_of_peak_theoretical", _RATE, True),
+        # Files from before per-precision peaks lack these three: loaded, their % of peak shown as "—".
+        percent_of_peak=_optional(record, path, "percent_of_peak", _RATE),
+        percent_of_peak_denominator=_optional(record, path, "percent_of_peak_denominator", _NAME),
+        percent_of_peak_fp64_max_clock=_optional(record, path, "percent_of_peak_fp64_max_clock", _RATE),
         mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True))
 
 
@@ -120,6 +125,11 @@ def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool
     if not check[0](value):
         raise KitError(f"{path}: key {key!r} is {shown(value)}, expected {check[1]}; {_RERUN}")
     return value
+
+
+def _optional(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str]) -> Any:
+    """record[key] checked, or None when an older gan3d did not write it."""
+    return _value(record, path, key, check, nullable=True) if key in record else None
 
 
 def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
@@ -155,7 +165,8 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
     base = ordered[0]
     linear = [base.epoch_seconds * base.nodes / r.nodes for r in ordered]
     return [Row(r.nodes, r.epoch_seconds, lin, None if r is base else 100 * lin / r.epoch_seconds,
-                r.showers_per_second, r.flop_per_second / 1e15, r.percent_of_peak_theoretical, r)
+                r.showers_per_second, r.flop_per_second / 1e15, r.percent_of_peak, r.percent_of_peak_denominator,
+                r.percent_of_peak_fp64_max_clock, r)
             for r, lin in zip(ordered, linear)]
 
 
@@ -190,18 +201,27 @@ def _markdown(series: dict[Config, list[Row]], ref: PaperTable | None, title: st
     lines = [f"# {title or 'Scaling report'}", "",
              f"{runs} runs in {len(series)} series. Time per epoch is the run's whole-epoch estimate, else the "
              "mean of its epochs after the first. Linear time = T(n0) * n0 / n with n0 the series' smallest node "
-             "count; scaling efficiency = linear / measured (the paper's definitions). % of peak is of the site "
-             "config's fp32 theoretical peak (the paper's Table 7 uses the FP64 peak, half of it).", ""]
+             "count; scaling efficiency = linear / measured (the paper's definitions). Each % of peak names its "
+             "denominator: \"% of peak\" is of the peak in the run's precision, theoretical (site config: cores x "
+             "AVX clock x FLOP/cycle) where the site states it, else measured (a dense matmul in that precision by "
+             "all ranks at once); \"% of FP64 max-clock peak\" is the seed paper's convention (its Table 7: cores x "
+             "max clock x FP64 FLOP/cycle).", ""]
     for cfg, rows in series.items():
         site, ranks, threads, batch, _ = cfg
         mpi = " / ".join(dict.fromkeys(r.run.mpi_library_version or "not recorded" for r in rows))
         lines += [f"## {site or 'no site'}: {ranks} ranks/node × {threads} threads/rank, batch {batch}/rank, "
                   f"MPI: {mpi}", "", f"Series `{series_name(cfg)}` in report.csv.", "",
                   "| Nodes | Training time (s) per epoch | Linear time (s) per epoch | Scaling efficiency "
-                  "| Showers/s | PFLOP/s | % of peak |", "|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| Showers/s | PFLOP/s | % of peak | of | % of FP64 max-clock peak |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
         lines += [f"| {r.nodes} | {r.seconds_per_epoch:.2f} | {r.linear_seconds:.2f} | {_pct(r.efficiency_percent)} "
-                  f"| {_num(r.showers_per_second)} | {_num(r.pflop_per_second)} | {_pct(r.percent_of_peak)} |"
+                  f"| {_num(r.showers_per_second)} | {_num(r.pflop_per_second)} | {_peak(r.percent_of_peak)} "
+                  f"| {r.percent_of_peak_denominator or '—'} | {_peak(r.percent_of_peak_fp64_max_clock)} |"
                   for r in rows]
+        if any(r.percent_of_peak_denominator is None for r in rows):
+            lines += ["", "— : no % of peak: the site states no peak for the run and it measured none "
+                      "(gan3d train --measure-peak), or its results file predates per-precision peaks "
+                      "(re-run it with the current gan3d)."]
         lines.append("")
     return "\n".join(lines + (_reference_markdown(ref) if ref else []))
 
@@ -215,7 +235,8 @@ def _reference_markdown(ref: PaperTable) -> list[str]:
         lines += [f"| {n} | {t:g} | {lin:g} | {'-' if e is None else f'{e:g}%'} |" for n, t, lin, e in
                   zip(ref.nodes, ref.seconds_per_epoch, ref.linear_seconds, ref.efficiency_percent)]
     else:
-        lines += ["| Nodes | Measured performance (PFLOP/s) | % of theoretical peak |", "|---:|---:|---:|"]
+        lines += ["| Nodes | Measured performance (PFLOP/s) | % of theoretical peak (FP64, max clock) |",
+                  "|---:|---:|---:|"]
         lines += [f"| {n} | {p:g} | {c:g}% |" for n, p, c in zip(ref.nodes, ref.pflop_per_second,
                                                                     ref.percent_of_peak)]
     return lines + [""] + [f"> Note: {note}" for note in ref.notes] + ([""] if ref.notes else [])
@@ -223,6 +244,10 @@ def _reference_markdown(ref: PaperTable) -> list[str]:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
+
+
+def _peak(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}%"
 
 
 def _num(value: float) -> str:
@@ -244,9 +269,10 @@ def _plots(series: dict[Config, list[Row]], ref: PaperTable | None) -> dict[str,
     """The paper's Figures 1-2 (time per epoch, measured vs linear), efficiency, and FLOP rate."""
     from matplotlib.figure import Figure
 
-    time_fig, eff_fig, flop_fig = Figure(figsize=(7, 4.5)), Figure(figsize=(7, 4.5)), Figure(figsize=(12, 4.5))
+    time_fig, eff_fig, flop_fig = Figure(figsize=(7, 4.5)), Figure(figsize=(7, 4.5)), Figure(figsize=(16, 4.5))
     t_ax, e_ax = time_fig.subplots(), eff_fig.subplots()
-    p_ax, c_ax = flop_fig.subplots(1, 2)
+    p_ax, c_ax, f_ax = flop_fig.subplots(1, 3)
+    denominators = set()
     for i, (cfg, rows) in enumerate(series.items()):
         style, name, nodes = {"color": f"C{i % 10}"}, series_name(cfg), [r.nodes for r in rows]
         t_ax.plot(nodes, [r.seconds_per_epoch for r in rows], "o-", label=f"{name} measured", **style)
@@ -254,19 +280,26 @@ def _plots(series: dict[Config, list[Row]], ref: PaperTable | None) -> dict[str,
         if len(rows) > 1:
             e_ax.plot(nodes[1:], [r.efficiency_percent for r in rows[1:]], "o-", label=name, **style)
         p_ax.plot(nodes, [r.pflop_per_second for r in rows], "o-", label=name, **style)
-        peak = [(r.nodes, r.percent_of_peak) for r in rows if r.percent_of_peak is not None]
-        if peak:
-            c_ax.plot(*zip(*peak), "o-", label=name, **style)
+        for denominator in dict.fromkeys(r.percent_of_peak_denominator for r in rows if r.percent_of_peak is not None):
+            denominators.add(denominator)  # one line per denominator, named in the legend
+            c_ax.plot(*zip(*[(r.nodes, r.percent_of_peak) for r in rows if r.percent_of_peak is not None
+                             and r.percent_of_peak_denominator == denominator]), "o-",
+                      label=f"{name}, of {denominator}", **style)
+        paper = [(r.nodes, r.percent_of_peak_fp64_max_clock) for r in rows if r.percent_of_peak_fp64_max_clock is not None]
+        if paper:
+            f_ax.plot(*zip(*paper), "o-", label=name, **style)
     if ref and ref.seconds_per_epoch:
         t_ax.plot(ref.nodes, ref.seconds_per_epoch, "k--", label=ref.label)
         e_ax.plot(ref.nodes[1:], ref.efficiency_percent[1:], "k--", label=ref.label)
     elif ref:
         p_ax.plot(ref.nodes, ref.pflop_per_second, "k--", label=ref.label)
-        c_ax.plot(ref.nodes, ref.percent_of_peak, "k--", label=f"{ref.label}, of FP64 peak")
+        f_ax.plot(ref.nodes, ref.percent_of_peak, "k--", label=ref.label)
     _finish(t_ax, "time per epoch (s)", log_y=True)
     _finish(e_ax, "scaling efficiency (%)")
     _finish(p_ax, "achieved PFLOP/s", log_y=True)
-    _finish(c_ax, "% of theoretical peak")
+    _finish(c_ax, "% of peak: " + (next(iter(denominators)) if len(denominators) == 1 else
+                                    "denominators differ, see legend"))
+    _finish(f_ax, "% of FP64 peak at max clock (paper's Table 7)")
     return {"time_per_epoch.png": _png(time_fig), "efficiency.png": _png(eff_fig), "flops.png": _png(flop_fig)}
 
 

@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
+from gan3d.peak import site_peaks
+from gan3d.results import peak_fields
 from kit.errors import KitError
 from kit.scale import RunResult, load_results, paper_table, scaling_table, write_report
 from kit.scale.paper import SNG_NODE_PEAK_TFLOP_PER_SECOND, TABLES
+from kit.site import load_site
 
 OUTPUTS = {"report.md", "report.csv", "time_per_epoch.png", "efficiency.png", "flops.png"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -36,8 +39,8 @@ def _run(nodes: int, seconds: float, ranks_per_node: int = 4, threads: int = 12,
                      ranks_per_node=ranks_per_node, threads_per_rank=threads, batch_per_rank=8,
                      global_batch=8 * nodes * ranks_per_node, epoch_seconds=seconds,
                      epoch_seconds_from="full_epoch_seconds_estimate", showers_per_second=1.0, flop_per_second=1.0,
-                     peak_flop_per_second_theoretical=None, percent_of_peak_theoretical=None,
-                     mpi_library_version=None)
+                     percent_of_peak=None, percent_of_peak_denominator=None,
+                     percent_of_peak_fp64_max_clock=None, mpi_library_version=None)
 
 
 @pytest.mark.parametrize("table_id", [f"table{i}" for i in range(1, 7)])
@@ -75,13 +78,13 @@ def test_table7_percent_of_peak_is_of_the_papers_node_peak():
 def _record(nodes: int, seconds: float, ranks_per_node: int = 4, threads: int = 12) -> dict:
     """The keys load_results reads, as gan3d/train.py writes them (schema gan3d-run/1)."""
     pflops = dict(zip(TABLES["table7"].nodes, TABLES["table7"].pflop_per_second)).get(nodes, 0.0027 * nodes)
-    peak = nodes * 2 * SNG_NODE_PEAK_TFLOP_PER_SECOND * 1e12  # fp32 peak, as the site config gives it
-    return {"schema": "gan3d-run/1", "site": "supermuc-ng", "mpi_library_version": "Intel(R) MPI Library 2019",
+    # The peaks as gan3d train computes them from the shipped site config (no peak was measured).
+    peaks = peak_fields(pflops * 1e15, "fp32", nodes, site_peaks(load_site("supermuc-ng")), {}, "")
+    return {**peaks, "schema": "gan3d-run/1", "site": "supermuc-ng", "mpi_library_version": "Intel(R) MPI Library 2019",
             "nodes": nodes, "ranks": nodes * ranks_per_node, "ranks_per_node": ranks_per_node,
             "threads_per_rank": threads, "batch_per_rank": 8, "global_batch": 8 * nodes * ranks_per_node,
             "epoch_times": [seconds * 1.3, seconds * 1.01], "full_epoch_seconds_estimate": seconds,
-            "showers_per_second": 200000 / seconds, "flop_per_second": pflops * 1e15,
-            "peak_flop_per_second_theoretical": peak, "percent_of_peak_theoretical": 100 * pflops * 1e15 / peak}
+            "showers_per_second": 200000 / seconds, "flop_per_second": pflops * 1e15}
 
 
 def _write_sweep(directory: Path, table_id: str, ranks_per_node: int, threads: int) -> list[Path]:
@@ -118,8 +121,11 @@ def test_report_of_a_768_node_sweep_matches_the_paper(tmp_path):
     for n, printed in zip(TABLES["table4"].nodes[1:-1], TABLES["table4"].efficiency_percent[1:-1]):
         assert rows[n][2] == f"{printed:.1f}%", n
     assert rows[768][:3] == ["3.94", "4.73", "119.9%"]  # see EFFICIENCY_MISPRINTS
-    # showers/s = 200000/3.94; PFLOP/s from Table 7; % of the fp32 peak, twice the FP64 one (65.31%/2)
-    assert rows[768][3:] == ["50,761", "2.081", "32.7%"]
+    # showers/s = 200000/3.94; PFLOP/s from Table 7; % of the fp32 peak at the 2.3 GHz AVX clock
+    # (768 x 7.07 TFLOP/s); % of the paper's FP64 peak at 2.7 GHz (768 x 4.147 TFLOP/s: Table 7 prints 65.29%
+    # of 4.15 TFLOP/s)
+    assert rows[768][3:] == ["50,761", "2.081", "38.4%", "fp32 theoretical peak", "65.4%"]
+    assert "— :" not in ours
     assert _md_rows(reference)[768] == ["3.94", "3.54", "89.9%"]  # the paper's table, as printed
     assert "> Note: 768 nodes" in reference
 
@@ -240,3 +246,18 @@ def test_unknown_paper_table_lists_the_known_ones():
     with pytest.raises(KitError, match="table1, table2, table3, table4, table5, table6, table7"):
         paper_table("table8")
     assert paper_table("4") is TABLES["table4"]
+
+
+def test_results_from_before_per_precision_peaks_load_and_show_no_percent(tmp_path):
+    """An older gan3d wrote one % of peak without naming its denominator: the report keeps the run
+    and shows "—" with a note rather than a figure whose denominator it cannot name."""
+    old = {k: v for k, v in _record(8, 479.52).items() if not k.startswith(("peak_", "percent_of_peak", "precision"))}
+    old |= {"peak_flop_per_second_theoretical": 8 * 8.3e12, "percent_of_peak_theoretical": 30.0}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    [run] = load_results([path])
+    assert run.percent_of_peak is None and run.percent_of_peak_fp64_max_clock is None
+    write_report([run], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert _md_rows(md)[8][5:] == ["—", "—", "—"]
+    assert "predates per-precision peaks" in md and "30.0%" not in md
