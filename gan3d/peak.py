@@ -7,6 +7,7 @@ the theoretical peak is what a site config promises (cores x clock x FLOP/cycle 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -53,6 +54,14 @@ def _set_threads(threads: int | None) -> bool:
         return tf.config.threading.get_intra_op_parallelism_threads() == threads
 
 
+@functools.lru_cache(maxsize=1)
+def _matmul():
+    """One traced matmul per process (a new tf.function per call would retrace every time)."""
+    import tensorflow as tf
+
+    return tf.function(lambda x, y: tf.linalg.matmul(x, y))
+
+
 def measure_peak_flops(threads: int | None = None, seconds: float = 1.0, n: int = MATRIX,
                        precision: str = "fp32") -> float:
     """Best FLOP/s of an n x n matmul loop in `precision` in TensorFlow over about `seconds`.
@@ -68,7 +77,7 @@ def measure_peak_flops(threads: int | None = None, seconds: float = 1.0, n: int 
         return _measure_in_subprocess(threads, seconds, n, precision)
     import tensorflow as tf
 
-    matmul = tf.function(lambda x, y: tf.linalg.matmul(x, y))
+    matmul = _matmul()
     while True:
         a = tf.cast(tf.random.stateless_normal((n, n), seed=[1, 2]), DTYPES[precision])
         b = tf.cast(tf.random.stateless_normal((n, n), seed=[3, 4]), DTYPES[precision])

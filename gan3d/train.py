@@ -377,7 +377,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     from gan3d.model import PRESETS, discriminator, generator
     from gan3d.step import StepConfig, TrainStep
 
-    precision = getattr(args, "precision", "fp32")  # the compute precision of the training step
+    # The training step's arithmetic ("bf16" for --precision bf16 and bf16-emulated, once it exists)
+    precision = "bf16" if str(getattr(args, "precision", "fp32")).startswith("bf16") else "fp32"
     peak_measured: dict[str, float] = {}
     if args.measure_peak:
         from gan3d.peak import measure_peak_flops

@@ -297,8 +297,8 @@ def _plots(series: dict[Config, list[Row]], ref: PaperTable | None) -> dict[str,
     _finish(t_ax, "time per epoch (s)", log_y=True)
     _finish(e_ax, "scaling efficiency (%)")
     _finish(p_ax, "achieved PFLOP/s", log_y=True)
-    _finish(c_ax, "% of peak: " + (next(iter(denominators)) if len(denominators) == 1 else
-                                    "denominators differ, see legend"))
+    _finish(c_ax, {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
+        len(denominators), "% of peak: denominators differ, see legend"))
     _finish(f_ax, "% of FP64 peak at max clock (paper's Table 7)")
     return {"time_per_epoch.png": _png(time_fig), "efficiency.png": _png(eff_fig), "flops.png": _png(flop_fig)}
 
