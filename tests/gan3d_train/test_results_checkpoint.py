@@ -2,6 +2,8 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gan3d import results
 from gan3d.peak import site_peaks
@@ -42,6 +44,27 @@ def test_laptop_divides_by_the_measured_peak_and_says_so():
     assert fields["percent_of_peak_fp64_measured"] == pytest.approx(50.0)
     nothing = results.peak_fields(10e9, "fp32", 1, None, {}, "m")
     assert nothing["percent_of_peak"] is None and nothing["percent_of_peak_denominator"] is None
+
+
+_RATE = st.floats(1e3, 1e18, allow_nan=False)
+
+
+@given(rate=_RATE, nodes=st.integers(1, 10**4), measured=st.dictionaries(st.sampled_from(["fp32", "bf16", "fp64"]), _RATE),
+       precision=st.sampled_from(["fp32", "bf16"]), site=st.sampled_from(["supermuc-ng", "stampede2", "laptop"]))
+def test_every_percent_is_the_rate_over_the_peak_its_key_names(rate, nodes, measured, precision, site):
+    fields = results.peak_fields(rate, precision, nodes, site_peaks(load_site(site)), measured, "m")
+    for key, percent in fields.items():
+        if not key.startswith("percent_of_peak_") or key == "percent_of_peak_denominator":
+            continue
+        peak = fields[key.replace("percent_of_peak_", "peak_") + "_flop_per_second"]
+        assert (percent is None) == (peak is None), key
+        if peak is not None:
+            assert percent == pytest.approx(100 * rate / peak), key
+    if fields["percent_of_peak"] is None:
+        assert fields["percent_of_peak_denominator"] is None
+    else:
+        p, kind, _ = fields["percent_of_peak_denominator"].split(" ")
+        assert p == precision and fields["percent_of_peak"] == fields[f"percent_of_peak_{p}_{kind}"]
 
 
 def test_results_file_is_written_whole(tmp_path):

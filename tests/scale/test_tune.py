@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kit.cli import main
 from kit.errors import KitError
@@ -145,3 +147,18 @@ def test_slurm_tune_submits_each_layout_and_the_plan_takes_the_best(slurm, showe
     [run] = load_plan(out).runs
     assert (run.ranks_per_node, run.threads_per_rank) == (doc["best"]["ranks_per_node"],
                                                           doc["best"]["threads_per_rank"])
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**4), st.integers(1, 10**4)), min_size=1, max_size=8))
+def test_layouts_written_as_text_read_back_as_written(pairs):
+    assert tune.parse_layouts(",".join(f"{r}x{t}" for r, t in pairs)) == pairs
+
+
+@given(st.text(max_size=40))
+def test_any_layouts_text_is_pairs_or_one_clean_error(text):
+    try:
+        pairs = tune.parse_layouts(text)
+    except KitError as exc:
+        assert "\n" not in str(exc) and "fix:" in str(exc)
+    else:
+        assert pairs and all(r >= 0 and t >= 0 for r, t in pairs)
