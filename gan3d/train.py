@@ -472,7 +472,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         perf |= res.peak_fields(perf["flop_per_second"], precision, layout.nodes,
                                 site_peaks(site) if site else None, peak_measured,
                                 f"sum over {layout.size} rank(s) x {threads} thread(s) of a tf.linalg.matmul "
-                                f"loop run by all at once ({args.measure_peak:g} s each)")
+                                f"loop run by all at once ({args.measure_peak or 0:g} s each)")
         rss = [r["peak_rss_bytes"] for r in per_rank]
         usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
         record = {

@@ -119,6 +119,19 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(minimum: float, kind: type = int):
+    """An argparse type: a number >= minimum (a usage error otherwise, exit 2)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (minimum <= value < float("inf")):
+            raise argparse.ArgumentTypeError(f"{text!r}: give a number >= {minimum:g}")
+        return value
+    return parse
+
+
 def _precisions(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()] or ["fp32"]
 
@@ -223,13 +236,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="Short measured trainings, one per layout (through Slurm where the site has "
                           "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
                           "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.")
-    p.add_argument("--nodes", type=int, default=1, help="nodes per tuning run (default 1)")
+    p.add_argument("--nodes", type=_at_least(1), default=1, help="nodes per tuning run (default 1)")
     p.add_argument("--precision", type=_precisions, default=["fp32"], help="comma list of fp32, bf16 (default fp32)")
     p.add_argument("--layouts", help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)")
-    p.add_argument("--steps", type=int, default=6, help="optimizer steps per layout; the first is not timed (default 6)")
-    p.add_argument("--peak-seconds", type=float, default=1.0, help="dense-matmul peak measurement per precision")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
-    p.add_argument("--poll", type=float, default=5.0, help="seconds between Slurm checks")
+    p.add_argument("--steps", type=_at_least(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
+    p.add_argument("--peak-seconds", type=_at_least(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
+    p.add_argument("--timeout", type=_at_least(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
+    p.add_argument("--poll", type=_at_least(0.1, float), default=5.0, help="seconds between Slurm checks")
     p.add_argument("--site", required=True, help="site config name or file")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)")

@@ -108,6 +108,16 @@ def test_a_tune_file_of_another_site_or_a_damaged_one_is_one_line(tmp_path, caps
     assert (mine / "tune.yaml").read_text() == "my notes\n"
 
 
+@pytest.mark.parametrize("flag, value", [("--steps", "1"), ("--timeout", "inf"), ("--peak-seconds", "nan"),
+                                         ("--nodes", "0")])
+def test_bounds_of_a_tune_are_usage_errors(flag, value, tmp_path, capsys):
+    """One timed step is none (the first traces the graph); an endless timeout could hang."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", flag, value])
+    assert exit_.value.code == 2 and f"argument {flag}: '{value}': give a number >=" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(showers, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # rich folds table cells at 80 columns when not on a terminal
