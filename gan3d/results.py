@@ -5,9 +5,18 @@ Conventions, so that a report can compare runs:
   `flop_per_step.job` is that times the number of ranks (one data-parallel step of the job).
 - `showers_per_second` and `flop_per_second` are job-level and exclude the first step of the run
   (it traces the tf.function); that step's time is reported as `first_step_seconds`.
-- `peak_flop_per_second_theoretical` = nodes x the site node's fp32 peak (cores x AVX clock x FLOP/cycle).
-- `peak_flop_per_second_measured` = the sum over ranks of a dense matmul rate measured by all ranks
-  at once with their own thread count (`--measure-peak`), i.e. what this rank layout can reach.
+- Every peak and % of peak names its precision and denominator in its key (`peak_fields`): for the
+  run's precision and fp64,
+  `peak_<p>_theoretical_flop_per_second` = nodes x the site node's peak (cores x AVX clock x
+  FLOP/cycle of <p>), null where the site config does not state clock or FLOP/cycle (the `laptop`
+  VM), with `peak_<p>_theoretical_basis` saying how it was computed or why it is unknown;
+  `peak_<p>_measured_flop_per_second` = the sum over ranks of a dense matmul rate in <p> measured by
+  all ranks at once with their own thread count (`--measure-peak`), i.e. what this layout can reach;
+  `percent_of_peak_<p>_theoretical` and `percent_of_peak_<p>_measured` divide the run's FLOP/s by them.
+- `percent_of_peak_fp64_max_clock` is the seed paper's convention: of nodes x cores x the max clock x
+  FP64 FLOP/cycle (SuperMUC-NG: 4.15 TFLOP/s per node); null where the site lacks either fact.
+- `percent_of_peak` is the headline figure and `percent_of_peak_denominator` names it: the run's
+  precision, theoretical where the site states it, else measured.
 - `epoch_wall_times` are the paper's epoch times: wall clock from an epoch's first batch to the end
   of its closing all-reduces (loss means, BatchNorm statistics), data loading and the first
   (tracing) step included; `epoch_times` stop before those all-reduces; `full_epoch_seconds_estimate`
@@ -100,9 +109,8 @@ def image_digest(environ: dict[str, str] | None = None) -> str | None:
 
 
 def throughput(flop_per_rank_step: dict[str, float], batch_per_rank: int, ranks: int,
-               steps: int, seconds: float, peak_theoretical: float | None,
-               peak_measured: float | None) -> dict:
-    """Samples/s, FLOP/s and % of peak for `steps` job steps that took `seconds` of wall time."""
+               steps: int, seconds: float) -> dict:
+    """Samples/s and FLOP/s for `steps` job steps that took `seconds` of wall time."""
     global_batch = batch_per_rank * ranks
     job_step = {k: v * ranks for k, v in flop_per_rank_step.items()}
     rate = steps / seconds if seconds > 0 and steps > 0 else 0.0
@@ -115,13 +123,36 @@ def throughput(flop_per_rank_step: dict[str, float], batch_per_rank: int, ranks:
         "flop_per_step": {"per_rank": dict(flop_per_rank_step), "job": job_step},
         "flop_per_second": flop_rate,
         "flop_per_second_per_rank": flop_rate / ranks,
-        "peak_flop_per_second_theoretical": peak_theoretical,
-        "peak_flop_per_second_measured": peak_measured,
-        "percent_of_peak_theoretical": _percent(flop_rate, peak_theoretical),
-        "percent_of_peak_measured": _percent(flop_rate, peak_measured),
-        # The seed paper divided by the FP64 peak (half the fp32 one on AVX-512 FMA): shown beside ours.
-        "percent_of_peak_fp64_paper_convention": _percent(flop_rate, peak_theoretical / 2 if peak_theoretical else None),
     }
+
+
+def peak_fields(flop_rate: float, precision: str, nodes: int, node_peaks: dict | None,
+                measured: dict[str, float], measured_basis: str) -> dict:
+    """The peaks and % of peak of a run in `precision` (and fp64), each key naming its precision
+    and denominator. `node_peaks` is gan3d.peak.site_peaks(site) for one node (None: no site);
+    `measured` the job's measured peak per precision (absent: not measured)."""
+    out: dict = {"precision": precision}
+    for p in dict.fromkeys((precision, "fp64")):
+        theory = node_peaks[p] if node_peaks else {"flop_per_second": None, "basis": "unknown: no --site given"}
+        peak = theory["flop_per_second"] * nodes if theory["flop_per_second"] else None
+        basis = f"{nodes} nodes x {theory['basis']}" if peak and nodes > 1 else theory["basis"]
+        out |= {f"peak_{p}_theoretical_flop_per_second": peak, f"peak_{p}_theoretical_basis": basis,
+                f"peak_{p}_measured_flop_per_second": measured.get(p),
+                f"peak_{p}_measured_basis": measured_basis if p in measured else
+                "not measured: train with --measure-peak",
+                f"percent_of_peak_{p}_theoretical": _percent(flop_rate, peak),
+                f"percent_of_peak_{p}_measured": _percent(flop_rate, measured.get(p))}
+    paper = node_peaks["paper_convention"] if node_peaks else {"flop_per_second": None,
+                                                              "basis": "unknown: no --site given"}
+    paper_peak = paper["flop_per_second"] * nodes if paper["flop_per_second"] else None
+    out |= {"peak_fp64_max_clock_flop_per_second": paper_peak,
+            "peak_fp64_max_clock_basis": (f"{nodes} nodes x " if paper_peak and nodes > 1 else "") + paper["basis"],
+            "percent_of_peak_fp64_max_clock": _percent(flop_rate, paper_peak)}
+    kind = "theoretical" if out[f"percent_of_peak_{precision}_theoretical"] is not None else "measured"
+    headline = out[f"percent_of_peak_{precision}_{kind}"]
+    out |= {"percent_of_peak": headline,
+            "percent_of_peak_denominator": f"{precision} {kind} peak" if headline is not None else None}
+    return out
 
 
 def _percent(rate: float, peak: float | None) -> float | None:

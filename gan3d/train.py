@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="allow ranks per node x threads > cores of a node (laptops)")
     ap.add_argument("--site", help="site config name or file: node cores, peak FLOP/s, usable memory")
     ap.add_argument("--measure-peak", type=float, nargs="?", const=3.0, metavar="SECONDS",
-                    help="measure the dense-matmul peak on every rank before training (default 3 s)")
+                    help="measure the dense-matmul peak in the run's precision and in fp64 on every rank "
+                         "before training (default 3 s each)")
     ap.add_argument("--lr", type=float, default=1e-3, help="learning rate per rank (scaled by the rank count)")
     ap.add_argument("--warmup-epochs", type=float, default=0.0,
                     help="linear learning-rate warm-up from lr to lr x ranks over this many epochs")
@@ -375,12 +376,15 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     from gan3d.model import PRESETS, discriminator, generator
     from gan3d.step import StepConfig, TrainStep
 
-    peak_measured = None
+    # The training step's arithmetic ("bf16" for --precision bf16 and bf16-emulated, once it exists)
+    precision = "bf16" if str(getattr(args, "precision", "fp32")).startswith("bf16") else "fp32"
+    peak_measured: dict[str, float] = {}
     if args.measure_peak:
         from gan3d.peak import measure_peak_flops
 
-        mine = measure_peak_flops(threads, args.measure_peak)
-        peak_measured = float(sum(hvd.allgather_object(mine)))
+        for p in dict.fromkeys((precision, "fp64")):  # all ranks at once: what this layout reaches
+            mine = measure_peak_flops(threads, args.measure_peak, precision=p)
+            peak_measured[p] = float(sum(hvd.allgather_object(mine)))
 
     gen, disc = generator(args.preset), discriminator(args.preset)
     loss_weights = _loss_weights(args.loss_weights)
@@ -463,10 +467,15 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     if layout.rank == 0 and args.results:
         last_checkpoint = checkpoints.latest() if checkpoints else None
         flops = step_flops(args.preset, args.batch_size)
-        node_peak = site.node.theoretical_peak_flops() if site else None
+        from gan3d.cpu import describe
+        from gan3d.peak import site_peaks
+
         perf = res.throughput({k: float(v) for k, v in flops.items()},
-                              args.batch_size, layout.size, times.steps, times.seconds,
-                              layout.nodes * node_peak if node_peak else None, peak_measured)
+                              args.batch_size, layout.size, times.steps, times.seconds)
+        perf |= res.peak_fields(perf["flop_per_second"], precision, layout.nodes,
+                                site_peaks(site) if site else None, peak_measured,
+                                f"sum over {layout.size} rank(s) x {threads} thread(s) of a tf.linalg.matmul "
+                                f"loop run by all at once ({args.measure_peak or 0:g} s each)")
         rss = [r["peak_rss_bytes"] for r in per_rank]
         usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
         record = {
@@ -475,6 +484,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "image_digest": res.image_digest(), "container": res.container_runtime(),
             "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
             "software": res.software_versions(itex_loaded=itex_installed),
+            "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
             "mpi_library_version": layout.mpi_library_version,
             "mpi_library_version_full": layout.mpi_library_version_full,
             "nodes": layout.nodes, "ranks": layout.size, "ranks_per_node": layout.ranks_per_node,

@@ -1,8 +1,9 @@
-"""`kit scale plan|submit|collect|cancel|report`: a scaling sweep from plan to the paper's tables."""
+"""`kit scale tune|plan|submit|collect|cancel|report`: a scaling sweep from the best layout to the paper's tables."""
 from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +13,7 @@ from rich.table import Table
 from kit.commands.slurm import add_run_args, train_args, walltime
 from kit.errors import KitError
 from kit.jsonout import add_json_flag, emit
+from kit.mpi.pair_file import pair_file_for
 from kit.scale import campaign
 from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site
@@ -30,7 +32,20 @@ def _ints(text: str) -> list[int]:
 
 def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
-    plan = make_plan(site, args.nodes, args.ranks_per_node, args.threads,
+    ranks, threads = args.ranks_per_node or [1], args.threads
+    if args.layout == "best":
+        from kit.scale.tune import TUNE_NAME, load_best
+
+        if args.ranks_per_node or args.threads:
+            raise KitError("--layout best takes ranks per node and threads from the tune file; fix: drop "
+                           "--ranks-per-node/--threads, or drop --layout best")
+        tune_file = args.tune or args.dir / TUNE_NAME
+        best = load_best(tune_file, site)
+        ranks, threads = [best[0]], [best[1]]
+        Console().print(f"layout from {tune_file}: {best[0]} rank(s) per node x {best[1]} thread(s) per rank")
+    elif args.tune:
+        raise KitError("--tune FILE is read with --layout best; fix: add --layout best")
+    plan = make_plan(site, args.nodes, ranks, threads,
                      walltime(args, site.scheduler.max_walltime), None if args.no_container else args.image,
                      args.python, train_args(args), args.partition, args.account, args.repeats)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
@@ -48,6 +63,77 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     console.print(f"wrote {write_plan(plan, args.dir)}; next: kit scale submit {args.dir}")
     return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from kit.scale import tune
+
+    site = tune.site_of(args.site)
+    extra = train_args(args)
+    tune.check_train_args(extra)
+    layouts = tune.candidate_layouts(site, tune.parse_layouts(args.layouts) if args.layouts else None,
+                                     tuple(args.precision))
+    slurm = site.scheduler.type == "slurm"
+    if slurm and not (args.image or args.no_container):
+        raise KitError(f"site {site.name} runs jobs through Slurm: say how: --image IMAGE (ch-run with the "
+                       "host MPI) or --no-container (the site's own Python)")
+    if not slurm and args.nodes != 1:
+        raise KitError(f"--nodes {args.nodes}: site {site.name} has no scheduler (scheduler.type local): "
+                       "it tunes this one machine; fix: --nodes 1")
+    console = Console()
+    how = f"Slurm jobs of {args.nodes} node(s)" if slurm else "one after another on this machine"
+    console.print(f"tuning {len(layouts)} layout(s) on site {site.name}, {how}: "
+                  + ", ".join(layout.name for layout in layouts))
+    tune.check_outputs(args.dir)
+    if args.dry_run:
+        console.print(f"dry run: nothing run, {args.dir / tune.TUNE_NAME} not written")
+        return 0
+    with nullcontext() if quiet() else console.status("starting") as status:
+        if slurm:
+            pair = str(pair_file_for(args.image).absolute()) if args.image else None
+            measured = tune.run_slurm(
+                site, layouts, args.dir, extra, args.steps, args.peak_seconds, args.timeout,
+                walltime(args, site.scheduler.max_walltime), args.nodes, pair, args.python, args.poll,
+                on_poll=None if status is None else lambda st: status.update(
+                    "waiting for Slurm: " + ", ".join(f"{s.run_id} {s.state}" for s in st)))
+        else:
+            measured = tune.run_local(
+                site, layouts, args.dir, extra, args.steps, args.peak_seconds, args.timeout,
+                on_start=None if status is None else lambda layout: status.update(
+                    f"training layout {layout.name} ({layouts.index(layout) + 1} of {len(layouts)})"))
+    tune_file, png = tune.write_tune(site, args.nodes, measured, args.dir)
+    top = tune.best(measured)
+    table = Table(title=f"layouts of a {site.name} node (best: {top.layout.name})")
+    for col in ("layout", "showers/s", "peak memory/rank", "% of peak (denominator)", "problem"):
+        table.add_column(col, overflow="fold")
+    for m in measured:
+        table.add_row(("* " if m is top else "") + m.layout.name,
+                      "-" if m.showers_per_second is None else f"{m.showers_per_second:.3g}",
+                      "-" if m.peak_rss_bytes_per_rank is None else f"{m.peak_rss_bytes_per_rank / 2**30:.2f} GiB",
+                      "-" if m.percent_of_peak is None else f"{m.percent_of_peak:.1f}% of {m.percent_of_peak_denominator}",
+                      m.problem or "")
+    console.print(table)
+    if top.cpu:
+        console.print(f"ran on: {top.cpu}", highlight=False)
+    console.print(f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ...")
+    return 0
+
+
+def _at_least(minimum: float, kind: type = int):
+    """An argparse type: a number >= minimum (a usage error otherwise, exit 2)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (minimum <= value < float("inf")):
+            raise argparse.ArgumentTypeError(f"{text!r}: give a number >= {minimum:g}")
+        return value
+    return parse
+
+
+def _precisions(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()] or ["fp32"]
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -139,12 +225,38 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="Every combination the site can hold becomes a run; the others are "
                           "listed with the reason. Nothing is submitted.")
     p.add_argument("--nodes", type=_ints, required=True, help="e.g. 1,2,4,8")
-    p.add_argument("--ranks-per-node", type=_ints, default=[1], help="e.g. 1,2,4 (default 1)")
+    p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
     p.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run each combination N times (RUN-x1..xN); the report shows median and min-max")
+    p.add_argument("--layout", choices=["best"], help="best: ranks per node x threads from kit scale tune")
+    p.add_argument("--tune", type=Path, metavar="FILE", help="the tune file for --layout best (default DIR/tune.yaml)")
     add_run_args(p)
     p.set_defaults(func=_plan)
+
+    p = leaves.add_parser("tune", help="measure each ranks x threads layout of a node; write the best to DIR/tune.yaml",
+                          description="Short measured trainings, one per layout (through Slurm where the site has "
+                          "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
+                          "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.")
+    p.add_argument("--nodes", type=_at_least(1), default=1, help="nodes per tuning run (default 1)")
+    p.add_argument("--precision", type=_precisions, default=["fp32"], help="comma list of fp32, bf16 (default fp32)")
+    p.add_argument("--layouts", help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)")
+    p.add_argument("--steps", type=_at_least(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
+    p.add_argument("--peak-seconds", type=_at_least(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
+    p.add_argument("--timeout", type=_at_least(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
+    p.add_argument("--poll", type=_at_least(0.1, float), default=5.0, help="seconds between Slurm checks")
+    p.add_argument("--site", required=True, help="site config name or file")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)")
+    where.add_argument("--no-container", action="store_true", help="Slurm sites: the site's own Python")
+    p.add_argument("--walltime", help="HH:MM:SS per job on a Slurm site")
+    p.add_argument("--python", default="python3", help="Slurm sites: the Python that runs gan3d")
+    p.add_argument("--dir", type=Path, default=Path("tune"), help="where runs, tune.yaml and tune.png go")
+    p.add_argument("--dry-run", action="store_true", help="list the layouts; run nothing")
+    p.add_argument("train_args", nargs=argparse.REMAINDER,
+                   help="after --: data and model arguments for python -m gan3d train (e.g. --synthetic 256 "
+                   "--preset tiny)")
+    p.set_defaults(func=_tune)
 
     p = leaves.add_parser("submit", help="sbatch the plan's runs (skips runs done or still queued)")
     p.add_argument("dir", type=Path, help="the sweep directory (holds plan.yaml)")

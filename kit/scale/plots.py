@@ -19,9 +19,10 @@ def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Ref
 
     from kit.scale.report import comparable_with_paper, flop_unit
 
-    time_fig, eff_fig, flop_fig = Figure(figsize=(7, 4.5)), Figure(figsize=(7, 4.5)), Figure(figsize=(12, 4.5))
+    time_fig, eff_fig, flop_fig = Figure(figsize=(7, 4.5)), Figure(figsize=(7, 4.5)), Figure(figsize=(16, 4.5))
     t_ax, e_ax = time_fig.subplots(), eff_fig.subplots()
-    p_ax, c_ax = flop_fig.subplots(1, 2)
+    p_ax, c_ax, f_ax = flop_fig.subplots(1, 3)
+    denominators: set[str] = set()
     unit, scale = flop_unit(max(r.flop_per_second for rows in series.values() for r in rows))
     nodes_seen: set[int] = set()
     for i, (key, rows) in enumerate(series.items()):
@@ -38,9 +39,14 @@ def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Ref
                                                 [hi - e for e, (_, hi) in zip(eff, ranges)]],
                           fmt="o-", capsize=3, label=name, **style)
         p_ax.plot(nodes, [r.flop_per_second / scale for r in rows], "o-", label=name, **style)
-        peak = [(r.nodes, r.percent_of_peak) for r in rows if r.percent_of_peak is not None]
-        if peak:
-            c_ax.plot(*zip(*peak), "o-", label=name, **style)
+        for denominator in dict.fromkeys(r.percent_of_peak_denominator for r in rows if r.percent_of_peak is not None):
+            denominators.add(denominator)  # one line per denominator, named in the legend
+            c_ax.plot(*zip(*[(r.nodes, r.percent_of_peak) for r in rows if r.percent_of_peak is not None
+                             and r.percent_of_peak_denominator == denominator]), "o-",
+                      label=f"{name}, of {denominator}", **style)
+        paper = [(r.nodes, r.percent_of_peak_fp64_max_clock) for r in rows if r.percent_of_peak_fp64_max_clock is not None]
+        if paper:
+            f_ax.plot(*zip(*paper), "o-", label=name, **style)
     if isinstance(ref, PaperTable) and ref.seconds_per_epoch:
         if all(comparable_with_paper(key) for key in series):
             t_ax.plot(ref.nodes, ref.seconds_per_epoch, "k--", label=ref.label)
@@ -50,7 +56,7 @@ def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Ref
         nodes_seen.update(ref.nodes)
     elif isinstance(ref, PaperTable):
         p_ax.plot(ref.nodes, [p * 1e15 / scale for p in ref.pflop_per_second], "k--", label=ref.label)
-        c_ax.plot(ref.nodes, ref.percent_of_peak, "k--", label=f"{ref.label}, of FP64 peak")
+        f_ax.plot(ref.nodes, ref.percent_of_peak, "k--", label=ref.label)
         nodes_seen.update(ref.nodes)
     if not e_ax.lines:
         _say(e_ax, "needs two node counts in a series", y=0.5)
@@ -59,7 +65,10 @@ def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Ref
             log_y=True)
     _finish(e_ax, "scaling efficiency (%)", "Scaling efficiency: linear / measured time", ticks)
     _finish(p_ax, f"achieved {unit}", "Achieved FLOP rate", ticks, log_y=True)
-    _finish(c_ax, "% of theoretical peak", "% of the site's fp32 theoretical peak", ticks)
+    _finish(c_ax, {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
+        len(denominators), "% of peak: denominators differ, see legend"), "% of peak, each of its named denominator",
+        ticks)
+    _finish(f_ax, "% of FP64 peak at max clock", "The paper's convention (its Table 7)", ticks)
     out = {"time_per_epoch.png": _png(time_fig), "efficiency.png": _png(eff_fig), "flops.png": _png(flop_fig)}
     if overheads:
         out["container_overhead.png"] = _overhead_plot(overheads, ref if isinstance(ref, OverheadTable) else None)

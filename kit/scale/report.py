@@ -37,6 +37,8 @@ class Row:
     showers_per_second: float
     flop_per_second: float
     percent_of_peak: float | None
+    percent_of_peak_denominator: str | None
+    percent_of_peak_fp64_max_clock: float | None
     runs: tuple[RunResult, ...]
 
     @property
@@ -77,7 +79,10 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
                         _median([r.step_epoch_seconds for r in group]),
                         _median([r.data_stall_percent for r in group]), 0.0, None,
                         median(r.showers_per_second for r in group), median(r.flop_per_second for r in group),
-                        _median([r.percent_of_peak_theoretical for r in group]), tuple(group)))
+                        _median([r.percent_of_peak for r in group]),
+                        " / ".join(dict.fromkeys(r.percent_of_peak_denominator for r in group
+                                                 if r.percent_of_peak is not None)) or None,
+                        _median([r.percent_of_peak_fp64_max_clock for r in group]), tuple(group)))
     base = rows[0]
     out = []
     for row in rows:
@@ -134,8 +139,10 @@ def _markdown(series: dict[Series, list[Row]], overheads: list[Overhead], ref: R
     lines = [f"# {title or 'Scaling report'}", "",
              f"Runs: {len(runs)}, in {len(series)} series. A series holds the runs that differ only in their node "
              "count: same site, layout, batch, MPI, preset, epoch size, container or bare, precision and image. "
-             "% of peak is of the site config's fp32 theoretical peak (the paper's Table 7 uses the FP64 "
-             "peak, half of it).", ""]
+             "Each % of peak names its denominator: \"% of peak\" is of the peak in the run's precision, "
+             "theoretical (site config: cores x AVX clock x FLOP/cycle) where the site states it, else measured "
+             "(a dense matmul in that precision by all ranks at once); \"% of FP64 max-clock peak\" is the seed "
+             "paper's convention (its Table 7: cores x max clock x FP64 FLOP/cycle).", ""]
     inferred = [r for r in runs if r.container_from != "recorded"]
     if inferred:
         lines += [f"{len(inferred)} result(s) predate the `container` field: container when they name an image "
@@ -161,7 +168,8 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
              f"Preset {key.preset or 'not recorded'}, {epoch}, {where}, {key.precision}. "
              f"Series `{key.name}` in report.csv.", "",
              f"| Nodes | Time per epoch (s, wall) | Runs | Step-only (s) | Data stall | Linear time (s) "
-             f"| Scaling efficiency | Showers/s | {unit} | % of peak |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"| Scaling efficiency | Showers/s | {unit} | % of peak | of | % of FP64 max-clock peak |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         spread = f" [{r.seconds_min:.2f}–{r.seconds_max:.2f}]" if r.repeats > 1 else ""
         eff = _pct(r.efficiency_percent)
@@ -169,7 +177,12 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
             eff += f" [{r.efficiency_range[0]:.1f}–{r.efficiency_range[1]:.1f}]"
         lines.append(f"| {r.nodes} | {r.seconds_per_epoch:.2f}{spread} | {r.repeats} | {_opt(r.step_seconds)} "
                      f"| {_pct(r.data_stall_percent)} | {r.linear_seconds:.2f} | {eff} | {_num(r.showers_per_second)} "
-                     f"| {_num(r.flop_per_second / scale)} | {_pct(r.percent_of_peak)} |")
+                     f"| {_num(r.flop_per_second / scale)} | {_peak(r.percent_of_peak)} "
+                     f"| {r.percent_of_peak_denominator or '—'} | {_peak(r.percent_of_peak_fp64_max_clock)} |")
+    if any(r.percent_of_peak_denominator is None for r in rows):
+        lines += ["", "— : no % of peak: the site states no peak for the run and it measured none "
+                  "(gan3d train --measure-peak), or its results file predates per-precision peaks "
+                  "(re-run it with the current gan3d)."]
     sources = sorted({run.epoch_seconds_from for row in rows for run in row.runs})
     return lines + ["", f"Wall clock from: {'; '.join(sources)}.", "", DEFINITIONS, ""]
 
@@ -208,7 +221,8 @@ def _reference_markdown(ref: PaperTable, series: dict[Series, list[Row]]) -> lis
         lines += [f"| {n} | {t:g} | {lin:g} | {'-' if e is None else f'{e:g}%'} |" for n, t, lin, e in
                   zip(ref.nodes, ref.seconds_per_epoch, ref.linear_seconds, ref.efficiency_percent)]
     else:
-        lines += ["| Nodes | Measured performance (PFLOP/s) | % of theoretical peak |", "|---:|---:|---:|"]
+        lines += ["| Nodes | Measured performance (PFLOP/s) | % of theoretical peak (FP64, max clock) |",
+                  "|---:|---:|---:|"]
         lines += [f"| {n} | {p:g} | {c:g}% |" for n, p, c in zip(ref.nodes, ref.pflop_per_second,
                                                                     ref.percent_of_peak)]
     lines += [""] + [f"> Note: {note}" for note in ref.notes] + ([""] if ref.notes else [])
@@ -246,6 +260,10 @@ def flop_unit(largest: float) -> tuple[str, float]:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
+
+
+def _peak(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}%"
 
 
 def _opt(value: float | None) -> str:

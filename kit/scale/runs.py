@@ -89,8 +89,9 @@ class RunResult:
     step_epoch_seconds: float | None  # the step-only estimate of a full epoch
     showers_per_second: float
     flop_per_second: float
-    peak_flop_per_second_theoretical: float | None
-    percent_of_peak_theoretical: float | None
+    percent_of_peak: float | None  # None: not known, or a results file from before per-precision peaks
+    percent_of_peak_denominator: str | None  # e.g. "fp32 theoretical peak", "fp32 measured peak"
+    percent_of_peak_fp64_max_clock: float | None  # the seed paper's convention (its Table 7)
     mpi_library_version: str | None
     preset: str | None = None
     events_per_epoch: int | None = None
@@ -152,8 +153,10 @@ def _load_one(path: Path) -> RunResult:
         step_epoch_seconds=get("full_epoch_seconds_estimate", _SECONDS),
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),
-        peak_flop_per_second_theoretical=_value(record, path, "peak_flop_per_second_theoretical", _RATE, True),
-        percent_of_peak_theoretical=_value(record, path, "percent_of_peak_theoretical", _RATE, True),
+        # Files from before per-precision peaks lack these three: loaded, their % of peak shown as "—".
+        percent_of_peak=get("percent_of_peak", _RATE),
+        percent_of_peak_denominator=get("percent_of_peak_denominator", _NAME),
+        percent_of_peak_fp64_max_clock=get("percent_of_peak_fp64_max_clock", _RATE),
         mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True),
         preset=get("preset", _NAME), events_per_epoch=get("train_events", _COUNT),
         container=container, container_from=container_from,

@@ -1,7 +1,7 @@
 """Site configs: typed, schema-checked descriptions of a machine (see DESIGN.md)."""
 from kit.site.load import available_sites, load_site, resolve_site, search_dirs
-from kit.site.model import Container, HostMPI, Network, Node, Scheduler, Site, Transfer
+from kit.site.model import PRECISIONS, Container, HostMPI, Network, Node, Peak, Scheduler, Site, Transfer
 from kit.site.schema import SiteError
 
-__all__ = ["Container", "HostMPI", "Network", "Node", "Scheduler", "Site", "SiteError", "Transfer",
+__all__ = ["PRECISIONS", "Container", "HostMPI", "Network", "Node", "Peak", "Scheduler", "Site", "SiteError", "Transfer",
            "available_sites", "load_site", "resolve_site", "search_dirs"]

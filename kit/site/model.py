@@ -144,10 +144,20 @@ SCHEMA = Section({
                                   doc="NUMA domains with sub-NUMA clustering enabled"),
         "memory_gb": Field("float", positive=True),
         "usable_memory_gb": Field("float", positive=True),
-        "clock_ghz_avx": Field("float", positive=True, doc="sustained clock under AVX load"),
+        # Peak facts: null (or absent) when unknown, e.g. a VM's clock. The kit then says the
+        # theoretical peak is unknown and divides by a measured one, never by a guess.
+        "clock_ghz_avx": Field("float", positive=True, nullable=True, required=False,
+                               doc="sustained all-core clock under AVX-512 load: the clock of the fp32/bf16/fp64 "
+                               "peaks; null when unknown"),
         "clock_ghz_max": Field("float", positive=True, nullable=True, required=False,
-                               doc="clock used for the vendor/Top500 peak"),
-        "fp32_flop_per_cycle_per_core": Field("int", positive=True),
+                               doc="clock used for the vendor/Top500 peak (the seed paper's FP64 convention)"),
+        "fp32_flop_per_cycle_per_core": Field("int", positive=True, nullable=True, required=False,
+                                              doc="e.g. 64 = 2 AVX-512 FMA units x 16 lanes x 2"),
+        "fp64_flop_per_cycle_per_core": Field("int", positive=True, nullable=True, required=False,
+                                              doc="e.g. 32 = 2 AVX-512 FMA units x 8 lanes x 2"),
+        "bf16_flop_per_cycle_per_core": Field("int", positive=True, nullable=True, required=False,
+                                              doc="with AVX512_BF16 or AMX; null where the CPU has no bf16 "
+                                              "arithmetic (TensorFlow then computes bf16 in fp32)"),
     }, check=_node_check)),
     "host_mpi": Field(Section({
         "vendor": Field("str", choices=MPI_VENDORS),
@@ -206,6 +216,24 @@ class Scheduler:
     constraint: str | None = None
 
 
+PRECISIONS = ("fp32", "bf16", "fp64")
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A theoretical peak, or why there is none: the kit never divides by a guessed figure."""
+
+    precision: str
+    flops: float | None  # FLOP/s; None when the site config lacks a fact it needs
+    basis: str  # how it was computed ("48 cores x 2.3 GHz x 64 FP32 FLOP/cycle"), or the reason it is unknown
+
+    def times(self, nodes: int) -> "Peak":
+        """The same peak for `nodes` nodes."""
+        if self.flops is None or nodes == 1:
+            return self
+        return Peak(self.precision, nodes * self.flops, f"{nodes} nodes x {self.basis}")
+
+
 @dataclass(frozen=True)
 class Node:
     cpu_model: str
@@ -215,8 +243,10 @@ class Node:
     numa_domains: int
     memory_gb: float
     usable_memory_gb: float
-    clock_ghz_avx: float
-    fp32_flop_per_cycle_per_core: int
+    clock_ghz_avx: float | None = None
+    fp32_flop_per_cycle_per_core: int | None = None
+    fp64_flop_per_cycle_per_core: int | None = None
+    bf16_flop_per_cycle_per_core: int | None = None
     numa_domains_snc: int | None = None
     clock_ghz_max: float | None = None
 
@@ -229,18 +259,32 @@ class Node:
     def hardware_threads(self) -> int:
         return self.cores * self.threads_per_core
 
-    def theoretical_peak_flops(self, precision: str = "fp32", clock_ghz: float | None = None) -> float:
-        """Peak FLOP/s of one node: cores x clock x FLOP/cycle (fp64 is half of fp32).
+    def flop_per_cycle(self, precision: str) -> int | None:
+        """FLOP per cycle per core the config states for `precision` (None: not stated)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        return getattr(self, f"{precision}_flop_per_cycle_per_core")
 
-        The default clock is the sustained AVX clock; pass ``clock_ghz=node.clock_ghz_max`` for
-        the vendor/Top500 convention the seed paper divides by.
-        """
-        per_cycle = {"fp32": self.fp32_flop_per_cycle_per_core,
-                     "fp64": self.fp32_flop_per_cycle_per_core / 2}
-        if precision not in per_cycle:
-            raise ValueError(f"precision must be fp32 or fp64, not {precision!r}")
-        clock = self.clock_ghz_avx if clock_ghz is None else clock_ghz
-        return self.cores * clock * 1e9 * per_cycle[precision]
+    def theoretical_peak(self, precision: str = "fp32", clock: str = "avx") -> Peak:
+        """One node's peak: cores x clock x FLOP/cycle for `precision`, at the sustained AVX clock
+        (what the vector units reach under load) or at `clock="max"` (the vendor/Top500 convention
+        the seed paper divides by). Unknown when the config does not state both facts."""
+        per_cycle = self.flop_per_cycle(precision)
+        if clock not in ("avx", "max"):
+            raise ValueError(f"clock must be avx or max, not {clock!r}")
+        key = "clock_ghz_avx" if clock == "avx" else "clock_ghz_max"
+        ghz = getattr(self, key)
+        missing = {what: k for what, k, v in (("clock", key, ghz), ("FLOP/cycle", f"{precision}_flop_per_cycle_per_core",
+                                                                           per_cycle)) if v is None}
+        if missing:
+            return Peak(precision, None, f"unknown {' and '.join(missing)}: the site config gives no "
+                        f"{', no '.join(missing.values())}")
+        return Peak(precision, self.cores * ghz * 1e9 * per_cycle,
+                    f"{self.cores} cores x {ghz:g} GHz ({clock} clock) x {per_cycle} {precision.upper()} FLOP/cycle")
+
+    def theoretical_peak_flops(self, precision: str = "fp32", clock: str = "avx") -> float | None:
+        """theoretical_peak(...).flops: FLOP/s of one node, None when unknown."""
+        return self.theoretical_peak(precision, clock).flops
 
 
 @dataclass(frozen=True)
@@ -346,6 +390,8 @@ class Site:
             transfer=Transfer(**data["transfer"]), network=Network(**data["network"]), path=path)
 
     def peak_per_island(self, precision: str = "fp32") -> float | None:
-        if self.network.island_nodes is None:
+        """The island's peak at the AVX clock; None without islands or without the node's peak."""
+        node_peak = self.node.theoretical_peak_flops(precision)
+        if self.network.island_nodes is None or node_peak is None:
             return None
-        return self.network.island_nodes * self.node.theoretical_peak_flops(precision)
+        return self.network.island_nodes * node_peak

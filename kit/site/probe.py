@@ -49,12 +49,15 @@ def _meminfo_gb() -> tuple[float, float]:
     return round(total, 1), round(int(fields.get("MemAvailable", fields["MemTotal"])) / 2**20, 1)
 
 
-def _clock_ghz(cpu: dict[str, str]) -> float:
-    for key in ("CPU max MHz", "CPU MHz"):
-        if cpu.get(key):
-            return round(float(cpu[key]) / 1000, 2)
-    match = re.search(r"^cpu MHz\s*:\s*([\d.]+)", Path("/proc/cpuinfo").read_text(), re.M)
-    return round(float(match.group(1)) / 1000, 2) if match else 1.0
+def _max_clock_ghz(cpu: dict[str, str]) -> float | None:
+    """The CPU's rated maximum clock, where the kernel knows it; None in a VM, whose guest sees
+    whatever the hypervisor reports (the peak is then measured, never computed from it)."""
+    if "hypervisor" in cpu.get("Flags", "").split() or not cpu.get("CPU max MHz"):
+        return None
+    try:
+        return round(float(cpu["CPU max MHz"]) / 1000, 2)
+    except ValueError:
+        return None
 
 
 def _flops_per_cycle(flags: str) -> int:
@@ -110,7 +113,9 @@ def probe_host(name: str | None = None) -> dict:
         "node": {"cpu_model": cpu.get("Model name", "unknown"), "sockets": sockets,
                  "cores_per_socket": max(1, cores // sockets), "threads_per_core": max(1, threads // cores),
                  "numa_domains": numa, "memory_gb": total, "usable_memory_gb": avail,
-                 "clock_ghz_avx": _clock_ghz(cpu),
+                 # No host tells its clock under AVX-512 load: null (peak unknown) until taken from
+                 # the vendor's specification; the max clock only outside a VM.
+                 "clock_ghz_avx": None, "clock_ghz_max": _max_clock_ghz(cpu),
                  "fp32_flop_per_cycle_per_core": _flops_per_cycle(cpu.get("Flags", ""))},
         "host_mpi": probe_mpi(),
         "container": {"runtime": "charliecloud", "image_dir": "~/images", "binds": [], "join": True},
@@ -123,8 +128,9 @@ def probe_host(name: str | None = None) -> dict:
 
 def probe_yaml(name: str | None = None) -> str:
     """The probed config as YAML, validated against the schema before anyone sees it."""
-    header = ("# Written by `kit site probe`. Check what a host cannot tell: clock under AVX load,\n"
-              "# FMA units per core, scheduler limits, transfer endpoint and network figures.\n")
+    header = ("# Written by `kit site probe`. Fill in what a host cannot tell: clock under AVX load\n"
+              "# (null: the theoretical peak stays unknown), FMA units per core, FP64/BF16 FLOP/cycle,\n"
+              "# scheduler limits, transfer endpoint and network figures.\n")
     text = header + yaml.safe_dump(probe_host(name), sort_keys=False)
     check_document(text, "<probed>", SCHEMA)
     return text

@@ -6,10 +6,12 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from kit.site.model import Site
+from kit.site.model import PRECISIONS, Site
 
 
-def _flops(value: float) -> str:
+def _flops(value: float | None) -> str:
+    if value is None:
+        return "unknown"
     for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
         if value >= scale:
             return f"{value / scale:.2f} {unit}"
@@ -27,20 +29,23 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
         ("node", f"{n.sockets} x {n.cores_per_socket}-core {n.cpu_model} = {n.cores} cores, "
                  f"{n.threads_per_core} threads/core, {numa} NUMA domains"),
         ("memory", f"{n.memory_gb:g} GB, {n.usable_memory_gb:g} GB usable"),
-        ("clock", f"{n.clock_ghz_avx:g} GHz under AVX" + (f", {n.clock_ghz_max:g} GHz max" if n.clock_ghz_max else "")),
-        ("peak per node", f"FP32 {_flops(n.theoretical_peak_flops('fp32'))}, FP64 "
-                          f"{_flops(n.theoretical_peak_flops('fp64'))} ({n.cores} cores x "
-                          f"{n.clock_ghz_avx:g} GHz x {n.fp32_flop_per_cycle_per_core} FP32 FLOP/cycle)"),
+        ("clock", f"{_ghz(n.clock_ghz_avx)} under AVX, {_ghz(n.clock_ghz_max)} max"),
     ]
+    for precision in PRECISIONS:
+        peak = n.theoretical_peak(precision)
+        rows.append((f"{precision.upper()} peak per node",
+                     f"{_flops(peak.flops)} ({peak.basis})" if peak.flops else peak.basis))
     if n.clock_ghz_max:
-        rows.append(("peak at max clock", f"FP32 {_flops(n.theoretical_peak_flops('fp32', n.clock_ghz_max))}, "
-                     f"FP64 {_flops(n.theoretical_peak_flops('fp64', n.clock_ghz_max))} (vendor/Top500 convention)"))
+        rows.append(("peak at max clock", ", ".join(
+            f"{p.upper()} {_flops(n.theoretical_peak_flops(p, 'max'))}" for p in PRECISIONS)
+            + " (vendor/Top500 convention; the seed paper's % of peak is of its FP64 figure)"))
     if site.network.island_nodes:
         rows.append(("peak per island", f"FP32 {_flops(site.peak_per_island('fp32'))}, FP64 "
                      f"{_flops(site.peak_per_island('fp64'))} ({site.network.island_nodes} nodes; "
                      f"{site.network.islands} islands)"))
+    node_fp32 = n.theoretical_peak_flops()
     rows += [
-        ("peak at max_nodes", f"FP32 {_flops(s.max_nodes * n.theoretical_peak_flops())}"),
+        ("peak at max_nodes", f"FP32 {_flops(s.max_nodes * node_fp32 if node_fp32 else None)}"),
         ("host MPI", f"{mpi.vendor} {mpi.version} at {mpi.prefix}, launcher {mpi.launcher!r}"
                      + (f", {mpi.soname} {mpi.library_version or ''}" if mpi.soname else "")),
         ("MPI env", ", ".join(f"{k}={v}" for k, v in mpi.launch_env.items()) or "-"),
@@ -66,11 +71,19 @@ def _openmpi_rows(mpi) -> list[tuple[str, str]]:
                          + (", mpirun --allow-run-as-root" if o.allow_run_as_root else ""))]
 
 
+def _ghz(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:g} GHz"
+
+
 JSON_SCHEMA = "kit-site-show/1"
 
 
-def _precisions(flops_at) -> dict[str, float]:
-    return {p: flops_at(p) for p in ("fp32", "fp64")}
+def _precisions(flops_at) -> dict[str, float | None]:
+    return {p: flops_at(p) for p in PRECISIONS}
+
+
+def _scaled(count: int, value: float | None) -> float | None:
+    return None if value is None else count * value
 
 
 def summary_document(site: Site) -> dict:
@@ -90,9 +103,10 @@ def summary_document(site: Site) -> dict:
         **sections,
         "peak_flops": {
             "per_node": _precisions(node_peak),
-            "per_node_max_clock": _precisions(lambda p: node_peak(p, n.clock_ghz_max)) if n.clock_ghz_max else None,
+            "per_node_max_clock": _precisions(lambda p: node_peak(p, "max")) if n.clock_ghz_max else None,
             "per_island": _precisions(site.peak_per_island) if site.network.island_nodes else None,
-            "at_max_nodes": _precisions(lambda p: s.max_nodes * node_peak(p)),
+            "at_max_nodes": _precisions(lambda p: _scaled(s.max_nodes, node_peak(p))),
+            "basis": {p: n.theoretical_peak(p).basis for p in PRECISIONS},
         },
     }
 

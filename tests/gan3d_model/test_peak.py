@@ -14,15 +14,29 @@ def test_theoretical_peak_of_this_machine_and_supermuc_ng():
         peak.theoretical_peak(0, 2.0, 64)
 
 
-def test_measured_peak_runs_a_real_matmul(capsys):
+def test_measured_peak_per_precision_beside_the_sites_theoretical_one(capsys):
     pytest.importorskip("tensorflow")
-    rate = peak.measure_peak_flops(seconds=0.2, n=512)
-    assert rate > 1e8  # any CPU of this century; the figure itself is a benchmark's business
-    assert peak.main(["--seconds", "0.2", "--matrix", "256", "--cores", "2", "--clock-ghz", "2",
-                      "--flop-per-cycle", "64"]) == 0
+    assert peak.measure_peak_flops(seconds=0.2, n=512) > 1e8  # any CPU of this century
+    assert peak.main(["--seconds", "0.2", "--matrix", "256", "--site", "supermuc-ng"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["theoretical_flop_per_second"] == 256e9
-    assert out["percent_of_theoretical"] == pytest.approx(100 * out["measured_flop_per_second"] / 256e9)
+    assert set(out["precisions"]) == {"fp32", "bf16", "fp64"}
+    assert out["machine"]["cpus"] >= 1 and out["machine"]["cpu_model"]
+    fp32, bf16, fp64 = (out["precisions"][p] for p in ("fp32", "bf16", "fp64"))
+    assert "bfloat16" in bf16["kernel"] and "float64" in fp64["kernel"]
+    assert all(e["measured_flop_per_second"] > 1e7 for e in (fp32, bf16, fp64))
+    assert fp32["theoretical_flop_per_second"] == pytest.approx(48 * 2.3e9 * 64)
+    assert fp32["percent_of_theoretical"] == pytest.approx(100 * fp32["measured_flop_per_second"] / (48 * 2.3e9 * 64))
+    assert bf16["theoretical_flop_per_second"] is None and bf16["percent_of_theoretical"] is None
+    assert "bf16_flop_per_cycle_per_core" in bf16["theoretical_basis"]
+    assert out["paper_convention"]["flop_per_second"] == pytest.approx(4.1472e12)
+
+
+def test_laptop_states_its_theoretical_peak_is_unknown(capsys):
+    pytest.importorskip("tensorflow")
+    assert peak.main(["--seconds", "0.1", "--matrix", "128", "--precision", "fp32", "--site", "laptop"]) == 0
+    fp32 = json.loads(capsys.readouterr().out)["precisions"]["fp32"]
+    assert fp32["theoretical_flop_per_second"] is None and fp32["theoretical_basis"].startswith("unknown clock")
+    assert fp32["measured_flop_per_second"] > 1e7
 
 
 def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process(monkeypatch):
@@ -41,7 +55,9 @@ def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process(monkey
     assert launched[0][-2:] == ["--threads", str(current + 1)]  # measured in a fresh process
 
 
-def test_cli_rejects_partial_theoretical_arguments(capsys):
+def test_cli_rejects_an_unknown_precision_and_an_unknown_site(capsys):
     with pytest.raises(SystemExit):
-        peak.main(["--cores", "2"])
-    assert "--clock-ghz" in capsys.readouterr().err
+        peak.main(["--precision", "fp16"])
+    assert "fp32, bf16, fp64" in capsys.readouterr().err
+    assert peak.main(["--site", "atlantis"]) == 1
+    assert "unknown site 'atlantis'" in capsys.readouterr().err

@@ -2,23 +2,69 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gan3d import results
+from gan3d.peak import site_peaks
+from kit.site import load_site
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 
 
 def test_throughput_is_consistent_with_flop_per_shower():
     flops = {"d_real": 1e9, "d_fake": 1e9, "g1": 2e9, "g2": 2e9, "total": 6e9}
-    perf = results.throughput(flops, batch_per_rank=4, ranks=2, steps=10, seconds=5.0,
-                              peak_theoretical=256e9, peak_measured=150e9)
+    perf = results.throughput(flops, batch_per_rank=4, ranks=2, steps=10, seconds=5.0)
     assert perf["showers_per_second"] == pytest.approx(2 * 4 * 10 / 5.0)
     assert perf["flop_per_step"]["job"]["total"] == 12e9
     assert perf["flop_per_second"] == pytest.approx(perf["showers_per_second"] * perf["flop_per_shower"])
     assert perf["flop_per_second_per_rank"] == pytest.approx(perf["flop_per_second"] / 2)
-    assert perf["percent_of_peak_theoretical"] == pytest.approx(100 * 24e9 / 256e9)
-    assert perf["percent_of_peak_fp64_paper_convention"] == pytest.approx(2 * perf["percent_of_peak_theoretical"])
-    none = results.throughput(flops, 4, 2, 10, 5.0, None, None)
-    assert none["percent_of_peak_theoretical"] is None and none["percent_of_peak_measured"] is None
+
+
+def test_supermuc_ng_peaks_follow_the_papers_convention():
+    """4 nodes at 24 TFLOP/s: fp32 at the 2.3 GHz AVX clock, and the paper's FP64 at 2.7 GHz
+    (4.15 TFLOP/s per node), not half the fp32 figure (which was 1.17x off)."""
+    fields = results.peak_fields(24e12, "fp32", 4, site_peaks(load_site("supermuc-ng")), {"fp32": 20e12}, "m")
+    assert fields["peak_fp32_theoretical_flop_per_second"] == pytest.approx(4 * 48 * 2.3e9 * 64)
+    assert fields["peak_fp32_theoretical_basis"] == "4 nodes x 48 cores x 2.3 GHz (avx clock) x 64 FP32 FLOP/cycle"
+    assert fields["percent_of_peak_fp64_max_clock"] == pytest.approx(100 * 24e12 / (4 * 4.1472e12))
+    assert fields["percent_of_peak_fp64_theoretical"] == pytest.approx(100 * 24e12 / (4 * 48 * 2.3e9 * 32))
+    assert fields["percent_of_peak_fp32_measured"] == pytest.approx(120.0)
+    assert fields["peak_fp64_measured_flop_per_second"] is None
+    assert "--measure-peak" in fields["peak_fp64_measured_basis"]
+    assert (fields["percent_of_peak"], fields["percent_of_peak_denominator"]) == (
+        fields["percent_of_peak_fp32_theoretical"], "fp32 theoretical peak")
+
+
+def test_laptop_divides_by_the_measured_peak_and_says_so():
+    fields = results.peak_fields(10e9, "bf16", 1, site_peaks(load_site("laptop")), {"bf16": 80e9, "fp64": 20e9}, "m")
+    assert fields["peak_bf16_theoretical_flop_per_second"] is None
+    assert fields["peak_bf16_theoretical_basis"].startswith("unknown clock")
+    assert fields["percent_of_peak_fp64_max_clock"] is None and "clock_ghz_max" in fields["peak_fp64_max_clock_basis"]
+    assert (fields["percent_of_peak"], fields["percent_of_peak_denominator"]) == (12.5, "bf16 measured peak")
+    assert fields["percent_of_peak_fp64_measured"] == pytest.approx(50.0)
+    nothing = results.peak_fields(10e9, "fp32", 1, None, {}, "m")
+    assert nothing["percent_of_peak"] is None and nothing["percent_of_peak_denominator"] is None
+
+
+_RATE = st.floats(1e3, 1e18, allow_nan=False)
+
+
+@given(rate=_RATE, nodes=st.integers(1, 10**4), measured=st.dictionaries(st.sampled_from(["fp32", "bf16", "fp64"]), _RATE),
+       precision=st.sampled_from(["fp32", "bf16"]), site=st.sampled_from(["supermuc-ng", "stampede2", "laptop"]))
+def test_every_percent_is_the_rate_over_the_peak_its_key_names(rate, nodes, measured, precision, site):
+    fields = results.peak_fields(rate, precision, nodes, site_peaks(load_site(site)), measured, "m")
+    for key, percent in fields.items():
+        if not key.startswith("percent_of_peak_") or key == "percent_of_peak_denominator":
+            continue
+        peak = fields[key.replace("percent_of_peak_", "peak_") + "_flop_per_second"]
+        assert (percent is None) == (peak is None), key
+        if peak is not None:
+            assert percent == pytest.approx(100 * rate / peak), key
+    if fields["percent_of_peak"] is None:
+        assert fields["percent_of_peak_denominator"] is None
+    else:
+        p, kind, _ = fields["percent_of_peak_denominator"].split(" ")
+        assert p == precision and fields["percent_of_peak"] == fields[f"percent_of_peak_{p}_{kind}"]
 
 
 def test_results_file_is_written_whole(tmp_path):

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gan3d import results as res
-from kit.scale.paper import PAPER_EPOCH_EVENTS, SNG_NODE_PEAK_TFLOP_PER_SECOND, TABLES
+from gan3d.peak import site_peaks
+from kit.scale.paper import PAPER_EPOCH_EVENTS, TABLES
+from kit.site import load_site
 
 GiB = 2**30
 
@@ -25,7 +27,8 @@ def write_run(path: Path, nodes: int, wall: float, *, ranks_per_node: int = 4, t
     step_seconds = wall * step_share / steps  # one timed step
     timed = 2 * steps - 1
     flop_per_rank_step = {"total": pflops * 1e15 * step_seconds / ranks}
-    peak = nodes * 2 * SNG_NODE_PEAK_TFLOP_PER_SECOND * 1e12  # fp32, as the site config gives it
+    # The peaks as gan3d train computes them from the shipped site config (no peak measured).
+    node_peaks = site_peaks(load_site(site)) if site == "supermuc-ng" else None
     record = {
         "status": "ok", "site": site, "image_digest": digest, "container": container,
         "mpi_library_version": mpi, "nodes": nodes, "ranks": ranks, "ranks_per_node": ranks_per_node,
@@ -33,8 +36,7 @@ def write_run(path: Path, nodes: int, wall: float, *, ranks_per_node: int = 4, t
         "batch_per_rank": batch, "global_batch": batch * ranks, "epochs": 2, "steps_per_epoch": steps,
         "full_epoch_steps": full_steps,
         **res.epochs([wall * 1.3 * 0.95, wall * 0.95], [wall * 1.3, wall], timed, timed * step_seconds, full_steps),
-        **res.throughput(flop_per_rank_step, batch, ranks, timed, timed * step_seconds, peak, None),
+        **res.throughput(flop_per_rank_step, batch, ranks, timed, timed * step_seconds),
+        **res.peak_fields(pflops * 1e15, precision or "fp32", nodes, node_peaks, {}, ""),
         **res.memory([rss] * ranks, [available] * ranks, None), **extra}
-    if precision is not None:
-        record["precision"] = precision
     return res.write_results(path, record)

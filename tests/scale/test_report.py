@@ -38,7 +38,8 @@ def _run(nodes: int, seconds: float, ranks_per_node: int = 4, threads: int = 12,
                      ranks_per_node=ranks_per_node, threads_per_rank=threads, batch_per_rank=8,
                      global_batch=8 * nodes * ranks_per_node, epoch_seconds=seconds,
                      epoch_seconds_from="epoch_wall_times", step_epoch_seconds=None, showers_per_second=1.0, flop_per_second=1.0,
-                     peak_flop_per_second_theoretical=None, percent_of_peak_theoretical=None,
+                     percent_of_peak=None, percent_of_peak_denominator=None,
+                     percent_of_peak_fp64_max_clock=None,
                      mpi_library_version=None)
 
 
@@ -116,10 +117,12 @@ def test_report_of_a_768_node_sweep_matches_the_paper(tmp_path):
     for n, printed in zip(TABLES["table4"].nodes[1:-1], TABLES["table4"].efficiency_percent[1:-1]):
         assert rows[n][5] == f"{printed:.1f}%", n
     assert rows[768][:1] + rows[768][4:6] == ["3.94", "4.73", "119.9%"]  # see EFFICIENCY_MISPRINTS
-    # showers/s: 7 steps of 8 x 3072 showers in 0.9 x 3.94 s; PFLOP/s from Table 7; % of the fp32 peak,
-    # twice the FP64 one (65.31%/2)
-    assert rows[768][6:] == [f"{7 * 8 * 3072 / (0.9 * 3.94):,.0f}", "2.081", "32.7%"]
-    assert "| PFLOP/s |" in ours
+    # showers/s: 7 steps of 8 x 3072 showers in 0.9 x 3.94 s; PFLOP/s from Table 7; % of the fp32 peak at the
+    # 2.3 GHz AVX clock (768 x 7.07 TFLOP/s); % of the paper's FP64 peak at 2.7 GHz (768 x 4.147 TFLOP/s:
+    # Table 7 prints 65.29% of 4.15 TFLOP/s)
+    assert rows[768][6:] == [f"{7 * 8 * 3072 / (0.9 * 3.94):,.0f}", "2.081", "38.4%", "fp32 theoretical peak",
+                             "65.4%"]
+    assert "| PFLOP/s |" in ours and "— :" not in ours
     assert _md_rows(reference)[768] == ["3.94", "3.54", "89.9%"]  # the paper's table, as printed
     assert "> Note: 768 nodes" in reference and "not compared" not in reference
 
@@ -249,3 +252,20 @@ def test_unknown_paper_table_lists_the_known_ones():
     with pytest.raises(KitError, match="table1, table2, table3, table4, table5, table6, table7, table8, table9"):
         paper_table("table10")
     assert paper_table("4") is TABLES["table4"]
+
+
+def test_results_from_before_per_precision_peaks_load_and_show_no_percent(tmp_path):
+    """An older gan3d wrote one % of peak without naming its denominator: the report keeps the run
+    and shows "—" with a note rather than a figure whose denominator it cannot name."""
+    def strip(record: dict) -> None:
+        for key in [k for k in record if k.startswith(("peak_", "percent_of_peak", "precision"))]:
+            del record[key]
+        record |= {"peak_flop_per_second_theoretical": 8 * 8.3e12, "percent_of_peak_theoretical": 30.0}
+
+    path = _edit(write_run(tmp_path / "old.json", 8, 479.52), strip)
+    [run] = load_results([path])
+    assert run.percent_of_peak is None and run.percent_of_peak_fp64_max_clock is None
+    write_report([run], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert _md_rows(md)[8][8:] == ["—", "—", "—"]
+    assert "predates per-precision peaks" in md and "30.0%" not in md

@@ -26,7 +26,8 @@ def test_show_prints_peak_per_node_and_per_island(capsys):
     assert main(["site", "show", "supermuc-ng"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "48 cores" in out and "77 GB usable" in out
-    assert "FP32 7.07 TFLOP/s" in out            # 48 x 2.3 GHz x 64
+    assert "FP32 peak per node 7.07 TFLOP/s (48 cores x 2.3 GHz (avx clock) x 64 FP32 FLOP/cycle)" in out
+    assert "FP64 peak per node 3.53 TFLOP/s" in out and "BF16 peak per node unknown FLOP/cycle" in out
     assert "FP64 4.15 TFLOP/s (vendor/Top500" in out  # the paper's 4.15 TFLOP/s per node
     assert "peak per island FP32 5.60 PFLOP/s" in out and "792 nodes" in out
 

@@ -95,12 +95,12 @@ def test_a_huge_file_is_refused_by_its_size(tmp_path):
 
 
 def test_non_utf8_names_the_line(tmp_path):
-    path = write(tmp_path, LAPTOP.replace("cpu_model: AMD", "cpu_model: \xe9AMD").encode("latin-1"))
+    path = write(tmp_path, LAPTOP.replace("cpu_model: x86_64", "cpu_model: \xe9x86_64").encode("latin-1"))
     refused(path, f"{path}:11: the site config is not UTF-8 (byte 0xe9)")
 
 
 def test_a_raw_control_character_names_the_line(tmp_path):
-    path = write(tmp_path, LAPTOP.replace("cpu_model: AMD", "cpu_model: \x01AMD"))
+    path = write(tmp_path, LAPTOP.replace("cpu_model: x86_64", "cpu_model: \x01x86_64"))
     refused(path, f"{path}:11: not valid YAML: character #x0001 is not allowed")
 
 

@@ -36,7 +36,7 @@ def test_paper_machines_have_the_papers_values():
     assert (sng.node.numa_domains, sng.node.numa_domains_snc, sng.node.threads_per_core) == (2, 4, 2)
     assert sng.network.island_nodes == 792 and sng.host_mpi.vendor == "intel"
     # The paper's own convention: 4.15 TFLOP/s per node = 48 x 2.7 GHz x 32 FP64 FLOP/cycle.
-    assert sng.node.theoretical_peak_flops("fp64", clock_ghz=sng.node.clock_ghz_max) == pytest.approx(4.15e12, rel=1e-3)
+    assert sng.node.theoretical_peak_flops("fp64", clock="max") == pytest.approx(4.15e12, rel=1e-3)
     # FP32 at the 2.3 GHz production clock is what training is compared against.
     assert sng.node.theoretical_peak_flops() == pytest.approx(48 * 2.3e9 * 64)
     assert sng.peak_per_island() == pytest.approx(792 * 48 * 2.3e9 * 64)
@@ -44,11 +44,38 @@ def test_paper_machines_have_the_papers_values():
     assert load_site("intel-lab").node.cores == 40
 
 
-def test_fp64_is_half_of_fp32_and_bad_precision_is_refused():
-    node = load_site("laptop").node
-    assert node.theoretical_peak_flops("fp64") * 2 == node.theoretical_peak_flops("fp32")
-    with pytest.raises(ValueError, match="fp32 or fp64"):
-        node.theoretical_peak_flops("fp16")
+def test_peaks_come_per_precision_from_the_config_and_bad_precision_is_refused():
+    sng = load_site("supermuc-ng").node
+    fp64 = sng.theoretical_peak("fp64")
+    assert fp64.flops == pytest.approx(48 * 2.3e9 * 32) and fp64.basis == "48 cores x 2.3 GHz (avx clock) x 32 FP64 FLOP/cycle"
+    # Skylake-SP has no bf16 arithmetic: the config says null, and the peak is unknown, not guessed
+    bf16 = sng.theoretical_peak("bf16")
+    assert bf16.flops is None and "bf16_flop_per_cycle_per_core" in bf16.basis
+    assert sng.theoretical_peak("fp32").times(4).flops == 4 * sng.theoretical_peak_flops("fp32")
+    with pytest.raises(ValueError, match="fp32, bf16, fp64"):
+        sng.theoretical_peak_flops("fp16")
+
+
+def test_laptop_claims_no_clock_so_every_theoretical_peak_is_unknown():
+    """The laptop site is a VM whose CPU changes between sessions: no clock, no FLOP/cycle, no peak."""
+    site = load_site("laptop")
+    assert site.node.clock_ghz_avx is None and site.node.clock_ghz_max is None
+    for precision in ("fp32", "bf16", "fp64"):
+        for clock in ("avx", "max"):
+            peak = site.node.theoretical_peak(precision, clock)
+            assert peak.flops is None and peak.basis.startswith("unknown clock"), (precision, clock)
+    assert site.peak_per_island() is None
+
+
+def test_a_config_without_fp64_figures_gives_no_fp64_peak_rather_than_half_the_fp32_one(tmp_path):
+    text = (REPO / "site-configs" / "supermuc-ng.yaml").read_text()
+    lines = [line for line in text.splitlines() if not line.strip().startswith("fp64_flop_per_cycle_per_core")]
+    path = tmp_path / "sng.yaml"
+    path.write_text("\n".join(lines).replace("name: supermuc-ng", "name: sng") + "\n")
+    node = load_site(path).node
+    assert node.theoretical_peak_flops("fp32") == pytest.approx(48 * 2.3e9 * 64)
+    assert node.theoretical_peak_flops("fp64", "max") is None
+    assert "fp64_flop_per_cycle_per_core" in node.theoretical_peak("fp64", "max").basis
 
 
 def test_name_resolves_through_kit_site_path_first(tmp_path, monkeypatch):

@@ -100,7 +100,8 @@ def test_show_json_is_the_librarys_answer(capsys):
     assert doc["node"]["cores"] == n.cores == 48 and doc["node"]["usable_memory_gb"] == 77
     assert doc["node"]["hardware_threads"] == 96
     peak = doc["peak_flops"]
-    assert peak["per_node"] == {"fp32": n.theoretical_peak_flops("fp32"), "fp64": n.theoretical_peak_flops("fp64")}
+    assert peak["per_node"] == {p: n.theoretical_peak_flops(p) for p in ("fp32", "bf16", "fp64")}
+    assert peak["per_node"]["bf16"] is None and "bf16_flop_per_cycle_per_core" in peak["basis"]["bf16"]
     assert peak["per_node_max_clock"]["fp64"] == pytest.approx(4.15e12, rel=1e-3)
     assert peak["per_island"]["fp32"] == site.peak_per_island("fp32") == pytest.approx(5.60e15, rel=1e-3)
     assert peak["at_max_nodes"]["fp32"] == site.scheduler.max_nodes * n.theoretical_peak_flops()
@@ -115,6 +116,10 @@ def test_show_json_without_islands_or_max_clock_has_nulls(capsys):
     site = load_site("laptop")
     assert doc["peak_flops"]["per_island"] == (None if site.network.island_nodes is None else doc["peak_flops"]["per_island"])
     assert (doc["peak_flops"]["per_node_max_clock"] is None) == (site.node.clock_ghz_max is None)
+    # a VM: no clock, so no theoretical peak at all, and each says why
+    assert doc["peak_flops"]["per_node"] == {"fp32": None, "bf16": None, "fp64": None}
+    assert doc["peak_flops"]["at_max_nodes"] == {"fp32": None, "bf16": None, "fp64": None}
+    assert all(b.startswith("unknown clock") for b in doc["peak_flops"]["basis"].values())
 
 
 def test_show_json_error_is_one_line_and_nothing_on_stdout(capsys):

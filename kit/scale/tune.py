@@ -1,0 +1,339 @@
+"""`kit scale tune`: find the best ranks-per-node x threads-per-rank layout of a node by measuring it.
+
+The seed paper's key finding (4 ranks x 12 threads ran 3.5x faster than 1 x 48 on SuperMUC-NG) was
+found by hand; here each layout the node allows runs a short training of its own, and the one with
+the most showers/s is written to DIR/tune.yaml, which `kit scale plan --layout best` reads. On a
+site with Slurm the trainings are a plan of one node submitted with `kit scale submit`'s machinery;
+on a `local` site (the laptop) they run one after another under the site's MPI launcher.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.errors import KitError
+from kit.excerpt import shown
+from kit.readfile import read_json, read_tail
+from kit.scale import campaign
+from kit.scale.plan import Plan, write_plan
+from kit.site import Site, load_site
+from kit.slurm.script import RunFiles
+from kit.slurm.spec import RunSpec, check_run, matching
+from kit.yamlbound import load_file
+
+TUNE_FORMAT = 1
+TUNE_NAME = "tune.yaml"
+PLOT_NAME = "tune.png"
+PRECISIONS = ("fp32", "bf16")  # what gan3d train computes in; fp32 is its default
+# The tuner sets these for every layout's run (a short, bounded, measured training); a user's value
+# would make the layouts' runs incomparable or unbounded.
+TUNE_FLAGS = ("--epochs", "--steps-per-epoch", "--validation-steps", "--measure-peak", "--precision",
+              "--checkpoint-dir", "--resume", "--threads", "--results", "--site")
+LOG_TAIL_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One candidate: ranks per node x threads per rank, in one precision."""
+
+    ranks_per_node: int
+    threads_per_rank: int
+    precision: str = "fp32"
+
+    @property
+    def run_id(self) -> str:
+        return f"r{self.ranks_per_node}-t{self.threads_per_rank}-{self.precision}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.ranks_per_node}x{self.threads_per_rank} {self.precision}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one layout's short training gave; `problem` says why a layout has no figures."""
+
+    layout: Layout
+    results: Path
+    showers_per_second: float | None = None
+    peak_rss_bytes_per_rank: int | None = None
+    percent_of_peak: float | None = None
+    percent_of_peak_denominator: str | None = None
+    cpu: str | None = None
+    problem: str = ""
+
+
+def candidate_layouts(site: Site, given: list[tuple[int, int]] | None = None,
+                      precisions: tuple[str, ...] = ("fp32",)) -> list[Layout]:
+    """`given` (ranks, threads) pairs, or every split of the node's cores into ranks x threads with
+    all cores busy (48 cores: 1x48, 2x24, 3x16, 4x12, ... 48x1), in each precision. A layout the node
+    cannot hold is an error naming it."""
+    cores = site.node.cores
+    pairs = given or [(r, cores // r) for r in range(1, cores + 1) if cores % r == 0]
+    for r, t in pairs:
+        if r < 1 or t < 1 or r * t > site.node.hardware_threads:
+            raise KitError(f"layout {r}x{t}: a {site.name} node has {cores} cores x {site.node.threads_per_core} "
+                           f"hardware threads = {site.node.hardware_threads}; fix: give layouts RxT with "
+                           f"R x T <= {site.node.hardware_threads}")
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad:
+        raise KitError(f"--precision {','.join(bad)}: gan3d train computes in {' or '.join(PRECISIONS)}")
+    return [Layout(r, t, p) for p in dict.fromkeys(precisions) for r, t in dict.fromkeys(pairs)]
+
+
+def parse_layouts(text: str) -> list[tuple[int, int]]:
+    """"1x2,2x1" -> [(1, 2), (2, 1)]."""
+    out = []
+    for word in (w.strip() for w in text.split(",") if w.strip()):
+        r, sep, t = word.partition("x")
+        if not (sep and r.isdigit() and t.isdigit() and r.isascii() and t.isascii()):
+            raise KitError(f"--layouts {shown(text)}: {shown(word)} is not RANKSxTHREADS; fix: e.g. 1x48,4x12")
+        out.append((int(r), int(t)))
+    if not out:
+        raise KitError("--layouts is empty; fix: e.g. 1x2,2x1")
+    return out
+
+
+def tune_args(layout: Layout, steps: int, peak_seconds: float) -> tuple[str, ...]:
+    """The training arguments every layout gets: one short epoch, peaks measured in its precision."""
+    args = ("--epochs", "1", "--steps-per-epoch", str(steps), "--validation-steps", "1",
+            "--measure-peak", f"{peak_seconds:g}")
+    return args + (("--precision", layout.precision) if layout.precision != "fp32" else ())
+
+
+def check_train_args(train_args: tuple[str, ...]) -> None:
+    owned = matching(train_args, TUNE_FLAGS)
+    if owned:
+        raise KitError(f"training arguments {' '.join(owned)}: kit scale tune sets {', '.join(TUNE_FLAGS)} "
+                       "itself for every layout (use --steps, --peak-seconds, --precision); drop them")
+
+
+def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tuple[str, ...], steps: int,
+              peak_seconds: float, timeout: float, python: str = sys.executable,
+              on_start: Callable[[Layout], None] | None = None) -> list[Measured]:
+    """Each layout in turn under the site's MPI launcher on this machine (one node, nothing queued)."""
+    launcher = local_launcher(site)
+    done = [f.results for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.results.exists()]
+    if done:
+        raise KitError(f"{done[0]}: an earlier tune's result is there; fix: tune into a new --dir (nothing was run)")
+    measured = []
+    for layout in layouts:
+        if on_start:
+            on_start(layout)
+        files = RunFiles(out_dir.absolute(), layout.run_id)
+        log = files.run_dir / "logs" / f"{layout.run_id}.out"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [*launcher, "-n", str(layout.ranks_per_node), python, "-m", "gan3d", "train", *train_args,
+               *tune_args(layout, steps, peak_seconds), "--threads", str(layout.threads_per_rank),
+               "--site", str(site.path), "--results", str(files.results)]
+        if layout.ranks_per_node * layout.threads_per_rank > site.node.cores:
+            cmd.append("--oversubscribe")
+        code = _run_bounded(cmd, log, timeout)
+        problem = "" if code == 0 else (f"exit {code}" if code is not None else f"killed after {timeout:g} s") \
+            + f"; log {log}: {_tail(log)}"
+        measured.append(read_measured(layout, files.results, problem))
+    return measured
+
+
+def local_launcher(site: Site) -> list[str]:
+    """The site's launcher; for MPICH its hydra by name (Debian's plain mpiexec may be Open MPI's)."""
+    names = ("mpiexec.hydra", "mpiexec.mpich") if site.host_mpi.vendor == "mpich" else ()
+    for name in names:
+        if path := shutil.which(name):
+            return [path]
+    words = shlex.split(site.host_mpi.launcher)
+    if not shutil.which(words[0]):
+        raise KitError(f"site {site.name}: host_mpi.launcher {shown(words[0])} is not on PATH; fix: load the "
+                       "site's MPI (or apt-get install mpich)")
+    return words
+
+
+def _run_bounded(cmd: list[str], log: Path, timeout: float) -> int | None:
+    """Run `cmd` in its own process group with its output in `log`; the whole group is killed
+    after `timeout` s (the launcher and every rank), so nothing outlives a hung layout. None: killed."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
+
+
+def _tail(log: Path) -> str:
+    try:
+        text = read_tail(log, LOG_TAIL_BYTES).decode(errors="replace")
+    except (OSError, KitError):
+        return "(no log)"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-3:]) or "(empty)"
+
+
+def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tuple[str, ...], steps: int,
+              peak_seconds: float, timeout: float, walltime: str, nodes: int = 1, pair: str | None = None,
+              python: str = "python3", poll_seconds: float = 5.0,
+              on_poll: Callable[[list[campaign.RunStatus]], None] | None = None) -> list[Measured]:
+    """One plan per precision (a plan's runs share their training arguments) in OUT/PRECISION,
+    submitted and waited for with kit scale submit's and collect's code."""
+    measured = []
+    for precision in dict.fromkeys(layout.precision for layout in layouts):
+        group = [layout for layout in layouts if layout.precision == precision]
+        args = tuple(train_args) + tune_args(group[0], steps, peak_seconds)
+        runs = [RunSpec(layout.run_id, nodes, layout.ranks_per_node, layout.threads_per_rank, walltime, args)
+                for layout in group]
+        for spec in runs:
+            check_run(site, spec)
+        sweep = out_dir / precision
+        write_plan(Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, args), sweep)
+        submitted = campaign.submit(sweep)
+        refused = [s for s in submitted if s.note.startswith("not submitted")]
+        if refused:
+            raise KitError(f"{sweep}: {refused[0].run_id} {refused[0].note}")
+        status = {s.run_id: s for s in campaign.wait(sweep, poll_seconds, timeout, on_poll)}
+        for layout in group:
+            s = status[layout.run_id]
+            problem = "" if s.result else (s.problem or f"job {s.job} ended {s.state} without a result")
+            measured.append(read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).results, problem))
+    return measured
+
+
+def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
+    """The figures of one layout's results JSON (problem: the run's, or what is wrong with the file)."""
+    if problem:
+        return Measured(layout, path, problem=problem)
+    fix = "fix: run kit scale tune again in a new --dir"
+    try:
+        record = read_json(path, "gan3d results file", fix)
+    except FileNotFoundError:
+        return Measured(layout, path, problem=f"{path}: no results file")
+    except KitError as exc:
+        return Measured(layout, path, problem=str(exc))
+    if not isinstance(record, dict) or record.get("status") != "ok":
+        return Measured(layout, path, problem=f"{path}: the run did not finish "
+                        f"({shown(record.get('error') if isinstance(record, dict) else record)})")
+    rate, rss = record.get("showers_per_second"), record.get("peak_rss_bytes_per_rank")
+    percent = record.get(f"percent_of_peak_{layout.precision}_measured")
+    if not (isinstance(rate, (int, float)) and rate > 0 and isinstance(rss, list) and rss):
+        return Measured(layout, path, problem=f"{path}: no showers/s or memory figures; {fix}")
+    return Measured(layout, path, float(rate), int(max(rss)),
+                    float(percent) if isinstance(percent, (int, float)) else None,
+                    f"measured {layout.precision} peak" if isinstance(percent, (int, float)) else None,
+                    record.get("cpu") if isinstance(record.get("cpu"), str) else None)
+
+
+def best(measured: list[Measured]) -> Measured:
+    """The layout with the most showers/s; an error naming every layout's problem if none ran."""
+    ran = [m for m in measured if m.showers_per_second is not None]
+    if not ran:
+        raise KitError("no layout produced figures: " + "; ".join(f"{m.layout.name}: {m.problem}" for m in measured))
+    return max(ran, key=lambda m: m.showers_per_second)
+
+
+def check_outputs(out_dir: Path) -> None:
+    """Refuse, before any training, a DIR whose tune.yaml or tune.png the kit did not write: they
+    are replaced at the end, and the kit never overwrites what it did not make."""
+    tune_file, png = out_dir / TUNE_NAME, out_dir / PLOT_NAME
+    fix = "fix: give kit scale tune a new --dir"
+    if tune_file.exists() or tune_file.is_symlink():
+        try:
+            ours = tune_file.is_file() and not tune_file.is_symlink() and \
+                load_file(tune_file, "layout tune file", fix).value.get("kit_tune") == TUNE_FORMAT
+        except (KitError, AttributeError):
+            ours = False
+        if not ours:
+            raise KitError(f"{tune_file}: not a tune file kit scale tune wrote; {fix}")
+    elif png.exists() or png.is_symlink():
+        raise KitError(f"{png}: there without a {TUNE_NAME}, so not the kit's; {fix}")
+
+
+def write_tune(site: Site, nodes: int, measured: list[Measured], out_dir: Path) -> tuple[Path, Path]:
+    """DIR/tune.yaml (the recommendation and every layout's figures) and DIR/tune.png, atomically."""
+    top = best(measured)
+    doc = {"kit_tune": TUNE_FORMAT, "site": str(Path(site.path).resolve()), "site_name": site.name,
+           "nodes": nodes, "cpu": top.cpu,
+           "best": {"ranks_per_node": top.layout.ranks_per_node, "threads_per_rank": top.layout.threads_per_rank,
+                    "precision": top.layout.precision, "showers_per_second": top.showers_per_second},
+           "layouts": [{"ranks_per_node": m.layout.ranks_per_node, "threads_per_rank": m.layout.threads_per_rank,
+                        "precision": m.layout.precision, "showers_per_second": m.showers_per_second,
+                        "peak_rss_bytes_per_rank": m.peak_rss_bytes_per_rank,
+                        "percent_of_peak": m.percent_of_peak, "percent_of_peak_denominator":
+                        m.percent_of_peak_denominator, "results": str(m.results), "problem": m.problem or None}
+                       for m in measured]}
+    png = plot(measured, top, f"{site.name}, {nodes} node(s)")  # rendered before anything is written
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out_dir / PLOT_NAME, png)
+    atomic_write_text(out_dir / TUNE_NAME, yaml.safe_dump(doc, sort_keys=False, width=110))
+    return out_dir / TUNE_NAME, out_dir / PLOT_NAME
+
+
+def plot(measured: list[Measured], top: Measured, title: str) -> bytes:
+    """Showers/s per layout (the best one marked), each bar labelled with its % of measured peak,
+    and peak memory per rank beside."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(max(8.0, 1.4 * len(measured) + 4), 4.5))
+    rate_ax, mem_ax = fig.subplots(1, 2)
+    names = [m.layout.name for m in measured]
+    rates = [m.showers_per_second or 0.0 for m in measured]
+    bars = rate_ax.bar(names, rates, color=["C2" if m is top else "C0" for m in measured])
+    for bar, m in zip(bars, measured):
+        label = "failed" if m.showers_per_second is None else \
+            (f"{m.percent_of_peak:.0f}% of\n{m.percent_of_peak_denominator}" if m.percent_of_peak is not None
+             else "peak not measured")
+        rate_ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                         fontsize="x-small")
+    rate_ax.set_ylabel("showers/s (job, first step excluded)")
+    rate_ax.set_title(f"{title}: best {top.layout.name} (green)", fontsize="small")
+    mem_ax.bar(names, [(m.peak_rss_bytes_per_rank or 0) / 2**30 for m in measured], color="C1")
+    mem_ax.set_ylabel("peak memory per rank (GiB)")
+    for ax in (rate_ax, mem_ax):
+        ax.set_xlabel("ranks per node x threads per rank")
+        ax.tick_params(axis="x", labelrotation=45, labelsize="small")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def load_best(path: Path, site: Site) -> tuple[int, int]:
+    """(ranks per node, threads per rank) recommended by a tune.yaml for this site; anything else
+    (another site's tune, a damaged file) is one line naming the file and key."""
+    fix = f"fix: run kit scale tune --site {site.name} --dir DIR, then kit scale plan --layout best --tune DIR/{TUNE_NAME}"
+    try:
+        doc = load_file(path, "layout tune file", fix)
+    except FileNotFoundError:
+        raise KitError(f"{path}: no tune file here; {fix}") from None
+    value = doc.value
+    if not isinstance(value, dict) or value.get("kit_tune") != TUNE_FORMAT:
+        raise KitError(f"{doc.where('kit_tune')}: key kit_tune is not {TUNE_FORMAT}: not a file kit scale tune wrote; {fix}")
+    if value.get("site_name") != site.name:
+        raise KitError(f"{doc.where('site_name')}: key site_name is {shown(value.get('site_name'))}, but the plan "
+                       f"is for site {site.name}: a layout tuned on another machine; {fix}")
+    chosen = value.get("best")
+    pair = tuple(chosen.get(k) for k in ("ranks_per_node", "threads_per_rank")) if isinstance(chosen, dict) else ()
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10**6 for v in pair):
+        raise KitError(f"{doc.where('best')}: key best needs ranks_per_node and threads_per_rank, whole numbers "
+                       f">= 1; {fix}")
+    return pair[0], pair[1]
+
+
+def site_of(name: str) -> Site:
+    """The site config by name or path; a tune needs the file (its runs read it)."""
+    site = load_site(name)
+    if site.path is None:
+        raise KitError(f"site {site.name}: a tune needs a site config file")
+    return site

@@ -1,0 +1,174 @@
+"""`kit scale tune`: real short trainings per layout on the laptop (mpiexec) and through a real one-node
+Slurm, the recommendation, and its way into a plan (`kit scale plan --layout best`).
+
+Nothing is mocked: each layout is a real Horovod training of the tiny preset. No figure is asserted
+beyond being positive and consistent (speed is bench/'s business): the recommendation must be the
+row with the most showers/s, whatever the machine made of them today.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.scale import tune
+from kit.scale.plan import load_plan
+from kit.site import load_site
+from tests.helpers import require
+from tests.slurm.conftest import slurm_site_dict, write_site
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+WAIT = 420  # seconds for the Slurm tune's two jobs (TensorFlow start-up included, two shared cores)
+
+
+def _horovod_with_mpi() -> bool:
+    probe = "import horovod.tensorflow as h, sys; sys.exit(0 if h.mpi_built() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def showers(tmp_path_factory) -> list[Path]:
+    from gan3d.simulate import write_files
+
+    return write_files(tmp_path_factory.mktemp("showers"), 3, 64, seed=5)
+
+
+def _train_args(files: list[Path]) -> list[str]:
+    return ["--data", f"{files[0]},{files[1]}", "--validation-data", str(files[2]), "--preset", "tiny",
+            "--batch-size", "4", "--seed", "3"]
+
+
+def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> dict:
+    """tune.yaml has a row per layout with positive figures and recommends the fastest; tune.png is drawn."""
+    doc = yaml.safe_load((directory / tune.TUNE_NAME).read_text())
+    rows = doc["layouts"]
+    assert [(r["ranks_per_node"], r["threads_per_rank"]) for r in rows] == layouts
+    assert all(r["problem"] is None and r["showers_per_second"] > 0 and r["peak_rss_bytes_per_rank"] > 50 * 2**20
+               for r in rows), rows
+    # % of the measured fp32 peak: the runs measured it, and say that is the denominator
+    assert all(0 < r["percent_of_peak"] <= 100 and r["percent_of_peak_denominator"] == "measured fp32 peak"
+               for r in rows)
+    fastest = max(rows, key=lambda r: r["showers_per_second"])
+    assert (doc["best"]["ranks_per_node"], doc["best"]["threads_per_rank"]) == \
+        (fastest["ranks_per_node"], fastest["threads_per_rank"])
+    assert doc["site_name"] == site and doc["nodes"] == 1 and doc["cpu"]
+    for row in rows:  # each row is its run's results JSON, not a copy that could drift
+        record = json.loads(Path(row["results"]).read_text())
+        assert record["showers_per_second"] == row["showers_per_second"]
+        assert (record["ranks_per_node"], record["threads_per_rank"]) == (row["ranks_per_node"], row["threads_per_rank"])
+    assert (directory / tune.PLOT_NAME).read_bytes()[:8] == PNG_MAGIC
+    return doc
+
+
+def test_candidates_split_the_nodes_cores_and_refuse_what_it_cannot_hold():
+    sng = load_site("supermuc-ng")
+    pairs = [(c.ranks_per_node, c.threads_per_rank) for c in tune.candidate_layouts(sng)]
+    assert pairs == [(1, 48), (2, 24), (3, 16), (4, 12), (6, 8), (8, 6), (12, 4), (16, 3), (24, 2), (48, 1)]
+    both = tune.candidate_layouts(load_site("laptop"), precisions=("fp32", "bf16"))
+    assert [c.run_id for c in both] == ["r1-t2-fp32", "r2-t1-fp32", "r1-t2-bf16", "r2-t1-bf16"]
+    with pytest.raises(KitError, match="layout 3x48: .* 96; fix"):
+        tune.candidate_layouts(sng, tune.parse_layouts("4x12,3x48"))
+    with pytest.raises(KitError, match="'4by12' is not RANKSxTHREADS"):
+        tune.parse_layouts("1x48,4by12")
+    with pytest.raises(KitError, match="--precision fp64"):
+        tune.candidate_layouts(sng, precisions=("fp64",))
+    with pytest.raises(KitError, match="--epochs --threads=2: kit scale tune sets"):
+        tune.check_train_args(("--preset", "tiny", "--epochs", "3", "--threads=2"))
+
+
+def test_a_tune_file_of_another_site_or_a_damaged_one_is_one_line(tmp_path, capsys):
+    path = tmp_path / tune.TUNE_NAME
+    path.write_text(yaml.safe_dump({"kit_tune": 1, "site_name": "laptop", "best": {"ranks_per_node": 4,
+                                                                                   "threads_per_rank": 12}}))
+    assert tune.load_best(path, load_site("laptop")) == (4, 12)
+    with pytest.raises(KitError, match="site_name is 'laptop', but the plan is for site supermuc-ng"):
+        tune.load_best(path, load_site("supermuc-ng"))
+    path.write_text(yaml.safe_dump({"kit_tune": 1, "site_name": "laptop", "best": {"ranks_per_node": "4"}}))
+    with pytest.raises(KitError, match=r"tune.yaml:\d+: key best needs ranks_per_node and threads_per_rank"):
+        tune.load_best(path, load_site("laptop"))
+    assert main(["scale", "plan", "--site", "supermuc-ng", "--nodes", "1", "--no-container", "--layout", "best",
+                 "--dir", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no tune file here" in err and "Traceback" not in err
+    mine = tmp_path / "mine"  # a user's tune.yaml is never overwritten: refused before anything runs
+    mine.mkdir()
+    (mine / "tune.yaml").write_text("my notes\n")
+    assert main(["scale", "tune", "--site", "laptop", "--dir", str(mine), "--dry-run"]) == 1
+    assert "tune.yaml: not a tune file kit scale tune wrote; fix: give kit scale tune a new --dir" in \
+        capsys.readouterr().err
+    assert (mine / "tune.yaml").read_text() == "my notes\n"
+
+
+@pytest.mark.parametrize("flag, value", [("--steps", "1"), ("--timeout", "inf"), ("--peak-seconds", "nan"),
+                                         ("--nodes", "0")])
+def test_bounds_of_a_tune_are_usage_errors(flag, value, tmp_path, capsys):
+    """One timed step is none (the first traces the graph); an endless timeout could hang."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", flag, value])
+    assert exit_.value.code == 2 and f"argument {flag}: '{value}': give a number >=" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(showers, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich folds table cells at 80 columns when not on a terminal
+    require(shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich"), "MPICH mpiexec (apt-get install mpich)")
+    require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
+    out = tmp_path / "tune"
+    assert main(["scale", "tune", "--site", "laptop", "--dir", str(out), "--steps", "3", "--peak-seconds", "0.5",
+                 "--timeout", "400", "--", *_train_args(showers)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    doc = _check_tune(out, "laptop", [(1, 2), (2, 1)])
+    best = doc["best"]
+    assert f"best: {best['ranks_per_node']}x{best['threads_per_rank']} fp32" in printed
+    assert "% of measured fp32 peak" in printed and "ran on: " in printed
+    assert tune.load_best(out / tune.TUNE_NAME, load_site("laptop")) == (best["ranks_per_node"],
+                                                                       best["threads_per_rank"])
+    # a second tune into the same directory would mix two runs' figures: refused before running
+    with pytest.raises(KitError, match="an earlier tune's result is there"):
+        tune.run_local(load_site("laptop"), tune.candidate_layouts(load_site("laptop")), out, (), 3, 0.5, 60)
+
+
+@pytest.mark.slow
+def test_slurm_tune_submits_each_layout_and_the_plan_takes_the_best(slurm, showers, tmp_path, capsys):
+    require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
+    site = write_site(tmp_path, slurm_site_dict())
+    out = tmp_path / "sweep"
+    assert main(["scale", "tune", "--site", str(site), "--no-container", "--python", sys.executable,
+                 "--walltime", "00:10:00", "--layouts", "1x2,2x1", "--steps", "3", "--peak-seconds", "0.5",
+                 "--poll", "2", "--timeout", str(WAIT), "--dir", str(out), "--", *_train_args(showers)]) == 0
+    doc = _check_tune(out, "localslurm", [(1, 2), (2, 1)])
+    jobs = yaml.safe_load((out / "fp32" / "jobs.yaml").read_text())
+    assert set(jobs) >= {"r1-t2-fp32", "r2-t1-fp32"}  # each layout was a Slurm job
+    capsys.readouterr()
+
+    assert main(["scale", "plan", "--site", str(site), "--nodes", "1", "--no-container", "--python", sys.executable,
+                 "--layout", "best", "--dir", str(out), "--", *_train_args(showers)]) == 0
+    assert "layout from " in capsys.readouterr().out
+    [run] = load_plan(out).runs
+    assert (run.ranks_per_node, run.threads_per_rank) == (doc["best"]["ranks_per_node"],
+                                                          doc["best"]["threads_per_rank"])
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**4), st.integers(1, 10**4)), min_size=1, max_size=8))
+def test_layouts_written_as_text_read_back_as_written(pairs):
+    assert tune.parse_layouts(",".join(f"{r}x{t}" for r, t in pairs)) == pairs
+
+
+@given(st.text(max_size=40))
+def test_any_layouts_text_is_pairs_or_one_clean_error(text):
+    try:
+        pairs = tune.parse_layouts(text)
+    except KitError as exc:
+        assert "\n" not in str(exc) and "fix:" in str(exc)
+    else:
+        assert pairs and all(r >= 0 and t >= 0 for r, t in pairs)
