@@ -35,9 +35,11 @@ def _up(args: argparse.Namespace) -> int:
         print(f"site config {path}")
     if not quiet():
         first = report.sites[0] if report.sites else "SITE.yaml"
+        image = f"{s.directory}/images/{s.name}/gan3d.sqfs"
         print(f"use it:\n  export SLURM_CONF={s.conf}\n  sinfo\n"
-              f"  kit image convert gan3d.tar {s.directory}/images/gan3d.sqfs --site {first}\n"
-              f"  kit scale plan --site {first} --image {s.directory}/images/gan3d.sqfs --nodes 1,2 "
+              f"  kit image convert gan3d.tar {image} --site {first} && ln -s gan3d.sqfs "
+              f"{s.directory}/images/{s.name}/gan3d.current\n"
+              f"  kit scale plan --site {first} --image {image} --nodes 1,2 "
               f"--ranks-per-node 1,2 --dir {s.directory}/sweep -- --preset tiny --data ...\n"
               f"  kit scale submit {s.directory}/sweep && kit scale collect {s.directory}/sweep --wait\n"
               f"stop it: kit vcluster down --dir {s.directory}")

@@ -15,9 +15,11 @@ from kit.vcluster.state import ClusterState, Made, VclusterError
 TOOLS = ("ip", "nsenter", "unshare", "munged", "slurmctld", "slurmd", "sinfo", "scontrol")
 START_TIMEOUT = 30
 IDLE_TIMEOUT = 60
-# Inside a node: its own mount namespace (the hosts file over /etc/hosts) and UTS namespace (its own
+# Inside a node: its own mount namespace (the hosts file over /etc/hosts; a /dev/shm of its own, as
+# ch-run --join and MPI's shared memory expect one per node), IPC and UTS namespaces (its own
 # hostname), then slurmd under the node's Slurm name. Values arrive as arguments, never as code.
-NODE_SHELL = 'mount --bind "$1" /etc/hosts && hostname "$2" && exec "$3" -f "$4" -N "$2"'
+NODE_SHELL = ('mount --bind "$1" /etc/hosts && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm && '
+              'hostname "$2" && exec "$3" -f "$4" -N "$2"')
 
 
 def tool(name: str) -> str:
@@ -62,7 +64,7 @@ def start_slurmd(state: ClusterState, node: dict) -> None:
     pid_file = Path(state.directory) / "run" / f"slurmd-{node['name']}.pid"
     state.record(Made("daemon", f"slurmd {node['name']}", str(pid_file), str(state.conf)))
     hosts = Path(state.directory) / "hosts"
-    _run([tool("nsenter"), f"--net=/run/netns/{node['netns']}", tool("unshare"), "--uts", "--mount",
+    _run([tool("nsenter"), f"--net=/run/netns/{node['netns']}", tool("unshare"), "--uts", "--ipc", "--mount",
           "--propagation", "private", "sh", "-c", NODE_SHELL, "sh", str(hosts), node["name"], tool("slurmd"),
           str(state.conf)], f"slurmd of {node['name']}", state.env)
 

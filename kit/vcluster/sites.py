@@ -45,20 +45,22 @@ def _version(argv: list[str], pattern: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _base(state: ClusterState, binds: list[str]) -> dict:
+def _base(state: ClusterState, binds: list[str], name: str) -> dict:
+    """The nodes and the container set-up; each config its own image_dir, as an image is paired
+    with one host MPI (its IMAGE.pair.yaml) and jobs run IMAGE_DIR/NAME.current."""
     probed = probe_host(state.name)
     node = probed["node"]
     node["usable_memory_gb"] = round(node["usable_memory_gb"] / len(state.nodes), 1)
     d = Path(state.directory)
     return {
-        "name": state.name, "description": "",
+        "name": name, "description": "",
         "scheduler": {"type": "slurm", "partition": state.partition, "account": None,
                       "max_nodes": len(state.nodes), "max_walltime": "01:00:00"},
         "node": node,
-        "container": {"runtime": "charliecloud", "image_dir": str(d / "images"),
+        "container": {"runtime": "charliecloud", "image_dir": str(d / "images" / name),
                       "binds": [f"{d}:{d}", *binds], "join": True, "mpi_target": "/opt/hostmpi"},
         "modules": [],
-        "transfer": {"host": "localhost", "user": None, "port": 22, "image_dir": str(d / "images"),
+        "transfer": {"host": "localhost", "user": None, "port": 22, "image_dir": str(d / "images" / name),
                      "jump_host": None, "keep_versions": 2, "direct_io": True},
         "network": {"fabric": f"veth ({NODE_IFACE}) through bridge {state.bridge}", "latency_us": 10.0,
                     "bandwidth_gbps": 10.0},
@@ -79,14 +81,13 @@ def intel_sites(state: ClusterState, prefix: Path, binds: list[str]) -> dict[str
         pmi = Path(state.directory) / "hostpmi"
         pmi.mkdir(exist_ok=True)
         shutil.copyfile(PMI2, pmi / PMI2.name)
-        srun = _base(state, binds)
+        srun = _base(state, binds, state.name)
         srun["description"] = f"virtual cluster {state.name}, Intel MPI {version} started by srun --mpi=pmi2"
         srun["scheduler"]["mpi_plugin"] = "pmi2"
         srun["host_mpi"] = host_mpi | {"library_dirs": [lib, str(pmi)], "launcher": "srun",
                                        "env": env | {"I_MPI_PMI_LIBRARY": str(pmi / PMI2.name)}}
         out["vcluster.yaml"] = srun
-    hydra = _base(state, binds)
-    hydra["name"] = f"{state.name}-hydra"
+    hydra = _base(state, binds, f"{state.name}-hydra")
     hydra["description"] = (f"virtual cluster {state.name}, Intel MPI {version} started by its own mpiexec "
                             "(Hydra, proxies started with srun)")
     hydra["scheduler"]["mpi_plugin"] = None
@@ -103,8 +104,7 @@ def openmpi_site(state: ClusterState, binds: list[str]) -> dict | None:
     libs = sorted(Path("/usr/lib/x86_64-linux-gnu").glob("libmpi.so.40.*"))
     if version is None or not libs:
         return None
-    site = _base(state, binds)
-    site["name"] = f"{state.name}-openmpi"
+    site = _base(state, binds, f"{state.name}-openmpi")
     site["description"] = f"virtual cluster {state.name}, Debian's Open MPI {version} started by srun --mpi=pmix"
     site["scheduler"]["mpi_plugin"] = "pmix"
     site["host_mpi"] = {"vendor": "openmpi", "version": version, "prefix": "/usr",

@@ -28,10 +28,53 @@ def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
     base = Path(sys.base_prefix).resolve()
     if base in (Path("/usr"), Path("/usr/local")):
         pytest.skip("venv on the system Python: cannot bind it into the container")
+    venv = Path(sys.prefix).resolve()  # a worktree's .venv may be a link to another checkout's
+    binds = {f"{p}:{p}" for p in (REPO, base, venv, vcluster_work)}
     directory = tmp_path_factory.mktemp("vcluster")
     try:
-        report = up(directory, 2, fresh_name(), intel_mpi=impi_prefix,
-                    binds=(f"{REPO}:{REPO}", f"{base}:{base}", f"{vcluster_work}:{vcluster_work}"))
+        report = up(directory, 2, fresh_name(), intel_mpi=impi_prefix, binds=tuple(sorted(binds)))
         yield report.state
     finally:
         down(directory)
+
+
+@pytest.fixture(scope="session")
+def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
+    """IMAGE.sqfs paired with one of the cluster's site configs (converted once per config), with the
+    .current link `kit transfer push --install` would leave."""
+    from kit.mpi import convert_paired
+    from tests.helpers import require
+    import shutil
+
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    made: dict[str, Path] = {}
+
+    def image(site_file: str) -> Path:
+        if site_file not in made:
+            from kit.site import load_site
+
+            images = Path(load_site(str(Path(vcluster.directory) / site_file)).container.image_dir)
+            images.mkdir(parents=True)
+            done = convert_paired(mpich_oci, images / "gan3d.sqfs", Path(vcluster.directory) / site_file)
+            assert not done.pair.missing, done.pair.missing
+            (images / "gan3d.current").symlink_to("gan3d.sqfs")
+            made[site_file] = images / "gan3d.sqfs"
+        return made[site_file]
+    return image
+
+
+@pytest.fixture(scope="session")
+def vc_data(showers, vcluster_work) -> list[Path]:  # noqa: F811
+    """The showers where the containers see them (a directory the site configs bind)."""
+    import shutil
+
+    data = vcluster_work / "data"
+    data.mkdir()
+    return [Path(shutil.copy(f, data / f.name)) for f in showers]
+
+
+@pytest.fixture
+def on_vcluster(vcluster, monkeypatch):
+    """kit scale talks to the virtual cluster, not the one-node test Slurm other tests may have started."""
+    monkeypatch.setenv("SLURM_CONF", str(vcluster.conf))
+    return vcluster
