@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import require
 from tests.mpi.conftest import impi_prefix, mpich_oci  # noqa: F401  (fixtures)
 from tests.slurm.conftest import REPO, showers  # noqa: F401  (fixtures)
 from tests.support.vcluster import fresh_name, require_namespaces
@@ -26,8 +27,7 @@ def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
     from kit.vcluster import down, up
 
     base = Path(sys.base_prefix).resolve()
-    if base in (Path("/usr"), Path("/usr/local")):
-        pytest.skip("venv on the system Python: cannot bind it into the container")
+    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
     venv = Path(sys.prefix).resolve()  # a worktree's .venv may be a link to another checkout's
     binds = {f"{p}:{p}" for p in (REPO, base, venv, vcluster_work)}
     directory = tmp_path_factory.mktemp("vcluster")
@@ -42,9 +42,9 @@ def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
 def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
     """IMAGE.sqfs paired with one of the cluster's site configs (converted once per config), with the
     .current link `kit transfer push --install` would leave."""
-    from kit.mpi import convert_paired
-    from tests.helpers import require
     import shutil
+
+    from kit.mpi import convert_paired
 
     require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
     made: dict[str, Path] = {}

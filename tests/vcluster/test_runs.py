@@ -16,7 +16,7 @@ from kit.cli import main
 from tests.slurm.conftest import tiny_train_args
 
 pytestmark = pytest.mark.slow
-WAIT = "1500"  # seconds: four tiny trainings (up to 4 ranks) sharing this machine's cores, often loaded
+WAIT = "2000"  # seconds: four tiny trainings (up to 4 ranks), one after another on a loaded 2-core machine
 
 
 def plan_and_run(site: Path, image: Path, data: list[Path], sweep: Path, nodes: str, ranks: str, capsys,
@@ -51,6 +51,7 @@ def check_crossed(run: dict, sweep: Path, nodes: list[str], ranks_per_node: int)
     return result
 
 
+@pytest.mark.timeout(2400)  # about 5 minutes on 2 idle cores; 20 with five other test runs beside it
 def test_a_sweep_over_one_and_two_nodes_via_srun(on_vcluster, vc_image, vc_data, vcluster_work, capsys):
     vc = on_vcluster
     site = Path(vc.directory) / "vcluster.yaml"
@@ -76,6 +77,7 @@ def _host(run: dict) -> str:
     return json.loads(Path(run["result"]).read_text())["hostname_per_rank"][0]
 
 
+@pytest.mark.timeout(2400)
 def test_two_nodes_via_intel_mpis_own_mpiexec(on_vcluster, vc_image, vc_data, vcluster_work, capsys):
     """As on SuperMUC-NG: Hydra (mpiexec.hydra) starts its proxies on the nodes with srun."""
     vc = on_vcluster
