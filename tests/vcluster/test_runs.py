@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
+from kit.vcluster.net import counters
 from tests.slurm.conftest import tiny_train_args
 
 pytestmark = pytest.mark.slow
@@ -77,13 +78,30 @@ def _host(run: dict) -> str:
     return json.loads(Path(run["result"]).read_text())["hostname_per_rank"][0]
 
 
+def gradient_bytes(preset: str) -> int:
+    """One data-parallel step all-reduces every trainable fp32 weight's gradient of both models; with
+    two ranks each rank sends at least that many bytes per step (ring all-reduce)."""
+    from gan3d.model import discriminator, generator
+
+    return 4 * sum(int(v.shape.num_elements()) for m in (generator(preset), discriminator(preset))
+                   for v in m.trainable_variables)
+
+
 @pytest.mark.timeout(2400)
 def test_two_nodes_via_intel_mpis_own_mpiexec(on_vcluster, vc_image, vc_data, vcluster_work, capsys):
-    """As on SuperMUC-NG: Hydra (mpiexec.hydra) starts its proxies on the nodes with srun."""
+    """As on SuperMUC-NG: Hydra (mpiexec.hydra) starts its proxies on the nodes with srun. The only
+    job on the cluster, so the bytes through node 2's veth are its own (and Slurm's few)."""
     vc = on_vcluster
     site = Path(vc.directory) / "vcluster-hydra.yaml"
     sweep = vcluster_work / "sweep-hydra"
-    runs = plan_and_run(site, vc_image("vcluster-hydra.yaml"), vc_data, sweep, "2", "1", capsys)
+    image = vc_image("vcluster-hydra.yaml")
+    before = counters(vc.nodes[1]["veth"])
+    runs = plan_and_run(site, image, vc_data, sweep, "2", "1", capsys)
+    after = counters(vc.nodes[1]["veth"])
     launch = (sweep / "scripts" / "n2-r1-t2.sbatch").read_text().splitlines()[-1]
     assert re.match(r"\S+/bin/mpiexec\.hydra -n \$\{NRANKS\} ch-run --join-ct=\$\{RANKS_PER_NODE\} ", launch)
-    check_crossed(runs["n2-r1-t2"], sweep, [n["name"] for n in vc.nodes], 1)
+    result = check_crossed(runs["n2-r1-t2"], sweep, [n["name"] for n in vc.nodes], 1)
+    steps = result["epochs"] * result["steps_per_epoch"]
+    floor = steps * gradient_bytes(result["preset"])  # what Horovod's all-reduces alone must move
+    for direction in ("rx", "tx"):  # node 2 sent and received its share over the network
+        assert after[direction] - before[direction] >= floor, (direction, before, after, floor)
