@@ -154,7 +154,8 @@ def status(directory: Path) -> dict:
     """The recorded cluster and Slurm's view of its nodes (JSON-ready)."""
     state = load_state(directory.absolute())
     if state is None:
-        return {"dir": str(directory.absolute()), "running": False, "nodes": [], "problems": []}
+        return {"dir": str(directory.absolute()), "running": False, "name": None, "subnet": None, "bridge": None,
+                "slurm_conf": None, "problems": [], "nodes": []}
     problems = health(state)
     slurm = daemons.node_states(state) if not problems else {}
     return {"dir": state.directory, "running": not problems, "name": state.name, "subnet": state.subnet,

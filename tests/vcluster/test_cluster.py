@@ -70,7 +70,8 @@ def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exac
     _gone(name, daemons)
     assert not (cluster_dir / "state").exists() and (cluster_dir / "logs" / "slurmctld.log").is_file()
     assert main(["vcluster", "status", "--dir", str(cluster_dir), "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["running"] is False
+    gone = json.loads(capsys.readouterr().out)
+    assert gone["schema"] == "kit-vcluster-status/1" and gone["running"] is False and gone["nodes"] == []
     assert down(cluster_dir) == []  # twice: nothing to do
 
 
