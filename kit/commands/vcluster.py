@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kit.jsonout import add_json_flag, emit
 from kit.vcluster import down, status, up
-from kit.vcluster.cluster import plan_nodes
+from kit.vcluster.cluster import preview
 from kit.vcluster.sites import default_intel_mpi
 from kit.verbosity import quiet
 
@@ -17,12 +17,10 @@ DEFAULT_DIR = Path("build/vcluster")
 def _up(args: argparse.Namespace) -> int:
     intel = args.intel_mpi or default_intel_mpi()
     if args.dry_run:
-        import ipaddress
-
-        subnet = ipaddress.ip_network(args.subnet or "10.213.0.0/24")
+        subnet, nodes = preview(args.name, args.nodes, args.subnet, intel)
         print(f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, bridge kvc-{args.name} "
-              f"on {subnet}" + ("" if args.subnet else " (or the first free /24 of 10.213.0.0/16)"))
-        for n in plan_nodes(args.name, args.nodes, subnet):
+              f"on {subnet}")
+        for n in nodes:
             print(f"  {n['name']}: namespace {n['netns']}, address {n['address']}, slurmd")
         print(f"  host MPI: Intel MPI at {intel}" if intel else "  host MPI: no Intel MPI found (see --intel-mpi)")
         return 0

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from kit.atomic import atomic_write_bytes, atomic_write_text
 from kit.vcluster import daemons, net
-from kit.vcluster.sites import SITE_FILES, write_sites
+from kit.vcluster.sites import SITE_FILES, check_intel_mpi, write_sites
 from kit.vcluster.slurmconf import hosts_file, slurm_conf
 from kit.vcluster.state import NAME_RE, ClusterState, Made, VclusterError, load_state
 
@@ -46,18 +46,31 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _preflight(name: str, count: int) -> None:
+def _check_names(name: str, count: int) -> None:
     if not NAME_RE.fullmatch(name):
         raise VclusterError(f"--name {name!r}: 1-8 lower-case letters and digits, a letter first (it prefixes "
                             "interface names, which Linux limits to 15 characters)")
     if not 1 <= count <= MAX_NODES:
         raise VclusterError(f"{count} nodes: give 1 to {MAX_NODES} (every node shares this machine's cores)")
+
+
+def _preflight(name: str, count: int) -> None:
+    _check_names(name, count)
     if os.geteuid() != 0:
         raise VclusterError("kit vcluster needs root (network and UTS namespaces, a bridge); fix: run it as root "
                             "on a machine of your own")
     if missing := daemons.missing_tools():
         raise VclusterError(f"{', '.join(missing)} not found; fix: install Slurm (slurmctld, slurmd, client), "
                             "munge and iproute2 (scripts/setup.sh does, as root)")
+
+
+def preview(name: str, count: int, subnet: str | None = None,
+            intel_mpi: Path | None = None) -> tuple[str, list[dict]]:
+    """What `up` would make now (for --dry-run): the subnet and the nodes; nothing is made."""
+    _check_names(name, count)
+    check_intel_mpi(intel_mpi)
+    network = net.check_subnet(subnet) if subnet else net.free_subnet()
+    return str(network), plan_nodes(name, count, network)
 
 
 def plan_nodes(name: str, count: int, subnet) -> list[dict]:
@@ -72,9 +85,7 @@ def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
     killed, a daemon dead) is refused: `down` first."""
     directory = directory.absolute()
     _preflight(name, count)
-    if intel_mpi is not None and not (intel_mpi / "lib" / "libmpi.so.12").is_file():
-        raise VclusterError(f"--intel-mpi {intel_mpi}: no lib/libmpi.so.12 there; fix: the prefix of an Intel MPI "
-                            "runtime (pip install --prefix DIR impi-rt)")
+    check_intel_mpi(intel_mpi)
     with _locked(directory):
         state = load_state(directory)
         if state is not None:

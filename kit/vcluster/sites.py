@@ -15,7 +15,7 @@ from kit.site.model import SCHEMA
 from kit.site.probe import probe_host
 from kit.site.schema import check_document
 from kit.vcluster.net import NODE_IFACE
-from kit.vcluster.state import ClusterState
+from kit.vcluster.state import ClusterState, VclusterError
 
 SITE_FILES = ("vcluster.yaml", "vcluster-hydra.yaml", "vcluster-openmpi.yaml")  # the srun one first
 IMPI_CACHE = Path("secure-site-kit") / "impi"  # where the tests (and `make test`) install impi-rt
@@ -34,6 +34,12 @@ def default_intel_mpi() -> Path | None:
     found = sorted((p for p in cache.glob("*") if (p / "bin" / "mpiexec.hydra").is_file()),
                    key=lambda p: [int(x) if x.isdigit() else 0 for x in p.name.split(".")])
     return found[-1] if found else None
+
+
+def check_intel_mpi(prefix: Path | None) -> None:
+    if prefix is not None and not (prefix / "lib" / "libmpi.so.12").is_file():
+        raise VclusterError(f"--intel-mpi {prefix}: no lib/libmpi.so.12 there; fix: the prefix of an Intel MPI "
+                            "runtime (pip install --prefix DIR impi-rt)")
 
 
 def _version(argv: list[str], pattern: str) -> str | None:

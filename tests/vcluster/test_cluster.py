@@ -120,10 +120,11 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
             (["--subnet", "8.8.8.0/24"], "give a private IPv4 /24"),
             (["--subnet", f"{lo.rsplit('.', 1)[0]}.0/24"], "overlaps 127.0.0.0/8 on this host"),
             (["--intel-mpi", str(tmp_path)], "no lib/libmpi.so.12 there")):
-        assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), *argv]) == 1
-        err = capsys.readouterr().err
-        assert err.startswith("kit: error: ") and message in err and err.count("\n") == 1
-        assert load_state(cluster_dir) is None
+        for dry in ([], ["--dry-run"]):
+            assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), *argv, *dry]) == 1
+            err = capsys.readouterr().err
+            assert err.startswith("kit: error: ") and message in err and err.count("\n") == 1
+            assert load_state(cluster_dir) is None
     assert main(["vcluster", "up", "0", "--dir", str(cluster_dir)]) == 1
     assert "give 1 to 16" in capsys.readouterr().err
     cluster_dir.mkdir(exist_ok=True)
