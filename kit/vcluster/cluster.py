@@ -105,17 +105,13 @@ def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
                                  socket.gethostname().split(".")[0], name)
             state.record(Made("bridge", bridge))
             net.add_bridge(bridge, state.host_address, network.prefixlen)
-        try:
-            _make(state, count)
-        except BaseException:
-            state.save()  # everything made so far stays recorded for `down`
-            raise
+        _make(state)  # each part recorded before it is made: a failure here leaves it all for `down`
         state.complete = True
         state.save()
         return Report(state, True, write_sites(state, intel_mpi, list(binds)))
 
 
-def _make(state: ClusterState, count: int) -> None:
+def _make(state: ClusterState) -> None:
     d = Path(state.directory)
     prefixlen = int(state.subnet.split("/")[1])
     for node in state.nodes:

@@ -28,7 +28,8 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         raise VclusterError(f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s; fix: check the host's "
                             "network stack, then kit vcluster down") from None
     if check and done.returncode:
-        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}")
+        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}; fix: the cause ip names, "
+                            "then kit vcluster down (it removes what was made so far)")
     return done
 
 
