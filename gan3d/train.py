@@ -509,6 +509,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "weights_sha256_initial": initial_digest,
             "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
             "hostnames": sorted({r["hostname"] for r in per_rank}),
+            "hostname_per_rank": [r["hostname"] for r in per_rank],  # rank order: which node ran which rank
             "checkpoint": str(last_checkpoint) if last_checkpoint else None,
             "wall_seconds": time.time() - t_start,
         }

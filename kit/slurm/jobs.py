@@ -13,6 +13,8 @@ from kit.excerpt import clipped, one_line, shown
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "REVOKED"}
 JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:[_+][0-9]{1,12})?")  # 123, an array's 123_4, a het job's 123+0
+# Pending reasons that mean nodes are out of service (drained, down): the nodes are named beside them.
+NODES_UNAVAILABLE = ("Nodes required for job are DOWN", "ReqNodeNotAvail")
 UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
 # Why a job may pend that no waiting will clear: shown, and `kit scale collect --wait` stops on them.
 STUCK = {"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
@@ -60,9 +62,13 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
     done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
         raise KitError(f"squeue failed: {one_line(done.stderr, 400)}; try again when slurmctld answers")
+    unavailable = None
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
         job, state, reason = (line.split("|") + ["", ""])[:3]
         if job in states:
+            if state == "PENDING" and reason.startswith(NODES_UNAVAILABLE):
+                unavailable = _unavailable_nodes() if unavailable is None else unavailable
+                reason = f"{reason}; {unavailable}" if unavailable else reason
             states[job] = f"PENDING ({reason})" if state == "PENDING" and reason not in ("", "None") else state
     left = [j for j, s in states.items() if s == UNKNOWN]
     if left and shutil.which("sacct"):
@@ -72,6 +78,15 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
             if job in states and state:
                 states[job] = state.split()[0]
     return states
+
+
+def _unavailable_nodes() -> str:
+    """Which nodes are drained or down and the reason an admin gave: Slurm's pending reason names
+    neither, and the reason is what tells a user whether to wait."""
+    done = _run(["sinfo", "-h", "-N", "-t", "drain,down,fail", "-o", "%N|%T|%E"])
+    rows = dict.fromkeys(line for line in done.stdout.splitlines() if done.returncode == 0 and line.count("|") >= 2)
+    listed = [f"{n} {s}: {one_line(r, 120)}" for n, s, r in (row.split("|", 2) for row in list(rows)[:8])]
+    return ", ".join(listed)
 
 
 def scancel(job_ids: list[str]) -> None:

@@ -98,6 +98,9 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
     env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.launch_env.items()]
     if srun:  # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
         env.append(f"export SRUN_CPUS_PER_TASK={spec.threads_per_rank}")
+    # A rank (or Hydra proxy) that dies ends the step: the others would wait in an allreduce until
+    # the walltime (srun --kill-on-bad-exit; also read by the srun Hydra starts its proxies with).
+    env.append("export SLURM_KILL_BAD_EXIT=1")
     if pair is None:
         launch = " ".join(head + [shlex.quote(w) for w in train])
     else:

@@ -1,0 +1,197 @@
+"""up / down / status of a virtual cluster kept in one directory (its state, config and logs)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.vcluster import daemons, net
+from kit.vcluster.sites import SITE_FILES, check_intel_mpi, write_sites
+from kit.vcluster.slurmconf import hosts_file, slurm_conf
+from kit.vcluster.state import NAME_RE, ClusterState, Made, VclusterError, load_state
+
+MAX_NODES = 16
+LOCK = ".vcluster.lock"
+
+
+@dataclass
+class Report:
+    """What `up` did (or found), and where the user's files are."""
+
+    state: ClusterState
+    started: bool  # False: the cluster was already running, nothing was changed
+    sites: list[Path]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One up/down at a time per cluster directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _check_names(name: str, count: int) -> None:
+    if not NAME_RE.fullmatch(name):
+        raise VclusterError(f"--name {name!r}: 1-8 lower-case letters and digits, a letter first (it prefixes "
+                            "interface names, which Linux limits to 15 characters)")
+    if not 1 <= count <= MAX_NODES:
+        raise VclusterError(f"{count} nodes: give 1 to {MAX_NODES} (every node shares this machine's cores)")
+
+
+def _preflight(name: str, count: int) -> None:
+    _check_names(name, count)
+    if os.geteuid() != 0:
+        raise VclusterError("kit vcluster needs root (network and UTS namespaces, a bridge); fix: run it as root "
+                            "on a machine of your own")
+    if missing := daemons.missing_tools():
+        raise VclusterError(f"{', '.join(missing)} not found; fix: install Slurm (slurmctld, slurmd, client), "
+                            "munge and iproute2 (scripts/setup.sh does, as root)")
+
+
+def preview(name: str, count: int, subnet: str | None = None,
+            intel_mpi: Path | None = None) -> tuple[str, list[dict]]:
+    """What `up` would make now (for --dry-run): the subnet and the nodes; nothing is made."""
+    _check_names(name, count)
+    check_intel_mpi(intel_mpi)
+    network = net.check_subnet(subnet) if subnet else net.free_subnet()
+    return str(network), plan_nodes(name, count, network)
+
+
+def plan_nodes(name: str, count: int, subnet) -> list[dict]:
+    hosts = list(subnet.hosts())
+    return [{"name": f"{name}-{i}", "netns": f"kvc-{name}-{i}", "veth": f"kvc-{name}-{i}",
+             "address": str(hosts[9 + i])} for i in range(1, count + 1)]
+
+
+def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
+       intel_mpi: Path | None = None, binds: tuple[str, ...] = ()) -> Report:
+    """Start an N-node cluster, or report the one already running here. A half-made one (an `up`
+    killed, a daemon dead) is refused: `down` first."""
+    directory = directory.absolute()
+    _preflight(name, count)
+    check_intel_mpi(intel_mpi)
+    with _locked(directory):
+        state = load_state(directory)
+        if state is not None:
+            return _running(state, count, name)
+        with net.allocation_lock():
+            network = net.check_subnet(subnet) if subnet else net.free_subnet()
+            hosts = list(network.hosts())
+            nodes = plan_nodes(name, count, network)
+            bridge = f"kvc-{name}"
+            taken = [x for x in [bridge] + [n["veth"] for n in nodes] if net.link_exists(x)] \
+                + [n["netns"] for n in nodes if net.netns_exists(n["netns"])]
+            if taken:
+                raise VclusterError(f"{', '.join(taken)} already exist(s) on this host and {directory} records no "
+                                    "cluster that made them; fix: --name OTHER, or kit vcluster down --dir "
+                                    "THE_DIR_THAT_MADE_THEM")
+            state = ClusterState(name, str(directory), str(network), nodes, bridge, str(hosts[0]),
+                                 socket.gethostname().split(".")[0], name)
+            state.record(Made("bridge", bridge))
+            net.add_bridge(bridge, state.host_address, network.prefixlen)
+        _make(state)  # each part recorded before it is made: a failure here leaves it all for `down`
+        state.complete = True
+        state.save()
+        return Report(state, True, write_sites(state, intel_mpi, list(binds)))
+
+
+def _make(state: ClusterState) -> None:
+    d = Path(state.directory)
+    prefixlen = int(state.subnet.split("/")[1])
+    for node in state.nodes:
+        state.record(Made("netns", node["netns"]))
+        net.ip("netns", "add", node["netns"])
+        state.record(Made("veth", node["veth"]))
+        net.add_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
+    for sub in ("munge", "run", "logs", "slurmctld", *(f"spool/{n['name']}" for n in state.nodes)):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "munge").chmod(0o755)  # munged wants the socket's directory searchable by every client
+    key = d / "munge" / "munge.key"
+    if not key.exists():
+        atomic_write_bytes(key, os.urandom(1024), perm=0o400)
+    atomic_write_text(state.conf, slurm_conf(state.name, d, state.controller, state.host_address, state.nodes,
+                                             state.partition, os.cpu_count() or 1, _free_port(), _free_port()))
+    atomic_write_text(d / "hosts", hosts_file(state.controller, state.host_address, state.nodes))
+    daemons.start_munged(state)
+    daemons.start_slurmctld(state)
+    for node in state.nodes:
+        daemons.start_slurmd(state, node)
+    daemons.wait_idle(state)
+
+
+def _running(state: ClusterState, count: int, name: str) -> Report:
+    problems = health(state)
+    if problems:
+        raise VclusterError(f"{state.path}: a cluster was made here but is not whole ({'; '.join(problems)}); "
+                            f"fix: kit vcluster down --dir {state.directory}, then up again")
+    if (len(state.nodes), state.name) != (count, name):
+        raise VclusterError(f"{state.directory} runs cluster {state.name} with {len(state.nodes)} nodes; fix: kit "
+                            f"vcluster down --dir {state.directory} first, or use another --dir")
+    written = [Path(state.directory) / f for f in SITE_FILES]
+    return Report(state, False, [p for p in written if p.is_file()])
+
+
+def health(state: ClusterState) -> list[str]:
+    """What is missing from a recorded cluster; empty when every part runs."""
+    if not state.complete:
+        return ["its `up` did not finish"]
+    problems = [f"{m.name} not running" for m in state.made if m.kind == "daemon" and not daemons.recorded_pid(m)]
+    problems += [f"namespace {n['netns']} gone" for n in state.nodes if not net.netns_exists(n["netns"])]
+    problems += [] if net.link_exists(state.bridge) else [f"bridge {state.bridge} gone"]
+    return problems
+
+
+def status(directory: Path) -> dict:
+    """The recorded cluster and Slurm's view of its nodes (JSON-ready)."""
+    state = load_state(directory.absolute())
+    if state is None:
+        return {"dir": str(directory.absolute()), "running": False, "name": None, "subnet": None, "bridge": None,
+                "slurm_conf": None, "problems": [], "nodes": []}
+    problems = health(state)
+    slurm = daemons.node_states(state) if not problems else {}
+    return {"dir": state.directory, "running": not problems, "name": state.name, "subnet": state.subnet,
+            "bridge": state.bridge, "slurm_conf": str(state.conf), "problems": problems,
+            "nodes": [{"name": n["name"], "address": n["address"], "netns": n["netns"],
+                       "slurm_state": slurm.get(n["name"])} for n in state.nodes]}
+
+
+def down(directory: Path, dry_run: bool = False) -> list[str]:
+    """Stop and remove, newest first, exactly what the state records; what is already gone is
+    skipped. The directory's config and logs stay (they are the user's to read)."""
+    directory = directory.absolute()
+    with _locked(directory):
+        state = load_state(directory)
+        if state is None:
+            return []
+        removed = []
+        for made in reversed(state.made):
+            removed.append(f"{made.kind} {made.name}")
+            if dry_run:
+                continue
+            daemons.stop(made)
+            if made.kind == "netns":
+                net.delete_netns(made.name)
+            elif made.kind in ("veth", "bridge"):
+                net.delete_link(made.name)
+        if dry_run:
+            return removed
+        for node in state.nodes:
+            (directory / "run" / f"slurmd-{node['name']}.pid").unlink(missing_ok=True)
+        state.path.unlink()
+        return removed

@@ -1,0 +1,80 @@
+"""One 2-node virtual cluster for the run and fault tests (torn down even when they fail), the Intel
+MPI host and MPICH image of tests/mpi, and the showers of tests/slurm (session-scoped: built once)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import require
+from tests.mpi.conftest import impi_prefix, mpich_oci  # noqa: F401  (fixtures)
+from tests.slurm.conftest import REPO, showers  # noqa: F401  (fixtures)
+from tests.support.vcluster import fresh_name, require_namespaces
+
+
+@pytest.fixture(scope="session")
+def vcluster_work(tmp_path_factory) -> Path:
+    """Data, images and sweeps: under a directory the cluster's site configs bind into containers."""
+    return tmp_path_factory.mktemp("vcwork")
+
+
+@pytest.fixture(scope="session")
+def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
+    """Two nodes with Intel MPI (impi-rt) as host MPI. The image carries MPICH but no TensorFlow, so
+    the configs also bind this checkout and the venv's Python (as tests/slurm does)."""
+    require_namespaces()
+    from kit.vcluster import down, up
+
+    base = Path(sys.base_prefix).resolve()
+    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
+    venv = Path(sys.prefix).resolve()  # a worktree's .venv may be a link to another checkout's
+    binds = {f"{p}:{p}" for p in (REPO, base, venv, vcluster_work)}
+    directory = tmp_path_factory.mktemp("vcluster")
+    try:
+        report = up(directory, 2, fresh_name(), intel_mpi=impi_prefix, binds=tuple(sorted(binds)))
+        yield report.state
+    finally:
+        down(directory)
+
+
+@pytest.fixture(scope="session")
+def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
+    """IMAGE.sqfs paired with one of the cluster's site configs (converted once per config), with the
+    .current link `kit transfer push --install` would leave."""
+    import shutil
+
+    from kit.mpi import convert_paired
+
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    made: dict[str, Path] = {}
+
+    def image(site_file: str) -> Path:
+        if site_file not in made:
+            from kit.site import load_site
+
+            images = Path(load_site(str(Path(vcluster.directory) / site_file)).container.image_dir)
+            images.mkdir(parents=True)
+            done = convert_paired(mpich_oci, images / "gan3d.sqfs", Path(vcluster.directory) / site_file)
+            assert not done.pair.missing, done.pair.missing
+            (images / "gan3d.current").symlink_to("gan3d.sqfs")
+            made[site_file] = images / "gan3d.sqfs"
+        return made[site_file]
+    return image
+
+
+@pytest.fixture(scope="session")
+def vc_data(showers, vcluster_work) -> list[Path]:  # noqa: F811
+    """The showers where the containers see them (a directory the site configs bind)."""
+    import shutil
+
+    data = vcluster_work / "data"
+    data.mkdir()
+    return [Path(shutil.copy(f, data / f.name)) for f in showers]
+
+
+@pytest.fixture
+def on_vcluster(vcluster, monkeypatch):
+    """kit scale talks to the virtual cluster, not the one-node test Slurm other tests may have started."""
+    monkeypatch.setenv("SLURM_CONF", str(vcluster.conf))
+    return vcluster
