@@ -22,7 +22,7 @@ APT_PACKAGES=(
   buildah umoci skopeo mmdebstrap busybox-static
   slurm-wlm munge libpmi2-0
   openssh-server openssh-client rsync
-  zstd pigz hwloc procps psmisc iproute2
+  zstd pigz hwloc procps psmisc iproute2 strace
 )
 # TensorFlow 2.15.1 runs on Python 3.9-3.11: the developer set-up uses 3.11, from apt unless
 # PYTHON names another interpreter.
