@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import glob
 import math
+import os
 import queue
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -26,7 +28,8 @@ from kit.excerpt import one_line
 
 THRESHOLD = 1e-6
 SKIP_HINT = "or pass --skip-bad-events to leave such events out"
-__all__ = ["DataError", "ShowerFiles", "ShowerStream", "expand_data_arg", "preprocess", "train_test_split"]
+__all__ = ["DataError", "EventRanges", "EventSplit", "ShowerFiles", "ShowerStream", "expand_data_arg", "open_split",
+           "preprocess", "split_events"]
 
 
 def _natural_key(path: Path) -> list:
@@ -50,31 +53,87 @@ def expand_data_arg(spec: str) -> list[Path]:
             found = sorted((Path(p) for p in glob.glob(part)), key=_natural_key)
             if not found:
                 raise DataError(f"data pattern {part!r} matches no files; fix: check the path or the pattern")
-        else:
+        elif os.path.lexists(path):
             found = [path]
+        else:
+            raise DataError(f"not found: {part} (no such file or directory); fix: check --data, or make showers "
+                            "with `python -m gan3d simulate --out DIR`")
         out.extend(p for p in found if p not in out)
     if not out:
         raise DataError(f"--data {spec!r} names no files; fix: give a directory, a glob or comma-separated files")
     return out
 
 
-def train_test_split(paths: Sequence[str | Path], test_fraction: float = 0.1,
-                     n_test_files: int | None = None) -> tuple[list[Path], list[Path]]:
-    """Split by whole files like the reference: the LAST files (in the given order) are the test set.
+HELD_OUT_TOLERANCE = 0.25  # whole files are held out only if they come this close (relative) to the asked count
+SPLIT_STREAM = 7919  # the split's random stream, apart from the epochs' (seed, epoch) streams
 
-    `n_test_files` wins over `test_fraction`; a fraction > 0 keeps at least one test file, and
-    at least one training file always remains.
+
+def held_out_count(total: int, fraction: float) -> int:
+    """round(fraction x total), halves up, kept within [1, total - 1] so both sides have events."""
+    return min(total - 1, max(1, math.floor(fraction * total + 0.5)))
+
+
+@dataclass(frozen=True)
+class EventSplit:
+    """Which usable events of each file train and which are held out, as (file, start, stop) ranges."""
+    train: tuple[tuple[int, int, int], ...]
+    test: tuple[tuple[int, int, int], ...]
+    by: str  # "files" (whole files held out) or "events" (a range of every file)
+    target: int  # held_out_count(): what was asked for
+
+
+def split_events(counts: Sequence[int], fraction: float, seed: int) -> EventSplit:
+    """Hold out `fraction` of the events, the same on every rank (a function of counts and seed only).
+
+    Whole files, picked in a seeded order, when some of them add up to within HELD_OUT_TOLERANCE
+    of the asked count (so many files give the reference's file split); otherwise a contiguous
+    range of every file, sized in proportion to the file (the held-out events then span the data
+    set) at a seeded offset, holding out exactly the asked count.
     """
-    paths = [Path(p) for p in paths]
-    if n_test_files is None:
-        if not 0.0 <= test_fraction < 1.0:
-            raise DataError(f"test fraction {test_fraction} must be in [0, 1)")
-        n_test_files = max(1, round(len(paths) * test_fraction)) if test_fraction > 0 else 0
-    if n_test_files < 0 or n_test_files >= len(paths):
-        raise DataError(f"cannot hold out {n_test_files} test file(s) from {len(paths)} data file(s); "
-                        "fix: give more files (python -m gan3d simulate --files N) or fewer test files")
-    cut = len(paths) - n_test_files
-    return paths[:cut], paths[cut:]
+    total = sum(counts)
+    if not 0.0 < fraction < 1.0:
+        raise DataError(f"--test-fraction {fraction}: must be between 0 and 1")
+    if total < 2:
+        raise DataError(f"the data hold {total} usable event(s): too few to hold out a share for validation; "
+                        "fix: give more events or --validation-data FILES")
+    target = held_out_count(total, fraction)
+    rng = np.random.default_rng([seed, SPLIT_STREAM])
+    chosen = _whole_files(counts, rng.permutation(len(counts)), target)
+    if chosen is not None:
+        return EventSplit(tuple((k, 0, c) for k, c in enumerate(counts) if c and k not in chosen),
+                          tuple((k, 0, counts[k]) for k in sorted(chosen)), "files", target)
+    train: list[tuple[int, int, int]] = []
+    test: list[tuple[int, int, int]] = []
+    for k, (count, take) in enumerate(zip(counts, _apportion(counts, target))):
+        start = int(rng.integers(count - take + 1))
+        train += [(k, 0, start)] if start else []
+        test += [(k, start, start + take)] if take else []
+        train += [(k, start + take, count)] if start + take < count else []
+    return EventSplit(tuple(train), tuple(test), "events", target)
+
+
+def _whole_files(counts: Sequence[int], order: np.ndarray, target: int) -> set[int] | None:
+    """Files taken in `order` whenever one brings the held-out count closer to the target;
+    None unless that ends within the tolerance with at least one file on each side."""
+    chosen, held = set(), 0
+    for k in (int(i) for i in order):
+        if counts[k] and abs(held + counts[k] - target) < abs(held - target):
+            chosen.add(k)
+            held += counts[k]
+    if not chosen or held == sum(counts) or abs(held - target) > HELD_OUT_TOLERANCE * target:
+        return None
+    return chosen
+
+
+def _apportion(counts: Sequence[int], target: int) -> list[int]:
+    """`target` shared over files in proportion to their counts (largest remainders; sums exactly)."""
+    total = sum(counts)
+    quotas = [target * c / total for c in counts]
+    shares = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(counts)), key=lambda k: (shares[k] - quotas[k], k))
+    for k in by_remainder[:target - sum(shares)]:
+        shares[k] += 1
+    return shares
 
 
 def preprocess(raw: np.ndarray, energy_gev: np.ndarray, xscale: float = 1.0
@@ -170,6 +229,26 @@ class ShowerFiles:
     def skipped_events(self) -> int:
         return sum(self.skipped)
 
+    def skipped_between(self, k: int, start: int, stop: int) -> int:
+        """Bad events of file k left out before each usable event in [start, stop), plus those
+        after the file's last usable event when the range ends there (ranges that partition a
+        file thus share its skipped events out exactly)."""
+        kept = self._kept[k]
+        if kept is None or stop <= start:
+            return 0
+
+        def before(u: int) -> int:  # bad events before usable event u
+            return int(kept[u]) - u if u >= 0 else 0
+
+        return (self.skipped[k] if stop == self.counts[k] else before(stop - 1)) - before(start - 1)
+
+    def stored_span(self, k: int, start: int, stop: int) -> dict[str, int]:
+        """Usable events [start, stop) of file k as HDF5 event indices: {"first", "stop"}."""
+        kept = self._kept[k]
+        if kept is None:
+            return {"first": start, "stop": stop}
+        return {"first": int(kept[start]), "stop": int(kept[stop - 1]) + 1}
+
     def read(self, file_index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Raw ECAL cells (float32) of usable events [start, stop) of one file, into `out` without a
         temporary copy when given; contiguous events are one HDF5 read. NaN/Inf cells are refused."""
@@ -218,6 +297,78 @@ class ShowerFiles:
         self.close()
 
 
+class EventRanges:
+    """Some event ranges of an open ShowerFiles, read through it: a training or held-out set.
+
+    Offers what ShowerStream reads (`counts`, `energies`, `read`, `num_events`), one entry per
+    range, so a by-event split needs no copy of the data and every range is read contiguously.
+    """
+
+    def __init__(self, files: ShowerFiles, ranges: Sequence[tuple[int, int, int]], label: str, fix: str):
+        self.files, self.ranges, self.label, self.fix = files, list(ranges), label, fix
+        self.paths = list(dict.fromkeys(files.paths[k] for k, _, _ in self.ranges))  # the files drawn from
+        self.counts = [b - a for _, a, b in self.ranges]
+        self.energies = [files.energies[k][a:b] for k, a, b in self.ranges]
+        self.num_events = sum(self.counts)
+
+    def read(self, index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        k, a, _ = self.ranges[index]
+        return self.files.read(k, a + start, a + stop, out)
+
+    @property
+    def skipped_events(self) -> int:
+        """Bad events left out inside these ranges (each counted with the next usable event)."""
+        return sum(self.files.skipped_between(k, a, b) for k, a, b in self.ranges)
+
+    def describe(self) -> list[dict]:
+        """Per range: the file and its events as stored (`first`, `stop`: HDF5 event indices)."""
+        return [{"file": str(self.files.paths[k]), **self.files.stored_span(k, a, b), "events": b - a}
+                for k, a, b in self.ranges]
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def open_split(paths: Sequence[Path], validation_paths: Sequence[Path] | None, fraction: float, seed: int,
+               skip_bad_events: bool = False) -> tuple[ShowerFiles | EventRanges, ShowerFiles | EventRanges, dict]:
+    """(training set, validation set, what was held out): `validation_paths` when given, else
+    `fraction` of the events of `paths` (split_events). The record is the same on every rank."""
+    if validation_paths is not None:
+        train, test = ShowerFiles(paths, skip_bad_events=skip_bad_events), None
+        try:
+            test = ShowerFiles(validation_paths, skip_bad_events=skip_bad_events)
+        finally:
+            if test is None:
+                train.close()
+        source = [{"file": str(p), "events": n} for p, n in zip(test.paths, test.counts)]
+        return train, test, {"by": "validation-data", "events": test.num_events, "source": source}
+    files = ShowerFiles(paths, skip_bad_events=skip_bad_events)
+    try:
+        split = split_events(files.counts, fraction, seed)
+    except DataError:
+        files.close()
+        raise
+    fix = "raise --test-fraction (or give --validation-data), give more events or lower --batch-size"
+    train = EventRanges(files, split.train, "the training events (those not held out)", fix)
+    test = EventRanges(files, split.test, f"the events held out by --test-fraction {fraction:g}", fix)
+    return train, test, {"by": split.by, "events": test.num_events, "of_events": files.num_events,
+                         "fraction": test.num_events / files.num_events, "requested_fraction": fraction,
+                         "seed": seed, "source": test.describe()}
+
+
+def describe_held_out(held_out: dict, limit: int = 3) -> str:
+    """One line for the run's output: how many events, how chosen, and from where."""
+    where = [f"{Path(s['file']).name}" + (f" events {s['first']}..{s['stop'] - 1}" if "first" in s else "")
+             for s in held_out["source"]]
+    more = f" and {len(where) - limit} more range(s)" if len(where) > limit else ""
+    if held_out["by"] == "validation-data":
+        return f"validation on {held_out['events']} events of --validation-data: {', '.join(where[:limit])}{more}"
+    how = "whole files" if held_out["by"] == "files" else "an event range of every file"
+    return (f"held out {held_out['events']} of {held_out['of_events']} events for validation "
+            f"({100 * held_out['fraction']:.1f}%, --test-fraction {held_out['requested_fraction']:g}) as {how}, "
+            f"chosen by --seed {held_out['seed']}: {', '.join(where[:limit])}{more}")
+
+
 class ShowerStream:
     """Per-rank batches of (images, Ep, cell sum), reshuffled every epoch, in bounded memory.
 
@@ -250,9 +401,10 @@ class ShowerStream:
             self.batches_per_epoch = math.ceil(per_rank / batch_size)
             self.events_per_rank = per_rank
         if self.batches_per_epoch == 0:
-            raise DataError(f"data files {[str(p) for p in files.paths]} hold {files.num_events} events: fewer "
-                            f"than {size} rank(s) x batch size {batch_size}; "
-                            "fix: simulate more events or lower --batch-size")
+            what = getattr(files, "label", f"data files {[str(p) for p in files.paths]}")
+            fix = getattr(files, "fix", "simulate more events or lower --batch-size")
+            raise DataError(f"{what} hold {files.num_events} events: fewer than {size} rank(s) x batch size "
+                            f"{batch_size}; fix: {fix}")
 
     @property
     def max_buffer_events(self) -> int:

@@ -98,7 +98,9 @@ def summary(record: dict, plots: Path | None, results: Path) -> Table:
         table.add_row("last epoch d_loss / g_loss (train)",
                       f"{last['train'].get('d_loss', float('nan')):.3f} / {last['train'].get('g_loss', float('nan')):.3f}")
     if "physics" in record:
-        table.add_row("physics score (lower is better; short run)", f"{record['physics']['score']:.3g}")
+        score = record["physics"].get("score")
+        table.add_row("physics score (1 = like held-out data, 0 = like empty showers)",
+                      f"{score:.3g}" if score is not None else f"none: {record['physics'].get('score_null_reason')}")
     table.add_row("results JSON", str(results))
     table.add_row("physics plots", str(plots) if plots else "not produced")
     return table

@@ -8,6 +8,14 @@ Conventions, so that a report can compare runs:
 - `peak_flop_per_second_theoretical` = nodes x the site node's fp32 peak (cores x AVX clock x FLOP/cycle).
 - `peak_flop_per_second_measured` = the sum over ranks of a dense matmul rate measured by all ranks
   at once with their own thread count (`--measure-peak`), i.e. what this rank layout can reach.
+- `epoch_wall_times` are the paper's epoch times: wall clock from an epoch's first batch to the end
+  of its closing all-reduces (loss means, BatchNorm statistics), data loading and the first
+  (tracing) step included; `epoch_times` stop before those all-reduces; `full_epoch_seconds_estimate`
+  is the step-only estimate (mean timed step x steps of a full epoch).
+- `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING) or is null
+  for a bare run; a report compares the two.
+- `memory_available_bytes_min_per_rank`: each rank's lowest MemAvailable of its node, sampled at
+  the end of every epoch (the paper's Table 9 compares free memory with and without the container).
 - `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
@@ -32,6 +40,43 @@ VERSIONED = {"tensorflow": "tensorflow", "keras": "keras", "horovod": "horovod",
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far (Linux reports KiB)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def memory_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The node's MemAvailable now (the kernel's estimate of what can be allocated without swapping);
+    None where the kernel does not say (not Linux). Reads one small procfs file."""
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as fh:
+            for line in fh.read(64 * 1024).splitlines():
+                name, _, rest = line.partition(":")
+                if name == "MemAvailable" and rest.split()[1:] == ["kB"] and rest.split()[0].isdigit():
+                    return int(rest.split()[0]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def container_runtime(environ: dict[str, str] | None = None) -> str | None:
+    """"charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), else None: the
+    run is bare. Recorded so a report never merges container and bare runs into one series."""
+    environ = os.environ if environ is None else environ
+    return "charliecloud" if "CH_RUNNING" in environ else None
+
+
+def epochs(train_seconds: list[float], wall_seconds: list[float], timed_steps: int, timed_seconds: float,
+           full_epoch_steps: int) -> dict:
+    """The epoch-time fields (see the module docstring for which clock each one is)."""
+    return {"epoch_times": list(train_seconds), "epoch_wall_times": list(wall_seconds),
+            "full_epoch_seconds_estimate": full_epoch_steps * timed_seconds / timed_steps if timed_steps else None}
+
+
+def memory(peak_rss_per_rank: list[int], available_min_per_rank: list[int | None],
+           usable_per_rank: float | None) -> dict:
+    """Per-rank memory fields: peak RSS, the node's lowest MemAvailable, and the site's budget."""
+    return {"peak_rss_bytes_per_rank": list(peak_rss_per_rank),
+            "memory_available_bytes_min_per_rank": list(available_min_per_rank),
+            "usable_memory_bytes_per_rank": usable_per_rank,
+            "memory_within_node": (max(peak_rss_per_rank) <= usable_per_rank) if usable_per_rank else None}
 
 
 def software_versions(itex_loaded: bool = False) -> dict[str, str | None]:

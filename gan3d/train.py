@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--synthetic-dir", help="where --synthetic writes (must be shared by all nodes)")
     ap.add_argument("--validation-data", help="files for validation losses (default: split off --data)")
     ap.add_argument("--test-fraction", type=float, default=0.1,
-                    help="share of the files kept for validation when --validation-data is not given")
+                    help="share of the events held out for validation when --validation-data is not given "
+                         "(whole files when they fit the share, else a range of every file; chosen by --seed)")
     ap.add_argument("--skip-bad-events", action="store_true",
                     help="leave out events with NaN/Inf cells or a NaN/Inf/non-positive energy instead of "
                          "stopping (costs one extra read of the data at start; the results count them)")
@@ -189,9 +190,9 @@ def _site_and_cores(args: argparse.Namespace):
     return None, os.cpu_count() or 1, "this machine's"
 
 
-def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path], list[Path], str | None]:
-    """(train files, validation files, temporary dir to remove at the end)."""
-    from gan3d.data import expand_data_arg, train_test_split
+def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path], list[Path] | None, str | None]:
+    """(data files, validation files or None to hold out --test-fraction, temporary dir to remove at the end)."""
+    from gan3d.data import expand_data_arg
 
     temp = None
     if args.synthetic:
@@ -210,10 +211,7 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
         paths = expand_data_arg(str(target))
     else:
         paths = expand_data_arg(args.data)
-    if args.validation_data:
-        return paths, expand_data_arg(args.validation_data), temp
-    train, test = train_test_split(paths, test_fraction=args.test_fraction)
-    return train, test, temp
+    return paths, expand_data_arg(args.validation_data) if args.validation_data else None, temp
 
 
 def _weights_digest(models) -> str:
@@ -333,10 +331,11 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                         "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow")
     train_paths, val_paths, temp_dir = _data_files(args, layout)
     # Checked before TensorFlow starts, so a bad file stops the job in seconds.
-    from gan3d.data import ShowerFiles, ShowerStream
+    from gan3d.data import ShowerStream, describe_held_out, open_split
 
-    train_files = ShowerFiles(train_paths, skip_bad_events=args.skip_bad_events)
-    val_files = ShowerFiles(val_paths, skip_bad_events=args.skip_bad_events)
+    train_files, val_files, held_out = open_split(train_paths, val_paths, args.test_fraction, args.seed,
+                                                  args.skip_bad_events)
+    _say(layout, f"gan3d train: {describe_held_out(held_out)}")
     skipped = {"train": train_files.skipped_events, "validation": val_files.skipped_events}
     if any(skipped.values()):
         _say(layout, f"gan3d train: --skip-bad-events left out {skipped['train']} training and "
@@ -416,7 +415,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     warmup_steps = int(round(args.warmup_epochs * steps))
     lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
     history, epoch_times, val_times, ckpt_times = [], [], [], []
+    wall_times, available = [], []  # the paper's epoch clock; the node's MemAvailable at epoch ends
     times = StepTimes()
+    from gan3d import results as res
+
     try:
         for epoch in range(start_epoch, args.epochs):
             step.reseed(layout.rank, epoch)
@@ -427,6 +429,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
                 raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
             train_losses = _mean_losses(sums, done, hvd)
             _average_statistics((gen, disc), hvd)
+            wall_times.append(time.perf_counter() - t0)  # t0: the epoch's start, as above
+            available.append(res.memory_available_bytes())
 
             t0 = time.perf_counter()
             val_losses = _mean_losses(*_validation_sums(step, val_stream, val_steps, layout.rank), hvd)
@@ -452,11 +456,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             _write_failure(args, layout, exc, history, checkpoints)
         raise
 
-    from gan3d import results as res
-
     digest = _weights_digest((gen, disc))
     per_rank = hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
-                                     "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest})
+                                     "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest,
+                                     "available": min(filter(None, available), default=None)})
     if layout.rank == 0 and args.results:
         last_checkpoint = checkpoints.latest() if checkpoints else None
         flops = step_flops(args.preset, args.batch_size)
@@ -469,7 +472,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         record = {
             "status": "ok",
             "site": site.name if site else None,
-            "image_digest": res.image_digest(),
+            "image_digest": res.image_digest(), "container": res.container_runtime(),
             "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
             "software": res.software_versions(itex_loaded=itex_installed),
             "mpi_library_version": layout.mpi_library_version,
@@ -481,21 +484,18 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
             "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
             "loss_weights": list(loss_weights), "xscale": args.xscale,
-            "data_files": {"train": len(train_paths), "validation": len(val_paths)},
+            "data_files": {"train": len(train_files.paths), "validation": len(val_files.paths)},
+            "held_out": held_out,
             "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped,
             "train_events": train_files.num_events, "validation_events": val_files.num_events,
             "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
             "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,
             "full_epoch_steps": stream.batches_per_epoch, "validation_steps": val_steps,
-            "epoch_times": epoch_times, "validation_times": val_times, "checkpoint_times": ckpt_times,
-            "first_step_seconds": times.first,
-            "full_epoch_seconds_estimate": (stream.batches_per_epoch * times.seconds / times.steps
-                                            if times.steps else None),
+            "validation_times": val_times, "checkpoint_times": ckpt_times, "first_step_seconds": times.first,
+            **res.epochs(epoch_times, wall_times, times.steps, times.seconds, stream.batches_per_epoch),
             **perf,
             "losses": history,
-            "peak_rss_bytes_per_rank": rss,
-            "usable_memory_bytes_per_rank": usable,
-            "memory_within_node": (max(rss) <= usable) if usable else None,
+            **res.memory(rss, [r["available"] for r in per_rank], usable),
             "weights_sha256_initial": initial_digest,
             "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
             "hostnames": sorted({r["hostname"] for r in per_rank}),

@@ -18,11 +18,22 @@ and, for moments, 0.01 cells): location and spread errors in units of the data's
 event-by-event spread. A moment undefined because (nearly) all showers of one kind are
 empty counts `UNDEFINED_TERM` = 10. The energy response gets a part of its own because it
 is what a calorimeter simulation is for.
-The overall score is the mean of the bin scores over bins holding at least `MIN_EVENTS`
-showers of both kinds. Two independent halves of 1,200 simulated showers (100-250 per bin)
-score about 0.6, which is statistical noise (it falls as 1/sqrt(showers)); against the same
-data, showers moved by one cell in x score 1.5, two layers deeper 1.6, scaled by 1.2 3.8,
-and empty showers 29.
+The raw score is the mean of the bin scores over bins holding at least `MIN_EVENTS` showers
+of both kinds. Its size depends on the data set (it falls as 1/sqrt(showers) for alike samples,
+and an empty generator's depends on the calorimeter's resolution), so `gan3d validate` puts it on
+a fixed scale with two references it computes itself, on the same bins: the data showers are
+split into two random halves (seeded), a reference and a held-out half; the generator makes
+showers at the held-out half's energies; and against the reference are scored
+  raw        the generated showers,
+  raw_data   the held-out data showers (what a perfect generator would score),
+  raw_empty  all-zero showers at the same energies (an empty generator);
+  score      = (raw_empty - raw) / (raw_empty - raw_data),
+so held-out data = 1, empty showers = 0, farther from the data than empty showers < 0 (not
+clamped). With fewer showers than it takes to tell data from nothing (raw_data more than half
+of raw_empty) the score is null with the reason. Measured with bench/gan3d_score_scale.py
+(2,000 simulated showers, halves of 1,000): raw_data 0.46, raw_empty 29.4; an independent
+simulation scores 0.997, showers moved by one cell in x 0.966, two layers deeper 0.962,
+energy scaled by 1.05 0.975, by 1.2 0.891, by 0.5 0.724 (docs/physics.md).
 """
 from __future__ import annotations
 
@@ -47,6 +58,12 @@ MIN_EVENTS = 2
 UNDEFINED_TERM = 10.0  # a moment that cannot be computed (e.g. a generator of empty showers)
 _IDX = np.arange(25, dtype=np.float64)
 MAX_RESULTS_BYTES = 64 * 2**20
+HALVES_STREAM = 4099  # the halves' random stream, apart from the generator's latent noise (same --seed)
+MIN_SCALE_GAP = 0.5  # held-out data must score at most half the empty showers' raw score to set a scale
+PRINTED = ("score", "score_null_reason", "score_meaning", "score_raw", "score_reference_data", "score_reference_empty",
+           "reference_events", "compared_events", "bins", "plots", "definition")
+SCORE_MEANING = ("1 = as close to the data as held-out data showers, 0 = as far as empty showers, "
+                 "below 0 = farther; (raw_empty - raw) / (raw_empty - raw_data) of the raw scores")
 
 
 def shower_features(images: np.ndarray, ep: np.ndarray) -> dict[str, np.ndarray]:
@@ -104,7 +121,7 @@ def score_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray],
     for lo, hi in bins:
         r, f = _select(real, lo, hi), _select(fake, lo, hi)
         entry: dict = {"range_gev": [lo, hi], "real_events": int(len(r["cellsum"])),
-                       "fake_events": int(len(f["cellsum"])), "score": None}
+                       "fake_events": int(len(f["cellsum"])), "score_raw": None}
         if entry["real_events"] >= MIN_EVENTS and entry["fake_events"] >= MIN_EVENTS:
             l1 = {a: float(np.abs(_mean_profile(r[f"profile_{a}"]) - _mean_profile(f[f"profile_{a}"])).sum())
                   for a in PROFILES}
@@ -113,18 +130,69 @@ def score_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray],
             entry.update({"profile_l1": l1, "cellsum_over_ep": energy, "moments": moments,
                           "shape_part": sum(l1.values()), "energy_part": energy["term"],
                           "moment_part": float(np.mean([v["term"] for v in moments.values()]))})
-            entry["score"] = entry["shape_part"] + entry["energy_part"] + entry["moment_part"]
-            scores.append(entry["score"])
+            entry["score_raw"] = entry["shape_part"] + entry["energy_part"] + entry["moment_part"]
+            scores.append(entry["score_raw"])
         out_bins.append(entry)
-    return {"score": float(np.mean(scores)) if scores else None, "bins": out_bins,
-            "definition": "mean over energy bins of [sum_{z,x,y} L1(normalized mean profiles) + D(cellsum/Ep) + "
-                          "mean_{m1_xyz, m2_xyz} D(moment)], D = (|dmean|+|dstd|)/std_data; lower is better"}
+    return {"score_raw": float(np.mean(scores)) if scores else None, "bins": out_bins,
+            "definition": "raw score: mean over energy bins of [sum_{z,x,y} L1(normalized mean profiles) + "
+                          "D(cellsum/Ep) + mean_{m1_xyz, m2_xyz} D(moment)], D = (|dmean|+|dstd|)/std_data; "
+                          "lower is better"}
 
 
 def physics_score(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
                   bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> dict:
-    """Score generated showers `fake` against data showers `real`; Ep in units of 100 GeV."""
+    """Raw score of generated showers `fake` against data showers `real`; Ep in units of 100 GeV."""
     return score_features(shower_features(real, real_ep), shower_features(fake, fake_ep), bins)
+
+
+def empty_features(ep: np.ndarray, chunk: int = 100) -> dict[str, np.ndarray]:
+    """Features of all-zero showers at energies `ep` (100 GeV): the empty generator's, the scale's 0."""
+    ep = np.asarray(ep, dtype=np.float64).reshape(-1)
+    zeros = np.zeros((min(chunk, len(ep)), 25, 25, 25), np.float32)
+    return concat_features([shower_features(zeros[:len(ep[s:s + chunk])], ep[s:s + chunk])
+                            for s in range(0, max(len(ep), 1), chunk)])
+
+
+def reference_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of two random halves of n data showers (seeded): the reference and the held-out one.
+    Random, not first and second, so that files ordered by energy still give alike halves."""
+    order = np.random.default_rng([seed, HALVES_STREAM]).permutation(n)
+    return np.sort(order[:n // 2]), np.sort(order[n // 2:])
+
+
+def take(feats: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
+    """The features of the showers `index` (features are computed once, split afterwards)."""
+    return {k: v[index] for k, v in feats.items()}
+
+
+def normalise(raw: float | None, data: float | None, empty: float | None) -> tuple[float | None, str | None]:
+    """(empty - raw) / (empty - data), or None and why: the scale needs data well apart from nothing."""
+    if raw is None or data is None or empty is None:
+        return None, (f"no energy bin holds {MIN_EVENTS} showers of the data, of the held-out data and of the "
+                      "generator; fix: compare more --events")
+    if empty - data <= MIN_SCALE_GAP * empty:
+        return None, (f"held-out data scores {data:.3g} against data, not well below the {empty:.3g} of empty "
+                      "showers: too few showers per energy bin to set the scale; fix: compare more --events")
+    return (empty - raw) / (empty - data), None
+
+
+def scaled_score(reference: dict[str, np.ndarray], held_out: dict[str, np.ndarray], fake: dict[str, np.ndarray],
+                 bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> dict:
+    """The score on the fixed scale: generated showers `fake` (made at the energies of `held_out`),
+    the held-out data showers and empty showers, each scored against the `reference` data showers
+    with the same bins; raw terms kept per bin. See the module docstring."""
+    model = score_features(reference, fake, bins)
+    data = score_features(reference, held_out, bins)
+    empty = score_features(reference, empty_features(held_out["energy_gev"] / 100.0), bins)
+    score, reason = normalise(model["score_raw"], data["score_raw"], empty["score_raw"])
+    for entry, d, e in zip(model["bins"], data["bins"], empty["bins"]):
+        entry.update({"score_reference_data": d["score_raw"], "score_reference_empty": e["score_raw"],
+                      "score": normalise(entry["score_raw"], d["score_raw"], e["score_raw"])[0]})
+    return {"score": score, "score_null_reason": reason, "score_meaning": SCORE_MEANING,
+            "score_raw": model["score_raw"], "score_reference_data": data["score_raw"],
+            "score_reference_empty": empty["score_raw"], "bins": model["bins"],
+            "definition": model["definition"], "reference_events": int(len(reference["cellsum"])),
+            "compared_events": int(len(held_out["cellsum"]))}
 
 
 def _save_png(fig, path: Path) -> Path:
@@ -180,6 +248,35 @@ def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_
     ax.legend()
     written.append(_save_png(fig, out / "physics_cellsum_vs_energy.png"))
     return written
+
+
+def plot_score(physics: dict, out_dir: str | Path) -> Path:
+    """physics_score.png: each energy bin's score and the overall one on the 0 (empty showers) to 1
+    (held-out data) scale, so which energies a generator gets wrong is seen at a glance."""
+    from matplotlib.figure import Figure
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    entries = [(f"{b['range_gev'][0]:g}-{b['range_gev'][1]:g} GeV", b["score"]) for b in physics["bins"]]
+    entries.append(("all bins", physics["score"]))
+    fig = Figure(figsize=(7, 4.5))
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.2, top=0.9)
+    ax = fig.subplots()
+    for x, (label, value) in enumerate(entries):
+        if value is None:
+            ax.text(x, 0.05, "no scale", ha="center", va="bottom", color="gray")
+        else:
+            ax.bar(x, value, color="k" if label == "all bins" else "tab:blue")
+            ax.text(x, value, f"{value:.3g}", ha="center", va="bottom" if value >= 0 else "top")
+    ax.axhline(1.0, color="g", linestyle="--", label="held-out data (1)")
+    ax.axhline(0.0, color="r", linestyle="--", label="empty showers (0)")
+    ax.set_xticks(range(len(entries)), [label for label, _ in entries])
+    ax.set_ylabel("physics score")
+    ax.set_title(f"generated vs data showers ({physics['compared_events']} compared, "
+                 f"{physics['reference_events']} reference)")
+    ax.set_ylim(top=max(1.15, ax.get_ylim()[1]))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    return _save_png(fig, out / "physics_score.png")
 
 
 def plot_comparison(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
@@ -277,9 +374,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="model preset (default: the checkpoint's, else full)")
     ap.add_argument("--out", required=True, help="directory for the PNG plots")
     ap.add_argument("--results", help="results JSON to which a 'physics' key is added")
-    ap.add_argument("--events", type=int, default=2000, help="data showers to compare (the first N)")
+    ap.add_argument("--events", type=int, default=2000,
+                    help="data showers used (the first N): a random half is the reference, the generator makes "
+                         "showers at the other half's energies, and that half sets the score's scale")
     ap.add_argument("--xscale", type=float, default=1.0, help="image scale used in training")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the generator's latent noise")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the generator's latent noise and of the data's split into halves")
     ap.add_argument("--skip-bad-events", action="store_true",
                     help="leave out data events with NaN/Inf cells or bad energies (counted in the results)")
     args = ap.parse_args(argv)
@@ -301,9 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, OSError) as exc:
             raise ValueError(f"generator weights {weights} do not fit preset {preset!r} ({one_line(exc)}); "
                              "fix: pass the --preset the generator was trained with") from None
-        fake = _generated_features(model, PRESETS[preset].latent_dim, real["energy_gev"] / 100.0, args.seed)
-        physics = score_features(real, fake)
-        plots = plot_features(real, fake, args.out)
+        first, second = reference_halves(len(real["cellsum"]), args.seed)
+        reference, held_out = take(real, first), take(real, second)
+        fake = _generated_features(model, PRESETS[preset].latent_dim, held_out["energy_gev"] / 100.0, args.seed)
+        physics = scaled_score(reference, held_out, fake)
+        plots = plot_features(reference, fake, args.out) + [plot_score(physics, args.out)]
         physics.update({"plots": [str(p) for p in plots], "events": int(len(real["cellsum"])),
                         "generator_weights": str(weights), "preset": preset, "xscale": args.xscale,
                         "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped})
@@ -312,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ValueError, OSError) as exc:
         print(f"gan3d validate: error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({k: physics[k] for k in ("score", "bins", "plots", "definition")}, indent=2))
+    print(json.dumps({k: physics[k] for k in PRINTED}, indent=2))
     return 0
 
 

@@ -20,7 +20,7 @@ APT_PACKAGES=(
   openmpi-bin libopenmpi3
   charliecloud squashfs-tools squashfuse fuse3
   buildah umoci skopeo mmdebstrap busybox-static
-  slurm-wlm munge libpmi2-0
+  slurm-wlm munge libpmi2-0 libpmix-dev   # Slurm's mpi/pmix dlopens pmix2/lib/libpmix.so (-dev only)
   openssh-server openssh-client rsync
   zstd pigz hwloc procps psmisc iproute2 strace
 )

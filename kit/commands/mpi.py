@@ -60,8 +60,12 @@ def _check(args: argparse.Namespace) -> int:
     for col in ("rank", "size", "MPI library (inside ch-run)", "mapped from", "allreduce"):
         table.add_column(col, overflow="fold")
     for r in result.ranks:
-        table.add_row(str(r.rank), str(r.size), r.library_version.splitlines()[0],
-                      "\n".join(r.mapped) or "-", str(r.sum))
+        libraries = [m for m in r.mapped if "/mca_" not in m]
+        components = sorted({m.rsplit("/", 1)[0] for m in r.mapped if "/mca_" in m})
+        count = len(r.mapped) - len(libraries)
+        shown = libraries + ([f"+ {count} MCA components from {', '.join(components)}"] if count else [])
+        table.add_row(str(r.rank), str(r.size), r.library_version.splitlines()[0], "\n".join(shown) or "-",
+                      str(r.sum))
     console = Console()
     console.print(table)
     for problem in result.problems:

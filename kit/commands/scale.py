@@ -32,7 +32,7 @@ def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     plan = make_plan(site, args.nodes, args.ranks_per_node, args.threads,
                      walltime(args, site.scheduler.max_walltime), None if args.no_container else args.image,
-                     args.python, train_args(args), args.partition, args.account)
+                     args.python, train_args(args), args.partition, args.account, args.repeats)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
@@ -141,6 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=_ints, required=True, help="e.g. 1,2,4,8")
     p.add_argument("--ranks-per-node", type=_ints, default=[1], help="e.g. 1,2,4 (default 1)")
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
+    p.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="run each combination N times (RUN-x1..xN); the report shows median and min-max")
     add_run_args(p)
     p.set_defaults(func=_plan)
 
@@ -170,5 +172,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, nargs="+", default=[], metavar="JSON",
                    help="further results files (other sweeps, other sites)")
     p.add_argument("--out", type=Path, help="where to write (default DIR/report)")
-    p.add_argument("--reference", help="a table of the paper to compare with, e.g. table4")
+    p.add_argument("--reference", help="a table of the paper to compare with: table1..table7 (scaling, "
+                   "FLOP rate), table8|table9 (container vs bare throughput, free memory)")
     p.set_defaults(func=_report)

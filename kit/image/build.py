@@ -18,6 +18,7 @@ from kit.atomic import remove_tree
 from kit.data import shipped
 from kit.errors import KitError
 from kit.mpi.abi import FAMILY_OF_VENDOR
+from kit.mpi.openmpi_abi import openmpi_rule
 from kit.site import Site, load_site
 
 RECIPES = shipped("images")
@@ -31,6 +32,7 @@ STORAGE_DRIVERS = ("overlay", "vfs")
 # buildah's graph root for root when no --storage is given (containers-storage's default).
 DEFAULT_GRAPH_ROOT = Path("/var/lib/containers/storage")
 PROBE_TIMEOUT = 60  # seconds: `buildah info` answers in well under one
+DEBIAN_OPENMPI = "4.1.4"  # gan3d-openmpi.Dockerfile's Open MPI without OPENMPI_VERSION (bookworm's)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,23 @@ def recipe_for(site: Site) -> Path:
 
 def site_build_args(site: Site) -> dict[str, str]:
     """The recipe's ARGs the site decides: where the host MPI's library dirs are bound."""
-    return {"HOSTMPI_TARGET": site.container.mpi_target.rstrip("/"),
-            "HOSTMPI_DIRS": str(len(site.host_mpi.lib_dirs)), "HOSTMPI_LIBDIR": "lib0"}
+    args = {"HOSTMPI_TARGET": site.container.mpi_target.rstrip("/"),
+            "HOSTMPI_DIRS": str(len(site.host_mpi.lib_dirs))}
+    if FAMILY_OF_VENDOR[site.host_mpi.vendor] == "mpich":  # the libmpich.so.12 alias's target dir
+        args["HOSTMPI_LIBDIR"] = "lib0"
+    return args
+
+
+def check_image_mpi(site: Site, args: dict[str, str]) -> None:
+    """Refuse, before a 20-minute build, an Open MPI recipe default the site's host cannot replace."""
+    if args.get("OPENMPI_VERSION"):
+        return
+    refused: list[str] = []
+    openmpi_rule(site.host_mpi.version, DEBIAN_OPENMPI, "full", lambda _r: None, lambda _w: None, refused.append)
+    if refused:
+        raise KitError(f"site {site.name}: the recipe's default Open MPI (Debian's {DEBIAN_OPENMPI}) cannot be "
+                       f"replaced by the host's: {refused[0]}; fix: --build-arg OPENMPI_VERSION="
+                       f"{site.host_mpi.version} --build-arg OPENMPI_SHA256=<that release tarball's sha256>")
 
 
 def which_builder(preferred: str | None = None) -> str:
@@ -133,6 +150,8 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     if fmt not in FORMATS:
         raise KitError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     args = {**site_build_args(site), **(extra_args or {})}
+    if recipe.resolve() == (RECIPES / "gan3d-openmpi.Dockerfile").resolve():  # its default MPI is known
+        check_image_mpi(site, args)
     out = Path(out).resolve()
     part = out.with_name(f".{out.name}.part")
     staged = None if context else out.with_name(f".{out.name}.context")

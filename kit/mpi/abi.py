@@ -3,12 +3,15 @@
 MPICH family (libmpi.so.12; Debian names it libmpich.so.12): MPICH >= 3.1, Intel MPI >= 5.0,
 Cray MPT >= 7.0, MVAPICH2 >= 2.0, ParaStation. Open MPI is its own family. Same family and
 SONAME major always; minor: `major` ignores it, `full` (default) warns when the host's is
-older than the image's, `strict` demands equality. Open MPI also needs equal minor in `full`.
+older than the image's, `strict` demands equality. Open MPI has rules of its own, from its
+release versions (kit.mpi.openmpi_abi; sources in docs/mpi-abi.md).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from kit.mpi.openmpi_abi import openmpi_rule, release_series
 
 MODES = ("major", "full", "strict")
 FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
@@ -18,7 +21,7 @@ DEFAULT_SONAME = {"mpich": "libmpi.so.12", "openmpi": "libmpi.so.40"}
 ADVICE = {
     "mpich": "an MPICH-ABI MPI with libmpi.so.12 (e.g. Debian/Ubuntu 'mpich' {hint}, or Intel MPI "
              "matching the host's {host})",
-    "openmpi": "Open MPI {hint} (the same major.minor as the host's {host})",
+    "openmpi": "Open MPI {hint} (the host's major version, minor no newer than the host's {host})",
 }
 
 
@@ -69,7 +72,8 @@ class Verdict:
 
 def advice_for(host: AbiId) -> str:
     if host.family == "openmpi":
-        hint = f"{host.major}.{host.minor}.x" if host.minor is not None else ""
+        series = release_series(host.version)
+        hint = (f"{series[0]}.0.x" + (f" to {series[0]}.{series[1]}.x" if series[1] else "")) if series else ""
         return ADVICE["openmpi"].format(hint=hint, host=host.describe())
     hint = f"with libmpi.so.12 minor <= {host.minor}" if host.minor is not None else ""
     return ADVICE["mpich"].format(hint=hint, host=host.describe())
@@ -100,7 +104,9 @@ def decide(host: AbiId, image: AbiId, mode: str = "full") -> Verdict:
         v.aliases[image.soname] = host.soname
         v.reasons.append(f"linker names differ ({image.linker_name} in the image, {host.linker_name} "
                          f"on the host): the image's {image.soname} is served by the host's {host.soname}")
-    if v.ok and mode != "major":
+    if v.ok and host.family == "openmpi":
+        openmpi_rule(host.version, image.version, mode, v.reasons.append, v.warnings.append, refuse)
+    elif v.ok and mode != "major":
         _minor_rule(host, image, mode, v, refuse)
     if not v.ok:
         v.advice = advice_for(host)
@@ -113,12 +119,10 @@ def _minor_rule(host: AbiId, image: AbiId, mode: str, v: Verdict, refuse) -> Non
         side = "host" if hmin is None else "image"
         v.warnings.append(f"the {side} library's minor version is unknown; minor not compared")
         return
-    exact = mode == "strict" or host.family == "openmpi"
     if hmin == imin:
         v.reasons.append(f"same minor: {hmin}")
-    elif exact:
-        refuse(f"minor versions differ: host {hmin}, image {imin} ({mode} mode"
-               f"{', Open MPI' if host.family == 'openmpi' else ''} requires equal minor)")
+    elif mode == "strict":
+        refuse(f"minor versions differ: host {hmin}, image {imin} (strict mode requires equal minor)")
     elif hmin > imin:
         v.reasons.append(f"host minor {hmin} >= image minor {imin}")
     else:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kit.errors import KitError
 from kit.mpi.imagefs import image_kind
+from kit.mpi.openmpi_launch import is_openmpi_mpirun, root_words
 from kit.mpi.pair import FIX_MISSING, Pair
 
 VENDOR_BANNER = {"intel": "Intel(R) MPI Library", "mpich": "MPICH", "mvapich2": "MVAPICH2",
@@ -44,19 +45,22 @@ def launcher_command(pair: Pair, ranks: int) -> tuple[list[str], list[str]]:
     """(launcher argv, extra ch-run join args) for the site's launcher on this machine."""
     site = pair.site
     words = shlex.split(site.host_mpi.launcher)
+    join = [f"--join-ct={ranks}", f"--join-tag=kitcheck-{os.getpid()}"]
+    if is_openmpi_mpirun(site):
+        words[1:1] = root_words(site)
     if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
         exe = Path(site.host_mpi.prefix) / "bin" / words[0]
         if not exe.is_file():
             raise KitError(f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
                            "host_mpi.prefix in the site config")
-        return [str(exe), *words[1:], "-n", str(ranks)], [f"--join-ct={ranks}", f"--join-tag=kitcheck-{os.getpid()}"]
+        return [str(exe), *words[1:], "-n", str(ranks)], join
     if words[0] == "srun":
         plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
         return [*words, *plugin, "-N", "1", "-n", str(ranks)], ["--join"]
     exe = shutil.which(words[0])
     if exe is None:
         raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH")
-    return [exe, *words[1:], "-n", str(ranks)], [f"--join-ct={ranks}", f"--join-tag=kitcheck-{os.getpid()}"]
+    return [exe, *words[1:], "-n", str(ranks)], join
 
 
 def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0) -> CheckResult:
@@ -76,7 +80,7 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0) -> Ch
     cmd = launcher + chrun + [python, "-c", program]
     env = dict(os.environ)
     env.setdefault("USER", "root")
-    env.update(pair.site.host_mpi.env)  # the launcher side sees the site's MPI settings too
+    env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
     result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"])
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -15,6 +15,7 @@ from kit.errors import KitError
 from kit.mpi.abi import DEFAULT_SONAME, FAMILY_OF_VENDOR, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
+from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words, openmpi_binds
 from kit.rootfs import Root, RootError
 from kit.site import Site, load_site
 
@@ -64,8 +65,8 @@ class Pair:
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
         return self.launch.ch_run_options(join)
 
-    def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
-        return self.launch.line(self.site_image or self.image, command)
+    def launch_line(self, command: str = DEFAULT_COMMAND, **how) -> str:
+        return self.launch.line(self.site_image or self.image, command, **how)
 
     def document(self) -> dict:
         v = self.verdict
@@ -123,27 +124,35 @@ class Launch:
         args += [f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in self.env_prepend.items()]
         return args
 
-    def line(self, image: str, command: str = DEFAULT_COMMAND) -> str:
+    def line(self, image: str, command: str = DEFAULT_COMMAND, hwthreads: bool = False,
+             exports: Sequence[str] = JOB_EXPORTS) -> str:
         """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
-        shell to expand; every other value is shell-quoted (``command`` is taken as shell words)."""
-        head, srun = launcher_words(self.site)
-        join = ["--join"] if srun and self.site.container.join else []
+        shell to expand; every other value is shell-quoted (``command`` is taken as shell words).
+        ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch)."""
+        head, srun = launcher_words(self.site, hwthreads, exports)
+        # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
+        join = ["--join"] if (srun or is_openmpi_mpirun(self.site)) and self.site.container.join else []
         body = [shlex.quote(a) for a in self.ch_run_options(join)]
-        if not srun and self.site.container.join:
+        if not join and self.site.container.join:
             body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
         return " ".join(head + body + [_shell_path(image), "--", command])
 
 
-def launcher_words(site: Site) -> tuple[list[str], bool]:
+def launcher_words(site: Site, hwthreads: bool = False,
+                   exports: Sequence[str] = JOB_EXPORTS) -> tuple[list[str], bool]:
     """The site's launcher, shell-quoted, and whether it is srun: srun with the site's PMI plugin,
-    or the host MPI's own mpiexec starting ${NRANKS} ranks (left for the batch script's shell)."""
+    or the host MPI's own mpiexec starting ${NRANKS} ranks (left for the batch script's shell);
+    Open MPI's mpirun also gets its mapping, binding and exports (kit.mpi.openmpi_launch)."""
     words = shlex.split(site.host_mpi.launcher)
     if words[0] == "srun":
         plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
         return [shlex.quote(w) for w in words + plugin], True
     if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
         words[0] = str(Path(site.host_mpi.prefix) / "bin" / words[0])
-    return [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"], False
+    head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
+    if is_openmpi_mpirun(site):
+        head += mpirun_job_words(site, hwthreads, [*exports, *site.host_mpi.env])
+    return head, False
 
 
 def _side(abi: AbiId) -> dict:
@@ -219,12 +228,16 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
     target = site.container.mpi_target.rstrip("/")
     lib_dirs = site.host_mpi.lib_dirs
     binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
+    extra_env: dict[str, str] = {}
+    if host.family == "openmpi":  # its components and help files too: none of the image's may load
+        more, extra_env = openmpi_binds(site.host_mpi.ompi, target)
+        binds += more
     binds += [tuple(b.split(":", 1)) for b in site.container.binds]
     host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
                         binds[0][1])
     links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
     prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
-    env_set = {k: translate(v, binds) for k, v in site.host_mpi.env.items()}
+    env_set = {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()} | extra_env
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)
     with Root(root) as tree:

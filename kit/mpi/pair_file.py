@@ -26,8 +26,9 @@ class PairFile:
     warnings: list[str] = field(default_factory=list)
     digest: str | None = None  # sha256:HEX of the image, from IMAGE.sha256 beside the pair file
 
-    def launch_line(self, command: str = DEFAULT_COMMAND) -> str:
-        return self.launch.line(self.site_image, command)
+    def launch_line(self, command: str = DEFAULT_COMMAND, **how) -> str:
+        """``how``: hwthreads and exports, for Launch.line."""
+        return self.launch.line(self.site_image, command, **how)
 
 
 def pair_file_for(image: str | os.PathLike) -> Path:

@@ -1,5 +1,7 @@
 """Run inside the container by `kit mpi check` (passed to python -c).
 
+Mapped: the MPI libraries, and Open MPI's dlopen'ed components (mca_*.so), whose paths show
+which MPI is really running.
 Rank 0 gathers every rank's report and prints them as one JSON line, so the launcher's
 interleaving of rank outputs cannot split a report.
 """
@@ -10,7 +12,7 @@ from mpi4py import MPI
 comm = MPI.COMM_WORLD
 with open("/proc/self/maps") as maps:
     mapped = sorted({line.split()[-1] for line in maps
-                     if "/" in line and ("libmpi" in line or "libmpich" in line)})
+                     if "/" in line and ("libmpi" in line or "libmpich" in line or "/mca_" in line)})
 mine = {
     "rank": comm.Get_rank(), "size": comm.Get_size(),
     "library_version": MPI.Get_library_version().strip(),

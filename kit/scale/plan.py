@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +41,20 @@ class Plan:
         return read_pair_file(self.pair, site) if self.pair else None
 
 
-def run_id(nodes: int, ranks_per_node: int, threads: int) -> str:
-    return f"n{nodes}-r{ranks_per_node}-t{threads}"
+def run_id(nodes: int, ranks_per_node: int, threads: int, repeat: int | None = None) -> str:
+    """`n4-r4-t12`; repeats of one run are `n4-r4-t12-x1`, `-x2`, ... (each its own job and result)."""
+    return f"n{nodes}-r{ranks_per_node}-t{threads}" + (f"-x{repeat}" if repeat else "")
 
 
 def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], threads: list[int] | None,
               walltime: str, image: str | None = None, python: str = "python3",
               train_args: tuple[str, ...] = (), partition: str | None = None,
-              account: str | None = None) -> Plan:
+              account: str | None = None, repeats: int = 1) -> Plan:
     """The cartesian sweep; combinations the site cannot run are kept aside with the reason.
-    ``threads`` None gives each layout one thread per physical core."""
+    ``threads`` None gives each layout one thread per physical core. ``repeats`` > 1 plans each
+    run that many times (the report shows their median and spread)."""
+    if not 1 <= repeats <= 100:
+        raise KitError(f"--repeats {repeats}: give 1..100 runs of each combination")
     site = load_site(site)
     if site.path is None:
         raise KitError(f"site {site.name}: a plan needs a site config file")
@@ -66,7 +70,8 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
             except KitError as exc:
                 refused.append({"nodes": n, "ranks_per_node": r, "threads_per_rank": t, "reason": str(exc)})
                 continue
-            runs.append(spec)
+            runs += [spec] if repeats == 1 else [replace(spec, run_id=run_id(n, r, t, i))
+                                                 for i in range(1, repeats + 1)]
     if not runs:
         reasons = "; ".join(sorted({r["reason"] for r in refused}))
         raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")

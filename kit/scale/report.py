@@ -7,207 +7,200 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from statistics import mean
-from typing import Any, Callable, Iterable, Optional, Sequence, Tuple
+from statistics import median
+from typing import Sequence
 
-from gan3d.results import SCHEMA
 from kit.atomic import atomic_write_bytes
 from kit.errors import KitError
-from kit.excerpt import control_character, shown
-from kit.mpi.elf import VENDOR_MARKERS
-from kit.readfile import read_json
-from kit.scale.paper import PaperTable, paper_table
+from kit.scale.overhead import Overhead, container_overhead
+from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
+from kit.scale.runs import RunResult, Series, load_results
 
-# site, ranks/node, threads/rank, batch/rank, MPI vendor (Optional: a runtime alias, and the core runs on 3.9)
-Config = Tuple[Optional[str], int, int, int, str]
-_RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
-_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")
-_RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
-         "a number >= 0")
-_SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
-_TEXT = (lambda v: isinstance(v, str), "a string")
-_NAME = (lambda v: isinstance(v, str) and control_character(v) is None, "one line of text")  # headings, labels
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What the report needs from one run's results JSON."""
-
-    path: Path
-    site: str | None
-    nodes: int
-    ranks: int
-    ranks_per_node: int
-    threads_per_rank: int
-    batch_per_rank: int
-    global_batch: int
-    epoch_seconds: float
-    epoch_seconds_from: str  # which measurement epoch_seconds is, for the CSV
-    showers_per_second: float
-    flop_per_second: float
-    peak_flop_per_second_theoretical: float | None
-    percent_of_peak_theoretical: float | None
-    mpi_library_version: str | None
-
-    @property
-    def mpi(self) -> str:
-        """The MPI vendor the job ran on: container MPI vs host MPI is the paper's Table 3 vs 4."""
-        text = (self.mpi_library_version or "").encode()
-        return next((vendor for vendor, marker in VENDOR_MARKERS if marker in text), "unknown-mpi")
-
-    @property
-    def config(self) -> Config:
-        """The series a run belongs to: runs of one series differ only in their node count."""
-        return (self.site, self.ranks_per_node, self.threads_per_rank, self.batch_per_rank, self.mpi)
+__all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "series_name", "write_report"]
 
 
 @dataclass(frozen=True)
 class Row:
-    """One line of a scaling table in the paper's layout, plus throughput and FLOP rate."""
+    """One node count of a series: the median over its repeats, with their spread."""
 
     nodes: int
-    seconds_per_epoch: float
+    seconds_per_epoch: float  # median wall time of a full epoch
+    seconds_min: float
+    seconds_max: float
+    step_seconds: float | None  # median step-only estimate
+    data_stall_percent: float | None  # median share of the wall epoch the steps leave unexplained
     linear_seconds: float
     efficiency_percent: float | None  # None for the base row (the paper's "-")
     showers_per_second: float
-    pflop_per_second: float
+    flop_per_second: float
     percent_of_peak: float | None
-    run: RunResult
+    runs: tuple[RunResult, ...]
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs)
+
+    @property
+    def efficiency_range(self) -> tuple[float, float] | None:
+        """Efficiency at this row's slowest and fastest repeat (the base row's median held)."""
+        if self.efficiency_percent is None:
+            return None
+        return 100 * self.linear_seconds / self.seconds_max, 100 * self.linear_seconds / self.seconds_min
 
 
-def load_results(paths: Iterable[str | os.PathLike]) -> list[RunResult]:
-    """Read results JSONs; any file the report cannot use is a KitError naming it, the key and the fix."""
-    return [_load_one(Path(p)) for p in paths]
-
-
-def _load_one(path: Path) -> RunResult:
-    try:
-        record = read_json(path, "gan3d results file", "fix: re-run the job, or leave this file out")
-    except FileNotFoundError:
-        raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
-        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {SCHEMA!r}); "
-                       "fix: pass the JSON written by `python -m gan3d train --results FILE`")
-    if record.get("status") == "failed":
-        raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report; "
-                       "fix: leave this file out, or re-run the job")
-    seconds, source = _epoch_seconds(record, path)
-    counts = {k: _value(record, path, k, _COUNT) for k in
-              ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}
-    return RunResult(
-        path=path, site=_value(record, path, "site", _NAME, nullable=True), **counts,
-        epoch_seconds=seconds, epoch_seconds_from=source,
-        showers_per_second=_value(record, path, "showers_per_second", _RATE),
-        flop_per_second=_value(record, path, "flop_per_second", _RATE),
-        peak_flop_per_second_theoretical=_value(record, path, "peak_flop_per_second_theoretical", _RATE, True),
-        percent_of_peak_theoretical=_value(record, path, "percent_of_peak_theoretical", _RATE, True),
-        mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True))
-
-
-def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str],
-           nullable: bool = False) -> Any:
-    """record[key] if it passes `check` (or is null where null is allowed); else a KitError naming the key."""
-    if key not in record:
-        raise KitError(f"{path}: key {key!r} is missing; {_RERUN}")
-    value = record[key]
-    if value is None and nullable:
-        return None
-    if not check[0](value):
-        raise KitError(f"{path}: key {key!r} is {shown(value)}, expected {check[1]}; {_RERUN}")
-    return value
-
-
-def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
-    """The whole-epoch estimate when the run made one; else measured epochs after the first (which
-    holds the tf.function tracing), unless the first is all there is."""
-    if record.get("full_epoch_seconds_estimate") is not None:
-        return _value(record, path, "full_epoch_seconds_estimate", _SECONDS), "full_epoch_seconds_estimate"
-    if "epoch_times" not in record:
-        raise KitError(f"{path}: key 'epoch_times' is missing and 'full_epoch_seconds_estimate' is not set, "
-                       f"so there is no time per epoch; {_RERUN}")
-    times = record["epoch_times"]
-    if not isinstance(times, list) or not times or not all(_SECONDS[0](t) for t in times):
-        raise KitError(f"{path}: key 'epoch_times' is {shown(times)}, expected a list of seconds > 0; {_RERUN}")
-    if len(times) > 1:
-        return mean(times[1:]), f"mean of epoch_times[1:] ({len(times) - 1} epochs)"
-    return times[0], "epoch_times[0] (includes tracing)"
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return median(known) if known else None
 
 
 def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
-    """One series' rows, sorted by nodes. Linear time is T(n0) * n0 / n with n0 the smallest node count;
-    efficiency is linear / measured, None for the base row."""
+    """One series' rows, sorted by nodes; repeats of a node count become their median and min-max.
+    Linear time is T(n0) * n0 / n with n0 the smallest node count and T its median; efficiency is
+    linear / median measured, None for the base row."""
     if not runs:
         raise KitError("no runs to tabulate; fix: pass at least one results JSON")
-    configs = sorted({series_name(r.config) for r in runs})
-    if len(configs) > 1:
-        raise KitError(f"scaling_table takes one series, got {', '.join(configs)}; fix: group runs by "
-                       "RunResult.config (write_report does)")
-    ordered = sorted(runs, key=lambda r: r.nodes)
-    for a, b in zip(ordered, ordered[1:]):
-        if a.nodes == b.nodes:
-            raise KitError(f"series {configs[0]} has two runs on {a.nodes} nodes: {a.path} and {b.path}; "
-                           "fix: leave one of them out, or report them in separate calls")
-    base = ordered[0]
-    linear = [base.epoch_seconds * base.nodes / r.nodes for r in ordered]
-    return [Row(r.nodes, r.epoch_seconds, lin, None if r is base else 100 * lin / r.epoch_seconds,
-                r.showers_per_second, r.flop_per_second / 1e15, r.percent_of_peak_theoretical, r)
-            for r, lin in zip(ordered, linear)]
+    keys = sorted({r.series.name for r in runs})
+    if len(keys) > 1:
+        raise KitError(f"scaling_table takes one series, got {', '.join(keys)}; fix: group runs by "
+                       "RunResult.series (write_report does)")
+    by_nodes: dict[int, list[RunResult]] = {}
+    for run in runs:
+        by_nodes.setdefault(run.nodes, []).append(run)
+    rows = []
+    for nodes in sorted(by_nodes):
+        group = sorted(by_nodes[nodes], key=lambda r: str(r.path))
+        seconds = [r.epoch_seconds for r in group]
+        rows.append(Row(nodes, median(seconds), min(seconds), max(seconds),
+                        _median([r.step_epoch_seconds for r in group]),
+                        _median([r.data_stall_percent for r in group]), 0.0, None,
+                        median(r.showers_per_second for r in group), median(r.flop_per_second for r in group),
+                        _median([r.percent_of_peak_theoretical for r in group]), tuple(group)))
+    base = rows[0]
+    out = []
+    for row in rows:
+        linear = base.seconds_per_epoch * base.nodes / row.nodes
+        out.append(replace(row, linear_seconds=linear,
+                           efficiency_percent=None if row is base else 100 * linear / row.seconds_per_epoch))
+    return out
 
 
-def series_name(config: Config) -> str:
-    """A short id for a series, e.g. `supermuc-ng/4x12/b8/intel` (site/ranks per node x threads/batch
-    per rank/MPI)."""
-    site, ranks, threads, batch, mpi = config
-    return f"{site or 'no-site'}/{ranks}x{threads}/b{batch}/{mpi}"
+def series_name(series: Series) -> str:
+    """A short id for a series (see Series.name)."""
+    return series.name
+
+
+def group_series(runs: Sequence[RunResult]) -> dict[Series, list[Row]]:
+    """Runs grouped by their whole key, each group a scaling table; in a stable order."""
+    groups: dict[Series, list[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(run.series, []).append(run)
+    return {key: scaling_table(groups[key]) for key in sorted(groups, key=Series.sort_key)}
 
 
 def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, reference: str | None = None,
                  title: str | None = None) -> list[Path]:
-    """report.md, report.csv and three PNGs in out_dir; everything is rendered before the first write,
+    """report.md, report.csv and the PNGs in out_dir; everything is rendered before the first write,
     so a bad input leaves out_dir untouched, and each file appears whole (atomic rename)."""
     if not runs:
         raise KitError("no results to report; fix: pass the results JSONs of a sweep")
     ref = paper_table(reference) if reference else None
-    groups: dict[Config, list[RunResult]] = {}
-    for run in runs:
-        groups.setdefault(run.config, []).append(run)
-    series = {cfg: scaling_table(groups[cfg]) for cfg in sorted(groups, key=lambda c: (str(c[0]), *c[1:]))}
-    outputs = {"report.md": _markdown(series, ref, title).encode(), "report.csv": _csv(series).encode(),
-               **_plots(series, ref)}
+    series = group_series(runs)
+    overheads = container_overhead(series)
+    from kit.scale.plots import plots
+
+    outputs = {"report.md": _markdown(series, overheads, ref, title).encode(),
+               "report.csv": _csv(series).encode(), **plots(series, overheads, ref)}
     out = Path(out_dir)
     for name, data in outputs.items():
         atomic_write_bytes(out / name, data)
     return [out / name for name in outputs]
 
 
-def _markdown(series: dict[Config, list[Row]], ref: PaperTable | None, title: str | None) -> str:
-    runs = sum(len(rows) for rows in series.values())
+DEFINITIONS = ("Time per epoch: the wall clock of a full epoch (the paper's definition), from its first batch to "
+               "the end of its closing all-reduces, data loading included; the mean of a run's epochs after the "
+               "first (which traces the step), scaled to a full epoch when --steps-per-epoch cut it; the median of "
+               "the repeats with [min-max]. Step-only: the mean timed step x the steps of a full epoch, which "
+               "leaves out data loading, the first step and the all-reduces after the last step; data stall = "
+               "(wall - step-only) / wall. Linear time = T(n0) x n0 / n with n0 the series' smallest node count; "
+               "scaling efficiency = linear / measured (the paper's definitions).")
+
+
+def _markdown(series: dict[Series, list[Row]], overheads: list[Overhead], ref: Reference | None,
+              title: str | None) -> str:
+    runs = [run for rows in series.values() for row in rows for run in row.runs]
     lines = [f"# {title or 'Scaling report'}", "",
-             f"{runs} runs in {len(series)} series. Time per epoch is the run's whole-epoch estimate, else the "
-             "mean of its epochs after the first. Linear time = T(n0) * n0 / n with n0 the series' smallest node "
-             "count; scaling efficiency = linear / measured (the paper's definitions). % of peak is of the site "
-             "config's fp32 theoretical peak (the paper's Table 7 uses the FP64 peak, half of it).", ""]
-    for cfg, rows in series.items():
-        site, ranks, threads, batch, _ = cfg
-        mpi = " / ".join(dict.fromkeys(r.run.mpi_library_version or "not recorded" for r in rows))
-        lines += [f"## {site or 'no site'}: {ranks} ranks/node × {threads} threads/rank, batch {batch}/rank, "
-                  f"MPI: {mpi}", "", f"Series `{series_name(cfg)}` in report.csv.", "",
-                  "| Nodes | Training time (s) per epoch | Linear time (s) per epoch | Scaling efficiency "
-                  "| Showers/s | PFLOP/s | % of peak |", "|---:|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r.nodes} | {r.seconds_per_epoch:.2f} | {r.linear_seconds:.2f} | {_pct(r.efficiency_percent)} "
-                  f"| {_num(r.showers_per_second)} | {_num(r.pflop_per_second)} | {_pct(r.percent_of_peak)} |"
-                  for r in rows]
-        lines.append("")
-    return "\n".join(lines + (_reference_markdown(ref) if ref else []))
+             f"Runs: {len(runs)}, in {len(series)} series. A series holds the runs that differ only in their node "
+             "count: same site, layout, batch, MPI, preset, epoch size, container or bare, precision and image. "
+             "% of peak is of the site config's fp32 theoretical peak (the paper's Table 7 uses the FP64 "
+             "peak, half of it).", ""]
+    inferred = [r for r in runs if r.container_from != "recorded"]
+    if inferred:
+        lines += [f"{len(inferred)} result(s) predate the `container` field: container when they name an image "
+                  "digest, else bare.", ""]
+    for key, rows in series.items():
+        lines += _series_markdown(key, rows)
+    lines += _overhead_markdown(overheads)
+    if isinstance(ref, PaperTable):
+        lines += _reference_markdown(ref, series)
+    elif isinstance(ref, OverheadTable):
+        lines += _overhead_reference_markdown(ref)
+    return "\n".join(lines)
 
 
-def _reference_markdown(ref: PaperTable) -> list[str]:
-    """The paper's table as printed, with the notes on its misprints."""
+def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
+    mpi = " / ".join(dict.fromkeys(r.mpi_library_version or "not recorded" for row in rows for r in row.runs))
+    where = "bare" if key.container is None else f"in {key.container}" + (f" ({key.image_digest})"
+                                                                           if key.image_digest else "")
+    epoch = f"epoch of {key.events_per_epoch:,} events" if key.events_per_epoch else "epoch size not recorded"
+    unit, scale = flop_unit(max(r.flop_per_second for r in rows))
+    lines = [f"## {key.site or 'no site'}: {key.ranks_per_node} ranks/node × {key.threads_per_rank} threads/rank, "
+             f"batch {key.batch_per_rank}/rank, MPI: {mpi}", "",
+             f"Preset {key.preset or 'not recorded'}, {epoch}, {where}, {key.precision}. "
+             f"Series `{key.name}` in report.csv.", "",
+             f"| Nodes | Time per epoch (s, wall) | Runs | Step-only (s) | Data stall | Linear time (s) "
+             f"| Scaling efficiency | Showers/s | {unit} | % of peak |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        spread = f" [{r.seconds_min:.2f}–{r.seconds_max:.2f}]" if r.repeats > 1 else ""
+        eff = _pct(r.efficiency_percent)
+        if r.efficiency_range and r.repeats > 1:
+            eff += f" [{r.efficiency_range[0]:.1f}–{r.efficiency_range[1]:.1f}]"
+        lines.append(f"| {r.nodes} | {r.seconds_per_epoch:.2f}{spread} | {r.repeats} | {_opt(r.step_seconds)} "
+                     f"| {_pct(r.data_stall_percent)} | {r.linear_seconds:.2f} | {eff} | {_num(r.showers_per_second)} "
+                     f"| {_num(r.flop_per_second / scale)} | {_pct(r.percent_of_peak)} |")
+    sources = sorted({run.epoch_seconds_from for row in rows for run in row.runs})
+    return lines + ["", f"Wall clock from: {'; '.join(sources)}.", "", DEFINITIONS, ""]
+
+
+def _overhead_markdown(overheads: list[Overhead]) -> list[str]:
+    if not overheads:
+        return []
+    lines = ["## Container vs bare", "",
+             "| Series (bare) | Container | Nodes | Container (s) | Bare (s) | Overhead | Runs (c/b) "
+             "| Peak RSS/rank, container / bare (GB) | Lowest MemAvailable, container / bare (GB) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for o in overheads:
+        low, high = o.percent_range
+        lines.append(f"| `{o.layout.name}` | {o.container.container}"
+                     f"{'@' + o.container.image_digest.split(':')[-1][:12] if o.container.image_digest else ''} "
+                     f"| {o.nodes} | {o.inside.seconds_per_epoch:.2f} [{o.inside.seconds_min:.2f}–"
+                     f"{o.inside.seconds_max:.2f}] | {o.bare.seconds_per_epoch:.2f} [{o.bare.seconds_min:.2f}–"
+                     f"{o.bare.seconds_max:.2f}] | {o.percent:+.1f}% [{low:+.1f}–{high:+.1f}] "
+                     f"| {o.inside.repeats}/{o.bare.repeats} | {_gb_pair(o.peak_rss_bytes())} "
+                     f"| {_gb_pair(o.memory_available_bytes())} |")
+    return lines + ["", "Overhead = (container - bare) / bare of the median wall epochs; [range] pairs the extremes "
+                    "of the repeats. Peak RSS: the largest rank's; MemAvailable: the lowest any node had at an "
+                    "epoch's end (both medians over the repeats).", ""]
+
+
+def _gb_pair(pair: tuple[float | None, float | None]) -> str:
+    return " / ".join("-" if v is None else f"{v / 1e9:.2f}" for v in pair)
+
+
+def _reference_markdown(ref: PaperTable, series: dict[Series, list[Row]]) -> list[str]:
+    """The paper's table as printed, with the notes on its misprints, and which series it compares with."""
     lines = [f"## Reference: {ref.label}", "", f"{ref.caption}; {ref.setup}.", ""]
     if ref.seconds_per_epoch:
         lines += ["| Nodes | Training time (s) per epoch | Linear time (s) per epoch | Scaling efficiency |",
@@ -218,74 +211,59 @@ def _reference_markdown(ref: PaperTable) -> list[str]:
         lines += ["| Nodes | Measured performance (PFLOP/s) | % of theoretical peak |", "|---:|---:|---:|"]
         lines += [f"| {n} | {p:g} | {c:g}% |" for n, p, c in zip(ref.nodes, ref.pflop_per_second,
                                                                     ref.percent_of_peak)]
-    return lines + [""] + [f"> Note: {note}" for note in ref.notes] + ([""] if ref.notes else [])
+    lines += [""] + [f"> Note: {note}" for note in ref.notes] + ([""] if ref.notes else [])
+    unlike = [key.name for key in series if not comparable_with_paper(key)]
+    if unlike and ref.seconds_per_epoch:
+        lines += [f"Times not compared with the paper's (epoch of {PAPER_EPOCH_EVENTS:,} showers, {PAPER_PRESET} "
+                  f"model): {', '.join(f'`{n}`' for n in unlike)} (another preset or epoch size); only "
+                  "efficiencies are drawn beside the paper's.", ""]
+    return lines
+
+
+def comparable_with_paper(key: Series) -> bool:
+    """Absolute epoch times mean the same as the paper's only for its model and epoch size."""
+    return key.preset == PAPER_PRESET and key.events_per_epoch == PAPER_EPOCH_EVENTS
+
+
+def _overhead_reference_markdown(ref: OverheadTable) -> list[str]:
+    lines = [f"## Reference: {ref.label}", "", f"{ref.caption}; {ref.setup}.", "",
+             f"| Benchmark | {ref.quantity} with Charliecloud | without | Overhead |", "|---|---:|---:|---:|"]
+    lines += [f"| {b} | {a:g} | {w:g} | {o:+.2f}% |" for b, a, w, o in
+              zip(ref.benchmarks, ref.with_container, ref.without_container, ref.overhead_percent())]
+    what = ("extra time per image (without / with - 1)" if ref.higher_is_better
+            else "less free memory with the container (1 - with / without)")
+    return lines + ["", f"Overhead here: {what}, as the measured overhead above is extra time per epoch.", ""] + \
+        [f"> Note: {note}" for note in ref.notes] + [""]
+
+
+def flop_unit(largest: float) -> tuple[str, float]:
+    """GFLOP/s, TFLOP/s or PFLOP/s, whichever shows the largest value of a table as 1..999."""
+    for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12)):
+        if largest >= scale:
+            return unit, scale
+    return "GFLOP/s", 1e9
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
+def _opt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _num(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
 
 
-def _csv(series: dict[Config, list[Row]]) -> str:
-    """One line per run, full precision, with the series id and the row's linear time and efficiency."""
-    lines = [{"series": series_name(cfg), **asdict(row.run), "linear_seconds": row.linear_seconds,
-              "efficiency_percent": row.efficiency_percent} for cfg, rows in series.items() for row in rows]
+def _csv(series: dict[Series, list[Row]]) -> str:
+    """One line per run, full precision, with its series, its row's medians, linear time and efficiency."""
+    lines = [{"series": key.name, **asdict(run), "data_stall_percent": run.data_stall_percent,
+              "repeats": row.repeats, "median_epoch_seconds": row.seconds_per_epoch,
+              "linear_seconds": row.linear_seconds, "efficiency_percent": row.efficiency_percent}
+             for key, rows in series.items() for row in rows for run in row.runs]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(lines[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(lines)
-    return buf.getvalue()
-
-
-def _plots(series: dict[Config, list[Row]], ref: PaperTable | None) -> dict[str, bytes]:
-    """The paper's Figures 1-2 (time per epoch, measured vs linear), efficiency, and FLOP rate."""
-    from matplotlib.figure import Figure
-
-    time_fig, eff_fig, flop_fig = Figure(figsize=(7, 4.5)), Figure(figsize=(7, 4.5)), Figure(figsize=(12, 4.5))
-    t_ax, e_ax = time_fig.subplots(), eff_fig.subplots()
-    p_ax, c_ax = flop_fig.subplots(1, 2)
-    for i, (cfg, rows) in enumerate(series.items()):
-        style, name, nodes = {"color": f"C{i % 10}"}, series_name(cfg), [r.nodes for r in rows]
-        t_ax.plot(nodes, [r.seconds_per_epoch for r in rows], "o-", label=f"{name} measured", **style)
-        t_ax.plot(nodes, [r.linear_seconds for r in rows], ":", label=f"{name} linear", **style)
-        if len(rows) > 1:
-            e_ax.plot(nodes[1:], [r.efficiency_percent for r in rows[1:]], "o-", label=name, **style)
-        p_ax.plot(nodes, [r.pflop_per_second for r in rows], "o-", label=name, **style)
-        peak = [(r.nodes, r.percent_of_peak) for r in rows if r.percent_of_peak is not None]
-        if peak:
-            c_ax.plot(*zip(*peak), "o-", label=name, **style)
-    if ref and ref.seconds_per_epoch:
-        t_ax.plot(ref.nodes, ref.seconds_per_epoch, "k--", label=ref.label)
-        e_ax.plot(ref.nodes[1:], ref.efficiency_percent[1:], "k--", label=ref.label)
-    elif ref:
-        p_ax.plot(ref.nodes, ref.pflop_per_second, "k--", label=ref.label)
-        c_ax.plot(ref.nodes, ref.percent_of_peak, "k--", label=f"{ref.label}, of FP64 peak")
-    _finish(t_ax, "time per epoch (s)", log_y=True)
-    _finish(e_ax, "scaling efficiency (%)")
-    _finish(p_ax, "achieved PFLOP/s", log_y=True)
-    _finish(c_ax, "% of theoretical peak")
-    return {"time_per_epoch.png": _png(time_fig), "efficiency.png": _png(eff_fig), "flops.png": _png(flop_fig)}
-
-
-def _finish(ax, ylabel: str, log_y: bool = False) -> None:
-    from matplotlib.ticker import ScalarFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
-
-
-def _png(fig) -> bytes:
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
     return buf.getvalue()

@@ -12,6 +12,7 @@ from kit.site.schema import Field, Section
 # Whole-value patterns (fullmatch: `$` would let a trailing newline through), ASCII digits only.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MCA_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,118}")  # OMPI_MCA_<name> stays an ENV_NAME
 WALLTIME_RE = re.compile(r"(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]")
 SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are read without a shell
 MPI_VENDORS = ("intel", "mpich", "mvapich2", "cray-mpich", "parastation", "openmpi")
@@ -70,6 +71,19 @@ def _env_names(env: dict) -> str | None:
     return f"{shown(bad)}: not environment variable names (letters, digits, _)" if bad else None
 
 
+def _mca_names(mca: dict) -> str | None:
+    bad = [k for k in mca if not MCA_NAME_RE.fullmatch(k)]
+    return (f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), e.g. btl_tcp_if_include"
+            if bad else None)
+
+
+def _host_mpi_check(mpi: dict) -> list[tuple[str, str]]:
+    if mpi["openmpi"] is not None and mpi["vendor"] != "openmpi":
+        return [("openmpi", f"Open MPI settings for a host MPI of vendor {mpi['vendor']}; fix: remove them "
+                 "or set vendor: openmpi")]
+    return []
+
+
 def _port(value: int) -> str | None:
     return None if 1 <= value <= 65535 else f"port {value} is outside 1..65535"
 
@@ -93,6 +107,19 @@ def _network_check(net: dict) -> list[tuple[str, str]]:
         return [(key, "give both islands and island_nodes, or neither")]
     return []
 
+
+OPENMPI_SECTION = Section({
+    "components": Field("str", nullable=True, required=False, check=_absolute,
+                        doc="the host's MCA component dir (ompi_info --path pkglibdir); default PREFIX/lib/openmpi"),
+    "help_files": Field("str", nullable=True, required=False, check=_absolute,
+                        doc="the host's help-file dir (ompi_info --path pkgdatadir); default PREFIX/share/openmpi"),
+    "pmix_components": Field("str", nullable=True, required=False, check=_absolute,
+                             doc="an external PMIx's component dir, bound too; null: PMIx inside Open MPI"),
+    "mca": Field("map[str,str]", required=False, default={}, check=_mca_names,
+                 doc="MCA parameters, exported as OMPI_MCA_<name> to mpirun and the ranks"),
+    "allow_run_as_root": Field("bool", required=False, default=False,
+                               doc="mpirun --allow-run-as-root (containers and CI run as root; clusters should not)"),
+})
 
 SCHEMA = Section({
     "name": Field("str", check=_name, doc="short name used on the command line"),
@@ -134,7 +161,9 @@ SCHEMA = Section({
                         doc="the host library's SONAME, e.g. libmpi.so.12"),
         "library_version": Field("str", nullable=True, required=False,
                                  doc="the host libmpi file's version suffix, e.g. 12.0.0"),
-    })),
+        "openmpi": Field(OPENMPI_SECTION, nullable=True, required=False,
+                         doc="what binding and starting an Open MPI host needs (vendor openmpi only)"),
+    }, check=_host_mpi_check)),
     "container": Field(Section({
         "runtime": Field("str", choices=("charliecloud",)),
         "image_dir": Field("str", check=_absolute),
@@ -215,6 +244,18 @@ class Node:
 
 
 @dataclass(frozen=True)
+class OpenMPI:
+    """Open MPI's own needs: its dlopen'ed components and help files are found through compiled-in
+    paths, so they are bound too and named by OPAL_PKGLIBDIR/OPAL_PKGDATADIR inside the image."""
+
+    components: str | None = None
+    help_files: str | None = None
+    pmix_components: str | None = None
+    mca: dict[str, str] = field(default_factory=dict)
+    allow_run_as_root: bool = False
+
+
+@dataclass(frozen=True)
 class HostMPI:
     vendor: str
     version: str
@@ -224,11 +265,27 @@ class HostMPI:
     env: dict[str, str] = field(default_factory=dict)
     soname: str | None = None
     library_version: str | None = None
+    openmpi: OpenMPI | None = None
 
     @property
     def lib_dirs(self) -> list[str]:
         """The library dirs, defaulting to PREFIX/lib."""
         return list(self.library_dirs) or [str(Path(self.prefix) / "lib")]
+
+    @property
+    def ompi(self) -> OpenMPI:
+        """The Open MPI settings with their defaults filled in from the prefix."""
+        given = self.openmpi or OpenMPI()
+        prefix = Path(self.prefix)
+        return OpenMPI(given.components or str(prefix / "lib" / "openmpi"),
+                       given.help_files or str(prefix / "share" / "openmpi"),
+                       given.pmix_components, dict(given.mca), given.allow_run_as_root)
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """What the launcher and the ranks get: env, and an Open MPI host's MCA parameters."""
+        mca = {f"OMPI_MCA_{k}": v for k, v in self.ompi.mca.items()} if self.vendor == "openmpi" else {}
+        return {**mca, **self.env}
 
 
 @dataclass(frozen=True)
@@ -278,6 +335,10 @@ class Site:
         """Build from a dict that already passed SCHEMA."""
         data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
         data["host_mpi"]["env"] = {k: str(v) for k, v in data["host_mpi"]["env"].items()}
+        if data["host_mpi"]["openmpi"] is not None:
+            ompi = dict(data["host_mpi"]["openmpi"])
+            ompi["mca"] = {k: str(v) for k, v in ompi["mca"].items()}
+            data["host_mpi"]["openmpi"] = OpenMPI(**ompi)
         return cls(
             name=data["name"], description=data["description"], modules=list(data["modules"]),
             scheduler=Scheduler(**data["scheduler"]), node=Node(**data["node"]),

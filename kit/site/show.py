@@ -43,7 +43,8 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
         ("peak at max_nodes", f"FP32 {_flops(s.max_nodes * n.theoretical_peak_flops())}"),
         ("host MPI", f"{mpi.vendor} {mpi.version} at {mpi.prefix}, launcher {mpi.launcher!r}"
                      + (f", {mpi.soname} {mpi.library_version or ''}" if mpi.soname else "")),
-        ("MPI env", ", ".join(f"{k}={v}" for k, v in mpi.env.items()) or "-"),
+        ("MPI env", ", ".join(f"{k}={v}" for k, v in mpi.launch_env.items()) or "-"),
+        *_openmpi_rows(mpi),
         ("container", f"{site.container.runtime}, images in {site.container.image_dir}, host MPI "
                       f"bound under {site.container.mpi_target}, join={site.container.join}"),
         ("modules", ", ".join(site.modules) or "-"),
@@ -54,6 +55,15 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
                     f"{site.network.bandwidth_gbps:g} Gbit/s"),
     ]
     return rows
+
+
+def _openmpi_rows(mpi) -> list[tuple[str, str]]:
+    if mpi.vendor != "openmpi":
+        return []
+    o = mpi.ompi
+    return [("Open MPI", f"components {o.components}, help files {o.help_files}, PMIx components "
+                         f"{o.pmix_components or '- (inside Open MPI)'}"
+                         + (", mpirun --allow-run-as-root" if o.allow_run_as_root else ""))]
 
 
 JSON_SCHEMA = "kit-site-show/1"
@@ -71,6 +81,8 @@ def summary_document(site: Site) -> dict:
                                           ("network", site.network))}
     sections["node"] |= {"cores": n.cores, "hardware_threads": n.hardware_threads}
     sections["host_mpi"]["library_dirs"] = site.host_mpi.lib_dirs
+    if site.host_mpi.vendor == "openmpi":
+        sections["host_mpi"]["openmpi"] = asdict(site.host_mpi.ompi)
     node_peak = n.theoretical_peak_flops
     return {
         "name": site.name, "description": site.description,

@@ -12,6 +12,7 @@ from kit.atomic import atomic_write_text
 from kit.data import shipped
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
+from kit.mpi.openmpi_launch import JOB_EXPORTS
 from kit.mpi.pair import launcher_words, translate, under
 from kit.mpi.pair_file import PairFile
 from kit.readfile import read_text
@@ -90,17 +91,19 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
     train = [python, "-m", "gan3d", "train", "--site", str(files.site_file), "--threads",
              str(spec.threads_per_rank), "--results", str(files.results),
              *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args]
-    head, srun = launcher_words(site)
+    exports = [*JOB_EXPORTS, *(["KIT_IMAGE_DIGEST"] if pair is not None and pair.digest else [])]
+    head, srun = launcher_words(site, run.hyperthreads, exports)
     # The launcher (and Hydra's proxies) read the host MPI's settings on the host; inside, the
     # pair's --set-env values (host paths translated) win.
-    env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.env.items()]
+    env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.launch_env.items()]
     if srun:  # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
         env.append(f"export SRUN_CPUS_PER_TASK={spec.threads_per_rank}")
     if pair is None:
         launch = " ".join(head + [shlex.quote(w) for w in train])
     else:
         inside = _inside(pair, files.run_dir, spec.train_args)
-        launch = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in train))
+        launch = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in train), hwthreads=run.hyperthreads,
+                                  exports=exports)
         if pair.digest:  # the results name the image they ran on
             env.append(f"export KIT_IMAGE_DIGEST={shlex.quote(pair.digest)}")
     modules = ""

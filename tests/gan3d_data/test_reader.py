@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from gan3d.data import DataError, ShowerFiles, ShowerStream, expand_data_arg, train_test_split
+from gan3d.data import DataError, ShowerFiles, ShowerStream, expand_data_arg
 from tests.gan3d_data.conftest import write_id_files
 
 
@@ -122,16 +122,6 @@ def _empty(tmp_path: Path) -> Path:
     d = tmp_path / "empty"
     d.mkdir()
     return d
-
-
-def test_train_test_split_holds_out_the_last_files():
-    paths = [Path(f"EleEscan_{i // 10 + 1}_{i % 10}.h5") for i in range(20)]
-    train, test = train_test_split(paths, test_fraction=0.1)
-    assert train == paths[:18] and test == paths[18:]
-    assert train_test_split(paths, n_test_files=5)[1] == paths[15:]
-    assert train_test_split(paths[:3], test_fraction=0.0) == (paths[:3], [])
-    with pytest.raises(DataError, match="test file"):
-        train_test_split(paths[:1], test_fraction=0.1)
 
 
 def test_too_few_events_for_the_ranks(tmp_path: Path):

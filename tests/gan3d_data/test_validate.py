@@ -33,7 +33,7 @@ def test_data_against_itself_scores_far_lower_than_wrong_showers(showers):
     images, ep = showers
     a, b = slice(0, 600), slice(600, 1200)
     same = physics_score(images[a], ep[a], images[b], ep[b])
-    assert len(same["bins"]) == 4 and all(bin_["score"] is not None for bin_ in same["bins"])
+    assert len(same["bins"]) == 4 and all(bin_["score_raw"] is not None for bin_ in same["bins"])
     wrong = {
         "moved one cell in x": np.roll(images[b], 1, axis=1),
         "two layers deeper": np.roll(images[b], 2, axis=3),
@@ -41,17 +41,17 @@ def test_data_against_itself_scores_far_lower_than_wrong_showers(showers):
     }
     for what, fake in wrong.items():
         bad = physics_score(images[a], ep[a], fake, ep[b])
-        assert bad["score"] > 2 * same["score"], (what, bad["score"], same["score"])
-        assert all(w["score"] > s["score"] for w, s in zip(bad["bins"], same["bins"])), what
+        assert bad["score_raw"] > 2 * same["score_raw"], (what, bad["score_raw"], same["score_raw"])
+        assert all(w["score_raw"] > s["score_raw"] for w, s in zip(bad["bins"], same["bins"])), what
 
 
 def test_empty_bins_are_reported_not_scored(showers):
     images, ep = showers
     low = ep * 100 < 100
     result = physics_score(images[low], ep[low], images[low], ep[low])
-    assert result["bins"][0]["score"] == pytest.approx(0.0, abs=1e-12)
-    assert [b["score"] for b in result["bins"][1:]] == [None, None, None]
-    assert result["score"] == pytest.approx(0.0, abs=1e-12)
+    assert result["bins"][0]["score_raw"] == pytest.approx(0.0, abs=1e-12)
+    assert [b["score_raw"] for b in result["bins"][1:]] == [None, None, None]
+    assert result["score_raw"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_plots_are_png_files(showers, tmp_path: Path):
@@ -99,8 +99,14 @@ def test_cli_with_a_real_tiny_generator(sim_dir: Path, tmp_path: Path, capsys):
     assert record["ranks"] == 2 and record["flop_per_second"] == 1.5e9
     physics = record["physics"]
     assert physics["preset"] == "tiny" and physics["events"] == 200
-    assert physics["score"] == printed["score"] and physics["score"] > 0
+    assert physics["reference_events"] == physics["compared_events"] == 100
+    for key in ("score", "score_raw", "score_reference_data", "score_reference_empty", "score_meaning"):
+        assert physics[key] == printed[key], key
+    raw, data, empty = physics["score_raw"], physics["score_reference_data"], physics["score_reference_empty"]
+    assert 0 < data < empty / 2 and raw > data  # an untrained generator is no data
+    assert physics["score"] == pytest.approx((empty - raw) / (empty - data)) and physics["score"] < 1
     assert physics["generator_weights"] == str(ckpt / "generator.weights.h5")
+    assert Path(physics["plots"][-1]).name == "physics_score.png"
     for path in physics["plots"]:
         assert Path(path).read_bytes().startswith(PNG_SIGNATURE)
 
@@ -117,7 +123,7 @@ def test_a_generator_of_empty_showers_scores_worst(showers, tmp_path: Path):
     a, b = slice(0, 600), slice(600, 1200)
     empty = physics_score(images[a], ep[a], np.zeros_like(images[b]), ep[b])
     moved = physics_score(images[a], ep[a], np.roll(images[b], 1, axis=1), ep[b])
-    assert empty["score"] > moved["score"]
-    assert all(b["score"] is not None for b in empty["bins"])
+    assert empty["score_raw"] > moved["score_raw"]
+    assert all(b["score_raw"] is not None for b in empty["bins"])
     paths = plot_comparison(images[a], ep[a], np.zeros_like(images[b]), ep[b], tmp_path, bins=[(10, 500)])
     assert all(p.read_bytes().startswith(PNG_SIGNATURE) for p in paths)

@@ -4,6 +4,7 @@ small recipe with the same ARGs; the shipped one is checked as a plan (--dry-run
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 import subprocess
@@ -71,14 +72,47 @@ def test_a_failing_build_names_the_builder_and_writes_nothing(context, tmp_path)
 
 def test_the_recipe_follows_the_host_mpi_family(tmp_path):
     assert recipe_for(load_site("supermuc-ng")) == RECIPES / "gan3d-mpich.Dockerfile"  # Intel MPI: MPICH ABI
+    assert recipe_for(load_site("openmpi-cluster")) == RECIPES / "gan3d-openmpi.Dockerfile"
     site = yaml.safe_load((RECIPES.parent / "site-configs" / "laptop.yaml").read_text())
-    site.update(name="ompi-site")
-    site["host_mpi"].update(vendor="openmpi", version="4.1.4", soname="libmpi.so.40", library_version="40.30.2")
-    path = tmp_path / "ompi-site.yaml"
+    site.update(name="cray-site")
+    site["host_mpi"]["vendor"] = "cray-mpich"
+    assert recipe_for(load_site(write_yaml(tmp_path, site))) == RECIPES / "gan3d-mpich.Dockerfile"
+
+
+def write_yaml(directory, site):
+    path = directory / f"{site['name']}.yaml"
     path.write_text(yaml.safe_dump(site))
-    with pytest.raises(KitError, match=r"openmpi ABI family and images/ has no gan3d-openmpi.Dockerfile "
-                                       r"\(recipes: gan3d-mpich.Dockerfile\)"):
-        recipe_for(load_site(path))
+    return path
+
+
+def test_an_open_mpi_site_gets_the_open_mpi_recipe_and_its_version_checked(tmp_path, capsys):
+    require(shutil.which("buildah") is not None, "buildah not installed (scripts/setup.sh)")
+    assert main(["image", "build", str(tmp_path / "g.tar"), "--site", "openmpi-cluster", "--builder", "buildah",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "images/gan3d-openmpi.Dockerfile" in out and "--build-arg=HOSTMPI_DIRS=2" in out
+    assert "HOSTMPI_LIBDIR" not in out  # the MPICH alias's argument; nothing to alias for Open MPI
+    site = yaml.safe_load((RECIPES.parent / "site-configs" / "openmpi-cluster.yaml").read_text())
+    site.update(name="ompi-old")
+    site["host_mpi"]["version"] = "4.0.7"  # older than bookworm's 4.1.4: that image would be refused
+    path = write_yaml(tmp_path, site)
+    with pytest.raises(KitError, match=r"site ompi-old: the recipe's default Open MPI \(Debian's 4\.1\.4\) cannot "
+                                       r"be replaced by the host's: .*older than the image's 4\.1\.4.*; fix: "
+                                       r"--build-arg OPENMPI_VERSION=4\.0\.7 --build-arg OPENMPI_SHA256="):
+        plan_build(path, tmp_path / "g.tar", builder="buildah", storage_driver="vfs")
+    plan = plan_build(path, tmp_path / "g.tar", builder="buildah", storage_driver="vfs",
+                      extra_args={"OPENMPI_VERSION": "4.0.7", "OPENMPI_SHA256": "0" * 64})
+    assert "--build-arg=OPENMPI_VERSION=4.0.7" in plan.commands[0]
+
+
+def test_the_open_mpi_recipe_builds_mpi4py_and_horovod_against_its_own_open_mpi():
+    text = (RECIPES / "gan3d-openmpi.Dockerfile").read_text()
+    build, final = text.split("\nFROM ${BASE}\n")
+    assert "libopenmpi-dev" in build and "MPICC=mpicc PIP_NO_BINARY=mpi4py" in build and "HOROVOD_WITH_MPI=1" in build
+    assert "sha256sum -c" in build and "--require-hashes" in build
+    assert not re.search(r"-dev\b|build-essential|cmake|\bcurl\b", final)  # no toolchain on the site
+    for mount in ("ompi-components", "ompi-help", "pmix-components"):  # kit.mpi.openmpi_launch.DIRS
+        assert f'"${{HOSTMPI_TARGET}}/{mount}"' in final
 
 
 def test_cli_dry_run_prints_the_commands_with_the_shipped_recipe(tmp_path, capsys):

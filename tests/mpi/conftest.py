@@ -133,3 +133,43 @@ def openmpi_tar() -> Path:
 @pytest.fixture(scope="session")
 def openmpi_dir(openmpi_tar) -> Path:
     return debian_rootfs_dir(OPENMPI_PACKAGES)
+
+
+OPENMPI_IMAGE_PACKAGES = ["python3", "python3-mpi4py"]  # Debian's mpi4py pulls in Open MPI 4.1.4
+OPENMPI_MOUNTS = [f"{TARGET}/lib0", f"{TARGET}/ompi-components", f"{TARGET}/ompi-help", f"{TARGET}/pmix-components"]
+HOST_OMPI_LIBS = Path("/usr/lib/x86_64-linux-gnu")
+
+
+def openmpi_site_dict(launcher: str = "/usr/bin/mpirun.openmpi") -> dict:
+    """This machine's Debian Open MPI as the site's host MPI (all of it bound into the image:
+    libraries, MCA components, help files and its external PMIx's components)."""
+    site = impi_site_dict(Path("/usr"))
+    site["name"] = "ompi-host"
+    site["description"] = "this machine, with Debian's Open MPI 4.1.4 playing the site's host MPI"
+    site["host_mpi"] = {
+        "vendor": "openmpi", "version": "4.1.4", "prefix": "/usr", "library_dirs": [str(HOST_OMPI_LIBS)],
+        "launcher": launcher, "soname": "libmpi.so.40",
+        "openmpi": {"components": str(HOST_OMPI_LIBS / "openmpi/lib/openmpi3"), "help_files": "/usr/share/openmpi",
+                    "pmix_components": str(HOST_OMPI_LIBS / "pmix2/lib/pmix"),
+                    "mca": {"btl": "self,vader,tcp", "pml": "ob1"},
+                    "allow_run_as_root": True}}  # the tests run as root
+    return site
+
+
+@pytest.fixture(scope="session")
+def openmpi_site(tmp_path_factory) -> Path:
+    require(Path("/usr/bin/mpirun.openmpi").is_file() and (HOST_OMPI_LIBS / "libmpi.so.40").exists(),
+            "Debian's Open MPI missing (apt-get install openmpi-bin libopenmpi3; scripts/setup.sh)")
+    path = tmp_path_factory.mktemp("site") / "ompi-host.yaml"
+    path.write_text(yaml.safe_dump(openmpi_site_dict(), sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def openmpi_image() -> Path:
+    """bookworm + python3-mpi4py (Debian's, built on its Open MPI 4.1.4), converted by kit.image with
+    the Open MPI pair's mount points: a small image that proves the binding with an allreduce."""
+    _tools("mmdebstrap")
+    from tests.support.images import converted_dir
+
+    return converted_dir(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), OPENMPI_MOUNTS)

@@ -68,9 +68,10 @@ def test_open_mpi_is_its_own_family():
     v = decide(INTEL, OPENMPI, "full")
     assert not v.ok and "ABI families differ" in v.reasons[0]
     assert "MPICH" in v.advice and "libmpi.so.12" in v.advice
-    other = AbiId("openmpi", "4.0.3", "libmpi.so.40", "40.20.3")
-    assert not decide(OPENMPI, other, "full").ok  # Open MPI needs the same major.minor
-    assert decide(OPENMPI, other, "major").ok
+    newer = AbiId("openmpi", "4.1.5", "libmpi.so.40", "40.30.5")
+    assert not decide(OPENMPI, AbiId("openmpi", "4.0.3", "libmpi.so.40", "40.20.3"), "strict").ok
+    assert not decide(AbiId("openmpi", "4.0.3", "libmpi.so.40", "40.20.3"), OPENMPI, "full").ok
+    assert decide(OPENMPI, newer, "full").warnings  # an older release of the same series
 
 
 def test_unknown_mode_is_refused():

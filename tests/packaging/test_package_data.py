@@ -70,7 +70,7 @@ def test_the_wheel_installed_outside_the_checkout_finds_its_sites_template_and_r
     done = run([sys.executable, "-c", probe], cwd=work, env=outside_env(PYTHONPATH=paths))
     assert done.returncode == 0, done.stderr
     sites, template, recipes, _ = done.stdout.splitlines()
-    assert sites == str(["intel-lab", "laptop", "stampede2", "supermuc-ng"])
+    assert sites == str(["intel-lab", "laptop", "openmpi-cluster", "stampede2", "supermuc-ng"])
     assert template.startswith("#!") and recipes.startswith(str(target)) and str(REPO) not in done.stdout
 
 

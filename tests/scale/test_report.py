@@ -1,8 +1,9 @@
 """`kit scale report`: the paper's scaling arithmetic, and a report built from real results files.
 
-A 4..768-node sweep cannot run here, so the sweep's results JSONs are generated from the paper's
-Table 4 times (and Table 7 FLOP rates): those files are the only mocked thing. Everything after them
-(reading, validation, tables, CSV, PNG rendering, atomic writes) is the real code.
+A 4..768-node sweep cannot run here, so the sweep's results JSONs are written by gan3d.results from
+the paper's Table 4 times (and Table 7 FLOP rates; tests/scale/builders.py): those figures are the only
+mocked thing. Everything after them (reading, validation, tables, CSV, PNG rendering, atomic writes) is
+the real code.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from matplotlib.image import imread
 from kit.errors import KitError
 from kit.scale import RunResult, load_results, paper_table, scaling_table, write_report
 from kit.scale.paper import SNG_NODE_PEAK_TFLOP_PER_SECOND, TABLES
+from tests.scale.builders import write_run
 
 OUTPUTS = {"report.md", "report.csv", "time_per_epoch.png", "efficiency.png", "flops.png"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -35,7 +37,7 @@ def _run(nodes: int, seconds: float, ranks_per_node: int = 4, threads: int = 12,
     return RunResult(path=Path(path), site="supermuc-ng", nodes=nodes, ranks=nodes * ranks_per_node,
                      ranks_per_node=ranks_per_node, threads_per_rank=threads, batch_per_rank=8,
                      global_batch=8 * nodes * ranks_per_node, epoch_seconds=seconds,
-                     epoch_seconds_from="full_epoch_seconds_estimate", showers_per_second=1.0, flop_per_second=1.0,
+                     epoch_seconds_from="epoch_wall_times", step_epoch_seconds=None, showers_per_second=1.0, flop_per_second=1.0,
                      peak_flop_per_second_theoretical=None, percent_of_peak_theoretical=None,
                      mpi_library_version=None)
 
@@ -72,32 +74,26 @@ def test_table7_percent_of_peak_is_of_the_papers_node_peak():
         assert (abs(ours - percent) <= 0.05) != (n == 128), (n, ours)
 
 
-def _record(nodes: int, seconds: float, ranks_per_node: int = 4, threads: int = 12) -> dict:
-    """The keys load_results reads, as gan3d/train.py writes them (schema gan3d-run/1)."""
-    pflops = dict(zip(TABLES["table7"].nodes, TABLES["table7"].pflop_per_second)).get(nodes, 0.0027 * nodes)
-    peak = nodes * 2 * SNG_NODE_PEAK_TFLOP_PER_SECOND * 1e12  # fp32 peak, as the site config gives it
-    return {"schema": "gan3d-run/1", "site": "supermuc-ng", "mpi_library_version": "Intel(R) MPI Library 2019",
-            "nodes": nodes, "ranks": nodes * ranks_per_node, "ranks_per_node": ranks_per_node,
-            "threads_per_rank": threads, "batch_per_rank": 8, "global_batch": 8 * nodes * ranks_per_node,
-            "epoch_times": [seconds * 1.3, seconds * 1.01], "full_epoch_seconds_estimate": seconds,
-            "showers_per_second": 200000 / seconds, "flop_per_second": pflops * 1e15,
-            "peak_flop_per_second_theoretical": peak, "percent_of_peak_theoretical": 100 * pflops * 1e15 / peak}
-
-
-def _write_sweep(directory: Path, table_id: str, ranks_per_node: int, threads: int) -> list[Path]:
+def _write_sweep(directory: Path, table_id: str, ranks_per_node: int, threads: int, **kw) -> list[Path]:
     table = paper_table(table_id)
-    paths = []
-    for n, t in zip(table.nodes, table.seconds_per_epoch):
-        path = directory / f"{table_id}-{n:04d}.json"
-        path.write_text(json.dumps(_record(n, t, ranks_per_node, threads), indent=2))
-        paths.append(path)
-    return paths
+    return [write_run(directory / f"{table_id}-{n:04d}.json", n, t, ranks_per_node=ranks_per_node, threads=threads,
+                      **kw) for n, t in zip(table.nodes, table.seconds_per_epoch)]
+
+
+def _edit(path: Path, change) -> Path:
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    return path
 
 
 def _md_rows(text: str) -> dict[int, list[str]]:
     """The numeric rows of the markdown tables in `text`, by node count."""
     cells = (line.strip("|").split("|") for line in text.splitlines() if line[:3].strip("| ").isdigit())
     return {int(c[0]): [x.strip() for x in c[1:]] for c in cells}
+
+
+SERIES = "supermuc-ng/4x12/b8/intel/full/180000ev/bare/fp32"
 
 
 def test_report_of_a_768_node_sweep_matches_the_paper(tmp_path):
@@ -111,27 +107,32 @@ def test_report_of_a_768_node_sweep_matches_the_paper(tmp_path):
     ours, reference = md.split("## Reference: paper Table 4")
     assert md.startswith("# SNG sweep\n")
     assert "supermuc-ng: 4 ranks/node × 12 threads/rank, batch 8/rank, MPI: Intel(R) MPI Library 2019" in ours
-    rows = _md_rows(ours)
+    assert "Preset full, epoch of 180,000 events, bare, fp32." in ours
+    assert "Time per epoch: the wall clock of a full epoch" in ours and "Step-only: the mean timed step" in ours
+    rows = _md_rows(ours)  # nodes | wall | runs | step-only | stall | linear | efficiency | showers/s | PFLOP/s | %
     assert sorted(rows) == list(TABLES["table4"].nodes)
-    assert rows[4][:3] == ["907.26", "907.26", "-"]
-    assert rows[8][:3] == ["479.52", "453.63", "94.6%"]
+    assert rows[4][:6] == ["907.26", "1", "816.53", "10.0%", "907.26", "-"]  # the builder's steps: 90% of wall
+    assert rows[8][4:6] == ["453.63", "94.6%"]
     for n, printed in zip(TABLES["table4"].nodes[1:-1], TABLES["table4"].efficiency_percent[1:-1]):
-        assert rows[n][2] == f"{printed:.1f}%", n
-    assert rows[768][:3] == ["3.94", "4.73", "119.9%"]  # see EFFICIENCY_MISPRINTS
-    # showers/s = 200000/3.94; PFLOP/s from Table 7; % of the fp32 peak, twice the FP64 one (65.31%/2)
-    assert rows[768][3:] == ["50,761", "2.081", "32.7%"]
+        assert rows[n][5] == f"{printed:.1f}%", n
+    assert rows[768][:1] + rows[768][4:6] == ["3.94", "4.73", "119.9%"]  # see EFFICIENCY_MISPRINTS
+    # showers/s: 7 steps of 8 x 3072 showers in 0.9 x 3.94 s; PFLOP/s from Table 7; % of the fp32 peak,
+    # twice the FP64 one (65.31%/2)
+    assert rows[768][6:] == [f"{7 * 8 * 3072 / (0.9 * 3.94):,.0f}", "2.081", "32.7%"]
+    assert "| PFLOP/s |" in ours
     assert _md_rows(reference)[768] == ["3.94", "3.54", "89.9%"]  # the paper's table, as printed
-    assert "> Note: 768 nodes" in reference
+    assert "> Note: 768 nodes" in reference and "not compared" not in reference
 
     with (out / "report.csv").open(newline="") as fh:
         lines = list(csv.DictReader(fh))
     assert len(lines) == len(paths)
     assert {line["path"] for line in lines} == {str(p) for p in paths}
-    assert {line["series"] for line in lines} == {"supermuc-ng/4x12/b8/intel"}
+    assert {line["series"] for line in lines} == {SERIES}
     by_nodes = {int(line["nodes"]): line for line in lines}
     assert by_nodes[4]["efficiency_percent"] == ""
     assert float(by_nodes[16]["efficiency_percent"]) == pytest.approx(100 * 907.26 * 4 / 16 / 244.42)
     assert float(by_nodes[16]["epoch_seconds"]) == 244.42
+    assert by_nodes[16]["epoch_seconds_from"] == "epoch_wall_times, mean of epochs 2-2"
 
     for name in OUTPUTS - {"report.md", "report.csv"}:
         data = (out / name).read_bytes()
@@ -141,14 +142,24 @@ def test_report_of_a_768_node_sweep_matches_the_paper(tmp_path):
         assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 20, name  # lines, not a blank canvas
 
 
-def test_epoch_time_falls_back_to_measured_epochs_without_the_first(tmp_path):
-    record = _record(8, 100.0)
-    record["full_epoch_seconds_estimate"] = None
-    record["epoch_times"] = [500.0, 110.0, 90.0]
-    several, single = tmp_path / "several.json", tmp_path / "single.json"
-    several.write_text(json.dumps(record))
-    single.write_text(json.dumps({**record, "epoch_times": [500.0]}))
-    assert [r.epoch_seconds for r in load_results([several, single])] == [100.0, 500.0]
+def test_wall_clock_first_then_older_clocks_and_capped_epochs_scaled(tmp_path):
+    def one(name: str, change) -> Path:
+        return _edit(write_run(tmp_path / name, 8, 100.0, steps=3, full_steps=30), change)
+
+    wall = one("wall.json", lambda r: r.update(epoch_wall_times=[500.0, 11.0, 9.0]))
+    older = one("older.json", lambda r: (r.pop("epoch_wall_times"), r.update(epoch_times=[400.0, 8.0])))
+    single = one("single.json", lambda r: r.update(epoch_wall_times=[50.0]))
+    oldest = one("oldest.json", lambda r: [r.pop(k) for k in ("epoch_wall_times", "epoch_times", "steps_per_epoch")])
+    runs = load_results([wall, older, single, oldest])
+    # epochs after the first (tracing), x 30/3 steps; a one-epoch run keeps its first
+    assert [r.epoch_seconds for r in runs] == [pytest.approx(100.0), pytest.approx(80.0), pytest.approx(500.0),
+                                               runs[3].step_epoch_seconds]
+    assert runs[0].epoch_seconds_from == "epoch_wall_times, mean of epochs 2-3, scaled x 30/3 steps to a full epoch"
+    assert runs[1].epoch_seconds_from.startswith("epoch_times (train loop only")
+    assert "includes tracing" in runs[2].epoch_seconds_from
+    assert runs[3].epoch_seconds_from.startswith("full_epoch_seconds_estimate (step-only")
+    assert runs[0].data_stall_percent == pytest.approx(100 * (100.0 - runs[0].step_epoch_seconds) / 100.0)
+    assert runs[1].data_stall_percent is None and runs[3].data_stall_percent is None  # no wall clock to split
 
 
 def test_two_series_are_kept_apart(tmp_path):
@@ -161,38 +172,35 @@ def test_two_series_are_kept_apart(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     first, second = md.split("## supermuc-ng: ")[1:]
     assert first.startswith("1 ranks/node × 48") and second.startswith("4 ranks/node × 12")
-    assert _md_rows(first)[8][2] == "99.6%" and _md_rows(second)[8][2] == "94.6%"
+    assert _md_rows(first)[8][5] == "99.6%" and _md_rows(second)[8][5] == "94.6%"
     with (tmp_path / "out" / "report.csv").open(newline="") as fh:
         series = [line["series"] for line in csv.DictReader(fh)]
-    assert sorted(set(series)) == ["supermuc-ng/1x48/b8/intel", "supermuc-ng/4x12/b8/intel"]
-    assert series.count("supermuc-ng/1x48/b8/intel") == len(one) and series.count("supermuc-ng/4x12/b8/intel") == len(four)
+    other = SERIES.replace("4x12", "1x48")
+    assert sorted(set(series)) == [other, SERIES]
+    assert series.count(other) == len(one) and series.count(SERIES) == len(four)
 
 
 def test_container_mpi_and_host_mpi_runs_of_one_layout_are_two_series(tmp_path):
     """The paper's Tables 3 and 4: same 4 x 12 layout, MPICH inside the image vs the host's Intel MPI."""
     host = _write_sweep(tmp_path, "table4", 4, 12)
-    container = []
-    for n, t in zip(paper_table("table3").nodes, paper_table("table3").seconds_per_epoch):
-        path = tmp_path / f"table3-{n:04d}.json"
-        path.write_text(json.dumps({**_record(n, t), "mpi_library_version": "MPICH Version: 3.3"}))
-        container.append(path)
+    container = _write_sweep(tmp_path, "table3", 4, 12, mpi="MPICH Version: 3.3")
     runs = load_results(host + container)
     assert {r.mpi for r in runs} == {"intel", "mpich"}
     write_report(runs, tmp_path / "out")
     with (tmp_path / "out" / "report.csv").open(newline="") as fh:
         series = {line["series"] for line in csv.DictReader(fh)}
-    assert series == {"supermuc-ng/4x12/b8/intel", "supermuc-ng/4x12/b8/mpich"}
+    assert series == {SERIES, SERIES.replace("/intel/", "/mpich/")}
 
 
-def test_duplicate_nodes_in_a_series_name_both_files_and_write_nothing(tmp_path):
+def test_repeats_of_a_run_become_median_and_range(tmp_path):
     paths = _write_sweep(tmp_path, "table4", 4, 12)
-    again = tmp_path / "rerun-8.json"
-    again.write_text(paths[1].read_text())
+    again = [write_run(tmp_path / f"rerun-8-{i}.json", 8, t) for i, t in enumerate((470.0, 520.0))]
     out = tmp_path / "out"
-    with pytest.raises(KitError) as err:
-        write_report(load_results(paths + [again]), out)
-    assert str(paths[1]) in str(err.value) and str(again) in str(err.value)
-    assert not out.exists()
+    write_report(load_results(paths + again), out)
+    rows = _md_rows((out / "report.md").read_text())
+    assert rows[8][:2] == ["479.52 [470.00–520.00]", "3"] and rows[4][:2] == ["907.26", "1"]
+    low, high = 100 * 453.63 / 520, 100 * 453.63 / 470
+    assert rows[8][5] == f"94.6% [{low:.1f}–{high:.1f}]"
 
 
 def test_errors_before_writing_leave_an_existing_out_dir_as_it_was(tmp_path):
@@ -201,8 +209,8 @@ def test_errors_before_writing_leave_an_existing_out_dir_as_it_was(tmp_path):
     (out / "keep.txt").write_text("mine")
     runs = load_results(_write_sweep(tmp_path, "table4", 4, 12))
     with pytest.raises(KitError) as err:
-        write_report(runs, out, reference="table9")
-    assert all(f"table{i}" in str(err.value) for i in range(1, 8))
+        write_report(runs, out, reference="table10")
+    assert all(f"table{i}" in str(err.value) for i in range(1, 10))
     with pytest.raises(KitError, match="no results"):
         write_report([], out)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
@@ -217,26 +225,27 @@ def test_truncated_json_names_the_file(tmp_path):
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    (lambda r: (r.pop("epoch_times"), r.pop("full_epoch_seconds_estimate")), "'epoch_times' is missing"),
+    (lambda r: [r.pop(k) for k in ("epoch_wall_times", "epoch_times", "full_epoch_seconds_estimate")],
+     "'epoch_wall_times' is missing, and so are"),
     (lambda r: r.pop("nodes"), "'nodes' is missing"),
     (lambda r: r.update(ranks_per_node="4"), "'ranks_per_node' is '4', expected a whole number"),
     (lambda r: r.update(full_epoch_seconds_estimate=0), "'full_epoch_seconds_estimate' is 0"),
     (lambda r: r.update(schema="other/2"), "not a gan3d results file"),
     (lambda r: r.update(site="sng\n## injected heading"), r"'site' is 'sng\\n## injected heading', expected one line"),
-    (lambda r: (r.pop("full_epoch_seconds_estimate"), r.update(epoch_times=[0.0] * 100_000)),  # not repr'd whole
-     r"'epoch_times' is \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, \.\.\.\]"),
+    (lambda r: r.update(container="ch\n# x"), r"'container' is 'ch\\n# x', expected one line"),
+    (lambda r: r.update(train_events=0), "'train_events' is 0, expected a whole number"),
+    (lambda r: r.update(peak_rss_bytes_per_rank="3G"), "'peak_rss_bytes_per_rank' is '3G', expected a list"),
+    (lambda r: r.update(epoch_wall_times=[0.0] * 100_000),  # not repr'd whole
+     r"'epoch_wall_times' is \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, \.\.\.\]"),
 ])
 def test_unusable_results_name_the_file_and_the_key(tmp_path, change, expected):
-    record = _record(8, 479.52)
-    change(record)
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(record))
+    path = _edit(write_run(tmp_path / "bad.json", 8, 479.52), change)
     with pytest.raises(KitError, match=expected) as err:
         load_results([path])
     assert str(path) in str(err.value)
 
 
 def test_unknown_paper_table_lists_the_known_ones():
-    with pytest.raises(KitError, match="table1, table2, table3, table4, table5, table6, table7"):
-        paper_table("table8")
+    with pytest.raises(KitError, match="table1, table2, table3, table4, table5, table6, table7, table8, table9"):
+        paper_table("table10")
     assert paper_table("4") is TABLES["table4"]

@@ -1,0 +1,204 @@
+"""One run's results JSON as the report reads it: validated figures, and the key of its series.
+
+A series holds runs that differ only in their node count (and repeats of the same run): everything
+that changes the work is in the key. Files older than a field are read as follows, and the report
+says which clock it used:
+- no `container`: a run that names an `image_digest` ran in the container (the launcher exports
+  the digest only for a container launch), else bare;
+- no `precision`: fp32 (the only precision before the field);
+- no `preset` / `train_events`: not recorded; such a run only ever shares a series with runs
+  that also lack it;
+- no `epoch_wall_times`: the train-loop times `epoch_times` (without the closing all-reduces),
+  else the step-only `full_epoch_seconds_estimate`;
+- no memory fields: shown as "-".
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any, Callable, Iterable, NamedTuple, Optional
+
+from gan3d.results import SCHEMA
+from kit.errors import KitError
+from kit.excerpt import control_character, shown
+from kit.mpi.elf import VENDOR_MARKERS
+from kit.readfile import read_json
+
+_RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
+_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")
+_RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
+         "a number >= 0")
+_SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
+         "one line of text")  # headings, labels
+_BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
+               and all(x is None or _COUNT[0](x) for x in v), "a list of byte counts")
+
+
+class Series(NamedTuple):
+    """Everything that changes the work of a run but its node count (Optional: the core runs on 3.9)."""
+
+    site: Optional[str]
+    ranks_per_node: int
+    threads_per_rank: int
+    batch_per_rank: int
+    mpi: str
+    preset: Optional[str]
+    events_per_epoch: Optional[int]
+    container: Optional[str]  # None: bare
+    precision: str
+    image_digest: Optional[str]
+
+    @property
+    def name(self) -> str:
+        """A short id, e.g. `laptop/1x2/b4/mpich/tiny/512ev/charliecloud@3f2a9c1b0d4e/fp32`."""
+        where = "bare" if self.container is None else self.container
+        if self.image_digest:
+            where += "@" + self.image_digest.split(":")[-1][:12]
+        events = f"{self.events_per_epoch}ev" if self.events_per_epoch else "ev?"
+        return (f"{self.site or 'no-site'}/{self.ranks_per_node}x{self.threads_per_rank}/b{self.batch_per_rank}/"
+                f"{self.mpi}/{self.preset or 'preset?'}/{events}/{where}/{self.precision}")
+
+    @property
+    def layout(self) -> "Series":
+        """The same key without the container: what a container run and a bare run share."""
+        return self._replace(container=None, image_digest=None)
+
+    def sort_key(self) -> tuple:
+        return tuple("" if v is None else str(v) if not isinstance(v, int) else f"{v:012d}" for v in self)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What the report needs from one run's results JSON."""
+
+    path: Path
+    site: str | None
+    nodes: int
+    ranks: int
+    ranks_per_node: int
+    threads_per_rank: int
+    batch_per_rank: int
+    global_batch: int
+    epoch_seconds: float  # wall clock of one full epoch (the paper's), see epoch_seconds_from
+    epoch_seconds_from: str  # which measurement epoch_seconds is, for the CSV
+    step_epoch_seconds: float | None  # the step-only estimate of a full epoch
+    showers_per_second: float
+    flop_per_second: float
+    peak_flop_per_second_theoretical: float | None
+    percent_of_peak_theoretical: float | None
+    mpi_library_version: str | None
+    preset: str | None = None
+    events_per_epoch: int | None = None
+    container: str | None = None
+    container_from: str = "recorded"
+    precision: str = "fp32"
+    image_digest: str | None = None
+    peak_rss_bytes: int | None = None  # the largest rank's
+    memory_available_bytes: int | None = None  # the lowest any rank's node had at an epoch's end
+
+    @property
+    def mpi(self) -> str:
+        """The MPI vendor the job ran on: container MPI vs host MPI is the paper's Table 3 vs 4."""
+        text = (self.mpi_library_version or "").encode()
+        return next((vendor for vendor, marker in VENDOR_MARKERS if marker in text), "unknown-mpi")
+
+    @property
+    def series(self) -> Series:
+        return Series(self.site, self.ranks_per_node, self.threads_per_rank, self.batch_per_rank, self.mpi,
+                      self.preset, self.events_per_epoch, self.container, self.precision, self.image_digest)
+
+    @property
+    def data_stall_percent(self) -> float | None:
+        """The share of the wall epoch the steps do not explain: data loading, the closing all-reduces."""
+        if self.step_epoch_seconds is None or not self.epoch_seconds_from.startswith("epoch_wall_times"):
+            return None
+        return 100 * (self.epoch_seconds - self.step_epoch_seconds) / self.epoch_seconds
+
+
+def load_results(paths: Iterable[str | os.PathLike]) -> list[RunResult]:
+    """Read results JSONs; any file the report cannot use is a KitError naming it, the key and the fix."""
+    return [_load_one(Path(p)) for p in paths]
+
+
+def _load_one(path: Path) -> RunResult:
+    try:
+        record = read_json(path, "gan3d results file", "fix: re-run the job, or leave this file out")
+    except FileNotFoundError:
+        raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
+        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {SCHEMA!r}); "
+                       "fix: pass the JSON written by `python -m gan3d train --results FILE`")
+    if record.get("status") == "failed":
+        raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report; "
+                       "fix: leave this file out, or re-run the job")
+    counts = {k: _value(record, path, k, _COUNT) for k in
+              ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}
+    seconds, source = _epoch_seconds(record, path)
+    get = (lambda key, check: _value(record, path, key, check, nullable=True) if key in record else None)
+    digest = get("image_digest", _NAME)
+    container, container_from = ((get("container", _NAME), "recorded") if "container" in record else
+                                 ("charliecloud" if digest else None, "inferred from image_digest"))
+    rss, available = get("peak_rss_bytes_per_rank", _BYTES_LIST), get("memory_available_bytes_min_per_rank",
+                                                                       _BYTES_LIST)
+    return RunResult(
+        path=path, site=_value(record, path, "site", _NAME, nullable=True), **counts,
+        epoch_seconds=seconds, epoch_seconds_from=source,
+        step_epoch_seconds=get("full_epoch_seconds_estimate", _SECONDS),
+        showers_per_second=_value(record, path, "showers_per_second", _RATE),
+        flop_per_second=_value(record, path, "flop_per_second", _RATE),
+        peak_flop_per_second_theoretical=_value(record, path, "peak_flop_per_second_theoretical", _RATE, True),
+        percent_of_peak_theoretical=_value(record, path, "percent_of_peak_theoretical", _RATE, True),
+        mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True),
+        preset=get("preset", _NAME), events_per_epoch=get("train_events", _COUNT),
+        container=container, container_from=container_from,
+        precision=get("precision", _NAME) or "fp32", image_digest=digest,
+        peak_rss_bytes=max((x for x in rss or [] if x), default=None),
+        memory_available_bytes=min((x for x in available or [] if x), default=None))
+
+
+def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str],
+           nullable: bool = False) -> Any:
+    """record[key] if it passes `check` (or is null where null is allowed); else a KitError naming the key."""
+    if key not in record:
+        raise KitError(f"{path}: key {key!r} is missing; {_RERUN}")
+    value = record[key]
+    if value is None and nullable:
+        return None
+    if not check[0](value):
+        raise KitError(f"{path}: key {key!r} is {shown(value)}, expected {check[1]}; {_RERUN}")
+    return value
+
+
+def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
+    """Wall clock first (the paper's epoch time): the mean of the epochs after the first (which holds
+    the tf.function tracing) unless the first is all there is; an epoch capped by --steps-per-epoch is
+    scaled to the full epoch, and the source says so."""
+    for key, what in (("epoch_wall_times", "epoch_wall_times"),
+                      ("epoch_times", "epoch_times (train loop only: no epoch_wall_times in this file)")):
+        if key in record:
+            times = record[key]
+            if not isinstance(times, list) or not times or len(times) > 10**6 or not all(_SECONDS[0](t) for t in times):
+                raise KitError(f"{path}: key {key!r} is {shown(times)}, expected a list of seconds > 0; {_RERUN}")
+            seconds = mean(times[1:]) if len(times) > 1 else times[0]
+            source = f"{what}, mean of epochs 2-{len(times)}" if len(times) > 1 else f"{what}[0], includes tracing"
+            return _scaled_to_full_epoch(record, path, seconds, source)
+    if record.get("full_epoch_seconds_estimate") is not None:
+        seconds = _value(record, path, "full_epoch_seconds_estimate", _SECONDS)
+        return seconds, "full_epoch_seconds_estimate (step-only: no wall clock in this file)"
+    raise KitError(f"{path}: key 'epoch_wall_times' is missing, and so are 'epoch_times' and "
+                   f"'full_epoch_seconds_estimate': there is no time per epoch; {_RERUN}")
+
+
+def _scaled_to_full_epoch(record: dict, path: Path, seconds: float, source: str) -> tuple[float, str]:
+    if "steps_per_epoch" not in record or "full_epoch_steps" not in record:
+        return seconds, source + " (epoch length not recorded)"
+    steps, full = (_value(record, path, k, _COUNT) for k in ("steps_per_epoch", "full_epoch_steps"))
+    if steps >= full:
+        return seconds, source
+    return seconds * full / steps, f"{source}, scaled x {full}/{steps} steps to a full epoch"

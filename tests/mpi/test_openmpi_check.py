@@ -1,0 +1,104 @@
+"""End to end on one node: this machine's Open MPI 4.1.4 (Debian) as the site's host MPI, bound
+into an image whose own Open MPI it replaces, 2 ranks under ch-run started by (a) Open MPI's own
+mpirun and (b) the test Slurm's srun --mpi=pmix. The 2-node run is the virtual cluster's test."""
+import dataclasses
+import shutil
+
+import pytest
+import yaml
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.mpi import make_pair, run_check
+from tests.helpers import require
+from tests.mpi.conftest import TARGET, openmpi_site_dict
+
+pytestmark = pytest.mark.slow
+COMPONENTS = f"{TARGET}/ompi-components/"
+
+
+@pytest.fixture(autouse=True)
+def _charliecloud():
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+
+
+def _site(tmp_path, name="ompi-variant", **host_mpi):
+    site = openmpi_site_dict()
+    site["name"] = name
+    site["host_mpi"].update(host_mpi)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(site, sort_keys=False))
+    return path
+
+
+def _host_open_mpi_ran(result):
+    assert result.ok, (result.problems, result.output[-2000:])
+    assert [r.rank for r in result.ranks] == [0, 1]
+    for r in result.ranks:
+        assert r.library_version.startswith("Open MPI v4.1.4") and r.sum == 3 and r.size == 2
+        libs = [m for m in r.mapped if "/mca_" not in m]
+        components = [m for m in r.mapped if "/mca_" in m]
+        assert libs == [f"{TARGET}/lib0/libmpi.so.40.30.4"]
+        # Open MPI's dlopen'ed parts came from the host's component dir, none from the image's
+        assert f"{COMPONENTS}mca_pml_ob1.so" in components and all(c.startswith(COMPONENTS) for c in components)
+
+
+def test_pair_binds_the_host_open_mpi_components_help_files_and_pmix(openmpi_site, openmpi_image, tmp_path):
+    out = tmp_path / "img.pair.yaml"
+    assert main(["mpi", "pair", "--site", str(openmpi_site), str(openmpi_image), "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert (doc["container_mpi"]["vendor"], doc["container_mpi"]["version"]) == ("openmpi", "4.1.4")
+    assert doc["verdict"]["status"] == "accepted"
+    assert "same Open MPI series: host 4.1.4, image 4.1.4" in doc["verdict"]["reasons"]
+    assert doc["binds"] == [f"/usr/lib/x86_64-linux-gnu:{TARGET}/lib0",
+                            f"/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3:{TARGET}/ompi-components",
+                            f"/usr/share/openmpi:{TARGET}/ompi-help",
+                            f"/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix:{TARGET}/pmix-components"]
+    assert doc["env"]["set"] == {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_pml": "ob1",
+                                 "OPAL_PKGLIBDIR": f"{TARGET}/ompi-components",
+                                 "OPAL_PKGDATADIR": f"{TARGET}/ompi-help",
+                                 "PMIX_PKGLIBDIR": f"{TARGET}/pmix-components"}
+    assert doc["launch"].startswith("/usr/bin/mpirun.openmpi -n ${NRANKS} --map-by "
+                                    "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS} --bind-to core "
+                                    "--allow-run-as-root -x OMP_NUM_THREADS")
+    assert " ch-run --join --set-env " in doc["launch"] and "--join-ct" not in doc["launch"]
+
+
+def test_check_under_open_mpis_own_mpirun(openmpi_site, openmpi_image, capsys):
+    _host_open_mpi_ran(run_check(make_pair(openmpi_site, openmpi_image)))
+    assert main(["mpi", "check", "--site", str(openmpi_site), str(openmpi_image)]) == 0
+    out = capsys.readouterr().out
+    assert "Open MPI v4.1.4" in out and "MCA components from" in out and "PASS" in out
+
+
+def test_check_under_srun_mpi_pmix(slurm, openmpi_image, tmp_path):
+    require(shutil.which("srun") is not None, "Slurm not installed")
+    site = openmpi_site_dict("srun")
+    site["name"] = "ompi-slurm"
+    site["scheduler"] = {"type": "slurm", "partition": "debug", "max_nodes": 1, "max_walltime": "00:10:00",
+                         "mpi_plugin": "pmix"}
+    path = tmp_path / "ompi-slurm.yaml"
+    path.write_text(yaml.safe_dump(site, sort_keys=False))
+    _host_open_mpi_ran(run_check(make_pair(path, openmpi_image)))
+
+
+def test_check_fails_when_the_image_open_mpi_is_what_runs(openmpi_site, openmpi_image):
+    pair = make_pair(openmpi_site, openmpi_image)
+    unbound = dataclasses.replace(pair, binds=[], links={}, env_prepend={}, env_set={})
+    result = run_check(unbound, timeout=60)
+    assert not result.ok
+    assert any("not from the host bind" in p for p in result.problems)  # the image's /usr/lib... mapped
+
+
+def test_mpirun_as_root_only_where_the_site_allows_it(openmpi_image, tmp_path):
+    site = _site(tmp_path, openmpi={**openmpi_site_dict()["host_mpi"]["openmpi"], "allow_run_as_root": False})
+    result = run_check(make_pair(site, openmpi_image), timeout=60)
+    assert not result.ok and "--allow-run-as-root" not in result.command
+    assert "root" in result.output  # mpirun's own refusal
+
+
+def test_a_host_older_than_the_image_is_refused_with_the_fix(openmpi_image, tmp_path):
+    site = _site(tmp_path, version="4.0.7")
+    with pytest.raises(KitError, match=r"the host's Open MPI 4\.0\.7 is older than the image's 4\.1\.4: .*"
+                                       r"Put Open MPI 4\.0\.x \(the host's major"):
+        make_pair(site, openmpi_image)
