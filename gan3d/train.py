@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--keep-checkpoints", type=int, default=2)
     ap.add_argument("--resume", action="store_true", help="continue after the last checkpoint in --checkpoint-dir")
     ap.add_argument("--itex", choices=["on", "off"], default="off",
-                    help="Intel Extension for TensorFlow (optional extra: pip install '.[itex]')")
+                    help="Intel Extension for TensorFlow (installed by the site, not by the kit: README, Requirements)")
     return ap
 
 
@@ -321,9 +321,9 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     runtime.check_capacity(layout.ranks_per_node, threads, args.inter_op_threads, cores, where,
                            args.oversubscribe)
     if args.itex == "on" and importlib.util.find_spec(ITEX_MODULE) is None:  # before any slow work
-        raise SettingsError("--itex on: intel-extension-for-tensorflow is not installed; "
-                            "fix: pip install '.[itex]' (intel-extension-for-tensorflow[cpu]==2.15.0.0) "
-                            "or run with --itex off")
+        raise SettingsError("--itex on: intel-extension-for-tensorflow is not installed (not in the kit's pin "
+                            "list: it requires the full tensorflow build, which clashes with the pinned "
+                            "tensorflow-cpu; README, Requirements); fix: run with --itex off")
     settings = runtime.thread_settings(threads, args.inter_op_threads)
     warnings = runtime.apply_environment(settings)
     itex_installed = importlib.util.find_spec(ITEX_MODULE) is not None

@@ -16,8 +16,10 @@
 #   HOSTMPI_DIRS    how many host library dirs the site binds (their mount points)
 #
 # Two stages: `build` has the compilers, cmake and the -dev packages that mpi4py and Horovod
-# compile against; the final stage starts again from BASE with the runtime libraries only and
-# takes the built venv, so the image is smaller and carries no toolchain onto the site.
+# compile against, and builds the kit's own wheel from pyproject.toml; the final stage starts
+# again from BASE with the runtime libraries only, takes the built venv and installs the kit's
+# wheel into it (no index, no dependencies: the pinned stack is there), so the image is smaller,
+# carries no toolchain onto the site, and `kit --version` names the same version as outside.
 ARG BASE=debian:bookworm-slim
 # Test-only pins (the lock holds every extra): the image runs the kit, it does not test it.
 ARG TEST_ONLY="--exclude pytest --exclude pytest-timeout --exclude hypothesis --exclude sortedcontainers --exclude iniconfig --exclude pluggy"
@@ -42,6 +44,17 @@ RUN python3 -m venv /opt/venv \
     HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation --require-hashes \
         --no-deps -r /tmp/horovod.txt
 
+# The kit as a real distribution (its metadata carries the version): built with the venv's pinned
+# setuptools, nothing fetched. After the stack, so an edit to the kit does not rebuild the stack.
+# site-configs/, slurm/, images/: what kit/_data links to in a checkout used as the context.
+COPY pyproject.toml README.md constraints.txt /opt/src/
+COPY site-configs /opt/src/site-configs
+COPY slurm /opt/src/slurm
+COPY images /opt/src/images
+COPY gan3d /opt/src/gan3d
+COPY kit /opt/src/kit
+RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --no-index -w /opt/wheels /opt/src
+
 FROM ${BASE}
 ARG HOSTMPI_TARGET=/opt/hostmpi
 ARG HOSTMPI_LIBDIR=lib0
@@ -53,17 +66,14 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /opt/venv /opt/venv
-COPY constraints.txt /opt/gan3d/constraints.txt
-COPY gan3d /opt/gan3d/gan3d
-# `gan3d train --site FILE` reads the site config with kit.site (PyYAML only); the batch script
-# that `kit slurm render` writes hands the job its copy of the config.
-COPY kit /opt/gan3d/kit
-COPY site-configs /opt/gan3d/site-configs
+# The kit (kit, gan3d, the shipped site configs, templates and pin list) and its `kit` console
+# script (`ch-run IMG -- kit ...`): the wheel built above, on top of the pinned stack. `gan3d train
+# --site FILE` reads the site config with kit.site; `kit slurm render` hands the job its copy.
+COPY --from=build /opt/wheels /opt/wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index /opt/wheels/secure_site_kit-*.whl \
+ && rm -rf /opt/wheels
 # No OMP_NUM_THREADS here: ch-run imports this ENV into every job, over the batch script's value.
-ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/gan3d
-# `ch-run IMG -- kit ...`: the kit's console script, as pip would write it for kit.cli:main.
-RUN printf '#!/opt/venv/bin/python3\nimport sys\nfrom kit.cli import main\nsys.exit(main())\n' > /opt/venv/bin/kit \
- && chmod 755 /opt/venv/bin/kit
+ENV PATH=/opt/venv/bin:$PATH
 
 # Bind targets for the host MPI (read-only images cannot grow them later) and the alias that
 # `kit mpi pair` lists under `links:` for an Intel MPI host.

@@ -19,8 +19,10 @@
 #   HOSTMPI_DIRS    how many host library dirs the site binds (their mount points)
 #
 # Two stages: `build` has the compilers, cmake and the -dev packages that mpi4py and Horovod
-# compile against; the final stage starts again from BASE with the runtime libraries only and
-# takes the built venv (and /opt/openmpi), so the image carries no toolchain onto the site.
+# compile against, and builds the kit's own wheel from pyproject.toml; the final stage starts
+# again from BASE with the runtime libraries only, takes the built venv (and /opt/openmpi) and
+# installs the kit's wheel into it (no index, no dependencies), so the image carries no toolchain
+# onto the site and `kit --version` names the same version as outside.
 ARG BASE=debian:bookworm-slim
 ARG OPENMPI_VERSION=
 ARG OPENMPI_SHA256=
@@ -68,6 +70,17 @@ RUN python3 -m venv /opt/venv \
     HOROVOD_WITHOUT_GLOO=1 /opt/venv/bin/pip install --no-cache-dir --no-build-isolation --require-hashes \
         --no-deps -r /tmp/horovod.txt
 
+# The kit as a real distribution (its metadata carries the version): built with the venv's pinned
+# setuptools, nothing fetched. After the stack, so an edit to the kit does not rebuild the stack.
+# site-configs/, slurm/, images/: what kit/_data links to in a checkout used as the context.
+COPY pyproject.toml README.md constraints.txt /opt/src/
+COPY site-configs /opt/src/site-configs
+COPY slurm /opt/src/slurm
+COPY images /opt/src/images
+COPY gan3d /opt/src/gan3d
+COPY kit /opt/src/kit
+RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --no-index -w /opt/wheels /opt/src
+
 FROM ${BASE}
 ARG OPENMPI_VERSION
 ARG HOSTMPI_TARGET=/opt/hostmpi
@@ -83,17 +96,14 @@ COPY --from=build /opt/openmpi /opt/openmpi
 RUN if [ -n "${OPENMPI_VERSION}" ]; then echo /opt/openmpi/lib > /etc/ld.so.conf.d/openmpi.conf && ldconfig; fi
 
 COPY --from=build /opt/venv /opt/venv
-COPY constraints.txt /opt/gan3d/constraints.txt
-COPY gan3d /opt/gan3d/gan3d
-# `gan3d train --site FILE` reads the site config with kit.site (PyYAML only); the batch script
-# that `kit slurm render` writes hands the job its copy of the config.
-COPY kit /opt/gan3d/kit
-COPY site-configs /opt/gan3d/site-configs
+# The kit (kit, gan3d, the shipped site configs, templates and pin list) and its `kit` console
+# script (`ch-run IMG -- kit ...`): the wheel built above, on top of the pinned stack. `gan3d train
+# --site FILE` reads the site config with kit.site; `kit slurm render` hands the job its copy.
+COPY --from=build /opt/wheels /opt/wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index /opt/wheels/secure_site_kit-*.whl \
+ && rm -rf /opt/wheels
 # No OMP_NUM_THREADS here: ch-run imports this ENV into every job, over the batch script's value.
-ENV PATH=/opt/venv/bin:/opt/openmpi/bin:$PATH PYTHONPATH=/opt/gan3d
-# `ch-run IMG -- kit ...`: the kit's console script, as pip would write it for kit.cli:main.
-RUN printf '#!/opt/venv/bin/python3\nimport sys\nfrom kit.cli import main\nsys.exit(main())\n' > /opt/venv/bin/kit \
- && chmod 755 /opt/venv/bin/kit
+ENV PATH=/opt/venv/bin:/opt/openmpi/bin:$PATH
 
 # Bind targets for the host's Open MPI (read-only images cannot grow them later).
 RUN set -e; i=0; while [ "$i" -lt "${HOSTMPI_DIRS}" ]; do mkdir -p "${HOSTMPI_TARGET}/lib$i"; i=$((i+1)); done; \

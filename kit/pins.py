@@ -3,8 +3,9 @@
 pip takes hashes only from pinned top-level requirements, and evaluates a pin list's markers
 with the Python that runs it, so the scripts need three views of the list: whole blocks for
 `pip install --require-hashes --no-deps -r`, bare pins for `pip download -c` (for a site's
-platform), and a check of downloaded files against the hashes. Standard library only: it runs
-as `python3 kit/pins.py ...` before anything is installed, on any Python >= 3.9.
+platform), and a check of downloaded files against the hashes; setup.sh also asks which
+installed distribution the list replaced by another that owns the same files. Standard library
+only: it runs as `python3 kit/pins.py ...` before anything is installed, on any Python >= 3.9.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ HASH = re.compile(r"--hash=sha256:(?P<hex>[0-9a-f]{64})\Z")
 # name-version(-build)?-python-abi-platform.whl, or name-version.tar.gz / .zip
 WHEEL = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-[^-]+)?-[^-]+-[^-]+-[^-]+\.whl\Z")
 SDIST = re.compile(r"(?P<name>.+)-(?P<version>[^-]+)\.(?:tar\.gz|zip)\Z")
+# Distributions that install the same files under different names: TensorFlow's builds all write
+# site-packages/tensorflow/, so uninstalling one deletes the files of another installed beside it.
+SAME_FILES = (("tensorflow", "tensorflow-cpu"),)
 
 
 class PinError(Exception):
@@ -116,9 +120,29 @@ def verify(pins: List[Pin], directory: Path, skip: List[str]) -> int:
     return checked
 
 
+def replaced(pins: List[Pin], installed: List[str]) -> List[Tuple[str, str]]:
+    """(old, new) for each installed distribution the pin list no longer names while it names another
+    of the same files: setup.sh uninstalls old BEFORE installing new, never after."""
+    pinned = {normalize(p.name) for p in pins}
+    have = {normalize(n) for n in installed}
+    out = []
+    for group in SAME_FILES:
+        chosen = [n for n in group if n in pinned]
+        if len(chosen) == 1:
+            out += [(old, chosen[0]) for old in group if old in have and old not in pinned]
+    return out
+
+
+def installed_distributions() -> List[str]:
+    """The distributions of the Python running this script (setup.sh runs it with the venv's)."""
+    from importlib import metadata
+
+    return [d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="pins.py", description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=("requirements", "constraints", "version", "verify"))
+    ap.add_argument("command", choices=("requirements", "constraints", "version", "verify", "replaced"))
     ap.add_argument("lock", type=Path)
     ap.add_argument("arg", nargs="?", help="version: NAME; verify: DIR")
     ap.add_argument("--only", action="append", default=[], metavar="NAME")
@@ -133,6 +157,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "version":
             versions = sorted({p.version for p in select(pins, [args.arg or ""], [])})
             print(versions[-1] if len(versions) == 1 else " ".join(versions))
+        elif args.command == "replaced":  # "OLD NEW" lines: what this Python has that the list replaced
+            for old, new in replaced(pins, installed_distributions()):
+                print(old, new)
         else:
             count = verify(pins, Path(args.arg or "."), args.exclude)
             print(f"pins: {count} files match the pin list", file=sys.stderr)

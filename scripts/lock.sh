@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resolves pyproject.toml's requirements (core and every extra but itex) into constraints.txt,
+# Resolves pyproject.toml's requirements (core and every extra) into constraints.txt,
 # the one pin list: every package at one version per Python (3.9-3.12), each with the sha256 of
 # all its files, so setup.sh, the image recipe and `make wheelhouse` install exactly these.
 # Run after changing a requirement in pyproject.toml; commit both. Needs the network.

@@ -22,7 +22,7 @@ APT_PACKAGES=(
   buildah umoci skopeo mmdebstrap busybox-static
   slurm-wlm munge libpmi2-0 libpmix-dev   # Slurm's mpi/pmix dlopens pmix2/lib/libpmix.so (-dev only)
   openssh-server openssh-client rsync
-  zstd pigz hwloc procps psmisc iproute2
+  zstd pigz hwloc procps psmisc iproute2 strace
 )
 # TensorFlow 2.15.1 runs on Python 3.9-3.11: the developer set-up uses 3.11, from apt unless
 # PYTHON names another interpreter.
@@ -74,7 +74,20 @@ fi
 PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
 export PIP_NO_BINARY=mpi4py  # link mpi4py against the system MPICH, not a bundled MPI
 
-# 3. The pinned stack (every package of the pin list for this Python, hashes checked by pip),
+# 3a. A distribution the pin list replaced by another that installs the same files (tensorflow by
+# tensorflow-cpu: both write site-packages/tensorflow/) is uninstalled BEFORE its replacement goes
+# in: uninstalled after, it would delete the replacement's files. The replacement is then
+# (re)installed from the pin list, whole, even where an earlier attempt left it beside the old one.
+"$VENV/bin/python" "$ROOT/kit/pins.py" replaced "$LOCK" > "$VENV/.kit-replaced.txt"
+while read -r old new; do
+  log "replacing $old by $new (the pin list's choice; both install the same files)"
+  "$VENV/bin/pip" uninstall -q -y "$old"
+  "$VENV/bin/python" "$ROOT/kit/pins.py" requirements "$LOCK" --only "$new" > "$VENV/.kit-new.txt"
+  "${PIP[@]}" --require-hashes --no-deps --force-reinstall -r "$VENV/.kit-new.txt"
+  rm -f "$VENV"/.kit-deps-*  # the stack is checked again below
+done < "$VENV/.kit-replaced.txt"
+
+# 3b. The pinned stack (every package of the pin list for this Python, hashes checked by pip),
 # then the kit itself, editable; redone only when pyproject.toml, the pin list or this script changed.
 stamp="$VENV/.kit-deps-$(cat "$ROOT/pyproject.toml" "$LOCK" "$0" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then

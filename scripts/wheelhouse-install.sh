@@ -30,6 +30,18 @@ done
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV" || die "$PY -m venv $VENV failed; fix: use a Python with the venv module (Debian: python3-venv)"
 fi
+# A venv an earlier wheelhouse made may hold a distribution the pin list has since replaced by
+# another that installs the same files (tensorflow by tensorflow-cpu): where this wheelhouse
+# brings the replacement, the old one goes first (removed later, it would delete files of its
+# replacement), then the replacement is installed whole.
+replaced=$("$VENV/bin/python" "$HERE/pins.py" replaced "$HERE/constraints.txt") \
+  || die "could not read $HERE/constraints.txt (see above); fix: copy the wheelhouse again"
+printf '%s\n' "$replaced" | while read -r old new; do
+  ls "$HERE/$(echo "$new" | tr - _)"-*.whl >/dev/null 2>&1 || continue
+  "$VENV/bin/python" -m pip uninstall --quiet -y "$old" || die "pip could not uninstall $old from $VENV (see above)"
+  "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE" --no-deps --force-reinstall "$new" \
+    || die "pip could not install $new from $HERE (see above)"
+done
 "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE" \
   "secure-site-kit${EXTRAS:+[$EXTRAS]}" || die "pip could not install from $HERE (see above)"
 if [ -f "$HERE/horovod/BUILD.sh" ] && echo ",$EXTRAS," | grep -q ',train,'; then

@@ -73,6 +73,8 @@ rmdir "$part/horovod" 2>/dev/null || true  # only [train] has Horovod
 
 cp "$ROOT/scripts/wheelhouse-install.sh" "$part/install.sh"
 chmod 0755 "$part/install.sh"
+# install.sh asks them what an existing venv holds that the pin list replaced (tensorflow by tensorflow-cpu)
+cp "$ROOT/kit/pins.py" "$LOCK" "$part/"
 echo "$pyver" > "$part/PYTHON_VERSION"
 echo "$PLATFORM" > "$part/PLATFORM"
 tr ',' '\n' <<< "$EXTRAS" | grep . > "$part/EXTRAS" || true

@@ -36,6 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--direct-io", action=argparse.BooleanOptionalAction, default=None,
                    help="remote writes bypass the page cache where the filesystem allows it "
                    "(default: transfer.direct_io, true)")
+    p.add_argument("--stall", type=float, metavar="SECONDS",
+                   help="stop the upload after this long with no byte moving and no remote re-hash "
+                   "progress (default: 15 minutes)")
+    p.add_argument("--install-timeout", type=float, metavar="SECONDS",
+                   help="stop the remote install (hash check, ch-convert) after this long (default: 4 hours)")
     p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
     p.set_defaults(func=_push)
 
@@ -76,7 +81,8 @@ def _push(args: argparse.Namespace) -> int:
         progress = bar and bar.advance
         report = transfer.push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
                       keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
-                      dry_run=args.dry_run, progress=progress, **_endpoint_args(args))
+                      dry_run=args.dry_run, progress=progress, stall=args.stall,
+                      install_timeout=args.install_timeout, **_endpoint_args(args))
     if args.dry_run and not quiet():
         print("dry run: nothing was changed")
     print("\n".join(report.lines()))

@@ -24,6 +24,8 @@ from kit.site import Site, load_site
 RECIPES = shipped("images")
 # What the recipes COPY, staged from the installed kit when no --context is given.
 CONTEXT_PACKAGES = ("kit", "gan3d")
+SHIPPED_FOLDERS = ("site-configs", "slurm", "images")
+SHIPPED_FILES = ("constraints.txt", "pyproject.toml", "README.md")  # the wheel's build needs the last two
 BUILDERS = ("buildah", "podman", "docker")
 FORMATS = ("docker-archive", "oci-archive")
 STORAGE_DRIVERS = ("overlay", "vfs")
@@ -179,16 +181,20 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
 
 
 def stage_context(dest: Path) -> Path:
-    """The build context the recipes expect (kit/, gan3d/, site-configs/, constraints.txt), copied
-    from the installed kit: a wheel installed anywhere builds the same image as a checkout."""
+    """The build context the recipes expect: a source tree `pip wheel` builds the kit's wheel from
+    (pyproject.toml, README.md, kit/ with kit/_data as copies, gan3d/, the shipped folders and the
+    pin list), copied from the installed kit: a wheel installed anywhere builds the same image as a
+    checkout, and no venv, build dir or other checkout file reaches the builder."""
     from importlib import resources
 
     dest.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in CONTEXT_PACKAGES:
+    for package in CONTEXT_PACKAGES:  # copytree follows kit/_data's links: the context holds copies
         shutil.copytree(Path(str(resources.files(package))), dest / package, ignore=ignore)
-    shutil.copytree(shipped("site-configs"), dest / "site-configs", ignore=ignore)
-    shutil.copyfile(shipped("constraints.txt"), dest / "constraints.txt")
+    for folder in SHIPPED_FOLDERS:
+        shutil.copytree(shipped(folder), dest / folder, ignore=ignore)
+    for name in SHIPPED_FILES:
+        shutil.copyfile(shipped(name), dest / name)
     return dest
 
 

@@ -35,7 +35,7 @@ from kit.excerpt import one_line
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.image import LocalImage, chunk_sha256, open_image, read_small, recorded_sha256, sha256_file
-from kit.transfer.remote_script import EXIT_MISMATCH, PROBE_MARK
+from kit.transfer.remote_script import EXIT_MISMATCH, HASHED_MARK, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 from kit.transfer.watchdog import Watchdog
 
@@ -44,9 +44,11 @@ BLOCK = 4 << 20
 SPACE_MARGIN = 1 << 20
 INSTALL_STALL = 900     # s: the remote ch-convert is stopped after this long without reading or writing
 INSTALL_WAIT = 300      # s: how long an install waits for another one in the same image dir
-PROBE_TIMEOUT = 1800    # s: the dry-run probe hashes the partial upload at most
+INSTALL_TIMEOUT = 4 * 3600  # s: the whole remote install (hash, wait, ch-convert); --install-timeout
+PROBE_TIMEOUT = 1800    # s: the dry-run probe's own work, plus its re-hash at REHASH_FLOOR
+REHASH_FLOOR = 20e6     # B/s: slower than any working filesystem re-reads a partial upload
 BANNER_LINES = 1000     # lines a login shell may print before the receiver's probe line
-STREAM_STALL = 900      # s without a byte moving on the data stream (the remote probe hashes the part)
+STREAM_STALL = 900      # s in which no byte moves and the remote re-hash reports no progress
 OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
 PAIR_MAX = 1 << 20      # bytes of a .pair.yaml worth reading
 SFTP_TIMEOUT = 300      # s one SFTP request may take (siblings are small files)
@@ -136,9 +138,11 @@ def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
 
 
 def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, direct_io: bool,
-            paths: list[str], progress: Callable[[int], None] | None) -> tuple[dict, _Plan, int]:
+            paths: list[str], progress: Callable[[int], None] | None, stall: float) -> tuple[dict, _Plan, int]:
     """One ssh session: the receiver reports what it has, we answer with the plan and stream
-    the chunks it lacks, then COMMIT. Returns (receiver's answer, plan, bytes sent)."""
+    the chunks it lacks, then COMMIT. Returns (receiver's answer, plan, bytes sent). The
+    watchdog ends it after `stall` s in which no byte moved and the receiver's re-hash of the
+    kept part (before its probe line, and again as it reads kept chunks) reported no progress."""
     where = f"{ep.hostname}:{directory}"
     cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk, "1" if direct_io else "0",
                          *paths)
@@ -148,10 +152,10 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
         fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
     except OSError:
         pass
+    dog = Watchdog(proc, stall)
     err: list[bytes] = []
-    drain = threading.Thread(target=lambda: err.append(_tail(proc.stderr)), daemon=True)
+    drain = threading.Thread(target=lambda: err.append(_drain(proc.stderr, dog.tick)), daemon=True)
     drain.start()
-    dog = Watchdog(proc, STREAM_STALL)
     sent, broken, plan = 0, False, None
     try:
         first, lines = proc.stdout.readline(1 << 20), 1
@@ -182,9 +186,10 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     drain.join()
     stderr = b"".join(err).decode(errors="replace")
     if dog.fired:
-        raise StreamLost(plan is not None, f"the push to {ep} moved no byte for {STREAM_STALL} s after {sent} "
-                         "bytes (a hung remote filesystem or receiver?); it was stopped. Run the same "
-                         "command again: it resumes from the last verified chunk")
+        raise StreamLost(plan is not None, f"the push to {ep} moved no byte for {stall:g} s after {sent} "
+                         "bytes, and the remote side reported no re-hash progress (a hung remote filesystem "
+                         "or receiver?); it was stopped. Run the same command again: it resumes from the "
+                         "last verified chunk")
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
         raise StreamLost(plan is not None, f"the connection to {ep} was lost after {sent} bytes of this push "
                        f"({one_line(stderr, tail=True) or 'no message'}); run the same command again: "
@@ -204,6 +209,18 @@ def _tail(stream) -> bytes:
     kept = b""
     while data := stream.read1(OUTPUT_MAX):
         kept = (kept + data)[-OUTPUT_MAX:]
+    return kept
+
+
+def _drain(stream, alive: Callable[[], None]) -> bytes:
+    """The receiver's stderr until it ends: its re-hash progress lines call `alive` (they are
+    not kept); of the rest, the last OUTPUT_MAX bytes are kept (its error line is the last)."""
+    kept, mark = b"", HASHED_MARK.encode()
+    while line := stream.readline(OUTPUT_MAX):
+        if line.startswith(mark):
+            alive()
+        else:
+            kept = (kept + line)[-OUTPUT_MAX:]
     return kept
 
 
@@ -309,12 +326,15 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
          keep: int | None = None, accept_new_host_key: bool = False, dry_run: bool = False,
          progress: Callable[[int], None] | None = None, chunk_size: int = CHUNK,
          ssh_config: Path | None = None, install_as: str = "dir",
-         direct_io: bool | None = None) -> PushReport:
+         direct_io: bool | None = None, stall: float | None = None,
+         install_timeout: float | None = None) -> PushReport:
     """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install
     (as an unpacked directory, or with install_as="squash" a SquashFS file).
 
     `progress(n)` is called with each block of bytes sent (the CLI draws a bar with it).
     `direct_io` (default: the site's transfer.direct_io) lets the receiver bypass the page cache.
+    `stall` (default STREAM_STALL s): the data stream ends after this long with nothing moving;
+    `install_timeout` (default INSTALL_TIMEOUT s): the most the remote install may take.
     """
     started = time.monotonic()
     site = load_site(site)
@@ -325,6 +345,10 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
     if install_as not in ("dir", "squash"):
         raise KitError(f"install format {install_as!r}: use dir or squash")
+    stall = STREAM_STALL if stall is None else stall
+    install_timeout = INSTALL_TIMEOUT if install_timeout is None else install_timeout
+    if stall <= 0 or install_timeout <= 0:
+        raise KitError(f"--stall {stall:g} / --install-timeout {install_timeout:g}: give a number of seconds > 0")
     ep = site_endpoint(t, host=host, user=user, port=port, ssh_config=ssh_config)
     directory = remote.remote_path(remote_dir or t.image_dir)
 
@@ -343,7 +367,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             where = f"{ep.hostname}:{directory}"
             probe = remote.run(opening.result(), "probe", directory, img.path.name, img.size, sha,
                                chunk_size, *pair_paths, what=f"checking {where}", schema=PROBE,
-                               timeout=PROBE_TIMEOUT)
+                               timeout=round(PROBE_TIMEOUT + img.size / REHASH_FLOOR))
             plan = _plan(probe, img, chunk_size, where)
             report.remote_path = f"{probe['dir']}/{img.path.name}"
             report.siblings = [s.name for s in img.siblings]
@@ -352,7 +376,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
             try:
                 direct = t.direct_io if direct_io is None else direct_io
                 answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, direct,
-                                                          pair_paths, progress)
+                                                          pair_paths, progress, stall)
             except StreamLost as exc:
                 if not exc.answered:  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
                     opening.result()
@@ -362,7 +386,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         report.pair_warnings = pair_warnings + _missing_warning(plan.missing, ep.hostname)
         if install:
-            _install(opening.result(), site, img, report, keep_n, dry_run, install_as)
+            _install(opening.result(), site, img, report, keep_n, dry_run, install_as, install_timeout)
     finally:
         pool.shutdown(wait=True)
         if opening.exception() is None:
@@ -372,10 +396,17 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
 
 
 def _install(conn: fabric.Connection, site, img: LocalImage, report: PushReport,
-             keep_n: int, dry_run: bool, install_as: str) -> None:
-    """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune."""
+             keep_n: int, dry_run: bool, install_as: str, timeout: float) -> None:
+    """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune.
+    After `timeout` s the session is closed; the installer sees its stdin end (WATCH 1), stops
+    ch-convert and removes its work dir: NAME.current still names the previous version."""
     imgdir = remote.remote_path(site.container.image_dir)
     answer = remote.run(conn, "install", report.remote_path, imgdir, img.stem, report.sha256[:12],
-                        keep_n, "1" if dry_run else "0", install_as, INSTALL_STALL, INSTALL_WAIT,
-                        what=f"installing {img.stem} in {conn.host}:{imgdir}", schema=INSTALLED)
+                        keep_n, "1" if dry_run else "0", install_as, INSTALL_STALL, INSTALL_WAIT, "1",
+                        what=f"installing {img.stem} in {conn.host}:{imgdir}", schema=INSTALLED,
+                        timeout=timeout,
+                        on_timeout=f"the install (sha256 check, ch-convert, switch of {img.stem}.current) was "
+                        f"stopped there, {img.stem}.current is unchanged; fix: check that host (load, a hung "
+                        "filesystem, a stuck ch-convert), or allow more with --install-timeout SECONDS, then "
+                        "run the same command again (the upload is kept: nothing is sent twice)")
     report.installed, report.current, report.pruned = answer["target"], answer["current"], answer["prune"]

@@ -76,14 +76,16 @@ def parse(stdout: str, stderr: str, exited: int, what: str, schema: Schema | Non
 
 
 def run(conn: fabric.Connection, mode: str, *args: object, what: str, schema: Schema | None = None,
-        timeout: int | None = None) -> dict:
+        timeout: float | None = None, on_timeout: str | None = None) -> dict:
     """Run a mode over the control connection; a dropped connection or no answer within
-    `timeout` seconds is a KitError, never a hang or a traceback."""
+    `timeout` seconds is a KitError, never a hang or a traceback. The session's stdin stays
+    open until the answer or the timeout: a mode may watch it to stop when the sender gives up."""
     try:
         result = conn.run(command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout)
     except CommandTimedOut as exc:
-        raise KitError(f"{what}: no answer within {timeout} s; the remote side was stopped. Check the "
-                       "host (load, hung filesystem) and run the same command again") from exc
+        raise KitError(f"{what}: no answer within {timeout:g} s; " + (on_timeout or (
+            "the remote side was stopped. Check the host (load, hung filesystem) and run the same "
+            "command again"))) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
         raise KitError(f"{what}: the SSH connection failed ({one_line(exc, tail=True) or type(exc).__name__}); "
                        "run the same command again") from exc

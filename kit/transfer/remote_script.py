@@ -12,11 +12,15 @@ Modes:
                                                   login shell may print before us), read the
                                                   sender's plan line ("KEEP i,j,..." / "SKIP"),
                                                   receive the other chunks from stdin (DIRECT 1:
-                                                  O_DIRECT where possible), verify, rename
-  install SRC IMGDIR NAME VERSION KEEPN DRY FMT [STALL [WAIT]]
+                                                  O_DIRECT where possible), verify, rename; while
+                                                  it re-hashes what is there it prints
+                                                  "KIT-HASHED <bytes>" on stderr after each chunk
+  install SRC IMGDIR NAME VERSION KEEPN DRY FMT [STALL [WAIT [WATCH]]]
                                           ch-convert to FMT (dir|squash) as NAME@VERSION,
                                           switch NAME.current, prune; ch-convert is killed after
-                                          STALL seconds without I/O, the lock is waited for WAIT s
+                                          STALL seconds without I/O, the lock is waited for WAIT s;
+                                          WATCH 1: stop (and clean up) when stdin closes, which
+                                          is how a sender that gave up ends the SSH session
   versions IMGDIR NAME                    the installed NAME@... entries, newest first, and current
   switch  IMGDIR NAME ENTRY DRY [WAIT]    point NAME.current at ENTRY (an installed version)
 
@@ -44,6 +48,7 @@ BUF = 1 << 20
 ALIGN = 4096            # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
 PROBE_MARK = "KIT-PROBE "
+HASHED_MARK = "KIT-HASHED "  # push: the re-hash of what is already there moves (the sender's watchdog)
 EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
 EXIT_REFUSED, EXIT_BUG, EXIT_STOPPED = 8, 9, 10
 STALL, INSTALL_WAIT, PUSH_WAIT = 900, 300, 5  # seconds (install's defaults; push.py passes its own)
@@ -162,7 +167,8 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
-def hash_range(fh, offset, length, *hashers):
+def hash_range(fh, offset, length, *hashers, progress=None):
+    """Feed LENGTH bytes at OFFSET to the hashers (False if the file is shorter), telling progress(n)."""
     fh.seek(offset)
     left = length
     while left:
@@ -172,7 +178,25 @@ def hash_range(fh, offset, length, *hashers):
         for h in hashers:
             h.update(data)
         left -= len(data)
+        if progress:
+            progress(len(data))
     return True
+
+
+class Heartbeat(object):
+    """Says on stderr, after each STEP bytes re-hashed, how far a re-hash of the kept part has
+    come: nothing else crosses the connection meanwhile, and the sender's watchdog would take a
+    long honest re-hash of many GB for a hang (a stuck read says nothing, and is stopped)."""
+
+    def __init__(self, stream, step):
+        self.stream, self.step, self.done, self.told = stream, step, 0, 0
+
+    def __call__(self, n):
+        self.done += n
+        if self.done - self.told >= self.step:
+            self.told = self.done
+            self.stream.write("%s%d\n" % (HASHED_MARK, self.done))
+            self.stream.flush()
 
 
 def lock_dir(directory, wait, what):
@@ -236,10 +260,10 @@ def write_state(path, state):
     os.replace(tmp, path)
 
 
-def file_sha256(fd, size):
+def file_sha256(fd, size, progress=None):
     h = hashlib.sha256()
     with os.fdopen(fd, "rb") as fh:
-        hash_range(fh, 0, size, h)
+        hash_range(fh, 0, size, h, progress=progress)
     return h.hexdigest()
 
 
@@ -247,7 +271,7 @@ def probe(directory, name, size, sha, chunk, paths):
     print(json.dumps(inspect(directory, name, size, sha, chunk, paths)))
 
 
-def inspect(directory, name, size, sha, chunk, paths):
+def inspect(directory, name, size, sha, chunk, paths, progress=None):
     final, part, state_path = names(directory, name)
     final_st, part_st = own_file(final), own_file(part)
     own_file(state_path)
@@ -256,7 +280,7 @@ def inspect(directory, name, size, sha, chunk, paths):
            "chunk_hashes": [], "python": sys.version.split()[0],
            "missing": [p for p in paths if not os.path.exists(p)]}
     if final_st and final_st.st_size == size:
-        out["final_matches"] = file_sha256(open_regular(final), size) == sha
+        out["final_matches"] = file_sha256(open_regular(final), size, progress) == sha
     state = read_state(state_path)
     if (part_st and state and state.get("sha256") == sha
             and state.get("size") == size and state.get("chunk") == chunk):
@@ -265,7 +289,7 @@ def inspect(directory, name, size, sha, chunk, paths):
         with os.fdopen(fd, "rb") as fh:
             for index in range(min(out["part_size"], size) // chunk):
                 h = hashlib.sha256()
-                hash_range(fh, index * chunk, chunk, h)
+                hash_range(fh, index * chunk, chunk, h, progress=progress)
                 out["chunk_hashes"].append(h.hexdigest())
     return out
 
@@ -298,12 +322,13 @@ def push(directory, name, size, sha, chunk, direct, paths):
     lock_dir(directory, PUSH_WAIT, "another kit transfer push is writing into %s right now; wait for "
              "it to end (or stop it: its upload resumes later)")
     clean_receiver_leftovers(directory, name)
-    sys.stdout.write(PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths)) + "\n")
+    beat = Heartbeat(sys.stderr, chunk)
+    sys.stdout.write(PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths, beat)) + "\n")
     sys.stdout.flush()
     plan = sys.stdin.buffer.readline(LINE_MAX).decode("ascii", "replace").split()
     if plan[:1] == ["KEEP"]:
         keep = parse_keep(plan, (size + chunk - 1) // chunk)
-        receive(directory, name, size, sha, chunk, keep, direct)
+        receive(directory, name, size, sha, chunk, keep, direct, beat)
     elif plan[:1] == ["SKIP"]:
         print(json.dumps({"path": os.path.abspath(names(directory, name)[0]), "sha256": sha}))
     else:
@@ -443,7 +468,7 @@ def fill(stream, view):
     return got
 
 
-def receive(directory, name, size, sha, chunk, keep, direct):
+def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
     """Walk the file chunk by chunk: kept chunks are read back from disk, the others come
     from stdin; the full sha256 is computed over the bytes in file order, as they are written."""
     final, part, state_path = names(directory, name)
@@ -467,7 +492,7 @@ def receive(directory, name, size, sha, chunk, keep, direct):
     for index in range((size + chunk - 1) // chunk):
         offset, end = index * chunk, min(size, (index + 1) * chunk)
         if index in keep:
-            if not hash_range(kept, offset, end - offset, full):
+            if not hash_range(kept, offset, end - offset, full, progress=progress):
                 writer.finish()
                 fail(EXIT_SHORT, "kept chunk %d of %s is short" % (index, part))
             continue
@@ -624,6 +649,20 @@ def source_suffix(src, is_sqfs):
         if src.endswith(suffix):
             return suffix
     raise Usage("SRC %r: not an image file (%s)" % (src, ", ".join(TAR_SUFFIXES + SQUASH_SUFFIXES)))
+
+
+def stop_when_stdin_closes():
+    """The sender holds our stdin open for as long as it waits for the answer; when it gives up
+    (its own timeout) the SSH session closes, stdin ends, and this installer stops like on
+    SIGTERM: ch-convert's group is killed and the work dir removed, NAME.current untouched."""
+    def watch():
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
@@ -854,6 +893,8 @@ def main(argv):
                 raise Usage("install format %s: use dir or squash" % args[6])
             stall = number(args[7], "STALL", 1) if len(args) > 7 else STALL
             wait = number(args[8], "WAIT") if len(args) > 8 else INSTALL_WAIT
+            if len(args) > 9 and args[9] == "1":
+                stop_when_stdin_closes()
             install(args[0], args[1], check_name(args[2], "NAME"), check_version(args[3]),
                     number(args[4], "KEEPN"), args[5] == "1", args[6], stall, wait)
         elif mode == "versions":

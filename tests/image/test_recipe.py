@@ -83,6 +83,17 @@ def via(lock: Path) -> dict[str, set[str]]:
     return graph
 
 
+def pip_runs(runs: str, verb: str) -> list[list[str]]:
+    """The words after `pip VERB` of each pip command in these RUN arguments."""
+    found = []
+    for command in re.split(r"&&|;|\|\|", runs):
+        words = shlex.split(command)
+        for i, word in enumerate(words[:-1]):
+            if word.rsplit("/", 1)[-1] == "pip" and words[i + 1] == verb:
+                found.append(words[i + 2:])
+    return found
+
+
 def requirement_names(items: list[str]) -> set[str]:
     return {normalize(re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", item)[0]) for item in items}
 
@@ -94,7 +105,10 @@ def test_the_final_stage_has_no_compiler_no_dev_package_no_build_tool(recipe):
     assert "python3" in packages  # the interpreter the copied venv links to
     assert not {p for p in packages if p.endswith("-dev") or p in BUILD_TOOLS}, packages
     runs = " ".join(args for keyword, args in final if keyword == "RUN")
-    assert "pip install" not in runs and "MPICC" not in runs  # nothing is compiled or fetched there
+    assert "MPICC" not in runs and "pip wheel" not in runs  # nothing is compiled there
+    for install in pip_runs(runs, "install"):  # nothing fetched: only the kit's own wheel, from the build stage
+        assert {"--no-index", "--no-deps"} <= set(install), install
+        assert [w for w in install if not w.startswith("-")] == ["/opt/wheels/secure_site_kit-*.whl"], install
     copies = [args for keyword, args in final if keyword == "COPY" and args.startswith("--from=")]
     assert any(args.split()[1:] == ["/opt/venv", "/opt/venv"] for args in copies), copies
 
@@ -118,8 +132,16 @@ def test_the_image_runs_the_kit_with_its_runtime_extras_from_the_pin_list(recipe
     graph = via(REPO / "constraints.txt")
     for name in excluded - {"horovod"}:  # a test pin, or pulled in by test pins only
         assert name in test_only or graph[name] - {"secure-site-kit"} <= excluded, (name, graph[name])
+    # The kit is a real distribution in the image (`kit --version` names its version): its wheel is
+    # built from the context's pyproject.toml in the build stage, installed in the final one.
+    [wheel] = pip_runs(build_runs, "wheel")
+    assert {"--no-deps", "--no-index"} <= set(wheel) and wheel[-1] == "/opt/src", wheel
+    build_copies = [args.split() for stage in all_stages[:-1] for keyword, args in stage if keyword == "COPY"]
+    assert any("pyproject.toml" in words[:-1] and words[-1] == "/opt/src/" for words in build_copies), build_copies
     final = all_stages[-1]
-    assert {args.split()[0] for keyword, args in final if keyword == "COPY" and not args.startswith("--")} >= {
-        "kit", "gan3d", "site-configs"}
-    assert any("from kit.cli import main" in args and "/opt/venv/bin/kit" in args
-               for keyword, args in final if keyword == "RUN")  # `ch-run IMG -- kit ...`
+    copies = [args for keyword, args in final if keyword == "COPY"]
+    assert {"--from=build /opt/venv /opt/venv", "--from=build /opt/wheels /opt/wheels"} <= set(copies), copies
+    assert all(args.startswith("--from=build ") for args in copies), copies  # no source tree in the image
+    final_runs = " ".join(args for keyword, args in final if keyword == "RUN")
+    assert len(pip_runs(final_runs, "install")) == 1  # the kit's wheel (checked above: no index, no deps)
+    assert not any("PYTHONPATH" in args for keyword, args in final if keyword == "ENV")  # no source tree on a path

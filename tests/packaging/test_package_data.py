@@ -13,7 +13,7 @@ import pytest
 
 from tests.packaging.conftest import REPO, outside_env, run
 
-SHIPPED = ("site-configs", "slurm", "images", "constraints.txt")
+SHIPPED = ("site-configs", "slurm", "images", "constraints.txt", "pyproject.toml", "README.md")
 
 
 def tracked(*paths: str) -> list[str]:
@@ -45,7 +45,8 @@ def test_the_wheel_carries_every_shipped_file_byte_for_byte(wheel):
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         sources = [p for p in REPO.joinpath("site-configs").iterdir()] + [p for p in REPO.joinpath("slurm").iterdir()]
-        sources += list(REPO.joinpath("images").iterdir()) + [REPO / "constraints.txt"]
+        sources += list(REPO.joinpath("images").iterdir())
+        sources += [REPO / "constraints.txt", REPO / "pyproject.toml", REPO / "README.md"]
         for source in sources:
             name = f"kit/_data/{source.relative_to(REPO)}"
             assert name in names, name
@@ -112,10 +113,36 @@ def test_kit_image_build_stages_what_the_recipe_copies_from_the_installed_kit(tm
     for recipe in RECIPES.glob("*.Dockerfile"):
         for line in recipe.read_text().splitlines():
             if line.startswith("COPY ") and not line.startswith("COPY --from="):
-                source = line.split()[1]
-                assert (context / source).exists(), f"{recipe.name}: {line}"
+                for source in line.split()[1:-1]:
+                    assert (context / source).exists(), f"{recipe.name}: {line}"
     assert (context / "site-configs" / "supermuc-ng.yaml").read_bytes() == (REPO / "site-configs" / "supermuc-ng.yaml").read_bytes()
     assert not list(context.rglob("__pycache__")) and not (context / "kit" / "_data" / "images").is_symlink()
+
+
+def test_the_staged_context_builds_the_kits_wheel_as_the_recipe_does_and_it_names_the_same_version(tmp_path):
+    """The image's build stage runs `pip wheel --no-deps --no-build-isolation --no-index` on the
+    staged context (no checkout, no network); installed, that wheel's `kit --version` is the
+    version pyproject.toml states, the one the kit outside the image prints."""
+    import tomllib
+
+    from kit.image.build import stage_context
+
+    context = stage_context(tmp_path / "context")
+    assert not (context / "kit" / "_data" / "pyproject.toml").is_symlink()
+    wheels, target = tmp_path / "wheels", tmp_path / "site-packages"
+    done = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                "-w", str(wheels), str(context)], env=outside_env())
+    assert done.returncode == 0, done.stderr
+    [wheel] = wheels.glob("secure_site_kit-*.whl")
+    done = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                str(wheel)], env=outside_env())
+    assert done.returncode == 0, done.stderr
+    libs = ":".join(p for p in sys.path if p.endswith("site-packages"))
+    inside = run([str(target / "bin" / "kit"), "--version"], cwd=tmp_path, env=outside_env(PYTHONPATH=f"{target}:{libs}"))
+    outside = run([sys.executable, "-m", "kit", "--version"], cwd=REPO)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout == outside.stdout == f"kit (secure-site-kit) {version}\n"
 
 
 def test_the_staged_context_lives_only_during_the_build(tmp_path):
@@ -129,7 +156,8 @@ def test_the_staged_context_lives_only_during_the_build(tmp_path):
     seen = tmp_path / "seen"
     copy = ["sh", "-c", f'ls "{plan.staged}" > "{seen}" && echo archive > "{plan.part}"']
     assert run_build(replace(plan, commands=[copy])) == plan.out and plan.out.read_text() == "archive\n"
-    assert set(seen.read_text().split()) == {"constraints.txt", "gan3d", "kit", "site-configs"}
+    assert set(seen.read_text().split()) == {"constraints.txt", "gan3d", "kit", "site-configs", "slurm", "images",
+                                             "pyproject.toml", "README.md"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar", "seen"]
     with pytest.raises(KitError, match="failed"):
         run_build(replace(plan, out=tmp_path / "other.tar", commands=[["sh", "-c", "exit 3"]]))

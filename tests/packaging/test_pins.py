@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.packaging.conftest import REPO, run
+from tests.packaging.conftest import REPO, outside_env, run
 
 PINS = [sys.executable, str(REPO / "kit" / "pins.py")]
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")
@@ -32,8 +33,7 @@ def requirements() -> list[tuple[str, Requirement]]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     out = [("", Requirement(r)) for r in project["dependencies"]]
     for extra, reqs in project["optional-dependencies"].items():
-        if extra != "itex":  # Intel's plugin: installed by hand where wanted, not locked
-            out += [(extra, Requirement(r)) for r in reqs]
+        out += [(extra, Requirement(r)) for r in reqs]
     return out
 
 
@@ -83,3 +83,57 @@ def test_requirements_keep_the_hashes_for_pip_and_constraints_drop_them():
     assert re.fullmatch(r"horovod==\d[^\n]*\\\n(    --hash=sha256:[0-9a-f]{64}( \\\n)?)+\n", blocks), blocks
     bare = run([*PINS, "constraints", str(REPO / "constraints.txt")]).stdout
     assert "--hash" not in bare and re.search(r"(?m)^numpy==1\.26\.4$", bare)
+
+
+def test_every_extra_is_locked():
+    """No extra is left out of the one pin list: scripts/lock.sh resolves each one."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    locked = set(re.findall(r"--extra (\S+)", (REPO / "scripts" / "lock.sh").read_text()))
+    assert locked == set(project["optional-dependencies"]), locked
+
+
+def test_training_gets_the_cpu_build_of_tensorflow():
+    """tensorflow-cpu, never the full build beside it: both own site-packages/tensorflow/."""
+    train = {canonicalize_name(Requirement(r).name)
+             for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]}
+    assert "tensorflow-cpu" in train and "tensorflow" not in train
+    names = {name for name, _, _ in lock()}
+    assert "tensorflow-cpu" in names and "tensorflow" not in names
+
+
+def fake_distribution(site_packages: Path, name: str, version: str) -> None:
+    """A dist-info as pip leaves it (METADATA + RECORD), owning tensorflow/__init__.py."""
+    info = site_packages / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"tensorflow/__init__.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    (site_packages / "tensorflow").mkdir(exist_ok=True)
+    (site_packages / "tensorflow" / "__init__.py").write_text("")
+
+
+@pytest.mark.parametrize("planted, says", [([], ""), (["tensorflow"], "tensorflow tensorflow-cpu\n"),
+                                           (["tensorflow", "tensorflow-cpu"], "tensorflow tensorflow-cpu\n"),
+                                           (["tensorflow-cpu"], "")])
+def test_setup_finds_the_full_tensorflow_the_pin_list_replaced(tmp_path, planted, says):
+    """What setup.sh uninstalls before installing tensorflow-cpu, asked of a throwaway venv's
+    Python (no pip in it: the planted dist-infos are all it has)."""
+    venv = tmp_path / "venv"
+    assert run([sys.executable, "-m", "venv", "--without-pip", str(venv)]).returncode == 0
+    [site_packages] = venv.glob("lib/python3*/site-packages")
+    for name in planted:
+        fake_distribution(site_packages, name, "2.15.1")
+    done = run([str(venv / "bin" / "python"), *PINS[1:], "replaced", str(REPO / "constraints.txt")],
+               env=outside_env())
+    assert done.returncode == 0 and done.stdout == says, done.stderr
+
+
+def test_a_group_the_pin_list_names_twice_or_not_at_all_replaces_nothing():
+    sys.path.insert(0, str(REPO / "kit"))
+    try:
+        import pins
+    finally:
+        sys.path.pop(0)
+    pin = lambda name: pins.Pin(name, "2.15.1", None, ("0" * 64,))  # noqa: E731
+    assert pins.replaced([pin("tensorflow"), pin("tensorflow-cpu")], ["tensorflow", "tensorflow-cpu"]) == []
+    assert pins.replaced([pin("numpy")], ["tensorflow"]) == []
+    assert pins.replaced([pin("tensorflow")], ["Tensorflow_CPU"]) == [("tensorflow-cpu", "tensorflow")]
