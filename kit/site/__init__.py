@@ -1,4 +1,4 @@
-"""Site configs: typed, schema-checked descriptions of a machine (see DESIGN.md)."""
+"""Site configs: typed, schema-checked descriptions of a machine (docs/architecture.md)."""
 from kit.site.load import available_sites, load_site, resolve_site, search_dirs
 from kit.site.model import PRECISIONS, Container, HostMPI, Network, Node, Peak, Scheduler, Site, Transfer
 from kit.site.schema import SiteError

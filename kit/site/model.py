@@ -1,4 +1,4 @@
-"""Typed site config (DESIGN.md "Site config") and the schema that guards it."""
+"""Typed site config (docs/architecture.md, "File contracts") and the schema that guards it."""
 from __future__ import annotations
 
 import re
