@@ -20,7 +20,9 @@ Conventions, so that a report can compare runs:
 - `epoch_wall_times` are the paper's epoch times: wall clock from an epoch's first batch to the end
   of its closing all-reduces (loss means, BatchNorm statistics), data loading and the first
   (tracing) step included; `epoch_times` stop before those all-reduces; `full_epoch_seconds_estimate`
-  is the step-only estimate (mean timed step x steps of a full epoch).
+  is the step-only estimate (mean timed step x steps of a full epoch); `epoch_step_seconds` is each
+  epoch's steps alone (their wall times summed, the first step included), so that a report sets an
+  epoch's steps beside the same epoch's wall clock.
 - `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING) or is null
   for a bare run; a report compares the two.
 - `memory_available_bytes_min_per_rank`: each rank's lowest MemAvailable of its node, sampled at
@@ -73,9 +75,10 @@ def container_runtime(environ: dict[str, str] | None = None) -> str | None:
 
 
 def epochs(train_seconds: list[float], wall_seconds: list[float], timed_steps: int, timed_seconds: float,
-           full_epoch_steps: int) -> dict:
+           full_epoch_steps: int, step_seconds: list[float] | None = None) -> dict:
     """The epoch-time fields (see the module docstring for which clock each one is)."""
     return {"epoch_times": list(train_seconds), "epoch_wall_times": list(wall_seconds),
+            "epoch_step_seconds": list(step_seconds) if step_seconds is not None else None,
             "full_epoch_seconds_estimate": full_epoch_steps * timed_seconds / timed_steps if timed_steps else None}
 
 

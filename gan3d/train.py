@@ -261,8 +261,10 @@ class StepTimes:
     first: float | None = None
     steps: int = 0
     seconds: float = 0.0
+    every_step: float = 0.0  # the first included: an epoch's share is compared with its wall clock
 
     def add(self, seconds: float) -> None:
+        self.every_step += seconds
         if self.first is None:
             self.first = seconds
         else:
@@ -420,15 +422,17 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
     history, epoch_times, val_times, ckpt_times = [], [], [], []
     wall_times, available = [], []  # the paper's epoch clock; the node's MemAvailable at epoch ends
+    step_sums = []  # each epoch's steps alone, to set beside its wall clock
     times = StepTimes()
     from gan3d import results as res
 
     try:
         for epoch in range(start_epoch, args.epochs):
             step.reseed(layout.rank, epoch)
-            t0 = time.perf_counter()
+            t0, in_steps = time.perf_counter(), times.every_step
             sums, done, lr_first = _train_epoch(step, stream, epoch, steps, lr_at, times, args)
             epoch_times.append(time.perf_counter() - t0)
+            step_sums.append(times.every_step - in_steps)
             if done != steps:
                 raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
             train_losses = _mean_losses(sums, done, hvd)
@@ -502,7 +506,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,
             "full_epoch_steps": stream.batches_per_epoch, "validation_steps": val_steps,
             "validation_times": val_times, "checkpoint_times": ckpt_times, "first_step_seconds": times.first,
-            **res.epochs(epoch_times, wall_times, times.steps, times.seconds, stream.batches_per_epoch),
+            **res.epochs(epoch_times, wall_times, times.steps, times.seconds, stream.batches_per_epoch,
+                         step_sums),
             **perf,
             "losses": history,
             **res.memory(rss, [r["available"] for r in per_rank], usable),

@@ -127,8 +127,9 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, referenc
 DEFINITIONS = ("Time per epoch: the wall clock of a full epoch (the paper's definition), from its first batch to "
                "the end of its closing all-reduces, data loading included; the mean of a run's epochs after the "
                "first (which traces the step), scaled to a full epoch when --steps-per-epoch cut it; the median of "
-               "the repeats with [min-max]. Step-only: the mean timed step x the steps of a full epoch, which "
-               "leaves out data loading, the first step and the all-reduces after the last step; data stall = "
+               "the repeats with [min-max]. Step-only: the same epochs' steps alone, scaled alike (older files: the "
+               "mean timed step x the steps of a full epoch), which leaves out data loading between steps and "
+               "the all-reduces after the last step; data stall = "
                "(wall - step-only) / wall. Linear time = T(n0) x n0 / n with n0 the series' smallest node count; "
                "scaling efficiency = linear / measured (the paper's definitions).")
 

@@ -150,7 +150,7 @@ def _load_one(path: Path) -> RunResult:
     return RunResult(
         path=path, site=_value(record, path, "site", _NAME, nullable=True), **counts,
         epoch_seconds=seconds, epoch_seconds_from=source,
-        step_epoch_seconds=get("full_epoch_seconds_estimate", _SECONDS),
+        step_epoch_seconds=_step_only_seconds(record, path),
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),
         # Files from before per-precision peaks lack these three: loaded, their % of peak shown as "—".
@@ -196,6 +196,19 @@ def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
         return seconds, "full_epoch_seconds_estimate (step-only: no wall clock in this file)"
     raise KitError(f"{path}: key 'epoch_wall_times' is missing, and so are 'epoch_times' and "
                    f"'full_epoch_seconds_estimate': there is no time per epoch; {_RERUN}")
+
+
+def _step_only_seconds(record: dict, path: Path) -> float | None:
+    """The steps alone of the epochs the wall figure takes (after the first, unless it is all there
+    is), scaled alike, so wall - steps is what the steps leave out of those very epochs; a file
+    without per-epoch step times has the run's mean timed step x a full epoch's steps."""
+    sums = record.get("epoch_step_seconds")
+    if sums is None:
+        return _value(record, path, "full_epoch_seconds_estimate", _SECONDS, nullable=True) \
+            if "full_epoch_seconds_estimate" in record else None
+    if not isinstance(sums, list) or not sums or len(sums) > 10**6 or not all(_SECONDS[0](t) for t in sums):
+        raise KitError(f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds > 0; {_RERUN}")
+    return _scaled_to_full_epoch(record, path, mean(sums[1:]) if len(sums) > 1 else sums[0], "")[0]
 
 
 def _scaled_to_full_epoch(record: dict, path: Path, seconds: float, source: str) -> tuple[float, str]:

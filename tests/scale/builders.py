@@ -35,7 +35,8 @@ def write_run(path: Path, nodes: int, wall: float, *, ranks_per_node: int = 4, t
         "threads_per_rank": threads, "preset": preset, "train_events": events,
         "batch_per_rank": batch, "global_batch": batch * ranks, "epochs": 2, "steps_per_epoch": steps,
         "full_epoch_steps": full_steps,
-        **res.epochs([wall * 1.3 * 0.95, wall * 0.95], [wall * 1.3, wall], timed, timed * step_seconds, full_steps),
+        **res.epochs([wall * 1.3 * 0.95, wall * 0.95], [wall * 1.3, wall], timed, timed * step_seconds, full_steps,
+                     [wall * 1.3 * step_share, wall * step_share]),
         **res.throughput(flop_per_rank_step, batch, ranks, timed, timed * step_seconds),
         **res.peak_fields(pflops * 1e15, precision or "fp32", nodes, node_peaks, {}, ""),
         **res.memory([rss] * ranks, [available] * ranks, None), **extra}

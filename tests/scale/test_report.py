@@ -109,7 +109,7 @@ def test_report_of_a_768_node_sweep_matches_the_paper(tmp_path):
     assert md.startswith("# SNG sweep\n")
     assert "supermuc-ng: 4 ranks/node × 12 threads/rank, batch 8/rank, MPI: Intel(R) MPI Library 2019" in ours
     assert "Preset full, epoch of 180,000 events, bare, fp32." in ours
-    assert "Time per epoch: the wall clock of a full epoch" in ours and "Step-only: the mean timed step" in ours
+    assert "Time per epoch: the wall clock of a full epoch" in ours and "Step-only: the same epochs' steps alone" in ours
     rows = _md_rows(ours)  # nodes | wall | runs | step-only | stall | linear | efficiency | showers/s | PFLOP/s | %
     assert sorted(rows) == list(TABLES["table4"].nodes)
     assert rows[4][:6] == ["907.26", "1", "816.53", "10.0%", "907.26", "-"]  # the builder's steps: 90% of wall
@@ -152,7 +152,8 @@ def test_wall_clock_first_then_older_clocks_and_capped_epochs_scaled(tmp_path):
     wall = one("wall.json", lambda r: r.update(epoch_wall_times=[500.0, 11.0, 9.0]))
     older = one("older.json", lambda r: (r.pop("epoch_wall_times"), r.update(epoch_times=[400.0, 8.0])))
     single = one("single.json", lambda r: r.update(epoch_wall_times=[50.0]))
-    oldest = one("oldest.json", lambda r: [r.pop(k) for k in ("epoch_wall_times", "epoch_times", "steps_per_epoch")])
+    oldest = one("oldest.json", lambda r: [r.pop(k) for k in ("epoch_wall_times", "epoch_times", "steps_per_epoch",
+                                                                   "epoch_step_seconds")])
     runs = load_results([wall, older, single, oldest])
     # epochs after the first (tracing), x 30/3 steps; a one-epoch run keeps its first
     assert [r.epoch_seconds for r in runs] == [pytest.approx(100.0), pytest.approx(80.0), pytest.approx(500.0),
@@ -232,7 +233,8 @@ def test_truncated_json_names_the_file(tmp_path):
      "'epoch_wall_times' is missing, and so are"),
     (lambda r: r.pop("nodes"), "'nodes' is missing"),
     (lambda r: r.update(ranks_per_node="4"), "'ranks_per_node' is '4', expected a whole number"),
-    (lambda r: r.update(full_epoch_seconds_estimate=0), "'full_epoch_seconds_estimate' is 0"),
+    (lambda r: (r.pop("epoch_step_seconds"), r.update(full_epoch_seconds_estimate=0)),
+     "'full_epoch_seconds_estimate' is 0"),
     (lambda r: r.update(schema="other/2"), "not a gan3d results file"),
     (lambda r: r.update(site="sng\n## injected heading"), r"'site' is 'sng\\n## injected heading', expected one line"),
     (lambda r: r.update(container="ch\n# x"), r"'container' is 'ch\\n# x', expected one line"),
@@ -269,3 +271,19 @@ def test_results_from_before_per_precision_peaks_load_and_show_no_percent(tmp_pa
     md = (tmp_path / "report" / "report.md").read_text()
     assert _md_rows(md)[8][8:] == ["—", "—", "—"]
     assert "predates per-precision peaks" in md and "30.0%" not in md
+
+
+def test_the_step_only_figure_is_taken_from_the_same_epochs_as_the_wall_clock(tmp_path):
+    """Epoch 1's steps (tracing, warm-up) are slower than epoch 2's: the stall of epoch 2 is its wall
+    minus its own steps, not minus a mean over both epochs' steps (which made stalls negative)."""
+    path = write_run(tmp_path / "r.json", 4, 100.0, epoch_step_seconds=[120.0, 60.0])
+    [run] = load_results([path])
+    assert run.epoch_seconds == pytest.approx(100.0)
+    assert run.step_epoch_seconds == pytest.approx(60.0)
+    assert run.data_stall_percent == pytest.approx(40.0)
+    old = _edit(write_run(tmp_path / "old.json", 4, 100.0), lambda r: r.pop("epoch_step_seconds"))
+    [before] = load_results([old])
+    assert before.step_epoch_seconds == pytest.approx(json.loads(old.read_text())["full_epoch_seconds_estimate"])
+    bad = _edit(write_run(tmp_path / "bad.json", 4, 100.0), lambda r: r.update(epoch_step_seconds=[1.0, -2.0]))
+    with pytest.raises(KitError, match="epoch_step_seconds"):
+        load_results([bad])
