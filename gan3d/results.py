@@ -8,6 +8,10 @@ Conventions, so that a report can compare runs:
 - `peak_flop_per_second_theoretical` = nodes x the site node's fp32 peak (cores x AVX clock x FLOP/cycle).
 - `peak_flop_per_second_measured` = the sum over ranks of a dense matmul rate measured by all ranks
   at once with their own thread count (`--measure-peak`), i.e. what this rank layout can reach.
+- `precision` is the compute precision of the step: "fp32" (absent in older records: fp32),
+  "bf16" (bfloat16 on the CPU's bf16 unit, `bf16_unit` "amx" or "avx512_bf16") or
+  "bf16-emulated" (bf16 numerics on a CPU without one: no bf16 peak applies). The FLOP per
+  step are the same in every precision; `allreduce_dtype` is the gradients' type on the wire.
 - `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
