@@ -406,8 +406,9 @@ def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"bench worker {kind} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    return json.loads(lines[-1])
+    # under mpiexec every rank prints a line; only rank 0's is not empty, and it may come first
+    outs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return next((o for o in reversed(outs) if o), {})
 
 
 def _load() -> str:
