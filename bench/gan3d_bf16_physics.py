@@ -1,6 +1,7 @@
 """Physics equivalence of bf16 training on the FULL preset (the test does the tiny one).
 
     .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--batch-size 16] [--showers 640] [--generated 512]
+    .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64 --generated 128
 
 Trains fp32 seed A, fp32 seed B and bf16 seed A from the same simulated showers for the same
 steps (gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and the
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--showers", type=int, default=640, help="simulated training showers")
     ap.add_argument("--generated", type=int, default=512, help="showers generated per model for the statistics")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--preset", choices=["full", "tiny"], default="full",
+                    help="tiny: the test's setting (--steps 16 --batch-size 4 --showers 64 --generated 128)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
@@ -39,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu.describe()}; load {os.getloadavg()[0]:.1f} at start")
     t0 = time.perf_counter()
     raw, energy = simulate_showers(args.showers, np.random.default_rng(7), emin=50.0, emax=450.0)
-    out = equivalence.compare("full", preprocess(raw, energy, 1.0), args.steps, args.batch_size, args.generated)
-    print(f"\n| statistic (full preset, {args.steps} steps × batch {args.batch_size}, {args.generated} generated showers) "
+    out = equivalence.compare(args.preset, preprocess(raw, energy, 1.0), args.steps, args.batch_size, args.generated)
+    print(f"\n| statistic ({args.preset} preset, {args.steps} steps × batch {args.batch_size}, {args.generated} generated showers) "
           "| fp32 seed A vs fp32 seed B | bf16 seed A vs fp32 seed A | bf16 within the fp32 spread |")
     print("|---|---|---|---|")
     for key in equivalence.STATISTICS:
