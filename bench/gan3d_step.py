@@ -1,6 +1,7 @@
 """Benchmark of the full-size 3DGAN training step and of its convolution kernels.
 
     .venv/bin/python bench/gan3d_step.py [--batch-size 16] [--steps 4] [--repeat 3] [--layers] [--fused-ab]
+    .venv/bin/python bench/gan3d_step.py --floors [--repeat 5] [--steps 2] [--profile --precision bf16]
 
 Prints a markdown table: the measured matmul peak (2048^2 float32), the paper's "single
 convolution kernel" (forward + backward of D's 32->8 channel 5^3 convolution, batch 16), and
@@ -10,11 +11,19 @@ as showers/s, GFLOP/s, % of the theoretical FP32 peak and % of the measured matm
 weight-gradient at the shapes of the step. Each configuration runs in a fresh process
 (thread pools are fixed at TF start-up); the best of `--repeat` timings is reported with the
 load average at the time, since the machine is shared.
+
+`--floors` checks issue 12's throughput floors as ratios measured in ONE process (batch 16,
+2 threads, interleaved rounds): the kit's step in fp32 and in bf16 against the reference
+Keras layer structure as CERN wrote it (plain Conv3D first layer, ZeroPadding3D + VALID pairs)
+in fp32, with the CPU model and its bf16 flags printed above the table; and, with 2 ranks
+under mpiexec, the bf16 step with gradients all-reduced in fp32 against fp16 compression.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -24,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gan3d import cpu  # noqa: E402
 from gan3d.demo import find_mpiexec  # noqa: E402
 from kit.site import load_site  # noqa: E402
 
@@ -140,7 +150,7 @@ def worker_step(args) -> dict:
         hvd.init()
     rank = hvd.rank() if hvd else 0
     tf.keras.utils.set_random_seed(1 + rank)
-    s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset),
+    s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
                        config=step.StepConfig(seed=1), hvd=hvd)
     rng = np.random.default_rng(rank)
     b = args.batch_size
@@ -206,6 +216,95 @@ def worker_fused_ab(args) -> dict:
     return {"flop": flops.step_flops(args.preset, b)["total"], "showers": b, "seconds": best}
 
 
+@contextlib.contextmanager
+def reference_structure():
+    """Build the discriminator as CERN's Keras code has it: a plain Conv3D first layer and
+    ZeroPadding3D + VALID Conv3D pairs (gan3d.model swaps in gan3d.kernels' faster forms)."""
+    import tensorflow as tf
+
+    from gan3d import model
+
+    def padded(x, filters, pad, i):
+        x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
+        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+
+    saved = model._padded_conv, model.ImageConv3D
+    model._padded_conv, model.ImageConv3D = padded, tf.keras.layers.Conv3D
+    try:
+        yield
+    finally:
+        model._padded_conv, model.ImageConv3D = saved
+
+
+def _interleaved(runs: dict, steps: int, repeat: int) -> dict:
+    """Best time per step of each (step, batch) in `runs`, and per-round times, in rounds that
+    run every variant in turn (a load change then hits all variants alike)."""
+    for s, batch in runs.values():
+        s(*batch)["g_loss"].numpy()
+        s(*batch)["g_loss"].numpy()
+    rounds = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, (s, batch) in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = s(*batch)
+            out["g_loss"].numpy()
+            rounds[name].append((time.perf_counter() - t0) / steps)
+    return rounds
+
+
+def _random_batch(s, b: int, seed: int):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    images = (rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)).astype("f4")
+    return s._inputs(images, rng.uniform(0.1, 5.0, b).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
+
+
+FLOOR_VARIANTS = {  # name: (reference structure?, precision)
+    "reference structure fp32": (True, "fp32"),
+    "kit fp32": (False, "fp32"),
+    "kit bf16": (False, "bf16"),
+    "reference structure bf16": (True, "bf16"),
+}
+
+
+def worker_floors(args) -> dict:
+    """Issue 12's floors in one process: each variant's step, interleaved rounds."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    from gan3d import flops, model, step
+
+    runs = {}
+    for name, (reference, precision) in FLOOR_VARIANTS.items():
+        tf.keras.utils.set_random_seed(1)
+        with reference_structure() if reference else contextlib.nullcontext():
+            s = step.TrainStep(model.generator(args.preset, precision), model.discriminator(args.preset, precision),
+                               config=step.StepConfig(seed=1))
+        runs[name] = (s, _random_batch(s, args.batch_size, 0))
+    rounds = _interleaved(runs, args.steps, args.repeat)
+    return {"flop": flops.step_flops(args.preset, args.batch_size)["total"], "showers": args.batch_size,
+            "rounds": rounds}
+
+
+def worker_allreduce(args) -> dict:
+    """2 ranks (mpiexec, Horovod): the step with gradients all-reduced in fp32 vs fp16, interleaved."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    import horovod.tensorflow as hvd
+
+    from gan3d import model, step
+
+    hvd.init()
+    runs = {}
+    for wire in ("fp32", "fp16"):
+        tf.keras.utils.set_random_seed(1)
+        s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
+                           config=step.StepConfig(seed=1, allreduce_dtype=wire), hvd=hvd)
+        runs[wire] = (s, _random_batch(s, args.batch_size, hvd.rank()))
+    rounds = _interleaved(runs, args.steps, args.repeat)
+    slowest = {k: [float(hvd.allreduce(tf.constant(t), op=hvd.Max)) for t in v] for k, v in rounds.items()}
+    return {"rounds": slowest, "showers": args.batch_size * hvd.size()} if hvd.rank() == 0 else {}
+
+
 def worker_profile(args) -> dict:
     """Warm up, print a marker, run one step: the parent reads ONEDNN_VERBOSE lines after it."""
     _tf(args.threads, args.inter_op_threads)  # thread settings, before any op runs
@@ -213,7 +312,8 @@ def worker_profile(args) -> dict:
 
     from gan3d import model, step
 
-    s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset), config=step.StepConfig(seed=1))
+    s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
+                       config=step.StepConfig(seed=1))
     rng = np.random.default_rng(0)
     images = rng.gamma(0.3, 0.05, (args.batch_size, 25, 25, 25, 1)).astype("f4")
     batch = s._inputs(images, rng.uniform(0.1, 5.0, args.batch_size).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
@@ -244,25 +344,36 @@ def conv_name(desc: str) -> str:
     return desc
 
 
-def onednn_profile(args) -> list[tuple[str, str, int, float]]:
-    """Time per (layer, op) of one whole step from oneDNN's own verbose log."""
+def onednn_profile(args) -> tuple[list[tuple[str, str, int, float]], float]:
+    """Time per (layer, op) of one whole step from oneDNN's own verbose log, and the step's wall ms.
+
+    The wall time less the primitives' sum is what runs outside oneDNN: casts, Eigen elementwise
+    ops, the optimizer updates, TensorFlow's own overhead."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "profile", "--threads", "2",
            "--inter-op-threads", str(args.inter_op_threads), "--batch-size", str(args.batch_size),
-           "--preset", args.preset]
+           "--preset", args.preset, "--precision", args.precision]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", ONEDNN_VERBOSE="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
     agg: dict[tuple[str, str], list] = {}
+    wall_ms = 1e3 * json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])["seconds"]
     for line in out.split(PROFILE_MARK, 1)[1].splitlines():
         f = line.split(",")
         if len(f) < 6 or f[0] != "onednn_verbose" or f[1] != "exec":
             continue
         prim, kind, desc, ms = f[3], f[5], f[-2], float(f[-1])
-        key = (conv_name(desc), KIND.get(kind, kind)) if prim == "convolution" else (prim, "")
+        key = (conv_name(desc), KIND.get(kind, kind)) if prim == "convolution" else (prim, _dtype_pair(f[6]))
         agg.setdefault(key, [0, 0.0])
         agg[key][0] += 1
         agg[key][1] += ms
-    return sorted(((k[0], k[1], v[0], v[1]) for k, v in agg.items()), key=lambda r: -r[3])
+    return sorted(((k[0], k[1], v[0], v[1]) for k, v in agg.items()), key=lambda r: -r[3]), wall_ms
+
+
+def _dtype_pair(md: str) -> str:
+    """"bf16→f32" from a descriptor like "src_bf16::blocked:... dst_f32::blocked:...": what a
+    reorder converts shows whether it is a layout change or a precision cast."""
+    types = [part.split("_")[1].split(":")[0] for part in md.split() if part.startswith(("src_", "dst_"))]
+    return "→".join(types)
 
 
 def worker_peak(args) -> dict:
@@ -280,14 +391,16 @@ TUNING = {  # variant: (threads, inter-op threads, batch size, extra environment
 }
 
 WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak,
-           "profile": worker_profile, "fused_ab": worker_fused_ab}
+           "profile": worker_profile, "fused_ab": worker_fused_ab, "floors": worker_floors,
+           "allreduce": worker_allreduce}
 
 
 # -- driver -------------------------------------------------------------------------------------
 def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | None = None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--threads", str(threads),
            "--inter-op-threads", str(args.inter_op_threads), "--batch-size", str(args.batch_size),
-           "--steps", str(args.steps), "--repeat", str(args.repeat), "--preset", args.preset]
+           "--steps", str(args.steps), "--repeat", str(args.repeat), "--preset", args.preset,
+           "--precision", args.precision]
     if args.only:
         cmd += ["--only", args.only]
     if ranks > 1:
@@ -298,8 +411,9 @@ def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"bench worker {kind} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    return json.loads(lines[-1])
+    # under mpiexec every rank prints a line; only rank 0's is not empty, and it may come first
+    outs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return next((o for o in reversed(outs) if o), {})
 
 
 def _load() -> str:
@@ -321,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fused-ab", action="store_true",
                     help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
                          "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D")
+    ap.add_argument("--floors", action="store_true",
+                    help="only issue 12's floors: kit fp32 / bf16 vs the reference structure in one process, "
+                         "and the 2-rank all-reduce in fp32 vs fp16")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="precision of the whole-step rows, --profile and the all-reduce A/B")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -329,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)), flush=True)
         return 0
+    print(f"CPU: {cpu.describe()}; load {_load()} at start\n")
+    if args.floors:
+        return floors(args)
 
     peak = run_worker("peak", args, 2)["flop_per_second"]
     rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
@@ -369,14 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             rate = ab["flop"] / t
             print(f"| {name} | {ab['showers'] / t:.2f} | {rate / 1e9:.1f} | {_of_theoretical(rate)} | {_load()} |")
     if args.profile:
-        rows = onednn_profile(args)
-        total = sum(r[3] for r in rows)
-        print(f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}) | op | calls | ms | share |")
-        print("|---|---|---|---|---|")
-        for name, op, calls, ms in rows:
-            if ms >= 0.005 * total:
-                print(f"| {name} | {op} | {calls} | {ms:.0f} | {100 * ms / total:.1f}% |")
-        print(f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} | load {_load()} |")
+        print_profile(args)
     if args.layers:
         conv = run_worker("conv", args, 2)["layers"]
         print("\n| convolution (batch %d, 1×2) | forward GFLOP/s | input-grad GFLOP/s | weight-grad GFLOP/s "
@@ -388,6 +503,52 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {f / r['weight_grad'] / 1e9:.1f} | {1e3 * r['forward']:.1f} / "
                   f"{1e3 * r['input_grad']:.1f} / {1e3 * r['weight_grad']:.1f} |")
     return 0
+
+
+FLOORS = {"amx": 3.0, "avx512_bf16": 1.6}  # issue 12: bf16 step / reference fp32 step, per bf16 unit
+FP32_FLOOR = 1.67
+
+
+def floors(args) -> int:
+    """Print issue 12's floor table (ratios within one process) and the all-reduce A/B."""
+    f = run_worker("floors", args, 2)
+    best = {k: min(v) for k, v in f["rounds"].items()}
+    ref = "reference structure fp32"
+    unit = cpu.bf16_support()
+    print(f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds × {args.steps} steps) "
+          f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) | floor |")
+    print("|---|---|---|---|---|---|---|")
+    for name, t in best.items():
+        per_round = statistics.median(r / v for r, v in zip(f["rounds"][ref], f["rounds"][name]))
+        floor = {"kit fp32": f"≥ {FP32_FLOOR}", "kit bf16": f"≥ {FLOORS[unit]} ({unit})" if unit else "n/a (no bf16 unit)"}
+        print(f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
+              f"| {per_round:.2f} | {floor.get(name, '')} |")
+    print(f"\nload {_load()} at the end of the one-process run")
+    a = run_worker("allreduce", args, 1, ranks=2)
+    print(f"\n| 2 ranks × 1 thread, {args.precision} step, batch {args.batch_size}/rank, interleaved "
+          "| best s/step (slowest rank) | median s/step | showers/s |")
+    print("|---|---|---|---|")
+    for wire, times in a["rounds"].items():
+        print(f"| gradients all-reduced in {wire} | {min(times):.3f} | {statistics.median(times):.3f} "
+              f"| {a['showers'] / min(times):.2f} |")
+    print(f"\nload {_load()} at the end")
+    if args.profile:
+        print_profile(args)
+    return 0
+
+
+def print_profile(args) -> None:
+    rows, wall_ms = onednn_profile(args)
+    total = sum(r[3] for r in rows)
+    print(f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}, {args.precision}) | op | calls | ms | share of oneDNN |")
+    print("|---|---|---|---|---|")
+    for name, op, calls, ms in rows:
+        if ms >= 0.005 * total:
+            print(f"| {name} | {op} | {calls} | {ms:.0f} | {100 * ms / total:.1f}% |")
+    print(f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} | {100 * total / wall_ms:.0f}% of the step |")
+    print(f"| outside oneDNN (casts, Eigen elementwise, optimizer, TF) | | | {wall_ms - total:.0f} "
+          f"| {100 * (wall_ms - total) / wall_ms:.0f}% of the step |")
+    print(f"| the step (wall) | | | {wall_ms:.0f} | load {_load()} |")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ TMP_TAG = ".tmp-"  # .epoch-NNNN.tmp-PID: a save in progress (or killed) by proc
 _TMP = re.compile(r"\.epoch-\d{4,9}\.tmp-(\d{1,10})")
 MAX_META_BYTES = 64 * 1024
 MAX_ENTRIES = 64  # files in one checkpoint directory (the kit writes four)
-META_TYPES = {"preset": str, "seed": int, "ranks": int, "batch_size": int, "steps_per_epoch": int}
+META_TYPES = {"preset": str, "seed": int, "ranks": int, "batch_size": int, "steps_per_epoch": int,
+              "precision": str}
 STATE = "state"
 GENERATOR_WEIGHTS = "generator.weights.h5"
 META = "meta.json"

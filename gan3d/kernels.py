@@ -36,7 +36,9 @@ def col2im_input_grad(dy: tf.Tensor, kernel: tf.Tensor, input_shape) -> tf.Tenso
     d, h, w = (int(input_shape[i]) for i in (1, 2, 3))
     taps = kd * kh * kw
     t = tf.matmul(tf.reshape(dy, (-1, cout)), tf.reshape(kernel, (taps, cout)), transpose_b=True)
-    t = tf.transpose(tf.reshape(t, (-1, d, h, w, taps)), (4, 0, 1, 2, 3))  # tap-major
+    # The 125 shifted adds run in float32 also for bf16 operands: oneDNN's own convolutions
+    # accumulate in float32, and 125 roundings to bf16's 8-bit mantissa would not.
+    t = tf.transpose(tf.reshape(tf.cast(t, tf.float32), (-1, d, h, w, taps)), (4, 0, 1, 2, 3))  # tap-major
     parts = []
     for i in range(kd):
         for j in range(kh):
@@ -45,7 +47,7 @@ def col2im_input_grad(dy: tf.Tensor, kernel: tf.Tensor, input_shape) -> tf.Tenso
                 parts.append(tf.pad(t[tap], [[0, 0], [i, kd - 1 - i], [j, kh - 1 - j], [k, kw - 1 - k]]))
     pd, ph, pw = _same_pads((kd, kh, kw))
     full = tf.add_n(parts)
-    return full[:, pd:pd + d, ph:ph + h, pw:pw + w, None]
+    return tf.cast(full[:, pd:pd + d, ph:ph + h, pw:pw + w, None], dy.dtype)
 
 
 def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:

@@ -6,6 +6,7 @@ tests finish in seconds.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,9 @@ BN_EPSILON = 1e-3
 ENERGY_RANGE = (0.1, 5.0)  # primary energy Ep in units of 100 GeV
 CELLSUM_FIT = (0.0018, -0.023, 0.11, -0.28, 2.21)  # cell sum / Ep vs Ep (100 GeV units)
 IMAGE_SHAPE = (25, 25, 25, 1)
+# Keras dtype policy per compute precision: "mixed_bfloat16" keeps variables (the master
+# weights) in float32 and computes in bfloat16; BatchNormalization keeps its statistics in float32.
+PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,27 @@ def get_preset(preset: str | Preset) -> Preset:
         raise ValueError(f"unknown model preset {preset!r}; choose one of {sorted(PRESETS)}") from None
 
 
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {sorted(PRECISIONS)}")
+    return precision
+
+
+@contextlib.contextmanager
+def _policy(precision: str):
+    """Build layers under `precision`'s dtype policy, then restore the process-wide one.
+
+    A scope rather than a global switch, so that fp32 and bf16 models can live side by side
+    (the equivalence test and the bench build both in one process).
+    """
+    before = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy(PRECISIONS[check_precision(precision)])
+    try:
+        yield
+    finally:
+        tf.keras.mixed_precision.set_global_policy(before)
+
+
 def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, **kw) -> tf.keras.layers.Layer:
     return tf.keras.layers.Conv3D(filters, kernel, padding=padding, data_format="channels_last",
                                   name=name, **kw)
@@ -75,9 +100,18 @@ def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
     return tf.keras.layers.Dropout(rate, name=name, force_generator=True)
 
 
-def generator(preset: str | Preset = "full") -> tf.keras.Model:
-    """Latent vector (already multiplied by Ep) -> shower image (25, 25, 25, 1)."""
+def generator(preset: str | Preset = "full", precision: str = "fp32") -> tf.keras.Model:
+    """Latent vector (already multiplied by Ep) -> shower image (25, 25, 25, 1), float32.
+
+    With precision "bf16" every layer computes in bfloat16 except the final ReLU, which
+    hands the image on in float32 (the cell-sum target and the physics check read it).
+    """
     p = get_preset(preset)
+    with _policy(precision):
+        return _generator(p)
+
+
+def _generator(p: Preset) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2, f3 = p.g_filters
     z = L.Input(shape=(p.latent_dim,), name="latent")
@@ -96,13 +130,22 @@ def generator(preset: str | Preset = "full") -> tf.keras.Model:
     x = _conv(f3, (3, 3, 8), "valid", "g_conv3", kernel_initializer="he_uniform")(x)
     x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu3")(x)
     x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(x)
-    image = L.ReLU(name="g_relu")(x)
+    image = L.ReLU(name="g_relu", dtype="float32")(x)
     return tf.keras.Model(z, image, name="generator")
 
 
-def discriminator(preset: str | Preset = "full") -> tf.keras.Model:
-    """Image -> [real/fake probability, Ep regression, cell sum of the input image]."""
+def discriminator(preset: str | Preset = "full", precision: str = "fp32") -> tf.keras.Model:
+    """Image -> [real/fake probability, Ep regression, cell sum of the input image].
+
+    With precision "bf16" the convolutions compute in bfloat16; the two heads and the cell
+    sum are float32 layers, so the losses (and the sigmoid before them) are computed in float32.
+    """
     p = get_preset(preset)
+    with _policy(precision):
+        return _discriminator(p)
+
+
+def _discriminator(p: Preset) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2 = p.d_filters
     image = L.Input(shape=IMAGE_SHAPE, name="image")
@@ -116,9 +159,9 @@ def discriminator(preset: str | Preset = "full") -> tf.keras.Model:
         x = _dropout(p.dropout, f"d_drop{i}")(x)
     x = L.AveragePooling3D((2, 2, 2), name="d_pool")(x)
     features = L.Flatten(name="d_flatten")(x)
-    fake = L.Dense(1, activation="sigmoid", name="generation")(features)
-    aux = L.Dense(1, activation="linear", name="auxiliary")(features)
-    ecal = L.Lambda(lambda t: tf.reduce_sum(t, axis=(1, 2, 3)), name="ecal")(image)
+    fake = L.Dense(1, activation="sigmoid", name="generation", dtype="float32")(features)
+    aux = L.Dense(1, activation="linear", name="auxiliary", dtype="float32")(features)
+    ecal = L.Lambda(lambda t: tf.reduce_sum(t, axis=(1, 2, 3)), name="ecal", dtype="float32")(image)
     return tf.keras.Model(image, [fake, aux, ecal], name="discriminator")
 
 

@@ -27,6 +27,10 @@ Conventions, so that a report can compare runs:
   for a bare run; a report compares the two.
 - `memory_available_bytes_min_per_rank`: each rank's lowest MemAvailable of its node, sampled at
   the end of every epoch (the paper's Table 9 compares free memory with and without the container).
+- `precision` is the compute precision of the step: "fp32" (absent in older records: fp32),
+  "bf16" (bfloat16 on the CPU's bf16 unit, `bf16_unit` "amx" or "avx512_bf16") or
+  "bf16-emulated" (bf16 numerics on a CPU without one: no bf16 peak applies). The FLOP per
+  step are the same in every precision; `allreduce_dtype` is the gradients' type on the wire.
 - `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
@@ -134,7 +138,7 @@ def peak_fields(flop_rate: float, precision: str, nodes: int, node_peaks: dict |
     """The peaks and % of peak of a run in `precision` (and fp64), each key naming its precision
     and denominator. `node_peaks` is gan3d.peak.site_peaks(site) for one node (None: no site);
     `measured` the job's measured peak per precision (absent: not measured)."""
-    out: dict = {"precision": precision}
+    out: dict = {}  # the run's own precision is the trainer's to record ("bf16-emulated" divides by fp32)
     for p in dict.fromkeys((precision, "fp64")):
         theory = node_peaks[p] if node_peaks else {"flop_per_second": None, "basis": "unknown: no --site given"}
         peak = theory["flop_per_second"] * nodes if theory["flop_per_second"] else None

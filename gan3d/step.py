@@ -38,6 +38,7 @@ class StepConfig:
     xscale: float = 1.0
     latent_dim: int | None = None  # None: taken from the generator's input
     seed: int = 0
+    allreduce_dtype: str = "fp32"  # gradients on the wire with Horovod: "fp32" or "fp16" (compressed)
     extra: dict = field(default_factory=dict, compare=False)  # optimizer keyword arguments
 
     def __post_init__(self) -> None:
@@ -45,6 +46,8 @@ class StepConfig:
             raise ValueError(f"StepConfig.optimizer={self.optimizer!r}: choose one of {OPTIMIZERS}")
         if not 0.0 <= self.flip_prob < 0.5:
             raise ValueError(f"StepConfig.flip_prob={self.flip_prob}: must be in [0, 0.5)")
+        if self.allreduce_dtype not in ("fp32", "fp16"):
+            raise ValueError(f"StepConfig.allreduce_dtype={self.allreduce_dtype!r}: choose fp32 or fp16")
         if len(self.loss_weights) != 3:
             raise ValueError("StepConfig.loss_weights: give three weights [BCE, MAPE(Ep), MAPE(cell sum)]")
 
@@ -154,14 +157,21 @@ class TrainStep:
         return images, ep, cellsum
 
     def _losses(self, outputs, targets) -> dict[str, tf.Tensor]:
-        (p_fake, p_ep, p_ecal), (y_fake, y_ep, y_ecal) = outputs, targets
+        # float32 whatever the model computes in (a bf16 model's heads are float32 layers;
+        # the cast is then a no-op, and it keeps a future bf16 head from rounding the losses)
+        (p_fake, p_ep, p_ecal) = (tf.cast(o, tf.float32) for o in outputs)
+        (y_fake, y_ep, y_ecal) = targets
         w = self.config.loss_weights
         bce, ep_mape, ecal_mape = _bce(y_fake, p_fake), _mape(y_ep, p_ep), _mape(y_ecal, p_ecal)
         return {"loss": w[0] * bce + w[1] * ep_mape + w[2] * ecal_mape,
                 "bce": bce, "ep_mape": ep_mape, "ecal_mape": ecal_mape}
 
     def _tape(self, tape: tf.GradientTape):
-        return self.hvd.DistributedGradientTape(tape) if self.hvd is not None else tape
+        if self.hvd is None:
+            return tape
+        fp16 = self.config.allreduce_dtype == "fp16"
+        return self.hvd.DistributedGradientTape(
+            tape, compression=self.hvd.Compression.fp16 if fp16 else self.hvd.Compression.none)
 
     def _update(self, tape, loss, model, optimizer) -> None:
         variables = model.trainable_variables

@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup-epochs", type=float, default=0.0,
                     help="linear learning-rate warm-up from lr to lr x ranks over this many epochs")
     ap.add_argument("--optimizer", choices=["rmsprop", "adam"], default="rmsprop")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "bf16-emulated"], default="fp32",
+                    help="compute precision: bf16 computes in bfloat16 with float32 master weights, optimizer "
+                         "state, losses and BatchNorm statistics (refused on a CPU without avx512_bf16/AMX "
+                         "unless bf16-emulated)")
+    ap.add_argument("--allreduce-dtype", choices=["fp32", "fp16"], default="fp32",
+                    help="gradients on the wire between ranks (fp16: Horovod's fp16 compression)")
     ap.add_argument("--loss-weights", default="8,0.2,0.1", help="BCE, MAPE(Ep), MAPE(cell sum)")
     ap.add_argument("--flip-prob", type=float, default=0.05, help="label flip probability")
     ap.add_argument("--xscale", type=float, default=1.0, help="image scale factor (reference: 1 or 100)")
@@ -299,7 +305,7 @@ def _write_failure(args, layout: RankLayout, exc: LossDiverged, history: list, c
     res.write_results(args.results, {
         "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
         "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
-        "learning_rate": {"per_rank": args.lr}, "xscale": args.xscale,
+        "precision": args.precision, "learning_rate": {"per_rank": args.lr}, "xscale": args.xscale,
         "losses": history,  # the completed epochs, all finite
         "checkpoint": str(last) if last else None,
     })
@@ -320,6 +326,9 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     t_start = time.time()
     site, cores, where = _site_and_cores(args)
     threads = args.threads or runtime.default_threads(layout.local_size, cores)
+    from gan3d.precision import check_supported, model_precision
+
+    bf16_unit = check_supported(args.precision)  # from the CPU flags, before any slow work
     runtime.check_capacity(layout.ranks_per_node, threads, args.inter_op_threads, cores, where,
                            args.oversubscribe)
     if args.itex == "on" and importlib.util.find_spec(ITEX_MODULE) is None:  # before any slow work
@@ -378,8 +387,9 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     from gan3d.model import PRESETS, discriminator, generator
     from gan3d.step import StepConfig, TrainStep
 
-    # The training step's arithmetic ("bf16" for --precision bf16 and bf16-emulated, once it exists)
-    precision = "bf16" if str(getattr(args, "precision", "fp32")).startswith("bf16") else "fp32"
+    # The peak to divide by is the one of the arithmetic the CPU runs: bf16 on a bf16 unit; emulated
+    # bf16 runs on the fp32 units (results still say "bf16-emulated" under "precision").
+    precision = "bf16" if args.precision == "bf16" else "fp32"
     peak_measured: dict[str, float] = {}
     if args.measure_peak:
         from gan3d.peak import measure_peak_flops
@@ -388,11 +398,16 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             mine = measure_peak_flops(threads, args.measure_peak, precision=p)
             peak_measured[p] = float(sum(hvd.allgather_object(mine)))
 
-    gen, disc = generator(args.preset), discriminator(args.preset)
+    compute = model_precision(args.precision)
+    gen, disc = generator(args.preset, compute), discriminator(args.preset, compute)
+    if args.precision != "fp32":
+        _say(layout, f"gan3d train: precision {args.precision} (bfloat16 compute, float32 weights); "
+                     f"CPU bf16 unit: {bf16_unit or 'none, emulated'}")
     loss_weights = _loss_weights(args.loss_weights)
     config = StepConfig(loss_weights=loss_weights, flip_prob=args.flip_prob,
                         learning_rate=args.lr * layout.size, optimizer=args.optimizer, xscale=args.xscale,
-                        latent_dim=PRESETS[args.preset].latent_dim, seed=args.seed)
+                        latent_dim=PRESETS[args.preset].latent_dim, seed=args.seed,
+                        allreduce_dtype=args.allreduce_dtype)
     step = TrainStep(gen, disc, config=config, hvd=hvd)
     state = tf.train.Checkpoint(generator=gen, discriminator=disc, **step.variables_to_checkpoint())
     initial_digest = _weights_digest((gen, disc))
@@ -451,7 +466,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             if checkpoints and layout.rank == 0:
                 checkpoints.save(state, gen, epoch + 1, {"preset": args.preset, "seed": args.seed,
                                                          "ranks": layout.size, "batch_size": args.batch_size,
-                                                         "steps_per_epoch": steps})
+                                                         "steps_per_epoch": steps, "precision": args.precision})
             ckpt_times.append(time.perf_counter() - t0)
             history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
                             "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
@@ -496,6 +511,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             "thread_env": in_force["env"], "oversubscribed": layout.ranks_per_node * threads > cores,
             "cores_per_node": cores, "itex": {"requested": args.itex == "on", "installed": itex_installed}, "deterministic": args.deterministic,
             "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
+            # the FLOP per step are the same in every precision; the peak to divide by is not
+            "precision": args.precision, "bf16_unit": bf16_unit, "allreduce_dtype": args.allreduce_dtype,
             "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
             "loss_weights": list(loss_weights), "xscale": args.xscale,
             "data_files": {"train": len(train_files.paths), "validation": len(val_files.paths)},

@@ -338,19 +338,19 @@ def _generated_features(generator, latent_dim: int, ep: np.ndarray, seed: int, b
     return concat_features(parts)
 
 
-def _weights_path(args) -> tuple[Path, str | None]:
-    """(generator weights file, preset recorded in the checkpoint if any)."""
+def _weights_path(args) -> tuple[Path, dict]:
+    """(generator weights file, the checkpoint's meta.json, {} for a bare weights file)."""
     if args.generator_weights:
-        return Path(args.generator_weights), None
+        return Path(args.generator_weights), {}
     from gan3d.checkpoint import GENERATOR_WEIGHTS, EpochCheckpoints
 
     latest = EpochCheckpoints(args.checkpoint).latest()
     if latest is None:
         raise ValueError(f"checkpoint directory {args.checkpoint} holds no complete epoch checkpoint; "
                          "fix: train first (python -m gan3d train --checkpoint-dir DIR) or pass --generator-weights")
-    preset = EpochCheckpoints.read_meta(latest).get("preset")
+    meta = EpochCheckpoints.read_meta(latest)
     EpochCheckpoints.check_files(latest)
-    return latest / GENERATOR_WEIGHTS, preset
+    return latest / GENERATOR_WEIGHTS, meta
 
 
 def _check_weights_file(weights: Path) -> None:
@@ -372,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--checkpoint", help="checkpoint directory: use its latest complete epoch")
     ap.add_argument("--preset", choices=["full", "tiny"], default=None,
                     help="model preset (default: the checkpoint's, else full)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                    help="precision the generator computes in (default: the checkpoint's, else fp32; the "
+                         "weights are float32 either way)")
     ap.add_argument("--out", required=True, help="directory for the PNG plots")
     ap.add_argument("--results", help="results JSON to which a 'physics' key is added")
     ap.add_argument("--events", type=int, default=2000,
@@ -387,15 +390,16 @@ def main(argv: list[str] | None = None) -> int:
     from gan3d.data import DataError, ShowerFiles, expand_data_arg
 
     try:
-        weights, ckpt_preset = _weights_path(args)
-        preset = args.preset or ckpt_preset or "full"
+        weights, meta = _weights_path(args)
+        preset = args.preset or meta.get("preset") or "full"
+        precision = args.precision or ("fp32" if meta.get("precision", "fp32") == "fp32" else "bf16")
         _check_weights_file(weights)
         with ShowerFiles(expand_data_arg(args.data), skip_bad_events=args.skip_bad_events) as files:
             real = _data_features(files, args.events, args.xscale)
             skipped = files.skipped_events
         from gan3d.model import PRESETS, generator
 
-        model = generator(preset)
+        model = generator(preset, precision)
         try:
             model.load_weights(str(weights))
         except (ValueError, OSError) as exc:
@@ -407,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         physics = scaled_score(reference, held_out, fake)
         plots = plot_features(reference, fake, args.out) + [plot_score(physics, args.out)]
         physics.update({"plots": [str(p) for p in plots], "events": int(len(real["cellsum"])),
-                        "generator_weights": str(weights), "preset": preset, "xscale": args.xscale,
+                        "generator_weights": str(weights), "preset": preset, "precision": precision, "xscale": args.xscale,
                         "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped})
         if args.results:
             update_results(args.results, physics)

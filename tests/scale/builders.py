@@ -32,7 +32,7 @@ def write_run(path: Path, nodes: int, wall: float, *, ranks_per_node: int = 4, t
     record = {
         "status": "ok", "site": site, "image_digest": digest, "container": container,
         "mpi_library_version": mpi, "nodes": nodes, "ranks": ranks, "ranks_per_node": ranks_per_node,
-        "threads_per_rank": threads, "preset": preset, "train_events": events,
+        "threads_per_rank": threads, "preset": preset, "train_events": events, "precision": precision or "fp32",
         "batch_per_rank": batch, "global_batch": batch * ranks, "epochs": 2, "steps_per_epoch": steps,
         "full_epoch_steps": full_steps,
         **res.epochs([wall * 1.3 * 0.95, wall * 0.95], [wall * 1.3, wall], timed, timed * step_seconds, full_steps,

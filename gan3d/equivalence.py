@@ -1,0 +1,83 @@
+"""Is a bf16-trained generator physically the same as an fp32 one? Compared against seed noise.
+
+Three trainings on the same showers, same batches, same number of steps: fp32 with seed A,
+fp32 with seed B, bf16 with seed A. Each generator then makes showers from the same latent
+noise and energies; their cell-sum/Ep (mean and spread) and mean longitudinal and transverse
+profiles are compared. The yardstick is how far the two fp32 runs land from each other: bf16
+is equivalent if it lands no farther from fp32 A than fp32 B does. Used by the test (tiny
+preset) and by bench/gan3d_bf16_physics.py (full preset).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from gan3d import model, step
+from gan3d.validate import shower_features
+
+STATISTICS = ("cellsum_over_ep", "profile_z", "profile_x", "profile_y")
+
+
+def new_step(preset: str, precision: str) -> step.TrainStep:
+    return step.TrainStep(model.generator(preset, precision), model.discriminator(preset, precision),
+                          config=step.StepConfig(seed=0))
+
+
+def train_from_seed(s: step.TrainStep, preset: str, precision: str, seed: int, showers, steps: int,
+                    batch: int) -> tf.keras.Model:
+    """Train `s` for `steps` steps from the initial state of `seed`: the weights Keras draws for
+    that seed, zeroed optimizer slots, noise and dropout streams keyed by the seed; batches in
+    order from `showers` = (images, ep, cellsum). Reusing one step for several seeds spares a
+    trace of the step function, most of the cost of a short run."""
+    images, ep, cellsum = showers
+    tf.keras.utils.set_random_seed(seed)
+    for mine, fresh in ((s.generator, model.generator(preset, precision)),
+                        (s.discriminator, model.discriminator(preset, precision))):
+        mine.set_weights(fresh.get_weights())
+    for var in s.d_optimizer.variables + s.g_optimizer.variables:  # RMSprop and Adam start from zeros
+        var.assign(tf.zeros_like(var))
+    s.reseed(0, seed)
+    batches = max(1, len(images) // batch)
+    for i in range(steps):
+        lo = (i % batches) * batch
+        losses = s(images[lo:lo + batch], ep[lo:lo + batch], cellsum[lo:lo + batch])
+        if not np.isfinite(float(losses["g_loss"])):
+            raise FloatingPointError(f"{precision} seed {seed}: losses became NaN/Inf at step {i + 1}")
+    return s.generator
+
+
+def shower_statistics(generator: tf.keras.Model, latent_dim: int, showers: int, seed: int = 11) -> dict:
+    """Cell-sum/Ep (mean, spread) and unit-sum mean profiles of showers from fixed noise and energies."""
+    ep = np.random.default_rng(seed).uniform(0.5, 4.5, (showers, 1)).astype(np.float32)
+    parts = []
+    for lo in range(0, showers, 64):
+        z = model.sample_latent(len(ep[lo:lo + 64]), ep[lo:lo + 64], latent_dim, seed + lo)
+        parts.append(generator(z, training=False).numpy())
+    f = shower_features(np.concatenate(parts), ep)
+    stats = {"cellsum_over_ep": np.array([f["cellsum_over_ep"].mean(), f["cellsum_over_ep"].std()])}
+    for axis in ("z", "x", "y"):
+        mean = f[f"profile_{axis}"].mean(axis=0)
+        stats[f"profile_{axis}"] = mean / mean.sum() if mean.sum() > 0 else mean
+    return stats
+
+
+def distances(a: dict, b: dict) -> dict[str, float]:
+    """L1 distance per statistic (profiles: each in [0, 2]; cell-sum/Ep: |Δmean| + |Δstd|)."""
+    return {k: float(np.abs(a[k] - b[k]).sum()) for k in STATISTICS}
+
+
+def compare(preset: str, showers, steps: int, batch: int, generated: int, seeds=(3, 4)) -> dict:
+    """Run the three trainings and return the fp32 seed spread, bf16's distance, and the verdict."""
+    seed_a, seed_b = seeds
+    latent = model.PRESETS[preset].latent_dim
+    fp32 = new_step(preset, "fp32")
+    fp32_a = shower_statistics(train_from_seed(fp32, preset, "fp32", seed_a, showers, steps, batch), latent, generated)
+    fp32_b = shower_statistics(train_from_seed(fp32, preset, "fp32", seed_b, showers, steps, batch), latent, generated)
+    bf16 = new_step(preset, "bf16")
+    bf16_a = shower_statistics(train_from_seed(bf16, preset, "bf16", seed_a, showers, steps, batch), latent, generated)
+    spread, diff = distances(fp32_b, fp32_a), distances(bf16_a, fp32_a)
+    return {"fp32_seed_spread": spread, "bf16_vs_fp32": diff,
+            "within": {k: diff[k] <= spread[k] for k in STATISTICS},
+            "cellsum_over_ep": {"fp32_a": fp32_a["cellsum_over_ep"].tolist(),
+                                "fp32_b": fp32_b["cellsum_over_ep"].tolist(),
+                                "bf16_a": bf16_a["cellsum_over_ep"].tolist()}}

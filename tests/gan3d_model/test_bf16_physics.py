@@ -1,0 +1,26 @@
+"""Physics equivalence of bf16 training, tiny preset (gan3d.equivalence; the full preset is
+bench/gan3d_bf16_physics.py): the bf16 generator's showers lie within the fp32 seed-to-seed spread.
+
+The tolerance is not a number written here: it is how far two fp32 runs with different seeds
+land from each other, measured in the same test.
+"""
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from gan3d import cpu, equivalence  # noqa: E402
+from gan3d.data import preprocess  # noqa: E402
+from gan3d.simulate import simulate_showers  # noqa: E402
+
+
+@pytest.mark.skipif(cpu.bf16_support() is None, reason="no bf16 unit on this CPU (bf16 would be emulated)")
+def test_bf16_showers_lie_within_the_fp32_seed_spread():
+    raw, energy = simulate_showers(64, np.random.default_rng(7), emin=50.0, emax=450.0)
+    out = equivalence.compare("tiny", preprocess(raw, energy, 1.0), steps=16, batch=4, generated=128)
+    spread, bf16 = out["fp32_seed_spread"], out["bf16_vs_fp32"]
+    # the seeds made a difference, so the spread is a real yardstick
+    assert all(v > 0 for v in spread.values()), spread
+    for key in spread:
+        assert bf16[key] <= spread[key], f"{key}: bf16 vs fp32 {bf16[key]:.4g} > fp32 seed spread {spread[key]:.4g}"
+
