@@ -56,7 +56,7 @@ def launcher_command(pair: Pair, ranks: int) -> tuple[list[str], list[str]]:
         return [str(exe), *words[1:], "-n", str(ranks)], join
     if words[0] == "srun":
         plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-        return [*words, *plugin, "-N", "1", "-n", str(ranks)], ["--join"]
+        return [*words, *plugin, "-N", "1", "-n", str(ranks)], ["--join", join[1]]  # srun gives the count
     exe = shutil.which(words[0])
     if exe is None:
         raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH")

@@ -135,6 +135,11 @@ class Launch:
         body = [shlex.quote(a) for a in self.ch_run_options(join)]
         if not join and self.site.container.join:
             body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
+        if self.site.container.join:
+            # ch-run's default peer-group tag is SLURM_STEP_ID, the same "0" for every job's first
+            # step: the shared-memory segment a killed job leaves on a node would then stop every
+            # later job there ("join: no PID 0"). One tag per job, left for the shell to expand.
+            body.insert(2, "--join-tag=kit-${SLURM_JOB_ID}")
         return " ".join(head + body + [_shell_path(image), "--", command])
 
 

@@ -61,7 +61,7 @@ def test_pair_binds_the_host_open_mpi_components_help_files_and_pmix(openmpi_sit
     assert doc["launch"].startswith("/usr/bin/mpirun.openmpi -n ${NRANKS} --map-by "
                                     "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS} --bind-to core "
                                     "--allow-run-as-root -x OMP_NUM_THREADS")
-    assert " ch-run --join --set-env " in doc["launch"] and "--join-ct" not in doc["launch"]
+    assert " ch-run --join --join-tag=kit-${SLURM_JOB_ID} --set-env " in doc["launch"] and "--join-ct" not in doc["launch"]
 
 
 def test_check_under_open_mpis_own_mpirun(openmpi_site, openmpi_image, capsys):

@@ -43,7 +43,8 @@ def test_mpirun_maps_ranks_per_node_binds_threads_and_exports_the_jobs_variables
     exported = [head[i + 1] for i, w in enumerate(head) if w == "-x"]
     assert exported == ["OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID", "KIT_IMAGE_DIGEST"]
     assert "--allow-run-as-root" not in words  # the site does not allow it
-    assert words[chrun + 1:chrun + 3] == ["--join", "--set-env"]  # ch-run reads OMPI_COMM_WORLD_LOCAL_SIZE
+    # ch-run reads OMPI_COMM_WORLD_LOCAL_SIZE; the peer group is the job's own (a killed job's is never met)
+    assert words[chrun + 1:chrun + 4] == ["--join", "--join-tag=kit-${SLURM_JOB_ID}", "--set-env"]
     assert f"--bind={OMPI}/lib:{TARGET}/lib0" in words and f"--bind=/opt/ucx/1.14.1/lib:{TARGET}/lib1" in words
     assert f"--bind={OMPI}/lib/openmpi:{TARGET}/ompi-components" in words
     assert f"--set-env=OPAL_PKGLIBDIR={TARGET}/ompi-components" in words

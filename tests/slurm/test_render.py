@@ -50,7 +50,10 @@ def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_pat
     assert words[i - 1] == "~/images/gan3d.current" and script.count(" ~/images/gan3d.current ") == 1  # ~ expands
     assert words[i + 1:i + 5] == ["python3", "-m", "gan3d", "train"]
     assert words[words.index("--results") + 1] == "/hppfs/work/pr/run1/results/n768.json"
-    assert words[5] == "--set-env"  # the image's ENV first (recipe's PATH), then the pair's
+    # the job's own peer group: a group a killed job left on a node (ch-run's default tag is the step
+    # id, "0" in every job) would stop this one
+    assert words[5] == "--join-tag=kit-${SLURM_JOB_ID}"
+    assert words[6] == "--set-env"  # the image's ENV first (recipe's PATH), then the pair's
     assert "#SBATCH --hint=nomultithread" in script  # 4 x 12 on whole cores, not 24 cores x 2 threads
     assert "SRUN_CPUS_PER_TASK" not in script  # Hydra starts its proxies with srun: no per-task CPU limit
     assert "export FI_PROVIDER=psm2" in script  # the host launcher sees the host MPI's settings too
