@@ -55,17 +55,19 @@ def _pair(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     pair = make_pair(args.site, args.image, mode=args.mode)
-    result = run_check(pair, python=args.python, timeout=args.timeout)
+    result = run_check(pair, python=args.python, timeout=args.timeout, nodes=args.nodes)
     table = Table(title=f"kit mpi check: {args.image} at {pair.site.name}")
-    for col in ("rank", "size", "MPI library (inside ch-run)", "mapped from", "allreduce"):
+    apart = result.nodes > 1  # the node column only where it proves something: ranks on different nodes
+    for col in ("rank", "size", *(["node"] if apart else []), "MPI library (inside ch-run)", "mapped from",
+                "allreduce"):
         table.add_column(col, overflow="fold")
     for r in result.ranks:
         libraries = [m for m in r.mapped if "/mca_" not in m]
         components = sorted({m.rsplit("/", 1)[0] for m in r.mapped if "/mca_" in m})
         count = len(r.mapped) - len(libraries)
         shown = libraries + ([f"+ {count} MCA components from {', '.join(components)}"] if count else [])
-        table.add_row(str(r.rank), str(r.size), r.library_version.splitlines()[0], "\n".join(shown) or "-",
-                      str(r.sum))
+        table.add_row(str(r.rank), str(r.size), *([r.host] if apart else []), r.library_version.splitlines()[0],
+                      "\n".join(shown) or "-", str(r.sum))
     console = Console()
     console.print(table)
     for problem in result.problems:
@@ -74,7 +76,9 @@ def _check(args: argparse.Namespace) -> int:
         if result.output and not result.ranks:
             console.print(result.output[-3000:], markup=False, highlight=False)
         return 1
-    console.print("[green]PASS[/green]: the host MPI is loaded from the bind and a 2-rank allreduce is right")
+    where = f" across {result.nodes} nodes" if result.nodes > 1 else ""
+    console.print(f"[green]PASS[/green]: the host MPI is loaded from the bind and a 2-rank allreduce{where} "
+                  "is right")
     return 0
 
 
@@ -98,3 +102,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         else:
             p.add_argument("--python", default="python3", help="python inside the image")
             p.add_argument("--timeout", type=float, default=120.0)
+            p.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                           help="2: one rank on each of 2 nodes (a Slurm site; salloc's, or the job's)")

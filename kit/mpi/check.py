@@ -1,10 +1,12 @@
-"""`kit mpi check`: prove a pair on this machine with 2 real ranks under the site's launcher."""
+"""`kit mpi check`: prove a pair with 2 real ranks under the site's launcher, on this machine or, on a
+Slurm site, on 2 nodes (one rank each: the ranks then talk over the network)."""
 from __future__ import annotations
 
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,12 +20,14 @@ from kit.mpi.pair import FIX_MISSING, Pair
 VENDOR_BANNER = {"intel": "Intel(R) MPI Library", "mpich": "MPICH", "mvapich2": "MVAPICH2",
                  "openmpi": "Open MPI", "cray-mpich": "CRAY MPICH", "parastation": "MPICH"}
 RANKS = 2
+NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
 
 
 @dataclass
 class RankReport:
     rank: int
     size: int
+    host: str
     library_version: str
     mapped: list[str]
     sum: int
@@ -32,6 +36,7 @@ class RankReport:
 @dataclass
 class CheckResult:
     command: list[str]
+    nodes: int = 1
     ranks: list[RankReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     output: str = ""
@@ -41,30 +46,51 @@ class CheckResult:
         return not self.problems and len(self.ranks) == RANKS
 
 
-def launcher_command(pair: Pair, ranks: int) -> tuple[list[str], list[str]]:
-    """(launcher argv, extra ch-run join args) for the site's launcher on this machine."""
+def launcher_command(pair: Pair, ranks: int, nodes: int = 1) -> tuple[list[str], list[str]]:
+    """(launcher argv, extra ch-run join args) for the site's launcher, ranks spread evenly over nodes."""
     site = pair.site
+    per_node = ranks // nodes
     words = shlex.split(site.host_mpi.launcher)
-    join = [f"--join-ct={ranks}", f"--join-tag=kitcheck-{os.getpid()}"]
+    tag = f"--join-tag=kitcheck-{os.getpid()}"  # not the step id: a crashed step's segment would be joined
+    join = [f"--join-ct={per_node}", tag]
+    if words[0] == "srun":
+        plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
+        # a rank that fails ends the step at once: its peers would otherwise wait in a collective
+        return [*words, *plugin, "-N", str(nodes), "-n", str(ranks), f"--ntasks-per-node={per_node}",
+                "--kill-on-bad-exit=1"], ["--join", tag]
     if is_openmpi_mpirun(site):
-        words[1:1] = root_words(site)
+        words[1:1] = root_words(site) + (["--map-by", f"ppr:{per_node}:node"] if nodes > 1 else [])
     if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
         exe = Path(site.host_mpi.prefix) / "bin" / words[0]
         if not exe.is_file():
             raise KitError(f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
                            "host_mpi.prefix in the site config")
-        return [str(exe), *words[1:], "-n", str(ranks)], join
-    if words[0] == "srun":
-        plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-        return [*words, *plugin, "-N", "1", "-n", str(ranks)], ["--join", join[1]]  # srun gives the count
-    exe = shutil.which(words[0])
-    if exe is None:
+        words[0] = str(exe)
+    elif (exe := shutil.which(words[0])) is None:
         raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH")
-    return [exe, *words[1:], "-n", str(ranks)], join
+    else:
+        words[0] = exe
+    return [*_allocation(pair, nodes, per_node), *words, "-n", str(ranks)], join
 
 
-def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0) -> CheckResult:
-    """Launch RANKS ranks of ch-run + mpi4py in the pair's image and judge what they report."""
+def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
+    """An MPI's own launcher reaches other nodes only inside a Slurm allocation (it starts its
+    daemons there with srun): salloc one for the check, unless it already runs inside a job."""
+    site = pair.site
+    if nodes == 1 or os.environ.get("SLURM_JOB_ID"):
+        return []
+    if site.scheduler.type != "slurm" or shutil.which("salloc") is None:
+        raise KitError(f"site {site.name}: a {nodes}-node check needs Slurm (scheduler.type: slurm and salloc "
+                       "on PATH); fix: run it on the site's login node, or with --nodes 1")
+    partition = [f"--partition={site.scheduler.partition}"] if site.scheduler.partition else []
+    return ["salloc", "--quiet", f"--nodes={nodes}", f"--ntasks-per-node={per_node}", *partition, "--time=5"]
+
+
+def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1) -> CheckResult:
+    """Launch RANKS ranks of ch-run + mpi4py in the pair's image on `nodes` nodes and judge what they
+    report."""
+    if nodes not in NODES:
+        raise KitError(f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)")
     image = Path(pair.image)
     if image_kind(image) in ("tar", "source"):
         raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
@@ -74,29 +100,56 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0) -> Ch
                        f"fix: {FIX_MISSING}")
     if shutil.which("ch-run") is None:
         raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
-    launcher, join = launcher_command(pair, RANKS)
+    launcher, join = launcher_command(pair, RANKS, nodes)
     chrun = pair.ch_run_args(str(image), join=join)
     program = resources.files("kit.mpi").joinpath("rank_report.py").read_text()
     cmd = launcher + chrun + [python, "-c", program]
     env = dict(os.environ)
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
-    result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"])
+    result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        returncode, stdout, stderr = _run_bounded(cmd, env, timeout)
+    except subprocess.TimeoutExpired as exc:
         result.problems.append(f"ranks did not finish within {timeout:.0f} s")
+        result.output = _text(exc.stdout) + _text(exc.stderr)
         return result
-    result.output = proc.stdout + proc.stderr
-    for line in proc.stdout.splitlines():
+    result.output = stdout + stderr
+    for line in stdout.splitlines():
         if line.startswith("KITCHECK "):
             try:
                 result.ranks += [RankReport(**r) for r in json.loads(line[len("KITCHECK "):])]
             except (ValueError, TypeError) as exc:
                 result.problems.append(f"unreadable rank report ({exc}): {line[:200]}")
     result.ranks.sort(key=lambda r: r.rank)
-    _judge(pair, proc.returncode, result)
+    _judge(pair, returncode, result)
     return result
+
+
+def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+    """Run the launcher in a session of its own, so that at the timeout the whole tree goes (a
+    salloc then gives its allocation back, an mpirun its daemons), not only the launcher."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        return proc.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        stdout = stderr = None
+        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                stdout, stderr = proc.communicate(timeout=grace)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired as again:
+                stdout, stderr = again.stdout, again.stderr
+        raise subprocess.TimeoutExpired(cmd, timeout, output=stdout, stderr=stderr) from None
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
 def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
@@ -104,6 +157,9 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
         result.problems.append(f"launcher exited with status {returncode}")
     if len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")
+    hosts = sorted({r.host for r in result.ranks})
+    if result.ranks and len(hosts) != result.nodes:
+        result.problems.append(f"ranks ran on {len(hosts)} node(s) ({', '.join(hosts)}), not on {result.nodes}")
     expected_sum = RANKS * (RANKS + 1) // 2
     banner = VENDOR_BANNER.get(pair.host.vendor, "")
     targets = [dst.rstrip("/") + "/" for _src, dst in pair.binds]

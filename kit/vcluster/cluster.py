@@ -119,7 +119,8 @@ def _make(state: ClusterState) -> None:
         net.ip("netns", "add", node["netns"])
         state.record(Made("veth", node["veth"]))
         net.add_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
-    for sub in ("munge", "run", "logs", "slurmctld", *(f"spool/{n['name']}" for n in state.nodes)):
+    per_node = [f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes]  # tmp: slurm.conf's TmpFS
+    for sub in ("munge", "run", "logs", "slurmctld", *per_node):
         (d / sub).mkdir(parents=True, exist_ok=True)
     (d / "munge").chmod(0o755)  # munged wants the socket's directory searchable by every client
     key = d / "munge" / "munge.key"

@@ -104,20 +104,30 @@ def intel_sites(state: ClusterState, prefix: Path, binds: list[str]) -> dict[str
 
 
 def openmpi_site(state: ClusterState, binds: list[str]) -> dict | None:
-    """Debian's Open MPI 4.1 under srun --mpi=pmix, its TCP transport on the nodes' veth. Written for
-    the Open MPI family's pairing and launch; no 2-node run proves it yet."""
+    """Debian's Open MPI 4.1 under srun --mpi=pmix. All of it is bound into the image: its MCA
+    components and help files (found with ompi_info, as Debian moves them) and its external PMIx's
+    components. Its TCP transport is pinned to the nodes' veth (vc0); its runtime channel (oob) to the
+    cluster's subnet, which an mpirun on the login node also reaches, by its bridge, not a vc0, and
+    without which it may pick the host's other interfaces. ob1 + tcp, as UCX would pick its own
+    transport. mpirun as root: the cluster is root's own (kit vcluster needs root)."""
     version = _version(["mpirun.openmpi", "--version"], r"\((?:Open MPI|OpenRTE)\) (\d[\w.]*)")
     libs = sorted(Path("/usr/lib/x86_64-linux-gnu").glob("libmpi.so.40.*"))
-    if version is None or not libs:
+    components = _version(["ompi_info", "--path", "pkglibdir"], r"Pkglibdir: (/\S+)")
+    help_files = _version(["ompi_info", "--path", "pkgdatadir"], r"Pkgdatadir: (/\S+)")
+    if version is None or not libs or components is None or help_files is None:
         return None
+    pmix = libs[-1].parent / "pmix2" / "lib" / "pmix"  # Debian's external PMIx (libpmix2)
     site = _base(state, binds, f"{state.name}-openmpi")
     site["description"] = f"virtual cluster {state.name}, Debian's Open MPI {version} started by srun --mpi=pmix"
     site["scheduler"]["mpi_plugin"] = "pmix"
     site["host_mpi"] = {"vendor": "openmpi", "version": version, "prefix": "/usr",
                         "library_dirs": [str(libs[-1].parent)], "launcher": "srun",
-                        "env": {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": NODE_IFACE,
-                                "OMPI_MCA_oob_tcp_if_include": NODE_IFACE},
-                        "soname": "libmpi.so.40", "library_version": libs[-1].name.split(".so.")[1]}
+                        "soname": "libmpi.so.40", "library_version": libs[-1].name.split(".so.")[1],
+                        "openmpi": {"components": components, "help_files": help_files,
+                                    "pmix_components": str(pmix) if pmix.is_dir() else None,
+                                    "mca": {"pml": "ob1", "btl": "self,vader,tcp", "btl_tcp_if_include": NODE_IFACE,
+                                            "oob_tcp_if_include": state.subnet},
+                                    "allow_run_as_root": True}}
     return site
 
 

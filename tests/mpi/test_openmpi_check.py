@@ -102,3 +102,16 @@ def test_a_host_older_than_the_image_is_refused_with_the_fix(openmpi_image, tmp_
     with pytest.raises(KitError, match=r"the host's Open MPI 4\.0\.7 is older than the image's 4\.1\.4: .*"
                                        r"Put Open MPI 4\.0\.x \(the host's major"):
         make_pair(site, openmpi_image)
+
+
+def test_a_two_node_check_needs_slurm_and_two_nodes_is_the_most(openmpi_site, openmpi_image, monkeypatch, capsys):
+    """Refused before anything starts: the one-node site has no Slurm to reach a second node."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    pair = make_pair(openmpi_site, openmpi_image)
+    with pytest.raises(KitError, match=r"site ompi-host: a 2-node check needs Slurm .*; fix: .*--nodes 1"):
+        run_check(pair, nodes=2)
+    with pytest.raises(KitError, match=r"--nodes 3: give one of 1, 2 \(the check runs 2 ranks\)"):
+        run_check(pair, nodes=3)
+    with pytest.raises(SystemExit) as usage:
+        main(["mpi", "check", "--site", str(openmpi_site), str(openmpi_image), "--nodes", "3"])
+    assert usage.value.code == 2 and "invalid choice: 3" in capsys.readouterr().err

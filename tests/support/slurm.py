@@ -55,7 +55,7 @@ def _sbin(name: str) -> str:
 def start_slurm(root: Path, cpus: int | None = None) -> Slurm:
     """munged + slurmctld + slurmd with one partition `debug` on this host; waits until idle."""
     root.mkdir(parents=True, exist_ok=True)
-    for d in ("munge", "state", "spool"):
+    for d in ("munge", "state", "spool", "tmp"):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
         (root / d).mkdir(mode=0o700, exist_ok=True)
     key = root / "munge" / "munge.key"
     if not key.exists():
@@ -69,7 +69,7 @@ def start_slurm(root: Path, cpus: int | None = None) -> Slurm:
         f"ClusterName=kittest\nSlurmctldHost={node}(127.0.0.1)\nSlurmUser=root\n"
         f"SlurmctldPort={free_port()}\nSlurmdPort={free_port()}\n"
         f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock}\n"
-        f"StateSaveLocation={root / 'state'}\nSlurmdSpoolDir={root / 'spool'}\n"
+        f"StateSaveLocation={root / 'state'}\nSlurmdSpoolDir={root / 'spool'}\nTmpFS={root / 'tmp'}\n"
         f"SlurmctldPidFile={root / 'slurmctld.pid'}\nSlurmdPidFile={root / 'slurmd.pid'}\n"
         f"SlurmctldLogFile={root / 'slurmctld.log'}\nSlurmdLogFile={root / 'slurmd.log'}\n"
         "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n"

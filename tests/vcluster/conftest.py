@@ -64,6 +64,30 @@ def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
 
 
 @pytest.fixture(scope="session")
+def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
+    """(site config, image) for Debian's Open MPI as the cluster's host MPI: the small Open MPI image
+    of tests/mpi (bookworm + python3-mpi4py) converted with that site's pair, as a directory image
+    (no SquashFS pass: it is made once per session, for two quick checks)."""
+    import shutil
+
+    from kit.mpi import convert_paired
+    from kit.site import load_site
+    from tests.mpi.conftest import OPENMPI_IMAGE_PACKAGES
+    from tests.support.rootfs import debian_rootfs_tar
+
+    site = Path(vcluster.directory) / "vcluster-openmpi.yaml"
+    require(site.is_file(), "no vcluster-openmpi.yaml: Debian's Open MPI missing (apt-get install openmpi-bin "
+                            "libopenmpi3 libpmix-dev; scripts/setup.sh)")
+    require(shutil.which("ch-run") is not None and shutil.which("mmdebstrap") is not None,
+            "ch-run or mmdebstrap not installed (scripts/setup.sh installs them)")
+    images = Path(load_site(str(site)).container.image_dir)
+    images.mkdir(parents=True)
+    done = convert_paired(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), images / "ompi", site)
+    assert not done.pair.missing, done.pair.missing
+    return site, images / "ompi"
+
+
+@pytest.fixture(scope="session")
 def vc_data(showers, vcluster_work) -> list[Path]:  # noqa: F811
     """The showers where the containers see them (a directory the site configs bind)."""
     import shutil
