@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from kit.atomic import fsync_path
+from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
 from kit.transfer import verify as checker
 from kit.transfer.image import open_image, recorded_sha256
@@ -187,11 +187,25 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
         subdirs = [d for d in (tmp / SUBDIR).rglob("*") if d.is_dir()] + ([tmp / SUBDIR] if wh else [])
         for path in [*(tmp / n for n in [*extra, SUMS]), *subdirs, tmp]:
             fsync_path(path)
-        os.rename(tmp, out_dir)
+        _rename_new(tmp, out_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)  # mkdtemp's: ours
         raise
     return out_dir
+
+
+def _rename_new(tmp: Path, out_dir: Path) -> None:
+    """TMP becomes OUT only if nothing is there: rename(2) would replace a directory someone made
+    at OUT meanwhile, if empty."""
+    fd = os.open(tmp.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        rename_noreplace(fd, tmp.name, out_dir.name)
+        fsync_dir(fd)
+    except FileExistsError:
+        raise KitError(f"{out_dir} appeared while the bundle was written; it is left alone: choose another "
+                       "path or remove it") from None
+    finally:
+        os.close(fd)
 
 
 def verify_bundle(directory: Path, progress: Callable[[int, int], None] | None = None) -> VerifyReport:

@@ -579,6 +579,25 @@ def remove_ours(imgdir, entry):
         os.unlink(path)
 
 
+def retire(imgdir, entry):
+    """Prune an installed version: renamed to a temp name first (one step), then removed. A prune
+    cut short leaves a temp name the next install removes, never a half version under a version
+    name that listing, rollback or a re-push of that version would take for complete."""
+    try:
+        if os.lstat(os.path.join(imgdir, entry)).st_uid != os.geteuid():
+            return
+    except FileNotFoundError:
+        return
+    gone = ".%s.%d.tmp" % (entry, os.getpid())
+    os.rename(os.path.join(imgdir, entry), os.path.join(imgdir, gone))
+    dfd = os.open(imgdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    remove_ours(imgdir, gone)
+
+
 def clean_install_leftovers(imgdir, name):
     """Temp names of installs that were killed (the imgdir lock is held: none is running)."""
     stale = re.compile(r"\.%s(@[0-9a-f]{12,64}(\.sqfs)?|\.current)(\.[0-9]+)?\.tmp" % re.escape(name))
@@ -686,7 +705,7 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
             build(src, suffix, imgdir, entry, version, fmt, stall, lock, out["previous"])
         point_current(imgdir, name, entry)
         for old in out["prune"]:
-            remove_ours(imgdir, old)
+            retire(imgdir, old)
     finally:
         os.close(lock)
     print(json.dumps(out))

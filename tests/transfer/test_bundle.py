@@ -112,3 +112,23 @@ def test_a_sidecar_two_images_share_goes_in_once(tmp_path, repo):
     names = sorted(p.name for p in (tmp_path / "media" / "bundle").iterdir())
     assert names.count("a.pair.yaml") == 1 and {"a.tar.gz", "a.sqfs"} <= set(names)
     assert all(code == 0 for code, _ in checkers(tmp_path / "media" / "bundle", repo).values())
+
+
+def test_a_directory_made_at_out_while_the_bundle_is_written_is_left_alone(tmp_path, monkeypatch):
+    """OUT did not exist when the bundle began; someone makes it (empty) before the bundle gets its
+    name: rename(2) would have replaced it. It is kept, the bundle's temp tree goes, one line says why."""
+    import importlib
+
+    module = importlib.import_module("kit.transfer.bundle")
+    img, out = random_image(tmp_path / "x.tar", 10_000), tmp_path / "out"
+    real = module.fsync_path
+
+    def meanwhile(path):  # the last step before the rename: the files are being made durable
+        out.mkdir(exist_ok=True)
+        real(path)
+
+    monkeypatch.setattr(module, "fsync_path", meanwhile)
+    with pytest.raises(KitError, match="appeared while the bundle was written"):
+        bundle([img], out)
+    assert out.is_dir() and list(out.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "x.tar", "x.tar.sha256"], "no temp tree left"

@@ -288,3 +288,32 @@ def test_switch_only_names_installed_versions(tmp_path):
         got, err = call(["switch", str(images), "bb", entry, "0"])
         assert got == code, err
     assert os.readlink(images / "bb.current") == "bb@0123456789ab"
+
+
+def test_a_prune_cut_short_leaves_no_half_version_under_a_version_name(tmp_path, monkeypatch):
+    """The removal of a pruned version is interrupted half-way (here: after its first file): the
+    version is already gone from its name, so listing, rollback and a re-push of that version never
+    take a half tree for an installed one; the next install removes what is left."""
+    images, src = tmp_path / "images", tmp_path / "up" / "bb.sqfs"
+    old = images / ("bb@" + "a" * 12)
+    (old / "usr" / "bin").mkdir(parents=True)
+    for n in range(3):
+        (old / "usr" / "bin" / f"tool{n}").write_text("x")
+    src.parent.mkdir()
+    src.write_bytes(os.urandom(4096))
+    assert run_install(src, images, keep="1", fmt="squash").returncode == 0
+    real_unlink = os.unlink
+
+    def cut(path, *args, **kw):  # the prune is killed after removing one file
+        real_unlink(path, *args, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(remote_script.os, "unlink", cut)
+    with pytest.raises(KeyboardInterrupt):
+        remote_script.install(str(src), str(images), "bb", sha12(src), 0, False, "squash", 0, 0)
+    monkeypatch.undo()
+    assert remote_script.versions(str(images), "bb") == [f"bb@{sha12(src)}.sqfs"]
+    assert not old.exists() and kit_leftovers(images), "what is left of it sits under a temp name"
+    assert run_install(src, images, keep="0", fmt="squash").returncode == 0
+    assert kit_leftovers(images) == [] and sorted(p.name for p in images.iterdir()) == \
+        ["bb.current", f"bb@{sha12(src)}.sqfs"]
