@@ -152,3 +152,16 @@ def load_file(path: str | os.PathLike, what: str, fix: str, error: type[KitError
     """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded; FileNotFoundError
     passes through so that callers can say what creates the file."""
     return parse(read_text(path, what, limit, error), path, error, fix)
+
+
+def load_tagged(path: str | os.PathLike, what: str, tag: str, version: int, fix: str, *, missing: str,
+                wrote: str) -> Document:
+    """A YAML file the kit wrote, recognised by ``tag: version`` at its top: a missing file is
+    ``missing``, any other content is not ``wrote``; one line each, naming the file (and line)."""
+    try:
+        doc = load_file(path, what, fix)
+    except FileNotFoundError:
+        raise KitError(f"{path}: {missing}") from None
+    if not isinstance(doc.value, dict) or doc.value.get(tag) != version:
+        raise KitError(f"{doc.where(tag)}: key {tag} is not {version}: not {wrote}; {fix}")
+    return doc

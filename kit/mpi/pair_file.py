@@ -11,7 +11,7 @@ from kit.excerpt import clipped, control_character, shown
 from kit.mpi.pair import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
 from kit.readfile import read_bytes
 from kit.site import Site
-from kit.yamlbound import load_file
+from kit.yamlbound import load_tagged
 
 FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
 
@@ -40,14 +40,9 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
     """The pair file for ``site``; KitError naming the file, the line, the key and the fix otherwise."""
     path = Path(path)
     fix = FIX.format(site=site.name)
-    try:
-        doc = load_file(path, "pair file", fix)
-    except FileNotFoundError:
-        raise KitError(f"{path}: no such pair file; {fix}") from None
+    doc = load_tagged(path, "pair file", "kit_pair", PAIR_FORMAT, fix, missing=f"no such pair file; {fix}",
+                      wrote="a pair file this kit wrote")
     pair = doc.value
-    if not isinstance(pair, dict) or pair.get("kit_pair") != PAIR_FORMAT:
-        raise KitError(f"{doc.where('kit_pair')}: key kit_pair is not {PAIR_FORMAT}: not a pair file this kit "
-                       f"wrote; {fix}")
     if pair.get("site") != site.name:
         raise KitError(f"{doc.where('site')}: key site is {shown(pair.get('site'))}, but the job runs at "
                        f"{site.name!r}; {fix}")

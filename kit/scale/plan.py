@@ -15,7 +15,7 @@ from kit.mpi.pair_file import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render
 from kit.slurm.spec import RunSpec, check_run, default_threads, matching
-from kit.yamlbound import load_file
+from kit.yamlbound import load_tagged
 
 PLAN_FORMAT = 1
 PLAN_NAME = "plan.yaml"
@@ -104,13 +104,9 @@ def load_plan(sweep_dir: Path) -> Plan:
     """DIR/plan.yaml as kit scale plan wrote it; anything else is one line naming the line and key."""
     path = sweep_dir / PLAN_NAME
     fix = f"fix: restore the plan.yaml kit scale plan wrote, or plan again with kit scale plan --dir {sweep_dir}"
-    try:
-        doc = load_file(path, "sweep plan", fix)
-    except FileNotFoundError:
-        raise KitError(f"{path}: no plan here; fix: kit scale plan --dir {sweep_dir} ...") from None
-    if not isinstance(doc.value, dict) or doc.value.get("kit_plan") != PLAN_FORMAT:
-        raise KitError(f"{doc.where('kit_plan')}: key kit_plan is not {PLAN_FORMAT}: not a plan kit scale plan "
-                       f"wrote; {fix}")
+    doc = load_tagged(path, "sweep plan", "kit_plan", PLAN_FORMAT, fix,
+                      missing=f"no plan here; fix: kit scale plan --dir {sweep_dir} ...",
+                      wrote="a plan kit scale plan wrote")
     plan = doc.value
 
     def need(value: Any, ok: bool, expected: str, *key: str | int) -> Any:

@@ -30,7 +30,7 @@ from kit.scale.plan import Plan, write_plan
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec, check_run, matching
-from kit.yamlbound import load_file
+from kit.yamlbound import load_tagged
 
 TUNE_FORMAT = 1
 TUNE_NAME = "tune.yaml"
@@ -250,9 +250,8 @@ def check_outputs(out_dir: Path) -> None:
     fix = "fix: give kit scale tune a new --dir"
     if tune_file.exists() or tune_file.is_symlink():
         try:
-            ours = tune_file.is_file() and not tune_file.is_symlink() and \
-                load_file(tune_file, "layout tune file", fix).value.get("kit_tune") == TUNE_FORMAT
-        except (KitError, AttributeError):
+            ours = tune_file.is_file() and not tune_file.is_symlink() and bool(_load_tune(tune_file, fix))
+        except KitError:
             ours = False
         if not ours:
             raise KitError(f"{tune_file}: not a tune file kit scale tune wrote; {fix}")
@@ -309,17 +308,17 @@ def plot(measured: list[Measured], top: Measured, title: str) -> bytes:
     return buf.getvalue()
 
 
+def _load_tune(path: Path, fix: str):
+    return load_tagged(path, "layout tune file", "kit_tune", TUNE_FORMAT, fix, missing=f"no tune file here; {fix}",
+                       wrote="a file kit scale tune wrote")
+
+
 def load_best(path: Path, site: Site) -> tuple[int, int]:
     """(ranks per node, threads per rank) recommended by a tune.yaml for this site; anything else
     (another site's tune, a damaged file) is one line naming the file and key."""
     fix = f"fix: run kit scale tune --site {site.name} --dir DIR, then kit scale plan --layout best --tune DIR/{TUNE_NAME}"
-    try:
-        doc = load_file(path, "layout tune file", fix)
-    except FileNotFoundError:
-        raise KitError(f"{path}: no tune file here; {fix}") from None
+    doc = _load_tune(path, fix)
     value = doc.value
-    if not isinstance(value, dict) or value.get("kit_tune") != TUNE_FORMAT:
-        raise KitError(f"{doc.where('kit_tune')}: key kit_tune is not {TUNE_FORMAT}: not a file kit scale tune wrote; {fix}")
     if value.get("site_name") != site.name:
         raise KitError(f"{doc.where('site_name')}: key site_name is {shown(value.get('site_name'))}, but the plan "
                        f"is for site {site.name}: a layout tuned on another machine; {fix}")
