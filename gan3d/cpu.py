@@ -29,10 +29,14 @@ def _read(path: Path) -> str:
         return ""  # not Linux, or no /proc: no flag is known, so no bf16 is claimed
 
 
+def _flags(text: str) -> frozenset[str]:
+    flags = _first_cpu_field(text, "flags")
+    return frozenset(flags.split()) if flags else frozenset()
+
+
 def cpu_flags(path: Path = CPUINFO) -> frozenset[str]:
     """The feature flags of the first CPU listed (all cores of a node share them)."""
-    flags = _first_cpu_field(_read(path), "flags")
-    return frozenset(flags.split()) if flags else frozenset()
+    return _flags(_read(path))
 
 
 def cpu_model(path: Path = CPUINFO) -> str:
@@ -55,7 +59,8 @@ def bf16_support(flags: frozenset[str] | None = None) -> str | None:
 
 def describe(flags: frozenset[str] | None = None, path: Path = CPUINFO) -> str:
     """One line for tables and logs: model, bf16 unit and the flags that decide it."""
-    flags = cpu_flags(path) if flags is None else flags
+    text = _read(path)  # one read for the model and the flags
+    flags = _flags(text) if flags is None else flags
     shown = [f for f in ("avx512f", *BF16_FLAGS) if f in flags]
-    return (f"{cpu_model(path)}; bf16: {bf16_support(flags) or 'none (emulated)'}; "
+    return (f"{_first_cpu_field(text, 'model name') or 'unknown'}; bf16: {bf16_support(flags) or 'none (emulated)'}; "
             f"flags: {' '.join(shown) or 'none of avx512f/avx512_bf16/amx'}")

@@ -73,13 +73,7 @@ def _tune(args: argparse.Namespace) -> int:
     tune.check_train_args(extra)
     layouts = tune.candidate_layouts(site, tune.parse_layouts(args.layouts) if args.layouts else None,
                                      tuple(args.precision))
-    slurm = site.scheduler.type == "slurm"
-    if slurm and not (args.image or args.no_container):
-        raise KitError(f"site {site.name} runs jobs through Slurm: say how: --image IMAGE (ch-run with the "
-                       "host MPI) or --no-container (the site's own Python)")
-    if not slurm and args.nodes != 1:
-        raise KitError(f"--nodes {args.nodes}: site {site.name} has no scheduler (scheduler.type local): "
-                       "it tunes this one machine; fix: --nodes 1")
+    slurm = tune.through_slurm(site, args.nodes, bool(args.image or args.no_container))
     console = Console()
     how = f"Slurm jobs of {args.nodes} node(s)" if slurm else "one after another on this machine"
     console.print(f"tuning {len(layouts)} layout(s) on site {site.name}, {how}: "

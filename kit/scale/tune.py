@@ -308,6 +308,20 @@ def plot(measured: list[Measured], top: Measured, title: str) -> bytes:
     return buf.getvalue()
 
 
+def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
+    """Whether the tune runs as Slurm jobs (a site with Slurm) or here; refused in one line where
+    the request does not fit the site: Slurm needs --image or --no-container, a local site one node."""
+    if site.scheduler.type == "slurm":
+        if not said_how:
+            raise KitError(f"site {site.name} runs jobs through Slurm: say how: --image IMAGE (ch-run with the "
+                           "host MPI) or --no-container (the site's own Python)")
+        return True
+    if nodes != 1:
+        raise KitError(f"--nodes {nodes}: site {site.name} has no scheduler (scheduler.type local): "
+                       "it tunes this one machine; fix: --nodes 1")
+    return False
+
+
 def _load_tune(path: Path, fix: str):
     return load_tagged(path, "layout tune file", "kit_tune", TUNE_FORMAT, fix, missing=f"no tune file here; {fix}",
                        wrote="a file kit scale tune wrote")

@@ -172,3 +172,15 @@ def test_any_layouts_text_is_pairs_or_one_clean_error(text):
         assert "\n" not in str(exc) and "fix:" in str(exc)
     else:
         assert pairs and all(r >= 0 and t >= 0 for r, t in pairs)
+
+
+def test_how_a_tune_runs_follows_the_site_and_a_request_that_does_not_fit_is_one_line(tmp_path, capsys):
+    """Slurm sites tune through jobs and must be told ch-run or bare; a local site tunes one node."""
+    sng, laptop = load_site("supermuc-ng"), load_site("laptop")
+    assert tune.through_slurm(sng, 2, True) is True and tune.through_slurm(laptop, 1, False) is False
+    with pytest.raises(KitError, match="--image IMAGE .* or --no-container"):
+        tune.through_slurm(sng, 1, False)
+    with pytest.raises(KitError, match="--nodes 2: site laptop has no scheduler.*fix: --nodes 1"):
+        tune.through_slurm(laptop, 2, False)
+    assert main(["scale", "tune", "--site", "laptop", "--nodes", "2", "--dir", str(tmp_path / "t"), "--dry-run"]) == 1
+    assert "fix: --nodes 1" in capsys.readouterr().err and not (tmp_path / "t").exists()
