@@ -135,3 +135,15 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
     (cluster_dir / "state").unlink()
+
+
+def test_the_script_is_the_kit_command_from_any_directory(tmp_path):
+    """scripts/vcluster.sh runs `kit vcluster` with the checkout's Python, wherever it is called from:
+    status of a directory without a cluster is exit 1 with the documented JSON, and nothing is made."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "vcluster.sh"
+    res = subprocess.run(["bash", str(script), "status", "--dir", str(tmp_path / "none"), "--json"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "kit-vcluster-status/1" and doc["running"] is False and doc["nodes"] == []
+    assert not (tmp_path / "none").exists()
