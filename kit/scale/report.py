@@ -19,7 +19,7 @@ from kit.scale.overhead import Overhead, container_overhead
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
 from kit.scale.runs import RunResult, Series, load_results
 
-__all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "series_name", "write_report"]
+__all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,6 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
         out.append(replace(row, linear_seconds=linear,
                            efficiency_percent=None if row is base else 100 * linear / row.seconds_per_epoch))
     return out
-
-
-def series_name(series: Series) -> str:
-    """A short id for a series (see Series.name)."""
-    return series.name
 
 
 def group_series(runs: Sequence[RunResult]) -> dict[Series, list[Row]]:
