@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from kit.errors import KitError
 from kit.study import missing_study_extra
-from kit.study.space import Space, Value
+from kit.study.space import Value
 from kit.study.spec import StudySpec
 
 MAX_DRAWS = 200  # random draws per proposal before a (finite, nearly exhausted) space counts as spent

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kit.study.search import MboSearcher, Observation, make_searcher
+from kit.study.search import Observation, make_searcher
 from kit.study.space import Space, choice, integer, real
 from kit.study.spec import Budget, Objective, Strategy, StudySpec
 

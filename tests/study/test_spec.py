@@ -154,3 +154,30 @@ def test_reading_a_study_without_numpy_names_the_study_extra_in_one_line():
             f"try:\n    load_study({str(EXAMPLE)!r})\nexcept KitError as e:\n    print(e)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.count("\n") == 1 and "pip install 'secure-site-kit[study]'" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_a_config_of_the_example_trains_for_real_with_its_settings(tmp_path):
+    """The shipped example's arguments for one config, run by `python -m gan3d train` (one rank, the
+    tiny preset, nothing mocked): the results record the config's settings, and the objective's
+    neighbour showers_per_second is there for the runner to read."""
+    import json
+    import os
+
+    spec = load_study(EXAMPLE)
+    config = next(c for c in (spec.space.sample(random.Random(s)) for s in range(100)) if c[LAYOUT] == 1)
+    results = tmp_path / "r.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    for key in [k for k in env if k.startswith(("SLURM_", "OMPI_", "PMI_"))]:
+        del env[key]
+    done = subprocess.run([sys.executable, "-m", "gan3d", "train", *spec.train_args(config), "--results", str(results),
+                           "--synthetic-dir", str(tmp_path / "showers")], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(results.read_text())
+    assert record["status"] == "ok" and record["showers_per_second"] > 0
+    assert record["optimizer"] == config["optimizer"] and record["batch_per_rank"] == config["batch-size"]
+    assert record["learning_rate"]["per_rank"] == config["lr"]
+    assert record["loss_weights"][0] == config["loss-weight-bce"]
+    assert record["learning_rate"]["warmup_epochs"] == config.get("warmup-epochs", 0.0)
+    assert record["threads_per_rank"] == config["threads"] and record["preset"] == "tiny"
