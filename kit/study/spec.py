@@ -317,6 +317,9 @@ class _Checker:
                 raise self.fail((*path, other), f"{shown(other)} is not a choice parameter listed above this one",
                                 "a condition names an earlier choice parameter and some of its values")
             values = values if isinstance(values, list) else [values]
+            if not values:
+                raise self.fail((*path, other), "lists no value", f"give the values of {other} under which "
+                                "this parameter is active, or drop the condition")
             for i, v in enumerate(values):
                 if not any(same_value(v, c) for c in ref.values):
                     raise self.fail((*path, other), f"{shown(v)} is not one of {other}'s values "

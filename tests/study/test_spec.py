@@ -94,6 +94,7 @@ REFUSALS = [
     (_swap("log: true}", "log: yes please}"), 4, "parameters.lr.log: is 'yes please'"),
     (_swap("type: float, low: 1.0e-4", "type: int, low: 1.0e-4"), 4, "parameters.lr.low"),
     (_swap("{optimizer: [adam]}", "{optimizer: [sgd]}"), 6, "'sgd' is not one of optimizer's values"),
+    (_swap("{optimizer: [adam]}", "{optimizer: []}"), 6, "parameters.warmup-epochs.when.optimizer: lists no value"),
     (_swap("{optimizer: [adam]}", "{precision: [fp32]}"), 6, "'precision' is not a choice parameter listed above"),
     (_swap("  synthetic: 64", "  data: /x\n  synthetic: 64"), 7, "exactly one of data and synthetic"),
     (_swap("  preset: tiny", "  preset: huge"), 8, "fixed.preset: 'huge' is not one of gan3d's full, tiny"),
@@ -181,3 +182,57 @@ def test_a_config_of_the_example_trains_for_real_with_its_settings(tmp_path):
     assert record["loss_weights"][0] == config["loss-weight-bce"]
     assert record["learning_rate"]["warmup_epochs"] == config.get("warmup-epochs", 0.0)
     assert record["threads_per_rank"] == config["threads"] and record["preset"] == "tiny"
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                     st.sampled_from(["", "tiny", "adam", "sgd", "2h", "x" * 50, "physics_score", "validation.g_loss",
+                                      "float", "int", "choice", "grid", "mbo", "random", "lr", "optimizer", "8,0.2"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4),
+    st.dictionaries(st.sampled_from(["type", "low", "high", "log", "values", "when", "lr", "optimizer",
+                                     "batch-size", "metric", "direction", "evaluations", "wall_time", "points",
+                                     "initial", "trees", "lambda", "synthetic", "data", "preset", "flip-prob"]),
+                    inner, max_size=5)), max_leaves=12)
+
+
+@st.composite
+def mutated(draw):
+    """The small good file (or the shipped example) with a few values replaced, keys dropped or added,
+    anywhere in its tree: documents that get past the first checks and reach the deep ones."""
+    import yaml
+
+    document = yaml.safe_load(draw(st.sampled_from([GOOD, EXAMPLE.read_text()])))
+    for _ in range(draw(st.integers(1, 3))):
+        node = document
+        while True:
+            keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            if not isinstance(node[key], (dict, list)) or draw(st.integers(0, 4)) == 0:
+                action = draw(st.sampled_from(["replace", "drop", "add"]))
+                if action == "replace":
+                    node[key] = draw(_VALUES)
+                elif action == "drop" and isinstance(node, dict):
+                    del node[key]
+                elif isinstance(node, dict):
+                    node[draw(st.sampled_from(["low", "when", "values", "type", "x", "lr", "k"]))] = draw(_VALUES)
+                break
+            node = node[key]
+    return document
+
+
+@given(mutated())
+def test_any_document_loads_or_is_refused_in_one_line_naming_its_file_and_line(tmp_path_factory, document):
+    """Whatever the file holds: a StudySpec, or one KitError line FILE:LINE: ..., never a traceback."""
+    import yaml
+
+    path = tmp_path_factory.mktemp("fuzz") / "study.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    try:
+        spec = load_study(path)
+    except KitError as exc:
+        message = str(exc)
+        assert "\n" not in message and re.match(rf"{re.escape(str(path))}:\d+: ", message), message
+    else:
+        spec.space.grid(2) if spec.strategy.kind == "grid" else spec.space.sample(random.Random(0))
