@@ -13,6 +13,7 @@ No searcher ever proposes a config (by ``Space.key``) already in history or pend
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -109,13 +110,16 @@ class MboSearcher(Searcher):
         self.initial = settings.initial or max(4, 2 * len(self.space.params))
 
     def _losses(self, history: list[Observation]) -> tuple[list[Mapping[str, Value]], list[float]]:
-        """Configs and losses to fit: failed evaluations imputed as the worst loss seen (a region that
-        fails is as bad as the worst that ran, never better)."""
-        done = [(o.config, self.spec.objective.loss(float(o.value))) for o in history if o.value is not None]
+        """Configs and losses to fit: failed evaluations (no value, or NaN/Inf) imputed as the worst loss
+        seen (a region that fails is as bad as the worst that ran, never better)."""
+        def ok(o: Observation) -> bool:
+            return o.value is not None and math.isfinite(o.value)
+
+        done = [(o.config, self.spec.objective.loss(float(o.value))) for o in history if ok(o)]
         if not done:
             return [], []
         worst = max(loss for _, loss in done)
-        failed = [(o.config, worst) for o in history if o.value is None]
+        failed = [(o.config, worst) for o in history if not ok(o)]
         configs, losses = zip(*(done + failed))
         return list(configs), list(losses)
 

@@ -63,7 +63,8 @@ def test_never_proposes_what_was_evaluated_or_is_in_flight_nor_twice(kind, data)
             space.validate(c)
         pending += batch
         finished = data.draw(st.integers(0, len(pending)))
-        history += [Observation(c, data.draw(st.one_of(st.none(), st.floats(-1e6, 1e6)))) for c in pending[:finished]]
+        history += [Observation(c, data.draw(st.one_of(st.none(), st.floats(-1e6, 1e6), st.just(math.inf))))
+                    for c in pending[:finished]]
         pending = pending[finished:]
 
 
@@ -106,10 +107,11 @@ def test_random_on_a_spent_finite_space_returns_fewer_then_none():
 
 
 def test_mbo_imputes_a_failed_evaluation_as_the_worst_value_seen():
+    """A failed evaluation (None) or a non-finite value counts as the worst value seen."""
     searcher = make_searcher(spec("mbo"))
     configs = SPACE.grid(2)[:4]
     history = [Observation(configs[0], 3.0), Observation(configs[1], None), Observation(configs[2], 7.0),
-               Observation(configs[3], None)]
+               Observation(configs[3], math.nan)]
     _, losses = searcher._losses(history)
     assert sorted(losses) == [3.0, 7.0, 7.0, 7.0]
     maximise = make_searcher(dataclasses.replace(spec("mbo"), objective=Objective("physics_score", "maximize")))
