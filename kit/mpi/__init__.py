@@ -2,7 +2,7 @@
 from kit.mpi.abi import MODES, AbiId, Verdict, decide
 from kit.mpi.check import CheckResult, run_check
 from kit.mpi.discover import ImageMPI, MPILibrary, find_image_mpi
-from kit.mpi.pair import Pair, make_pair, pair_path, prepare_image_dir, write_pair
+from kit.mpi.pair_builder import Pair, make_pair, pair_path, prepare_image_dir, write_pair
 
 try:  # conversion needs the [convert] extra; reading pairs (kit slurm, kit scale) works with the core
     from kit.mpi.paired import PairedConversion, convert_paired

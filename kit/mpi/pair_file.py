@@ -8,7 +8,7 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.excerpt import clipped, control_character, shown
-from kit.mpi.pair import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
+from kit.mpi.pair_builder import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
 from kit.readfile import read_bytes
 from kit.site import Site
 from kit.yamlbound import load_tagged

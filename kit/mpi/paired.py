@@ -19,7 +19,7 @@ from typing import IO, Any, Mapping, Sequence
 from kit.image.convert import ConversionReport, convert
 from kit.image.flatten import Entry
 from kit.mpi.imagefs import WantedTree
-from kit.mpi.pair import Pair, pair_from_root, pair_path, write_pair
+from kit.mpi.pair_builder import Pair, pair_from_root, pair_path, write_pair
 from kit.site import Site, load_site
 from kit.image_names import image_name
 
