@@ -13,7 +13,7 @@ from rich.table import Table
 from kit.commands.slurm import add_run_args, train_args, walltime
 from kit.errors import KitError
 from kit.jsonout import add_json_flag, emit
-from kit.mpi.pair_file import pair_file_for
+from kit.mpi.pair_reader import pair_file_for
 from kit.scale import campaign
 from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site

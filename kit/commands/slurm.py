@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from kit.errors import KitError
-from kit.mpi.pair_file import pair_file_for, read_pair_file
+from kit.mpi.pair_reader import pair_file_for, read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, default_threads, is_active, job_states, render, sbatch, write_run
 from kit.slurm.ledger import all_jobs, locked, read_jobs, record_job

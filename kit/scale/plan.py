@@ -11,7 +11,7 @@ import yaml
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
-from kit.mpi.pair_file import PairFile, pair_file_for, read_pair_file
+from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render
 from kit.slurm.spec import RunSpec, check_run, default_threads, matching
