@@ -15,7 +15,7 @@ from kit.image.flatten import Entry, Flattener, Note, Report
 from kit.image.layers import Limits
 from kit.image.manifest import manifest_text, sha256_text
 from kit.image.output import Stager, claim, stage_text
-from kit.image.sources import Image, open_image
+from kit.image.sources import Image, open_source_image
 from kit.image.target import MANIFEST, identity, plan
 from kit.image.writers import open_writer
 
@@ -72,7 +72,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
     lo, hi = LEVELS.get(fmt, (level, level))
     if not lo <= level <= hi:
         raise KitError(f"--level {level}: {fmt} output takes {lo}..{hi}")
-    img = open_image(src, image)
+    img = open_source_image(src, image)
     total = sum(l.blob.size for l in img.layers) + sum(l.blob.size for l in img.layers[1:])
     done = 0
 

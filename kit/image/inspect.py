@@ -19,7 +19,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from kit.image.flatten import Flattener
-from kit.image.sources import open_image
+from kit.image.sources import open_source_image
 
 MPI_NAME = re.compile(r"(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)")
 MAX_ELF = 256 << 20
@@ -55,7 +55,7 @@ def _is_elf(data: bytes) -> bool:
 
 def find_mpi_libraries(image_tree_or_tar: str | os.PathLike, image: str | None = None) -> list[MpiLibrary]:
     """MPI libraries in an image: any input ``convert`` accepts (tree, tarball, archive, layout)."""
-    flat = Flattener(open_image(Path(image_tree_or_tar), image))
+    flat = Flattener(open_source_image(Path(image_tree_or_tar), image))
     files: dict[str, MpiLibrary] = {}
     links: dict[str, str] = {}  # alias -> what it points at (path inside the image)
     for entry in flat.entries():
@@ -86,7 +86,7 @@ def find_mpi_libraries(image_tree_or_tar: str | os.PathLike, image: str | None =
 
 def inspect_image(src: str | os.PathLike, image: str | None = None, with_mpi: bool = True) -> dict:
     """Config (env, entrypoint, labels, architecture), layers with sizes, MPI libraries."""
-    img = open_image(Path(src), image)
+    img = open_source_image(Path(src), image)
     cfg = img.config.get("config") or {}
     return {
         "source": str(src), "kind": img.kind, "ref": img.ref,

@@ -247,11 +247,11 @@ class WantedTree:
 def _extract_source(image: Path, dest: Path) -> Path:
     """The wanted files of a docker/OCI image, flattened by Charliecloud's rules (nothing run)."""
     from kit.image.flatten import Flattener
-    from kit.image.sources import open_image
+    from kit.image.sources import open_source_image
 
     tree = WantedTree(dest / "root")
     try:
-        for entry in Flattener(open_image(image)).entries():
+        for entry in Flattener(open_source_image(image)).entries():
             tree.offer(entry)
         return tree.commit()
     except BaseException:

@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable
 from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
 from kit.transfer import verify as checker
-from kit.transfer.image import open_image, recorded_sha256
+from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.sums import SUMS, format_sums
 from kit.transfer.wheelhouse import FIX, SUBDIR, Wheelhouse, open_wheelhouse
 
@@ -143,7 +143,7 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
     if out_dir.exists():
         raise KitError(f"{out_dir} already exists; a bundle is written whole into a new directory: "
                        "choose another path or remove it")
-    imgs = [open_image(p) for p in images]
+    imgs = [open_local_image(p) for p in images]
     sources = [p for img in imgs for p in (img.path, *img.siblings)]
     seen: dict[str, Path] = {}
     for p in sources:

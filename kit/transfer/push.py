@@ -34,7 +34,7 @@ from kit.errors import KitError
 from kit.excerpt import one_line
 from kit.site import load_site
 from kit.transfer import remote
-from kit.transfer.image import LocalImage, chunk_sha256, open_image, read_small, recorded_sha256, sha256_file
+from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, read_small, recorded_sha256, sha256_file
 from kit.transfer.remote_script import EXIT_MISMATCH, HASHED_MARK, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 from kit.transfer.watchdog import Watchdog
@@ -338,7 +338,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     """
     started = time.monotonic()
     site = load_site(site)
-    img = open_image(image)
+    img = open_local_image(image)
     t = site.transfer
     keep_n = t.keep_versions if keep is None else keep
     if keep_n < 0:

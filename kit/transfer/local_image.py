@@ -1,4 +1,4 @@
-"""The local side of an image to move: its name, its sibling files and its checksums."""
+"""The local side of an image to move (kit transfer): its name, its sibling files and its checksums."""
 from __future__ import annotations
 
 import hashlib
@@ -46,7 +46,7 @@ def _kind(path: Path) -> str | None:
             else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
 
 
-def open_image(path: str | Path) -> LocalImage:
+def open_local_image(path: str | Path) -> LocalImage:
     """Check the file and its name; collect the siblings `kit image convert` writes next to it.
     A sibling name held by a FIFO, device or dangling link is refused (it would block or lie)."""
     path = Path(path)
