@@ -14,7 +14,7 @@ from kit.commands.slurm import add_run_args, train_args, walltime
 from kit.errors import KitError
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site
 from kit.verbosity import quiet
@@ -132,14 +132,14 @@ def _precisions(text: str) -> list[str]:
 
 def _submit(args: argparse.Namespace) -> int:
     console = Console()
-    done = campaign.submit(args.dir, args.dry_run, args.only, args.resubmit)
+    done = sweep_jobs.submit(args.dir, args.dry_run, args.only, args.resubmit)
     for s in done:
         job = f"job {s.job}" if s.job else "-"
         console.print(f"{s.run_id:<16} {job:<12} {s.note}  {s.script}", highlight=False)
     return 1 if any(s.note.startswith("not submitted") for s in done) else 0
 
 
-def _status_table(status: list[campaign.RunStatus]) -> Table:
+def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
     table = Table(title="runs")
     for col in ("run", "job", "state", "result"):
         table.add_column(col, overflow="fold")
@@ -152,7 +152,7 @@ def _status_table(status: list[campaign.RunStatus]) -> Table:
 COLLECT_SCHEMA = "kit-scale-collect/1"
 
 
-def _collect_document(sweep_dir: Path, status: list[campaign.RunStatus]) -> dict:
+def _collect_document(sweep_dir: Path, status: list[sweep_jobs.RunStatus]) -> dict:
     runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
              "problem": s.problem or None} for s in status]
     return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
@@ -161,18 +161,18 @@ def _collect_document(sweep_dir: Path, status: list[campaign.RunStatus]) -> dict
 
 def _collect(args: argparse.Namespace) -> int:
     if args.json:  # no live table: the document is all that goes to stdout
-        status = (campaign.wait(args.dir, args.poll, args.timeout) if args.wait
-                  else campaign.collect(args.dir))
+        status = (sweep_jobs.wait(args.dir, args.poll, args.timeout) if args.wait
+                  else sweep_jobs.collect(args.dir))
         emit(COLLECT_SCHEMA, _collect_document(args.dir, status))
         return 1 if any(s.problem for s in status) else 0
     console = Console()
     if args.wait and not quiet():  # the live table is progress: -q prints only the final one
         with Live(console=console, auto_refresh=False) as live:
-            status = campaign.wait(args.dir, args.poll, args.timeout,
+            status = sweep_jobs.wait(args.dir, args.poll, args.timeout,
                                    on_poll=lambda st: live.update(_status_table(st), refresh=True))
     else:
-        status = (campaign.wait(args.dir, args.poll, args.timeout) if args.wait
-                  else campaign.collect(args.dir))
+        status = (sweep_jobs.wait(args.dir, args.poll, args.timeout) if args.wait
+                  else sweep_jobs.collect(args.dir))
         console.print(_status_table(status))
     for s in status:
         if s.problem:
@@ -184,7 +184,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    active = campaign.cancel(args.dir, args.only, args.dry_run)
+    active = sweep_jobs.cancel(args.dir, args.only, args.dry_run)
     verb = "would cancel" if args.dry_run else "cancelled"
     for run, job in active:
         print(f"{verb} {run} (job {job})")
@@ -197,7 +197,7 @@ def _report(args: argparse.Namespace) -> int:
     from kit.scale.report import load_results, write_report
 
     failed: list[str] = []
-    paths = campaign.results(args.dir, failed) if args.dir else []
+    paths = sweep_jobs.results(args.dir, failed) if args.dir else []
     for problem in failed:
         print(f"left out (failed run): {problem}", file=sys.stderr)
     paths += args.results

@@ -25,7 +25,7 @@ from kit.atomic import atomic_write_bytes, atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.readfile import read_json, read_tail
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
@@ -186,7 +186,7 @@ def _tail(log: Path) -> str:
 def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tuple[str, ...], steps: int,
               peak_seconds: float, timeout: float, walltime: str, nodes: int = 1, pair: str | None = None,
               python: str = "python3", poll_seconds: float = 5.0,
-              on_poll: Callable[[list[campaign.RunStatus]], None] | None = None) -> list[Measured]:
+              on_poll: Callable[[list[sweep_jobs.RunStatus]], None] | None = None) -> list[Measured]:
     """One plan per precision (a plan's runs share their training arguments) in OUT/PRECISION,
     submitted and waited for with kit scale submit's and collect's code."""
     measured = []
@@ -199,11 +199,11 @@ def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
             check_run(site, spec)
         sweep = out_dir / precision
         write_plan(Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, args), sweep)
-        submitted = campaign.submit(sweep)
+        submitted = sweep_jobs.submit(sweep)
         refused = [s for s in submitted if s.note.startswith("not submitted")]
         if refused:
             raise KitError(f"{sweep}: {refused[0].run_id} {refused[0].note}")
-        status = {s.run_id: s for s in campaign.wait(sweep, poll_seconds, timeout, on_poll)}
+        status = {s.run_id: s for s in sweep_jobs.wait(sweep, poll_seconds, timeout, on_poll)}
         for layout in group:
             s = status[layout.run_id]
             problem = "" if s.result else (s.problem or f"job {s.job} ended {s.state} without a result")

@@ -1,4 +1,4 @@
-"""Submit a plan's runs and find out what became of them."""
+"""A sweep's jobs: submit the plan's runs, collect their states and results, cancel them."""
 from __future__ import annotations
 
 import time
