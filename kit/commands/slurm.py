@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
             job = sbatch(files.script)
             record_job(files.run_dir, run_id, job)
             if not quiet():
-                console.print(f"submitted job {job}: log {files.log(job)}, result {files.results}")
+                console.print(f"submitted job {job}: log {files.log(job)}, result {files.result}")
             print(job)
     return 0
 
@@ -83,8 +83,8 @@ def _refuse_a_second_job(files: RunFiles) -> None:
     """A run id names one job's script, site copy and result: a queued job would read the next one's."""
     jobs = all_jobs(read_jobs(files.run_dir), files.run_id)
     active = [j for j, state in job_states(jobs).items() if is_active(state)]
-    if active or files.results.exists():
-        what = f"job {active[-1]} still queued or running" if active else f"a result ({files.results})"
+    if active or files.result.exists():
+        what = f"job {active[-1]} still queued or running" if active else f"a result ({files.result})"
         raise KitError(f"run {files.run_id} in {files.run_dir} already has {what}; fix: another --run-id or "
                        "--dir (sweeps: kit scale submit --resubmit)")
 

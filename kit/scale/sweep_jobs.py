@@ -81,8 +81,8 @@ def _submit_one(site, checked, sweep_dir: Path, pair, python: str, files: RunFil
     except KitError as exc:  # the runs queued so far stay recorded; say which failed and go on
         return Submission(files.run_id, files.script, None, f"not submitted: {exc}")
     record_job(sweep_dir, files.run_id, job)
-    if files.results.exists():  # the old numbers must not pass for the new job's
-        files.results.rename(files.results.with_name(f"{files.run_id}.before-job-{old}.json"))
+    if files.result.exists():  # the old numbers must not pass for the new job's
+        files.result.rename(files.result.with_name(f"{files.run_id}.before-job-{old}.json"))
     return Submission(files.run_id, files.script, job, "submitted")
 
 
@@ -170,21 +170,21 @@ def _result(files: RunFiles, job: str | None) -> Path | None:
     A file there that is no results JSON is a KitError naming it."""
     fix = "fix: move it aside and kit scale submit --resubmit --only " + files.run_id
     try:
-        record = read_json(files.results, "gan3d results file", fix)
+        record = read_json(files.result, "gan3d results file", fix)
     except FileNotFoundError:
         return None
     if not isinstance(record, dict):
-        raise KitError(f"{files.results}: a {type(record).__name__}, not a gan3d results file; {fix}")
+        raise KitError(f"{files.result}: a {type(record).__name__}, not a gan3d results file; {fix}")
     written = record.get("job") or {}
     if not isinstance(written, dict):
-        raise KitError(f"{files.results}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")
+        raise KitError(f"{files.result}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")
     written_by = written.get("slurm_job_id")
     if written_by is not None and str(written_by) != job:
         return None
     if record.get("status") == "failed":  # gan3d train records why a run stopped (NaN losses, ...)
-        raise RunFailed(f"{files.results}: the run failed: {shown(record.get('error'))}; "
+        raise RunFailed(f"{files.result}: the run failed: {shown(record.get('error'))}; "
                         f"fix: kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)")
-    return files.results
+    return files.result
 
 
 class RunFailed(KitError):

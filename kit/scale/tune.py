@@ -124,7 +124,7 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
               on_start: Callable[[Layout], None] | None = None) -> list[Measured]:
     """Each layout in turn under the site's MPI launcher on this machine (one node, nothing queued)."""
     launcher = local_launcher(site)
-    done = [f.results for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.results.exists()]
+    done = [f.result for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.result.exists()]
     if done:
         raise KitError(f"{done[0]}: an earlier tune's result is there; fix: tune into a new --dir (nothing was run)")
     measured = []
@@ -136,13 +136,13 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [*launcher, "-n", str(layout.ranks_per_node), python, "-m", "gan3d", "train", *train_args,
                *tune_args(layout, steps, peak_seconds), "--threads", str(layout.threads_per_rank),
-               "--site", str(site.path), "--results", str(files.results)]
+               "--site", str(site.path), "--results", str(files.result)]
         if layout.ranks_per_node * layout.threads_per_rank > site.node.cores:
             cmd.append("--oversubscribe")
         code = _run_bounded(cmd, log, timeout)
         problem = "" if code == 0 else (f"exit {code}" if code is not None else f"killed after {timeout:g} s") \
             + f"; log {log}: {_tail(log)}"
-        measured.append(read_measured(layout, files.results, problem))
+        measured.append(read_measured(layout, files.result, problem))
     return measured
 
 
@@ -207,7 +207,7 @@ def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
         for layout in group:
             s = status[layout.run_id]
             problem = "" if s.result else (s.problem or f"job {s.job} ended {s.state} without a result")
-            measured.append(read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).results, problem))
+            measured.append(read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).result, problem))
     return measured
 
 
