@@ -5,6 +5,7 @@ Shared by the converter's pair (where the image will live on the site) and by tr
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -31,3 +32,9 @@ def image_name(text: str) -> str:
         raise KitError(f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
                        "digits and . _ + -, not starting with a dot")
     return name
+
+
+def pair_path(image: str | os.PathLike) -> Path:
+    """IMAGE.pair.yaml, beside IMAGE."""
+    image = Path(image)
+    return image.with_name(image.name.rstrip("/") + ".pair.yaml")

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kit.jsonout import add_json_flag, emit
-from kit.mpi import MODES, make_pair, pair_path, prepare_image_dir, run_check, write_pair
+from kit.image_names import pair_path
+from kit.mpi import MODES, make_pair, prepare_image_dir, run_check, write_pair
 from kit.verbosity import quiet
 
 

@@ -17,9 +17,9 @@ from typing import Callable
 from kit.atomic import remove_tree
 from kit.data import shipped
 from kit.errors import KitError
-from kit.mpi.abi import FAMILY_OF_VENDOR
 from kit.mpi.openmpi_abi import openmpi_rule
 from kit.site import Site, load_site
+from kit.site.model import FAMILY_OF_VENDOR
 
 RECIPES = shipped("images")
 # What the recipes COPY, staged from the installed kit when no --context is given.

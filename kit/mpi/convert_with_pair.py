@@ -19,9 +19,9 @@ from typing import IO, Any, Mapping, Sequence
 from kit.image.convert import ConversionReport, convert
 from kit.image.flatten import Entry
 from kit.mpi.imagefs import WantedTree
-from kit.mpi.pair_builder import Pair, pair_from_root, pair_path, write_pair
+from kit.mpi.pair_builder import Pair, pair_from_root, write_pair
 from kit.site import Site, load_site
-from kit.image_names import image_name
+from kit.image_names import image_name, pair_path
 
 
 @dataclass

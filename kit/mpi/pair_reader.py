@@ -8,7 +8,8 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.excerpt import clipped, control_character, shown
-from kit.mpi.pair_builder import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
+from kit.image_names import pair_path
+from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch
 from kit.readfile import read_bytes
 from kit.site import Site
 from kit.yamlbound import load_tagged

@@ -13,7 +13,7 @@ from kit.data import shipped
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.mpi.openmpi_launch import JOB_EXPORTS
-from kit.mpi.pair_builder import launcher_words, translate, under
+from kit.mpi.launch import launcher_words, translate, under
 from kit.mpi.pair_reader import PairFile
 from kit.readfile import read_text
 from kit.site import Site, SiteError
