@@ -138,6 +138,17 @@ def choose_storage_driver(requested: str | None, graph_root: Path) -> tuple[str,
     return ("overlay", why) if works else ("vfs", f"overlay unavailable: {why}")
 
 
+def parse_build_args(items: list[str]) -> dict[str, str]:
+    """--build-arg KEY=VALUE words as a mapping (a later KEY wins)."""
+    extra = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise KitError(f"--build-arg {item!r}: write KEY=VALUE")
+        extra[key] = value
+    return extra
+
+
 def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.PathLike | None = None,
                context: str | os.PathLike | None = None, builder: str | None = None, fmt: str = "docker-archive",
                tag: str = "gan3d:latest", extra_args: dict[str, str] | None = None,

@@ -2,7 +2,7 @@
 
 What a batch script needs once IMAGE.pair.yaml is decided: the launcher's words (a registry,
 name -> word builder), ch-run with the pair's binds and environment, and host paths translated
-into the container's view. Kept apart from the pair builder so that rendering a script does not
+into the container's view (the file's name and format tag: kit.image_names). Kept apart from the pair builder so that rendering a script does not
 import the image readers (ELF, linker cache): a login node renders many.
 """
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words
 from kit.site import Site
 
-PAIR_FORMAT = 1  # the `kit_pair` tag of IMAGE.pair.yaml
 DEFAULT_COMMAND = "python3 -m gan3d train"
 FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
                "the mount points and links), or run `kit mpi pair --prepare` on a directory image")

@@ -11,11 +11,11 @@ import yaml
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.image_names import pair_path
+from kit.image_names import PAIR_FORMAT, pair_path
 from kit.mpi.abi import DEFAULT_SONAME, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
-from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, translate
+from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
 from kit.mpi.openmpi_launch import openmpi_binds
 from kit.rootfs import Root, RootError
 from kit.site import Site, load_site

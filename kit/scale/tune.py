@@ -327,6 +327,20 @@ def _load_tune(path: Path, fix: str):
                        wrote="a file kit scale tune wrote")
 
 
+def best_layout(site: Site, sweep_dir: Path, tune_file: Path | None, layout_given: bool,
+                asked: bool) -> tuple[Path, tuple[int, int]]:
+    """`kit scale plan --layout best [--tune FILE]`: the tune file read (default DIR/tune.yaml) and its
+    best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were given too
+    (refused: the tune decides them); ``asked``: --layout best was (a --tune file alone is refused)."""
+    if not asked:
+        raise KitError("--tune FILE is read with --layout best; fix: add --layout best")
+    if layout_given:
+        raise KitError("--layout best takes ranks per node and threads from the tune file; fix: drop "
+                       "--ranks-per-node/--threads, or drop --layout best")
+    path = tune_file or sweep_dir / TUNE_NAME
+    return path, load_best(path, site)
+
+
 def load_best(path: Path, site: Site) -> tuple[int, int]:
     """(ranks per node, threads per rank) recommended by a tune.yaml for this site; anything else
     (another site's tune, a damaged file) is one line naming the file and key."""

@@ -20,6 +20,10 @@ SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are rea
 FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
                     "parastation": "mpich", "openmpi": "openmpi"}
 MPI_VENDORS = tuple(FAMILY_OF_VENDOR)
+# How a vendor's library names itself in its bytes (and in MPI_Get_library_version), most
+# specific first: Intel MPI and MVAPICH2 also carry "MPICH".
+VENDOR_MARKERS = [("intel", b"Intel(R) MPI Library"), ("openmpi", b"Open MPI"),
+                  ("mvapich2", b"MVAPICH2"), ("mpich", b"MPICH")]
 
 
 def _name(value: str) -> str | None:
