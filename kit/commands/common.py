@@ -7,9 +7,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kit.mpi.abi import MODES
-from kit.slurm.spec import DEFAULT_WALLTIME
-
 SITE_HELP = "site name (looked up in KIT_SITE_PATH, ~/.config/kit/sites, then the shipped ones) or config file"
 
 
@@ -26,6 +23,8 @@ def add_site(p: argparse.ArgumentParser, required: bool = True, more: str = "") 
 
 def add_mpi_mode(p: argparse.ArgumentParser, more: str = "") -> None:
     """--mpi-mode (--mode, its older spelling in `kit mpi`, still works)."""
+    from kit.mpi.abi import MODES  # here, not at the top: `kit site ...` imports no kit.mpi
+
     p.add_argument("--mpi-mode", "--mode", dest="mpi_mode", choices=MODES, default="full",
                    help="minor-version rule of the MPI pair: major (ignore), full (warn if the host's is older), "
                    f"strict (equal); default full{'; ' + more if more else ''} (also spelt --mode)")
@@ -37,6 +36,8 @@ def add_dry_run(p: argparse.ArgumentParser, text: str) -> None:
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """Arguments a single run and a sweep share."""
+    from kit.slurm.spec import DEFAULT_WALLTIME  # here, not at the top: `kit site ...` imports no kit.slurm
+
     add_site(p)
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--image", help="the image as the site sees it, or its IMAGE.pair.yaml "
