@@ -45,11 +45,7 @@ class Submission:
     script: Path
     job: str | None  # None: not submitted (dry run, held back by the rule, written only, or refused)
     note: str = ""
-
-    @property
-    def held_back(self) -> bool:
-        """The rule kept the run from being submitted (a job still there, or a result)."""
-        return self.job is None and self.note not in (WRITTEN, DRY_RUN) and not self.note.startswith(NOT_SUBMITTED)
+    held_back: bool = False  # the rule kept the run back (a job still there, or a result): ``note`` says which
 
 
 def submit_runs(site: Site, runs: Sequence[Checked], run_dir: Path, pair: PairFile | None,
@@ -70,7 +66,7 @@ def submit_runs(site: Site, runs: Sequence[Checked], run_dir: Path, pair: PairFi
             held = _held_back(files, old, [j for j in history[files.run_id] if is_active(states[j])], states,
                               resubmit)
             if held:
-                out.append(Submission(files.run_id, files.script, None, held))
+                out.append(Submission(files.run_id, files.script, None, held, held_back=True))
             elif dry_run:
                 render(site, checked, files, pair, python)  # every check, nothing written
                 out.append(Submission(files.run_id, files.script, None, DRY_RUN))
