@@ -46,7 +46,7 @@ def _of_theoretical(rate: float) -> str:
     return "unknown" if THEORETICAL is None else f"{100 * rate / THEORETICAL:.1f}%"
 CONV_SPECS = {  # name: (input shape incl. padding, kernel, padding) as run in the step
     "d_conv1 1->32": ((25, 25, 25, 1), (5, 5, 5, 1, 32), "SAME"),
-    "d_conv2 32->8": ((25, 25, 25, 32), (5, 5, 5, 32, 8), "SAME"),  # ZeroPadding3D fused (gan3d.kernels)
+    "d_conv2 32->8": ((25, 25, 25, 32), (5, 5, 5, 32, 8), "SAME"),  # ZeroPadding3D fused (gan3d.conv_forms)
     "d_conv3 8->8": ((25, 25, 25, 8), (5, 5, 5, 8, 8), "SAME"),
     "d_conv4 8->8": ((27, 27, 27, 8), (5, 5, 5, 8, 8), "VALID"),
     "g_conv1 8->64": ((7, 7, 8, 8), (6, 6, 8, 8, 64), "SAME"),
@@ -113,7 +113,7 @@ def worker_kernel(args) -> dict:
     x25 = tf.random.stateless_normal((b, 25, 25, 25, 32), [1, 2])
     w = tf.Variable(tf.random.stateless_normal((5, 5, 5, 32, 8), [3, 4]) * 0.05)
 
-    from gan3d.kernels import same_conv3d
+    from gan3d.conv_forms import same_conv3d
 
     def fwd_bwd(x, conv):
         @tf.function
@@ -126,7 +126,7 @@ def worker_kernel(args) -> dict:
         return run
 
     flop = 3 * 2 * b * 25 ** 3 * 8 * 125 * 32  # forward + input-gradient + weight-gradient
-    # as the model runs it (gan3d.kernels.same_conv3d), and as the reference does: VALID on
+    # as the model runs it (gan3d.conv_forms.same_conv3d), and as the reference does: VALID on
     # the ZeroPadding3D output (the pad is part of the layer pair), and plain tf.nn.conv3d SAME
     pads = [[0, 0], [2, 2], [2, 2], [2, 2], [0, 0]]
     forms = {"seconds": same_conv3d,
@@ -219,7 +219,7 @@ def worker_fused_ab(args) -> dict:
 @contextlib.contextmanager
 def reference_structure():
     """Build the discriminator as CERN's Keras code has it: a plain Conv3D first layer and
-    ZeroPadding3D + VALID Conv3D pairs (gan3d.model swaps in gan3d.kernels' faster forms)."""
+    ZeroPadding3D + VALID Conv3D pairs (gan3d.model swaps in gan3d.conv_forms' faster forms)."""
     import tensorflow as tf
 
     from gan3d import model
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = run_worker("peak", args, 2)["flop_per_second"]
     rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
     k = run_worker("kernel", args, 2)
-    rows.append(("D conv 32→8 5³ fwd+bwd (single kernel) as the model runs it (gan3d.kernels.same_conv3d)",
+    rows.append(("D conv 32→8 5³ fwd+bwd (single kernel) as the model runs it (gan3d.conv_forms.same_conv3d)",
                  "1×2", None, k["flop"] / k["seconds"], _load()))
     rows.append(("same kernel as the reference: ZeroPadding3D + VALID on 29³", "1×2", None,
                  k["flop"] / k["seconds_reference"], _load()))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from gan3d.kernels import ImageConv3D, SameConv3D
+from gan3d.conv_forms import ImageConv3D, SameConv3D
 
 LEAKY_SLOPE = 0.3  # Keras-2 LeakyReLU default, as in the reference
 BN_MOMENTUM = 0.99

@@ -56,10 +56,10 @@ def open_regular_fd(path: str | os.PathLike, follow_symlinks: bool = True) -> in
     return fd
 
 
-def _open_regular(path: Path, what: str, error: type[KitError]) -> BinaryIO:
+def _open_regular(path: Path, what: str, error: type[KitError], follow_symlinks: bool = True) -> BinaryIO:
     """The file opened for reading; anything but a regular file is ``error`` naming it."""
     try:
-        return os.fdopen(open_regular_fd(path), "rb")
+        return os.fdopen(open_regular_fd(path, follow_symlinks), "rb")
     except FileNotFoundError:
         raise
     except NotRegularFile as exc:
@@ -70,13 +70,14 @@ def _open_regular(path: Path, what: str, error: type[KitError]) -> BinaryIO:
 
 
 def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
-               error: type[KitError] = KitError) -> bytes:
-    """The whole of a regular file of at most ``limit`` bytes; FileNotFoundError passes through."""
-    with _open_regular(Path(path), what, error) as fh:
+               error: type[KitError] = KitError, follow_symlinks: bool = True) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes; FileNotFoundError passes through.
+    ``follow_symlinks`` False: a symlink is refused as not a regular file."""
+    with _open_regular(Path(path), what, error, follow_symlinks) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise error(f"{path}: larger than {limit // 2**20} MiB, far more than any {what}; fix: give the "
-                    f"{what} itself")
+        size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit} bytes"
+        raise error(f"{path}: larger than {size}, far more than any {what}; fix: give the {what} itself")
     return data
 
 

@@ -6,8 +6,8 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
+from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site
 from kit.commands.progress import byte_bar
-from kit.errors import KitError
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.flatten import NOTE_CAP
@@ -28,8 +28,7 @@ def _size(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("image", help="convert and inspect container images offline")
-    leaves = group.add_subparsers(dest="image_cmd", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "image", "convert and inspect container images offline")
 
     conv = leaves.add_parser("convert", help="docker-archive / OCI / rootfs -> Charliecloud image",
                              description="Convert SRC into a Charliecloud image OUT without a "
@@ -47,17 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="stop past this many uncompressed bytes (default 64G)")
     conv.add_argument("--max-members", type=int, default=Limits.max_members,
                       help="stop past this many tar members (default 2000000)")
-    conv.add_argument("--site", metavar="SITE",
-                      help="in the same pass, pair the image's MPI with this site's host MPI (an image "
-                      "that cannot pair fails the conversion: nothing is written), create the pair's "
-                      "mount points and links, write OUT.pair.yaml")
-    conv.add_argument("--mpi-mode", choices=("major", "full", "strict"), default="full",
-                      help="with --site: the minor-version rule of `kit mpi pair` (default full)")
+    add_site(conv, required=False, more="in the same pass, pair the image's MPI with this site's host MPI (an "
+             "image that cannot pair fails the conversion: nothing is written), create the pair's mount points "
+             "and links, write OUT.pair.yaml")
+    add_mpi_mode(conv, "with --site")
     conv.add_argument("--force", action="store_true",
                       help="replace OUT if it is an earlier kit image convert output of the same form "
                       "(never anything else)")
-    conv.add_argument("--dry-run", action="store_true",
-                      help="report what would be dropped or changed; write nothing")
+    add_dry_run(conv, "report what would be dropped or changed; write nothing")
     conv.set_defaults(func=_convert)
 
     bld = leaves.add_parser("build", help="build the site's training image from its recipe in images/",
@@ -65,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "can replace, pass the site's build arguments, build with buildah (or podman, "
                             "docker) and write a docker-archive/oci-archive ready for `kit image convert`.")
     bld.add_argument("out", type=Path, help="the archive to write, e.g. gan3d.tar")
-    bld.add_argument("--site", required=True, help="site config name or file")
+    add_site(bld)
     bld.add_argument("--recipe", type=Path, help="a Dockerfile (default: images/gan3d-<host ABI family>.Dockerfile)")
     bld.add_argument("--context", type=Path,
                      help="build context (default: the installed kit's files, staged beside OUT)")
@@ -79,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "kernel's overlay on the storage's filesystem; else vfs)")
     bld.add_argument("--storage", type=Path, metavar="DIR",
                      help="buildah's storage (DIR/root, DIR/run; default: buildah's own)")
-    bld.add_argument("--dry-run", action="store_true", help="print the commands; build nothing")
+    add_dry_run(bld, "print the commands; build nothing")
     bld.set_defaults(func=_build)
 
     insp = leaves.add_parser("inspect", help="config, layers and MPI libraries of an image")
@@ -90,14 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from kit.image.build import plan_build, run_build
+    from kit.image.build import parse_build_args, plan_build, run_build
 
-    extra = {}
-    for item in args.build_arg:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise KitError(f"--build-arg {item!r}: write KEY=VALUE")
-        extra[key] = value
+    extra = parse_build_args(args.build_arg)
     options = {"context": args.context} if args.context else {}
     plan = plan_build(args.site, args.out, recipe=args.recipe, builder=args.builder, fmt=args.fmt,
                       tag=args.tag, extra_args=extra, storage=args.storage, storage_driver=args.storage_driver,
@@ -207,7 +198,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if not libs:
         print("  MPI libraries: none found")
     for lib in libs:
-        print(f"  MPI library {lib['path']}: linker name {lib['linker_name']}, SONAME "
-              f"{lib['soname']}, version {lib['version']}"
-              + (f", also {' '.join(lib['aliases'])}" if lib["aliases"] else ""))
+        vendor = " ".join(v for v in (lib["vendor"], lib["mpi_version"]) if v) or "vendor unknown"
+        print(f"  MPI library {lib['path']}: SONAME {lib['soname']}, version {lib['version']}, {vendor}; "
+              f"found as {' '.join(lib['names'])}")
     return 0

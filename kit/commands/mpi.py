@@ -7,8 +7,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site
 from kit.jsonout import add_json_flag, emit
-from kit.mpi import MODES, make_pair, pair_path, prepare_image_dir, run_check, write_pair
+from kit.image_names import pair_path
+import kit.mpi as mpi  # its names import on first use: the ELF reader only when a command runs
 from kit.verbosity import quiet
 
 
@@ -17,9 +19,9 @@ PAIR_SCHEMA = "kit-mpi-pair/1"
 
 def _pair_json(args: argparse.Namespace) -> int:
     """The same work as the text form; the document is printed only once all of it is done."""
-    pair = make_pair(args.site, args.image, mode=args.mode)
-    made = None if args.dry_run or not args.prepare else prepare_image_dir(pair, args.image)
-    written = None if args.dry_run else str(write_pair(pair, args.out))
+    pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
+    made = None if args.dry_run or not args.prepare else mpi.prepare_image_dir(pair, args.image)
+    written = None if args.dry_run else str(mpi.write_pair(pair, args.out))
     emit(PAIR_SCHEMA, {"pair": pair.document(), "written": written, "prepared": made,
                        "dry_run": args.dry_run})
     return 0
@@ -28,7 +30,7 @@ def _pair_json(args: argparse.Namespace) -> int:
 def _pair(args: argparse.Namespace) -> int:
     if args.json:
         return _pair_json(args)
-    pair = make_pair(args.site, args.image, mode=args.mode)
+    pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
     console = Console()
     if not quiet():
         console.print(f"host MPI:      {pair.host.describe()}")
@@ -46,16 +48,16 @@ def _pair(args: argparse.Namespace) -> int:
         console.print(f"dry run: nothing written (would write {args.out or pair_path(args.image)})")
         return 0
     if args.prepare:
-        made = prepare_image_dir(pair, args.image)
+        made = mpi.prepare_image_dir(pair, args.image)
         console.print(f"created in the image: {', '.join(made)}")
-    path = write_pair(pair, args.out)
+    path = mpi.write_pair(pair, args.out)
     console.print(f"wrote {path}")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    pair = make_pair(args.site, args.image, mode=args.mode)
-    result = run_check(pair, python=args.python, timeout=args.timeout, nodes=args.nodes)
+    pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
+    result = mpi.run_check(pair, python=args.python, timeout=args.timeout, nodes=args.nodes)
     table = Table(title=f"kit mpi check: {args.image} at {pair.site.name}")
     apart = result.nodes > 1  # the node column only where it proves something: ranks on different nodes
     for col in ("rank", "size", *(["node"] if apart else []), "MPI library (inside ch-run)", "mapped from",
@@ -83,21 +85,19 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    mpi = sub.add_parser("mpi", help="pair an image's MPI with a site's host MPI")
-    leaves = mpi.add_subparsers(dest="mpi_command", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "mpi", "pair an image's MPI with a site's host MPI")
     for name, func, text in (("pair", _pair, "decide the pair and write IMAGE.pair.yaml"),
                              ("check", _check, "run 2 ranks in ch-run with the host MPI bound in")):
         p = leaves.add_parser(name, help=text)
         p.add_argument("image", metavar="IMAGE", help="directory, tarball or SquashFS image")
-        p.add_argument("--site", required=True, help="site name or config file")
-        p.add_argument("--mode", choices=MODES, default="full",
-                       help="minor-version rule: major (ignore), full (warn if host older), strict (equal)")
+        add_site(p)
+        add_mpi_mode(p)
         p.set_defaults(func=func)
         if name == "pair":
             p.add_argument("--out", help="pair file (default IMAGE.pair.yaml)")
             p.add_argument("--prepare", action="store_true",
                            help="create the mount points and alias links in a writable directory image")
-            p.add_argument("--dry-run", action="store_true", help="print the pair file, write nothing")
+            add_dry_run(p, "print the pair file, write nothing")
             add_json_flag(p, PAIR_SCHEMA)
         else:
             p.add_argument("--python", default="python3", help="python inside the image")

@@ -10,13 +10,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from kit.commands.slurm import add_run_args, train_args, walltime
+from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, train_args
 from kit.errors import KitError
 from kit.jsonout import add_json_flag, emit
-from kit.mpi.pair_file import pair_file_for
-from kit.scale import campaign
+from kit.mpi.pair_reader import pair_file_for
+from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.site import load_site
+from kit.slurm.spec import walltime
 from kit.verbosity import quiet
 
 
@@ -33,20 +34,15 @@ def _ints(text: str) -> list[int]:
 def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     ranks, threads = args.ranks_per_node or [1], args.threads
-    if args.layout == "best":
-        from kit.scale.tune import TUNE_NAME, load_best
+    if args.layout == "best" or args.tune:
+        from kit.scale.tune import best_layout
 
-        if args.ranks_per_node or args.threads:
-            raise KitError("--layout best takes ranks per node and threads from the tune file; fix: drop "
-                           "--ranks-per-node/--threads, or drop --layout best")
-        tune_file = args.tune or args.dir / TUNE_NAME
-        best = load_best(tune_file, site)
-        ranks, threads = [best[0]], [best[1]]
-        Console().print(f"layout from {tune_file}: {best[0]} rank(s) per node x {best[1]} thread(s) per rank")
-    elif args.tune:
-        raise KitError("--tune FILE is read with --layout best; fix: add --layout best")
+        tune_file, (rpn, tpr) = best_layout(site, args.dir, args.tune, bool(args.ranks_per_node or args.threads),
+                                            args.layout == "best")
+        ranks, threads = [rpn], [tpr]
+        Console().print(f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank")
     plan = make_plan(site, args.nodes, ranks, threads,
-                     walltime(args, site.scheduler.max_walltime), None if args.no_container else args.image,
+                     walltime(args.walltime, site.scheduler.max_walltime), None if args.no_container else args.image,
                      args.python, train_args(args), args.partition, args.account, args.repeats)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
@@ -87,7 +83,7 @@ def _tune(args: argparse.Namespace) -> int:
             pair = str(pair_file_for(args.image).absolute()) if args.image else None
             measured = tune.run_slurm(
                 site, layouts, args.dir, extra, args.steps, args.peak_seconds, args.timeout,
-                walltime(args, site.scheduler.max_walltime), args.nodes, pair, args.python, args.poll,
+                walltime(args.walltime, site.scheduler.max_walltime), args.nodes, pair, args.python, args.poll,
                 on_poll=None if status is None else lambda st: status.update(
                     "waiting for Slurm: " + ", ".join(f"{s.run_id} {s.state}" for s in st)))
         else:
@@ -132,14 +128,14 @@ def _precisions(text: str) -> list[str]:
 
 def _submit(args: argparse.Namespace) -> int:
     console = Console()
-    done = campaign.submit(args.dir, args.dry_run, args.only, args.resubmit)
+    done = sweep_jobs.submit(args.dir, args.dry_run, args.only, args.resubmit)
     for s in done:
         job = f"job {s.job}" if s.job else "-"
         console.print(f"{s.run_id:<16} {job:<12} {s.note}  {s.script}", highlight=False)
     return 1 if any(s.note.startswith("not submitted") for s in done) else 0
 
 
-def _status_table(status: list[campaign.RunStatus]) -> Table:
+def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
     table = Table(title="runs")
     for col in ("run", "job", "state", "result"):
         table.add_column(col, overflow="fold")
@@ -152,27 +148,20 @@ def _status_table(status: list[campaign.RunStatus]) -> Table:
 COLLECT_SCHEMA = "kit-scale-collect/1"
 
 
-def _collect_document(sweep_dir: Path, status: list[campaign.RunStatus]) -> dict:
-    runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
-             "problem": s.problem or None} for s in status]
-    return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
-            "total": len(status), "problems": sum(bool(s.problem) for s in status)}
-
-
 def _collect(args: argparse.Namespace) -> int:
     if args.json:  # no live table: the document is all that goes to stdout
-        status = (campaign.wait(args.dir, args.poll, args.timeout) if args.wait
-                  else campaign.collect(args.dir))
-        emit(COLLECT_SCHEMA, _collect_document(args.dir, status))
+        status = (sweep_jobs.wait(args.dir, args.poll, args.timeout) if args.wait
+                  else sweep_jobs.collect(args.dir))
+        emit(COLLECT_SCHEMA, sweep_jobs.collect_document(args.dir, status))
         return 1 if any(s.problem for s in status) else 0
     console = Console()
     if args.wait and not quiet():  # the live table is progress: -q prints only the final one
         with Live(console=console, auto_refresh=False) as live:
-            status = campaign.wait(args.dir, args.poll, args.timeout,
+            status = sweep_jobs.wait(args.dir, args.poll, args.timeout,
                                    on_poll=lambda st: live.update(_status_table(st), refresh=True))
     else:
-        status = (campaign.wait(args.dir, args.poll, args.timeout) if args.wait
-                  else campaign.collect(args.dir))
+        status = (sweep_jobs.wait(args.dir, args.poll, args.timeout) if args.wait
+                  else sweep_jobs.collect(args.dir))
         console.print(_status_table(status))
     for s in status:
         if s.problem:
@@ -184,7 +173,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    active = campaign.cancel(args.dir, args.only, args.dry_run)
+    active = sweep_jobs.cancel(args.dir, args.only, args.dry_run)
     verb = "would cancel" if args.dry_run else "cancelled"
     for run, job in active:
         print(f"{verb} {run} (job {job})")
@@ -197,7 +186,7 @@ def _report(args: argparse.Namespace) -> int:
     from kit.scale.report import load_results, write_report
 
     failed: list[str] = []
-    paths = campaign.results(args.dir, failed) if args.dir else []
+    paths = sweep_jobs.results(args.dir, failed) if args.dir else []
     for problem in failed:
         print(f"left out (failed run): {problem}", file=sys.stderr)
     paths += args.results
@@ -212,8 +201,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("scale", help="scaling sweeps: plan, submit, collect, report")
-    leaves = group.add_subparsers(dest="scale_cmd", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "scale", "scaling sweeps: plan, submit, collect, report")
 
     p = leaves.add_parser("plan", help="expand nodes x ranks per node x threads into DIR/plan.yaml",
                           description="Every combination the site can hold becomes a run; the others are "
@@ -239,16 +227,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peak-seconds", type=_at_least(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
     p.add_argument("--timeout", type=_at_least(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
     p.add_argument("--poll", type=_at_least(0.1, float), default=5.0, help="seconds between Slurm checks")
-    p.add_argument("--site", required=True, help="site config name or file")
+    add_site(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)")
     where.add_argument("--no-container", action="store_true", help="Slurm sites: the site's own Python")
     p.add_argument("--walltime", help="HH:MM:SS per job on a Slurm site")
     p.add_argument("--python", default="python3", help="Slurm sites: the Python that runs gan3d")
     p.add_argument("--dir", type=Path, default=Path("tune"), help="where runs, tune.yaml and tune.png go")
-    p.add_argument("--dry-run", action="store_true", help="list the layouts; run nothing")
-    p.add_argument("train_args", nargs=argparse.REMAINDER,
-                   help="after --: data and model arguments for python -m gan3d train (e.g. --synthetic 256 "
+    add_dry_run(p, "list the layouts; run nothing")
+    add_train_args(p, "after --: data and model arguments for python -m gan3d train (e.g. --synthetic 256 "
                    "--preset tiny)")
     p.set_defaults(func=_tune)
 
@@ -256,7 +243,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", type=Path, help="the sweep directory (holds plan.yaml)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
     p.add_argument("--resubmit", action="store_true", help="also runs that have a result or a queued job")
-    p.add_argument("--dry-run", action="store_true", help="check and list; write and submit nothing")
+    add_dry_run(p, "check and list; write and submit nothing")
     p.set_defaults(func=_submit)
 
     p = leaves.add_parser("collect", help="the state of every run; the log of a run that failed")
@@ -270,7 +257,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("cancel", help="scancel the plan's queued and running jobs")
     p.add_argument("dir", type=Path)
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
-    p.add_argument("--dry-run", action="store_true", help="say which jobs; cancel nothing")
+    add_dry_run(p, "say which jobs; cancel nothing")
     p.set_defaults(func=_cancel)
 
     p = leaves.add_parser("report", help="tables (md, csv) and plots (png) of a sweep, as in the paper")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kit.commands.common import add_group
 from kit.jsonout import add_json_flag, emit
 from kit.site import load_site
 from kit.site.probe import probe_yaml, write_probe
@@ -43,8 +44,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    site = sub.add_parser("site", help="validate, show or probe site configs")
-    leaves = site.add_subparsers(dest="site_command", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "site", "validate, show or probe site configs")
     p = leaves.add_parser("validate", help="check site config files (or names) against the schema")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_validate)

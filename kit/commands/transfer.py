@@ -6,17 +6,24 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from kit.commands.common import add_dry_run, add_group, add_site
 from kit.commands.progress import byte_bar
 from kit.jsonout import add_json_flag, emit
 from kit.verbosity import quiet
-import kit.transfer as transfer  # push, versions, rollback need the [transfer] extra
 
 VERSIONS_SCHEMA = "kit-transfer-versions/1"
 
 
+def _transfer():
+    """kit.transfer, imported when a command runs: push, versions and rollback need the [transfer]
+    extra (Fabric, paramiko), which `kit --help` must not import."""
+    import kit.transfer
+
+    return kit.transfer
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("transfer", help="move images into the secure site (SSH push, bundles)")
-    leaves = group.add_subparsers(dest="transfer_cmd", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "transfer", "move images into the secure site (SSH push, bundles)")
 
     p = leaves.add_parser("push", help="resumable, verified upload to the site (optionally install)",
                           description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings "
@@ -41,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "progress (default: 15 minutes)")
     p.add_argument("--install-timeout", type=float, metavar="SECONDS",
                    help="stop the remote install (hash check, ch-convert) after this long (default: 4 hours)")
-    p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+    add_dry_run(p, "say what would happen; change nothing")
     p.set_defaults(func=_push)
 
     for name, func, text in (("versions", _versions, "list the installed versions of an image on the site"),
@@ -52,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "rollback":
             r.add_argument("--to", metavar="VERSION", help="this version (NAME@SHA or a SHA prefix) instead "
                            "of the one installed before the current")
-            r.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+            add_dry_run(r, "say what would happen; change nothing")
         else:
             add_json_flag(r, VERSIONS_SCHEMA)
         r.set_defaults(func=func)
@@ -79,7 +86,7 @@ def _push(args: argparse.Namespace) -> int:
         bar = None if args.dry_run else byte_bar(
             stack, f"pushing {args.image.name}", args.image.stat().st_size if args.image.is_file() else None)
         progress = bar and bar.advance
-        report = transfer.push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
+        report = _transfer().push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
                       keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
                       dry_run=args.dry_run, progress=progress, stall=args.stall,
                       install_timeout=args.install_timeout, **_endpoint_args(args))
@@ -90,7 +97,7 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--site", required=True, help="site name or YAML path")
+    add_site(p)
     p.add_argument("--host", help="transfer host or ~/.ssh/config alias (default: transfer.host)")
     p.add_argument("--user", help="login user (default: transfer.user, then ~/.ssh/config)")
     p.add_argument("--port", type=int, help="SSH port")
@@ -103,7 +110,7 @@ def _endpoint_args(args: argparse.Namespace) -> dict:
 
 
 def _versions(args: argparse.Namespace) -> int:
-    found = transfer.installed_versions(args.name, args.site, **_endpoint_args(args))
+    found = _transfer().installed_versions(args.name, args.site, **_endpoint_args(args))
     if args.json:
         emit(VERSIONS_SCHEMA, {"name": found.name, "where": found.where, "current": found.current,
                                "versions": [{"entry": v.entry, "current": v.current, "format": v.format,
@@ -121,7 +128,7 @@ def _versions(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    done = transfer.rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
+    done = _transfer().rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
     verb = "would point" if done.dry_run else "pointed"
     print(f"{verb} {done.current} at {done.target} (was {done.previous or 'unset'})")
     return 0
@@ -130,11 +137,11 @@ def _rollback(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"copying into {args.dir.name}")
-        out = transfer.bundle(args.images, args.dir, progress=bar and bar.update,
+        out = _transfer().bundle(args.images, args.dir, progress=bar and bar.update,
                               kit_wheelhouse=args.kit_wheelhouse if args.with_kit else None)
     with ExitStack() as stack:  # read back from the medium (the copies left the page cache)
         bar = byte_bar(stack, f"verifying {args.dir.name}")
-        report = transfer.verify_bundle(out, progress=bar and bar.update)
+        report = _transfer().verify_bundle(out, progress=bar and bar.update)
     if not report.ok:
         print("\n".join(report.lines()))
         return 1
@@ -148,6 +155,6 @@ def _bundle(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"verifying {args.dir.name}")
-        report = transfer.verify_bundle(args.dir, progress=bar and bar.update)
+        report = _transfer().verify_bundle(args.dir, progress=bar and bar.update)
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

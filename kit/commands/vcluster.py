@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kit.commands.common import add_dry_run, add_group
 from kit.jsonout import add_json_flag, emit
 from kit.vcluster import down, status, up
 from kit.vcluster.cluster import preview
@@ -75,8 +76,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("vcluster", help="a virtual multi-node Slurm cluster on this machine (root)")
-    leaves = group.add_subparsers(dest="vcluster_command", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "vcluster", "a virtual multi-node Slurm cluster on this machine (root)")
 
     def with_dir(p: argparse.ArgumentParser) -> None:
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR,
@@ -93,11 +93,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "in ~/.cache/secure-site-kit/impi)")
     p.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
                    help="another directory the site configs bind into containers (data, sweeps)")
-    p.add_argument("--dry-run", action="store_true", help="print what would be made")
+    add_dry_run(p, "print what would be made")
     p.set_defaults(func=_up)
     p = leaves.add_parser("down", help="stop and remove exactly what up made (also after an up that was killed)")
     with_dir(p)
-    p.add_argument("--dry-run", action="store_true", help="list what would be stopped and removed")
+    add_dry_run(p, "list what would be stopped and removed")
     p.set_defaults(func=_down)
     p = leaves.add_parser("status", help="the cluster's nodes, addresses and Slurm states")
     with_dir(p)

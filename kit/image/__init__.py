@@ -1,6 +1,5 @@
 """Offline, daemon-free conversion of Docker/OCI images into Charliecloud images."""
 from kit.image.convert import ConversionReport, convert
-from kit.image.inspect import MpiLibrary, find_mpi_libraries
 from kit.image.layers import Limits
 
-__all__ = ["convert", "ConversionReport", "Limits", "find_mpi_libraries", "MpiLibrary"]
+__all__ = ["convert", "ConversionReport", "Limits"]

@@ -17,9 +17,9 @@ from typing import Callable
 from kit.atomic import remove_tree
 from kit.data import shipped
 from kit.errors import KitError
-from kit.mpi.abi import FAMILY_OF_VENDOR
 from kit.mpi.openmpi_abi import openmpi_rule
 from kit.site import Site, load_site
+from kit.site.model import FAMILY_OF_VENDOR
 
 RECIPES = shipped("images")
 # What the recipes COPY, staged from the installed kit when no --context is given.
@@ -136,6 +136,17 @@ def choose_storage_driver(requested: str | None, graph_root: Path) -> tuple[str,
         return requested, "--storage-driver"
     works, why = overlay_works(graph_root)
     return ("overlay", why) if works else ("vfs", f"overlay unavailable: {why}")
+
+
+def parse_build_args(items: list[str]) -> dict[str, str]:
+    """--build-arg KEY=VALUE words as a mapping (a later KEY wins)."""
+    extra = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise KitError(f"--build-arg {item!r}: write KEY=VALUE")
+        extra[key] = value
+    return extra
 
 
 def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.PathLike | None = None,

@@ -15,8 +15,10 @@ from kit.image.flatten import Entry, Flattener, Note, Report
 from kit.image.layers import Limits
 from kit.image.manifest import manifest_text, sha256_text
 from kit.image.output import Stager, claim, stage_text
-from kit.image.sources import Image, open_image
-from kit.image.target import MANIFEST, identity, plan
+from kit.image.sources import Image, open_source_image
+from kit.image.target import identity, plan
+from kit.image_names import MANIFEST
+from kit.progress import counter
 from kit.image.writers import open_writer
 
 DEFAULT_LEVEL = 5  # zlib-ng 5: within ~1% of gzip -6's size at 3x its speed (docs/benchmarks.md)
@@ -72,17 +74,9 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
     lo, hi = LEVELS.get(fmt, (level, level))
     if not lo <= level <= hi:
         raise KitError(f"--level {level}: {fmt} output takes {lo}..{hi}")
-    img = open_image(src, image)
+    img = open_source_image(src, image)
     total = sum(l.blob.size for l in img.layers) + sum(l.blob.size for l in img.layers[1:])
-    done = 0
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(done, total)
-
-    flat = Flattener(img, limits, tick)
+    flat = Flattener(img, limits, counter(total, progress))
     result = ConversionReport(src, None if dry_run else out, fmt, img, dry_run=dry_run)
     threads = threads or max(1, min(4, os.cpu_count() or 1))
     stream = flat.entries(mount_points, links, tap and tap.extras)

@@ -1,92 +1,33 @@
 """``kit image inspect``: config, layers and the MPI libraries inside an image.
 
-The MPI scan reads the *flattened* tree (whiteouts applied) and parses each candidate ELF
-file's dynamic section for its SONAME, so SONAME != file name is handled.
+The MPI is kit.mpi's answer (the image's linker cache, else its standard library directories;
+ELF headers read, nothing executed): the libraries `kit mpi pair` decides from, so the two
+commands cannot disagree about an image's MPI.
 """
 from __future__ import annotations
 
-import io
 import os
-import posixpath
-import re
-import struct
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.construct import ConstructError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-
-from kit.image.flatten import Flattener
-from kit.image.sources import open_image
-
-MPI_NAME = re.compile(r"(lib(?:mpi|mpich)(?:_[a-z0-9]+)?\.so)((?:\.\d+)*)")
-MAX_ELF = 256 << 20
+from kit.image.sources import open_source_image
 
 
-@dataclass
-class MpiLibrary:
-    """One MPI shared library file: where, linker name, SONAME, version, and its other names."""
-    path: str
-    linker_name: str
-    soname: str | None
-    version: str | None
-    aliases: list[str] = field(default_factory=list)
+def mpi_libraries(src: str | os.PathLike, image: str | None = None) -> list[dict]:
+    """The image's MPI library files (whiteouts applied), each with the names it is found under."""
+    from kit.mpi.discover import find_image_mpi  # the ELF reader: only when the MPI is asked for
 
-
-def _soname(data: bytes) -> str | None:
-    try:
-        elf = ELFFile(io.BytesIO(data))
-        for section in elf.iter_sections():
-            if isinstance(section, DynamicSection):
-                for tag in section.iter_tags():
-                    if tag.entry.d_tag == "DT_SONAME":
-                        return tag.soname
-    except (ELFError, ConstructError, ValueError, KeyError, IndexError, OverflowError,
-            struct.error):
-        return None  # pyelftools' ways of saying the file is no ELF it can read
-    return None
-
-
-def _is_elf(data: bytes) -> bool:
-    return data[:4] == b"\x7fELF"
-
-
-def find_mpi_libraries(image_tree_or_tar: str | os.PathLike, image: str | None = None) -> list[MpiLibrary]:
-    """MPI libraries in an image: any input ``convert`` accepts (tree, tarball, archive, layout)."""
-    flat = Flattener(open_image(Path(image_tree_or_tar), image))
-    files: dict[str, MpiLibrary] = {}
-    links: dict[str, str] = {}  # alias -> what it points at (path inside the image)
-    for entry in flat.entries():
-        info = entry.info
-        base = posixpath.basename(info.name)
-        match = MPI_NAME.fullmatch(base)
-        if not match:
-            continue
-        if info.issym():
-            links[info.name] = posixpath.normpath(
-                posixpath.join(posixpath.dirname(info.name), info.linkname))
-        elif info.islnk():
-            links[info.name] = info.linkname
-        elif info.isreg() and entry.data is not None and info.size <= MAX_ELF:
-            data = entry.data.read()
-            if _is_elf(data):
-                files[info.name] = MpiLibrary("/" + info.name, match.group(1), _soname(data),
-                                              match.group(2).lstrip(".") or None)
-    for alias, target in sorted(links.items()):
-        for _ in range(8):  # follow alias chains (libmpi.so -> libmpi.so.12 -> libmpi.so.12.3.0)
-            if target in files or target not in links:
-                break
-            target = links[target]
-        if target in files:
-            files[target].aliases.append("/" + alias)
-    return sorted(files.values(), key=lambda lib: lib.path)
+    by_file: dict[str, dict] = {}
+    for lib in find_image_mpi(src, image).libraries:
+        entry = by_file.setdefault(lib.real_path, {
+            "path": lib.real_path, "names": [], "soname": lib.soname, "version": lib.file_version,
+            "vendor": lib.vendor, "mpi_version": lib.mpi_version})
+        entry["names"].append(lib.path)
+    return sorted(by_file.values(), key=lambda e: e["path"])
 
 
 def inspect_image(src: str | os.PathLike, image: str | None = None, with_mpi: bool = True) -> dict:
     """Config (env, entrypoint, labels, architecture), layers with sizes, MPI libraries."""
-    img = open_image(Path(src), image)
+    img = open_source_image(Path(src), image)
     cfg = img.config.get("config") or {}
     return {
         "source": str(src), "kind": img.kind, "ref": img.ref,
@@ -96,5 +37,5 @@ def inspect_image(src: str | os.PathLike, image: str | None = None, with_mpi: bo
         "workdir": cfg.get("WorkingDir"), "labels": cfg.get("Labels") or {},
         "layers": [{"index": l.index, "digest": l.digest or l.diff_id, "media_type": l.media_type,
                     "size": l.blob.size} for l in img.layers],
-        "mpi_libraries": [asdict(x) for x in find_mpi_libraries(src, image)] if with_mpi else None,
+        "mpi_libraries": mpi_libraries(src, image) if with_mpi else None,
     }

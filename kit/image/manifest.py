@@ -9,6 +9,8 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from kit.image_names import sha256_line
+
 
 if TYPE_CHECKING:
     from kit.image.convert import ConversionReport
@@ -37,7 +39,7 @@ def manifest_dict(r: "ConversionReport") -> dict:
 def sha256_text(r: "ConversionReport") -> str:
     """OUT.sha256 (files only): ``sha256sum -c`` checks it."""
     assert r.output is not None and r.sha256
-    return f"{r.sha256}  {r.output.name}\n"
+    return sha256_line(r.sha256, r.output.name)
 
 
 def manifest_text(r: "ConversionReport") -> str:

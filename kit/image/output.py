@@ -14,16 +14,16 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import signal
 import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from kit.atomic import atomic_write_bytes, exchange, fsync_dir, remove_tree, rename_noreplace
+from kit.atomic import atomic_write_bytes, exchange, fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
-from kit.image.target import LOCK_TAG, MANIFEST, SIDECARS, STAGED, WORK_TAG, Target, read_manifest, work_dirs
+from kit.image.target import LOCK_TAG, STAGED, WORK_TAG, Target, read_manifest, work_dirs
+from kit.image_names import MANIFEST, SIDECARS
 
 Stager = Callable[[Path], object]  # writes one sidecar's content to the path it is given
 
@@ -44,11 +44,7 @@ class Work:
             if suffix in sidecars:
                 staged = self.path / f"{STAGED}{suffix}"
                 sidecars[suffix](staged)
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fsync_dir(fd)
-        finally:
-            os.close(fd)
+        fsync_path(self.path)
         with _sigint_deferred():
             self._swap(built)
             self.swapped = True

@@ -316,7 +316,7 @@ def _describe(cands: list[Candidate]) -> str:
     return "; ".join(f"{', '.join(c.names) or '(untagged)'} {c.digest or ''}".strip() for c in cands)
 
 
-def open_image(src: str | Path, image: str | None = None) -> Image:
+def open_source_image(src: str | Path, image: str | None = None) -> Image:
     """Describe the (selected) image in SRC: config, layers and where each blob lives."""
     src = Path(src)
     kind = detect(src)

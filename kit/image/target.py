@@ -16,19 +16,15 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from kit.errors import KitError
+from kit.image_names import MANIFEST, PAIR, SHA256, SIDECARS, is_pair_document, is_sha256_file
 from kit.image.writers import format_for
+from kit.readfile import read_bytes
 
-# Written in this order when an output is committed: the manifest, which records the image's
-# identity, last; a manifest that describes OUT therefore vouches for every other sidecar.
-SIDECARS = (".sha256", ".pair.yaml", ".manifest.json")
-MANIFEST = ".manifest.json"
 WORK_TAG = ".kit-tmp."  # .OUT.kit-tmp.XXXXXXXX: the work directory of one run for OUT
 LOCK_TAG = ".kit-lock"  # .OUT.kit-lock: held while a run writes OUT
 STAGED = "staged"  # staged<suffix> in the work directory: the sidecars of the image being committed
-MAX_SIDECAR = {".sha256": 4096, ".pair.yaml": 1 << 20, ".manifest.json": 64 << 20}
+MAX_SIDECAR = {SHA256: 4096, PAIR: 1 << 20, MANIFEST: 64 << 20}
 NAME_MAX = 255 - len(WORK_TAG) - 9  # the work directory's name must fit too
 Identity = dict
 
@@ -170,17 +166,12 @@ def _is_dir(path: Path) -> bool:
 
 
 def _read_small(path: Path, limit: int) -> bytes | None:
-    """A regular file's bytes, if it is one and not larger than ``limit`` (never blocks)."""
+    """A regular file's bytes (not through a symlink), if it is one and not larger than ``limit``;
+    None for anything else (kit.readfile never blocks on a FIFO)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        return read_bytes(path, "sidecar", limit, follow_symlinks=False)
+    except (OSError, KitError):
         return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-        os.close(fd)
-        return None
-    with open(fd, "rb") as fh:
-        return fh.read(limit + 1)
 
 
 def read_manifest(path: Path) -> dict | None:
@@ -199,13 +190,7 @@ def _kit_made(path: Path, suffix: str, name: str) -> bool:
     data = _read_small(path, MAX_SIDECAR[suffix])
     if data is None:
         return False
-    if suffix == ".sha256":
-        return re.fullmatch(rb"[0-9a-f]{64}  " + re.escape(name.encode()) + rb"\n", data) is not None
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError:
-        return False
-    return isinstance(doc, dict) and "kit_pair" in doc
+    return is_sha256_file(data, name) if suffix == SHA256 else is_pair_document(data, path)
 
 
 def _check_sidecar(path: Path, suffix: str, name: str) -> None:

@@ -23,7 +23,7 @@ from kit.atomic import sync_filesystem
 from kit.errors import KitError
 from kit.image.flatten import Entry
 from kit.image.sqfs_root import set_root_mtime
-from kit.image_names import SQUASH, TAR, TAR_GZ
+from kit.image_names import SQUASH, TAR, TAR_GZ, sha256_file
 from kit.rootfs import Root
 
 FORMATS = ("tar.gz", "tar", "sqfs", "dir")
@@ -210,12 +210,7 @@ class SquashWriter(Writer):
             self._fail()
         self.errlog.close()
         set_root_mtime(self.path, self.newest)
-        h = hashlib.sha256()
-        with open(self.path, "rb") as fh:
-            while chunk := fh.read(CHUNK):
-                h.update(chunk)
-            os.fsync(fh.fileno())
-        self.sha256, self.size = h.hexdigest(), self.path.stat().st_size
+        self.sha256, self.size = sha256_file(self.path, fsync=True), self.path.stat().st_size
         os.chmod(self.path, 0o644)
         return self.path
 

@@ -1,22 +1,28 @@
-"""Host-MPI bind pairs: find an image's MPI, decide the ABI pairing, write and prove the pair."""
-from kit.mpi.abi import MODES, AbiId, Verdict, decide
-from kit.mpi.check import CheckResult, run_check
-from kit.mpi.discover import ImageMPI, MPILibrary, find_image_mpi
-from kit.mpi.pair import Pair, make_pair, pair_path, prepare_image_dir, write_pair
+"""Host-MPI bind pairs: find an image's MPI, decide the ABI pairing, write and prove the pair.
 
-try:  # conversion needs the [convert] extra; reading pairs (kit slurm, kit scale) works with the core
-    from kit.mpi.paired import PairedConversion, convert_paired
-except ModuleNotFoundError as exc:
-    if (exc.name or "").split(".")[0] not in ("isal", "zlib_ng", "zstandard"):
-        raise
+The names below are imported on first use (PEP 562), so that importing one module of the
+package (kit.mpi.launch, to render a batch script) does not import the others: the image
+readers (ELF, linker cache) and, for the paired conversion, the [convert] extra. Using the
+paired conversion without that extra raises its import error (the CLI turns it into one line
+naming the extra).
+"""
+from __future__ import annotations
 
-    def __getattr__(name: str):
-        """Using the paired conversion without the extra raises the import error again (the CLI
-        turns it into one line naming the extra)."""
-        if name in ("PairedConversion", "convert_paired"):
-            import kit.mpi.paired  # noqa: F401  (raises ModuleNotFoundError)
+import importlib
+
+_HOME = {
+    "MODES": "abi", "AbiId": "abi", "Verdict": "abi", "decide": "abi",
+    "CheckResult": "check", "run_check": "check",
+    "ImageMPI": "discover", "MPILibrary": "discover", "find_image_mpi": "discover",
+    "Pair": "pair_builder", "make_pair": "pair_builder", "prepare_image_dir": "pair_builder",
+    "write_pair": "pair_builder",
+    "PairedConversion": "convert_with_pair", "convert_paired": "convert_with_pair",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
         raise AttributeError(f"module 'kit.mpi' has no attribute {name!r}")
-
-__all__ = ["MODES", "AbiId", "CheckResult", "ImageMPI", "MPILibrary", "Pair", "PairedConversion", "Verdict",
-           "convert_paired", "decide", "find_image_mpi", "make_pair", "pair_path", "prepare_image_dir",
-           "run_check", "write_pair"]
+    return getattr(importlib.import_module(f"kit.mpi.{_HOME[name]}"), name)

@@ -12,10 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 from kit.mpi.openmpi_abi import openmpi_rule, release_series
+from kit.site.model import FAMILY_OF_VENDOR
 
 MODES = ("major", "full", "strict")
-FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
-                    "parastation": "mpich", "openmpi": "openmpi"}
 DEFAULT_SONAME = {"mpich": "libmpi.so.12", "openmpi": "libmpi.so.40"}
 # What to put into an image so that it pairs with a host of each family.
 ADVICE = {

@@ -15,7 +15,8 @@ from pathlib import Path
 from kit.errors import KitError
 from kit.mpi.imagefs import image_kind
 from kit.mpi.openmpi_launch import is_openmpi_mpirun, root_words
-from kit.mpi.pair import FIX_MISSING, Pair
+from kit.mpi.launch import FIX_MISSING
+from kit.mpi.pair_builder import Pair
 
 VENDOR_BANNER = {"intel": "Intel(R) MPI Library", "mpich": "MPICH", "mvapich2": "MVAPICH2",
                  "openmpi": "Open MPI", "cray-mpich": "CRAY MPICH", "parastation": "MPICH"}

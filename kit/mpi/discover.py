@@ -256,7 +256,8 @@ def _classify(tree: Root, rel: str, mpi_names: set[str], result: ImageMPI) -> No
                     result.static.append("/" + rel)
 
 
-def find_image_mpi(image: str | os.PathLike) -> ImageMPI:
-    """The MPI libraries of ``image`` (dir, tarball or SquashFS), their users and static copies."""
-    with open_image_tree(image) as tree:
+def find_image_mpi(image: str | os.PathLike, ref: str | None = None) -> ImageMPI:
+    """The MPI libraries of ``image`` (dir, tarball, SquashFS, or a docker/OCI source: ``ref``
+    picks one of several), their users and static copies."""
+    with open_image_tree(image, ref) as tree:
         return inspect_root(tree.root, str(image), tree.notes)

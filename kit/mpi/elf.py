@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from kit.site.model import VENDOR_MARKERS
+
 ELF_MAGIC = b"\x7fELF"
 MAX_ELF_SIZE = 1 << 30  # larger "libraries" are not read (Intel MPI's libmpi is ~80 MB)
 MAX_SECTIONS = 1 << 16  # shared libraries have dozens; more is a forged count
@@ -35,8 +37,6 @@ VERSION_PATTERNS = [
     ("mpich", re.compile(rb"\x00\d+:\d+:\d+\x00+[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} [A-Z]+ \d{4}"
                          rb"\x00(\d+\.\d+(?:\.\d+)?(?:[a-z]+\d*)?)\x00")),
 ]
-VENDOR_MARKERS = [("intel", b"Intel(R) MPI Library"), ("openmpi", b"Open MPI"),
-                  ("mvapich2", b"MVAPICH2"), ("mpich", b"MPICH")]
 
 
 class ElfError(ValueError):

@@ -244,14 +244,15 @@ class WantedTree:
         self.writer.abort()
 
 
-def _extract_source(image: Path, dest: Path) -> Path:
-    """The wanted files of a docker/OCI image, flattened by Charliecloud's rules (nothing run)."""
+def _extract_source(image: Path, dest: Path, ref: str | None = None) -> Path:
+    """The wanted files of a docker/OCI image (``ref``: which, if it holds several), flattened by
+    Charliecloud's rules (nothing run)."""
     from kit.image.flatten import Flattener
-    from kit.image.sources import open_image
+    from kit.image.sources import open_source_image
 
     tree = WantedTree(dest / "root")
     try:
-        for entry in Flattener(open_image(image)).entries():
+        for entry in Flattener(open_source_image(image, ref)).entries():
             tree.offer(entry)
         return tree.commit()
     except BaseException:
@@ -269,8 +270,9 @@ class ImageTree:
 
 
 @contextlib.contextmanager
-def open_image_tree(image: str | os.PathLike) -> Iterator[ImageTree]:
-    """The image as a directory for the block's duration (extracted into a private temp dir)."""
+def open_image_tree(image: str | os.PathLike, ref: str | None = None) -> Iterator[ImageTree]:
+    """The image as a directory for the block's duration (extracted into a private temp dir);
+    ``ref`` picks one image of a docker/OCI source that holds several."""
     image = Path(image)
     if not os.path.lexists(image):
         raise KitError(f"{image}: no such image")
@@ -280,7 +282,7 @@ def open_image_tree(image: str | os.PathLike) -> Iterator[ImageTree]:
         return
     with tempfile.TemporaryDirectory(prefix="kit-mpi-") as tmp:
         if kind == "source":
-            yield ImageTree(_extract_source(image, Path(tmp)))
+            yield ImageTree(_extract_source(image, Path(tmp), ref))
             return
         notes: list[str] = []
         (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp), notes)

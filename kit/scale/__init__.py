@@ -1,7 +1,20 @@
-"""Scaling sweeps: plan, submit, collect, and report them against the paper's tables."""
-from kit.scale.paper import OverheadTable, PaperTable, paper_table
-from kit.scale.report import Row, scaling_table, write_report
-from kit.scale.runs import RunResult, Series, load_results
+"""Scaling sweeps: plan, submit, collect, and report them against the paper's tables.
 
-__all__ = ["OverheadTable", "PaperTable", "Row", "RunResult", "Series", "load_results", "paper_table",
-           "scaling_table", "write_report"]
+The names below are imported on first use (PEP 562): submitting or collecting a sweep does not
+import the report and its plots.
+"""
+from __future__ import annotations
+
+import importlib
+
+_HOME = {"OverheadTable": "paper", "PaperTable": "paper", "paper_table": "paper",
+         "Row": "report", "scaling_table": "report", "write_report": "report",
+         "RunResult": "runs", "Series": "runs", "load_results": "runs"}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'kit.scale' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kit.scale.{_HOME[name]}"), name)

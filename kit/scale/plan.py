@@ -11,10 +11,10 @@ import yaml
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
-from kit.mpi.pair_file import PairFile, pair_file_for, read_pair_file
+from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render
-from kit.slurm.spec import RunSpec, check_run, default_threads, matching
+from kit.slurm.spec import RunSpec, check_run, default_threads, matching, run_id
 from kit.yamlbound import load_tagged
 
 PLAN_FORMAT = 1
@@ -39,11 +39,6 @@ class Plan:
 
     def pair_file(self, site: Site) -> PairFile | None:
         return read_pair_file(self.pair, site) if self.pair else None
-
-
-def run_id(nodes: int, ranks_per_node: int, threads: int, repeat: int | None = None) -> str:
-    """`n4-r4-t12`; repeats of one run are `n4-r4-t12-x1`, `-x2`, ... (each its own job and result)."""
-    return f"n{nodes}-r{ranks_per_node}-t{threads}" + (f"-x{repeat}" if repeat else "")
 
 
 def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], threads: list[int] | None,

@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 from gan3d.results import SCHEMA
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
-from kit.mpi.elf import VENDOR_MARKERS
 from kit.readfile import read_json
+from kit.site.model import VENDOR_MARKERS
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")

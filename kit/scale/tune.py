@@ -25,7 +25,7 @@ from kit.atomic import atomic_write_bytes, atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.readfile import read_json, read_tail
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
@@ -124,7 +124,7 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
               on_start: Callable[[Layout], None] | None = None) -> list[Measured]:
     """Each layout in turn under the site's MPI launcher on this machine (one node, nothing queued)."""
     launcher = local_launcher(site)
-    done = [f.results for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.results.exists()]
+    done = [f.result for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.result.exists()]
     if done:
         raise KitError(f"{done[0]}: an earlier tune's result is there; fix: tune into a new --dir (nothing was run)")
     measured = []
@@ -136,13 +136,13 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [*launcher, "-n", str(layout.ranks_per_node), python, "-m", "gan3d", "train", *train_args,
                *tune_args(layout, steps, peak_seconds), "--threads", str(layout.threads_per_rank),
-               "--site", str(site.path), "--results", str(files.results)]
+               "--site", str(site.path), "--results", str(files.result)]
         if layout.ranks_per_node * layout.threads_per_rank > site.node.cores:
             cmd.append("--oversubscribe")
         code = _run_bounded(cmd, log, timeout)
         problem = "" if code == 0 else (f"exit {code}" if code is not None else f"killed after {timeout:g} s") \
             + f"; log {log}: {_tail(log)}"
-        measured.append(read_measured(layout, files.results, problem))
+        measured.append(read_measured(layout, files.result, problem))
     return measured
 
 
@@ -186,7 +186,7 @@ def _tail(log: Path) -> str:
 def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tuple[str, ...], steps: int,
               peak_seconds: float, timeout: float, walltime: str, nodes: int = 1, pair: str | None = None,
               python: str = "python3", poll_seconds: float = 5.0,
-              on_poll: Callable[[list[campaign.RunStatus]], None] | None = None) -> list[Measured]:
+              on_poll: Callable[[list[sweep_jobs.RunStatus]], None] | None = None) -> list[Measured]:
     """One plan per precision (a plan's runs share their training arguments) in OUT/PRECISION,
     submitted and waited for with kit scale submit's and collect's code."""
     measured = []
@@ -199,15 +199,15 @@ def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
             check_run(site, spec)
         sweep = out_dir / precision
         write_plan(Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, args), sweep)
-        submitted = campaign.submit(sweep)
+        submitted = sweep_jobs.submit(sweep)
         refused = [s for s in submitted if s.note.startswith("not submitted")]
         if refused:
             raise KitError(f"{sweep}: {refused[0].run_id} {refused[0].note}")
-        status = {s.run_id: s for s in campaign.wait(sweep, poll_seconds, timeout, on_poll)}
+        status = {s.run_id: s for s in sweep_jobs.wait(sweep, poll_seconds, timeout, on_poll)}
         for layout in group:
             s = status[layout.run_id]
             problem = "" if s.result else (s.problem or f"job {s.job} ended {s.state} without a result")
-            measured.append(read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).results, problem))
+            measured.append(read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).result, problem))
     return measured
 
 
@@ -325,6 +325,20 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
 def _load_tune(path: Path, fix: str):
     return load_tagged(path, "layout tune file", "kit_tune", TUNE_FORMAT, fix, missing=f"no tune file here; {fix}",
                        wrote="a file kit scale tune wrote")
+
+
+def best_layout(site: Site, sweep_dir: Path, tune_file: Path | None, layout_given: bool,
+                asked: bool) -> tuple[Path, tuple[int, int]]:
+    """`kit scale plan --layout best [--tune FILE]`: the tune file read (default DIR/tune.yaml) and its
+    best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were given too
+    (refused: the tune decides them); ``asked``: --layout best was (a --tune file alone is refused)."""
+    if not asked:
+        raise KitError("--tune FILE is read with --layout best; fix: add --layout best")
+    if layout_given:
+        raise KitError("--layout best takes ranks per node and threads from the tune file; fix: drop "
+                       "--ranks-per-node/--threads, or drop --layout best")
+    path = tune_file or sweep_dir / TUNE_NAME
+    return path, load_best(path, site)
 
 
 def load_best(path: Path, site: Site) -> tuple[int, int]:

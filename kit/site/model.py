@@ -15,7 +15,15 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MCA_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,118}")  # OMPI_MCA_<name> stays an ENV_NAME
 WALLTIME_RE = re.compile(r"(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]")
 SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are read without a shell
-MPI_VENDORS = ("intel", "mpich", "mvapich2", "cray-mpich", "parastation", "openmpi")
+# The MPI vendors a site may name, and the ABI family of each: a host MPI replaces an image's
+# only within one family (kit.mpi.abi's rules; the image recipe is chosen by family).
+FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
+                    "parastation": "mpich", "openmpi": "openmpi"}
+MPI_VENDORS = tuple(FAMILY_OF_VENDOR)
+# How a vendor's library names itself in its bytes (and in MPI_Get_library_version), most
+# specific first: Intel MPI and MVAPICH2 also carry "MPICH".
+VENDOR_MARKERS = [("intel", b"Intel(R) MPI Library"), ("openmpi", b"Open MPI"),
+                  ("mvapich2", b"MVAPICH2"), ("mpich", b"MPICH")]
 
 
 def _name(value: str) -> str | None:

@@ -13,8 +13,8 @@ from kit.data import shipped
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.mpi.openmpi_launch import JOB_EXPORTS
-from kit.mpi.pair import launcher_words, translate, under
-from kit.mpi.pair_file import PairFile
+from kit.mpi.launch import launcher_words, translate, under
+from kit.mpi.pair_reader import PairFile
 from kit.readfile import read_text
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
@@ -50,7 +50,8 @@ class RunFiles:
         return self.run_dir / "scripts" / f"{self.run_id}.sbatch"
 
     @property
-    def results(self) -> Path:
+    def result(self) -> Path:
+        """The one results JSON the run's job writes."""
         return self.run_dir / "results" / f"{self.run_id}.json"
 
     @property
@@ -89,7 +90,7 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
     elif site.node.threads_per_core > 1:  # Slurm counts hardware threads: one rank's threads on whole cores
         directives.append("#SBATCH --hint=nomultithread")
     train = [python, "-m", "gan3d", "train", "--site", str(files.site_file), "--threads",
-             str(spec.threads_per_rank), "--results", str(files.results),
+             str(spec.threads_per_rank), "--results", str(files.result),
              *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args]
     exports = [*JOB_EXPORTS, *(["KIT_IMAGE_DIGEST"] if pair is not None and pair.digest else [])]
     head, srun = launcher_words(site, run.hyperthreads, exports)

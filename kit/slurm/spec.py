@@ -11,6 +11,7 @@ from kit.site import Site
 from kit.site.model import WALLTIME_RE
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: no trailing newline
+DEFAULT_WALLTIME = "01:00:00"  # a run's walltime when none is asked for (capped at the site's)
 # Flags the batch script sets itself from the run and the site; a second value would fight them.
 OWNED_FLAGS = ("--threads", "--results", "--site", "--oversubscribe")
 
@@ -46,6 +47,18 @@ def matching(train_args: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
     """The arguments that name one of ``flags``, abbreviated or not (argparse takes any unique prefix)."""
     return [a for a in train_args if a.startswith("--") and len(flag := a.split("=", 1)[0]) > 2
             and any(f.startswith(flag) for f in flags)]
+
+
+def run_id(nodes: int, ranks_per_node: int, threads: int, repeat: int | None = None) -> str:
+    """`n4-r4-t12`; repeats of one run are `n4-r4-t12-x1`, `-x2`, ... (each its own job and result)."""
+    return f"n{nodes}-r{ranks_per_node}-t{threads}" + (f"-x{repeat}" if repeat else "")
+
+
+def walltime(asked: str | None, max_walltime: str) -> str:
+    """The walltime asked for, else DEFAULT_WALLTIME or the site's maximum if that is shorter."""
+    if asked:
+        return asked
+    return DEFAULT_WALLTIME if seconds(DEFAULT_WALLTIME) <= seconds(max_walltime) else max_walltime
 
 
 def seconds(walltime: str) -> int:

@@ -23,7 +23,9 @@ from typing import BinaryIO, Callable
 from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
 from kit.transfer import verify as checker
-from kit.transfer.image import open_image, recorded_sha256
+from kit.image_names import sha256_file
+from kit.progress import counter
+from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.sums import SUMS, format_sums
 from kit.transfer.wheelhouse import FIX, SUBDIR, Wheelhouse, open_wheelhouse
 
@@ -114,24 +116,6 @@ def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | No
     return entries
 
 
-def _sha256(path: Path) -> str:
-    """sha256 of a small file the bundle itself just wrote."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
-    """progress(done, total) from a stream of block sizes."""
-    if progress is None:
-        return None
-    done = 0
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        progress(done, total)
-    return tick
-
-
 def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], None] | None = None,
            kit_wheelhouse: Path | None = None) -> Path:
     """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`, with
@@ -143,7 +127,7 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
     if out_dir.exists():
         raise KitError(f"{out_dir} already exists; a bundle is written whole into a new directory: "
                        "choose another path or remove it")
-    imgs = [open_image(p) for p in images]
+    imgs = [open_local_image(p) for p in images]
     sources = [p for img in imgs for p in (img.path, *img.siblings)]
     seen: dict[str, Path] = {}
     for p in sources:
@@ -152,7 +136,7 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
         seen[p.name] = p
     wh = open_wheelhouse(kit_wheelhouse) if kit_wheelhouse is not None else None
     total = sum(p.stat().st_size for p in seen.values()) + sum(size for *_, size in (wh.files if wh else []))
-    tick = _counter(total, progress)
+    tick = counter(total, progress)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
@@ -180,7 +164,7 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
             "files": [{"name": n, "size": s, "sha256": h} for h, s, n in entries]}, indent=2) + "\n")
         (tmp / checker.MANIFEST).write_text("".join(f"{h} {s} {n}\n" for h, s, n in entries))
         extra = ["verify.py", "verify.sh", "MANIFEST.json", checker.MANIFEST]
-        (tmp / SUMS).write_text(format_sums([(h, n) for h, _, n in entries] + [(_sha256(tmp / n), n) for n in extra]))
+        (tmp / SUMS).write_text(format_sums([(h, n) for h, _, n in entries] + [(sha256_file(tmp / n), n) for n in extra]))
         os.chmod(tmp, 0o755)
         # a medium pulled right after the rename holds what the sums say: the files written here
         # and every directory entry reach it before the bundle has its name
@@ -214,7 +198,7 @@ def verify_bundle(directory: Path, progress: Callable[[int, int], None] | None =
     directory = Path(directory)
     try:
         entries = checker.read_manifest(str(directory))
-        problems = checker.check(str(directory), _counter(sum(size for _, size, _ in entries), progress))
+        problems = checker.check(str(directory), counter(sum(size for _, size, _ in entries), progress))
     except checker.ManifestError as exc:
         raise KitError(str(exc)) from exc
     return VerifyReport(directory, len(entries), problems)

@@ -28,13 +28,13 @@ from typing import Callable
 
 import fabric
 import paramiko
-import yaml
 
 from kit.errors import KitError
 from kit.excerpt import one_line
+from kit.image_names import PAIR, load_pair_document, sha256_file
 from kit.site import load_site
 from kit.transfer import remote
-from kit.transfer.image import LocalImage, chunk_sha256, open_image, read_small, recorded_sha256, sha256_file
+from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, recorded_sha256
 from kit.transfer.remote_script import EXIT_MISMATCH, HASHED_MARK, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 from kit.transfer.watchdog import Watchdog
@@ -50,7 +50,6 @@ REHASH_FLOOR = 20e6     # B/s: slower than any working filesystem re-reads a par
 BANNER_LINES = 1000     # lines a login shell may print before the receiver's probe line
 STREAM_STALL = 900      # s in which no byte moves and the remote re-hash reports no progress
 OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
-PAIR_MAX = 1 << 20      # bytes of a .pair.yaml worth reading
 SFTP_TIMEOUT = 300      # s one SFTP request may take (siblings are small files)
 
 # What the remote answers must hold (remote.parse checks the types)
@@ -257,16 +256,16 @@ def _read_pair(site, img: LocalImage) -> tuple[list[str], list[str]]:
     """(host paths the image's pair file binds, warnings about the pair file itself). The
     paths go to the receiver's probe: a wrong host_mpi.prefix would otherwise only show when
     the job's ch-run cannot bind it."""
-    path = next((p for p in img.siblings if p.name.endswith(".pair.yaml")), None)
+    path = next((p for p in img.siblings if p.name.endswith(PAIR)), None)
     if path is None:
         return [], []
     try:
-        doc = yaml.safe_load(read_small(path, PAIR_MAX, "pair file")) or {}
-        binds = doc.get("binds") or [] if isinstance(doc, dict) else None
+        doc = load_pair_document(path, "re-run kit image convert --site", missing="gone").value
+        binds = doc.get("binds") or []
         if not (isinstance(binds, list) and all(isinstance(b, str) for b in binds)):
             raise ValueError("binds is not a list of SRC:DST strings")
         sources = [b.split(":", 1)[0] for b in binds]
-    except (KitError, yaml.YAMLError, ValueError, RecursionError) as exc:  # advisory: a warning
+    except (KitError, ValueError) as exc:  # advisory: a warning
         reason = " ".join(str(exc).split())[:200]
         return [], [f"{path.name} is not a pair file kit mpi pair wrote ({reason}); re-run kit image convert --site"]
     if doc.get("site") != site.name:
@@ -338,7 +337,7 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     """
     started = time.monotonic()
     site = load_site(site)
-    img = open_image(image)
+    img = open_local_image(image)
     t = site.transfer
     keep_n = t.keep_versions if keep is None else keep
     if keep_n < 0:

@@ -63,6 +63,7 @@ VERSION_RE = re.compile(r"[0-9a-f]{12,64}")
 SHA_RE = re.compile(r"[0-9a-f]{64}")
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 SQUASH_SUFFIXES = (".sqfs", ".squashfs", ".squash")  # kit.image_names.SQUASH
+CURRENT = ".current"  # kit.image_names.CURRENT (tests/transfer/test_layout_copy.py: the copies agree)
 
 
 class Refused(Exception):
@@ -544,8 +545,13 @@ def newest_first(imgdir, entries):
     return [entry for _, entry in sorted(found, reverse=True)]
 
 
+def current_path(imgdir, name):
+    """IMGDIR/NAME.current (kit.image_names.current_link; this copy: the site has a bare python3)."""
+    return os.path.join(imgdir, name + CURRENT)
+
+
 def current_entry(imgdir, name):
-    current = os.path.join(imgdir, name + ".current")
+    current = current_path(imgdir, name)
     return os.readlink(current) if os.path.islink(current) else None
 
 
@@ -600,7 +606,7 @@ def retire(imgdir, entry):
 
 def clean_install_leftovers(imgdir, name):
     """Temp names of installs that were killed (the imgdir lock is held: none is running)."""
-    stale = re.compile(r"\.%s(@[0-9a-f]{12,64}(\.sqfs)?|\.current)(\.[0-9]+)?\.tmp" % re.escape(name))
+    stale = re.compile(r"\.%s(@[0-9a-f]{12,64}(\.sqfs)?|%s)(\.[0-9]+)?\.tmp" % (re.escape(name), re.escape(CURRENT)))
     for entry in os.listdir(imgdir):
         if stale.fullmatch(entry):
             remove_ours(imgdir, entry)
@@ -608,7 +614,7 @@ def clean_install_leftovers(imgdir, name):
 
 def check_current(imgdir, name):
     """NAME.current is the kit's symlink or absent: anything else there is not replaced."""
-    current = os.path.join(imgdir, name + ".current")
+    current = current_path(imgdir, name)
     try:
         st = os.lstat(current)
     except FileNotFoundError:
@@ -620,9 +626,9 @@ def check_current(imgdir, name):
 
 def point_current(imgdir, name, entry):
     """NAME.current -> ENTRY: a new link made aside, then renamed over the old one (atomic)."""
-    current = os.path.join(imgdir, name + ".current")
+    current = current_path(imgdir, name)
     check_current(imgdir, name)
-    link_tmp = os.path.join(imgdir, ".%s.current.%d.tmp" % (name, os.getpid()))
+    link_tmp = os.path.join(imgdir, ".%s%s.%d.tmp" % (name, CURRENT, os.getpid()))
     os.symlink(entry, link_tmp)
     os.replace(link_tmp, current)
     dfd = os.open(imgdir, os.O_RDONLY | os.O_DIRECTORY)
@@ -659,7 +665,7 @@ def switch(imgdir, name, entry, dry, wait):
     finally:
         if lock is not None:
             os.close(lock)
-    print(json.dumps({"current": os.path.join(os.path.abspath(imgdir), name + ".current"),
+    print(json.dumps({"current": current_path(os.path.abspath(imgdir), name),
                       "previous": previous, "target": entry, "dry_run": dry}))
 
 
@@ -719,7 +725,7 @@ def plan(imgdir, name, entry, keep_n, dry):
     others.sort(key=lambda v: v != previous)
     prune = others[keep_n:]
     out = {"target": os.path.abspath(os.path.join(imgdir, entry)),
-           "current": os.path.abspath(os.path.join(imgdir, name + ".current")),
+           "current": os.path.abspath(current_path(imgdir, name)),
            "previous": previous, "exists": installed(imgdir, entry), "prune": prune,
            "free": free_bytes(imgdir), "dry_run": dry}
     if dry:

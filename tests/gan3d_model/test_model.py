@@ -21,7 +21,7 @@ G_SHAPES = {  # layer name -> output shape (without batch) and parameter count, 
     "g_conv4": ((25, 25, 25, 1), 48),
 }
 D_SHAPES = {  # the reference's d_pad2 (29^3 x 32) and d_pad3 (29^3 x 8) are fused into
-    # d_conv2 and d_conv3 (ZeroPadding3D(2) + VALID 5^3 == SAME 5^3; test_kernels.py checks it)
+    # d_conv2 and d_conv3 (ZeroPadding3D(2) + VALID 5^3 == SAME 5^3; test_conv_forms.py checks it)
     "d_conv1": ((25, 25, 25, 32), 4_032),
     "d_conv2": ((25, 25, 25, 8), 32_008),
     "d_conv3": ((25, 25, 25, 8), 8_008),

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kit.errors import KitError
 from kit.image import convert
-from kit.image.sources import open_image
+from kit.image.sources import open_source_image
 from tests.image import archives, refmodel
 from tests.image.builders import oci_layout, run, tar_bytes
 
@@ -173,7 +173,7 @@ def convert_bytes(data: bytes, name: str = "src.tar") -> bool:
         src.write_bytes(data)
         outdir.mkdir()
         try:
-            open_image(src)
+            open_source_image(src)
             convert(src, outdir / "img.tar")
         except KitError as exc:
             assert "\n" not in str(exc), str(exc)

@@ -9,7 +9,7 @@ import yaml
 from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import make_pair, prepare_image_dir, run_check, write_pair
-from kit.mpi.pair import pair_path
+from kit.image_names import pair_path
 from tests.helpers import require
 from tests.mpi.conftest import TARGET
 

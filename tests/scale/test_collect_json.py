@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 
 
@@ -25,7 +25,7 @@ def collect_json(capsys, argv: list[str], code: int = 0) -> dict:
 
 def test_a_planned_sweep_with_no_jobs_is_every_run_not_submitted(sweep, capsys):
     doc = collect_json(capsys, ["scale", "collect", str(sweep), "--json"])
-    status = campaign.collect(sweep)
+    status = sweep_jobs.collect(sweep)
     assert doc["schema"] == "kit-scale-collect/1" and doc["dir"] == str(sweep.absolute())
     assert [r["run"] for r in doc["runs"]] == [s.run_id for s in status] and len(status) == 6
     assert all(r == {"run": s.run_id, "job": None, "state": "NOT SUBMITTED", "result": None,
@@ -40,11 +40,11 @@ def test_wait_with_json_prints_only_the_document(sweep, capsys):
 
 
 def test_a_result_and_a_damaged_result_are_in_the_document(sweep, capsys):
-    runs = [s.run_id for s in campaign.collect(sweep)]
+    runs = [s.run_id for s in sweep_jobs.collect(sweep)]
     (sweep / "results").mkdir()
     (sweep / "results" / f"{runs[0]}.json").write_text("[1, 2]")
     doc = collect_json(capsys, ["scale", "collect", str(sweep), "--json"], code=1)
-    [status] = [s for s in campaign.collect(sweep) if s.run_id == runs[0]]
+    [status] = [s for s in sweep_jobs.collect(sweep) if s.run_id == runs[0]]
     first = doc["runs"][0]
     assert first["problem"] == status.problem and "not a gan3d results file" in first["problem"]
     assert doc["problems"] == 1

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kit.cli import main
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from tests.helpers import require
 
@@ -76,7 +76,7 @@ def test_fifos_in_place_of_plan_ledger_or_result_do_not_block(sweep, capsys):
     os.mkfifo(sweep / "results.fifo")
     (sweep / "results").mkdir()
     os.mkfifo(sweep / "results" / f"{RUN}.json")
-    [status] = campaign.collect(sweep)
+    [status] = sweep_jobs.collect(sweep)
     assert "is a FIFO, not the regular file a gan3d results file is" in status.problem
     one_line_error(capsys, ["scale", "report", str(sweep)], f"{RUN}.json: is a FIFO")
     os.mkfifo(sweep / "jobs.yaml")
@@ -110,7 +110,7 @@ def test_a_damaged_result_is_named_by_collect_and_stops_report(sweep, capsys, te
     (sweep / "results").mkdir()
     path = sweep / "results" / f"{RUN}.json"
     path.write_text(text)
-    [status] = campaign.collect(sweep)
+    [status] = sweep_jobs.collect(sweep)
     assert status.result is None and "\n" not in status.problem
     assert status.problem.startswith(str(path)) and (expected or "not a gan3d results file") in status.problem
     assert main(["scale", "collect", str(sweep)]) == 1
@@ -125,9 +125,9 @@ def test_the_log_tail_reads_only_the_end_and_never_a_fifo(tmp_path):
         fh.truncate(64 * 2**20)  # 64 MiB of NULs (sparse), then the lines that matter
         fh.seek(0, os.SEEK_END)
         fh.write(b"".join(b"line %d\n" % i for i in range(20)))
-    assert campaign._log_tail(log).splitlines() == [f"line {i}" for i in range(8, 20)]
+    assert sweep_jobs._log_tail(log).splitlines() == [f"line {i}" for i in range(8, 20)]
     os.mkfifo(tmp_path / "fifo.out")
-    assert campaign._log_tail(tmp_path / "fifo.out") == ""
+    assert sweep_jobs._log_tail(tmp_path / "fifo.out") == ""
 
 
 def test_a_slurm_that_does_not_answer_is_one_line(sweep, capsys, monkeypatch):
@@ -144,11 +144,11 @@ def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(swe
     (sweep / "results").mkdir()
     path = sweep / "results" / f"{RUN}.json"
     path.write_text('{"schema": "gan3d-run/1", "status": "failed", "error": "losses became NaN at epoch 1 step 3"}')
-    [status] = campaign.collect(sweep)
+    [status] = sweep_jobs.collect(sweep)
     assert status.result is None and "the run failed" in status.problem and "NaN at epoch 1" in status.problem
     assert f"--resubmit --only {RUN}" in status.problem
     failed: list[str] = []
-    assert campaign.results(sweep, failed) == [] and len(failed) == 1
+    assert sweep_jobs.results(sweep, failed) == [] and len(failed) == 1
     assert main(["scale", "report", str(sweep)]) == 1  # nothing else to report
     err = capsys.readouterr().err
     assert "left out (failed run):" in err and "no results to report" in err

@@ -6,7 +6,7 @@ import pytest
 
 from kit.cli import main
 from kit.errors import KitError
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import load_plan, make_plan, write_plan
 
 
@@ -46,11 +46,11 @@ def test_a_plan_is_written_once_and_never_replaced_by_another(tmp_path):
 def test_dry_run_submission_checks_every_run_and_writes_nothing(tmp_path, capsys):
     write_plan(_sng_plan(nodes=[4, 8]), tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    out = campaign.submit(tmp_path, dry_run=True)
+    out = sweep_jobs.submit(tmp_path, dry_run=True)
     assert [s.note for s in out] == ["dry run: would sbatch"] * 6 and not any(s.job for s in out)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     with pytest.raises(KitError, match=r"--only n9-r9-t9: not in the plan"):
-        campaign.submit(tmp_path, dry_run=True, only=["n9-r9-t9"])
+        sweep_jobs.submit(tmp_path, dry_run=True, only=["n9-r9-t9"])
     assert main(["scale", "submit", str(tmp_path), "--dry-run", "--only", "n8-r4-t12"]) == 0
     assert "n8-r4-t12" in capsys.readouterr().out
 
@@ -91,15 +91,15 @@ def test_a_corrupt_result_is_no_result(tmp_path):
     write_plan(_sng_plan(nodes=[4], ranks_per_node=[4]), tmp_path)
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "n4-r4-t12.json").write_text('{"schema": "gan3d-ru')
-    [status] = campaign.collect(tmp_path)
+    [status] = sweep_jobs.collect(tmp_path)
     assert (status.state, status.result, status.done) == ("NOT SUBMITTED", None, False)
     assert status.problem.startswith(f"{tmp_path}/results/n4-r4-t12.json:1: not valid JSON")  # named, one line
-    assert campaign.submit(tmp_path, dry_run=True)[0].note == "dry run: would sbatch"
+    assert sweep_jobs.submit(tmp_path, dry_run=True)[0].note == "dry run: would sbatch"
     with pytest.raises(KitError, match=r"n4-r4-t12.json:1: not valid JSON"):  # a report never silently lacks it
-        campaign.results(tmp_path)
+        sweep_jobs.results(tmp_path)
 
 
 def test_waiting_on_a_plan_with_runs_never_submitted_returns_at_once(tmp_path):
     write_plan(_sng_plan(nodes=[4], ranks_per_node=[4]), tmp_path)
-    [status] = campaign.wait(tmp_path, poll_seconds=60, timeout=1)  # would raise after 1 s if it waited
+    [status] = sweep_jobs.wait(tmp_path, poll_seconds=60, timeout=1)  # would raise after 1 s if it waited
     assert status.state == "NOT SUBMITTED" and not status.active

@@ -15,7 +15,7 @@ import yaml
 from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import convert_paired
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.scale.plan import load_plan, make_plan, write_plan
 from kit.slurm.ledger import read_jobs
 from tests.helpers import require
@@ -38,12 +38,12 @@ def test_sweep_is_submitted_once_collected_and_reported(slurm, slurm_site, showe
     assert [r.run_id for r in plan.runs] == ["n1-r1-t2", "n1-r2-t1"]  # the node's 2 cores, shared evenly
     assert plan.refused[0]["ranks_per_node"] == 4 and "fix: at most 2 ranks per node" in plan.refused[0]["reason"]
 
-    first = campaign.submit(sweep)
+    first = sweep_jobs.submit(sweep)
     assert [s.note for s in first] == ["submitted", "submitted"] and all(s.job for s in first)
-    again = campaign.submit(sweep)  # nothing is queued twice
+    again = sweep_jobs.submit(sweep)  # nothing is queued twice
     assert all(s.job is None and s.note.startswith(f"job {f.job} is ") for s, f in zip(again, first))
 
-    status = campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    status = sweep_jobs.wait(sweep, poll_seconds=2, timeout=WAIT)
     assert [s.state for s in status] == ["COMPLETED", "COMPLETED"], [s.problem for s in status]
     for s, spec in zip(status, plan.runs):
         result = json.loads(s.result.read_text())
@@ -54,7 +54,7 @@ def test_sweep_is_submitted_once_collected_and_reported(slurm, slurm_site, showe
         assert result["job"] == {"slurm_job_id": s.job, "run_id": spec.run_id}  # which job wrote it
         log = (sweep / "logs" / f"{spec.run_id}-{s.job}.out").read_text()
         assert f"kit: run {spec.run_id} job {s.job} on {slurm.node}: {spec.ranks} ranks" in log
-    assert campaign.submit(sweep)[0].note.startswith("has a result")
+    assert sweep_jobs.submit(sweep)[0].note.startswith("has a result")
 
     assert main(["scale", "report", str(sweep)]) == 0
     written = capsys.readouterr().out.split()
@@ -63,18 +63,18 @@ def test_sweep_is_submitted_once_collected_and_reported(slurm, slurm_site, showe
     assert "localslurm: 1 ranks/node × 2 threads/rank" in md
     assert "localslurm: 2 ranks/node × 1 threads/rank" in md
 
-    redo = campaign.submit(sweep, only=["n1-r2-t1"], resubmit=True)
+    redo = sweep_jobs.submit(sweep, only=["n1-r2-t1"], resubmit=True)
     assert len(redo) == 1 and redo[0].job and redo[0].job != first[1].job
     assert [j["job"] for j in read_jobs(sweep)["n1-r2-t1"]] == [first[1].job, redo[0].job]
-    campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    sweep_jobs.wait(sweep, poll_seconds=2, timeout=WAIT)
 
 
 def test_a_failed_job_is_named_with_the_end_of_its_log(slurm, slurm_site, showers, tmp_path, capsys):
     missing = tmp_path / "no-such-showers.h5"
     sweep = _plan(slurm_site, tmp_path / "sweep", ("--data", str(missing), "--validation-data", str(showers[2]), "--preset", "tiny"),
                   ranks_per_node=[2])
-    campaign.submit(sweep)
-    campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    sweep_jobs.submit(sweep)
+    sweep_jobs.wait(sweep, poll_seconds=2, timeout=WAIT)
     assert main(["scale", "collect", str(sweep)]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "n1-r2-t1 (job" in out and "has no result; its log ends:" in out
@@ -128,13 +128,13 @@ def test_containerized_job_runs_horovod_on_the_host_intel_mpi(launcher, slurm, i
 
     sweep = _plan(site_path, work / "sweep", tiny_train_args([Path(p) for p in data]), ranks_per_node=[2],
                   image=str(images / "gan3d.sqfs"))
-    [sub] = campaign.submit(sweep)
+    [sub] = sweep_jobs.submit(sweep)
     launch = (sweep / "scripts" / "n1-r2-t1.sbatch").read_text().splitlines()[-1]
     head = {"srun": "srun --mpi=pmi2 ch-run --join ",
             "mpiexec.hydra": f"{site['host_mpi']['prefix']}/bin/mpiexec.hydra -n ${{NRANKS}} ch-run "
                              "--join-ct=${RANKS_PER_NODE} "}[launcher]
     assert launch.startswith(head) and f" {images}/gan3d.current -- " in launch
-    [status] = campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    [status] = sweep_jobs.wait(sweep, poll_seconds=2, timeout=WAIT)
     assert status.state == "COMPLETED" and status.result, status.problem
     result = json.loads(status.result.read_text())
     assert result["ranks"] == 2 and result["site"] == "impi-slurm-ct"
@@ -146,14 +146,14 @@ def test_containerized_job_runs_horovod_on_the_host_intel_mpi(launcher, slurm, i
 def test_cancel_stops_the_queued_and_running_jobs_of_a_plan(slurm, slurm_site, showers, tmp_path, capsys):
     long = tiny_train_args(showers) + ("--epochs", "500")  # the later --epochs wins: hours of work
     sweep = _plan(slurm_site, tmp_path / "sweep", long, ranks_per_node=[1, 2])
-    jobs = {s.run_id: s.job for s in campaign.submit(sweep)}
+    jobs = {s.run_id: s.job for s in sweep_jobs.submit(sweep)}
     assert main(["scale", "cancel", str(sweep), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("would cancel") == 2
-    assert all(s.active and not s.result for s in campaign.collect(sweep))
+    assert all(s.active and not s.result for s in sweep_jobs.collect(sweep))
     assert main(["scale", "cancel", str(sweep), "--only", "n1-r1-t2"]) == 0
     assert capsys.readouterr().out.strip() == f"cancelled n1-r1-t2 (job {jobs['n1-r1-t2']})"
-    assert sorted(campaign.cancel(sweep)) == [("n1-r2-t1", jobs["n1-r2-t1"])]
-    status = campaign.wait(sweep, poll_seconds=1, timeout=120)
+    assert sorted(sweep_jobs.cancel(sweep)) == [("n1-r2-t1", jobs["n1-r2-t1"])]
+    status = sweep_jobs.wait(sweep, poll_seconds=1, timeout=120)
     assert [s.state for s in status] == ["CANCELLED", "CANCELLED"] and not any(s.result for s in status)
     assert main(["scale", "cancel", str(sweep)]) == 0
     assert "no run of the plan is queued or running" in capsys.readouterr().out
@@ -169,19 +169,19 @@ def test_a_run_held_in_the_queue_is_shown_with_its_reason_and_waiting_stops(slur
     sweep = _plan(slurm_site, tmp_path / "sweep", tiny_train_args(showers), ranks_per_node=[2])
     scontrol("update", f"NodeName={slurm.node}", "State=DRAIN", "Reason=kit-test")  # nothing may start yet
     try:
-        [sub] = campaign.submit(sweep)
+        [sub] = sweep_jobs.submit(sweep)
         scontrol("hold", sub.job)  # as an admin (or a wrapper) would
     finally:
         scontrol("update", f"NodeName={slurm.node}", "State=RESUME")
     with pytest.raises(KitError, match=rf"n1-r2-t1 \(job {sub.job}, PENDING \(JobHeld(User|Admin)\)\).*kit scale cancel"):
-        campaign.wait(sweep, poll_seconds=1, timeout=60)
+        sweep_jobs.wait(sweep, poll_seconds=1, timeout=60)
     assert main(["scale", "collect", str(sweep)]) == 0  # nothing failed yet
     assert "PENDING (JobHeld" in capsys.readouterr().out
-    assert campaign.submit(sweep)[0].note.startswith(f"job {sub.job} is PENDING (JobHeld")  # not queued twice
-    again = campaign.submit(sweep, resubmit=True)[0]  # never beside a job of the same run
+    assert sweep_jobs.submit(sweep)[0].note.startswith(f"job {sub.job} is PENDING (JobHeld")  # not queued twice
+    again = sweep_jobs.submit(sweep, resubmit=True)[0]  # never beside a job of the same run
     assert again.job is None and again.note.endswith(": cancel it first")
     stale = sweep / "results" / "n1-r2-t1.json"  # left by an earlier job: not this job's result
     stale.write_text(json.dumps({"schema": "gan3d-run/1", "job": {"slurm_job_id": str(int(sub.job) + 1000)}}))
-    assert campaign.collect(sweep)[0].result is None
-    campaign.cancel(sweep)
-    assert campaign.collect(sweep)[0].state.startswith("CANCELLED")
+    assert sweep_jobs.collect(sweep)[0].result is None
+    sweep_jobs.cancel(sweep)
+    assert sweep_jobs.collect(sweep)[0].state.startswith("CANCELLED")

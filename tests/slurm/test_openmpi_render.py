@@ -10,7 +10,7 @@ import pytest
 
 from kit.cli import main
 from kit.mpi import convert_paired
-from kit.mpi.pair_file import read_pair_file
+from kit.mpi.pair_reader import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render
 from tests.mpi.conftest import OPENMPI_IMAGE_PACKAGES, TARGET

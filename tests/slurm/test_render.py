@@ -11,7 +11,7 @@ import pytest
 from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import convert_paired, make_pair, write_pair
-from kit.mpi.pair_file import read_pair_file
+from kit.mpi.pair_reader import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render, write_run
 from tests.mpi.conftest import TARGET

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from kit.errors import KitError
 from kit.transfer import bundle, installed_versions, push, verify as checker, verify_bundle
-from kit.transfer.image import open_image, recorded_sha256
+from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.push import _read_pair
 from tests.transfer.conftest import random_image
 from tests.transfer.sshd import start_sshd
@@ -87,7 +87,7 @@ def test_fuzzed_checksum_files_give_a_digest_or_a_clean_error(tmp_path, content)
     img.write_bytes(b"image")
     (tmp_path / "s.tar.gz.sha256").write_bytes(content)
     try:
-        digest = recorded_sha256(open_image(img))
+        digest = recorded_sha256(open_local_image(img))
     except KitError as exc:
         assert "s.tar.gz.sha256" in str(exc) and "\n" not in str(exc)
         return
@@ -110,7 +110,7 @@ def test_fuzzed_pair_files_give_paths_or_a_warning(tmp_path, doc):
     img = tmp_path / "p.tar.gz"
     img.write_bytes(b"image")
     (tmp_path / "p.tar.gz.pair.yaml").write_bytes(doc)
-    paths, warnings = _read_pair(SimpleNamespace(name="x"), open_image(img))
+    paths, warnings = _read_pair(SimpleNamespace(name="x"), open_local_image(img))
     assert all(isinstance(p, str) for p in paths) and all("\n" not in w for w in warnings)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from kit.cli import main
 from kit.errors import KitError
-from kit.scale import campaign
+from kit.scale import sweep_jobs
 from kit.slurm.ledger import read_jobs
 from kit.vcluster.net import netns_pids
 from tests.slurm.conftest import tiny_train_args
@@ -68,7 +68,7 @@ def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(on_vclust
     while f"epoch 1/{EPOCHS}" not in (log.read_text() if log.exists() else ""):  # rank 0 flushes each line
         assert time.monotonic() < deadline, f"no epoch after 900 s: {log.read_text()}"
         if time.monotonic() - checked > 15:  # a job that ended early fails here, not at the deadline
-            assert campaign.collect(sweep)[0].active, log.read_text()
+            assert sweep_jobs.collect(sweep)[0].active, log.read_text()
             checked = time.monotonic()
         time.sleep(0.2)
     victim = vc.nodes[1]
@@ -84,7 +84,7 @@ def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(on_vclust
     assert main(["scale", "collect", str(sweep)]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert f"n2-r1-t2 (job {job}, FAILED) has no result; its log ends:" in out and victim["name"] in out
-    assert campaign.results(sweep) == []  # nothing of the failed job is counted
+    assert sweep_jobs.results(sweep) == []  # nothing of the failed job is counted
     assert main(["scale", "report", str(sweep)]) == 1
     assert "no results to report" in capsys.readouterr().err
 
@@ -96,7 +96,7 @@ def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(on_vclust
     result = json.loads(Path(run["result"]).read_text())
     assert result["job"]["slurm_job_id"] == again and result["epochs"] == int(EPOCHS)
     assert sorted(result["hostname_per_rank"]) == [n["name"] for n in vc.nodes]
-    assert campaign.results(sweep) == [Path(run["result"])]
+    assert sweep_jobs.results(sweep) == [Path(run["result"])]
 
 
 def test_a_node_drained_before_submission_shows_as_pending_with_the_reason(on_vcluster, vc_image, vc_data,
@@ -122,9 +122,9 @@ def test_a_node_drained_before_submission_shows_as_pending_with_the_reason(on_vc
         assert run["state"].startswith("PENDING (Nodes required for job are DOWN, DRAINED"), run["state"]
         assert f"{node} drained: kit-test: fan failure" in run["state"]
         with pytest.raises(KitError, match=r"still queued or running after 3 s: n2-r1-t2 \(PENDING"):
-            campaign.wait(sweep, poll_seconds=1, timeout=3)
+            sweep_jobs.wait(sweep, poll_seconds=1, timeout=3)
     finally:
         main(["scale", "cancel", str(sweep)])
         scontrol("update", f"NodeName={node}", "State=RESUME")
     capsys.readouterr()
-    assert campaign.collect(sweep)[0].state.startswith("CANCELLED")
+    assert sweep_jobs.collect(sweep)[0].state.startswith("CANCELLED")

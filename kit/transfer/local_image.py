@@ -1,20 +1,13 @@
-"""The local side of an image to move: its name, its sibling files and its checksums."""
+"""The local side of an image to move (kit transfer): its name, its sibling files and its checksums."""
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.image_names import NAME_RE, stem
-
-SIBLINGS = (".sha256", ".manifest.json", ".pair.yaml")
-SHA_RE = re.compile(r"[0-9a-f]{64}")
-BUF = 8 << 20
-SHA_FILE_MAX = 64 << 10   # bytes of IMAGE.sha256 worth reading (one line is 64 + 2 + a name)
+from kit.image_names import BUF, NAME_RE, SHA256, SIDECARS, read_recorded_digest, sidecar, stem
 
 
 @dataclass
@@ -29,7 +22,7 @@ class LocalImage:
 
     @property
     def sha_file(self) -> Path | None:
-        return next((p for p in self.siblings if p.name.endswith(".sha256")), None)
+        return next((p for p in self.siblings if p.name.endswith(SHA256)), None)
 
 
 def _kind(path: Path) -> str | None:
@@ -46,7 +39,7 @@ def _kind(path: Path) -> str | None:
             else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
 
 
-def open_image(path: str | Path) -> LocalImage:
+def open_local_image(path: str | Path) -> LocalImage:
     """Check the file and its name; collect the siblings `kit image convert` writes next to it.
     A sibling name held by a FIFO, device or dangling link is refused (it would block or lie)."""
     path = Path(path)
@@ -59,8 +52,8 @@ def open_image(path: str | Path) -> LocalImage:
         raise KitError(f"{path.name}: image names may hold only letters, digits and . _ + - "
                        "and must not start with a dot; rename the file")
     name = stem(path.name)
-    siblings = [path.with_name(path.name + s) for s in SIBLINGS]
-    siblings += [path.with_name(name + s) for s in SIBLINGS]
+    siblings = [sidecar(path, s) for s in SIDECARS]
+    siblings += [path.with_name(name + s) for s in SIDECARS]
     found = []
     for p in siblings:
         kind = _kind(p)
@@ -72,46 +65,16 @@ def open_image(path: str | Path) -> LocalImage:
     return LocalImage(path, name, found)
 
 
-def read_small(path: Path, limit: int, what: str) -> str:
-    """A small UTF-8 text file, read without blocking on a FIFO and without reading past `limit`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise KitError(f"{path}: cannot read the {what} ({exc.strerror})") from exc
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KitError(f"{path}: the {what} is not a regular file (a FIFO or device?); replace it")
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise KitError(f"{path}: the {what} is larger than {limit} bytes; this is not one kit wrote")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise KitError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); regenerate it") from exc
-
-
 def recorded_sha256(image: LocalImage) -> str | None:
     """The digest IMAGE.sha256 records for the image (sha256sum format), if that file exists."""
     sha_file = image.sha_file
     if sha_file is None:
         return None
-    for line in read_small(sha_file, SHA_FILE_MAX, "checksum file").splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("*").split("/")[-1] == image.path.name:
-            if not SHA_RE.fullmatch(parts[0].lower()):
-                break
-            return parts[0].lower()
+    digest = read_recorded_digest(sha_file, image.path.name)
+    if digest is not None:
+        return digest
     raise KitError(f"{sha_file}: no line '<64 hex digits>  {image.path.name}' (sha256sum format); "
                    f"fix: regenerate it with sha256sum {image.path.name} > {sha_file.name}")
-
-
-def sha256_file(path: Path) -> str:
-    full = hashlib.sha256()
-    buf = bytearray(BUF)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            full.update(memoryview(buf)[:n])
-    return full.hexdigest()
 
 
 def chunk_sha256(path: Path, chunk: int, count: int) -> list[str]:

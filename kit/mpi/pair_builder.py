@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -12,18 +11,17 @@ import yaml
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.mpi.abi import DEFAULT_SONAME, FAMILY_OF_VENDOR, AbiId, Verdict, advice_for, decide
+from kit.image_names import PAIR_FORMAT, pair_path
+from kit.mpi.abi import DEFAULT_SONAME, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
-from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words, openmpi_binds
+from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
+from kit.mpi.openmpi_launch import openmpi_binds
 from kit.rootfs import Root, RootError
 from kit.site import Site, load_site
+from kit.site.model import FAMILY_OF_VENDOR
 
-PAIR_FORMAT = 1
 COMPAT_DIR = "compat"  # in-image dir (inside mpi_target) of alias links; never a mount point
-DEFAULT_COMMAND = "python3 -m gan3d train"
-FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
-               "the mount points and links), or run `kit mpi pair --prepare` on a directory image")
 
 
 @dataclass
@@ -96,70 +94,6 @@ class Pair:
         }
 
 
-def _shell_path(path: str) -> str:
-    """Quoted for a shell, but a leading ~/ left bare so that the shell still expands it."""
-    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How a job starts its ranks in the image: the site's launcher, then ch-run with the pair's
-    binds and environment."""
-
-    site: Site
-    binds: list[tuple[str, str]]
-    env_set: dict[str, str]
-    env_prepend: dict[str, list[str]]
-    image_env: bool = True
-
-    def ch_run_options(self, join: list[str] | None = None) -> list[str]:
-        """`ch-run` and its options, up to the image (values expanded by ch-run). ch-run passes the
-        host environment on; a bare --set-env first adds the image's own (the recipe's PATH and
-        PYTHONPATH), then the pair's settings win."""
-        if join is None:
-            join = ["--join"] if self.site.container.join else []
-        args = ["ch-run", *join] + (["--set-env"] if self.image_env else [])
-        args += [f"--bind={src}:{dst}" for src, dst in self.binds]
-        args += [f"--set-env={key}={value}" for key, value in self.env_set.items()]
-        args += [f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in self.env_prepend.items()]
-        return args
-
-    def line(self, image: str, command: str = DEFAULT_COMMAND, hwthreads: bool = False,
-             exports: Sequence[str] = JOB_EXPORTS) -> str:
-        """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
-        shell to expand; every other value is shell-quoted (``command`` is taken as shell words).
-        ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch)."""
-        head, srun = launcher_words(self.site, hwthreads, exports)
-        # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
-        join = ["--join"] if (srun or is_openmpi_mpirun(self.site)) and self.site.container.join else []
-        body = [shlex.quote(a) for a in self.ch_run_options(join)]
-        if not join and self.site.container.join:
-            body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
-        if self.site.container.join:
-            # ch-run's default peer-group tag is SLURM_STEP_ID, the same "0" for every job's first
-            # step: the shared-memory segment a killed job leaves on a node would then stop every
-            # later job there ("join: no PID 0"). One tag per job, left for the shell to expand.
-            body.insert(2, "--join-tag=kit-${SLURM_JOB_ID}")
-        return " ".join(head + body + [_shell_path(image), "--", command])
-
-
-def launcher_words(site: Site, hwthreads: bool = False,
-                   exports: Sequence[str] = JOB_EXPORTS) -> tuple[list[str], bool]:
-    """The site's launcher, shell-quoted, and whether it is srun: srun with the site's PMI plugin,
-    or the host MPI's own mpiexec starting ${NRANKS} ranks (left for the batch script's shell);
-    Open MPI's mpirun also gets its mapping, binding and exports (kit.mpi.openmpi_launch)."""
-    words = shlex.split(site.host_mpi.launcher)
-    if words[0] == "srun":
-        plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-        return [shlex.quote(w) for w in words + plugin], True
-    if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
-        words[0] = str(Path(site.host_mpi.prefix) / "bin" / words[0])
-    head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
-    if is_openmpi_mpirun(site):
-        head += mpirun_job_words(site, hwthreads, [*exports, *site.host_mpi.env])
-    return head, False
-
-
 def _side(abi: AbiId) -> dict:
     return {"vendor": abi.vendor, "version": abi.version, "abi_family": abi.family,
             "soname": abi.soname, "abi_version": abi.file_version,
@@ -195,23 +129,6 @@ def image_abi(found: ImageMPI) -> AbiId:
         raise KitError(f"{found.image}: {lib.real_path} has MPI symbols but no known vendor banner "
                        "(MPICH, Intel MPI, Open MPI, MVAPICH2)")
     return AbiId(lib.vendor, lib.mpi_version, lib.soname or lib.name, lib.file_version)
-
-
-def under(path: str, directory: str) -> bool:
-    base = directory.rstrip("/")
-    return path == base or path.startswith(base + "/")
-
-
-def translate(value: str, binds: list[tuple[str, str]]) -> str:
-    """Rewrite host paths under a bound dir into their in-image path (colon lists too)."""
-    out = []
-    for part in value.split(":"):
-        for src, dst in sorted(binds, key=lambda b: -len(b[0])):
-            if under(part, src):
-                part = dst.rstrip("/") + part[len(src.rstrip("/")):]
-                break
-        out.append(part)
-    return ":".join(out)
 
 
 def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
@@ -271,11 +188,6 @@ def missing_in_root(pair: Pair, tree: Root) -> list[str]:
         if points_to is None or posixpath.normpath(posixpath.join(posixpath.dirname(link), points_to)) != target:
             missing.append(f"{link} -> {target}")
     return missing
-
-
-def pair_path(image: str | os.PathLike) -> Path:
-    image = Path(image)
-    return image.with_name(image.name.rstrip("/") + ".pair.yaml")
 
 
 def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:

@@ -1,29 +1,21 @@
-"""Submit a plan's runs and find out what became of them."""
+"""A sweep's jobs: submit the plan's runs, collect their states and results, cancel them."""
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from kit.errors import KitError
-from kit.excerpt import shown
-from kit.readfile import read_json, read_tail
+from kit.readfile import read_tail
 from kit.scale.plan import Plan, load_plan
-from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, render, sbatch, scancel, write_run
-from kit.slurm.ledger import all_jobs, latest_job, locked, read_jobs, record_job
+from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
+from kit.slurm.ledger import all_jobs, latest_job, read_jobs
+from kit.slurm.result import RunFailed, run_result
+from kit.slurm.submit import Submission, submit_runs
 
 LOG_TAIL_LINES = 12
 LOG_TAIL_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Submission:
-    run_id: str
-    script: Path
-    job: str | None  # None: not submitted (dry run, or skipped)
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,45 +37,14 @@ class RunStatus:
 
 def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None,
            resubmit: bool = False) -> list[Submission]:
-    """Render and sbatch each run. A run that has a result or a job still queued is skipped
-    unless ``resubmit`` (which never runs beside a job of the same run), so submitting twice
-    queues nothing twice."""
+    """Render and sbatch each of the plan's runs (or ``only`` these) under kit.slurm.submit's rule:
+    a run with a result or a job still queued is skipped unless ``resubmit`` (which never runs
+    beside a job of the same run), so submitting twice queues nothing twice."""
     plan = load_plan(sweep_dir)
     site = plan.load_site()
-    pair = plan.pair_file(site)
-    runs = _select(plan, only)
-    with nullcontext() if dry_run else locked(sweep_dir):
-        jobs = read_jobs(sweep_dir)
-        states = job_states([j for r in runs for j in all_jobs(jobs, r.run_id)])  # none yet: Slurm not asked
-        out = []
-        for spec in runs:
-            checked = check_run(site, spec)
-            files = RunFiles(sweep_dir.absolute(), spec.run_id)
-            job = latest_job(jobs, spec.run_id)
-            running = [j for j in all_jobs(jobs, spec.run_id) if is_active(states[j])]
-            if not resubmit and _usable_result(files, job):
-                out.append(Submission(spec.run_id, files.script, None, "has a result (--resubmit to run again)"))
-            elif running:
-                out.append(Submission(spec.run_id, files.script, None, f"job {running[-1]} is "
-                                      f"{states[running[-1]]}" + (": cancel it first" if resubmit else "")))
-            elif dry_run:
-                render(site, checked, files, pair, plan.python)  # every check, nothing written
-                out.append(Submission(spec.run_id, files.script, None, "dry run: would sbatch"))
-            else:
-                out.append(_submit_one(site, checked, sweep_dir, pair, plan.python, files, job))
-    return out
-
-
-def _submit_one(site, checked, sweep_dir: Path, pair, python: str, files: RunFiles, old: str | None) -> Submission:
-    write_run(site, checked, sweep_dir, pair, python)
-    try:
-        job = sbatch(files.script)
-    except KitError as exc:  # the runs queued so far stay recorded; say which failed and go on
-        return Submission(files.run_id, files.script, None, f"not submitted: {exc}")
-    record_job(sweep_dir, files.run_id, job)
-    if files.results.exists():  # the old numbers must not pass for the new job's
-        files.results.rename(files.results.with_name(f"{files.run_id}.before-job-{old}.json"))
-    return Submission(files.run_id, files.script, job, "submitted")
+    runs = [check_run(site, spec) for spec in _select(plan, only)]
+    return submit_runs(site, runs, sweep_dir, plan.pair_file(site), plan.python, resubmit=resubmit,
+                       dry_run=dry_run)
 
 
 def collect(sweep_dir: Path) -> list[RunStatus]:
@@ -98,13 +59,21 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
         job = latest[spec.run_id]
         state = states.get(job, UNKNOWN) if job else "NOT SUBMITTED"
         try:
-            result, problem = _result(files, job), ""
+            result, problem = run_result(files, job), ""
         except KitError as exc:  # shown with the run, not fatal to the others' status
             result, problem = None, str(exc)
         if result is None and not problem and job and not is_active(state):
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         out.append(RunStatus(spec.run_id, job, state, result, problem))
     return out
+
+
+def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
+    """What `kit scale collect --json` prints (its schema: kit-scale-collect/1)."""
+    runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
+             "problem": s.problem or None} for s in status]
+    return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
+            "total": len(status), "problems": sum(bool(s.problem) for s in status)}
 
 
 def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
@@ -148,7 +117,7 @@ def results(sweep_dir: Path, failed: list[str] | None = None) -> list[Path]:
     found = []
     for run in load_plan(sweep_dir).runs:
         try:
-            found.append(_result(RunFiles(sweep_dir.absolute(), run.run_id), latest_job(jobs, run.run_id)))
+            found.append(run_result(RunFiles(sweep_dir.absolute(), run.run_id), latest_job(jobs, run.run_id)))
         except RunFailed as exc:
             if failed is not None:
                 failed.append(str(exc))
@@ -163,40 +132,6 @@ def _select(plan: Plan, only: list[str] | None) -> list:
     if unknown:
         raise KitError(f"--only {', '.join(unknown)}: not in the plan (runs: {', '.join(sorted(known))})")
     return [r for r in plan.runs if r.run_id in only]
-
-
-def _result(files: RunFiles, job: str | None) -> Path | None:
-    """The run's results JSON if it was written by ``job`` (when it says which); None if there is none.
-    A file there that is no results JSON is a KitError naming it."""
-    fix = "fix: move it aside and kit scale submit --resubmit --only " + files.run_id
-    try:
-        record = read_json(files.results, "gan3d results file", fix)
-    except FileNotFoundError:
-        return None
-    if not isinstance(record, dict):
-        raise KitError(f"{files.results}: a {type(record).__name__}, not a gan3d results file; {fix}")
-    written = record.get("job") or {}
-    if not isinstance(written, dict):
-        raise KitError(f"{files.results}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")
-    written_by = written.get("slurm_job_id")
-    if written_by is not None and str(written_by) != job:
-        return None
-    if record.get("status") == "failed":  # gan3d train records why a run stopped (NaN losses, ...)
-        raise RunFailed(f"{files.results}: the run failed: {shown(record.get('error'))}; "
-                        f"fix: kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)")
-    return files.results
-
-
-class RunFailed(KitError):
-    """The run's job wrote a result that says it failed: no figures of it may be counted."""
-
-
-def _usable_result(files: RunFiles, job: str | None) -> Path | None:
-    """For submission a damaged result is no result: the new job's replaces it (the old one is kept aside)."""
-    try:
-        return _result(files, job)
-    except KitError:
-        return None
 
 
 def _log_tail(log: Path) -> str:

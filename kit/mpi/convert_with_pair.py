@@ -19,9 +19,9 @@ from typing import IO, Any, Mapping, Sequence
 from kit.image.convert import ConversionReport, convert
 from kit.image.flatten import Entry
 from kit.mpi.imagefs import WantedTree
-from kit.mpi.pair import Pair, pair_from_root, pair_path, write_pair
+from kit.mpi.pair_builder import Pair, pair_from_root, write_pair
 from kit.site import Site, load_site
-from kit.image_names import image_name
+from kit.image_names import PAIR, current_link, image_name, pair_path
 
 
 @dataclass
@@ -67,7 +67,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
     Raises KitError (nothing written) if the image's MPI cannot pair with the site's.
     """
     site = load_site(site)
-    installed = f"{site.container.image_dir.rstrip('/')}/{image_name(Path(out).name)}.current"
+    installed = current_link(site.container.image_dir, image_name(Path(out).name))
     with tempfile.TemporaryDirectory(prefix="kit-pair-") as tmp:
         tap = _PairTap(site, mode, str(src), Path(tmp))
 
@@ -80,7 +80,7 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
 
         try:
             report = convert(src, out, dry_run=dry_run, tap=tap,
-                             sidecars={".pair.yaml": lambda _report, path: write_pair(finished(), path)},
+                             sidecars={PAIR: lambda _report, path: write_pair(finished(), path)},
                              **options)
         finally:
             tap.close()

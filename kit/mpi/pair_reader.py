@@ -8,10 +8,9 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.excerpt import clipped, control_character, shown
-from kit.mpi.pair import DEFAULT_COMMAND, FIX_MISSING, PAIR_FORMAT, Launch, pair_path
-from kit.readfile import read_bytes
+from kit.image_names import PAIR, SHA256, load_pair_document, pair_path, read_recorded_digest
+from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch
 from kit.site import Site
-from kit.yamlbound import load_tagged
 
 FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
 
@@ -33,15 +32,14 @@ class PairFile:
 
 def pair_file_for(image: str | os.PathLike) -> Path:
     """IMAGE.pair.yaml beside IMAGE, or the pair file itself."""
-    return Path(image) if str(image).endswith(".pair.yaml") else pair_path(image)
+    return Path(image) if str(image).endswith(PAIR) else pair_path(image)
 
 
 def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
     """The pair file for ``site``; KitError naming the file, the line, the key and the fix otherwise."""
     path = Path(path)
     fix = FIX.format(site=site.name)
-    doc = load_tagged(path, "pair file", "kit_pair", PAIR_FORMAT, fix, missing=f"no such pair file; {fix}",
-                      wrote="a pair file this kit wrote")
+    doc = load_pair_document(path, fix, missing=f"no such pair file; {fix}")
     pair = doc.value
     if pair.get("site") != site.name:
         raise KitError(f"{doc.where('site')}: key site is {shown(pair.get('site'))}, but the job runs at "
@@ -97,10 +95,10 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
 
 
 def _digest(pair: Path) -> str | None:
-    """The image's sha256 as `kit image convert` wrote it (IMAGE.sha256: "HEX  NAME")."""
+    """The image's sha256 as `kit image convert` wrote it (IMAGE.sha256 beside the pair file)."""
+    image = pair.name.removesuffix(PAIR)
     try:
-        data = read_bytes(pair.with_name(pair.name.removesuffix(".pair.yaml") + ".sha256"), "checksum file", 4096)
-        hexdigest = (data.decode("ascii").split() or [""])[0]
-    except (OSError, KitError, UnicodeDecodeError):  # no usable checksum: the digest is unknown
+        hexdigest = read_recorded_digest(pair.with_name(image + SHA256), image)
+    except (OSError, KitError):  # no usable checksum: the digest is unknown
         return None
-    return f"sha256:{hexdigest}" if len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest) else None
+    return f"sha256:{hexdigest}" if hexdigest else None

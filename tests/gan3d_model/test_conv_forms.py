@@ -4,7 +4,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from gan3d import kernels, model  # noqa: E402
+from gan3d import conv_forms, model  # noqa: E402
 
 
 def _value_and_grads(conv, x, w, upstream):
@@ -22,7 +22,7 @@ def test_image_conv3d_matches_tf_conv3d_and_its_gradients(ksize, cout):
     w = tf.random.stateless_normal(ksize + (1, cout), [3, 4])
     upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
 
-    ours = _value_and_grads(kernels.image_conv3d, x, w, upstream)
+    ours = _value_and_grads(conv_forms.image_conv3d, x, w, upstream)
     ref = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), x, w, upstream)
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
@@ -31,7 +31,7 @@ def test_image_conv3d_matches_tf_conv3d_and_its_gradients(ksize, cout):
 def test_discriminator_first_layer_is_a_plain_conv3d_with_same_parameters():
     d = model.discriminator("full")
     layer = d.get_layer("d_conv1")
-    assert isinstance(layer, tf.keras.layers.Conv3D) and isinstance(layer, kernels.ImageConv3D)
+    assert isinstance(layer, tf.keras.layers.Conv3D) and isinstance(layer, conv_forms.ImageConv3D)
     assert layer.count_params() == 4_032
     ref = tf.keras.layers.Conv3D(32, (5, 5, 5), padding="same")
     x = tf.random.stateless_uniform((2, 25, 25, 25, 1), [7, 8])
@@ -42,7 +42,7 @@ def test_discriminator_first_layer_is_a_plain_conv3d_with_same_parameters():
 
 def test_image_conv3d_rejects_what_it_does_not_implement():
     with pytest.raises(ValueError, match="1-channel"):
-        kernels.ImageConv3D(4, 3, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
+        conv_forms.ImageConv3D(4, 3, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
 
 
 @pytest.mark.parametrize("ksize,cin,cout", [((5, 5, 5), 6, 3), ((3, 5, 1), 2, 4)])
@@ -52,7 +52,7 @@ def test_same_conv3d_is_zero_padding_then_valid_conv_with_its_gradients(ksize, c
     upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
     pads = [[0, 0]] + [[(k - 1) // 2] * 2 for k in ksize] + [[0, 0]]
 
-    ours = _value_and_grads(kernels.same_conv3d, x, w, upstream)
+    ours = _value_and_grads(conv_forms.same_conv3d, x, w, upstream)
     ref = _value_and_grads(lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"),
                            x, w, upstream)
     for a, b in zip(ours, ref):
@@ -64,7 +64,7 @@ def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv():
     x = tf.random.stateless_uniform((2, 25, 25, 25, d.get_layer("d_conv2").input_shape[-1]), [7, 8])
     for name in ("d_conv2", "d_conv3"):
         layer = d.get_layer(name)
-        assert isinstance(layer, kernels.SameConv3D)
+        assert isinstance(layer, conv_forms.SameConv3D)
         assert layer.input_shape[1:4] == (25, 25, 25)  # the reference's ZeroPadding3D(2) is fused in
     layer = d.get_layer("d_conv2")
     ref = tf.keras.Sequential([tf.keras.layers.ZeroPadding3D(2),
@@ -76,9 +76,9 @@ def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv():
 
 def test_same_conv3d_rejects_what_it_does_not_implement():
     with pytest.raises(ValueError, match="odd kernel"):
-        kernels.SameConv3D(4, 4, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
+        conv_forms.SameConv3D(4, 4, padding="same")(tf.zeros((1, 5, 5, 5, 2)))
     with pytest.raises(ValueError, match="odd kernel"):
-        kernels.SameConv3D(4, 3, padding="valid")(tf.zeros((1, 5, 5, 5, 2)))
+        conv_forms.SameConv3D(4, 3, padding="valid")(tf.zeros((1, 5, 5, 5, 2)))
 
 
 def test_col2im_input_grad_of_bf16_operands_accumulates_in_float32():
@@ -90,12 +90,12 @@ def test_col2im_input_grad_of_bf16_operands_accumulates_in_float32():
     dy16, w16 = tf.cast(dy, tf.bfloat16), tf.cast(w, tf.bfloat16)
 
     def col2im(a, b):
-        return tf.cast(kernels.col2im_input_grad(a, b, (2, 9, 9, 9, 1)), tf.float32).numpy()
+        return tf.cast(conv_forms.col2im_input_grad(a, b, (2, 9, 9, 9, 1)), tf.float32).numpy()
 
     up = lambda t: tf.cast(t, tf.float32)  # noqa: E731
     exact = col2im(up(dy16), up(w16))
     magnitude = col2im(tf.abs(up(dy16)), tf.abs(up(w16)))  # sum of |terms| per element
-    got = kernels.col2im_input_grad(dy16, w16, (2, 9, 9, 9, 1))
+    got = conv_forms.col2im_input_grad(dy16, w16, (2, 9, 9, 9, 1))
     assert got.dtype == tf.bfloat16
     err = np.abs(up(got).numpy() - exact)
     assert np.sqrt((err ** 2).mean() / (magnitude ** 2).mean()) < 2.0 ** -12
