@@ -99,10 +99,12 @@ def components(dirs: Iterable[str | None]) -> list[Path]:
 def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds: list[tuple[str, str]],
           link_dir: str, owned: re.Pattern, image_has: set[str] | None,
           cache: Mapping[str, str] | None = None) -> Placement:
-    """Follow DT_NEEDED from what the ranks' programs need (``needed``: libmpi's SONAME) and from
-    the ``components`` the MPI dlopens, through the host libraries the image must not serve; link
-    each such library into ``link_dir`` at its in-image path under ``binds`` (host dir -> in-image
-    dir). ``image_has`` None: the image's are assumed for all but ``owned``."""
+    """Follow DT_NEEDED from what the ranks' programs need (``needed``: libmpi's SONAME; every
+    ``owned`` library the image carries, e.g. the C++ or Fortran bindings, is replaced by the host's
+    where the host has it) and from the ``components`` the MPI dlopens, through the host libraries
+    the image must not serve; link each such library into ``link_dir`` at its in-image path under
+    ``binds`` (host dir -> in-image dir). ``image_has`` None: the image's are assumed for all but
+    ``owned``."""
     cache = host_ld_cache() if cache is None else cache
     search = [Path(d) for d in lib_dirs]
     bound = [(Path(src).resolve(), dst.rstrip("/")) for src, dst in binds]
@@ -110,7 +112,7 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
     queue: list[tuple[Path, str]] = [(c, c.name) for c in components]
     seen: set[str] = set()
 
-    def consider(name: str, label: str) -> None:
+    def consider(name: str, label: str, optional: bool = False) -> None:
         if name in seen:
             return
         seen.add(name)
@@ -118,6 +120,9 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
             out.from_image.append(name)
             return
         found = _resolve(name, search, cache)
+        if found is None and optional:
+            out.from_image.append(name)
+            return
         if found is None:
             out.problems.append(f"{name}, needed by {label}, is neither in the image nor found on the host; "
                                 "fix: add its directory to host_mpi.library_dirs")
@@ -134,6 +139,8 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
 
     for name in needed:
         consider(name, "the ranks")
+    for name in sorted(n for n in image_has or () if owned.fullmatch(n)):
+        consider(name, "the image", optional=True)
     reads = 0
     while queue:
         path, label = queue.pop(0)

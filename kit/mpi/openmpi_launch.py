@@ -28,7 +28,7 @@ DIRS = (("ompi-components", "components", "OPAL_PKGLIBDIR"),
 # The Open MPI runtime: its own libraries and those that must be one version with the host's daemons
 # and components (PMIx, libevent, hwloc, UCX, libfabric). Always the host's, even where the
 # image has the same SONAME; which of them a host needs comes from the ELF closure (kit.mpi.hostlibs).
-RUNTIME_LIBS = re.compile(r"lib(?:mpi(?:_\w+)?|open-(?:pal|rte)|mca_common_\w+|oshmem|ompitrace|pmix"
+RUNTIME_LIBS = re.compile(r"lib(?:mpi(?:_[\w-]+)?|open-(?:pal|rte)|mca_common_\w+|oshmem|ompitrace|pmix"
                           r"|event(?:_\w+)?-[\d.]+|hwloc|uc[mpst]|fabric)\.so\.[\d.]+", re.ASCII)
 
 

@@ -80,6 +80,15 @@ def test_components_bring_their_libraries_not_themselves(tmp_path):
     assert set(got.links) == {f"{LINKS}/libown0.so.1", f"{LINKS}/libown7.so.1", f"{LINKS}/libnic.so.1"}
 
 
+def test_the_runtime_libraries_the_image_carries_are_the_hosts_where_the_host_has_them(tmp_path):
+    """e.g. Open MPI's C++ bindings (libmpi_cxx), which Horovod links and nothing in libmpi's closure
+    needs; one the host lacks stays the image's, without a complaint."""
+    lib = host(tmp_path, {"libown0.so.1": [], "libown5.so.1": ["libown0.so.1", "libsys.so.1"], "libsys.so.1": []})
+    got = _place(lib, {"libown5.so.1", "libown6.so.1", "libsys.so.1"})
+    assert set(got.links) == {f"{LINKS}/libown0.so.1", f"{LINKS}/libown5.so.1"}
+    assert sorted(got.from_image) == ["libown6.so.1", "libsys.so.1"] and not got.problems
+
+
 def test_what_cannot_be_placed_is_one_line_with_the_fix(tmp_path):
     lib = host(tmp_path, {"libown0.so.1": ["libgone.so.1", "libelse.so.1"]})
     elsewhere = tmp_path / "other"
@@ -102,8 +111,9 @@ NAMES = [f"libown{i}.so.1" for i in range(3)] + [f"libsys{i}.so.1" for i in rang
 @given(edges=st.dictionaries(st.sampled_from(NAMES), st.lists(st.sampled_from(NAMES), max_size=4, unique=True)),
        image_has=st.sets(st.sampled_from(NAMES)))
 def test_the_links_are_the_closure_through_host_provided_libraries(tmp_path_factory, edges, image_has):
-    """Any dependency graph (cycles too): linked is exactly what is reached from libmpi through libraries
-    the host provides, where a library is the host's if owned or missing from the image."""
+    """Any dependency graph (cycles too): linked is exactly what is reached from libmpi (and from the
+    runtime's libraries the image carries) through libraries the host provides, where a library is the
+    host's if owned or missing from the image."""
     graph = {n: edges.get(n, []) for n in NAMES}
     lib = host(tmp_path_factory.mktemp("g"), graph)
     got = _place(lib, image_has)
@@ -111,7 +121,7 @@ def test_the_links_are_the_closure_through_host_provided_libraries(tmp_path_fact
     def from_host(name: str) -> bool:
         return bool(OWNED.fullmatch(name)) or name not in image_has
 
-    expected, todo = set(), ["libown0.so.1"]
+    expected, todo = set(), ["libown0.so.1", *(n for n in image_has if OWNED.fullmatch(n))]
     while todo:
         name = todo.pop()
         if name in expected or not from_host(name):

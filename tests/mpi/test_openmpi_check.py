@@ -18,7 +18,8 @@ COMPONENTS = f"{TARGET}/ompi-components/"
 IMAGE_LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"  # the image's (bookworm): the host's is under /opt/hostmpi
 # Debian's Open MPI 4.1.4: libmpi's closure and its components' that must be the host's
 RUNTIME = {"libmpi.so.40", "libopen-rte.so.40", "libopen-pal.so.40", "libhwloc.so.15", "libevent_core-2.1.so.7",
-           "libevent_pthreads-2.1.so.7", "libpmix.so.2", "libucp.so.0", "libucs.so.0", "libfabric.so.1"}
+           "libevent_pthreads-2.1.so.7", "libpmix.so.2", "libucp.so.0", "libucs.so.0", "libfabric.so.1",
+           "libmpi_cxx.so.40", "libmpi_mpifh.so.40"}  # the last two: bindings the image carries
 
 
 @pytest.fixture(autouse=True)
