@@ -46,7 +46,14 @@ def openmpi_binds(ompi: OpenMPI, target: str) -> tuple[list[tuple[str, str]], di
 def runtime_links(mpi: HostMPI, soname: str, lib_binds: list[tuple[str, str]], link_dir: str,
                   root: Path) -> Placement:
     """Links in ``link_dir`` to the host libraries libmpi and the MCA (and PMIx) components need
-    that the image must not serve: the runtime's own, and what the image lacks (kit.mpi.hostlibs)."""
+    that the image must not serve: the runtime's own, and what the image lacks (kit.mpi.hostlibs).
+    None, and why, where the host's Open MPI is not on this machine."""
+    if not any((Path(d) / soname).exists() for d in mpi.lib_dirs):  # e.g. converting outside the perimeter
+        return Placement(problems=[
+            f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the libraries it needs "
+            "are unknown: its library dirs go on the loader's path whole (with whatever else they hold, e.g. "
+            "a libc); fix: make the pair where the site's Open MPI is installed (kit mpi pair --prepare, or "
+            "kit image convert --site on the login node)"])
     with Root(root) as tree:
         image_has = image_sonames(tree)
     found = components([mpi.ompi.components, mpi.ompi.pmix_components])

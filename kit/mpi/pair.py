@@ -244,9 +244,10 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
     prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
     if host.family == "openmpi":  # not the whole host dirs on the loader's path (the host's libc): links
         placed = runtime_links(site.host_mpi, host.soname, binds[:len(lib_dirs)], f"{target}/{COMPAT_DIR}", root)
-        links |= placed.links
         verdict.warnings.extend(placed.problems)
-        prepend = [f"{target}/{COMPAT_DIR}"]
+        if placed.links:
+            links |= placed.links
+            prepend = [f"{target}/{COMPAT_DIR}"]
     env_set = {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()} | extra_env
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)
