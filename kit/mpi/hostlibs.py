@@ -39,7 +39,6 @@ class Placement:
     """Links (in-image path -> in-image target under a bind) and what could not be placed."""
 
     links: dict[str, str] = field(default_factory=dict)
-    from_host: dict[str, str] = field(default_factory=dict)  # SONAME -> the host file
     from_image: list[str] = field(default_factory=list)  # SONAMEs the image's copy serves
     problems: list[str] = field(default_factory=list)  # one line each, with the fix
 
@@ -134,7 +133,6 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
                                 "fix: add its directory to host_mpi.library_dirs")
             return
         out.links[f"{link_dir.rstrip('/')}/{name}"] = inside
-        out.from_host[name] = str(real)
         queue.append((real, name))
 
     for name in needed:
