@@ -17,7 +17,7 @@ die() { echo "setup: $*" >&2; exit 1; }
 APT_PACKAGES=(
   build-essential cmake pkg-config git
   mpich libmpich-dev hdf5-tools
-  openmpi-bin libopenmpi3
+  openmpi-bin libopenmpi3 libopenmpi-dev   # -dev: Open MPI's wrappers and headers (scripts/horovod-openmpi.sh)
   charliecloud squashfs-tools squashfuse fuse3
   buildah umoci skopeo mmdebstrap busybox-static
   slurm-wlm munge libpmi2-0 libpmix-dev   # Slurm's mpi/pmix dlopens pmix2/lib/libpmix.so (-dev only)
@@ -59,6 +59,10 @@ if [ "$(id -u)" -eq 0 ]; then
     update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
   [ "$(readlink -f /usr/bin/mpicc 2>/dev/null)" = /usr/bin/mpicc.mpich ] ||
     update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
+  # libopenmpi-dev points the multiarch mpi.h and libmpi.so at Open MPI's too
+  inc=/usr/include/x86_64-linux-gnu
+  [ ! -d "$inc/mpich" ] || [ "$(readlink -f "$inc/mpi" 2>/dev/null)" = "$inc/mpich" ] ||
+    update-alternatives --set mpi-x86_64-linux-gnu "$inc/mpich" >/dev/null
 fi
 
 # 2. Virtual environment.

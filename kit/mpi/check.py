@@ -32,6 +32,7 @@ class RankReport:
     library_version: str
     mapped: list[str]
     sum: int
+    libc: list[str] = field(default_factory=list)  # where the C library was mapped from
 
 
 @dataclass
@@ -173,6 +174,9 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
         if banner not in r.library_version:
             result.problems.append(f"rank {r.rank}: library reports {r.library_version.splitlines()[0]!r}, "
                                    f"not the host's {banner}")
+        if host_libc := [c for c in r.libc if any(c.startswith(t) for t in targets)]:
+            result.problems.append(f"rank {r.rank}: the C library mapped from the host bind ({', '.join(host_libc)}), "
+                                   "not the image's: a host library dir is on the loader's path")
         if not r.mapped or not all(any(m.startswith(t) for t in targets) for m in r.mapped):
             result.problems.append(f"rank {r.rank}: MPI libraries mapped from {r.mapped}, not from the "
                                    f"host bind ({', '.join(targets)})")

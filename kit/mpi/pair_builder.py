@@ -16,7 +16,7 @@ from kit.mpi.abi import DEFAULT_SONAME, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
 from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
-from kit.mpi.openmpi_launch import openmpi_binds
+from kit.mpi.openmpi_launch import openmpi_binds, runtime_links
 from kit.rootfs import Root, RootError
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
@@ -159,6 +159,12 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
                         binds[0][1])
     links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
     prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
+    if host.family == "openmpi":  # not the whole host dirs on the loader's path (the host's libc): links
+        placed = runtime_links(site.host_mpi, host.soname, binds[:len(lib_dirs)], f"{target}/{COMPAT_DIR}", root)
+        verdict.warnings.extend(placed.problems)
+        if placed.links:
+            links |= placed.links
+            prepend = [f"{target}/{COMPAT_DIR}"]
     env_set = {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()} | extra_env
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)

@@ -136,7 +136,6 @@ def openmpi_dir(openmpi_tar) -> Path:
 
 
 OPENMPI_IMAGE_PACKAGES = ["python3", "python3-mpi4py"]  # Debian's mpi4py pulls in Open MPI 4.1.4
-OPENMPI_MOUNTS = [f"{TARGET}/lib0", f"{TARGET}/ompi-components", f"{TARGET}/ompi-help", f"{TARGET}/pmix-components"]
 HOST_OMPI_LIBS = Path("/usr/lib/x86_64-linux-gnu")
 
 
@@ -166,10 +165,14 @@ def openmpi_site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def openmpi_image() -> Path:
-    """bookworm + python3-mpi4py (Debian's, built on its Open MPI 4.1.4), converted by kit.image with
-    the Open MPI pair's mount points: a small image that proves the binding with an allreduce."""
+def openmpi_image(openmpi_site, tmp_path_factory) -> Path:
+    """bookworm + python3-mpi4py (Debian's, built on its Open MPI 4.1.4), converted for the Open MPI
+    site in one pass (kit.mpi.convert_paired): the pair's mount points and the links to the host's
+    Open MPI runtime libraries are made inside. A small image that proves the binding with an allreduce."""
     _tools("mmdebstrap")
-    from tests.support.images import converted_dir
+    from kit.mpi import convert_paired
 
-    return converted_dir(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), OPENMPI_MOUNTS)
+    out = tmp_path_factory.mktemp("ompi") / "ompi"
+    done = convert_paired(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), out, openmpi_site, fmt="dir")
+    assert not done.pair.missing, done.pair.missing
+    return out

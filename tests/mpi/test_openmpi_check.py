@@ -15,6 +15,11 @@ from tests.mpi.conftest import TARGET, openmpi_site_dict
 
 pytestmark = pytest.mark.slow
 COMPONENTS = f"{TARGET}/ompi-components/"
+IMAGE_LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"  # the image's (bookworm): the host's is under /opt/hostmpi
+# Debian's Open MPI 4.1.4: libmpi's closure and its components' that must be the host's
+RUNTIME = {"libmpi.so.40", "libopen-rte.so.40", "libopen-pal.so.40", "libhwloc.so.15", "libevent_core-2.1.so.7",
+           "libevent_pthreads-2.1.so.7", "libpmix.so.2", "libucp.so.0", "libucs.so.0", "libfabric.so.1",
+           "libmpi_cxx.so.40", "libmpi_mpifh.so.40"}  # the last two: bindings the image carries
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +44,7 @@ def _host_open_mpi_ran(result):
         libs = [m for m in r.mapped if "/mca_" not in m]
         components = [m for m in r.mapped if "/mca_" in m]
         assert libs == [f"{TARGET}/lib0/libmpi.so.40.30.4"]
+        assert r.libc == [IMAGE_LIBC]  # the host's Open MPI on the image's C library
         # Open MPI's dlopen'ed parts came from the host's component dir, none from the image's
         assert f"{COMPONENTS}mca_pml_ob1.so" in components and all(c.startswith(COMPONENTS) for c in components)
 
@@ -62,13 +68,23 @@ def test_pair_binds_the_host_open_mpi_components_help_files_and_pmix(openmpi_sit
                                     "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS} --bind-to core "
                                     "--allow-run-as-root -x OMP_NUM_THREADS")
     assert " ch-run --join --join-tag=kit-${SLURM_JOB_ID} --set-env " in doc["launch"] and "--join-ct" not in doc["launch"]
+    # only the runtime's libraries are on the loader's path, as links into the bound host dir
+    assert doc["env"]["prepend"] == {"LD_LIBRARY_PATH": [f"{TARGET}/compat"]}
+    links = {link.removeprefix(f"{TARGET}/compat/"): target for link, target in doc["links"].items()}
+    assert RUNTIME <= set(links), RUNTIME - set(links)
+    assert links["libmpi.so.40"] == f"{TARGET}/lib0/libmpi.so.40.30.4"
+    assert links["libpmix.so.2"] == f"{TARGET}/lib0/pmix2/lib/libpmix.so.2.6.2"  # Debian's external PMIx
+    assert not {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libz.so.1", "libgcc_s.so.1"} & set(links)
+    assert all(t.startswith(f"{TARGET}/lib0/") for t in links.values())
 
 
-def test_check_under_open_mpis_own_mpirun(openmpi_site, openmpi_image, capsys):
+def test_check_under_open_mpis_own_mpirun(openmpi_site, openmpi_image, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one table row per line: nothing folded
     _host_open_mpi_ran(run_check(make_pair(openmpi_site, openmpi_image)))
     assert main(["mpi", "check", "--site", str(openmpi_site), str(openmpi_image)]) == 0
     out = capsys.readouterr().out
     assert "Open MPI v4.1.4" in out and "MCA components from" in out and "PASS" in out
+    assert f"C library: {IMAGE_LIBC}" in out
 
 
 def test_check_under_srun_mpi_pmix(slurm, openmpi_image, tmp_path):
@@ -88,6 +104,16 @@ def test_check_fails_when_the_image_open_mpi_is_what_runs(openmpi_site, openmpi_
     result = run_check(unbound, timeout=60)
     assert not result.ok
     assert any("not from the host bind" in p for p in result.problems)  # the image's /usr/lib... mapped
+
+
+def test_check_fails_when_the_whole_host_dir_is_on_the_loader_path(openmpi_site, openmpi_image):
+    """The old binding (the host's /usr/lib/x86_64-linux-gnu on LD_LIBRARY_PATH): the ranks then run
+    on the host's libc beside the image's loader, and the check says so."""
+    pair = make_pair(openmpi_site, openmpi_image)
+    whole_dir = dataclasses.replace(pair, env_prepend={"LD_LIBRARY_PATH": [f"{TARGET}/lib0"]})
+    result = run_check(whole_dir, timeout=120)
+    assert result.ranks and all(r.libc == [f"{TARGET}/lib0/libc.so.6"] for r in result.ranks), result.output[-2000:]
+    assert not result.ok and any("the C library mapped from the host bind" in p for p in result.problems)
 
 
 def test_mpirun_as_root_only_where_the_site_allows_it(openmpi_image, tmp_path):

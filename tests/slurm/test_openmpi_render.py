@@ -88,3 +88,16 @@ def test_cli_dry_run_renders_the_open_mpi_line(ompi_pair, capsys):
     words = shlex.split(line)
     assert words[words.index("--") + 1:words.index("--") + 5] == ["python3", "-m", "gan3d", "train"]
     assert words[words.index("--data") + 1] == "/scratch/me/calo" and not Path("/scratch/me/dry").exists()
+
+
+def test_paired_where_the_host_open_mpi_is_absent_its_dirs_stay_on_the_loader_path(ompi_pair):
+    """Converted outside the perimeter (no /opt/openmpi here): which host libraries libmpi needs is
+    unknown, so its library dirs go on LD_LIBRARY_PATH whole, and the pair says so with the fix."""
+    import yaml
+
+    doc = yaml.safe_load(ompi_pair.read_text())
+    assert doc["env"]["prepend"] == {"LD_LIBRARY_PATH": [f"{TARGET}/lib0", f"{TARGET}/lib1"]}
+    assert not any("/compat/" in link for link in doc["links"])
+    assert doc["verdict"]["status"] == "accepted with warnings"
+    assert any(w.startswith("the host's libmpi.so.40 is not in host_mpi.library_dirs on this machine")
+               and "fix: make the pair where the site's Open MPI is installed" in w for w in doc["verdict"]["warnings"])

@@ -67,7 +67,7 @@ def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
 def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
     """(site config, image) for Debian's Open MPI as the cluster's host MPI: the small Open MPI image
     of tests/mpi (bookworm + python3-mpi4py) converted with that site's pair, as a directory image
-    (no SquashFS pass: it is made once per session, for two quick checks)."""
+    (no SquashFS pass: it is made once per session), with the .current link batch jobs run."""
     import shutil
 
     from kit.mpi import convert_paired
@@ -84,6 +84,7 @@ def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
     images.mkdir(parents=True)
     done = convert_paired(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), images / "ompi", site)
     assert not done.pair.missing, done.pair.missing
+    (images / "ompi.current").symlink_to("ompi")  # where the pair's launch line runs it (kit transfer's link)
     return site, images / "ompi"
 
 

@@ -39,6 +39,7 @@ def _one_rank_per_node_on_the_host_open_mpi(result, nodes: list[str]) -> None:
     for r in result.ranks:
         assert r.library_version.startswith("Open MPI v4.1.4") and r.size == 2 and r.sum == 3  # 1 + 2
         assert [m for m in r.mapped if "/mca_" not in m] == [f"{TARGET}/lib0/libmpi.so.40.30.4"]
+        assert r.libc == ["/usr/lib/x86_64-linux-gnu/libc.so.6"]  # the image's: no host dir on the loader's path
         components = [m for m in r.mapped if "/mca_" in m]
         assert components and all(c.startswith(COMPONENTS) for c in components), components  # none of the image's
         # no peer on its node: shared memory (vader) found nothing to do and was unloaded; tcp stayed
