@@ -47,7 +47,7 @@ def _plan(args: argparse.Namespace) -> int:
         raise KitError("--tune FILE is read with --layout best; fix: add --layout best")
     plan = make_plan(site, args.nodes, ranks, threads,
                      walltime(args, site.scheduler.max_walltime), None if args.no_container else args.image,
-                     args.python, train_args(args), args.partition, args.account, args.repeats)
+                     args.python, train_args(args), args.partition, args.account, args.repeats, args.validate)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
@@ -141,11 +141,13 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _status_table(status: list[campaign.RunStatus]) -> Table:
     table = Table(title="runs")
-    for col in ("run", "job", "state", "result"):
+    validated = any(s.physics for s in status)
+    for col in ("run", "job", "state", "result", *(["physics"] if validated else [])):
         table.add_column(col, overflow="fold")
     for s in status:
         table.add_row(s.run_id, s.job or "-", s.state, str(s.result) if s.result else
-                      ("[red]missing[/red]" if s.problem else "-"))
+                      ("[red]missing[/red]" if s.problem else "-"),
+                      *([("[red]failed[/red]" if s.physics == "failed" else s.physics or "-")] if validated else []))
     return table
 
 
@@ -154,7 +156,8 @@ COLLECT_SCHEMA = "kit-scale-collect/1"
 
 def _collect_document(sweep_dir: Path, status: list[campaign.RunStatus]) -> dict:
     runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
-             "problem": s.problem or None} for s in status]
+             "problem": s.problem or None, "physics": s.physics, "physics_problem": s.physics_problem or None}
+            for s in status]
     return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
             "total": len(status), "problems": sum(bool(s.problem) for s in status)}
 
@@ -178,6 +181,10 @@ def _collect(args: argparse.Namespace) -> int:
         if s.problem:
             console.print(f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; its log ends:")
             console.print(s.problem, markup=False, highlight=False, soft_wrap=True)
+        if s.physics_problem:
+            console.print(f"[yellow]{s.run_id}[/yellow] (job {s.job}) has a result but its physics validation "
+                          "failed; its validation log ends:")
+            console.print(s.physics_problem, markup=False, highlight=False, soft_wrap=True)
     done = sum(s.done for s in status)
     console.print(f"{done} of {len(status)} run(s) have results")
     return 1 if any(s.problem for s in status) else 0
@@ -223,6 +230,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
     p.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run each combination N times (RUN-x1..xN); the report shows median and min-max")
+    p.add_argument("--validate", action="store_true",
+                   help="each job then runs gan3d validate on its final checkpoint (one rank, same container) "
+                   "against the run's --validation-data, else --data; the score goes into its results")
     p.add_argument("--layout", choices=["best"], help="best: ranks per node x threads from kit scale tune")
     p.add_argument("--tune", type=Path, metavar="FILE", help="the tune file for --layout best (default DIR/tune.yaml)")
     add_run_args(p)

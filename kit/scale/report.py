@@ -17,7 +17,9 @@ from kit.atomic import atomic_write_bytes
 from kit.errors import KitError
 from kit.scale.overhead import Overhead, container_overhead
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
+from kit.readfile import read_bytes
 from kit.scale.runs import RunResult, Series, load_results
+from kit.slurm.script import physics_dir
 
 __all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "write_report"]
 
@@ -112,7 +114,7 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, referenc
     from kit.scale.plots import plots
 
     outputs = {"report.md": _markdown(series, overheads, ref, title).encode(),
-               "report.csv": _csv(series).encode(), **plots(series, overheads, ref)}
+               "report.csv": _csv(series).encode(), **plots(series, overheads, ref), **_physics_plots(series)}
     out = Path(out_dir)
     for name, data in outputs.items():
         atomic_write_bytes(out / name, data)
@@ -213,17 +215,42 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
         epochs = max((c.epochs[-1] for c in run.losses), default=None)
         plot = f"[losses/{names[i]}.png](losses/{names[i]}.png)" if run.losses else "-"
         lines.append(f"| {names[i]} | `{run.series.name}` | {run.nodes} | {run.global_batch} | {epochs or '-'} "
-                     f"| {last['train']} | {last['validation']} | {_physics_score(run)} | {_physics_raw(run)} "
+                     f"| {last['train']} | {last['validation']} | {_physics_score(run, names[i])} | {_physics_raw(run)} "
                      f"| {plot} |")
     return lines + [""]
 
 
-def _physics_score(run: RunResult) -> str:
+def _physics_score(run: RunResult, name: str) -> str:
     if run.physics is None:
         return "-"
-    if run.physics.score is None:
-        return f"no scale: {run.physics.null_reason or 'not given'}"
-    return f"{run.physics.score:.3f}"
+    score = (f"no scale: {run.physics.null_reason or 'not given'}" if run.physics.score is None
+             else f"{run.physics.score:.3f}")
+    plots = _physics_pngs(run)
+    return score + (f" [plots](physics/{name}/{plots[0].name})" if plots else "")
+
+
+MAX_PHYSICS_PNGS = 16  # gan3d validate draws one per energy bin, a summary and the score
+MAX_PNG_BYTES = 16 * 2**20
+
+
+def _physics_pngs(run: RunResult) -> list[Path]:
+    """gan3d validate's generated-vs-data plots of a run, from RUN.physics/ beside its results (the
+    score plot first); none if the directory is not there (results copied without it)."""
+    directory = physics_dir(run.path)
+    if not directory.is_dir() or directory.is_symlink():
+        return []
+    found = sorted(directory.glob("physics_*.png"), key=lambda p: (p.name != "physics_score.png", p.name))
+    return [p for p in found[:MAX_PHYSICS_PNGS] if p.is_file() and not p.is_symlink()]
+
+
+def _physics_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
+    """The validated runs' physics PNGs, copied into the report under physics/RUN/."""
+    from kit.scale.curves import run_names
+
+    runs = [run for rows in series.values() for row in rows for run in row.runs]
+    names = run_names(runs)
+    return {f"physics/{names[i]}/{png.name}": read_bytes(png, "physics plot", MAX_PNG_BYTES)
+            for i, run in enumerate(runs) if run.physics for png in _physics_pngs(run)}
 
 
 def _physics_raw(run: RunResult) -> str:
