@@ -63,3 +63,43 @@ def test_each_run_is_validated_in_its_job_and_a_failed_validation_marks_only_its
     assert f"| {shown}" in rows[good.run_id] and "physics/n1-r1-t2-x1/physics_score.png" in rows[good.run_id]
     assert rows[blocked.run_id].split("|")[8].strip() == "-"
     assert (report / f"losses/{good.run_id}.png").is_file()  # 2 epochs of real losses drawn
+
+
+def test_a_container_run_is_validated_inside_the_same_container(slurm, mpich_oci, showers, tmp_path, monkeypatch):
+    """srun --mpi=pmi2 ch-run --join: the MPICH test image with the host's MPICH bound in (the pair),
+    the venv's Python and this checkout bound in (PYTHONPATH, exported by sbatch through ch-run) as
+    tests/scale/test_container_pair.py does; validation goes the same way."""
+    import shutil
+
+    import yaml
+
+    from kit.mpi import convert_paired
+    from tests.helpers import require
+    from tests.slurm.conftest import REPO, slurm_site_dict, write_site
+
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
+    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = slurm_site_dict("localslurm-ct")
+    doc["container"]["image_dir"] = str(tmp_path / "images")
+    doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
+    site = write_site(tmp_path, doc)
+    image = convert_paired(mpich_oci, tmp_path / "images" / "gan3d.sqfs", site)
+    assert not image.pair.missing
+    (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
+    data = [Path(shutil.copy(f, work / f.name)) for f in showers]
+    sweep = work / "sweep"
+    write_plan(make_plan(site, [1], [1], None, "00:10:00", image=str(tmp_path / "images" / "gan3d.sqfs"),
+                         python=sys.executable, train_args=tiny_train_args(data), validate=True), sweep)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    [sub] = campaign.submit(sweep)
+    script = (sweep / "scripts" / f"{sub.run_id}.sbatch").read_text()
+    assert script.count("ch-run --join") == 2  # training and validation, each inside the image
+    [status] = campaign.wait(sweep, poll_seconds=2, timeout=WAIT)
+    assert status.state == "COMPLETED" and status.result, status.problem
+    assert status.physics in ("scored", "no scale"), status.physics_problem
+    record = json.loads(status.result.read_text())
+    assert record["container"] == "charliecloud" and record["physics"]["preset"] == "tiny"
+    assert yaml.safe_load((sweep / "plan.yaml").read_text())["validate"] is True
