@@ -207,6 +207,8 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
                   "Physics score (gan3d validate on the run's final checkpoint, docs/physics.md): 1 = as close to "
                   "the data as held-out data showers, 0 = as far as empty showers; raw = the unscaled score "
                   "(lower is better), data / empty = the raw scores of held-out data and of empty showers.", ""]
+    if not any(run.losses or run.physics for run in runs):
+        return lines  # results without losses or physics (older files, the paper's): no runs table
     lines += ["| Run | Series | Nodes | Global batch | Epochs | Last train D / G loss | Last validation D / G loss "
               "| Physics score | Raw (data / empty) | Loss curves |", "|---|---|---:|---:|---:|---|---|---:|---|---|"]
     for i, run in enumerate(runs):
