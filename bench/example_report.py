@@ -116,6 +116,33 @@ def write_paper_report(out: Path) -> list[Path]:
         os.chdir(here)
 
 
+def write_index(out: Path, started: str, cpu: str, repeats: int, load: float) -> None:
+    """out/README.md: what each part is, the command and the machine the laptop part ran on."""
+    (out / "README.md").write_text(f"""# Example report
+
+Made by the current code with `.venv/bin/python bench/example_report.py --repeats {repeats}`
+(`--paper-only` remakes the deterministic part; `tests/scale/test_example_report.py` checks that
+it matches what is committed here). How to read it: [`../scale-report.md`](../scale-report.md).
+
+- [`paper/report.md`](paper/report.md): the seed paper's Table 4 (SuperMUC-NG, 4 ranks x 12
+  threads per node, host Intel MPI, 4-768 nodes) written as results files (`paper/results/`), with
+  Table 7's FLOP rates of the same set-up, reported with `--reference table4`. Nothing in it is
+  measured here: each file's two epochs both took the printed time, showers/s is the paper's
+  epoch of 180,000 showers over that time, and the batch of 8 per rank is not printed in the paper
+  (it only names the series).
+- [`laptop/report.md`](laptop/report.md): real runs on the `laptop` site (one node): the tiny
+  preset on simulated showers (2 x 128 training, 128 validation), 3 epochs at batch 4 per rank,
+  in two layouts (1 rank x 2 threads, 2 ranks x 1 thread under MPICH's mpiexec), {repeats} repeats
+  each; each run's final checkpoint scored by `gan3d validate` against 600 other simulated showers,
+  as `kit scale plan --validate` does in a job. One node only: its efficiency plot says so, and its
+  loss overlay has one node count per series.
+
+Laptop part measured {started} on: {cpu}; {os.cpu_count()} CPUs, 1-minute load average {load:.1f}
+when it started (other work shares the machine): its times are this machine's under that load,
+not a benchmark.
+""")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("docs/example-report"))
@@ -126,7 +153,7 @@ def main() -> int:
     write_paper_report(out)
     if args.paper_only:
         return 0
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         work = Path(tmp)
         done = laptop_runs(work, args.repeats, progress)
@@ -140,8 +167,7 @@ def main() -> int:
                          title=f"Example: tiny-preset laptop runs, {args.repeats} repeats per layout")
         finally:
             os.chdir(here)
-    (out / "machine.txt").write_text(f"laptop part measured {started} on: {describe()}; {os.cpu_count()} CPUs\n"
-                                     f"command: .venv/bin/python bench/example_report.py --repeats {args.repeats}\n")
+    write_index(out, started, describe(), args.repeats, load)
     return 0
 
 
