@@ -112,7 +112,7 @@ def overlay_figure(series: dict[Series, list["Row"]]):
     axes = fig.subplots(len(shown), 2, squeeze=False)
     for (key, rows), pair in zip(shown, axes):
         for ax, name in zip(pair, LOSS_NAMES):
-            for i, kind in enumerate(LOSS_KINDS):
+            for kind in LOSS_KINDS:
                 for j, band in enumerate(loss_overlay(rows, kind, name)):
                     style = {"color": f"C{j % 10}"}
                     if kind == "train":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -241,8 +242,11 @@ def _physics_pngs(run: RunResult) -> list[Path]:
     directory = physics_dir(run.path)
     if not directory.is_dir() or directory.is_symlink():
         return []
-    found = sorted(directory.glob("physics_*.png"), key=lambda p: (p.name != "physics_score.png", p.name))
-    return [p for p in found[:MAX_PHYSICS_PNGS] if p.is_file() and not p.is_symlink()]
+    with os.scandir(directory) as entries:  # bounded: a directory of many files is not listed whole
+        names = [e.name for e in itertools.islice(entries, 1000) if e.name.startswith("physics_")
+                 and e.name.endswith(".png") and e.is_file(follow_symlinks=False)]
+    names.sort(key=lambda name: (name != "physics_score.png", name))
+    return [directory / name for name in names[:MAX_PHYSICS_PNGS]]
 
 
 def _physics_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:

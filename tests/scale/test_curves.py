@@ -140,3 +140,20 @@ def test_bad_physics_names_its_key(tmp_path):
 def test_run_names_are_unique_and_safe(tmp_path):
     paths = [write_run(tmp_path / d / "x y.json", 1, 10.0) for d in ("a", "b")]
     assert list(run_names(load_results(paths)).values()) == ["x_y", "x_y-2"]
+
+
+def test_the_validators_plots_are_copied_and_links_are_not_followed(tmp_path):
+    score = {"score": 0.5, "score_raw": 3.0, "score_reference_data": 1.0, "score_reference_empty": 5.0}
+    path = write_run(tmp_path / "results" / "n1-x1.json", 1, 10.0, physics=score)
+    plots = tmp_path / "results" / "n1-x1.physics"
+    plots.mkdir()
+    (plots / "physics_score.png").write_bytes(b"\x89PNG score")
+    (plots / "physics_10-100GeV.png").write_bytes(b"\x89PNG bin")
+    (tmp_path / "secret.png").write_bytes(b"not the validator's")
+    (plots / "physics_link.png").symlink_to(tmp_path / "secret.png")
+    out = tmp_path / "out"
+    write_report(load_results([path]), out)
+    assert sorted(p.name for p in (out / "physics" / "n1-x1").iterdir()) == ["physics_10-100GeV.png",
+                                                                             "physics_score.png"]
+    assert (out / "physics" / "n1-x1" / "physics_score.png").read_bytes() == b"\x89PNG score"
+    assert "0.500 [plots](physics/n1-x1/physics_score.png)" in (out / "report.md").read_text()
