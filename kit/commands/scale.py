@@ -55,6 +55,11 @@ def _plan(args: argparse.Namespace) -> int:
         table.add_row(r.run_id, str(r.nodes), str(r.ranks_per_node), str(r.threads_per_rank), str(r.ranks))
     console = Console()
     console.print(table)
+    if plan.validate:
+        from kit.slurm.script import validation_data
+
+        console.print(f"physics: each job then runs gan3d validate on its final checkpoint against "
+                      f"{validation_data(plan.train_args)}", highlight=False)
     for refused in plan.refused:
         console.print(f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
                       f"{refused['threads_per_rank']}: {refused['reason']}")

@@ -70,6 +70,13 @@ def test_validation_runs_in_the_container_with_its_paths_translated(mpich_oci, t
         "/work/sweep/results/n1-r2-t1.physics", "--results", "/work/sweep/results/n1-r2-t1.json"]
 
 
+def test_the_cli_plan_says_what_each_job_validates_against(slurm_site, tmp_path, capsys):
+    assert main(["scale", "plan", "--site", str(slurm_site), "--no-container", "--nodes", "1", "--validate",
+                 "--dir", str(tmp_path / "s"), "--", "--data", "/d/a.h5", "--validation-data", "/d/v.h5"]) == 0
+    assert "gan3d validate on its final checkpoint against /d/v.h5" in " ".join(capsys.readouterr().out.split())
+    assert load_plan(tmp_path / "s").validate
+
+
 def test_validate_without_data_is_refused_before_anything_is_written(slurm_site, tmp_path, capsys):
     with pytest.raises(KitError, match="--validate: the training arguments name no --data or --validation-data"):
         make_plan(slurm_site, [1], [1], None, "00:10:00", train_args=("--synthetic", "64"), validate=True)
