@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -207,7 +206,9 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
         lines += ["![physics score vs nodes](physics.png)", "",
                   "Physics score (gan3d validate on the run's final checkpoint, docs/physics.md): 1 = as close to "
                   "the data as held-out data showers, 0 = as far as empty showers; raw = the unscaled score "
-                  "(lower is better), data / empty = the raw scores of held-out data and of empty showers.", ""]
+                  "(lower is better), data / empty = the raw scores of held-out data and of empty showers. Each run's "
+                  "score plot and energy response (generated vs data) are copied under physics/RUN/; the "
+                  "validator's per-energy-bin comparisons stay beside its results, in RUN.physics/.", ""]
     if not any(run.losses or run.physics for run in runs):
         return lines  # results without losses or physics (older files, the paper's): no runs table
     lines += ["| Run | Series | Nodes | Global batch | Epochs | Last train D / G loss | Last validation D / G loss "
@@ -229,28 +230,24 @@ def _physics_score(run: RunResult, name: str) -> str:
     score = (f"no scale: {run.physics.null_reason or 'not given'}" if run.physics.score is None
              else f"{run.physics.score:.3f}")
     plots = _physics_pngs(run)
-    return score + (f" [plots](physics/{name}/{plots[0].name})" if plots else "")
+    return score + "".join(f" [{p.stem.removeprefix('physics_')}](physics/{name}/{p.name})" for p in plots)
 
 
-MAX_PHYSICS_PNGS = 16  # gan3d validate draws one per energy bin, a summary and the score
+PHYSICS_SUMMARY = ("physics_score.png", "physics_cellsum_vs_energy.png")  # per bin and overall; energy response
 MAX_PNG_BYTES = 16 * 2**20
 
 
 def _physics_pngs(run: RunResult) -> list[Path]:
-    """gan3d validate's generated-vs-data plots of a run, from RUN.physics/ beside its results (the
-    score plot first); none if the directory is not there (results copied without it)."""
+    """The summary plots gan3d validate drew for a run (generated vs data), from RUN.physics/ beside
+    its results; its per-energy-bin comparisons (about 100 kB each) stay there. None if the directory
+    is not there (results copied without it); links are not followed."""
     directory = physics_dir(run.path)
-    if not directory.is_dir() or directory.is_symlink():
-        return []
-    with os.scandir(directory) as entries:  # bounded: a directory of many files is not listed whole
-        names = [e.name for e in itertools.islice(entries, 1000) if e.name.startswith("physics_")
-                 and e.name.endswith(".png") and e.is_file(follow_symlinks=False)]
-    names.sort(key=lambda name: (name != "physics_score.png", name))
-    return [directory / name for name in names[:MAX_PHYSICS_PNGS]]
+    return [directory / name for name in PHYSICS_SUMMARY
+            if (directory / name).is_file() and not (directory / name).is_symlink()]
 
 
 def _physics_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
-    """The validated runs' physics PNGs, copied into the report under physics/RUN/."""
+    """The validated runs' physics summary PNGs, copied into the report under physics/RUN/."""
     from kit.scale.curves import run_names
 
     runs = [run for rows in series.values() for row in rows for run in row.runs]

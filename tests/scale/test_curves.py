@@ -148,12 +148,11 @@ def test_the_validators_plots_are_copied_and_links_are_not_followed(tmp_path):
     plots = tmp_path / "results" / "n1-x1.physics"
     plots.mkdir()
     (plots / "physics_score.png").write_bytes(b"\x89PNG score")
-    (plots / "physics_10-100GeV.png").write_bytes(b"\x89PNG bin")
+    (plots / "physics_10-100GeV.png").write_bytes(b"\x89PNG bin")  # per bin: stays beside the results
     (tmp_path / "secret.png").write_bytes(b"not the validator's")
-    (plots / "physics_link.png").symlink_to(tmp_path / "secret.png")
+    (plots / "physics_cellsum_vs_energy.png").symlink_to(tmp_path / "secret.png")
     out = tmp_path / "out"
     write_report(load_results([path]), out)
-    assert sorted(p.name for p in (out / "physics" / "n1-x1").iterdir()) == ["physics_10-100GeV.png",
-                                                                             "physics_score.png"]
+    assert sorted(p.name for p in (out / "physics" / "n1-x1").iterdir()) == ["physics_score.png"]
     assert (out / "physics" / "n1-x1" / "physics_score.png").read_bytes() == b"\x89PNG score"
-    assert "0.500 [plots](physics/n1-x1/physics_score.png)" in (out / "report.md").read_text()
+    assert "| 0.500 [score](physics/n1-x1/physics_score.png) |" in (out / "report.md").read_text()

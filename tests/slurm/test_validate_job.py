@@ -60,7 +60,8 @@ def test_each_run_is_validated_in_its_job_and_a_failed_validation_marks_only_its
             if line.startswith("| n1-r1-t2-x")}
     [run] = [r for r in load_results([ok.result])]
     shown = f"{run.physics.score:.3f}" if run.physics.score is not None else "no scale: "
-    assert f"| {shown}" in rows[good.run_id] and "physics/n1-r1-t2-x1/physics_score.png" in rows[good.run_id]
+    assert f"| {shown}" in rows[good.run_id] and "(physics/n1-r1-t2-x1/physics_score.png)" in rows[good.run_id]
+    assert "(physics/n1-r1-t2-x1/physics_cellsum_vs_energy.png)" in rows[good.run_id]
     assert rows[blocked.run_id].split("|")[8].strip() == "-"
     assert (report / f"losses/{good.run_id}.png").is_file()  # 2 epochs of real losses drawn
 
