@@ -1,6 +1,6 @@
 """The example report in docs/example-report/, made by the current code from two sources:
 
-    .venv/bin/python bench/example_report.py [--out docs/example-report] [--paper-only] [--repeats 3]
+    .venv/bin/python bench/example_report.py [--out docs/example-report] [--paper-only] [--repeats 3] [--work DIR]
 
 paper/  the seed paper's Table 4 (4 ranks x 12 threads per node, host Intel MPI, 4-768 nodes) as
         results files, with Table 7's FLOP rates of the same set-up, reported with --reference
@@ -17,6 +17,7 @@ printed in the paper and only names the series. Nothing in the paper's part is m
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -66,11 +67,12 @@ def paper_results(out: Path) -> list[Path]:
 
 
 def laptop_runs(work: Path, repeats: int, progress: Progress) -> list[Path]:
-    """Real trainings and validations on this machine; the results files of those that finished."""
+    """Real trainings and validations on this machine; the results files of those that finished.
+    A run whose results already hold a physics score (an earlier call with the same --work) is kept."""
     from gan3d.simulate import write_files
 
-    data = write_files(work / "data", 3, 128, seed=5)
-    check = write_files(work / "check", 1, 600, seed=11)[0]  # enough showers to set the score's scale
+    data = sorted((work / "data").glob("*.h5")) or write_files(work / "data", 3, 128, seed=5)
+    check = (sorted((work / "check").glob("*.h5")) or write_files(work / "check", 1, 600, seed=11))[0]
     launcher = local_launcher(load_site("laptop"))
     runs = [(r, t, i) for r, t in LAYOUTS for i in range(1, repeats + 1)]
     task = progress.add_task("laptop runs", total=len(runs))
@@ -78,6 +80,10 @@ def laptop_runs(work: Path, repeats: int, progress: Progress) -> list[Path]:
     for ranks, threads, i in runs:
         run_id = f"n1-r{ranks}-t{threads}-x{i}"
         results, checkpoints = work / "results" / f"{run_id}.json", work / "checkpoints" / run_id
+        if results.exists() and "physics" in json.loads(results.read_text()):
+            done.append(results)
+            progress.advance(task)
+            continue
         progress.update(task, description=f"training {run_id}")
         ok = _run([*launcher, "-n", str(ranks), sys.executable, "-m", "gan3d", "train", "--site", "laptop",
                    "--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), *TRAIN,
@@ -148,6 +154,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("docs/example-report"))
     ap.add_argument("--paper-only", action="store_true", help="only the deterministic paper part")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--work", type=Path, help="keep the laptop runs here (default: a temporary directory); "
+                    "a second call reuses the runs that finished")
     args = ap.parse_args()
     out = args.out.absolute()
     write_paper_report(out)
@@ -155,7 +163,7 @@ def main() -> int:
         return 0
     started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
-        work = Path(tmp)
+        work = (args.work or Path(tmp)).absolute()
         done = laptop_runs(work, args.repeats, progress)
         if not done:
             print("no laptop run finished; see the logs above", file=sys.stderr)
