@@ -113,7 +113,7 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
 def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) -> tuple[str | None, str]:
     """What became of a validated run's physics: gan3d validate adds its score to the results JSON,
     so a run that ended with a result but without that key failed its validation (its log says why)."""
-    if result is None:
+    if result is None or job is None:
         return None, ""
     physics = (read_json(result, "gan3d results file", "fix: kit scale submit --resubmit --only "
                          + files.run_id) or {}).get("physics")
@@ -121,8 +121,8 @@ def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) 
         return ("scored" if physics.get("score") is not None else "no scale"), ""
     if job and is_active(state):
         return "pending", ""
-    log = files.validate_log(job) if job else None
-    return "failed", (log and _log_tail(log)) or f"no validation log at {log}"
+    log = files.validate_log(job)
+    return "failed", _log_tail(log) or f"no validation log at {log}"
 
 
 def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ from kit.readfile import read_text
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
 from kit.site.model import SLURM_WORD_RE
-from kit.slurm.spec import Checked
+from kit.slurm.spec import Checked, RunSpec
 
 TEMPLATE = shipped("slurm", "run.sbatch")
 # #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there
@@ -150,7 +150,7 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         launch=launch, physics=_physics_step(spec, files, check) if spec.validate else "")
 
 
-def _validate_words(spec, files: RunFiles, python: str, checkpoints: str) -> list[str]:
+def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: str) -> list[str]:
     """gan3d validate on the run's last checkpoint; its score goes into the run's results JSON."""
     data = validation_data(spec.train_args)
     if data is None:
@@ -161,10 +161,11 @@ def _validate_words(spec, files: RunFiles, python: str, checkpoints: str) -> lis
             str(files.physics_dir), "--results", str(files.results), *xscale[-2:]]
 
 
-def _physics_step(spec, files: RunFiles, check: str) -> str:
+def _physics_step(spec: RunSpec, files: RunFiles, check: str) -> str:
     """The batch script's lines after training: one rank (one node) through the same launcher and
     container; a failure is written to the run's validation log and leaves the job's exit alone."""
-    log = shlex.quote(str(files.run_dir / "logs" / f"{spec.run_id}-")) + '"${SLURM_JOB_ID}"' + ".validate.out"
+    before, after = str(files.validate_log("@")).split("@")  # the job id is the shell's (SAFE_PATH has no @)
+    log = shlex.quote(before) + '"${SLURM_JOB_ID}"' + shlex.quote(after)
     return "\n" + "\n".join([
         "# Physics: gan3d validate on the final checkpoint, one rank on one node, through the same launcher.",
         "# A failed validation marks only the run's physics (kit scale collect shows this log), not the run.",
