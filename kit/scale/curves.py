@@ -174,6 +174,10 @@ def _epoch_axis(ax, ylabel: str, title: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+    values = [y for line in ax.lines for y in line.get_ydata()]
+    if values and min(values) > 0:  # a first epoch 100x the later ones would flatten them on a linear axis
+        ax.set_yscale("log")
+        ylabel += " (log)"
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize="small")

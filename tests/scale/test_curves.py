@@ -156,3 +156,10 @@ def test_the_validators_plots_are_copied_and_links_are_not_followed(tmp_path):
     assert sorted(p.name for p in (out / "physics" / "n1-x1").iterdir()) == ["physics_score.png"]
     assert (out / "physics" / "n1-x1" / "physics_score.png").read_bytes() == b"\x89PNG score"
     assert "| 0.500 [score](physics/n1-x1/physics_score.png) |" in (out / "report.md").read_text()
+
+
+def test_positive_losses_are_drawn_on_a_log_axis_and_negative_ones_on_a_linear_one(tmp_path):
+    positive, mixed = (load_results([write_run(tmp_path / f"{name}.json", 1, 10.0, losses=history(h))])[0]
+                       for name, h in (("p", [(2000.0, 2700.0), (70.0, 80.0)]), ("m", [(1.0, -0.5), (0.5, 0.2)])))
+    assert [ax.get_yscale() for ax in loss_figure(positive, "p").axes] == ["log", "log"]
+    assert [ax.get_yscale() for ax in loss_figure(mixed, "m").axes] == ["log", "linear"]  # per axis: G has -0.5
