@@ -122,7 +122,7 @@ def write_paper_report(out: Path) -> list[Path]:
         os.chdir(here)
 
 
-def write_index(out: Path, started: str, cpu: str, repeats: int, load: float) -> None:
+def write_index(out: Path, measured: str, repeats: int) -> None:
     """out/README.md: what each part is, the command and the machine the laptop part ran on."""
     (out / "README.md").write_text(f"""# Example report
 
@@ -141,11 +141,13 @@ it matches what is committed here). How to read it: [`../scale-report.md`](../sc
   in two layouts (1 rank x 2 threads, 2 ranks x 1 thread under MPICH's mpiexec), {repeats} repeats
   each; each run's final checkpoint scored by `gan3d validate` against 600 other simulated showers,
   as `kit scale plan --validate` does in a job. One node only: its efficiency plot says so, and its
-  loss overlay has one node count per series.
+  loss overlay has one node count per series. The repeats run the same arguments and seed, as
+  `kit scale plan --repeats` does: their losses and scores agree, their times differ. Three epochs
+  of the tiny preset are far from a trained generator: scores below 0 (farther from the data than
+  empty showers) are what such a model gets (docs/physics.md).
 
-Laptop part measured {started} on: {cpu}; {os.cpu_count()} CPUs, 1-minute load average {load:.1f}
-when it started (other work shares the machine): its times are this machine's under that load,
-not a benchmark.
+Laptop part {measured}; other work shared the machine: its times are this machine's under that
+load, not a benchmark.
 """)
 
 
@@ -161,9 +163,13 @@ def main() -> int:
     write_paper_report(out)
     if args.paper_only:
         return 0
-    started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         work = (args.work or Path(tmp)).absolute()
+        stamp = work / "measured.txt"  # when and where the runs ran (a second call reuses them)
+        if not stamp.exists():
+            work.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(f"measured from {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on: {describe()}; "
+                             f"{os.cpu_count()} CPUs, 1-minute load average {os.getloadavg()[0]:.1f} at the start")
         done = laptop_runs(work, args.repeats, progress)
         if not done:
             print("no laptop run finished; see the logs above", file=sys.stderr)
@@ -175,7 +181,7 @@ def main() -> int:
                          title=f"Example: tiny-preset laptop runs, {args.repeats} repeats per layout")
         finally:
             os.chdir(here)
-    write_index(out, started, describe(), args.repeats, load)
+        write_index(out, stamp.read_text(), args.repeats)
     return 0
 
 
