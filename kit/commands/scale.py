@@ -43,7 +43,7 @@ def _plan(args: argparse.Namespace) -> int:
         Console().print(f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank")
     plan = make_plan(site, args.nodes, ranks, threads,
                      walltime(args.walltime, site.scheduler.max_walltime), None if args.no_container else args.image,
-                     args.python, train_args(args), args.partition, args.account, args.repeats)
+                     args.python, train_args(args), args.partition, args.account, args.repeats, args.validate)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
@@ -51,6 +51,11 @@ def _plan(args: argparse.Namespace) -> int:
         table.add_row(r.run_id, str(r.nodes), str(r.ranks_per_node), str(r.threads_per_rank), str(r.ranks))
     console = Console()
     console.print(table)
+    if plan.validate:
+        from kit.slurm.script import validation_data
+
+        console.print(f"physics: each job then runs gan3d validate on its final checkpoint against "
+                      f"{validation_data(plan.train_args)}", highlight=False)
     for refused in plan.refused:
         console.print(f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
                       f"{refused['threads_per_rank']}: {refused['reason']}")
@@ -137,11 +142,13 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
     table = Table(title="runs")
-    for col in ("run", "job", "state", "result"):
+    validated = any(s.physics for s in status)
+    for col in ("run", "job", "state", "result", *(["physics"] if validated else [])):
         table.add_column(col, overflow="fold")
     for s in status:
         table.add_row(s.run_id, s.job or "-", s.state, str(s.result) if s.result else
-                      ("[red]missing[/red]" if s.problem else "-"))
+                      ("[red]missing[/red]" if s.problem else "-"),
+                      *([("[red]failed[/red]" if s.physics == "failed" else s.physics or "-")] if validated else []))
     return table
 
 
@@ -167,6 +174,10 @@ def _collect(args: argparse.Namespace) -> int:
         if s.problem:
             console.print(f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; its log ends:")
             console.print(s.problem, markup=False, highlight=False, soft_wrap=True)
+        if s.physics_problem:
+            console.print(f"[yellow]{s.run_id}[/yellow] (job {s.job}) has a result but its physics validation "
+                          "failed; its validation log ends:")
+            console.print(s.physics_problem, markup=False, highlight=False, soft_wrap=True)
     done = sum(s.done for s in status)
     console.print(f"{done} of {len(status)} run(s) have results")
     return 1 if any(s.problem for s in status) else 0
@@ -211,6 +222,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
     p.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run each combination N times (RUN-x1..xN); the report shows median and min-max")
+    p.add_argument("--validate", action="store_true",
+                   help="each job then runs gan3d validate on its final checkpoint (one rank, same container) "
+                   "against the run's --validation-data, else --data; the score goes into its results")
     p.add_argument("--layout", choices=["best"], help="best: ranks per node x threads from kit scale tune")
     p.add_argument("--tune", type=Path, metavar="FILE", help="the tune file for --layout best (default DIR/tune.yaml)")
     add_run_args(p)

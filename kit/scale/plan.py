@@ -13,7 +13,7 @@ from kit.errors import KitError
 from kit.excerpt import shown
 from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
-from kit.slurm.script import RunFiles, render
+from kit.slurm.script import RunFiles, render, validation_data
 from kit.slurm.spec import RunSpec, check_run, default_threads, matching, run_id
 from kit.yamlbound import load_tagged
 
@@ -33,6 +33,7 @@ class Plan:
     python: str = "python3"
     train_args: tuple[str, ...] = ()
     refused: list[dict] = field(default_factory=list)
+    validate: bool = False  # each job runs gan3d validate on its final checkpoint after training
 
     def load_site(self) -> Site:
         return load_site(self.site)
@@ -44,12 +45,18 @@ class Plan:
 def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], threads: list[int] | None,
               walltime: str, image: str | None = None, python: str = "python3",
               train_args: tuple[str, ...] = (), partition: str | None = None,
-              account: str | None = None, repeats: int = 1) -> Plan:
+              account: str | None = None, repeats: int = 1, validate: bool = False) -> Plan:
     """The cartesian sweep; combinations the site cannot run are kept aside with the reason.
     ``threads`` None gives each layout one thread per physical core. ``repeats`` > 1 plans each
-    run that many times (the report shows their median and spread)."""
+    run that many times (the report shows their median and spread). ``validate``: each job also
+    scores its final checkpoint's physics (gan3d validate against the run's --validation-data,
+    else its --data)."""
     if not 1 <= repeats <= 100:
         raise KitError(f"--repeats {repeats}: give 1..100 runs of each combination")
+    if validate and validation_data(tuple(train_args)) is None:
+        raise KitError("--validate: the training arguments name no --data or --validation-data, so gan3d "
+                       "validate would have no showers to compare the generator with; fix: give --data FILES "
+                       "after --")
     site = load_site(site)
     if site.path is None:
         raise KitError(f"site {site.name}: a plan needs a site config file")
@@ -59,7 +66,7 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     runs, refused = [], []
     for n, r in itertools.product(sorted(set(nodes)), sorted(set(ranks_per_node))):
         for t in sorted(set(threads)) if threads else [default_threads(site, r)]:
-            spec = RunSpec(run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account)
+            spec = RunSpec(run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account, validate)
             try:
                 check_run(site, spec)
             except KitError as exc:
@@ -74,7 +81,7 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     if shared and len(runs) > 1:
         raise KitError(f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
                        "directory at once; fix: leave them out of the sweep (or plan one run per directory)")
-    return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused)
+    return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused, validate)
 
 
 def write_plan(plan: Plan, sweep_dir: Path) -> Path:
@@ -87,8 +94,9 @@ def write_plan(plan: Plan, sweep_dir: Path) -> Path:
     render(site, check_run(site, plan.runs[0]), RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),
            plan.pair_file(site), plan.python)
     doc = {"kit_plan": PLAN_FORMAT, "site": plan.site, "pair": plan.pair, "python": plan.python,
-           "walltime": plan.walltime, "train_args": list(plan.train_args),
-           "runs": [{k: v for k, v in asdict(r).items() if k not in ("walltime", "train_args")} for r in plan.runs],
+           "walltime": plan.walltime, "train_args": list(plan.train_args), "validate": plan.validate,
+           "runs": [{k: v for k, v in asdict(r).items() if k not in ("walltime", "train_args", "validate")}
+                    for r in plan.runs],
            "refused": plan.refused}
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False, width=110))
@@ -123,6 +131,8 @@ def load_plan(sweep_dir: Path) -> Plan:
                 "train_args")
     train_args = tuple(text(a, "train_args", i) for i, a in enumerate(args))
     walltime = text(plan.get("walltime", _MISSING), "walltime")
+    validate = need(plan.get("validate", False), isinstance(plan.get("validate", False), bool), "true or false",
+                    "validate")  # absent in plans from before --validate
     runs_doc = need(plan.get("runs", _MISSING), isinstance(plan.get("runs"), list) and bool(plan.get("runs")),
                     "a list of runs", "runs")
     runs = []
@@ -132,11 +142,11 @@ def load_plan(sweep_dir: Path) -> Plan:
                             *(count(r.get(k, _MISSING), "runs", i, k) for k in ("nodes", "ranks_per_node",
                                                                                 "threads_per_rank")),
                             walltime, train_args, text(r.get("partition"), "runs", i, "partition", nullable=True),
-                            text(r.get("account"), "runs", i, "account", nullable=True)))
+                            text(r.get("account"), "runs", i, "account", nullable=True), validate))
     refused = need(plan.get("refused") or [], isinstance(plan.get("refused") or [], list), "a list", "refused")
     return Plan(text(plan.get("site", _MISSING), "site"), walltime, runs,
                 text(plan.get("pair"), "pair", nullable=True), text(plan.get("python", _MISSING), "python"),
-                train_args, list(refused))
+                train_args, list(refused), validate)
 
 
 _MISSING = object()

@@ -1,5 +1,6 @@
 """The report's figures: the paper's Figures 1-2 (time per epoch, measured vs linear), efficiency, FLOP
-rate, and container vs bare. Error bars are the repeats' min-max around their median."""
+rate, and container vs bare; throughput, losses and physics (kit.scale.curves). Error bars are the
+repeats' min-max around their median."""
 from __future__ import annotations
 
 import io
@@ -61,17 +62,38 @@ def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Ref
     if not e_ax.lines:
         _say(e_ax, "needs two node counts in a series", y=0.5)
     ticks = sorted(nodes_seen)
-    _finish(t_ax, "time per epoch (s, wall clock)", "Time per epoch: measured (median, min-max) vs linear", ticks,
+    node_axis(t_ax, "time per epoch (s, wall clock)", "Time per epoch: measured (median, min-max) vs linear", ticks,
             log_y=True)
-    _finish(e_ax, "scaling efficiency (%)", "Scaling efficiency: linear / measured time", ticks)
-    _finish(p_ax, f"achieved {unit}", "Achieved FLOP rate", ticks, log_y=True)
-    _finish(c_ax, {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
+    node_axis(e_ax, "scaling efficiency (%)", "Scaling efficiency: linear / measured time", ticks)
+    node_axis(p_ax, f"achieved {unit}", "Achieved FLOP rate", ticks, log_y=True)
+    node_axis(c_ax, {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
         len(denominators), "% of peak: denominators differ, see legend"), "% of peak, each of its named denominator",
         ticks)
-    _finish(f_ax, "% of FP64 peak at max clock", "The paper's convention (its Table 7)", ticks)
-    out = {"time_per_epoch.png": _png(time_fig), "efficiency.png": _png(eff_fig), "flops.png": _png(flop_fig)}
+    node_axis(f_ax, "% of FP64 peak at max clock", "The paper's convention (its Table 7)", ticks)
+    out = {"time_per_epoch.png": png(time_fig), "efficiency.png": png(eff_fig), "flops.png": png(flop_fig),
+           **curve_plots(series)}
     if overheads:
         out["container_overhead.png"] = _overhead_plot(overheads, ref if isinstance(ref, OverheadTable) else None)
+    return out
+
+
+def curve_plots(series: dict[Series, list["Row"]]) -> dict[str, bytes]:
+    """showers_per_second.png; loss_overlay.png and losses/RUN.png where runs recorded losses;
+    physics.png where runs were validated (names from kit.scale.curves.run_names)."""
+    from kit.scale import curves
+
+    out = {"showers_per_second.png": png(curves.throughput_figure(series))}
+    runs = [run for rows in series.values() for row in rows for run in row.runs]
+    if any(run.losses for run in runs):
+        out["loss_overlay.png"] = png(curves.overlay_figure(series))
+    names = curves.run_names(runs)
+    for i, run in enumerate(runs):
+        if run.losses:
+            out[f"losses/{names[i]}.png"] = png(curves.loss_figure(
+                run, f"{names[i]}: {run.nodes} node(s), global batch {run.global_batch} ({run.series.name})"))
+    physics = curves.physics_figure(series)
+    if physics is not None:
+        out["physics.png"] = png(physics)
     return out
 
 
@@ -96,14 +118,14 @@ def _overhead_plot(overheads: list[Overhead], ref: OverheadTable | None) -> byte
     ax.set_title("Container vs bare: (container - bare) / bare wall epoch")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small")
-    return _png(fig)
+    return png(fig)
 
 
 def _say(ax, text: str, y: float) -> None:
     ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize="small", color="0.3")
 
 
-def _finish(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) -> None:
+def node_axis(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     ax.set_xscale("log", base=2)
@@ -122,7 +144,7 @@ def _finish(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) 
         ax.legend(fontsize="small")
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

@@ -17,7 +17,9 @@ from kit.atomic import atomic_write_bytes
 from kit.errors import KitError
 from kit.scale.overhead import Overhead, container_overhead
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
+from kit.readfile import read_bytes
 from kit.scale.runs import RunResult, Series, load_results
+from kit.slurm.script import physics_dir
 
 __all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "write_report"]
 
@@ -112,7 +114,7 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, referenc
     from kit.scale.plots import plots
 
     outputs = {"report.md": _markdown(series, overheads, ref, title).encode(),
-               "report.csv": _csv(series).encode(), **plots(series, overheads, ref)}
+               "report.csv": _csv(series).encode(), **plots(series, overheads, ref), **_physics_plots(series)}
     out = Path(out_dir)
     for name, data in outputs.items():
         atomic_write_bytes(out / name, data)
@@ -146,6 +148,7 @@ def _markdown(series: dict[Series, list[Row]], overheads: list[Overhead], ref: R
     for key, rows in series.items():
         lines += _series_markdown(key, rows)
     lines += _overhead_markdown(overheads)
+    lines += _runs_markdown(series)
     if isinstance(ref, PaperTable):
         lines += _reference_markdown(ref, series)
     elif isinstance(ref, OverheadTable):
@@ -181,6 +184,87 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
                   "(re-run it with the current gan3d)."]
     sources = sorted({run.epoch_seconds_from for row in rows for run in row.runs})
     return lines + ["", f"Wall clock from: {'; '.join(sources)}.", "", DEFINITIONS, ""]
+
+
+def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
+    """Throughput, convergence and physics: the figures, and one line per run with its last losses
+    and its physics score (names as the PNGs of kit.scale.curves.run_names)."""
+    from kit.scale.curves import run_names
+
+    runs = [run for rows in series.values() for row in rows for run in row.runs]
+    names = run_names(runs)
+    lines = ["## Throughput, convergence and physics", "",
+             "![showers/s vs nodes](showers_per_second.png)", "",
+             "Showers/s: the job's training throughput after its first (tracing) step; ideal = the smallest node "
+             "count's median x nodes / its nodes.", ""]
+    if any(run.losses for run in runs):
+        lines += ["![loss vs epoch across node counts](loss_overlay.png)", "",
+                  "Losses: gan3d train's mean over each epoch's steps and the ranks (validation: over its "
+                  "validation steps); the global batch grows with the nodes, so lines that part show scaling "
+                  "changed convergence.", ""]
+    if any(run.physics for run in runs):
+        lines += ["![physics score vs nodes](physics.png)", "",
+                  "Physics score (gan3d validate on the run's final checkpoint, docs/physics.md): 1 = as close to "
+                  "the data as held-out data showers, 0 = as far as empty showers; raw = the unscaled score "
+                  "(lower is better), data / empty = the raw scores of held-out data and of empty showers. Each run's "
+                  "score plot and energy response (generated vs data) are copied under physics/RUN/; the "
+                  "validator's per-energy-bin comparisons stay beside its results, in RUN.physics/.", ""]
+    if not any(run.losses or run.physics for run in runs):
+        return lines  # results without losses or physics (older files, the paper's): no runs table
+    lines += ["| Run | Series | Nodes | Global batch | Epochs | Last train D / G loss | Last validation D / G loss "
+              "| Physics score | Raw (data / empty) | Loss curves |", "|---|---|---:|---:|---:|---|---|---:|---|---|"]
+    for i, run in enumerate(runs):
+        last = {kind: " / ".join(f"{c.values[-1]:.4g}" if (c := run.loss(kind, n)) else "-"
+                                 for n in ("d_loss", "g_loss")) for kind in ("train", "validation")}
+        epochs = max((c.epochs[-1] for c in run.losses), default=None)
+        plot = f"[losses/{names[i]}.png](losses/{names[i]}.png)" if run.losses else "-"
+        lines.append(f"| {names[i]} | `{run.series.name}` | {run.nodes} | {run.global_batch} | {epochs or '-'} "
+                     f"| {last['train']} | {last['validation']} | {_physics_score(run, names[i])} | {_physics_raw(run)} "
+                     f"| {plot} |")
+    return lines + [""]
+
+
+def _physics_score(run: RunResult, name: str) -> str:
+    if run.physics is None:
+        return "-"
+    score = (f"no scale: {run.physics.null_reason or 'not given'}" if run.physics.score is None
+             else f"{run.physics.score:.3f}")
+    plots = _physics_pngs(run)
+    return score + "".join(f" [{p.stem.removeprefix('physics_')}](physics/{name}/{p.name})" for p in plots)
+
+
+PHYSICS_SUMMARY = ("physics_score.png", "physics_cellsum_vs_energy.png")  # per bin and overall; energy response
+MAX_PNG_BYTES = 16 * 2**20
+
+
+def _physics_pngs(run: RunResult) -> list[Path]:
+    """The summary plots gan3d validate drew for a run (generated vs data), from RUN.physics/ beside
+    its results; its per-energy-bin comparisons (about 100 kB each) stay there. None if the directory
+    is not there (results copied without it); links are not followed."""
+    directory = physics_dir(run.path)
+    return [directory / name for name in PHYSICS_SUMMARY
+            if (directory / name).is_file() and not (directory / name).is_symlink()]
+
+
+def _physics_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
+    """The validated runs' physics summary PNGs, copied into the report under physics/RUN/."""
+    from kit.scale.curves import run_names
+
+    runs = [run for rows in series.values() for row in rows for run in row.runs]
+    names = run_names(runs)
+    return {f"physics/{names[i]}/{png.name}": read_bytes(png, "physics plot", MAX_PNG_BYTES)
+            for i, run in enumerate(runs) if run.physics for png in _physics_pngs(run)}
+
+
+def _physics_raw(run: RunResult) -> str:
+    p = run.physics
+    if p is None or p.raw is None:
+        return "-"
+    return f"{p.raw:.3g} ({_opt3(p.reference_data)} / {_opt3(p.reference_empty)})"
+
+
+def _opt3(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
 
 
 def _overhead_markdown(overheads: list[Overhead]) -> list[str]:
@@ -270,9 +354,16 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
 
 
+def _physics_columns(run: RunResult) -> dict:
+    p = run.physics
+    return {"physics_score": p and p.score, "physics_score_raw": p and p.raw,
+            "physics_reference_data": p and p.reference_data, "physics_reference_empty": p and p.reference_empty}
+
+
 def _csv(series: dict[Series, list[Row]]) -> str:
     """One line per run, full precision, with its series, its row's medians, linear time and efficiency."""
-    lines = [{"series": key.name, **asdict(run), "data_stall_percent": run.data_stall_percent,
+    lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in ("losses", "physics")},
+              **_physics_columns(run), "data_stall_percent": run.data_stall_percent,
               "repeats": row.repeats, "median_epoch_seconds": row.seconds_per_epoch,
               "linear_seconds": row.linear_seconds, "efficiency_percent": row.efficiency_percent}
              for key, rows in series.items() for row in rows for run in row.runs]

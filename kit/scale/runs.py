@@ -10,7 +10,8 @@ says which clock it used:
   that also lack it;
 - no `epoch_wall_times`: the train-loop times `epoch_times` (without the closing all-reduces),
   else the step-only `full_epoch_seconds_estimate`;
-- no memory fields: shown as "-".
+- no memory fields: shown as "-";
+- no `losses`: no loss curves; no `physics` (the run was not validated): no physics column entry.
 """
 from __future__ import annotations
 
@@ -31,12 +32,43 @@ _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")
 _RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
          "a number >= 0")
+_FINITE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+           "a finite number")  # losses, scores: may be negative
 _SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
 _TEXT = (lambda v: isinstance(v, str), "a string")
 _NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
          "one line of text")  # headings, labels
 _BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
                and all(x is None or _COUNT[0](x) for x in v), "a list of byte counts")
+
+
+LOSS_NAMES = ("d_loss", "g_loss")  # the discriminator's and the generator's total losses
+LOSS_KINDS = ("train", "validation")
+MAX_EPOCHS = 100_000  # bound on a results file's loss history
+
+
+@dataclass(frozen=True)
+class LossCurve:
+    """One loss of one run per epoch, e.g. kind "train", name "d_loss" (as gan3d train averaged it
+    over the epoch's steps and the ranks)."""
+
+    kind: str
+    name: str
+    epochs: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Physics:
+    """A run's physics validation (gan3d validate, docs/physics.md): the score on its fixed scale
+    (1 = held-out data, 0 = empty showers; None with the reason when the showers could not set the
+    scale) and the raw terms it was made of."""
+
+    score: float | None
+    raw: float | None
+    reference_data: float | None
+    reference_empty: float | None
+    null_reason: str | None
 
 
 class Series(NamedTuple):
@@ -101,6 +133,11 @@ class RunResult:
     image_digest: str | None = None
     peak_rss_bytes: int | None = None  # the largest rank's
     memory_available_bytes: int | None = None  # the lowest any rank's node had at an epoch's end
+    losses: tuple[LossCurve, ...] = ()
+    physics: Physics | None = None  # None: not validated
+
+    def loss(self, kind: str, name: str) -> LossCurve | None:
+        return next((c for c in self.losses if (c.kind, c.name) == (kind, name)), None)
 
     @property
     def mpi(self) -> str:
@@ -162,7 +199,8 @@ def _load_one(path: Path) -> RunResult:
         container=container, container_from=container_from,
         precision=get("precision", _NAME) or "fp32", image_digest=digest,
         peak_rss_bytes=max((x for x in rss or [] if x), default=None),
-        memory_available_bytes=min((x for x in available or [] if x), default=None))
+        memory_available_bytes=min((x for x in available or [] if x), default=None),
+        losses=_losses(record, path), physics=_physics(record, path))
 
 
 def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str],
@@ -176,6 +214,48 @@ def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool
     if not check[0](value):
         raise KitError(f"{path}: key {key!r} is {shown(value)}, expected {check[1]}; {_RERUN}")
     return value
+
+
+def _losses(record: dict, path: Path) -> tuple[LossCurve, ...]:
+    """The per-epoch D and G losses, train and validation, of `losses` (gan3d train's history)."""
+    history = record.get("losses")
+    if history is None:
+        return ()
+    bad = KitError(f"{path}: key 'losses' is {shown(history)}, expected gan3d train's list of "
+                   f"{{epoch, train, validation}} with finite losses; {_RERUN}")
+    if not isinstance(history, list) or len(history) > MAX_EPOCHS:
+        raise bad
+    points: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for entry in history:
+        if not isinstance(entry, dict) or not _COUNT[0](entry.get("epoch")):
+            raise bad
+        for kind in LOSS_KINDS:
+            losses = entry.get(kind) or {}
+            if not isinstance(losses, dict):
+                raise bad
+            for name in LOSS_NAMES:
+                if name in losses:
+                    if not _FINITE[0](losses[name]):
+                        raise bad
+                    points.setdefault((kind, name), []).append((entry["epoch"], float(losses[name])))
+    return tuple(LossCurve(kind, name, *(tuple(v) for v in zip(*sorted(points[kind, name]))))
+                 for kind in LOSS_KINDS for name in LOSS_NAMES if (kind, name) in points)
+
+
+def _physics(record: dict, path: Path) -> Physics | None:
+    """The `physics` key gan3d validate adds to the results (kit scale plan --validate)."""
+    physics = record.get("physics")
+    if physics is None:
+        return None
+    if not isinstance(physics, dict):
+        raise KitError(f"{path}: key 'physics' is {shown(physics)}, expected the mapping gan3d validate "
+                       f"writes; {_RERUN}")
+    get = (lambda key, check: _value(physics, path, key, check, nullable=True) if key in physics else None)
+    try:
+        return Physics(get("score", _FINITE), get("score_raw", _FINITE), get("score_reference_data", _FINITE),
+                       get("score_reference_empty", _FINITE), get("score_null_reason", _TEXT))
+    except KitError as exc:
+        raise KitError(str(exc).replace(f"{path}: key '", f"{path}: key 'physics.", 1)) from None
 
 
 def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:

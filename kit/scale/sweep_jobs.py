@@ -25,6 +25,8 @@ class RunStatus:
     state: str  # Slurm's state, or NOT SUBMITTED
     result: Path | None  # the run's results JSON, once it is there and readable
     problem: str = ""  # why a finished run has no result, with the log's last lines
+    physics: str | None = None  # plan --validate: scored, no scale, pending or failed; None: not asked
+    physics_problem: str = ""  # why a finished run has no physics: its validation log's last lines
 
     @property
     def done(self) -> bool:
@@ -64,14 +66,31 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
             result, problem = None, str(exc)
         if result is None and not problem and job and not is_active(state):
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
-        out.append(RunStatus(spec.run_id, job, state, result, problem))
+        physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
+        out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem))
     return out
+
+
+def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) -> tuple[str | None, str]:
+    """What became of a validated run's physics: gan3d validate adds its score to the results JSON,
+    so a run that ended with a result but without that key failed its validation (its log says why)."""
+    if result is None or job is None:
+        return None, ""
+    physics = (read_json(result, "gan3d results file", "fix: kit scale submit --resubmit --only "
+                         + files.run_id) or {}).get("physics")
+    if isinstance(physics, dict):
+        return ("scored" if physics.get("score") is not None else "no scale"), ""
+    if job and is_active(state):
+        return "pending", ""
+    log = files.validate_log(job)
+    return "failed", _log_tail(log) or f"no validation log at {log}"
 
 
 def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
     """What `kit scale collect --json` prints (its schema: kit-scale-collect/1)."""
     runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
-             "problem": s.problem or None} for s in status]
+             "problem": s.problem or None, "physics": s.physics,
+             "physics_problem": s.physics_problem or None} for s in status]
     return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
             "total": len(status), "problems": sum(bool(s.problem) for s in status)}
 

@@ -19,13 +19,24 @@ from kit.readfile import read_text
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
 from kit.site.model import SLURM_WORD_RE
-from kit.slurm.spec import Checked
+from kit.slurm.spec import Checked, RunSpec
 
 TEMPLATE = shipped("slurm", "run.sbatch")
 # #SBATCH lines are parsed by sbatch, not a shell: only values that need no quoting go there
 # (fullmatch: a trailing newline would end the #SBATCH block early).
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+-]{0,4000}")
 PATH_FLAGS = ("--data", "--validation-data", "--synthetic-dir", "--checkpoint-dir")
+
+
+def physics_dir(results: Path) -> Path:
+    """RESULTS_DIR/RUN.physics/ for RESULTS_DIR/RUN.json: the plots of the run's physics validation."""
+    return results.with_suffix(".physics")
+
+
+def validation_data(train_args: tuple[str, ...]) -> str | None:
+    """The showers gan3d validate compares the generator with: the run's --validation-data, else its --data."""
+    given = dict(path_arguments(train_args))
+    return given.get("--validation-data") or given.get("--data")
 
 
 class _Template(string.Template):
@@ -62,6 +73,19 @@ class RunFiles:
         return self.run_dir / "logs" / f"{self.run_id}-{job_id}.out"
 
     @property
+    def checkpoints(self) -> Path:
+        """Where a validated run's training checkpoints each epoch (gan3d validate reads the last)."""
+        return self.run_dir / "checkpoints" / self.run_id
+
+    @property
+    def physics_dir(self) -> Path:
+        """gan3d validate's plots, next to the results (its score goes into the results JSON)."""
+        return physics_dir(self.result)
+
+    def validate_log(self, job_id: str) -> Path:
+        return self.run_dir / "logs" / f"{self.run_id}-{job_id}.validate.out"
+
+    @property
     def site_file(self) -> Path:
         """Each run its own copy: a later submission with another config must not change a queued job."""
         return self.run_dir / "scripts" / f"{self.run_id}.site.yaml"
@@ -89,9 +113,12 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         directives.append("#SBATCH --hint=multithread")
     elif site.node.threads_per_core > 1:  # Slurm counts hardware threads: one rank's threads on whole cores
         directives.append("#SBATCH --hint=nomultithread")
+    checkpoints = dict(path_arguments(spec.train_args)).get("--checkpoint-dir") or str(files.checkpoints)
     train = [python, "-m", "gan3d", "train", "--site", str(files.site_file), "--threads",
              str(spec.threads_per_rank), "--results", str(files.result),
-             *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args]
+             *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args,
+             *(["--checkpoint-dir", checkpoints] if spec.validate and checkpoints == str(files.checkpoints) else [])]
+    validate = _validate_words(spec, files, python, checkpoints) if spec.validate else []
     exports = [*JOB_EXPORTS, *(["KIT_IMAGE_DIGEST"] if pair is not None and pair.digest else [])]
     head, srun = launcher_words(site, run.hyperthreads, exports)
     # The launcher (and Hydra's proxies) read the host MPI's settings on the host; inside, the
@@ -103,11 +130,12 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
     # the walltime (srun --kill-on-bad-exit; also read by the srun Hydra starts its proxies with).
     env.append("export SLURM_KILL_BAD_EXIT=1")
     if pair is None:
-        launch = " ".join(head + [shlex.quote(w) for w in train])
+        launch, check = (" ".join(head + [shlex.quote(w) for w in words]) for words in (train, validate))
     else:
         inside = _inside(pair, files.run_dir, spec.train_args)
-        launch = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in train), hwthreads=run.hyperthreads,
-                                  exports=exports)
+        launch, check = (pair.launch_line(" ".join(shlex.quote(inside(w)) for w in words),
+                                          hwthreads=run.hyperthreads, exports=exports)
+                         for words in (train, validate))
         if pair.digest:  # the results name the image they ran on
             env.append(f"export KIT_IMAGE_DIGEST={shlex.quote(pair.digest)}")
     modules = ""
@@ -120,15 +148,44 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
         ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
         log=files.log_pattern, directives="\n".join(directives), modules=modules, env="\n".join(env),
-        launch=launch)
+        launch=launch, physics=_physics_step(spec, files, check) if spec.validate else "")
 
 
-def path_arguments(train_args: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(flag, value) of the training arguments that name host files or directories."""
+def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: str) -> list[str]:
+    """gan3d validate on the run's last checkpoint; its score goes into the run's results JSON."""
+    data = validation_data(spec.train_args)
+    if data is None:
+        raise KitError(f"run {spec.run_id}: --validate needs showers to compare the generator with, and the "
+                       "training arguments name no --data or --validation-data; fix: give --data FILES after --")
+    xscale = [word for _, value in path_arguments(spec.train_args, ("--xscale",)) for word in ("--xscale", value)]
+    return [python, "-m", "gan3d", "validate", "--checkpoint", checkpoints, "--data", data, "--out",
+            str(files.physics_dir), "--results", str(files.result), *xscale[-2:]]
+
+
+def _physics_step(spec: RunSpec, files: RunFiles, check: str) -> str:
+    """The batch script's lines after training: one rank (one node) through the same launcher and
+    container; a failure is written to the run's validation log and leaves the job's exit alone."""
+    before, after = str(files.validate_log("@")).split("@")  # the job id is the shell's (SAFE_PATH has no @)
+    log = shlex.quote(before) + '"${SLURM_JOB_ID}"' + shlex.quote(after)
+    return "\n" + "\n".join([
+        "# Physics: gan3d validate on the final checkpoint, one rank on one node, through the same launcher.",
+        "# A failed validation marks only the run's physics (kit scale collect shows this log), not the run.",
+        f"VALIDATE_LOG={log}",
+        "if ( export NRANKS=1 RANKS_PER_NODE=1 SLURM_NTASKS=1 SLURM_NPROCS=1 SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 "
+        "SLURM_NTASKS_PER_NODE=1",
+        f"     {check} ) >\"$VALIDATE_LOG\" 2>&1; then",
+        f"  echo \"kit: run {spec.run_id}: physics validated, score in the results\"",
+        "else",
+        f"  echo \"kit: run {spec.run_id}: physics validation failed (exit $?), see $VALIDATE_LOG\" >&2",
+        "fi"])
+
+
+def path_arguments(train_args: tuple[str, ...], flags: tuple[str, ...] = PATH_FLAGS) -> list[tuple[str, str]]:
+    """(flag, value) of the training arguments that name host files or directories (or other ``flags``)."""
     out, args = [], list(train_args)
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
-        if flag in PATH_FLAGS:
+        if flag in flags:
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             out.append((flag, value))
     return out

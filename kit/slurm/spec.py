@@ -28,6 +28,7 @@ class RunSpec:
     train_args: tuple[str, ...] = ()
     partition: str | None = None
     account: str | None = None
+    validate: bool = False  # after training, gan3d validate on the final checkpoint in the same job
 
     @property
     def ranks(self) -> int:

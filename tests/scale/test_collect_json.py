@@ -29,7 +29,7 @@ def test_a_planned_sweep_with_no_jobs_is_every_run_not_submitted(sweep, capsys):
     assert doc["schema"] == "kit-scale-collect/1" and doc["dir"] == str(sweep.absolute())
     assert [r["run"] for r in doc["runs"]] == [s.run_id for s in status] and len(status) == 6
     assert all(r == {"run": s.run_id, "job": None, "state": "NOT SUBMITTED", "result": None,
-                     "problem": None} for r, s in zip(doc["runs"], status))
+                     "problem": None, "physics": None, "physics_problem": None} for r, s in zip(doc["runs"], status))
     assert doc["done"] == 0 and doc["total"] == 6 and doc["problems"] == 0
 
 

@@ -21,7 +21,7 @@ from kit.scale import RunResult, load_results, paper_table, scaling_table, write
 from kit.scale.paper import SNG_NODE_PEAK_TFLOP_PER_SECOND, TABLES
 from tests.scale.builders import write_run
 
-OUTPUTS = {"report.md", "report.csv", "time_per_epoch.png", "efficiency.png", "flops.png"}
+OUTPUTS = {"report.md", "report.csv", "time_per_epoch.png", "efficiency.png", "flops.png", "showers_per_second.png"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # Printed numbers that contradict the paper's own definition (linear = T(n0)*n0/n, efficiency =
