@@ -1,7 +1,8 @@
 """Files the kit ships beside its code: site configs, the batch-script template, the image
-recipes, the pin list, and pyproject.toml + README.md (an image build makes the kit's wheel).
+recipes, example study files, the pin list, and pyproject.toml + README.md (an image build makes
+the kit's wheel).
 
-Their source of truth is the top of the source tree (site-configs/, slurm/, images/,
+Their source of truth is the top of the source tree (site-configs/, slurm/, images/, studies/,
 constraints.txt, pyproject.toml, README.md); kit/_data/ links to them in a checkout and a built wheel carries copies
 there, so one lookup through the installed package finds them in a checkout, an editable
 install and a wheel installed anywhere, never relative to the current directory.

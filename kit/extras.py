@@ -15,6 +15,7 @@ EXTRA_OF_MODULE = {
     "fabric": "transfer", "paramiko": "transfer", "invoke": "transfer",
     "tensorflow": "train", "keras": "train", "h5py": "train", "mpi4py": "train",
     "horovod": "horovod",
+    "sklearn": "study", "scipy": "study", "joblib": "study", "threadpoolctl": "study",
 }
 
 

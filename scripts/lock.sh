@@ -12,8 +12,11 @@ if [ -z "$UV" ]; then  # a private venv for the resolver: nothing installed into
   UV=$CACHE/uv-venv/bin/uv
 fi
 cd "$ROOT"
+# The current pins are the resolver's preferences: a new requirement adds its packages and moves
+# nothing else (uv keeps an output file's versions where they still satisfy pyproject.toml).
+cp constraints.txt constraints.txt.part
 "$UV" pip compile pyproject.toml --universal --python-version 3.9 --generate-hashes --no-python-downloads \
-  --extra report --extra convert --extra transfer --extra build --extra train --extra horovod --extra test \
+  --extra report --extra convert --extra transfer --extra build --extra train --extra horovod --extra study --extra test \
   --custom-compile-command "scripts/lock.sh" -o constraints.txt.part --quiet
 mv constraints.txt.part constraints.txt
 echo "lock: constraints.txt ($(grep -c '^[a-z]' constraints.txt) pins)"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.packaging.conftest import REPO, outside_env, run
 
-SHIPPED = ("site-configs", "slurm", "images", "constraints.txt", "pyproject.toml", "README.md")
+SHIPPED = ("site-configs", "slurm", "images", "studies", "constraints.txt", "pyproject.toml", "README.md")
 
 
 def tracked(*paths: str) -> list[str]:
@@ -45,7 +45,7 @@ def test_the_wheel_carries_every_shipped_file_byte_for_byte(wheel):
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         sources = [p for p in REPO.joinpath("site-configs").iterdir()] + [p for p in REPO.joinpath("slurm").iterdir()]
-        sources += list(REPO.joinpath("images").iterdir())
+        sources += list(REPO.joinpath("images").iterdir()) + list(REPO.joinpath("studies").iterdir())
         sources += [REPO / "constraints.txt", REPO / "pyproject.toml", REPO / "README.md"]
         for source in sources:
             name = f"kit/_data/{source.relative_to(REPO)}"

@@ -1,0 +1,406 @@
+"""The study file: what to search (parameters of `gan3d train`), what stays fixed, what to optimise,
+how long, and how to search. People write it; every refusal is one line naming file:line, the
+field and the fix, before any training is queued.
+
+Parameter and fixed names are checked against gan3d train's own argument parser, so a typo gets
+the valid names and a value gan3d would refuse (an unknown optimizer, a fractional batch size) is
+refused here. Besides gan3d's options a study may vary the layout (``ranks-per-node``; gan3d's
+``threads`` is the threads per rank) and the three loss weights one by one (``loss-weight-bce``,
+``loss-weight-ep``, ``loss-weight-ecal``, joined into gan3d's ``--loss-weights``).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from kit.errors import KitError
+from kit.study import missing_study_extra
+from kit.excerpt import control_character, shown
+from kit.study.space import KINDS, Param, Space, Value, same_value
+from kit.yamlbound import Document, load_file
+
+STUDY_FORMAT = 1
+TAG = "kit_study"
+MAX_STUDY_BYTES = 2**20  # a study file is a page of YAML
+MAX_PARAMETERS = 64
+MAX_CHOICES = 1000
+MAX_EVALUATIONS = 100_000
+MAX_WALL_S = 366 * 86400
+LAYOUT = "ranks-per-node"  # the kit's layout option: not gan3d's, it shapes the job around it
+LOSS_PARTS = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal")  # joined into --loss-weights
+DEFAULT_LOSS_WEIGHTS = ("8", "0.2", "0.1")  # gan3d train's default --loss-weights
+RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints")  # the study runner sets these
+AT_LEAST_1 = ("epochs", "batch-size", "steps-per-epoch", "validation-steps", "synthetic", "threads",
+              "inter-op-threads", LAYOUT)
+PROBABILITY = ("flip-prob", "test-fraction")
+METRIC_RE = re.compile(r"physics_score|showers_per_second|validation\.[a-z][a-z0-9_]{0,40}")
+DURATION_RE = re.compile(r"(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?(?:(\d{1,8})s)?")
+STRATEGIES = ("grid", "random", "mbo")
+DIRECTIONS = ("minimize", "maximize")
+FIX = "fix the study file (docs/study.md)"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a finished evaluation is scored by: a key of its results (``validation.<loss>`` is the
+    last epoch's validation loss) and whether smaller or larger is better."""
+
+    metric: str
+    direction: str
+
+    def loss(self, value: float) -> float:
+        """The value as a quantity to minimise (searchers minimise)."""
+        return value if self.direction == "minimize" else -value
+
+
+@dataclass(frozen=True)
+class Budget:
+    evaluations: int | None = None
+    wall_time_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How to search: ``grid`` (``points`` per numeric axis), ``random``, or ``mbo`` (random-forest
+    surrogate, qLCB): ``initial`` random points first (None: max(4, 2 x parameters)), then each
+    proposal the best of ``candidates`` random points plus ``local`` perturbations of the best
+    observations, scored by mean - lambda x sd with lambda ~ Exponential(mean ``lambda_mean``)."""
+
+    kind: str
+    points: int = 3
+    initial: int | None = None
+    candidates: int = 1000
+    local: int = 200
+    trees: int = 100
+    lambda_mean: float = 1.0
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    path: str
+    space: Space
+    fixed: Mapping[str, Value]
+    objective: Objective
+    budget: Budget
+    strategy: Strategy
+    seed: int = 0
+    flags: frozenset = field(default_factory=frozenset)  # gan3d's on/off options (store_true)
+
+    def train_args(self, config: Mapping[str, Value]) -> list[str]:
+        """gan3d train's arguments for one config (fixed values first, then the config's), the layout
+        left out (``layout``) and the loss weights joined; a false flag is left out."""
+        values = {**self.fixed, **self.space.canonical(config)}
+        parts = [values.pop(p, None) for p in LOSS_PARTS]
+        if any(v is not None for v in parts):
+            base = str(values.get("loss-weights", ",".join(DEFAULT_LOSS_WEIGHTS))).split(",")
+            values["loss-weights"] = ",".join(_text(v) if v is not None else b for v, b in zip(parts, base))
+        values.pop(LAYOUT, None)
+        args: list[str] = []
+        for name, value in values.items():
+            if name in self.flags:
+                args += [f"--{name}"] if value is True else []
+            else:
+                args += [f"--{name}", _text(value)]
+        return args
+
+    def layout(self, config: Mapping[str, Value]) -> tuple[int | None, int | None]:
+        """(ranks per node, threads per rank) a config asks for; None where neither it nor fixed says."""
+        values = {**self.fixed, **self.space.canonical(config)}
+        return values.get(LAYOUT), values.get("threads")
+
+
+def _text(value: Value) -> str:
+    return repr(value) if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def gan3d_options() -> dict[str, argparse.Action]:
+    """gan3d train's options by name (without the dashes), from its own parser."""
+    try:
+        from gan3d.train import build_parser  # numpy (the study extra brings it); no TensorFlow
+    except ModuleNotFoundError as exc:
+        raise missing_study_extra(exc, "reading a study file") from None
+    return {s[2:]: a for a in build_parser()._actions for s in a.option_strings if s.startswith("--")}
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """The study file at ``path``, checked; KitError naming file:line and the field on any problem."""
+    try:
+        doc = load_file(path, "study file", f"fix: {FIX}", limit=MAX_STUDY_BYTES)
+    except FileNotFoundError:
+        raise KitError(f"{path}: no such study file; fix: write one (an example: kit/_data/studies/"
+                       "tiny-mbo.yaml, docs/study.md)") from None
+    _refuse_duplicate_keys(doc)
+    return _Checker(doc, gan3d_options()).study()
+
+
+def _refuse_duplicate_keys(doc: Document) -> None:
+    """YAML lets a repeated key silently replace the first: in a study file that hides a typo'd edit."""
+    todo = [doc.root] if doc.root is not None else []
+    while todo:  # the composer bounded the depth and the node count
+        node = todo.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key, value in node.value:
+                name = getattr(key, "value", None)
+                if name in seen:
+                    raise KitError(f"{doc.file}:{key.start_mark.line + 1}: {name}: the key appears twice in one "
+                                   f"mapping (YAML would keep only the last); fix: {FIX}")
+                seen.add(name)
+                todo.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+
+
+class _Checker:
+    def __init__(self, doc: Document, options: dict[str, argparse.Action]) -> None:
+        self.doc, self.options = doc, options
+
+    def fail(self, path: tuple, problem: str, fix: str = FIX) -> KitError:
+        name = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[") or "(top)"
+        return KitError(f"{self.doc.where(*path)}: {name}: {problem}; fix: {fix}")
+
+    def mapping(self, value: Any, path: tuple, keys: tuple[str, ...] | None = None) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"is {shown(value)}, expected a mapping")
+        for k in value:
+            if not isinstance(k, str):
+                raise self.fail(path, f"key {shown(k)} is not a name")
+            if keys is not None and k not in keys:
+                close = difflib.get_close_matches(k, keys, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise self.fail((*path, k), f"unknown key {shown(k)}", f"{hint}keys here: {', '.join(keys)}")
+        return value
+
+    def number(self, value: Any, path: tuple, whole: bool = False, low: float | None = None,
+               high: float | None = None) -> float:
+        ok = isinstance(value, int) if whole else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok or not math.isfinite(value):
+            raise self.fail(path, f"is {shown(value)}, expected a {'whole' if whole else 'finite'} number")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise self.fail(path, f"is {shown(value)}, expected a number in [{low}, {high}]")
+        return value
+
+    def study(self) -> StudySpec:
+        top = self.mapping(self.doc.value, (), ("kit_study", "parameters", "fixed", "objective", "budget",
+                                                  "strategy", "seed"))
+        if top.get(TAG) != STUDY_FORMAT:
+            raise self.fail((TAG,), f"is {shown(top.get(TAG, 'missing'))}, expected {STUDY_FORMAT} "
+                            "(the study file format)", f"put '{TAG}: {STUDY_FORMAT}' at the top")
+        for key in ("parameters", "objective", "strategy"):
+            if key not in top:
+                raise self.fail((), f"key {key} is missing", f"add {key}: (docs/study.md)")
+        space = self.space(top["parameters"])
+        fixed = self.fixed(top.get("fixed") or {}, space)
+        strategy = self.strategy(top["strategy"])
+        seed = int(self.number(top.get("seed", 0), ("seed",), whole=True, low=0, high=2**32 - 1))
+        flags = frozenset(n for n, a in self.options.items() if a.nargs == 0)
+        return StudySpec(self.doc.file, space, fixed, self.objective(top["objective"]),
+                         self.budget(top.get("budget"), strategy), strategy, seed, flags)
+
+    def known(self, name: Any, path: tuple) -> argparse.Action | None:
+        """gan3d's action for an option name (None for the layout and loss-weight parts), or a refusal."""
+        if not isinstance(name, str) or name in RUNNER_OWNED:
+            raise self.fail(path, f"{shown(name)} is set by the study runner (one per evaluation)",
+                            "leave it out")
+        if name in (LAYOUT, *LOSS_PARTS):
+            return None
+        action = self.options.get(name)
+        if action is None or name == "help":
+            valid = sorted(n for n in self.options if n not in RUNNER_OWNED and n != "help") + [LAYOUT, *LOSS_PARTS]
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise self.fail(path, f"{shown(name)} is not an option of gan3d train",
+                            f"{hint}valid names: {', '.join(valid)}")
+        return action
+
+    def check_value(self, name: str, action: argparse.Action | None, value: Any, path: tuple) -> Value:
+        """One value of option ``name`` as gan3d would take it, or a refusal."""
+        if isinstance(value, bool):
+            if action is None or action.nargs != 0:
+                raise self.fail(path, f"{shown(value)} is a yes/no value, but --{name} takes a value")
+            return value
+        if action is not None and action.nargs == 0:
+            raise self.fail(path, f"--{name} is an on/off flag: give true or false, not {shown(value)}")
+        if not isinstance(value, (str, int, float)) or isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(path, f"is {shown(value)}, expected a string or a number")
+        if isinstance(value, str) and (control_character(value) or len(value) > 4096):
+            raise self.fail(path, f"{shown(value)} holds a line break or control character, or is too long")
+        kind = float if action is None else action.type or str
+        if kind is not str and isinstance(value, str):
+            raise self.fail(path, f"is the string {shown(value)}, expected a number (--{name} takes one)")
+        try:
+            converted = kind(str(value)) if kind is not str else str(value)
+        except (TypeError, ValueError):
+            raise self.fail(path, f"{shown(value)} is not a {kind.__name__} as --{name} takes") from None
+        if action is None and name == LAYOUT and not float(converted).is_integer():
+            raise self.fail(path, f"{shown(value)} is not a whole number of ranks")
+        if action is not None and action.choices and converted not in action.choices:
+            raise self.fail(path, f"{shown(value)} is not one of gan3d's {', '.join(map(str, action.choices))}")
+        if name in AT_LEAST_1 and converted < 1:
+            raise self.fail(path, f"{shown(value)} is below 1")
+        if name in PROBABILITY and not 0 <= converted <= 1:
+            raise self.fail(path, f"{shown(value)} is outside [0, 1]")
+        if name in ("lr", "warmup-epochs", *LOSS_PARTS) and converted < 0 or name == "lr" and converted == 0:
+            raise self.fail(path, f"{shown(value)} must be {'positive' if name == 'lr' else 'at least 0'}")
+        if name == "loss-weights":
+            parts = str(value).split(",")
+            if len(parts) != 3 or any(not re.fullmatch(r"\d+(\.\d*)?([eE][-+]?\d+)?|\.\d+", p.strip()) for p in parts):
+                raise self.fail(path, f"{shown(value)} is not three comma-separated numbers (BCE, Ep, cell sum)")
+        return value
+
+    def space(self, node: Any) -> Space:
+        params = self.mapping(node, ("parameters",))
+        if not params or len(params) > MAX_PARAMETERS:
+            raise self.fail(("parameters",), f"has {len(params)} parameters, expected 1 to {MAX_PARAMETERS}")
+        out: list[Param] = []
+        for name, spec in params.items():
+            out.append(self.param(name, spec, out))
+        if "loss-weights" in params and any(p in params for p in LOSS_PARTS):
+            raise self.fail(("parameters", "loss-weights"), "loss-weights and loss-weight-* are both varied",
+                            "vary either the whole --loss-weights or its parts")
+        return Space(out)
+
+    def param(self, name: str, node: Any, earlier: list[Param]) -> Param:
+        path = ("parameters", name)
+        action = self.known(name, path)
+        spec = self.mapping(node, path, ("type", "low", "high", "log", "values", "when"))
+        kind = spec.get("type")
+        if kind not in KINDS:
+            raise self.fail((*path, "type"), f"is {shown(kind)}, expected one of {', '.join(KINDS)}")
+        if kind == "choice":
+            values = spec.get("values")
+            if not isinstance(values, list) or not 1 <= len(values) <= MAX_CHOICES or {"low", "high", "log"} & set(spec):
+                raise self.fail((*path, "values"), f"a choice needs values: [..] (1 to {MAX_CHOICES}) and no "
+                                "low/high/log")
+            values = [self.check_value(name, action, v, (*path, "values", i)) for i, v in enumerate(values)]
+            param = Param(name, "choice", values=tuple(values))
+        else:
+            if "values" in spec:
+                raise self.fail((*path, "values"), f"a {kind} parameter takes low and high, not values")
+            if action is not None and action.nargs == 0 or (action is not None and action.choices):
+                raise self.fail((*path, "type"), f"--{name} takes one of a few values", "use type: choice")
+            if kind == "int" and action is not None and action.type is float:
+                pass  # a whole number is a valid float
+            elif action is not None and action.type is not (int if kind == "int" else float):
+                want = {int: "int", float: "float"}.get(action.type, "choice")
+                raise self.fail((*path, "type"), f"--{name} takes a {getattr(action.type, '__name__', 'string')}",
+                                f"use type: {want}")
+            bounds = [self.number(spec.get(k), (*path, k), whole=kind == "int") for k in ("low", "high")]
+            for k, v in zip(("low", "high"), bounds):
+                self.check_value(name, action, v, (*path, k))
+            log = spec.get("log", False)
+            if not isinstance(log, bool):
+                raise self.fail((*path, "log"), f"is {shown(log)}, expected true or false")
+            param = Param(name, kind, bounds[0], bounds[1], log)
+            problem = param.problem()
+            if problem:
+                raise self.fail(path, problem)
+        when = self.when(spec.get("when"), (*path, "when"), earlier)
+        return Param(param.name, param.kind, param.low, param.high, param.log, param.values, when)
+
+    def when(self, node: Any, path: tuple, earlier: list[Param]) -> dict[str, tuple[Value, ...]]:
+        if node is None:
+            return {}
+        conditions = self.mapping(node, path)
+        by_name = {p.name: p for p in earlier}
+        out = {}
+        for other, values in conditions.items():
+            ref = by_name.get(other)
+            if ref is None or ref.kind != "choice":
+                raise self.fail((*path, other), f"{shown(other)} is not a choice parameter listed above this one",
+                                "a condition names an earlier choice parameter and some of its values")
+            values = values if isinstance(values, list) else [values]
+            for i, v in enumerate(values):
+                if not any(same_value(v, c) for c in ref.values):
+                    raise self.fail((*path, other), f"{shown(v)} is not one of {other}'s values "
+                                    f"{shown(list(ref.values))}")
+            out[other] = tuple(values)
+        return out
+
+    def fixed(self, node: Any, space: Space) -> dict[str, Value]:
+        fixed = self.mapping(node, ("fixed",))
+        out = {}
+        for name, value in fixed.items():
+            action = self.known(name, ("fixed", name))
+            if name in space.by_name:
+                raise self.fail(("fixed", name), f"{name} is also a parameter", "keep it in one of the two")
+            out[name] = self.check_value(name, action, value, ("fixed", name))
+        if ("data" in out) == ("synthetic" in out):
+            raise self.fail(("fixed",), "gan3d train needs exactly one of data and synthetic",
+                            "add e.g. 'synthetic: 256' (generated showers) or 'data: /path/to/showers' to fixed:")
+        return out
+
+    def objective(self, node: Any) -> Objective:
+        spec = self.mapping(node, ("objective",), ("metric", "direction"))
+        metric = spec.get("metric")
+        if not isinstance(metric, str) or not METRIC_RE.fullmatch(metric):
+            raise self.fail(("objective", "metric"), f"is {shown(metric)}, expected physics_score, "
+                            "showers_per_second or validation.<loss key> (e.g. validation.g_loss)")
+        default = "minimize" if metric.startswith("validation.") else "maximize"
+        direction = spec.get("direction", default)
+        if direction not in DIRECTIONS:
+            raise self.fail(("objective", "direction"), f"is {shown(direction)}, expected minimize or maximize")
+        return Objective(metric, direction)
+
+    def budget(self, node: Any, strategy: Strategy) -> Budget:
+        if node is None:
+            if strategy.kind == "grid":
+                return Budget()
+            raise self.fail((), "key budget is missing", "add budget: {evaluations: N} and/or {wall_time: 2h}")
+        spec = self.mapping(node, ("budget",), ("evaluations", "wall_time"))
+        if not spec:
+            raise self.fail(("budget",), "is empty", "give evaluations: N and/or wall_time: 2h")
+        evaluations = spec.get("evaluations")
+        if evaluations is not None:
+            evaluations = int(self.number(evaluations, ("budget", "evaluations"), whole=True, low=1,
+                                          high=MAX_EVALUATIONS))
+        wall = spec.get("wall_time")
+        seconds = None
+        if wall is not None:
+            seconds = self.duration(wall, ("budget", "wall_time"))
+        return Budget(evaluations, seconds)
+
+    def duration(self, value: Any, path: tuple) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            seconds = value
+        else:
+            match = DURATION_RE.fullmatch(value) if isinstance(value, str) and value else None
+            if not match or not any(match.groups()):
+                raise self.fail(path, f"is {shown(value)}, expected a duration like 90m, 2h, 1h30m or seconds")
+            d, h, m, s = (int(g or 0) for g in match.groups())
+            seconds = ((d * 24 + h) * 60 + m) * 60 + s
+        if not 1 <= seconds <= MAX_WALL_S:
+            raise self.fail(path, f"is {shown(value)}, expected between 1 second and 366 days")
+        return seconds
+
+    def strategy(self, node: Any) -> Strategy:
+        path = ("strategy",)
+        spec = {"type": node} if isinstance(node, str) else self.mapping(
+            node, path, ("type", "points", "initial", "candidates", "local", "trees", "lambda"))
+        kind = spec.get("type")
+        if kind not in STRATEGIES:
+            raise self.fail((*path, "type") if isinstance(node, dict) else path,
+                            f"is {shown(kind)}, expected one of {', '.join(STRATEGIES)}")
+        allowed = {"grid": {"type", "points"}, "random": {"type"}, "mbo": {"type", "initial", "candidates", "local",
+                                                                           "trees", "lambda"}}[kind]
+        for key in spec:
+            if key not in allowed:
+                raise self.fail((*path, key), f"{key} is not a setting of the {kind} strategy",
+                                f"settings of {kind}: {', '.join(sorted(allowed - {'type'})) or 'none'}")
+        num = self.number
+        return Strategy(
+            kind,
+            points=int(num(spec.get("points", 3), (*path, "points"), whole=True, low=2, high=1000)),
+            initial=None if spec.get("initial") is None else int(num(spec["initial"], (*path, "initial"), whole=True,
+                                                                     low=1, high=10_000)),
+            candidates=int(num(spec.get("candidates", 1000), (*path, "candidates"), whole=True, low=1, high=100_000)),
+            local=int(num(spec.get("local", 200), (*path, "local"), whole=True, low=0, high=100_000)),
+            trees=int(num(spec.get("trees", 100), (*path, "trees"), whole=True, low=2, high=2000)),
+            lambda_mean=float(num(spec.get("lambda", 1.0), (*path, "lambda"), low=0, high=100)))
