@@ -1,8 +1,7 @@
 """One evaluation of a study: a config turned into an ordinary kit run, and its objective read back.
 
-The evaluation's arguments are the study's fixed `gan3d train` arguments followed by the config's
-(`--name=value` each; `True` a bare flag, `False` left out); `ranks-per-node` and `threads` set the
-layout instead. Each evaluation has its own directory DIR/evals/eNNNN, which is, through Slurm, a
+The evaluation's arguments are the study's (its fixed `gan3d train` arguments, then the config's:
+kit.study.spec); `ranks-per-node` and `threads` set the layout, which the runner passes itself. Each evaluation has its own directory DIR/evals/eNNNN, which is, through Slurm, a
 one-run `kit scale` sweep directory (plan.yaml, scripts/, logs/, results/, jobs.yaml): its
 submission, one-job-per-run lock, resubmission rules and log tails are `kit scale`'s own code.
 """
@@ -20,11 +19,10 @@ from kit.readfile import read_json
 from kit.site import Site
 from kit.slurm.script import RunFiles
 
-LAYOUT_KEYS = {"ranks-per-node": "ranks_per_node", "ranks_per_node": "ranks_per_node",
-               "threads": "threads", "threads-per-rank": "threads", "threads_per_rank": "threads"}
 PHYSICS = "physics_score"
 THROUGHPUT = "showers_per_second"
-VALIDATION_PREFIX = "validation_"  # validation_g_loss: the last epoch's validation g_loss
+VALIDATION_PREFIX = "validation."  # validation.g_loss: the last epoch's validation g_loss
+OWNED = {"--threads": 1, "--oversubscribe": 0}  # set from the layout by the runner (and the batch script)
 
 
 @dataclass(frozen=True)
@@ -45,30 +43,20 @@ def eval_dir(study_dir: Path, eval_id: str) -> Path:
     return study_dir / "evals" / eval_id
 
 
-def words(values: dict[str, Any]) -> list[str]:
-    """`gan3d train` arguments of a mapping: --name=value (a value never read as a flag), flags bare."""
-    out = []
-    for name, value in values.items():
-        if isinstance(value, bool):
-            out += [f"--{name}"] if value else []
+def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
+    """The run of ``config``: the study's `gan3d train` arguments (kit.study.spec.StudySpec.train_args)
+    without the ones the runner sets from the layout, which defaults to one rank using every core."""
+    ranks, threads = spec.layout(config)
+    ranks = int(ranks or 1)
+    threads = int(threads or max(1, site.node.cores // ranks))
+    args, words = [], list(spec.train_args(config))
+    while words:
+        word = words.pop(0)
+        if word in OWNED:
+            del words[:OWNED[word]]
         else:
-            out.append(f"--{name}={value:.10g}" if isinstance(value, float) else f"--{name}={value}")
-    return out
-
-
-def eval_run(eval_id: str, config: dict[str, Any], fixed: dict[str, Any] | list[str], objective: str,
-             site: Site) -> EvalRun:
-    """The run of ``config``: layout keys split off (default: one rank using every core)."""
-    layout = {"ranks_per_node": 1, "threads": 0}
-    rest = {}
-    for name, value in config.items():
-        if name in LAYOUT_KEYS:
-            layout[LAYOUT_KEYS[name]] = int(value)
-        else:
-            rest[name] = value
-    threads = layout["threads"] or max(1, site.node.cores // layout["ranks_per_node"])
-    base = list(fixed) if isinstance(fixed, (list, tuple)) else words(dict(fixed))
-    return EvalRun(eval_id, layout["ranks_per_node"], threads, (*base, *words(rest)), objective == PHYSICS)
+            args.append(word)
+    return EvalRun(eval_id, ranks, threads, tuple(args), spec.objective.metric == PHYSICS)
 
 
 def local_commands(run: EvalRun, study_dir: Path, site: Site, launcher: list[str],

@@ -170,7 +170,7 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
             how = rec.get("how")
             if how not in ("local", "slurm", "pilot"):
                 raise KitError(f"{where}: key how is {shown(how)}, expected local, slurm or pilot; {FIX}")
-            ev.submissions.append({k: rec.get(k) for k in ("how", "job", "pid", "start", "t")})
+            ev.submissions.append({k: rec.get(k) for k in ("how", "job", "pid", "attached", "t")})
             ev.state = "submitted"
         elif event == "finished":
             ev.state, ev.objective, ev.result = "finished", _number(where, rec, "objective"), rec.get("result")
