@@ -98,8 +98,9 @@ def _report(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     from kit.study.run import cancel_study
 
-    stopped = cancel_study(args.dir)
-    print(f"cancelled {', '.join(stopped)}; kit study run {args.dir} starts them again" if stopped
+    stopped = cancel_study(args.dir, args.dry_run)
+    verb = "would cancel" if args.dry_run else "cancelled"
+    print(f"{verb} {', '.join(stopped)}; kit study run {args.dir} starts them again" if stopped
           else "no evaluation is in flight")
     return 0
 
@@ -159,4 +160,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = leaves.add_parser("cancel", help="stop the evaluations in flight (kit study run starts them again)")
     p.add_argument("dir", type=Path)
+    p.add_argument("--dry-run", action="store_true", help="say which; stop nothing")
     p.set_defaults(func=_cancel)

@@ -167,14 +167,15 @@ def _record(study_dir: Path, eval_id: str, outcome: Outcome) -> None:
         ledger.append(study_dir, "failed", eval=eval_id, error=(outcome.error or "no objective")[-4000:])
 
 
-def cancel_study(study_dir: Path) -> list[str]:
+def cancel_study(study_dir: Path, dry_run: bool = False) -> list[str]:
     """Stop the study's evaluations in flight; the ledger marks them cancelled and the next
     `kit study run` starts them again. Refused while a driver runs (it would propose replacements)."""
     with driving(study_dir):
         spec, t, site, led = open_study(study_dir)
-        backend = backend_for(study_dir, site, led.header, t)
         in_flight = [e.eval_id for e in led.in_flight()]
-        stopped = backend.cancel(in_flight)
+        if dry_run or not in_flight:
+            return in_flight
+        stopped = backend_for(study_dir, site, led.header, t).cancel(in_flight)
         for eid in in_flight:
             ledger.append(study_dir, "cancelled", eval=eid, stopped=eid in stopped)
         return in_flight

@@ -85,3 +85,37 @@ def test_status_json_of_a_planned_study(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "kit-study-status/1" and doc["best"] == {"eval": "e0002", "objective": 3.0}
     assert [e["state"] for e in doc["evaluations"]] == ["finished", "finished"] and doc["done"] == 2
+
+
+def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(tmp_path, capsys):
+    """The evaluation here runs `sleep` under kit.study.evalproc (a training would only be slower):
+    cancel finds the lock holder through /proc/locks and ends its process group, children included."""
+    import subprocess
+    import sys
+    import time
+
+    from kit.study import evalproc
+
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
+    e = d / "evals" / "e0001"
+    e.mkdir(parents=True)
+    (e / evalproc.PLAN).write_text(json.dumps({"commands": [["sh", "-c", "sleep 300 & wait"]]}))
+    proc = subprocess.Popen([sys.executable, "-m", "kit.study.evalproc", str(e)], start_new_session=True)
+    ledger.append(d, "submitted", eval="e0001", how="local", pid=proc.pid)
+    deadline = time.monotonic() + 60
+    while not evalproc.is_running(e) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert evalproc.is_running(e)
+    assert main(["study", "cancel", str(d), "--dry-run"]) == 0
+    assert "would cancel e0001" in capsys.readouterr().out and ledger.read(d).evaluations["e0001"].state == "submitted"
+    assert main(["study", "cancel", str(d)]) == 0
+    assert proc.wait(timeout=60) != 0 and not evalproc.is_running(e)
+    deadline = time.monotonic() + 60  # the group's processes end (and are reaped) a moment after the signal
+    while (left := subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True)).returncode == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left.returncode == 1, left.stdout  # no process of its session is left (the sleep included)
+    assert ledger.read(d).evaluations["e0001"].state == "cancelled" and evalproc.exit_status(e) is None
