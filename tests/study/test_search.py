@@ -163,7 +163,7 @@ def test_mbo_without_scikit_learn_names_the_study_extra_in_one_line(tmp_path):
 
 
 def test_grid_and_random_need_no_numpy():
-    """A login node's core install runs grid and random studies: the searchers import no numpy."""
+    """Only mbo needs numpy and scikit-learn: the grid and random searchers run without them."""
     code = ("import sys; sys.modules['numpy'] = None; sys.modules['sklearn'] = None\n"
             "from tests.study.test_search import spec, run, SPACE\n"
             "from kit.study.search import make_searcher\n"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -143,3 +145,12 @@ def test_loss_weight_parts_join_into_gan3ds_loss_weights(tmp_path):
     spec = load_study(write(tmp_path, text))
     args = build_parser().parse_args(spec.train_args({"lr": 0.001, "loss-weight-ep": 0.5, "optimizer": "rmsprop"}))
     assert args.loss_weights == "4,0.5,0.3"
+
+
+def test_reading_a_study_without_numpy_names_the_study_extra_in_one_line():
+    """A core install (no numpy: gan3d's parser module needs it) is told which extra to install."""
+    code = ("import sys; sys.modules['numpy'] = None\n"
+            "from kit.study.spec import load_study\nfrom kit.errors import KitError\n"
+            f"try:\n    load_study({str(EXAMPLE)!r})\nexcept KitError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.count("\n") == 1 and "pip install 'secure-site-kit[study]'" in done.stdout, done.stdout
