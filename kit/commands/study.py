@@ -53,10 +53,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def status_document(study_dir: Path) -> dict:
-    from kit.study import ledger
     from kit.study.run import best_of
+    from kit.study.studydir import open_study
 
-    led = ledger.read(study_dir)
+    _, _, _, led = open_study(study_dir)
     direction = led.header.get("direction", "minimize")
     eid, value = best_of(led, direction)
     evals = [{"eval": e.eval_id, "state": e.state, "objective": e.objective, "config": e.config,

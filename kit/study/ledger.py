@@ -45,6 +45,7 @@ class Evaluation:
     objective: float | None = None
     result: str | None = None
     error: str | None = None
+    line: int = 0  # the ledger line that proposed it
 
     @property
     def done(self) -> bool:
@@ -158,7 +159,7 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
                 raise KitError(f"{where}: {eid} proposed twice or its config is not a flat mapping of "
                                f"numbers, strings and booleans; {FIX}")
             prediction = rec.get("prediction")
-            evals[eid] = Evaluation(eid, config, prediction if isinstance(prediction, dict) else None)
+            evals[eid] = Evaluation(eid, config, prediction if isinstance(prediction, dict) else None, line=n)
             continue
         if eid not in evals:
             raise KitError(f"{where}: {eid} has a {event} record before it was proposed; {FIX}")

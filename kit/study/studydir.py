@@ -71,6 +71,9 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
                        "(validation inside the job is kit scale plan --validate, not yet merged); fix: use "
                        "--pilot N (its evaluations validate in the allocation), a validation loss, "
                        "showers_per_second, or a local site")
+    if t.objective == PHYSICS and not {"data", "validation-data"} & set(spec.fixed):
+        raise KitError(f"{spec_path}: objective physics_score compares generated showers with data showers, "
+                       "and fixed: names none; fix: add validation-data (or data) to fixed:")
     walltime = walltime or (site.scheduler.max_walltime if slurm else None)
     pair = str(pair_file_for(image).absolute()) if image else None
     if pair:
@@ -110,10 +113,17 @@ def _check_empty(study_dir: Path) -> None:
 
 
 def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
-    """The spec copy, its terms, the site and the ledger of a planned study."""
+    """The spec copy, its terms, the site and the ledger of a planned study; every config in the
+    ledger checked against the spec's space."""
     led = ledger.read(study_dir)
     spec = load_spec(study_dir / SPEC_NAME)
     site_path = led.header.get("site")
     if not isinstance(site_path, str):
         raise KitError(f"{led.path}:1: key site is missing; {ledger.FIX}")
+    for ev in led.evaluations.values():  # a config that is no point of the space never reaches a command line
+        try:
+            spec.space.validate(ev.config)
+        except KitError as exc:
+            raise KitError(f"{led.path}:{ev.line}: {ev.eval_id}'s config is not a point of the study's space "
+                           f"({exc}); {ledger.FIX}") from None
     return spec, terms(spec), load_site(site_path), led

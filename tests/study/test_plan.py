@@ -55,13 +55,19 @@ def test_what_the_site_cannot_do_is_refused_before_anything_runs(tmp_path):
                          direction="maximize", file="physics.yaml")
     with pytest.raises(KitError, match="objective physics_score through Slurm jobs.*fix: use --pilot N"):
         plan_study(physics, str(slurm), tmp_path / "c")
+    synthetic = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS, objective="physics_score",
+                           file="synthetic.yaml", synthetic=64)
+    text = synthetic.read_text()
+    synthetic.write_text("\n".join(line for line in text.splitlines() if "data:" not in line) + "\n")
+    with pytest.raises(KitError, match="objective physics_score compares .* fix: add validation-data"):
+        plan_study(synthetic, "laptop", tmp_path / "f")
     wide = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, {"ranks-per-node": {
         "type": "choice", "values": [4]}}, file="wide.yaml")
     with pytest.raises(KitError, match=r"4 rank\(s\) per node x 1 thread\(s\) = 4, but a localslurm node has 2"):
         plan_study(wide, str(slurm), tmp_path / "d", walltime="00:10:00")
     with pytest.raises(KitError, match="--walltime 02:00:00: .* allows at most 00:20:00"):
         plan_study(spec, str(slurm), tmp_path / "e", walltime="02:00:00")
-    assert not any((tmp_path / n).exists() for n in "abcde")
+    assert not any((tmp_path / n).exists() for n in "abcdef")
 
 
 def test_commands_on_a_directory_without_a_study_are_one_line(tmp_path, capsys):
@@ -119,3 +125,19 @@ def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(tmp_p
         time.sleep(0.2)
     assert left.returncode == 1, left.stdout  # no process of its session is left (the sleep included)
     assert ledger.read(d).evaluations["e0001"].state == "cancelled" and evalproc.exit_status(e) is None
+
+
+@pytest.mark.parametrize("config", [{"lr": 0.5}, {"lr": 0.001, "results": "/etc/passwd"}, {}, {"lr": "0.001"}])
+def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(tmp_path, capsys, config):
+    """A config edited into the ledger would become gan3d train arguments: refused before any command."""
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
+    ledger.append(d, "proposed", eval="e0002", config=config)
+    for argv in (["status", str(d)], ["report", str(d)], ["run", str(d)]):
+        assert main(["study", *argv]) == 1
+        err = capsys.readouterr().err
+        assert f"ledger.jsonl:3: e0002's config is not a point of the study's space" in err, err
+        assert err.count("\n") == 1
+    assert not (d / "evals").exists() and not (d / "report").exists()
