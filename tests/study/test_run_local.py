@@ -118,3 +118,25 @@ def test_mbo_study_driver_killed_midway_resumes_to_exactly_6_none_run_twice(show
     assert len(set(configs)) == 6  # nothing proposed twice across the two drivers
     assert main(["study", "report", str(d)]) == 0
     assert (d / "report" / "surrogate.png").read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.slow
+def test_physics_objective_validates_each_evaluation_and_wall_time_stops_new_proposals(showers, tmp_path):
+    """physics_score: each evaluation trains with a checkpoint, then `gan3d validate` scores it and the
+    objective is that score. A wall-time budget already spent when the first evaluations end
+    (seconds, against evaluations of tens of seconds) lets no second batch start."""
+    require(_mpich(), "MPICH mpiexec (apt-get install mpich)")
+    spec = study_yaml(tmp_path, showers, strategy="random", evaluations=10, objective="physics_score",
+                      direction="maximize", parameters={"lr": {"type": "float", "low": 1e-4, "high": 1e-2}})
+    spec.write_text(spec.read_text().replace("  evaluations: 10", "  wall_time: 3s"))
+    d = tmp_path / "study"
+    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "2"]) == 0
+    assert main(["study", "run", str(d), "--poll", "0.5"]) == 0
+    led = ledger.read(d)
+    assert len(led.evaluations) == 2 and all(e.state == "finished" for e in led.evaluations.values()), \
+        [e.error for e in led.evaluations.values()]
+    for e in led.evaluations.values():
+        record = json.loads(Path(e.result).read_text())
+        assert e.objective == record["physics"]["score"] and record["physics"]["plots"]
+        assert Path(record["physics"]["generator_weights"]).is_relative_to(d / "evals" / e.eval_id / "checkpoints")
+        assert all(Path(p).is_file() for p in record["physics"]["plots"])
