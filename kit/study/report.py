@@ -46,9 +46,16 @@ def rows(led: ledger.Ledger, direction: str) -> list[Row]:
     for ev in sorted(led.done(), key=lambda e: _ended_at(led, e.eval_id)):
         if ev.objective is not None:
             best = ev.objective if best is None else better(best, ev.objective)
-        out.append(Row(len(out) + 1, ev.eval_id, ev.state, ev.objective, best, ev.config,
-                       (ev.error or "").splitlines()[0][:200] if ev.error else None))
+        out.append(Row(len(out) + 1, ev.eval_id, ev.state, ev.objective, best, ev.config, _reason(ev.error)))
     return out
+
+
+def _reason(error: str | None) -> str | None:
+    """One line of a failure: what failed and the log's last line (the error, usually)."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    return (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}")[:400]
 
 
 def _ended_at(led: ledger.Ledger, eval_id: str) -> int:
@@ -71,12 +78,13 @@ def best_configs(table: list[Row], direction: str, top: int = TOP) -> list[dict[
 
 
 def write_report(study_dir: Path, out: Path | None = None) -> list[Path]:
-    _, t, _, led = open_study(study_dir)
+    spec, t, _, led = open_study(study_dir)
     out = out or study_dir / REPORT_DIR
     table = rows(led, t.direction)
     best = best_configs(table, t.direction)
     names = sorted({k for r in table for k in r.config})
-    pngs = {"objective.png": plot_objective(table, t), "space.png": plot_space(table, names, t)}
+    logs = frozenset(p.name for p in spec.space.params if p.log)
+    pngs = {"objective.png": plot_objective(table, t), "space.png": plot_space(table, names, t, logs)}
     if t.strategy == "mbo":
         pairs = surrogate_pairs(led)
         if pairs:
@@ -118,7 +126,8 @@ def to_markdown(study_dir: Path, t: Terms, table: list[Row], best: list[dict], p
         lines += [f"| rank | {t.objective} (median) | min | max | n | evaluations | config |",
                   "|---|---|---|---|---|---|---|"]
         for i, g in enumerate(best, 1):
-            config = ", ".join(f"{k}={_cell(v)}" for k, v in sorted(g["config"].items()))
+            config = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in sorted(g["config"].items()))
             lines.append(f"| {i} | {g['median']:.6g} | {g['min']:.6g} | {g['max']:.6g} | {g['n']} | "
                          f"{' '.join(g['evals'])} | {config} |")
     else:
@@ -163,14 +172,15 @@ def plot_objective(table: list[Row], t: Terms) -> bytes:
     return _png(fig)
 
 
-def axis_values(table: list[Row], name: str) -> tuple[list[float | None], list[str] | None]:
-    """A parameter's values on [0, 1] for the plot: numbers scaled (log where all are > 0 and span 10x;
-    labels: the lowest and highest), categories by their sorted order (labels: the categories)."""
+def axis_values(table: list[Row], name: str, log: bool = False) -> tuple[list[float | None], list[str]]:
+    """A parameter's values on [0, 1] for the plot: numbers scaled to the range tried, on a log scale
+    if the parameter is searched on one (labels: the lowest and highest), categories by their sorted
+    order (labels: the categories)."""
     values = [r.config.get(name) for r in table]
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
         lo, hi = min(present), max(present)
-        log = lo > 0 and hi / lo >= 10
+        log = log and lo > 0
         f = (lambda v: math.log(v)) if log else float
         span = (f(hi) - f(lo)) or 1.0
         ends = [f"{lo:.3g}", f"{hi:.3g}" + (" (log)" if log else "")]
@@ -180,7 +190,7 @@ def axis_values(table: list[Row], name: str) -> tuple[list[float | None], list[s
     return [None if v is None else labels.index(str(v)) / step for v in values], labels
 
 
-def plot_space(table: list[Row], names: list[str], t: Terms) -> bytes:
+def plot_space(table: list[Row], names: list[str], t: Terms, logs: frozenset = frozenset()) -> bytes:
     """Parallel coordinates: one line per evaluation across the parameters, coloured by objective."""
     from matplotlib import cm, colors
 
@@ -189,7 +199,7 @@ def plot_space(table: list[Row], names: list[str], t: Terms) -> bytes:
     ok = [r for r in table if r.objective is not None]
     norm = colors.Normalize(min((r.objective for r in ok), default=0), max((r.objective for r in ok), default=1))
     cmap = cm.viridis if t.direction == "maximize" else cm.viridis_r
-    columns = {n: axis_values(table, n) for n in names}
+    columns = {n: axis_values(table, n, n in logs) for n in names}
     for i, r in enumerate(table):
         ys = [columns[n][0][i] for n in names]
         xs = [j for j, y in enumerate(ys) if y is not None]
@@ -204,7 +214,7 @@ def plot_space(table: list[Row], names: list[str], t: Terms) -> bytes:
                 ax.annotate(label, (j, k / max(1, len(labels) - 1)), fontsize="x-small", xytext=(3, 0),
                             textcoords="offset points")
     ax.set_xticks(range(len(names)), names, rotation=20, fontsize="small")
-    ax.set_ylabel("value, scaled to the range tried (log where it spans 10x)")
+    ax.set_ylabel("value, scaled to the range tried")
     fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=f"{t.objective} (grey dotted: failed)")
     return _png(fig)
 

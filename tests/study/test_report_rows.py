@@ -63,9 +63,10 @@ def test_parallel_coordinates_scale_numbers_logs_and_categories_onto_0_1():
 
     table = [Row(i, f"e{i:04d}", "finished", 1.0, 1.0, c, None) for i, c in enumerate(
         [{"lr": 1e-4, "opt": "sgd", "b": 4}, {"lr": 1e-2, "opt": "adam", "b": 8}, {"lr": 1e-3, "opt": "sgd"}], 1)]
-    lr, labels = axis_values(table, "lr")
+    lr, labels = axis_values(table, "lr", log=True)
     assert labels == ["0.0001", "0.01 (log)"] and lr == pytest.approx([0.0, 1.0, 0.5])  # log: 1e-3 half way
     opt, labels = axis_values(table, "opt")
     assert labels == ["adam", "sgd"] and opt == [1.0, 0.0, 1.0]
-    b, labels = axis_values(table, "b")
+    b, labels = axis_values(table, "b")  # a linear parameter: 4 and 8 at the ends
+    assert axis_values(table, "lr")[0] == pytest.approx([0.0, 1.0, 0.09090909])
     assert b == [0.0, 1.0, None] and labels == ["4", "8"]  # inactive in e0003: no point on that axis
