@@ -26,7 +26,7 @@ command -v "$PY" >/dev/null 2>&1 && "$PY" -m pip --version >/dev/null 2>&1 \
   || die "no $PY with pip; fix: set PYTHON to an interpreter of the site's Python version (with pip)"
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [[ $PLATFORM =~ ^[a-z0-9_,]+$ ]] || die "PLATFORM=$PLATFORM: use wheel platform tags such as manylinux2014_x86_64"
-[[ $EXTRAS =~ ^[a-z,]*$ ]] || die "EXTRAS=$EXTRAS: use a comma list of report,convert,transfer,build,train"
+[[ $EXTRAS =~ ^[a-z,]*$ ]] || die "EXTRAS=$EXTRAS: use a comma list of report,convert,transfer,build,train,study"
 if [ -e "$OUT" ] && [ ! -e "$OUT/$MARK" ]; then
   die "$OUT exists and was not made by this script; fix: move it away or set OUT=another/dir"
 fi

@@ -9,7 +9,7 @@ import pytest
 from tests.packaging.conftest import outside_env, run
 
 OPTIONAL = ("matplotlib", "numpy", "isal", "zlib_ng", "zstandard", "fabric", "paramiko", "invoke",
-            "tensorflow", "keras", "h5py", "mpi4py", "horovod")
+            "tensorflow", "keras", "h5py", "mpi4py", "horovod", "sklearn", "scipy")
 
 
 def kit(args: list[str], blocked: tuple[str, ...], cwd) -> tuple[int, str, str]:
