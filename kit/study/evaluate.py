@@ -67,26 +67,34 @@ def local_commands(run: EvalRun, study_dir: Path, site: Site, launcher: list[str
              "--threads", str(run.threads), "--results", str(files.results), *run.train_args]
     if run.ranks_per_node * run.threads > site.node.cores:
         train.append("--oversubscribe")
-    commands = [train]
-    if run.validate:
-        checkpoints = files.run_dir / "checkpoints"
-        train += ["--checkpoint-dir", str(checkpoints)]
-        commands.append([python, "-m", "gan3d", "validate", "--checkpoint", str(checkpoints),
-                         "--data", validation_data(run.train_args), "--out", str(files.run_dir / "validation"),
-                         "--results", str(files.results)])
-    return commands
+    return with_validation(run, files, python, train)
 
 
-def validation_data(train_args: tuple[str, ...]) -> str:
-    """The showers the physics score compares with: --validation-data, else --data."""
+def with_validation(run: EvalRun, files: RunFiles, python: str, train: list[str]) -> list[list[str]]:
+    """``train``, and for the physics score `gan3d validate` of its last checkpoint after it (one
+    process: validation is not distributed), adding its score to the evaluation's results."""
+    if not run.validate:
+        return [train]
+    checkpoints = files.run_dir / "checkpoints"
+    train = [*train, "--checkpoint-dir", str(checkpoints)]
+    data = validation_data(run.train_args)
+    if data is None:  # generated showers: kept in the evaluation's directory to validate against
+        synthetic = files.run_dir / "synthetic"
+        train += ["--synthetic-dir", str(synthetic)]
+        data = str(synthetic)
+    return [train, [python, "-m", "gan3d", "validate", "--checkpoint", str(checkpoints), "--data", data,
+                    "--out", str(files.run_dir / "validation"), "--results", str(files.results)]]
+
+
+def validation_data(train_args: tuple[str, ...]) -> str | None:
+    """The showers the physics score compares with: --validation-data, else --data (None: --synthetic)."""
     for flag in ("--validation-data", "--data"):
         for i, arg in enumerate(train_args):
             if arg == flag and i + 1 < len(train_args):
                 return train_args[i + 1]
             if arg.startswith(flag + "="):
                 return arg.split("=", 1)[1]
-    raise KitError("objective physics_score: the study's fixed arguments give no --data or --validation-data "
-                   "to validate against; fix: add validation-data to fixed:")
+    return None
 
 
 class EvaluationFailed(KitError):

@@ -31,7 +31,7 @@ from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.slurm.script import SAFE_PATH, RunFiles
 from kit.study import evalproc
 from kit.study.backends import LOST, RUNNING, Outcome, _outcome
-from kit.study.evaluate import EvalRun, eval_dir, validation_data
+from kit.study.evaluate import EvalRun, eval_dir, with_validation
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
 STOP = ".stop"
@@ -51,14 +51,7 @@ def inside_commands(run: EvalRun, study_dir: Path, site: Site, python: str) -> l
         launch = [*words, "-n", str(run.ranks_per_node)]
     train = [*launch, python, "-m", "gan3d", "train", "--site", str(site.path), "--threads", str(run.threads),
              "--results", str(files.results), *run.train_args]
-    commands = [train]
-    if run.validate:
-        checkpoints = files.run_dir / "checkpoints"
-        train += ["--checkpoint-dir", str(checkpoints)]
-        commands.append([python, "-m", "gan3d", "validate", "--checkpoint", str(checkpoints), "--data",
-                         validation_data(run.train_args), "--out", str(files.run_dir / "validation"),
-                         "--results", str(files.results)])
-    return commands
+    return with_validation(run, files, python, train)
 
 
 def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime: str, python: str) -> str:

@@ -71,9 +71,6 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
                        "(validation inside the job is kit scale plan --validate, not yet merged); fix: use "
                        "--pilot N (its evaluations validate in the allocation), a validation loss, "
                        "showers_per_second, or a local site")
-    if t.objective == PHYSICS and not {"data", "validation-data"} & set(spec.fixed):
-        raise KitError(f"{spec_path}: objective physics_score compares generated showers with data showers, "
-                       "and fixed: names none; fix: add validation-data (or data) to fixed:")
     walltime = walltime or (site.scheduler.max_walltime if slurm else None)
     pair = str(pair_file_for(image).absolute()) if image else None
     if pair:

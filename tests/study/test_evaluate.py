@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gan3d.train import build_parser
 from kit.site import load_site
-from kit.study.evaluate import EvaluationFailed, eval_run, read_objective, validation_data
+from kit.study.evaluate import EvaluationFailed, eval_run, local_commands, read_objective, validation_data
 from kit.study.spec import load_study
 from tests.study.conftest import study_yaml
 
@@ -53,6 +53,25 @@ def test_the_layout_defaults_to_one_rank_on_every_core(tmp_path):
     assert (run.ranks_per_node, run.threads) == (1, 2) and run.validate
     assert validation_data(run.train_args) == str(tmp_path / "a.h5")
     assert validation_data(("--data", "a.h5", "--validation-data=b.h5")) == "b.h5"
+
+
+def test_the_physics_score_validates_the_evaluations_own_checkpoint_and_showers(tmp_path):
+    """Generated showers (--synthetic) are kept in the evaluation's directory to validate against."""
+    laptop = load_site("laptop")
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 2, {"lr": {"type": "float", "low": 0.001,
+                      "high": 0.01}}, objective="physics_score", synthetic=64)
+    spec.write_text("\n".join(line for line in spec.read_text().splitlines() if "data:" not in line) + "\n")
+    run = eval_run("e0007", {"lr": 0.002}, load_study(spec), laptop)
+    study = tmp_path / "study"
+    train, validate = local_commands(run, study, laptop, ["mpiexec"], "py")
+    e = (study / "evals" / "e0007").absolute()
+    args = PARSER.parse_args(train[train.index("train") + 1:])
+    assert args.synthetic == 64 and args.synthetic_dir == str(e / "synthetic")
+    assert args.checkpoint_dir == str(e / "checkpoints") and args.results == str(e / "results" / "e0007.json")
+    assert validate[:4] == ["py", "-m", "gan3d", "validate"]
+    v = dict(zip(validate[4::2], validate[5::2]))
+    assert v == {"--checkpoint": str(e / "checkpoints"), "--data": str(e / "synthetic"),
+                 "--out": str(e / "validation"), "--results": args.results}
 
 
 def _results(tmp_path, record):

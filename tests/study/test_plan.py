@@ -55,19 +55,13 @@ def test_what_the_site_cannot_do_is_refused_before_anything_runs(tmp_path):
                          direction="maximize", file="physics.yaml")
     with pytest.raises(KitError, match="objective physics_score through Slurm jobs.*fix: use --pilot N"):
         plan_study(physics, str(slurm), tmp_path / "c")
-    synthetic = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS, objective="physics_score",
-                           file="synthetic.yaml", synthetic=64)
-    text = synthetic.read_text()
-    synthetic.write_text("\n".join(line for line in text.splitlines() if "data:" not in line) + "\n")
-    with pytest.raises(KitError, match="objective physics_score compares .* fix: add validation-data"):
-        plan_study(synthetic, "laptop", tmp_path / "f")
     wide = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, {"ranks-per-node": {
         "type": "choice", "values": [4]}}, file="wide.yaml")
     with pytest.raises(KitError, match=r"4 rank\(s\) per node x 1 thread\(s\) = 4, but a localslurm node has 2"):
         plan_study(wide, str(slurm), tmp_path / "d", walltime="00:10:00")
     with pytest.raises(KitError, match="--walltime 02:00:00: .* allows at most 00:20:00"):
         plan_study(spec, str(slurm), tmp_path / "e", walltime="02:00:00")
-    assert not any((tmp_path / n).exists() for n in "abcdef")
+    assert not any((tmp_path / n).exists() for n in "abcde")
 
 
 def test_commands_on_a_directory_without_a_study_are_one_line(tmp_path, capsys):
