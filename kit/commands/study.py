@@ -23,7 +23,8 @@ def _plan(args: argparse.Namespace) -> int:
         ("Slurm jobs" if header["walltime"] else "this machine")
     say = f"study at {header['site_name']}: objective {header['objective']} ({header['direction']}), " \
           f"strategy {header['strategy']}, {args.parallel} in flight through {how}"
-    Console().print(say, highlight=False)
+    if not quiet():
+        Console().print(say, highlight=False)
     if args.dry_run:
         print(f"dry run: {args.dir} not written")
     else:
