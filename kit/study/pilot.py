@@ -30,7 +30,7 @@ from kit.slurm.jobs import is_active, job_states, sbatch, scancel
 from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.slurm.script import SAFE_PATH, RunFiles
 from kit.study import evalproc
-from kit.study.backends import LOST, RUNNING, Outcome, _outcome
+from kit.study.backends import LOST, RUNNING, Outcome, _outcome, wait_gone
 from kit.study.evaluate import EvalRun, eval_dir, with_validation
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
@@ -148,6 +148,7 @@ class PilotBackend:
         job = self._pilot_job()
         if job:
             scancel([job])
+            wait_gone([job])
         return list(eval_ids) if job else []
 
     def finish(self) -> None:

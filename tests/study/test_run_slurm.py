@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kit.cli import main
+from kit.slurm.jobs import is_active, job_states
 from kit.study import ledger
 from kit.study.run import run_study
 from tests.study.conftest import PNG_MAGIC, in_flight_over_time, study_yaml
@@ -81,6 +82,8 @@ def test_slurm_mbo_killed_then_cancelled_resumes_to_exactly_6(slurm, showers, tm
     led = ledger.read(d)
     cancelled = [e.eval_id for e in led.evaluations.values() if e.state == "cancelled"]
     assert len(cancelled) == 2
+    jobs = [_jobs(d, e)[-1] for e in cancelled]  # gone once cancel returns: none left COMPLETING to re-attach to
+    assert not any(is_active(state) for state in job_states(jobs).values())
     final = run_study(d, poll_seconds=1)
     led = ledger.read(d)
     assert final.done == 6 and len(led.evaluations) == 6
