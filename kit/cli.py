@@ -13,7 +13,7 @@ from kit.verbosity import add_flags, applied
 
 # Each module defines register(subparsers) adding one command group whose leaf
 # parsers set `func(args) -> int`.
-GROUPS = ["site", "mpi", "image", "transfer", "slurm", "scale", "vcluster", "completion"]
+GROUPS = ["site", "mpi", "image", "transfer", "slurm", "scale", "study", "vcluster", "completion"]
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

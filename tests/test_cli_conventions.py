@@ -122,7 +122,7 @@ def test_completion_script_registers_for_kit(bash_completion):
 
 
 @pytest.mark.parametrize("words, offered", [
-    (["kit", ""], ["site", "mpi", "image", "transfer", "slurm", "scale", "vcluster", "completion"]),
+    (["kit", ""], ["site", "mpi", "image", "transfer", "slurm", "scale", "study", "vcluster", "completion"]),
     (["kit", "im"], ["image"]),
     (["kit", "image", ""], ["convert", "build", "inspect"]),
     (["kit", "-q", "image", "co"], ["convert"]),

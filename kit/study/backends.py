@@ -1,0 +1,189 @@
+"""Where evaluations run: on this machine (a `local` site), as Slurm jobs, or inside a pilot job.
+
+Each backend starts an evaluation, says whether it is still running or what became of it, and
+cancels it. All three are safe to call again after the driver was killed: `start` on an evaluation
+already running or done attaches to it instead of running it twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+from kit.readfile import read_tail
+from kit.scale import sweep_jobs
+from kit.scale.plan import Plan, write_plan
+from kit.scale.tune import local_launcher
+from kit.site import Site
+from kit.slurm.jobs import is_active, job_states
+from kit.slurm.ledger import latest_job, read_jobs
+from kit.slurm.script import RunFiles
+from kit.slurm.spec import RunSpec
+from kit.study import evalproc
+from kit.study.evaluate import EvalRun, EvaluationFailed, eval_dir, local_commands, read_objective
+
+LOG_TAIL_LINES = 12
+LOG_TAIL_BYTES = 16 * 1024
+RUNNING = "running"
+LOST = "lost"  # neither running nor ended with an exit status: killed with its node or its driver
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An evaluation that ended: its objective value, or why it has none (with the log's last lines)."""
+
+    objective: float | None
+    result: str | None = None
+    error: str | None = None
+
+
+def log_tail(path: Path) -> str:
+    try:
+        text = read_tail(path, LOG_TAIL_BYTES).decode(errors="replace")
+    except (OSError, KitError):
+        return "(no log)"
+    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:]) or "(empty log)"
+
+
+def _outcome(run_results: Path, objective: str, problem: str | None, log: Path) -> Outcome:
+    if problem is None:
+        try:
+            return Outcome(read_objective(run_results, objective), str(run_results))
+        except EvaluationFailed as exc:
+            problem = str(exc)
+    return Outcome(None, None, f"{problem}; log {log} ends:\n{log_tail(log)}")
+
+
+class LocalBackend:
+    """Each evaluation is `python -m kit.study.evalproc EVALDIR` in a session of its own: it outlives
+    a killed driver, and its lock tells the next driver it still runs."""
+
+    how = "local"
+
+    def __init__(self, study_dir: Path, site: Site, objective: str, python: str = sys.executable):
+        self.study_dir, self.site, self.objective, self.python = study_dir, site, objective, python
+        self.launcher = local_launcher(site)
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, run: EvalRun) -> dict:
+        d = eval_dir(self.study_dir, run.eval_id).absolute()
+        d.mkdir(parents=True, exist_ok=True)
+        if evalproc.is_running(d) or evalproc.exit_status(d) is not None:
+            return {"how": self.how, "attached": True}
+        for sub in ("results",):
+            (d / sub).mkdir(exist_ok=True)
+        commands = local_commands(run, self.study_dir, self.site, self.launcher, self.python)
+        atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
+        with open(d / evalproc.LOG, "ab") as log:
+            proc = subprocess.Popen([self.python, "-m", "kit.study.evalproc", str(d)], stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[run.eval_id] = proc
+        return {"how": self.how, "pid": proc.pid}
+
+    def poll(self, eval_id: str) -> Outcome | str:
+        d = eval_dir(self.study_dir, eval_id).absolute()
+        proc = self.procs.get(eval_id)
+        if proc is not None and proc.poll() is None:
+            return RUNNING
+        if proc is None and evalproc.is_running(d):
+            return RUNNING
+        self.procs.pop(eval_id, None)
+        status = evalproc.exit_status(d)
+        if status is None:
+            return LOST
+        problem = None if status["code"] == 0 else \
+            f"step {status.get('step')} ({'training' if status.get('step') == 0 else 'validation'}) exited {status['code']}"
+        return _outcome(RunFiles(d, d.name).result, self.objective, problem, d / evalproc.LOG)
+
+    def cancel(self, eval_ids: list[str]) -> list[str]:
+        """SIGTERM each running evaluation's process group (its launcher and ranks with it)."""
+        done = []
+        for eval_id in eval_ids:
+            d = eval_dir(self.study_dir, eval_id).absolute()
+            pgid = _holder_group(d)
+            if pgid is not None:
+                os.killpg(pgid, signal.SIGTERM)
+                done.append(eval_id)
+        return done
+
+
+def _holder_group(d: Path) -> int | None:
+    """The process group of the evalproc holding EVALDIR's lock (found through /proc's lock table)."""
+    if not evalproc.is_running(d):
+        return None
+    inode = os.stat(d / evalproc.LOCK).st_ino
+    with open("/proc/locks") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) > 5 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+                try:
+                    return os.getpgid(int(parts[4]))
+                except (ProcessLookupError, ValueError):
+                    return None
+    return None
+
+
+class SlurmBackend:
+    """Each evaluation a one-run `kit scale` sweep in its evaluation directory, submitted and
+    collected with kit scale's own code (one job per run, never a second beside a queued one)."""
+
+    how = "slurm"
+
+    def __init__(self, study_dir: Path, site: Site, objective: str, walltime: str, pair: str | None,
+                 python: str, partition: str | None = None, account: str | None = None):
+        self.study_dir, self.site, self.objective = study_dir, site, objective
+        self.walltime, self.pair, self.python = walltime, pair, python
+        self.partition, self.account = partition, account
+
+    def start(self, run: EvalRun) -> dict:
+        d = eval_dir(self.study_dir, run.eval_id).absolute()
+        spec = RunSpec(run.eval_id, 1, run.ranks_per_node, run.threads, self.walltime, run.train_args,
+                       self.partition, self.account)
+        write_plan(Plan(str(Path(self.site.path).resolve()), self.walltime, [spec], self.pair, self.python,
+                        run.train_args), d)
+        [sub] = sweep_jobs.submit(d)
+        if sub.job:
+            return {"how": self.how, "job": sub.job}
+        if sub.note.startswith("not submitted"):
+            raise EvaluationFailed(f"{run.eval_id}: {sub.note}")
+        return {"how": self.how, "job": latest_job(read_jobs(d), run.eval_id), "attached": True}
+
+    def poll(self, eval_id: str) -> Outcome | str:
+        d = eval_dir(self.study_dir, eval_id).absolute()
+        [status] = sweep_jobs.collect(d)
+        if status.result is not None:
+            return _outcome(status.result, self.objective, None, RunFiles(d, d.name).log(status.job or "0"))
+        if status.active:
+            return RUNNING
+        if status.job is None:
+            return LOST
+        log = RunFiles(d, d.name).log(status.job)
+        return Outcome(None, None, f"job {status.job} ended {status.state} without a result: {status.problem}"
+                       if status.problem else f"job {status.job} ended {status.state} without a result; log {log}")
+
+    def cancel(self, eval_ids: list[str]) -> list[str]:
+        """scancel each evaluation's job and wait until Slurm has let them go: a job still
+        COMPLETING would otherwise pass for running when the study resumes (and not be replaced)."""
+        cancelled = {e: sweep_jobs.cancel(eval_dir(self.study_dir, e).absolute()) for e in eval_ids}
+        wait_gone([job for jobs in cancelled.values() for _, job in jobs])
+        return [e for e, jobs in cancelled.items() if jobs]
+
+
+def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> None:
+    """Until none of ``jobs`` is queued, running or completing; a KitError naming them after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while jobs:
+        states = job_states(jobs)
+        jobs = [j for j in jobs if is_active(states[j])]
+        if jobs and time.monotonic() > deadline:
+            raise KitError(f"jobs {', '.join(jobs)} still {', '.join(states[j] for j in jobs)} {timeout:.0f} s after "
+                           "scancel; fix: check squeue, then kit study cancel again")
+        if jobs:
+            time.sleep(poll)

@@ -1,0 +1,235 @@
+"""DIR/ledger.jsonl: every proposal, submission, result and failure of a study, in order.
+
+Append-only JSON lines, each fsynced before the driver acts on it, so a driver killed at any point
+leaves a ledger from which `kit study run DIR` resumes: what was proposed is not proposed again, a
+finished evaluation is never re-run, an evaluation in flight is re-attached. The state of each
+evaluation is the fold of its lines (`fold`). A half-written last line (the driver died inside a
+write) is ignored and overwritten by the next append; any other line that is not a record the kit
+wrote is refused in one line naming the file, the line and the fix.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.errors import KitError
+from kit.excerpt import shown
+from kit.readfile import read_bytes
+
+NAME = "ledger.jsonl"
+FORMAT = 1
+MAX_BYTES = 64 * 2**20  # a study of 10^4 evaluations with log tails fits many times over
+MAX_LINE = 64 * 1024
+MAX_LINES = 200_000
+MAX_DEPTH = 6  # configs are flat mappings; the header nests the study options one level
+EVAL_RE = re.compile(r"e[0-9]{4,6}")
+KINDS = ("study", "proposed", "submitted", "finished", "failed", "cancelled", "started")
+FIX = "fix: restore the ledger.jsonl kit study wrote (or start a new study with kit study plan)"
+
+
+@dataclass
+class Evaluation:
+    """One evaluation as the ledger tells it."""
+
+    eval_id: str
+    config: dict[str, Any]
+    prediction: dict[str, float] | None = None  # the searcher's guess at proposal time (mbo)
+    submissions: list[dict[str, Any]] = field(default_factory=list)  # {"how", "job"|"pid", ...}
+    state: str = "proposed"  # proposed | submitted | finished | failed | cancelled
+    objective: float | None = None
+    result: str | None = None
+    error: str | None = None
+    line: int = 0  # the ledger line that proposed it
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("finished", "failed")
+
+    @property
+    def in_flight(self) -> bool:
+        return self.state in ("proposed", "submitted")
+
+
+@dataclass
+class Ledger:
+    """The folded ledger: the study header and the evaluations in proposal order."""
+
+    path: Path
+    header: dict[str, Any]
+    evaluations: dict[str, Evaluation]
+    started: list[float]  # when each `kit study run` began
+    end_order: dict[str, int] = field(default_factory=dict)  # eval id -> the line that ended it
+
+    def done(self) -> list[Evaluation]:
+        return [e for e in self.evaluations.values() if e.done]
+
+    def in_flight(self) -> list[Evaluation]:
+        return [e for e in self.evaluations.values() if e.in_flight]
+
+    def next_id(self) -> str:
+        return f"e{len(self.evaluations) + 1:04d}"
+
+
+def create(study_dir: Path, header: dict[str, Any]) -> Path:
+    """A new ledger holding only the study line; refused if one is there (O_EXCL: never overwritten)."""
+    path = study_dir / NAME
+    line = _encode({"event": "study", "format": FORMAT, **header})
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise KitError(f"{path} exists: this directory holds a study already; fix: kit study run "
+                       f"{study_dir} to continue it, or plan into a new directory") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def append(study_dir: Path, event: str, **fields: Any) -> None:
+    """One record, durable before this returns. A torn last line (a killed writer) is cut first."""
+    if event not in KINDS[1:]:
+        raise ValueError(f"unknown ledger event {event!r}")
+    line = _encode({"event": event, "t": round(time.time(), 3), **fields})
+    path = study_dir / NAME
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn line: cut back to the last newline
+            tail = os.pread(fd, min(size, MAX_LINE + 1), max(0, size - MAX_LINE - 1))
+            size -= len(tail) - (tail.rfind(b"\n") + 1)
+            os.ftruncate(fd, size)
+        if size + len(line) > MAX_BYTES:
+            raise KitError(f"{path}: the ledger would pass {MAX_BYTES // 2**20} MiB; fix: start a new study")
+        os.pwrite(fd, line, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(study_dir: Path) -> Ledger:
+    """Parse and fold the ledger, bounded in bytes, lines, line length and nesting."""
+    path = study_dir / NAME
+    try:
+        data = read_bytes(path, "study ledger", MAX_BYTES)
+    except FileNotFoundError:
+        raise KitError(f"{path}: no study here; fix: kit study plan SPEC --site S {study_dir}") from None
+    lines = data.split(b"\n")
+    torn = lines.pop()  # after the last newline: empty, or a record a killed driver did not finish
+    if len(lines) > MAX_LINES:
+        raise KitError(f"{path}: more than {MAX_LINES} lines, more than a study writes; {FIX}")
+    if torn and len(lines) == 0:
+        lines, torn = [torn], b""
+    records = [_decode(path, i + 1, raw) for i, raw in enumerate(lines)]
+    if not records or records[0].get("event") != "study":
+        raise KitError(f"{path}:1: the first line is not the study's header; {FIX}")
+    return fold(path, records)
+
+
+def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
+    """The ledger's state from its records; a record that contradicts the ones before is refused."""
+    header = records[0]
+    if header.get("format") != FORMAT:
+        raise KitError(f"{path}:1: key format is {shown(header.get('format'))}, this kit reads {FORMAT}; {FIX}")
+    evals: dict[str, Evaluation] = {}
+    started: list[float] = []
+    end_order: dict[str, int] = {}
+    for n, rec in enumerate(records[1:], start=2):
+        event = rec.get("event")
+        where = f"{path}:{n}"
+        if event not in KINDS[1:]:
+            raise KitError(f"{where}: key event is {shown(event)}, expected one of {', '.join(KINDS[1:])}; {FIX}")
+        if event == "started":
+            started.append(_number(where, rec, "t"))
+            continue
+        eid = rec.get("eval")
+        if not isinstance(eid, str) or not EVAL_RE.fullmatch(eid):
+            raise KitError(f"{where}: key eval is {shown(eid)}, expected an id like e0001; {FIX}")
+        if event == "proposed":
+            config = rec.get("config")
+            if eid in evals or not isinstance(config, dict) or not all(
+                    isinstance(v, (str, int, float, bool)) and not (isinstance(v, float) and not math.isfinite(v))
+                    for v in config.values()):
+                raise KitError(f"{where}: {eid} proposed twice or its config is not a flat mapping of "
+                               f"numbers, strings and booleans; {FIX}")
+            prediction = rec.get("prediction")
+            evals[eid] = Evaluation(eid, config, prediction if isinstance(prediction, dict) else None, line=n)
+            continue
+        if eid not in evals:
+            raise KitError(f"{where}: {eid} has a {event} record before it was proposed; {FIX}")
+        ev = evals[eid]
+        if ev.done and event != "cancelled":
+            raise KitError(f"{where}: {eid} has a {event} record after it {ev.state}: "
+                           f"no evaluation is counted twice; {FIX}")
+        if event == "submitted":
+            how = rec.get("how")
+            if how not in ("local", "slurm", "pilot"):
+                raise KitError(f"{where}: key how is {shown(how)}, expected local, slurm or pilot; {FIX}")
+            ev.submissions.append({k: rec.get(k) for k in ("how", "job", "pid", "attached", "t")})
+            ev.state = "submitted"
+        elif event == "finished":
+            ev.state, ev.objective, ev.result = "finished", _number(where, rec, "objective"), rec.get("result")
+            end_order[eid] = n
+        elif event == "failed":
+            ev.state, ev.error = "failed", str(rec.get("error"))
+            end_order[eid] = n
+        elif event == "cancelled" and not ev.done:
+            ev.state = "cancelled"
+    return Ledger(path, header, evals, started, end_order)
+
+
+def _number(where: str, rec: dict, key: str) -> float:
+    value = rec.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise KitError(f"{where}: key {key} is {shown(value)}, expected a finite number; {FIX}")
+    return float(value)
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    line = (json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n").encode()
+    if len(line) > MAX_LINE:
+        raise KitError(f"a ledger record of {len(line)} bytes (at most {MAX_LINE}): a config or log tail "
+                       "too large; fix: shorter parameter values")
+    return line
+
+
+def _decode(path: Path, n: int, raw: bytes) -> dict[str, Any]:
+    where = f"{path}:{n}"
+    if len(raw) > MAX_LINE:
+        raise KitError(f"{where}: a line of {len(raw)} bytes (at most {MAX_LINE}); {FIX}")
+    if raw.count(b"{") + raw.count(b"[") > 4 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+        raise KitError(f"{where}: nested deeper than {MAX_DEPTH}; {FIX}")
+    try:
+        record = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise KitError(f"{where}: not a JSON record ({shown(str(exc), 80)}); {FIX}") from None
+    if not isinstance(record, dict):
+        raise KitError(f"{where}: a {type(record).__name__}, not a ledger record; {FIX}")
+    return record
+
+
+def _depth(raw: bytes) -> int:
+    """Bracket nesting, strings skipped: checked before json.loads so a hostile line cannot recurse deep."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x7B, 0x5B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x7D, 0x5D):
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")

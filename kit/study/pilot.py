@@ -1,0 +1,188 @@
+"""Pilot mode: one Slurm job of N nodes runs a study's evaluations back to back (the Swift/T pattern).
+
+Queue waits dominate short evaluations on a busy machine; a pilot pays one. The proposing stays with
+the driver on the login node: for each new config it writes the evaluation's commands to
+DIR/evals/eNNNN/eval.json and an empty entry DIR/queue/eNNNN. Inside the job, `parallel` workers
+(`python -m kit.study.pilot DIR`) each claim an entry by renaming it into DIR/claimed/ (rename is
+atomic: exactly one worker wins), run it with `kit.study.evalproc` (training under srun inside the
+allocation, then validation if the objective needs it; one results file per evaluation), and take
+the next. The driver reads each evaluation's exit.json as for local runs and records it in the same
+ledger. When the budget is spent the driver writes DIR/queue/.stop and the workers end; a pilot
+job that ends early (walltime, node failure) leaves its claimed evaluations without an exit: the
+driver queues them again and submits a new pilot.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from kit.atomic import atomic_write_text
+from kit.errors import KitError
+from kit.excerpt import shown
+from kit.site import Site
+from kit.site.model import SLURM_WORD_RE
+from kit.slurm.jobs import is_active, job_states, sbatch, scancel
+from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
+from kit.slurm.script import SAFE_PATH, RunFiles
+from kit.study import evalproc
+from kit.study.backends import LOST, RUNNING, Outcome, _outcome, wait_gone
+from kit.study.evaluate import EvalRun, eval_dir, with_validation
+
+QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
+STOP = ".stop"
+ENTRY_RE = re.compile(r"e[0-9]{4,6}")
+IDLE_SECONDS = 900.0  # a worker with nothing queued for this long ends (the driver may be gone)
+
+
+def inside_commands(run: EvalRun, study_dir: Path, site: Site, python: str) -> list[list[str]]:
+    """The evaluation's commands as a step of the pilot's allocation: srun gives it its ranks and cores."""
+    files = RunFiles(eval_dir(study_dir, run.eval_id).absolute(), run.eval_id)
+    words = shlex.split(site.host_mpi.launcher)
+    if words[0] == "srun":
+        plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
+        launch = [*words, *plugin, "--nodes=1", f"--ntasks={run.ranks_per_node}",
+                  f"--cpus-per-task={run.threads}", "--exact"]
+    else:
+        launch = [*words, "-n", str(run.ranks_per_node)]
+    train = [*launch, python, "-m", "gan3d", "train", "--site", str(site.path), "--threads", str(run.threads),
+             "--results", str(files.result), *run.train_args]
+    return with_validation(run, files, python, train)
+
+
+def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime: str, python: str) -> str:
+    """The pilot's batch script; every value checked or quoted (#SBATCH lines are read without a shell)."""
+    d = study_dir.absolute()
+    if not SAFE_PATH.fullmatch(str(d)):
+        raise KitError(f"study dir {shown(str(d))}: use an absolute path of letters, digits and ._/+- only "
+                       "(sbatch reads #SBATCH --output without a shell)")
+    directives = []
+    for flag, value, key in (("partition", site.scheduler.partition, "scheduler.partition"),
+                             ("account", site.scheduler.account, "scheduler.account")):
+        if value is None:
+            continue
+        if not SLURM_WORD_RE.fullmatch(value):
+            raise KitError(f"{key} {shown(value)}: not a Slurm name (letters, digits, ._,:+-)")
+        directives.append(f"#SBATCH --{flag}={value}")
+    worker = " ".join(shlex.quote(w) for w in (python, "-m", "kit.study.pilot", str(d)))
+    return "\n".join([
+        "#!/bin/bash",
+        f"# kit study pilot: {workers} worker(s) run the evaluations queued in {d}/queue, back to back.",
+        "#SBATCH --job-name=kit-study-pilot",
+        f"#SBATCH --nodes={int(nodes)}",
+        f"#SBATCH --time={walltime}",
+        f"#SBATCH --output={d}/{PILOT}/pilot-%j.out",
+        "#SBATCH --exclusive",
+        *directives,
+        "set -uo pipefail",
+        'export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"',
+        f"for i in $(seq {int(workers)}); do {worker} & done",
+        "wait", ""])
+
+
+class PilotBackend:
+    """Evaluations queued in DIR for the pilot job's workers; the pilot itself submitted as needed."""
+
+    how = "pilot"
+
+    def __init__(self, study_dir: Path, site: Site, objective: str, walltime: str, nodes: int, workers: int,
+                 python: str):
+        self.study_dir, self.site, self.objective = study_dir, site, objective
+        self.walltime, self.nodes, self.workers, self.python = walltime, nodes, workers, python
+        self.pilot_dir = study_dir / PILOT
+        for sub in (QUEUE, CLAIMED, PILOT):
+            (study_dir / sub).mkdir(exist_ok=True)
+
+    def _pilot_job(self) -> str | None:
+        """The pilot job now queued or running, if any."""
+        job = latest_job(read_jobs(self.pilot_dir), PILOT)
+        return job if job and is_active(job_states([job])[job]) else None
+
+    def _ensure_pilot(self) -> str:
+        with locked(self.pilot_dir):
+            job = self._pilot_job()
+            if job:
+                return job
+            (self.study_dir / QUEUE / STOP).unlink(missing_ok=True)
+            script = self.pilot_dir / "pilot.sbatch"
+            atomic_write_text(script, render_pilot(self.site, self.study_dir, self.nodes, self.workers,
+                                                   self.walltime, self.python), perm=0o755)
+            job = sbatch(script)
+            record_job(self.pilot_dir, PILOT, job)
+            return job
+
+    def start(self, run: EvalRun) -> dict:
+        d = eval_dir(self.study_dir, run.eval_id).absolute()
+        d.mkdir(parents=True, exist_ok=True)
+        if not (evalproc.is_running(d) or evalproc.exit_status(d) is not None):
+            for sub in ("results",):
+                (d / sub).mkdir(exist_ok=True)
+            commands = inside_commands(run, self.study_dir, self.site, self.python)
+            atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
+            (self.study_dir / CLAIMED / run.eval_id).unlink(missing_ok=True)
+            atomic_write_text(self.study_dir / QUEUE / run.eval_id, "")
+        return {"how": self.how, "job": self._ensure_pilot()}
+
+    def poll(self, eval_id: str) -> Outcome | str:
+        d = eval_dir(self.study_dir, eval_id).absolute()
+        if evalproc.is_running(d):
+            return RUNNING
+        status = evalproc.exit_status(d)
+        if status is None:
+            if (self.study_dir / QUEUE / eval_id).exists():
+                self._ensure_pilot()  # queued: a pilot must be there to take it
+                return RUNNING
+            if (self.study_dir / CLAIMED / eval_id).exists() and self._pilot_job():
+                return RUNNING  # claimed by a worker of a live pilot: its lock is about to be taken
+            return LOST
+        problem = None if status["code"] == 0 else f"step {status.get('step')} exited {status['code']}"
+        return _outcome(RunFiles(d, eval_id).result, self.objective, problem, d / evalproc.LOG)
+
+    def cancel(self, eval_ids: list[str]) -> list[str]:
+        for eid in eval_ids:
+            (self.study_dir / QUEUE / eid).unlink(missing_ok=True)
+        job = self._pilot_job()
+        if job:
+            scancel([job])
+            wait_gone([job])
+        return list(eval_ids) if job else []
+
+    def finish(self) -> None:
+        """Nothing more will be queued: the workers end when the queue is empty."""
+        atomic_write_text(self.study_dir / QUEUE / STOP, "")
+
+
+def claim(study_dir: Path) -> str | None:
+    """Take the first queued evaluation (atomic rename: one worker wins each); None if none is queued."""
+    queue = study_dir / QUEUE
+    for name in sorted(os.listdir(queue)):
+        if not ENTRY_RE.fullmatch(name):
+            continue
+        try:
+            os.rename(queue / name, study_dir / CLAIMED / name)
+        except FileNotFoundError:  # another worker was first
+            continue
+        return name
+    return None
+
+
+def worker(study_dir: Path, idle_seconds: float = IDLE_SECONDS) -> int:
+    """Run queued evaluations until the driver says stop (and the queue is empty) or none comes for a while."""
+    idle_since = time.monotonic()
+    while True:
+        name = claim(study_dir)
+        if name is not None:
+            evalproc.run(eval_dir(study_dir, name).absolute())
+            idle_since = time.monotonic()
+            continue
+        if (study_dir / QUEUE / STOP).exists() or time.monotonic() - idle_since > idle_seconds:
+            return 0
+        time.sleep(1.0)
+
+
+if __name__ == "__main__":
+    sys.exit(worker(Path(sys.argv[1])))

@@ -1,0 +1,137 @@
+"""`kit study plan`: everything checked before anything runs; DIR written only when new or empty."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kit.cli import main
+from kit.errors import KitError
+from kit.study import ledger
+from kit.study.studydir import SPEC_NAME, plan_study
+from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.study.conftest import study_yaml
+
+PARAMS = {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
+
+
+def test_plan_copies_the_spec_and_starts_an_empty_ledger(tmp_path):
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--dry-run"]) == 0
+    assert not d.exists()
+    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "3"]) == 0
+    assert (d / SPEC_NAME).read_bytes() == spec.read_bytes()
+    led = ledger.read(d)
+    assert not led.evaluations and led.header["parallel"] == 3 and led.header["site_name"] == "laptop"
+    assert led.header["objective"] == "validation.g_loss" and led.header["direction"] == "minimize"
+
+
+def test_plan_never_writes_into_a_directory_it_did_not_make(tmp_path, capsys):
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    assert main(["study", "plan", str(spec), str(mine), "--site", "laptop"]) == 1
+    err = capsys.readouterr().err
+    assert "holds notes.txt, which kit study did not make" in err and err.count("\n") == 1
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    before = (d / ledger.NAME).read_bytes()
+    with pytest.raises(KitError, match="a study is planned there already; fix: kit study run"):
+        plan_study(spec, "laptop", d)
+    assert (d / ledger.NAME).read_bytes() == before
+
+
+def test_what_the_site_cannot_do_is_refused_before_anything_runs(tmp_path):
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    with pytest.raises(KitError, match="--pilot 1: site laptop has no Slurm"):
+        plan_study(spec, "laptop", tmp_path / "a", pilot=1)
+    slurm = write_site(tmp_path, slurm_site_dict())
+    with pytest.raises(KitError, match="--pilot 2: site localslurm allows 1..1 nodes"):
+        plan_study(spec, str(slurm), tmp_path / "b", pilot=2)
+    physics = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS, objective="physics_score",
+                         direction="maximize", file="physics.yaml")
+    with pytest.raises(KitError, match="objective physics_score through Slurm jobs.*fix: use --pilot N"):
+        plan_study(physics, str(slurm), tmp_path / "c")
+    wide = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, {"ranks-per-node": {
+        "type": "choice", "values": [4]}}, file="wide.yaml")
+    with pytest.raises(KitError, match=r"4 rank\(s\) per node x 1 thread\(s\) = 4, but a localslurm node has 2"):
+        plan_study(wide, str(slurm), tmp_path / "d", walltime="00:10:00")
+    with pytest.raises(KitError, match="--walltime 02:00:00: .* allows at most 00:20:00"):
+        plan_study(spec, str(slurm), tmp_path / "e", walltime="02:00:00")
+    assert not any((tmp_path / n).exists() for n in "abcde")
+
+
+def test_commands_on_a_directory_without_a_study_are_one_line(tmp_path, capsys):
+    for argv in (["run", str(tmp_path)], ["status", str(tmp_path)], ["report", str(tmp_path)],
+                 ["cancel", str(tmp_path)]):
+        assert main(["study", *argv]) == 1
+        err = capsys.readouterr().err
+        assert "no study here; fix: kit study plan" in err and err.count("\n") == 1, argv
+
+
+def test_status_json_of_a_planned_study(tmp_path, capsys):
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
+    ledger.append(d, "finished", eval="e0001", objective=5.0)
+    ledger.append(d, "proposed", eval="e0002", config={"lr": 0.002})
+    ledger.append(d, "finished", eval="e0002", objective=3.0)
+    capsys.readouterr()
+    assert main(["study", "status", str(d), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "kit-study-status/1" and doc["best"] == {"eval": "e0002", "objective": 3.0}
+    assert [e["state"] for e in doc["evaluations"]] == ["finished", "finished"] and doc["done"] == 2
+
+
+def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(tmp_path, capsys):
+    """The evaluation here runs `sleep` under kit.study.evalproc (a training would only be slower):
+    cancel finds the lock holder through /proc/locks and ends its process group, children included."""
+    import subprocess
+    import sys
+    import time
+
+    from kit.study import evalproc
+
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
+    e = d / "evals" / "e0001"
+    e.mkdir(parents=True)
+    (e / evalproc.PLAN).write_text(json.dumps({"commands": [["sh", "-c", "sleep 300 & wait"]]}))
+    proc = subprocess.Popen([sys.executable, "-m", "kit.study.evalproc", str(e)], start_new_session=True)
+    ledger.append(d, "submitted", eval="e0001", how="local", pid=proc.pid)
+    deadline = time.monotonic() + 60
+    while not evalproc.is_running(e) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert evalproc.is_running(e)
+    assert main(["study", "cancel", str(d), "--dry-run"]) == 0
+    assert "would cancel e0001" in capsys.readouterr().out and ledger.read(d).evaluations["e0001"].state == "submitted"
+    assert main(["study", "cancel", str(d)]) == 0
+    assert proc.wait(timeout=60) != 0 and not evalproc.is_running(e)
+    deadline = time.monotonic() + 60  # the group's processes end (and are reaped) a moment after the signal
+    while (left := subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True)).returncode == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left.returncode == 1, left.stdout  # no process of its session is left (the sleep included)
+    assert ledger.read(d).evaluations["e0001"].state == "cancelled" and evalproc.exit_status(e) is None
+
+
+@pytest.mark.parametrize("config", [{"lr": 0.5}, {"lr": 0.001, "results": "/etc/passwd"}, {}, {"lr": "0.001"}])
+def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(tmp_path, capsys, config):
+    """A config edited into the ledger would become gan3d train arguments: refused before any command."""
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
+    ledger.append(d, "proposed", eval="e0002", config=config)
+    for argv in (["status", str(d)], ["report", str(d)], ["run", str(d)]):
+        assert main(["study", *argv]) == 1
+        err = capsys.readouterr().err
+        assert f"ledger.jsonl:3: e0002's config is not a point of the study's space" in err, err
+        assert err.count("\n") == 1
+    assert not (d / "evals").exists() and not (d / "report").exists()
