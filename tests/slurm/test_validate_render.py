@@ -11,7 +11,7 @@ import pytest
 from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import convert_paired
-from kit.mpi.pair_file import read_pair_file
+from kit.mpi.pair_reader import read_pair_file
 from kit.scale.plan import load_plan, make_plan, write_plan
 from kit.site import load_site
 from kit.slurm import RunFiles, check_run, render
@@ -41,7 +41,7 @@ def test_the_plan_records_validate_and_each_script_validates_its_own_checkpoint(
         assert train[train.index("--checkpoint-dir") + 1] == str(run.checkpoints)
         assert check[check.index("validate") + 1:] == [
             "--checkpoint", str(run.checkpoints), "--data", str(files[2]), "--out", str(run.physics_dir),
-            "--results", str(run.results), "--xscale", "2"]  # --validation-data first; the training's xscale
+            "--results", str(run.result), "--xscale", "2"]  # --validation-data first; the training's xscale
         assert "export NRANKS=1 RANKS_PER_NODE=1 SLURM_NTASKS=1" in script  # one rank, one node
         assert f'VALIDATE_LOG={sweep.absolute()}/logs/{spec.run_id}-"${{SLURM_JOB_ID}}".validate.out' in script
         assert script.index(" gan3d train ") < script.index(" gan3d validate ")
