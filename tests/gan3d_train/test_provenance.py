@@ -204,3 +204,22 @@ def test_a_bad_heartbeat_option_is_one_line(data, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "gan3d train: error: --heartbeat-seconds 0: must be a number of seconds above 0"]
+
+
+def test_a_diverged_runs_record_names_its_start_end_command_and_commit():
+    """The failure record (tests/gan3d_train/test_train_guards.py makes one for real) carries the
+    same provenance as a finished run's, so a failed job is as traceable as a good one."""
+    import sys
+
+    from gan3d.runtime import RankLayout
+    from gan3d.train import LossDiverged, build_parser
+
+    args = build_parser().parse_args(["--synthetic", "64", "--preset", "tiny"])
+    layout = RankLayout(0, 2, 0, 2, "h", 1, 2, "MPICH", "MPICH")
+    started = results.RunClock.start()
+    code = {"git_commit": "c" * 40, "git_commit_basis": "git checkout at /src"}
+    record = results.failure_record(args, layout, LossDiverged("losses became NaN", 2, 1), [], None, started, code)
+    assert record["status"] == "failed" and "showers_per_second" not in record
+    assert _utc(record["started_utc"]) <= _utc(record["ended_utc"]) and record["started_utc"] == started.utc
+    assert record["command_line"] == sys.orig_argv
+    assert (record["git_commit"], record["git_commit_basis"]) == (code["git_commit"], code["git_commit_basis"])
