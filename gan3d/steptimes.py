@@ -56,7 +56,7 @@ class StepTimes:
 
 def nearest_rank(ordered: list[float], percent: int) -> float | None:
     """The smallest recorded value with at least `percent`% of the values at or below it
-    (integer arithmetic: 0.9 x 10 in floats is 9.000000000000002 and would pick the 10th)."""
+    (integer arithmetic: in floats 7 / 100 x 100 is 7.000000000000001 and would pick the 8th)."""
     if not ordered:
         return None
     return ordered[max(0, -(-percent * len(ordered) // 100) - 1)]

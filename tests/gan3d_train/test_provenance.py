@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gan3d import results
@@ -223,3 +223,12 @@ def test_a_diverged_runs_record_names_its_start_end_command_and_commit():
     assert _utc(record["started_utc"]) <= _utc(record["ended_utc"]) and record["started_utc"] == started.utc
     assert record["command_line"] == sys.orig_argv
     assert (record["git_commit"], record["git_commit_basis"]) == (code["git_commit"], code["git_commit_basis"])
+
+
+@given(st.lists(st.floats(0, 1e3), min_size=1, max_size=400), st.integers(1, 100))
+@example([float(i) for i in range(100)], 7)  # floats: 7 / 100 x 100 = 7.000000000000001 -> the 8th
+def test_nearest_rank_holds_for_any_whole_percent(values, percent):
+    from gan3d.steptimes import nearest_rank
+
+    v, n = nearest_rank(sorted(values), percent), len(values)
+    assert sum(x <= v for x in values) * 100 >= percent * n > sum(x < v for x in values) * 100
