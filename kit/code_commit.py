@@ -19,6 +19,7 @@ from kit.excerpt import one_line
 from kit.readfile import read_json
 
 RECORD = "build_commit.json"  # inside the kit package of a staged build context, and so of its wheel
+FORMAT = "kit-build-commit/1"
 GIT_TIMEOUT_S = 10  # a hung network filesystem must not hold a run
 
 
@@ -64,9 +65,9 @@ def source_commit(package_dir: Path | None = None) -> dict:
         return {"git_commit": None, "git_commit_basis": f"unknown: {basis}, and no commit recorded at build time"}
     try:
         found = read_json(record, "build commit record", "fix: rebuild the image with `kit image build`", 4096)
-        if not (isinstance(found, dict) and isinstance(found.get("git_commit"), str)
+        if not (isinstance(found, dict) and found.get("format") == FORMAT and isinstance(found.get("git_commit"), str)
                 and isinstance(found.get("git_commit_basis"), str)):
-            raise KitError(f"{record}: not a build commit record")
+            raise KitError(f"{record}: not a build commit record (format {FORMAT!r})")
     except KitError as exc:
         return {"git_commit": None, "git_commit_basis": f"unknown: {one_line(str(exc), 200)}"}
     return {"git_commit": found["git_commit"],
@@ -80,5 +81,6 @@ def record_commit(staged_package: Path, source_package: Path | None = None) -> d
     commit, basis = from_checkout(source_package or _installed())
     if commit:
         atomic_write_text(staged_package / RECORD,
-                          json.dumps({"git_commit": commit, "git_commit_basis": basis}, indent=2) + "\n")
+                          json.dumps({"format": FORMAT, "git_commit": commit, "git_commit_basis": basis},
+                                     indent=2) + "\n")
     return {"git_commit": commit, "git_commit_basis": basis}

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from kit.code_commit import RECORD, source_commit
 from tests.helpers import require
 from tests.packaging.conftest import REPO, outside_env, run
@@ -46,11 +48,14 @@ def test_a_checkout_names_its_head_and_uncommitted_changes(tmp_path):
     assert source_commit(package)["git_commit_basis"] == f"git checkout at {tmp_path} with uncommitted changes"
 
 
-def test_a_damaged_record_is_unknown_not_fatal(tmp_path):
+@pytest.mark.parametrize("text", ['{"git_commit": 7}', '{"git_commit": "c", "git_commit_basis": "b"}',
+                                  '{"format": "kit-build-commit/1", "git_commit": 7, "git_commit_basis": "b"}',
+                                  '{"format": "kit-build-commit/1",'])
+def test_a_damaged_record_is_unknown_not_fatal(tmp_path, text):
     package = _package(tmp_path)
-    (package / RECORD).write_text('{"git_commit": 7}')
+    (package / RECORD).write_text(text)
     found = source_commit(package)
-    assert found["git_commit"] is None and "not a build commit record" in found["git_commit_basis"]
+    assert found["git_commit"] is None and found["git_commit_basis"].startswith(f"unknown: {package / RECORD}")
 
 
 def test_an_image_built_from_this_checkout_names_its_commit(tmp_path):
@@ -69,7 +74,7 @@ def test_an_image_built_from_this_checkout_names_its_commit(tmp_path):
     [wheel] = wheels.glob("secure_site_kit-*.whl")
     with zipfile.ZipFile(wheel) as whl:
         recorded = json.loads(whl.read(f"kit/{RECORD}"))
-    assert recorded["git_commit"] == head.stdout.strip()
+    assert recorded["format"] == "kit-build-commit/1" and recorded["git_commit"] == head.stdout.strip()
     assert recorded["git_commit_basis"].startswith(f"git checkout at {REPO}")
     done = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
                 str(wheel)], env=outside_env())
