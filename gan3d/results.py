@@ -31,6 +31,17 @@ Conventions, so that a report can compare runs:
   "bf16" (bfloat16 on the CPU's bf16 unit, `bf16_unit` "amx" or "avx512_bf16") or
   "bf16-emulated" (bf16 numerics on a CPU without one: no bf16 peak applies). The FLOP per
   step are the same in every precision; `allreduce_dtype` is the gradients' type on the wire.
+- Provenance (since gan3d-run/2): `started_utc`, `ended_utc` (ISO 8601, UTC) of rank 0's
+  run, `command_line` (the process's argv as Python received it, a list; the launcher's own words
+  are not part of it), `kit_version` (the installed distribution), `git_commit` with
+  `git_commit_basis` (`kit.code_commit`: a git checkout's HEAD, else the commit `kit image build`
+  recorded in the package, else null and why), `image_digest` (the
+  `KIT_IMAGE_DIGEST` a kit batch script exports for a container launch; null for a bare run),
+  `hostname_per_rank`.
+- `step_times` (since gan3d-run/2): rank 0's step wall times, every step of this run counted
+  (the first, tracing one, included): count, mean, min, p50/p90/p99 (nearest rank), max, and the
+  slowest steps with their epoch and step (from 1); its size is bounded whatever the run length
+  (`gan3d.steptimes`).
 - `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
@@ -42,12 +53,22 @@ import json
 import os
 import platform
 import resource
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kit import __version__ as kit_version
 from kit.atomic import atomic_write_text
 
-SCHEMA = "gan3d-run/1"
+if TYPE_CHECKING:  # the trainer's phase records, for types only: kit reads this module without the trainer
+    from gan3d.train import Data, Host, Model, Progress
+
+SCHEMA = "gan3d-run/2"
+# The record grows by additions only: a reader takes every version listed (missing fields are unknown).
+READABLE_SCHEMAS = ("gan3d-run/1", SCHEMA)
 VERSIONED = {"tensorflow": "tensorflow", "keras": "keras", "horovod": "horovod", "numpy": "numpy",
              "h5py": "h5py", "mpi4py": "mpi4py", "itex": "intel_extension_for_tensorflow"}
 
@@ -172,3 +193,105 @@ def write_results(path: str | os.PathLike, record: dict) -> Path:
     text = json.dumps({"schema": SCHEMA, "kit_version": kit_version, **record}, indent=2, allow_nan=False) + "\n"
     atomic_write_text(path, text)
     return path
+
+
+def utc_now() -> str:
+    """ISO 8601 with an explicit UTC offset, e.g. 2026-11-24T10:07:33.123+00:00."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def command_line() -> list[str]:
+    """The process's command line as Python received it (interpreter, options, script or -m, arguments)."""
+    return list(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """When the run started: UTC for the record, the epoch clock for its wall seconds."""
+
+    utc: str
+    seconds: float
+
+    @classmethod
+    def start(cls) -> "RunClock":
+        return cls(utc_now(), time.time())
+
+
+def provenance(started: RunClock, code: dict) -> dict:
+    """Start and end (UTC), the command line and the code's commit (`code`: kit.code_commit.source_commit())."""
+    return {"started_utc": started.utc, "ended_utc": utc_now(), "command_line": command_line(),
+            "git_commit": code.get("git_commit"), "git_commit_basis": code.get("git_commit_basis")}
+
+
+def failure_record(args, layout, exc, history: list, checkpoints, started: RunClock, code: dict) -> dict:
+    """The record of a diverged run: says it failed and why; no throughput, no NaN."""
+    last = checkpoints.latest() if checkpoints else None
+    return {
+        "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
+        "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
+        "precision": args.precision, "learning_rate": {"per_rank": args.lr}, "xscale": args.xscale,
+        "losses": history,  # the completed epochs, all finite
+        "checkpoint": str(last) if last else None,
+        **provenance(started, code),
+    }
+
+
+def run_record(args, layout, host: "Host", data: "Data", model: "Model", run: "Progress", per_rank: list[dict], *,
+               started: RunClock, code: dict, in_force: dict, peaks_measured: dict[str, float],
+               peak_precision: str, start_epoch: int, checkpoint: Path | None) -> dict:
+    """A finished run's record (rank 0), from the trainer's phases and every rank's gathered facts."""
+    from gan3d.cpu import describe
+    from gan3d.flops import step_flops
+    from gan3d.peak import site_peaks
+
+    site, times = host.site, run.times
+    flops = step_flops(args.preset, args.batch_size)
+    perf = throughput({k: float(v) for k, v in flops.items()}, args.batch_size, layout.size, times.steps, times.seconds)
+    perf |= peak_fields(perf["flop_per_second"], peak_precision, layout.nodes, site_peaks(site) if site else None,
+                        peaks_measured,
+                        f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
+                        f"loop run by all at once ({args.measure_peak or 0:g} s each)")
+    usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
+    train_files, val_files = data.train_files, data.val_files
+    return {
+        "status": "ok",
+        "site": site.name if site else None,
+        "image_digest": image_digest(), "container": container_runtime(),
+        "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
+        "software": software_versions(itex_loaded=host.itex_installed),
+        "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
+        "mpi_library_version": layout.mpi_library_version,
+        "mpi_library_version_full": layout.mpi_library_version_full,
+        "nodes": layout.nodes, "ranks": layout.size, "ranks_per_node": layout.ranks_per_node,
+        "threads_per_rank": in_force["intra_op_threads"], "inter_op_threads": in_force["inter_op_threads"],
+        "thread_env": in_force["env"], "oversubscribed": layout.ranks_per_node * host.threads > host.cores,
+        "cores_per_node": host.cores, "itex": {"requested": args.itex == "on", "installed": host.itex_installed},
+        "deterministic": args.deterministic,
+        "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
+        # the FLOP per step are the same in every precision; the peak to divide by is not
+        "precision": args.precision, "bf16_unit": host.bf16_unit, "allreduce_dtype": args.allreduce_dtype,
+        "learning_rate": {"per_rank": args.lr, "scaled": model.step.config.learning_rate,
+                          "warmup_epochs": args.warmup_epochs},
+        "loss_weights": list(model.loss_weights), "xscale": args.xscale,
+        "data_files": {"train": len(train_files.paths), "validation": len(val_files.paths)},
+        "held_out": data.held_out,
+        "skip_bad_events": args.skip_bad_events, "bad_events_skipped": data.skipped,
+        "train_events": train_files.num_events, "validation_events": val_files.num_events,
+        "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
+        "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": data.steps,
+        "full_epoch_steps": data.stream.batches_per_epoch, "validation_steps": data.val_steps,
+        "validation_times": run.val_times, "checkpoint_times": run.ckpt_times, "first_step_seconds": times.first,
+        **epochs(run.epoch_times, run.wall_times, times.steps, times.seconds, data.stream.batches_per_epoch,
+                 run.step_sums),
+        "step_times": times.summary(),
+        **perf,
+        "losses": run.history,
+        **memory([r["peak_rss_bytes"] for r in per_rank], [r["available"] for r in per_rank], usable),
+        "weights_sha256_initial": model.initial_digest,
+        "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
+        "hostnames": sorted({r["hostname"] for r in per_rank}),
+        "hostname_per_rank": [r["hostname"] for r in per_rank],  # rank order: which node ran which rank
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "wall_seconds": time.time() - started.seconds,
+        **provenance(started, code),
+    }

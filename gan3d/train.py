@@ -1,10 +1,13 @@
 """`python -m gan3d train`: Horovod data-parallel 3DGAN training in hybrid MPI/OpenMP.
 
 Launch one process per rank with the MPI's own launcher (`mpiexec -n R ...` or `srun`); each rank
-uses `--threads` compute threads. Order of start-up matters and is kept here: MPI layout (mpi4py)
--> thread checks and environment -> TensorFlow -> Horovod -> data -> models -> broadcast of the
-initial (or resumed) state from rank 0 -> epochs. Rank 0 checkpoints every epoch and writes the
-results JSON (see gan3d.results for its conventions).
+uses `--threads` compute threads. Order of start-up matters, and `_run` calls one function per
+phase in that order, like Horovod's Keras examples (each distributed change is marked
+"# Horovod: ..."): MPI layout (mpi4py) -> thread checks and environment -> data, checked before
+TensorFlow starts -> TensorFlow and Horovod -> models -> broadcast of the initial (or resumed)
+state from rank 0 -> epochs -> every rank's facts gathered. Rank 0 checkpoints every epoch,
+prints a heartbeat every --heartbeat-steps steps or --heartbeat-seconds seconds (whichever comes
+first) and writes the results JSON (built in gan3d.results, beside its conventions).
 
 A run whose losses or weights become NaN/Inf stops at once with LossDiverged (exit 1): that
 state is never checkpointed, and the results JSON, when asked for, is written with
@@ -24,14 +27,17 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from gan3d import runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
+from gan3d.heartbeat import Heartbeat
 from gan3d.runtime import RankLayout, SettingsError
+from gan3d.steptimes import StepTimes
 from kit.atomic import remove_tree
 from kit.errors import KitError
 
@@ -85,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--deterministic", action="store_true",
                     help="TensorFlow op determinism: bit-identical reruns and resumes (slower)")
     ap.add_argument("--results", help="results JSON written by rank 0")
+    ap.add_argument("--heartbeat-steps", type=int, metavar="N",
+                    help="rank 0 prints a progress line every N steps (and every --heartbeat-seconds)")
+    ap.add_argument("--heartbeat-seconds", type=float, default=60.0, metavar="T",
+                    help="rank 0 prints a progress line when a step ends T seconds or more after the last "
+                         "line (default 60; whichever of N steps and T seconds comes first)")
     ap.add_argument("--checkpoint-dir", help="rank 0 writes a checkpoint here after every epoch")
     ap.add_argument("--keep-checkpoints", type=int, default=2)
     ap.add_argument("--resume", action="store_true", help="continue after the last checkpoint in --checkpoint-dir")
@@ -106,9 +117,11 @@ def _loss_weights(text: str) -> tuple[float, float, float]:
 def _check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
                         ("--steps-per-epoch", args.steps_per_epoch), ("--validation-steps", args.validation_steps),
-                        ("--synthetic", args.synthetic)):
+                        ("--synthetic", args.synthetic), ("--heartbeat-steps", args.heartbeat_steps)):
         if value is not None and value < 1:
             raise SettingsError(f"{flag} {value}: must be at least 1")
+    if not (math.isfinite(args.heartbeat_seconds) and args.heartbeat_seconds > 0):
+        raise SettingsError(f"--heartbeat-seconds {args.heartbeat_seconds:g}: must be a number of seconds above 0")
     if args.resume and not args.checkpoint_dir:
         raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
     if not 0.0 < args.test_fraction < 1.0:
@@ -122,6 +135,7 @@ class LossDiverged(KitError):
     def __init__(self, message: str, epoch: int, step: int | None):
         super().__init__(message)
         self.epoch, self.step = epoch, step
+        self.history: list[dict] = []  # the epochs completed before, all finite (the epoch loop fills it in)
 
 
 def check_losses(losses: dict[str, float], epoch: int, step: int | None, lr: float, args) -> None:
@@ -214,6 +228,7 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
                 atexit.register(remove_tree, temp)  # ours; also when the run ends in an error
             files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
             write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+        # Horovod (not started yet, so mpi4py): rank 0 simulated the showers; every rank reads them.
         target = MPI.COMM_WORLD.bcast(target, root=0)
         paths = expand_data_arg(str(target))
     else:
@@ -261,25 +276,10 @@ def _average_statistics(models, hvd) -> None:
             var.assign(mean)
 
 
-@dataclass
-class StepTimes:
-    """Step wall times; the first step (graph tracing, oneDNN primitive creation) is kept apart."""
-    first: float | None = None
-    steps: int = 0
-    seconds: float = 0.0
-    every_step: float = 0.0  # the first included: an epoch's share is compared with its wall clock
-
-    def add(self, seconds: float) -> None:
-        self.every_step += seconds
-        if self.first is None:
-            self.first = seconds
-        else:
-            self.steps, self.seconds = self.steps + 1, self.seconds + seconds
-
-
-def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, args) -> tuple[dict, int, float]:
+def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, args,
+                 beat: Heartbeat | None) -> tuple[dict, int, float]:
     """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first).
-    Stops at the first step whose losses are not finite (LossDiverged)."""
+    Stops at the first step whose losses are not finite (LossDiverged). `beat`: rank 0's heartbeat."""
     sums: dict[str, float] = {}
     done, lr_first = 0, step.learning_rate
     for images, ep, cellsum in itertools.islice(stream.epoch(epoch), steps):  # reads no batch more
@@ -289,26 +289,14 @@ def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, 
             lr_first = step.learning_rate
         ts = time.perf_counter()
         losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
-        times.add(time.perf_counter() - ts)
+        times.add(time.perf_counter() - ts, epoch + 1, done + 1)
         check_losses(losses, epoch + 1, done + 1, step.learning_rate, args)
         for k, v in losses.items():
             sums[k] = sums.get(k, 0.0) + v
         done += 1
+        if beat:
+            beat.step_done(done)
     return sums, done, lr_first
-
-
-def _write_failure(args, layout: RankLayout, exc: LossDiverged, history: list, checkpoints) -> None:
-    """The results JSON of a diverged run: says it failed and why; no throughput, no NaN."""
-    from gan3d import results as res
-
-    last = checkpoints.latest() if checkpoints else None
-    res.write_results(args.results, {
-        "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
-        "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
-        "precision": args.precision, "learning_rate": {"per_rank": args.lr}, "xscale": args.xscale,
-        "losses": history,  # the completed epochs, all finite
-        "checkpoint": str(last) if last else None,
-    })
 
 
 def _validation_sums(step, stream, steps: int, rank: int) -> tuple[dict, int]:
@@ -322,11 +310,66 @@ def _validation_sums(step, stream, steps: int, rank: int) -> tuple[dict, int]:
     return sums, done
 
 
-def _run(args: argparse.Namespace, layout: RankLayout) -> int:
-    t_start = time.time()
+
+@dataclass
+class Host:
+    """Where this rank runs and how it is threaded: decided before TensorFlow loads (pools are sized then)."""
+
+    site: Any  # kit.site.Site, or None without --site
+    cores: int  # of one node, to size threads against
+    threads: int
+    settings: runtime.ThreadSettings
+    bf16_unit: str | None
+    itex_installed: bool
+    warnings: list[str]
+
+
+@dataclass
+class Data:
+    """The opened train/validation split and this rank's streams over it."""
+
+    train_files: Any
+    val_files: Any
+    held_out: dict
+    skipped: dict[str, int]
+    stream: Any
+    val_stream: Any
+    steps: int  # optimizer steps per epoch
+    val_steps: int
+    temp_dir: str | None  # --synthetic without --synthetic-dir: rank 0 removes it at the end
+
+
+@dataclass
+class Model:
+    """The generator, discriminator and their training step, with what a checkpoint holds."""
+
+    gen: Any
+    disc: Any
+    step: Any  # gan3d.step.TrainStep
+    state: Any  # tf.train.Checkpoint of models, optimizers and counters
+    loss_weights: tuple[float, float, float]
+    initial_digest: str
+
+
+@dataclass
+class Progress:
+    """What the epoch loop measured: the results' epoch, loss and step-time fields."""
+
+    times: StepTimes = field(default_factory=StepTimes)
+    history: list[dict] = field(default_factory=list)
+    epoch_times: list[float] = field(default_factory=list)  # the train loop, before the closing all-reduces
+    wall_times: list[float] = field(default_factory=list)  # the paper's epoch clock
+    step_sums: list[float] = field(default_factory=list)  # each epoch's steps alone, beside its wall clock
+    val_times: list[float] = field(default_factory=list)
+    ckpt_times: list[float] = field(default_factory=list)
+    available: list[int | None] = field(default_factory=list)  # the node's MemAvailable at epoch ends
+
+
+def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
+    """Threads per rank checked against the node and exported, before TensorFlow starts."""
     site, cores, where = _site_and_cores(args)
     threads = args.threads or runtime.default_threads(layout.local_size, cores)
-    from gan3d.precision import check_supported, model_precision
+    from gan3d.precision import check_supported
 
     bf16_unit = check_supported(args.precision)  # from the CPU flags, before any slow work
     runtime.check_capacity(layout.ranks_per_node, threads, args.inter_op_threads, cores, where,
@@ -341,10 +384,14 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     if args.itex == "off" and itex_installed:
         warnings.append("--itex off, but TensorFlow loads an installed ITEX plugin by itself; "
                         "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow")
-    train_paths, val_paths, temp_dir = _data_files(args, layout)
-    # Checked before TensorFlow starts, so a bad file stops the job in seconds.
+    return Host(site, cores, threads, settings, bf16_unit, itex_installed, warnings)
+
+
+def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
+    """Split and open the showers; checked before TensorFlow starts, so a bad file stops the job in seconds."""
     from gan3d.data import ShowerStream, describe_held_out, open_split
 
+    train_paths, val_paths, temp_dir = _data_files(args, layout)
     train_files, val_files, held_out = open_split(train_paths, val_paths, args.test_fraction, args.seed,
                                                   args.skip_bad_events)
     _say(layout, f"gan3d train: {describe_held_out(held_out)}")
@@ -352,22 +399,36 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     if any(skipped.values()):
         _say(layout, f"gan3d train: --skip-bad-events left out {skipped['train']} training and "
                      f"{skipped['validation']} validation event(s) with NaN/Inf cells or bad energies")
+    # Horovod: each rank reads its own shard of every epoch's batches (rank, size).
     stream = ShowerStream(train_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
                           seed=args.seed, xscale=args.xscale, shuffle=True)
     val_stream = ShowerStream(val_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
                               seed=args.seed, xscale=args.xscale, shuffle=False)
-    if args.checkpoint_dir and layout.rank == 0:
-        EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints).prepare()
     steps = min(stream.batches_per_epoch, args.steps_per_epoch or stream.batches_per_epoch)
     val_steps = min(val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch)
+    return Data(train_files, val_files, held_out, skipped, stream, val_stream, steps, val_steps, temp_dir)
 
+
+def _prepare_checkpoints(args: argparse.Namespace, layout: RankLayout) -> EpochCheckpoints | None:
+    """The checkpoint directory, made by rank 0 now: one that cannot be written fails in seconds."""
+    if not args.checkpoint_dir:
+        return None
+    checkpoints = EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints)
+    if layout.rank == 0:
+        checkpoints.prepare()
+    return checkpoints
+
+
+def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
+    """TensorFlow with the thread pools sized, then Horovod on the MPI mpi4py started; returns (hvd, settings in force)."""
     import tensorflow as tf
 
-    warnings += runtime.configure_tensorflow(settings)
+    host.warnings += runtime.configure_tensorflow(host.settings)
     if args.itex == "on":
         importlib.import_module(ITEX_MODULE)  # registers its CPU kernels with TensorFlow
     import horovod.tensorflow as hvd
 
+    # Horovod: initialize (it reuses the MPI that mpi4py started) and check it sees the same job.
     hvd.init()
     if (hvd.rank(), hvd.size()) != (layout.rank, layout.size):
         raise SettingsError(f"Horovod sees rank {hvd.rank()} of {hvd.size()} but MPI rank {layout.rank} of "
@@ -380,171 +441,188 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     _say(layout, f"gan3d train: {layout.size} rank(s) on {layout.nodes} node(s), {layout.ranks_per_node} per node; "
                  f"intra-op {in_force['intra_op_threads']}, inter-op {in_force['inter_op_threads']} threads "
                  f"per rank; " + " ".join(f"{k}={v}" for k, v in in_force["env"].items()))
-    for w in warnings:
+    for w in host.warnings:
         _say(layout, f"gan3d train: warning: {w}")
+    return hvd, in_force
 
-    from gan3d.flops import step_flops
-    from gan3d.model import PRESETS, discriminator, generator
-    from gan3d.step import StepConfig, TrainStep
 
-    # The peak to divide by is the one of the arithmetic the CPU runs: bf16 on a bf16 unit; emulated
-    # bf16 runs on the fp32 units (results still say "bf16-emulated" under "precision").
-    precision = "bf16" if args.precision == "bf16" else "fp32"
-    peak_measured: dict[str, float] = {}
+def _peak_precision(args: argparse.Namespace) -> str:
+    """The peak to divide by is the one of the arithmetic the CPU runs: bf16 on a bf16 unit; emulated
+    bf16 runs on the fp32 units (results still say "bf16-emulated" under "precision")."""
+    return "bf16" if args.precision == "bf16" else "fp32"
+
+
+def _measure_peaks(args: argparse.Namespace, host: Host, hvd) -> dict[str, float]:
+    """--measure-peak: the job's dense-matmul rate per precision, every rank at once."""
+    peaks: dict[str, float] = {}
     if args.measure_peak:
         from gan3d.peak import measure_peak_flops
 
-        for p in dict.fromkeys((precision, "fp64")):  # all ranks at once: what this layout reaches
-            mine = measure_peak_flops(threads, args.measure_peak, precision=p)
-            peak_measured[p] = float(sum(hvd.allgather_object(mine)))
+        for p in dict.fromkeys((_peak_precision(args), "fp64")):  # all ranks at once: what this layout reaches
+            mine = measure_peak_flops(host.threads, args.measure_peak, precision=p)
+            # Horovod: the job's peak is the sum of every rank's.
+            peaks[p] = float(sum(hvd.allgather_object(mine)))
+    return peaks
+
+
+def _build_model(args: argparse.Namespace, layout: RankLayout, host: Host, hvd) -> Model:
+    """Generator, discriminator and the step that trains them (its optimizers all-reduce gradients)."""
+    import tensorflow as tf
+
+    from gan3d.model import PRESETS, discriminator, generator
+    from gan3d.precision import model_precision
+    from gan3d.step import StepConfig, TrainStep
 
     compute = model_precision(args.precision)
     gen, disc = generator(args.preset, compute), discriminator(args.preset, compute)
     if args.precision != "fp32":
         _say(layout, f"gan3d train: precision {args.precision} (bfloat16 compute, float32 weights); "
-                     f"CPU bf16 unit: {bf16_unit or 'none, emulated'}")
+                     f"CPU bf16 unit: {host.bf16_unit or 'none, emulated'}")
     loss_weights = _loss_weights(args.loss_weights)
+    # Horovod: scale the learning rate by the number of ranks (the global batch grows with them);
+    # TrainStep averages gradients over ranks (hvd.allreduce) before each optimizer update.
     config = StepConfig(loss_weights=loss_weights, flip_prob=args.flip_prob,
                         learning_rate=args.lr * layout.size, optimizer=args.optimizer, xscale=args.xscale,
                         latent_dim=PRESETS[args.preset].latent_dim, seed=args.seed,
                         allreduce_dtype=args.allreduce_dtype)
     step = TrainStep(gen, disc, config=config, hvd=hvd)
     state = tf.train.Checkpoint(generator=gen, discriminator=disc, **step.variables_to_checkpoint())
-    initial_digest = _weights_digest((gen, disc))
+    return Model(gen, disc, step, state, loss_weights, _weights_digest((gen, disc)))
 
-    checkpoints = EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints) if args.checkpoint_dir else None
+
+def _restore_and_broadcast(args: argparse.Namespace, layout: RankLayout, hvd, model: Model,
+                           checkpoints: EpochCheckpoints | None) -> int:
+    """Rank 0 restores the last checkpoint (--resume); every rank then starts from rank 0's state.
+    Returns the number of epochs already trained."""
     start_epoch = 0
     if args.resume and layout.rank == 0:
         latest = checkpoints.latest()
         if latest is None:
             raise CheckpointError(f"--resume: no complete checkpoint in {checkpoints.directory}; "
                                   "fix: train without --resume first, or point --checkpoint-dir at the run")
-        meta = checkpoints.restore(state, latest, {"preset": args.preset})
+        meta = checkpoints.restore(model.state, latest, {"preset": args.preset})
         start_epoch = int(meta["epoch"])
+    # Horovod: every rank continues from the epoch rank 0 restored.
     start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0))
-    # Rank 0's state (fresh or resumed) everywhere: models, optimizer slots and counters.
-    # (The RNGs are reseeded per rank and epoch: TrainStep.reseed.)
-    hvd.broadcast_variables(gen.variables + disc.variables + step.d_optimizer.variables
+    # Horovod: broadcast rank 0's state (fresh or resumed) everywhere: models, optimizer slots and
+    # counters. (The RNGs are reseeded per rank and epoch: TrainStep.reseed.)
+    step = model.step
+    hvd.broadcast_variables(model.gen.variables + model.disc.variables + step.d_optimizer.variables
                             + step.g_optimizer.variables, root_rank=0)
-    step.set_learning_rate(config.learning_rate)  # this run's --lr, not the one restored with the optimizer
+    step.set_learning_rate(step.config.learning_rate)  # this run's --lr, not the one restored with the optimizer
     if start_epoch:
         _say(layout, f"gan3d train: resumed from {checkpoints.latest()} after epoch {start_epoch}")
     if start_epoch >= args.epochs:
         _say(layout, f"gan3d train: already trained {start_epoch} epoch(s) of --epochs {args.epochs}; nothing to do")
+    return start_epoch
 
-    base_lr = config.learning_rate
-    warmup_steps = int(round(args.warmup_epochs * steps))
-    lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
-    history, epoch_times, val_times, ckpt_times = [], [], [], []
-    wall_times, available = [], []  # the paper's epoch clock; the node's MemAvailable at epoch ends
-    step_sums = []  # each epoch's steps alone, to set beside its wall clock
-    times = StepTimes()
+
+def _train(args: argparse.Namespace, layout: RankLayout, hvd, model: Model, data: Data, start_epoch: int,
+           checkpoints: EpochCheckpoints | None) -> Progress:
+    """The epochs: train, average losses and BatchNorm statistics over ranks, validate, check, checkpoint."""
     from gan3d import results as res
 
+    step, steps = model.step, data.steps
+    base_lr = step.config.learning_rate
+    warmup_steps = int(round(args.warmup_epochs * steps))
+    lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
+    beat = Heartbeat(lambda text: _say(layout, text), epochs=args.epochs, steps=steps,
+                     showers_per_step=args.batch_size * layout.size, every_steps=args.heartbeat_steps,
+                     every_seconds=args.heartbeat_seconds)
+    run = Progress()
     try:
         for epoch in range(start_epoch, args.epochs):
             step.reseed(layout.rank, epoch)
-            t0, in_steps = time.perf_counter(), times.every_step
-            sums, done, lr_first = _train_epoch(step, stream, epoch, steps, lr_at, times, args)
-            epoch_times.append(time.perf_counter() - t0)
-            step_sums.append(times.every_step - in_steps)
+            t0, in_steps = time.perf_counter(), run.times.every_step
+            beat.start_epoch(epoch + 1)
+            sums, done, lr_first = _train_epoch(step, data.stream, epoch, steps, lr_at, run.times, args,
+                                                beat if layout.rank == 0 else None)
+            run.epoch_times.append(time.perf_counter() - t0)
+            run.step_sums.append(run.times.every_step - in_steps)
             if done != steps:
                 raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
+            # Horovod: every rank reports the losses and BatchNorm statistics averaged over all ranks.
             train_losses = _mean_losses(sums, done, hvd)
-            _average_statistics((gen, disc), hvd)
-            wall_times.append(time.perf_counter() - t0)  # t0: the epoch's start, as above
-            available.append(res.memory_available_bytes())
+            _average_statistics((model.gen, model.disc), hvd)
+            run.wall_times.append(time.perf_counter() - t0)  # t0: the epoch's start, as above
+            run.available.append(res.memory_available_bytes())
 
             t0 = time.perf_counter()
-            val_losses = _mean_losses(*_validation_sums(step, val_stream, val_steps, layout.rank), hvd)
-            val_times.append(time.perf_counter() - t0)
+            val_losses = _mean_losses(*_validation_sums(step, data.val_stream, data.val_steps, layout.rank), hvd)
+            run.val_times.append(time.perf_counter() - t0)
             check_losses({**train_losses, **{f"validation {k}": v for k, v in val_losses.items()}},
                          epoch + 1, None, step.learning_rate, args)
-            check_weights((gen, disc), epoch + 1, args)  # identical on all ranks: all stop together
+            check_weights((model.gen, model.disc), epoch + 1, args)  # identical on all ranks: all stop together
 
             t0 = time.perf_counter()
+            # Horovod: checkpoint on rank 0 only, so that ranks do not overwrite each other's.
             if checkpoints and layout.rank == 0:
-                checkpoints.save(state, gen, epoch + 1, {"preset": args.preset, "seed": args.seed,
-                                                         "ranks": layout.size, "batch_size": args.batch_size,
-                                                         "steps_per_epoch": steps, "precision": args.precision})
-            ckpt_times.append(time.perf_counter() - t0)
-            history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
-                            "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
-            _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {epoch_times[-1]:.2f} s, {steps} steps, "
+                checkpoints.save(model.state, model.gen, epoch + 1,
+                                 {"preset": args.preset, "seed": args.seed, "ranks": layout.size,
+                                  "batch_size": args.batch_size, "steps_per_epoch": steps,
+                                  "precision": args.precision})
+            run.ckpt_times.append(time.perf_counter() - t0)
+            run.history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
+                                "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
+            _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {run.epoch_times[-1]:.2f} s, {steps} steps, "
                          f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
                          f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
                          f"{val_losses.get('d_loss', float('nan')):.4f}")
     except LossDiverged as exc:
-        if layout.rank == 0 and args.results:
-            _write_failure(args, layout, exc, history, checkpoints)
+        exc.history = run.history  # the completed epochs, all finite
         raise
+    return run
 
-    digest = _weights_digest((gen, disc))
-    per_rank = hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
-                                     "peak_rss_bytes": res.peak_rss_bytes(), "weights_sha256": digest,
-                                     "available": min(filter(None, available), default=None)})
+
+def _gather_ranks(hvd, layout: RankLayout, model: Model, run: Progress) -> list[dict]:
+    """Horovod: every rank's host, memory and final weights, in rank order, for rank 0's record."""
+    from gan3d import results as res
+
+    return hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
+                                 "peak_rss_bytes": res.peak_rss_bytes(),
+                                 "weights_sha256": _weights_digest((model.gen, model.disc)),
+                                 "available": min(filter(None, run.available), default=None)})
+
+
+def _run(args: argparse.Namespace, layout: RankLayout) -> int:
+    """The phases of a run, in the order they must happen (see the module docstring)."""
+    from gan3d import results as res
+    from kit.code_commit import source_commit
+
+    started = res.RunClock.start()
+    code = source_commit() if layout.rank == 0 else {}
+    host = _plan_host(args, layout)
+    data = _open_data(args, layout)
+    checkpoints = _prepare_checkpoints(args, layout)
+    hvd, in_force = _start_horovod(args, layout, host)
+    peaks = _measure_peaks(args, host, hvd)
+    model = _build_model(args, layout, host, hvd)
+    start_epoch = _restore_and_broadcast(args, layout, hvd, model, checkpoints)
+    try:
+        run = _train(args, layout, hvd, model, data, start_epoch, checkpoints)
+    except LossDiverged as exc:
+        if layout.rank == 0 and args.results:
+            res.write_results(args.results, res.failure_record(args, layout, exc, exc.history, checkpoints,
+                                                               started, code))
+        raise
+    per_rank = _gather_ranks(hvd, layout, model, run)
+    # Horovod: rank 0 alone writes the results (every rank's facts are in per_rank).
     if layout.rank == 0 and args.results:
-        last_checkpoint = checkpoints.latest() if checkpoints else None
-        flops = step_flops(args.preset, args.batch_size)
-        from gan3d.cpu import describe
-        from gan3d.peak import site_peaks
-
-        perf = res.throughput({k: float(v) for k, v in flops.items()},
-                              args.batch_size, layout.size, times.steps, times.seconds)
-        perf |= res.peak_fields(perf["flop_per_second"], precision, layout.nodes,
-                                site_peaks(site) if site else None, peak_measured,
-                                f"sum over {layout.size} rank(s) x {threads} thread(s) of a tf.linalg.matmul "
-                                f"loop run by all at once ({args.measure_peak or 0:g} s each)")
-        rss = [r["peak_rss_bytes"] for r in per_rank]
-        usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
-        record = {
-            "status": "ok",
-            "site": site.name if site else None,
-            "image_digest": res.image_digest(), "container": res.container_runtime(),
-            "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
-            "software": res.software_versions(itex_loaded=itex_installed),
-            "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
-            "mpi_library_version": layout.mpi_library_version,
-            "mpi_library_version_full": layout.mpi_library_version_full,
-            "nodes": layout.nodes, "ranks": layout.size, "ranks_per_node": layout.ranks_per_node,
-            "threads_per_rank": in_force["intra_op_threads"], "inter_op_threads": in_force["inter_op_threads"],
-            "thread_env": in_force["env"], "oversubscribed": layout.ranks_per_node * threads > cores,
-            "cores_per_node": cores, "itex": {"requested": args.itex == "on", "installed": itex_installed}, "deterministic": args.deterministic,
-            "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
-            # the FLOP per step are the same in every precision; the peak to divide by is not
-            "precision": args.precision, "bf16_unit": bf16_unit, "allreduce_dtype": args.allreduce_dtype,
-            "learning_rate": {"per_rank": args.lr, "scaled": base_lr, "warmup_epochs": args.warmup_epochs},
-            "loss_weights": list(loss_weights), "xscale": args.xscale,
-            "data_files": {"train": len(train_files.paths), "validation": len(val_files.paths)},
-            "held_out": held_out,
-            "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped,
-            "train_events": train_files.num_events, "validation_events": val_files.num_events,
-            "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
-            "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": steps,
-            "full_epoch_steps": stream.batches_per_epoch, "validation_steps": val_steps,
-            "validation_times": val_times, "checkpoint_times": ckpt_times, "first_step_seconds": times.first,
-            **res.epochs(epoch_times, wall_times, times.steps, times.seconds, stream.batches_per_epoch,
-                         step_sums),
-            **perf,
-            "losses": history,
-            **res.memory(rss, [r["available"] for r in per_rank], usable),
-            "weights_sha256_initial": initial_digest,
-            "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
-            "hostnames": sorted({r["hostname"] for r in per_rank}),
-            "hostname_per_rank": [r["hostname"] for r in per_rank],  # rank order: which node ran which rank
-            "checkpoint": str(last_checkpoint) if last_checkpoint else None,
-            "wall_seconds": time.time() - t_start,
-        }
+        record = res.run_record(args, layout, host, data, model, run, per_rank,
+                                started=started, code=code, in_force=in_force, peaks_measured=peaks,
+                                peak_precision=_peak_precision(args), start_epoch=start_epoch,
+                                checkpoint=checkpoints.latest() if checkpoints else None)
         path = res.write_results(args.results, record)
-        _say(layout, f"gan3d train: {perf['showers_per_second']:.2f} showers/s, "
-                     f"{perf['flop_per_second'] / 1e9:.2f} GFLOP/s; results in {path}")
+        _say(layout, f"gan3d train: {record['showers_per_second']:.2f} showers/s, "
+                     f"{record['flop_per_second'] / 1e9:.2f} GFLOP/s; results in {path}")
+        rss, usable = record["peak_rss_bytes_per_rank"], record["usable_memory_bytes_per_rank"]
         if usable and max(rss) > usable:
             _say(layout, f"gan3d train: warning: peak memory {max(rss) / 1e9:.2f} GB per rank exceeds the "
-                         f"{usable / 1e9:.2f} GB a rank may use on a {site.name} node")
-    train_files.close()
-    val_files.close()
-    if temp_dir and layout.rank == 0:
-        remove_tree(temp_dir)
+                         f"{usable / 1e9:.2f} GB a rank may use on a {host.site.name} node")
+    data.train_files.close()
+    data.val_files.close()
+    if data.temp_dir and layout.rank == 0:
+        remove_tree(data.temp_dir)
     hvd.shutdown()
     return 0
 

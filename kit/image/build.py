@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from kit.atomic import remove_tree
+from kit.code_commit import record_commit
 from kit.data import shipped
 from kit.errors import KitError
 from kit.mpi.openmpi_abi import openmpi_rule
@@ -206,6 +207,7 @@ def stage_context(dest: Path) -> Path:
         shutil.copytree(shipped(folder), dest / folder, ignore=ignore)
     for name in SHIPPED_FILES:
         shutil.copyfile(shipped(name), dest / name)
+    record_commit(dest / "kit")  # the image has no .git: its results name the commit from this record
     return dest
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
-from gan3d.results import SCHEMA
+from gan3d.results import READABLE_SCHEMAS
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.readfile import read_json
@@ -168,9 +168,10 @@ def _load_one(path: Path) -> RunResult:
         record = read_json(path, "gan3d results file", "fix: re-run the job, or leave this file out")
     except FileNotFoundError:
         raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+    if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
         found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
-        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {SCHEMA!r}); "
+        known = " or ".join(map(repr, READABLE_SCHEMAS))
+        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {known}); "
                        "fix: pass the JSON written by `python -m gan3d train --results FILE`")
     if record.get("status") == "failed":
         raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report; "
