@@ -1,12 +1,14 @@
 """Physics equivalence of bf16 training on the FULL preset (the test does the tiny one).
 
-    .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--batch-size 16] [--showers 640] [--generated 512]
+    .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16] [--showers 640] [--generated 512]
     .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64 --generated 128
 
 Trains fp32 seed A, fp32 seed B and bf16 seed A from the same simulated showers for the same
 steps (gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and the
 bf16-to-fp32 distance as a markdown table. bf16 is equivalent where its distance is not larger.
 Cost on 2 cores: about 3 x steps full-size steps (~3 s each in fp32 when idle) plus 2 traces.
+`--minutes M` fits a loaded machine: the first run stops after M/3 minutes (or --steps) and
+the other two take as many steps as it did; the table says how many.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--minutes", type=float, help="time budget: the first run gets a third, the others its steps")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--showers", type=int, default=640, help="simulated training showers")
     ap.add_argument("--generated", type=int, default=512, help="showers generated per model for the statistics")
@@ -42,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu.describe()}; load {os.getloadavg()[0]:.1f} at start")
     t0 = time.perf_counter()
     raw, energy = simulate_showers(args.showers, np.random.default_rng(7), emin=50.0, emax=450.0)
-    out = equivalence.compare(args.preset, preprocess(raw, energy, 1.0), args.steps, args.batch_size, args.generated)
-    print(f"\n| statistic ({args.preset} preset, {args.steps} steps × batch {args.batch_size}, {args.generated} generated showers) "
+    seconds = None if args.minutes is None else 20.0 * args.minutes  # a third of the budget, in seconds
+    out = equivalence.compare(args.preset, preprocess(raw, energy, 1.0), args.steps, args.batch_size, args.generated,
+                              seconds=seconds)
+    print(f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, {args.generated} generated showers) "
           "| fp32 seed A vs fp32 seed B | bf16 seed A vs fp32 seed A | bf16 within the fp32 spread |")
     print("|---|---|---|---|")
     for key in equivalence.STATISTICS:

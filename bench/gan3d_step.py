@@ -14,9 +14,13 @@ load average at the time, since the machine is shared.
 
 `--floors` checks issue 12's throughput floors as ratios measured in ONE process (batch 16,
 2 threads, interleaved rounds): the kit's step in fp32 and in bf16 against the reference
-Keras layer structure as CERN wrote it (plain Conv3D first layer, ZeroPadding3D + VALID pairs)
-in fp32, with the CPU model and its bf16 flags printed above the table; and, with 2 ranks
-under mpiexec, the bf16 step with gradients all-reduced in fp32 against fp16 compression.
+Keras layer structure as CERN wrote it (plain Conv3D layers, D's ZeroPadding3D + VALID pairs)
+in fp32, with the CPU model and its bf16 flags printed above the table (ratios of the best
+wall times, the median of per-round wall ratios, and the median of per-round CPU-time ratios,
+which a loaded machine disturbs least); and, with 2 ranks under mpiexec, the bf16 step with
+gradients all-reduced in fp32 against fp16 compression. `--profile` breaks one step down by
+oneDNN primitive (ONEDNN_VERBOSE) and by TensorFlow op type (tf.profiler: casts, elementwise
+ops, BatchNorm, dropout's random numbers, optimizer).
 """
 from __future__ import annotations
 
@@ -113,7 +117,7 @@ def worker_kernel(args) -> dict:
     x25 = tf.random.stateless_normal((b, 25, 25, 25, 32), [1, 2])
     w = tf.Variable(tf.random.stateless_normal((5, 5, 5, 32, 8), [3, 4]) * 0.05)
 
-    from gan3d.conv_forms import same_conv3d
+    from gan3d.conv_forms import packed_conv3d
 
     def fwd_bwd(x, conv):
         @tf.function
@@ -126,10 +130,10 @@ def worker_kernel(args) -> dict:
         return run
 
     flop = 3 * 2 * b * 25 ** 3 * 8 * 125 * 32  # forward + input-gradient + weight-gradient
-    # as the model runs it (gan3d.conv_forms.same_conv3d), and as the reference does: VALID on
+    # as the model runs it (gan3d.conv_forms.packed_conv3d), and as the reference does: VALID on
     # the ZeroPadding3D output (the pad is part of the layer pair), and plain tf.nn.conv3d SAME
     pads = [[0, 0], [2, 2], [2, 2], [2, 2], [0, 0]]
-    forms = {"seconds": same_conv3d,
+    forms = {"seconds": lambda x, k: packed_conv3d(x, k, "SAME"),
              "seconds_reference": lambda x, k: tf.nn.conv3d(tf.pad(x, pads), k, [1] * 5, "VALID"),
              "seconds_same": lambda x, k: tf.nn.conv3d(x, k, [1] * 5, "SAME")}
     return {"flop": flop, **{key: _best_time(fwd_bwd(x25, conv), lambda o: o[1].numpy(), 3, args.repeat)
@@ -194,7 +198,7 @@ def worker_fused_ab(args) -> dict:
     runs = {}
     try:
         for name, conv in (("reference ZeroPadding3D + VALID", reference), ("Keras Conv3D 'same'", plain_same),
-                           ("SameConv3D (as committed)", fused)):
+                           ("PackedConv3D 'same' (as committed)", fused)):
             model._padded_conv = conv
             tf.keras.utils.set_random_seed(1)
             s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset),
@@ -218,7 +222,7 @@ def worker_fused_ab(args) -> dict:
 
 @contextlib.contextmanager
 def reference_structure():
-    """Build the discriminator as CERN's Keras code has it: a plain Conv3D first layer and
+    """Build the models as CERN's Keras code has them: plain Conv3D layers and D's
     ZeroPadding3D + VALID Conv3D pairs (gan3d.model swaps in gan3d.conv_forms' faster forms)."""
     import tensorflow as tf
 
@@ -228,29 +232,32 @@ def reference_structure():
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
 
-    saved = model._padded_conv, model.ImageConv3D
-    model._padded_conv, model.ImageConv3D = padded, tf.keras.layers.Conv3D
+    saved = model._padded_conv, model.ImageConv3D, model.PackedConv3D
+    model._padded_conv, model.ImageConv3D, model.PackedConv3D = padded, tf.keras.layers.Conv3D, tf.keras.layers.Conv3D
     try:
         yield
     finally:
-        model._padded_conv, model.ImageConv3D = saved
+        model._padded_conv, model.ImageConv3D, model.PackedConv3D = saved
 
 
-def _interleaved(runs: dict, steps: int, repeat: int) -> dict:
-    """Best time per step of each (step, batch) in `runs`, and per-round times, in rounds that
-    run every variant in turn (a load change then hits all variants alike)."""
+def _interleaved(runs: dict, steps: int, repeat: int) -> tuple[dict, dict]:
+    """Wall and CPU seconds per step of each (step, batch) in `runs`, per round, in rounds that
+    run every variant in turn (a load change then hits all variants alike). CPU time (all of
+    this process's threads) counts only the time the step was on a core: on a shared machine
+    it moves far less with the other users' load than the wall clock does."""
     for s, batch in runs.values():
         s(*batch)["g_loss"].numpy()
         s(*batch)["g_loss"].numpy()
-    rounds = {name: [] for name in runs}
+    rounds, cpu_rounds = {name: [] for name in runs}, {name: [] for name in runs}
     for _ in range(repeat):
         for name, (s, batch) in runs.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 out = s(*batch)
             out["g_loss"].numpy()
             rounds[name].append((time.perf_counter() - t0) / steps)
-    return rounds
+            cpu_rounds[name].append((time.process_time() - c0) / steps)
+    return rounds, cpu_rounds
 
 
 def _random_batch(s, b: int, seed: int):
@@ -281,9 +288,9 @@ def worker_floors(args) -> dict:
             s = step.TrainStep(model.generator(args.preset, precision), model.discriminator(args.preset, precision),
                                config=step.StepConfig(seed=1))
         runs[name] = (s, _random_batch(s, args.batch_size, 0))
-    rounds = _interleaved(runs, args.steps, args.repeat)
+    rounds, cpu_rounds = _interleaved(runs, args.steps, args.repeat)
     return {"flop": flops.step_flops(args.preset, args.batch_size)["total"], "showers": args.batch_size,
-            "rounds": rounds}
+            "rounds": rounds, "cpu_rounds": cpu_rounds}
 
 
 def worker_allreduce(args) -> dict:
@@ -300,7 +307,7 @@ def worker_allreduce(args) -> dict:
         s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
                            config=step.StepConfig(seed=1, allreduce_dtype=wire), hvd=hvd)
         runs[wire] = (s, _random_batch(s, args.batch_size, hvd.rank()))
-    rounds = _interleaved(runs, args.steps, args.repeat)
+    rounds, _ = _interleaved(runs, args.steps, args.repeat)
     slowest = {k: [float(hvd.allreduce(tf.constant(t), op=hvd.Max)) for t in v] for k, v in rounds.items()}
     return {"rounds": slowest, "showers": args.batch_size * hvd.size()} if hvd.rank() == 0 else {}
 
@@ -325,6 +332,44 @@ def worker_profile(args) -> dict:
     return {"seconds": time.perf_counter() - t0}
 
 
+def worker_op_profile(args) -> dict:
+    """Milliseconds per TensorFlow op type over one warmed-up step (tf.profiler): what oneDNN's
+    log cannot show (casts, Eigen elementwise ops, BatchNorm, dropout's random numbers, optimizer)."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    import tempfile
+
+    import numpy as np
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from gan3d import model, step
+
+    s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
+                       config=step.StepConfig(seed=1))
+    batch = _random_batch(s, args.batch_size, 0)
+    s(*batch)["g_loss"].numpy()
+    s(*batch)["g_loss"].numpy()
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        t0 = time.perf_counter()
+        s(*batch)["g_loss"].numpy()
+        wall = time.perf_counter() - t0
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(next(Path(logdir).rglob("*.xplane.pb")).read_bytes())
+    host = next(p for p in space.planes if p.name == "/host:CPU")
+    ops: dict[str, list] = {}
+    for line in host.lines:
+        if not line.name.startswith("tf_Compute"):  # the executor's thread: one event per op run
+            continue
+        for e in line.events:
+            name = host.event_metadata[e.metadata_id].name
+            if ":" in name:  # "scope/op_name:OpType"; other events (Process, ParallelFor) nest
+                row = ops.setdefault(name.rsplit(":", 1)[1], [0, 0.0])
+                row[0] += 1
+                row[1] += e.duration_ps / 1e9
+    return {"seconds": wall, "ops": ops}
+
+
 PROFILE_MARK = "=== profiled step ==="
 KIND = {"forward_training": "forward", "backward_data": "input-grad", "backward_weights": "weight-grad"}
 
@@ -336,11 +381,11 @@ def conv_name(desc: str) -> str:
     m = re.search(r"ic(\d+)oc(\d+)_id(\d+)", desc)
     if m:
         ic, oc, idepth = map(int, m.groups())
-        for name, (ishape, kshape, _) in CONV_SPECS.items():
+        for name, (ishape, kshape, pad) in CONV_SPECS.items():
             if (kshape[3], kshape[4], ishape[0]) == (ic, oc, idepth):
                 return name
-            if (kshape[4], kshape[3], ishape[0]) == (ic, oc, idepth):  # same_conv3d's transposed forward
-                return name + " (transposed)"
+            if (kshape[3], 2 * kshape[4], ishape[0]) == (ic, oc, idepth):
+                return name + " (packed)"  # gan3d.conv_forms.packed_forward: 2x the output channels
     return desc
 
 
@@ -391,7 +436,8 @@ TUNING = {  # variant: (threads, inter-op threads, batch size, extra environment
 }
 
 WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak,
-           "profile": worker_profile, "fused_ab": worker_fused_ab, "floors": worker_floors,
+           "profile": worker_profile, "op_profile": worker_op_profile, "fused_ab": worker_fused_ab,
+           "floors": worker_floors,
            "allreduce": worker_allreduce}
 
 
@@ -455,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = run_worker("peak", args, 2)["flop_per_second"]
     rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
     k = run_worker("kernel", args, 2)
-    rows.append(("D conv 32→8 5³ fwd+bwd (single kernel) as the model runs it (gan3d.conv_forms.same_conv3d)",
+    rows.append(("D conv 32→8 5³ fwd+bwd (single kernel) as the model runs it (gan3d.conv_forms.packed_conv3d)",
                  "1×2", None, k["flop"] / k["seconds"], _load()))
     rows.append(("same kernel as the reference: ZeroPadding3D + VALID on 29³", "1×2", None,
                  k["flop"] / k["seconds_reference"], _load()))
@@ -516,13 +562,16 @@ def floors(args) -> int:
     ref = "reference structure fp32"
     unit = cpu.bf16_support()
     print(f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds × {args.steps} steps) "
-          f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) | floor |")
-    print("|---|---|---|---|---|---|---|")
+          f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) "
+          f"| × reference fp32 (CPU s/step, median of rounds) | floor |")
+    print("|---|---|---|---|---|---|---|---|")
+    cpu_rounds = f["cpu_rounds"]
     for name, t in best.items():
         per_round = statistics.median(r / v for r, v in zip(f["rounds"][ref], f["rounds"][name]))
+        per_cpu = statistics.median(r / v for r, v in zip(cpu_rounds[ref], cpu_rounds[name]))
         floor = {"kit fp32": f"≥ {FP32_FLOOR}", "kit bf16": f"≥ {FLOORS[unit]} ({unit})" if unit else "n/a (no bf16 unit)"}
         print(f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
-              f"| {per_round:.2f} | {floor.get(name, '')} |")
+              f"| {per_round:.2f} | {per_cpu:.2f} | {floor.get(name, '')} |")
     print(f"\nload {_load()} at the end of the one-process run")
     a = run_worker("allreduce", args, 1, ranks=2)
     print(f"\n| 2 ranks × 1 thread, {args.precision} step, batch {args.batch_size}/rank, interleaved "
@@ -549,6 +598,15 @@ def print_profile(args) -> None:
     print(f"| outside oneDNN (casts, Eigen elementwise, optimizer, TF) | | | {wall_ms - total:.0f} "
           f"| {100 * (wall_ms - total) / wall_ms:.0f}% of the step |")
     print(f"| the step (wall) | | | {wall_ms:.0f} | load {_load()} |")
+    p = run_worker("op_profile", args, 2)
+    wall_ms, ops = 1e3 * p["seconds"], sorted(p["ops"].items(), key=lambda kv: -kv[1][1])
+    print(f"\n| TensorFlow op type in one step (1×2, batch {args.batch_size}, {args.precision}, tf.profiler) "
+          "| calls | ms | share of the step |")
+    print("|---|---|---|---|")
+    for op, (calls, ms) in ops:
+        if ms >= 0.005 * wall_ms:
+            print(f"| {op} | {calls} | {ms:.0f} | {100 * ms / wall_ms:.1f}% |")
+    print(f"| the step (wall, under the profiler) | | {wall_ms:.0f} | load {_load()} |")
 
 
 if __name__ == "__main__":

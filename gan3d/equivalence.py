@@ -9,6 +9,8 @@ preset) and by bench/gan3d_bf16_physics.py (full preset).
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tensorflow as tf
 
@@ -24,8 +26,9 @@ def new_step(preset: str, precision: str) -> step.TrainStep:
 
 
 def train_from_seed(s: step.TrainStep, preset: str, precision: str, seed: int, showers, steps: int,
-                    batch: int) -> tf.keras.Model:
-    """Train `s` for `steps` steps from the initial state of `seed`: the weights Keras draws for
+                    batch: int, seconds: float | None = None) -> int:
+    """Train `s` for `steps` steps (fewer if `seconds` run out first; returns how many it took)
+    from the initial state of `seed`: the weights Keras draws for
     that seed, zeroed optimizer slots, noise and dropout streams keyed by the seed; batches in
     order from `showers` = (images, ep, cellsum). Reusing one step for several seeds spares a
     trace of the step function, most of the cost of a short run."""
@@ -38,12 +41,15 @@ def train_from_seed(s: step.TrainStep, preset: str, precision: str, seed: int, s
         var.assign(tf.zeros_like(var))
     s.reseed(0, seed)
     batches = max(1, len(images) // batch)
+    start = time.monotonic()
     for i in range(steps):
         lo = (i % batches) * batch
         losses = s(images[lo:lo + batch], ep[lo:lo + batch], cellsum[lo:lo + batch])
         if not np.isfinite(float(losses["g_loss"])):
             raise FloatingPointError(f"{precision} seed {seed}: losses became NaN/Inf at step {i + 1}")
-    return s.generator
+        if seconds is not None and time.monotonic() - start > seconds:
+            return i + 1
+    return steps
 
 
 def shower_statistics(generator: tf.keras.Model, latent_dim: int, showers: int, seed: int = 11) -> dict:
@@ -66,17 +72,24 @@ def distances(a: dict, b: dict) -> dict[str, float]:
     return {k: float(np.abs(a[k] - b[k]).sum()) for k in STATISTICS}
 
 
-def compare(preset: str, showers, steps: int, batch: int, generated: int, seeds=(3, 4)) -> dict:
-    """Run the three trainings and return the fp32 seed spread, bf16's distance, and the verdict."""
+def compare(preset: str, showers, steps: int, batch: int, generated: int, seeds=(3, 4),
+            seconds: float | None = None) -> dict:
+    """Run the three trainings and return the fp32 seed spread, bf16's distance, and the verdict.
+
+    With `seconds`, the first run (fp32 seed A) stops when they run out, and the other two
+    take the same number of steps (returned as "steps")."""
     seed_a, seed_b = seeds
     latent = model.PRESETS[preset].latent_dim
     fp32 = new_step(preset, "fp32")
-    fp32_a = shower_statistics(train_from_seed(fp32, preset, "fp32", seed_a, showers, steps, batch), latent, generated)
-    fp32_b = shower_statistics(train_from_seed(fp32, preset, "fp32", seed_b, showers, steps, batch), latent, generated)
+    steps = train_from_seed(fp32, preset, "fp32", seed_a, showers, steps, batch, seconds)
+    fp32_a = shower_statistics(fp32.generator, latent, generated)
+    train_from_seed(fp32, preset, "fp32", seed_b, showers, steps, batch)
+    fp32_b = shower_statistics(fp32.generator, latent, generated)
     bf16 = new_step(preset, "bf16")
-    bf16_a = shower_statistics(train_from_seed(bf16, preset, "bf16", seed_a, showers, steps, batch), latent, generated)
+    train_from_seed(bf16, preset, "bf16", seed_a, showers, steps, batch)
+    bf16_a = shower_statistics(bf16.generator, latent, generated)
     spread, diff = distances(fp32_b, fp32_a), distances(bf16_a, fp32_a)
-    return {"fp32_seed_spread": spread, "bf16_vs_fp32": diff,
+    return {"steps": steps, "fp32_seed_spread": spread, "bf16_vs_fp32": diff,
             "within": {k: diff[k] <= spread[k] for k in STATISTICS},
             "cellsum_over_ep": {"fp32_a": fp32_a["cellsum_over_ep"].tolist(),
                                 "fp32_b": fp32_b["cellsum_over_ep"].tolist(),

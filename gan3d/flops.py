@@ -10,6 +10,9 @@ the generator steps, where the gradient flows through D into G. D's weight gradi
 computed in the G steps (TensorFlow prunes them). Elementwise work (bias, activations,
 BatchNorm, dropout, losses, optimizer updates) is not counted; TensorFlow's profiler does
 count part of it and it stays below 2% of the total (tests/gan3d_model/test_flops.py).
+These are the model's FLOP, the ones rates and "% of peak" divide: the packed forward of
+gan3d.conv_forms.PackedConv3D also multiplies the zero half of its paired kernel, which
+`executed_step_flops` adds for the comparison with what the graph's ops do.
 
 The step's phases (see gan3d.step): generate_fakes (G forward, inference), d_real and d_fake
 (D forward + backward), g_step_1 and g_step_2 (G forward, D forward, D input-gradients, G
@@ -37,11 +40,14 @@ class LayerFlops:
     output_shape: tuple[int, ...]
     forward: int
     takes_model_input: bool  # no input-gradient needed when training this model alone
+    executed: int  # forward FLOP the ops run: more than `forward` for a packed conv (zeros multiplied)
 
 
 def model_forward_flops(model) -> list[LayerFlops]:
     """Per-layer forward FLOP per sample of the Conv3D and Dense layers of a Keras model."""
     import tensorflow as tf
+
+    from gan3d.conv_forms import PackedConv3D
 
     inputs = {id(t) for t in model.inputs}
     rows = []
@@ -54,8 +60,12 @@ def model_forward_flops(model) -> list[LayerFlops]:
             macs = int(np.prod(out_shape)) * int(np.prod(layer.kernel_size)) * cin
         elif isinstance(layer, tf.keras.layers.Dense):
             macs = cin * int(layer.units)
+        executed = macs
+        if isinstance(layer, PackedConv3D):  # ceil(w/2) positions x 2 co channels, kernel one wider in w
+            (d, h, w, co), (kd, kh, kw) = out_shape, layer.kernel_size
+            executed = d * h * -(-w // 2) * 2 * co * kd * kh * (kw + 1) * cin
         first = any(id(t) in inputs for t in _as_list(layer.input))
-        rows.append(LayerFlops(layer.name, type(layer).__name__, out_shape, 2 * macs, first))
+        rows.append(LayerFlops(layer.name, type(layer).__name__, out_shape, 2 * macs, first, 2 * executed))
     return rows
 
 
@@ -103,6 +113,17 @@ def step_flops(preset: str, batch_size: int) -> dict[str, int]:
     out["backward"] = sum(v["backward"] for v in detail.values())
     out["total"] = out["forward"] + out["backward"]
     return out
+
+
+def executed_step_flops(preset: str, batch_size: int) -> int:
+    """FLOP the step's convolution and matmul ops run: `step_flops` total plus the zeros that
+    packed forwards multiply (G runs forward 3 times a step, D 4 times; gradients are not packed)."""
+    from gan3d.model import discriminator, generator
+
+    extra = {m: sum(r.executed - r.forward for r in model_forward_flops(m)) for m in (generator(preset),
+                                                                                   discriminator(preset))}
+    g_extra, d_extra = extra.values()
+    return step_flops(preset, batch_size)["total"] + batch_size * (3 * g_extra + 4 * d_extra)
 
 
 # -- TensorFlow's own count ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from gan3d.conv_forms import ImageConv3D, SameConv3D
+from gan3d.conv_forms import ImageConv3D, PackedConv3D
 
 LEAKY_SLOPE = 0.3  # Keras-2 LeakyReLU default, as in the reference
 BN_MOMENTUM = 0.99
@@ -73,31 +73,44 @@ def _policy(precision: str):
         tf.keras.mixed_precision.set_global_policy(before)
 
 
-def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, **kw) -> tf.keras.layers.Layer:
-    return tf.keras.layers.Conv3D(filters, kernel, padding=padding, data_format="channels_last",
-                                  name=name, **kw)
+def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, packed: bool = False,
+          **kw) -> tf.keras.layers.Layer:
+    """A Conv3D; `packed` for the layers with few output channels (gan3d.conv_forms.PackedConv3D)."""
+    cls = PackedConv3D if packed else tf.keras.layers.Conv3D
+    return cls(filters, kernel, padding=padding, data_format="channels_last", name=name, **kw)
 
 
 def _padded_conv(x, filters: int, pad: int, i: int):
     """The reference's ZeroPadding3D(pad) + VALID 5^3 Conv3D, fused when that is a SAME conv.
 
     With pad 2 the pair equals one SAME convolution of the unpadded input (same kernel, same
-    output), which `SameConv3D` runs faster; with pad 1 (output shrinks by 2) it is kept as is.
+    output); with pad 1 (output shrinks by 2) the pad stays a layer. Either way the conv is packed.
     """
     if pad == 2:
-        return SameConv3D(filters, (5, 5, 5), padding="same", data_format="channels_last", name=f"d_conv{i}")(x)
+        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", packed=True)(x)
     x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", packed=True)(x)
+
+
+# The elementwise layers between convolutions (LeakyReLU, BatchNorm, Dropout) compute in float32
+# in a bf16 model too: TensorFlow's Eigen kernels for bf16 compares, selects and LeakyReLU
+# gradients are scalar code, slower than a cast to float32 and back (docs/benchmarks.md).
+ELEMENTWISE_DTYPE = "float32"
+
+
+def _lrelu(name: str) -> tf.keras.layers.Layer:
+    return tf.keras.layers.LeakyReLU(LEAKY_SLOPE, name=name, dtype=ELEMENTWISE_DTYPE)
 
 
 def _bn(name: str) -> tf.keras.layers.Layer:
-    return tf.keras.layers.BatchNormalization(axis=-1, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
+    return tf.keras.layers.BatchNormalization(axis=-1, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name,
+                                              dtype=ELEMENTWISE_DTYPE)
 
 
 def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
     # force_generator: masks come from a tf.random.Generator whose state is a variable, so
     # a checkpoint can hold it (Keras' default legacy RNG keeps its state inside the kernel).
-    return tf.keras.layers.Dropout(rate, name=name, force_generator=True)
+    return tf.keras.layers.Dropout(rate, name=name, force_generator=True, dtype=ELEMENTWISE_DTYPE)
 
 
 def generator(preset: str | Preset = "full", precision: str = "fp32") -> tf.keras.Model:
@@ -118,17 +131,17 @@ def _generator(p: Preset) -> tf.keras.Model:
     x = L.Dense(7 * 7 * 8 * p.g_dense_channels, name="g_dense")(z)
     x = L.Reshape((7, 7, 8, p.g_dense_channels), name="g_reshape")(x)
     x = _conv(f1, (6, 6, 8), "same", "g_conv1", kernel_initializer="he_uniform")(x)
-    x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu1")(x)
+    x = _lrelu("g_lrelu1")(x)
     x = _bn("g_bn1")(x)
     x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
     x = L.ZeroPadding3D((2, 2, 0), name="g_pad1")(x)
-    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", kernel_initializer="he_uniform")(x)
-    x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu2")(x)
+    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", packed=True, kernel_initializer="he_uniform")(x)
+    x = _lrelu("g_lrelu2")(x)
     x = _bn("g_bn2")(x)
     x = L.UpSampling3D((2, 2, 3), name="g_up2")(x)
     x = L.ZeroPadding3D((1, 0, 3), name="g_pad2")(x)
-    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", kernel_initializer="he_uniform")(x)
-    x = L.LeakyReLU(LEAKY_SLOPE, name="g_lrelu3")(x)
+    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", packed=True, kernel_initializer="he_uniform")(x)
+    x = _lrelu("g_lrelu3")(x)
     x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(x)
     image = L.ReLU(name="g_relu", dtype="float32")(x)
     return tf.keras.Model(z, image, name="generator")
@@ -150,11 +163,11 @@ def _discriminator(p: Preset) -> tf.keras.Model:
     f1, f2 = p.d_filters
     image = L.Input(shape=IMAGE_SHAPE, name="image")
     x = ImageConv3D(f1, (5, 5, 5), padding="same", name="d_conv1")(image)  # faster input-gradient
-    x = L.LeakyReLU(LEAKY_SLOPE, name="d_lrelu1")(x)
+    x = _lrelu("d_lrelu1")(x)
     x = _dropout(p.dropout, "d_drop1")(x)
     for i, pad in enumerate((2, 2, 1), start=2):
         x = _padded_conv(x, f2, pad, i)
-        x = L.LeakyReLU(LEAKY_SLOPE, name=f"d_lrelu{i}")(x)
+        x = _lrelu(f"d_lrelu{i}")(x)
         x = _bn(f"d_bn{i}")(x)
         x = _dropout(p.dropout, f"d_drop{i}")(x)
     x = L.AveragePooling3D((2, 2, 2), name="d_pool")(x)

@@ -24,3 +24,14 @@ def test_bf16_showers_lie_within_the_fp32_seed_spread():
     for key in spread:
         assert bf16[key] <= spread[key], f"{key}: bf16 vs fp32 {bf16[key]:.4g} > fp32 seed spread {spread[key]:.4g}"
 
+
+
+def test_a_time_budget_stops_the_run_early_and_says_after_how_many_steps():
+    """The full-preset bench fits its first run into a time budget and gives the others its step count."""
+    raw, energy = simulate_showers(8, np.random.default_rng(7), emin=50.0, emax=450.0)
+    showers = preprocess(raw, energy, 1.0)
+    s = equivalence.new_step("tiny", "fp32")
+    assert equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=5, batch=4, seconds=0.0) == 1
+    after_one = [w.copy() for w in s.generator.get_weights()]
+    assert equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=3, batch=4) == 3
+    assert any(not np.array_equal(a, b) for a, b in zip(after_one, s.generator.get_weights()))
