@@ -15,9 +15,8 @@ from kit.errors import KitError
 from kit.mpi.imagefs import image_kind
 from kit.mpi.launch import FIX_MISSING, launcher_now
 from kit.mpi.pair_builder import Pair
+from kit.site.model import VENDOR_BANNERS
 
-VENDOR_BANNER = {"intel": "Intel(R) MPI Library", "mpich": "MPICH", "mvapich2": "MVAPICH2",
-                 "openmpi": "Open MPI", "cray-mpich": "CRAY MPICH", "parastation": "MPICH"}
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
 
@@ -145,7 +144,7 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
     if result.ranks and len(hosts) != result.nodes:
         result.problems.append(f"ranks ran on {len(hosts)} node(s) ({', '.join(hosts)}), not on {result.nodes}")
     expected_sum = RANKS * (RANKS + 1) // 2
-    banner = VENDOR_BANNER.get(pair.host.vendor, "")
+    banner = VENDOR_BANNERS[pair.host.vendor]  # a site names one of MPI_VENDORS, each with its banner
     targets = [dst.rstrip("/") + "/" for _src, dst in pair.binds]
     for r in result.ranks:
         if r.size != RANKS:
