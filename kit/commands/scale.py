@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, train_args
+from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
 from kit.errors import KitError
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
@@ -112,19 +112,6 @@ def _tune(args: argparse.Namespace) -> int:
         console.print(f"ran on: {top.cpu}", highlight=False)
     console.print(f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ...")
     return 0
-
-
-def _at_least(minimum: float, kind: type = int):
-    """An argparse type: a number >= minimum (a usage error otherwise, exit 2)."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not (minimum <= value < float("inf")):
-            raise argparse.ArgumentTypeError(f"{text!r}: give a number >= {minimum:g}")
-        return value
-    return parse
 
 
 def _precisions(text: str) -> list[str]:
@@ -234,13 +221,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="Short measured trainings, one per layout (through Slurm where the site has "
                           "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
                           "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.")
-    p.add_argument("--nodes", type=_at_least(1), default=1, help="nodes per tuning run (default 1)")
+    p.add_argument("--nodes", type=number(1), default=1, help="nodes per tuning run (default 1)")
     p.add_argument("--precision", type=_precisions, default=["fp32"], help="comma list of fp32, bf16 (default fp32)")
     p.add_argument("--layouts", help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)")
-    p.add_argument("--steps", type=_at_least(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
-    p.add_argument("--peak-seconds", type=_at_least(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
-    p.add_argument("--timeout", type=_at_least(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
-    p.add_argument("--poll", type=_at_least(0.1, float), default=5.0, help="seconds between Slurm checks")
+    p.add_argument("--steps", type=number(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
+    p.add_argument("--peak-seconds", type=number(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
+    p.add_argument("--timeout", type=number(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
+    p.add_argument("--poll", type=number(0.1, float), default=5.0, help="seconds between Slurm checks")
     add_site(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)")
