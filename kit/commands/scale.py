@@ -11,7 +11,6 @@ from rich.live import Live
 from rich.table import Table
 
 from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
-from kit.errors import KitError
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
 from kit.scale import sweep_jobs
@@ -181,19 +180,15 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kit.scale.report import load_results, write_report
+    from kit.scale.report import report_sweep
 
     failed: list[str] = []
-    paths = sweep_jobs.results(args.dir, failed) if args.dir else []
-    for problem in failed:
-        print(f"left out (failed run): {problem}", file=sys.stderr)
-    paths += args.results
-    if not paths:
-        raise KitError(f"no results to report: {args.dir or 'no sweep dir'} has none yet "
-                       "(kit scale collect shows why) and no RESULT.json was named")
-    out = args.out or (args.dir / "report" if args.dir else Path("report"))
-    title = f"scaling sweep {args.dir.absolute().name}" if args.dir else None
-    for path in write_report(load_results(paths), out, reference=args.reference, title=title):
+    try:
+        written = report_sweep(args.dir, args.results, args.out, args.reference, failed)
+    finally:  # named even when nothing else is left to report
+        for problem in failed:
+            print(f"left out (failed run): {problem}", file=sys.stderr)
+    for path in written:
         print(path)
     return 0
 
