@@ -19,6 +19,7 @@ from kit.site.model import VENDOR_BANNERS
 
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
+MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
 
 
 @dataclass
@@ -30,6 +31,16 @@ class RankReport:
     mapped: list[str]
     sum: int
     libc: list[str] = field(default_factory=list)  # where the C library was mapped from
+
+    @property
+    def libraries(self) -> list[str]:
+        """The MPI libraries mapped, without Open MPI's components (dozens of mca_*.so: a reader
+        wants their directories, component_dirs)."""
+        return [m for m in self.mapped if MCA_MARK not in m]
+
+    @property
+    def component_dirs(self) -> list[str]:
+        return sorted({m.rsplit("/", 1)[0] for m in self.mapped if MCA_MARK in m})
 
 
 @dataclass

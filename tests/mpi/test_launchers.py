@@ -1,7 +1,7 @@
 """One registry spells every launcher (kit.mpi.launch.LAUNCHERS): the batch script's words and
 kit mpi check's words come from the same entry. Nothing is launched here: these are the words;
 the launches themselves are proved in test_pair_check.py, test_openmpi_check.py and
-tests/vcluster/test_openmpi.py."""
+tests/vcluster/test_openmpi.py. Also: how a check shows what a rank mapped."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -84,3 +84,17 @@ def test_a_host_launcher_missing_from_the_prefix_names_the_field(tmp_path):
     (Path(site.host_mpi.prefix) / "bin" / "mpiexec").unlink()
     with pytest.raises(KitError, match=r"host_mpi\.launcher 'mpiexec' is not at .*fix host_mpi\.prefix"):
         launch.launcher_now(site, 2, 1)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["/opt/hostmpi/lib", "/opt/hostmpi/lib/openmpi", "/usr/lib"]),
+                          st.sampled_from(["libmpi.so.40", "mca_btl_tcp.so", "mca_pml_ob1.so", "libc.so.6"])),
+                max_size=12))
+def test_a_ranks_libraries_and_component_dirs_split_what_it_mapped(paths):
+    """kit mpi check shows Open MPI's components by directory, every other library by name."""
+    from kit.mpi.check import RankReport
+
+    mapped = [f"{d}/{n}" for d, n in paths]
+    r = RankReport(0, 2, "h", "Open MPI v4.1", mapped, 3)
+    assert sorted(r.libraries + [m for m in mapped if "/mca_" in m]) == sorted(mapped)
+    assert all("/mca_" not in m for m in r.libraries)
+    assert r.component_dirs == sorted({d for d, n in paths if n.startswith("mca_")})
