@@ -5,6 +5,8 @@ Old spellings users may have in scripts stay as aliases, named in --help.
 from __future__ import annotations
 
 import argparse
+import math
+from typing import Callable
 from pathlib import Path
 
 SITE_HELP = "site name (looked up in KIT_SITE_PATH, ~/.config/kit/sites, then the shipped ones) or config file"
@@ -61,3 +63,18 @@ def train_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The words after `--`, for python -m gan3d train."""
     extra = list(args.train_args)
     return tuple(extra[1:] if extra[:1] == ["--"] else extra)
+
+
+def number(minimum: float, kind: type = int, maximum: float = math.inf) -> Callable[[str], float]:
+    """An argparse type: a finite number from minimum to maximum (a usage error otherwise, exit 2),
+    so that no command takes inf, nan or a count below one by accident."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (minimum <= value <= maximum and math.isfinite(value)):
+            bound = f">= {minimum:g}" if maximum == math.inf else f"from {minimum:g} to {maximum:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: give a number {bound}")
+        return value
+    return parse

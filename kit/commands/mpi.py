@@ -64,10 +64,8 @@ def _check(args: argparse.Namespace) -> int:
                 "allreduce"):
         table.add_column(col, overflow="fold")
     for r in result.ranks:
-        libraries = [m for m in r.mapped if "/mca_" not in m]
-        components = sorted({m.rsplit("/", 1)[0] for m in r.mapped if "/mca_" in m})
-        count = len(r.mapped) - len(libraries)
-        shown = libraries + ([f"+ {count} MCA components from {', '.join(components)}"] if count else []) \
+        count = len(r.mapped) - len(r.libraries)
+        shown = r.libraries + ([f"+ {count} MCA components from {', '.join(r.component_dirs)}"] if count else []) \
             + [f"C library: {c}" for c in r.libc]
         table.add_row(str(r.rank), str(r.size), *([r.host] if apart else []), r.library_version.splitlines()[0],
                       "\n".join(shown) or "-", str(r.sum))

@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, train_args
-from kit.errors import KitError
+from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
 from kit.scale import sweep_jobs
@@ -114,19 +113,6 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _at_least(minimum: float, kind: type = int):
-    """An argparse type: a number >= minimum (a usage error otherwise, exit 2)."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not (minimum <= value < float("inf")):
-            raise argparse.ArgumentTypeError(f"{text!r}: give a number >= {minimum:g}")
-        return value
-    return parse
-
-
 def _precisions(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()] or ["fp32"]
 
@@ -194,19 +180,15 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kit.scale.report import load_results, write_report
+    from kit.scale.report import report_sweep
 
     failed: list[str] = []
-    paths = sweep_jobs.results(args.dir, failed) if args.dir else []
-    for problem in failed:
-        print(f"left out (failed run): {problem}", file=sys.stderr)
-    paths += args.results
-    if not paths:
-        raise KitError(f"no results to report: {args.dir or 'no sweep dir'} has none yet "
-                       "(kit scale collect shows why) and no RESULT.json was named")
-    out = args.out or (args.dir / "report" if args.dir else Path("report"))
-    title = f"scaling sweep {args.dir.absolute().name}" if args.dir else None
-    for path in write_report(load_results(paths), out, reference=args.reference, title=title):
+    try:
+        written = report_sweep(args.dir, args.results, args.out, args.reference, failed)
+    finally:  # named even when nothing else is left to report
+        for problem in failed:
+            print(f"left out (failed run): {problem}", file=sys.stderr)
+    for path in written:
         print(path)
     return 0
 
@@ -234,13 +216,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="Short measured trainings, one per layout (through Slurm where the site has "
                           "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
                           "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.")
-    p.add_argument("--nodes", type=_at_least(1), default=1, help="nodes per tuning run (default 1)")
+    p.add_argument("--nodes", type=number(1), default=1, help="nodes per tuning run (default 1)")
     p.add_argument("--precision", type=_precisions, default=["fp32"], help="comma list of fp32, bf16 (default fp32)")
     p.add_argument("--layouts", help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)")
-    p.add_argument("--steps", type=_at_least(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
-    p.add_argument("--peak-seconds", type=_at_least(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
-    p.add_argument("--timeout", type=_at_least(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
-    p.add_argument("--poll", type=_at_least(0.1, float), default=5.0, help="seconds between Slurm checks")
+    p.add_argument("--steps", type=number(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
+    p.add_argument("--peak-seconds", type=number(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
+    p.add_argument("--timeout", type=number(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
+    p.add_argument("--poll", type=number(0.1, float), default=5.0, help="seconds between Slurm checks")
     add_site(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)")

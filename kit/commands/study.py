@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from kit.commands.common import add_dry_run, add_group, add_site, number
 from kit.jsonout import add_json_flag, emit
 from kit.verbosity import quiet
 
@@ -106,48 +107,27 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.05 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: give seconds between 0.05 and 3600")
-    return value
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("study", help="hyperparameter studies: plan, run, status, report, cancel")
-    leaves = group.add_subparsers(dest="study_cmd", required=True, metavar="SUBCOMMAND")
+    leaves = add_group(sub, "study", "hyperparameter studies: plan, run, status, report, cancel")
 
     p = leaves.add_parser("plan", help="check a study spec against a site and write DIR",
                           description="Writes DIR/study.yaml (the spec) and an empty DIR/ledger.jsonl; DIR must be "
                           "new or empty. Nothing runs.")
     p.add_argument("spec", type=Path, help="the study YAML (parameters, fixed, objective, budget, strategy)")
     p.add_argument("dir", type=Path, help="the study directory")
-    p.add_argument("--site", required=True, help="site config name or file")
-    p.add_argument("--parallel", type=_positive, default=2, metavar="K", help="evaluations in flight (default 2)")
-    p.add_argument("--pilot", type=_positive, metavar="N", help="Slurm sites: one job of N nodes runs the "
+    add_site(p, more="where the evaluations run")
+    p.add_argument("--parallel", type=number(1), default=2, metavar="K", help="evaluations in flight (default 2)")
+    p.add_argument("--pilot", type=number(1), metavar="N", help="Slurm sites: one job of N nodes runs the "
                    "evaluations back to back")
     p.add_argument("--walltime", help="Slurm sites: HH:MM:SS per evaluation job (or of the pilot job)")
     p.add_argument("--image", help="Slurm sites: the image (ch-run with the host MPI); default the site's Python")
     p.add_argument("--python", help="Slurm sites: the Python that runs gan3d (default python3)")
-    p.add_argument("--dry-run", action="store_true", help="check; write nothing")
+    add_dry_run(p, "check; write nothing")
     p.set_defaults(func=_plan)
 
     p = leaves.add_parser("run", help="run the study to its budget (resumes where it stopped)")
     p.add_argument("dir", type=Path)
-    p.add_argument("--poll", type=_seconds, default=5.0, help="seconds between checks (default 5)")
+    p.add_argument("--poll", type=number(0.05, float, 3600), default=5.0, help="seconds between checks (default 5)")
     p.set_defaults(func=_run)
 
     p = leaves.add_parser("status", help="every evaluation's state and objective; the best so far")
@@ -161,5 +141,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = leaves.add_parser("cancel", help="stop the evaluations in flight (kit study run starts them again)")
     p.add_argument("dir", type=Path)
-    p.add_argument("--dry-run", action="store_true", help="say which; stop nothing")
+    add_dry_run(p, "say which; stop nothing")
     p.set_defaults(func=_cancel)

@@ -112,9 +112,7 @@ def _endpoint_args(args: argparse.Namespace) -> dict:
 def _versions(args: argparse.Namespace) -> int:
     found = _transfer().installed_versions(args.name, args.site, **_endpoint_args(args))
     if args.json:
-        emit(VERSIONS_SCHEMA, {"name": found.name, "where": found.where, "current": found.current,
-                               "versions": [{"entry": v.entry, "current": v.current, "format": v.format,
-                                             "installed": v.installed} for v in found.versions]})
+        emit(VERSIONS_SCHEMA, found.document())
         return 0
     if not found.versions:
         print(f"no version of {found.name} installed in {found.where}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -14,14 +13,13 @@ from pathlib import Path
 
 from kit.errors import KitError
 from kit.mpi.imagefs import image_kind
-from kit.mpi.openmpi_launch import is_openmpi_mpirun, root_words
-from kit.mpi.launch import FIX_MISSING
+from kit.mpi.launch import FIX_MISSING, launcher_now
 from kit.mpi.pair_builder import Pair
+from kit.site.model import VENDOR_BANNERS
 
-VENDOR_BANNER = {"intel": "Intel(R) MPI Library", "mpich": "MPICH", "mvapich2": "MVAPICH2",
-                 "openmpi": "Open MPI", "cray-mpich": "CRAY MPICH", "parastation": "MPICH"}
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
+MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
 
 
 @dataclass
@@ -33,6 +31,16 @@ class RankReport:
     mapped: list[str]
     sum: int
     libc: list[str] = field(default_factory=list)  # where the C library was mapped from
+
+    @property
+    def libraries(self) -> list[str]:
+        """The MPI libraries mapped, without Open MPI's components (dozens of mca_*.so: a reader
+        wants their directories, component_dirs)."""
+        return [m for m in self.mapped if MCA_MARK not in m]
+
+    @property
+    def component_dirs(self) -> list[str]:
+        return sorted({m.rsplit("/", 1)[0] for m in self.mapped if MCA_MARK in m})
 
 
 @dataclass
@@ -49,30 +57,14 @@ class CheckResult:
 
 
 def launcher_command(pair: Pair, ranks: int, nodes: int = 1) -> tuple[list[str], list[str]]:
-    """(launcher argv, extra ch-run join args) for the site's launcher, ranks spread evenly over nodes."""
-    site = pair.site
+    """(launcher argv, extra ch-run join args) for the site's launcher (kit.mpi.launch's registry),
+    ranks spread evenly over nodes."""
     per_node = ranks // nodes
-    words = shlex.split(site.host_mpi.launcher)
+    words, srun = launcher_now(pair.site, ranks, nodes)
     tag = f"--join-tag=kitcheck-{os.getpid()}"  # not the step id: a crashed step's segment would be joined
-    join = [f"--join-ct={per_node}", tag]
-    if words[0] == "srun":
-        plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-        # a rank that fails ends the step at once: its peers would otherwise wait in a collective
-        return [*words, *plugin, "-N", str(nodes), "-n", str(ranks), f"--ntasks-per-node={per_node}",
-                "--kill-on-bad-exit=1"], ["--join", tag]
-    if is_openmpi_mpirun(site):
-        words[1:1] = root_words(site) + (["--map-by", f"ppr:{per_node}:node"] if nodes > 1 else [])
-    if words[0] in ("mpiexec", "mpirun", "mpiexec.hydra"):
-        exe = Path(site.host_mpi.prefix) / "bin" / words[0]
-        if not exe.is_file():
-            raise KitError(f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
-                           "host_mpi.prefix in the site config")
-        words[0] = str(exe)
-    elif (exe := shutil.which(words[0])) is None:
-        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH")
-    else:
-        words[0] = exe
-    return [*_allocation(pair, nodes, per_node), *words, "-n", str(ranks)], join
+    if srun:
+        return words, ["--join", tag]
+    return [*_allocation(pair, nodes, per_node), *words], [f"--join-ct={per_node}", tag]
 
 
 def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
@@ -163,7 +155,7 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
     if result.ranks and len(hosts) != result.nodes:
         result.problems.append(f"ranks ran on {len(hosts)} node(s) ({', '.join(hosts)}), not on {result.nodes}")
     expected_sum = RANKS * (RANKS + 1) // 2
-    banner = VENDOR_BANNER.get(pair.host.vendor, "")
+    banner = VENDOR_BANNERS[pair.host.vendor]  # a site names one of MPI_VENDORS, each with its banner
     targets = [dst.rstrip("/") + "/" for _src, dst in pair.binds]
     for r in result.ranks:
         if r.size != RANKS:

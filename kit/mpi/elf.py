@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kit.site.model import VENDOR_MARKERS
+from kit.site.model import vendor_named_in
 
 ELF_MAGIC = b"\x7fELF"
 MAX_ELF_SIZE = 1 << 30  # larger "libraries" are not read (Intel MPI's libmpi is ~80 MB)
@@ -163,10 +163,7 @@ class Elf:
         for vendor, pattern in VERSION_PATTERNS:
             if match := pattern.search(self.data):
                 return vendor, match.group(1).decode("ascii", "replace").strip(".")
-        for vendor, marker in VENDOR_MARKERS:
-            if self.data.find(marker) >= 0:
-                return vendor, None
-        return None, None
+        return vendor_named_in(self.data), None
 
 
 @contextlib.contextmanager

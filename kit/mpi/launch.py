@@ -8,11 +8,13 @@ import the image readers (ELF, linker cache): a login node renders many.
 from __future__ import annotations
 
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words
+from kit.errors import KitError
+from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words, root_words
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"
@@ -25,41 +27,104 @@ def _shell_path(path: str) -> str:
     return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
-# A launcher's word builder: (site, the site's launcher words, hwthreads, exports) -> the
-# launch head, shell-quoted, and whether it is srun (whose steps ch-run --join can read).
-WordBuilder = Callable[[Site, list[str], bool, Sequence[str]], tuple[list[str], bool]]
+# A launcher's words in a batch script: (site, the site's launcher words, hwthreads, exports) ->
+# the launch head, shell-quoted, with the rank counts left to the script's shell.
+ScriptWords = Callable[[Site, list[str], bool, Sequence[str]], list[str]]
+# A launcher's words to start ranks now (kit mpi check): (site, the site's launcher words, ranks,
+# nodes) -> argv, the executable found; a KitError naming the site field if it is not there.
+NowWords = Callable[[Site, list[str], int, int], list[str]]
 
 
-def _srun(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> tuple[list[str], bool]:
-    """srun with the site's PMI plugin: Slurm starts the ranks."""
-    plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-    return [shlex.quote(w) for w in words + plugin], True
+@dataclass(frozen=True)
+class Launcher:
+    """How one launcher is spelled, for a batch script and for a check run at once. ``srun``: Slurm
+    starts the ranks (in a step ch-run --join can read, inside the allocation it already has)."""
+
+    script: ScriptWords
+    now: NowWords
+    srun: bool = False
 
 
-def _host_mpiexec(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> tuple[list[str], bool]:
+def _plugin(site: Site) -> list[str]:
+    return [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
+
+
+def _srun_script(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> list[str]:
+    """srun with the site's PMI plugin: Slurm starts the ranks the allocation holds."""
+    return [shlex.quote(w) for w in words + _plugin(site)]
+
+
+def _srun_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
+    """srun places the ranks evenly; a rank that fails ends the step at once (its peers would
+    otherwise wait in a collective)."""
+    return [*words, *_plugin(site), "-N", str(nodes), "-n", str(ranks), f"--ntasks-per-node={ranks // nodes}",
+            "--kill-on-bad-exit=1"]
+
+
+def _host_exe(site: Site, word: str) -> Path:
     """The host MPI's own mpiexec/mpirun, from its prefix (not whatever is first on PATH)."""
-    return _ranked(site, [str(Path(site.host_mpi.prefix) / "bin" / words[0]), *words[1:]], hwthreads, exports)
+    return Path(site.host_mpi.prefix) / "bin" / word
 
 
-def _ranked(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> tuple[list[str], bool]:
+def _host_mpiexec_script(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> list[str]:
+    return _ranked_script(site, [str(_host_exe(site, words[0])), *words[1:]], hwthreads, exports)
+
+
+def _host_mpiexec_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
+    if not (exe := _host_exe(site, words[0])).is_file():
+        raise KitError(f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
+                       "host_mpi.prefix in the site config")
+    return _ranked_now(site, [str(exe), *words[1:]], ranks, nodes)
+
+
+def _ranked_script(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> list[str]:
     """A launcher named by path: ${NRANKS} ranks (left for the batch script's shell); Open MPI's
     mpirun also gets its mapping, binding and exports (kit.mpi.openmpi_launch)."""
     head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
     if is_openmpi_mpirun(site):
         head += mpirun_job_words(site, hwthreads, [*exports, *site.host_mpi.env])
-    return head, False
+    return head
 
 
+def _path_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
+    if (exe := shutil.which(words[0])) is None:
+        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH")
+    return _ranked_now(site, [exe, *words[1:]], ranks, nodes)
+
+
+def _ranked_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
+    """`-n RANKS`; Open MPI's mpirun also gets its root flag and, over several nodes, one
+    RANKS/NODES share per node."""
+    if is_openmpi_mpirun(site):
+        spread = ["--map-by", f"ppr:{ranks // nodes}:node"] if nodes > 1 else []
+        words = [words[0], *root_words(site), *spread, *words[1:]]
+    return [*words, "-n", str(ranks)]
+
+
+_HOST_MPIEXEC = Launcher(_host_mpiexec_script, _host_mpiexec_now)
 # Launchers by the first word of host_mpi.launcher; any other word is a launcher named by path.
-LAUNCHERS: dict[str, WordBuilder] = {"srun": _srun, "mpiexec": _host_mpiexec, "mpirun": _host_mpiexec,
-                                     "mpiexec.hydra": _host_mpiexec}
+LAUNCHERS: dict[str, Launcher] = {"srun": Launcher(_srun_script, _srun_now, srun=True), "mpiexec": _HOST_MPIEXEC,
+                                  "mpirun": _HOST_MPIEXEC, "mpiexec.hydra": _HOST_MPIEXEC}
+BY_PATH = Launcher(_ranked_script, _path_now)
+
+
+def _launcher(site: Site) -> tuple[Launcher, list[str]]:
+    words = shlex.split(site.host_mpi.launcher)
+    return LAUNCHERS.get(words[0], BY_PATH), words
 
 
 def launcher_words(site: Site, hwthreads: bool = False,
                    exports: Sequence[str] = JOB_EXPORTS) -> tuple[list[str], bool]:
-    """The site's launcher, shell-quoted, and whether it is srun."""
-    words = shlex.split(site.host_mpi.launcher)
-    return LAUNCHERS.get(words[0], _ranked)(site, words, hwthreads, exports)
+    """The site's launcher for a batch script, shell-quoted, and whether it is srun."""
+    launcher, words = _launcher(site)
+    return launcher.script(site, words, hwthreads, exports), launcher.srun
+
+
+def launcher_now(site: Site, ranks: int, nodes: int) -> tuple[list[str], bool]:
+    """The site's launcher as argv starting ``ranks`` ranks on ``nodes`` nodes now (nodes divides
+    ranks), and whether it is srun (else it needs an allocation to reach other nodes)."""
+    launcher, words = _launcher(site)
+    return launcher.now(site, words, ranks, nodes), launcher.srun
 
 
 @dataclass(frozen=True)

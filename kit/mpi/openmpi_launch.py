@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from kit.mpi.hostlibs import Placement, components, image_sonames, place
-from kit.rootfs import Root
 from kit.site import Site
 from kit.site.model import HostMPI, OpenMPI
+
+if TYPE_CHECKING:
+    from kit.mpi.hostlibs import Placement
 
 # The batch script's own variables every rank needs (rsh-started daemons do not pass them on).
 JOB_EXPORTS = ("OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID")
@@ -48,6 +49,11 @@ def runtime_links(mpi: HostMPI, soname: str, lib_binds: list[tuple[str, str]], l
     """Links in ``link_dir`` to the host libraries libmpi and the MCA (and PMIx) components need
     that the image must not serve: the runtime's own, and what the image lacks (kit.mpi.hostlibs).
     None, and why, where the host's Open MPI is not on this machine."""
+    # imported here: the readers (ELF, linker cache) are the pair builder's, and kit.mpi.launch,
+    # which renders batch scripts on a login node, imports this module for mpirun's words
+    from kit.mpi.hostlibs import Placement, components, image_sonames, place
+    from kit.rootfs import Root
+
     if not any((Path(d) / soname).exists() for d in mpi.lib_dirs):  # e.g. converting outside the perimeter
         return Placement(problems=[
             f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the libraries it needs "

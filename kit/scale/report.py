@@ -15,6 +15,7 @@ from typing import Sequence
 
 from kit.atomic import atomic_write_bytes
 from kit.errors import KitError
+from kit.scale import sweep_jobs
 from kit.scale.overhead import Overhead, container_overhead
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
 from kit.readfile import read_bytes
@@ -100,6 +101,21 @@ def group_series(runs: Sequence[RunResult]) -> dict[Series, list[Row]]:
     for run in runs:
         groups.setdefault(run.series, []).append(run)
     return {key: scaling_table(groups[key]) for key in sorted(groups, key=Series.sort_key)}
+
+
+def report_sweep(sweep_dir: Path | None, results: Sequence[Path] = (), out: Path | None = None,
+                 reference: str | None = None, failed: list[str] | None = None) -> list[Path]:
+    """The report of a sweep's results (runs that failed are left out and named in ``failed``) and
+    of the results files named, in ``out`` (default SWEEP/report, or ./report without a sweep):
+    which results a report covers and where it goes are decided here, not by the command line."""
+    paths = sweep_jobs.results(sweep_dir, failed) if sweep_dir else []
+    paths += results
+    if not paths:
+        raise KitError(f"no results to report: {sweep_dir or 'no sweep dir'} has none yet "
+                       "(kit scale collect shows why) and no RESULT.json was named")
+    out = out or (sweep_dir / "report" if sweep_dir else Path("report"))
+    title = f"scaling sweep {sweep_dir.absolute().name}" if sweep_dir else None
+    return write_report(load_results(paths), out, reference=reference, title=title)
 
 
 def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, reference: str | None = None,

@@ -26,7 +26,7 @@ from gan3d.results import READABLE_SCHEMAS
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.readfile import read_json
-from kit.site.model import VENDOR_MARKERS
+from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")
@@ -142,8 +142,7 @@ class RunResult:
     @property
     def mpi(self) -> str:
         """The MPI vendor the job ran on: container MPI vs host MPI is the paper's Table 3 vs 4."""
-        text = (self.mpi_library_version or "").encode()
-        return next((vendor for vendor, marker in VENDOR_MARKERS if marker in text), "unknown-mpi")
+        return vendor_named_in((self.mpi_library_version or "").encode()) or "unknown-mpi"
 
     @property
     def series(self) -> Series:

@@ -20,10 +20,19 @@ SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are rea
 FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
                     "parastation": "mpich", "openmpi": "openmpi"}
 MPI_VENDORS = tuple(FAMILY_OF_VENDOR)
-# How a vendor's library names itself in its bytes (and in MPI_Get_library_version), most
-# specific first: Intel MPI and MVAPICH2 also carry "MPICH".
-VENDOR_MARKERS = [("intel", b"Intel(R) MPI Library"), ("openmpi", b"Open MPI"),
-                  ("mvapich2", b"MVAPICH2"), ("mpich", b"MPICH")]
+# How each vendor's library names itself, in its bytes and in MPI_Get_library_version (kit mpi
+# check expects the host vendor's in every rank's). ParaStation MPI says only "MPICH".
+VENDOR_BANNERS = {"intel": "Intel(R) MPI Library", "openmpi": "Open MPI", "mvapich2": "MVAPICH2",
+                  "cray-mpich": "CRAY MPICH", "mpich": "MPICH", "parastation": "MPICH"}
+# The vendor a banner names, most specific first: Intel MPI, MVAPICH2 and Cray MPICH also carry
+# "MPICH"; a banner several vendors share names the first (ParaStation's is read as mpich).
+VENDOR_MARKERS = [(vendor, VENDOR_BANNERS[vendor].encode())
+                  for vendor in ("intel", "openmpi", "mvapich2", "cray-mpich", "mpich")]
+
+
+def vendor_named_in(data: bytes | bytearray | memoryview) -> str | None:
+    """The MPI vendor whose banner ``data`` (a library's bytes or its version text) carries."""
+    return next((vendor for vendor, marker in VENDOR_MARKERS if data.find(marker) >= 0), None)
 
 
 def _name(value: str) -> str | None:

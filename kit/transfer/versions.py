@@ -6,7 +6,7 @@ before it (or at a named one) in one atomic rename, with no upload and no unpack
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kit.errors import KitError
@@ -30,6 +30,10 @@ class Versions:
     where: str
     current: str | None
     versions: list[Installed]   # newest first
+
+    def document(self) -> dict:
+        """The body of `kit transfer versions --json` (kit-transfer-versions/1): these fields, as named."""
+        return asdict(self)
 
 
 @dataclass

@@ -34,3 +34,15 @@ def test_versions_json_error_is_one_line_and_nothing_on_stdout(capsys):
     assert main(["transfer", "versions", "../etc", "--site", "laptp", "--json"]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("kit: error: ")
+
+
+def test_the_document_is_built_by_the_library_newest_first():
+    """The CLI prints Versions.document(); a field renamed or dropped there would change the format."""
+    from kit.transfer.versions import Installed, Versions
+
+    found = Versions("app", "host:/images", "app@bbbb", [Installed("app@bbbb", True, "dir", 2.0),
+                                                          Installed("app@aaaa.sqfs", False, "squash", 1.0)])
+    doc = json.loads(json.dumps(found.document()))
+    assert doc == {"name": "app", "where": "host:/images", "current": "app@bbbb",
+                   "versions": [{"entry": "app@bbbb", "current": True, "format": "dir", "installed": 2.0},
+                                {"entry": "app@aaaa.sqfs", "current": False, "format": "squash", "installed": 1.0}]}
