@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from kit.errors import KitError
-from kit.readfile import read_tail
+from kit.readfile import read_json, read_tail
 from kit.scale.plan import Plan, load_plan
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
 from kit.slurm.ledger import all_jobs, latest_job, read_jobs
