@@ -51,17 +51,13 @@ def test_what_the_site_cannot_do_is_refused_before_anything_runs(tmp_path):
     slurm = write_site(tmp_path, slurm_site_dict())
     with pytest.raises(KitError, match="--pilot 2: site localslurm allows 1..1 nodes"):
         plan_study(spec, str(slurm), tmp_path / "b", pilot=2)
-    physics = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS, objective="physics_score",
-                         direction="maximize", file="physics.yaml")
-    with pytest.raises(KitError, match="objective physics_score through Slurm jobs.*fix: use --pilot N"):
-        plan_study(physics, str(slurm), tmp_path / "c")
     wide = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, {"ranks-per-node": {
         "type": "choice", "values": [4]}}, file="wide.yaml")
     with pytest.raises(KitError, match=r"4 rank\(s\) per node x 1 thread\(s\) = 4, but a localslurm node has 2"):
         plan_study(wide, str(slurm), tmp_path / "d", walltime="00:10:00")
     with pytest.raises(KitError, match="--walltime 02:00:00: .* allows at most 00:20:00"):
         plan_study(spec, str(slurm), tmp_path / "e", walltime="02:00:00")
-    assert not any((tmp_path / n).exists() for n in "abcde")
+    assert not any((tmp_path / n).exists() for n in "abde")
 
 
 def test_commands_on_a_directory_without_a_study_are_one_line(tmp_path, capsys):
@@ -135,3 +131,19 @@ def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(tmp_path, 
         assert f"ledger.jsonl:3: e0002's config is not a point of the study's space" in err, err
         assert err.count("\n") == 1
     assert not (d / "evals").exists() and not (d / "report").exists()
+
+
+def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_fits(tmp_path, capsys):
+    """The copy in DIR is what run reads; narrowed after e0001 was proposed, e0001's lr lies outside."""
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.0002})
+    (d / SPEC_NAME).write_text((d / SPEC_NAME).read_text().replace("0.0001", "0.001"))
+    for argv in (["run", str(d)], ["status", str(d)]):
+        assert main(["study", *argv]) == 1
+        err = capsys.readouterr().err
+        assert f"ledger.jsonl:2: e0001's config is not a point of the study's space in {d / SPEC_NAME} " in err, err
+        assert "parameter lr: 0.0002 is outside [0.001, 0.01]" in err and "fix: restore study.yaml" in err
+        assert err.count("\n") == 1
+    assert not (d / "evals").exists()
