@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gan3d.train import build_parser
@@ -261,3 +261,31 @@ def test_the_showers_check_tries_only_configs_the_conditions_allow(tmp_path):
     with pytest.raises(KitError, match=r"study.yaml:5: parameters.batch-size: with batch-size 64 and 4 rank\(s\) "
                                        r"per node a step needs 256 showers"):
         load_study(write(tmp_path, _swap("  lr:", layout.replace(", when: {ranks-per-node: 1}", ""))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ranks=st.integers(1, 4), low=st.integers(1, 40), span=st.integers(1, 40), events=st.integers(8, 400),
+       fraction=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9]), as_choice=st.booleans())
+@example(ranks=1, low=1, span=31, events=640, fraction=0.1, as_choice=False)  # 2 x 32 = the 64 held out: runs
+@example(ranks=1, low=1, span=32, events=640, fraction=0.1, as_choice=False)  # 2 x 33 > 64: refused
+@example(ranks=2, low=1, span=20, events=640, fraction=0.1, as_choice=True)  # 3 x 21 = 63: runs
+def test_the_showers_check_refuses_exactly_the_spaces_with_a_config_gan3d_would_stop(
+        tmp_path_factory, ranks, low, span, events, fraction, as_choice):
+    """Against every config of the space, tried one by one: refused iff one of them needs more showers
+    per step (ranks x batch size) than the held-out or the training share of gan3d's split."""
+    from kit.study.spec import synthetic_split
+
+    batch = f"{{type: choice, values: [{low}, {low + span}]}}" if as_choice else \
+        f"{{type: int, low: {low}, high: {low + span}}}"
+    text = GOOD.replace("  lr:", f"  ranks-per-node: {{type: int, low: 1, high: {ranks + 1}}}\n"
+                                  f"  batch-size: {batch}\n  lr:").replace(
+        "synthetic: 640", f"synthetic: {events}\n  test-fraction: {fraction}")
+    held_out, training = synthetic_split(events, fraction)
+    batches = [low, low + span] if as_choice else range(low, low + span + 1)
+    fails = any(r * b > min(held_out, training) for r in range(1, ranks + 2) for b in batches)
+    path = write(tmp_path_factory.mktemp("s"), text)
+    if fails:
+        with pytest.raises(KitError, match=r"study.yaml:[45]: parameters\.(ranks-per-node|batch-size): with "):
+            load_study(path)
+    else:
+        load_study(path)
