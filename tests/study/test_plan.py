@@ -9,6 +9,7 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import ledger
 from kit.study.studydir import SPEC_NAME, plan_study
+from tests.mpi.conftest import mpich_oci  # noqa: F401  (fixture: the MPICH test image)
 from tests.slurm.conftest import slurm_site_dict, write_site
 from tests.study.conftest import study_yaml
 
@@ -147,3 +148,50 @@ def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_f
         assert "parameter lr: 0.0002 is outside [0.001, 0.01]" in err and "fix: restore study.yaml" in err
         assert err.count("\n") == 1
     assert not (d / "evals").exists()
+
+
+def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_bound(mpich_oci, tmp_path):
+    """The pilot's steps as a batch script words them: srun with the step's ranks, ch-run with the
+    pair's binds, paths as the container sees them (/work), a ch-run peer group per evaluation, and
+    the physics validation as a one-rank step in the same image. A study dir outside the binds is
+    refused at plan, before anything is queued."""
+    import shlex
+
+    from kit.mpi import convert_paired
+    from kit.mpi.pair_reader import read_pair_file
+    from kit.site import load_site
+    from kit.study.evaluate import eval_run
+    from kit.study.pilot import inside_commands
+    from kit.study.spec import load_study
+
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = slurm_site_dict("boundslurm")
+    doc["container"]["binds"] = [f"{work}:/work"]
+    site_file = write_site(tmp_path, doc)
+    image = tmp_path / "img.tar"
+    pair_file = convert_paired(mpich_oci, image, load_site(site_file)).pair_file
+    spec = study_yaml(work, [work / f"f{i}.h5" for i in range(3)], "random", 2, {"ranks-per-node": {
+        "type": "choice", "values": [2]}}, objective="physics_score", direction="maximize", threads=1)
+    with pytest.raises(KitError, match=r"run dir .*/elsewhere/evals/e0001 is not under any directory img.tar.pair.yaml"):
+        plan_study(spec, str(site_file), tmp_path / "elsewhere", pilot=1, image=str(image), walltime="00:10:00")
+    assert not (tmp_path / "elsewhere").exists()
+    plan_study(spec, str(site_file), work / "s", pilot=1, image=str(image), walltime="00:10:00")
+    site = load_site(site_file)
+    runs = [eval_run(e, {"ranks-per-node": 2}, load_study(spec), site) for e in ("e0001", "e0002")]
+    [train, validate], [other, _] = (inside_commands(r, work / "s", site, "py", read_pair_file(pair_file, site))
+                                     for r in runs)
+    for step, ranks in ((train, 2), (validate, 1)):
+        assert step[:2] == ["bash", "-c"]
+        words = shlex.split(step[2].splitlines()[-1])
+        assert words[:6] == ["srun", "--mpi=pmi2", "--nodes=1", f"--ntasks={ranks}", "--cpus-per-task=1", "--exact"]
+        assert words[6:9] == ["ch-run", "--join", "--join-tag=kit-${SLURM_JOB_ID}-e0001"]
+        assert f"--bind={work}:/work" in words  # the installed image the pair names, as a batch script runs it
+        assert words[words.index("--") - 1] == read_pair_file(pair_file, site).site_image
+    inside = shlex.split(train[2].splitlines()[-1])
+    inside = inside[inside.index("--") + 1:]
+    assert inside[inside.index("--results") + 1] == "/work/s/evals/e0001/results/e0001.json"
+    assert inside[inside.index("--site") + 1] == "/work/s/evals/e0001/scripts/e0001.site.yaml"
+    assert inside[inside.index("--data") + 1] == "/work/f0.h5,/work/f1.h5" and "--threads" in inside
+    assert "gan3d validate" in validate[2] and "--data /work/f2.h5" in validate[2]
+    assert "--join-tag=kit-${SLURM_JOB_ID}-e0002" in other[2]
