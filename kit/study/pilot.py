@@ -7,10 +7,10 @@ DIR/evals/eNNNN/eval.json and an empty entry DIR/queue/eNNNN. Inside the job, `p
 atomic: exactly one worker wins), run it with `kit.study.evalproc` (training as a step of the
 allocation through the site's launcher, in the study's image with the pair's binds as a batch script
 runs it, or bare without an image; then validation if the objective needs it; one results file per
-evaluation), and take the next. The driver reads each evaluation's exit.json as for local runs and records it in the same
-ledger. When the budget is spent the driver writes DIR/queue/.stop and the workers end; a pilot
-job that ends early (walltime, node failure) leaves its claimed evaluations without an exit: the
-driver queues them again and submits a new pilot.
+evaluation), and take the next. The driver reads each evaluation's exit.json as for local runs and
+records it in the same ledger. When the budget is spent the driver writes DIR/queue/.stop and the
+workers end; a pilot job that ends early (walltime, node failure) leaves its claimed evaluations
+without an exit: the driver queues them again and submits a new pilot.
 """
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     pair_file = convert_paired(mpich_oci, image, load_site(site_file)).pair_file
     spec = study_yaml(work, [work / f"f{i}.h5" for i in range(3)], "random", 2, {"ranks-per-node": {
         "type": "choice", "values": [2]}}, objective="physics_score", direction="maximize", threads=1)
-    with pytest.raises(KitError, match=r"run dir .*/elsewhere/evals/e0001 is not under any directory img.tar.pair.yaml"):
+    with pytest.raises(KitError, match=r"run dir .*/elsewhere/evals/e0001 is not under any directory img.tar.pair"):
         plan_study(spec, str(site_file), tmp_path / "elsewhere", pilot=1, image=str(image), walltime="00:10:00")
     assert not (tmp_path / "elsewhere").exists()
     plan_study(spec, str(site_file), work / "s", pilot=1, image=str(image), walltime="00:10:00")
