@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gan3d.results import SCHEMA
 from kit.cli import main
 from kit.scale import load_results, sweep_jobs
 from kit.scale.plan import make_plan, write_plan
@@ -40,7 +41,7 @@ def test_each_run_is_validated_in_its_job_and_a_failed_validation_marks_only_its
 
     record = json.loads(ok.result.read_text())
     physics = record["physics"]
-    assert record["schema"] == "gan3d-run/1" and record["status"] == "ok"  # training's record, kept whole
+    assert record["schema"] == SCHEMA and record["status"] == "ok"  # training's record, kept whole
     assert physics["preset"] == "tiny" and Path(physics["generator_weights"]).is_relative_to(good.checkpoints)
     assert physics["score_reference_empty"] > physics["score_reference_data"] > 0  # the raw terms are kept
     assert physics["compared_events"] + physics["reference_events"] == physics["events"] == 64  # showers[2]
