@@ -151,11 +151,15 @@ class Launch:
         return args
 
     def line(self, image: str, command: str = DEFAULT_COMMAND, hwthreads: bool = False,
-             exports: Sequence[str] = JOB_EXPORTS) -> str:
+             exports: Sequence[str] = JOB_EXPORTS, step: Sequence[str] = (), tag: str = "${SLURM_JOB_ID}") -> str:
         """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
         shell to expand; every other value is shell-quoted (``command`` is taken as shell words).
-        ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch)."""
+        ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch).
+        ``step``: srun options after the launcher's (a step of a running allocation, e.g. a pilot's);
+        ``tag``: ch-run --join's peer group, one per job (a pilot's steps that run side by side each
+        need their own)."""
         head, srun = launcher_words(self.site, hwthreads, exports)
+        head = head + [shlex.quote(w) for w in step]
         # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
         join = ["--join"] if (srun or is_openmpi_mpirun(self.site)) and self.site.container.join else []
         body = [shlex.quote(a) for a in self.ch_run_options(join)]
@@ -165,7 +169,7 @@ class Launch:
             # ch-run's default peer-group tag is SLURM_STEP_ID, the same "0" for every job's first
             # step: the shared-memory segment a killed job leaves on a node would then stop every
             # later job there ("join: no PID 0"). One tag per job, left for the shell to expand.
-            body.insert(2, "--join-tag=kit-${SLURM_JOB_ID}")
+            body.insert(2, f"--join-tag=kit-{tag}")
         return " ".join(head + body + [_shell_path(image), "--", command])
 
 

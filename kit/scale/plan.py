@@ -54,8 +54,8 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     if not 1 <= repeats <= 100:
         raise KitError(f"--repeats {repeats}: give 1..100 runs of each combination")
     if validate and validation_data(tuple(train_args)) is None:
-        raise KitError("--validate: the training arguments name no --data or --validation-data, so gan3d "
-                       "validate would have no showers to compare the generator with; fix: give --data FILES "
+        raise KitError("--validate: the training arguments name no --data, --validation-data or --synthetic-dir, "
+                       "so gan3d validate would have no showers to compare the generator with; fix: give --data FILES "
                        "after --")
     site = load_site(site)
     if site.path is None:

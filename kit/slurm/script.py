@@ -34,9 +34,10 @@ def physics_dir(results: Path) -> Path:
 
 
 def validation_data(train_args: tuple[str, ...]) -> str | None:
-    """The showers gan3d validate compares the generator with: the run's --validation-data, else its --data."""
+    """The showers gan3d validate compares the generator with: the run's --validation-data, else its
+    --data, else the generated showers it keeps in --synthetic-dir."""
     given = dict(path_arguments(train_args))
-    return given.get("--validation-data") or given.get("--data")
+    return given.get("--validation-data") or given.get("--data") or given.get("--synthetic-dir")
 
 
 class _Template(string.Template):
@@ -119,25 +120,16 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
              *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args,
              *(["--checkpoint-dir", checkpoints] if spec.validate and checkpoints == str(files.checkpoints) else [])]
     validate = _validate_words(spec, files, python, checkpoints) if spec.validate else []
-    exports = [*JOB_EXPORTS, *(["KIT_IMAGE_DIGEST"] if pair is not None and pair.digest else [])]
-    head, srun = launcher_words(site, run.hyperthreads, exports)
-    # The launcher (and Hydra's proxies) read the host MPI's settings on the host; inside, the
-    # pair's --set-env values (host paths translated) win.
-    env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.launch_env.items()]
-    if srun:  # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
-        env.append(f"export SRUN_CPUS_PER_TASK={spec.threads_per_rank}")
-    # A rank (or Hydra proxy) that dies ends the step: the others would wait in an allreduce until
-    # the walltime (srun --kill-on-bad-exit; also read by the srun Hydra starts its proxies with).
-    env.append("export SLURM_KILL_BAD_EXIT=1")
+    exports = job_exports(pair)
+    head, _ = launcher_words(site, run.hyperthreads, exports)
+    env = job_env(site, pair, spec.threads_per_rank)
     if pair is None:
         launch, check = (" ".join(head + [shlex.quote(w) for w in words]) for words in (train, validate))
     else:
-        inside = _inside(pair, files.run_dir, spec.train_args)
+        inside = container_view(pair, files.run_dir, spec.train_args)
         launch, check = (pair.launch_line(" ".join(shlex.quote(inside(w)) for w in words),
                                           hwthreads=run.hyperthreads, exports=exports)
                          for words in (train, validate))
-        if pair.digest:  # the results name the image they ran on
-            env.append(f"export KIT_IMAGE_DIGEST={shlex.quote(pair.digest)}")
     modules = ""
     if site.modules:
         modules = ("if ! command -v module >/dev/null 2>&1 && [ -r /etc/profile.d/modules.sh ]; then\n"
@@ -151,12 +143,34 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         launch=launch, physics=_physics_step(spec, files, check) if spec.validate else "")
 
 
+def job_exports(pair: PairFile | None) -> list[str]:
+    """The variables a job's launcher passes on to its ranks."""
+    return [*JOB_EXPORTS, *(["KIT_IMAGE_DIGEST"] if pair is not None and pair.digest else [])]
+
+
+def job_env(site: Site, pair: PairFile | None, threads_per_rank: int) -> list[str]:
+    """The `export` lines before a job's launch line (a batch script's, or a pilot's step)."""
+    _, srun = launcher_words(site)
+    # The launcher (and Hydra's proxies) read the host MPI's settings on the host; inside, the
+    # pair's --set-env values (host paths translated) win.
+    env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.launch_env.items()]
+    if srun:  # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
+        env.append(f"export SRUN_CPUS_PER_TASK={int(threads_per_rank)}")
+    # A rank (or Hydra proxy) that dies ends the step: the others would wait in an allreduce until
+    # the walltime (srun --kill-on-bad-exit; also read by the srun Hydra starts its proxies with).
+    env.append("export SLURM_KILL_BAD_EXIT=1")
+    if pair is not None and pair.digest:  # the results name the image they ran on
+        env.append(f"export KIT_IMAGE_DIGEST={shlex.quote(pair.digest)}")
+    return env
+
+
 def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: str) -> list[str]:
     """gan3d validate on the run's last checkpoint; its score goes into the run's results JSON."""
     data = validation_data(spec.train_args)
     if data is None:
         raise KitError(f"run {spec.run_id}: --validate needs showers to compare the generator with, and the "
-                       "training arguments name no --data or --validation-data; fix: give --data FILES after --")
+                       "training arguments name no --data, --validation-data or --synthetic-dir; fix: give --data "
+                       "FILES after --")
     xscale = [word for _, value in path_arguments(spec.train_args, ("--xscale",)) for word in ("--xscale", value)]
     return [python, "-m", "gan3d", "validate", "--checkpoint", checkpoints, "--data", data, "--out",
             str(files.physics_dir), "--results", str(files.result), *xscale[-2:]]
@@ -196,7 +210,7 @@ def bound(path: str, binds: list[tuple[str, str]]) -> bool:
     return any(under(path, src) for src, _ in binds)
 
 
-def _inside(pair: PairFile, run_dir: Path, train_args: tuple[str, ...]):
+def container_view(pair: PairFile, run_dir: Path, train_args: tuple[str, ...]):
     """Host paths -> the container's view through the pair's binds (also in --opt=/path and comma
     lists). The run dir and the data must be bound, or the job fails after its wait in the queue."""
     binds = pair.launch.binds

@@ -27,7 +27,8 @@ from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec
 from kit.study import evalproc
-from kit.study.evaluate import EvalRun, EvaluationFailed, eval_dir, local_commands, read_objective
+from kit.study.evaluate import (SYNTHETIC, EvalRun, EvaluationFailed, eval_dir, local_commands, read_objective,
+                                validation_data)
 
 LOG_TAIL_LINES = 12
 LOG_TAIL_BYTES = 16 * 1024
@@ -144,10 +145,11 @@ class SlurmBackend:
 
     def start(self, run: EvalRun) -> dict:
         d = eval_dir(self.study_dir, run.eval_id).absolute()
-        spec = RunSpec(run.eval_id, 1, run.ranks_per_node, run.threads, self.walltime, run.train_args,
-                       self.partition, self.account)
+        args = slurm_train_args(run, d)
+        spec = RunSpec(run.eval_id, 1, run.ranks_per_node, run.threads, self.walltime, args,
+                       self.partition, self.account, validate=run.validate)
         write_plan(Plan(str(Path(self.site.path).resolve()), self.walltime, [spec], self.pair, self.python,
-                        run.train_args), d)
+                        args, validate=run.validate), d)
         [sub] = sweep_jobs.submit(d)
         if sub.job:
             return {"how": self.how, "job": sub.job}
@@ -158,6 +160,11 @@ class SlurmBackend:
     def poll(self, eval_id: str) -> Outcome | str:
         d = eval_dir(self.study_dir, eval_id).absolute()
         [status] = sweep_jobs.collect(d)
+        if status.physics == "pending":  # trained; the job's validation is still to add the score
+            return RUNNING
+        if status.physics == "failed":
+            return Outcome(None, None, f"job {status.job}: the physics validation failed; its log ends:\n"
+                           f"{status.physics_problem}")
         if status.result is not None:
             return _outcome(status.result, self.objective, None, RunFiles(d, d.name).log(status.job or "0"))
         if status.active:
@@ -174,6 +181,15 @@ class SlurmBackend:
         cancelled = {e: sweep_jobs.cancel(eval_dir(self.study_dir, e).absolute()) for e in eval_ids}
         wait_gone([job for jobs in cancelled.values() for _, job in jobs])
         return [e for e, jobs in cancelled.items() if jobs]
+
+
+def slurm_train_args(run: EvalRun, d: Path) -> tuple[str, ...]:
+    """The evaluation's training arguments as its batch script gets them. For the physics score
+    the job validates after training (kit scale plan --validate); generated showers are then kept
+    in EVALDIR/synthetic, which the validation compares the generator with."""
+    if run.validate and validation_data(run.train_args) is None:
+        return (*run.train_args, "--synthetic-dir", str(d / SYNTHETIC))
+    return run.train_args
 
 
 def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> None:

@@ -1,7 +1,7 @@
 """One evaluation of a study: a config turned into an ordinary kit run, and its objective read back.
 
 The evaluation's arguments are the study's (its fixed `gan3d train` arguments, then the config's:
-kit.study.spec); `ranks-per-node` and `threads` set the layout, which the runner passes itself. Each evaluation has its own directory DIR/evals/eNNNN, which is, through Slurm, a
+kit.study.spec), without the layout (`ranks-per-node`, `threads`), which the runner passes itself. Each evaluation has its own directory DIR/evals/eNNNN, which is, through Slurm, a
 one-run `kit scale` sweep directory (plan.yaml, scripts/, logs/, results/, jobs.yaml): its
 submission, one-job-per-run lock, resubmission rules and log tails are `kit scale`'s own code.
 """
@@ -22,7 +22,7 @@ from kit.slurm.script import RunFiles
 PHYSICS = "physics_score"
 THROUGHPUT = "showers_per_second"
 VALIDATION_PREFIX = "validation."  # validation.g_loss: the last epoch's validation g_loss
-OWNED = {"--threads": 1, "--oversubscribe": 0}  # set from the layout by the runner (and the batch script)
+SYNTHETIC = "synthetic"  # EVALDIR/synthetic: an evaluation's generated showers, kept to validate against
 
 
 @dataclass(frozen=True)
@@ -44,19 +44,20 @@ def eval_dir(study_dir: Path, eval_id: str) -> Path:
 
 
 def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
-    """The run of ``config``: the study's `gan3d train` arguments (kit.study.spec.StudySpec.train_args)
-    without the ones the runner sets from the layout, which defaults to one rank using every core."""
+    """The run of ``config``: the study's `gan3d train` arguments (kit.study.spec.StudySpec.train_args,
+    the layout left out) and its layout, which defaults to one rank using every core."""
     ranks, threads = spec.layout(config)
     ranks = int(ranks or 1)
     threads = int(threads or max(1, site.node.cores // ranks))
-    args, words = [], list(spec.train_args(config))
-    while words:
-        word = words.pop(0)
-        if word in OWNED:
-            del words[:OWNED[word]]
-        else:
-            args.append(word)
-    return EvalRun(eval_id, ranks, threads, tuple(args), spec.objective.metric == PHYSICS)
+    return EvalRun(eval_id, ranks, threads, tuple(spec.train_args(config)), spec.objective.metric == PHYSICS)
+
+
+def layout_args(run: EvalRun, site: Site) -> list[str]:
+    """gan3d train's layout words for a run on this machine or in a pilot: its threads per rank, and
+    --oversubscribe where ranks x threads exceed a node's cores (a batch script decides the same from
+    kit.slurm.spec.check_run)."""
+    return ["--threads", str(run.threads), *(["--oversubscribe"] if run.ranks_per_node * run.threads >
+                                              site.node.cores else [])]
 
 
 def local_commands(run: EvalRun, study_dir: Path, site: Site, launcher: list[str],
@@ -64,9 +65,7 @@ def local_commands(run: EvalRun, study_dir: Path, site: Site, launcher: list[str
     """Training under the site's MPI launcher on this machine, then validation if the objective needs it."""
     files = run.files(study_dir)
     train = [*launcher, "-n", str(run.ranks_per_node), python, "-m", "gan3d", "train", "--site", str(site.path),
-             "--threads", str(run.threads), "--results", str(files.result), *run.train_args]
-    if run.ranks_per_node * run.threads > site.node.cores:
-        train.append("--oversubscribe")
+             *layout_args(run, site), "--results", str(files.result), *run.train_args]
     return with_validation(run, files, python, train)
 
 
@@ -79,7 +78,7 @@ def with_validation(run: EvalRun, files: RunFiles, python: str, train: list[str]
     train = [*train, "--checkpoint-dir", str(checkpoints)]
     data = validation_data(run.train_args)
     if data is None:  # generated showers: kept in the evaluation's directory to validate against
-        synthetic = files.run_dir / "synthetic"
+        synthetic = files.run_dir / SYNTHETIC
         train += ["--synthetic-dir", str(synthetic)]
         data = str(synthetic)
     return [train, [python, "-m", "gan3d", "validate", "--checkpoint", str(checkpoints), "--data", data,

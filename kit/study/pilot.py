@@ -4,12 +4,13 @@ Queue waits dominate short evaluations on a busy machine; a pilot pays one. The 
 the driver on the login node: for each new config it writes the evaluation's commands to
 DIR/evals/eNNNN/eval.json and an empty entry DIR/queue/eNNNN. Inside the job, `parallel` workers
 (`python -m kit.study.pilot DIR`) each claim an entry by renaming it into DIR/claimed/ (rename is
-atomic: exactly one worker wins), run it with `kit.study.evalproc` (training under srun inside the
-allocation, then validation if the objective needs it; one results file per evaluation), and take
-the next. The driver reads each evaluation's exit.json as for local runs and records it in the same
-ledger. When the budget is spent the driver writes DIR/queue/.stop and the workers end; a pilot
-job that ends early (walltime, node failure) leaves its claimed evaluations without an exit: the
-driver queues them again and submits a new pilot.
+atomic: exactly one worker wins), run it with `kit.study.evalproc` (training as a step of the
+allocation through the site's launcher, in the study's image with the pair's binds as a batch script
+runs it, or bare without an image; then validation if the objective needs it; one results file per
+evaluation), and take the next. The driver reads each evaluation's exit.json as for local runs and
+records it in the same ledger. When the budget is spent the driver writes DIR/queue/.stop and the
+workers end; a pilot job that ends early (walltime, node failure) leaves its claimed evaluations
+without an exit: the driver queues them again and submits a new pilot.
 """
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ from pathlib import Path
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
-from kit.site import Site
+from kit.site import Site, SiteError
+from kit.site.load import MAX_SITE_BYTES
 from kit.site.model import SLURM_WORD_RE
 from kit.slurm.jobs import is_active, job_states, sbatch, scancel
 from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
-from kit.slurm.script import SAFE_PATH, RunFiles
+from kit.mpi.pair_reader import PairFile, read_pair_file
+from kit.readfile import read_text
+from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports
 from kit.study import evalproc
 from kit.study.backends import LOST, RUNNING, Outcome, _outcome, wait_gone
-from kit.study.evaluate import EvalRun, eval_dir, with_validation
+from kit.study.evaluate import EvalRun, eval_dir, layout_args, with_validation
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
 STOP = ".stop"
@@ -39,19 +43,49 @@ ENTRY_RE = re.compile(r"e[0-9]{4,6}")
 IDLE_SECONDS = 900.0  # a worker with nothing queued for this long ends (the driver may be gone)
 
 
-def inside_commands(run: EvalRun, study_dir: Path, site: Site, python: str) -> list[list[str]]:
-    """The evaluation's commands as a step of the pilot's allocation: srun gives it its ranks and cores."""
+def inside_commands(run: EvalRun, study_dir: Path, site: Site, python: str,
+                    pair: PairFile | None = None) -> list[list[str]]:
+    """The evaluation's commands as steps of the pilot's allocation, through the site's launcher (srun
+    gives each step its ranks and cores): in the image with the pair's binds and environment, as a
+    batch script runs them (kit.slurm.script), or, without a pair, the site's own Python."""
     files = RunFiles(eval_dir(study_dir, run.eval_id).absolute(), run.eval_id)
+    site_file = str(site.path) if pair is None else str(files.site_file)
+    train = [python, "-m", "gan3d", "train", "--site", site_file, *layout_args(run, site),
+             "--results", str(files.result), *run.train_args]
+    commands = with_validation(run, files, python, train)
+    if pair is None:
+        return [_bare_step(site, run.ranks_per_node, run.threads) + commands[0], *commands[1:]]
+    return [_container_step(site, pair, run, files, words, ranks)
+            for words, ranks in zip(commands, (run.ranks_per_node, 1))]
+
+
+def _step_options(site: Site, ranks: int, threads: int) -> list[str]:
+    """srun's options for one step of a running allocation (none for another launcher)."""
+    if shlex.split(site.host_mpi.launcher)[0] != "srun":
+        return []
+    return ["--nodes=1", f"--ntasks={ranks}", f"--cpus-per-task={threads}", "--exact"]
+
+
+def _bare_step(site: Site, ranks: int, threads: int) -> list[str]:
     words = shlex.split(site.host_mpi.launcher)
     if words[0] == "srun":
         plugin = [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
-        launch = [*words, *plugin, "--nodes=1", f"--ntasks={run.ranks_per_node}",
-                  f"--cpus-per-task={run.threads}", "--exact"]
-    else:
-        launch = [*words, "-n", str(run.ranks_per_node)]
-    train = [*launch, python, "-m", "gan3d", "train", "--site", str(site.path), "--threads", str(run.threads),
-             "--results", str(files.result), *run.train_args]
-    return with_validation(run, files, python, train)
+        return [*words, *plugin, *_step_options(site, ranks, threads)]
+    return [*words, "-n", str(ranks)]
+
+
+def _container_step(site: Site, pair: PairFile, run: EvalRun, files: RunFiles, words: list[str],
+                    ranks: int) -> list[str]:
+    """One step in the image: the batch script's environment and launch line (ch-run with the pair's
+    binds; host paths as the container sees them), run by bash for the shell words it leaves."""
+    inside = container_view(pair, files.run_dir, run.train_args)
+    threads = run.threads
+    hyper = run.ranks_per_node * run.threads > site.node.cores
+    line = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in words), hwthreads=hyper,
+                            exports=job_exports(pair), step=_step_options(site, ranks, threads),
+                            tag=f"${{SLURM_JOB_ID}}-{run.eval_id}")  # steps side by side: a peer group each
+    env = [*job_env(site, pair, threads), f"NRANKS={int(ranks)}", f"RANKS_PER_NODE={int(ranks)}"]
+    return ["bash", "-c", "set -euo pipefail\n" + "\n".join([*env, line])]
 
 
 def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime: str, python: str) -> str:
@@ -90,9 +124,10 @@ class PilotBackend:
     how = "pilot"
 
     def __init__(self, study_dir: Path, site: Site, objective: str, walltime: str, nodes: int, workers: int,
-                 python: str):
+                 python: str, pair: str | None = None):
         self.study_dir, self.site, self.objective = study_dir, site, objective
         self.walltime, self.nodes, self.workers, self.python = walltime, nodes, workers, python
+        self.pair = read_pair_file(pair, site) if pair else None  # None: the site's own Python, bare
         self.pilot_dir = study_dir / PILOT
         for sub in (QUEUE, CLAIMED, PILOT):
             (study_dir / sub).mkdir(exist_ok=True)
@@ -121,7 +156,12 @@ class PilotBackend:
         if not (evalproc.is_running(d) or evalproc.exit_status(d) is not None):
             for sub in ("results",):
                 (d / sub).mkdir(exist_ok=True)
-            commands = inside_commands(run, self.study_dir, self.site, self.python)
+            commands = inside_commands(run, self.study_dir, self.site, self.python, self.pair)
+            if self.pair is not None:  # the container reads the site config from the evaluation's dir
+                files = RunFiles(d, run.eval_id)
+                files.site_file.parent.mkdir(exist_ok=True)
+                atomic_write_text(files.site_file, read_text(self.site.path, "site config", MAX_SITE_BYTES,
+                                                             SiteError))
             atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
             (self.study_dir / CLAIMED / run.eval_id).unlink(missing_ok=True)
             atomic_write_text(self.study_dir / QUEUE / run.eval_id, "")

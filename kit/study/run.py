@@ -86,7 +86,7 @@ def backend_for(study_dir: Path, site: Site, header: dict[str, Any], t: Terms):
         from kit.study.pilot import PilotBackend
 
         return PilotBackend(study_dir, site, t.objective, header["walltime"], int(header["pilot"]),
-                            int(header["parallel"]), python)
+                            int(header["parallel"]), python, header.get("pair"))
     return SlurmBackend(study_dir, site, t.objective, header["walltime"], header.get("pair"), python)
 
 

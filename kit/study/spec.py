@@ -33,10 +33,15 @@ MAX_PARAMETERS = 64
 MAX_CHOICES = 1000
 MAX_EVALUATIONS = 100_000
 MAX_WALL_S = 366 * 86400
+MAX_SPLIT_EVENTS = 10**7  # generated showers the loader splits as gan3d would (bounded work: ~20,000 files)
 LAYOUT = "ranks-per-node"  # the kit's layout option: not gan3d's, it shapes the job around it
 LOSS_PARTS = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal")  # joined into --loss-weights
 DEFAULT_LOSS_WEIGHTS = ("8", "0.2", "0.1")  # gan3d train's default --loss-weights
 RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints")  # the study runner sets these
+# The layout: ranks per node x threads per rank, which the runner passes itself (gan3d's --threads,
+# and --oversubscribe where they exceed a node's cores: kit.study.evaluate.layout_args); never in train_args.
+LAYOUT_WORDS = (LAYOUT, "threads")
+DECIDED = "oversubscribe"  # follows from the layout and the site: the runner's, refused in a study file
 AT_LEAST_1 = ("epochs", "batch-size", "steps-per-epoch", "validation-steps", "synthetic", "threads",
               "inter-op-threads", LAYOUT)
 PROBABILITY = ("flip-prob", "test-fraction")
@@ -94,14 +99,16 @@ class StudySpec:
     flags: frozenset = field(default_factory=frozenset)  # gan3d's on/off options (store_true)
 
     def train_args(self, config: Mapping[str, Value]) -> list[str]:
-        """gan3d train's arguments for one config (fixed values first, then the config's), the layout
-        left out (``layout``) and the loss weights joined; a false flag is left out."""
+        """gan3d train's arguments for one config (fixed values first, then the config's) except the
+        layout: ranks per node and threads per rank are ``layout``'s, passed by the runner with the
+        --oversubscribe they may need. The loss weights joined; a false flag left out."""
         values = {**self.fixed, **self.space.canonical(config)}
         parts = [values.pop(p, None) for p in LOSS_PARTS]
         if any(v is not None for v in parts):
             base = str(values.get("loss-weights", ",".join(DEFAULT_LOSS_WEIGHTS))).split(",")
             values["loss-weights"] = ",".join(_text(v) if v is not None else b for v, b in zip(parts, base))
-        values.pop(LAYOUT, None)
+        for name in LAYOUT_WORDS:
+            values.pop(name, None)
         args: list[str] = []
         for name, value in values.items():
             if name in self.flags:
@@ -118,6 +125,19 @@ class StudySpec:
 
 def _text(value: Value) -> str:
     return repr(value) if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def synthetic_split(events: int, fraction: float) -> tuple[int, int]:
+    """(held out, training) showers of gan3d train --synthetic EVENTS --test-fraction FRACTION: the files
+    it generates (gan3d.train) split as it splits them (gan3d.data.split_events; equal files, so the
+    counts do not depend on the seed)."""
+    from gan3d.data import split_events
+    from gan3d.train import SYNTHETIC_EVENTS_PER_FILE
+
+    files = max(2, math.ceil(events / SYNTHETIC_EVENTS_PER_FILE))
+    counts = [math.ceil(events / files)] * files
+    held_out = sum(b - a for _, a, b in split_events(counts, fraction, 0).test)
+    return held_out, sum(counts) - held_out
 
 
 def gan3d_options() -> dict[str, argparse.Action]:
@@ -201,6 +221,7 @@ class _Checker:
         strategy = self.strategy(top["strategy"])
         seed = int(self.number(top.get("seed", 0), ("seed",), whole=True, low=0, high=2**32 - 1))
         flags = frozenset(n for n, a in self.options.items() if a.nargs == 0)
+        self.showers(space, fixed)
         return StudySpec(self.doc.file, space, fixed, self.objective(top["objective"]),
                          self.budget(top.get("budget"), strategy), strategy, seed, flags)
 
@@ -209,11 +230,14 @@ class _Checker:
         if not isinstance(name, str) or name in RUNNER_OWNED:
             raise self.fail(path, f"{shown(name)} is set by the study runner (one per evaluation)",
                             "leave it out")
+        if name == DECIDED:
+            raise self.fail(path, "the runner gives gan3d --oversubscribe where ranks-per-node x threads exceed "
+                            "the site's cores", "leave it out")
         if name in (LAYOUT, *LOSS_PARTS):
             return None
         action = self.options.get(name)
         if action is None or name == "help":
-            valid = sorted(n for n in self.options if n not in RUNNER_OWNED and n != "help") + [LAYOUT, *LOSS_PARTS]
+            valid = sorted(n for n in self.options if n not in (*RUNNER_OWNED, DECIDED, "help")) + [LAYOUT, *LOSS_PARTS]
             close = difflib.get_close_matches(name, valid, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise self.fail(path, f"{shown(name)} is not an option of gan3d train",
@@ -339,6 +363,47 @@ class _Checker:
             raise self.fail(("fixed",), "gan3d train needs exactly one of data and synthetic",
                             "add e.g. 'synthetic: 256' (generated showers) or 'data: /path/to/showers' to fixed:")
         return out
+
+    def showers(self, space: Space, fixed: Mapping[str, Value]) -> None:
+        """Generated showers (fixed ``synthetic``) and their --test-fraction share held out must each
+        give every rank one batch, or gan3d stops the evaluation at its start: refused here for any
+        config of the space (the worst: the largest ranks x batch size against the smallest share).
+        With data files the counts are the files', which gan3d checks when an evaluation starts."""
+        if "synthetic" not in fixed and "synthetic" not in space.by_name or "validation-data" in fixed:
+            return
+        default = {"batch-size": self.options["batch-size"].default, LAYOUT: 1,
+                   "test-fraction": self.options["test-fraction"].default, "synthetic": None}
+        worst: list[Param] = []
+        for name in default:
+            p = space.by_name.get(name)
+            if p is not None and p.kind != "choice":  # a range: its ends are the worst cases
+                p = Param(name, "choice", values=(int(p.low), int(p.high)) if p.kind == "int" else (p.low, p.high),
+                          when=p.when)
+            worst += [p] if p is not None else []
+        needed = {c for p in worst for c in p.when}
+        reduced = [p for p in space.params if p.name in needed and p.name not in default] + worst
+        try:
+            configs = Space(reduced).grid(2) if reduced else [{}]
+        except KitError:  # too many combinations to try: gan3d checks each evaluation
+            return
+        for config in configs:
+            value = {**default, **{k: v for k, v in fixed.items() if k in default}, **config}
+            ranks, batch, fraction = int(value[LAYOUT]), int(value["batch-size"]), float(value["test-fraction"])
+            if not 0 < fraction < 1 or int(value["synthetic"]) > MAX_SPLIT_EVENTS:
+                continue  # gan3d refuses such a fraction itself; a split this large is left to gan3d to count
+            held_out, training = synthetic_split(int(value["synthetic"]), fraction)
+            step = ranks * batch
+            if min(held_out, training) >= step:
+                continue
+            varied = [n for n in ("batch-size", LAYOUT, "test-fraction", "synthetic") if n in config]
+            path = ("parameters", varied[0]) if varied else \
+                ("fixed", next((n for n in ("batch-size", "synthetic") if n in fixed), "synthetic"))
+            which, count = ("held out", held_out) if held_out < step else ("left to train on", training)
+            raise self.fail(path, f"with batch-size {batch} and {ranks} rank(s) per node a step needs {step} "
+                            f"showers (ranks x batch size), but synthetic {value['synthetic']} with test-fraction "
+                            f"{fraction:g} has {count} {which}",
+                            "lower batch-size or ranks-per-node, or raise synthetic (or test-fraction, for the "
+                            "held-out showers)")
 
     def objective(self, node: Any) -> Objective:
         spec = self.mapping(node, ("objective",), ("metric", "direction"))

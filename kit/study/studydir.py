@@ -17,7 +17,7 @@ from kit.readfile import read_bytes
 from kit.site import Site, load_site
 from kit.slurm.spec import RunSpec, check_run
 from kit.study import ledger
-from kit.study.evaluate import PHYSICS, eval_run
+from kit.study.evaluate import eval_run
 
 SPEC_NAME = "study.yaml"
 MAX_SPEC_BYTES = 1 * 2**20
@@ -66,21 +66,19 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
     if not slurm and (image or walltime):
         raise KitError(f"site {site.name} runs evaluations on this machine without a container; fix: drop "
                        "--image/--walltime")
-    if slurm and t.objective == PHYSICS and pilot is None:
-        raise KitError("objective physics_score through Slurm jobs: the batch script runs training only "
-                       "(validation inside the job is kit scale plan --validate, not yet merged); fix: use "
-                       "--pilot N (its evaluations validate in the allocation), a validation loss, "
-                       "showers_per_second, or a local site")
     walltime = walltime or (site.scheduler.max_walltime if slurm else None)
     pair = str(pair_file_for(image).absolute()) if image else None
-    if pair:
-        read_pair_file(pair, site)
+    paired = read_pair_file(pair, site) if pair else None
     if slurm:  # a first config through the site's checks: a wrong fixed argument fails now
         from kit.study.search import make_searcher
 
         [first] = make_searcher(spec).ask([], [], 1) or [{}]
         run = eval_run("e0001", first, spec, site)
         check_run(site, RunSpec("e0001", 1, run.ranks_per_node, run.threads, walltime, run.train_args))
+        if pilot is not None and paired is not None:  # its paths as the container sees them: bound, or refused
+            from kit.study.pilot import inside_commands
+
+            inside_commands(run, study_dir.absolute(), site, python or "python3", paired)
     header = {"site": str(Path(site.path).resolve()), "site_name": site.name, "parallel": parallel,
               "pilot": pilot, "walltime": walltime, "pair": pair, "python": python,
               "objective": t.objective, "direction": t.direction, "strategy": t.strategy,
@@ -122,5 +120,6 @@ def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
             spec.space.validate(ev.config)
         except KitError as exc:
             raise KitError(f"{led.path}:{ev.line}: {ev.eval_id}'s config is not a point of the study's space "
-                           f"({exc}); {ledger.FIX}") from None
+                           f"in {study_dir / SPEC_NAME} ({exc}); fix: restore {SPEC_NAME} and ledger.jsonl as kit "
+                           "study wrote them (an edited study belongs in a new study: kit study plan)") from None
     return spec, terms(spec), load_site(site_path), led

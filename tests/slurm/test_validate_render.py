@@ -78,7 +78,8 @@ def test_the_cli_plan_says_what_each_job_validates_against(slurm_site, tmp_path,
 
 
 def test_validate_without_data_is_refused_before_anything_is_written(slurm_site, tmp_path, capsys):
-    with pytest.raises(KitError, match="--validate: the training arguments name no --data or --validation-data"):
+    with pytest.raises(KitError, match="--validate: the training arguments name no --data, --validation-data or "
+                                       "--synthetic-dir"):
         make_plan(slurm_site, [1], [1], None, "00:10:00", train_args=("--synthetic", "64"), validate=True)
     assert main(["scale", "plan", "--site", str(slurm_site), "--no-container", "--nodes", "1", "--validate",
                  "--dir", str(tmp_path / "s"), "--", "--synthetic", "64"]) == 1

@@ -29,7 +29,7 @@ def spec(tmp_path_factory):
         "flip-prob": {"type": "float", "low": 0.0, "high": 0.5},
         "deterministic": {"type": "choice", "values": [True, False]},
         "ranks-per-node": {"type": "choice", "values": [1, 2]},
-        "threads": {"type": "choice", "values": [1, 2]}}, oversubscribe=True))
+        "threads": {"type": "choice", "values": [1, 2]}}))
 
 
 @given(seed=st.integers(0, 2**32))

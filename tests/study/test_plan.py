@@ -9,6 +9,7 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import ledger
 from kit.study.studydir import SPEC_NAME, plan_study
+from tests.mpi.conftest import mpich_oci  # noqa: F401  (fixture: the MPICH test image)
 from tests.slurm.conftest import slurm_site_dict, write_site
 from tests.study.conftest import study_yaml
 
@@ -51,17 +52,13 @@ def test_what_the_site_cannot_do_is_refused_before_anything_runs(tmp_path):
     slurm = write_site(tmp_path, slurm_site_dict())
     with pytest.raises(KitError, match="--pilot 2: site localslurm allows 1..1 nodes"):
         plan_study(spec, str(slurm), tmp_path / "b", pilot=2)
-    physics = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS, objective="physics_score",
-                         direction="maximize", file="physics.yaml")
-    with pytest.raises(KitError, match="objective physics_score through Slurm jobs.*fix: use --pilot N"):
-        plan_study(physics, str(slurm), tmp_path / "c")
     wide = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, {"ranks-per-node": {
         "type": "choice", "values": [4]}}, file="wide.yaml")
     with pytest.raises(KitError, match=r"4 rank\(s\) per node x 1 thread\(s\) = 4, but a localslurm node has 2"):
         plan_study(wide, str(slurm), tmp_path / "d", walltime="00:10:00")
     with pytest.raises(KitError, match="--walltime 02:00:00: .* allows at most 00:20:00"):
         plan_study(spec, str(slurm), tmp_path / "e", walltime="02:00:00")
-    assert not any((tmp_path / n).exists() for n in "abcde")
+    assert not any((tmp_path / n).exists() for n in "abde")
 
 
 def test_commands_on_a_directory_without_a_study_are_one_line(tmp_path, capsys):
@@ -135,3 +132,66 @@ def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(tmp_path, 
         assert f"ledger.jsonl:3: e0002's config is not a point of the study's space" in err, err
         assert err.count("\n") == 1
     assert not (d / "evals").exists() and not (d / "report").exists()
+
+
+def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_fits(tmp_path, capsys):
+    """The copy in DIR is what run reads; narrowed after e0001 was proposed, e0001's lr lies outside."""
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    d = tmp_path / "s"
+    plan_study(spec, "laptop", d)
+    ledger.append(d, "proposed", eval="e0001", config={"lr": 0.0002})
+    (d / SPEC_NAME).write_text((d / SPEC_NAME).read_text().replace("0.0001", "0.001"))
+    for argv in (["run", str(d)], ["status", str(d)]):
+        assert main(["study", *argv]) == 1
+        err = capsys.readouterr().err
+        assert f"ledger.jsonl:2: e0001's config is not a point of the study's space in {d / SPEC_NAME} " in err, err
+        assert "parameter lr: 0.0002 is outside [0.001, 0.01]" in err and "fix: restore study.yaml" in err
+        assert err.count("\n") == 1
+    assert not (d / "evals").exists()
+
+
+def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_bound(mpich_oci, tmp_path):
+    """The pilot's steps as a batch script words them: srun with the step's ranks, ch-run with the
+    pair's binds, paths as the container sees them (/work), a ch-run peer group per evaluation, and
+    the physics validation as a one-rank step in the same image. A study dir outside the binds is
+    refused at plan, before anything is queued."""
+    import shlex
+
+    from kit.mpi import convert_paired
+    from kit.mpi.pair_reader import read_pair_file
+    from kit.site import load_site
+    from kit.study.evaluate import eval_run
+    from kit.study.pilot import inside_commands
+    from kit.study.spec import load_study
+
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = slurm_site_dict("boundslurm")
+    doc["container"]["binds"] = [f"{work}:/work"]
+    site_file = write_site(tmp_path, doc)
+    image = tmp_path / "img.tar"
+    pair_file = convert_paired(mpich_oci, image, load_site(site_file)).pair_file
+    spec = study_yaml(work, [work / f"f{i}.h5" for i in range(3)], "random", 2, {"ranks-per-node": {
+        "type": "choice", "values": [2]}}, objective="physics_score", direction="maximize", threads=1)
+    with pytest.raises(KitError, match=r"run dir .*/elsewhere/evals/e0001 is not under any directory img.tar.pair"):
+        plan_study(spec, str(site_file), tmp_path / "elsewhere", pilot=1, image=str(image), walltime="00:10:00")
+    assert not (tmp_path / "elsewhere").exists()
+    plan_study(spec, str(site_file), work / "s", pilot=1, image=str(image), walltime="00:10:00")
+    site = load_site(site_file)
+    runs = [eval_run(e, {"ranks-per-node": 2}, load_study(spec), site) for e in ("e0001", "e0002")]
+    [train, validate], [other, _] = (inside_commands(r, work / "s", site, "py", read_pair_file(pair_file, site))
+                                     for r in runs)
+    for step, ranks in ((train, 2), (validate, 1)):
+        assert step[:2] == ["bash", "-c"]
+        words = shlex.split(step[2].splitlines()[-1])
+        assert words[:6] == ["srun", "--mpi=pmi2", "--nodes=1", f"--ntasks={ranks}", "--cpus-per-task=1", "--exact"]
+        assert words[6:9] == ["ch-run", "--join", "--join-tag=kit-${SLURM_JOB_ID}-e0001"]
+        assert f"--bind={work}:/work" in words  # the installed image the pair names, as a batch script runs it
+        assert words[words.index("--") - 1] == read_pair_file(pair_file, site).site_image
+    inside = shlex.split(train[2].splitlines()[-1])
+    inside = inside[inside.index("--") + 1:]
+    assert inside[inside.index("--results") + 1] == "/work/s/evals/e0001/results/e0001.json"
+    assert inside[inside.index("--site") + 1] == "/work/s/evals/e0001/scripts/e0001.site.yaml"
+    assert inside[inside.index("--data") + 1] == "/work/f0.h5,/work/f1.h5" and "--threads" in inside
+    assert "gan3d validate" in validate[2] and "--data /work/f2.h5" in validate[2]
+    assert "--join-tag=kit-${SLURM_JOB_ID}-e0002" in other[2]

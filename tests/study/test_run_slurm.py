@@ -20,7 +20,8 @@ from kit.slurm.jobs import is_active, job_states
 from kit.study import ledger
 from kit.study.run import run_study
 from tests.study.conftest import PNG_MAGIC, in_flight_over_time, study_yaml
-from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.mpi.conftest import mpich_oci  # noqa: F401  (fixture: the MPICH test image)
+from tests.slurm.conftest import REPO, slurm_site_dict, write_site
 
 WAIT = 900
 
@@ -120,3 +121,76 @@ def test_pilot_runs_every_evaluation_inside_one_job(slurm, showers, tmp_path):
         assert {s["job"] for s in e.submissions} == {job}
     assert not any((d / "queue").glob("e*")) and sorted(p.name for p in (d / "claimed").iterdir()) == \
         sorted(led.evaluations)
+
+
+@pytest.mark.slow
+def test_physics_score_through_slurm_jobs_each_a_validated_run(slurm, showers, tmp_path):
+    """Each evaluation is a `kit scale plan --validate` run: its job trains, then `gan3d validate`
+    scores the final checkpoint against the showers it generated (kept in EVALDIR/synthetic); the
+    study's objective is that score, read here from each run's results file."""
+    spec = study_yaml(tmp_path, showers, strategy="random", evaluations=2, objective="physics_score",
+                      direction="maximize", parameters={"lr": {"type": "float", "low": 1e-4, "high": 1e-2,
+                                                               "log": True}}, synthetic=64)
+    spec.write_text("\n".join(line for line in spec.read_text().splitlines() if "data:" not in line) + "\n")
+    d = tmp_path / "study"
+    assert main(["study", "plan", str(spec), str(d), "--site", str(_site(tmp_path)), "--parallel", "2",
+                 "--python", sys.executable, "--walltime", "00:15:00"]) == 0
+    assert main(["study", "run", str(d), "--poll", "1"]) == 0
+    led = ledger.read(d)
+    assert len(led.evaluations) == 2 and all(e.state == "finished" for e in led.evaluations.values()), \
+        [e.error for e in led.evaluations.values()]
+    for e in led.evaluations.values():
+        [job] = _jobs(d, e.eval_id)
+        record = json.loads((d / "evals" / e.eval_id / "results" / f"{e.eval_id}.json").read_text())
+        assert record["job"]["slurm_job_id"] == job and e.submissions[0]["job"] == job
+        assert isinstance(record["physics"]["score"], float) and e.objective == record["physics"]["score"]
+        synthetic = d / "evals" / e.eval_id / "synthetic"
+        assert len(list(synthetic.glob("*.h5"))) == 2 and record["physics"]["events"] == 64  # its own showers
+        assert Path(record["physics"]["generator_weights"]).is_relative_to(d / "evals" / e.eval_id / "checkpoints")
+        assert (d / "evals" / e.eval_id / "results" / f"{e.eval_id}.physics" / "physics_score.png").is_file()
+
+
+@pytest.mark.slow
+def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(slurm, mpich_oci, showers, tmp_path, monkeypatch):
+    """A study planned with --image: the pilot's steps are srun --mpi=pmi2 ch-run --join with the host's
+    MPICH bound in (the pair), as a batch script's; the venv's Python and this checkout are bound in
+    (PYTHONPATH reaches the ranks through sbatch and ch-run), as tests/slurm/test_validate_job.py does.
+    Two evaluations side by side in one allocation, each its own ch-run peer group."""
+    import shutil
+
+    from kit.mpi import convert_paired
+    from tests.helpers import require
+
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
+    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = slurm_site_dict("localslurm-ct")
+    doc["container"]["image_dir"] = str(tmp_path / "images")
+    doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
+    site = write_site(tmp_path, doc)
+    image = convert_paired(mpich_oci, tmp_path / "images" / "gan3d.sqfs", site)
+    assert not image.pair.missing
+    (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
+    data = [Path(shutil.copy(f, work / f.name)) for f in showers]
+    spec = study_yaml(work, data, strategy="random", evaluations=2, parameters={
+        "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}, threads=1)
+    d = work / "study"
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    assert main(["study", "plan", str(spec), str(d), "--site", str(site), "--parallel", "2", "--pilot", "1",
+                 "--image", str(tmp_path / "images" / "gan3d.sqfs"), "--python", sys.executable,
+                 "--walltime", "00:15:00"]) == 0
+    assert main(["study", "run", str(d), "--poll", "1"]) == 0
+    led = ledger.read(d)
+    assert len(led.evaluations) == 2 and all(e.state == "finished" for e in led.evaluations.values()), \
+        [e.error for e in led.evaluations.values()]
+    [job] = [str(j["job"]) for j in yaml.safe_load((d / "pilot" / "jobs.yaml").read_text())["pilot"]]
+    digest = "sha256:" + (tmp_path / "images" / "gan3d.sqfs.sha256").read_text().split()[0]
+    for e in led.evaluations.values():
+        record = json.loads(Path(e.result).read_text())
+        assert record["container"] == "charliecloud" and record["image_digest"] == digest
+        assert record["job"]["slurm_job_id"] == job and record["job"]["run_id"] == e.eval_id
+        [train] = json.loads((d / "evals" / e.eval_id / "eval.json").read_text())["commands"]
+        assert train[:2] == ["bash", "-c"] and f"--join-tag=kit-${{SLURM_JOB_ID}}-{e.eval_id}" in train[2]
+        assert f"{tmp_path / 'images' / 'gan3d.current'} -- " in train[2] and "--ntasks=1" in train[2]

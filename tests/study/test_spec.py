@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gan3d.train import build_parser
@@ -30,7 +30,7 @@ parameters:
   warmup-epochs: {type: float, low: 0, high: 2, when: {optimizer: [adam]}}
 fixed:
   preset: tiny
-  synthetic: 64
+  synthetic: 640
 objective:
   metric: validation.g_loss
 budget:
@@ -56,9 +56,11 @@ def test_the_shipped_example_loads():
 def test_every_config_of_the_example_is_a_command_line_gan3d_accepts_with_its_values(seed):
     spec = load_study(EXAMPLE)
     config = spec.space.sample(random.Random(seed))
-    args = build_parser().parse_args(spec.train_args(config))
+    words = spec.train_args(config)
+    assert not {"--threads", "--oversubscribe", f"--{LAYOUT}"} & set(words)  # the layout is the runner's
+    args = build_parser().parse_args(words)
     for name, value in config.items():
-        if name == LAYOUT:
+        if name in (LAYOUT, "threads"):
             continue
         if name.startswith("loss-weight-"):
             index = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal").index(name)
@@ -76,7 +78,7 @@ def test_defaults_and_conditions_of_a_small_file(tmp_path):
     assert spec.objective.loss(2.0) == 2.0 and spec.seed == 3 and spec.budget.evaluations == 5
     assert spec.space.by_name["warmup-epochs"].when == {"optimizer": ("adam",)}
     assert spec.train_args({"lr": 0.001, "optimizer": "rmsprop"}) == [
-        "--preset", "tiny", "--synthetic", "64", "--lr", "0.001", "--optimizer", "rmsprop"]
+        "--preset", "tiny", "--synthetic", "640", "--lr", "0.001", "--optimizer", "rmsprop"]
 
 
 def _swap(old: str, new: str) -> str:
@@ -96,13 +98,24 @@ REFUSALS = [
     (_swap("{optimizer: [adam]}", "{optimizer: [sgd]}"), 6, "'sgd' is not one of optimizer's values"),
     (_swap("{optimizer: [adam]}", "{optimizer: []}"), 6, "parameters.warmup-epochs.when.optimizer: lists no value"),
     (_swap("{optimizer: [adam]}", "{precision: [fp32]}"), 6, "'precision' is not a choice parameter listed above"),
-    (_swap("  synthetic: 64", "  data: /x\n  synthetic: 64"), 7, "exactly one of data and synthetic"),
+    (_swap("  synthetic: 640", "  data: /x\n  synthetic: 640"), 7, "exactly one of data and synthetic"),
     (_swap("  preset: tiny", "  preset: huge"), 8, "fixed.preset: 'huge' is not one of gan3d's full, tiny"),
     (_swap("  preset: tiny", "  results: r.json"), 8, "fixed.results: 'results' is set by the study runner"),
+    (_swap("  preset: tiny", "  oversubscribe: true"), 8,
+     "fixed.oversubscribe: the runner gives gan3d --oversubscribe"),
     (_swap("  preset: tiny", "  lr: 0.1"), 8, "fixed.lr: lr is also a parameter"),
     (_swap("  preset: tiny", "  batch-size: 0"), 8, "fixed.batch-size: 0 is below 1"),
     (_swap("  preset: tiny", "  batch-size: '16'"), 8, "expected a number"),
     (_swap("  preset: tiny", "  deterministic: 1"), 8, "on/off flag"),
+    (_swap("  preset: tiny", "  preset: tiny\n  batch-size: 128"), 9,
+     "fixed.batch-size: with batch-size 128 and 1 rank(s) per node a step needs 128 showers (ranks x batch size), "
+     "but synthetic 640 with test-fraction 0.1 has 64 held out"),
+    (_swap("  preset: tiny", "  preset: tiny\n  test-fraction: 0.99"), 10,
+     "fixed.synthetic: with batch-size 16 and 1 rank(s) per node a step needs 16 showers (ranks x batch size), "
+     "but synthetic 640 with test-fraction 0.99 has 6 left to train on"),
+    (_swap("  lr:", "  ranks-per-node: {type: int, low: 1, high: 8}\n  lr:"), 4,
+     "parameters.ranks-per-node: with batch-size 16 and 8 rank(s) per node a step needs 128 showers (ranks x batch "
+     "size), but synthetic 640 with test-fraction 0.1 has 64 held out"),
     (_swap("metric: validation.g_loss", "metric: accuracy"), 11, "objective.metric: is 'accuracy'"),
     (_swap("metric: validation.g_loss", "metric: physics_score\n  direction: up"), 12,
      "objective.direction: is 'up'"),
@@ -171,7 +184,8 @@ def test_a_config_of_the_example_trains_for_real_with_its_settings(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     for key in [k for k in env if k.startswith(("SLURM_", "OMPI_", "PMI_"))]:
         del env[key]
-    done = subprocess.run([sys.executable, "-m", "gan3d", "train", *spec.train_args(config), "--results", str(results),
+    done = subprocess.run([sys.executable, "-m", "gan3d", "train", *spec.train_args(config), "--threads",
+                           str(spec.layout(config)[1]), "--results", str(results),
                            "--synthetic-dir", str(tmp_path / "showers")], env=env, capture_output=True, text=True,
                           timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -236,3 +250,43 @@ def test_any_document_loads_or_is_refused_in_one_line_naming_its_file_and_line(t
         assert "\n" not in message and re.match(rf"{re.escape(str(path))}:\d+: ", message), message
     else:
         spec.space.grid(2) if spec.strategy.kind == "grid" else spec.space.sample(random.Random(0))
+
+
+def test_the_showers_check_tries_only_configs_the_conditions_allow(tmp_path):
+    """4 ranks x batch 16 = 64 = the 64 showers held out of 640 (gan3d takes it: one batch a rank);
+    batch 64 only with one rank: every config fits. Without the condition, 4 x 64 is refused."""
+    layout = ("  ranks-per-node: {type: choice, values: [1, 4]}\n"
+              "  batch-size: {type: choice, values: [16, 64], when: {ranks-per-node: 1}}\n  lr:")
+    spec = load_study(write(tmp_path, _swap("  lr:", layout)))
+    assert spec.layout({"ranks-per-node": 4, "lr": 0.001, "optimizer": "adam", "warmup-epochs": 1.0})[0] == 4
+    with pytest.raises(KitError, match=r"study.yaml:5: parameters.batch-size: with batch-size 64 and 4 rank\(s\) "
+                                       r"per node a step needs 256 showers"):
+        load_study(write(tmp_path, _swap("  lr:", layout.replace(", when: {ranks-per-node: 1}", ""))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ranks=st.integers(1, 4), low=st.integers(1, 40), span=st.integers(1, 40), events=st.integers(8, 400),
+       fraction=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9]), as_choice=st.booleans())
+@example(ranks=1, low=1, span=31, events=640, fraction=0.1, as_choice=False)  # 2 x 32 = the 64 held out: runs
+@example(ranks=1, low=1, span=32, events=640, fraction=0.1, as_choice=False)  # 2 x 33 > 64: refused
+@example(ranks=2, low=1, span=20, events=640, fraction=0.1, as_choice=True)  # 3 x 21 = 63: runs
+def test_the_showers_check_refuses_exactly_the_spaces_with_a_config_gan3d_would_stop(
+        tmp_path_factory, ranks, low, span, events, fraction, as_choice):
+    """Against every config of the space, tried one by one: refused iff one of them needs more showers
+    per step (ranks x batch size) than the held-out or the training share of gan3d's split."""
+    from kit.study.spec import synthetic_split
+
+    batch = f"{{type: choice, values: [{low}, {low + span}]}}" if as_choice else \
+        f"{{type: int, low: {low}, high: {low + span}}}"
+    text = GOOD.replace("  lr:", f"  ranks-per-node: {{type: int, low: 1, high: {ranks + 1}}}\n"
+                                  f"  batch-size: {batch}\n  lr:").replace(
+        "synthetic: 640", f"synthetic: {events}\n  test-fraction: {fraction}")
+    held_out, training = synthetic_split(events, fraction)
+    batches = [low, low + span] if as_choice else range(low, low + span + 1)
+    fails = any(r * b > min(held_out, training) for r in range(1, ranks + 2) for b in batches)
+    path = write(tmp_path_factory.mktemp("s"), text)
+    if fails:
+        with pytest.raises(KitError, match=r"study.yaml:[45]: parameters\.(ranks-per-node|batch-size): with "):
+            load_study(path)
+    else:
+        load_study(path)
