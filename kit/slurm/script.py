@@ -92,6 +92,21 @@ class RunFiles:
         return self.run_dir / "scripts" / f"{self.run_id}.site.yaml"
 
 
+def scheduler_directives(site: Site, partition: str | None = None, account: str | None = None) -> list[str]:
+    """The site's (or the run's) partition, account and constraint as #SBATCH lines: sbatch reads
+    them without a shell, so each value must be a plain Slurm word."""
+    out = []
+    for flag, value, key in (("partition", partition or site.scheduler.partition, "scheduler.partition"),
+                             ("account", account or site.scheduler.account, "scheduler.account"),
+                             ("constraint", site.scheduler.constraint, "scheduler.constraint")):
+        if value is None:
+            continue
+        if not SLURM_WORD_RE.fullmatch(value):
+            raise KitError(f"{key} {shown(value)}: not a Slurm name (letters, digits, ._,:+-)")
+        out.append(f"#SBATCH --{flag}={value}")
+    return out
+
+
 def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3") -> str:
     """The batch script text. ``pair`` None runs the host's Python without a container."""
     spec = run.spec
@@ -101,15 +116,7 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
     if bad := control_character(python):
         raise KitError(f"--python {shown(python)} contains a control character ({bad}); fix: the path of "
                        "the Python that runs gan3d")
-    directives = []
-    for flag, value, key in (("partition", spec.partition or site.scheduler.partition, "scheduler.partition"),
-                             ("account", spec.account or site.scheduler.account, "scheduler.account"),
-                             ("constraint", site.scheduler.constraint, "scheduler.constraint")):
-        if value is None:
-            continue
-        if not SLURM_WORD_RE.fullmatch(value):
-            raise KitError(f"{key} {shown(value)}: not a Slurm name (letters, digits, ._,:+-)")
-        directives.append(f"#SBATCH --{flag}={value}")
+    directives = scheduler_directives(site, spec.partition, spec.account)
     if run.hyperthreads:
         directives.append("#SBATCH --hint=multithread")
     elif site.node.threads_per_core > 1:  # Slurm counts hardware threads: one rank's threads on whole cores

@@ -27,12 +27,11 @@ from kit.errors import KitError
 from kit.excerpt import shown
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
-from kit.site.model import SLURM_WORD_RE
 from kit.slurm.jobs import is_active, job_states, sbatch, scancel
 from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.mpi.pair_reader import PairFile, read_pair_file
 from kit.readfile import read_text
-from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports
+from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
 from kit.study import evalproc
 from kit.study.backends import LOST, RUNNING, Outcome, _outcome, wait_gone
 from kit.study.evaluate import EvalRun, eval_dir, layout_args, with_validation
@@ -94,14 +93,7 @@ def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime
     if not SAFE_PATH.fullmatch(str(d)):
         raise KitError(f"study dir {shown(str(d))}: use an absolute path of letters, digits and ._/+- only "
                        "(sbatch reads #SBATCH --output without a shell)")
-    directives = []
-    for flag, value, key in (("partition", site.scheduler.partition, "scheduler.partition"),
-                             ("account", site.scheduler.account, "scheduler.account")):
-        if value is None:
-            continue
-        if not SLURM_WORD_RE.fullmatch(value):
-            raise KitError(f"{key} {shown(value)}: not a Slurm name (letters, digits, ._,:+-)")
-        directives.append(f"#SBATCH --{flag}={value}")
+    directives = scheduler_directives(site)  # the constraint too: the pilot needs the same nodes
     worker = " ".join(shlex.quote(w) for w in (python, "-m", "kit.study.pilot", str(d)))
     return "\n".join([
         "#!/bin/bash",

@@ -1,6 +1,7 @@
 """`kit study plan`: everything checked before anything runs; DIR written only when new or empty."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -195,3 +196,20 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     assert inside[inside.index("--data") + 1] == "/work/f0.h5,/work/f1.h5" and "--threads" in inside
     assert "gan3d validate" in validate[2] and "--data /work/f2.h5" in validate[2]
     assert "--join-tag=kit-${SLURM_JOB_ID}-e0002" in other[2]
+
+
+def test_the_pilot_job_asks_for_the_same_nodes_as_a_run_and_refuses_a_bad_constraint(tmp_path):
+    """The pilot's #SBATCH lines come from the one place batch scripts take them: the site's
+    partition, account and constraint (a pilot without the constraint would land on other nodes)."""
+    from kit.site import load_site
+    from kit.study.pilot import render_pilot
+
+    site_dict = slurm_site_dict()
+    site_dict["scheduler"] |= {"account": "proj42", "constraint": "skylake"}
+    site = load_site(str(write_site(tmp_path, site_dict)))
+    script = render_pilot(site, tmp_path / "study", 1, 2, "00:10:00", "python3")
+    assert {"#SBATCH --partition=debug", "#SBATCH --account=proj42",
+            "#SBATCH --constraint=skylake"} <= set(script.splitlines())
+    bad = dataclasses.replace(site, scheduler=dataclasses.replace(site.scheduler, constraint="a b"))
+    with pytest.raises(KitError, match="scheduler.constraint 'a b'"):
+        render_pilot(bad, tmp_path / "study", 1, 2, "00:10:00", "python3")
