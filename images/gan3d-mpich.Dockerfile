@@ -12,7 +12,8 @@
 #   BASE            base image (Debian bookworm: python3.11, MPICH 4.0.2)
 #   HOSTMPI_TARGET  the site's container.mpi_target (default /opt/hostmpi)
 #   HOSTMPI_LIBDIR  the libN dir holding the host's libmpi.so.12: N = index of that dir in the
-#                   site's host_mpi.library_dirs (lib0 for all shipped site configs)
+#                   site's host_mpi.library_dirs (lib0 for all shipped site configs); "none" for a
+#                   host whose MPICH is itself libmpich.so.12 (Debian's): no alias, the pair links it
 #   HOSTMPI_DIRS    how many host library dirs the site binds (their mount points)
 #
 # Two stages: `build` has the compilers, cmake and the -dev packages that mpi4py and Horovod
@@ -79,4 +80,5 @@ ENV PATH=/opt/venv/bin:$PATH
 # `kit mpi pair` lists under `links:` for an Intel MPI host.
 RUN set -e; i=0; while [ "$i" -lt "${HOSTMPI_DIRS}" ]; do mkdir -p "${HOSTMPI_TARGET}/lib$i"; i=$((i+1)); done; \
     mkdir -p "${HOSTMPI_TARGET}/compat"; \
-    ln -sfn "../${HOSTMPI_LIBDIR}/libmpi.so.12" "${HOSTMPI_TARGET}/compat/libmpich.so.12"
+    if [ "${HOSTMPI_LIBDIR}" != none ]; then \
+        ln -sfn "../${HOSTMPI_LIBDIR}/libmpi.so.12" "${HOSTMPI_TARGET}/compat/libmpich.so.12"; fi

@@ -69,8 +69,10 @@ def site_build_args(site: Site) -> dict[str, str]:
     """The recipe's ARGs the site decides: where the host MPI's library dirs are bound."""
     args = {"HOSTMPI_TARGET": site.container.mpi_target.rstrip("/"),
             "HOSTMPI_DIRS": str(len(site.host_mpi.lib_dirs))}
-    if FAMILY_OF_VENDOR[site.host_mpi.vendor] == "mpich":  # the libmpich.so.12 alias's target dir
-        args["HOSTMPI_LIBDIR"] = "lib0"
+    if FAMILY_OF_VENDOR[site.host_mpi.vendor] == "mpich":  # the libmpich.so.12 alias's target dir, if any:
+        # a host that names its library libmpich itself (Debian's MPICH) gets its own from the pair's links
+        host_soname = site.host_mpi.soname or "libmpi.so.12"
+        args["HOSTMPI_LIBDIR"] = "none" if host_soname.startswith("libmpich.") else "lib0"
     return args
 
 

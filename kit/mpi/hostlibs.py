@@ -30,6 +30,7 @@ from kit.rootfs import Root, RootError
 MAX_LIBRARIES = 1000  # files of one closure read (Open MPI with UCX and fabrics: about 40)
 MAX_COMPONENTS = 2000  # files of one component dir read (Debian's Open MPI 4.1: 121)
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
+MAX_DIR_ENTRIES = 100_000  # names of one host library dir looked at (Debian's /usr/lib/x86_64-linux-gnu: ~3000)
 HOST_LD_CACHE = Path("/etc/ld.so.cache")
 DEFAULT_DIRS = (Path("/lib64"), Path("/usr/lib64"), Path("/lib"), Path("/usr/lib"))
 
@@ -41,6 +42,7 @@ class Placement:
     links: dict[str, str] = field(default_factory=dict)
     from_image: list[str] = field(default_factory=list)  # SONAMEs the image's copy serves
     problems: list[str] = field(default_factory=list)  # one line each, with the fix
+    shadowed: list[str] = field(default_factory=list)  # what the host dirs, whole on the path, would override
 
 
 def host_ld_cache(path: Path = HOST_LD_CACHE) -> dict[str, str]:
@@ -95,15 +97,35 @@ def components(dirs: Iterable[str | None]) -> list[Path]:
     return found
 
 
+def shadowed(lib_dirs: Iterable[str], image_has: set[str] | None, owned: re.Pattern) -> list[str]:
+    """The libraries in the host dirs that, the dirs put on the loader's path whole, would be loaded
+    instead of the image's: a SONAME the image's linker cache lists that is not the MPI's (``owned``).
+    Without a cache nothing is known of the image but its loader's own C library, so that is looked for."""
+    wanted = image_has if image_has is not None else {"libc.so.6"}
+    found: set[str] = set()
+    for directory in lib_dirs:
+        try:
+            with os.scandir(directory) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= MAX_DIR_ENTRIES:
+                        break
+                    if entry.name in wanted and not owned.fullmatch(entry.name):
+                        found.add(entry.name)
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds: list[tuple[str, str]],
           link_dir: str, owned: re.Pattern, image_has: set[str] | None,
-          cache: Mapping[str, str] | None = None) -> Placement:
+          cache: Mapping[str, str] | None = None, dlopened: Iterable[str] = ()) -> Placement:
     """Follow DT_NEEDED from what the ranks' programs need (``needed``: libmpi's SONAME; every
     ``owned`` library the image carries, e.g. the C++ or Fortran bindings, is replaced by the host's
     where the host has it) and from the ``components`` the MPI dlopens, through the host libraries
     the image must not serve; link each such library into ``link_dir`` at its in-image path under
-    ``binds`` (host dir -> in-image dir). ``image_has`` None: the image's are assumed for all but
-    ``owned``."""
+    ``binds`` (host dir -> in-image dir). ``dlopened``: libraries the MPI loads by name (no
+    DT_NEEDED names them), the host's where it has them. ``image_has`` None: the image's are assumed
+    for all but ``owned``."""
     cache = host_ld_cache() if cache is None else cache
     search = [Path(d) for d in lib_dirs]
     bound = [(Path(src).resolve(), dst.rstrip("/")) for src, dst in binds]
@@ -139,6 +161,8 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
         consider(name, "the ranks")
     for name in sorted(n for n in image_has or () if owned.fullmatch(n)):
         consider(name, "the image", optional=True)
+    for name in dlopened:
+        consider(name, "the MPI (dlopen)", optional=True)
     reads = 0
     while queue:
         path, label = queue.pop(0)

@@ -9,16 +9,11 @@ version runs everywhere in it (docs/mpi-abi.md).
 """
 from __future__ import annotations
 
-import re
 import shlex
-from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from kit.site import Site
-from kit.site.model import HostMPI, OpenMPI
-
-if TYPE_CHECKING:
-    from kit.mpi.hostlibs import Placement
+from kit.site.model import OpenMPI
 
 # The batch script's own variables every rank needs (rsh-started daemons do not pass them on).
 JOB_EXPORTS = ("OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID")
@@ -26,11 +21,6 @@ JOB_EXPORTS = ("OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID")
 DIRS = (("ompi-components", "components", "OPAL_PKGLIBDIR"),
         ("ompi-help", "help_files", "OPAL_PKGDATADIR"),
         ("pmix-components", "pmix_components", "PMIX_PKGLIBDIR"))
-# The Open MPI runtime: its own libraries and those that must be one version with the host's daemons
-# and components (PMIx, libevent, hwloc, UCX, libfabric). Always the host's, even where the
-# image has the same SONAME; which of them a host needs comes from the ELF closure (kit.mpi.hostlibs).
-RUNTIME_LIBS = re.compile(r"lib(?:mpi(?:_[\w-]+)?|open-(?:pal|rte)|mca_common_\w+|oshmem|ompitrace|pmix"
-                          r"|event(?:_\w+)?-[\d.]+|hwloc|uc[mpst]|fabric)\.so\.[\d.]+", re.ASCII)
 
 
 def openmpi_binds(ompi: OpenMPI, target: str) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -42,28 +32,6 @@ def openmpi_binds(ompi: OpenMPI, target: str) -> tuple[list[tuple[str, str]], di
             binds.append((host_dir, f"{target}/{name}"))
             env[variable] = f"{target}/{name}"
     return binds, env
-
-
-def runtime_links(mpi: HostMPI, soname: str, lib_binds: list[tuple[str, str]], link_dir: str,
-                  root: Path) -> Placement:
-    """Links in ``link_dir`` to the host libraries libmpi and the MCA (and PMIx) components need
-    that the image must not serve: the runtime's own, and what the image lacks (kit.mpi.hostlibs).
-    None, and why, where the host's Open MPI is not on this machine."""
-    # imported here: the readers (ELF, linker cache) are the pair builder's, and kit.mpi.launch,
-    # which renders batch scripts on a login node, imports this module for mpirun's words
-    from kit.mpi.hostlibs import Placement, components, image_sonames, place
-    from kit.rootfs import Root
-
-    if not any((Path(d) / soname).exists() for d in mpi.lib_dirs):  # e.g. converting outside the perimeter
-        return Placement(problems=[
-            f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the libraries it needs "
-            "are unknown: its library dirs go on the loader's path whole (with whatever else they hold, e.g. "
-            "a libc); fix: make the pair where the site's Open MPI is installed (kit mpi pair --prepare, or "
-            "kit image convert --site on the login node)"])
-    with Root(root) as tree:
-        image_has = image_sonames(tree)
-    found = components([mpi.ompi.components, mpi.ompi.pmix_components])
-    return place([soname], found, mpi.lib_dirs, lib_binds, link_dir, RUNTIME_LIBS, image_has)
 
 
 def is_openmpi_mpirun(site: Site) -> bool:

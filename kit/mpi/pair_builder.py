@@ -16,7 +16,8 @@ from kit.mpi.abi import DEFAULT_SONAME, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
 from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
-from kit.mpi.openmpi_launch import openmpi_binds, runtime_links
+from kit.mpi.openmpi_launch import openmpi_binds
+from kit.mpi.runtimes import runtime_links
 from kit.rootfs import Root, RootError
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
@@ -159,9 +160,17 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
                         binds[0][1])
     links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
     prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
-    if host.family == "openmpi":  # not the whole host dirs on the loader's path (the host's libc): links
-        placed = runtime_links(site.host_mpi, host.soname, binds[:len(lib_dirs)], f"{target}/{COMPAT_DIR}", root)
+    # a shared system dir (the host's libc beside its MPI) is not put on the loader's path: links are
+    placed = runtime_links(site.host_mpi, host.family, host.soname, binds[:len(lib_dirs)],
+                           f"{target}/{COMPAT_DIR}", root)
+    if placed is not None:
         verdict.warnings.extend(placed.problems)
+        if placed.shadowed:
+            first = sorted(placed.shadowed, key=lambda n: not n.startswith("libc.so"))  # the one that hurts first
+            shown = ", ".join(first[:5]) + (", ..." if len(first) > 5 else "")
+            verdict.reasons.append(f"the host's library dirs also hold {len(placed.shadowed)} libraries the image "
+                                   f"has ({shown}): only the MPI's go on the loader's path, as links in "
+                                   f"{target}/{COMPAT_DIR}")
         if placed.links:
             links |= placed.links
             prepend = [f"{target}/{COMPAT_DIR}"]

@@ -18,7 +18,7 @@ import yaml
 from kit.cli import main
 from kit.errors import KitError
 from kit.image import convert
-from kit.image.build import RECIPES, plan_build, recipe_for, run_build
+from kit.image.build import RECIPES, plan_build, recipe_for, run_build, site_build_args
 from kit.site import load_site
 from tests.helpers import require
 from tests.image.builders import busybox_rootfs
@@ -193,3 +193,28 @@ def test_a_build_host_that_is_not_root_gets_vfs():
                                code], capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": home})
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("vfs overlay unavailable: not root") and not os.listdir(home)
+
+
+def _recipe_run(marker: str) -> str:
+    """The shell command of the shipped MPICH recipe's RUN step that starts with ``marker``."""
+    lines = (RECIPES / "gan3d-mpich.Dockerfile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"RUN {marker}"))
+    command = []
+    for line in lines[start:]:
+        command.append(line.removeprefix("RUN ").rstrip("\\"))
+        if not line.endswith("\\"):
+            return "\n".join(command)
+    raise AssertionError("unterminated RUN step")
+
+
+@pytest.mark.parametrize("site, alias", [("supermuc-ng", "../lib0/libmpi.so.12"), ("laptop", None)])
+def test_the_mpich_recipe_makes_the_intel_alias_only_for_a_libmpi_host(site, alias, tmp_path):
+    """A Debian-MPICH host (libmpich.so.12 in a system dir) gets no alias in the image: the pair links
+    libmpich.so.12 to the host's own, and an alias to libmpi.so.12 would be in its way. The recipe's
+    step itself runs here, in sh, with the arguments the site decides."""
+    args = site_build_args(load_site(site))
+    env = {"PATH": os.environ["PATH"], **args, "HOSTMPI_TARGET": str(tmp_path / "opt/hostmpi")}
+    subprocess.run(["sh", "-c", _recipe_run("set -e; i=0;")], env=env, check=True, timeout=30)
+    link = tmp_path / "opt/hostmpi/compat/libmpich.so.12"
+    assert (os.readlink(link) if link.is_symlink() else None) == alias
+    assert (tmp_path / "opt/hostmpi/lib0").is_dir()

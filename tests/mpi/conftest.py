@@ -103,6 +103,19 @@ def mpich_oci() -> Path:
 
 
 @pytest.fixture(scope="session")
+def mpich_system_oci() -> Path:
+    """The same image without the recipe's alias: for a host whose MPICH is Debian's libmpich.so.12 in
+    its system dir (site-configs/laptop.yaml), where the pair links libmpich.so.12 to the host's
+    libmpich itself (only the MPI's libraries on the loader's path, docs/mpi-abi.md)."""
+    _tools("mmdebstrap", "buildah")
+    from tests.support.images import mpi4py_from_venv, oci_image
+
+    require((mpi4py_from_venv() / "MPI.cpython-311-x86_64-linux-gnu.so").is_file(), "venv mpi4py missing")
+    return oci_image(MPICH_PACKAGES, files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
+                     tag="mpich-system")
+
+
+@pytest.fixture(scope="session")
 def mpich_image(mpich_oci) -> Path:
     """The Charliecloud directory image made by `kit.image.convert` with the pair's mount point."""
     from tests.support.images import converted_dir

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.mpi.hostlibs import components, place
+from kit.mpi.hostlibs import components, place, shadowed
 
 OWNED = re.compile(r"libown\d+\.so\.1")
 LINKS = "/opt/hostmpi/compat"
@@ -131,3 +131,29 @@ def test_the_links_are_the_closure_through_host_provided_libraries(tmp_path_fact
     assert set(got.links) == {f"{LINKS}/{n}" for n in expected}
     assert not {n for n in image_has if not OWNED.fullmatch(n)} & {p.rsplit("/", 1)[1] for p in got.links}
     assert not got.problems
+
+
+def test_a_dlopened_runtime_library_is_the_hosts_and_brings_its_needs(tmp_path):
+    """Intel MPI dlopens libfabric by name: no DT_NEEDED names it, yet it must be the host's."""
+    lib = host(tmp_path, {"libown0.so.1": [], "libown3.so.1": ["libsys0.so.1"], "libsys0.so.1": []})
+    got = place(["libown0.so.1"], [], [str(lib)], [(str(lib), "/opt/hostmpi/lib0")], LINKS, OWNED, set(),
+                cache={}, dlopened=["libown3.so.1", "libown4.so.1"])
+    assert set(got.links) == {f"{LINKS}/{n}" for n in ("libown0.so.1", "libown3.so.1", "libsys0.so.1")}
+    assert got.from_image == ["libown4.so.1"] and not got.problems  # absent on the host: nothing to link
+
+
+@settings(max_examples=60, deadline=None)
+@given(in_dirs=st.lists(st.sets(st.sampled_from(NAMES + ["libc.so.6"])), min_size=1, max_size=3),
+       image_has=st.none() | st.sets(st.sampled_from(NAMES + ["libc.so.6"])))
+def test_shadowed_is_what_the_dirs_hold_that_the_image_has_beyond_the_mpi(tmp_path_factory, in_dirs, image_has):
+    """Whole on the path, a dir overrides exactly the image's libraries it holds; the MPI's own do not
+    count (they are meant to be the host's); an image without a linker cache is judged by its libc."""
+    dirs = []
+    for names in in_dirs:
+        directory = tmp_path_factory.mktemp("d")
+        for name in names:
+            (directory / name).write_bytes(b"")
+        dirs.append(str(directory))
+    wanted = image_has if image_has is not None else {"libc.so.6"}
+    expected = {n for names in in_dirs for n in names if n in wanted and not OWNED.fullmatch(n)}
+    assert shadowed([*dirs, str(tmp_path_factory.getbasetemp() / "absent")], image_has, OWNED) == sorted(expected)

@@ -115,11 +115,11 @@ def test_hostile_values_stay_single_words(tmp_path):
                RunFiles(tmp_path, "r"), None)
 
 
-def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_oci, tmp_path):
+def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_system_oci, tmp_path):
     site_doc = slurm_site_dict("boundslurm")
     site_doc["container"]["binds"] = [f"{tmp_path}/work:/work"]
     site = load_site(write_site(tmp_path, site_doc))
-    pair_file = convert_paired(mpich_oci, tmp_path / "img.tar", site).pair_file
+    pair_file = convert_paired(mpich_system_oci, tmp_path / "img.tar", site).pair_file
     pair = read_pair_file(pair_file, site)
     run = check_run(site, _spec(1, 2, 1, walltime="00:10:00", train_args=tiny_train_args([tmp_path / "work" / f"f{i}.h5" for i in range(3)])))
     script = render(site, run, RunFiles(tmp_path / "work" / "sweep", "r"), pair)

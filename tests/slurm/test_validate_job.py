@@ -67,7 +67,7 @@ def test_each_run_is_validated_in_its_job_and_a_failed_validation_marks_only_its
     assert (report / f"losses/{good.run_id}.png").is_file()  # 2 epochs of real losses drawn
 
 
-def test_a_container_run_is_validated_inside_the_same_container(slurm, mpich_oci, showers, tmp_path, monkeypatch):
+def test_a_container_run_is_validated_inside_the_same_container(slurm, mpich_system_oci, showers, tmp_path, monkeypatch):
     """srun --mpi=pmi2 ch-run --join: the MPICH test image with the host's MPICH bound in (the pair),
     the venv's Python and this checkout bound in (PYTHONPATH, exported by sbatch through ch-run) as
     tests/scale/test_container_pair.py does; validation goes the same way."""
@@ -88,7 +88,7 @@ def test_a_container_run_is_validated_inside_the_same_container(slurm, mpich_oci
     doc["container"]["image_dir"] = str(tmp_path / "images")
     doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
     site = write_site(tmp_path, doc)
-    image = convert_paired(mpich_oci, tmp_path / "images" / "gan3d.sqfs", site)
+    image = convert_paired(mpich_system_oci, tmp_path / "images" / "gan3d.sqfs", site)
     assert not image.pair.missing
     (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
     data = [Path(shutil.copy(f, work / f.name)) for f in showers]

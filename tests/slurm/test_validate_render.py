@@ -55,11 +55,11 @@ def test_without_validate_the_script_has_no_physics_step(slurm_site, tmp_path):
     assert " gan3d train " in script.rstrip("\n").splitlines()[-1]  # the launch stays the last line
 
 
-def test_validation_runs_in_the_container_with_its_paths_translated(mpich_oci, tmp_path):
+def test_validation_runs_in_the_container_with_its_paths_translated(mpich_system_oci, tmp_path):
     doc = slurm_site_dict("boundslurm")
     doc["container"]["binds"] = [f"{tmp_path}/work:/work"]
     site = load_site(write_site(tmp_path, doc))
-    pair = read_pair_file(convert_paired(mpich_oci, tmp_path / "img.tar", site).pair_file, site)
+    pair = read_pair_file(convert_paired(mpich_system_oci, tmp_path / "img.tar", site).pair_file, site)
     data = [tmp_path / "work" / f"f{i}.h5" for i in range(3)]
     plan = make_plan(site, [1], [2], None, "00:10:00", train_args=tiny_train_args(data), validate=True)
     script = render(site, check_run(site, plan.runs[0]), RunFiles(tmp_path / "work" / "sweep", "n1-r2-t1"), pair)
