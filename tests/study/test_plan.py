@@ -10,7 +10,7 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import ledger
 from kit.study.studydir import SPEC_NAME, plan_study
-from tests.mpi.conftest import mpich_oci  # noqa: F401  (fixture: the MPICH test image)
+from tests.mpi.conftest import mpich_system_oci  # noqa: F401  (fixture: an MPICH image for a site whose MPICH is the system one)
 from tests.slurm.conftest import slurm_site_dict, write_site
 from tests.study.conftest import study_yaml
 
@@ -151,7 +151,7 @@ def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_f
     assert not (d / "evals").exists()
 
 
-def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_bound(mpich_oci, tmp_path):
+def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_bound(mpich_system_oci, tmp_path):
     """The pilot's steps as a batch script words them: srun with the step's ranks, ch-run with the
     pair's binds, paths as the container sees them (/work), a ch-run peer group per evaluation, and
     the physics validation as a one-rank step in the same image. A study dir outside the binds is
@@ -171,7 +171,7 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     doc["container"]["binds"] = [f"{work}:/work"]
     site_file = write_site(tmp_path, doc)
     image = tmp_path / "img.tar"
-    pair_file = convert_paired(mpich_oci, image, load_site(site_file)).pair_file
+    pair_file = convert_paired(mpich_system_oci, image, load_site(site_file)).pair_file
     spec = study_yaml(work, [work / f"f{i}.h5" for i in range(3)], "random", 2, {"ranks-per-node": {
         "type": "choice", "values": [2]}}, objective="physics_score", direction="maximize", threads=1)
     with pytest.raises(KitError, match=r"run dir .*/elsewhere/evals/e0001 is not under any directory img.tar.pair"):

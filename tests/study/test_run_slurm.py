@@ -20,7 +20,7 @@ from kit.slurm.jobs import is_active, job_states
 from kit.study import ledger
 from kit.study.run import run_study
 from tests.study.conftest import PNG_MAGIC, in_flight_over_time, study_yaml
-from tests.mpi.conftest import mpich_oci  # noqa: F401  (fixture: the MPICH test image)
+from tests.mpi.conftest import mpich_system_oci  # noqa: F401  (fixture: an MPICH image for a site whose MPICH is the system one)
 from tests.slurm.conftest import REPO, slurm_site_dict, write_site
 
 WAIT = 900
@@ -151,7 +151,7 @@ def test_physics_score_through_slurm_jobs_each_a_validated_run(slurm, showers, t
 
 
 @pytest.mark.slow
-def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(slurm, mpich_oci, showers, tmp_path, monkeypatch):
+def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(slurm, mpich_system_oci, showers, tmp_path, monkeypatch):
     """A study planned with --image: the pilot's steps are srun --mpi=pmi2 ch-run --join with the host's
     MPICH bound in (the pair), as a batch script's; the venv's Python and this checkout are bound in
     (PYTHONPATH reaches the ranks through sbatch and ch-run), as tests/slurm/test_validate_job.py does.
@@ -170,7 +170,7 @@ def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(slurm, mpich_o
     doc["container"]["image_dir"] = str(tmp_path / "images")
     doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
     site = write_site(tmp_path, doc)
-    image = convert_paired(mpich_oci, tmp_path / "images" / "gan3d.sqfs", site)
+    image = convert_paired(mpich_system_oci, tmp_path / "images" / "gan3d.sqfs", site)
     assert not image.pair.missing
     (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
     data = [Path(shutil.copy(f, work / f.name)) for f in showers]
