@@ -42,6 +42,9 @@ Conventions, so that a report can compare runs:
   (the first, tracing one, included): count, mean, min, p50/p90/p99 (nearest rank), max, and the
   slowest steps with their epoch and step (from 1); its size is bounded whatever the run length
   (`gan3d.steptimes`).
+- `step_losses` (since gan3d-run/2, may be absent): rank 0's D and G losses at the steps whose
+  global index (from 0, over the whole run) is a multiple of `stride`, as rows of `columns`
+  (global_step, epoch, step from 1, d_loss, g_loss); at most 1024 rows (`gan3d.steplosses`).
 - `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
@@ -286,6 +289,7 @@ def run_record(args, layout, host: "Host", data: "Data", model: "Model", run: "P
         "step_times": times.summary(),
         **perf,
         "losses": run.history,
+        "step_losses": run.step_losses.record(),
         **memory([r["peak_rss_bytes"] for r in per_rank], [r["available"] for r in per_rank], usable),
         "weights_sha256_initial": model.initial_digest,
         "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],

@@ -37,6 +37,7 @@ from gan3d import runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.heartbeat import Heartbeat
 from gan3d.runtime import RankLayout, SettingsError
+from gan3d.steplosses import StepLosses
 from gan3d.steptimes import StepTimes
 from kit.atomic import remove_tree
 from kit.errors import KitError
@@ -277,7 +278,7 @@ def _average_statistics(models, hvd) -> None:
 
 
 def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, args,
-                 beat: Heartbeat | None) -> tuple[dict, int, float]:
+                 beat: Heartbeat | None, logged: StepLosses) -> tuple[dict, int, float]:
     """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first).
     Stops at the first step whose losses are not finite (LossDiverged). `beat`: rank 0's heartbeat."""
     sums: dict[str, float] = {}
@@ -291,6 +292,7 @@ def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, 
         losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
         times.add(time.perf_counter() - ts, epoch + 1, done + 1)
         check_losses(losses, epoch + 1, done + 1, step.learning_rate, args)
+        logged.add(epoch * steps + done, epoch + 1, done + 1, losses)
         for k, v in losses.items():
             sums[k] = sums.get(k, 0.0) + v
         done += 1
@@ -356,6 +358,7 @@ class Progress:
     """What the epoch loop measured: the results' epoch, loss and step-time fields."""
 
     times: StepTimes = field(default_factory=StepTimes)
+    step_losses: StepLosses = field(default_factory=StepLosses)
     history: list[dict] = field(default_factory=list)
     epoch_times: list[float] = field(default_factory=list)  # the train loop, before the closing all-reduces
     wall_times: list[float] = field(default_factory=list)  # the paper's epoch clock
@@ -536,7 +539,7 @@ def _train(args: argparse.Namespace, layout: RankLayout, hvd, model: Model, data
             t0, in_steps = time.perf_counter(), run.times.every_step
             beat.start_epoch(epoch + 1)
             sums, done, lr_first = _train_epoch(step, data.stream, epoch, steps, lr_at, run.times, args,
-                                                beat if layout.rank == 0 else None)
+                                                beat if layout.rank == 0 else None, run.step_losses)
             run.epoch_times.append(time.perf_counter() - t0)
             run.step_sums.append(run.times.every_step - in_steps)
             if done != steps:

@@ -87,11 +87,15 @@ def run_names(runs: Sequence[RunResult]) -> dict[int, str]:
 
 
 def loss_figure(run: RunResult, title: str):
-    """D and G loss per epoch of one run, train (solid) and validation (dashed)."""
+    """D and G loss per epoch of one run, train (solid) and validation (dashed), over rank 0's
+    logged steps (grey) where the results have them."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 4))
     for ax, name in zip(fig.subplots(1, 2), LOSS_NAMES):
+        steps = next((c for c in run.step_losses if c.name == name), None)
+        if steps:  # underneath: single steps of rank 0's batch are noisier than the epoch means
+            ax.plot(steps.epochs, steps.values, "-", color="0.7", linewidth=0.8, label="train, rank 0 per step")
         for kind, style in zip(LOSS_KINDS, ("o-", "s--")):
             curve = run.loss(kind, name)
             if curve:

@@ -45,6 +45,7 @@ _BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
 LOSS_NAMES = ("d_loss", "g_loss")  # the discriminator's and the generator's total losses
 LOSS_KINDS = ("train", "validation")
 MAX_EPOCHS = 100_000  # bound on a results file's loss history
+MAX_STEP_POINTS = 4096  # bound on its per-step losses (gan3d writes at most 1024)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ class LossCurve:
     epochs: tuple[int, ...]
     values: tuple[float, ...]
 
+
+
+@dataclass(frozen=True)
+class StepLossCurve:
+    """One loss of rank 0 at its logged steps; `epochs` places each step on the epoch axis
+    (epoch e's step s of n at e - 1 + s / n), so it lies under the per-epoch curve."""
+
+    name: str
+    epochs: tuple[float, ...]
+    values: tuple[float, ...]
 
 @dataclass(frozen=True)
 class Physics:
@@ -134,6 +145,7 @@ class RunResult:
     peak_rss_bytes: int | None = None  # the largest rank's
     memory_available_bytes: int | None = None  # the lowest any rank's node had at an epoch's end
     losses: tuple[LossCurve, ...] = ()
+    step_losses: tuple[StepLossCurve, ...] = ()  # rank 0's logged steps; () in older results
     physics: Physics | None = None  # None: not validated
 
     def loss(self, kind: str, name: str) -> LossCurve | None:
@@ -200,7 +212,7 @@ def _load_one(path: Path) -> RunResult:
         precision=get("precision", _NAME) or "fp32", image_digest=digest,
         peak_rss_bytes=max((x for x in rss or [] if x), default=None),
         memory_available_bytes=min((x for x in available or [] if x), default=None),
-        losses=_losses(record, path), physics=_physics(record, path))
+        losses=_losses(record, path), step_losses=_step_losses(record, path), physics=_physics(record, path))
 
 
 def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str],
@@ -240,6 +252,24 @@ def _losses(record: dict, path: Path) -> tuple[LossCurve, ...]:
                     points.setdefault((kind, name), []).append((entry["epoch"], float(losses[name])))
     return tuple(LossCurve(kind, name, *(tuple(v) for v in zip(*sorted(points[kind, name]))))
                  for kind in LOSS_KINDS for name in LOSS_NAMES if (kind, name) in points)
+
+
+def _step_losses(record: dict, path: Path) -> tuple[StepLossCurve, ...]:
+    """`step_losses` (gan3d.steplosses): rows of (global_step, epoch, step, d_loss, g_loss)."""
+    logged = record.get("step_losses")
+    if logged is None:
+        return ()
+    n = record.get("steps_per_epoch")
+    rows = logged.get("points") if isinstance(logged, dict) else None
+    if (not _COUNT[0](n) or not isinstance(rows, list) or len(rows) > MAX_STEP_POINTS
+            or logged.get("columns") != ["global_step", "epoch", "step", *LOSS_NAMES]
+            or not all(isinstance(r, list) and len(r) == 5 and all(map(_COUNT[0], r[1:3])) and r[2] <= n
+                       and all(map(_FINITE[0], r[3:])) for r in rows)):
+        raise KitError(f"{path}: key 'step_losses' is {shown(logged)}, expected gan3d train's rows of "
+                       f"[global_step, epoch, step <= steps_per_epoch, d_loss, g_loss] (finite); {_RERUN}")
+    at = tuple(r[1] - 1 + r[2] / n for r in rows)
+    return tuple(StepLossCurve(name, at, tuple(float(r[3 + i]) for r in rows))
+                 for i, name in enumerate(LOSS_NAMES)) if rows else ()
 
 
 def _physics(record: dict, path: Path) -> Physics | None:

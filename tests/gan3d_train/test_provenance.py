@@ -17,11 +17,12 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gan3d import results
 from gan3d.heartbeat import Heartbeat
+from gan3d.steplosses import StepLosses
 from gan3d.steptimes import PERCENTILES, StepTimes
 from kit.scale import load_results, write_report
 from tests.gan3d_train.test_train_mpi import MPIEXEC, REPO, _env, _horovod_with_mpi
@@ -107,6 +108,18 @@ def _check_record(record: dict, python_cmd: list[str], ranks: int) -> None:
         assert steps[f"p{p}_seconds"] in seconds  # nearest rank: a recorded step time
 
 
+def _check_step_losses(record: dict) -> None:
+    """Every step logged (6 < 1024), and with one rank an epoch's train loss is the mean of its steps'."""
+    logged = record["step_losses"]
+    assert logged["stride"] == 1 and logged["columns"] == ["global_step", "epoch", "step", "d_loss", "g_loss"]
+    assert [row[:3] for row in logged["points"]] == [
+        [(e - 1) * STEPS + s - 1, e, s] for e in (1, 2) for s in (1, 2, 3)]
+    for epoch in record["losses"]:
+        rows = [r for r in logged["points"] if r[1] == epoch["epoch"]]
+        for column, name in ((3, "d_loss"), (4, "g_loss")):
+            assert sum(r[column] for r in rows) / len(rows) == pytest.approx(epoch["train"][name], rel=1e-5)
+
+
 def _check_heartbeats(stdout: str) -> None:
     beats = [m.groups() for m in BEAT.finditer(stdout)]
     assert [(int(e), int(s)) for e, _, s, _ in (b[:4] for b in beats)] == [
@@ -119,6 +132,7 @@ def test_one_rank_records_provenance_and_step_times(one_rank):
     record, cmd, proc = one_rank
     _check_record(record, cmd, ranks=1)
     assert record["image_digest"] == DIGEST
+    _check_step_losses(record)
     _check_heartbeats(proc.stdout)
 
 
@@ -137,6 +151,22 @@ def test_two_ranks_record_both_hosts_and_rank_0_beats_alone(two_ranks):
     _check_record(record, cmd[3:], ranks=2)
     assert record["image_digest"] is None  # a bare run: no digest exported
     _check_heartbeats(proc.stdout)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 3000), keep=st.integers(2, 64))
+def test_logged_step_losses_stay_bounded_and_evenly_strided(n, keep):
+    """Whatever the run length: at most `keep` rows, exactly the steps that are multiples of a
+    power-of-two stride, and no larger stride than the bound needs."""
+    logged = StepLosses(keep)
+    for g in range(n):
+        logged.add(g, g // 7 + 1, g % 7 + 1, {"d_loss": g * 0.5, "g_loss": -g, "other": 1.0})
+    rows = logged.record()["points"]
+    stride = logged.stride
+    assert stride & (stride - 1) == 0 and len(rows) <= keep
+    assert [r[0] for r in rows] == list(range(0, n, stride))
+    assert all(r[3:] == [r[0] * 0.5, -r[0]] for r in rows)
+    assert stride == 1 or len(range(0, n, stride // 2)) > keep
 
 
 @given(st.lists(st.floats(1e-6, 1e3, allow_nan=False), min_size=1, max_size=300), st.integers(1, 12))

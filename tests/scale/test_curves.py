@@ -68,6 +68,34 @@ def test_a_runs_loss_plot_draws_its_recorded_losses(tmp_path):
         assert "loss" in ax.get_ylabel() and ax.get_xlabel() == "epoch"
 
 
+
+def test_a_runs_loss_plot_draws_rank_0s_logged_steps_under_the_epoch_means(tmp_path):
+    """step_losses rows (global_step, epoch, step, d, g) land at epoch - 1 + step / steps_per_epoch."""
+    train, val = [(1.5, 4.0), (1.2, 3.1)], [(1.6, 4.2), (1.4, 3.3)]
+    rows = [[0, 1, 1, 1.7, 4.5], [2, 1, 3, 1.4, 3.9], [4, 2, 1, 1.3, 3.2], [6, 2, 3, 1.1, 3.0]]
+    path = write_run(tmp_path / "a.json", 1, 10.0, steps=4, losses=history(train, val),
+                     step_losses={"stride": 2, "columns": ["global_step", "epoch", "step", "d_loss", "g_loss"],
+                                  "points": rows})
+    [run] = load_results([path])
+    for ax, column in zip(loss_figure(run, "a").axes, (3, 4)):
+        line = {line.get_label(): line for line in ax.lines}["train, rank 0 per step"]
+        assert tuple(line.get_xdata()) == (0.25, 0.75, 1.25, 1.75)
+        assert tuple(line.get_ydata()) == tuple(r[column] for r in rows)
+
+
+@pytest.mark.parametrize("points", [
+    [[0, 1, 5, 1.0, 2.0]],  # step 5 of a 4-step epoch
+    [[0, 0, 1, 1.0, 2.0]], [[0, 1, 1, 1.0]], [[0, 1, 1, 1.0, 1e400]], "rows", [[0, 1, 1, 1.0, 2.0]] * 5000])
+def test_bad_step_losses_are_one_line_naming_the_file_and_key(tmp_path, points):
+    path = write_run(tmp_path / "r.json", 1, 10.0, steps=4)
+    record = json.loads(path.read_text())
+    record["step_losses"] = {"stride": 1, "columns": ["global_step", "epoch", "step", "d_loss", "g_loss"],
+                             "points": points}
+    path.write_text(json.dumps(record))
+    with pytest.raises(KitError) as exc:
+        load_results([path])
+    assert str(exc.value).startswith(f"{path}: key 'step_losses'") and "\n" not in str(exc.value)
+
 @settings(max_examples=25, deadline=None)
 @given(rates=st.dictionaries(st.sampled_from([1, 2, 4, 8]), st.lists(st.floats(0.5, 5000), min_size=1, max_size=3),
                              min_size=1))
