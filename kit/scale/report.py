@@ -378,7 +378,8 @@ def _physics_columns(run: RunResult) -> dict:
 
 def _csv(series: dict[Series, list[Row]]) -> str:
     """One line per run, full precision, with its series, its row's medians, linear time and efficiency."""
-    lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in ("losses", "step_losses", "physics")},
+    curves = ("losses", "step_losses", "physics")  # drawn and tabled in report.md, not CSV cells
+    lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in curves},
               **_physics_columns(run), "data_stall_percent": run.data_stall_percent,
               "repeats": row.repeats, "median_epoch_seconds": row.seconds_per_epoch,
               "linear_seconds": row.linear_seconds, "efficiency_percent": row.efficiency_percent}
