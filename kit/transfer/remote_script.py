@@ -580,9 +580,26 @@ def remove_ours(imgdir, entry):
     if st.st_uid != os.geteuid():
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)  # the fd-based rmtree: it never descends through a symlink
+        shutil.rmtree(path, onerror=_open_up)  # the fd-based rmtree: it never descends through a symlink
     else:
         os.unlink(path)
+
+
+def _open_up(func, name, exc_info):
+    """rmtree's retry for an image directory without w or x bits (ch-convert keeps the image's
+    modes; only root ignores them): give the owner rwx on it and its parent, then remove again.
+    The same rule as kit.atomic.remove_tree, which this standard-library script cannot import."""
+    exc, parent = exc_info[1], os.path.dirname(name)
+    if isinstance(exc, FileNotFoundError):
+        return
+    if not isinstance(exc, PermissionError) or not parent or os.path.islink(parent):
+        raise exc
+    os.chmod(parent, 0o700)
+    if os.path.isdir(name) and not os.path.islink(name):
+        os.chmod(name, 0o700)
+        shutil.rmtree(name, onerror=_open_up)
+    else:
+        os.unlink(name)
 
 
 def retire(imgdir, entry):

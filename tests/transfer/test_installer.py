@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -317,3 +318,32 @@ def test_a_prune_cut_short_leaves_no_half_version_under_a_version_name(tmp_path,
     assert run_install(src, images, keep="0", fmt="squash").returncode == 0
     assert kit_leftovers(images) == [] and sorted(p.name for p in images.iterdir()) == \
         ["bb.current", f"bb@{sha12(src)}.sqfs"]
+
+
+def test_a_pruned_directory_version_with_closed_directories_goes_for_a_non_root_user():
+    """A site user is not root: a version ch-convert wrote with d--------- / r-x directories (the
+    image's own modes) must still be pruned whole, with no temp name left behind."""
+    if not (os.geteuid() == 0 and shutil.which("setpriv")):
+        pytest.skip("needs root to switch to nobody (setpriv)")
+    base = Path(tempfile.mkdtemp(prefix="kit-prune-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        images = base / "images"
+        old = images / ("bb@" + "a" * 12)
+        (old / "usr/locked/deeper").mkdir(parents=True)
+        (old / "usr/locked/deeper/file").write_text("x")
+        (old / "usr/readonly").mkdir()
+        (old / "usr/readonly/file").write_text("y")
+        subprocess.run(["chown", "-R", "nobody", str(base)], check=True)
+        (old / "usr/locked/deeper").chmod(0o000)
+        (old / "usr/locked").chmod(0o500)
+        (old / "usr/readonly").chmod(0o555)
+        code = "import runpy, sys; runpy.run_path(sys.argv[1])['retire'](sys.argv[2], sys.argv[3])"
+        done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+                               "-c", code, remote_script.__file__, str(images), old.name],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert list(images.iterdir()) == []
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
