@@ -5,6 +5,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -147,3 +148,18 @@ def replace_tree(new: Path, final: Path) -> None:
     finally:
         os.close(fd)
     remove_tree(new)
+
+
+def open_lock_file(path: Path, what: str) -> int:
+    """The kit's own lock file at PATH, opened for flock: a link planted there is refused, never
+    followed, and a FIFO or device neither blocks the open (O_NONBLOCK) nor is taken for one."""
+    from kit.errors import KitError
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise KitError(f"{path}: cannot open {what} ({exc.strerror}); fix: remove what is at that name") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise KitError(f"{path}: not a regular file; fix: remove what is at that name")
+    return fd

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Iterator
 
 import yaml
 
-from kit.atomic import atomic_write_text
+from kit.atomic import atomic_write_text, open_lock_file
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.slurm.jobs import JOB_ID_RE
@@ -65,13 +64,6 @@ def locked(run_dir: Path) -> Iterator[None]:
     """One submitter at a time per run dir: check, sbatch and record must not interleave, or a run
     is queued twice."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    try:  # the kit's own lock file: a link or FIFO planted at its name is refused, never followed
-        fd = os.open(run_dir / LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise KitError(f"{run_dir / LOCK}: cannot open the sweep's lock file ({exc.strerror}); "
-                       "fix: remove what is at that name") from None
-    with os.fdopen(fd, "w") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KitError(f"{run_dir / LOCK}: not a regular file; fix: remove what is at that name")
+    with os.fdopen(open_lock_file(run_dir / LOCK, "the sweep's lock file"), "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit.atomic import atomic_write_text
+from kit.atomic import atomic_write_text, open_lock_file
 from kit.errors import KitError
 from kit.readfile import read_json
 
@@ -27,7 +27,7 @@ LOG = "eval.log"
 
 def lock_fd(eval_dir: Path) -> int:
     """EVALDIR/.running opened for locking (the kit's own file: a link planted there is refused)."""
-    return os.open(eval_dir / LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return open_lock_file(eval_dir / LOCK, "the evaluation's lock")
 
 
 def is_running(eval_dir: Path) -> bool:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import stat
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kit.atomic import open_lock_file
 from kit.errors import KitError
 from kit.site import Site
 from kit.study import ledger
@@ -60,14 +60,8 @@ def progress(led: ledger.Ledger, t: Terms) -> Progress:
 def driving(study_dir: Path) -> Iterator[None]:
     """One driver per study: a second `kit study run` on the same DIR is refused at once."""
     ledger.read(study_dir)  # a DIR that holds no study gets no lock file either
+    fd = open_lock_file(study_dir / DRIVER_LOCK, "the study's lock")
     try:
-        fd = os.open(study_dir / DRIVER_LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise KitError(f"{study_dir / DRIVER_LOCK}: cannot open the study's lock ({exc.strerror}); fix: remove "
-                       "what is at that name") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KitError(f"{study_dir / DRIVER_LOCK}: not a regular file; fix: remove what is at that name")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -213,3 +214,18 @@ def test_the_pilot_job_asks_for_the_same_nodes_as_a_run_and_refuses_a_bad_constr
     bad = dataclasses.replace(site, scheduler=dataclasses.replace(site.scheduler, constraint="a b"))
     with pytest.raises(KitError, match="scheduler.constraint 'a b'"):
         render_pilot(bad, tmp_path / "study", 1, 2, "00:10:00", "python3")
+
+
+def test_a_fifo_planted_at_the_studys_lock_is_refused_without_hanging(tmp_path, capsys):
+    """The driver's lock is opened non-blocking and must be a regular file: a FIFO at its name
+    (which a plain O_WRONLY open waits on forever; non-blocking, the open fails at once) is one
+    line, exit 1."""
+    from kit.study.run import DRIVER_LOCK
+
+    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    assert main(["study", "plan", str(spec), str(tmp_path / "st"), "--site", "laptop"]) == 0
+    os.mkfifo(tmp_path / "st" / DRIVER_LOCK)
+    capsys.readouterr()
+    assert main(["study", "run", str(tmp_path / "st")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"{DRIVER_LOCK}: " in err and err.endswith("fix: remove what is at that name") and "\n" not in err
