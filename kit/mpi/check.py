@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -61,7 +62,10 @@ def launcher_command(pair: Pair, ranks: int, nodes: int = 1) -> tuple[list[str],
     ranks spread evenly over nodes."""
     per_node = ranks // nodes
     words, srun = launcher_now(pair.site, ranks, nodes)
-    tag = f"--join-tag=kitcheck-{os.getpid()}"  # not the step id: a crashed step's segment would be joined
+    # Not the step id nor the pid alone: both repeat (a pid namespace's pids start afresh), and the
+    # segment a killed check leaves would be joined (kit.mpi.launch.JOIN_TAG_LINE). One argv word:
+    # every rank gets the same.
+    tag = f"--join-tag=kitcheck-{os.getpid()}-{uuid.uuid4().hex}"
     if srun:
         return words, ["--join", tag]
     return [*_allocation(pair, nodes, per_node), *words], [f"--join-ct={per_node}", tag]

@@ -1,5 +1,6 @@
 """End to end: Intel MPI (impi-rt) as the host MPI, bound into a real MPICH image under ch-run."""
 import dataclasses
+import os
 import shutil
 import subprocess
 
@@ -10,7 +11,7 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import make_pair, prepare_image_dir, run_check, write_pair
 from kit.image_names import pair_path
-from tests.helpers import require
+from tests.helpers import require, stale_join_group
 from tests.mpi.conftest import TARGET
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,15 @@ def test_check_on_the_squashfs_image(impi_site, mpich_squash):
     result = run_check(pair)
     assert result.ok, result.problems
     assert {r.mapped[0] for r in result.ranks} == {f"{TARGET}/lib0/libmpi.so.12"}
+
+
+def test_check_runs_beside_the_peer_group_a_killed_check_of_the_same_pid_left(impi_site, mpich_squash):
+    """A check killed mid-way leaves its ch-run --join group in /dev/shm, and pids repeat (a pid
+    namespace's start afresh): a later check with the same pid still runs (its tag is its own)."""
+    pair = make_pair(impi_site, mpich_squash)
+    with stale_join_group(mpich_squash, f"kitcheck-{os.getpid()}"):
+        result = run_check(pair)
+    assert result.ok, (result.problems, result.output[-1000:])
 
 
 def test_strict_mode_refuses_the_newer_image_minor(impi_site, mpich_image):
