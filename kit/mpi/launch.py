@@ -7,6 +7,7 @@ import the image readers (ELF, linker cache): a login node renders many.
 """
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -18,6 +19,19 @@ from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_wo
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"
+# ch-run --join's peer group on a node is named by a tag: a shared-memory segment
+# /dev/shm/ch-run_shm-TAG and a semaphore /dev/shm/sem.ch-run_sem-TAG. A job killed at the wrong
+# moment leaves them behind, and a later job with the same tag would join the dead group ("join: no
+# PID"); Slurm repeats job ids (a controller state reset, MaxJobId, every fresh cluster), so the tag
+# is one per job start: the batch script draws it once (job id + a random UUID from the kernel) into
+# JOIN_TAG_VAR, which every launch line of the job expands; exported for the child shells that
+# expand a pilot's step lines. At most 68 characters with a step's suffix, of [A-Za-z0-9_.-]: far
+# inside the 240 the semaphore's name leaves (NAME_MAX 255 less "sem.ch-run_sem-"). Assigned apart
+# from `export`, whose own status would hide a failed read.
+JOIN_TAG_VAR = "KIT_JOIN_TAG"
+JOIN_TAG_LINE = (f'{JOIN_TAG_VAR}="kit-${{SLURM_JOB_ID}}-$(< /proc/sys/kernel/random/uuid)" || exit 1\n'
+                 f'export {JOIN_TAG_VAR}')
+GROUP_RE = re.compile(r"[A-Za-z0-9_.-]{1,16}")  # a step's suffix (e0001): no shell or path character
 FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
                "the mount points and links), or run `kit mpi pair --prepare` on a directory image")
 
@@ -151,13 +165,16 @@ class Launch:
         return args
 
     def line(self, image: str, command: str = DEFAULT_COMMAND, hwthreads: bool = False,
-             exports: Sequence[str] = JOB_EXPORTS, step: Sequence[str] = (), tag: str = "${SLURM_JOB_ID}") -> str:
+             exports: Sequence[str] = JOB_EXPORTS, step: Sequence[str] = (), group: str = "") -> str:
         """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
         shell to expand; every other value is shell-quoted (``command`` is taken as shell words).
         ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch).
         ``step``: srun options after the launcher's (a step of a running allocation, e.g. a pilot's);
-        ``tag``: ch-run --join's peer group, one per job (a pilot's steps that run side by side each
-        need their own)."""
+        ``group``: a suffix to the job's ch-run --join tag (JOIN_TAG_VAR, which the script sets with
+        JOIN_TAG_LINE) for steps that run side by side, each in a peer group of its own (a pilot's)."""
+        if group and not GROUP_RE.fullmatch(group):
+            raise KitError(f"peer group {group!r}: not 1 to 16 letters, digits and ._-; fix: name the step so "
+                           "(the tag names a file in /dev/shm)")
         head, srun = launcher_words(self.site, hwthreads, exports)
         head = head + [shlex.quote(w) for w in step]
         # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
@@ -166,10 +183,9 @@ class Launch:
         if not join and self.site.container.join:
             body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
         if self.site.container.join:
-            # ch-run's default peer-group tag is SLURM_STEP_ID, the same "0" for every job's first
-            # step: the shared-memory segment a killed job leaves on a node would then stop every
-            # later job there ("join: no PID 0"). One tag per job, left for the shell to expand.
-            body.insert(2, f"--join-tag=kit-{tag}")
+            # ch-run's default tag is SLURM_STEP_ID, the same "0" for every job's first step, and a job
+            # id repeats too: one tag per job start (JOIN_TAG_LINE), left for the shell to expand.
+            body.insert(2, f"--join-tag=${{{JOIN_TAG_VAR}}}" + (f"-{group}" if group else ""))
         return " ".join(head + body + [_shell_path(image), "--", command])
 
 

@@ -13,7 +13,7 @@ from kit.data import shipped
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.mpi.openmpi_launch import JOB_EXPORTS
-from kit.mpi.launch import launcher_words, translate, under
+from kit.mpi.launch import JOIN_TAG_LINE, launcher_words, translate, under
 from kit.mpi.pair_reader import PairFile
 from kit.readfile import read_text
 from kit.site import Site, SiteError
@@ -147,7 +147,8 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
         ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
         log=files.log_pattern, directives="\n".join(directives), modules=modules, env="\n".join(env),
-        launch=launch, physics=_physics_step(spec, files, check) if spec.validate else "")
+        launch=launch, join_tag=JOIN_TAG_LINE if pair is not None and site.container.join else "",
+        physics=_physics_step(spec, files, check) if spec.validate else "")
 
 
 def job_exports(pair: PairFile | None) -> list[str]:

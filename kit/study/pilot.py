@@ -29,6 +29,7 @@ from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
 from kit.slurm.jobs import is_active, job_states, sbatch, scancel
 from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
+from kit.mpi.launch import JOIN_TAG_LINE
 from kit.mpi.pair_reader import PairFile, read_pair_file
 from kit.readfile import read_text
 from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
@@ -82,13 +83,16 @@ def _container_step(site: Site, pair: PairFile, run: EvalRun, files: RunFiles, w
     hyper = run.ranks_per_node * run.threads > site.node.cores
     line = pair.launch_line(" ".join(shlex.quote(inside(w)) for w in words), hwthreads=hyper,
                             exports=job_exports(pair), step=_step_options(site, ranks, threads),
-                            tag=f"${{SLURM_JOB_ID}}-{run.eval_id}")  # steps side by side: a peer group each
+                            group=run.eval_id)  # steps side by side: a peer group each
     env = [*job_env(site, pair, threads), f"NRANKS={int(ranks)}", f"RANKS_PER_NODE={int(ranks)}"]
     return ["bash", "-c", "set -euo pipefail\n" + "\n".join([*env, line])]
 
 
-def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime: str, python: str) -> str:
-    """The pilot's batch script; every value checked or quoted (#SBATCH lines are read without a shell)."""
+def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime: str, python: str,
+                 join: bool = False) -> str:
+    """The pilot's batch script; every value checked or quoted (#SBATCH lines are read without a shell).
+    ``join``: its steps run ch-run --join, in peer groups named from the job start's tag, exported
+    for the `bash -c` of each step (kit.mpi.launch.JOIN_TAG_LINE)."""
     d = study_dir.absolute()
     if not SAFE_PATH.fullmatch(str(d)):
         raise KitError(f"study dir {shown(str(d))}: use an absolute path of letters, digits and ._/+- only "
@@ -106,6 +110,7 @@ def render_pilot(site: Site, study_dir: Path, nodes: int, workers: int, walltime
         *directives,
         "set -uo pipefail",
         'export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"',
+        *([JOIN_TAG_LINE] if join else []),
         f"for i in $(seq {int(workers)}); do {worker} & done",
         "wait", ""])
 
@@ -137,7 +142,8 @@ class PilotBackend:
             (self.study_dir / QUEUE / STOP).unlink(missing_ok=True)
             script = self.pilot_dir / "pilot.sbatch"
             atomic_write_text(script, render_pilot(self.site, self.study_dir, self.nodes, self.workers,
-                                                   self.walltime, self.python), perm=0o755)
+                                                   self.walltime, self.python,
+                                                   self.pair is not None and self.site.container.join), perm=0o755)
             job = sbatch(script)
             record_job(self.pilot_dir, PILOT, job)
             return job

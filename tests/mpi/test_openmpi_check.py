@@ -67,7 +67,7 @@ def test_pair_binds_the_host_open_mpi_components_help_files_and_pmix(openmpi_sit
     assert doc["launch"].startswith("/usr/bin/mpirun.openmpi -n ${NRANKS} --map-by "
                                     "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS} --bind-to core "
                                     "--allow-run-as-root -x OMP_NUM_THREADS")
-    assert " ch-run --join --join-tag=kit-${SLURM_JOB_ID} --set-env " in doc["launch"] and "--join-ct" not in doc["launch"]
+    assert " ch-run --join --join-tag=${KIT_JOIN_TAG} --set-env " in doc["launch"] and "--join-ct" not in doc["launch"]
     # only the runtime's libraries are on the loader's path, as links into the bound host dir
     assert doc["env"]["prepend"] == {"LD_LIBRARY_PATH": [f"{TARGET}/compat"]}
     links = {link.removeprefix(f"{TARGET}/compat/"): target for link, target in doc["links"].items()}

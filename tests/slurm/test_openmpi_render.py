@@ -13,6 +13,7 @@ from kit.mpi import convert_paired
 from kit.mpi.pair_reader import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render
+from tests.helpers import join_tags
 from tests.mpi.conftest import OPENMPI_IMAGE_PACKAGES, TARGET
 from tests.support.rootfs import debian_rootfs_tar
 
@@ -44,7 +45,10 @@ def test_mpirun_maps_ranks_per_node_binds_threads_and_exports_the_jobs_variables
     assert exported == ["OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID", "KIT_IMAGE_DIGEST"]
     assert "--allow-run-as-root" not in words  # the site does not allow it
     # ch-run reads OMPI_COMM_WORLD_LOCAL_SIZE; the peer group is the job's own (a killed job's is never met)
-    assert words[chrun + 1:chrun + 4] == ["--join", "--join-tag=kit-${SLURM_JOB_ID}", "--set-env"]
+    assert words[chrun + 1:chrun + 4] == ["--join", "--join-tag=${KIT_JOIN_TAG}", "--set-env"]
+    # expanded by the batch script's shell before mpirun starts a rank: every rank gets the one value
+    [first], [again] = join_tags(script, "9"), join_tags(script, "9")
+    assert first.startswith("--join-tag=kit-9-") and again.startswith("--join-tag=kit-9-") and first != again
     assert f"--bind={OMPI}/lib:{TARGET}/lib0" in words and f"--bind=/opt/ucx/1.14.1/lib:{TARGET}/lib1" in words
     assert f"--bind={OMPI}/lib/openmpi:{TARGET}/ompi-components" in words
     assert f"--set-env=OPAL_PKGLIBDIR={TARGET}/ompi-components" in words

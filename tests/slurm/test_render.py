@@ -2,6 +2,7 @@
 Rendering for SuperMUC-NG's 768 nodes needs no such machine: only the script is checked."""
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ from kit.mpi import convert_paired, make_pair, write_pair
 from kit.mpi.pair_reader import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render, write_run
+from tests.helpers import join_tags
 from tests.mpi.conftest import TARGET
 from tests.slurm.conftest import slurm_site_dict, tiny_train_args, write_site
 
@@ -50,9 +52,11 @@ def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_pat
     assert words[i - 1] == "~/images/gan3d.current" and script.count(" ~/images/gan3d.current ") == 1  # ~ expands
     assert words[i + 1:i + 5] == ["python3", "-m", "gan3d", "train"]
     assert words[words.index("--results") + 1] == "/hppfs/work/pr/run1/results/n768.json"
-    # the job's own peer group: a group a killed job left on a node (ch-run's default tag is the step
-    # id, "0" in every job) would stop this one
-    assert words[5] == "--join-tag=kit-${SLURM_JOB_ID}"
+    # the job start's own peer group: a group a killed job left on a node (ch-run's default tag is the
+    # step id, "0" in every job; a job id repeats too) would stop this one
+    assert words[5] == "--join-tag=${KIT_JOIN_TAG}"
+    [first], [again] = join_tags(script, "4242"), join_tags(script, "4242")  # two starts of job 4242
+    assert re.fullmatch(r"--join-tag=kit-4242-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", first) and first != again
     assert words[6] == "--set-env"  # the image's ENV first (recipe's PATH), then the pair's
     assert "#SBATCH --hint=nomultithread" in script  # 4 x 12 on whole cores, not 24 cores x 2 threads
     assert "SRUN_CPUS_PER_TASK" not in script  # Hydra starts its proxies with srun: no per-task CPU limit

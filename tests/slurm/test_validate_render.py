@@ -15,6 +15,7 @@ from kit.mpi.pair_reader import read_pair_file
 from kit.scale.plan import load_plan, make_plan, write_plan
 from kit.site import load_site
 from kit.slurm import RunFiles, check_run, render
+from tests.helpers import join_tags
 from tests.slurm.conftest import slurm_site_dict, tiny_train_args, write_site
 
 
@@ -65,6 +66,9 @@ def test_validation_runs_in_the_container_with_its_paths_translated(mpich_system
     script = render(site, check_run(site, plan.runs[0]), RunFiles(tmp_path / "work" / "sweep", "n1-r2-t1"), pair)
     train, check = _steps(script)
     assert train[:train.index("--") + 1][:3] == check[:check.index("--") + 1][:3] == ["srun", "--mpi=pmi2", "ch-run"]
+    # one peer-group tag per start of the job, the same for both steps (they run one after the other)
+    first, again = join_tags(script, "77"), join_tags(script, "77")
+    assert len(first) == 2 and first[0] == first[1] and again[0] == again[1] != first[0]
     assert check[check.index("--") + 1:][3:] == [
         "validate", "--checkpoint", "/work/sweep/checkpoints/n1-r2-t1", "--data", "/work/f2.h5", "--out",
         "/work/sweep/results/n1-r2-t1.physics", "--results", "/work/sweep/results/n1-r2-t1.json"]

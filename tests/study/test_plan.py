@@ -163,8 +163,9 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     from kit.mpi.pair_reader import read_pair_file
     from kit.site import load_site
     from kit.study.evaluate import eval_run
-    from kit.study.pilot import inside_commands
+    from kit.study.pilot import inside_commands, render_pilot
     from kit.study.spec import load_study
+    from tests.helpers import join_tags
 
     work = tmp_path / "work"
     work.mkdir()
@@ -187,7 +188,7 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
         assert step[:2] == ["bash", "-c"]
         words = shlex.split(step[2].splitlines()[-1])
         assert words[:6] == ["srun", "--mpi=pmi2", "--nodes=1", f"--ntasks={ranks}", "--cpus-per-task=1", "--exact"]
-        assert words[6:9] == ["ch-run", "--join", "--join-tag=kit-${SLURM_JOB_ID}-e0001"]
+        assert words[6:9] == ["ch-run", "--join", "--join-tag=${KIT_JOIN_TAG}-e0001"]
         assert f"--bind={work}:/work" in words  # the installed image the pair names, as a batch script runs it
         assert words[words.index("--") - 1] == read_pair_file(pair_file, site).site_image
     inside = shlex.split(train[2].splitlines()[-1])
@@ -196,7 +197,14 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     assert inside[inside.index("--site") + 1] == "/work/s/evals/e0001/scripts/e0001.site.yaml"
     assert inside[inside.index("--data") + 1] == "/work/f0.h5,/work/f1.h5" and "--threads" in inside
     assert "gan3d validate" in validate[2] and "--data /work/f2.h5" in validate[2]
-    assert "--join-tag=kit-${SLURM_JOB_ID}-e0002" in other[2]
+    # the pilot's start draws the tag and exports it; each step's bash expands it with its suffix: the
+    # steps of one evaluation share a peer group, two side by side do not, a second start of job 31 differs
+    pilot = render_pilot(site, work / "s", 1, 2, "00:10:00", "py", join=True)
+    steps = "\n".join(c[2] for c in (train, validate, other))
+    (train_tag, validate_tag, other_tag), again = join_tags(pilot, "31", steps), join_tags(pilot, "31", steps)
+    assert train_tag == validate_tag == other_tag.removesuffix("-e0002") + "-e0001" != again[0]
+    assert train_tag.startswith("--join-tag=kit-31-") and again[0].endswith("-e0001")
+    assert "KIT_JOIN_TAG" not in render_pilot(site, work / "s", 1, 2, "00:10:00", "py")  # bare steps: no join
 
 
 def test_the_pilot_job_asks_for_the_same_nodes_as_a_run_and_refuses_a_bad_constraint(tmp_path):

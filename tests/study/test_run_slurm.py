@@ -192,5 +192,5 @@ def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(slurm, mpich_s
         assert record["container"] == "charliecloud" and record["image_digest"] == digest
         assert record["job"]["slurm_job_id"] == job and record["job"]["run_id"] == e.eval_id
         [train] = json.loads((d / "evals" / e.eval_id / "eval.json").read_text())["commands"]
-        assert train[:2] == ["bash", "-c"] and f"--join-tag=kit-${{SLURM_JOB_ID}}-{e.eval_id}" in train[2]
+        assert train[:2] == ["bash", "-c"] and f"--join-tag=${{KIT_JOIN_TAG}}-{e.eval_id}" in train[2]
         assert f"{tmp_path / 'images' / 'gan3d.current'} -- " in train[2] and "--ntasks=1" in train[2]

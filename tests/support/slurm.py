@@ -52,8 +52,9 @@ def _sbin(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def start_slurm(root: Path, cpus: int | None = None) -> Slurm:
-    """munged + slurmctld + slurmd with one partition `debug` on this host; waits until idle."""
+def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> Slurm:
+    """munged + slurmctld + slurmd with one partition `debug` on this host; waits until idle. Its job
+    ids count from ``first_job_id``, as every fresh cluster's (and a controller's after a state reset)."""
     root.mkdir(parents=True, exist_ok=True)
     for d in ("munge", "state", "spool", "tmp"):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
         (root / d).mkdir(mode=0o700, exist_ok=True)
@@ -66,7 +67,7 @@ def start_slurm(root: Path, cpus: int | None = None) -> Slurm:
     cpus = cpus or os.cpu_count() or 1
     conf = root / "slurm.conf"
     conf.write_text(
-        f"ClusterName=kittest\nSlurmctldHost={node}(127.0.0.1)\nSlurmUser=root\n"
+        f"ClusterName=kittest\nSlurmctldHost={node}(127.0.0.1)\nSlurmUser=root\nFirstJobId={first_job_id}\n"
         f"SlurmctldPort={free_port()}\nSlurmdPort={free_port()}\n"
         f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock}\n"
         f"StateSaveLocation={root / 'state'}\nSlurmdSpoolDir={root / 'spool'}\nTmpFS={root / 'tmp'}\n"

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kit.cli import main
-from tests.helpers import require
+from tests.helpers import join_tags, require
 from tests.slurm.conftest import REPO, tiny_train_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -65,9 +65,13 @@ def test_horovod_trains_across_two_nodes_over_the_host_open_mpi_started_by_mpiru
     assert code == 0 and doc["problems"] == 0, [r["problem"] for r in doc["runs"]]
     (run,) = doc["runs"]
 
-    launch = (sweep / "scripts" / f"{run['run']}.sbatch").read_text().splitlines()[-1]
+    script = (sweep / "scripts" / f"{run['run']}.sbatch").read_text()
+    launch = script.splitlines()[-1]
     assert launch.startswith("/usr/bin/mpirun.openmpi -n ${NRANKS} --map-by ppr:${RANKS_PER_NODE}:node:PE=")
-    assert " ch-run --join --join-tag=kit-${SLURM_JOB_ID} " in launch and "srun" not in launch
+    assert " ch-run --join --join-tag=${KIT_JOIN_TAG} " in launch and "srun" not in launch
+    # the batch script's shell expands the tag before mpirun: both nodes' ranks got one value (they ran)
+    [first], [again] = join_tags(script, "5"), join_tags(script, "5")
+    assert first.startswith("--join-tag=kit-5-") and first != again
 
     nodes = [n["name"] for n in vc.nodes]
     result = json.loads(Path(run["result"]).read_text())
