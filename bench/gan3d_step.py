@@ -228,16 +228,17 @@ def reference_structure():
 
     from gan3d import model
 
-    def padded(x, filters, pad, i):
+    def padded(x, filters, pad, i, fft):
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
 
-    saved = model._padded_conv, model.ImageConv3D, model.PackedConv3D
+    saved = model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS
     model._padded_conv, model.ImageConv3D, model.PackedConv3D = padded, tf.keras.layers.Conv3D, tf.keras.layers.Conv3D
+    model.FFT_LAYERS = frozenset()
     try:
         yield
     finally:
-        model._padded_conv, model.ImageConv3D, model.PackedConv3D = saved
+        model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS = saved
 
 
 def _interleaved(runs: dict, steps: int, repeat: int) -> tuple[dict, dict]:

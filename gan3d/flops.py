@@ -12,7 +12,10 @@ BatchNorm, dropout, losses, optimizer updates) is not counted; TensorFlow's prof
 count part of it and it stays below 2% of the total (tests/gan3d_model/test_flops.py).
 These are the model's FLOP, the ones rates and "% of peak" divide: the packed forward of
 gan3d.conv_forms.PackedConv3D also multiplies the zero half of its paired kernel, which
-`executed_step_flops` adds for the comparison with what the graph's ops do.
+`executed_step_flops` adds for the comparison with what the graph's ops do. A float32 model
+computes some convolutions through FFTs (gan3d.fft_conv), which do several times less
+arithmetic than these counts: its FLOP/s are then model FLOP per second (the direct
+convolution's count, the paper's convention), more than the arithmetic the CPU executed.
 
 The step's phases (see gan3d.step): generate_fakes (G forward, inference), d_real and d_fake
 (D forward + backward), g_step_1 and g_step_2 (G forward, D forward, D input-gradients, G
@@ -116,12 +119,13 @@ def step_flops(preset: str, batch_size: int) -> dict[str, int]:
 
 
 def executed_step_flops(preset: str, batch_size: int) -> int:
-    """FLOP the step's convolution and matmul ops run: `step_flops` total plus the zeros that
-    packed forwards multiply (G runs forward 3 times a step, D 4 times; gradients are not packed)."""
+    """FLOP the step's convolution and matmul ops run with direct convolutions (models built with
+    fft=False): `step_flops` total plus the zeros that packed forwards multiply (G runs forward 3
+    times a step, D 4 times; gradients are not packed)."""
     from gan3d.model import discriminator, generator
 
-    extra = {m: sum(r.executed - r.forward for r in model_forward_flops(m)) for m in (generator(preset),
-                                                                                   discriminator(preset))}
+    extra = {m: sum(r.executed - r.forward for r in model_forward_flops(m))
+             for m in (generator(preset, fft=False), discriminator(preset, fft=False))}
     g_extra, d_extra = extra.values()
     return step_flops(preset, batch_size)["total"] + batch_size * (3 * g_extra + 4 * d_extra)
 

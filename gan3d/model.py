@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from gan3d.conv_forms import ImageConv3D, PackedConv3D
+from gan3d.fft_conv import FFTConv3D
 
 LEAKY_SLOPE = 0.3  # Keras-2 LeakyReLU default, as in the reference
 BN_MOMENTUM = 0.99
@@ -73,23 +74,31 @@ def _policy(precision: str):
         tf.keras.mixed_precision.set_global_policy(before)
 
 
+# Layers computed through FFTs in a float32 model (gan3d.fft_conv): those where it measured faster
+# than the packed direct convolution, forward and both gradients (docs/benchmarks.md).
+FFT_LAYERS = frozenset({"d_conv2", "d_conv3", "d_conv4", "g_conv2"})
+
+
 def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, packed: bool = False,
-          **kw) -> tf.keras.layers.Layer:
-    """A Conv3D; `packed` for the layers with few output channels (gan3d.conv_forms.PackedConv3D)."""
+          fft: bool = False, **kw) -> tf.keras.layers.Layer:
+    """A Conv3D; with `fft`, in float32, through FFTs where that pays (FFT_LAYERS), else `packed`
+    for the layers with few output channels (gan3d.conv_forms.PackedConv3D)."""
     cls = PackedConv3D if packed else tf.keras.layers.Conv3D
+    if fft and name in FFT_LAYERS and tf.keras.mixed_precision.global_policy().compute_dtype == "float32":
+        cls = FFTConv3D
     return cls(filters, kernel, padding=padding, data_format="channels_last", name=name, **kw)
 
 
-def _padded_conv(x, filters: int, pad: int, i: int):
+def _padded_conv(x, filters: int, pad: int, i: int, fft: bool):
     """The reference's ZeroPadding3D(pad) + VALID 5^3 Conv3D, fused when that is a SAME conv.
 
     With pad 2 the pair equals one SAME convolution of the unpadded input (same kernel, same
     output); with pad 1 (output shrinks by 2) the pad stays a layer. Either way the conv is packed.
     """
     if pad == 2:
-        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", packed=True)(x)
+        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", packed=True, fft=fft)(x)
     x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", packed=True)(x)
+    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", packed=True, fft=fft)(x)
 
 
 # The elementwise layers between convolutions (LeakyReLU, BatchNorm, Dropout) compute in float32
@@ -113,18 +122,19 @@ def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
     return tf.keras.layers.Dropout(rate, name=name, force_generator=True, dtype=ELEMENTWISE_DTYPE)
 
 
-def generator(preset: str | Preset = "full", precision: str = "fp32") -> tf.keras.Model:
+def generator(preset: str | Preset = "full", precision: str = "fp32", fft: bool = True) -> tf.keras.Model:
     """Latent vector (already multiplied by Ep) -> shower image (25, 25, 25, 1), float32.
 
     With precision "bf16" every layer computes in bfloat16 except the final ReLU, which
     hands the image on in float32 (the cell-sum target and the physics check read it).
+    `fft=False` keeps a float32 model's FFT_LAYERS direct convolutions (the same model).
     """
     p = get_preset(preset)
     with _policy(precision):
-        return _generator(p)
+        return _generator(p, fft)
 
 
-def _generator(p: Preset) -> tf.keras.Model:
+def _generator(p: Preset, fft: bool) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2, f3 = p.g_filters
     z = L.Input(shape=(p.latent_dim,), name="latent")
@@ -135,7 +145,7 @@ def _generator(p: Preset) -> tf.keras.Model:
     x = _bn("g_bn1")(x)
     x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
     x = L.ZeroPadding3D((2, 2, 0), name="g_pad1")(x)
-    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", packed=True, kernel_initializer="he_uniform")(x)
+    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", packed=True, fft=fft, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu2")(x)
     x = _bn("g_bn2")(x)
     x = L.UpSampling3D((2, 2, 3), name="g_up2")(x)
@@ -147,18 +157,19 @@ def _generator(p: Preset) -> tf.keras.Model:
     return tf.keras.Model(z, image, name="generator")
 
 
-def discriminator(preset: str | Preset = "full", precision: str = "fp32") -> tf.keras.Model:
+def discriminator(preset: str | Preset = "full", precision: str = "fp32", fft: bool = True) -> tf.keras.Model:
     """Image -> [real/fake probability, Ep regression, cell sum of the input image].
 
     With precision "bf16" the convolutions compute in bfloat16; the two heads and the cell
     sum are float32 layers, so the losses (and the sigmoid before them) are computed in float32.
+    `fft=False` keeps a float32 model's FFT_LAYERS direct convolutions (the same model).
     """
     p = get_preset(preset)
     with _policy(precision):
-        return _discriminator(p)
+        return _discriminator(p, fft)
 
 
-def _discriminator(p: Preset) -> tf.keras.Model:
+def _discriminator(p: Preset, fft: bool) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2 = p.d_filters
     image = L.Input(shape=IMAGE_SHAPE, name="image")
@@ -166,7 +177,7 @@ def _discriminator(p: Preset) -> tf.keras.Model:
     x = _lrelu("d_lrelu1")(x)
     x = _dropout(p.dropout, "d_drop1")(x)
     for i, pad in enumerate((2, 2, 1), start=2):
-        x = _padded_conv(x, f2, pad, i)
+        x = _padded_conv(x, f2, pad, i, fft)
         x = _lrelu(f"d_lrelu{i}")(x)
         x = _bn(f"d_bn{i}")(x)
         x = _dropout(p.dropout, f"d_drop{i}")(x)

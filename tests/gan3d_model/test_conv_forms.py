@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 tf = pytest.importorskip("tensorflow")
 
 from gan3d import conv_forms, model  # noqa: E402
+from gan3d.fft_conv import FFTConv3D  # noqa: E402
 
 
 def _value_and_grads(conv, x, w, upstream):
@@ -107,13 +108,16 @@ def test_packed_forward_runs_one_conv_with_twice_the_output_channels():
     assert convs[0].get_attr("strides") == [1, 1, 1, 2, 1] and convs[0].inputs[1].shape[-1] == 16
 
 
-def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv():
-    d = model.discriminator("tiny")
+@pytest.mark.parametrize("precision,form", [("fp32", FFTConv3D), ("bf16", conv_forms.PackedConv3D)])
+def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv(precision, form):
+    d = model.discriminator("tiny", precision)
     x = tf.random.stateless_uniform((2, 25, 25, 25, d.get_layer("d_conv2").input_shape[-1]), [7, 8])
     for name in ("d_conv2", "d_conv3"):
         layer = d.get_layer(name)
-        assert isinstance(layer, conv_forms.PackedConv3D) and layer.padding == "same"
+        assert isinstance(layer, form) and layer.padding == "same"
         assert layer.input_shape[1:4] == (25, 25, 25)  # the reference's ZeroPadding3D(2) is fused in
+    if precision != "fp32":
+        return
     layer = d.get_layer("d_conv2")
     ref = tf.keras.Sequential([tf.keras.layers.ZeroPadding3D(2),
                                tf.keras.layers.Conv3D(layer.filters, (5, 5, 5), padding="valid")])
@@ -124,17 +128,25 @@ def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv():
 
 @pytest.mark.parametrize("build,names", [(model.discriminator, ("d_conv2", "d_conv3", "d_conv4")),
                                          (model.generator, ("g_conv2", "g_conv3"))])
-def test_packed_layers_of_the_full_models_equal_plain_conv3d(build, names):
-    """Same parameters and outputs as the plain Keras Conv3D the reference has at that place."""
-    m = build("full")
+@pytest.mark.parametrize("fft", [True, False])
+def test_fast_layers_of_the_full_models_equal_plain_conv3d(build, names, fft):
+    """Same parameters and outputs as the plain Keras Conv3D the reference has at that place;
+    in a float32 model the FFT_LAYERS compute through FFTs, the others packed."""
+    m = build("full", fft=fft)
     for name in names:
         layer = m.get_layer(name)
-        assert isinstance(layer, conv_forms.PackedConv3D)
+        assert isinstance(layer, FFTConv3D if fft and name in model.FFT_LAYERS else conv_forms.PackedConv3D)
         ref = tf.keras.layers.Conv3D(layer.filters, layer.kernel_size, padding=layer.padding)
         x = tf.random.stateless_normal((2,) + tuple(layer.input_shape[1:]), [7, 8])
         ref(x)
         ref.set_weights(layer.get_weights())
         np.testing.assert_allclose(layer(x).numpy(), ref(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_models_pack_every_few_channel_layer():
+    d, g = model.discriminator("full", "bf16"), model.generator("full", "bf16")
+    for m, names in ((d, ("d_conv2", "d_conv3", "d_conv4")), (g, ("g_conv2", "g_conv3"))):
+        assert all(type(m.get_layer(n)) is conv_forms.PackedConv3D for n in names)
 
 
 def test_packed_conv3d_rejects_what_it_does_not_implement():
