@@ -70,7 +70,8 @@ def test_each_run_is_validated_in_its_job_and_a_failed_validation_marks_only_its
     csv_rows = {r["path"]: r for r in csv.DictReader(io.StringIO((report / "report.csv").read_text()))}
     assert csv_rows[str(blocked.result)]["physics_status"] == "failed"
     assert csv_rows[str(blocked.result)]["physics_problem"] in failed_cell
-    assert csv_rows[str(good.result)]["physics_status"] == ok.physics and not csv_rows[str(good.result)]["physics_problem"]
+    good_row = csv_rows[str(good.result)]
+    assert good_row["physics_status"] == ok.physics and not good_row["physics_problem"]
     assert (report / f"losses/{good.run_id}.png").is_file()  # 2 epochs of real losses drawn
 
 
