@@ -35,6 +35,20 @@ class DataError(Exception):
 
 def open_checked(path: Path):
     """(open h5py.File, ECAL dataset, energies in GeV (float64, unchecked values), energy source)."""
+    h5 = _open_h5(path)
+    try:
+        return (h5, *_layout(h5, path))
+    except (KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:  # h5py on damaged metadata
+        h5.close()
+        raise DataError(f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
+                        f"{one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
+    except BaseException:
+        h5.close()
+        raise
+
+
+def _open_h5(path: Path):
+    """h5py.File of the regular file at path; a DataError naming the file otherwise."""
     import h5py
 
     try:
@@ -59,28 +73,40 @@ def open_checked(path: Path):
                             f"fix: {MAKE_DATA_HINT}") from None
     finally:
         os.close(fd)
+    return h5
+
+
+def declared_events(path: Path) -> int:
+    """The events a shower file's ECAL dataset declares, from its header alone (no event or energy
+    is read): an upper bound on what training can use, cheap enough to check many files before a
+    job is queued. The same link, shape and bound checks as open_checked."""
+    h5 = _open_h5(path)
     try:
-        return (h5, *_layout(h5, path))
+        return int(_ecal(h5, path).shape[0])
     except (KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:  # h5py on damaged metadata
-        h5.close()
         raise DataError(f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
                         f"{one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
-    except BaseException:
+    finally:
         h5.close()
-        raise
 
 
-def _layout(h5, path: Path):
+def _ecal(h5, path: Path):
+    """The ECAL dataset, checked to be (N,25,25,25) with N within MAX_EVENTS_PER_FILE."""
     ecal = _dataset(h5, path, "ECAL")
     if ecal is None:
         raise DataError(f"data file {path} has no dataset ECAL (datasets found: {_names(h5)}); fix: {LAYOUT_HINT}")
     if ecal.ndim != 4 or tuple(ecal.shape[1:]) != (GRID, GRID, GRID):
         raise DataError(f"data file {path}: dataset ECAL has shape {ecal.shape}, expected (N,25,25,25); "
                         "fix: use 25x25x25 CLIC ECAL files")
-    events = ecal.shape[0]
-    if events > MAX_EVENTS_PER_FILE:
-        raise DataError(f"data file {path}: dataset ECAL declares {events} events, more than the "
+    if ecal.shape[0] > MAX_EVENTS_PER_FILE:
+        raise DataError(f"data file {path}: dataset ECAL declares {ecal.shape[0]} events, more than the "
                         f"{MAX_EVENTS_PER_FILE} a shower file may hold; fix: {MAKE_DATA_HINT}")
+    return ecal
+
+
+def _layout(h5, path: Path):
+    ecal = _ecal(h5, path)
+    events = ecal.shape[0]
     _check_dataset(ecal, path, "ECAL")
     if h5.get("target", getlink=True) is not None:
         raw, source = _dataset(h5, path, "target"), "target[:,1]"

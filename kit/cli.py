@@ -22,7 +22,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kit", description=__doc__)
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an internal error instead of writing it to a file")
-    parser.add_argument("--version", action="version", version=f"kit (secure-site-kit) {__version__}")
+    parser.add_argument("--version", action=_Version)
     add_flags(parser, leaf=False)
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     first = next((a for a in argv or [] if not a.startswith("-")), None)
@@ -37,6 +37,25 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for leaf in leaves(parser):
         add_flags(leaf, leaf=True)
     return parser
+
+
+class _Version(argparse.Action):
+    """--version: the version and the git commit the kit runs from (a checkout's HEAD, else the one
+    its wheel recorded when it was built), so a site can tell which code it installed. git is asked
+    only when the option is given, not each time the parser is built."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the version and the git commit of this kit and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args) -> None:
+        from kit.code_commit import source_commit
+
+        code = source_commit()
+        commit = (f"{code['git_commit']}: {code['git_commit_basis']}" if code["git_commit"]
+                  else code["git_commit_basis"])  # "unknown: why"
+        print(f"kit (secure-site-kit) {__version__}\ncommit {commit}")
+        parser.exit()
 
 
 def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -2,8 +2,10 @@
 an image build leaves in the package (`RECORD`), else unknown with the reason.
 
 The kit and gan3d ship together (one wheel), so one commit names both. An installed wheel
-carries no .git: `kit image build` stages its context with `record_commit`, so an image built
-from a checkout still names its commit. Never fatal: a results record says null and why.
+carries no .git: a wheel built from a checkout carries `RECORD`, which setup.py's build step writes
+with `record_commit` into the build tree (`make wheelhouse`, `pip wheel .`), and `kit image build`
+into its staged context, so an install or an image still names its commit (and whether the tree
+had uncommitted changes). Never fatal: a results record says null and why.
 """
 from __future__ import annotations
 
@@ -75,9 +77,9 @@ def source_commit(package_dir: Path | None = None) -> dict:
 
 
 def record_commit(staged_package: Path, source_package: Path | None = None) -> dict:
-    """Write the source's commit into a staged copy of the package (an image build's context), if
-    known; returns it. A record already in the source (a wheel built from a staged context) is
-    copied by the staging itself and kept."""
+    """Write the source's commit into a staged or built copy of the package (an image build's
+    context, a wheel's build tree), if known; returns it. A record already in the source (a wheel
+    built from a staged context) is copied by the staging itself and kept."""
     commit, basis = from_checkout(source_package or _installed())
     if commit:
         atomic_write_text(staged_package / RECORD,

@@ -156,17 +156,19 @@ def physics_figure(series: dict[Series, list["Row"]]):
 
     from kit.scale.plots import node_axis
 
-    drawn = [(key, band) for key, rows in series.items() if (band := physics(rows))]
+    drawn = [(key, band, sum(r.physics_status == "failed" for row in rows for r in row.runs))
+             for key, rows in series.items() if (band := physics(rows))]
     if not drawn:
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    for i, (key, band) in enumerate(drawn):
-        ax.errorbar(band.x, band.median, yerr=_spread(band), fmt="o-", capsize=3, color=f"C{i % 10}", label=key.name)
+    for i, (key, band, failed) in enumerate(drawn):
+        ax.errorbar(band.x, band.median, yerr=_spread(band), fmt="o-", capsize=3, color=f"C{i % 10}",
+                    label=key.name + (f" ({failed} run(s): validation failed, not drawn)" if failed else ""))
     ax.axhline(1.0, color="g", linestyle="--", label="held-out data (1)")
     ax.axhline(0.0, color="r", linestyle="--", label="empty showers (0)")
     node_axis(ax, "physics score (fixed scale)", "Physics score of the final checkpoint (median, min-max)",
-            sorted({int(x) for _, band in drawn for x in band.x}))
+            sorted({int(x) for _, band, _ in drawn for x in band.x}))
     return fig
 
 

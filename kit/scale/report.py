@@ -115,7 +115,9 @@ def report_sweep(sweep_dir: Path | None, results: Sequence[Path] = (), out: Path
                        "(kit scale collect shows why) and no RESULT.json was named")
     out = out or (sweep_dir / "report" if sweep_dir else Path("report"))
     title = f"scaling sweep {sweep_dir.absolute().name}" if sweep_dir else None
-    return write_report(load_results(paths), out, reference=reference, title=title)
+    unscored = sweep_jobs.unscored(sweep_dir) if sweep_dir else {}
+    runs = [replace(run, validation=unscored.get(run.path)) for run in load_results(paths)]
+    return write_report(runs, out, reference=reference, title=title)
 
 
 def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, reference: str | None = None,
@@ -218,6 +220,11 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
                   "Losses: gan3d train's mean over each epoch's steps and the ranks (validation: over its "
                   "validation steps); the global batch grows with the nodes, so lines that part show scaling "
                   "changed convergence.", ""]
+    failed = [names[i] for i, run in enumerate(runs) if run.physics_status == "failed"]
+    if failed:
+        lines += [f"Physics validation failed for {len(failed)} run(s): {', '.join(failed)} (why: the Physics "
+                  "score column; the validation log: kit scale collect). They have no score, unlike a run never "
+                  "validated (\"-\").", ""]
     if any(run.physics for run in runs):
         lines += ["![physics score vs nodes](physics.png)", "",
                   "Physics score (gan3d validate on the run's final checkpoint, docs/physics.md): 1 = as close to "
@@ -225,7 +232,7 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
                   "(lower is better), data / empty = the raw scores of held-out data and of empty showers. Each run's "
                   "score plot and energy response (generated vs data) are copied under physics/RUN/; the "
                   "validator's per-energy-bin comparisons stay beside its results, in RUN.physics/.", ""]
-    if not any(run.losses or run.physics for run in runs):
+    if not any(run.losses or run.physics or run.validation for run in runs):
         return lines  # results without losses or physics (older files, the paper's): no runs table
     lines += ["| Run | Series | Nodes | Global batch | Epochs | Last train D / G loss | Last validation D / G loss "
               "| Physics score | Raw (data / empty) | Loss curves |", "|---|---|---:|---:|---:|---|---|---:|---|---|"]
@@ -242,7 +249,9 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
 
 def _physics_score(run: RunResult, name: str) -> str:
     if run.physics is None:
-        return "-"
+        if run.validation is None:
+            return "-"  # not validated
+        return f"{run.validation.status}: {run.validation.reason}".replace("|", "\\|")
     score = (f"no scale: {run.physics.null_reason or 'not given'}" if run.physics.score is None
              else f"{run.physics.score:.3f}")
     plots = _physics_pngs(run)
@@ -372,13 +381,14 @@ def _num(value: float) -> str:
 
 def _physics_columns(run: RunResult) -> dict:
     p = run.physics
-    return {"physics_score": p and p.score, "physics_score_raw": p and p.raw,
+    return {"physics_status": run.physics_status, "physics_problem": run.validation and run.validation.reason,
+            "physics_score": p and p.score, "physics_score_raw": p and p.raw,
             "physics_reference_data": p and p.reference_data, "physics_reference_empty": p and p.reference_empty}
 
 
 def _csv(series: dict[Series, list[Row]]) -> str:
     """One line per run, full precision, with its series, its row's medians, linear time and efficiency."""
-    curves = ("losses", "step_losses", "physics")  # drawn and tabled in report.md, not CSV cells
+    curves = ("losses", "step_losses", "physics", "validation")  # in report.md and _physics_columns
     lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in curves},
               **_physics_columns(run), "data_stall_percent": run.data_stall_percent,
               "repeats": row.repeats, "median_epoch_seconds": row.seconds_per_epoch,

@@ -11,7 +11,8 @@ says which clock it used:
 - no `epoch_wall_times`: the train-loop times `epoch_times` (without the closing all-reduces),
   else the step-only `full_epoch_seconds_estimate`;
 - no memory fields: shown as "-";
-- no `losses`: no loss curves; no `physics` (the run was not validated): no physics column entry.
+- no `losses`: no loss curves; no `physics`: not validated, unless the sweep's plan asked for it
+  (`RunResult.validation`: the validation failed, and why, or has not finished).
 """
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ class Physics:
     null_reason: str | None
 
 
+class Validation(NamedTuple):
+    """Why a run its plan had validated holds no physics: "failed" (reason: the validation log's
+    last line) or "not finished"; a report must not show it as a run never validated."""
+
+    status: str
+    reason: str
+
+
 class Series(NamedTuple):
     """Everything that changes the work of a run but its node count (Optional: the core runs on 3.9)."""
 
@@ -146,7 +155,15 @@ class RunResult:
     memory_available_bytes: int | None = None  # the lowest any rank's node had at an epoch's end
     losses: tuple[LossCurve, ...] = ()
     step_losses: tuple[StepLossCurve, ...] = ()  # rank 0's logged steps; () in older results
-    physics: Physics | None = None  # None: not validated
+    physics: Physics | None = None  # None: not validated, or see `validation`
+    validation: Validation | None = None  # set from the sweep's plan and logs, not from the results file
+
+    @property
+    def physics_status(self) -> str:
+        """scored, no scale, failed, not finished or not validated: what became of the run's physics."""
+        if self.physics is not None:
+            return "scored" if self.physics.score is not None else "no scale"
+        return self.validation.status if self.validation else "not validated"
 
     def loss(self, kind: str, name: str) -> LossCurve | None:
         return next((c for c in self.losses if (c.kind, c.name) == (kind, name)), None)

@@ -8,7 +8,9 @@ from typing import Callable
 
 from kit.errors import KitError
 from kit.readfile import read_json, read_tail
+from kit.excerpt import one_line
 from kit.scale.plan import Plan, load_plan
+from kit.scale.runs import Validation
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
 from kit.slurm.ledger import all_jobs, latest_job, read_jobs
 from kit.slurm.result import RunFailed, run_result
@@ -141,6 +143,41 @@ def results(sweep_dir: Path, failed: list[str] | None = None) -> list[Path]:
             if failed is not None:
                 failed.append(str(exc))
     return [p for p in found if p is not None]
+
+
+def unscored(sweep_dir: Path) -> dict[Path, Validation]:
+    """The results of the plan's validated runs that hold no physics score, with why (no Slurm
+    needed): the job's log says when its validation failed (the batch script writes that line),
+    the validation log says why; without that line the validation has not finished."""
+    plan = load_plan(sweep_dir)
+    jobs = read_jobs(sweep_dir)
+    out = {}
+    for run in plan.runs:
+        files, job = RunFiles(sweep_dir.absolute(), run.run_id), latest_job(jobs, run.run_id)
+        if not run.validate or job is None:
+            continue
+        try:
+            result = run_result(files, job)
+        except RunFailed:
+            continue
+        if result is None or isinstance((read_json(result, "gan3d results file", "fix: kit scale submit "
+                                                   f"--resubmit --only {run.run_id}") or {}).get("physics"), dict):
+            continue
+        if f"kit: run {run.run_id}: physics validation failed" in _log_tail(files.log(job)):
+            log = files.validate_log(job)
+            out[result] = Validation("failed", _validation_error(log))
+        else:
+            out[result] = Validation("not finished", f"job {job}'s log does not say the validation ended")
+    return out
+
+
+def _validation_error(log: Path) -> str:
+    """gan3d validate's own error line from the end of its log (the launcher's lines about ending the
+    step come after it), else the log's last line."""
+    lines = [line for line in _log_tail(log).splitlines() if line.strip()]
+    if not lines:
+        return f"no validation log at {log}"
+    return one_line(next((line for line in reversed(lines) if "gan3d validate: error:" in line), lines[-1]))
 
 
 def _select(plan: Plan, only: list[str] | None) -> list:

@@ -26,8 +26,11 @@ VENDOR_BANNERS = {"intel": "Intel(R) MPI Library", "openmpi": "Open MPI", "mvapi
                   "cray-mpich": "CRAY MPICH", "mpich": "MPICH", "parastation": "MPICH"}
 # The vendor a banner names, most specific first: Intel MPI, MVAPICH2 and Cray MPICH also carry
 # "MPICH"; a banner several vendors share names the first (ParaStation's is read as mpich).
-VENDOR_MARKERS = [(vendor, VENDOR_BANNERS[vendor].encode())
-                  for vendor in ("intel", "openmpi", "mvapich2", "cray-mpich", "mpich")]
+# Besides the banners, what a vendor's launcher prints for --version (kit site probe reads it):
+# Open MPI's mpiexec says only "mpiexec (OpenRTE) 4.1.4"; any "Intel(R) MPI" is Intel's.
+LAUNCHER_MARKERS = {"intel": ("Intel(R) MPI",), "openmpi": ("OpenRTE",)}
+VENDOR_MARKERS = [(vendor, marker.encode()) for vendor in ("intel", "openmpi", "mvapich2", "cray-mpich", "mpich")
+                  for marker in (VENDOR_BANNERS[vendor], *LAUNCHER_MARKERS.get(vendor, ()))]
 
 
 def vendor_named_in(data: bytes | bytearray | memoryview) -> str | None:

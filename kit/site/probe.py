@@ -13,12 +13,17 @@ import yaml
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.site.model import SCHEMA
+from kit.site.model import SCHEMA, vendor_named_in
 from kit.site.schema import check_document
 
 # FP32 FLOP per cycle per core from the widest FMA the CPU flags show; two FMA units assumed
 # for AVX-512 and AVX2 (one cannot read the unit count from flags: edit the result if needed).
 FLOPS_BY_FLAG = [("avx512f", 64), ("fma", 32), ("avx", 16), ("sse2", 8)]
+# Where each vendor's version output puts its version; then MPICH's mpichversion and Hydra's.
+VERSION_PATTERNS = {"intel": (r"Intel\(R\) MPI Library[^\n]*?Version (\d[\w.]*)",),
+                    "openmpi": (r"\((?:Open MPI|OpenRTE)\) (\d[\w.]*)",),
+                    "mvapich2": (r"MVAPICH2 Version:\s*(\d[\w.]*)",)}
+VERSION_FALLBACK = (r"MPICH Version:\s*(\d[\w.]*)", r"Version:\s*(\d[\w.]*)")
 
 
 def _run(cmd: list[str]) -> str:
@@ -74,12 +79,10 @@ def probe_mpi() -> dict:
     text = _run([mpiexec, "--version"]) + _run(["mpichversion"])
     real = Path(mpiexec).resolve()
     prefix = real.parent.parent
-    if "Intel(R) MPI" in text:
-        vendor, version = "intel", re.search(r"Version (\d[\w.]*)", text)
-    elif "Open MPI" in text or "OpenRTE" in text:
-        vendor, version = "openmpi", re.search(r"\(Open MPI\) (\d[\w.]*)", text)
-    else:
-        vendor, version = "mpich", re.search(r"MPICH Version:\s*(\d[\w.]*)", text) or re.search(r"Version:\s*(\d[\w.]*)", text)
+    # Hydra's own --version names no vendor: without mpichversion's "MPICH Version" it is MPICH's.
+    vendor = vendor_named_in(text.encode()) or "mpich"
+    version = next((m for pattern in VERSION_PATTERNS.get(vendor, ()) + VERSION_FALLBACK
+                    if (m := re.search(pattern, text))), None)
     soname, lib_dir, file_version = None, None, None
     names = ("libmpi.so.40",) if vendor == "openmpi" else ("libmpi.so.12", "libmpich.so.12")
     for line in _run(["ldconfig", "-p"]).splitlines():

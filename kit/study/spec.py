@@ -33,6 +33,7 @@ MAX_PARAMETERS = 64
 MAX_CHOICES = 1000
 MAX_EVALUATIONS = 100_000
 MAX_WALL_S = 366 * 86400
+MAX_HEADER_FILES = 2000  # data files whose headers kit study plan reads (about 1 ms each); more: gan3d counts
 MAX_SPLIT_EVENTS = 10**7  # generated showers the loader splits as gan3d would (bounded work: ~20,000 files)
 LAYOUT = "ranks-per-node"  # the kit's layout option: not gan3d's, it shapes the job around it
 LOSS_PARTS = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal")  # joined into --loss-weights
@@ -140,6 +141,38 @@ def synthetic_split(events: int, fraction: float) -> tuple[int, int]:
     return held_out, sum(counts) - held_out
 
 
+@dataclass(frozen=True)
+class DataCounts:
+    """Shower files and the events each declares: the training data and, if given, the
+    --validation-data (else --test-fraction of the data is held out, as gan3d.data.split_events)."""
+
+    data: tuple[tuple[Path, int], ...]
+    held_out: tuple[tuple[Path, int], ...] | None
+
+    def split(self, fraction: float, seed: int) -> tuple[int, int]:
+        """(held out, training) showers of one config."""
+        from gan3d.data import DataError, split_events
+
+        counts = [n for _, n in self.data]
+        if self.held_out is not None:
+            return sum(n for _, n in self.held_out), sum(counts)
+        try:
+            held = sum(b - a for _, a, b in split_events(counts, fraction, seed).test)
+        except DataError:  # fewer than 2 events: nothing to hold out
+            return 0, sum(counts)
+        return held, sum(counts) - held
+
+    def describe(self, fraction: float) -> str:
+        """The files, their declared events and the share held out, for a refusal."""
+        def files(entries: tuple[tuple[Path, int], ...]) -> str:
+            named = ", ".join(f"{path} ({n} events)" for path, n in entries[:3])
+            return named + (f" and {len(entries) - 3} more file(s)" if len(entries) > 3 else "")
+
+        if self.held_out is not None:
+            return f"data {files(self.data)} with validation-data {files(self.held_out)} (from their headers) have"
+        return f"data {files(self.data)} (from the header) with test-fraction {fraction:g} have"
+
+
 def gan3d_options() -> dict[str, argparse.Action]:
     """gan3d train's options by name (without the dashes), from its own parser."""
     try:
@@ -149,15 +182,16 @@ def gan3d_options() -> dict[str, argparse.Action]:
     return {s[2:]: a for a in build_parser()._actions for s in a.option_strings if s.startswith("--")}
 
 
-def load_study(path: str | Path) -> StudySpec:
-    """The study file at ``path``, checked; KitError naming file:line and the field on any problem."""
+def load_study(path: str | Path, data_files: bool = False) -> StudySpec:
+    """The study file at ``path``, checked; KitError naming file:line and the field on any problem.
+    ``data_files`` (kit study plan): fixed data files must also hold enough showers (their headers)."""
     try:
         doc = load_file(path, "study file", f"fix: {FIX}", limit=MAX_STUDY_BYTES)
     except FileNotFoundError:
         raise KitError(f"{path}: no such study file; fix: write one (an example: kit/_data/studies/"
                        "tiny-mbo.yaml, docs/study.md)") from None
     _refuse_duplicate_keys(doc)
-    return _Checker(doc, gan3d_options()).study()
+    return _Checker(doc, gan3d_options()).study(data_files)
 
 
 def _refuse_duplicate_keys(doc: Document) -> None:
@@ -207,7 +241,7 @@ class _Checker:
             raise self.fail(path, f"is {shown(value)}, expected a number in [{low}, {high}]")
         return value
 
-    def study(self) -> StudySpec:
+    def study(self, data_files: bool = False) -> StudySpec:
         top = self.mapping(self.doc.value, (), ("kit_study", "parameters", "fixed", "objective", "budget",
                                                   "strategy", "seed"))
         if top.get(TAG) != STUDY_FORMAT:
@@ -221,7 +255,7 @@ class _Checker:
         strategy = self.strategy(top["strategy"])
         seed = int(self.number(top.get("seed", 0), ("seed",), whole=True, low=0, high=2**32 - 1))
         flags = frozenset(n for n, a in self.options.items() if a.nargs == 0)
-        self.showers(space, fixed)
+        self.showers(space, fixed, data_files)
         return StudySpec(self.doc.file, space, fixed, self.objective(top["objective"]),
                          self.budget(top.get("budget"), strategy), strategy, seed, flags)
 
@@ -364,15 +398,25 @@ class _Checker:
                             "add e.g. 'synthetic: 256' (generated showers) or 'data: /path/to/showers' to fixed:")
         return out
 
-    def showers(self, space: Space, fixed: Mapping[str, Value]) -> None:
-        """Generated showers (fixed ``synthetic``) and their --test-fraction share held out must each
-        give every rank one batch, or gan3d stops the evaluation at its start: refused here for any
-        config of the space (the worst: the largest ranks x batch size against the smallest share).
-        With data files the counts are the files', which gan3d checks when an evaluation starts."""
-        if "synthetic" not in fixed and "synthetic" not in space.by_name or "validation-data" in fixed:
+    def showers(self, space: Space, fixed: Mapping[str, Value], data_files: bool) -> None:
+        """The showers held out (--test-fraction, or the --validation-data files) and those left to train
+        on must each give every rank one batch, or gan3d stops the evaluation at its start: refused
+        here for any config of the space (the worst: the largest ranks x batch size against the
+        smallest share). Generated showers (``synthetic``) are counted as gan3d generates them; data
+        files (fixed ``data``, with ``data_files``) by the events their headers declare."""
+        if "synthetic" in fixed or "synthetic" in space.by_name:
+            if "validation-data" in fixed:
+                return
+            source = None
+        elif data_files and "data" in fixed:
+            source = self.data_counts(fixed)
+            if source is None:
+                return
+        else:
             return
         default = {"batch-size": self.options["batch-size"].default, LAYOUT: 1,
-                   "test-fraction": self.options["test-fraction"].default, "synthetic": None}
+                   "test-fraction": self.options["test-fraction"].default,
+                   **({"synthetic": None} if source is None else {"seed": self.options["seed"].default})}
         worst: list[Param] = []
         for name in default:
             p = space.by_name.get(name)
@@ -389,21 +433,54 @@ class _Checker:
         for config in configs:
             value = {**default, **{k: v for k, v in fixed.items() if k in default}, **config}
             ranks, batch, fraction = int(value[LAYOUT]), int(value["batch-size"]), float(value["test-fraction"])
-            if not 0 < fraction < 1 or int(value["synthetic"]) > MAX_SPLIT_EVENTS:
-                continue  # gan3d refuses such a fraction itself; a split this large is left to gan3d to count
-            held_out, training = synthetic_split(int(value["synthetic"]), fraction)
+            if source is None:
+                if not 0 < fraction < 1 or int(value["synthetic"]) > MAX_SPLIT_EVENTS:
+                    continue  # gan3d refuses such a fraction itself; a split this large is left to gan3d to count
+                held_out, training = synthetic_split(int(value["synthetic"]), fraction)
+                what = f"synthetic {value['synthetic']} with test-fraction {fraction:g} has"
+            else:
+                if source.held_out is None and not 0 < fraction < 1:
+                    continue
+                held_out, training = source.split(fraction, int(value["seed"]))
+                what = source.describe(fraction)
             step = ranks * batch
             if min(held_out, training) >= step:
                 continue
-            varied = [n for n in ("batch-size", LAYOUT, "test-fraction", "synthetic") if n in config]
-            path = ("parameters", varied[0]) if varied else \
-                ("fixed", next((n for n in ("batch-size", "synthetic") if n in fixed), "synthetic"))
+            varied = [n for n in ("batch-size", LAYOUT, "test-fraction", "synthetic", "seed") if n in config]
             which, count = ("held out", held_out) if held_out < step else ("left to train on", training)
+            if source is None:
+                path = ("parameters", varied[0]) if varied else \
+                    ("fixed", next((n for n in ("batch-size", "synthetic") if n in fixed), "synthetic"))
+                more = "raise synthetic (or test-fraction, for the held-out showers)"
+            else:
+                path = ("parameters", varied[0]) if varied else ("fixed", "data")
+                more = ("give more validation-data showers" if which == "held out" and source.held_out else
+                        "give more data showers" + ("" if source.held_out else
+                                                    " (or raise test-fraction, for the held-out showers)"))
             raise self.fail(path, f"with batch-size {batch} and {ranks} rank(s) per node a step needs {step} "
-                            f"showers (ranks x batch size), but synthetic {value['synthetic']} with test-fraction "
-                            f"{fraction:g} has {count} {which}",
-                            "lower batch-size or ranks-per-node, or raise synthetic (or test-fraction, for the "
-                            "held-out showers)")
+                            f"showers (ranks x batch size), but {what} {count} {which}",
+                            f"lower batch-size or ranks-per-node, or {more}")
+
+    def data_counts(self, fixed: Mapping[str, Value]) -> "DataCounts | None":
+        """The events the fixed data (and validation-data) files declare in their headers; None where
+        there are more files than MAX_HEADER_FILES (gan3d counts them when an evaluation starts)."""
+        from gan3d.data import DataError, expand_data_arg
+        from gan3d.showerfile import declared_events
+
+        counts = []
+        for key in ("data", "validation-data"):
+            if key not in fixed:
+                counts.append(None)
+                continue
+            try:
+                paths = expand_data_arg(str(fixed[key]))
+                if len(paths) > MAX_HEADER_FILES:
+                    return None
+                counts.append(tuple((path, declared_events(path)) for path in paths))
+            except DataError as exc:  # gan3d train would stop every evaluation at its start
+                problem, _, fix = str(exc).partition("; fix: ")
+                raise self.fail(("fixed", key), problem, fix or FIX) from None
+        return DataCounts(counts[0], counts[1])
 
     def objective(self, node: Any) -> Objective:
         spec = self.mapping(node, ("objective",), ("metric", "direction"))

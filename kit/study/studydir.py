@@ -40,10 +40,10 @@ def terms(spec: Any) -> Terms:
                  spec.budget.wall_time_s, spec.strategy.kind)
 
 
-def load_spec(path: Path):
+def load_spec(path: Path, data_files: bool = False):
     from kit.study.spec import load_study
 
-    return load_study(path)
+    return load_study(path, data_files)
 
 
 def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int = 2, pilot: int | None = None,
@@ -51,7 +51,7 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
                dry_run: bool = False) -> dict[str, Any]:
     """Check everything a run needs now, not after a queue wait; write DIR unless ``dry_run``.
     Returns the ledger header."""
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, data_files=True)  # its data files' headers read once, here
     t = terms(spec)
     site = load_site(site_name)
     if site.path is None:

@@ -85,7 +85,7 @@ def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: i
 
     version = run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('secure-site-kit'))"],
                   env=env).stdout.strip()
-    assert ok("--version").strip() == f"kit (secure-site-kit) {version}"
+    assert ok("--version").splitlines()[0] == f"kit (secure-site-kit) {version}"
     shown = ok("site", "show", "supermuc-ng")
     assert "SuperMUC-NG" in shown and str(REPO) not in shown
     script = ok("slurm", "render", "--dry-run", "--site", "supermuc-ng", "--no-container", "--nodes", "2",

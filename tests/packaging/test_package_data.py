@@ -142,7 +142,10 @@ def test_the_staged_context_builds_the_kits_wheel_as_the_recipe_does_and_it_name
     outside = run([sys.executable, "-m", "kit", "--version"], cwd=REPO)
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert inside.returncode == 0, inside.stderr
-    assert inside.stdout == outside.stdout == f"kit (secure-site-kit) {version}\n"
+    assert inside.stdout.splitlines()[0] == outside.stdout.splitlines()[0] == f"kit (secure-site-kit) {version}"
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a checkout: the context records its commit (test_code_commit.py has the rest)
+        assert inside.stdout.splitlines()[1].startswith(f"commit {head.stdout.strip()}: recorded at build time: ")
 
 
 def test_the_staged_context_lives_only_during_the_build(tmp_path):

@@ -3,8 +3,11 @@ gan3d.results writes with controlled figures (tests/scale/builders.py: a multi-n
 here). The plotted data is read back from the matplotlib Axes and checked against the files."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,9 +16,10 @@ from hypothesis import strategies as st
 
 from kit.errors import KitError
 from kit.scale import load_results, write_report
-from kit.scale.curves import loss_figure, loss_overlay, overlay_figure, physics, run_names, throughput, \
-    throughput_figure
+from kit.scale.curves import loss_figure, loss_overlay, overlay_figure, physics, physics_figure, run_names, \
+    throughput, throughput_figure
 from kit.scale.report import group_series
+from kit.scale.runs import Validation
 from tests.scale.builders import write_run
 
 LOSS = st.floats(-50, 50, allow_nan=False, allow_infinity=False)
@@ -145,6 +149,29 @@ def test_report_has_the_curves_the_runs_table_and_physics(tmp_path):
     assert "'epoch'" not in csv_text  # the loss history stays in the JSON, not in a CSV cell
     band = physics(next(iter(group_series(load_results(paths)).values())))
     assert band.x == (1,) and band.median == (0.8125,)  # the run without a score is not drawn
+
+
+def test_a_failed_validation_is_shown_as_failed_with_its_reason_not_as_never_validated(tmp_path):
+    score = {"score": 0.75, "score_raw": 6.0, "score_reference_data": 0.5, "score_reference_empty": 29.8,
+             "score_null_reason": None}
+    paths = [write_run(tmp_path / "n1.json", 1, 10.0, preset="tiny", events=512, physics=score),
+             write_run(tmp_path / "n1b.json", 1, 10.5, preset="tiny", events=512),
+             write_run(tmp_path / "n2.json", 2, 5.5, preset="tiny", events=512)]
+    why = "gan3d validate: error: [Errno 17] File exists: 'a|b'"
+    runs = [replace(run, validation=Validation("failed", why)) if run.path.stem == "n1b" else run
+            for run in load_results(paths)]
+    out = tmp_path / "out"
+    write_report(runs, out)
+    md = (out / "report.md").read_text()
+    cells = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| n")}
+    assert "| failed: gan3d validate: error: [Errno 17] File exists: 'a\\|b' |" in cells["n1b"]
+    assert cells["n2"].split("|")[8].strip() == "-"  # never validated
+    assert "Physics validation failed for 1 run(s): n1b" in md
+    by_path = {r["path"]: r for r in csv.DictReader(io.StringIO((out / "report.csv").read_text()))}
+    assert [(by_path[str(p)]["physics_status"], by_path[str(p)]["physics_problem"]) for p in paths] == \
+        [("scored", ""), ("failed", why), ("not validated", "")]
+    [ax] = physics_figure(group_series(runs)).axes
+    assert any(label.endswith("(1 run(s): validation failed, not drawn)") for label in ax.get_legend_handles_labels()[1])
 
 
 @pytest.mark.parametrize("losses, key", [

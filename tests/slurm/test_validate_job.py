@@ -4,6 +4,8 @@ the score up and the report shows it with the generated-vs-data plots. A validat
 output directory blocked by a file) marks only that run's physics, with its log."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -63,7 +65,13 @@ def test_each_run_is_validated_in_its_job_and_a_failed_validation_marks_only_its
     shown = f"{run.physics.score:.3f}" if run.physics.score is not None else "no scale: "
     assert f"| {shown}" in rows[good.run_id] and "(physics/n1-r1-t2-x1/physics_score.png)" in rows[good.run_id]
     assert "(physics/n1-r1-t2-x1/physics_cellsum_vs_energy.png)" in rows[good.run_id]
-    assert rows[blocked.run_id].split("|")[8].strip() == "-"
+    failed_cell = rows[blocked.run_id].split("|")[8].strip()  # not "-", the cell of a run never validated
+    assert failed_cell.startswith("failed: gan3d validate: error:") and str(blocked.physics_dir) in failed_cell
+    csv_rows = {r["path"]: r for r in csv.DictReader(io.StringIO((report / "report.csv").read_text()))}
+    assert csv_rows[str(blocked.result)]["physics_status"] == "failed"
+    assert csv_rows[str(blocked.result)]["physics_problem"] in failed_cell
+    good_row = csv_rows[str(good.result)]
+    assert good_row["physics_status"] == ok.physics and not good_row["physics_problem"]
     assert (report / f"losses/{good.run_id}.png").is_file()  # 2 epochs of real losses drawn
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shutil
 
 import pytest
+import yaml
 
 from kit.cli import main
 from kit.errors import KitError
@@ -18,8 +21,8 @@ from tests.study.conftest import study_yaml
 PARAMS = {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
 
 
-def test_plan_copies_the_spec_and_starts_an_empty_ledger(tmp_path):
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+def test_plan_copies_the_spec_and_starts_an_empty_ledger(showers, tmp_path):
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     d = tmp_path / "s"
     assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--dry-run"]) == 0
     assert not d.exists()
@@ -30,8 +33,8 @@ def test_plan_copies_the_spec_and_starts_an_empty_ledger(tmp_path):
     assert led.header["objective"] == "validation.g_loss" and led.header["direction"] == "minimize"
 
 
-def test_plan_never_writes_into_a_directory_it_did_not_make(tmp_path, capsys):
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+def test_plan_never_writes_into_a_directory_it_did_not_make(showers, tmp_path, capsys):
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
@@ -47,14 +50,14 @@ def test_plan_never_writes_into_a_directory_it_did_not_make(tmp_path, capsys):
     assert (d / ledger.NAME).read_bytes() == before
 
 
-def test_what_the_site_cannot_do_is_refused_before_anything_runs(tmp_path):
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+def test_what_the_site_cannot_do_is_refused_before_anything_runs(showers, tmp_path):
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     with pytest.raises(KitError, match="--pilot 1: site laptop has no Slurm"):
         plan_study(spec, "laptop", tmp_path / "a", pilot=1)
     slurm = write_site(tmp_path, slurm_site_dict())
     with pytest.raises(KitError, match="--pilot 2: site localslurm allows 1..1 nodes"):
         plan_study(spec, str(slurm), tmp_path / "b", pilot=2)
-    wide = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, {"ranks-per-node": {
+    wide = study_yaml(tmp_path, showers, "random", 3, {"ranks-per-node": {
         "type": "choice", "values": [4]}}, file="wide.yaml")
     with pytest.raises(KitError, match=r"4 rank\(s\) per node x 1 thread\(s\) = 4, but a localslurm node has 2"):
         plan_study(wide, str(slurm), tmp_path / "d", walltime="00:10:00")
@@ -71,8 +74,8 @@ def test_commands_on_a_directory_without_a_study_are_one_line(tmp_path, capsys):
         assert "no study here; fix: kit study plan" in err and err.count("\n") == 1, argv
 
 
-def test_status_json_of_a_planned_study(tmp_path, capsys):
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+def test_status_json_of_a_planned_study(showers, tmp_path, capsys):
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     d = tmp_path / "s"
     plan_study(spec, "laptop", d)
     ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
@@ -86,7 +89,7 @@ def test_status_json_of_a_planned_study(tmp_path, capsys):
     assert [e["state"] for e in doc["evaluations"]] == ["finished", "finished"] and doc["done"] == 2
 
 
-def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(tmp_path, capsys):
+def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(showers, tmp_path, capsys):
     """The evaluation here runs `sleep` under kit.study.evalproc (a training would only be slower):
     cancel finds the lock holder through /proc/locks and ends its process group, children included."""
     import subprocess
@@ -95,7 +98,7 @@ def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(tmp_p
 
     from kit.study import evalproc
 
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     d = tmp_path / "s"
     plan_study(spec, "laptop", d)
     ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
@@ -121,9 +124,9 @@ def test_cancel_stops_a_local_evaluations_whole_process_group_and_marks_it(tmp_p
 
 
 @pytest.mark.parametrize("config", [{"lr": 0.5}, {"lr": 0.001, "results": "/etc/passwd"}, {}, {"lr": "0.001"}])
-def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(tmp_path, capsys, config):
+def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(showers, tmp_path, capsys, config):
     """A config edited into the ledger would become gan3d train arguments: refused before any command."""
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     d = tmp_path / "s"
     plan_study(spec, "laptop", d)
     ledger.append(d, "proposed", eval="e0001", config={"lr": 0.001})
@@ -136,9 +139,9 @@ def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(tmp_path, 
     assert not (d / "evals").exists() and not (d / "report").exists()
 
 
-def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_fits(tmp_path, capsys):
+def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_fits(showers, tmp_path, capsys):
     """The copy in DIR is what run reads; narrowed after e0001 was proposed, e0001's lr lies outside."""
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     d = tmp_path / "s"
     plan_study(spec, "laptop", d)
     ledger.append(d, "proposed", eval="e0001", config={"lr": 0.0002})
@@ -152,7 +155,7 @@ def test_a_study_file_edited_after_planning_names_the_ledger_line_it_no_longer_f
     assert not (d / "evals").exists()
 
 
-def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_bound(mpich_system_oci, tmp_path):
+def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_bound(mpich_system_oci, showers, tmp_path):
     """The pilot's steps as a batch script words them: srun with the step's ranks, ch-run with the
     pair's binds, paths as the container sees them (/work), a ch-run peer group per evaluation, and
     the physics validation as a one-rank step in the same image. A study dir outside the binds is
@@ -174,6 +177,8 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     site_file = write_site(tmp_path, doc)
     image = tmp_path / "img.tar"
     pair_file = convert_paired(mpich_system_oci, image, load_site(site_file)).pair_file
+    for i, shower_file in enumerate(showers):  # inside the bound directory
+        shutil.copy(shower_file, work / f"f{i}.h5")
     spec = study_yaml(work, [work / f"f{i}.h5" for i in range(3)], "random", 2, {"ranks-per-node": {
         "type": "choice", "values": [2]}}, objective="physics_score", direction="maximize", threads=1)
     with pytest.raises(KitError, match=r"run dir .*/elsewhere/evals/e0001 is not under any directory img.tar.pair"):
@@ -224,16 +229,68 @@ def test_the_pilot_job_asks_for_the_same_nodes_as_a_run_and_refuses_a_bad_constr
         render_pilot(bad, tmp_path / "study", 1, 2, "00:10:00", "python3")
 
 
-def test_a_fifo_planted_at_the_studys_lock_is_refused_without_hanging(tmp_path, capsys):
+def test_a_fifo_planted_at_the_studys_lock_is_refused_without_hanging(showers, tmp_path, capsys):
     """The driver's lock is opened non-blocking and must be a regular file: a FIFO at its name
     (which a plain O_WRONLY open waits on forever; non-blocking, the open fails at once) is one
     line, exit 1."""
     from kit.study.run import DRIVER_LOCK
 
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 3, PARAMS)
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     assert main(["study", "plan", str(spec), str(tmp_path / "st"), "--site", "laptop"]) == 0
     os.mkfifo(tmp_path / "st" / DRIVER_LOCK)
     capsys.readouterr()
     assert main(["study", "run", str(tmp_path / "st")]) == 1
     err = capsys.readouterr().err.strip()
     assert f"{DRIVER_LOCK}: " in err and err.endswith("fix: remove what is at that name") and "\n" not in err
+
+
+def test_data_files_too_small_for_a_config_are_refused_at_plan_naming_the_file_and_counts(showers, tmp_path, capsys):
+    """Shower files are counted from their headers at plan: the events held out by test-fraction
+    (as gan3d.data.split_events holds them out) and those left to train on must each give every
+    rank a batch for every config of the space; else one line names the file, its count, the need."""
+    import h5py
+
+    from gan3d.data import split_events
+
+    one = showers[0]
+    with h5py.File(one, "r") as h5:
+        events = h5["ECAL"].shape[0]
+    layout = {"ranks-per-node": {"type": "choice", "values": [1, 4]}, **PARAMS}
+    spec = study_yaml(tmp_path, showers, "random", 3, layout, file="held.yaml")  # batch size 4
+    doc = yaml.safe_load(spec.read_text())
+    doc["fixed"].pop("validation-data")
+    doc["fixed"].update(data=str(one), **{"test-fraction": 0.1})
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    held = sum(b - a for _, a, b in split_events([events], 0.1, doc["fixed"]["seed"]).test)
+    assert 4 <= held < 4 * 4 <= events - held  # with 4 ranks the share held out is what is short
+    assert main(["study", "plan", str(spec), str(tmp_path / "a"), "--site", "laptop"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not (tmp_path / "a").exists()
+    assert re.search(rf"held.yaml:\d+: parameters.ranks-per-node: with batch-size 4 and 4 rank\(s\) per node a step "
+                     rf"needs 16 showers \(ranks x batch size\), but data {re.escape(str(one))} \({events} events\) .*"
+                     rf"with test-fraction 0.1 have {held} held out; fix: .*raise test-fraction", err), err
+
+    doc["fixed"].update(**{"batch-size": events // 2, "validation-data": f"{showers[1]},{showers[2]}"})
+    doc["parameters"]["ranks-per-node"] = {"type": "int", "low": 1, "high": 3}  # 3 x 32 > the 64 to train on
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(KitError, match=rf"held.yaml:\d+: parameters.ranks-per-node: with batch-size {events // 2} "
+                                       rf"and 3 rank\(s\) per node a step needs {3 * (events // 2)} showers .* have "
+                                       rf"{events} left to train on; fix: lower batch-size or ranks-per-node, or give "
+                                       r"more data showers$"):
+        plan_study(spec, "laptop", tmp_path / "b")
+    doc["parameters"]["ranks-per-node"]["high"] = 2  # 2 x 32 = 64: one batch a rank
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    plan_study(spec, "laptop", tmp_path / "c")
+
+
+def test_data_files_that_are_not_there_or_not_showers_are_refused_at_plan(showers, tmp_path):
+    spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
+    doc = yaml.safe_load(spec.read_text())
+    (tmp_path / "notes.h5").write_text("not HDF5\n")
+    for data, problem in ((str(tmp_path / "missing.h5"), "not found: "), (str(tmp_path / "notes.h5"),
+                                                                        "is not an HDF5 file")):
+        doc["fixed"]["data"] = data
+        spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with pytest.raises(KitError, match=rf"study.yaml:\d+: fixed.data: .*{problem}.*; fix: ") as exc:
+            plan_study(spec, "laptop", tmp_path / "s")
+        assert "\n" not in str(exc.value) and not (tmp_path / "s").exists()
