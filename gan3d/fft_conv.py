@@ -94,3 +94,9 @@ class FFTConv3D(tf.keras.layers.Conv3D):
 
     def convolution_op(self, inputs, kernel):
         return fft_conv3d(inputs, kernel, self.padding.upper())
+
+
+def fft_layer_names(*models: tf.keras.Model) -> list[str]:
+    """The layers of `models` computed through FFTs (a run's record names them: their arithmetic is
+    less than the model FLOP counted for them)."""
+    return sorted(layer.name for m in models for layer in m.layers if isinstance(layer, FFTConv3D))

@@ -31,6 +31,10 @@ Conventions, so that a report can compare runs:
   "bf16" (bfloat16 on the CPU's bf16 unit, `bf16_unit` "amx" or "avx512_bf16") or
   "bf16-emulated" (bf16 numerics on a CPU without one: no bf16 peak applies). The FLOP per
   step are the same in every precision; `allreduce_dtype` is the gradients' type on the wire.
+- `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; float32 only). Their
+  arithmetic is several times less than the direct convolution's count in `flop_per_step`, so with
+  any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
+  the paper's count), more than the arithmetic the CPU executed.
 - Provenance (since gan3d-run/2): `started_utc`, `ended_utc` (ISO 8601, UTC) of rank 0's
   run, `command_line` (the process's argv as Python received it, a list; the launcher's own words
   are not part of it), `kit_version` (the installed distribution), `git_commit` with
@@ -244,6 +248,7 @@ def run_record(args, layout, host: "Host", data: "Data", model: "Model", run: "P
                peak_precision: str, start_epoch: int, checkpoint: Path | None) -> dict:
     """A finished run's record (rank 0), from the trainer's phases and every rank's gathered facts."""
     from gan3d.cpu import describe
+    from gan3d.fft_conv import fft_layer_names
     from gan3d.flops import step_flops
     from gan3d.peak import site_peaks
 
@@ -273,6 +278,7 @@ def run_record(args, layout, host: "Host", data: "Data", model: "Model", run: "P
         "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
         # the FLOP per step are the same in every precision; the peak to divide by is not
         "precision": args.precision, "bf16_unit": host.bf16_unit, "allreduce_dtype": args.allreduce_dtype,
+        "fft_convolutions": fft_layer_names(model.gen, model.disc),
         "learning_rate": {"per_rank": args.lr, "scaled": model.step.config.learning_rate,
                           "warmup_epochs": args.warmup_epochs},
         "loss_weights": list(model.loss_weights), "xscale": args.xscale,

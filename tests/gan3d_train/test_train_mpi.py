@@ -121,6 +121,8 @@ def test_results_carry_the_contract_with_plausible_values(two_rank_run):
     assert r["flop_per_second"] == pytest.approx(r["showers_per_second"] * r["flop_per_shower"], rel=1e-9)
     # laptop is a VM: no theoretical peak; the measured fp32 peak is the denominator, named
     assert r["precision"] == "fp32" and r["peak_fp32_theoretical_flop_per_second"] is None
+    from gan3d.model import FFT_LAYERS
+    assert r["fft_convolutions"] == sorted(FFT_LAYERS)  # what ran, with a rate that counts model FLOP
     assert r["peak_fp32_theoretical_basis"].startswith("unknown clock") and r["percent_of_peak_fp32_theoretical"] is None
     assert r["peak_fp32_measured_flop_per_second"] > 1e9 and r["peak_fp64_measured_flop_per_second"] > 1e8
     assert r["percent_of_peak_denominator"] == "fp32 measured peak"
