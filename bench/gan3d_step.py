@@ -269,11 +269,12 @@ def _random_batch(s, b: int, seed: int):
     return s._inputs(images, rng.uniform(0.1, 5.0, b).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
 
 
-FLOOR_VARIANTS = {  # name: (reference structure?, precision)
-    "reference structure fp32": (True, "fp32"),
-    "kit fp32": (False, "fp32"),
-    "kit bf16": (False, "bf16"),
-    "reference structure bf16": (True, "bf16"),
+FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT convolutions in fp32?)
+    "reference structure fp32": (True, "fp32", False),
+    "kit fp32": (False, "fp32", True),
+    "kit fp32, direct convolutions": (False, "fp32", False),
+    "kit bf16": (False, "bf16", True),
+    "reference structure bf16": (True, "bf16", False),
 }
 
 
@@ -283,11 +284,11 @@ def worker_floors(args) -> dict:
     from gan3d import flops, model, step
 
     runs = {}
-    for name, (reference, precision) in FLOOR_VARIANTS.items():
+    for name, (reference, precision, fft) in FLOOR_VARIANTS.items():
         tf.keras.utils.set_random_seed(1)
         with reference_structure() if reference else contextlib.nullcontext():
-            s = step.TrainStep(model.generator(args.preset, precision), model.discriminator(args.preset, precision),
-                               config=step.StepConfig(seed=1))
+            s = step.TrainStep(model.generator(args.preset, precision, fft=fft),
+                               model.discriminator(args.preset, precision, fft=fft), config=step.StepConfig(seed=1))
         runs[name] = (s, _random_batch(s, args.batch_size, 0))
     rounds, cpu_rounds = _interleaved(runs, args.steps, args.repeat)
     return {"flop": flops.step_flops(args.preset, args.batch_size)["total"], "showers": args.batch_size,
