@@ -132,6 +132,10 @@ def configure_tensorflow(settings: ThreadSettings) -> list[str]:
         except RuntimeError:
             if getter() != value:
                 warnings.append(f"TensorFlow was already initialized: {name} stays {getter()} (wanted {value})")
+    # Grappler's remapper fails on the training step's graph (TF 2.15 fuses away a Pad or a BiasAdd
+    # that the custom gradients of gan3d.conv_forms still read), logs "E ... remapper failed" and
+    # discards its work for that graph: off, the step is the same graph without the alarming line.
+    tf.config.optimizer.set_experimental_options({"remapping": False})
     return warnings
 
 
