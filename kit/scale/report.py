@@ -196,6 +196,11 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
                      f"| {_pct(r.data_stall_percent)} | {r.linear_seconds:.2f} | {eff} | {_num(r.showers_per_second)} "
                      f"| {_num(r.flop_per_second / scale)} | {_peak(r.percent_of_peak)} "
                      f"| {r.percent_of_peak_denominator or '—'} | {_peak(r.percent_of_peak_fp64_max_clock)} |")
+    fft = sorted({layer for row in rows for run in row.runs for layer in run.fft_convolutions})
+    if fft:
+        lines += ["", f"{unit} count model FLOP (the direct convolutions' multiply-adds, the paper's count): "
+                  f"{', '.join(fft)} ran as FFTs, which do less arithmetic, so the rate and its % of peak are "
+                  "effective figures, more than the arithmetic the CPU executed (docs/peaks.md)."]
     if any(r.percent_of_peak_denominator is None for r in rows):
         lines += ["", "— : no % of peak: the site states no peak for the run and it measured none "
                   "(gan3d train --measure-peak), or its results file predates per-precision peaks "

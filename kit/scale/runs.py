@@ -41,6 +41,7 @@ _NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < l
          "one line of text")  # headings, labels
 _BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
                and all(x is None or _COUNT[0](x) for x in v), "a list of byte counts")
+_NAMES = (lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v), "a list of layer names")
 
 
 LOSS_NAMES = ("d_loss", "g_loss")  # the discriminator's and the generator's total losses
@@ -150,6 +151,7 @@ class RunResult:
     container: str | None = None
     container_from: str = "recorded"
     precision: str = "fp32"
+    fft_convolutions: tuple[str, ...] = ()  # layers run through FFTs: flop_per_second is then model FLOP/s
     image_digest: str | None = None
     peak_rss_bytes: int | None = None  # the largest rank's
     memory_available_bytes: int | None = None  # the lowest any rank's node had at an epoch's end
@@ -226,7 +228,8 @@ def _load_one(path: Path) -> RunResult:
         mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True),
         preset=get("preset", _NAME), events_per_epoch=get("train_events", _COUNT),
         container=container, container_from=container_from,
-        precision=get("precision", _NAME) or "fp32", image_digest=digest,
+        precision=get("precision", _NAME) or "fp32", fft_convolutions=tuple(get("fft_convolutions", _NAMES) or ()),
+        image_digest=digest,
         peak_rss_bytes=max((x for x in rss or [] if x), default=None),
         memory_available_bytes=min((x for x in available or [] if x), default=None),
         losses=_losses(record, path), step_losses=_step_losses(record, path), physics=_physics(record, path))

@@ -240,6 +240,7 @@ def test_truncated_json_names_the_file(tmp_path):
     (lambda r: r.update(container="ch\n# x"), r"'container' is 'ch\\n# x', expected one line"),
     (lambda r: r.update(train_events=0), "'train_events' is 0, expected a whole number"),
     (lambda r: r.update(peak_rss_bytes_per_rank="3G"), "'peak_rss_bytes_per_rank' is '3G', expected a list"),
+    (lambda r: r.update(fft_convolutions="d_conv2"), "'fft_convolutions' is 'd_conv2', expected a list of layer"),
     (lambda r: r.update(epoch_wall_times=[0.0] * 100_000),  # not repr'd whole
      r"'epoch_wall_times' is \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, \.\.\.\]"),
 ])
@@ -287,3 +288,17 @@ def test_the_step_only_figure_is_taken_from_the_same_epochs_as_the_wall_clock(tm
     bad = _edit(write_run(tmp_path / "bad.json", 4, 100.0), lambda r: r.update(epoch_step_seconds=[1.0, -2.0]))
     with pytest.raises(KitError, match="epoch_step_seconds"):
         load_results([bad])
+
+
+def test_rates_of_runs_with_fft_convolutions_are_said_to_count_model_flop(tmp_path):
+    """A float32 run whose convolutions ran as FFTs did less arithmetic than its FLOP count: the
+    report names the layers beside the rate; a run without them gets no such note."""
+    fft = _edit(write_run(tmp_path / "fft.json", 8, 479.52), lambda r: r.update(fft_convolutions=["d_conv2", "g_conv2"]))
+    plain = write_run(tmp_path / "plain.json", 8, 479.52)
+    [run] = load_results([fft])
+    assert run.fft_convolutions == ("d_conv2", "g_conv2")
+    write_report([run], tmp_path / "with")
+    write_report(load_results([plain]), tmp_path / "without")
+    note = "d_conv2, g_conv2 ran as FFTs"
+    assert note in (tmp_path / "with" / "report.md").read_text()
+    assert "as FFTs" not in (tmp_path / "without" / "report.md").read_text()
