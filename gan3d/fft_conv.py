@@ -1,4 +1,4 @@
-"""Stride-1 3D convolutions computed through FFTs, for the float32 discriminator.
+"""Stride-1 3D convolutions computed through FFTs, for a float32 model's few-channel layers.
 
 A 5^3 convolution costs 125 multiply-adds per output and channel pair; through the FFT it costs
 one complex multiply-add per frequency and channel pair plus the transforms, which on the
@@ -8,9 +8,10 @@ output gradient (once in the backward pass).
 
 Sizes: along each axis the transform length n = L + max(pad_before, pad_after) (27 for a SAME
 5^3 conv on 25, L for VALID), the smallest that keeps the circular products free of
-wrap-around for all three passes (and at least the kernel's size, for its k shifts). The kernel is transformed flipped and unshifted; the output
-is then read at offset s = pad_after, and the output gradient is placed at that offset, which
-makes every pass a plain crop (no roll).
+wrap-around for all three passes (and at least the kernel's size k, for the weight gradient's
+k shifts). The kernel is transformed flipped and unshifted; the output is then read at offset
+s = pad_after, and the output gradient is placed at that offset, which makes every pass a
+plain crop (no roll).
 
 The results equal `tf.nn.conv3d` and its gradients up to float32 rounding (relative 1e-6;
 tests/gan3d_model/test_fft_conv.py).
@@ -52,8 +53,8 @@ def _to_space(f: tf.Tensor, n: list[int], start: list[int], size: list[int]) -> 
 def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
     """tf.nn.conv3d(x, kernel, stride 1, padding) in float32, forward and gradients via FFT."""
     ksize = tuple(int(k) for k in kernel.shape[:3])
-    n, s, out = _geometry(tuple(int(d) for d in x.shape[1:4]), ksize, padding)
     spatial = [int(d) for d in x.shape[1:4]]
+    n, s, out = _geometry(tuple(spatial), ksize, padding)
 
     @tf.custom_gradient
     def conv(x, kernel):
