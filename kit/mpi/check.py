@@ -4,23 +4,33 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from kit.errors import KitError
+from kit.excerpt import clipped
 from kit.mpi.imagefs import image_kind
 from kit.mpi.launch import FIX_MISSING, launcher_now
+from kit.mpi.mapped import judge_components, judge_libraries
 from kit.mpi.pair_builder import Pair
 from kit.site.model import VENDOR_BANNERS
 
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
-MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
+STOP_GRACE = 5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
+MCA_MARK = "/mca_"
+REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")
+# a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
+# 11", mpirun's "exited on signal"), then an exit code or an error
+TELLING = (re.compile(r"signal", re.IGNORECASE),
+           re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE))  # Open MPI's components are DIR/mca_<framework>_<name>.so
 
 
 @dataclass
@@ -32,6 +42,7 @@ class RankReport:
     mapped: list[str]
     sum: int
     libc: list[str] = field(default_factory=list)  # where the C library was mapped from
+    libs: list[str] = field(default_factory=list)  # every shared object mapped
 
     @property
     def libraries(self) -> list[str]:
@@ -87,6 +98,9 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
 def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1) -> CheckResult:
     """Launch RANKS ranks of ch-run + mpi4py in the pair's image on `nodes` nodes and judge what they
     report."""
+    if timeout < 2 * STOP_GRACE:
+        raise KitError(f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
+                       "stop a check that hangs)")
     if nodes not in NODES:
         raise KitError(f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)")
     image = Path(pair.image)
@@ -106,53 +120,128 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
     result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
-    try:
-        returncode, stdout, stderr = _run_bounded(cmd, env, timeout)
-    except subprocess.TimeoutExpired as exc:
-        result.problems.append(f"ranks did not finish within {timeout:.0f} s")
-        result.output = _text(exc.stdout) + _text(exc.stderr)
+    returncode, result.output, timed_out = _run_bounded(cmd, env, timeout)
+    _read_reports(result)
+    if timed_out:
+        result.problems.append(_no_report(f"the ranks did not finish within {timeout:.0f} s; every process of "
+                                          "the check was stopped", result.output, stopped=True))
         return result
-    result.output = stdout + stderr
-    for line in stdout.splitlines():
-        if line.startswith("KITCHECK "):
-            try:
-                result.ranks += [RankReport(**r) for r in json.loads(line[len("KITCHECK "):])]
-            except (ValueError, TypeError) as exc:
-                result.problems.append(f"unreadable rank report ({exc}): {line[:200]}")
-    result.ranks.sort(key=lambda r: r.rank)
     _judge(pair, returncode, result)
     return result
 
 
-def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
-    """Run the launcher in a session of its own, so that at the timeout the whole tree goes (a
-    salloc then gives its allocation back, an mpirun its daemons), not only the launcher."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+def _read_reports(result: CheckResult) -> None:
+    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py)."""
+    parts: dict[int, str] = {}
+    count = 0
+    for line in result.output.splitlines():
+        if match := REPORT_LINE.fullmatch(line):
+            parts[int(match[1])] = match[3]
+            count = int(match[2])
+    if not parts:
+        return
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        return proc.returncode, stdout, stderr
+        if sorted(parts) != list(range(count)):
+            raise ValueError(f"{len(parts)} of its {count} lines arrived")
+        result.ranks += [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
+    except (ValueError, TypeError) as exc:
+        result.problems.append(f"unreadable rank report ({clipped(str(exc), 200)})")
+    result.ranks.sort(key=lambda r: r.rank)
+
+
+def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
+    """(status, stdout + stderr, timed out). The launcher runs in a session of its own; at the
+    timeout every process of that session is stopped (a salloc then gives its allocation back, an
+    mpirun its daemons, a rank that changed its process group goes too), and whatever the launcher
+    left behind when it ended is stopped as well. Ends within ``timeout`` seconds and a little."""
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror}); fix: host_mpi.launcher and "
+                       "host_mpi.prefix in the site config must name an installed, executable launcher") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout - STOP_GRACE)
+        timed_out = False
     except subprocess.TimeoutExpired:
-        stdout = stderr = None
-        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        timed_out = True
+        _stop_session(proc.pid)
+        try:
+            stdout, stderr = proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired as late:  # a process that left the session holds a pipe
+            stdout, stderr = late.stdout, late.stderr
+            proc.kill()
+            proc.wait()
+    _stop_session(proc.pid)  # what outlived the launcher
+    return proc.returncode, _text(stdout) + _text(stderr), timed_out
+
+
+def _session(sid: int) -> list[int]:
+    """The live (not zombie) processes of session ``sid``, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _stop_session(sid: int) -> None:
+    """SIGTERM every process of the session, SIGKILL what is left STOP_GRACE seconds later."""
+    for sig, grace in ((signal.SIGTERM, STOP_GRACE - 1), (signal.SIGKILL, 1.0)):
+        pids = _session(sid)
+        for pid in pids:
             try:
-                os.killpg(proc.pid, sig)
-                stdout, stderr = proc.communicate(timeout=grace)
-                break
+                os.kill(pid, sig)
             except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired as again:
-                stdout, stderr = again.stdout, again.stderr
-        raise subprocess.TimeoutExpired(cmd, timeout, output=stdout, stderr=stderr) from None
+                pass
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.1)
+            pids = _session(sid)
+        if not pids:
+            return
 
 
 def _text(data: str | bytes | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
+def _status(returncode: int) -> str:
+    """A launcher's exit status, with the signal it stands for."""
+    number = -returncode if returncode < 0 else returncode - 128
+    if number > 0 and number in signal.valid_signals():
+        how = "killed by" if returncode < 0 else "128 + "
+        return f"{returncode} ({how}{signal.Signals(number).name})"
+    return str(returncode)
+
+
+def _no_report(what: str, output: str, stopped: bool = False) -> str:
+    """One line for ranks that ended, or were ``stopped``, without a report: how many got through
+    MPI_Init, and the launcher's most telling line (a signal, an exit code, an error), else its last."""
+    init = {line.split()[1] for line in output.splitlines() if line.startswith("KITINIT ") and len(line.split()) == 2}
+    hint = ""
+    if stopped:
+        hint = (" (a rank that never reached it, or a launcher waiting for a peer that never started)"
+                if len(init) < RANKS else " (then stuck: in the allreduce?)")
+    lines = [line.strip(" =") for line in output.splitlines() if line.strip(" =") and not line.startswith("KITINIT ")]
+    said = next((line for telling in TELLING for line in reversed(lines) if telling.search(line)),
+                lines[-1] if lines else "")
+    return f"{what}: {len(init)} of {RANKS} ranks finished MPI_Init{hint}" + (
+        f"; the launcher says: {clipped(said, 200)}" if said else "")
+
+
 def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
+    if not result.ranks:  # nothing to judge: one line that says how far the ranks got
+        result.problems.insert(0, _no_report(f"no rank reported (launcher exit status {_status(returncode)})",
+                                             result.output))
+        return
     if returncode != 0:
-        result.problems.append(f"launcher exited with status {returncode}")
+        result.problems.append(f"launcher exited with status {_status(returncode)}")
     if len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")
     hosts = sorted({r.host for r in result.ranks})
@@ -173,6 +262,7 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
         if host_libc := [c for c in r.libc if any(c.startswith(t) for t in targets)]:
             result.problems.append(f"rank {r.rank}: the C library mapped from the host bind ({', '.join(host_libc)}), "
                                    "not the image's: a host library dir is on the loader's path")
-        if not r.mapped or not all(any(m.startswith(t) for t in targets) for m in r.mapped):
-            result.problems.append(f"rank {r.rank}: MPI libraries mapped from {r.mapped}, not from the "
+        if not r.libraries or not all(any(m.startswith(t) for t in targets) for m in r.libraries):
+            result.problems.append(f"rank {r.rank}: MPI libraries mapped from {r.libraries}, not from the "
                                    f"host bind ({', '.join(targets)})")
+        result.problems += judge_libraries(pair, r) + judge_components(pair, r)
