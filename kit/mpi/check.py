@@ -222,15 +222,16 @@ def _status(returncode: int) -> str:
 
 def _no_report(what: str, output: str, stopped: bool = False) -> str:
     """One line for ranks that ended, or were ``stopped``, without a report: how many got through
-    MPI_Init, and the launcher's most telling line (a signal, an exit code, an error), else its last."""
+    MPI_Init, and for ranks that ended the launcher's most telling line (a signal, an exit code, an
+    error), else its last."""
     init = {line.split()[1] for line in output.splitlines() if line.startswith("KITINIT ") and len(line.split()) == 2}
     hint = ""
     if stopped:
         hint = (" (a rank that never reached it, or a launcher waiting for a peer that never started)"
                 if len(init) < RANKS else " (then stuck: in the allreduce?)")
     lines = [line.strip(" =") for line in output.splitlines() if line.strip(" =") and not line.startswith("KITINIT ")]
-    said = next((line for telling in TELLING for line in reversed(lines) if telling.search(line)),
-                lines[-1] if lines else "")
+    said = "" if stopped else next((line for telling in TELLING for line in reversed(lines) if telling.search(line)),
+                                   lines[-1] if lines else "")  # once stopped, it speaks of the stop
     return f"{what}: {len(init)} of {RANKS} ranks finished MPI_Init{hint}" + (
         f"; the launcher says: {clipped(said, 200)}" if said else "")
 

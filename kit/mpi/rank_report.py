@@ -1,8 +1,9 @@
 """Run inside the container by `kit mpi check` (passed to python -c).
 
-Init: each rank prints one KITINIT line as soon as MPI_Init has returned, so a check that times
-out can say how many ranks got that far (a launcher waiting for a missing peer holds the others
-in MPI_Init).
+Init: each rank prints one KITINIT line to stderr as soon as MPI_Init has returned, so a check
+that times out can say how many ranks got that far (a launcher waiting for a missing peer holds
+the others in MPI_Init). Stderr: a launcher forwards each rank's output in pieces (Open MPI's
+mpirun: 4 KiB) and writes another rank's between them, so stdout carries rank 0's report alone.
 Host: the node's name, so a multi-node check can show its ranks really ran apart.
 Mapped: the MPI libraries, and Open MPI's dlopen'ed components (mca_*.so), whose paths show
 which MPI is really running. Libs: every shared object mapped (the MPI's dependencies, UCX's
@@ -14,11 +15,12 @@ write), so a launcher that forwards output in pieces or interleaves other lines 
 """
 import json
 import socket
+import sys
 
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
-print(f"\nKITINIT {comm.Get_rank()}", flush=True)
+print(f"\nKITINIT {comm.Get_rank()}", file=sys.stderr, flush=True)
 with open("/proc/self/maps") as maps:
     files = {line.split()[-1] for line in maps if "/" in line}
 mapped = sorted(f for f in files if "libmpi" in f or "libmpich" in f or "/mca_" in f)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kit.cli import main
 from kit.mpi import make_pair, run_check
 from tests.mpi.conftest import TARGET
 
@@ -145,7 +146,8 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(mpich_
     assert not _ours(sleep) and not _ours(f"kitcheck-{os.getpid()}-"), (_ours(sleep), _ours(f"kitcheck-{os.getpid()}-"))
 
 
-def test_a_rank_that_crashes_ends_the_check_with_one_line(mpich_host_site, mpich_paired, tmp_path):
+def test_a_rank_that_crashes_ends_the_check_with_one_line(mpich_host_site, mpich_paired, tmp_path, capsys,
+                                                         monkeypatch):
     site = _site_with_launcher(mpich_host_site, tmp_path, "sh -c 'kill -SEGV $$'")
     result = run_check(make_pair(site, mpich_paired), timeout=120)
     assert len(result.problems) == 1 and not result.ranks, result.problems
@@ -154,6 +156,10 @@ def test_a_rank_that_crashes_ends_the_check_with_one_line(mpich_host_site, mpich
                                          "MPI_Init; the launcher says: "), result.problems
     assert "signal 11" in result.problems[0].lower() or "signal: 11" in result.problems[0].lower(), result.problems
     assert not _ours(f"kitcheck-{os.getpid()}-")
+    monkeypatch.setenv("COLUMNS", "1000")  # the verdict on one line, unfolded
+    assert main(["mpi", "check", "--site", str(site), str(mpich_paired)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("FAIL: no rank reported (launcher exit status 11)"), out
 
 
 @pytest.mark.parametrize("launcher, message", [
