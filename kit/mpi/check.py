@@ -25,6 +25,7 @@ from kit.site.model import VENDOR_BANNERS
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
 STOP_GRACE = 5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
+WATCH = 1.0  # s between two looks at the launcher's processes
 MCA_MARK = "/mca_"
 REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")
 # a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
@@ -150,61 +151,90 @@ def _read_reports(result: CheckResult) -> None:
 
 
 def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
-    """(status, stdout + stderr, timed out). The launcher runs in a session of its own; at the
-    timeout every process of that session is stopped (a salloc then gives its allocation back, an
-    mpirun its daemons, a rank that changed its process group goes too), and whatever the launcher
-    left behind when it ended is stopped as well. Ends within ``timeout`` seconds and a little."""
+    """(status, stdout + stderr, timed out). Every WATCH seconds the launcher's processes are noted:
+    its descendants, by parent links, and its session's. At the timeout every one of them still
+    alive is stopped (a salloc then gives its allocation back, an mpirun its daemons; hydra's proxy
+    and ranks, each in a session of its own, and a rank's child in a process group of its own go
+    too), and so is whatever the launcher left behind when it ended. Ends within ``timeout`` s."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     except OSError as exc:
         raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror}); fix: host_mpi.launcher and "
                        "host_mpi.prefix in the site config must name an installed, executable launcher") from None
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout - STOP_GRACE)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _stop_session(proc.pid)
+    known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
+    deadline = time.monotonic() + timeout - STOP_GRACE
+    timed_out = False
+    while True:
+        _note(known, proc.pid)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        try:
+            stdout, stderr = proc.communicate(timeout=min(WATCH, left))  # retried: no output is lost
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if timed_out:
+        _stop(known, proc.pid)
         try:
             stdout, stderr = proc.communicate(timeout=1)
-        except subprocess.TimeoutExpired as late:  # a process that left the session holds a pipe
+        except subprocess.TimeoutExpired as late:  # a process born after the last look holds a pipe
             stdout, stderr = late.stdout, late.stderr
             proc.kill()
             proc.wait()
-    _stop_session(proc.pid)  # what outlived the launcher
+    _stop(known, proc.pid)  # what outlived the launcher
     return proc.returncode, _text(stdout) + _text(stderr), timed_out
 
 
-def _session(sid: int) -> list[int]:
-    """The live (not zombie) processes of session ``sid``, from /proc."""
-    found = []
+def _processes() -> dict[int, tuple[int, int, str, str]]:
+    """pid -> (parent, session, start time, state) of every process, from /proc."""
+    table = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:  # ended meanwhile
             continue
         fields = text[text.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            found.append(int(stat.parent.name))
-    return found
+        table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]), fields[19], fields[0])
+    return table
 
 
-def _stop_session(sid: int) -> None:
-    """SIGTERM every process of the session, SIGKILL what is left STOP_GRACE seconds later."""
+def _note(known: dict[int, str], root: int) -> dict[int, tuple[int, int, str, str]]:
+    """Add to ``known`` the live processes below ``root`` or below one already known, and those of
+    root's session (started with start_new_session, so its id is root's pid)."""
+    table = _processes()
+    grew = True
+    while grew:
+        grew = False
+        for pid, (parent, session, start, state) in table.items():
+            if pid not in known and state != "Z" and (pid == root or session == root or parent in known):
+                known[pid] = start
+                grew = True
+    return table
+
+
+def _stop(known: dict[int, str], root: int) -> None:
+    """SIGTERM every known process still alive, SIGKILL what is left STOP_GRACE - 1 seconds later."""
     for sig, grace in ((signal.SIGTERM, STOP_GRACE - 1), (signal.SIGKILL, 1.0)):
-        pids = _session(sid)
-        for pid in pids:
+        deadline = time.monotonic() + grace
+        alive = _alive(known, _note(known, root))
+        for pid in alive:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + grace
-        while pids and time.monotonic() < deadline:
+        while alive and time.monotonic() < deadline:
             time.sleep(0.1)
-            pids = _session(sid)
-        if not pids:
+            alive = _alive(known, _note(known, root))
+        if not alive:
             return
+
+
+def _alive(known: dict[int, str], table: dict[int, tuple[int, int, str, str]]) -> list[int]:
+    """The known processes still running: same pid and start time, not a zombie."""
+    return [pid for pid, start in known.items() if pid in table and table[pid][2] == start and table[pid][3] != "Z"]
 
 
 def _text(data: str | bytes | None) -> str:

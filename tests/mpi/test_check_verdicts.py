@@ -135,9 +135,11 @@ def _ours(marker: str) -> list[str]:
 
 def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(mpich_host_site, mpich_paired, tmp_path):
     """Rank 1 sleeps in the image instead of starting: rank 0 waits in MPI_Init for it forever. At the
-    timeout every process of the check goes (hydra, its proxy, both ch-runs, the sleep, rank 0)."""
+    timeout every process of the check goes (hydra, its proxy, both ch-runs, rank 0, and the sleep,
+    which bash's job control put in a process group of its own: hydra's cleanup and a signal to the
+    launcher's process group leave it running)."""
     sleep = f"{3000 + os.getpid() % 1000}.{uuid.uuid4().int % 10**6}"  # a sleep no one else runs
-    site = _site_with_launcher(mpich_host_site, tmp_path, f"sleep {sleep}")
+    site = _site_with_launcher(mpich_host_site, tmp_path, f"bash -c 'set -m; sleep {sleep} & wait'")
     result = run_check(make_pair(site, mpich_paired), timeout=20)
     assert len(result.problems) == 1 and not result.ranks, result.problems
     assert result.problems[0].startswith("the ranks did not finish within 20 s; every process of the check was "
