@@ -26,12 +26,12 @@ RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
 STOP_GRACE = 5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
 WATCH = 1.0  # s between two looks at the launcher's processes
-MCA_MARK = "/mca_"
-REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")
+MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
+REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")  # rank 0's report, line I of N (rank_report.py)
 # a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
 # 11", mpirun's "exited on signal"), then an exit code or an error
 TELLING = (re.compile(r"signal", re.IGNORECASE),
-           re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE))  # Open MPI's components are DIR/mca_<framework>_<name>.so
+           re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE))
 
 
 @dataclass
