@@ -26,6 +26,7 @@ RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
 STOP_GRACE = 5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
 WATCH = 1.0  # s between two looks at the launcher's processes
+SHM = Path("/dev/shm")  # where ch-run --join keeps a peer group's segment and semaphore
 MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
 REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")  # rank 0's report, line I of N (rank_report.py)
 # a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
@@ -121,7 +122,10 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
     result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
-    returncode, result.output, timed_out = _run_bounded(cmd, env, timeout)
+    try:
+        returncode, result.output, timed_out = _run_bounded(cmd, env, timeout)
+    finally:
+        _remove_join_group(join)
     _read_reports(result)
     if timed_out:
         result.problems.append(_no_report(f"the ranks did not finish within {timeout:.0f} s; every process of "
@@ -129,6 +133,18 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes
         return result
     _judge(pair, returncode, result)
     return result
+
+
+def _remove_join_group(join: list[str]) -> None:
+    """The files of this check's ch-run --join peer group on this node, once every process of the check
+    has ended: a rank stopped or crashed leaves them in /dev/shm, named by the check's tag (one per
+    check, never another's: launcher_command)."""
+    tag = next(w.split("=", 1)[1] for w in join if w.startswith("--join-tag="))
+    for name in (f"ch-run_shm-{tag}", f"sem.ch-run_sem-{tag}"):
+        try:
+            (SHM / name).unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _read_reports(result: CheckResult) -> None:

@@ -146,6 +146,7 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(mpich_
                                          "stopped: 0 of 2 ranks finished MPI_Init (a rank that never reached it, "
                                          "or a launcher waiting for a peer that never started)"), result.problems
     assert not _ours(sleep) and not _ours(f"kitcheck-{os.getpid()}-"), (_ours(sleep), _ours(f"kitcheck-{os.getpid()}-"))
+    assert not list(Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*"))  # the stopped ch-runs' peer group
 
 
 def test_a_rank_that_crashes_ends_the_check_with_one_line(mpich_host_site, mpich_paired, tmp_path, capsys,
@@ -158,6 +159,7 @@ def test_a_rank_that_crashes_ends_the_check_with_one_line(mpich_host_site, mpich
                                          "MPI_Init; the launcher says: "), result.problems
     assert "signal 11" in result.problems[0].lower() or "signal: 11" in result.problems[0].lower(), result.problems
     assert not _ours(f"kitcheck-{os.getpid()}-")
+    assert not list(Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*"))  # the crashed ranks' peer group
     monkeypatch.setenv("COLUMNS", "1000")  # the verdict on one line, unfolded
     assert main(["mpi", "check", "--site", str(site), str(mpich_paired)]) == 1
     out = capsys.readouterr().out.splitlines()
