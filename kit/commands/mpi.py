@@ -11,7 +11,7 @@ from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site
 from kit.jsonout import add_json_flag, emit
 from kit.image_names import pair_path
 import kit.mpi as mpi  # its names import on first use: the ELF reader only when a command runs
-from kit.verbosity import quiet
+from kit.verbosity import quiet, verbose
 
 
 PAIR_SCHEMA = "kit-mpi-pair/1"
@@ -70,11 +70,12 @@ def _check(args: argparse.Namespace) -> int:
         table.add_row(str(r.rank), str(r.size), *([r.host] if apart else []), r.library_version.splitlines()[0],
                       "\n".join(shown) or "-", str(r.sum))
     console = Console()
-    console.print(table)
+    if result.ranks:
+        console.print(table)
     for problem in result.problems:
         console.print(f"[red]FAIL[/red]: {problem}")
     if not result.ok:
-        if result.output and not result.ranks:
+        if result.output and not result.ranks and verbose():  # the verdict names the launcher's telling line
             console.print(result.output[-3000:], markup=False, highlight=False)
         return 1
     where = f" across {result.nodes} nodes" if result.nodes > 1 else ""

@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from kit.errors import KitError
+from kit.excerpt import clipped
 from kit.mpi.imagefs import image_kind
 from kit.mpi.launch import FIX_MISSING, launcher_now
+from kit.mpi.mapped import judge_components, judge_libraries
 from kit.mpi.pair_builder import Pair
 from kit.site.model import VENDOR_BANNERS
 
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
+STOP_GRACE = 5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
+WATCH = 1.0  # s between two looks at the launcher's processes
+SHM = Path("/dev/shm")  # where ch-run --join keeps a peer group's segment and semaphore
 MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
+REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")  # rank 0's report, line I of N (rank_report.py)
+# a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
+# 11", mpirun's "exited on signal"), then an exit code or an error
+TELLING = (re.compile(r"signal", re.IGNORECASE),
+           re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE))
 
 
 @dataclass
@@ -32,6 +44,7 @@ class RankReport:
     mapped: list[str]
     sum: int
     libc: list[str] = field(default_factory=list)  # where the C library was mapped from
+    libs: list[str] = field(default_factory=list)  # every shared object mapped
 
     @property
     def libraries(self) -> list[str]:
@@ -87,6 +100,9 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
 def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1) -> CheckResult:
     """Launch RANKS ranks of ch-run + mpi4py in the pair's image on `nodes` nodes and judge what they
     report."""
+    if timeout < 2 * STOP_GRACE:
+        raise KitError(f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
+                       "stop a check that hangs)")
     if nodes not in NODES:
         raise KitError(f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)")
     image = Path(pair.image)
@@ -107,52 +123,172 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
     result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
     try:
-        returncode, stdout, stderr = _run_bounded(cmd, env, timeout)
-    except subprocess.TimeoutExpired as exc:
-        result.problems.append(f"ranks did not finish within {timeout:.0f} s")
-        result.output = _text(exc.stdout) + _text(exc.stderr)
+        returncode, result.output, timed_out = _run_bounded(cmd, env, timeout)
+    finally:
+        _remove_join_group(join)
+    _read_reports(result)
+    if timed_out:
+        result.problems.append(_no_report(f"the ranks did not finish within {timeout:.0f} s; every process of "
+                                          "the check was stopped", result.output, stopped=True))
         return result
-    result.output = stdout + stderr
-    for line in stdout.splitlines():
-        if line.startswith("KITCHECK "):
-            try:
-                result.ranks += [RankReport(**r) for r in json.loads(line[len("KITCHECK "):])]
-            except (ValueError, TypeError) as exc:
-                result.problems.append(f"unreadable rank report ({exc}): {line[:200]}")
-    result.ranks.sort(key=lambda r: r.rank)
     _judge(pair, returncode, result)
     return result
 
 
-def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
-    """Run the launcher in a session of its own, so that at the timeout the whole tree goes (a
-    salloc then gives its allocation back, an mpirun its daemons), not only the launcher."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+def _remove_join_group(join: list[str]) -> None:
+    """The files of this check's ch-run --join peer group on this node, once every process of the check
+    has ended: a rank stopped or crashed leaves them in /dev/shm, named by the check's tag (one per
+    check, never another's: launcher_command)."""
+    tag = next(w.split("=", 1)[1] for w in join if w.startswith("--join-tag="))
+    for name in (f"ch-run_shm-{tag}", f"sem.ch-run_sem-{tag}"):
+        try:
+            (SHM / name).unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _read_reports(result: CheckResult) -> None:
+    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py)."""
+    parts: dict[int, str] = {}
+    count = 0
+    for line in result.output.splitlines():
+        if match := REPORT_LINE.fullmatch(line):
+            parts[int(match[1])] = match[3]
+            count = int(match[2])
+    if not parts:
+        return
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        return proc.returncode, stdout, stderr
-    except subprocess.TimeoutExpired:
-        stdout = stderr = None
-        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        if sorted(parts) != list(range(count)):
+            raise ValueError(f"{len(parts)} of its {count} lines arrived")
+        result.ranks += [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
+    except (ValueError, TypeError) as exc:
+        result.problems.append(f"unreadable rank report ({clipped(str(exc), 200)})")
+    result.ranks.sort(key=lambda r: r.rank)
+
+
+def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
+    """(status, stdout + stderr, timed out). Every WATCH seconds the launcher's processes are noted:
+    its descendants, by parent links, and its session's. At the timeout every one of them still
+    alive is stopped (a salloc then gives its allocation back, an mpirun its daemons; hydra's proxy
+    and ranks, each in a session of its own, and a rank's child in a process group of its own go
+    too), and so is whatever the launcher left behind when it ended. Ends within ``timeout`` s."""
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror}); fix: host_mpi.launcher and "
+                       "host_mpi.prefix in the site config must name an installed, executable launcher") from None
+    known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
+    deadline = time.monotonic() + timeout - STOP_GRACE
+    timed_out = False
+    while True:
+        _note(known, proc.pid)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        try:
+            stdout, stderr = proc.communicate(timeout=min(WATCH, left))  # retried: no output is lost
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if timed_out:
+        _stop(known, proc.pid)
+        try:
+            stdout, stderr = proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired as late:  # a process born after the last look holds a pipe
+            stdout, stderr = late.stdout, late.stderr
+            proc.kill()
+            proc.wait()
+    _stop(known, proc.pid)  # what outlived the launcher
+    return proc.returncode, _text(stdout) + _text(stderr), timed_out
+
+
+def _processes() -> dict[int, tuple[int, int, str, str]]:
+    """pid -> (parent, session, start time, state) of every process, from /proc."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]), fields[19], fields[0])
+    return table
+
+
+def _note(known: dict[int, str], root: int) -> dict[int, tuple[int, int, str, str]]:
+    """Add to ``known`` the live processes below ``root`` or below one already known, and those of
+    root's session (started with start_new_session, so its id is root's pid)."""
+    table = _processes()
+    grew = True
+    while grew:
+        grew = False
+        for pid, (parent, session, start, state) in table.items():
+            if pid not in known and state != "Z" and (pid == root or session == root or parent in known):
+                known[pid] = start
+                grew = True
+    return table
+
+
+def _stop(known: dict[int, str], root: int) -> None:
+    """SIGTERM every known process still alive, SIGKILL what is left STOP_GRACE - 1 seconds later."""
+    for sig, grace in ((signal.SIGTERM, STOP_GRACE - 1), (signal.SIGKILL, 1.0)):
+        deadline = time.monotonic() + grace
+        alive = _alive(known, _note(known, root))
+        for pid in alive:
             try:
-                os.killpg(proc.pid, sig)
-                stdout, stderr = proc.communicate(timeout=grace)
-                break
+                os.kill(pid, sig)
             except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired as again:
-                stdout, stderr = again.stdout, again.stderr
-        raise subprocess.TimeoutExpired(cmd, timeout, output=stdout, stderr=stderr) from None
+                pass
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = _alive(known, _note(known, root))
+        if not alive:
+            return
+
+
+def _alive(known: dict[int, str], table: dict[int, tuple[int, int, str, str]]) -> list[int]:
+    """The known processes still running: same pid and start time, not a zombie."""
+    return [pid for pid, start in known.items() if pid in table and table[pid][2] == start and table[pid][3] != "Z"]
 
 
 def _text(data: str | bytes | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
+def _status(returncode: int) -> str:
+    """A launcher's exit status, with the signal it stands for."""
+    number = -returncode if returncode < 0 else returncode - 128
+    if number > 0 and number in signal.valid_signals():
+        how = "killed by" if returncode < 0 else "128 + "
+        return f"{returncode} ({how}{signal.Signals(number).name})"
+    return str(returncode)
+
+
+def _no_report(what: str, output: str, stopped: bool = False) -> str:
+    """One line for ranks that ended, or were ``stopped``, without a report: how many got through
+    MPI_Init, and for ranks that ended the launcher's most telling line (a signal, an exit code, an
+    error), else its last."""
+    init = {line.split()[1] for line in output.splitlines() if line.startswith("KITINIT ") and len(line.split()) == 2}
+    hint = ""
+    if stopped:
+        hint = (" (a rank that never reached it, or a launcher waiting for a peer that never started)"
+                if len(init) < RANKS else " (then stuck: in the allreduce?)")
+    lines = [line.strip(" =") for line in output.splitlines() if line.strip(" =") and not line.startswith("KITINIT ")]
+    said = "" if stopped else next((line for telling in TELLING for line in reversed(lines) if telling.search(line)),
+                                   lines[-1] if lines else "")  # once stopped, it speaks of the stop
+    return f"{what}: {len(init)} of {RANKS} ranks finished MPI_Init{hint}" + (
+        f"; the launcher says: {clipped(said, 200)}" if said else "")
+
+
 def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
+    if not result.ranks:  # nothing to judge: one line that says how far the ranks got
+        result.problems.insert(0, _no_report(f"no rank reported (launcher exit status {_status(returncode)})",
+                                             result.output))
+        return
     if returncode != 0:
-        result.problems.append(f"launcher exited with status {returncode}")
+        result.problems.append(f"launcher exited with status {_status(returncode)}")
     if len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")
     hosts = sorted({r.host for r in result.ranks})
@@ -173,6 +309,7 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
         if host_libc := [c for c in r.libc if any(c.startswith(t) for t in targets)]:
             result.problems.append(f"rank {r.rank}: the C library mapped from the host bind ({', '.join(host_libc)}), "
                                    "not the image's: a host library dir is on the loader's path")
-        if not r.mapped or not all(any(m.startswith(t) for t in targets) for m in r.mapped):
-            result.problems.append(f"rank {r.rank}: MPI libraries mapped from {r.mapped}, not from the "
+        if not r.libraries or not all(any(m.startswith(t) for t in targets) for m in r.libraries):
+            result.problems.append(f"rank {r.rank}: MPI libraries mapped from {r.libraries}, not from the "
                                    f"host bind ({', '.join(targets)})")
+        result.problems += judge_libraries(pair, r) + judge_components(pair, r)

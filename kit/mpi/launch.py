@@ -71,6 +71,9 @@ def _srun_script(site: Site, words: list[str], hwthreads: bool, exports: Sequenc
 def _srun_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
     """srun places the ranks evenly; a rank that fails ends the step at once (its peers would
     otherwise wait in a collective)."""
+    if shutil.which(words[0]) is None:
+        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH; fix: run the check where "
+                       "Slurm's clients are installed (the site's login node)")
     return [*words, *_plugin(site), "-N", str(nodes), "-n", str(ranks), f"--ntasks-per-node={ranks // nodes}",
             "--kill-on-bad-exit=1"]
 

@@ -17,7 +17,7 @@ from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
 from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
 from kit.mpi.openmpi_launch import openmpi_binds
-from kit.mpi.runtimes import runtime_links
+from kit.mpi.runtimes import runtime_links, ucx_module_env
 from kit.rootfs import Root, RootError
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
@@ -174,7 +174,8 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
         if placed.links:
             links |= placed.links
             prepend = [f"{target}/{COMPAT_DIR}"]
-    env_set = {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()} | extra_env
+    env_set = {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()} | extra_env \
+        | ucx_module_env(links, binds)
     pair = Pair(site, image, host, container, found, verdict, binds, env_set,
                 {"LD_LIBRARY_PATH": prepend}, links)
     with Root(root) as tree:

@@ -12,12 +12,14 @@ A family is a row of ``RUNTIMES``, not a branch.
 """
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from kit.mpi.hostlibs import Placement, components, image_sonames, place, shadowed
+from kit.mpi.launch import under
 from kit.rootfs import Root
 from kit.site.model import HostMPI
 
@@ -76,3 +78,22 @@ def runtime_links(mpi: HostMPI, family: str, soname: str, lib_binds: list[tuple[
                    dlopened=runtime.dlopened)
     placed.shadowed = overridden
     return placed
+
+
+UCS = "libucs.so.0"
+
+
+def ucx_module_env(links: dict[str, str], binds: list[tuple[str, str]]) -> dict[str, str]:
+    """UCX_MODULE_DIR naming the host UCX's transport modules (libuct_*.so) as bound, where the pair
+    links the host's libucs. Why: UCX looks for them in DIR/ucx beside the libucs it was loaded
+    through (the pair's link dir: nothing there), then in its compiled-in dir, which inside the image
+    is the image's own UCX's (Debian's /usr/lib/x86_64-linux-gnu/ucx): modules of another build."""
+    for link, target in links.items():
+        if posixpath.basename(link) != UCS:
+            continue
+        module_dir = f"{posixpath.dirname(target)}/ucx"
+        host = next((src.rstrip("/") + module_dir[len(dst.rstrip("/")):] for src, dst in binds
+                     if under(module_dir, dst)), None)
+        if host is not None and Path(host).is_dir():
+            return {"UCX_MODULE_DIR": module_dir}
+    return {}

@@ -189,3 +189,36 @@ def openmpi_image(openmpi_site, tmp_path_factory) -> Path:
     done = convert_paired(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), out, openmpi_site, fmt="dir")
     assert not done.pair.missing, done.pair.missing
     return out
+
+
+SYSTEM = Path("/usr/lib/x86_64-linux-gnu")
+
+
+@pytest.fixture(scope="session")
+def mpich_host_site(tmp_path_factory) -> Path:
+    require((SYSTEM / "libmpich.so.12").exists() and Path("/usr/bin/mpiexec.hydra").is_file(),
+            "Debian's MPICH missing (apt-get install mpich libmpich-dev; scripts/setup.sh)")
+    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    site = impi_site_dict(Path("/usr"))
+    site["name"] = "mpich-system"
+    site["description"] = "this machine, with Debian's MPICH (in /usr/lib/x86_64-linux-gnu) as the host MPI"
+    site["host_mpi"] = {"vendor": "mpich", "version": "4.0.2", "prefix": "/usr", "library_dirs": [str(SYSTEM)],
+                        "launcher": "mpiexec", "soname": "libmpich.so.12", "env": {}}
+    path = tmp_path_factory.mktemp("site") / "mpich-system.yaml"
+    path.write_text(yaml.safe_dump(site, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mpich_paired(mpich_host_site, mpich_oci, tmp_path_factory) -> Path:
+    """The MPICH image without the recipe's alias for an Intel MPI host (libmpich -> the host's
+    libmpi: this host names it libmpich), with the pair's mount points and links made inside."""
+    from kit.image.convert import convert
+    from kit.mpi import make_pair, prepare_image_dir
+
+    out = tmp_path_factory.mktemp("mpich-system") / "img"
+    convert(mpich_oci, out, fmt="dir")
+    (out / TARGET.lstrip("/") / "compat/libmpich.so.12").unlink()
+    prepare_image_dir(make_pair(mpich_host_site, out), out)  # what conversion with --site does
+    assert not make_pair(mpich_host_site, out).missing
+    return out

@@ -3,50 +3,17 @@
 bound into the tests' MPICH image, 2 ranks under ch-run started by MPICH's own mpiexec (hydra); and
 Intel MPI's dedicated dir (impi-rt), which keeps going on the path whole. Nothing is mocked."""
 import dataclasses
-import shutil
-from pathlib import Path
 
 import pytest
-import yaml
 
-from kit.image.convert import convert
-from kit.mpi import make_pair, prepare_image_dir, run_check
+from kit.mpi import make_pair, run_check
 from kit.mpi.hostlibs import image_sonames, shadowed
 from kit.mpi.runtimes import MPICH, OPENMPI
 from kit.rootfs import Root
-from tests.helpers import require
-from tests.mpi.conftest import TARGET, impi_site_dict
+from tests.mpi.conftest import SYSTEM, TARGET
 
 pytestmark = pytest.mark.slow
-SYSTEM = Path("/usr/lib/x86_64-linux-gnu")
 IMAGE_LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"  # the image's; the host's is under /opt/hostmpi/lib0
-
-
-@pytest.fixture(scope="module")
-def mpich_host_site(tmp_path_factory) -> Path:
-    require((SYSTEM / "libmpich.so.12").exists() and Path("/usr/bin/mpiexec.hydra").is_file(),
-            "Debian's MPICH missing (apt-get install mpich libmpich-dev; scripts/setup.sh)")
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
-    site = impi_site_dict(Path("/usr"))
-    site["name"] = "mpich-system"
-    site["description"] = "this machine, with Debian's MPICH (in /usr/lib/x86_64-linux-gnu) as the host MPI"
-    site["host_mpi"] = {"vendor": "mpich", "version": "4.0.2", "prefix": "/usr", "library_dirs": [str(SYSTEM)],
-                        "launcher": "mpiexec", "soname": "libmpich.so.12", "env": {}}
-    path = tmp_path_factory.mktemp("site") / "mpich-system.yaml"
-    path.write_text(yaml.safe_dump(site, sort_keys=False))
-    return path
-
-
-@pytest.fixture(scope="module")
-def mpich_paired(mpich_host_site, mpich_oci, tmp_path_factory) -> Path:
-    """The MPICH image without the recipe's alias for an Intel MPI host (libmpich -> the host's
-    libmpi: this host names it libmpich), with the pair's mount points and links made inside."""
-    out = tmp_path_factory.mktemp("mpich-system") / "img"
-    convert(mpich_oci, out, fmt="dir")
-    (out / TARGET.lstrip("/") / "compat/libmpich.so.12").unlink()
-    prepare_image_dir(make_pair(mpich_host_site, out), out)  # what conversion with --site does
-    assert not make_pair(mpich_host_site, out).missing
-    return out
 
 
 @pytest.mark.parametrize("name", ["libmpich.so.12", "libmpichcxx.so.12", "libmpichfort.so.12", "libmpi.so.12",

@@ -63,7 +63,8 @@ def test_pair_binds_the_host_open_mpi_components_help_files_and_pmix(openmpi_sit
     assert doc["env"]["set"] == {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_pml": "ob1",
                                  "OPAL_PKGLIBDIR": f"{TARGET}/ompi-components",
                                  "OPAL_PKGDATADIR": f"{TARGET}/ompi-help",
-                                 "PMIX_PKGLIBDIR": f"{TARGET}/pmix-components"}
+                                 "PMIX_PKGLIBDIR": f"{TARGET}/pmix-components",
+                                 "UCX_MODULE_DIR": f"{TARGET}/lib0/ucx"}  # UCX's transports: the host's too
     assert doc["launch"].startswith("/usr/bin/mpirun.openmpi -n ${NRANKS} --map-by "
                                     "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS} --bind-to core "
                                     "--allow-run-as-root -x OMP_NUM_THREADS")
