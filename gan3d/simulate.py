@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
                                 args.emax, comp)
-    except (ValueError, OSError) as exc:  # bad arguments, unwritable --out
+    except ValueError as exc:  # bad arguments (an unwritable --out: gan3d.__main__'s one line)
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(paths)} files, {total} showers, into {Path(args.out)}")
