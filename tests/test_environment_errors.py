@@ -75,12 +75,14 @@ def test_gan3d_into_a_read_only_directory_is_one_line(public_tmp):
 
 
 @pytest.mark.parametrize("out, expected", [
-    ("{tmp}", "{tmp}: Is a directory; fix: that path is a directory"),
-    ("{tmp}/file/mine.yaml", "{tmp}/file: File exists; fix: something that is not a directory is at that path"),
+    ("{tmp}/file", "{tmp}/file: File exists; fix: something that is not a directory is at that path"),
+    ("{tmp}/file/sweep", "{tmp}/file/sweep: Not a directory; fix: a part of that path is a file"),
 ])
 def test_an_output_path_through_or_onto_the_wrong_kind_of_file_is_one_line(tmp_path, capsys, out, expected):
     (tmp_path / "file").write_text("mine\n")
-    assert cli.main(["site", "probe", "--out", out.format(tmp=tmp_path)]) == 1
+    argv = ["scale", "plan", "--site", "supermuc-ng", "--nodes", "1", "--ranks-per-node", "4", "--no-container",
+            "--dir", out.format(tmp=tmp_path), "--", "--epochs", "1"]
+    assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected.format(tmp=tmp_path) in err, err
     assert (tmp_path / "file").read_text() == "mine\n"
