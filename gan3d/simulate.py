@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kit.crash import environment_problem
+
 GRID = 25  # cells per axis
 X0_PER_LAYER = 0.65  # radiation lengths per layer along z (see the module docstring)
 MOLIERE_CELLS = 9.3 / 5.1  # Moliere radius of tungsten in cell widths
@@ -218,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
                                 args.emax, comp)
-    except ValueError as exc:  # bad arguments (an unwritable --out: gan3d.__main__'s one line)
+    except ValueError as exc:  # bad arguments
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # an unwritable --out: the path and the fix when the machine refused it
+        print(f"gan3d simulate: error: {environment_problem(exc) or exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(paths)} files, {total} showers, into {Path(args.out)}")
     return 0
