@@ -228,7 +228,10 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
                 target = temp = tempfile.mkdtemp(prefix="gan3d-synthetic-")
                 atexit.register(remove_tree, temp)  # ours; also when the run ends in an error
             files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
-            write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+            try:
+                write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+            except ValueError as exc:  # a file there that the simulator did not write, too many showers
+                raise SettingsError(f"--synthetic-dir {exc}") from None
         # Horovod (not started yet, so mpi4py): rank 0 simulated the showers; every rank reads them.
         target = MPI.COMM_WORLD.bcast(target, root=0)
         paths = expand_data_arg(str(target))

@@ -139,3 +139,21 @@ def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
                           capture_output=True, text=True, timeout=240)
     assert "losses became NaN" in _error_line(proc)
     assert not list(temp.glob("gan3d-synthetic-*"))
+
+
+@pytest.mark.parametrize("ranks", [None, 2])
+def test_synthetic_dir_holding_real_data_is_refused_not_overwritten(tmp_path, ranks):
+    """--synthetic-dir pointed at a directory of real CLIC files (named EleEscan_i_j.h5 like the
+    simulator's): rank 0 refuses before writing any, with one line; the old code replaced them."""
+    data = tmp_path / "clic"
+    data.mkdir()
+    with h5py.File(data / "EleEscan_1_1.h5", "w") as h5:
+        h5.create_dataset("ECAL", data=np.ones((2, 25, 25, 25), np.float32))
+        h5.create_dataset("target", data=np.array([[11.0, 100.0], [11.0, 200.0]]))
+    before = (data / "EleEscan_1_1.h5").read_bytes()
+    proc = train(["--synthetic", "16", "--synthetic-dir", str(data), "--preset", "tiny", "--epochs", "1",
+                  "--steps-per-epoch", "1", "--threads", "1", "--oversubscribe"], ranks=ranks, timeout=120)
+    line = _error_line(proc)
+    assert f"--synthetic-dir {data / 'EleEscan_1_1.h5'}: already there and not written by gan3d simulate" in line
+    assert sorted(p.name for p in data.iterdir()) == ["EleEscan_1_1.h5"]
+    assert (data / "EleEscan_1_1.h5").read_bytes() == before
