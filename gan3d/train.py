@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gan3d import runtime
+from gan3d import peak, runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.heartbeat import Heartbeat
 from gan3d.runtime import RankLayout, SettingsError
@@ -46,7 +46,6 @@ ITEX_MODULE = "intel_extension_for_tensorflow"
 SYNTHETIC_EVENTS_PER_FILE = 512
 MAX_EPOCHS = 1_000_000
 MAX_SEED = 2**32 - 1  # numpy's and TensorFlow's seeds alike
-MAX_PEAK_SECONDS = 600.0  # per precision and rank, before training
 ABORT_GRACE_S = 0.5  # seconds for the launcher to forward a failing rank's last words
 
 
@@ -139,8 +138,8 @@ def _check_args(args: argparse.Namespace) -> None:
             ("--xscale", args.xscale, 0 < args.xscale < math.inf, "a scale factor above 0 (reference: 1 or 100)"),
             ("--warmup-epochs", args.warmup_epochs, 0 <= args.warmup_epochs <= MAX_EPOCHS,
              f"0..{MAX_EPOCHS} epochs"),
-            ("--measure-peak", args.measure_peak, args.measure_peak is None or 0 <= args.measure_peak <= MAX_PEAK_SECONDS,
-             f"a number of seconds in [0, {MAX_PEAK_SECONDS:g}] (0: none)"),
+            ("--measure-peak", args.measure_peak, args.measure_peak is None or 0 <= args.measure_peak <= peak.MAX_SECONDS,
+             f"a number of seconds in [0, {peak.MAX_SECONDS:g}] (0: none)"),
             ("--epochs", args.epochs, args.epochs <= MAX_EPOCHS, f"1..{MAX_EPOCHS}"),
             ("--seed", args.seed, 0 <= args.seed <= MAX_SEED, f"0..{MAX_SEED}")):
         if not ok:
