@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from kit.crash import EXIT_ERROR, debug_requested, report_bug
+from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.extras import missing_extra
 
 COMMANDS = {
@@ -30,10 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gan3d {argv[0]}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a missing extra is one line; anything else is a bug
-        missing = missing_extra(exc, f"gan3d {argv[0]}")
-        if missing is not None:
-            print(f"gan3d {argv[0]}: error: {missing}", file=sys.stderr)
+    except Exception as exc:  # anything else is a bug
+        problem = missing_extra(exc, f"gan3d {argv[0]}") or environment_problem(exc)
+        if problem is not None:  # a missing extra, a read-only or full output directory: one line
+            print(f"gan3d {argv[0]}: error: {problem}", file=sys.stderr)
             return EXIT_ERROR
         return report_bug(f"gan3d-{argv[0]}", exc, debug)
 

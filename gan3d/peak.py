@@ -18,6 +18,8 @@ MATRIX = 2048
 PRECISIONS = ("fp32", "bf16", "fp64")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp64": "float64"}
 MIN_MATRIX = 128
+MAX_MATRIX = 8192  # three 8192² fp64 matrices are 1.5 GiB
+MAX_SECONDS = 600.0
 SUBPROCESS_GRACE_S = 120  # TensorFlow's import and start-up on a loaded 2-core machine
 # CPU flags that decide which precisions have hardware behind them (said with every measurement).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
@@ -166,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads {args.threads}: must be at least 1")
-    if args.seconds <= 0 or args.matrix < 1:
-        ap.error("--seconds and --matrix must be positive")
+    # NaN or inf seconds never reached the loop's deadline (a hang); a huge matrix is allocated whole.
+    if not (0 < args.seconds <= MAX_SECONDS and 1 <= args.matrix <= MAX_MATRIX):
+        ap.error(f"--seconds {args.seconds:g}, --matrix {args.matrix}: give 0 < seconds <= {MAX_SECONDS:g} "
+                 f"and a matrix of 1..{MAX_MATRIX}")
     site = None
     if args.site:
         from kit.errors import KitError

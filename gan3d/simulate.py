@@ -46,6 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gan3d.showerfile import MAX_EVENTS_PER_FILE
+from kit.atomic import rename_noreplace
+from kit.crash import environment_problem
+from kit.readfile import open_regular_fd
+
 GRID = 25  # cells per axis
 X0_PER_LAYER = 0.65  # radiation lengths per layer along z (see the module docstring)
 MOLIERE_CELLS = 9.3 / 5.1  # Moliere radius of tungsten in cell widths
@@ -58,6 +63,9 @@ AXIS_JITTER_CELLS = 1.0
 SPOTS_BASE, SPOTS_PER_GEV = 100.0, 2.0
 SPOT_WEIGHT_SHAPE = 2.0
 PARTICLE_ID = 11  # electron
+MAX_ENERGY_GEV = 10_000.0  # 20x the reference scans' 500 GeV; spots per event grow with E (memory, time)
+MAX_FILES = 100_000
+GENERATOR = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"  # marks the files it wrote
 CHUNK_EVENTS = 64  # events simulated at once: temporaries stay cache-sized (faster than 256 here)
 
 
@@ -141,7 +149,7 @@ def file_name(index: int) -> str:
 
 
 def _write_file(path: Path, energy_gev: np.ndarray, rng: np.random.Generator, compression: str | None,
-                progress) -> None:
+                progress, replace: bool) -> None:
     """Simulate and write one file chunk by chunk (bounded memory), atomically: a hidden temp
     sibling is filled, fsynced and renamed into place, so readers never see a partial file."""
     import h5py
@@ -163,13 +171,56 @@ def _write_file(path: Path, energy_gev: np.ndarray, rng: np.random.Generator, co
                     progress(stop - start)
             h5.create_dataset("target", data=target)
             h5.create_dataset("energy", data=energy_gev.astype(np.float32))
-            h5.attrs["generator"] = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"
+            h5.attrs["generator"] = GENERATOR
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _rename_new(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _ours(path: Path) -> bool:
+    """Whether PATH is a file this module wrote (True: it may be replaced) or absent (False).
+    Anything else there (a real CLIC file has these very names) is a ValueError: never replaced.
+    The file is opened only if regular (a FIFO would block) and its root's `generator` read."""
+    import h5py
+
+    if not os.path.lexists(path):
+        return False
+    refusal = (f"{path}: already there and not written by gan3d simulate (no generator attribute "
+               f"{GENERATOR.split(' (')[0]!r}); it is never replaced; fix: simulate into a new or empty directory")
+    try:
+        fd = open_regular_fd(path, follow_symlinks=False)
+    except OSError:  # a symlink, a directory, a FIFO, unreadable
+        raise ValueError(refusal) from None
+    try:
+        with h5py.File(f"/proc/self/fd/{fd}", "r") as h5:
+            generator = h5.attrs.get("generator")
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError):  # not HDF5, damaged
+        generator = None
+    finally:
+        os.close(fd)
+    if isinstance(generator, bytes):
+        generator = generator.decode("utf-8", "replace")
+    if generator != GENERATOR:
+        raise ValueError(refusal)
+    return True
+
+
+def _rename_new(tmp: Path, path: Path) -> None:
+    """TMP to PATH only if nothing appeared at PATH meanwhile (renameat2 NOREPLACE)."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        rename_noreplace(dir_fd, tmp.name, path.name)
+    except FileExistsError:
+        raise ValueError(f"{path}: appeared while gan3d simulate wrote it; it is never replaced; fix: give "
+                         "a new or empty directory") from None
+    finally:
+        os.close(dir_fd)
 
 
 def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int,
@@ -177,19 +228,20 @@ def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int
                 progress=None) -> list[Path]:
     """Write `files` files of `events_per_file` showers; file k is seeded by (seed, k), so each is
     reproducible on its own. `progress(done_events)` is called after every chunk when given."""
-    if files < 1 or events_per_file < 1:
-        raise ValueError("write_files: need at least one file and one event per file")
-    if not 0.1 < emin <= emax:
-        raise ValueError(f"write_files: energy range must satisfy 0.1 < emin <= emax (got {emin}, {emax})")
+    if not (1 <= files <= MAX_FILES and 1 <= events_per_file <= MAX_EVENTS_PER_FILE):
+        raise ValueError(f"--files {files}, --events-per-file {events_per_file}: give 1..{MAX_FILES} files of "
+                         f"1..{MAX_EVENTS_PER_FILE} events (what gan3d train reads in one file); fix: change them")
+    if not 0.1 < emin <= emax <= MAX_ENERGY_GEV:
+        raise ValueError(f"--emin {emin:g}, --emax {emax:g}: the energy range must satisfy 0.1 < emin <= emax <= "
+                         f"{MAX_ENERGY_GEV:g} GeV (the parametrization's range); fix: change them")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for k in range(files):
+    paths = [out / file_name(k) for k in range(files)]
+    ours = [_ours(path) for path in paths]  # every name checked before the first is written
+    for k, path in enumerate(paths):
         rng = np.random.default_rng([seed, k])
         energies = rng.uniform(emin, emax, events_per_file)
-        path = out / file_name(k)
-        _write_file(path, energies, rng, compression, progress)
-        paths.append(path)
+        _write_file(path, energies, rng, compression, progress, ours[k])
     return paths
 
 
@@ -218,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
                                 args.emax, comp)
-    except (ValueError, OSError) as exc:  # bad arguments, unwritable --out
+    except ValueError as exc:  # bad arguments
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # an unwritable --out: the path and the fix when the machine refused it
+        print(f"gan3d simulate: error: {environment_problem(exc) or exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(paths)} files, {total} showers, into {Path(args.out)}")
     return 0

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gan3d import runtime
+from gan3d import peak, runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.heartbeat import Heartbeat
 from gan3d.runtime import RankLayout, SettingsError
@@ -44,6 +44,8 @@ from kit.errors import KitError
 
 ITEX_MODULE = "intel_extension_for_tensorflow"
 SYNTHETIC_EVENTS_PER_FILE = 512
+MAX_EPOCHS = 1_000_000
+MAX_SEED = 2**32 - 1  # numpy's and TensorFlow's seeds alike
 ABORT_GRACE_S = 0.5  # seconds for the launcher to forward a failing rank's last words
 
 
@@ -127,7 +129,25 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
     if not 0.0 < args.test_fraction < 1.0:
         raise SettingsError(f"--test-fraction {args.test_fraction}: must be between 0 and 1")
-    _loss_weights(args.loss_weights)
+    # Checked before TensorFlow starts: NaN reached int() (--warmup-epochs), a flip probability of 7
+    # reached StepConfig (internal errors), --xscale 0 trained on garbage and --measure-peak inf
+    # measured forever.
+    for flag, value, ok, what in (
+            ("--lr", args.lr, 0 < args.lr < math.inf, "a learning rate above 0"),
+            ("--flip-prob", args.flip_prob, 0 <= args.flip_prob < 0.5, "a label flip probability in [0, 0.5)"),
+            ("--xscale", args.xscale, 0 < args.xscale < math.inf, "a scale factor above 0 (reference: 1 or 100)"),
+            ("--warmup-epochs", args.warmup_epochs, 0 <= args.warmup_epochs <= MAX_EPOCHS,
+             f"0..{MAX_EPOCHS} epochs"),
+            ("--measure-peak", args.measure_peak, args.measure_peak is None or 0 <= args.measure_peak <= peak.MAX_SECONDS,
+             f"a number of seconds in [0, {peak.MAX_SECONDS:g}] (0: none)"),
+            ("--epochs", args.epochs, args.epochs <= MAX_EPOCHS, f"1..{MAX_EPOCHS}"),
+            ("--seed", args.seed, 0 <= args.seed <= MAX_SEED, f"0..{MAX_SEED}")):
+        if not ok:
+            raise SettingsError(f"{flag} {value}: must be {what}; fix: change it")
+    weights = _loss_weights(args.loss_weights)
+    if not all(0 <= w < math.inf for w in weights):
+        raise SettingsError(f"--loss-weights {args.loss_weights!r}: each weight must be a number of 0 or more; "
+                            "fix: e.g. 8,0.2,0.1")
 
 
 class LossDiverged(KitError):
@@ -228,7 +248,10 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
                 target = temp = tempfile.mkdtemp(prefix="gan3d-synthetic-")
                 atexit.register(remove_tree, temp)  # ours; also when the run ends in an error
             files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
-            write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+            try:
+                write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+            except ValueError as exc:  # a file there that the simulator did not write, too many showers
+                raise SettingsError(f"--synthetic-dir {exc}") from None
         # Horovod (not started yet, so mpi4py): rank 0 simulated the showers; every rank reads them.
         target = MPI.COMM_WORLD.bcast(target, root=0)
         paths = expand_data_arg(str(target))

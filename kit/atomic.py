@@ -12,8 +12,9 @@ from typing import IO, Iterator
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb", perm: int = 0o644) -> Iterator[IO]:
-    """Open a temporary sibling of ``path``; rename it into place only if the block succeeds."""
+def atomic_open(path: str | os.PathLike, mode: str = "wb", perm: int = 0o644, replace: bool = True) -> Iterator[IO]:
+    """Open a temporary sibling of ``path``; rename it into place only if the block succeeds.
+    ``replace`` False: a file that appeared at ``path`` meanwhile is kept (FileExistsError)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
@@ -23,15 +24,22 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", perm: int = 0o644) ->
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, perm)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                rename_noreplace(dir_fd, os.path.basename(tmp), path.name)
+            finally:
+                os.close(dir_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, perm: int = 0o644) -> None:
-    with atomic_open(path, "w", perm) as fh:
+def atomic_write_text(path: str | os.PathLike, text: str, perm: int = 0o644, replace: bool = True) -> None:
+    with atomic_open(path, "w", perm, replace) as fh:
         fh.write(text)
 
 

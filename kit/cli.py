@@ -6,7 +6,7 @@ import importlib
 import sys
 
 from kit import __version__
-from kit.crash import EXIT_ERROR, debug_requested, report_bug
+from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.errors import KitError
 from kit.extras import missing_extra
 from kit.verbosity import add_flags, applied
@@ -100,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         print("kit: interrupted; outputs are replaced only when complete", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug: one line here, the traceback in a file
-        return report_bug("kit", exc, debug)
+        problem = environment_problem(exc)
+        if problem is None:
+            return report_bug("kit", exc, debug)
+        print(f"kit: error: {problem}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

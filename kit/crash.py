@@ -6,6 +6,7 @@ to attach to a report; `--debug` (or KIT_DEBUG=1) prints the traceback instead.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -60,3 +61,36 @@ def report_bug(prog: str, exc: BaseException, debug: bool) -> int:
     print(f"{prog}: internal error ({summary}); {kept}; rerun with --debug to print it, "
           f"and please report it", file=sys.stderr, flush=True)
     return EXIT_BUG
+
+
+# What the machine refuses, not what the kit got wrong: a read-only or full output directory, a
+# file the user may not read. Each is an expected error (one line, exit 1), not a bug.
+_ENVIRONMENT_FIXES = {
+    errno.EACCES: "check the permissions of that path and of the directories above it, or choose another path",
+    errno.EPERM: "check the permissions of that path and of the directories above it, or choose another path",
+    errno.EROFS: "choose a path on a writable file system",
+    errno.ENOSPC: "free space on that file system, or choose another path",
+    errno.EDQUOT: "free space within your quota, or choose another path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.ENOTDIR: "a part of that path is a file, not a directory: choose another path",
+    errno.EISDIR: "that path is a directory: name a file instead",
+    errno.EEXIST: "something that is not a directory is at that path: choose another path",
+}
+
+
+def environment_problem(exc: BaseException) -> str | None:
+    """The one-line error of an OSError the machine raised on a path (permissions, a read-only or
+    full file system), or None for anything else, which stays a bug. A rename names its target
+    (the path the user gave); a name the kit was creating is shown as the directory it was to go
+    in, since that directory is what to fix."""
+    if not isinstance(exc, OSError) or exc.errno not in _ENVIRONMENT_FIXES or exc.filename is None:
+        return None
+    name = exc.filename2 if exc.filename2 is not None else exc.filename
+    path = os.fsdecode(name) if isinstance(name, (str, bytes)) else str(name)
+    what = exc.strerror or os.strerror(exc.errno)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
+            and not os.path.lexists(path):
+        where = f"{os.path.dirname(path) or '.'}: cannot create {os.path.basename(path)} in it ({what})"
+    else:
+        where = f"{path}: {what}"
+    return f"{where}; fix: {_ENVIRONMENT_FIXES[exc.errno]}"

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from gan3d.peak import MAX_SECONDS
 from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
@@ -220,7 +221,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", type=_precisions, default=["fp32"], help="comma list of fp32, bf16 (default fp32)")
     p.add_argument("--layouts", help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)")
     p.add_argument("--steps", type=number(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
-    p.add_argument("--peak-seconds", type=number(0.05, float), default=1.0, help="dense-matmul peak measurement per precision")
+    p.add_argument("--peak-seconds", type=number(0.05, float, MAX_SECONDS), default=1.0,
+                   help=f"dense-matmul peak measurement per precision (at most {MAX_SECONDS:g} s: gan3d train's bound)")
     p.add_argument("--timeout", type=number(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
     p.add_argument("--poll", type=number(0.1, float), default=5.0, help="seconds between Slurm checks")
     add_site(p)

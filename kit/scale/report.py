@@ -134,9 +134,29 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, referenc
     outputs = {"report.md": _markdown(series, overheads, ref, title).encode(),
                "report.csv": _csv(series).encode(), **plots(series, overheads, ref), **_physics_plots(series)}
     out = Path(out_dir)
+    _check_out(out, outputs)
     for name, data in outputs.items():
         atomic_write_bytes(out / name, data)
     return [out / name for name in outputs]
+
+
+SIGNATURE = "A series holds the runs that differ only in their node count"  # every report.md says it
+
+
+def _check_out(out: Path, names: Sequence[str]) -> None:
+    """Refuse to replace files in OUT unless OUT holds a report this command wrote (its report.md,
+    a regular file, carries the signature): a user's own report.md, notes or plots at these names
+    in a shared --out are never overwritten."""
+    there = [name for name in names if os.path.lexists(out / name)]
+    if not there:
+        return
+    try:
+        ours = SIGNATURE in read_bytes(out / "report.md", "report", follow_symlinks=False).decode("utf-8", "replace")
+    except (OSError, KitError):  # absent, a link, a FIFO, unreadable, huge: not the kit's report
+        ours = False
+    if not ours:
+        raise KitError(f"{out / there[0]}: already there, and {out} holds no report kit scale report wrote, so "
+                       f"it is not replaced; fix: give --out a new or empty directory")
 
 
 DEFINITIONS = ("Time per epoch: the wall clock of a full epoch (the paper's definition), from its first batch to "

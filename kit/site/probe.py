@@ -140,5 +140,15 @@ def probe_yaml(name: str | None = None) -> str:
 
 
 def write_probe(out: str | os.PathLike, name: str | None = None) -> Path:
-    atomic_write_text(out, probe_yaml(name))
-    return Path(out)
+    """A new file OUT, never one that is there: a site config, even a probed one, is edited by hand
+    (its header asks for it), so an existing OUT is the user's, and a second probe must not undo it."""
+    out = Path(out)
+    fix = "fix: remove it first if it is to go, or give another --out"
+    if os.path.lexists(out):
+        raise KitError(f"{out}: already exists; kit site probe writes a new file only; {fix}")
+    try:
+        atomic_write_text(out, probe_yaml(name), replace=False)
+    except FileExistsError:  # made while the host was probed
+        raise KitError(f"{out}: appeared while the host was probed; kit site probe writes a new file only; "
+                       f"{fix}") from None
+    return out

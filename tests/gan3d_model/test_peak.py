@@ -1,5 +1,9 @@
 """Peak FLOP/s: the theoretical formula and the matmul micro-benchmark's plumbing."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +65,16 @@ def test_cli_rejects_an_unknown_precision_and_an_unknown_site(capsys):
     assert "fp32, bf16, fp64" in capsys.readouterr().err
     assert peak.main(["--site", "atlantis"]) == 1
     assert "unknown site 'atlantis'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--seconds", "nan"], ["--seconds", "inf"], ["--seconds", "601"],
+                                  ["--matrix", "100000000"], ["--seconds=-1"]])
+def test_cli_refuses_seconds_that_never_end_and_matrices_past_memory(argv):
+    """--seconds nan or inf measured forever (the deadline is never reached; the old code hung), a
+    10^8 x 10^8 matrix is allocated whole: a usage line before TensorFlow starts, exit 2."""
+    done = subprocess.run([sys.executable, "-m", "gan3d", "peak", "--precision", "fp32", *argv],
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1].startswith("python -m gan3d peak: error: --seconds "), done.stderr
+    assert "give 0 < seconds <= 600 and a matrix of 1..8192" in done.stderr

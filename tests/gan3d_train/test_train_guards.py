@@ -4,12 +4,15 @@ Real processes, real HDF5 files from the simulator, real checkpoints written by 
 Expected failures end with exit 1 and one `gan3d train: error:` line; nothing lost silently.
 """
 import json
+import math
 import shutil
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.gan3d_train.test_train_mpi import train
 
@@ -139,3 +142,60 @@ def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
                           capture_output=True, text=True, timeout=240)
     assert "losses became NaN" in _error_line(proc)
     assert not list(temp.glob("gan3d-synthetic-*"))
+
+
+@pytest.mark.parametrize("ranks", [None, 2])
+def test_synthetic_dir_holding_real_data_is_refused_not_overwritten(tmp_path, ranks):
+    """--synthetic-dir pointed at a directory of real CLIC files (named EleEscan_i_j.h5 like the
+    simulator's): rank 0 refuses before writing any, with one line; the old code replaced them."""
+    data = tmp_path / "clic"
+    data.mkdir()
+    with h5py.File(data / "EleEscan_1_1.h5", "w") as h5:
+        h5.create_dataset("ECAL", data=np.ones((2, 25, 25, 25), np.float32))
+        h5.create_dataset("target", data=np.array([[11.0, 100.0], [11.0, 200.0]]))
+    before = (data / "EleEscan_1_1.h5").read_bytes()
+    proc = train(["--synthetic", "16", "--synthetic-dir", str(data), "--preset", "tiny", "--epochs", "1",
+                  "--steps-per-epoch", "1", "--threads", "1", "--oversubscribe"], ranks=ranks, timeout=120)
+    line = _error_line(proc)
+    assert f"--synthetic-dir {data / 'EleEscan_1_1.h5'}: already there and not written by gan3d simulate" in line
+    assert sorted(p.name for p in data.iterdir()) == ["EleEscan_1_1.h5"]
+    assert (data / "EleEscan_1_1.h5").read_bytes() == before
+
+
+FLOAT_FLAGS = {  # flag: whether a value is one gan3d train can use
+    "--lr": lambda v: 0 < v < math.inf,
+    "--flip-prob": lambda v: 0 <= v < 0.5,
+    "--xscale": lambda v: 0 < v < math.inf,
+    "--warmup-epochs": lambda v: 0 <= v <= 1_000_000,
+    "--measure-peak": lambda v: 0 <= v <= 600,
+}
+
+
+@given(flag=st.sampled_from(sorted(FLOAT_FLAGS)),
+       value=st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 0.5, 7.0, 1e308, 601.0, 1e-300])))
+@settings(max_examples=200, deadline=None)
+def test_every_number_is_checked_before_training_starts(flag, value):
+    """NaN, inf, negative and out-of-range values are refused before TensorFlow starts: --warmup-epochs
+    nan and --flip-prob 7 were internal errors mid-start-up, --xscale 0 trained on garbage with exit 0,
+    --measure-peak inf measured forever."""
+    from gan3d.train import SettingsError, _check_args, build_parser
+
+    args = build_parser().parse_args(["--synthetic", "16", f"{flag}={value!r}"])
+    if FLOAT_FLAGS[flag](value):
+        _check_args(args)
+    else:
+        with pytest.raises(SettingsError, match=f"^{flag} "):
+            _check_args(args)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--warmup-epochs", "nan"], "--warmup-epochs nan: must be 0..1000000 epochs"),
+    (["--flip-prob", "7"], "--flip-prob 7.0: must be a label flip probability in [0, 0.5)"),
+    (["--seed=-1"], "--seed -1: must be 0..4294967295"),
+    (["--loss-weights", "8,nan,0.1"], "--loss-weights '8,nan,0.1': each weight must be a number of 0 or more"),
+])
+def test_a_bad_number_is_one_line_before_training(tmp_path, argv, expected):
+    proc = train(["--synthetic", "16", "--synthetic-dir", str(tmp_path / "syn"), "--preset", "tiny", "--epochs", "1",
+                  "--steps-per-epoch", "1", "--threads", "1", *argv], timeout=120)
+    assert _error_line(proc).startswith(f"gan3d train: error: {expected}; fix: ")
+    assert not (tmp_path / "syn").exists()

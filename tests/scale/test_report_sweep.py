@@ -47,3 +47,39 @@ def test_results_without_a_sweep_go_to_the_out_dir_untitled(tmp_path):
     out = tmp_path / "out"
     written = report_sweep(None, [named], out)
     assert out / "report.md" in written and "scaling sweep" not in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("theirs", ["report.md", "report.csv", "flops.png", "report.md as a link"])
+def test_a_report_never_replaces_files_it_did_not_write(tmp_path, capsys, theirs):
+    """--out is often a shared directory: a report.md, table or plot of the user's at the report's
+    names stays; the old code overwrote it."""
+    from kit.cli import main
+
+    result, out, elsewhere = tmp_path / "r.json", tmp_path / "notes", tmp_path / "elsewhere.md"
+    write_run(result, 4, 100.0)
+    out.mkdir()
+    elsewhere.write_text("mine\n")
+    if theirs == "report.md as a link":
+        (out / "report.md").symlink_to(elsewhere)
+    else:
+        (out / theirs).write_text("mine\n")
+    before = {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()}
+    assert main(["scale", "report", "--results", str(result), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    name = "report.md" if theirs.startswith("report.md") else theirs
+    assert err == (f"kit: error: {out / name}: already there, and {out} holds no report kit scale report wrote, "
+                   "so it is not replaced; fix: give --out a new or empty directory\n")
+    assert {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()} == before
+    assert elsewhere.read_text() == "mine\n"
+
+
+def test_a_report_replaces_its_own_report(tmp_path, capsys):
+    from kit.cli import main
+
+    result, out = tmp_path / "r.json", tmp_path / "report"
+    write_run(result, 4, 100.0)
+    assert main(["scale", "report", "--results", str(result), "--out", str(out)]) == 0
+    first = (out / "report.csv").read_text()
+    write_run(result, 4, 50.0)
+    assert main(["scale", "report", "--results", str(result), "--out", str(out)]) == 0
+    assert (out / "report.csv").read_text() != first

@@ -114,8 +114,17 @@ def test_bounds_of_a_tune_are_usage_errors(flag, value, tmp_path, capsys):
     """One timed step is none (the first traces the graph); an endless timeout could hang."""
     with pytest.raises(SystemExit) as exit_:
         main(["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", flag, value])
-    assert exit_.value.code == 2 and f"argument {flag}: '{value}': give a number >=" in capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {flag}: '{value}': give a number " in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_peak_measurement_gan3d_train_would_refuse_is_a_usage_error(tmp_path, capsys):
+    """--peak-seconds 1e300 passed the dry run and every layout's training then stopped on
+    --measure-peak (at most 600 s): refused before anything runs."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", "--peak-seconds", "1e300"])
+    assert exit_.value.code == 2
+    assert "argument --peak-seconds: '1e300': give a number from 0.05 to 600" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -1,9 +1,13 @@
 """`kit site validate|show|probe` through the real command line entry point."""
+import os
 import shutil
 import sys
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from kit.atomic import atomic_open
 from kit.cli import main
 from kit.site import load_site
 from tests.helpers import require
@@ -48,6 +52,37 @@ def test_probe_writes_a_valid_config_matching_this_host(tmp_path, capsys):
     assert site.host_mpi.vendor == "mpich" and site.host_mpi.soname == "libmpich.so.12"
     assert site.node.usable_memory_gb <= site.node.memory_gb
     assert not list(tmp_path.glob(".*.part"))
+
+
+@pytest.mark.parametrize("kind", ["hand-written", "probed then edited", "symlink", "dangling symlink"])
+def test_probe_never_replaces_a_file_at_out(tmp_path, capsys, kind):
+    require(shutil.which("lscpu") and shutil.which("mpiexec"), "lscpu/mpiexec missing")
+    out, mine = tmp_path / "mysite.yaml", tmp_path / "elsewhere.yaml"
+    if kind == "hand-written":
+        out.write_text((REPO / "site-configs/supermuc-ng.yaml").read_text())
+    elif kind == "probed then edited":
+        assert main(["site", "probe", "--out", str(out)]) == 0
+        out.write_text(out.read_text().replace("clock_ghz_avx: null", "clock_ghz_avx: 2.3"))
+    else:
+        out.symlink_to(mine)
+        if kind == "symlink":
+            mine.write_text("mine\n")
+    before = {p.name: (p.is_symlink(), p.read_bytes() if p.exists() else None) for p in tmp_path.iterdir()}
+    capsys.readouterr()
+    assert main(["site", "probe", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"kit: error: {out}: already exists; kit site probe writes a new file only; fix: remove it " \
+                  "first if it is to go, or give another --out\n"
+    assert {p.name: (p.is_symlink(), p.read_bytes() if p.exists() else None) for p in tmp_path.iterdir()} == before
+
+
+def test_a_file_made_at_the_name_during_a_no_replace_write_is_kept(tmp_path):
+    out = tmp_path / "out.yaml"
+    with pytest.raises(FileExistsError):
+        with atomic_open(out, "w", replace=False) as fh:
+            fh.write("kit's\n")
+            out.write_text("theirs\n")
+    assert out.read_text() == "theirs\n" and os.listdir(tmp_path) == ["out.yaml"]
 
 
 def test_probe_to_stdout_is_the_same_yaml(capsys):
