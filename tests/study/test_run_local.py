@@ -1,8 +1,10 @@
 """Real studies on the `laptop` site: every evaluation is a real Horovod training of the tiny preset
 under the site's MPI launcher (2 steps of 4 showers), 2 in flight. Nothing is mocked.
 
-- a 4-point grid in which one point is a setting gan3d refuses: that evaluation fails with its log
-  tail, the others finish, the report names the best config computed here from the results files;
+- a 4-point grid in which one setting makes gan3d's training diverge (a setting `kit study plan` can
+  refuse, such as a batch the data cannot serve, never gets that far): those evaluations fail with
+  their log tail, the others finish, the report names the best config computed here from the
+  results files;
 - a 6-evaluation mbo study whose driver is SIGKILLed mid-way: the evaluations it started keep
   running, a second driver is refused while the first runs, the next one re-attaches and the study
   ends with exactly 6 evaluations, none run twice.
@@ -44,22 +46,22 @@ def test_grid_of_4_with_a_bad_setting_two_in_flight_and_its_report(showers, tmp_
     require(_mpich(), "MPICH mpiexec (apt-get install mpich)")
     spec = study_yaml(tmp_path, showers, strategy="grid", evaluations=4, parameters={
         "optimizer": {"type": "choice", "values": ["rmsprop", "adam"]},
-        "batch-size": {"type": "choice", "values": [4, 256]}})  # 256: more than the 128 showers, gan3d refuses
+        "lr": {"type": "choice", "values": [0.001, 1e30]}})  # 1e30: the losses are NaN after one step
     d = tmp_path / "study"
     assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "2"]) == 0
     assert main(["study", "run", str(d), "--poll", "0.5"]) == 0
     led = ledger.read(d)
     assert len(led.evaluations) == 4 and len(led.done()) == 4
-    configs = sorted((e.config["optimizer"], e.config["batch-size"]) for e in led.evaluations.values())
-    assert configs == sorted((o, b) for o in ("rmsprop", "adam") for b in (4, 256))
+    configs = sorted((e.config["optimizer"], e.config["lr"]) for e in led.evaluations.values())
+    assert configs == sorted((o, lr) for o in ("rmsprop", "adam") for lr in (0.001, 1e30))
     failed = [e for e in led.evaluations.values() if e.state == "failed"]
-    assert {e.config["batch-size"] for e in failed} == {256} and len(failed) == 2
-    assert all("batch size 256" in e.error and "exited 1" in e.error for e in failed)  # the log's tail is kept
+    assert {e.config["lr"] for e in failed} == {1e30} and len(failed) == 2
+    assert all("losses became NaN" in e.error and "exited 1" in e.error for e in failed)  # the log's tail is kept
     assert max(in_flight_over_time(d)) == 2  # two at once, never more
     finished = [e for e in led.evaluations.values() if e.state == "finished"]
     for e in finished:  # each evaluation ran its own config, and its value is its results file's
         record = json.loads(Path(e.result).read_text())
-        assert record["optimizer"] == e.config["optimizer"] and record["batch_per_rank"] == 4
+        assert record["optimizer"] == e.config["optimizer"] and record["learning_rate"]["per_rank"] == e.config["lr"]
         assert e.objective == _results_objective(Path(e.result))
     best = min(finished, key=lambda e: _results_objective(Path(e.result)))
     assert main(["study", "report", str(d)]) == 0
