@@ -415,7 +415,7 @@ def _csv(series: dict[Series, list[Row]]) -> str:
     """One line per run, full precision, with its series, its row's medians, linear time and efficiency."""
     curves = ("losses", "step_losses", "physics", "validation")  # in report.md and _physics_columns
     lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in curves},
-              **_physics_columns(run), "data_stall_percent": run.data_stall_percent,
+              "fft_convolutions": " ".join(run.fft_convolutions), **_physics_columns(run), "data_stall_percent": run.data_stall_percent,
               "repeats": row.repeats, "median_epoch_seconds": row.seconds_per_epoch,
               "linear_seconds": row.linear_seconds, "efficiency_percent": row.efficiency_percent}
              for key, rows in series.items() for row in rows for run in row.runs]

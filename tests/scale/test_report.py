@@ -302,3 +302,5 @@ def test_rates_of_runs_with_fft_convolutions_are_said_to_count_model_flop(tmp_pa
     note = "d_conv2, g_conv2 ran as FFTs"
     assert note in (tmp_path / "with" / "report.md").read_text()
     assert "as FFTs" not in (tmp_path / "without" / "report.md").read_text()
+    with (tmp_path / "with" / "report.csv").open(newline="") as fh:
+        assert next(csv.DictReader(fh))["fft_convolutions"] == "d_conv2 g_conv2"
