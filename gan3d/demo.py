@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     data = ensure_data(args.build / "data", args.seed, console)
     remove_tree(args.build / "ckpt")  # a fresh run, not a resume (the demo's own, claim_build)
+    remove_tree(args.build / "plots")  # the demo's too: an older kit's plots lack the mark validate replaces
     cmd = train_command(sys.executable, args, data)
     console.print(f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd))
     t0 = time.time()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -120,7 +121,8 @@ def _loss_weights(text: str) -> tuple[float, float, float]:
 def _check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
                         ("--steps-per-epoch", args.steps_per_epoch), ("--validation-steps", args.validation_steps),
-                        ("--synthetic", args.synthetic), ("--heartbeat-steps", args.heartbeat_steps)):
+                        ("--synthetic", args.synthetic), ("--heartbeat-steps", args.heartbeat_steps),
+                        ("--threads", args.threads), ("--inter-op-threads", args.inter_op_threads)):
         if value is not None and value < 1:
             raise SettingsError(f"{flag} {value}: must be at least 1")
     if not (math.isfinite(args.heartbeat_seconds) and args.heartbeat_seconds > 0):
@@ -148,6 +150,24 @@ def _check_args(args: argparse.Namespace) -> None:
     if not all(0 <= w < math.inf for w in weights):
         raise SettingsError(f"--loss-weights {args.loss_weights!r}: each weight must be a number of 0 or more; "
                             "fix: e.g. 8,0.2,0.1")
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    """Every option at its default (a study file checks up to 64,000 values: one parser for all)."""
+    return vars(build_parser().parse_args(["--synthetic", "1"]))
+
+
+def refusal(dest: str, value: Any) -> str | None:
+    """What gan3d train's own checks say of one option's value, every other option at its default
+    (None: accepted). kit study plan asks it of each range end, choice and fixed value of a study,
+    so a study never plans a value every such evaluation would be refused for (one set of limits)."""
+    args = argparse.Namespace(**{**_defaults(), dest: value})
+    try:
+        _check_args(args)
+    except SettingsError as exc:
+        return str(exc)
+    return None
 
 
 class LossDiverged(KitError):

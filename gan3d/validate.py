@@ -41,6 +41,7 @@ import argparse
 import io
 import json
 import os
+import struct
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -48,8 +49,10 @@ from typing import Sequence
 import numpy as np
 
 from gan3d.files import NotRegularFile, open_regular, read_regular
+from gan3d.results import READABLE_SCHEMAS
 from kit.atomic import atomic_write_bytes, atomic_write_text
-from kit.excerpt import one_line
+from kit.errors import KitError
+from kit.excerpt import one_line, shown
 
 DEFAULT_BINS: tuple[tuple[float, float], ...] = ((10, 100), (100, 200), (200, 300), (300, 500))
 PROFILES = ("z", "x", "y")
@@ -62,6 +65,10 @@ HALVES_STREAM = 4099  # the halves' random stream, apart from the generator's la
 MIN_SCALE_GAP = 0.5  # held-out data must score at most half the empty showers' raw score to set a scale
 PRINTED = ("score", "score_null_reason", "score_meaning", "score_raw", "score_reference_data", "score_reference_empty",
            "reference_events", "compared_events", "bins", "plots", "definition")
+PLOT_SOFTWARE = "python -m gan3d validate"  # each PNG's Software text: how a rerun knows the plots it may replace
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_PNG_HEAD = 64 * 1024  # read of a PNG: matplotlib writes its text chunks right after the header
+RESULTS_FIX = ("fix: point --results at the results JSON gan3d train wrote (its --results), or leave --results out")
 SCORE_MEANING = ("1 = as close to the data as held-out data showers, 0 = as far as empty showers, "
                  "below 0 = farther; (raw_empty - raw) / (raw_empty - raw_data) of the raw scores")
 
@@ -196,10 +203,56 @@ def scaled_score(reference: dict[str, np.ndarray], held_out: dict[str, np.ndarra
 
 
 def _save_png(fig, path: Path) -> Path:
+    """Atomically, marked as validate's own (its Software text), so that a later run replaces it."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=90, metadata={"Software": PLOT_SOFTWARE})
     atomic_write_bytes(path, buf.getvalue())
     return path
+
+
+def _bin_plot_name(lo: float, hi: float) -> str:
+    return f"physics_{lo:g}-{hi:g}GeV.png"
+
+
+def plot_names(bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> list[str]:
+    """Every file name validate may write in --out with these bins."""
+    return [_bin_plot_name(lo, hi) for lo, hi in bins] + ["physics_cellsum_vs_energy.png", "physics_score.png"]
+
+
+def png_software(path: Path) -> str | None:
+    """The Software text of the PNG at PATH, from the chunks before its image data (None: no PNG or
+    no such text). A link, a directory or a FIFO is an OSError: never followed, read or blocked on."""
+    with os.fdopen(open_regular(path, follow_symlinks=False), "rb") as fh:
+        head = fh.read(MAX_PNG_HEAD)
+    if not head.startswith(PNG_SIGNATURE):
+        return None
+    pos = len(PNG_SIGNATURE)
+    while pos + 8 <= len(head):
+        length, kind = struct.unpack(">I4s", head[pos:pos + 8])
+        body = head[pos + 8:pos + 8 + length]
+        if kind == b"IDAT" or len(body) < length:
+            return None
+        key, _, text = body.partition(b"\0")
+        if kind == b"tEXt" and key == b"Software":
+            return text.decode("latin-1")
+        pos += 12 + length
+    return None
+
+
+def check_out(out: Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> None:
+    """Refuse, before anything is written, a file at one of validate's plot names in OUT that validate
+    did not write (a user's plot, a link, another program's PNG): the kit never replaces what it did not make."""
+    for name in plot_names(bins):
+        path = out / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            ours = png_software(path) == PLOT_SOFTWARE
+        except OSError:  # a link, a directory, a FIFO, unreadable: not validate's plot
+            ours = False
+        if not ours:
+            raise KitError(f"{path}: already there and not a plot gan3d validate wrote, so it is not replaced; "
+                           "fix: give --out a new or empty directory (or move the file away)")
 
 
 def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_dir: str | Path,
@@ -237,7 +290,7 @@ def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_
                                 label=label)
             ax.set_xlabel(key.replace("_over_", " / ").replace("m1_", "first moment ").replace("m2_", "second moment "))
             ax.legend()
-        written.append(_save_png(fig, out / f"physics_{lo:g}-{hi:g}GeV.png"))
+        written.append(_save_png(fig, out / _bin_plot_name(lo, hi)))
     fig = Figure(figsize=(7, 4.5))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.95)
     ax = fig.subplots()
@@ -286,21 +339,29 @@ def plot_comparison(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fak
     return plot_features(shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins, fake_label)
 
 
+def read_results(path: str | Path) -> dict:
+    """The record gan3d train wrote at PATH (a schema gan3d reads), else a KitError: validate adds its
+    physics to a training's results only, never to another JSON file or a new one (a link is refused,
+    not followed)."""
+    try:
+        record = json.loads(read_regular(path, MAX_RESULTS_BYTES, follow_symlinks=False))
+    except FileNotFoundError:
+        raise KitError(f"{path}: no such results file; {RESULTS_FIX}") from None
+    except NotRegularFile as exc:
+        raise KitError(f"{path}: is {exc.kind}, not a regular file; {RESULTS_FIX}") from None
+    except (ValueError, RecursionError) as exc:
+        raise KitError(f"{path}: not valid JSON ({one_line(exc)}); {RESULTS_FIX}") from None
+    if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
+        found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
+        raise KitError(f"{path}: not a results file of gan3d train ({found}, expected schema "
+                       f"{' or '.join(map(repr, READABLE_SCHEMAS))}), so no physics is added; {RESULTS_FIX}")
+    return record
+
+
 def update_results(path: str | Path, physics: dict) -> None:
-    """Add/replace the "physics" key of a results JSON, keeping every other key (atomic rewrite)."""
-    path = Path(path)
-    record = {}
-    if os.path.lexists(path):
-        try:
-            record = json.loads(read_regular(path, MAX_RESULTS_BYTES))
-        except NotRegularFile as exc:
-            raise ValueError(f"results file {path} is {exc.kind}, not a regular file; fix: point --results at "
-                             "the training run's results JSON or a new file") from None
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"results file {path} is not valid JSON ({one_line(exc)}); fix: point --results at the "
-                             "training run's results JSON or a new file") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"results file {path} does not hold a JSON object; fix: use the training results JSON")
+    """Add/replace the "physics" key of gan3d train's results at PATH, keeping every other key (atomic
+    rewrite); anything else is refused (read_results) and left as it was."""
+    record = read_results(path)
     record["physics"] = physics
     atomic_write_text(path, json.dumps(record, indent=2, allow_nan=False) + "\n")
 
@@ -375,8 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default=None,
                     help="precision the generator computes in (default: the checkpoint's, else fp32; the "
                          "weights are float32 either way)")
-    ap.add_argument("--out", required=True, help="directory for the PNG plots")
-    ap.add_argument("--results", help="results JSON to which a 'physics' key is added")
+    ap.add_argument("--out", required=True, help="directory for the PNG plots (plots already there are replaced "
+                                                 "only if gan3d validate wrote them)")
+    ap.add_argument("--results", help="gan3d train's results JSON, to which a 'physics' key is added")
     ap.add_argument("--events", type=int, default=2000,
                     help="data showers used (the first N): a random half is the reference, the generator makes "
                          "showers at the other half's energies, and that half sets the score's scale")
@@ -390,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     from gan3d.data import DataError, ShowerFiles, expand_data_arg
 
     try:
+        check_out(Path(args.out))  # what would be refused at the end is refused now, before any work
+        if args.results:
+            read_results(args.results)
         weights, meta = _weights_path(args)
         preset = args.preset or meta.get("preset") or "full"
         precision = args.precision or ("fp32" if meta.get("precision", "fp32") == "fp32" else "bf16")
@@ -415,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                         "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped})
         if args.results:
             update_results(args.results, physics)
-    except (DataError, ValueError, OSError) as exc:
+    except (DataError, ValueError, OSError, KitError) as exc:
         print(f"gan3d validate: error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({k: physics[k] for k in PRINTED}, indent=2))

@@ -43,9 +43,6 @@ RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints")  # th
 # and --oversubscribe where they exceed a node's cores: kit.study.evaluate.layout_args); never in train_args.
 LAYOUT_WORDS = (LAYOUT, "threads")
 DECIDED = "oversubscribe"  # follows from the layout and the site: the runner's, refused in a study file
-AT_LEAST_1 = ("epochs", "batch-size", "steps-per-epoch", "validation-steps", "synthetic", "threads",
-              "inter-op-threads", LAYOUT)
-PROBABILITY = ("flip-prob", "test-fraction")
 METRIC_RE = re.compile(r"physics_score|showers_per_second|validation\.[a-z][a-z0-9_]{0,40}")
 DURATION_RE = re.compile(r"(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?(?:(\d{1,8})s)?")
 STRATEGIES = ("grid", "random", "mbo")
@@ -182,16 +179,18 @@ def gan3d_options() -> dict[str, argparse.Action]:
     return {s[2:]: a for a in build_parser()._actions for s in a.option_strings if s.startswith("--")}
 
 
-def load_study(path: str | Path, data_files: bool = False) -> StudySpec:
+def load_study(path: str | Path, data_files: bool = False, train_rules: bool = True) -> StudySpec:
     """The study file at ``path``, checked; KitError naming file:line and the field on any problem.
-    ``data_files`` (kit study plan): fixed data files must also hold enough showers (their headers)."""
+    ``data_files`` (kit study plan): fixed data files must also hold enough showers (their headers).
+    ``train_rules`` False: values are not put to gan3d train's number checks again (a planned study's
+    copy, checked at its plan: an older kit's study stays readable when gan3d's limits narrow)."""
     try:
         doc = load_file(path, "study file", f"fix: {FIX}", limit=MAX_STUDY_BYTES)
     except FileNotFoundError:
         raise KitError(f"{path}: no such study file; fix: write one (an example: kit/_data/studies/"
                        "tiny-mbo.yaml, docs/study.md)") from None
     _refuse_duplicate_keys(doc)
-    return _Checker(doc, gan3d_options()).study(data_files)
+    return _Checker(doc, gan3d_options(), train_rules).study(data_files)
 
 
 def _refuse_duplicate_keys(doc: Document) -> None:
@@ -213,8 +212,8 @@ def _refuse_duplicate_keys(doc: Document) -> None:
 
 
 class _Checker:
-    def __init__(self, doc: Document, options: dict[str, argparse.Action]) -> None:
-        self.doc, self.options = doc, options
+    def __init__(self, doc: Document, options: dict[str, argparse.Action], train_rules: bool = True) -> None:
+        self.doc, self.options, self.train_rules = doc, options, train_rules
 
     def fail(self, path: tuple, problem: str, fix: str = FIX) -> KitError:
         name = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[") or "(top)"
@@ -301,17 +300,33 @@ class _Checker:
             raise self.fail(path, f"{shown(value)} is not a whole number of ranks")
         if action is not None and action.choices and converted not in action.choices:
             raise self.fail(path, f"{shown(value)} is not one of gan3d's {', '.join(map(str, action.choices))}")
-        if name in AT_LEAST_1 and converted < 1:
+        if name == LAYOUT and converted < 1:
             raise self.fail(path, f"{shown(value)} is below 1")
-        if name in PROBABILITY and not 0 <= converted <= 1:
-            raise self.fail(path, f"{shown(value)} is outside [0, 1]")
-        if name in ("lr", "warmup-epochs", *LOSS_PARTS) and converted < 0 or name == "lr" and converted == 0:
-            raise self.fail(path, f"{shown(value)} must be {'positive' if name == 'lr' else 'at least 0'}")
         if name == "loss-weights":
             parts = str(value).split(",")
             if len(parts) != 3 or any(not re.fullmatch(r"\d+(\.\d*)?([eE][-+]?\d+)?|\.\d+", p.strip()) for p in parts):
                 raise self.fail(path, f"{shown(value)} is not three comma-separated numbers (BCE, Ep, cell sum)")
+        if self.train_rules:
+            self.check_train_rules(name, action, converted, path)
         return value
+
+    def check_train_rules(self, name: str, action: argparse.Action | None, value: Value, path: tuple) -> None:
+        """Refuse a value gan3d train's own checks refuse (gan3d.train.refusal: its limits, not a copy):
+        a range end, choice or fixed value it refuses would fail, at run time, every evaluation given it."""
+        from gan3d.train import refusal
+
+        if name in LOSS_PARTS:  # one part of --loss-weights, the others at gan3d's default
+            part = LOSS_PARTS.index(name)
+            dest, given = "loss_weights", ",".join(_text(value) if j == part else w
+                                                   for j, w in enumerate(DEFAULT_LOSS_WEIGHTS))
+        elif action is not None:
+            dest, given = action.dest, value
+        else:
+            return
+        problem = refusal(dest, given)
+        if problem is not None:
+            raise self.fail(path, f"{shown(value)} is refused by gan3d train ({problem.partition('; fix: ')[0]})",
+                            "keep every range end, choice and fixed value within what gan3d train takes")
 
     def space(self, node: Any) -> Space:
         params = self.mapping(node, ("parameters",))

@@ -40,10 +40,10 @@ def terms(spec: Any) -> Terms:
                  spec.budget.wall_time_s, spec.strategy.kind)
 
 
-def load_spec(path: Path, data_files: bool = False):
+def load_spec(path: Path, data_files: bool = False, train_rules: bool = True):
     from kit.study.spec import load_study
 
-    return load_study(path, data_files)
+    return load_study(path, data_files, train_rules)
 
 
 def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int = 2, pilot: int | None = None,
@@ -111,7 +111,7 @@ def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
     """The spec copy, its terms, the site and the ledger of a planned study; every config in the
     ledger checked against the spec's space."""
     led = ledger.read(study_dir)
-    spec = load_spec(study_dir / SPEC_NAME)
+    spec = load_spec(study_dir / SPEC_NAME, train_rules=False)  # checked at plan; its ledger stays readable
     site_path = led.header.get("site")
     if not isinstance(site_path, str):
         raise KitError(f"{led.path}:1: key site is missing; {ledger.FIX}")

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from gan3d.data import ShowerFiles, expand_data_arg
+from gan3d.results import SCHEMA
 from gan3d.validate import main, physics_score, plot_comparison, shower_features, update_results
+from kit.errors import KitError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -68,13 +70,13 @@ def test_plots_are_png_files(showers, tmp_path: Path):
 
 def test_results_update_keeps_other_keys(tmp_path: Path):
     results = tmp_path / "run.json"
-    results.write_text(json.dumps({"showers_per_second": 3.9, "epoch_times": [1.0, 2.0]}))
+    results.write_text(json.dumps({"schema": SCHEMA, "showers_per_second": 3.9, "epoch_times": [1.0, 2.0]}))
     update_results(results, {"score": 0.5})
     update_results(results, {"score": 0.25})
-    assert json.loads(results.read_text()) == {"showers_per_second": 3.9, "epoch_times": [1.0, 2.0],
-                                               "physics": {"score": 0.25}}
+    assert json.loads(results.read_text()) == {"schema": SCHEMA, "showers_per_second": 3.9,
+                                               "epoch_times": [1.0, 2.0], "physics": {"score": 0.25}}
     results.write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(KitError, match="not valid JSON"):
         update_results(results, {"score": 0.5})
     assert results.read_text() == "{not json"  # nothing lost
 
@@ -90,7 +92,7 @@ def test_cli_with_a_real_tiny_generator(sim_dir: Path, tmp_path: Path, capsys):
     ckpt = EpochCheckpoints(tmp_path / "ckpt").save(tf.train.Checkpoint(generator=model), model, 1,
                                                     {"preset": "tiny"})
     results = tmp_path / "results.json"
-    results.write_text(json.dumps({"ranks": 2, "flop_per_second": 1.5e9}))
+    results.write_text(json.dumps({"schema": "gan3d-run/1", "ranks": 2, "flop_per_second": 1.5e9}))
     args = ["--data", str(sim_dir / "EleEscan_1_2.h5"), "--out", str(tmp_path / "plots"), "--events", "200",
             "--results", str(results)]
     assert main(args + ["--checkpoint", str(tmp_path / "ckpt")]) == 0  # preset taken from the checkpoint

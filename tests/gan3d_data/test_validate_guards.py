@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+from gan3d.results import SCHEMA
 from gan3d.validate import main
 
 
@@ -53,6 +54,7 @@ def _fails(args: list[str], capsys, *words: str) -> str:
 def test_bad_data_events_are_refused_or_skipped_and_counted(data, ckpt, tmp_path, capsys):
     _fails(_args(data, tmp_path, "--checkpoint", str(ckpt)), capsys, f"data file {data}: dataset ECAL event 5")
     results = tmp_path / "r.json"
+    results.write_text(json.dumps({"schema": SCHEMA, "ranks": 1}))
     assert main(_args(data, tmp_path, "--checkpoint", str(ckpt), "--skip-bad-events", "--results", str(results))) == 0
     physics = json.loads(results.read_text())["physics"]
     assert physics["skip_bad_events"] is True and physics["bad_events_skipped"] == 1 and physics["events"] == 50
@@ -62,7 +64,7 @@ def test_bad_data_events_are_refused_or_skipped_and_counted(data, ckpt, tmp_path
 def test_a_fifo_as_results_is_refused_without_blocking(sim_dir, ckpt, tmp_path, capsys):
     os.mkfifo(tmp_path / "r.json")
     _fails(_args(sim_dir / "EleEscan_1_2.h5", tmp_path, "--checkpoint", str(ckpt), "--results",
-                 str(tmp_path / "r.json")), capsys, "r.json is a FIFO")
+                 str(tmp_path / "r.json")), capsys, "r.json: is a FIFO")
 
 
 @pytest.mark.timeout(60, method="thread")
@@ -86,7 +88,104 @@ def test_a_nan_generator_writes_no_score(sim_dir, ckpt, tmp_path, capsys):
     with h5py.File(weights, "r+") as h5:
         h5.visititems(lambda name, obj: obj.__setitem__(..., np.nan) if isinstance(obj, h5py.Dataset) else None)
     results = tmp_path / "r.json"
-    results.write_text('{"ranks": 2}')
+    results.write_text(json.dumps({"schema": SCHEMA, "ranks": 2}))
+    before = results.read_text()
     _fails(_args(sim_dir / "EleEscan_1_2.h5", tmp_path, "--generator-weights", str(weights), "--preset", "tiny",
                  "--results", str(results)), capsys, "NaN or Inf showers")
-    assert results.read_text() == '{"ranks": 2}'
+    assert results.read_text() == before
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ROOT: a file's bytes, a link's target (never followed)."""
+    return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def _user_png(path: Path) -> None:
+    """A PNG another program made with matplotlib (its own Software text): same format, not validate's."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    fig.subplots().plot([0, 1], [1, 0])
+    fig.savefig(path, format="png")
+
+
+@pytest.fixture(scope="module")
+def own_plots(sim_dir, ckpt, tmp_path_factory) -> Path:
+    """A --out holding the plots of one earlier gan3d validate run."""
+    out = tmp_path_factory.mktemp("own") / "plots"
+    assert main(["--data", str(sim_dir / "EleEscan_1_2.h5"), "--out", str(out), "--events", "50",
+                 "--checkpoint", str(ckpt)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("planted", ["user's plot", "user's notes", "link to validate's plot", "directory"])
+def test_files_at_its_plot_names_that_validate_did_not_write_are_never_replaced(sim_dir, ckpt, own_plots, tmp_path,
+                                                                                capsys, planted):
+    """A --out shared with other files: one line naming the file, before anything is written (plots and
+    results alike); the old code wrote its PNGs over them."""
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"schema": SCHEMA, "ranks": 1}))
+    out = tmp_path / "plots"
+    out.mkdir()
+    target = out / "physics_cellsum_vs_energy.png"
+    if planted == "user's plot":
+        _user_png(target)
+    elif planted == "user's notes":
+        target.write_text("my notes\n")
+    elif planted == "link to validate's plot":  # the link is the user's, even to a file validate wrote
+        target.symlink_to(own_plots / target.name)
+    else:
+        target.mkdir()
+    (out / "mine.png").write_bytes(b"kept")
+    before, before_results, before_own = _tree(out), results.read_text(), _tree(own_plots)
+    _fails(_args(sim_dir / "EleEscan_1_2.h5", tmp_path, "--checkpoint", str(ckpt), "--results", str(results)),
+           capsys, f"{target}: already there and not a plot gan3d validate wrote", "fix: give --out a new or empty")
+    assert _tree(out) == before and results.read_text() == before_results and _tree(own_plots) == before_own
+
+
+def test_its_own_plots_are_replaced_by_the_next_run(sim_dir, ckpt, own_plots, tmp_path):
+    """Each plot carries validate's mark, so a later run into the same --out replaces them (atomically:
+    no temporary file left); the old code wrote unmarked PNGs."""
+    from gan3d.validate import PLOT_SOFTWARE, plot_names, png_software
+
+    before = _tree(own_plots)
+    assert before and all(png_software(own_plots / name) == PLOT_SOFTWARE for name in before)
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"schema": SCHEMA, "ranks": 1}))
+    assert main(["--data", str(sim_dir / "EleEscan_1_2.h5"), "--out", str(own_plots), "--events", "50",
+                 "--checkpoint", str(ckpt), "--seed", "1", "--results", str(results)]) == 0
+    written = {Path(p).name for p in json.loads(results.read_text())["physics"]["plots"]}
+    assert written <= set(plot_names()) and set(_tree(own_plots)) == set(before) | written
+    assert all(png_software(own_plots / name) == PLOT_SOFTWARE for name in written)
+    assert all(_tree(own_plots)[name] != before[name] for name in written & set(before))  # another seed, new plots
+
+
+NOT_TRAIN_RESULTS = {
+    "a JSON object of another program": '{"name": "my settings", "threads": 4}\n',
+    "another kit file's schema": '{"schema": "kit-scale-collect/1", "runs": []}\n',
+    "a JSON list": '[{"schema": "gan3d-run/2"}]\n',
+    "no file": None,
+    "a link to a results file": "link",
+}
+
+
+@pytest.mark.parametrize("what", NOT_TRAIN_RESULTS)
+def test_results_that_gan3d_train_did_not_write_get_no_physics(sim_dir, ckpt, tmp_path, capsys, what):
+    """--results takes gan3d train's results JSON only (its schema): anything else is one line, nothing
+    written (no plots either); the old code added a physics key to any JSON object, created a missing
+    file and replaced a link with a file."""
+    results = tmp_path / "settings.json"
+    content = NOT_TRAIN_RESULTS[what]
+    if content == "link":
+        real = tmp_path / "run.json"
+        real.write_text(json.dumps({"schema": SCHEMA, "ranks": 1}))
+        results.symlink_to(real)
+    elif content is not None:
+        results.write_text(content)
+    before = _tree(tmp_path)
+    words = {None: "no such results file", "link": "is a symlink, not a regular file"}.get(
+        content, "not a results file of gan3d train")
+    _fails(_args(sim_dir / "EleEscan_1_2.h5", tmp_path, "--checkpoint", str(ckpt), "--results", str(results)),
+           capsys, f"{results}: {words}", "fix: point --results at the results JSON gan3d train wrote")
+    assert _tree(tmp_path) == before and not (tmp_path / "plots").exists()

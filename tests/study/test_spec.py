@@ -104,7 +104,8 @@ REFUSALS = [
     (_swap("  preset: tiny", "  oversubscribe: true"), 8,
      "fixed.oversubscribe: the runner gives gan3d --oversubscribe"),
     (_swap("  preset: tiny", "  lr: 0.1"), 8, "fixed.lr: lr is also a parameter"),
-    (_swap("  preset: tiny", "  batch-size: 0"), 8, "fixed.batch-size: 0 is below 1"),
+    (_swap("  preset: tiny", "  batch-size: 0"), 8,
+     "fixed.batch-size: 0 is refused by gan3d train (--batch-size 0: must be at least 1)"),
     (_swap("  preset: tiny", "  batch-size: '16'"), 8, "expected a number"),
     (_swap("  preset: tiny", "  deterministic: 1"), 8, "on/off flag"),
     (_swap("  preset: tiny", "  preset: tiny\n  batch-size: 128"), 9,
@@ -140,6 +141,42 @@ def test_a_bad_study_file_is_one_line_naming_file_line_field_and_fix(tmp_path, t
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{path}:{line}: "), message
     assert words in message and "fix" in message, message
+
+
+# Values gan3d train refuses (gan3d/train.py's checks) that a study file could plan: each evaluation drawing
+# one failed at run time. (study edit, line, field, gan3d train's flag and the value it is given)
+GAN3D_REFUSES = [
+    (_swap("  lr:", "  flip-prob: {type: float, low: 0.0, high: 0.9}\n  lr:"), 4, "parameters.flip-prob.high",
+     ["--flip-prob", "0.9"]),
+    (_swap("  lr:", "  flip-prob: {type: choice, values: [0.1, 0.5]}\n  lr:"), 4, "parameters.flip-prob.values[1]",
+     ["--flip-prob", "0.5"]),
+    (_swap("  lr:", "  xscale: {type: float, low: 0, high: 100}\n  lr:"), 4, "parameters.xscale.low",
+     ["--xscale", "0"]),
+    (_swap("high: 2,", "high: 2.0e+6,"), 6, "parameters.warmup-epochs.high", ["--warmup-epochs", "2e6"]),
+    (_swap("  lr:", "  seed: {type: int, low: 0, high: 8589934592}\n  lr:"), 4, "parameters.seed.high",
+     ["--seed", "8589934592"]),
+    (_swap("  lr:", "  test-fraction: {type: choice, values: [0.0, 0.2]}\n  lr:"), 4,
+     "parameters.test-fraction.values[0]", ["--test-fraction", "0"]),
+    (_swap("  preset: tiny", "  preset: tiny\n  measure-peak: 700"), 9, "fixed.measure-peak", ["--measure-peak", "700"]),
+    (_swap("  preset: tiny", "  preset: tiny\n  loss-weights: '8,1e400,0.1'"), 9, "fixed.loss-weights",
+     ["--loss-weights", "8,1e400,0.1"]),
+]
+
+
+@pytest.mark.parametrize("text, line, field, argv", GAN3D_REFUSES, ids=[c[2] for c in GAN3D_REFUSES])
+def test_a_value_gan3d_train_refuses_is_refused_when_the_study_is_read(tmp_path, capsys, text, line, field, argv):
+    """One line naming file:line, the field and gan3d's own rule, where the old code planned the value and
+    every evaluation given it stopped at its start; the real gan3d train CLI refuses the same value."""
+    from gan3d.train import main as train
+
+    path = write(tmp_path, text)
+    with pytest.raises(KitError) as err:
+        load_study(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}:{line}: {field}: "), message
+    assert f"is refused by gan3d train ({argv[0]} " in message and "; fix: keep every range end" in message, message
+    assert train(["--synthetic", "16", *argv]) == 1  # the rule is gan3d train's: it refuses the value itself
+    assert capsys.readouterr().err.startswith(f"gan3d train: error: {argv[0]} ")
 
 
 def test_a_study_file_past_the_size_bound_is_refused_before_parsing(tmp_path):
