@@ -12,6 +12,7 @@ from kit.excerpt import one_line
 from kit.scale.plan import Plan, load_plan
 from kit.scale.runs import Validation
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
+from kit.slurm.jobs import wait_gone
 from kit.slurm.ledger import all_jobs, latest_job, read_jobs
 from kit.slurm.result import RunFailed, run_result
 from kit.slurm.submit import Submission, submit_runs
@@ -97,8 +98,11 @@ def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
             "total": len(status), "problems": sum(bool(s.problem) for s in status)}
 
 
-def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
-    """scancel the plan's queued and running jobs: (run id, job id) of each one cancelled."""
+def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False,
+           wait: bool = True) -> list[tuple[str, str]]:
+    """scancel the plan's queued and running jobs: (run id, job id) of each one cancelled. With
+    ``wait``, returns once Slurm has let them go: a job still COMPLETING would otherwise pass for
+    running (and be cancelled again, or not resubmitted) by the next command."""
     plan = load_plan(sweep_dir)
     jobs = read_jobs(sweep_dir)
     history = [(r.run_id, j) for r in _select(plan, only) for j in all_jobs(jobs, r.run_id)]
@@ -106,6 +110,8 @@ def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False
     active = [(run, job) for run, job in history if is_active(states[job])]
     if active and not dry_run:
         scancel([job for _, job in active])
+        if wait:
+            wait_gone([job for _, job in active])
     return active
 
 

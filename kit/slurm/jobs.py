@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from kit.errors import KitError
@@ -93,3 +94,16 @@ def scancel(job_ids: list[str]) -> None:
     done = _run(["scancel", *job_ids])
     if done.returncode != 0:
         raise KitError(f"scancel {' '.join(job_ids)} failed: {one_line(done.stderr, 400)}")
+
+
+def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> None:
+    """Until none of ``jobs`` is queued, running or completing; a KitError naming them after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while jobs:
+        states = job_states(jobs)
+        jobs = [j for j in jobs if is_active(states[j])]
+        if jobs and time.monotonic() > deadline:
+            raise KitError(f"jobs {', '.join(jobs)} still {', '.join(states[j] for j in jobs)} {timeout:.0f} s after "
+                           "scancel; fix: check squeue, then cancel again")
+        if jobs:
+            time.sleep(poll)

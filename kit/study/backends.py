@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
 from kit.scale.tune import local_launcher
 from kit.site import Site
-from kit.slurm.jobs import is_active, job_states
+from kit.slurm.jobs import is_active, job_states, wait_gone
 from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec
@@ -178,7 +177,7 @@ class SlurmBackend:
     def cancel(self, eval_ids: list[str]) -> list[str]:
         """scancel each evaluation's job and wait until Slurm has let them go: a job still
         COMPLETING would otherwise pass for running when the study resumes (and not be replaced)."""
-        cancelled = {e: sweep_jobs.cancel(eval_dir(self.study_dir, e).absolute()) for e in eval_ids}
+        cancelled = {e: sweep_jobs.cancel(eval_dir(self.study_dir, e).absolute(), wait=False) for e in eval_ids}
         wait_gone([job for jobs in cancelled.values() for _, job in jobs])
         return [e for e, jobs in cancelled.items() if jobs]
 
@@ -190,16 +189,3 @@ def slurm_train_args(run: EvalRun, d: Path) -> tuple[str, ...]:
     if run.validate and validation_data(run.train_args) is None:
         return (*run.train_args, "--synthetic-dir", str(d / SYNTHETIC))
     return run.train_args
-
-
-def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> None:
-    """Until none of ``jobs`` is queued, running or completing; a KitError naming them after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while jobs:
-        states = job_states(jobs)
-        jobs = [j for j in jobs if is_active(states[j])]
-        if jobs and time.monotonic() > deadline:
-            raise KitError(f"jobs {', '.join(jobs)} still {', '.join(states[j] for j in jobs)} {timeout:.0f} s after "
-                           "scancel; fix: check squeue, then kit study cancel again")
-        if jobs:
-            time.sleep(poll)

@@ -27,14 +27,14 @@ from kit.errors import KitError
 from kit.excerpt import shown
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
-from kit.slurm.jobs import is_active, job_states, sbatch, scancel
+from kit.slurm.jobs import is_active, job_states, sbatch, scancel, wait_gone
 from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.mpi.launch import JOIN_TAG_LINE
 from kit.mpi.pair_reader import PairFile, read_pair_file
 from kit.readfile import read_text
 from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
 from kit.study import evalproc
-from kit.study.backends import LOST, RUNNING, Outcome, _outcome, wait_gone
+from kit.study.backends import LOST, RUNNING, Outcome, _outcome
 from kit.study.evaluate import EvalRun, eval_dir, layout_args, with_validation
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
