@@ -473,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--steps", type=int, default=4, help="steps per timing")
     ap.add_argument("--repeat", type=int, default=3, help="timings per configuration (best is kept)")
-    ap.add_argument("--inter-op-threads", type=int, default=1)
+    ap.add_argument("--inter-op-threads", type=int, default=2,
+                    help="TensorFlow inter-op threads (default: gan3d train's; session 6's tables used 1)")
     ap.add_argument("--preset", default="full")
     ap.add_argument("--layers", action="store_true", help="also time every convolution op")
     ap.add_argument("--tune", action="store_true",
