@@ -7,14 +7,7 @@ from hypothesis import strategies as st
 tf = pytest.importorskip("tensorflow")
 
 from gan3d import fft_conv, model  # noqa: E402
-
-
-def _value_and_grads(conv, x, w, upstream):
-    with tf.GradientTape() as tape:
-        tape.watch([x, w])
-        y = conv(x, w)
-        loss = tf.reduce_sum(y * upstream)
-    return (y,) + tuple(tape.gradient(loss, [x, w]))
+from tests.gan3d_model.test_conv_forms import _value_and_grads  # noqa: E402
 
 
 def _assert_same_as_tf_conv3d(x, w, padding):
