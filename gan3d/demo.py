@@ -23,7 +23,8 @@ from kit.errors import KitError
 DATA_FILES, EVENTS_PER_FILE = 3, 256  # 2 files to train on, 1 for validation
 MARKER = ".complete"  # written after the last file: a half-simulated set is redone
 OWNED = ".gan3d-demo"  # in --build: the demo made this directory, so it may remove what is in it
-OWN_ENTRIES = {"data", "ckpt", "plots", OWNED}  # all a demo writes into --build
+EARLIER_PLOTS = ".plots.earlier"  # the last run's plots while a new check runs
+OWN_ENTRIES = {"data", "ckpt", "plots", EARLIER_PLOTS, OWNED}  # all a demo writes into --build
 
 
 def claim_build(build: Path) -> Path:
@@ -34,7 +35,9 @@ def claim_build(build: Path) -> Path:
         raise KitError(f"--build {build}: not a directory the demo made; fix: give a new or empty directory")
     build.mkdir(parents=True, exist_ok=True)
     names = set(os.listdir(build))
-    earlier = names <= OWN_ENTRIES and ("data" not in names or (build / "data" / MARKER).is_file())
+    # unmarked: empty, or a demo's from before the marker (its complete data set, nothing foreign); a
+    # lone "plots" or "ckpt" may be anybody's, and the demo replaces those
+    earlier = names <= OWN_ENTRIES and (not names or (build / "data" / MARKER).is_file())
     if OWNED not in names and not earlier:
         raise KitError(f"--build {build}: holds files gan3d demo did not write (no {OWNED}); fix: give a "
                        "new or empty directory")
@@ -153,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     data = ensure_data(args.build / "data", args.seed, console)
     remove_tree(args.build / "ckpt")  # a fresh run, not a resume (the demo's own, claim_build)
-    remove_tree(args.build / "plots")  # the demo's too: an older kit's plots lack the mark validate replaces
     cmd = train_command(sys.executable, args, data)
     console.print(f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd))
     t0 = time.time()
@@ -169,16 +171,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_validation(args: argparse.Namespace, data: list[Path], console: Console) -> Path | None:
-    """The physics check on the trained generator; the demo still reports training if it fails."""
-    out = args.build / "plots"
-    weights = args.build / "ckpt"
+    """The physics check on the trained generator; the demo still reports training if it fails.
+
+    The earlier run's plots are renamed aside while validate writes new ones (the results JSON
+    names their paths under plots/), and come back if it fails: at every instant they are whole
+    under one of the two names, and a run killed meanwhile has them restored by the next."""
+    out, aside = args.build / "plots", args.build / EARLIER_PLOTS
+    if os.path.lexists(aside):  # a run killed during its check: its partial plots give way
+        remove_tree(out)
+        os.rename(aside, out)
+    if os.path.lexists(out):
+        os.rename(out, aside)
     cmd = [sys.executable, "-m", "gan3d", "validate", "--preset", args.preset,
-           "--checkpoint", str(weights), "--data", str(data[-1]), "--out", str(out),
+           "--checkpoint", str(args.build / "ckpt"), "--data", str(data[-1]), "--out", str(out),
            "--results", str(args.results)]
     with console.status("physics check of the trained generator"):
         proc = subprocess.run(cmd, capture_output=True, text=True)  # its JSON goes into the results
     if proc.returncode != 0:
         console.print(f"[yellow]physics validation failed (exit {proc.returncode}): {' '.join(cmd)}[/yellow]\n"
                       + proc.stderr[-2000:])
+        remove_tree(out)  # what this check began (the earlier plots are aside)
+        if os.path.lexists(aside):
+            os.rename(aside, out)
         return None
+    remove_tree(aside)
     return out
