@@ -121,6 +121,16 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _open_up(directory: str) -> None:
+    """chmod 700 a directory of a tree being removed, never through a link (os.chmod follows one:
+    a name swapped for a link meanwhile would open up what it points to, as root)."""
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # no r bit needed
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)  # what fd holds (fchmod refuses an O_PATH fd)
+    finally:
+        os.close(fd)
+
+
 def remove_tree(path: str | os.PathLike) -> None:
     """Remove a tree the kit made, read-only directories in it included; never follows links."""
     def writable(func, name, exc_info) -> None:
@@ -131,9 +141,9 @@ def remove_tree(path: str | os.PathLike) -> None:
             raise exc_info[1]
         # A directory of the image without w or x bits: open it up, then remove what failed
         # (``func`` may be os.open, os.rmdir or os.unlink: the retry is by what ``name`` is).
-        os.chmod(parent, 0o700)
+        _open_up(parent)
         if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, 0o700)
+            _open_up(name)
             shutil.rmtree(name, onerror=writable)
         else:
             os.unlink(name)

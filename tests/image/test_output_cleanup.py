@@ -47,3 +47,20 @@ def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp
     done = subprocess.run(as_nobody + [code, str(work)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert not work.exists()
+
+
+def test_opening_up_a_locked_directory_never_goes_through_a_link(tmp_path):
+    """remove_tree gives a locked directory of the tree rwx before removing it; a name swapped for a
+    link meanwhile must not open up what it points to (as root, any directory)."""
+    from kit.atomic import _open_up
+
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o500)
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(OSError):
+        _open_up(str(tmp_path / "link"))
+    assert target.stat().st_mode & 0o777 == 0o500
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0)
+    _open_up(str(locked))
+    assert locked.stat().st_mode & 0o777 == 0o700
