@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +17,11 @@ import pytest
 import yaml
 
 from kit.cli import main
-from kit.mpi import convert_paired
 from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.study import ledger
 from tests.helpers import require, stale_join_group
-from tests.slurm.conftest import REPO, slurm_site_dict, tiny_train_args, write_site
+from tests.slurm.conftest import REPO, paired_container_site, tiny_train_args
 from tests.study.conftest import study_yaml
 from tests.support.slurm import slurm_available, start_slurm
 
@@ -33,24 +31,10 @@ WAIT = 600  # seconds: a tiny training and its validation
 
 @pytest.fixture
 def container_site(mpich_system_oci, showers, tmp_path, monkeypatch) -> tuple[Path, Path, list[Path]]:
-    """(site, installed image, showers): the MPICH test image with the host's MPICH bound in (the
-    pair), srun --mpi=pmi2 ch-run --join; the venv's Python and this checkout bound in, as
-    tests/slurm/test_validate_job.py does."""
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    """(site, installed image, showers): tests/slurm/conftest.py's paired_container_site."""
     require(slurm_available(), "Slurm daemons or munge not installed, or not root (scripts/setup.sh)")
-    base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
-    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
-    work = tmp_path / "work"
-    work.mkdir()
-    doc = slurm_site_dict("localslurm-ct")
-    doc["container"]["image_dir"] = str(tmp_path / "images")
-    doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
-    site = write_site(tmp_path, doc)
-    image = tmp_path / "images" / "gan3d.sqfs"
-    assert not convert_paired(mpich_system_oci, image, site).pair.missing
-    (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    return site, image, [Path(shutil.copy(f, work / f.name)) for f in showers]
+    return paired_container_site(tmp_path, mpich_system_oci, showers)
 
 
 @contextmanager

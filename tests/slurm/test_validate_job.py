@@ -79,27 +79,12 @@ def test_a_container_run_is_validated_inside_the_same_container(slurm, mpich_sys
     """srun --mpi=pmi2 ch-run --join: the MPICH test image with the host's MPICH bound in (the pair),
     the venv's Python and this checkout bound in (PYTHONPATH, exported by sbatch through ch-run) as
     tests/scale/test_container_pair.py does; validation goes the same way."""
-    import shutil
-
     import yaml
 
-    from kit.mpi import convert_paired
-    from tests.helpers import require
-    from tests.slurm.conftest import REPO, slurm_site_dict, write_site
+    from tests.slurm.conftest import REPO, paired_container_site
 
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
-    base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
-    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
-    work = tmp_path / "work"
-    work.mkdir()
-    doc = slurm_site_dict("localslurm-ct")
-    doc["container"]["image_dir"] = str(tmp_path / "images")
-    doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
-    site = write_site(tmp_path, doc)
-    image = convert_paired(mpich_system_oci, tmp_path / "images" / "gan3d.sqfs", site)
-    assert not image.pair.missing
-    (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
-    data = [Path(shutil.copy(f, work / f.name)) for f in showers]
+    site, image, data = paired_container_site(tmp_path, mpich_system_oci, showers)
+    work = data[0].parent
     sweep = work / "sweep"
     write_plan(make_plan(site, [1], [1], None, "00:10:00", image=str(tmp_path / "images" / "gan3d.sqfs"),
                          python=sys.executable, train_args=tiny_train_args(data), validate=True), sweep)

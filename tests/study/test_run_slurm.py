@@ -156,24 +156,10 @@ def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(slurm, mpich_s
     MPICH bound in (the pair), as a batch script's; the venv's Python and this checkout are bound in
     (PYTHONPATH reaches the ranks through sbatch and ch-run), as tests/slurm/test_validate_job.py does.
     Two evaluations side by side in one allocation, each its own ch-run peer group."""
-    import shutil
+    from tests.slurm.conftest import paired_container_site
 
-    from kit.mpi import convert_paired
-    from tests.helpers import require
-
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
-    base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
-    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
-    work = tmp_path / "work"
-    work.mkdir()
-    doc = slurm_site_dict("localslurm-ct")
-    doc["container"]["image_dir"] = str(tmp_path / "images")
-    doc["container"]["binds"] = [f"{p}:{p}" for p in sorted({str(REPO), str(base), str(venv), str(work)})]
-    site = write_site(tmp_path, doc)
-    image = convert_paired(mpich_system_oci, tmp_path / "images" / "gan3d.sqfs", site)
-    assert not image.pair.missing
-    (tmp_path / "images" / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
-    data = [Path(shutil.copy(f, work / f.name)) for f in showers]
+    site, image, data = paired_container_site(tmp_path, mpich_system_oci, showers)
+    work = data[0].parent
     spec = study_yaml(work, data, strategy="random", evaluations=2, parameters={
         "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}, threads=1)
     d = work / "study"
