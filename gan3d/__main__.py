@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from kit import interrupt
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.extras import missing_extra
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:9s} {text}", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
+    interrupt.install()
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)

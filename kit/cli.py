@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-from kit import __version__
+from kit import __version__, interrupt
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.errors import KitError
 from kit.extras import missing_extra
@@ -81,6 +81,7 @@ def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) ->
 
 def main(argv: list[str] | None = None) -> int:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
+    interrupt.install()
     try:
         args = build_parser(argv).parse_args(argv)
         with applied(args):

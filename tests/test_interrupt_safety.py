@@ -1,0 +1,89 @@
+"""Ctrl-C lands outside the standard library's locking code (kit.interrupt), in real processes
+sent real SIGINTs. An interrupt raised between a lock's acquire and its release leaves the lock
+held: an interrupted `kit image convert` hung at exit on ISA-L's threaded reader that way."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+# Busy in threading and queue code (where the old default handler raised the interrupt most of
+# the time); on each interrupt, report the file of the innermost frame it was raised in.
+BUSY = r"""
+import queue, sys, threading
+if sys.argv[1] == "kit":
+    from kit import interrupt
+    interrupt.install()
+cond, q = threading.Condition(), queue.Queue(1)
+print("ready", flush=True)
+while True:
+    try:
+        while True:
+            with cond:
+                q.put(1)
+                q.get()
+    except KeyboardInterrupt as exc:
+        tb = exc.__traceback__
+        while tb.tb_next:
+            tb = tb.tb_next
+        free = cond._lock.acquire(blocking=False) and q.mutex.acquire(blocking=False)
+        print(tb.tb_frame.f_code.co_filename, free, flush=True)
+        cond, q = threading.Condition(), queue.Queue(1)
+"""
+
+
+def _interrupt_many(mode: str, count: int) -> list[tuple[str, bool]]:
+    child = subprocess.Popen([sys.executable, "-c", BUSY, mode], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert child.stdout.readline() == "ready\n"
+        landed = []
+        rng = random.Random(7)
+        for _ in range(count):
+            time.sleep(rng.uniform(0, 0.003))
+            child.send_signal(signal.SIGINT)
+            where, free = child.stdout.readline().rsplit(" ", 1)
+            landed.append((where, free.strip() == "True"))
+        return landed
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_interrupts_land_outside_threading_and_queue_code():
+    landed = _interrupt_many("kit", 40)
+    stdlib = Path(os.__file__).parent
+    inside = [w for w, _ in landed if Path(w).name in ("threading.py", "queue.py")
+              and Path(w).parent == stdlib]
+    assert not inside, f"{len(inside)} of 40 interrupts raised inside locking code"
+    assert all(free for _, free in landed), "an interrupt left a lock held"
+
+
+def test_the_control_python_default_lands_inside_locking_code():
+    """Shows the test above can fail: Python's own handler raises where the thread is."""
+    landed = _interrupt_many("default", 40)
+    assert any(Path(w).name in ("threading.py", "queue.py") for w, _ in landed)
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_main_thread_waiting_in_locking_code_is_still_interrupted(signals):
+    """Deferred, never lost: one Ctrl-C lands after kit.interrupt.PATIENCE, a second at once."""
+    code = ("import sys, threading\nfrom kit import interrupt\ninterrupt.install()\n"
+            "print('waiting', flush=True)\n"
+            "try:\n    threading.Event().wait()\nexcept KeyboardInterrupt:\n    print('interrupted')\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert child.stdout.readline() == "waiting\n"
+    for _ in range(signals):
+        time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)  # a bound only a lost interrupt reaches
+    assert out == "interrupted\n" and child.returncode == 0
