@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
-    except KeyboardInterrupt:
-        print(f"gan3d {argv[0]}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
+        print(f"gan3d {argv[0]}: {interrupt.signal_name(exc)}", file=sys.stderr)
+        return interrupt.exit_status(exc)
     except Exception as exc:  # anything else is a bug
         problem = missing_extra(exc, f"gan3d {argv[0]}") or environment_problem(exc)
         if problem is not None:  # a missing extra, a read-only or full output directory: one line

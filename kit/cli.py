@@ -95,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
         # Outputs are renamed into place only when complete; what an interrupted command
         # leaves is temporary files with the kit's own names, which its next run removes.
-        print("kit: interrupted; outputs are replaced only when complete", file=sys.stderr)
-        return 130
+        print(f"kit: {interrupt.signal_name(exc)}; outputs are replaced only when complete", file=sys.stderr)
+        return interrupt.exit_status(exc)
     except Exception as exc:  # a bug: one line here, the traceback in a file
         problem = environment_problem(exc)
         if problem is None:

@@ -8,14 +8,21 @@ its message and then hung at exit, closing ISA-L's threaded gzip reader on its l
 Here the interrupt is raised at the first moment the main thread is outside that code, retried
 every few milliseconds; a second Ctrl-C, or a main thread stuck there for ``PATIENCE`` seconds,
 gets it where it is.
+
+SIGTERM (what ``kill``, Slurm's ``scancel`` and its time limit send) takes the same path as
+Ctrl-C, raised as ``Terminated`` (a KeyboardInterrupt, so every cleanup that handles Ctrl-C
+handles it): Python's default action would end the process at once, leaving temporary files and
+children behind. The command lines end with 128 + the signal's number (130, 143).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 from types import FrameType
+from typing import Iterator
 
 RETRY = 0.005  # seconds between attempts
 PATIENCE = 2.0  # seconds after which a deferred interrupt is raised wherever the main thread is
@@ -26,7 +33,25 @@ _STDLIB = os.path.dirname(threading.Condition.__enter__.__code__.co_filename)
 _LOCKING = frozenset(os.path.join(_STDLIB, *name.split("/")) for name in (
     "threading.py", "queue.py", "logging/__init__.py", "concurrent/futures/_base.py",
     "concurrent/futures/thread.py"))
+STOPPING = (signal.SIGINT, signal.SIGTERM)
 _deferred_since: float | None = None
+_deferred_signal = signal.SIGINT  # the stopping signal a deferred interrupt raises
+_held = 0  # depth of held() blocks
+_owed = False  # a stop arrived while held: raised when the outermost block ends
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: the command stops as on Ctrl-C (a KeyboardInterrupt), exit 143."""
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """128 + the signal's number, as a shell reports a command the signal ended."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def signal_name(exc: KeyboardInterrupt) -> str:
+    """The word a command's one line uses for how it was stopped."""
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
 
 
 def _in_locking_code(frame: FrameType | None) -> bool:
@@ -38,8 +63,13 @@ def _in_locking_code(frame: FrameType | None) -> bool:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    global _deferred_since
+    global _deferred_since, _deferred_signal, _owed
     now = time.monotonic()
+    if signum in STOPPING and (_deferred_since is None or signum == signal.SIGTERM):
+        _deferred_signal = signum  # SIGTERM wins over an earlier Ctrl-C: its exit status is the one owed
+    if _held:
+        _owed = True
+        return
     insisted = signum == signal.SIGINT and _deferred_since is not None
     patience_over = _deferred_since is not None and now - _deferred_since > PATIENCE
     if _in_locking_code(frame) and not insisted and not patience_over:
@@ -47,13 +77,38 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGALRM, _interrupt)
         signal.setitimer(signal.ITIMER_REAL, RETRY)
         return
+    _raise()
+
+
+def _raise() -> None:
+    global _deferred_since
     if _deferred_since is not None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         _deferred_since = None
-    raise KeyboardInterrupt
+    raise Terminated if _deferred_signal == signal.SIGTERM else KeyboardInterrupt
 
 
 def install() -> None:
-    """Make Ctrl-C (SIGINT) lock-safe in this process (only the main thread can)."""
+    """Make Ctrl-C (SIGINT) and SIGTERM lock-safe stops in this process (only the main thread can)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _interrupt)
+        for signum in STOPPING:
+            signal.signal(signum, _interrupt)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for a few steps that must happen all or not at all (renames, two small
+    files that only mean something together); a held stop is raised right after. Blocked in this
+    thread, and, where install() ran, recorded by the handler: a signal the kernel hands to
+    another thread (a BLAS or reader thread does not block it) still runs the handler here."""
+    global _held, _owed
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {*STOPPING, signal.SIGALRM})
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked signal's handler runs here
+        if not _held and _owed:
+            _owed = False
+            _raise()

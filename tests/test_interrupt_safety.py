@@ -87,3 +87,32 @@ def test_a_main_thread_waiting_in_locking_code_is_still_interrupted(signals):
         child.send_signal(signal.SIGINT)
     out, _ = child.communicate(timeout=60)  # a bound only a lost interrupt reaches
     assert out == "interrupted\n" and child.returncode == 0
+
+
+HELD = r"""
+import os, signal, sys, threading
+from kit import interrupt
+interrupt.install()
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # blocks no signal
+steps = []
+try:
+    with interrupt.held():
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))  # the kernel hands it to the other thread
+        for i in range(200000):  # bytecodes enough for a pending handler to run
+            pass
+        steps.append("held body done")
+    steps.append("after the block")
+except KeyboardInterrupt as exc:
+    steps.append(f"{type(exc).__name__} {interrupt.exit_status(exc)}")
+print(" / ".join(steps))
+"""
+
+
+@pytest.mark.parametrize("sig,raised,status", [("SIGINT", "KeyboardInterrupt", 130), ("SIGTERM", "Terminated", 143)])
+def test_a_stop_during_held_steps_is_raised_right_after_them(sig, raised, status):
+    """Blocking the signal in the main thread is not enough: the kernel delivers it to another
+    thread, and Python then runs the handler in the main thread, inside the held steps."""
+    run = subprocess.run([sys.executable, "-c", HELD, sig], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.stdout == f"held body done / {raised} {status}\n", run.stderr
+

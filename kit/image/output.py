@@ -14,12 +14,12 @@ import contextlib
 import errno
 import fcntl
 import os
-import signal
 import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
+from kit import interrupt
 from kit.atomic import atomic_write_bytes, exchange, fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
 from kit.image.target import LOCK_TAG, STAGED, WORK_TAG, Target, read_manifest, work_dirs
@@ -45,7 +45,7 @@ class Work:
                 staged = self.path / f"{STAGED}{suffix}"
                 sidecars[suffix](staged)
         fsync_path(self.path)
-        with _sigint_deferred():
+        with interrupt.held():
             self._swap(built)
             self.swapped = True
             install_staged(self.target, self.dir_fd, self.name)
@@ -94,18 +94,6 @@ def install_staged(target: Target, dir_fd: int, work: str) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{target.name}{suffix}", dir_fd=dir_fd)
     fsync_dir(dir_fd)
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for the few renames of a commit: they happen all or (until
-    SIGKILL, which the next run repairs) not at all; a held signal arrives right after."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager

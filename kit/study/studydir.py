@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.atomic import atomic_write_bytes
+from kit import interrupt
+from kit.atomic import atomic_open
 from kit.errors import KitError
 from kit.mpi.pair_reader import pair_file_for, read_pair_file
 from kit.readfile import read_bytes
@@ -88,8 +89,17 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
     spec_bytes = read_bytes(spec_path, "study spec", MAX_SPEC_BYTES)
     _check_empty(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(study_dir / SPEC_NAME, spec_bytes)
-    ledger.create(study_dir, header)
+    # The spec and the ledger go in together: a DIR holding the spec alone is refused by the next
+    # plan (the kit cannot tell it from the user's file), so Ctrl-C and SIGTERM wait for both.
+    spec = study_dir / SPEC_NAME
+    with interrupt.held():
+        with atomic_open(spec, "wb", replace=False) as fh:
+            fh.write(spec_bytes)
+        try:
+            ledger.create(study_dir, header)
+        except BaseException:
+            spec.unlink()  # just made by this call (the rename refuses to replace one)
+            raise
     return header
 
 
