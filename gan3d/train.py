@@ -240,6 +240,21 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(ABORT_GRACE_S)
         MPI.COMM_WORLD.Abort(code)
         return code
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM at Slurm's time limit (kit.interrupt)
+        if layout is None or layout.size == 1:
+            raise  # gan3d.__main__ says so in one line
+        # A rank that just returned would leave the others in a collective, then failing on a shut
+        # down Horovod as on a bug: the job ends here, as on an error, with the signal's status.
+        from mpi4py import MPI
+
+        from kit import interrupt
+
+        if layout.rank != 0:  # every rank got it (the time limit): rank 0 alone speaks
+            time.sleep(ABORT_GRACE_S * 4)
+        print(f"gan3d train: [rank {layout.rank}] {interrupt.signal_name(exc)}", file=sys.stderr, flush=True)
+        time.sleep(ABORT_GRACE_S)
+        MPI.COMM_WORLD.Abort(interrupt.exit_status(exc))
+        return interrupt.exit_status(exc)
 
 
 def _site_and_cores(args: argparse.Namespace):
