@@ -48,6 +48,34 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, perm: int = 0o644) 
         fh.write(data)
 
 
+def write_together(files: dict[Path, bytes], perm: int = 0o644) -> None:
+    """Write files that only mean something together (a report and its plots): each is staged in
+    a temporary sibling first, then all are renamed into place with Ctrl-C and SIGTERM held, so a
+    stopped run leaves every one old or every one new, never a new report beside old plots."""
+    from kit import interrupt
+
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, perm)
+        with interrupt.held():
+            while staged:
+                tmp, path = staged[0]
+                os.replace(tmp, path)
+                staged.pop(0)
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
 # -- renames that cannot clobber: renameat2(2) through libc --------------------------------
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2

@@ -64,6 +64,18 @@ def _plan_inputs(tmp: Path, showers: list[Path]) -> list[str]:
             "--ranks-per-node", "4", "--threads", "12,24", "--dir", str(tmp / "area" / "sweep"), "--", "--epochs", "1"]
 
 
+def _report_inputs(tmp: Path, showers: list[Path]) -> list[str]:
+    from tests.scale.builders import write_run
+
+    results = [str(write_run(tmp / f"n{n}.json", n, 100.0 / n ** 0.9)) for n in (1, 2, 4)]
+    return ["kit", "scale", "report", "--results", *results, "--out", str(tmp / "area" / "report")]
+
+
+def _report_old(area: Path, argv: list[str]) -> None:
+    """The report of the first two runs: every file differs from the new one's."""
+    assert main(argv[1:4] + argv[5:]) == 0
+
+
 def _study_inputs(tmp: Path, showers: list[Path]) -> list[str]:
     spec = study_yaml(tmp, showers, "random", 3, {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}})
     return ["kit", "study", "plan", str(spec), str(tmp / "area" / "study"), "--site", "laptop"]
@@ -99,6 +111,8 @@ CASES = {
     "site-probe": Case(_probe_inputs, _nothing, [("subprocess.Popen", "", 1), ("subprocess.Popen", "", 3),
                                                  ("tempfile.mkstemp", "", 1), ("os.chmod", ".part", 1)], _probe_keys, True),
     "scale-plan": Case(_plan_inputs, _nothing, [("os.mkdir", "sweep", 1), *WRITE]),
+    "scale-report": Case(_report_inputs, _report_old, [("tempfile.mkstemp", "report.md", 1),
+                                                       ("tempfile.mkstemp", ".png", 2), ("os.rename", "report.csv", 1)]),
     "study-plan": Case(_study_inputs, _nothing, [("tempfile.mkstemp", "study.yaml", 1), ("os.chmod", "study.yaml", 1),
                                                  ("open", "ledger.jsonl", 1)], _study_clock, True),
     "gan3d-simulate": Case(_simulate_inputs, _simulate_old, [("open", ".part", 1), ("os.rename", "EleEscan_1_0", 1),

@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import median
 from typing import Sequence
 
-from kit.atomic import atomic_write_bytes
+from kit.atomic import write_together
 from kit.errors import KitError
 from kit.scale import sweep_jobs
 from kit.scale.overhead import Overhead, container_overhead
@@ -123,7 +123,8 @@ def report_sweep(sweep_dir: Path | None, results: Sequence[Path] = (), out: Path
 def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, reference: str | None = None,
                  title: str | None = None) -> list[Path]:
     """report.md, report.csv and the PNGs in out_dir; everything is rendered before the first write,
-    so a bad input leaves out_dir untouched, and each file appears whole (atomic rename)."""
+    so a bad input leaves out_dir untouched, and the files are replaced together (a stopped run leaves
+    the whole old report or the whole new one)."""
     if not runs:
         raise KitError("no results to report; fix: pass the results JSONs of a sweep")
     ref = paper_table(reference) if reference else None
@@ -135,8 +136,7 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, referenc
                "report.csv": _csv(series).encode(), **plots(series, overheads, ref), **_physics_plots(series)}
     out = Path(out_dir)
     _check_out(out, outputs)
-    for name, data in outputs.items():
-        atomic_write_bytes(out / name, data)
+    write_together({out / name: data for name, data in outputs.items()})
     return [out / name for name in outputs]
 
 
