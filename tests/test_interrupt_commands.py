@@ -76,6 +76,21 @@ def _report_old(area: Path, argv: list[str]) -> None:
     assert main(argv[1:4] + argv[5:]) == 0
 
 
+def _bundle_inputs(tmp: Path, showers: list[Path]) -> list[str]:
+    from tests.transfer.conftest import random_image
+
+    return ["kit", "transfer", "bundle", str(random_image(tmp / "one.tar", 3 << 20)), str(tmp / "area" / "b1")]
+
+
+def _bundle_clock(rel: str, data: bytes) -> bytes:
+    """MANIFEST.json names its creation time; SHA256SUMS holds MANIFEST.json's digest."""
+    if rel.endswith("MANIFEST.json"):
+        return json.dumps({k: v for k, v in json.loads(data).items() if k != "created"}).encode()
+    if rel.endswith("SHA256SUMS"):
+        return b"".join(line for line in data.splitlines(True) if not line.endswith(b" MANIFEST.json\n"))
+    return data
+
+
 def _study_inputs(tmp: Path, showers: list[Path]) -> list[str]:
     spec = study_yaml(tmp, showers, "random", 3, {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}})
     return ["kit", "study", "plan", str(spec), str(tmp / "area" / "study"), "--site", "laptop"]
@@ -113,6 +128,8 @@ CASES = {
     "scale-plan": Case(_plan_inputs, _nothing, [("os.mkdir", "sweep", 1), *WRITE]),
     "scale-report": Case(_report_inputs, _report_old, [("tempfile.mkstemp", "report.md", 1),
                                                        ("tempfile.mkstemp", ".png", 2), ("os.rename", "report.csv", 1)]),
+    "transfer-bundle": Case(_bundle_inputs, _nothing, [("open", "one.tar", 1), ("os.chmod", "verify.sh", 1),
+                                                       ("os.chmod", ".tmp", 3)], _bundle_clock, True),
     "study-plan": Case(_study_inputs, _nothing, [("tempfile.mkstemp", "study.yaml", 1), ("os.chmod", "study.yaml", 1),
                                                  ("open", "ledger.jsonl", 1)], _study_clock, True),
     "gan3d-simulate": Case(_simulate_inputs, _simulate_old, [("open", ".part", 1), ("os.rename", "EleEscan_1_0", 1),
