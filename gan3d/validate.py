@@ -50,7 +50,7 @@ import numpy as np
 
 from gan3d.files import NotRegularFile, open_regular, read_regular
 from gan3d.results import READABLE_SCHEMAS
-from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.atomic import atomic_write_bytes, atomic_write_text, write_together
 from kit.errors import KitError
 from kit.excerpt import one_line, shown
 
@@ -202,11 +202,15 @@ def scaled_score(reference: dict[str, np.ndarray], held_out: dict[str, np.ndarra
             "compared_events": int(len(held_out["cellsum"]))}
 
 
-def _save_png(fig, path: Path) -> Path:
-    """Atomically, marked as validate's own (its Software text), so that a later run replaces it."""
+def _save_png(fig, path: Path, staged: dict[Path, bytes] | None) -> Path:
+    """Marked as validate's own (its Software text), so that a later run replaces it; written
+    atomically now, or kept in `staged` for the caller to write with the rest (write_together)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, metadata={"Software": PLOT_SOFTWARE})
-    atomic_write_bytes(path, buf.getvalue())
+    if staged is None:
+        atomic_write_bytes(path, buf.getvalue())
+    else:
+        staged[path] = buf.getvalue()
     return path
 
 
@@ -256,8 +260,10 @@ def check_out(out: Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> 
 
 
 def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_dir: str | Path,
-                  bins: Sequence[tuple[float, float]] = DEFAULT_BINS, fake_label: str = "generated") -> list[Path]:
-    """One PNG per energy bin (profiles, cell sum/Ep, moments) plus a summary PNG; atomic writes."""
+                  bins: Sequence[tuple[float, float]] = DEFAULT_BINS, fake_label: str = "generated",
+                  staged: dict[Path, bytes] | None = None) -> list[Path]:
+    """One PNG per energy bin (profiles, cell sum/Ep, moments) plus a summary PNG; atomic writes
+    (or into `staged`, as _save_png)."""
     from matplotlib.figure import Figure
 
     out = Path(out_dir)
@@ -290,7 +296,7 @@ def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_
                                 label=label)
             ax.set_xlabel(key.replace("_over_", " / ").replace("m1_", "first moment ").replace("m2_", "second moment "))
             ax.legend()
-        written.append(_save_png(fig, out / _bin_plot_name(lo, hi)))
+        written.append(_save_png(fig, out / _bin_plot_name(lo, hi), staged))
     fig = Figure(figsize=(7, 4.5))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.95)
     ax = fig.subplots()
@@ -299,11 +305,11 @@ def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_
     ax.set_xlabel("primary energy (GeV)")
     ax.set_ylabel("cell sum / Ep (Ep in 100 GeV)")
     ax.legend()
-    written.append(_save_png(fig, out / "physics_cellsum_vs_energy.png"))
+    written.append(_save_png(fig, out / "physics_cellsum_vs_energy.png", staged))
     return written
 
 
-def plot_score(physics: dict, out_dir: str | Path) -> Path:
+def plot_score(physics: dict, out_dir: str | Path, staged: dict[Path, bytes] | None = None) -> Path:
     """physics_score.png: each energy bin's score and the overall one on the 0 (empty showers) to 1
     (held-out data) scale, so which energies a generator gets wrong is seen at a glance."""
     from matplotlib.figure import Figure
@@ -329,7 +335,7 @@ def plot_score(physics: dict, out_dir: str | Path) -> Path:
                  f"{physics['reference_events']} reference)")
     ax.set_ylim(top=max(1.15, ax.get_ylim()[1]))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-    return _save_png(fig, out / "physics_score.png")
+    return _save_png(fig, out / "physics_score.png", staged)
 
 
 def plot_comparison(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
@@ -361,9 +367,14 @@ def read_results(path: str | Path) -> dict:
 def update_results(path: str | Path, physics: dict) -> None:
     """Add/replace the "physics" key of gan3d train's results at PATH, keeping every other key (atomic
     rewrite); anything else is refused (read_results) and left as it was."""
+    atomic_write_text(path, _with_physics(path, physics))
+
+
+def _with_physics(path: str | Path, physics: dict) -> str:
+    """The results at PATH with its "physics" key added or replaced (read_results' checks first)."""
     record = read_results(path)
     record["physics"] = physics
-    atomic_write_text(path, json.dumps(record, indent=2, allow_nan=False) + "\n")
+    return json.dumps(record, indent=2, allow_nan=False) + "\n"
 
 
 def _data_features(files, n: int, xscale: float, chunk: int = 500) -> dict[str, np.ndarray]:
@@ -474,12 +485,15 @@ def main(argv: list[str] | None = None) -> int:
         reference, held_out = take(real, first), take(real, second)
         fake = _generated_features(model, PRESETS[preset].latent_dim, held_out["energy_gev"] / 100.0, args.seed)
         physics = scaled_score(reference, held_out, fake)
-        plots = plot_features(reference, fake, args.out) + [plot_score(physics, args.out)]
+        # The plots and the results' physics go in together: a stop leaves all old or all new.
+        staged: dict[Path, bytes] = {}
+        plots = plot_features(reference, fake, args.out, staged=staged) + [plot_score(physics, args.out, staged)]
         physics.update({"plots": [str(p) for p in plots], "events": int(len(real["cellsum"])),
                         "generator_weights": str(weights), "preset": preset, "precision": precision, "xscale": args.xscale,
                         "skip_bad_events": args.skip_bad_events, "bad_events_skipped": skipped})
         if args.results:
-            update_results(args.results, physics)
+            staged[Path(args.results)] = _with_physics(args.results, physics).encode()
+        write_together(staged)
     except (DataError, ValueError, OSError, KitError) as exc:
         print(f"gan3d validate: error: {exc}", file=sys.stderr)
         return 1

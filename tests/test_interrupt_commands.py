@@ -91,6 +91,27 @@ def _bundle_clock(rel: str, data: bytes) -> bytes:
     return data
 
 
+def _validate_inputs(tmp: Path, showers: list[Path]) -> list[str]:
+    """A tiny untrained generator's checkpoint, and a results file of gan3d train's schema."""
+    code = ("import sys, tensorflow as tf\nfrom gan3d.checkpoint import EpochCheckpoints\n"
+            "from gan3d.model import generator\ntf.keras.utils.set_random_seed(3)\nmodel = generator('tiny')\n"
+            "EpochCheckpoints(sys.argv[1]).save(tf.train.Checkpoint(generator=model), model, 1, {'preset': 'tiny'})\n")
+    made = subprocess.run([sys.executable, "-c", code, str(tmp / "ckpt")], env=_env(), capture_output=True, text=True,
+                          timeout=LIMIT)
+    assert made.returncode == 0, made.stderr
+    return ["gan3d", "validate", "--data", ",".join(map(str, showers)), "--checkpoint", str(tmp / "ckpt"),
+            "--events", "192", "--out", str(tmp / "area" / "plots"), "--results", str(tmp / "area" / "r.json"),
+            "--seed", "2"]
+
+
+def _validate_old(area: Path, argv: list[str]) -> None:
+    """The results of a training, and an earlier validation of them (another seed: other plots)."""
+    (area / "r.json").write_text(json.dumps({"schema": "gan3d-run/1", "ranks": 1}))
+    run = subprocess.run([sys.executable, "-m", *argv[:-1], "1"], env=_env(), capture_output=True, text=True,
+                         timeout=LIMIT)
+    assert run.returncode == 0, run.stderr
+
+
 def _study_inputs(tmp: Path, showers: list[Path]) -> list[str]:
     spec = study_yaml(tmp, showers, "random", 3, {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}})
     return ["kit", "study", "plan", str(spec), str(tmp / "area" / "study"), "--site", "laptop"]
@@ -130,6 +151,9 @@ CASES = {
                                                        ("tempfile.mkstemp", ".png", 2), ("os.rename", "report.csv", 1)]),
     "transfer-bundle": Case(_bundle_inputs, _nothing, [("open", "one.tar", 1), ("os.chmod", "verify.sh", 1),
                                                        ("os.chmod", ".tmp", 3)], _bundle_clock, True),
+    "gan3d-validate": Case(_validate_inputs, _validate_old, [("tempfile.mkstemp", ".png", 1),
+                                                           ("tempfile.mkstemp", "r.json", 1),
+                                                           ("os.rename", "physics_cellsum", 1)]),
     "study-plan": Case(_study_inputs, _nothing, [("tempfile.mkstemp", "study.yaml", 1), ("os.chmod", "study.yaml", 1),
                                                  ("open", "ledger.jsonl", 1)], _study_clock, True),
     "gan3d-simulate": Case(_simulate_inputs, _simulate_old, [("open", ".part", 1), ("os.rename", "EleEscan_1_0", 1),
@@ -147,7 +171,7 @@ def showers(tmp_path_factory) -> list[Path]:
 
 
 def _env(**more: str) -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT), **more)
+    return dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **more)  # TensorFlow's start-up notes
 
 
 def snapshot(area: Path, volatile: Callable[[str, bytes], bytes]) -> dict:
