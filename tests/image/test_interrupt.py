@@ -1,4 +1,4 @@
-"""SIGINT or SIGKILL at any moment of `kit image convert --force` leaves OUT the complete old or the
+"""SIGINT, SIGTERM or SIGKILL at any moment of `kit image convert --force` leaves OUT the complete old or the
 complete new image, sidecars that describe it or that a reader can tell do not, and only
 kit-named leftovers of that OUT, which the next run finishes or removes (and nothing else)."""
 from __future__ import annotations
@@ -125,7 +125,8 @@ def decoys(parent: Path) -> dict:
 
 CASES = [(fmt, "KILL", trigger) for fmt in ("dir", "tar.gz") for trigger in ("start", "half", "staged", "swapped")]
 CASES += [(fmt, "INT", trigger) for fmt in ("dir", "tar.gz") for trigger in ("half", "staged")]
-CASES += [("sqfs", "KILL", "half"), ("sqfs", "INT", "staged")]
+CASES += [("sqfs", "KILL", "half"), ("sqfs", "INT", "staged"), ("dir", "TERM", "half"), ("tar.gz", "TERM", "staged")]
+STOPPED = {"INT": (130, "kit: interrupted"), "TERM": (143, "kit: terminated (SIGTERM)")}  # SIGTERM: scancel, kill
 
 
 @pytest.mark.parametrize("fmt,sig,trigger", CASES, ids=["-".join(c) for c in CASES])
@@ -147,9 +148,10 @@ def test_interrupted_replacement_leaves_old_or_new(sources, tmp_path, fmt, sig, 
             proc.send_signal(getattr(signal, f"SIG{sig}"))
             break
     _, err = proc.communicate(timeout=POLL_LIMIT)
-    assert proc.returncode in (0, 130 if sig == "INT" else -9), err
-    if proc.returncode == 130:
-        assert err.strip().splitlines()[-1] == "kit: interrupted; outputs are replaced only when complete"
+    status, words = STOPPED.get(sig, (-9, None))
+    assert proc.returncode in (0, status), err
+    if words is not None and proc.returncode == status:
+        assert err.strip().splitlines() == [f"{words}; outputs are replaced only when complete"], err
     for pid in helpers:  # mksquashfs does not outlive the kit: the pipe's end stops it
         while alive(pid):
             assert time.monotonic() < deadline, f"mksquashfs {pid} outlived the kit"
@@ -161,8 +163,8 @@ def test_interrupted_replacement_leaves_old_or_new(sources, tmp_path, fmt, sig, 
         assert sig == "KILL" and now == new_digest
         assert any(json.loads((parent / w / "staged.manifest.json").read_text())["output"]["identity"]
                    == identity(out, fmt) for w in work_dirs(parent, name))
-    elif proc.returncode == 130:
-        assert sorted(p.name for p in parent.iterdir()) == sorted(kept), "SIGINT left files behind"
+    elif proc.returncode in (130, 143):
+        assert sorted(p.name for p in parent.iterdir()) == sorted(kept), f"SIG{sig} left files behind"
 
     rerun = subprocess.run(cmd, env=kit_env(), capture_output=True, text=True, timeout=POLL_LIMIT)
     assert rerun.returncode == 0, rerun.stderr
