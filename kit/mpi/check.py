@@ -181,17 +181,22 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[i
     known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
     deadline = time.monotonic() + timeout - STOP_GRACE
     timed_out = False
-    while True:
-        _note(known, proc.pid)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        try:
-            stdout, stderr = proc.communicate(timeout=min(WATCH, left))  # retried: no output is lost
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    try:
+        while True:
+            _note(known, proc.pid)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            try:
+                stdout, stderr = proc.communicate(timeout=min(WATCH, left))  # retried: no output is lost
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    except BaseException:  # Ctrl-C or SIGTERM: the launcher's own session never sees them, so stop it
+        _stop(known, proc.pid)
+        proc.wait()
+        raise
     if timed_out:
         _stop(known, proc.pid)
         try:
