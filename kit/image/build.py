@@ -33,6 +33,7 @@ STORAGE_DRIVERS = ("overlay", "vfs")
 # buildah's graph root for root when no --storage is given (containers-storage's default).
 DEFAULT_GRAPH_ROOT = Path("/var/lib/containers/storage")
 PROBE_TIMEOUT = 60  # seconds: `buildah info` answers in well under one
+STOP_GRACE = 30  # seconds a builder has, after SIGTERM, to stop its step and unmount its storage
 DEBIAN_OPENMPI = "4.1.4"  # gan3d-openmpi.Dockerfile's Open MPI without OPENMPI_VERSION (bookworm's)
 
 
@@ -213,6 +214,20 @@ def stage_context(dest: Path) -> Path:
     return dest
 
 
+def _stop_builder(proc: subprocess.Popen) -> None:
+    """SIGTERM, so that the builder stops its RUN step and unmounts its storage (SIGKILL, what
+    subprocess.run sends, left both behind); SIGKILL after STOP_GRACE s or a second Ctrl-C."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Path:
     """Run the plan; OUT appears only when the archive is complete (temp + rename)."""
     plan.out.parent.mkdir(parents=True, exist_ok=True)
@@ -228,11 +243,16 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
         for cmd in plan.commands:
             if echo:
                 echo(" ".join(shlex.quote(w) for w in cmd))
-            done = subprocess.run(cmd, stdout=None if echo else subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
+            done = subprocess.Popen(cmd, stdout=None if echo else subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+            try:
+                _, err = done.communicate()
+            except BaseException:  # Ctrl-C or SIGTERM reached the kit alone (kill, scancel)
+                _stop_builder(done)
+                raise
             if done.returncode:
                 raise KitError(f"{cmd[0]} failed (exit {done.returncode}) building {plan.recipe.name}: "
-                               f"{done.stderr.strip()[-1500:]}")
+                               f"{err.strip()[-1500:]}")
         with open(plan.part, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(plan.part, plan.out)
