@@ -14,7 +14,8 @@ The rule for a run that already has a job or a result (one rule, for one run and
   ``results/RUN.before-job-OLDJOB.json`` (never deleted, never taken for the new job's).
 
 Each submission runs under the run directory's lock, in this order: read the job ledger, apply
-the rule, write the run (script and site copy), sbatch, record the job, move an old result aside.
+the rule, write the run (script and site copy), sbatch, record the job (Ctrl-C and SIGTERM wait
+for the record of a queued job), move an old result aside.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from kit import interrupt
 from kit.errors import KitError
 from kit.mpi.pair_reader import PairFile
 from kit.site import Site
@@ -91,11 +93,12 @@ def _held_back(files: RunFiles, old: str | None, active: list[str], states: dict
 def _submit(site: Site, checked: Checked, run_dir: Path, pair: PairFile | None, python: str, files: RunFiles,
             old: str | None) -> Submission:
     write_run(site, checked, run_dir, pair, python)
-    try:
-        job = sbatch(files.script)
-    except KitError as exc:
-        return Submission(files.run_id, files.script, None, f"{NOT_SUBMITTED}{exc}")
-    record_job(run_dir, files.run_id, job)
+    with interrupt.held():  # a job queued but not recorded would be queued again by the next submit
+        try:
+            job = sbatch(files.script)  # bounded: sbatch answers within its timeout
+        except KitError as exc:
+            return Submission(files.run_id, files.script, None, f"{NOT_SUBMITTED}{exc}")
+        record_job(run_dir, files.run_id, job)
     if files.result.exists():  # the old numbers must not pass for the new job's
         files.result.rename(files.result.with_name(f"{files.run_id}.before-job-{old}.json"))
     return Submission(files.run_id, files.script, job, SUBMITTED)
