@@ -5,7 +5,6 @@ run outlives it, and --resume continues from the last complete epoch."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
