@@ -74,14 +74,14 @@ def _policy(precision: str):
         tf.keras.mixed_precision.set_global_policy(before)
 
 
-# Layers computed through FFTs in a float32 model (gan3d.fft_conv): those where it measured faster
-# than the packed direct convolution, forward and both gradients (docs/benchmarks.md).
-FFT_LAYERS = frozenset({"d_conv2", "d_conv3", "d_conv4", "g_conv2"})
+# Layers computed in the frequency domain in a float32 model (gan3d.fft_conv): those where it
+# measured faster than the direct convolution, forward and both gradients (docs/benchmarks.md).
+FFT_LAYERS = frozenset({"d_conv2", "d_conv3", "d_conv4", "g_conv1", "g_conv2", "g_conv3"})
 
 
 def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, packed: bool = False,
           fft: bool = False, **kw) -> tf.keras.layers.Layer:
-    """A Conv3D; with `fft`, in float32, through FFTs where that pays (FFT_LAYERS), else `packed`
+    """A Conv3D; with `fft`, in float32, in the frequency domain where that pays (FFT_LAYERS), else `packed`
     for the layers with few output channels (gan3d.conv_forms.PackedConv3D)."""
     cls = PackedConv3D if packed else tf.keras.layers.Conv3D
     if fft and name in FFT_LAYERS and tf.keras.mixed_precision.global_policy().compute_dtype == "float32":
@@ -141,7 +141,7 @@ def _generator(p: Preset, fft: bool) -> tf.keras.Model:
     z = L.Input(shape=(p.latent_dim,), name="latent")
     x = L.Dense(7 * 7 * 8 * p.g_dense_channels, name="g_dense")(z)
     x = L.Reshape((7, 7, 8, p.g_dense_channels), name="g_reshape")(x)
-    x = _conv(f1, (6, 6, 8), "same", "g_conv1", kernel_initializer="he_uniform")(x)
+    x = _conv(f1, (6, 6, 8), "same", "g_conv1", fft=fft, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu1")(x)
     x = _bn("g_bn1")(x)
     x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
@@ -151,7 +151,7 @@ def _generator(p: Preset, fft: bool) -> tf.keras.Model:
     x = _bn("g_bn2")(x)
     x = L.UpSampling3D((2, 2, 3), name="g_up2")(x)
     x = L.ZeroPadding3D((1, 0, 3), name="g_pad2")(x)
-    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", packed=True, kernel_initializer="he_uniform")(x)
+    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", packed=True, fft=fft, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu3")(x)
     x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(x)
     image = L.ReLU(name="g_relu", dtype="float32")(x)
