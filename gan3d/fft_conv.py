@@ -2,23 +2,22 @@
 
 A 5^3 convolution costs 125 multiply-adds per output and channel pair; in the frequency domain it
 costs one complex multiply-add per frequency and channel pair plus the transforms, which on the
-3DGAN's 25^3 volumes is several times less arithmetic. The forward pass and both gradients
-share the spectra of the input and the kernel (computed once in the forward pass) and of the
-output gradient (once in the backward pass).
+3DGAN's 25^3 volumes is several times less arithmetic.
 
 The transforms are discrete Fourier transforms written as matrix products, one axis at a time,
 on a spatial-major layout (d, h, w, channels, batch): at these lengths (25-27) oneDNN's matrix
 products beat TensorFlow's FFT kernels, and the layout needs no transposes between the axes or
 before the per-frequency channel mixing. A complex tensor is a real one whose axis after the
 frequency axis holds (real, imaginary), so every complex product is one real matrix product.
-The zero padding, the output's offset and the crops are inside the matrices (no pad or slice).
+The zero padding, the output's offset and the crops are inside the matrices (no pad or slice), and
+every step is linear: the gradients are the steps' adjoints (products with the transposed
+matrices), as TensorFlow derives them, sharing the forward pass's spectra.
 
 Sizes: along each axis the transform length n = L + max(pad_before, pad_after) (27 for a SAME
 5^3 conv on 25, L for VALID), the smallest that keeps the circular products free of
 wrap-around for all three passes (and at least the kernel's size k, for the weight gradient's
-k shifts). The kernel is transformed flipped and unshifted; the output is then read at offset
-s = pad_after, and the output gradient is placed at that offset, which makes every pass a
-plain window of the circular result.
+k shifts). The kernel is transformed flipped and unshifted; the output is then the window at
+offset s = pad_after of the circular result, which the inverse matrices compute alone.
 
 The results equal `tf.nn.conv3d` and its gradients up to float32 rounding (relative 1e-6;
 tests/gan3d_model/test_fft_conv.py).
@@ -43,15 +42,17 @@ def _geometry(spatial: Axes, ksize: Axes, padding: str):
     return tuple(n), tuple(s), tuple(out)
 
 
-def _forward_matrices(n: Axes, length: Axes, offset: Axes) -> list[tf.Tensor]:
+def _forward_matrices(n: Axes, length: Axes, offset: Axes, times_i: bool = False) -> list[tf.Tensor]:
     """The DFT along each axis of `length` values placed at `offset` in a length-n transform.
     Axis 0 takes real values and keeps the n//2+1 frequencies a real signal needs, rows
-    (frequency, re/im); axes 1 and 2 take columns (re/im, position) to rows (frequency, re/im)."""
+    (frequency, re/im), times i with `times_i`; axes 1 and 2 take columns (re/im, position) to
+    rows (frequency, re/im)."""
     mats = []
     for a in range(3):
         freqs = np.arange(n[a] // 2 + 1 if a == 0 else n[a])[:, None]
         e = np.exp(-2j * np.pi * freqs * (np.arange(length[a])[None, :] + offset[a]) / n[a])
         if a == 0:
+            e = 1j * e if times_i else e
             m = np.stack([e.real, e.imag], axis=1).reshape(2 * len(freqs), length[a])
         else:
             block = np.array([[e.real, -e.imag], [e.imag, e.real]])  # [re/im out, re/im in, k, j]
@@ -78,12 +79,16 @@ def _inverse_matrices(n: Axes, start: Axes, size: Axes) -> list[tf.Tensor]:
     return mats
 
 
-def _to_freq(t: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.Tensor:
-    """(L0, L1, L2, R) real -> its spectrum (K0, n1, n2, re/im, R), K0 = n0//2+1."""
+def _axes_1_2(z: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.Tensor:
+    """Axis 0's output (K0 re/im, L1 L2 R) -> the spectrum (K0 n1, n2 re/im, R)."""
     half = n[0] // 2 + 1
-    z = tf.matmul(mats[0], tf.reshape(t, (length[0], -1)))                  # (K0 re/im, L1 L2 R)
-    z = tf.matmul(mats[1], tf.reshape(z, (half, 2 * length[1], -1)))        # (K0, n1 re/im, L2 R)
+    z = tf.matmul(mats[1], tf.reshape(z, (half, 2 * length[1], -1)))           # (K0, n1 re/im, L2 R)
     return tf.matmul(mats[2], tf.reshape(z, (half * n[1], 2 * length[2], -1)))  # (K0 n1, n2 re/im, R)
+
+
+def _to_freq(t: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.Tensor:
+    """(L0, L1, L2, R) real -> its spectrum (K0 n1, n2 re/im, R), K0 = n0//2+1."""
+    return _axes_1_2(tf.matmul(mats[0], tf.reshape(t, (length[0], -1))), mats, n, length)
 
 
 def _to_space(f: tf.Tensor, mats: list[tf.Tensor], n: Axes, size: Axes) -> tf.Tensor:
@@ -95,44 +100,33 @@ def _to_space(f: tf.Tensor, mats: list[tf.Tensor], n: Axes, size: Axes) -> tf.Te
     return tf.reshape(y, (size[0], size[1], size[2], -1))
 
 
+def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
+    """The per-frequency channel mixing of a kernel as real (re/im O, re/im I) matrices, (F, 2O, 2I):
+    the columns for an input's real part are the kernel's spectrum W, those for its imaginary part
+    i W (the transform of axis 0 times i); the kernel is flipped (the convolution's correlation)."""
+    ksize = tuple(int(k) for k in kernel.shape[:3])
+    ci, co = int(kernel.shape[3]), int(kernel.shape[4])
+    flipped = tf.reshape(tf.transpose(tf.reverse(kernel, axis=(0, 1, 2)), (0, 1, 2, 4, 3)), (ksize[0], -1))
+    mats, times_i = _forward_matrices(n, ksize, (0, 0, 0)), _forward_matrices(n, ksize, (0, 0, 0), times_i=True)
+    half = n[0] // 2 + 1
+    parts = [tf.reshape(tf.matmul(m[0], flipped), (2 * half, ksize[1], ksize[2], co, ci)) for m in (mats, times_i)]
+    z = tf.stack(parts, axis=-2)  # (K0 re/im, k1, k2, O, re/im in, I)
+    return tf.reshape(_axes_1_2(tf.reshape(z, (2 * half, -1)), mats, n, ksize), (half * n[1] * n[2], 2 * co, 2 * ci))
+
+
 def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
-    """tf.nn.conv3d(x, kernel, stride 1, padding) in float32, forward and gradients via DFTs."""
+    """tf.nn.conv3d(x, kernel, stride 1, padding) in float32 via DFTs. Every step is a product with a
+    constant matrix, a reshape or a transpose: both gradients are those steps' adjoints, as
+    TensorFlow derives them (the output gradient's DFT is the transposed inverse matrices')."""
     ksize = tuple(int(k) for k in kernel.shape[:3])
     spatial = tuple(int(d) for d in x.shape[1:4])
     n, s, out = _geometry(spatial, ksize, padding)
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
     freqs = (n[0] // 2 + 1) * n[1] * n[2]
-    x_dft, kernel_dft = _forward_matrices(n, spatial, (0, 0, 0)), _forward_matrices(n, ksize, (0, 0, 0))
-    dy_dft = _forward_matrices(n, out, s)  # the output gradient, placed at the output's offset
-    y_idft, dx_idft, dw_idft = (_inverse_matrices(n, s, out), _inverse_matrices(n, (0, 0, 0), spatial),
-                                _inverse_matrices(n, (0, 0, 0), ksize))
-
-    def spatial_major(t: tf.Tensor) -> tf.Tensor:  # (B, d, h, w, C) -> (d, h, w, C, B)
-        return tf.transpose(t, (1, 2, 3, 4, 0))
-
-    def batch_major(t: tf.Tensor, size: Axes, c: int) -> tf.Tensor:  # the inverse
-        return tf.transpose(tf.reshape(t, size + (c, -1)), (4, 0, 1, 2, 3))
-
-    @tf.custom_gradient
-    def conv(x, kernel):
-        xf = tf.reshape(_to_freq(spatial_major(x), x_dft, n, spatial), (freqs, 2 * ci, -1))   # (F, re/im I, B)
-        wf = tf.reshape(_to_freq(tf.reverse(kernel, axis=(0, 1, 2)), kernel_dft, n, ksize), (freqs, 2, ci, co))
-        wr, wi = tf.transpose(wf[:, 0], (0, 2, 1)), tf.transpose(wf[:, 1], (0, 2, 1))         # (F, O, I)
-        mixing = tf.concat([tf.concat([wr, -wi], 2), tf.concat([wi, wr], 2)], 1)              # (F, re/im O, re/im I)
-        y = batch_major(_to_space(tf.matmul(mixing, xf), y_idft, n, out), out, co)
-
-        def grad(dy):
-            dyf = tf.reshape(_to_freq(spatial_major(dy), dy_dft, n, out), (freqs, 2 * co, -1))  # (F, re/im O, B)
-            dx = batch_major(_to_space(tf.matmul(mixing, dyf, transpose_a=True), dx_idft, n, spatial), spatial, ci)
-            # conj(x) dy summed over the batch, per frequency: (F, re/im, I, re/im, O) products
-            p = tf.reshape(tf.matmul(xf, dyf, transpose_b=True), (freqs, 2, ci, 2, co))
-            corr = tf.stack([p[:, 0, :, 0] + p[:, 1, :, 1], p[:, 0, :, 1] - p[:, 1, :, 0]], 1)  # (F, re/im, I, O)
-            dw = tf.reshape(_to_space(corr, dw_idft, n, ksize), ksize + (ci, co))
-            return dx, tf.reverse(dw, axis=(0, 1, 2))
-
-        return y, grad
-
-    return conv(x, tf.convert_to_tensor(kernel))
+    xf = _to_freq(tf.transpose(x, (1, 2, 3, 4, 0)), _forward_matrices(n, spatial, (0, 0, 0)), n, spatial)
+    yf = tf.matmul(_mixing(kernel, n), tf.reshape(xf, (freqs, 2 * ci, -1)))              # (F, re/im O, B)
+    y = _to_space(yf, _inverse_matrices(n, s, out), n, out)                               # (o0, o1, o2, O B)
+    return tf.transpose(tf.reshape(y, out + (co, -1)), (4, 0, 1, 2, 3))
 
 
 class FFTConv3D(tf.keras.layers.Conv3D):
