@@ -94,7 +94,7 @@ def _padded_conv(x, filters: int, pad: int, i: int, fft: bool):
 
     With pad 2 the pair equals one SAME convolution of the unpadded input (same kernel, same
     output); with pad 1 (output shrinks by 2) the pad stays a layer. Either way the conv is packed
-    (or, in float32, through FFTs).
+    (or, in float32, in the frequency domain).
     """
     if pad == 2:
         return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", packed=True, fft=fft)(x)

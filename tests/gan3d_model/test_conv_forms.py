@@ -131,7 +131,7 @@ def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv(prec
 @pytest.mark.parametrize("fft", [True, False])
 def test_fast_layers_of_the_full_models_equal_plain_conv3d(build, names, fft):
     """Same parameters and outputs as the plain Keras Conv3D the reference has at that place;
-    in a float32 model the FFT_LAYERS compute through FFTs, the others packed."""
+    in a float32 model the FFT_LAYERS compute in the frequency domain, the others packed."""
     m = build("full", fft=fft)
     for name in names:
         layer = m.get_layer(name)

@@ -1,4 +1,4 @@
-"""Convolutions through FFTs are the reference convolutions: values and both gradients."""
+"""Convolutions in the frequency domain are the reference convolutions: values and both gradients."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
