@@ -93,7 +93,8 @@ def _image_dir(value: str) -> str | None:
     return None
 
 
-def _binds(values: list[str]) -> str | None:
+def binds_problem(values: list[str]) -> str | None:
+    """container.binds: each SRC:DST, two absolute paths (kit vcluster checks its --bind with this)."""
     for value in values:
         src, sep, dst = value.partition(":")
         if not sep or not src.startswith("/") or not dst.startswith("/") or ":" in dst:
@@ -213,7 +214,7 @@ SCHEMA = Section({
     "container": Field(Section({
         "runtime": Field("str", choices=("charliecloud",)),
         "image_dir": Field("str", check=_absolute),
-        "binds": Field("list[str]", required=False, default=[], check=_binds),
+        "binds": Field("list[str]", required=False, default=[], check=binds_problem),
         "join": Field("bool", required=False, default=True),
         "mpi_target": Field("str", required=False, default="/opt/hostmpi", check=_image_dir,
                             doc="in-image directory the host MPI library dirs are bound under"),

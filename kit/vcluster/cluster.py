@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 from kit.atomic import atomic_write_bytes, atomic_write_text
 from kit.errors import KitError
 from kit.vcluster import daemons, net
-from kit.vcluster.sites import SITE_FILES, check_intel_mpi, write_sites
+from kit.vcluster.sites import SITE_FILES, check_binds, check_intel_mpi, write_sites
 from kit.vcluster.slurmconf import hosts_file, slurm_conf
 from kit.vcluster.state import NAME_RE, ClusterState, Made, VclusterError, load_state
 
@@ -65,11 +65,12 @@ def _preflight(name: str, count: int) -> None:
                             "munge and iproute2 (scripts/setup.sh does, as root)")
 
 
-def preview(name: str, count: int, subnet: str | None = None,
-            intel_mpi: Path | None = None) -> tuple[str, list[dict]]:
+def preview(name: str, count: int, subnet: str | None = None, intel_mpi: Path | None = None,
+            *, directory: Path, binds: tuple[str, ...]) -> tuple[str, list[dict]]:
     """What `up` would make now (for --dry-run): the subnet and the nodes; nothing is made."""
     _check_names(name, count)
     check_intel_mpi(intel_mpi)
+    check_binds(directory.absolute(), list(binds))
     network = net.check_subnet(subnet) if subnet else net.free_subnet()
     return str(network), plan_nodes(name, count, network)
 
@@ -88,6 +89,7 @@ def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
     directory = directory.absolute()
     _preflight(name, count)
     check_intel_mpi(intel_mpi)
+    check_binds(directory, list(binds))
     with _locked(directory):
         state = load_state(directory)
         if state is not None:
@@ -109,13 +111,14 @@ def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
                 _create(state, Made("bridge", bridge), lambda: net.add_bridge(bridge))
                 net.configure_bridge(bridge, state.host_address, network.prefixlen)
             _make(state)  # each part recorded before it is made: a kill here leaves it all for `down`
+            sites = write_sites(state, intel_mpi, list(binds))
         except (KitError, OSError) as exc:
             if state is None:
                 raise
             raise _undone(state, exc) from None
         state.complete = True
         state.save()
-        return Report(state, True, write_sites(state, intel_mpi, list(binds)))
+        return Report(state, True, sites)
 
 
 def _create(state: ClusterState, made: Made, create: Callable[[], None]) -> None:

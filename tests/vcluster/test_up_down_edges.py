@@ -56,3 +56,15 @@ def test_down_where_no_cluster_was_made_makes_nothing(tmp_path, capsys, dry):
     out = capsys.readouterr().out
     assert out == ("dry run: nothing recorded\n" if dry else f"no virtual cluster recorded in {where}: nothing to do\n")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bind", ["relative:/data", "/data:/in:/image", "/data"])
+def test_a_bind_the_site_configs_would_refuse_is_refused_before_anything_is_made(cluster_dir, capsys, bind):
+    """The configs are written last: a bind they refuse used to fail `up` with the cluster already
+    running (and no site config to use it with)."""
+    name = fresh_name()
+    for dry in ([], ["--dry-run"]):
+        assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name, "--bind", bind, *dry]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("kit: error: --bind/--dir: bind ") and bind in err, err
+        assert load_state(cluster_dir) is None and cluster_links(name) == []
