@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/gan3d_step.py [--batch-size 16] [--steps 4] [--repeat 3] [--layers] [--fused-ab]
     .venv/bin/python bench/gan3d_step.py --floors [--repeat 5] [--steps 2] [--profile --precision bf16]
+    .venv/bin/python bench/gan3d_step.py --forms [--repeat 5] [--steps 3]
 
 Prints a markdown table: the measured matmul peak (2048^2 float32), the paper's "single
 convolution kernel" (forward + backward of D's 32->8 channel 5^3 convolution, batch 16), and
@@ -20,7 +21,9 @@ wall times, the median of per-round wall ratios, and the median of per-round CPU
 which a loaded machine disturbs least); and, with 2 ranks under mpiexec, the bf16 step with
 gradients all-reduced in fp32 against fp16 compression. `--profile` breaks one step down by
 oneDNN primitive (ONEDNN_VERBOSE) and by TensorFlow op type (tf.profiler: casts, elementwise
-ops, BatchNorm, dropout's random numbers, optimizer).
+ops, BatchNorm, dropout's random numbers, optimizer). `--forms` times every convolution of the
+fp32 model (forward + both gradients) direct and in the frequency domain (gan3d.fft_conv) in one
+process, the table gan3d.model.FFT_LAYERS is chosen from.
 """
 from __future__ import annotations
 
@@ -295,6 +298,42 @@ def worker_floors(args) -> dict:
             "rounds": rounds, "cpu_rounds": cpu_rounds}
 
 
+def worker_forms(args) -> dict:
+    """Every convolution of the fp32 model, forward + both gradients at the step's shapes, as its
+    direct form (the model with fft=False) and in the frequency domain (gan3d.fft_conv), in
+    interleaved rounds: what gan3d.model.FFT_LAYERS is chosen from."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    from gan3d import fft_conv, model
+
+    nets = {"d": model.discriminator(args.preset, fft=False), "g": model.generator(args.preset, fft=False)}
+    rounds: dict[str, dict[str, list]] = {}
+    cpu_rounds: dict[str, dict[str, list]] = {}
+    runs = {}
+    for net in nets.values():
+        for layer in (lyr for lyr in net.layers if isinstance(lyr, tf.keras.layers.Conv3D)):
+            x = tf.random.stateless_normal((args.batch_size,) + tuple(layer.input_shape[1:]), [1, 2])
+            forms = {"direct": lambda a, w, layer=layer: layer.convolution_op(a, w),
+                     "frequency domain": lambda a, w, layer=layer: fft_conv.fft_conv3d(a, w, layer.padding.upper())}
+            for form, conv in forms.items():
+                def fwd_bwd(a, w, conv=conv):
+                    with tf.GradientTape() as tape:
+                        tape.watch([a, w])
+                        y = conv(a, w)
+                    return tape.gradient(y, [a, w], output_gradients=tf.ones_like(y))
+                runs[(layer.name, form)] = (tf.function(fwd_bwd), (x, tf.convert_to_tensor(layer.kernel)))
+    for fn, inputs in runs.values():
+        fn(*inputs)[0].numpy()
+    for _ in range(args.repeat):
+        for (name, form), (fn, inputs) in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(args.steps):
+                out = fn(*inputs)
+            out[0].numpy()
+            rounds.setdefault(name, {}).setdefault(form, []).append((time.perf_counter() - t0) / args.steps)
+            cpu_rounds.setdefault(name, {}).setdefault(form, []).append((time.process_time() - c0) / args.steps)
+    return {"rounds": rounds, "cpu_rounds": cpu_rounds}
+
+
 def worker_allreduce(args) -> dict:
     """2 ranks (mpiexec, Horovod): the step with gradients all-reduced in fp32 vs fp16, interleaved."""
     tf = _tf(args.threads, args.inter_op_threads)
@@ -439,7 +478,7 @@ TUNING = {  # variant: (threads, inter-op threads, batch size, extra environment
 
 WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak,
            "profile": worker_profile, "op_profile": worker_op_profile, "fused_ab": worker_fused_ab,
-           "floors": worker_floors,
+           "floors": worker_floors, "forms": worker_forms,
            "allreduce": worker_allreduce}
 
 
@@ -487,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors", action="store_true",
                     help="only issue 12's floors: kit fp32 / bf16 vs the reference structure in one process, "
                          "and the 2-rank all-reduce in fp32 vs fp16")
+    ap.add_argument("--forms", action="store_true",
+                    help="only every convolution (fp32, fwd + both grads) direct vs in the frequency domain, "
+                         "one process, interleaved: what gan3d.model.FFT_LAYERS is chosen from")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="precision of the whole-step rows, --profile and the all-reduce A/B")
     ap.add_argument("--only", help=argparse.SUPPRESS)
@@ -500,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu.describe()}; load {_load()} at start\n")
     if args.floors:
         return floors(args)
+    if args.forms:
+        return forms(args)
 
     peak = run_worker("peak", args, 2)["flop_per_second"]
     rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
@@ -586,6 +630,26 @@ def floors(args) -> int:
     print(f"\nload {_load()} at the end")
     if args.profile:
         print_profile(args)
+    return 0
+
+
+def forms(args) -> int:
+    """Print each convolution's direct and frequency-domain times and the ratio (> 1: the frequency
+    domain is faster), marking the layers gan3d.model.FFT_LAYERS computes that way."""
+    from gan3d.model import FFT_LAYERS
+
+    f = run_worker("forms", args, 2)
+    print(f"| convolution, fwd + both grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds "
+          f"× {args.steps}) | direct, best ms | frequency domain, best ms | × (best) | × (CPU s, median of rounds) "
+          "| in FFT_LAYERS |")
+    print("|---|---|---|---|---|---|")
+    for name, r in f["rounds"].items():
+        c = f["cpu_rounds"][name]
+        direct, freq = min(r["direct"]), min(r["frequency domain"])
+        per_cpu = statistics.median(a / b for a, b in zip(c["direct"], c["frequency domain"]))
+        print(f"| {name} | {1e3 * direct:.1f} | {1e3 * freq:.1f} | {direct / freq:.2f} | {per_cpu:.2f} "
+              f"| {'yes' if name in FFT_LAYERS else 'no'} |")
+    print(f"\nload {_load()} at the end")
     return 0
 
 

@@ -88,7 +88,7 @@ def summary(record: dict, plots: Path | None, results: Path) -> Table:
     table.add_row("showers/s (job)", f"{record['showers_per_second']:.2f}")
     table.add_row("GFLOP per shower (train step)", f"{record['flop_per_shower'] / 1e9:.1f}")
     fft = record.get("fft_convolutions") or []
-    table.add_row("GFLOP/s (job)" + (f", model FLOP ({', '.join(fft)} ran as FFTs: less arithmetic)" if fft else ""),
+    table.add_row("GFLOP/s (job)" + (f", model FLOP ({', '.join(fft)} ran in the frequency domain: less arithmetic)" if fft else ""),
                   f"{record['flop_per_second'] / 1e9:.1f}")
     for label, value, basis in peak_rows(record):
         table.add_row(label, value if basis is None else f"{value} ({basis})")

@@ -13,7 +13,7 @@ count part of it and it stays below 2% of the total (tests/gan3d_model/test_flop
 These are the model's FLOP, the ones rates and "% of peak" divide: the packed forward of
 gan3d.conv_forms.PackedConv3D also multiplies the zero half of its paired kernel, which
 `executed_step_flops` adds for the comparison with what the graph's ops do. A float32 model
-computes some convolutions through FFTs (gan3d.fft_conv), which do several times less
+computes some convolutions in the frequency domain (gan3d.fft_conv), which do several times less
 arithmetic than these counts: its FLOP/s are then model FLOP per second (the direct
 convolution's count, the paper's convention), more than the arithmetic the CPU executed.
 

@@ -74,16 +74,16 @@ def _policy(precision: str):
         tf.keras.mixed_precision.set_global_policy(before)
 
 
-# Layers computed through FFTs in a float32 model (gan3d.fft_conv): those where it measured faster
-# than the packed direct convolution, forward and both gradients (docs/benchmarks.md).
-FFT_LAYERS = frozenset({"d_conv2", "d_conv3", "d_conv4", "g_conv2"})
+# Layers computed in the frequency domain in a float32 model (gan3d.fft_conv): those where it
+# measured faster than the direct convolution, forward and both gradients (docs/benchmarks.md).
+FFT_LAYERS = frozenset({"d_conv1", "d_conv2", "d_conv3", "d_conv4", "g_conv1", "g_conv2", "g_conv3"})
 
 
-def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str, packed: bool = False,
-          fft: bool = False, **kw) -> tf.keras.layers.Layer:
-    """A Conv3D; with `fft`, in float32, through FFTs where that pays (FFT_LAYERS), else `packed`
-    for the layers with few output channels (gan3d.conv_forms.PackedConv3D)."""
-    cls = PackedConv3D if packed else tf.keras.layers.Conv3D
+def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str,
+          direct: type = tf.keras.layers.Conv3D, fft: bool = False, **kw) -> tf.keras.layers.Layer:
+    """A Conv3D; with `fft`, in float32, in the frequency domain where that pays (FFT_LAYERS), else
+    its `direct` form (gan3d.conv_forms' packed or image forms, or Keras' own)."""
+    cls = direct
     if fft and name in FFT_LAYERS and tf.keras.mixed_precision.global_policy().compute_dtype == "float32":
         cls = FFTConv3D
     return cls(filters, kernel, padding=padding, data_format="channels_last", name=name, **kw)
@@ -94,12 +94,12 @@ def _padded_conv(x, filters: int, pad: int, i: int, fft: bool):
 
     With pad 2 the pair equals one SAME convolution of the unpadded input (same kernel, same
     output); with pad 1 (output shrinks by 2) the pad stays a layer. Either way the conv is packed
-    (or, in float32, through FFTs).
+    (or, in float32, in the frequency domain).
     """
     if pad == 2:
-        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", packed=True, fft=fft)(x)
+        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", direct=PackedConv3D, fft=fft)(x)
     x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", packed=True, fft=fft)(x)
+    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", direct=PackedConv3D, fft=fft)(x)
 
 
 # The elementwise layers between convolutions (LeakyReLU, BatchNorm, Dropout) compute in float32
@@ -141,17 +141,17 @@ def _generator(p: Preset, fft: bool) -> tf.keras.Model:
     z = L.Input(shape=(p.latent_dim,), name="latent")
     x = L.Dense(7 * 7 * 8 * p.g_dense_channels, name="g_dense")(z)
     x = L.Reshape((7, 7, 8, p.g_dense_channels), name="g_reshape")(x)
-    x = _conv(f1, (6, 6, 8), "same", "g_conv1", kernel_initializer="he_uniform")(x)
+    x = _conv(f1, (6, 6, 8), "same", "g_conv1", fft=fft, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu1")(x)
     x = _bn("g_bn1")(x)
     x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
     x = L.ZeroPadding3D((2, 2, 0), name="g_pad1")(x)
-    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", packed=True, fft=fft, kernel_initializer="he_uniform")(x)
+    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", direct=PackedConv3D, fft=fft, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu2")(x)
     x = _bn("g_bn2")(x)
     x = L.UpSampling3D((2, 2, 3), name="g_up2")(x)
     x = L.ZeroPadding3D((1, 0, 3), name="g_pad2")(x)
-    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", packed=True, kernel_initializer="he_uniform")(x)
+    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", direct=PackedConv3D, fft=fft, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu3")(x)
     x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(x)
     image = L.ReLU(name="g_relu", dtype="float32")(x)
@@ -174,7 +174,7 @@ def _discriminator(p: Preset, fft: bool) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2 = p.d_filters
     image = L.Input(shape=IMAGE_SHAPE, name="image")
-    x = ImageConv3D(f1, (5, 5, 5), padding="same", name="d_conv1")(image)  # faster input-gradient
+    x = _conv(f1, (5, 5, 5), "same", "d_conv1", direct=ImageConv3D, fft=fft)(image)  # faster input-gradient
     x = _lrelu("d_lrelu1")(x)
     x = _dropout(p.dropout, "d_drop1")(x)
     for i, pad in enumerate((2, 2, 1), start=2):

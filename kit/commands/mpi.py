@@ -20,6 +20,8 @@ PAIR_SCHEMA = "kit-mpi-pair/1"
 def _pair_json(args: argparse.Namespace) -> int:
     """The same work as the text form; the document is printed only once all of it is done."""
     pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
+    if not args.dry_run:
+        mpi.pair_target(pair, args.out)  # refused before --prepare changes the image
     made = None if args.dry_run or not args.prepare else mpi.prepare_image_dir(pair, args.image)
     written = None if args.dry_run else str(mpi.write_pair(pair, args.out))
     emit(PAIR_SCHEMA, {"pair": pair.document(), "written": written, "prepared": made,
@@ -47,6 +49,7 @@ def _pair(args: argparse.Namespace) -> int:
                       highlight=False)
         console.print(f"dry run: nothing written (would write {args.out or pair_path(args.image)})")
         return 0
+    mpi.pair_target(pair, args.out)  # refused before --prepare changes the image
     if args.prepare:
         made = mpi.prepare_image_dir(pair, args.image)
         console.print(f"created in the image: {', '.join(made)}")

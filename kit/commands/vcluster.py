@@ -18,7 +18,8 @@ DEFAULT_DIR = Path("build/vcluster")
 def _up(args: argparse.Namespace) -> int:
     intel = args.intel_mpi or default_intel_mpi()
     if args.dry_run:
-        subnet, nodes = preview(args.name, args.nodes, args.subnet, intel)
+        subnet, nodes = preview(args.name, args.nodes, args.subnet, intel, directory=args.dir,
+                                binds=tuple(args.bind))
         print(f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, bridge kvc-{args.name} "
               f"on {subnet}")
         for n in nodes:

@@ -15,7 +15,7 @@ _HOME = {
     "CheckResult": "check", "run_check": "check",
     "ImageMPI": "discover", "MPILibrary": "discover", "find_image_mpi": "discover",
     "Pair": "pair_builder", "make_pair": "pair_builder", "prepare_image_dir": "pair_builder",
-    "write_pair": "pair_builder",
+    "write_pair": "pair_builder", "pair_target": "pair_builder",
     "PairedConversion": "convert_with_pair", "convert_paired": "convert_with_pair",
 }
 

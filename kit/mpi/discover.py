@@ -12,7 +12,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional, Tuple
 
 from kit.mpi.elf import ElfError, is_elf, open_elf
 from kit.mpi.imagefs import note, open_image_tree, wanted
@@ -27,6 +27,8 @@ SKIP_TOP = {"proc", "sys", "dev", "tmp", "run"}
 DPKG_MPI = {"libmpich12": "mpich", "libopenmpi3": "openmpi", "libmvapich2-12": "mvapich2"}
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
 MAX_DPKG_STATUS = 64 << 20  # a full distribution's is a few MB
+MAX_MPI_NAMES = 256  # MPI entries looked at (real images: a few, times their hwcap dirs)
+Facts = Tuple[Optional[str], Optional[str], Optional[str]]  # soname, vendor, MPI version of one file
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,10 @@ def _candidates(tree: Root, result: ImageMPI) -> tuple[str, list[tuple[str, str]
 
 
 def _library(tree: Root, name: str, path: str, dpkg: dict[str, str],
-             seen: set[tuple[str, str]]) -> MPILibrary | None:
-    """The MPI library a cache entry or scanned name points to; None if it is no MPI library."""
+             seen: set[tuple[str, str]], read: dict[tuple[int, int], Facts | Exception | None]) -> MPILibrary | None:
+    """The MPI library a cache entry or scanned name points to; None if it is no MPI library.
+    Each file (by inode: links and hard links alike) is read once, however many names lead to it:
+    a hostile cache listing one big library under thousands of names costs one read, not thousands."""
     found = tree.find(path)
     if found is None:
         return None
@@ -168,6 +172,24 @@ def _library(tree: Root, name: str, path: str, dpkg: dict[str, str],
     seen.add((name, real_rel))
     if not (_utf8(path) and _utf8(real_rel)):
         raise RootError(f"/{show(real_rel)}: its name is not UTF-8")
+    key = (st.st_dev, st.st_ino)
+    if key not in read:
+        try:
+            read[key] = _read_library(tree, real_rel, dpkg)
+        except (RootError, ElfError) as exc:
+            read[key] = exc
+    facts = read[key]
+    if isinstance(facts, Exception):
+        raise facts
+    if facts is None:
+        return None
+    soname, vendor, version = facts
+    return MPILibrary(name, path, "/" + real_rel, soname,
+                      _image_file_version(tree, real_rel, st.st_size, soname), vendor, version)
+
+
+def _read_library(tree: Root, real_rel: str, dpkg: dict[str, str]) -> Facts | None:
+    """SONAME, vendor and version of one library file; None if it defines no MPI_Init."""
     fh = tree.open_regular(real_rel, follow_last=False)
     if fh is None:  # gone since the lookup
         return None
@@ -176,9 +198,7 @@ def _library(tree: Root, name: str, path: str, dpkg: dict[str, str],
         if not elf.defines("MPI_Init"):
             return None
         vendor, version = elf.banner()
-    version = version or dpkg.get(vendor or "")
-    return MPILibrary(name, path, "/" + real_rel, facts.soname,
-                      _image_file_version(tree, real_rel, st.st_size, facts.soname), vendor, version)
+    return facts.soname, vendor, version or dpkg.get(vendor or "")
 
 
 def _elf_files(root: Path, result: ImageMPI):
@@ -219,9 +239,13 @@ def _inspect(tree: Root, root: Path, label: str, notes: list[str]) -> ImageMPI:
     result.source, candidates = _candidates(tree, result)
     dpkg = _dpkg_versions(tree, result)
     seen: set[tuple[str, str]] = set()
-    for name, path in candidates:
+    read: dict[tuple[int, int], Facts | Exception | None] = {}
+    if len(candidates) > MAX_MPI_NAMES:
+        result.note(f"{len(candidates)} MPI library names listed ({result.source}); only the first "
+                    f"{MAX_MPI_NAMES} were looked at")
+    for name, path in candidates[:MAX_MPI_NAMES]:
         try:
-            lib = _library(tree, name, path, dpkg, seen)
+            lib = _library(tree, name, path, dpkg, seen, read)
         except (RootError, ElfError) as exc:
             result.note(f"skipped {show(path)}: {exc}")
             continue

@@ -1,17 +1,21 @@
 """Build and write IMAGE.pair.yaml: which host MPI replaces the image's, and how to bind it."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import posixpath
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import yaml
 
-from kit.atomic import atomic_write_text
+from kit.atomic import exchange, fsync_dir, rename_noreplace
 from kit.errors import KitError
-from kit.image_names import PAIR_FORMAT, pair_path
+from kit.image_names import PAIR_FORMAT, is_pair_document, pair_path
 from kit.mpi.abi import DEFAULT_SONAME, AbiId, Verdict, advice_for, decide
 from kit.mpi.discover import ImageMPI, file_version_of, inspect_root
 from kit.mpi.imagefs import open_image_tree
@@ -23,6 +27,7 @@ from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
 
 COMPAT_DIR = "compat"  # in-image dir (inside mpi_target) of alias links; never a mount point
+PAIR_MAX = 1 << 20  # bytes a pair file the kit wrote may have (kit.image.target's bound)
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Pair:
     missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
     site_image: str | None = None  # where the image will be on the site, if not at `image`
     image_env: bool = True  # the image has /ch/environment (its ENV) for ch-run to import
+    image_id: tuple[int, ...] | None = None  # IMAGE as make_pair read it (write_pair: still the same?)
 
     @property
     def warnings(self) -> list[str]:
@@ -135,8 +141,28 @@ def image_abi(found: ImageMPI) -> AbiId:
 def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: str = "full") -> Pair:
     """Decide the pair for ``image`` at ``site``; raises KitError if they cannot pair."""
     site = load_site(site)
+    seen = _identity(image)
     with open_image_tree(image) as tree:
-        return pair_from_root(site, tree.root, str(image), mode, tree.notes)
+        pair = pair_from_root(site, tree.root, str(image), mode, tree.notes)
+    if _identity(image) != seen:
+        raise KitError(_replaced(image))
+    pair.image_id = seen
+    return pair
+
+
+def _identity(image: str | os.PathLike) -> tuple[int, ...] | None:
+    """What tells a replaced IMAGE from the one read: device, inode, size and mtime (through a
+    link such as NAME.current, of what it points at)."""
+    try:
+        st = os.stat(image)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _replaced(image: str | os.PathLike) -> str:
+    return (f"{image}: was replaced or changed while it was being paired; no pair file was written; "
+            "fix: run kit mpi pair again once it is in place")
 
 
 def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes: Sequence[str] = ()) -> Pair:
@@ -206,16 +232,121 @@ def missing_in_root(pair: Pair, tree: Root) -> list[str]:
     return missing
 
 
-def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
+def pair_target(pair: Pair, out: str | os.PathLike | None = None) -> Path:
+    """Where write_pair writes (OUT, else IMAGE.pair.yaml), refused before any work (e.g. --prepare)
+    if something the kit did not write is there: a user's file, a link, a directory."""
     path = Path(out) if out else pair_path(pair.image)
-    atomic_write_text(path, yaml.safe_dump(pair.document(), sort_keys=False, width=100))
+    with _directory(path) as dir_fd:
+        _pair_file_at(dir_fd, path)
     return path
+
+
+def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
+    """Write the pair atomically; what is at that name is replaced only if it is a pair file the
+    kit wrote (checked again after the swap, which is undone if another file slipped in), and
+    only while IMAGE is still the image that was paired."""
+    path = Path(out) if out else pair_path(pair.image)
+    text = yaml.safe_dump(pair.document(), sort_keys=False, width=100)
+    with _directory(path) as dir_fd:
+        old = _pair_file_at(dir_fd, path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        name = os.path.basename(tmp)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fchmod(fh.fileno(), 0o644)
+                os.fsync(fh.fileno())
+            if pair.image_id is not None and _identity(pair.image) != pair.image_id:
+                raise KitError(_replaced(pair.image))
+            if old is None:
+                try:
+                    rename_noreplace(dir_fd, name, path.name)
+                    name = None
+                except FileExistsError:  # another run wrote it meanwhile: replaced if it is a pair
+                    old = _pair_file_at(dir_fd, path)
+            if name is not None:
+                _swap_in(dir_fd, name, path, old)
+            fsync_dir(dir_fd)
+        except OSError as exc:
+            raise KitError(f"{path}: cannot write it ({exc.strerror or exc}); fix: check the free space and "
+                           f"permissions of {path.parent}") from None
+        finally:
+            if name is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+    return path
+
+
+def _swap_in(dir_fd: int, name: str, path: Path, old: int | None) -> None:
+    """Exchange the new file NAME with the pair file (inode OLD) at PATH; the new file's name
+    then holds the old one, which the caller removes. Where the filesystem cannot exchange (NFS),
+    a check then a rename: one system call's window."""
+    try:
+        exchange(dir_fd, name, path.name)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS):
+            raise
+        if _pair_file_at(dir_fd, path) != old:
+            raise KitError(f"{path}: changed while the pair was written; nothing was replaced; fix: run "
+                           "again") from None
+        os.rename(name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino != old:
+        exchange(dir_fd, name, path.name)  # not the file that was checked: put it back
+        raise KitError(f"{path}: changed while the pair was written; nothing was replaced; fix: run again")
+
+
+@contextlib.contextmanager
+def _directory(path: Path):
+    """An fd on the pair file's directory (made if needed), for calls that cannot be redirected."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise KitError(f"{path}: cannot use the directory {path.parent} ({exc.strerror or exc}); fix: "
+                       "create it or name another file with --out") from None
+    try:
+        yield dir_fd
+    finally:
+        os.close(dir_fd)
+
+
+def _pair_file_at(dir_fd: int, path: Path) -> int | None:
+    """The inode of a pair file the kit wrote at PATH, None if nothing is there; anything else
+    raises KitError: it is neither followed nor replaced."""
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        kind = "a symlink" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror})"
+        raise KitError(_not_ours(path, kind)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KitError(_not_ours(path, "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"))
+        data = os.read(fd, PAIR_MAX + 1)
+    finally:
+        os.close(fd)
+    if len(data) > PAIR_MAX or not is_pair_document(data, path):
+        raise KitError(_not_ours(path, "a file that is not a pair file (no kit_pair: 1)"))
+    return st.st_ino
+
+
+def _not_ours(path: Path, kind: str) -> str:
+    return (f"{path}: is {kind}, which kit mpi pair did not write; it is left alone; fix: move it away "
+            "or name another file with --out")
 
 
 def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
     """Create the pair's mount points and alias links in a writable image tree. The image's
     own symlinks are followed inside it only (kit.rootfs), so nothing outside it is created,
-    changed or deleted; a stale alias link is replaced, anything else in the way refused."""
+    changed or deleted; a stale alias link is replaced, anything else in the way refused.
+    Preparing the image that was paired keeps its identity current for write_pair."""
+    ours = pair.image_id is not None and os.path.abspath(rootfs) == os.path.abspath(pair.image)
+    if ours and _identity(rootfs) != pair.image_id:
+        raise KitError(_replaced(rootfs))
     made = []
     with Root(rootfs) as tree:
         for dst in pair.mount_points:
@@ -225,4 +356,6 @@ def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
             tree.symlink(link, posixpath.relpath(target, posixpath.dirname(link)), through_links=True,
                          replace_link=True, make_parents=0o755)
             made.append(link)
+    if ours:
+        pair.image_id = _identity(rootfs)
     return made

@@ -219,7 +219,7 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
     fft = sorted({layer for row in rows for run in row.runs for layer in run.fft_convolutions})
     if fft:
         lines += ["", f"{unit} count model FLOP (the direct convolutions' multiply-adds, the paper's count): "
-                  f"{', '.join(fft)} ran as FFTs, which do less arithmetic, so the rate and its % of peak are "
+                  f"{', '.join(fft)} ran in the frequency domain, which does less arithmetic, so the rate and its % of peak are "
                   "effective figures, more than the arithmetic the CPU executed (docs/peaks.md)."]
     if any(r.percent_of_peak_denominator is None for r in rows):
         lines += ["", "— : no % of peak: the site states no peak for the run and it measured none "

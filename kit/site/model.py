@@ -15,6 +15,9 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MCA_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,118}")  # OMPI_MCA_<name> stays an ENV_NAME
 WALLTIME_RE = re.compile(r"(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]")
 SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are read without a shell
+# an in-image directory below /: no ':' (it splits ch-run's --bind=SRC:DST and LD_LIBRARY_PATH), no
+# component starting with '.' (no '..' climbing), no '~' (nobody's home inside the image)
+IMAGE_DIR_RE = re.compile(r"(?:/[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,254}){1,32}")
 # The MPI vendors a site may name, and the ABI family of each: a host MPI replaces an image's
 # only within one family (kit.mpi.abi's rules; the image recipe is chosen by family).
 FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
@@ -71,18 +74,32 @@ def _absolute(value: str) -> str | None:
     return None
 
 
-def _absolute_list(values: list[str]) -> str | None:
+def _library_dirs(values: list[str]) -> str | None:
+    """Each is bound with ch-run's --bind=SRC:DST, which cannot carry a ':' in SRC."""
     for value in values:
         if message := _absolute(value):
             return message
+        if ":" in value:
+            return (f"{shown(value)} holds a ':', which ch-run's --bind=SRC:DST cannot carry; fix: name the "
+                    "directory by a path without one (e.g. a symlink to it)")
     return None
 
 
-def _binds(values: list[str]) -> str | None:
+def _image_dir(value: str) -> str | None:
+    if not IMAGE_DIR_RE.fullmatch(value):
+        return (f"{shown(value)} is not a directory inside the image below / (components of letters, digits "
+                "and ._+-, none starting with '.'; no ':', which splits --bind and LD_LIBRARY_PATH); "
+                "fix: e.g. /opt/hostmpi")
+    return None
+
+
+def binds_problem(values: list[str]) -> str | None:
+    """container.binds: each SRC:DST, two absolute paths (kit vcluster checks its --bind with this)."""
     for value in values:
         src, sep, dst = value.partition(":")
-        if not sep or not src.startswith("/") or not dst.startswith("/"):
-            return f"bind {shown(value)} must be SRC:DST with two absolute paths"
+        if not sep or not src.startswith("/") or not dst.startswith("/") or ":" in dst:
+            return (f"bind {shown(value)} must be SRC:DST with two absolute paths and no other ':' "
+                    "(ch-run's --bind cannot carry one)")
     return None
 
 
@@ -183,7 +200,7 @@ SCHEMA = Section({
         "vendor": Field("str", choices=MPI_VENDORS),
         "version": Field("str"),
         "prefix": Field("str", check=_absolute),
-        "library_dirs": Field("list[str]", required=False, default=[], check=_absolute_list),
+        "library_dirs": Field("list[str]", required=False, default=[], check=_library_dirs),
         "launcher": Field("str", check=_launcher, doc="command that starts ranks, e.g. 'srun' or 'mpiexec'"),
         "env": Field("map[str,str]", required=False, default={}, check=_env_names,
                      doc="set for the launcher and, translated into the container, for the ranks"),
@@ -197,9 +214,9 @@ SCHEMA = Section({
     "container": Field(Section({
         "runtime": Field("str", choices=("charliecloud",)),
         "image_dir": Field("str", check=_absolute),
-        "binds": Field("list[str]", required=False, default=[], check=_binds),
+        "binds": Field("list[str]", required=False, default=[], check=binds_problem),
         "join": Field("bool", required=False, default=True),
-        "mpi_target": Field("str", required=False, default="/opt/hostmpi", check=_absolute,
+        "mpi_target": Field("str", required=False, default="/opt/hostmpi", check=_image_dir,
                             doc="in-image directory the host MPI library dirs are bound under"),
     })),
     "modules": Field("list[str]", required=False, default=[]),

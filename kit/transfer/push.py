@@ -14,6 +14,7 @@ makes it durable, and renames it into place only if the sha256 matches.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import secrets
 import shutil
@@ -31,7 +32,8 @@ import paramiko
 
 from kit.errors import KitError
 from kit.excerpt import one_line
-from kit.image_names import PAIR, load_pair_document, sha256_file
+from kit.image_names import (MANIFEST, PAIR, SHA256, SIDECARS, is_pair_document, is_sha256_file,
+                             load_pair_document, sha256_file, sidecar)
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, recorded_sha256
@@ -51,6 +53,7 @@ BANNER_LINES = 1000     # lines a login shell may print before the receiver's pr
 STREAM_STALL = 900      # s in which no byte moves and the remote re-hash reports no progress
 OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
 SFTP_TIMEOUT = 300      # s one SFTP request may take (siblings are small files)
+SIDECAR_MAX = {SHA256: 4096, PAIR: 1 << 20, MANIFEST: 64 << 20}  # bytes of a remote sidecar read (kit.image.target)
 
 # What the remote answers must hold (remote.parse checks the types)
 PROBE = {"dir": str, "free": int, "final_matches": bool, "part_size": int, "chunk_hashes": list,
@@ -73,10 +76,11 @@ class PushReport:
     resent_chunks: list[int] = field(default_factory=list)
     siblings: list[str] = field(default_factory=list)
     direct_io: bool | None = None       # how the receiver wrote the bytes (None: nothing written)
-    pair_warnings: list[str] = field(default_factory=list)  # the image's pair vs this site
+    pair_warnings: list[str] = field(default_factory=list)  # the image's pair vs this site; sidecars unchecked
     installed: str | None = None
     current: str | None = None
     pruned: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # an earlier image's sidecars removed beside this one
     dry_run: bool = False
     seconds: float = 0.0
 
@@ -88,6 +92,8 @@ class PushReport:
             out.append(f"chunks re-sent after a failed check: {self.resent_chunks}")
         if self.siblings:
             out.append(f"{verb} copy alongside: {', '.join(self.siblings)}")
+        if self.stale:
+            out.append(f"removed an earlier image's {', '.join(self.stale)} (this image has none)")
         out += [f"warning: {w}" for w in self.pair_warnings]
         if self.installed:
             out.append(f"{verb} install {self.installed} and point {self.current} at it")
@@ -280,15 +286,27 @@ def _missing_warning(missing: list[str], host: str) -> list[str]:
             "transfer host may not see every compute-node path)"] if missing else []
 
 
-def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> list[str]:
+def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str,
+                  sha: str) -> tuple[list[str], list[str], list[str]]:
     """Small files go by SFTP to a new dot-temp name of this push (created exclusively: a link
     planted in a shared directory is not followed), then are renamed into place; a final name
-    held by anything but a regular file is refused."""
-    if not img.siblings:
-        return []  # no SFTP session for nothing
-    names, sftp = [], None
+    held by anything but a regular file is refused. Returns (copied, stale removed, warnings): a
+    sidecar of an earlier image pushed under this name that this image lacks (its .sha256 would
+    name the wrong digest, its pair another image's MPI) is removed if the kit wrote it, else
+    refused. An image with no siblings needs no SFTP: where there is none (a login that prints on
+    every session), that check is a warning."""
+    names, stale, sftp = [], [], None
     try:
-        sftp = _sftp(conn)
+        try:
+            sftp = _sftp(conn)
+        except (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError) as exc:
+            if img.siblings:
+                raise
+            return [], [], [f"could not look for an earlier image's sidecars beside {img.path.name} on "
+                            f"{conn.host} (SFTP: {one_line(str(exc), 200) or type(exc).__name__}); a "
+                            f"{SHA256} or {PAIR} left there by another image under this name would not "
+                            "describe this one: check that directory"]
+        stale = _drop_stale_sidecars(sftp, conn.host, img, directory, sha)
         for sib in img.siblings:
             tmp, final = f"{directory}/.{sib.name}.{secrets.token_hex(6)}.tmp", f"{directory}/{sib.name}"
             try:
@@ -302,13 +320,58 @@ def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str) -> l
                 shutil.copyfileobj(src, dst, 1 << 20)
             sftp.posix_rename(tmp, final)
             names.append(sib.name)
-    except (OSError, EOFError, paramiko.SSHException) as exc:
+    except (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError) as exc:
         raise KitError(f"copying {img.path.name}'s sibling files to {conn.host}:{directory} failed "
                        f"({' '.join(str(exc).split()) or type(exc).__name__}); run the same command again") from exc
     finally:
         if sftp is not None:
             sftp.close()
-    return names
+    return names, stale, []
+
+
+def _drop_stale_sidecars(sftp: paramiko.SFTPClient, host: str, img: LocalImage, directory: str,
+                         sha: str) -> list[str]:
+    """Remove the remote sidecars (either naming form) this image has none of, if the kit wrote them."""
+    have = {p.name for p in img.siblings}
+    removed = []
+    for suffix in SIDECARS:
+        for name in dict.fromkeys((sidecar(img.path, suffix).name, img.stem + suffix)):
+            if name in have:
+                continue
+            path = f"{directory}/{name}"
+            try:
+                mode = sftp.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            data = None
+            if stat.S_ISREG(mode):
+                with sftp.open(path, "rb") as fh:
+                    data = fh.read(SIDECAR_MAX[suffix] + 1)
+            if suffix == SHA256 and data is not None and data.split()[:1] == [sha.encode()]:
+                continue  # a checksum of this very image (e.g. sha256sum's): right, so kept
+            if data is None or not _kit_sidecar(data, suffix, img.path.name, path):
+                raise KitError(f"{host}:{path} is beside the image but was not written by kit for it, and "
+                               f"{img.path.name} has no {suffix} to replace it; it is left alone; fix: remove it "
+                               "or use another --remote-dir (nothing was installed)")
+            sftp.remove(path)
+            removed.append(name)
+    return removed
+
+
+def _kit_sidecar(data: bytes, suffix: str, image: str, path: str) -> bool:
+    """Whether bytes read (bounded) are a sidecar `kit image convert` writes: the same test as
+    kit.image.target's for a local OUT."""
+    if len(data) > SIDECAR_MAX[suffix]:
+        return False
+    if suffix == SHA256:
+        return is_sha256_file(data, image)
+    if suffix == PAIR:
+        return is_pair_document(data, path)
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("tool") == "kit image convert"
 
 
 def _sftp(conn: fabric.Connection) -> paramiko.SFTPClient:
@@ -381,7 +444,8 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
                     opening.result()
                 raise
             report.remote_path, report.direct_io = answer["path"], answer.get("direct_io")
-            report.siblings = _put_siblings(opening.result(), img, directory)
+            report.siblings, report.stale, unchecked = _put_siblings(opening.result(), img, directory, sha)
+            pair_warnings += unchecked
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         report.pair_warnings = pair_warnings + _missing_warning(plan.missing, ep.hostname)
         if install:

@@ -200,6 +200,44 @@ class Heartbeat(object):
             self.stream.flush()
 
 
+def trusted_dir(directory):
+    """Refuse a symlink on the way to DIRECTORY that neither this user nor root made (one planted
+    in a shared tree, or swapped in for the directory since the last push): the kit writes,
+    lists and installs only where the user or the site's admin pointed it. Links of this user or
+    root (a home on another filesystem) are followed as the kernel would; what does not exist yet
+    is made by this user."""
+    todo = [c for c in os.path.join(os.getcwd(), directory).split("/") if c]
+    done, hops = "/", 0
+    while todo:
+        part = todo.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        path = os.path.join(done, part)
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return
+            raise
+        if not stat.S_ISLNK(st.st_mode):
+            done = path
+            continue
+        if st.st_uid not in (0, os.geteuid()):
+            raise Refused("%s is a symlink of uid %d, neither this user's nor root's, on the way to %s; kit "
+                          "transfer does not follow it: remove it (or use another directory)"
+                          % (path, st.st_uid, directory))
+        hops += 1
+        if hops > 40:
+            raise Refused("%s: too many levels of symlinks on the way to %s" % (path, directory))
+        target = os.readlink(path)
+        if target.startswith("/"):
+            done = "/"
+        todo = [c for c in target.split("/") if c] + todo
+
+
 def lock_dir(directory, wait, what):
     """An exclusive flock on `directory` (made if needed), waited for up to `wait` seconds.
 
@@ -923,6 +961,7 @@ def main(argv):
     try:
         if mode in ("probe", "push"):
             directory, name = args[0], check_name(args[1], "NAME")
+            trusted_dir(directory)
             size, sha, chunk = number(args[2], "SIZE"), args[3], number(args[4], "CHUNK", 1)
             if not SHA_RE.fullmatch(sha):
                 raise Usage("SHA %r: 64 lowercase hex digits" % sha)
@@ -937,12 +976,16 @@ def main(argv):
             wait = number(args[8], "WAIT") if len(args) > 8 else INSTALL_WAIT
             if len(args) > 9 and args[9] == "1":
                 stop_when_stdin_closes()
+            trusted_dir(os.path.dirname(args[0]) or ".")
+            trusted_dir(args[1])
             install(args[0], args[1], check_name(args[2], "NAME"), check_version(args[3]),
                     number(args[4], "KEEPN"), args[5] == "1", args[6], stall, wait)
         elif mode == "versions":
+            trusted_dir(args[0])
             listing(args[0], check_name(args[1], "NAME"))
         elif mode == "switch":
             wait = number(args[4], "WAIT") if len(args) > 4 else INSTALL_WAIT
+            trusted_dir(args[0])
             switch(args[0], check_name(args[1], "NAME"), args[2], args[3] == "1", wait)
         else:
             raise Usage("unknown mode %s" % mode)

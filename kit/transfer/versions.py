@@ -80,8 +80,9 @@ def installed_versions(name: str, site, *, host: str | None = None, user: str | 
 def pick(versions: Versions, name: str, to: str | None) -> str:
     """The entry to switch to: `to` (entry name or sha prefix), else the one installed before current."""
     entries = [v.entry for v in versions.versions]
-    if to:
-        found = [e for e in entries if e == to or e.split("@", 1)[1].startswith(to)]
+    if to is not None:  # an empty --to (a script's unset variable) names nothing: never "the one before"
+        found = [e for e in entries  # NAME@SHA names a SquashFS version (NAME@SHA.sqfs) too
+                 if to.strip() and (to in (e, e.removesuffix(".sqfs")) or e.split("@", 1)[1].startswith(to))]
         if len(found) != 1:
             raise KitError(f"--to {to}: {'matches ' + ', '.join(found) if found else 'matches no version'} "
                            f"of {name} in {versions.where}; installed: {', '.join(entries) or 'none'}")

@@ -1,17 +1,18 @@
 """up / down / status of a virtual cluster kept in one directory (its state, config and logs)."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.errors import KitError
 from kit.vcluster import daemons, net
-from kit.vcluster.sites import SITE_FILES, check_intel_mpi, write_sites
+from kit.vcluster.sites import SITE_FILES, check_binds, check_intel_mpi, write_sites
 from kit.vcluster.slurmconf import hosts_file, slurm_conf
 from kit.vcluster.state import NAME_RE, ClusterState, Made, VclusterError, load_state
 
@@ -34,7 +35,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
+@contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """One up/down at a time per cluster directory."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -64,11 +65,12 @@ def _preflight(name: str, count: int) -> None:
                             "munge and iproute2 (scripts/setup.sh does, as root)")
 
 
-def preview(name: str, count: int, subnet: str | None = None,
-            intel_mpi: Path | None = None) -> tuple[str, list[dict]]:
+def preview(name: str, count: int, subnet: str | None = None, intel_mpi: Path | None = None,
+            *, directory: Path, binds: tuple[str, ...]) -> tuple[str, list[dict]]:
     """What `up` would make now (for --dry-run): the subnet and the nodes; nothing is made."""
     _check_names(name, count)
     check_intel_mpi(intel_mpi)
+    check_binds(directory.absolute(), list(binds))
     network = net.check_subnet(subnet) if subnet else net.free_subnet()
     return str(network), plan_nodes(name, count, network)
 
@@ -82,46 +84,81 @@ def plan_nodes(name: str, count: int, subnet) -> list[dict]:
 def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
        intel_mpi: Path | None = None, binds: tuple[str, ...] = ()) -> Report:
     """Start an N-node cluster, or report the one already running here. A half-made one (an `up`
-    killed, a daemon dead) is refused: `down` first."""
+    killed, a daemon dead) is refused: `down` first. An `up` that fails half-way removes what it
+    made (and nothing else) before it says why."""
     directory = directory.absolute()
     _preflight(name, count)
     check_intel_mpi(intel_mpi)
+    check_binds(directory, list(binds))
     with _locked(directory):
         state = load_state(directory)
         if state is not None:
             return _running(state, count, name)
-        with net.allocation_lock():
-            network = net.check_subnet(subnet) if subnet else net.free_subnet()
-            hosts = list(network.hosts())
-            nodes = plan_nodes(name, count, network)
-            bridge = f"kvc-{name}"
-            taken = [x for x in [bridge] + [n["veth"] for n in nodes] if net.link_exists(x)] \
-                + [n["netns"] for n in nodes if net.netns_exists(n["netns"])]
-            if taken:
-                raise VclusterError(f"{', '.join(taken)} already exist(s) on this host and {directory} records no "
-                                    "cluster that made them; fix: --name OTHER, or kit vcluster down --dir "
-                                    "THE_DIR_THAT_MADE_THEM")
-            state = ClusterState(name, str(directory), str(network), nodes, bridge, str(hosts[0]),
-                                 socket.gethostname().split(".")[0], name)
-            state.record(Made("bridge", bridge))
-            net.add_bridge(bridge, state.host_address, network.prefixlen)
-        _make(state)  # each part recorded before it is made: a failure here leaves it all for `down`
+        try:
+            with net.allocation_lock():
+                network = net.check_subnet(subnet) if subnet else net.free_subnet()
+                hosts = list(network.hosts())
+                nodes = plan_nodes(name, count, network)
+                bridge = f"kvc-{name}"
+                taken = [x for x in [bridge] + [n["veth"] for n in nodes] if net.link_exists(x)] \
+                    + [n["netns"] for n in nodes if net.netns_exists(n["netns"])]
+                if taken:
+                    raise VclusterError(f"{', '.join(taken)} already exist(s) on this host and {directory} records "
+                                        "no cluster that made them; fix: --name OTHER, or kit vcluster down --dir "
+                                        "THE_DIR_THAT_MADE_THEM")
+                state = ClusterState(name, str(directory), str(network), nodes, bridge, str(hosts[0]),
+                                     socket.gethostname().split(".")[0], name)
+                _create(state, Made("bridge", bridge), lambda: net.add_bridge(bridge))
+                net.configure_bridge(bridge, state.host_address, network.prefixlen)
+            _make(state)  # each part recorded before it is made: a kill here leaves it all for `down`
+            sites = write_sites(state, intel_mpi, list(binds))
+        except (KitError, OSError) as exc:
+            if state is None:
+                raise
+            raise _undone(state, exc) from None
         state.complete = True
         state.save()
-        return Report(state, True, write_sites(state, intel_mpi, list(binds)))
+        return Report(state, True, sites)
+
+
+def _create(state: ClusterState, made: Made, create: Callable[[], None]) -> None:
+    """Record MADE, then make it. If making it fails, nothing was made (e.g. another took the name
+    after the check): its record goes, so that no undo or `down` removes what someone else made."""
+    state.record(made)
+    try:
+        create()
+    except VclusterError:
+        state.made.remove(made)
+        state.save()
+        raise
+
+
+def _undone(state: ClusterState, exc: BaseException) -> VclusterError:
+    """Remove what a failed `up` recorded, and its state file (its config and logs stay): the error
+    to raise, saying so, or naming `down` if removing failed too."""
+    reason = str(exc) if isinstance(exc, KitError) else f"{exc.filename or state.directory}: {exc.strerror or exc}"
+    try:
+        _remove(state)
+    except (KitError, OSError) as again:
+        return VclusterError(f"{reason}; removing what this up made failed too ({again}); fix: kit vcluster down "
+                             f"--dir {state.directory}")
+    return VclusterError(f"{reason} (this up removed what it had made)")
 
 
 def _make(state: ClusterState) -> None:
     d = Path(state.directory)
     prefixlen = int(state.subnet.split("/")[1])
     for node in state.nodes:
-        state.record(Made("netns", node["netns"]))
-        net.ip("netns", "add", node["netns"])
-        state.record(Made("veth", node["veth"]))
-        net.add_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
+        _create(state, Made("netns", node["netns"]), lambda: net.ip("netns", "add", node["netns"]))
+        _create(state, Made("veth", node["veth"]), lambda: net.add_veth(node["netns"], node["veth"]))
+        net.configure_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
     per_node = [f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes]  # tmp: slurm.conf's TmpFS
     for sub in ("munge", "run", "logs", "slurmctld", *per_node):
-        (d / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise VclusterError(f"{d / sub}: {exc.strerror}, where the cluster keeps its {sub.split('/')[0]} "
+                                "directory; fix: move it away, or use another --dir") from None
     (d / "munge").chmod(0o755)  # munged wants the socket's directory searchable by every client
     key = d / "munge" / "munge.key"
     if not key.exists():
@@ -176,23 +213,26 @@ def down(directory: Path, dry_run: bool = False) -> list[str]:
     """Stop and remove, newest first, exactly what the state records; what is already gone is
     skipped. The directory's config and logs stay (they are the user's to read)."""
     directory = directory.absolute()
+    if dry_run or not directory.is_dir():  # a dry run only reads (the state is written atomically), and
+        state = load_state(directory)      # no directory records no cluster: neither makes the lock
+        return [f"{made.kind} {made.name}" for made in reversed(state.made)] if state else []
     with _locked(directory):
         state = load_state(directory)
-        if state is None:
-            return []
-        removed = []
-        for made in reversed(state.made):
-            removed.append(f"{made.kind} {made.name}")
-            if dry_run:
-                continue
-            daemons.stop(made)
-            if made.kind == "netns":
-                net.delete_netns(made.name)
-            elif made.kind in ("veth", "bridge"):
-                net.delete_link(made.name)
-        if dry_run:
-            return removed
-        for node in state.nodes:
-            (directory / "run" / f"slurmd-{node['name']}.pid").unlink(missing_ok=True)
-        state.path.unlink()
-        return removed
+        return _remove(state) if state else []
+
+
+def _remove(state: ClusterState) -> list[str]:
+    """Stop and remove, newest first, what the state records, then the state file."""
+    removed = []
+    for made in reversed(state.made):
+        removed.append(f"{made.kind} {made.name}")
+        daemons.stop(made)
+        if made.kind == "netns":
+            net.delete_netns(made.name)
+        elif made.kind in ("veth", "bridge"):
+            net.delete_link(made.name)
+    for node in state.nodes:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            (Path(state.directory) / "run" / f"slurmd-{node['name']}.pid").unlink()
+    state.path.unlink()
+    return removed

@@ -38,11 +38,11 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
-        raise VclusterError(f"{what} did not start in {START_TIMEOUT} s; fix: see the logs, then kit vcluster down") \
-            from None
+        raise VclusterError(f"{what} did not start in {START_TIMEOUT} s; fix: see the logs in the cluster "
+                            "directory") from None
     if done.returncode:
         raise VclusterError(f"{what} did not start: {one_line(done.stderr or done.stdout, 300)}; fix: see the "
-                            "logs in the cluster directory, then kit vcluster down")
+                            "logs in the cluster directory")
 
 
 def start_munged(state: ClusterState) -> None:
@@ -92,7 +92,7 @@ def wait_idle(state: ClusterState, timeout: float = IDLE_TIMEOUT) -> None:
         if time.monotonic() > deadline:
             raise VclusterError(f"nodes not idle after {timeout:.0f} s: "
                                 + ", ".join(f"{n} {s}" for n, s in states.items())
-                                + f"; fix: see {Path(state.directory) / 'logs'}, then kit vcluster down")
+                                + f"; fix: see {Path(state.directory) / 'logs'}")
         time.sleep(0.3)
 
 

@@ -26,10 +26,9 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         raise VclusterError(f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s; fix: check the host's "
-                            "network stack, then kit vcluster down") from None
+                            "network stack") from None
     if check and done.returncode:
-        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}; fix: the cause ip names, "
-                            "then kit vcluster down (it removes what was made so far)")
+        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}; fix: the cause ip names")
     return done
 
 
@@ -97,14 +96,22 @@ def allocation_lock() -> Iterator[None]:
         os.close(fd)
 
 
-def add_bridge(name: str, address: str, prefixlen: int) -> None:
+def add_bridge(name: str) -> None:
+    """Fails if the name is taken (then nothing was made): the caller's record of it goes."""
     ip("link", "add", name, "type", "bridge")
+
+
+def configure_bridge(name: str, address: str, prefixlen: int) -> None:
     ip("addr", "add", f"{address}/{prefixlen}", "dev", name)
     ip("link", "set", name, "up")
 
 
-def add_node(netns: str, veth: str, bridge: str, address: str, prefixlen: int) -> None:
+def add_veth(netns: str, veth: str) -> None:
+    """Fails if the name is taken (then nothing was made): the caller's record of it goes."""
     ip("link", "add", veth, "type", "veth", "peer", "name", NODE_IFACE, "netns", netns)
+
+
+def configure_node(netns: str, veth: str, bridge: str, address: str, prefixlen: int) -> None:
     ip("link", "set", veth, "master", bridge, "up")
     ip("-n", netns, "addr", "add", f"{address}/{prefixlen}", "dev", NODE_IFACE)
     ip("-n", netns, "link", "set", NODE_IFACE, "up")

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from kit.atomic import atomic_write_text
-from kit.site.model import SCHEMA
+from kit.site.model import SCHEMA, binds_problem
 from kit.site.probe import probe_host
 from kit.site.schema import check_document
 from kit.vcluster.net import NODE_IFACE
@@ -129,6 +129,14 @@ def openmpi_site(state: ClusterState, binds: list[str]) -> dict | None:
                                             "oob_tcp_if_include": state.subnet},
                                     "allow_run_as_root": True}}
     return site
+
+
+def check_binds(directory: Path, binds: list[str]) -> None:
+    """The binds every config gets (the cluster directory, and --bind), checked by the site schema's
+    rule before anything is made: a config refused after the cluster is up would leave it useless."""
+    if problem := binds_problem([f"{directory}:{directory}", *binds]):
+        raise VclusterError(f"--bind/--dir: {problem}; fix: name directories without ':' as absolute "
+                            "paths SRC:DST")
 
 
 def write_sites(state: ClusterState, intel_prefix: Path | None, binds: list[str]) -> list[Path]:

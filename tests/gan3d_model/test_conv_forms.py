@@ -31,10 +31,12 @@ def test_image_conv3d_matches_tf_conv3d_and_its_gradients(ksize, cout):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_discriminator_first_layer_is_a_plain_conv3d_with_same_parameters():
-    d = model.discriminator("full")
+@pytest.mark.parametrize("fft", [True, False])
+def test_discriminator_first_layer_is_a_plain_conv3d_with_same_parameters(fft):
+    d = model.discriminator("full", fft=fft)
     layer = d.get_layer("d_conv1")
-    assert isinstance(layer, tf.keras.layers.Conv3D) and isinstance(layer, conv_forms.ImageConv3D)
+    assert isinstance(layer, tf.keras.layers.Conv3D)
+    assert isinstance(layer, FFTConv3D if fft else conv_forms.ImageConv3D)
     assert layer.count_params() == 4_032
     ref = tf.keras.layers.Conv3D(32, (5, 5, 5), padding="same")
     x = tf.random.stateless_uniform((2, 25, 25, 25, 1), [7, 8])
@@ -131,7 +133,7 @@ def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv(prec
 @pytest.mark.parametrize("fft", [True, False])
 def test_fast_layers_of_the_full_models_equal_plain_conv3d(build, names, fft):
     """Same parameters and outputs as the plain Keras Conv3D the reference has at that place;
-    in a float32 model the FFT_LAYERS compute through FFTs, the others packed."""
+    in a float32 model the FFT_LAYERS compute in the frequency domain, the others packed."""
     m = build("full", fft=fft)
     for name in names:
         layer = m.get_layer(name)

@@ -291,7 +291,7 @@ def test_the_step_only_figure_is_taken_from_the_same_epochs_as_the_wall_clock(tm
 
 
 def test_rates_of_runs_with_fft_convolutions_are_said_to_count_model_flop(tmp_path):
-    """A float32 run whose convolutions ran as FFTs did less arithmetic than its FLOP count: the
+    """A float32 run whose convolutions ran in the frequency domain did less arithmetic than its FLOP count: the
     report names the layers beside the rate; a run without them gets no such note."""
     fft = _edit(write_run(tmp_path / "fft.json", 8, 479.52), lambda r: r.update(fft_convolutions=["d_conv2", "g_conv2"]))
     plain = write_run(tmp_path / "plain.json", 8, 479.52)
@@ -299,7 +299,7 @@ def test_rates_of_runs_with_fft_convolutions_are_said_to_count_model_flop(tmp_pa
     assert run.fft_convolutions == ("d_conv2", "g_conv2")
     write_report([run], tmp_path / "with")
     write_report(load_results([plain]), tmp_path / "without")
-    note = "d_conv2, g_conv2 ran as FFTs"
+    note = "d_conv2, g_conv2 ran in the frequency domain"
     assert note in (tmp_path / "with" / "report.md").read_text()
     assert "as FFTs" not in (tmp_path / "without" / "report.md").read_text()
     with (tmp_path / "with" / "report.csv").open(newline="") as fh:
