@@ -143,7 +143,8 @@ def _simulate_old(area: Path, argv: list[str]) -> None:
 
 WRITE = [("tempfile.mkstemp", "", 1), ("os.chmod", ".part", 1), ("os.rename", ".part", 1)]
 CASES = {
-    "mpi-pair": Case(_pair_inputs, _pair_old, [("open", "site.yaml", 1), *WRITE]),
+    "mpi-pair": Case(_pair_inputs, _pair_old, [("open", "site.yaml", 1), ("tempfile.mkstemp", "", 1),
+                                               ("os.remove", ".part", 1)]),  # the old pair, swapped out
     "site-probe": Case(_probe_inputs, _nothing, [("subprocess.Popen", "", 1), ("subprocess.Popen", "", 3),
                                                  ("tempfile.mkstemp", "", 1), ("os.chmod", ".part", 1)], _probe_keys, True),
     "scale-plan": Case(_plan_inputs, _nothing, [("os.mkdir", "sweep", 1), *WRITE]),

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import yaml
 
+from kit import interrupt
 from kit.atomic import exchange, fsync_dir, rename_noreplace
 from kit.errors import KitError
 from kit.image_names import PAIR_FORMAT, is_pair_document, pair_path
@@ -259,15 +260,21 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
                 os.fsync(fh.fileno())
             if pair.image_id is not None and _identity(pair.image) != pair.image_id:
                 raise KitError(_replaced(pair.image))
-            if old is None:
-                try:
-                    rename_noreplace(dir_fd, name, path.name)
+            # Ctrl-C and SIGTERM wait for the swap, its check and the removal of what it swapped
+            # out: cut between them, the cleanup below removed whatever the swap had put at NAME.
+            with interrupt.held():
+                if old is None:
+                    try:
+                        rename_noreplace(dir_fd, name, path.name)
+                        name = None
+                    except FileExistsError:  # another run wrote it meanwhile: replaced if it is a pair
+                        old = _pair_file_at(dir_fd, path)
+                if name is not None:
+                    _swap_in(dir_fd, name, path, old)
+                    with contextlib.suppress(FileNotFoundError):  # renamed, where no exchange
+                        os.unlink(name, dir_fd=dir_fd)  # the old pair file, swapped out
                     name = None
-                except FileExistsError:  # another run wrote it meanwhile: replaced if it is a pair
-                    old = _pair_file_at(dir_fd, path)
-            if name is not None:
-                _swap_in(dir_fd, name, path, old)
-            fsync_dir(dir_fd)
+                fsync_dir(dir_fd)
         except OSError as exc:
             raise KitError(f"{path}: cannot write it ({exc.strerror or exc}); fix: check the free space and "
                            f"permissions of {path.parent}") from None
