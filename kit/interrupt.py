@@ -26,6 +26,7 @@ from typing import Iterator
 
 RETRY = 0.005  # seconds between attempts
 PATIENCE = 2.0  # seconds after which a deferred interrupt is raised wherever the main thread is
+UNHEARD = 10.0  # seconds after which a stop the main thread never ran its handler for ends the process
 
 # Standard modules whose frames may hold a lock between an acquire and the statement that
 # releases it (named, not imported: the kit's start-up time is what every command pays).
@@ -38,6 +39,7 @@ _deferred_since: float | None = None
 _deferred_signal = signal.SIGINT  # the stopping signal a deferred interrupt raises
 _held = 0  # depth of held() blocks
 _owed = False  # a stop arrived while held: raised when the outermost block ends
+_heard: set[int] = set()  # stopping signals whose handler has run in the main thread
 
 
 class Terminated(KeyboardInterrupt):
@@ -65,6 +67,7 @@ def _in_locking_code(frame: FrameType | None) -> bool:
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     global _deferred_since, _deferred_signal, _owed
     now = time.monotonic()
+    _heard.add(signum)
     if signum in STOPPING and (_deferred_since is None or signum == signal.SIGTERM):
         _deferred_signal = signum  # SIGTERM wins over an earlier Ctrl-C: its exit status is the one owed
     if _held:
@@ -89,10 +92,39 @@ def _raise() -> None:
 
 
 def install() -> None:
-    """Make Ctrl-C (SIGINT) and SIGTERM lock-safe stops in this process (only the main thread can)."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in STOPPING:
-            signal.signal(signum, _interrupt)
+    """Make Ctrl-C (SIGINT) and SIGTERM lock-safe stops in this process (only the main thread can).
+
+    A Python handler runs only when the main thread comes back to Python: one stuck in native code
+    (a collective whose peer died, in TensorFlow/Horovod) would never hear the stop that Python's
+    default action used to end it with. A watcher thread reads each signal from the wakeup fd and
+    ends the process with 128 + the signal's number if its handler has not run within UNHEARD s."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOPPING:
+        signal.signal(signum, _interrupt)
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    os.register_at_fork(after_in_child=lambda: signal.set_wakeup_fd(-1))  # a forked child's signals are its own
+    # started with the stops blocked, which it keeps: the kernel hands them to the main thread, whose
+    # blocking calls they must interrupt (a signal taken by another thread wakes nothing there)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {*STOPPING, signal.SIGALRM})
+    try:
+        threading.Thread(target=_watch, args=(read_end,), name="kit-stop-watcher", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _watch(fd: int) -> None:
+    while True:
+        for signum in os.read(fd, 64):
+            if signum in STOPPING:
+                time.sleep(UNHEARD)
+                if signum not in _heard:
+                    name = signal.Signals(signum).name
+                    os.write(2, f"kit: {name} not heard in {UNHEARD:g} s (the program is stuck in native "
+                                f"code); ending it now\n".encode())
+                    os._exit(128 + signum)
 
 
 @contextlib.contextmanager

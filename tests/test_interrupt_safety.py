@@ -35,8 +35,8 @@ while True:
         while tb.tb_next:
             tb = tb.tb_next
         free = cond._lock.acquire(blocking=False) and q.mutex.acquire(blocking=False)
-        print(tb.tb_frame.f_code.co_filename, free, flush=True)
         cond, q = threading.Condition(), queue.Queue(1)
+        print(tb.tb_frame.f_code.co_filename, free, flush=True)  # last: the next signal finds the loop
 """
 
 
@@ -48,7 +48,7 @@ def _interrupt_many(mode: str, count: int) -> list[tuple[str, bool]]:
         landed = []
         rng = random.Random(7)
         for _ in range(count):
-            time.sleep(rng.uniform(0, 0.003))
+            time.sleep(rng.uniform(0.001, 0.004))  # the child is back in its loop within microseconds
             child.send_signal(signal.SIGINT)
             where, free = child.stdout.readline().rsplit(" ", 1)
             landed.append((where, free.strip() == "True"))
@@ -116,3 +116,25 @@ def test_a_stop_during_held_steps_is_raised_right_after_them(sig, raised, status
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.stdout == f"held body done / {raised} {status}\n", run.stderr
 
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
+    """A main thread stuck in native code (here relocking a pthread mutex it holds, which no signal
+    interrupts, as a rank waits in a collective whose peer died) runs no Python handler: the watcher
+    ends the process with 128 + the signal after kit.interrupt.UNHEARD seconds (Python's handler
+    alone never did)."""
+    code = ("import ctypes\nfrom kit import interrupt\ninterrupt.install()\n"
+            "libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)\n"
+            "libc.pthread_mutex_lock(mutex)\nprint('waiting', flush=True)\nlibc.pthread_mutex_lock(mutex)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert child.stdout.readline() == "waiting\n"
+    time.sleep(0.2)
+    child.send_signal(sig)
+    try:
+        _, err = child.communicate(timeout=120)  # a bound only a stop never heard reaches
+    finally:
+        child.kill()
+    assert child.returncode == 128 + sig
+    assert err.strip().splitlines()[-1] == f"kit: {signal.Signals(sig).name} not heard in 10 s (the program is stuck in native code); ending it now"
