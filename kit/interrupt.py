@@ -40,6 +40,7 @@ _deferred_signal = signal.SIGINT  # the stopping signal a deferred interrupt rai
 _held = 0  # depth of held() blocks
 _owed = False  # a stop arrived while held: raised when the outermost block ends
 _heard: set[int] = set()  # stopping signals whose handler has run in the main thread
+_watching = False  # the watcher thread runs
 
 
 class Terminated(KeyboardInterrupt):
@@ -98,10 +99,14 @@ def install() -> None:
     (a collective whose peer died, in TensorFlow/Horovod) would never hear the stop that Python's
     default action used to end it with. A watcher thread reads each signal from the wakeup fd and
     ends the process with 128 + the signal's number if its handler has not run within UNHEARD s."""
+    global _watching
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in STOPPING:
         signal.signal(signum, _interrupt)
+    if _watching:  # once per process (a test calls the command lines' main() many times)
+        return
+    _watching = True
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     os.set_blocking(write_end, False)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)

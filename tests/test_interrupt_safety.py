@@ -138,3 +138,14 @@ def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
         child.kill()
     assert child.returncode == 128 + sig
     assert err.strip().splitlines()[-1] == f"kit: {signal.Signals(sig).name} not heard in 10 s (the program is stuck in native code); ending it now"
+
+
+def test_installing_again_starts_no_second_watcher():
+    """The command lines' main() installs on every call (tests call it hundreds of times in one process)."""
+    code = ("import os, threading\nfrom kit import interrupt\ninterrupt.install()\n"
+            "fds, threads = len(os.listdir('/proc/self/fd')), threading.active_count()\n"
+            "for _ in range(20):\n    interrupt.install()\n"
+            "print(len(os.listdir('/proc/self/fd')) - fds, threading.active_count() - threads)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.stdout.split() == ["0", "0"], done.stderr
