@@ -92,6 +92,7 @@ class EpochCheckpoints:
         if os.path.lexists(final) and not (Path(final, META).is_file() and not final.is_symlink()):
             raise CheckpointError(f"{final}: is in the way of epoch {epoch}'s checkpoint and is not one the "
                                   "trainer wrote (no meta.json); fix: move it out of --checkpoint-dir")
+        recognised = os.lstat(final).st_ino if os.path.lexists(final) else None
         tmp = self.directory / f".epoch-{epoch:04d}{TMP_TAG}{os.getpid()}"
         remove_tree(tmp)
         tmp.mkdir()
@@ -100,7 +101,11 @@ class EpochCheckpoints:
             generator.save_weights(str(tmp / GENERATOR_WEIGHTS))
             atomic_write_text(tmp / META, json.dumps({"epoch": epoch, **meta}, indent=2) + "\n")
             fsync_path(tmp)
-            replace_tree(tmp, final)
+            replace_tree(tmp, final, recognised)
+        except FileExistsError:
+            remove_tree(tmp)
+            raise CheckpointError(f"{final}: appeared or changed while epoch {epoch}'s checkpoint was saved; "
+                                  "nothing was replaced; fix: keep other programs out of --checkpoint-dir") from None
         except BaseException:
             remove_tree(tmp)
             raise

@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from kit import interrupt
+
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "wb", perm: int = 0o644, replace: bool = True) -> Iterator[IO]:
@@ -52,8 +54,6 @@ def write_together(files: dict[Path, bytes], perm: int = 0o644) -> None:
     """Write files that only mean something together (a report and its plots): each is staged in
     a temporary sibling first, then all are renamed into place with Ctrl-C and SIGTERM held, so a
     stopped run leaves every one old or every one new, never a new report beside old plots."""
-    from kit import interrupt
-
     staged: list[tuple[str, Path]] = []
     try:
         for path, data in files.items():
@@ -124,6 +124,17 @@ def exchange(dir_fd: int, a: str, b: str) -> None:
     _renameat2(dir_fd, a, b, _RENAME_EXCHANGE)
 
 
+def exchange_if(dir_fd: int, new: str, final: str, expected: int) -> bool:
+    """Exchange NEW and FINAL, keeping the swap only if what FINAL held is the inode EXPECTED (the one
+    the caller recognised as its own): else the swap is undone and False returned. Call with the stops
+    held (kit.interrupt.held): one between the two exchanges would leave a foreign tree at NEW."""
+    exchange(dir_fd, new, final)
+    if os.stat(new, dir_fd=dir_fd, follow_symlinks=False).st_ino == expected:
+        return True
+    exchange(dir_fd, new, final)
+    return False
+
+
 def fsync_dir(dir_fd: int) -> None:
     """Make renames in the directory durable (a crash must not bring back the old name)."""
     os.fsync(dir_fd)
@@ -179,18 +190,21 @@ def remove_tree(path: str | os.PathLike) -> None:
         shutil.rmtree(path, onerror=writable)
 
 
-def replace_tree(new: Path, final: Path) -> None:
-    """Put the directory NEW (a sibling the caller built) at FINAL: an existing FINAL is exchanged
-    with it in one step (renameat2), then the old tree, now at NEW, is removed. A reader, or a
-    process killed at any instant, sees the whole old or the whole new tree, never neither.
-    OSError(EINVAL) where the filesystem cannot exchange; nothing has moved then."""
+def replace_tree(new: Path, final: Path, expected: int | None) -> None:
+    """Put the directory NEW (a sibling the caller built) at FINAL: the FINAL the caller recognised as
+    its own (inode EXPECTED; None: none) is exchanged with it in one step (renameat2), then that old
+    tree, now at NEW, is removed. A reader, or a process killed at any instant, sees the whole old or
+    the whole new tree; a stop during the removal leaves the old tree under NEW's temporary name.
+    FileExistsError if FINAL is not the one recognised (swapped meanwhile: put back, nothing
+    removed); OSError(EINVAL) where the filesystem cannot exchange; nothing has moved then."""
     fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if os.path.lexists(final):
-            exchange(fd, new.name, final.name)
-        else:
-            rename_noreplace(fd, new.name, final.name)
-        fsync_dir(fd)
+        with interrupt.held():
+            if expected is None:
+                rename_noreplace(fd, new.name, final.name)
+            elif not exchange_if(fd, new.name, final.name, expected):
+                raise FileExistsError(errno.EEXIST, "changed while it was being replaced", str(final))
+            fsync_dir(fd)
     finally:
         os.close(fd)
     remove_tree(new)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from kit import interrupt
-from kit.atomic import atomic_write_bytes, exchange, fsync_dir, fsync_path, remove_tree, rename_noreplace
+from kit.atomic import (atomic_write_bytes, exchange, exchange_if, fsync_dir, fsync_path, remove_tree,
+                        rename_noreplace)
 from kit.errors import KitError
 from kit.image.target import LOCK_TAG, STAGED, WORK_TAG, Target, read_manifest, work_dirs
 from kit.image_names import MANIFEST, SIDECARS
@@ -60,9 +61,7 @@ class Work:
                 raise KitError(f"{t.out}: appeared while converting; nothing was replaced; "
                                "fix: move it away or choose another OUT") from None
         elif t.fmt == "dir":
-            exchange(self.dir_fd, inner, t.name)  # the old image is now at WORK/root
-            if _identity_at(self.dir_fd, inner) != t.existing["inode"]:
-                exchange(self.dir_fd, inner, t.name)  # not the one we recognised: put it back
+            if not exchange_if(self.dir_fd, inner, t.name, t.existing["inode"]):  # old image: WORK/root
                 raise KitError(f"{t.out}: changed while converting; nothing was replaced; "
                                "fix: run again")
         else:

@@ -14,7 +14,7 @@ from typing import Sequence
 import yaml
 
 from kit import interrupt
-from kit.atomic import exchange, fsync_dir, rename_noreplace
+from kit.atomic import exchange_if, fsync_dir, rename_noreplace
 from kit.errors import KitError
 from kit.image_names import PAIR_FORMAT, is_pair_document, pair_path
 from kit.mpi.abi import DEFAULT_SONAME, AbiId, Verdict, advice_for, decide
@@ -290,7 +290,7 @@ def _swap_in(dir_fd: int, name: str, path: Path, old: int | None) -> None:
     then holds the old one, which the caller removes. Where the filesystem cannot exchange (NFS),
     a check then a rename: one system call's window."""
     try:
-        exchange(dir_fd, name, path.name)
+        swapped = exchange_if(dir_fd, name, path.name, old)
     except OSError as exc:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS):
             raise
@@ -299,8 +299,7 @@ def _swap_in(dir_fd: int, name: str, path: Path, old: int | None) -> None:
                            "again") from None
         os.rename(name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
-    if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino != old:
-        exchange(dir_fd, name, path.name)  # not the file that was checked: put it back
+    if not swapped:  # not the file that was checked: exchange_if put it back
         raise KitError(f"{path}: changed while the pair was written; nothing was replaced; fix: run again")
 
 

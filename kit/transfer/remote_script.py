@@ -630,14 +630,24 @@ def _open_up(func, name, exc_info):
     exc, parent = exc_info[1], os.path.dirname(name)
     if isinstance(exc, FileNotFoundError):
         return
-    if not isinstance(exc, PermissionError) or not parent or os.path.islink(parent):
+    if not isinstance(exc, PermissionError) or not parent:
         raise exc
-    os.chmod(parent, 0o700)
+    _chmod_dir_nofollow(parent)
     if os.path.isdir(name) and not os.path.islink(name):
-        os.chmod(name, 0o700)
+        _chmod_dir_nofollow(name)
         shutil.rmtree(name, onerror=_open_up)
     else:
         os.unlink(name)
+
+
+def _chmod_dir_nofollow(path):
+    """chmod 700 the directory at PATH through an O_PATH|O_NOFOLLOW fd: a name swapped for a link
+    after the check (an image's /tmp is world-writable) fails here instead of opening up its target."""
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.chmod("/proc/self/fd/%d" % fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def retire(imgdir, entry):

@@ -57,6 +57,32 @@ def test_what_the_trainer_did_not_write_is_refused_and_left(tmp_path, state, pla
     assert (target / "notes.txt").read_text() == "keep me" and (mine / "notes.txt").read_text() == "keep me"
 
 
+def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_removed(tmp_path, state,
+                                                                                       monkeypatch):
+    """Between the check of epoch-NNNN (the trainer's meta.json) and the swap, another program puts a
+    tree of its own there: the swap is undone, the user's tree stays whole at its name, one line."""
+    import gan3d.checkpoint as module
+
+    gen, ckpt = state
+    ckpts = EpochCheckpoints(tmp_path / "ckpt", keep=3)
+    final = ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 1})
+    theirs = tmp_path / "theirs"
+    (theirs / "data").mkdir(parents=True)
+    (theirs / META).write_text("not the trainer's\n")
+    (theirs / "data" / "keep.txt").write_text("mine\n")
+    real_fsync = module.fsync_path
+
+    def swap_then_fsync(path):  # runs right before the replacement
+        real_fsync(path)
+        os.rename(final, tmp_path / "ours-moved")
+        os.rename(theirs, final)
+    monkeypatch.setattr(module, "fsync_path", swap_then_fsync)
+    with pytest.raises(CheckpointError, match="changed while epoch 2's checkpoint was saved"):
+        ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 7})
+    assert (final / "data" / "keep.txt").read_text() == "mine\n"  # theirs, whole, at its name
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]  # no temporary left
+
+
 def test_leftovers_of_gone_saves_are_removed_and_live_ones_kept(tmp_path, state):
     gen, ckpt = state
     directory = tmp_path / "ckpt"
