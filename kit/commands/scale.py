@@ -11,6 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gan3d.peak import MAX_SECONDS
+from kit.errors import KitError
 from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
@@ -140,6 +141,7 @@ def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
 
 
 COLLECT_SCHEMA = "kit-scale-collect/1"
+PREDICT_SCHEMA = "kit-scale-predict/1"  # kit.scale.predict's, named here so that --help imports no numpy
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -189,6 +191,106 @@ def _report(args: argparse.Namespace) -> int:
     finally:  # named even when nothing else is left to report
         for problem in failed:
             print(f"left out (failed run): {problem}", file=sys.stderr)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _band(low: float, high: float, fmt: str = "{:.3g}") -> str:
+    return f"[{fmt.format(low)}–{fmt.format(high)}]"
+
+
+def _forecast_table(title: str, prediction, epochs: int | None, measured: dict[int, float] | None = None) -> Table:
+    """One row per asked node count; a backtest adds the paper's time and the error."""
+    from kit.scale.report import flop_unit
+
+    table = Table(title=title)
+    columns = ["nodes", "s/epoch [band]", *(["paper s", "error"] if measured else []), "showers/s", "FLOP/s",
+               "% of peak", "efficiency [band]", "steps/epoch", "global batch", "node-h/epoch [band]",
+               *([f"node-h, {epochs} epochs"] if epochs else [])]
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    fs = [f for f in prediction.forecasts if f.flop_per_second]
+    unit, scale = flop_unit(max(f.flop_per_second for f in fs)) if fs else ("FLOP/s", 1.0)
+    for f in prediction.forecasts:
+        paper = []
+        if measured:
+            t = measured[f.nodes]
+            paper = [f"{t:g}", f"{100 * (f.seconds - t) / t:+.1f}%" + ("" if f.seconds_band[0] <= t <= f.seconds_band[1]
+                                                                        else " (outside)")]
+        table.add_row(
+            str(f.nodes), f"{f.seconds:.4g} {_band(*f.seconds_band)}", *paper,
+            "-" if f.showers_per_second is None else f"{f.showers_per_second:.4g}",
+            "-" if f.flop_per_second is None else f"{f.flop_per_second / scale:.3g} {unit}",
+            "-" if f.percent_of_peak is None else f"{f.percent_of_peak:.1f}%",
+            f"{f.efficiency_percent:.1f}% {_band(*f.efficiency_band, '{:.1f}')}",
+            "-" if f.steps_per_epoch is None else str(f.steps_per_epoch),
+            "-" if f.global_batch is None else str(f.global_batch),
+            f"{f.node_hours_per_epoch:.3g} {_band(*f.node_hours_band)}",
+            *([f"{f.node_hours_total:.3g}"] if epochs else []))
+    return table
+
+
+def _print_prediction(console: Console, prediction, epochs: int | None, title: str,
+                      measured: dict[int, float] | None = None) -> None:
+    model, cal = prediction.model, prediction.calibration
+    console.print(_forecast_table(title, prediction, epochs, measured))
+    fits = ", ".join(f.name for f in model.kept)
+    console.print(f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
+                  f"estimate: the {model.best.name} shape; band: {fits}, widened "
+                  f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and 1.5% per doubling "
+                  "beyond (docs/predict.md)", highlight=False)
+    if cal.peak_denominator:
+        console.print(f"% of peak: of the {cal.peak_denominator} ({cal.node_peak / 1e12:.3g} TFLOP/s per node); "
+                      "FLOP/s: model FLOP per shower x showers/s over the wall epoch", highlight=False)
+    for warning in prediction.warnings:
+        console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)
+    if prediction.suggestion:
+        console.print(f"next: {prediction.suggestion}", highlight=False)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from kit.scale import predict as pr
+    from kit.scale.plots import prediction_plot
+
+    if args.reference:
+        if args.dir or args.results:
+            raise KitError("--reference backtests a paper table on its own; fix: leave out DIR and --results")
+        backtest = pr.backtest(args.reference, args.calibrate_on)
+        predictions, skipped = [backtest.prediction], []
+        document = {"backtest": pr.backtest_document(backtest)}
+        unseen = {backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]}
+    else:
+        from kit.scale.runs import load_results
+
+        failed: list[str] = []
+        paths = (sweep_jobs.results(args.dir, failed) if args.dir else []) + list(args.results)
+        for problem in failed:
+            print(f"left out (failed run): {problem}", file=sys.stderr)
+        if not paths:
+            raise KitError(f"no results to predict from: {args.dir or 'no sweep dir'} has none yet (kit scale "
+                           "collect shows why) and no --results JSON was named")
+        predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
+        document = {"series": [pr.prediction_document(p) for p in predictions], "left_out": skipped,
+                    "epochs": args.epochs}
+        unseen = None
+    written = pr.write_outputs(args.out, {**document}, prediction_plot(predictions, unseen)) if args.out else []
+    if args.json:
+        emit(PREDICT_SCHEMA, {**document, "written": [str(p) for p in written]})
+        return 0
+    console = Console()
+    for problem in skipped:
+        console.print(f"[yellow]left out[/yellow] {problem}", highlight=False)
+    for p in predictions:
+        if args.reference:
+            rows = {r.nodes: r.measured for r in backtest.rows}
+            _print_prediction(console, p, None, f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows",
+                              rows)
+            for r in backtest.rows:
+                if r.anomaly and not r.inside:
+                    console.print(f"{r.nodes} nodes: outside the band: {r.anomaly}", highlight=False)
+        else:
+            _print_prediction(console, p, args.epochs, f"{p.calibration.label}: predicted")
     for path in written:
         print(path)
     return 0
@@ -266,3 +368,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", help="a table of the paper to compare with: table1..table7 (scaling, "
                    "FLOP rate), table8|table9 (container vs bare throughput, free memory)")
     p.set_defaults(func=_report)
+
+    p = leaves.add_parser("predict", help="forecast epoch time, efficiency and node-hours at N nodes from a few runs",
+                          description="Fits how the node-seconds per epoch grow with the ranks on each series of "
+                          "measured runs (two node counts or more; three tell the shapes apart) and forecasts the "
+                          "asked node counts with a band (docs/predict.md). --reference backtests the model on a "
+                          "paper table instead.")
+    p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")
+    p.add_argument("--results", type=Path, nargs="+", default=[], metavar="JSON", help="further results files")
+    p.add_argument("--nodes", type=_ints, help="node counts to forecast (default 4x, 16x, 64x the largest measured)")
+    p.add_argument("--epochs", type=number(1, int, 10**6), help="planned epochs: adds their node-hours")
+    p.add_argument("--out", type=Path, metavar="PLOTDIR", help="write predict.png and predict.json there")
+    p.add_argument("--reference", metavar="TABLE", help="backtest on a paper table (table1..table6) instead")
+    p.add_argument("--calibrate-on", type=number(2, int, 100), default=3, metavar="K",
+                   help="with --reference: fit on the table's first K rows (default 3)")
+    add_json_flag(p, PREDICT_SCHEMA)
+    p.set_defaults(func=_predict)
