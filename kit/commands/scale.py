@@ -240,6 +240,8 @@ def _print_prediction(console: Console, prediction, epochs: int | None, title: s
                   f"estimate: the {model.best.name} shape; band: {fits}, widened "
                   f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and 1.5% per doubling "
                   "beyond (docs/predict.md)", highlight=False)
+    if cal.stack:
+        console.print(f"stack: {cal.stack}", highlight=False, markup=False)
     if cal.peak_denominator:
         console.print(f"% of peak: of the {cal.peak_denominator} ({cal.node_peak / 1e12:.3g} TFLOP/s per node); "
                       "FLOP/s: model FLOP per shower x showers/s over the wall epoch", highlight=False)

@@ -20,7 +20,7 @@ from kit.errors import KitError
 from kit.readfile import read_bytes
 from kit.scale.model import MAX_NODES, Model, fit_model, next_count
 from kit.scale.paper import PAPER_EPOCH_EVENTS, TABLES, PaperTable
-from kit.scale.runs import RunResult, Series
+from kit.scale.runs import RunResult, Series, settings_text
 
 EXTRAPOLATION_WARN = 8  # warn beyond this many times the largest measured count
 FEW_STEPS = 32  # below this many steps per epoch, per-epoch costs weigh more than the model assumes
@@ -46,6 +46,8 @@ class Calibration:
     flop_per_shower: float | None = None  # model FLOP of one shower's training (results: FLOP/s / showers/s)
     node_peak: float | None = None  # FLOP/s of one node, of `peak_denominator`
     peak_denominator: str | None = None
+    stack: str | None = None  # the MPI library, fabric and Horovod settings the runs share
+    notes: tuple[str, ...] = ()  # what the runs could not show (become warnings)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def _forecast(cal: Calibration, model: Model, nodes: int, epochs: int | None) ->
 
 
 def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> tuple[str, ...]:
-    out = []
+    out = list(cal.notes)
     if len(cal.nodes) == 2:
         out.append(f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, so the estimate is "
                    "the straggler shape and the band spans all three; measure a third count to choose")
@@ -150,13 +152,29 @@ def _suggestion(model: Model, targets: Sequence[int]) -> str | None:
 
 
 def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibration:
-    """A series' runs as a calibration; refuses runs of one series that name different MPI libraries
-    (one vendor, two versions or builds: a calibration holds for the stack it was measured on)."""
-    stacks = sorted({r.mpi_library_version or "not recorded" for r in runs})
-    if len(stacks) > 1:
-        raise KitError(f"series {series.name} mixes MPI stacks ({'; '.join(s.splitlines()[0][:80] for s in stacks)}): "
-                       f"{', '.join(str(r.path) for r in runs[:4])}; fix: predict each stack's runs on their own "
-                       "(--results)")
+    """A series' runs as a calibration. A calibration holds for the stack it was measured on, so
+    runs of one series that differ in their MPI library (one vendor, two versions or builds), their
+    fabric or provider, or Horovod's fusion and cycle settings are refused."""
+    for what, field in (("MPI libraries", "mpi_library_version"), ("MPI fabrics", "mpi_fabric"),
+                        ("Horovod settings", "horovod_settings")):
+        seen: dict[str, RunResult] = {}
+        for run in runs:
+            value = getattr(run, field)
+            if value is None and field != "mpi_library_version":
+                continue  # not recorded (older results): cannot differ from what is
+            seen.setdefault(settings_text(value) if field != "mpi_library_version" else value or "not recorded", run)
+        if len(seen) > 1:
+            (a, ra), (b, rb) = list(seen.items())[:2]
+            raise KitError(f"series {series.name} mixes {what}: {ra.path} ran with {a.splitlines()[0][:100]!r}, "
+                           f"{rb.path} with {b.splitlines()[0][:100]!r}; fix: predict each stack's runs on their own "
+                           "(--results)")
+    unrecorded = sum(r.mpi_fabric is None or r.horovod_settings is None for r in runs)
+    notes = (f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: whether they "
+             "ran on the others' fabric and Horovod settings is unknown",) if unrecorded else ()
+    known = next((r for r in runs if r.mpi_fabric is not None and r.horovod_settings is not None), None)
+    stack = (f"{runs[0].mpi_library_version or 'MPI not recorded'}; fabric: "
+             f"{settings_text(known.mpi_fabric if known else None)}; Horovod: "
+             f"{settings_text(known.horovod_settings if known else None)}")
     by_nodes: dict[int, list[float]] = {}
     for run in runs:
         by_nodes.setdefault(run.nodes, []).append(run.epoch_seconds)
@@ -166,7 +184,7 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
         series.name, series.ranks_per_node, tuple(sorted(by_nodes)), tuple(tuple(by_nodes[n]) for n in sorted(by_nodes)),
         series.events_per_epoch, series.batch_per_rank, median(per_shower) if per_shower else None,
         median(r.flop_per_second * 100 / r.percent_of_peak / r.nodes for r in peaks) if peaks else None,
-        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None)
+        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None, stack, notes)
 
 
 def predict_runs(runs: Sequence[RunResult], targets: Sequence[int] | None = None,
@@ -267,7 +285,7 @@ def prediction_document(p: Prediction) -> dict:
             "measured": [{"nodes": n, "seconds": list(s)} for n, s in zip(p.calibration.nodes, p.calibration.seconds)],
             "model": {"estimate": m.best.name, "band_shapes": [f.name for f in m.kept],
                       "fits": [{"shape": f.name, "a": f.a, "b": f.b, "c": f.c, "error": f.error} for f in m.fits]},
-            "percent_of_peak_denominator": p.calibration.peak_denominator,
+            "percent_of_peak_denominator": p.calibration.peak_denominator, "stack": p.calibration.stack,
             "forecasts": [forecast_document(f) for f in p.forecasts], "warnings": list(p.warnings),
             "suggestion": p.suggestion}
 

@@ -146,8 +146,46 @@ def test_runs_of_one_series_naming_two_mpi_builds_are_refused(tmp_path):
     t = law("log", 1000.0, 10.0, 4)
     paths = _sweep(tmp_path, t, counts=(1, 2), repeats=1)
     paths.append(write_run(tmp_path / "n8.json", 8, t(8), mpi="Intel(R) MPI Library 2021.6"))
-    with pytest.raises(KitError, match="mixes MPI stacks"):
+    with pytest.raises(KitError, match="mixes MPI libraries: .*n1-x0.json ran with 'Intel\\(R\\) MPI Library 2019', .*n8.json with 'Intel\\(R\\) MPI Library 2021.6'"):
         predict_runs(load_results(paths))
+
+
+@pytest.mark.parametrize("env, what", [({"FI_PROVIDER": "tcp"}, "MPI fabrics"),
+                                       ({"I_MPI_FABRICS": "shm:ofi"}, "MPI fabrics"),
+                                       ({"OMPI_MCA_btl": "self,vader,tcp"}, "MPI fabrics"),
+                                       ({"HOROVOD_FUSION_THRESHOLD": "0"}, "Horovod settings"),
+                                       ({"HOROVOD_CYCLE_TIME": "10"}, "Horovod settings")])
+def test_runs_of_one_series_on_two_fabrics_or_horovod_settings_are_refused(tmp_path, env, what):
+    t = law("log", 1000.0, 10.0, 4)
+    paths = _sweep(tmp_path, t, counts=(1, 2), repeats=1, env={"FI_PROVIDER": "psm2"} if what == "Horovod settings"
+                   else {})
+    paths.append(write_run(tmp_path / "n8.json", 8, t(8), env={**({"FI_PROVIDER": "psm2"} if what == "Horovod settings"
+                                                               else {}), **env}))
+    with pytest.raises(KitError, match=f"mixes {what}: .*n8.json with '.*{list(env)[0]}="):
+        predict_runs(load_results(paths))
+
+
+def test_the_stack_is_recorded_read_and_named(tmp_path):
+    from gan3d.results import FABRIC_VARIABLES, HOROVOD_VARIABLES, communication
+
+    recorded = communication({"FI_PROVIDER": "psm2", "HOROVOD_CYCLE_TIME": " 0.5\n", "PATH": "/bin"})
+    assert recorded["mpi_fabric"] == {k: ("psm2" if k == "FI_PROVIDER" else None) for k in FABRIC_VARIABLES}
+    assert recorded["horovod_settings"] == {k: ("0.5" if k == "HOROVOD_CYCLE_TIME" else None)
+                                            for k in HOROVOD_VARIABLES}
+    t = law("log", 1000.0, 10.0, 4)
+    env = {"FI_PROVIDER": "psm2", "HOROVOD_FUSION_THRESHOLD": "67108864"}
+    runs = load_results(_sweep(tmp_path, t, counts=(1, 2), repeats=1, env=env))
+    assert runs[0].mpi_fabric == (("FI_PROVIDER", "psm2"),)
+    [p], _ = predict_runs(runs)
+    assert p.calibration.stack == "Intel(R) MPI Library 2019; fabric: FI_PROVIDER=psm2; Horovod: " \
+        "HOROVOD_FUSION_THRESHOLD=67108864"
+    assert not any("predate" in w for w in p.warnings)
+    older = tmp_path / "older.json"  # a results file from before the fields: not refused, warned about
+    record = json.loads(write_run(tmp_path / "n8.json", 8, t(8), env=env).read_text())
+    del record["mpi_fabric"], record["horovod_settings"]
+    older.write_text(json.dumps(record))
+    [p], _ = predict_runs(load_results([*(r.path for r in runs), older]))
+    assert any(w.startswith("1 of 3 run(s) predate the mpi_fabric") for w in p.warnings)
 
 
 def test_series_of_one_count_are_left_out_or_refused(tmp_path):
