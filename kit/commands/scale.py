@@ -35,6 +35,18 @@ def _ints(text: str) -> list[int]:
 def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     ranks, threads = args.ranks_per_node or [1], args.threads
+    nodes, repeats, extra, added = args.nodes, 1 if args.repeats is None else args.repeats, train_args(args), []
+    if args.calibrate:
+        from kit.scale.plan import CALIBRATION_REPEATS, calibration_nodes, calibration_train_args
+
+        if nodes and len(nodes) > 1:
+            raise KitError(f"--calibrate --nodes {','.join(map(str, nodes))}: give the smallest count n0 alone; "
+                           "the calibration adds 2n0 and 8n0")
+        nodes = calibration_nodes(nodes[0] if nodes else 1, site.scheduler.max_nodes)
+        repeats = CALIBRATION_REPEATS if args.repeats is None else args.repeats
+        extra, added = calibration_train_args(extra)
+    elif not nodes:
+        raise KitError("kit scale plan: --nodes is required (or --calibrate); fix: e.g. --nodes 1,2,4,8")
     if args.layout == "best" or args.tune:
         from kit.scale.tune import best_layout
 
@@ -42,9 +54,9 @@ def _plan(args: argparse.Namespace) -> int:
                                             args.layout == "best")
         ranks, threads = [rpn], [tpr]
         Console().print(f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank")
-    plan = make_plan(site, args.nodes, ranks, threads,
+    plan = make_plan(site, nodes, ranks, threads,
                      walltime(args.walltime, site.scheduler.max_walltime), None if args.no_container else args.image,
-                     args.python, train_args(args), args.partition, args.account, args.repeats, args.validate)
+                     args.python, extra, args.partition, args.account, repeats, args.validate)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
@@ -60,10 +72,18 @@ def _plan(args: argparse.Namespace) -> int:
     for refused in plan.refused:
         console.print(f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
                       f"{refused['threads_per_rank']}: {refused['reason']}")
+    if args.calibrate:
+        from kit.scale.plan import node_hours_bound
+
+        console.print(f"calibration for kit scale predict: {', '.join(map(str, sorted({r.nodes for r in plan.runs})))} "
+                      f"node(s) x {repeats} repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
+                      f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, each its nodes for "
+                      f"the walltime {plan.walltime}; a job that ends early is charged less)", highlight=False)
     if args.dry_run:
         console.print(f"dry run: {args.dir / 'plan.yaml'} not written")
         return 0
-    console.print(f"wrote {write_plan(plan, args.dir)}; next: kit scale submit {args.dir}")
+    then = f"; then kit scale predict {args.dir}" if args.calibrate else ""
+    console.print(f"wrote {write_plan(plan, args.dir)}; next: kit scale submit {args.dir}{then}")
     return 0
 
 
@@ -304,11 +324,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("plan", help="expand nodes x ranks per node x threads into DIR/plan.yaml",
                           description="Every combination the site can hold becomes a run; the others are "
                           "listed with the reason. Nothing is submitted.")
-    p.add_argument("--nodes", type=_ints, required=True, help="e.g. 1,2,4,8")
+    p.add_argument("--nodes", type=_ints, help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)")
     p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
-    p.add_argument("--repeats", type=int, default=1, metavar="N",
-                   help="run each combination N times (RUN-x1..xN); the report shows median and min-max")
+    p.add_argument("--repeats", type=int, metavar="N",
+                   help="run each combination N times (RUN-x1..xN); the report shows median and min-max "
+                   "(default 1; 3 with --calibrate)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="the cheapest sweep kit scale predict needs: n0, 2n0, 8n0 nodes x 3 repeats of short epochs "
+                   "(--steps-per-epoch 20, --epochs 2 unless given), with what it can cost in node-hours")
     p.add_argument("--validate", action="store_true",
                    help="each job then runs gan3d validate on its final checkpoint (one rank, same container) "
                    "against the run's --validation-data, else --data; the score goes into its results")
