@@ -276,9 +276,10 @@ def _predict(args: argparse.Namespace) -> int:
     from kit.scale.plots import prediction_plot
 
     if args.reference:
-        if args.dir or args.results:
-            raise KitError("--reference backtests a paper table on its own; fix: leave out DIR and --results")
-        backtest = pr.backtest(args.reference, args.calibrate_on)
+        if args.dir or args.results or args.nodes:
+            raise KitError("--reference backtests a paper table on its own, at the rows it did not fit; fix: leave "
+                           "out DIR, --results and --nodes")
+        backtest = pr.backtest(args.reference, args.calibrate_on, args.epochs)
         predictions, skipped = [backtest.prediction], []
         document = {"backtest": pr.backtest_document(backtest)}
         unseen = {backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]}
@@ -306,8 +307,8 @@ def _predict(args: argparse.Namespace) -> int:
     for p in predictions:
         if args.reference:
             rows = {r.nodes: r.measured for r in backtest.rows}
-            _print_prediction(console, p, None, f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows",
-                              rows)
+            _print_prediction(console, p, args.epochs,
+                              f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows", rows)
             for r in backtest.rows:
                 if r.anomaly and not r.inside:
                     console.print(f"{r.nodes} nodes: outside the band: {r.anomaly}", highlight=False)

@@ -5,8 +5,10 @@ per rank, so the compute of an epoch is the same at every node count and the nod
 epoch, u(N) = N x T(N), grow only by overhead. Each shape below is one way that overhead can grow
 with the ranks, all zero for one rank:
 
-    u(N) = a + b f(P)              a, b >= 0 fitted by least squares on the medians
-    u(N) = a + b f(P) + c N        with 4 or more node counts: a fixed cost of c seconds per epoch
+    u(N) = a + b (f(P) - f(P0))                   a, b >= 0 by least squares on the medians
+    u(N) = a + b (f(P) - f(P0)) + c (N - N0)      4 or more node counts: a fixed c seconds per epoch
+
+with N0 the smallest measured count (P0 its ranks), so a is the node-seconds there.
 
 The shape with the smallest residual (its standard error, so that a third parameter must earn its
 place) is the estimate; every shape whose residual is within reach of the best spans the band,
@@ -34,12 +36,13 @@ MARGIN_PER_DOUBLING = 0.015  # and per doubling of N beyond the largest measured
 KEEP_FACTOR = 3.0  # a shape spans the band while its residual is within 3x the best's...
 KEEP_FLOOR = 0.02  # ...or within 2% of the node-seconds: closer than repeats of one job differ on a shared machine
 MAX_NODES = 10**7  # bound on any node count the model is asked about
+MAX_SECONDS = 1e9  # bound on a measured epoch (31 years): node-seconds stay far from overflow
 
 
 @dataclass(frozen=True)
 class Fit:
-    """One shape fitted: u(N) = a + b f(N x ranks_per_node) + c N, and its residual standard error
-    relative to the mean node-seconds (None: as many parameters as node counts, an exact fit)."""
+    """One shape fitted: u(N) = a + b (f(N x ranks_per_node) - f(P0)) + c (N - N0), and its residual
+    standard error relative to the mean node-seconds (None: as many parameters as node counts)."""
 
     shape: str
     per_epoch: bool  # with the fixed per-epoch cost c
@@ -47,6 +50,7 @@ class Fit:
     b: float
     c: float
     error: float | None
+    n0: float = 1.0  # the smallest measured count
 
     @property
     def name(self) -> str:
@@ -54,7 +58,9 @@ class Fit:
 
     def node_seconds(self, nodes: np.ndarray, ranks_per_node: int) -> np.ndarray:
         f = SHAPES[self.shape][0]
-        return self.a + self.b * f(np.asarray(nodes, float) * ranks_per_node) + self.c * np.asarray(nodes, float)
+        n = np.asarray(nodes, float)
+        return self.a + self.b * (f(n * ranks_per_node) - f(np.float64(self.n0 * ranks_per_node))) \
+            + self.c * (n - self.n0)
 
 
 @dataclass(frozen=True)
@@ -78,32 +84,35 @@ class Model:
         return BASE_MARGIN + MARGIN_PER_DOUBLING * beyond + self.spread / 2
 
     def band(self, nodes: int) -> tuple[float, float]:
-        """Seconds per epoch from the lowest kept shape's to the highest's, widened by margin()."""
+        """Seconds per epoch from the lowest kept shape's to the highest's, widened by the factor
+        1 + margin() each way (a factor, so the low end stays above 0 whatever the spread)."""
         values = [float(f.node_seconds(np.array([nodes]), self.ranks_per_node)[0]) / nodes for f in self.kept]
         w = self.margin(nodes)
-        return min(values) * (1 - w), max(values) * (1 + w)
+        return min(values) / (1 + w), max(values) * (1 + w)
 
 
 def fit_shape(shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray, per_epoch: bool = False) -> Fit:
     """Least squares with a, b, c >= 0: a coefficient that would come out negative (overhead that
-    shrinks with scale) is held at 0 and the rest refitted."""
-    f = SHAPES[shape][0](nodes * ranks_per_node)
-    columns = {"a": np.ones_like(f), "b": f, **({"c": nodes.astype(float)} if per_epoch else {})}
+    shrinks with scale, or no time at the smallest count) is held at 0 and the rest refitted."""
+    n0 = float(nodes.min())
+    f = SHAPES[shape][0](nodes * ranks_per_node) - SHAPES[shape][0](np.float64(n0 * ranks_per_node))
+    columns = {"a": np.ones_like(f), "b": f, **({"c": nodes.astype(float) - n0} if per_epoch else {})}
     free = list(columns)
-    while True:
+    coef = np.zeros(0)
+    while free:
         X = np.column_stack([columns[k] for k in free])
         coef, *_ = np.linalg.lstsq(X, u, rcond=None)
-        negative = [k for k, v in zip(free, coef) if v < 0 and k != "a"]
+        negative = [k for k, v in zip(free, coef) if v < 0]
         if not negative:
             break
         free.remove(negative[0])
     values = dict(zip(free, (float(v) for v in coef)))
-    fitted = Fit(shape, per_epoch, values.get("a", 0.0), values.get("b", 0.0), values.get("c", 0.0), None)
+    fitted = Fit(shape, per_epoch, values.get("a", 0.0), values.get("b", 0.0), values.get("c", 0.0), None, n0)
     dof = len(u) - (3 if per_epoch else 2)
     if dof > 0:
         residual = fitted.node_seconds(nodes, ranks_per_node) - u
         fitted = Fit(shape, per_epoch, fitted.a, fitted.b, fitted.c,
-                     float(math.sqrt(float(residual @ residual) / dof) / float(np.mean(u))))
+                     float(math.sqrt(float(residual @ residual) / dof) / float(np.mean(u))), n0)
     return fitted
 
 
@@ -115,8 +124,9 @@ def fit_model(nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_pe
     order = sorted(range(len(nodes)), key=lambda i: nodes[i])
     counts = np.array([nodes[i] for i in order], float)
     repeats = [np.asarray(seconds[i], float) for i in order]
-    if any(len(r) == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0) for r in repeats):
-        raise KitError("fit_model: every node count needs epoch times > 0")
+    if any(len(r) == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0) or np.any(r > MAX_SECONDS) for r in repeats):
+        raise KitError(f"fit_model: every node count needs epoch times from above 0 to {MAX_SECONDS:g} s; fix: leave "
+                       "out the results whose epoch time is outside")
     if len(counts) < 2:
         raise KitError(f"one node count ({int(counts[0]) if len(counts) else 'none'}) cannot show how the overhead "
                        "grows; fix: measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 "

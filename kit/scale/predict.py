@@ -25,6 +25,7 @@ from kit.scale.runs import RunResult, Series, settings_text
 EXTRAPOLATION_WARN = 8  # warn beyond this many times the largest measured count
 FEW_STEPS = 32  # below this many steps per epoch, per-epoch costs weigh more than the model assumes
 MIN_REPEATS = 2
+POOR_FIT = 0.10  # a best fit whose residual is above 10% of the node-seconds is named
 MAX_TARGETS = 64
 # Rows of the paper's tables no model of the first rows can reach, and why (docs/benchmarks.md).
 ANOMALIES = {
@@ -93,6 +94,9 @@ def predict(cal: Calibration, targets: Sequence[int] | None = None, epochs: int 
     model = fit_model(cal.nodes, cal.seconds, cal.ranks_per_node)
     top = cal.nodes[-1]
     targets = check_targets(targets or [top * 4, top * 16, top * 64])
+    if targets[0] < cal.nodes[0]:
+        raise KitError(f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); the model knows "
+                       "how the overhead grows above it; fix: forecast from it up, or measure the smaller count")
     forecasts = tuple(_forecast(cal, model, n, epochs) for n in targets)
     return Prediction(cal, model, forecasts, _warnings(cal, model, forecasts), _suggestion(model, targets))
 
@@ -115,6 +119,9 @@ def _forecast(cal: Calibration, model: Model, nodes: int, epochs: int | None) ->
 
 def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> tuple[str, ...]:
     out = list(cal.notes)
+    if model.best.error is not None and model.best.error > POOR_FIT:
+        out.append(f"no shape follows the measurements (the best, {model.best.name}, misses by "
+                   f"{100 * model.best.error:.0f}% of the node-seconds): noisy runs, or a change between them")
     if len(cal.nodes) == 2:
         out.append(f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, so the estimate is "
                    "the straggler shape and the band spans all three; measure a third count to choose")
@@ -246,7 +253,7 @@ class Backtest:
         return [abs(r.error_percent) for r in self.rows if with_anomalies or r.anomaly is None]
 
 
-def backtest(table_id: str, calibrate_on: int = 3) -> Backtest:
+def backtest(table_id: str, calibrate_on: int = 3, epochs: int | None = None) -> Backtest:
     """Fit on the first `calibrate_on` rows of a paper table; forecast every other row."""
     table = _paper_table(table_id)
     if not 2 <= calibrate_on < len(table.nodes):
@@ -256,7 +263,7 @@ def backtest(table_id: str, calibrate_on: int = 3) -> Backtest:
     cal = Calibration(table.label, table.ranks_per_node or 1, nodes,
                       tuple((t,) for t in table.seconds_per_epoch[:calibrate_on]), PAPER_EPOCH_EVENTS, None)
     unseen = list(zip(table.nodes[calibrate_on:], table.seconds_per_epoch[calibrate_on:]))
-    prediction = predict(cal, [n for n, _ in unseen])
+    prediction = predict(cal, [n for n, _ in unseen], epochs)
     by_nodes = {f.nodes: f for f in prediction.forecasts}
     return Backtest(table, prediction, tuple(BacktestRow(n, t, by_nodes[n], ANOMALIES.get((table.id, n)))
                                              for n, t in unseen))

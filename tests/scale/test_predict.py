@@ -36,7 +36,8 @@ def test_three_counts_from_a_known_law_recover_its_shape_and_coefficients(shape,
     t = law(shape, a, b, rpn)
     model = fit_model([1, 2, 8], [[t(1)], [t(2)], [t(8)]], rpn)
     assert model.best.shape == shape and not model.best.per_epoch
-    assert (model.best.a, model.best.b) == pytest.approx((a, b), rel=1e-6)
+    # a is the node-seconds at the smallest count: the law's a + b f(rpn)
+    assert (model.best.a, model.best.b) == pytest.approx((a + b * float(SHAPES[shape][0](np.float64(rpn))), b), rel=1e-6)
     for n in (16, 256, 4096):
         assert model.seconds(n) == pytest.approx(t(n), rel=1e-9)
         low, high = model.band(n)
@@ -47,7 +48,7 @@ def test_a_fixed_per_epoch_cost_is_recovered_from_four_counts():
     t = law("log", 5000.0, 80.0, 4, c=2.5)  # 2.5 s per epoch whatever the node count
     model = fit_model([1, 2, 4, 8, 16], [[t(n)] for n in (1, 2, 4, 8, 16)], 4)
     assert model.best.name == "log + per-epoch"
-    assert (model.best.a, model.best.b, model.best.c) == pytest.approx((5000.0, 80.0, 2.5), rel=1e-6)
+    assert (model.best.a, model.best.b, model.best.c) == pytest.approx((5000.0 + 80.0 * 2 + 2.5, 80.0, 2.5), rel=1e-6)
     assert model.seconds(1024) == pytest.approx(t(1024), rel=1e-9)
     # the same five counts without the cost: the two-parameter shape wins (the third must earn its place)
     plain = law("log", 5000.0, 80.0, 4)
@@ -57,6 +58,8 @@ def test_a_fixed_per_epoch_cost_is_recovered_from_four_counts():
 def test_overhead_that_shrinks_with_scale_is_held_at_zero():
     fitted = fit_shape("log", np.array([1.0, 2.0, 4.0]), 4, np.array([100.0, 99.0, 98.0]))
     assert fitted.b == 0.0 and fitted.a == pytest.approx(99.0)
+    steep = fit_shape("bandwidth", np.array([1.0, 2.0, 4.0]), 1, np.array([1.0, 2.0, 12.0]))
+    assert steep.a >= 0 and steep.b > 0  # never less than no time at the smallest count
 
 
 def test_repeats_spread_widens_the_band():
@@ -83,7 +86,7 @@ def test_host_mpi_and_native_tables_within_5_percent_on_every_unseen_row(table):
 
 @pytest.mark.parametrize("table", ["table1", "table2", "table3"])
 def test_container_mpich_tables_median_within_12_percent(table):
-    assert median(backtest(table, 3).errors()) < 12.0
+    assert median(backtest(table, 3).errors(with_anomalies=True)) < 12.0
 
 
 @pytest.mark.parametrize("table", [f"table{i}" for i in range(1, 7)])
@@ -255,3 +258,38 @@ def test_cli_backtest(capsys):
     assert main(["scale", "predict", "--reference", "4"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "768 nodes: outside the band" in text and math.isfinite(rows[32]["measured"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.lists(st.floats(1e-3, 1e9), min_size=1, max_size=3), min_size=2, max_size=5),
+       rpn=st.integers(1, 8), target=st.integers(1, 10**6))
+def test_any_measurements_give_an_ordered_band_and_overhead_that_never_shrinks(times, rpn, target):
+    nodes = [2 ** i for i in range(len(times))]
+    model = fit_model(nodes, times, rpn)
+    low, high = model.band(target)
+    assert 0 <= low <= model.seconds(target) <= high and math.isfinite(high)
+    # node-seconds never fall with scale: a, b, c >= 0 and every shape grows with the ranks
+    assert model.seconds(2 * target) * 2 * target >= model.seconds(target) * target * (1 - 1e-12)
+
+
+def test_absurd_epoch_times_are_refused():
+    with pytest.raises(KitError, match="from above 0 to 1e\\+09 s"):
+        fit_model([1, 2], [[1e300], [1.0]], 1)
+
+
+def test_forecasts_below_the_smallest_measured_count_are_refused(tmp_path):
+    t = law("log", 1000.0, 10.0, 4)
+    with pytest.raises(KitError, match="--nodes 1: below the smallest measured count \\(2\\)"):
+        predict_runs(load_results(_sweep(tmp_path, t, counts=(2, 4), repeats=1)), [1, 8])
+
+
+def test_a_poor_fit_is_named(tmp_path):
+    walls = {1: 100.0, 2: 50.0, 4: 80.0, 8: 5.0}  # no overhead law does this
+    paths = [write_run(tmp_path / f"n{n}.json", n, w) for n, w in walls.items()]
+    [p], _ = predict_runs(load_results(paths), [16])
+    assert any(w.startswith("no shape follows the measurements") for w in p.warnings)
+
+
+def test_cli_backtest_refuses_nodes(capsys):
+    assert main(["scale", "predict", "--reference", "table5", "--nodes", "8"]) == 1
+    assert "leave out DIR, --results and --nodes" in capsys.readouterr().err
