@@ -293,3 +293,27 @@ def test_a_poor_fit_is_named(tmp_path):
 def test_cli_backtest_refuses_nodes(capsys):
     assert main(["scale", "predict", "--reference", "table5", "--nodes", "8"]) == 1
     assert "leave out DIR, --results and --nodes" in capsys.readouterr().err
+
+
+def test_calibration_plan_then_predict_on_the_sweep_directory(tmp_path, capsys):
+    """kit scale plan --calibrate, its runs' results where their jobs write them, kit scale predict DIR."""
+    from kit.scale.plan import load_plan
+    from kit.slurm.script import RunFiles
+
+    sweep = tmp_path / "cal"
+    assert main(["scale", "plan", "--site", "supermuc-ng", "--calibrate", "--nodes", "2", "--ranks-per-node", "4",
+                 "--no-container", "--dir", str(sweep), "--", "--data", "/x"]) == 0
+    t = law("log", 9000.0, 300.0, 4)
+    for i, run in enumerate(load_plan(sweep).runs):
+        result = RunFiles(sweep.absolute(), run.run_id).result
+        result.parent.mkdir(parents=True, exist_ok=True)
+        write_run(result, run.nodes, t(run.nodes) * (1 + 0.005 * (i % 3 - 1)))
+    capsys.readouterr()
+    assert main(["scale", "predict", str(sweep), "--nodes", "64,256", "--json"]) == 0
+    [series] = json.loads(capsys.readouterr().out)["series"]
+    assert [m["nodes"] for m in series["measured"]] == [2, 4, 16]
+    assert all(len(m["seconds"]) == 3 for m in series["measured"])
+    assert series["model"]["estimate"] == "log"
+    for f in series["forecasts"]:
+        assert f["seconds_per_epoch"] == pytest.approx(t(f["nodes"]), rel=0.01)
+        assert f["seconds_band"][0] < t(f["nodes"]) < f["seconds_band"][1]
