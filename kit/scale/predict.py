@@ -97,6 +97,11 @@ def predict(cal: Calibration, targets: Sequence[int] | None = None, epochs: int 
     if targets[0] < cal.nodes[0]:
         raise KitError(f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); the model knows "
                        "how the overhead grows above it; fix: forecast from it up, or measure the smaller count")
+    for n in targets:
+        if model.band(n)[0] <= 0:
+            raise KitError(f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: the node-seconds grow from "
+                           f"{cal.nodes[0]} node(s) faster than any overhead shape can follow; fix: check the "
+                           f"{cal.nodes[0]}-node runs (kit scale report shows each run's epoch time)")
     forecasts = tuple(_forecast(cal, model, n, epochs) for n in targets)
     return Prediction(cal, model, forecasts, _warnings(cal, model, forecasts), _suggestion(model, targets))
 

@@ -317,3 +317,22 @@ def test_calibration_plan_then_predict_on_the_sweep_directory(tmp_path, capsys):
     for f in series["forecasts"]:
         assert f["seconds_per_epoch"] == pytest.approx(t(f["nodes"]), rel=0.01)
         assert f["seconds_band"][0] < t(f["nodes"]) < f["seconds_band"][1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.lists(st.floats(1e-3, 1e9), min_size=1, max_size=3), min_size=2, max_size=4),
+       rpn=st.integers(1, 8), targets=st.lists(st.integers(0, 20), min_size=1, max_size=4))
+def test_any_calibration_forecasts_finite_strict_json_or_refuses_in_one_line(times, rpn, targets):
+    from kit.scale.predict import Calibration, predict, prediction_document
+
+    nodes = tuple(2 ** i for i in range(len(times)))
+    cal = Calibration("s", rpn, nodes, tuple(map(tuple, times)), 180_000, 8, 1e9, 1e12, "fp32 theoretical peak")
+    try:
+        p = predict(cal, [2 ** k for k in targets], epochs=3)
+    except KitError as exc:
+        assert "\n" not in str(exc)
+        return
+    json.dumps(prediction_document(p), allow_nan=False)  # strict JSON: no NaN, no inf
+    for f in p.forecasts:
+        assert 0 < f.seconds_band[0] <= f.seconds <= f.seconds_band[1]
+        assert f.efficiency_band[0] <= f.efficiency_percent <= f.efficiency_band[1]
