@@ -253,13 +253,15 @@ def _forecast_table(title: str, prediction, epochs: int | None, measured: dict[i
 
 def _print_prediction(console: Console, prediction, epochs: int | None, title: str,
                       measured: dict[int, float] | None = None) -> None:
+    from kit.scale.model import MARGIN_PER_DOUBLING
+
     model, cal = prediction.model, prediction.calibration
     console.print(_forecast_table(title, prediction, epochs, measured))
     fits = ", ".join(f.name for f in model.kept)
     console.print(f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
                   f"estimate: the {model.best.name} shape; band: {fits}, widened "
-                  f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and 1.5% per doubling "
-                  "beyond (docs/predict.md)", highlight=False)
+                  f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and "
+                  f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (docs/predict.md)", highlight=False)
     if cal.stack:
         console.print(f"stack: {cal.stack}", highlight=False, markup=False)
     if cal.peak_denominator:

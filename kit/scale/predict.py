@@ -18,7 +18,7 @@ from typing import Sequence
 from kit.atomic import write_together
 from kit.errors import KitError
 from kit.readfile import read_bytes
-from kit.scale.model import MAX_NODES, Model, fit_model, next_count
+from kit.scale.model import MARGIN_PER_DOUBLING, MAX_NODES, Model, fit_model, next_count
 from kit.scale.paper import PAPER_EPOCH_EVENTS, TABLES, PaperTable
 from kit.scale.runs import RunResult, Series, settings_text
 
@@ -115,11 +115,11 @@ def _forecast(cal: Calibration, model: Model, nodes: int, epochs: int | None) ->
     steps = (cal.events_per_epoch // ranks) // cal.batch_per_rank if cal.events_per_epoch and cal.batch_per_rank \
         else None
     hours = nodes * seconds / 3600
-    return Forecast(
-        nodes, seconds, (low, high), 100 * base / (nodes * seconds), (100 * base / (nodes * high), 100 * base / (nodes * low)),
-        showers, flops, 100 * flops / (nodes * cal.node_peak) if flops and cal.node_peak else None, steps,
-        cal.batch_per_rank * ranks if cal.batch_per_rank else None, hours,
-        (nodes * low / 3600, nodes * high / 3600), hours * epochs if epochs else None)
+    efficiency = (100 * base / (nodes * high), 100 * base / (nodes * low))
+    peak = 100 * flops / (nodes * cal.node_peak) if flops and cal.node_peak else None
+    return Forecast(nodes, seconds, (low, high), 100 * base / (nodes * seconds), efficiency, showers, flops, peak,
+                    steps, cal.batch_per_rank * ranks if cal.batch_per_rank else None, hours,
+                    (nodes * low / 3600, nodes * high / 3600), hours * epochs if epochs else None)
 
 
 def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> tuple[str, ...]:
@@ -137,7 +137,7 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
     far = [f.nodes for f in forecasts if f.nodes > EXTRAPOLATION_WARN * cal.nodes[-1]]
     if far:
         out.append(f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
-                   f"({cal.nodes[-1]}); the band widens {100 * 0.015:.1f}% per doubling, the shapes may still miss")
+                   f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, the shapes may still miss")
     none = [f.nodes for f in forecasts if f.steps_per_epoch == 0]
     if none:
         out.append(f"{', '.join(map(str, none))} node(s): the epoch's {cal.events_per_epoch:,} showers are fewer than "
