@@ -13,7 +13,9 @@ with N0 the smallest measured count (P0 its ranks), so a is the node-seconds the
 The shape with the smallest residual (its standard error, so that a third parameter must earn its
 place) is the estimate; every shape whose residual is within reach of the best spans the band,
 which is widened by a base margin, by half the repeats' spread and by a margin per doubling beyond
-the largest measured count. Nothing here reads a network figure: the overhead is measured.
+the largest measured count. The per-epoch term enters only where it halves the best residual
+of the shapes without it: it grows linearly in N, and a term the runs do not need would widen the band
+far beyond them. Nothing here reads a network figure: the overhead is measured.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ BASE_MARGIN = 0.03  # the band's widening at a measured count
 MARGIN_PER_DOUBLING = 0.015  # and per doubling of N beyond the largest measured count
 KEEP_FACTOR = 3.0  # a shape spans the band while its residual is within 3x the best's...
 KEEP_FLOOR = 0.02  # ...or within 2% of the node-seconds: closer than repeats of one job differ on a shared machine
+PER_EPOCH_GAIN = 0.5  # the per-epoch term is kept only where it halves the best residual without it
 MAX_NODES = 10**7  # bound on any node count the model is asked about
 MAX_SECONDS = 1e9  # bound on a measured epoch (31 years): node-seconds stay far from overflow
 
@@ -135,8 +138,10 @@ def fit_model(nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_pe
     u = counts * medians
     spread = max(float((r.max() - r.min()) / np.median(r)) for r in repeats)
     fits = [fit_shape(s, counts, ranks_per_node, u) for s in SHAPES]
-    if len(counts) >= 4:
-        fits += [fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in SHAPES]
+    if len(counts) >= 4:  # a per-epoch cost grows linearly in N: only where it halves the best residual
+        plain = min(f.error for f in fits)
+        fits += [f for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in SHAPES)
+                 if f.error < PER_EPOCH_GAIN * plain]
     if len(counts) == 2:
         best = next(f for f in fits if f.shape == TWO_COUNT_SHAPE)
         kept = tuple(fits)

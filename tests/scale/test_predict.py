@@ -52,7 +52,9 @@ def test_a_fixed_per_epoch_cost_is_recovered_from_four_counts():
     assert model.seconds(1024) == pytest.approx(t(1024), rel=1e-9)
     # the same five counts without the cost: the two-parameter shape wins (the third must earn its place)
     plain = law("log", 5000.0, 80.0, 4)
-    assert fit_model([1, 2, 4, 8, 16], [[plain(n)] for n in (1, 2, 4, 8, 16)], 4).best.name == "log"
+    model = fit_model([1, 2, 4, 8, 16], [[plain(n)] for n in (1, 2, 4, 8, 16)], 4)
+    assert model.best.name == "log"
+    assert not any(f.per_epoch for f in model.fits)  # a term the runs do not need never widens the band
 
 
 def test_overhead_that_shrinks_with_scale_is_held_at_zero():
@@ -135,6 +137,18 @@ def test_predict_runs_forecasts_showers_flops_steps_and_node_hours(tmp_path):
     assert f512.steps_per_epoch == 10
     assert any("few steps per epoch at 512 (10)" in w for w in p.warnings)
     assert any("more than 8x the largest measured count (8)" in w for w in p.warnings)
+
+
+def test_the_next_count_to_measure_narrows_the_band(tmp_path):
+    import re
+
+    t = law("straggler", 8000.0, 500.0, 4)
+    [p], _ = predict_runs(load_results(_sweep(tmp_path, t)), [768])
+    found = re.fullmatch(r"measure (\d+) nodes: if it lands on the estimate, the band at 768 nodes narrows "
+                         r"from (\d+)% to (\d+)% of the estimate", p.suggestion)
+    assert found and int(found[1]) in (16, 32, 64) and int(found[3]) < int(found[2])
+    low, high = p.forecasts[0].seconds_band
+    assert int(found[2]) == round(100 * (high - low) / p.forecasts[0].seconds)
 
 
 def test_two_counts_and_single_runs_are_warned_about(tmp_path):
