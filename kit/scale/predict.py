@@ -49,6 +49,8 @@ class Calibration:
     peak_denominator: str | None = None
     stack: str | None = None  # the MPI library, fabric and Horovod settings the runs share
     notes: tuple[str, ...] = ()  # what the runs could not show (become warnings)
+    site_max_nodes: int | None = None  # the site's scheduler.max_nodes, where its config is known
+    island_nodes: int | None = None  # nodes per island (full bisection inside one)
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,13 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
     if far:
         out.append(f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
                    f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, the shapes may still miss")
+    if cal.site_max_nodes and forecasts[-1].nodes > cal.site_max_nodes:
+        out.append(f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} node(s): more than "
+                   f"the site's jobs may hold ({cal.site_max_nodes}, scheduler.max_nodes)")
+    if cal.island_nodes and cal.nodes[-1] <= cal.island_nodes < forecasts[-1].nodes:
+        out.append(f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.island_nodes)} node(s): more than "
+                   f"one island ({cal.island_nodes} nodes, full bisection only inside one); every run measured fit "
+                   "in one, so the fit has not seen the links between islands")
     none = [f.nodes for f in forecasts if f.steps_per_epoch == 0]
     if none:
         out.append(f"{', '.join(map(str, none))} node(s): the epoch's {cal.events_per_epoch:,} showers are fewer than "
@@ -196,7 +205,21 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
         series.name, series.ranks_per_node, tuple(sorted(by_nodes)), tuple(tuple(by_nodes[n]) for n in sorted(by_nodes)),
         series.events_per_epoch, series.batch_per_rank, median(per_shower) if per_shower else None,
         median(r.flop_per_second * 100 / r.percent_of_peak / r.nodes for r in peaks) if peaks else None,
-        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None, stack, notes)
+        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None, stack, notes,
+        *_site_limits(series.site))
+
+
+def _site_limits(name: str | None) -> tuple[int | None, int | None]:
+    """(max nodes per job, nodes per island) of the runs' site, where its config can be found."""
+    if not name:
+        return None, None
+    from kit.site import load_site
+
+    try:
+        site = load_site(name)
+    except KitError:  # results from a site whose config is not here: no limits to warn about
+        return None, None
+    return site.scheduler.max_nodes, site.network.island_nodes
 
 
 def predict_runs(runs: Sequence[RunResult], targets: Sequence[int] | None = None,

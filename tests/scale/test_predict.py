@@ -110,6 +110,7 @@ def test_backtest_refuses_other_tables_and_calibrations():
 
 def _sweep(tmp_path, t, counts=(1, 2, 8), repeats=3, **kw):
     """Results files of a sweep whose epochs follow t(n), each repeat 1% apart."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     paths = []
     for n in counts:
         for i in range(repeats):
@@ -137,6 +138,11 @@ def test_predict_runs_forecasts_showers_flops_steps_and_node_hours(tmp_path):
     assert f512.steps_per_epoch == 10
     assert any("few steps per epoch at 512 (10)" in w for w in p.warnings)
     assert any("more than 8x the largest measured count (8)" in w for w in p.warnings)
+    # supermuc-ng: 768 nodes per job at most, islands of 792
+    [far], _ = predict_runs(load_results(_sweep(tmp_path / "far", t, repeats=1)), [512, 1024])
+    assert any(w.startswith("1024 node(s): more than the site's jobs may hold (768") for w in far.warnings)
+    assert any(w.startswith("1024 node(s): more than one island (792 nodes") for w in far.warnings)
+    assert not any("island" in w or "may hold" in w for w in p.warnings)
 
 
 def test_the_next_count_to_measure_narrows_the_band(tmp_path):
