@@ -107,9 +107,19 @@ def pytest_xdist_make_scheduler(config, log):
     return FileOrGroup(config, log)
 
 
+# Parts only the full set-up has (root, Slurm, sshd, buildah, Charliecloud, network namespaces,
+# MPI images): a test that uses one, directly or through another fixture, is `system`.
+SYSTEM_FIXTURES = frozenset({"slurm", "sshd", "vcluster", "rich", "built", "impi_prefix", "mpich_oci",
+                             "mpich_system_oci", "openmpi_tar", "openmpi_site", "mpich_host_site", "netns"})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Every test on the virtual cluster runs on one worker: it is started once per worker."""
+    """Marks what `make check` leaves out; every test on the virtual cluster runs on one worker (it
+    is started once per worker)."""
     for item in items:
-        if "vcluster" in getattr(item, "fixturenames", ()):
+        used = set(getattr(item, "fixturenames", ()))
+        if used & SYSTEM_FIXTURES:
+            item.add_marker(pytest.mark.system)
+        if "vcluster" in used:
             item.add_marker(pytest.mark.xdist_group("vcluster"))
