@@ -58,7 +58,8 @@ if ! "$PY" -m pip download --progress-bar off --only-binary=:all: "${platforms[@
   exit 1
 fi
 if [[ ,$EXTRAS, == *,train,* ]]; then  # --no-container sites build Horovod against their own MPI
-  "$PY" "$ROOT/kit/pins.py" requirements "$LOCK" --only horovod | head -n1 | sed 's/ ;.*//' > "$part/.horovod"
+  # the bare pin, marker cut (sed reads all of it: `head` would close the pipe on pins.py, EPIPE)
+  "$PY" "$ROOT/kit/pins.py" constraints "$LOCK" --only horovod | sed -n '1s/ ;.*//p' > "$part/.horovod"
   "$PY" -m pip download -q --no-deps --no-binary :all: -d "$part/horovod" -r "$part/.horovod"
   cat > "$part/horovod/BUILD.sh" <<'RECIPE'
 #!/bin/sh
