@@ -176,6 +176,14 @@ def _pip(pip: Sequence[str], todo: Sequence[Tuple[str, str]], python: str, platf
         return done, data
 
 
+def reported(report: object) -> Set[Tuple[str, str]]:
+    """(name, version) of every distribution in pip's --report (format 1); anything else, none."""
+    items = report.get("install") if isinstance(report, dict) else None
+    metas = [item.get("metadata") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    return {(pins.normalize(m["name"]), m["version"]) for m in metas
+            if isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("version"), str)}
+
+
 def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Sequence[str], cache: Path,
                isolated: bool = True) -> Tuple[int, List[Missing]]:
     """(pins with a wheel, pins without) for CPython ``python`` on ``platform``. Each pip run stops
@@ -191,9 +199,7 @@ def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Se
             break
         done, report = _pip(pip, todo, python, platform, env, fast)
         if done.returncode == 0:
-            found = {(pins.normalize(item["metadata"]["name"]), item["metadata"]["version"])
-                     for item in (report or {}).get("install", [])
-                     if isinstance(item, dict) and isinstance(item.get("metadata"), dict)}
+            found = reported(report)
             if not set(todo) <= found:
                 raise CheckError(f"pip's report for Python {python} on {platform} lacks "
                                  f"{', '.join(f'{n}=={v}' for n, v in sorted(set(todo) - found)[:5])}; fix: "

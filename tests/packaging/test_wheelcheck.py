@@ -143,3 +143,10 @@ def test_a_missing_or_malformed_pin_list_is_one_line_before_pip_is_asked(tmp_pat
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert str(lock) in done.stderr or "extra" in done.stderr
     assert "fix:" in done.stderr and "Traceback" not in done.stderr and not (tmp_path / "cache").exists()
+
+
+def test_only_a_well_formed_pip_report_counts_as_found():
+    good = {"version": "1", "install": [{"metadata": {"name": "PyYAML", "version": "6.0.3"}}]}
+    assert wheelcheck.reported(good) == {("pyyaml", "6.0.3")}
+    for bad in (None, [], {"install": {}}, {"install": [1, {"metadata": []}, {"metadata": {"name": 3}}]}):
+        assert wheelcheck.reported(bad) == set()
