@@ -1,10 +1,13 @@
-.PHONY: setup demo test bench wheelhouse lock
+.PHONY: setup demo test check bench wheelhouse lock
 setup:
 	bash scripts/setup.sh
 demo: setup
 	.venv/bin/python -m gan3d demo --site laptop
 test: setup
 	bash scripts/test.sh
+# The laptop tier: any user, no apt, no daemons (scripts/check.sh).
+check:
+	bash scripts/check.sh
 # For a login node without internet: PYTHON=<the site's python3.X> EXTRAS=report,... PLATFORM=...
 wheelhouse:
 	bash scripts/wheelhouse.sh

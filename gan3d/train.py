@@ -273,8 +273,6 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
 
     temp = None
     if args.synthetic:
-        from mpi4py import MPI
-
         from gan3d.simulate import write_files
 
         target = args.synthetic_dir
@@ -287,8 +285,10 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
                 write_files(target, files, math.ceil(args.synthetic / files), args.seed)
             except ValueError as exc:  # a file there that the simulator did not write, too many showers
                 raise SettingsError(f"--synthetic-dir {exc}") from None
-        # Horovod (not started yet, so mpi4py): rank 0 simulated the showers; every rank reads them.
-        target = MPI.COMM_WORLD.bcast(target, root=0)
+        if layout.size > 1:  # Horovod (not started yet, so mpi4py): rank 0 simulated them; every rank reads them
+            from mpi4py import MPI
+
+            target = MPI.COMM_WORLD.bcast(target, root=0)
         paths = expand_data_arg(str(target))
     else:
         paths = expand_data_arg(args.data)
@@ -487,7 +487,13 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
     host.warnings += runtime.configure_tensorflow(host.settings)
     if args.itex == "on":
         importlib.import_module(ITEX_MODULE)  # registers its CPU kernels with TensorFlow
-    import horovod.tensorflow as hvd
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError:
+        if layout.size > 1:  # mpi4py started several ranks, but nothing can average their gradients
+            raise SettingsError(f"{layout.size} ranks but Horovod is not installed; fix: build it against "
+                                "the launcher's MPI (scripts/setup.sh), or run one process") from None
+        from gan3d import solo as hvd
 
     # Horovod: initialize (it reuses the MPI that mpi4py started) and check it sees the same job.
     hvd.init()

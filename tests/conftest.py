@@ -1,5 +1,8 @@
 """Suite-wide settings. Area fixtures live in tests/<area>/conftest.py."""
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,14 +14,60 @@ try:  # property tests: a bounded run by default (CI's budget); --hypothesis-pro
 
     # derandomize: CI tries the same examples on every run (a new find must not block a landing
     # by chance); the long profile explores at random.
-    settings.register_profile("default", max_examples=60, deadline=None, derandomize=True,
+    # database=None: no .hypothesis/ written into the checkout.
+    settings.register_profile("default", max_examples=60, deadline=None, derandomize=True, database=None,
                               suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("long", max_examples=5000, deadline=None,
+    settings.register_profile("long", max_examples=5000, deadline=None, database=None,
                               suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("default")
 except ImportError:  # hypothesis arrives with the test extra (scripts/setup.sh)
     pass
 os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER
+_PRIVATE_TMP = "KIT_TEST_TMPDIR"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest reads --basetemp
+def pytest_configure(config):
+    """Every temporary file of the run (pytest's tmp_path, TensorFlow's autograph modules, which it
+    never removes, those of every process the tests start) goes to one directory of this run, removed
+    at its end unless a test failed. pytest-xdist workers take a directory inside their controller's."""
+    parent = os.environ.get(_PRIVATE_TMP)
+    path = tempfile.mkdtemp(prefix="kit-tests-", dir=parent)
+    os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too
+    config._kit_tmp = (path, parent is None)
+    os.environ[_PRIVATE_TMP] = os.environ["TMPDIR"] = tempfile.tempdir = path
+    if parent is None and not config.option.basetemp:  # as short as pytest's own (sockets live below it)
+        config.option.basetemp = os.path.join(path, "b")
+
+
+def pytest_unconfigure(config):
+    path, owner = getattr(config, "_kit_tmp", (None, False))
+    failed = getattr(config, "_kit_failed", False)
+    if path and owner and not failed:
+        shutil.rmtree(path, ignore_errors=True)
+    elif path and owner:
+        print(f"\ntemporary files of this run kept for a look: {path}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._kit_failed = exitstatus not in (0, 5)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A test file that imports a module of an extra this venv lacks is skipped in one line naming
+    the extra (`pip install -e '.[test]'` alone runs the rest), not an error."""
+    outcome = yield
+    report = outcome.get_result()
+    missing = re.search(r"ModuleNotFoundError: No module named '(\w+)", str(report.longrepr)) if report.failed else None
+    if missing:
+        from kit.extras import EXTRA_OF_MODULE
+
+        module = missing.group(1)
+        if module in EXTRA_OF_MODULE:
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), 0, f"needs the module {module!r}: pip install -e "
+                                                       f"'.[test,{EXTRA_OF_MODULE[module]}]' (or scripts/setup.sh)")
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +91,25 @@ def slurm(tmp_path_factory):
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = before
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist: a whole test file per worker (its module fixtures, often a real training
+    run, are made once), and every file of one `xdist_group` on one worker (one virtual cluster)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):
+                return nodeid.rsplit("@", 1)[1]
+            return nodeid.split("::", 1)[0]
+
+    return FileOrGroup(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Every test on the virtual cluster runs on one worker: it is started once per worker."""
+    for item in items:
+        if "vcluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("vcluster"))
