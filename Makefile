@@ -11,6 +11,7 @@ check:
 # For a login node without internet: PYTHON=<the site's python3.X> EXTRAS=report,... PLATFORM=...
 wheelhouse:
 	bash scripts/wheelhouse.sh
-# After changing a requirement in pyproject.toml: re-resolve constraints.txt (the one pin list).
+# After changing a requirement in pyproject.toml: re-resolve constraints.txt (the one pin list) and
+# check every pin has a wheel for Python 3.9-3.12 on manylinux2014_x86_64 and manylinux_2_28_x86_64.
 lock:
 	bash scripts/lock.sh
