@@ -200,7 +200,7 @@ def remove_tree_if(path: Path, aside: str, expected: int) -> bool:
         with interrupt.held():
             try:
                 rename_noreplace(fd, path.name, aside)
-            except FileNotFoundError:
+            except (FileNotFoundError, FileExistsError):  # gone already, or ASIDE taken: nothing moved
                 return False
             if os.stat(aside, dir_fd=fd, follow_symlinks=False).st_ino != expected:
                 rename_noreplace(fd, aside, path.name)

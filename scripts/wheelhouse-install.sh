@@ -73,8 +73,8 @@ set +f
 for path in "$HERE"/* "$HERE"/.[!.]* "$HERE"/..?*; do
   [ -e "$path" ] || [ -L "$path" ] || continue
   entry=${path##*/}
-  case $entry in SHA256SUMS|"$MARK") continue ;; esac
-  case $names in *"$NL$entry$NL"*|*"$NL$entry/"*) continue ;; esac
+  case $entry in SHA256SUMS|"$MARK") continue ;; *[[:cntrl:]]*) entry= ;; esac  # no name spans two lines
+  [ -z "$entry" ] || case $names in *"$NL$entry$NL"*|*"$NL$entry/"*) continue ;; esac
   die "$path is not listed in SHA256SUMS (pip would install it unverified); fix: move it out of $HERE"
 done
 set -f

@@ -143,6 +143,14 @@ def test_a_wheel_sha256sums_does_not_list_is_refused(house, shell):
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_a_name_spanning_two_listed_lines_is_not_taken_for_them(house, shell):
+    """SHA256SUMS lists EXTRAS and PYTHON_VERSION on consecutive lines: a file named "EXTRAS<newline>
+    PYTHON_VERSION" is no listed file."""
+    (house / "EXTRAS\nPYTHON_VERSION").write_text("x")
+    refused(install(shell, house, str(house.parent / "venv")), f"{house}/EXTRAS?PYTHON_VERSION is not listed")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("extras", ["r.*", "rep", "report;touch pwned", "*", "report,r.*", "REPORT", "report x"])
 def test_extras_are_exact_names_refused_before_any_venv(house, shell, extras):
     done = install(shell, house, str(house.parent / "venv"), extras)
