@@ -257,9 +257,9 @@ VENV_TEXT = st.text(st.sampled_from(list("ab-. /*$()~;\n\t'\"\\") + ["é"]), max
 
 
 def place(path: Path, what: str, outside: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # first: "sub/.." exists only once "sub" does
     if what == "nothing" or os.path.lexists(path):
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     if what == "empty-dir":
         path.mkdir()
     elif what == "dir-with-files":
@@ -305,6 +305,7 @@ def venv_accepted(target: str, home: Path, house: Path) -> bool:
 @example(text="-rf", prefix="", suffix="/", content="link-to-dir", shell=SHELLS[0])
 @example(text="x", prefix="", suffix="", content="fifo", shell=SHELLS[-1])
 @example(text="", prefix="", suffix="", content="nothing", shell=SHELLS[0])
+@example(text="..", prefix="sub/", suffix="", content="fifo", shell=SHELLS[0])  # found by the long profile
 def test_hostile_venv_paths_are_used_or_refused_as_the_model_says(pristine, tmp_path_factory, text, prefix, suffix,
                                                                    content, shell):
     root = tmp_path_factory.mktemp("venvs")
