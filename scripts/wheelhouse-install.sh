@@ -106,7 +106,7 @@ if [ -L "$VENV" ]; then
 elif [ -d "$VENV" ]; then
   if [ -z "$(kind "$VENV/pyvenv.cfg")" ] && [ -x "$VENV/bin/python" ]; then
     fresh=  # an existing venv: pip installs into it
-  elif [ -n "$(ls -A -- "$VENV" | head -n 1)" ]; then
+  elif [ "$(ls -A -- "$VENV" | head -c 1 | wc -c)" -ne 0 ]; then  # a first name may start with a newline
     die "VENV $VENV is a directory that is not a venv (no pyvenv.cfg): a venv made there would overwrite its files; fix: give a new directory or an existing venv"
   fi
 elif [ -e "$VENV" ]; then

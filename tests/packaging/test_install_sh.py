@@ -111,6 +111,15 @@ def test_an_existing_directory_that_is_no_venv_is_refused_and_left_alone(house, 
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_a_directory_whose_only_name_starts_with_a_newline_is_not_empty(house, tmp_path, shell):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "\nnotes").write_text("keep me\n")
+    refused(install(shell, house, str(mine)), "is a directory that is not a venv")
+    assert [p.name for p in mine.iterdir()] == ["\nnotes"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("planted", ["fifo", "device", "symlink", "directory"])
 def test_what_sha256sums_names_must_be_a_regular_file_refused_at_once(house, shell, planted):
     """sha256sum opens every file named: a FIFO would block it for ever, /dev/zero never ends."""
@@ -253,10 +262,12 @@ def test_generated_sha256sums_are_accepted_exactly_as_the_model_says(pristine, t
 
 
 CONTENTS = ["nothing", "empty-dir", "dir-with-files", "venv", "file", "fifo", "link-to-dir", "dangling-link"]
-VENV_TEXT = st.text(st.sampled_from(list("ab-. /*$()~;\n\t'\"\\") + ["é"]), max_size=10)
+VENV_TEXT = st.text(st.sampled_from(list("ab-. *$()~;\n\t'\"\\") + ["é"]), max_size=10)  # "/": the prefixes
 
 
-def place(path: Path, what: str, outside: Path) -> None:
+def place(path: Path, what: str, outside: Path, root: Path) -> None:
+    if not os.path.normpath(path).startswith(f"{root}/"):
+        return  # "sub/../.." names the test's own tree, or above it: nothing is made there
     path.parent.mkdir(parents=True, exist_ok=True)  # first: "sub/.." exists only once "sub" does
     if what == "nothing" or os.path.lexists(path):
         return
@@ -298,7 +309,7 @@ def venv_accepted(target: str, home: Path, house: Path) -> bool:
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=VENV_TEXT, prefix=st.sampled_from(["", "./", "sub/", "wheelhouse/"]), suffix=st.sampled_from(["", "/", "//"]),
+@given(text=VENV_TEXT, prefix=st.sampled_from(["", "./", "sub/", "wheelhouse/", "ABS/"]), suffix=st.sampled_from(["", "/", "//"]),
        content=st.sampled_from(CONTENTS), shell=st.sampled_from(SHELLS))
 @example(text="mine", prefix="", suffix="", content="dir-with-files", shell=SHELLS[0])
 @example(text="a\nb", prefix="", suffix="", content="nothing", shell=SHELLS[-1])
@@ -306,6 +317,7 @@ def venv_accepted(target: str, home: Path, house: Path) -> bool:
 @example(text="x", prefix="", suffix="", content="fifo", shell=SHELLS[-1])
 @example(text="", prefix="", suffix="", content="nothing", shell=SHELLS[0])
 @example(text="..", prefix="sub/", suffix="", content="fifo", shell=SHELLS[0])  # found by the long profile
+@example(text="-x", prefix="ABS/", suffix="//", content="venv", shell=SHELLS[-1])
 def test_hostile_venv_paths_are_used_or_refused_as_the_model_says(pristine, tmp_path_factory, text, prefix, suffix,
                                                                    content, shell):
     root = tmp_path_factory.mktemp("venvs")
@@ -314,10 +326,11 @@ def test_hostile_venv_paths_are_used_or_refused_as_the_model_says(pristine, tmp_
     work.mkdir()
     outside.mkdir()
     (outside / "theirs.txt").write_text("theirs\n")
+    prefix = f"{work}/" if prefix == "ABS/" else prefix  # an absolute path into the test's tree
     rel = prefix + text + suffix
     cwd = root if prefix == "wheelhouse/" else work  # a path into the wheelhouse, named from beside it
     if text and prefix != "wheelhouse/":
-        place(cwd / (prefix + text), content, outside)
+        place(cwd / (prefix + text), content, outside, root)
     before = snapshot(root)
     target = os.path.join(cwd, rel) if rel and not rel.startswith("/") else rel
     done = install(shell, house, rel, cwd=cwd, home=root / "home")
