@@ -262,7 +262,7 @@ def provenance(started: RunClock, code: dict) -> dict:
 
 def failure_record(args, layout, exc, history: list, checkpoints, started: RunClock, code: dict) -> dict:
     """The record of a diverged run: says it failed and why; no throughput, no NaN."""
-    last = checkpoints.latest() if checkpoints else None
+    last = checkpoints.latest_own() if checkpoints else None  # this run's, never another's
     return {
         "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
         "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
