@@ -139,7 +139,8 @@ SLOW = ("tests/gan3d_train/test_train_mpi.py::test_resume_gives_bit_identical_we
         "tests/gan3d_model/test_step.py::test_same_seed", "tests/gan3d_model/test_peak.py::test_other_thread_count",
         "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[gan3d-validate",
         "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[scale-report",
-        "tests/packaging/test_wheel_commit.py", "tests/packaging/test_package_data.py::test_an_editable_install",
+        "tests/packaging/test_wheel_commit.py", "tests/packaging/test_wheelcheck.py::test_every_pin_has_a_wheel",
+        "tests/packaging/test_package_data.py::test_an_editable_install",
         "tests/transfer/test_receiver_hostile.py::test_garbage_state_file", "tests/gan3d_data/test_validate.py::test_cli")
 # Parts only the full set-up has (root, Slurm, sshd, buildah, Charliecloud, network namespaces,
 # MPI images): a test that uses one, directly or through another fixture, is `system`.
