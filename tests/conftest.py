@@ -150,8 +150,9 @@ SYSTEM_FIXTURES = frozenset({"slurm", "sshd", "vcluster", "rich", "built", "impi
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Marks what `make check` leaves out; every test on the virtual cluster runs on one worker (it
-    is started once per worker)."""
+    """Marks what `make check` leaves out; the virtual-cluster tests run on one worker, one after the
+    other: the session's cluster is started once, and some tests compare the host's links before and
+    after."""
     items.sort(key=_rank)  # stable: within a rank, the files' own order
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
@@ -159,5 +160,5 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.system)
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
-        if "vcluster" in used:
+        if item.nodeid.startswith("tests/vcluster/"):  # they read the host's links and namespaces
             item.add_marker(pytest.mark.xdist_group("vcluster"))
