@@ -38,6 +38,8 @@ def pytest_configure(config):
     os.environ[_PRIVATE_TMP] = os.environ["TMPDIR"] = tempfile.tempdir = path
     if parent is None and not config.option.basetemp:  # as short as pytest's own (sockets live below it)
         config.option.basetemp = os.path.join(path, "b")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_FileOrGroupScheduling(), "kit-xdist-scheduling")
 
 
 def pytest_unconfigure(config):
@@ -106,21 +108,25 @@ LONGEST_FIRST = ("tests/vcluster/", "tests/slurm/test_jobs.py", "tests/gan3d_tra
 CASE_BY_CASE = ("tests/test_interrupt_commands.py",)
 
 
-def pytest_xdist_make_scheduler(config, log):
+class _FileOrGroupScheduling:
     """With pytest-xdist: a whole test file per worker (its module fixtures, often a real training
     run, are made once), every file of one `xdist_group` on one worker (one virtual cluster), in
-    the order the items were collected (LONGEST_FIRST)."""
-    from xdist.scheduler import LoadScopeScheduling
+    the order the items were collected (LONGEST_FIRST). Registered only where xdist is loaded (its
+    hook is unknown to pytest without it)."""
 
-    class FileOrGroup(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            if nodeid.rfind("@") > nodeid.rfind("]"):
-                return nodeid.rsplit("@", 1)[1]
-            path = nodeid.split("::", 1)[0]
-            return nodeid if path.endswith(CASE_BY_CASE) else path
+    @staticmethod
+    def pytest_xdist_make_scheduler(config, log):
+        from xdist.scheduler import LoadScopeScheduling
 
-    config.option.loadscopereorder = False  # xdist would put the files with the most tests first
-    return FileOrGroup(config, log)
+        class FileOrGroup(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                if nodeid.rfind("@") > nodeid.rfind("]"):
+                    return nodeid.rsplit("@", 1)[1]
+                path = nodeid.split("::", 1)[0]
+                return nodeid if path.endswith(CASE_BY_CASE) else path
+
+        config.option.loadscopereorder = False  # xdist would put the files with the most tests first
+        return FileOrGroup(config, log)
 
 
 def _rank(item) -> int:
