@@ -1,13 +1,17 @@
-.PHONY: setup demo test bench wheelhouse lock
+.PHONY: setup demo test check bench wheelhouse lock
 setup:
 	bash scripts/setup.sh
 demo: setup
 	.venv/bin/python -m gan3d demo --site laptop
 test: setup
 	bash scripts/test.sh
+# The laptop tier: any user, no apt, no daemons (scripts/check.sh).
+check:
+	bash scripts/check.sh
 # For a login node without internet: PYTHON=<the site's python3.X> EXTRAS=report,... PLATFORM=...
 wheelhouse:
 	bash scripts/wheelhouse.sh
-# After changing a requirement in pyproject.toml: re-resolve constraints.txt (the one pin list).
+# After changing a requirement in pyproject.toml: re-resolve constraints.txt (the one pin list) and
+# check every pin has a wheel for Python 3.9-3.12 on manylinux2014_x86_64 and manylinux_2_28_x86_64.
 lock:
 	bash scripts/lock.sh

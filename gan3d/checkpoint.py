@@ -4,6 +4,12 @@ Layout: DIR/epoch-NNNN/{state.index, state.data-*, generator.weights.h5, meta.js
 written into a hidden temporary sibling and renamed into place when complete (meta.json last);
 only the newest `keep` are kept. `latest` only ever returns a complete one.
 
+Each checkpoint's meta.json records the run id of the run that wrote it (a resumed run carries on
+the id of the checkpoint it resumed from). A run replaces or removes only checkpoints, and
+temporary trees, that carry its own id: another run's (or one without an id) is never deleted,
+and a fresh run into a directory that holds checkpoints is refused before it starts
+(`refuse_others`), so its results can never name another run's checkpoint.
+
 Reading one back trusts nothing in it: meta.json must be a small regular file holding a JSON
 object whose `epoch` is the int in the directory's name, and every entry of the directory must be
 a regular file (TensorFlow and h5py would block on a FIFO) before TensorFlow reads the state;
@@ -15,19 +21,32 @@ import itertools
 import json
 import os
 import re
+import uuid
 from pathlib import Path
 
 from gan3d.files import NotRegularFile, read_regular
-from kit.atomic import atomic_write_text, fsync_path, remove_tree, replace_tree
+from kit.atomic import atomic_write_text, fsync_path, remove_tree, remove_tree_if, replace_tree
 from kit.excerpt import one_line
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
-TMP_TAG = ".tmp-"  # .epoch-NNNN.tmp-PID: a save in progress (or killed) by process PID
-_TMP = re.compile(r"\.epoch-\d{4,9}\.tmp-(\d{1,10})")
+MAX_EPOCH = 999_999_999  # the most a directory name holds
+TMP_TAG = ".tmp-"  # .epoch-NNNN.tmp-PID.RUNID: a save (or a removal) in progress, or killed, by process PID
+_TMP = re.compile(r"\.epoch-\d{4,9}\.tmp-(\d{1,10})\.([0-9a-f]{32})")
+RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_META_BYTES = 64 * 1024
 MAX_ENTRIES = 64  # files in one checkpoint directory (the kit writes four)
+MAX_SCAN = 100_000  # entries of --checkpoint-dir looked at for another run's checkpoints
 META_TYPES = {"preset": str, "seed": int, "ranks": int, "batch_size": int, "steps_per_epoch": int,
-              "precision": str}
+              "precision": str, "run_id": str}
+# Numbers a meta.json may hold (it may have been edited since the trainer wrote it): each bounded
+# when it is read, as gan3d train bounds its options.
+META_BOUNDS = {"seed": (0, 2**32 - 1), "ranks": (1, 1 << 24), "batch_size": (1, 1 << 24),
+               "steps_per_epoch": (1, 1 << 40)}
+
+
+def new_run_id() -> str:
+    """A run's identity in its checkpoints: 128 random bits, so no other run has it by chance."""
+    return uuid.uuid4().hex
 STATE = "state"
 GENERATOR_WEIGHTS = "generator.weights.h5"
 META = "meta.json"
@@ -50,11 +69,13 @@ class CheckpointError(ValueError):
 class EpochCheckpoints:
     """Save/find/restore the state after each epoch in one directory."""
 
-    def __init__(self, directory: str | os.PathLike, keep: int = 2):
+    def __init__(self, directory: str | os.PathLike, keep: int = 2, run_id: str | None = None):
         if keep < 1:
             raise CheckpointError(f"--keep-checkpoints {keep}: must keep at least 1")
         self.directory = Path(directory)
         self.keep = keep
+        self.run_id = run_id or new_run_id()  # a resume takes over the id of what it restored
+        self.restored: Path | None = None
 
     def complete(self) -> list[tuple[int, Path]]:
         """(epoch, path) of every complete checkpoint, oldest first."""
@@ -70,6 +91,39 @@ class EpochCheckpoints:
         done = self.complete()
         return done[-1][1] if done else None
 
+    def owner(self, path: Path) -> str | None:
+        """The run id in checkpoint `path`'s meta.json (None: none, or unreadable)."""
+        try:
+            return self.read_meta(path).get("run_id")
+        except CheckpointError:
+            return None
+
+    def own(self) -> list[tuple[int, Path]]:
+        """(epoch, path) of every complete checkpoint this run wrote, oldest first."""
+        return [(epoch, path) for epoch, path in self.complete() if self.owner(path) == self.run_id]
+
+    def latest_own(self) -> Path | None:
+        """This run's newest complete checkpoint, else the one it resumed from: what its results
+        name (never another run's)."""
+        mine = self.own()
+        return mine[-1][1] if mine else self.restored
+
+    def refuse_others(self) -> None:
+        """A run without --resume: refused (CheckpointError) if the directory already holds a checkpoint,
+        complete or not, or a save in progress: its epochs would mix with, or replace, another run's."""
+        if not self.directory.is_dir():
+            return
+        found = []
+        with os.scandir(self.directory) as listing:
+            for entry in itertools.islice(listing, MAX_SCAN):
+                match = _TMP.fullmatch(entry.name)
+                if _NAME.fullmatch(entry.name) or (match and _alive(int(match.group(1)))):
+                    found.append(entry.name)
+        if found:
+            shown = ", ".join(sorted(found)[:3]) + (", ..." if len(found) > 3 else "")
+            raise CheckpointError(f"--checkpoint-dir {self.directory}: holds another run's checkpoints ({shown}); "
+                                  "fix: continue that run with --resume, or give a new --checkpoint-dir")
+
     def prepare(self) -> None:
         """Create the directory: the trainer calls this before training, so that a --checkpoint-dir
         that cannot hold checkpoints fails in seconds, not after the first epoch."""
@@ -83,9 +137,10 @@ class EpochCheckpoints:
         """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`.
 
         Built in a temporary sibling and put in place in one step (an existing checkpoint of the
-        same epoch, after a resume from an older one, is exchanged, then removed): a run killed at
-        any instant leaves the old or the new checkpoint of that epoch, and the next save removes
-        the temporary trees of runs that are gone."""
+        same epoch written by this run, after a resume from an older one, is exchanged, then
+        removed; another run's is refused): a run killed at any instant leaves the old or the new
+        checkpoint of that epoch, and the next save removes this run's temporary trees whose
+        process is gone."""
         self.prepare()
         self._remove_leftovers()
         final = self.directory / f"epoch-{epoch:04d}"
@@ -93,13 +148,18 @@ class EpochCheckpoints:
             raise CheckpointError(f"{final}: is in the way of epoch {epoch}'s checkpoint and is not one the "
                                   "trainer wrote (no meta.json); fix: move it out of --checkpoint-dir")
         recognised = os.lstat(final).st_ino if os.path.lexists(final) else None
-        tmp = self.directory / f".epoch-{epoch:04d}{TMP_TAG}{os.getpid()}"
+        if recognised is not None and self.owner(final) != self.run_id:
+            raise CheckpointError(f"{final}: is another run's checkpoint (its meta.json has another run id); "
+                                  "nothing was replaced; fix: continue that run with --resume, or give a new "
+                                  "--checkpoint-dir")
+        tmp = self.directory / self._tmp_name(epoch)
         remove_tree(tmp)
         tmp.mkdir()
         try:
             checkpoint.write(str(tmp / STATE))
             generator.save_weights(str(tmp / GENERATOR_WEIGHTS))
-            atomic_write_text(tmp / META, json.dumps({"epoch": epoch, **meta}, indent=2) + "\n")
+            atomic_write_text(tmp / META, json.dumps({"epoch": epoch, **meta, "run_id": self.run_id},
+                                                     indent=2) + "\n")
             fsync_path(tmp)
             replace_tree(tmp, final, recognised)
         except FileExistsError:
@@ -109,15 +169,29 @@ class EpochCheckpoints:
         except BaseException:
             remove_tree(tmp)
             raise
-        for _, old in self.complete()[:-self.keep]:
-            remove_tree(old)
+        self._prune()
         return final
 
+    def _tmp_name(self, epoch: int) -> str:
+        return f".epoch-{epoch:04d}{TMP_TAG}{os.getpid()}.{self.run_id}"
+
+    def _prune(self) -> None:
+        """Remove this run's checkpoints older than the newest `keep` of them; each is checked (its
+        run id, then its inode as it is moved aside), so a tree put in its place meanwhile stays."""
+        for epoch, old in self.own()[:-self.keep]:
+            try:
+                ino = os.lstat(old).st_ino
+            except FileNotFoundError:
+                continue
+            if self.owner(old) == self.run_id:
+                remove_tree_if(old, self._tmp_name(epoch), ino)
+
     def _remove_leftovers(self) -> None:
-        """Temporary trees of saves whose process is gone (killed mid-save)."""
+        """Temporary trees of this run's saves whose process is gone (killed mid-save); another
+        run's are left alone (a run on another node has a process id this host cannot see)."""
         for entry in os.scandir(self.directory):
             match = _TMP.fullmatch(entry.name)
-            if match and not _alive(int(match.group(1))):
+            if match and match.group(2) == self.run_id and not _alive(int(match.group(1))):
                 remove_tree(entry.path)
 
     @staticmethod
@@ -133,8 +207,8 @@ class EpochCheckpoints:
         if not isinstance(meta, dict):
             raise CheckpointError(f"{file}: holds a JSON {type(meta).__name__}, expected an object; {fix}")
         epoch = meta.get("epoch")
-        if type(epoch) is not int or epoch < 1:
-            raise CheckpointError(f"{file}: field 'epoch' is {_short(epoch)}, expected an int >= 1; {fix}")
+        if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:
+            raise CheckpointError(f"{file}: field 'epoch' is {_short(epoch)}, expected an int in 1..{MAX_EPOCH}; {fix}")
         match = _NAME.fullmatch(path.name)
         if match and int(match.group(1)) != epoch:
             raise CheckpointError(f"{file}: field 'epoch' is {epoch} but the directory is {path.name}; {fix}")
@@ -142,6 +216,11 @@ class EpochCheckpoints:
             if key in meta and type(meta[key]) is not kind:
                 raise CheckpointError(f"{file}: field {key!r} is {_short(meta[key])}, expected "
                                       f"{kind.__name__}; {fix}")
+        for key, (low, high) in META_BOUNDS.items():
+            if key in meta and not low <= meta[key] <= high:
+                raise CheckpointError(f"{file}: field {key!r} is {_short(meta[key])}, expected {low}..{high}; {fix}")
+        if "run_id" in meta and not RUN_ID.fullmatch(meta["run_id"]):
+            raise CheckpointError(f"{file}: field 'run_id' is {_short(meta['run_id'])}, expected 32 hex digits; {fix}")
         return meta
 
     @staticmethod
@@ -187,6 +266,9 @@ class EpochCheckpoints:
         except (tf.errors.OpError, IndexError) as exc:  # missing or truncated state files
             raise CheckpointError(f"{path / STATE}: cannot be read ({type(exc).__name__}: {one_line(exc)}); "
                                   f"fix: delete {path} to resume from the one before it") from None
+        if meta.get("run_id"):
+            self.run_id = meta["run_id"]  # the resumed run goes on as the run that wrote it
+        self.restored = path
         return meta
 
 

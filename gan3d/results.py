@@ -49,6 +49,12 @@ Conventions, so that a report can compare runs:
 - `step_losses` (since gan3d-run/2, may be absent): rank 0's D and G losses at the steps whose
   global index (from 0, over the whole run) is a multiple of `stride`, as rows of `columns`
   (global_step, epoch, step from 1, d_loss, g_loss); at most 1024 rows (`gan3d.steplosses`).
+- `mpi_fabric` and `horovod_settings` (may be absent: not recorded) are what a scaling calibration
+  depends on beyond the MPI library: the variables that choose the MPI's fabric or provider
+  (`FABRIC_VARIABLES`: Intel MPI's `I_MPI_FABRICS`, libfabric's `FI_PROVIDER`, MPICH's netmod,
+  Open MPI's PML/BTL/MTL, UCX's transports) and Horovod's tensor fusion and cycle
+  (`HOROVOD_VARIABLES`), as rank 0's environment held them; null where unset, i.e. the library
+  chose its default. `kit scale predict` never fits runs that differ in them.
 - `status` is "ok" for a finished run; a run whose losses became NaN/Inf writes "failed" with
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
@@ -97,6 +103,30 @@ def memory_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
     except OSError:
         return None
     return None
+
+
+FABRIC_VARIABLES = (
+    "I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER",  # Intel MPI; libfabric (Intel MPI, MPICH ch4:ofi)
+    "MPIR_CVAR_CH4_NETMOD", "MPIR_CVAR_OFI_USE_PROVIDER",  # MPICH
+    "OMPI_MCA_pml", "OMPI_MCA_btl", "OMPI_MCA_mtl",  # Open MPI's point-to-point components
+    "UCX_TLS", "UCX_NET_DEVICES",  # UCX (Open MPI's pml ucx, MPICH ch4:ucx)
+)
+HOROVOD_VARIABLES = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY",
+                     "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_AUTOTUNE", "HOROVOD_CPU_OPERATIONS")
+MAX_SETTING_CHARS = 200
+
+
+def communication(environ: dict[str, str] | None = None) -> dict:
+    """`mpi_fabric` and `horovod_settings`: each variable's value (one line, at most 200 characters),
+    null where unset (the library's default), so runs on two fabrics or fusion settings are told apart."""
+    environ = os.environ if environ is None else environ
+
+    def value(name: str) -> str | None:
+        text = environ.get(name)
+        return None if text is None else " ".join(text.split())[:MAX_SETTING_CHARS]
+
+    return {"mpi_fabric": {name: value(name) for name in FABRIC_VARIABLES},
+            "horovod_settings": {name: value(name) for name in HOROVOD_VARIABLES}}
 
 
 def container_runtime(environ: dict[str, str] | None = None) -> str | None:
@@ -232,7 +262,7 @@ def provenance(started: RunClock, code: dict) -> dict:
 
 def failure_record(args, layout, exc, history: list, checkpoints, started: RunClock, code: dict) -> dict:
     """The record of a diverged run: says it failed and why; no throughput, no NaN."""
-    last = checkpoints.latest() if checkpoints else None
+    last = checkpoints.latest_own() if checkpoints else None  # this run's, never another's
     return {
         "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
         "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
@@ -270,6 +300,7 @@ def run_record(args, layout, host: "Host", data: "Data", model: "Model", run: "P
         "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
         "mpi_library_version": layout.mpi_library_version,
         "mpi_library_version_full": layout.mpi_library_version_full,
+        **communication(),
         "nodes": layout.nodes, "ranks": layout.size, "ranks_per_node": layout.ranks_per_node,
         "threads_per_rank": in_force["intra_op_threads"], "inter_op_threads": in_force["inter_op_threads"],
         "thread_env": in_force["env"], "oversubscribed": layout.ranks_per_node * host.threads > host.cores,

@@ -42,12 +42,21 @@ class RankLayout:
     mpi_library_version_full: str
 
 
-def discover_layout() -> RankLayout:
+# What launchers tell each rank about the job's size (MPICH/Intel MPI/Slurm PMI, Open MPI, srun).
+LAUNCHER_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+NO_MPI = "none (one process, mpi4py not installed)"
+
+
+def discover_layout(environ: dict[str, str] | None = None) -> RankLayout:
     """Ask MPI (through mpi4py, before TensorFlow starts) for ranks, nodes and ranks per node.
 
-    Horovod initialized afterwards reuses this MPI instance (it checks MPI_Initialized).
+    Horovod initialized afterwards reuses this MPI instance (it checks MPI_Initialized). Without
+    mpi4py the job is this one process, unless a launcher says it started more.
     """
-    from mpi4py import MPI
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return _one_process_layout(os.environ if environ is None else environ)
 
     world = MPI.COMM_WORLD
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
@@ -64,6 +73,18 @@ def discover_layout() -> RankLayout:
     )
     node.Free()
     return layout
+
+
+def _one_process_layout(environ: dict[str, str]) -> RankLayout:
+    for key in LAUNCHER_SIZE_ENV:
+        value = environ.get(key, "1")
+        if value != "1":
+            raise SettingsError(f"the launcher started {value[:20]!r} ranks ({key}) but mpi4py is not installed, so "
+                                "this rank cannot join them; fix: install mpi4py built against the launcher's MPI "
+                                "(scripts/setup.sh), or run one process without a launcher")
+    host = socket.gethostname()
+    return RankLayout(rank=0, size=1, local_rank=0, local_size=1, hostname=host, nodes=1, ranks_per_node=1,
+                      mpi_library_version=NO_MPI, mpi_library_version_full=NO_MPI)
 
 
 def default_threads(local_size: int, cores: int, environ: dict[str, str] | None = None) -> int:

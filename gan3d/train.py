@@ -3,8 +3,8 @@
 Launch one process per rank with the MPI's own launcher (`mpiexec -n R ...` or `srun`); each rank
 uses `--threads` compute threads. Order of start-up matters, and `_run` calls one function per
 phase in that order, like Horovod's Keras examples (each distributed change is marked
-"# Horovod: ..."): MPI layout (mpi4py) -> thread checks and environment -> data, checked before
-TensorFlow starts -> TensorFlow and Horovod -> models -> broadcast of the initial (or resumed)
+"# Horovod: ..."): MPI layout (mpi4py) -> the checkpoint directory -> thread checks and
+environment -> data, checked before TensorFlow starts -> TensorFlow and Horovod -> models -> broadcast of the initial (or resumed)
 state from rank 0 -> epochs -> every rank's facts gathered. Rank 0 checkpoints every epoch,
 prints a heartbeat every --heartbeat-steps steps or --heartbeat-seconds seconds (whichever comes
 first) and writes the results JSON (built in gan3d.results, beside its conventions).
@@ -273,8 +273,6 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
 
     temp = None
     if args.synthetic:
-        from mpi4py import MPI
-
         from gan3d.simulate import write_files
 
         target = args.synthetic_dir
@@ -287,8 +285,10 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
                 write_files(target, files, math.ceil(args.synthetic / files), args.seed)
             except ValueError as exc:  # a file there that the simulator did not write, too many showers
                 raise SettingsError(f"--synthetic-dir {exc}") from None
-        # Horovod (not started yet, so mpi4py): rank 0 simulated the showers; every rank reads them.
-        target = MPI.COMM_WORLD.bcast(target, root=0)
+        if layout.size > 1:  # Horovod (not started yet, so mpi4py): rank 0 simulated them; every rank reads them
+            from mpi4py import MPI
+
+            target = MPI.COMM_WORLD.bcast(target, root=0)
         paths = expand_data_arg(str(target))
     else:
         paths = expand_data_arg(args.data)
@@ -471,11 +471,15 @@ def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
 
 
 def _prepare_checkpoints(args: argparse.Namespace, layout: RankLayout) -> EpochCheckpoints | None:
-    """The checkpoint directory, made by rank 0 now: one that cannot be written fails in seconds."""
+    """The checkpoint directory, checked and made by rank 0 first, before the data and TensorFlow:
+    one that cannot be written fails in seconds, and a run without --resume into a directory holding
+    another run's checkpoints is refused (its epochs would replace them, its results name theirs)."""
     if not args.checkpoint_dir:
         return None
     checkpoints = EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints)
     if layout.rank == 0:
+        if not args.resume:
+            checkpoints.refuse_others()
         checkpoints.prepare()
     return checkpoints
 
@@ -487,7 +491,13 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
     host.warnings += runtime.configure_tensorflow(host.settings)
     if args.itex == "on":
         importlib.import_module(ITEX_MODULE)  # registers its CPU kernels with TensorFlow
-    import horovod.tensorflow as hvd
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError:
+        if layout.size > 1:  # mpi4py started several ranks, but nothing can average their gradients
+            raise SettingsError(f"{layout.size} ranks but Horovod is not installed; fix: build it against "
+                                "the launcher's MPI (scripts/setup.sh), or run one process") from None
+        from gan3d import solo as hvd
 
     # Horovod: initialize (it reuses the MPI that mpi4py started) and check it sees the same job.
     hvd.init()
@@ -555,7 +565,7 @@ def _restore_and_broadcast(args: argparse.Namespace, layout: RankLayout, hvd, mo
                            checkpoints: EpochCheckpoints | None) -> int:
     """Rank 0 restores the last checkpoint (--resume); every rank then starts from rank 0's state.
     Returns the number of epochs already trained."""
-    start_epoch = 0
+    start_epoch, latest = 0, None
     if args.resume and layout.rank == 0:
         latest = checkpoints.latest()
         if latest is None:
@@ -572,7 +582,7 @@ def _restore_and_broadcast(args: argparse.Namespace, layout: RankLayout, hvd, mo
                             + step.g_optimizer.variables, root_rank=0)
     step.set_learning_rate(step.config.learning_rate)  # this run's --lr, not the one restored with the optimizer
     if start_epoch:
-        _say(layout, f"gan3d train: resumed from {checkpoints.latest()} after epoch {start_epoch}")
+        _say(layout, f"gan3d train: resumed from {latest} after epoch {start_epoch}")
     if start_epoch >= args.epochs:
         _say(layout, f"gan3d train: already trained {start_epoch} epoch(s) of --epochs {args.epochs}; nothing to do")
     return start_epoch
@@ -652,9 +662,9 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
 
     started = res.RunClock.start()
     code = source_commit() if layout.rank == 0 else {}
+    checkpoints = _prepare_checkpoints(args, layout)
     host = _plan_host(args, layout)
     data = _open_data(args, layout)
-    checkpoints = _prepare_checkpoints(args, layout)
     hvd, in_force = _start_horovod(args, layout, host)
     peaks = _measure_peaks(args, host, hvd)
     model = _build_model(args, layout, host, hvd)
@@ -672,7 +682,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         record = res.run_record(args, layout, host, data, model, run, per_rank,
                                 started=started, code=code, in_force=in_force, peaks_measured=peaks,
                                 peak_precision=_peak_precision(args), start_epoch=start_epoch,
-                                checkpoint=checkpoints.latest() if checkpoints else None)
+                                checkpoint=checkpoints.latest_own() if checkpoints else None)
         path = res.write_results(args.results, record)
         _say(layout, f"gan3d train: {record['showers_per_second']:.2f} showers/s, "
                      f"{record['flop_per_second'] / 1e9:.2f} GFLOP/s; results in {path}")

@@ -190,6 +190,28 @@ def remove_tree(path: str | os.PathLike) -> None:
         shutil.rmtree(path, onerror=writable)
 
 
+def remove_tree_if(path: Path, aside: str, expected: int) -> bool:
+    """Remove the directory PATH only if it is still the inode EXPECTED (the tree the caller checked
+    as its own): it is first renamed to the sibling ASIDE (a name the caller's cleanup knows), checked
+    there, and put back if it is another tree (False; nothing removed). A stop after the rename leaves
+    the tree whole under ASIDE."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with interrupt.held():
+            try:
+                rename_noreplace(fd, path.name, aside)
+            except (FileNotFoundError, FileExistsError):  # gone already, or ASIDE taken: nothing moved
+                return False
+            if os.stat(aside, dir_fd=fd, follow_symlinks=False).st_ino != expected:
+                rename_noreplace(fd, aside, path.name)
+                return False
+            fsync_dir(fd)
+    finally:
+        os.close(fd)
+    remove_tree(path.parent / aside)
+    return True
+
+
 def replace_tree(new: Path, final: Path, expected: int | None) -> None:
     """Put the directory NEW (a sibling the caller built) at FINAL: the FINAL the caller recognised as
     its own (inode EXPECTED; None: none) is exchanged with it in one step (renameat2), then that old

@@ -25,7 +25,12 @@ log() { printf '\033[1mwheelhouse:\033[0m %s\n' "$*"; }
 command -v "$PY" >/dev/null 2>&1 && "$PY" -m pip --version >/dev/null 2>&1 \
   || die "no $PY with pip; fix: set PYTHON to an interpreter of the site's Python version (with pip)"
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# pip judges Requires-Python by this (a bare 3.9 means 3.9.0, which some releases exclude)
+pyfull=$("$PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
 [[ $PLATFORM =~ ^[a-z0-9_,]+$ ]] || die "PLATFORM=$PLATFORM: use wheel platform tags such as manylinux2014_x86_64"
+check() { PYTHONPATH=$ROOT "$PY" -m kit.wheelcheck "$@"; }  # kit/wheelcheck.py: tags, and why a download failed
+# a glibc 2.N system also runs older manylinux wheels: manylinux_2_N expands to every older tag
+tags=$(check tags "$PLATFORM" 2>&1) || die "${tags#wheelcheck: error: }"
 [[ $EXTRAS =~ ^[a-z,]*$ ]] || die "EXTRAS=$EXTRAS: use a comma list of report,convert,transfer,build,train,study"
 if [ -e "$OUT" ] && [ ! -e "$OUT/$MARK" ]; then
   die "$OUT exists and was not made by this script; fix: move it away or set OUT=another/dir"
@@ -42,17 +47,19 @@ wheel=$(ls "$part"/secure_site_kit-*.whl)
 
 log "core + [$EXTRAS] for Python $pyver on $PLATFORM"
 platforms=()
-for p in ${PLATFORM//,/ }; do
-  platforms+=(--platform "$p")
-  if [[ $p =~ ^manylinux_2_([0-9]+)_(.+)$ ]]; then  # a glibc 2.N system also runs older manylinux wheels
-    for ((m = BASH_REMATCH[1] - 1; m >= 17; m--)); do platforms+=(--platform "manylinux_2_${m}_${BASH_REMATCH[2]}"); done
-    platforms+=(--platform "manylinux2014_${BASH_REMATCH[2]}")
-  fi
-done
-"$PY" -m pip download -q --only-binary=:all: "${platforms[@]}" --python-version "$pyver" \
-  --implementation cp -c "$part/.constraints" --find-links "$part" -d "$part" "$wheel[$EXTRAS]"
+for p in $tags; do platforms+=(--platform "$p"); done
+# pip's own failure is a bare ResolutionImpossible: on failure kit.wheelcheck names the pin without a
+# wheel for this Python and platform, and the fix, in one line (of the packages pip's log names)
+if ! "$PY" -m pip download --progress-bar off --only-binary=:all: "${platforms[@]}" --python-version "$pyfull" \
+    --implementation cp -c "$part/.constraints" --find-links "$part" -d "$part" "$wheel[$EXTRAS]" > "$part/.pip.log" 2>&1; then
+  why=$(check wheelhouse "$LOCK" --python "$pyver" --platform "$PLATFORM" --pip-log "$part/.pip.log" 2>&1) || true
+  rm -rf "$part"
+  echo "${why:-wheelhouse: pip download failed for Python $pyver on $PLATFORM; fix: run it again}" | tail -n1 >&2
+  exit 1
+fi
 if [[ ,$EXTRAS, == *,train,* ]]; then  # --no-container sites build Horovod against their own MPI
-  "$PY" "$ROOT/kit/pins.py" requirements "$LOCK" --only horovod | head -n1 | sed 's/ ;.*//' > "$part/.horovod"
+  # the bare pin, marker cut (sed reads all of it: `head` would close the pipe on pins.py, EPIPE)
+  "$PY" "$ROOT/kit/pins.py" constraints "$LOCK" --only horovod | sed -n '1s/ ;.*//p' > "$part/.horovod"
   "$PY" -m pip download -q --no-deps --no-binary :all: -d "$part/horovod" -r "$part/.horovod"
   cat > "$part/horovod/BUILD.sh" <<'RECIPE'
 #!/bin/sh
@@ -66,7 +73,7 @@ HOROVOD_WITHOUT_GLOO=1 "$VENV/bin/pip" install --no-index --no-build-isolation -
 "$VENV/bin/python" -c "import horovod.tensorflow as h; assert h.mpi_built(), 'built without MPI'"
 RECIPE
 fi
-rm -f "$part/.constraints" "$part/.horovod"
+rm -f "$part/.constraints" "$part/.horovod" "$part/.pip.log"
 rmdir "$part/horovod" 2>/dev/null || true  # only [train] has Horovod
 "$PY" "$ROOT/kit/pins.py" verify "$LOCK" "$part" --exclude secure-site-kit
 [ -z "$(ls "$part/horovod"/*.tar.gz 2>/dev/null)" ] || "$PY" "$ROOT/kit/pins.py" verify "$LOCK" "$part/horovod"

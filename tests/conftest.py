@@ -1,5 +1,8 @@
 """Suite-wide settings. Area fixtures live in tests/<area>/conftest.py."""
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,14 +14,60 @@ try:  # property tests: a bounded run by default (CI's budget); --hypothesis-pro
 
     # derandomize: CI tries the same examples on every run (a new find must not block a landing
     # by chance); the long profile explores at random.
-    settings.register_profile("default", max_examples=60, deadline=None, derandomize=True,
+    # database=None: no .hypothesis/ written into the checkout.
+    settings.register_profile("default", max_examples=60, deadline=None, derandomize=True, database=None,
                               suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("long", max_examples=5000, deadline=None,
+    settings.register_profile("long", max_examples=5000, deadline=None, database=None,
                               suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("default")
 except ImportError:  # hypothesis arrives with the test extra (scripts/setup.sh)
     pass
 os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER
+_PRIVATE_TMP = "KIT_TEST_TMPDIR"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest reads --basetemp
+def pytest_configure(config):
+    """Every temporary file of the run (pytest's tmp_path, TensorFlow's autograph modules, which it
+    never removes, those of every process the tests start) goes to one directory of this run, removed
+    at its end unless a test failed. pytest-xdist workers take a directory inside their controller's."""
+    parent = os.environ.get(_PRIVATE_TMP)
+    path = tempfile.mkdtemp(prefix="kit-tests-", dir=parent)
+    os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too
+    config._kit_tmp = (path, parent is None)
+    os.environ[_PRIVATE_TMP] = os.environ["TMPDIR"] = tempfile.tempdir = path
+    if parent is None and not config.option.basetemp:  # as short as pytest's own (sockets live below it)
+        config.option.basetemp = os.path.join(path, "b")
+
+
+def pytest_unconfigure(config):
+    path, owner = getattr(config, "_kit_tmp", (None, False))
+    failed = getattr(config, "_kit_failed", False)
+    if path and owner and not failed:
+        shutil.rmtree(path, ignore_errors=True)
+    elif path and owner:
+        print(f"\ntemporary files of this run kept for a look: {path}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._kit_failed = exitstatus not in (0, 5)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A test file that imports a module of an extra this venv lacks is skipped in one line naming
+    the extra (`pip install -e '.[test]'` alone runs the rest), not an error."""
+    outcome = yield
+    report = outcome.get_result()
+    missing = re.search(r"ModuleNotFoundError: No module named '(\w+)", str(report.longrepr)) if report.failed else None
+    if missing:
+        from kit.extras import EXTRA_OF_MODULE
+
+        module = missing.group(1)
+        if module in EXTRA_OF_MODULE:
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), 0, f"needs the module {module!r}: pip install -e "
+                                                       f"'.[test,{EXTRA_OF_MODULE[module]}]' (or scripts/setup.sh)")
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +91,73 @@ def slurm(tmp_path_factory):
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = before
+
+
+# Files that take minutes, longest first: pytest-xdist starts them before the rest (a long one
+# started last would leave the other worker idle at the end). Figures: `make test`'s durations.
+LONGEST_FIRST = ("tests/vcluster/", "tests/slurm/test_jobs.py", "tests/gan3d_train/test_train_mpi.py",
+                 "tests/study/test_run_slurm.py", "tests/gan3d_train/test_train_guards.py",
+                 "tests/gan3d_train/test_train_signals.py", "tests/scale/test_tune.py",
+                 "tests/study/test_run_local.py", "tests/mpi/test_check_verdicts.py",
+                 "tests/slurm/test_validate_job.py", "tests/slurm/test_join_tag.py",
+                 "tests/gan3d_train/test_provenance.py", "tests/packaging/test_offline_install.py",
+                 "tests/mpi/test_convert_paired.py")
+# Files of many independent minute-long cases: one case per scheduling unit.
+CASE_BY_CASE = ("tests/test_interrupt_commands.py",)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist: a whole test file per worker (its module fixtures, often a real training
+    run, are made once), every file of one `xdist_group` on one worker (one virtual cluster), in
+    the order the items were collected (LONGEST_FIRST)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):
+                return nodeid.rsplit("@", 1)[1]
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.endswith(CASE_BY_CASE) else path
+
+    config.option.loadscopereorder = False  # xdist would put the files with the most tests first
+    return FileOrGroup(config, log)
+
+
+def _rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST))
+
+
+# Minutes of TensorFlow (a test id, or a whole file), `make test`'s only: `make check` keeps one real
+# 2-rank training (the demo's, tests/gan3d_train/test_train_mpi.py) and the 1-rank one without MPI.
+SLOW = ("tests/gan3d_train/test_train_mpi.py::test_resume_gives_bit_identical_weights",
+        "tests/gan3d_train/test_train_mpi.py::test_synthetic_showers_are_simulated_once",
+        "tests/gan3d_train/test_train_guards.py", "tests/gan3d_train/test_train_signals.py",
+        "tests/gan3d_train/test_provenance.py", "tests/gan3d_train/test_train_bf16.py",
+        "tests/gan3d_train/test_checkpoint_replace.py", "tests/gan3d_train/test_checkpoint_damage.py",
+        "tests/gan3d_train/test_one_process.py::test_a_launchers", "tests/gan3d_model/test_bf16_physics.py",
+        "tests/gan3d_model/test_step.py::test_same_seed", "tests/gan3d_model/test_peak.py::test_other_thread_count",
+        "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[gan3d-validate",
+        "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[scale-report",
+        "tests/packaging/test_wheel_commit.py", "tests/packaging/test_wheelcheck.py::test_every_pin_has_a_wheel",
+        "tests/packaging/test_package_data.py::test_an_editable_install",
+        "tests/transfer/test_receiver_hostile.py::test_garbage_state_file", "tests/gan3d_data/test_validate.py::test_cli")
+# Parts only the full set-up has (root, Slurm, sshd, buildah, Charliecloud, network namespaces,
+# MPI images): a test that uses one, directly or through another fixture, is `system`.
+SYSTEM_FIXTURES = frozenset({"slurm", "sshd", "vcluster", "rich", "built", "impi_prefix", "mpich_oci",
+                             "mpich_system_oci", "openmpi_tar", "openmpi_site", "mpich_host_site", "netns"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Marks what `make check` leaves out; every test on the virtual cluster runs on one worker (it
+    is started once per worker)."""
+    items.sort(key=_rank)  # stable: within a rank, the files' own order
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & SYSTEM_FIXTURES:
+            item.add_marker(pytest.mark.system)
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+        if "vcluster" in used:
+            item.add_marker(pytest.mark.xdist_group("vcluster"))

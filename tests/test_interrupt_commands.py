@@ -160,8 +160,11 @@ CASES = {
     "gan3d-simulate": Case(_simulate_inputs, _simulate_old, [("open", ".part", 1), ("os.rename", "EleEscan_1_0", 1),
                                                             ("os.rename", "EleEscan_1_1", 1)]),
 }
+# SIGINT and SIGTERM take one path (kit.interrupt): the commands that need a TensorFlow model take
+# SIGTERM at every moment and SIGINT at the first only (each case runs the command five times).
+TENSORFLOW = {"gan3d-validate"}
 PARAMS = [(name, sig, i) for name, case in CASES.items() for i in range(len(case.moments))
-          for sig in ("SIGINT", "SIGTERM")]
+          for sig in ("SIGINT", "SIGTERM") if not (name in TENSORFLOW and sig == "SIGINT" and i > 0)]
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,11 @@ import pytest
 ROOT = Path(__file__).parents[1]
 
 # Busy in threading and queue code (where the old default handler raised the interrupt most of
-# the time); on each interrupt, report the file of the innermost frame it was raised in.
+# the time); on each interrupt, report the file of the innermost frame it was raised in. SIGINT is
+# blocked while it reports: the next one (sent once the report is read) waits for the loop, however
+# late a loaded machine lets the child get back there.
 BUSY = r"""
-import queue, sys, threading
+import queue, signal, sys, threading
 if sys.argv[1] == "kit":
     from kit import interrupt
     interrupt.install()
@@ -26,11 +28,13 @@ cond, q = threading.Condition(), queue.Queue(1)
 print("ready", flush=True)
 while True:
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         while True:
             with cond:
                 q.put(1)
                 q.get()
     except KeyboardInterrupt as exc:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         tb = exc.__traceback__
         while tb.tb_next:
             tb = tb.tb_next

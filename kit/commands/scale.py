@@ -11,6 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gan3d.peak import MAX_SECONDS
+from kit.errors import KitError
 from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
@@ -34,6 +35,18 @@ def _ints(text: str) -> list[int]:
 def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     ranks, threads = args.ranks_per_node or [1], args.threads
+    nodes, repeats, extra, added = args.nodes, 1 if args.repeats is None else args.repeats, train_args(args), []
+    if args.calibrate:
+        from kit.scale.plan import CALIBRATION_REPEATS, calibration_nodes, calibration_train_args
+
+        if nodes and len(nodes) > 1:
+            raise KitError(f"--calibrate --nodes {','.join(map(str, nodes))}: give the smallest count n0 alone; "
+                           "the calibration adds 2n0 and 8n0")
+        nodes = calibration_nodes(nodes[0] if nodes else 1, site.scheduler.max_nodes)
+        repeats = CALIBRATION_REPEATS if args.repeats is None else args.repeats
+        extra, added = calibration_train_args(extra)
+    elif not nodes:
+        raise KitError("kit scale plan: --nodes is required (or --calibrate); fix: e.g. --nodes 1,2,4,8")
     if args.layout == "best" or args.tune:
         from kit.scale.tune import best_layout
 
@@ -41,9 +54,9 @@ def _plan(args: argparse.Namespace) -> int:
                                             args.layout == "best")
         ranks, threads = [rpn], [tpr]
         Console().print(f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank")
-    plan = make_plan(site, args.nodes, ranks, threads,
+    plan = make_plan(site, nodes, ranks, threads,
                      walltime(args.walltime, site.scheduler.max_walltime), None if args.no_container else args.image,
-                     args.python, train_args(args), args.partition, args.account, args.repeats, args.validate)
+                     args.python, extra, args.partition, args.account, repeats, args.validate)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
@@ -59,10 +72,18 @@ def _plan(args: argparse.Namespace) -> int:
     for refused in plan.refused:
         console.print(f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
                       f"{refused['threads_per_rank']}: {refused['reason']}")
+    if args.calibrate:
+        from kit.scale.plan import node_hours_bound
+
+        console.print(f"calibration for kit scale predict: {', '.join(map(str, sorted({r.nodes for r in plan.runs})))} "
+                      f"node(s) x {repeats} repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
+                      f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, each its nodes for "
+                      f"the walltime {plan.walltime}; a job that ends early is charged less)", highlight=False)
     if args.dry_run:
         console.print(f"dry run: {args.dir / 'plan.yaml'} not written")
         return 0
-    console.print(f"wrote {write_plan(plan, args.dir)}; next: kit scale submit {args.dir}")
+    then = f"; then kit scale predict {args.dir}" if args.calibrate else ""
+    console.print(f"wrote {write_plan(plan, args.dir)}; next: kit scale submit {args.dir}{then}")
     return 0
 
 
@@ -140,6 +161,7 @@ def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
 
 
 COLLECT_SCHEMA = "kit-scale-collect/1"
+PREDICT_SCHEMA = "kit-scale-predict/1"  # kit.scale.predict's, named here so that --help imports no numpy
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -194,17 +216,126 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _band(low: float, high: float, fmt: str = "{:.3g}") -> str:
+    return f"[{fmt.format(low)}–{fmt.format(high)}]"
+
+
+def _forecast_table(title: str, prediction, epochs: int | None, measured: dict[int, float] | None = None) -> Table:
+    """One row per asked node count; a backtest adds the paper's time and the error."""
+    from kit.scale.report import flop_unit
+
+    table = Table(title=title)
+    columns = ["nodes", "s/epoch [band]", *(["paper s", "error"] if measured else []), "showers/s", "FLOP/s",
+               "% of peak", "efficiency [band]", "steps/epoch", "global batch", "node-h/epoch [band]",
+               *([f"node-h, {epochs} epochs"] if epochs else [])]
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    fs = [f for f in prediction.forecasts if f.flop_per_second]
+    unit, scale = flop_unit(max(f.flop_per_second for f in fs)) if fs else ("FLOP/s", 1.0)
+    for f in prediction.forecasts:
+        paper = []
+        if measured:
+            t = measured[f.nodes]
+            paper = [f"{t:g}", f"{100 * (f.seconds - t) / t:+.1f}%" + ("" if f.seconds_band[0] <= t <= f.seconds_band[1]
+                                                                        else " (outside)")]
+        table.add_row(
+            str(f.nodes), f"{f.seconds:.4g} {_band(*f.seconds_band)}", *paper,
+            "-" if f.showers_per_second is None else f"{f.showers_per_second:.4g}",
+            "-" if f.flop_per_second is None else f"{f.flop_per_second / scale:.3g} {unit}",
+            "-" if f.percent_of_peak is None else f"{f.percent_of_peak:.1f}%",
+            f"{f.efficiency_percent:.1f}% {_band(*f.efficiency_band, '{:.1f}')}",
+            "-" if f.steps_per_epoch is None else str(f.steps_per_epoch),
+            "-" if f.global_batch is None else str(f.global_batch),
+            f"{f.node_hours_per_epoch:.3g} {_band(*f.node_hours_band)}",
+            *([f"{f.node_hours_total:.3g}"] if epochs else []))
+    return table
+
+
+def _print_prediction(console: Console, prediction, epochs: int | None, title: str,
+                      measured: dict[int, float] | None = None) -> None:
+    from kit.scale.model import MARGIN_PER_DOUBLING
+
+    model, cal = prediction.model, prediction.calibration
+    console.print(_forecast_table(title, prediction, epochs, measured))
+    fits = ", ".join(f.name for f in model.kept)
+    console.print(f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
+                  f"estimate: the {model.best.name} shape; band: {fits}, widened "
+                  f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and "
+                  f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (docs/predict.md)", highlight=False)
+    if cal.stack:
+        console.print(f"stack: {cal.stack}", highlight=False, markup=False)
+    if cal.peak_denominator:
+        console.print(f"% of peak: of the {cal.peak_denominator} ({cal.node_peak / 1e12:.3g} TFLOP/s per node); "
+                      "FLOP/s: model FLOP per shower x showers/s over the wall epoch", highlight=False)
+    for warning in prediction.warnings:
+        console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)
+    if prediction.suggestion:
+        console.print(f"next: {prediction.suggestion}", highlight=False)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from kit.scale import predict as pr
+    from kit.scale.plots import prediction_plot
+
+    if args.reference:
+        if args.dir or args.results or args.nodes:
+            raise KitError("--reference backtests a paper table on its own, at the rows it did not fit; fix: leave "
+                           "out DIR, --results and --nodes")
+        backtest = pr.backtest(args.reference, args.calibrate_on, args.epochs)
+        predictions, skipped = [backtest.prediction], []
+        document = {"backtest": pr.backtest_document(backtest)}
+        unseen = {backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]}
+    else:
+        from kit.scale.runs import load_results
+
+        failed: list[str] = []
+        paths = (sweep_jobs.results(args.dir, failed) if args.dir else []) + list(args.results)
+        for problem in failed:
+            print(f"left out (failed run): {problem}", file=sys.stderr)
+        if not paths:
+            raise KitError(f"no results to predict from: {args.dir or 'no sweep dir'} has none yet (kit scale "
+                           "collect shows why) and no --results JSON was named")
+        predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
+        document = {"series": [pr.prediction_document(p) for p in predictions], "left_out": skipped,
+                    "epochs": args.epochs}
+        unseen = None
+    written = pr.write_outputs(args.out, {**document}, prediction_plot(predictions, unseen)) if args.out else []
+    if args.json:
+        emit(PREDICT_SCHEMA, {**document, "written": [str(p) for p in written]})
+        return 0
+    console = Console()
+    for problem in skipped:
+        console.print(f"[yellow]left out[/yellow] {problem}", highlight=False)
+    for p in predictions:
+        if args.reference:
+            rows = {r.nodes: r.measured for r in backtest.rows}
+            _print_prediction(console, p, args.epochs,
+                              f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows", rows)
+            for r in backtest.rows:
+                if r.anomaly and not r.inside:
+                    console.print(f"{r.nodes} nodes: outside the band: {r.anomaly}", highlight=False)
+        else:
+            _print_prediction(console, p, args.epochs, f"{p.calibration.label}: predicted")
+    for path in written:
+        print(path)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "scale", "scaling sweeps: plan, submit, collect, report")
 
     p = leaves.add_parser("plan", help="expand nodes x ranks per node x threads into DIR/plan.yaml",
                           description="Every combination the site can hold becomes a run; the others are "
                           "listed with the reason. Nothing is submitted.")
-    p.add_argument("--nodes", type=_ints, required=True, help="e.g. 1,2,4,8")
+    p.add_argument("--nodes", type=_ints, help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)")
     p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
-    p.add_argument("--repeats", type=number(1, int, 100), default=1, metavar="N",
-                   help="run each combination N times (RUN-x1..xN); the report shows median and min-max")
+    p.add_argument("--repeats", type=number(1, int, 100), metavar="N",
+                   help="run each combination N times (RUN-x1..xN); the report shows median and min-max "
+                   "(default 1; 3 with --calibrate)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="the cheapest sweep kit scale predict needs: n0, 2n0, 8n0 nodes x 3 repeats of short epochs "
+                   "(--steps-per-epoch 20, --epochs 2 unless given), with what it can cost in node-hours")
     p.add_argument("--validate", action="store_true",
                    help="each job then runs gan3d validate on its final checkpoint (one rank, same container) "
                    "against the run's --validation-data, else --data; the score goes into its results")
@@ -266,3 +397,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", help="a table of the paper to compare with: table1..table7 (scaling, "
                    "FLOP rate), table8|table9 (container vs bare throughput, free memory)")
     p.set_defaults(func=_report)
+
+    p = leaves.add_parser("predict", help="forecast epoch time, efficiency and node-hours at N nodes from a few runs",
+                          description="Fits how the node-seconds per epoch grow with the ranks on each series of "
+                          "measured runs (two node counts or more; three tell the shapes apart) and forecasts the "
+                          "asked node counts with a band (docs/predict.md). --reference backtests the model on a "
+                          "paper table instead.")
+    p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")
+    p.add_argument("--results", type=Path, nargs="+", default=[], metavar="JSON", help="further results files")
+    p.add_argument("--nodes", type=_ints, help="node counts to forecast (default 4x, 16x, 64x the largest measured)")
+    p.add_argument("--epochs", type=number(1, int, 10**6), help="planned epochs: adds their node-hours")
+    p.add_argument("--out", type=Path, metavar="PLOTDIR", help="write predict.png and predict.json there")
+    p.add_argument("--reference", metavar="TABLE", help="backtest on a paper table (table1..table6) instead")
+    p.add_argument("--calibrate-on", type=number(2, int, 100), default=3, metavar="K",
+                   help="with --reference: fit on the table's first K rows (default 3)")
+    add_json_flag(p, PREDICT_SCHEMA)
+    p.set_defaults(func=_predict)

@@ -76,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the wheelhouse `make wheelhouse` wrote (default: dist/wheelhouse)")
     b.set_defaults(func=_bundle)
 
-    v = leaves.add_parser("verify", help="check a bundle: names missing, truncated, altered files")
+    v = leaves.add_parser("verify", help="check a bundle: names missing, truncated, altered files and every file "
+                                         "its manifest does not list")
     v.add_argument("dir", type=Path)
     v.set_defaults(func=_verify)
 

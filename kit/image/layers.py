@@ -25,7 +25,7 @@ from isal.igzip_lib import IsalError
 from kit.errors import KitError
 from kit.image.regular import kind_name, open_regular
 from kit.image.sources import Layer
-from kit.image.tarsafe import first_nonzero, open_tar
+from kit.tarsafe import first_nonzero, open_tar
 
 CHUNK = 1 << 20
 MAX_PATH = 4095

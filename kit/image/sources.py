@@ -19,7 +19,7 @@ from typing import Iterator
 
 from kit.errors import KitError
 from kit.image.regular import open_regular
-from kit.image.tarsafe import first_nonzero, open_tar
+from kit.tarsafe import first_nonzero, open_tar
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

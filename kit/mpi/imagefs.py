@@ -23,8 +23,10 @@ from typing import Iterator
 
 from kit.errors import KitError
 from kit.excerpt import one_line
+from kit.readfile import NotRegularFile, open_regular_fd
 from kit.image_names import SQUASH
 from kit.rootfs import Root, RootError, show
+from kit.tarsafe import first_nonzero, open_tar
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
 WANTED_WORDS = ("mpi", "fabric", "psm")
@@ -108,8 +110,16 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
     so no member or link in the tarball can make this write anywhere else."""
     with Root(dest) as tree:
         try:
-            with tarfile.open(image, "r:*") as tar:
-                for member in tar:
+            fh = os.fdopen(open_regular_fd(image), "rb")
+        except NotRegularFile as exc:
+            raise KitError(f"{image}: is {exc.kind}, not a regular file; fix: name an image directory, "
+                           "tarball or SquashFS file") from None
+        except OSError as exc:
+            raise KitError(f"{image}: cannot read the image ({exc.strerror})") from None
+        try:
+            with fh, open_tar(fh, compressed=True) as tar:
+                while (member := tar.next()) is not None:
+                    tar.members.clear()  # a million members cost no memory
                     rel = _safe_rel(member.name)
                     if rel is None or not kept(rel, member.isdir(), member.issym()):
                         continue
@@ -117,8 +127,13 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                         _extract_member(tar, member, rel, tree)
                     except RootError as exc:
                         note(notes, f"skipped member {show(rel)} of {image.name}: {exc}")
+                tar.fileobj.seek(tar.offset)
+                bad = first_nonzero(iter(lambda: tar.fileobj.read(1 << 20), b""), tar.offset)
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
             raise KitError(f"{image}: cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}") from None
+    if bad is not None:
+        raise KitError(f"{image}: cannot read the tarball: corrupt tar header at byte {tar.offset} (data at "
+                       f"byte {bad} after what tar reads as the end); fix: copy or convert the image again")
 
 
 def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tree: Root) -> None:

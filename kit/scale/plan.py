@@ -14,7 +14,7 @@ from kit.excerpt import shown
 from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render, validation_data
-from kit.slurm.spec import RunSpec, check_run, default_threads, matching, run_id
+from kit.slurm.spec import RunSpec, check_run, default_threads, matching, run_id, seconds
 from kit.yamlbound import load_tagged
 
 PLAN_FORMAT = 1
@@ -82,6 +82,45 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
         raise KitError(f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
                        "directory at once; fix: leave them out of the sweep (or plan one run per directory)")
     return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused, validate)
+
+
+CALIBRATION_FACTORS = (1, 2, 8)  # n0, 2n0, 8n0: three counts, far enough apart to tell predict's shapes apart
+CALIBRATION_REPEATS = 3
+CALIBRATION_STEPS = 20  # optimizer steps per epoch of a calibration run (the report scales to a full epoch)
+
+
+def calibration_nodes(n0: int, max_nodes: int) -> list[int]:
+    """The node counts kit scale predict needs: n0, 2n0 and 8n0 (4n0 where the site holds fewer)."""
+    if 2 * n0 > max_nodes:
+        raise KitError(f"--calibrate --nodes {n0}: a calibration needs {n0} and {2 * n0} nodes, the site allows "
+                       f"1..{max_nodes} (scheduler.max_nodes); fix: a smaller --nodes")
+    top = next((n0 * f for f in (8, 4) if n0 * f <= max_nodes), None)
+    return [n0, 2 * n0] + ([top] if top else [])
+
+
+def calibration_train_args(train_args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """Short epochs for a calibration: --steps-per-epoch 20 and --epochs 2 unless given (the first
+    epoch traces the step; the report times the later ones). Returns the arguments and what was added."""
+    args, added = list(train_args), []
+    words = {a.split("=")[0] for a in args}
+    if "--epochs" in words:
+        i = next(i for i, a in enumerate(args) if a.split("=")[0] == "--epochs")
+        value = args[i].split("=", 1)[1] if "=" in args[i] else (args[i + 1] if i + 1 < len(args) else "")
+        if value == "1":
+            raise KitError("--calibrate with --epochs 1: that epoch traces the step and is no measure of an epoch; "
+                           "fix: --epochs 2 or more")
+    else:
+        args += ["--epochs", "2"]
+        added.append("--epochs 2")
+    if "--steps-per-epoch" not in words:
+        args += ["--steps-per-epoch", str(CALIBRATION_STEPS)]
+        added.append(f"--steps-per-epoch {CALIBRATION_STEPS}")
+    return tuple(args), added
+
+
+def node_hours_bound(plan: Plan) -> float:
+    """What the plan's jobs can cost at most: every run's nodes for its whole walltime."""
+    return sum(r.nodes for r in plan.runs) * seconds(plan.walltime) / 3600
 
 
 def write_plan(plan: Plan, sweep_dir: Path) -> Path:

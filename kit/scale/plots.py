@@ -149,3 +149,39 @@ def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return buf.getvalue()
+
+
+def prediction_plot(predictions: list, unseen: dict[str, list[tuple[int, float]]] | None = None) -> bytes:
+    """kit scale predict: per series, time per epoch and efficiency vs nodes, the estimate as a line
+    with its band shaded, the measured runs as points (every repeat) and, for a backtest, the rows
+    the model did not see as crosses."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 4.5))
+    t_ax, e_ax = fig.subplots(1, 2)
+    ticks: set[int] = set()
+    for i, p in enumerate(predictions):
+        cal, model, style = p.calibration, p.model, {"color": f"C{i % 10}"}
+        nodes = sorted({*cal.nodes, *(f.nodes for f in p.forecasts)})
+        ticks.update(nodes)
+        grid = np.unique(np.geomspace(nodes[0], nodes[-1], 64).round().astype(int))
+        est = np.array([model.seconds(int(n)) for n in grid])
+        band = np.array([model.band(int(n)) for n in grid])
+        base = model.node_seconds[0]
+        t_ax.plot(grid, est, "-", label=f"{cal.label}: {model.best.name}", **style)
+        t_ax.fill_between(grid, band[:, 0], band[:, 1], alpha=0.2, **style)
+        e_ax.plot(grid, 100 * base / (grid * est), "-", label=cal.label, **style)
+        e_ax.fill_between(grid, 100 * base / (grid * band[:, 1]), 100 * base / (grid * band[:, 0]), alpha=0.2, **style)
+        points = [(n, s) for n, runs in zip(cal.nodes, cal.seconds) for s in runs]
+        t_ax.plot(*zip(*points), "o", label=f"{cal.label}: measured", **style)
+        e_ax.plot([n for n, _ in points], [100 * base / (n * s) for n, s in points], "o", **style)
+        later = (unseen or {}).get(cal.label)
+        if later:
+            t_ax.plot(*zip(*later), "x", markersize=8, label=f"{cal.label}: not used in the fit", **style)
+            e_ax.plot([n for n, _ in later], [100 * base / (n * s) for n, s in later], "x", markersize=8, **style)
+    node_axis(t_ax, "time per epoch (s, wall clock)", "Predicted time per epoch (band shaded) and measured runs",
+              sorted(ticks), log_y=True)
+    node_axis(e_ax, "scaling efficiency (%)", "Predicted scaling efficiency vs the smallest measured count",
+              sorted(ticks))
+    return png(fig)

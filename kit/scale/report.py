@@ -19,7 +19,7 @@ from kit.scale import sweep_jobs
 from kit.scale.overhead import Overhead, container_overhead
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
 from kit.readfile import read_bytes
-from kit.scale.runs import RunResult, Series, load_results
+from kit.scale.runs import RunResult, Series, load_results, settings_text
 from kit.slurm.script import physics_dir
 
 __all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "write_report"]
@@ -414,7 +414,9 @@ def _physics_columns(run: RunResult) -> dict:
 def _csv(series: dict[Series, list[Row]]) -> str:
     """One line per run, full precision, with its series, its row's medians, linear time and efficiency."""
     curves = ("losses", "step_losses", "physics", "validation")  # in report.md and _physics_columns
-    lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in curves},
+    settings = ("mpi_fabric", "horovod_settings")  # as K=V text
+    lines = [{"series": key.name, **{k: v for k, v in asdict(run).items() if k not in curves + settings},
+              **{k: settings_text(getattr(run, k)) for k in settings},
               "fft_convolutions": " ".join(run.fft_convolutions), **_physics_columns(run), "data_stall_percent": run.data_stall_percent,
               "repeats": row.repeats, "median_epoch_seconds": row.seconds_per_epoch,
               "linear_seconds": row.linear_seconds, "efficiency_percent": row.efficiency_percent}

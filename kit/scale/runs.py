@@ -11,6 +11,8 @@ says which clock it used:
 - no `epoch_wall_times`: the train-loop times `epoch_times` (without the closing all-reduces),
   else the step-only `full_epoch_seconds_estimate`;
 - no memory fields: shown as "-";
+- no `mpi_fabric` / `horovod_settings`: not recorded (None), unlike a recorded empty mapping (every
+  variable unset: the libraries' defaults);
 - no `losses`: no loss curves; no `physics`: not validated, unless the sweep's plan asked for it
   (`RunResult.validation`: the validation failed, and why, or has not finished).
 """
@@ -51,6 +53,9 @@ _NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < l
 _BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
                and all(x is None or isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**62 for x in v),
                "a list of byte counts")
+_SETTINGS = (lambda v: isinstance(v, dict) and len(v) <= 64
+             and all(_NAME[0](k) and (x is None or _TEXT[0](x) and len(x) <= 200) for k, x in v.items()),
+             "a mapping of variable names to their values or null")
 _NAMES = (lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v), "a list of layer names")
 
 
@@ -163,6 +168,8 @@ class RunResult:
     precision: str = "fp32"
     fft_convolutions: tuple[str, ...] = ()  # layers run through FFTs: flop_per_second is then model FLOP/s
     image_digest: str | None = None
+    mpi_fabric: tuple[tuple[str, str], ...] | None = None  # the set variables; None: not recorded
+    horovod_settings: tuple[tuple[str, str], ...] | None = None
     peak_rss_bytes: int | None = None  # the largest rank's
     memory_available_bytes: int | None = None  # the lowest any rank's node had at an epoch's end
     losses: tuple[LossCurve, ...] = ()
@@ -239,10 +246,23 @@ def _load_one(path: Path) -> RunResult:
         preset=get("preset", _NAME), events_per_epoch=get("train_events", _COUNT),
         container=container, container_from=container_from,
         precision=get("precision", _NAME) or "fp32", fft_convolutions=tuple(get("fft_convolutions", _NAMES) or ()),
-        image_digest=digest,
+        image_digest=digest, mpi_fabric=_settings(get("mpi_fabric", _SETTINGS)),
+        horovod_settings=_settings(get("horovod_settings", _SETTINGS)),
         peak_rss_bytes=max((x for x in rss or [] if x), default=None),
         memory_available_bytes=min((x for x in available or [] if x), default=None),
         losses=_losses(record, path), step_losses=_step_losses(record, path), physics=_physics(record, path))
+
+
+def _settings(recorded: dict | None) -> tuple[tuple[str, str], ...] | None:
+    """The variables a results file recorded as set, sorted; None where it recorded none at all."""
+    return None if recorded is None else tuple(sorted((k, v) for k, v in recorded.items() if v is not None))
+
+
+def settings_text(settings: tuple[tuple[str, str], ...] | None) -> str:
+    """`K=V K=V`, "defaults" when every variable was unset, "not recorded" for older files."""
+    if settings is None:
+        return "not recorded"
+    return " ".join(f"{k}={v}" for k, v in settings) or "defaults"
 
 
 def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str],

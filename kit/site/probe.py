@@ -26,6 +26,11 @@ VERSION_PATTERNS = {"intel": (r"Intel\(R\) MPI Library[^\n]*?Version (\d[\w.]*)"
 VERSION_FALLBACK = (r"MPICH Version:\s*(\d[\w.]*)", r"Version:\s*(\d[\w.]*)")
 
 
+def ldconfig() -> str:
+    """glibc's ldconfig: in /sbin, which an ordinary user's PATH often lacks (Debian, SLES)."""
+    return shutil.which("ldconfig") or shutil.which("ldconfig", path="/usr/sbin:/sbin") or "ldconfig"
+
+
 def _run(cmd: list[str]) -> str:
     if shutil.which(cmd[0]) is None:
         return ""
@@ -85,7 +90,7 @@ def probe_mpi() -> dict:
                     if (m := re.search(pattern, text))), None)
     soname, lib_dir, file_version = None, None, None
     names = ("libmpi.so.40",) if vendor == "openmpi" else ("libmpi.so.12", "libmpich.so.12")
-    for line in _run(["ldconfig", "-p"]).splitlines():
+    for line in _run([ldconfig(), "-p"]).splitlines():
         match = re.match(r"\s*(\S+) \(.*\) => (\S+)", line)
         if match and match.group(1) in names:
             soname, path = match.groups()

@@ -12,6 +12,9 @@ The rule for a run that already has a job or a result (one rule, for one run and
 * otherwise (no result, or one that is damaged, says the run failed, or is another job's) the
   run is submitted, and once its job is queued the old result file, if any, is moved aside to
   ``results/RUN.before-job-OLDJOB.json`` (never deleted, never taken for the new job's).
+  The kit's checkpoint directory of the run (``checkpoints/RUN``, a validated run's) is moved
+  aside to ``checkpoints/RUN.before-job-OLDJOB`` before sbatch: a run submitted again trains
+  afresh, and `gan3d train` refuses a fresh run into a directory holding another run's checkpoints.
 
 Each submission runs under the run directory's lock, in this order: read the job ledger, apply
 the rule, write the run (script and site copy), sbatch, record the job (Ctrl-C and SIGTERM wait
@@ -19,12 +22,14 @@ for the record of a queued job), move an old result aside.
 """
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from kit import interrupt
+from kit.atomic import rename_noreplace
 from kit.errors import KitError
 from kit.mpi.pair_reader import PairFile
 from kit.site import Site
@@ -90,9 +95,27 @@ def _held_back(files: RunFiles, old: str | None, active: list[str], states: dict
     return ""
 
 
+def _checkpoints_aside(files: RunFiles, old: str | None) -> None:
+    """The earlier job's checkpoints of the run (the kit's directory for them, if any) under a name
+    of their own, never deleted: the new job starts a fresh run there."""
+    ckpt = files.checkpoints
+    if not (ckpt.is_dir() and not ckpt.is_symlink() and any(ckpt.iterdir())):
+        return
+    aside = f"{files.run_id}.before-job-{old or 'unknown'}"
+    fd = os.open(ckpt.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        rename_noreplace(fd, ckpt.name, aside)
+    except FileExistsError:
+        raise KitError(f"{ckpt}: the earlier job's checkpoints cannot be moved aside, {ckpt.parent / aside} "
+                       "exists; fix: move one of them away, then submit again") from None
+    finally:
+        os.close(fd)
+
+
 def _submit(site: Site, checked: Checked, run_dir: Path, pair: PairFile | None, python: str, files: RunFiles,
             old: str | None) -> Submission:
     write_run(site, checked, run_dir, pair, python)
+    _checkpoints_aside(files, old)
     with interrupt.held():  # a job queued but not recorded would be queued again by the next submit
         try:
             job = sbatch(files.script)  # bounded: sbatch answers within its timeout

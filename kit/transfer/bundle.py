@@ -30,8 +30,9 @@ from kit.transfer.sums import SUMS, format_sums
 from kit.transfer.wheelhouse import FIX, SUBDIR, Wheelhouse, open_wheelhouse
 
 VERIFY_SH = r"""#!/bin/sh
-# Check this bundle with POSIX sh + coreutils (wc, sha256sum, cut, tr): names every
-# missing, truncated or altered file listed in MANIFEST. Exit 0 all good, 1 problems.
+# Check this bundle with POSIX sh + coreutils (wc, sha256sum, cut, tr, find, awk): names every
+# missing, truncated or altered file listed in MANIFEST and every file it does not list.
+# Exit 0 all good, 1 problems.
 # Usage: sh verify.sh [BUNDLE_DIR]
 set -u
 dir=${1:-$(dirname "$0")}
@@ -65,6 +66,18 @@ while read -r sum size name; do
     echo "ALTERED: $name (sha256 $got, manifest says $sum)"; bad=$((bad + 1))
   fi
 done < MANIFEST
+# every entry MANIFEST does not list (an extra script beside the images) is a problem too: the
+# topmost one of each unlisted tree, walked only where listed names lead (find follows no link)
+unlisted=$(find . ! -name . -print 2>/dev/null | head -n 100000 | awk '
+  BEGIN { ok["MANIFEST"]; ok["MANIFEST.json"]; ok["SHA256SUMS"]; ok["verify.py"]; ok["verify.sh"] }
+  FNR == NR { ok[$3]; n = split($3, part, "/"); d = part[1]
+              for (i = 1; i < n; i++) { dirs[d]; d = d "/" part[i + 1] }; next }
+  { sub(/^\.\//, ""); if (($0 in ok) || ($0 in dirs)) next
+    up = $0; sub(/\/[^\/]*$/, "", up); if (up == $0 || (up in dirs)) print }' MANIFEST -)
+if [ -n "$unlisted" ]; then
+  printf '%s\n' "$unlisted" | sed 's/^/UNLISTED: /; s/$/ (the manifest does not list it)/'
+  bad=$((bad + $(printf '%s\n' "$unlisted" | wc -l)))
+fi
 echo "$dir: $n files, $bad problem(s)"
 [ "$bad" -eq 0 ]
 """
@@ -193,7 +206,8 @@ def _rename_new(tmp: Path, out_dir: Path) -> None:
 
 
 def verify_bundle(directory: Path, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Check every file the bundle's MANIFEST lists; problems name the file and what is wrong.
+    """Check every file the bundle's MANIFEST lists, and that it holds nothing else; problems name
+    the file and what is wrong.
     `progress(done, total)` follows the bytes hashed."""
     directory = Path(directory)
     try:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check a `kit transfer bundle` against its MANIFEST: every file present, full size, same sha256.
+"""Check a `kit transfer bundle` against its MANIFEST: every file present, full size, same sha256,
+and nothing in the bundle that MANIFEST does not list (an extra script beside the images).
 
 This file is copied into each bundle as verify.py, so it must run on the secure side with
 nothing but a stock python3 (>= 3.6, standard library only). `kit transfer verify` imports
@@ -21,6 +22,9 @@ _PART = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}"
 # no dot-led part (no `..`), no space, backslash or newline: sha256sum reads every name back as is
 NAME = re.compile(r"%s(?:/%s){0,3}" % (_PART, _PART))
 _LINE = re.compile(r"([0-9a-f]{64}) ([0-9]{1,19}) (%s)" % NAME.pattern)
+# the bundle's own files: the checkers, the manifests and SHA256SUMS (which lists them)
+OWN = ("MANIFEST", "MANIFEST.json", "SHA256SUMS", "verify.py", "verify.sh")
+WALK_MAX = 100000  # entries of the bundle looked at for unlisted ones; a bundle holds a few dozen
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -118,10 +122,12 @@ def sha256_of(fd, size, progress=None):
 
 
 def check(directory, progress=None):
-    """[(name, problem, detail)] for every missing, truncated, oversized or altered file;
+    """[(name, problem, detail)] for every missing, truncated, oversized or altered file, and every
+    entry MANIFEST does not list;
     `progress(n)` is told of each block of bytes hashed."""
     problems = []
-    for sha, size, name in read_manifest(directory):
+    entries = read_manifest(directory)
+    for sha, size, name in entries:
         try:
             found = open_in(directory, name)
         except (OSError, ValueError) as exc:
@@ -143,7 +149,45 @@ def check(directory, progress=None):
             continue
         if got != sha:
             problems.append((name, "altered", "sha256 %s, manifest says %s" % (got, sha)))
-    return problems
+    return problems + unlisted(directory, [name for _, _, name in entries])
+
+
+def _shown(name):
+    """A name as one printable line: a hostile name (newline, escape, non-UTF-8) escaped."""
+    return name if NAME.fullmatch(name) else ascii(name)
+
+
+def unlisted(directory, names):
+    """[(name, "unlisted", what)] for every entry of the bundle that `names` (MANIFEST) and OWN do
+    not account for: files, links, FIFOs, directories (named once, not walked). Only directories on
+    the way to a listed name are walked, never through a link; at most WALK_MAX entries are looked at."""
+    dirs = set()
+    for name in names:
+        parts = name.split("/")
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    known = set(names) | set(OWN)
+    problems, todo, seen = [], [""], 0
+    while todo:
+        prefix = todo.pop()
+        try:
+            listing = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink())
+                             for e in os.scandir(os.path.join(directory, prefix) if prefix else directory))
+        except OSError:
+            continue  # a listed name under it is reported missing already
+        for entry, is_dir, is_link in listing:
+            seen += 1
+            if seen > WALK_MAX:
+                problems.append(("...", "unlisted", "more than %d entries in the bundle; not all looked at"
+                                 % WALK_MAX))
+                return problems
+            rel = prefix + "/" + entry if prefix else entry
+            if rel in dirs:
+                if is_dir:
+                    todo.append(rel)  # a link there: its listed files are reported missing
+            elif rel not in known:
+                what = "a symlink" if is_link else "a directory" if is_dir else "a file"
+                problems.append((_shown(rel), "unlisted", "%s the manifest does not list" % what))
+    return sorted(problems)
 
 
 def main(argv):

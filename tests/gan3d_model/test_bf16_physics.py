@@ -14,7 +14,7 @@ from gan3d.data import preprocess  # noqa: E402
 from gan3d.simulate import simulate_showers  # noqa: E402
 
 
-@pytest.mark.skipif(cpu.bf16_support() is None, reason="no bf16 unit on this CPU (bf16 would be emulated)")
+@pytest.mark.skipif(cpu.bf16_support() is None, reason="needs avx512_bf16 or amx_bf16+amx_tile (this CPU has neither: bf16 would be emulated)")
 def test_bf16_showers_lie_within_the_fp32_seed_spread():
     raw, energy = simulate_showers(64, np.random.default_rng(7), emin=50.0, emax=450.0)
     out = equivalence.compare("tiny", preprocess(raw, energy, 1.0), steps=16, batch=4, generated=128)

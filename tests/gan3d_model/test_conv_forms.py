@@ -142,7 +142,8 @@ def test_fast_layers_of_the_full_models_equal_plain_conv3d(build, names, fft):
         x = tf.random.stateless_normal((2,) + tuple(layer.input_shape[1:]), [7, 8])
         ref(x)
         ref.set_weights(layer.get_weights())
-        np.testing.assert_allclose(layer(x).numpy(), ref(x).numpy(), rtol=1e-5, atol=1e-5)
+        want = ref(x).numpy()  # float32 sums in another order: 1e-5 of the largest value
+        np.testing.assert_allclose(layer(x).numpy(), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
 def test_bf16_models_pack_every_few_channel_layer():
@@ -162,7 +163,9 @@ def test_packed_conv3d_rejects_what_it_does_not_implement():
                                                ("avx512_bf16", tf.bfloat16, True), ("amx", tf.bfloat16, False)])
 def test_image_conv3d_input_gradient_is_col2im_except_bf16_on_amx(monkeypatch, unit, dtype, col2im):
     """Which input-gradient the traced graph holds (a MatMul for the col2im, else oneDNN's
-    backward-data kernel), and that either one equals tf.nn.conv3d's gradient."""
+    backward-data kernel), and that either one equals the float32 convolution of the same inputs
+    to the dtype's precision (bfloat16: 3% of the largest value: TensorFlow's own bfloat16 kernels,
+    which run where oneDNN has no bf16 (no avx512f), are off by up to 2.5% of it themselves)."""
     monkeypatch.setattr(conv_forms.cpu, "bf16_support", lambda flags=None: unit)
     x = tf.cast(tf.random.stateless_normal((2, 9, 8, 7, 1), [1, 2]), dtype)
     w = tf.cast(tf.random.stateless_normal((5, 5, 5, 1, 4), [3, 4]), dtype)
@@ -172,10 +175,12 @@ def test_image_conv3d_input_gradient_is_col2im_except_bf16_on_amx(monkeypatch, u
     assert ("MatMul" in ops or "BatchMatMulV2" in ops) == col2im
     assert ("Conv3DBackpropInputV2" in ops) == (not col2im)
     ours = fn(x, w)
-    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), x, w, upstream)
-    tol = 1e-4 if dtype == tf.float32 else 0.1
-    for a, b in zip(ours, ref):
-        np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy(), rtol=tol, atol=tol)
+    f32 = [tf.cast(t, tf.float32) for t in (x, w, upstream)]
+    truth = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), f32[0], f32[1], f32[2])
+    share = 1e-5 if dtype == tf.float32 else 0.03
+    for a, b in zip(ours, truth):
+        scale = float(tf.reduce_max(tf.abs(b)))
+        np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), b.numpy(), rtol=0, atol=share * scale)
 
 
 @pytest.mark.parametrize("unit,backprop_input_ops", [("amx", 4), ("avx512_bf16", 3)])

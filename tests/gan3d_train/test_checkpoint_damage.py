@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gan3d.checkpoint import META, CheckpointError, EpochCheckpoints
+from gan3d.checkpoint import META, META_BOUNDS, CheckpointError, EpochCheckpoints
 
 DATA = "state.data-00000-of-00001"
 
@@ -105,6 +105,13 @@ def test_a_name_with_a_trailing_newline_is_not_a_checkpoint(saved):
     ('{"epoch": 7, "preset": "tiny"}', ["field 'epoch' is 7 but the directory is epoch-0002"]),
     ('{"epoch": 2, "preset": ["tiny"]}', ["field 'preset' is ['tiny'], expected str"]),
     ('{"epoch": 2, "seed": "0"}', ["field 'seed' is '0', expected int"]),
+    ('{"epoch": 2, "seed": 18446744073709551616}', ["field 'seed' is 18446744073709551616, expected 0..4294967295"]),
+    ('{"epoch": 2, "ranks": 0}', ["field 'ranks' is 0, expected 1..16777216"]),
+    ('{"epoch": 2, "batch_size": -8}', ["field 'batch_size' is -8, expected 1.."]),
+    ('{"epoch": 2, "steps_per_epoch": 1e400}', ["field 'steps_per_epoch' is inf, expected int"]),
+    ('{"epoch": 2, "steps_per_epoch": 100000000000000000000}', ["field 'steps_per_epoch' is 1000000"]),
+    ('{"epoch": 2, "run_id": "../../x"}', ["field 'run_id' is '../../x', expected 32 hex digits"]),
+    ('{"epoch": 2, "run_id": 7}', ["field 'run_id' is 7, expected str"]),
     ("[" * 100_000, ["unreadable checkpoint metadata"]),
     ('{"epoch": 2, "pad": "' + "x" * 70_000 + '"}', ["larger than"]),
 ])
@@ -120,7 +127,8 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | s
                                                                                  max_size=4),
                      max_leaves=12)
 _meta = st.one_of(
-    st.dictionaries(st.sampled_from(["epoch", "preset", "seed", "ranks", "x"]), _json, max_size=5),
+    st.dictionaries(st.sampled_from(["epoch", "preset", "seed", "ranks", "steps_per_epoch", "run_id", "x"]), _json,
+                    max_size=5),
     st.fixed_dictionaries({"epoch": st.one_of(st.integers(-3, 5), _json)},
                           optional={"preset": _json, "seed": _json, "batch_size": _json}),
     _json)
@@ -143,3 +151,5 @@ def test_any_meta_json_is_read_or_refused_cleanly(tmp_path_factory, content: byt
         assert "\n" not in str(exc) and str(path / META) in str(exc) and "fix:" in str(exc)
     else:
         assert isinstance(meta, dict) and meta["epoch"] == 2 and type(meta["epoch"]) is int
+        for key, (low, high) in META_BOUNDS.items():  # every number bounded as it is read
+            assert key not in meta or (type(meta[key]) is int and low <= meta[key] <= high), (key, meta)

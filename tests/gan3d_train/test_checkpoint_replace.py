@@ -1,6 +1,7 @@
 """Saving a checkpoint over one of the same epoch (a resume from an older one): the old or the new
 checkpoint is there at every instant, nothing the trainer did not write is replaced, and the
 temporary trees of killed saves go with the next save. TensorFlow in-process, no MPI."""
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gan3d.checkpoint import META, CheckpointError, EpochCheckpoints
+from gan3d.checkpoint import META, CheckpointError, EpochCheckpoints, new_run_id
+from kit.atomic import remove_tree_if
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,18 +85,93 @@ def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_r
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]  # no temporary left
 
 
-def test_leftovers_of_gone_saves_are_removed_and_live_ones_kept(tmp_path, state):
+def test_leftovers_of_this_runs_gone_saves_are_removed_and_every_other_kept(tmp_path, state):
+    """Only this run's temporary trees whose process is gone: another run's (on another node its
+    process id means nothing here) and one without a run id are left alone."""
     gen, ckpt = state
     directory = tmp_path / "ckpt"
     directory.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    gone, running = directory / f".epoch-0001.tmp-{dead.pid}", directory / f".epoch-0001.tmp-{os.getppid()}"
-    for leftover in (gone, running):
+    ckpts = EpochCheckpoints(directory)
+    other = new_run_id()
+    gone, running = (directory / f".epoch-0001.tmp-{dead.pid}.{ckpts.run_id}",
+                     directory / f".epoch-0001.tmp-{os.getppid()}.{ckpts.run_id}")
+    theirs, unnamed = directory / f".epoch-0001.tmp-{dead.pid}.{other}", directory / f".epoch-0001.tmp-{dead.pid}"
+    for leftover in (gone, running, theirs, unnamed):
         (leftover / "sub").mkdir(parents=True)
     (gone / "sub").chmod(0o500)  # as an interrupted TensorFlow write may leave it
-    EpochCheckpoints(directory).save(ckpt, gen, 1, {"preset": "tiny"})
-    assert not gone.exists() and running.is_dir()
+    ckpts.save(ckpt, gen, 1, {"preset": "tiny"})
+    assert not gone.exists() and running.is_dir() and theirs.is_dir() and unnamed.is_dir()
+
+
+def _checkpoint_of(directory: Path, epoch: int, run_id: str | None) -> Path:
+    """A checkpoint as another run (or, without a run id, an earlier version of the trainer) left it."""
+    path = directory / f"epoch-{epoch:04d}"
+    path.mkdir(parents=True)
+    for name in ("state.index", "state.data-00000-of-00001", "generator.weights.h5"):
+        (path / name).write_bytes(b"theirs")
+    meta = {"epoch": epoch, "preset": "tiny", **({"run_id": run_id} if run_id else {})}
+    (path / META).write_text(json.dumps(meta))
+    return path
+
+
+def test_a_run_removes_and_names_only_its_own_checkpoints(tmp_path, state):
+    """Another run's later epochs in the directory: each save keeps this run's newest `keep`, never
+    deletes the epoch it just saved as "older", never touches theirs, and latest_own (what results
+    name) is this run's."""
+    gen, ckpt = state
+    directory = tmp_path / "ckpt"
+    theirs = [_checkpoint_of(directory, 5, new_run_id()), _checkpoint_of(directory, 6, None)]
+    before = {p: sorted(q.read_bytes() for q in p.iterdir()) for p in theirs}
+    ckpts = EpochCheckpoints(directory, keep=2)
+    for epoch in (1, 2, 3):
+        ckpts.save(ckpt, gen, epoch, {"preset": "tiny"})
+        assert ckpts.latest_own() == directory / f"epoch-{epoch:04d}"
+    assert sorted(p.name for p in directory.iterdir()) == ["epoch-0002", "epoch-0003", "epoch-0005", "epoch-0006"]
+    assert {p: sorted(q.read_bytes() for q in p.iterdir()) for p in theirs} == before
+    assert ckpts.latest() == directory / "epoch-0006" and ckpts.owner(directory / "epoch-0003") == ckpts.run_id
+
+
+def test_another_runs_checkpoint_of_the_same_epoch_is_refused_not_replaced(tmp_path, state):
+    gen, ckpt = state
+    theirs = _checkpoint_of(tmp_path / "ckpt", 2, new_run_id())
+    with pytest.raises(CheckpointError, match="is another run's checkpoint .* --resume, or give a new --checkpoint-dir"):
+        EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 2, {"preset": "tiny"})
+    assert (theirs / "state.index").read_bytes() == b"theirs"
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]
+
+
+def test_a_resumed_run_goes_on_as_the_run_it_resumed(tmp_path, state):
+    """It takes over the run id of the checkpoint it restored, so it prunes that run's older epochs
+    (and only those), and names its own newest checkpoint."""
+    gen, ckpt = state
+    directory = tmp_path / "ckpt"
+    first = EpochCheckpoints(directory, keep=2)
+    for epoch in (1, 2):
+        first.save(ckpt, gen, epoch, {"preset": "tiny"})
+    again = EpochCheckpoints(directory, keep=2)
+    assert again.run_id != first.run_id and again.latest_own() is None
+    again.restore(ckpt, again.latest(), {"preset": "tiny"})
+    assert again.run_id == first.run_id and again.latest_own() == directory / "epoch-0002"
+    again.save(ckpt, gen, 3, {"preset": "tiny"})
+    assert sorted(p.name for p in directory.iterdir()) == ["epoch-0002", "epoch-0003"]
+
+
+def test_a_checkpoint_swapped_before_its_removal_is_put_back(tmp_path):
+    """The removal of an old checkpoint moves it aside and checks the inode it checked: a tree put
+    at its name meanwhile goes back to that name, whole."""
+    old = tmp_path / "epoch-0001"
+    old.mkdir()
+    checked = os.lstat(old).st_ino
+    old.rename(tmp_path / "moved")
+    (old / "data").mkdir(parents=True)
+    (old / "data" / "keep.txt").write_text("mine\n")
+    assert remove_tree_if(old, ".epoch-0001.tmp-1.x", checked) is False
+    assert (old / "data" / "keep.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0001", "moved"]
+    assert remove_tree_if(tmp_path / "moved", ".aside", checked) is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0001"]
 
 
 @pytest.mark.timeout(300)
@@ -112,10 +189,11 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
         while True:
             ckpts.save(ckpt, gen, 2, {{"preset": "tiny", "seed": seed}})
             seed += 1
-            print(seed, flush=True)
+            print(seed, ckpts.run_id, flush=True)
         """)], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout.readline().strip() == "1", "the child saved once"
+        first, run_id = child.stdout.readline().split()
+        assert first == "1", "the child saved once"
         final = directory / "epoch-0002"
         looks, deadline = 0, time.monotonic() + 8
         while time.monotonic() < deadline:
@@ -128,5 +206,6 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
     assert looks > 1000
     assert (final / META).is_file() and (final / "state.index").is_file()
     gen, ckpt = _state()
-    EpochCheckpoints(directory).save(ckpt, gen, 1, {"preset": "tiny"})  # cleans the killed save's tree
+    # the run going on (a resume takes over its id) cleans the killed save's tree
+    EpochCheckpoints(directory, run_id=run_id).save(ckpt, gen, 1, {"preset": "tiny"})
     assert sorted(p.name for p in directory.iterdir()) == ["epoch-0001", "epoch-0002"]

@@ -63,7 +63,8 @@ def one_rank(data, tmp_path_factory):
     path = tmp_path_factory.mktemp("one") / "r.json"
     cmd = _cmd(data, path, None)
     # KIT_IMAGE_DIGEST is what a kit batch script exports for a container launch (tests/slurm/test_render.py).
-    proc = _run(cmd, dict(_env(), KIT_IMAGE_DIGEST=DIGEST))
+    # OMPI_MCA_btl (Open MPI's, which MPICH ignores) and Horovod's cache size (its default): recorded as set.
+    proc = _run(cmd, dict(_env(), KIT_IMAGE_DIGEST=DIGEST, OMPI_MCA_btl="self,vader", HOROVOD_CACHE_CAPACITY="1024"))
     return json.loads(path.read_text()), cmd, proc
 
 
@@ -132,6 +133,10 @@ def test_one_rank_records_provenance_and_step_times(one_rank):
     record, cmd, proc = one_rank
     _check_record(record, cmd, ranks=1)
     assert record["image_digest"] == DIGEST
+    fabric, horovod = record["mpi_fabric"], record["horovod_settings"]
+    assert set(fabric) == set(results.FABRIC_VARIABLES) and set(horovod) == set(results.HOROVOD_VARIABLES)
+    assert fabric["OMPI_MCA_btl"] == "self,vader" and horovod["HOROVOD_CACHE_CAPACITY"] == "1024"
+    assert horovod["HOROVOD_FUSION_THRESHOLD"] is None  # unset: Horovod's default
     _check_step_losses(record)
     _check_heartbeats(proc.stdout)
 

@@ -5,6 +5,7 @@ Expected failures end with exit 1 and one `gan3d train: error:` line; nothing lo
 """
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -99,6 +100,24 @@ def test_resume_from_a_damaged_meta_json_is_one_line(data, first_epoch, tmp_path
     line = _error_line(train(_args(data, "--skip-bad-events", "--epochs", "2", "--resume",
                                    "--checkpoint-dir", str(tmp_path / "ckpt"))))
     assert str(tmp_path / "ckpt" / "epoch-0001" / "meta.json") in line and "fix: delete" in line
+
+
+def test_a_fresh_run_into_another_runs_checkpoints_is_refused_before_tensorflow(data, first_epoch, tmp_path):
+    """Without --resume, a directory holding a run's checkpoints is refused in one line naming --resume
+    and a new --checkpoint-dir, before the data are read or TensorFlow is imported; nothing in it
+    changes (its epoch 1 would replace theirs, or be pruned as older than their later epochs)."""
+    _, ckpt, _ = first_epoch
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    before = {p: p.read_bytes() for p in (tmp_path / "ckpt").rglob("*") if p.is_file()}
+    proc = train(_args(data, "--skip-bad-events", "--epochs", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                       "--results", str(tmp_path / "r.json")), timeout=120, python_flags=("-X", "importtime"))
+    line = _error_line(proc)
+    assert line == (f"gan3d train: error: --checkpoint-dir {tmp_path / 'ckpt'}: holds another run's checkpoints "
+                    "(epoch-0001); fix: continue that run with --resume, or give a new --checkpoint-dir")
+    imported = re.findall(r"^import time:.*\|\s+(\S+)$", proc.stderr, re.M)
+    assert imported and "tensorflow" not in imported and "h5py" not in imported  # no data file opened
+    assert {p: p.read_bytes() for p in (tmp_path / "ckpt").rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):

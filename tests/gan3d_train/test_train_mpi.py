@@ -50,8 +50,9 @@ def _env() -> dict:
     return env
 
 
-def train(args: list[str], ranks: int | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gan3d", "train", *args]
+def train(args: list[str], ranks: int | None = None, timeout: int = 240,
+          python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, *python_flags, "-m", "gan3d", "train", *args]
     if ranks is not None:
         cmd = [MPIEXEC, "-n", str(ranks), *cmd]
     return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout)

@@ -9,6 +9,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from kit.image import convert
@@ -42,6 +44,7 @@ def busybox_root(*extra: tuple) -> bytes:
                   ("bin/sh", "l", "busybox", 0o777), ("etc", "d", None, 0o755), *extra])
 
 
+@pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)
 def test_ch_run_works_on_an_image_that_lacked_passwd_and_group(tmp_path):
     """Plain ch-run bind-mounts the host's passwd/group: without a target there it cannot start."""
     src = oci_layout(tmp_path / "src", [busybox_root()])
@@ -53,12 +56,14 @@ def test_ch_run_works_on_an_image_that_lacked_passwd_and_group(tmp_path):
     assert ch_run(tmp_path / "img", "/bin/sh", "-c", "id -un; grep -c ^root: /etc/group") == "root\n1\n"
 
 
+@pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)
 def test_ch_run_works_on_a_squashfs_that_lacked_them(tmp_path):
     src = oci_layout(tmp_path / "src", [busybox_root()])
     convert(src, tmp_path / "img.sqfs")
     assert ch_run(tmp_path / "img.sqfs", "/bin/sh", "-c", "echo ran") == "ran\n"
 
 
+@pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)
 def test_the_images_own_files_and_symlinks_are_kept(tmp_path):
     src = oci_layout(tmp_path / "src", [busybox_root(
         ("etc/passwd", "f", b"app:x:1000:1000::/:/bin/sh\n", 0o644),

@@ -8,6 +8,7 @@ import pytest
 from kit.mpi.abi import AbiId, decide
 from kit.mpi.elf import defines_symbol, elf_facts, vendor_and_version
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
+from kit.site.probe import ldconfig
 from tests.helpers import require
 
 INTEL = AbiId("intel", "2021.19.0", "libmpi.so.12", "12.0.0")
@@ -19,7 +20,7 @@ OPENMPI = AbiId("openmpi", "4.1.4", "libmpi.so.40", "40.30.4")
 def test_ld_cache_parser_agrees_with_ldconfig():
     require(Path("/etc/ld.so.cache").is_file(), "no /etc/ld.so.cache")
     ours = {(e.name, e.path) for e in parse_ld_cache(Path("/etc/ld.so.cache").read_bytes())}
-    listed = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run([ldconfig(), "-p"], capture_output=True, text=True, check=True).stdout
     theirs = set(re.findall(r"^\s+(\S+) \(.*\) => (\S+)$", listed, re.M))
     assert ours == theirs and len(ours) > 50
 

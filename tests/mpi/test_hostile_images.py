@@ -231,3 +231,27 @@ def test_a_corrupt_compressed_tarball_is_one_clean_line(tmp_path):
     run, _doc = pair_doc(tmp_path, image)
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and f"{image}: cannot read the tarball: " in run.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("compress", ["plain", "gzip", "pax"])
+def test_a_negative_tar_size_is_refused_as_kit_image_refuses_it(tmp_path, compress):
+    """A member whose size field (base-256, or a pax `size` record) is negative sends tarfile's next
+    header backwards: an endless loop. pair reads tarballs through kit.tarsafe, the reader of `kit
+    image convert` and `inspect`, and refuses it in one line, naming the byte offset."""
+    import gzip
+
+    from tests.image import rawtar
+
+    head = [rawtar.member("etc", kind="d"), rawtar.member("etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n")]
+    if compress == "pax":
+        forged = rawtar.pax_member("opt/mpi.txt", rawtar.pax_record("size", b"-2048"))
+    else:
+        forged = rawtar.with_size_field(rawtar.member("opt/mpi.txt", b""), rawtar.base256(-1536))
+    data = rawtar.archive(*head, forged)
+    image = tmp_path / ("img.tar.gz" if compress == "gzip" else "img.tar")
+    image.write_bytes(gzip.compress(data) if compress == "gzip" else data)
+    run, _doc = pair_doc(tmp_path, image)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert f"{image}: cannot read the tarball: " in run.stderr and "negative" in run.stderr, run.stderr
+    assert not (tmp_path / "out.pair.yaml").exists()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import require
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KIT_CACHE") or Path.home() / ".cache" / "secure-site-kit")
 
@@ -45,11 +47,23 @@ def run(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProce
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def build_wheelhouse(python: str, out: Path, extras: str = "report", platform: str = "manylinux2014_x86_64") -> Path:
-    """`make wheelhouse` for ``python``'s version; downloads are cached across runs."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # this machine's pip set-up reaches PyPI
-    env.update(PYTHON=python, EXTRAS=extras, PLATFORM=platform, OUT=str(out), KIT_CACHE=str(CACHE))
+def build_wheelhouse(python: str, out: Path, extras: str = "report", platform: str | None = "manylinux2014_x86_64") -> Path:
+    """`make wheelhouse` for ``python``'s version (``platform`` None: its default); downloads are
+    cached across runs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PLATFORM")}  # this machine's pip reaches PyPI
+    env.update(PYTHON=python, EXTRAS=extras, OUT=str(out), KIT_CACHE=str(CACHE), **({"PLATFORM": platform} if platform else {}))
     done = run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], timeout=900, env=env)
     if done.returncode:
         pytest.fail(f"wheelhouse.sh failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     return out
+
+
+def require_pypi() -> None:
+    """Skip (outside CI) when pip cannot reach PyPI: these tests ask it about real releases."""
+    try:
+        done = run([sys.executable, "-m", "pip", "index", "versions", "pyyaml"], timeout=120,
+                   env=outside_env(PIP_DISABLE_PIP_VERSION_CHECK="1"))
+        reached, why = done.returncode == 0, (done.stderr.strip().splitlines() or ["no answer"])[-1]
+    except subprocess.TimeoutExpired:
+        reached, why = False, "no answer in 120 s"
+    require(reached, f"PyPI unreachable through pip: {why}")

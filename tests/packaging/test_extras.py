@@ -26,7 +26,8 @@ def kit(args: list[str], blocked: tuple[str, ...], cwd) -> tuple[int, str, str]:
     (["image", "inspect", "in.tar"], "convert"),
     (["transfer", "push", "x.sqfs", "--site", "laptop"], "transfer"),
     (["transfer", "versions", "x", "--site", "laptop"], "transfer"),
-    (["scale", "report", "--results", "none.json"], None),  # a bad result is reported before plotting
+    (["scale", "report", "--results", "none.json"], None),
+    (["scale", "predict", "--reference", "table4"], "report"),  # the model's numpy  # a bad result is reported before plotting
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v[:2]) if isinstance(v, list) else str(v))
 def test_a_command_without_its_extra_names_the_extra_in_one_line(args, extra, tmp_path):
     code, out, err = kit(args, OPTIONAL, tmp_path)

@@ -17,9 +17,11 @@ def write_run(path: Path, nodes: int, wall: float, *, ranks_per_node: int = 4, t
               site: str | None = "supermuc-ng", mpi: str = "Intel(R) MPI Library 2019", preset: str = "full",
               events: int = PAPER_EPOCH_EVENTS, container: str | None = None, digest: str | None = None,
               precision: str | None = None, steps: int | None = None, full_steps: int | None = None,
-              step_share: float = 0.9, rss: int = 3 * GiB, available: int = 60 * GiB, **extra) -> Path:
+              step_share: float = 0.9, rss: int = 3 * GiB, available: int = 60 * GiB, env: dict | None = None,
+              **extra) -> Path:
     """One ok run whose epochs after the first took `wall` s (the first 1.3x: tracing), whose steps
-    explain `step_share` of it, and whose ranks peaked at `rss` with `available` left on the node."""
+    explain `step_share` of it, and whose ranks peaked at `rss` with `available` left on the node;
+    `env` is rank 0's environment as far as the fabric and Horovod settings go (default: none set)."""
     ranks = nodes * ranks_per_node
     full_steps = full_steps or max(1, events // (batch * ranks))
     steps = steps or full_steps
@@ -39,5 +41,5 @@ def write_run(path: Path, nodes: int, wall: float, *, ranks_per_node: int = 4, t
                      [wall * 1.3 * step_share, wall * step_share]),
         **res.throughput(flop_per_rank_step, batch, ranks, timed, timed * step_seconds),
         **res.peak_fields(pflops * 1e15, precision or "fp32", nodes, node_peaks, {}, ""),
-        **res.memory([rss] * ranks, [available] * ranks, None), **extra}
+        **res.memory([rss] * ranks, [available] * ranks, None), **res.communication(env or {}), **extra}
     return res.write_results(path, record)

@@ -103,3 +103,40 @@ def test_waiting_on_a_plan_with_runs_never_submitted_returns_at_once(tmp_path):
     write_plan(_sng_plan(nodes=[4], ranks_per_node=[4]), tmp_path)
     [status] = sweep_jobs.wait(tmp_path, poll_seconds=60, timeout=1)  # would raise after 1 s if it waited
     assert status.state == "NOT SUBMITTED" and not status.active
+
+
+# -- kit scale plan --calibrate: the sweep kit scale predict needs ---------------------------------
+
+def test_calibration_counts_and_short_epochs():
+    from kit.scale.plan import calibration_nodes, calibration_train_args
+
+    assert calibration_nodes(1, 768) == [1, 2, 8]
+    assert calibration_nodes(4, 768) == [4, 8, 32]
+    assert calibration_nodes(100, 768) == [100, 200, 400]  # 8n0 beyond the site: 4n0
+    assert calibration_nodes(300, 768) == [300, 600]  # neither fits: two counts (predict warns)
+    with pytest.raises(KitError, match="needs 400 and 800 nodes, the site allows 1..768"):
+        calibration_nodes(400, 768)
+    assert calibration_train_args(("--data", "/x")) == (
+        ("--data", "/x", "--epochs", "2", "--steps-per-epoch", "20"), ["--epochs 2", "--steps-per-epoch 20"])
+    assert calibration_train_args(("--epochs=3", "--steps-per-epoch", "5"))[1] == []  # the user's own stay
+    for one in (("--epochs", "1"), ("--epochs=1",)):
+        with pytest.raises(KitError, match="--epochs 1: that epoch traces the step"):
+            calibration_train_args(one)
+
+
+def test_cli_calibrate_plans_n0_2n0_8n0_three_times_and_says_the_cost(tmp_path, capsys):
+    sweep = tmp_path / "cal"
+    assert main(["scale", "plan", "--site", "supermuc-ng", "--calibrate", "--nodes", "4", "--ranks-per-node", "4",
+                 "--no-container", "--walltime", "00:30:00", "--dir", str(sweep), "--", "--data", "/x"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    plan = load_plan(sweep)
+    assert [r.run_id for r in plan.runs] == [f"n{n}-r4-t12-x{i}" for n in (4, 8, 32) for i in (1, 2, 3)]
+    assert plan.train_args == ("--data", "/x", "--epochs", "2", "--steps-per-epoch", "20")
+    # (4 + 8 + 32) nodes x 3 repeats x 0.5 h
+    assert "4, 8, 32 node(s) x 3 repeats" in out and "at most 66 node-hours" in out
+    assert f"then kit scale predict {sweep}" in out
+    assert main(["scale", "plan", "--site", "supermuc-ng", "--calibrate", "--nodes", "4,8", "--no-container",
+                 "--dir", str(tmp_path / "x")]) == 1
+    assert "give the smallest count n0 alone" in capsys.readouterr().err
+    assert main(["scale", "plan", "--site", "supermuc-ng", "--no-container", "--dir", str(tmp_path / "y")]) == 1
+    assert "--nodes is required (or --calibrate)" in capsys.readouterr().err

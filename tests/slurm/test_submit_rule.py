@@ -72,3 +72,21 @@ def test_render_writes_a_run_whose_result_does_not_count(tmp_path, kind):
     runs = tmp_path / "runs"
     _write_result(RunFiles(runs.absolute(), "n1-r1-t1"), RESULTS[kind][0])
     assert main(["slurm", "render", "--site", str(site), "--no-container", "--dir", str(runs), "--threads", "1"]) == 0
+
+
+def test_a_run_submitted_again_trains_afresh_its_earlier_checkpoints_moved_aside(tmp_path, monkeypatch):
+    """gan3d train refuses a fresh run into a directory holding another run's checkpoints: the kit's
+    checkpoint directory of the run is renamed aside (never deleted) before sbatch queues the run."""
+    import kit.slurm.submit as submit
+
+    site = load_site(write_site(tmp_path, slurm_site_dict()))
+    checked = check_run(site, RunSpec("r1", 1, 1, 1, "00:10:00", ("--data", "/data/showers"), validate=True))
+    files = RunFiles(tmp_path.absolute() / "runs", "r1")
+    (files.checkpoints / "epoch-0002").mkdir(parents=True)
+    (files.checkpoints / "epoch-0002" / "meta.json").write_text('{"epoch": 2}')
+    seen = []
+    monkeypatch.setattr(submit, "sbatch", lambda script: seen.append(files.checkpoints.exists()) or "4242")
+    [done] = submit_runs(site, [checked], tmp_path / "runs", None)
+    assert done.job == "4242" and seen == [False]
+    aside = files.checkpoints.with_name("r1.before-job-unknown")
+    assert (aside / "epoch-0002" / "meta.json").read_text() == '{"epoch": 2}'

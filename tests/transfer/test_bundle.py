@@ -132,3 +132,25 @@ def test_a_directory_made_at_out_while_the_bundle_is_written_is_left_alone(tmp_p
         bundle([img], out)
     assert out.is_dir() and list(out.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "x.tar", "x.tar.sha256"], "no temp tree left"
+
+
+@pytest.mark.timeout(120)
+def test_every_entry_the_manifest_does_not_list_is_reported(made, repo, tmp_path):
+    """A verifier of removable media names every file it was not told about: an extra script beside
+    the images, a directory (named once, not walked), a link off the medium and a FIFO (not opened)."""
+    (made / "run-me.sh").write_text("#!/bin/sh\nrm -rf ~\n")
+    (made / "more" / "deep").mkdir(parents=True)
+    (made / "more" / "deep" / "x.py").write_text("x\n")
+    (made / "passwd").symlink_to("/etc/passwd")
+    os.mkfifo(made / "pipe")
+    (made / "we\nird").write_text("x")
+    report = verify_bundle(made)
+    assert [(name, kind) for name, kind, _ in report.problems] == [
+        ("'we\\nird'", "unlisted"), ("more", "unlisted"), ("passwd", "unlisted"), ("pipe", "unlisted"),
+        ("run-me.sh", "unlisted")]
+    for name, (code, text) in checkers(made, repo).items():
+        assert code == 1, (name, text)
+        for shown in ("run-me.sh", "more", "passwd", "pipe"):
+            assert f"UNLISTED: {shown} (" in text, (name, text)
+        assert "deep" not in text and "ird" in text, (name, text)
+        assert "5 files, " in text and "problem(s)" in text and ", 0 problem(s)" not in text, (name, text)

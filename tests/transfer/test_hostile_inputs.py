@@ -236,6 +236,7 @@ def site_file(tmp_path: Path, repo: Path) -> Path:
     return site
 
 
+@pytest.mark.system  # an sshd of its own, logged in as root
 @pytest.mark.timeout(2 * BOUND)
 @pytest.mark.parametrize("said", PROBES)
 def test_a_push_to_a_remote_that_answers_garbage(liar, tmp_path, repo, said):
@@ -250,6 +251,7 @@ def test_a_push_to_a_remote_that_answers_garbage(liar, tmp_path, repo, said):
                                 "--remote-dir", str(tmp_path / "remote"), env=dict(os.environ, HOME=str(liar.home))))
 
 
+@pytest.mark.system  # an sshd of its own, logged in as root
 @pytest.mark.timeout(2 * BOUND)
 def test_a_push_whose_connection_drops_after_the_upload(liar, tmp_path, repo):
     """The data stream completes, then the control connection dies while the siblings are copied."""
@@ -265,6 +267,7 @@ def test_a_push_whose_connection_drops_after_the_upload(liar, tmp_path, repo):
     assert (tmp_path / "remote" / "d.tar.gz").read_bytes() == img.read_bytes(), "the upload itself landed"
 
 
+@pytest.mark.system  # an sshd of its own, logged in as root
 @pytest.mark.timeout(2 * BOUND)
 def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, monkeypatch):
     """The data stream's progress watchdog: a live connection on which nothing moves ends the push."""
@@ -278,6 +281,7 @@ def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, 
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.system  # an sshd of its own, logged in as root
 @pytest.mark.timeout(2 * BOUND)
 def test_a_push_whose_sftp_server_stops_answering_is_stopped(liar, tmp_path, repo, monkeypatch):
     """The upload completes; the SFTP session for the siblings then never answers: a timeout."""
@@ -297,6 +301,7 @@ LISTINGS = [b'[]', b'{"dir": 5}', b"[" * 100_000, b'{"dir": "/x", "current": nul
             b'{"dir": "/x", "current": "a@1", "versions": "no"}', b'null', b'"text"']
 
 
+@pytest.mark.system  # an sshd of its own, logged in as root
 @pytest.mark.timeout(2 * BOUND)
 @pytest.mark.parametrize("said", LISTINGS)
 def test_versions_from_a_remote_that_answers_garbage(liar, tmp_path, repo, said):

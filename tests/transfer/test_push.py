@@ -15,6 +15,8 @@ from tests.transfer.conftest import (busybox_image, ch_run, direct_io_works, hav
                                      random_image)
 from tests.transfer.sshd import start_sshd
 
+pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
+
 MiB = 1 << 20
 
 

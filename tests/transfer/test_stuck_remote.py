@@ -26,6 +26,8 @@ from tests.transfer.conftest import busybox_image, random_image
 from tests.transfer.sshd import Sshd, start_sshd
 from tests.transfer.test_installer import kit_leftovers, live_processes
 
+pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
+
 MiB = 1 << 20
 BOUND = 300  # s: a push that blocks is stopped here (and the test fails)
 KEPT = 6  # chunks of 1 MiB already on the remote side: the resumed push re-hashes them

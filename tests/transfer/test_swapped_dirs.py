@@ -15,6 +15,8 @@ import pytest
 from tests.transfer.test_receiver import SCRIPT
 from tests.transfer.test_receiver_hostile import BOUND, DATA, one_error_line, probe_argv, receive_argv, stdin_for
 
+pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
+
 NOBODY = 65534
 EXIT_REFUSED = 8
 VERSION = "0123456789ab"

@@ -5,6 +5,8 @@ moves the next header backwards (an endless loop over a seekable file), a pax he
 size is read into memory and parsed by regexes that take quadratic time, and a corrupt
 header after the first one silently ends the archive (every later member is lost). The
 TarInfo subclass here refuses the first two; ``first_nonzero`` lets callers refuse the last.
+It is the one tar reader of `kit image convert`/`inspect` and of `kit mpi pair`/`check` (standard
+library only: the core reads Charliecloud tarballs without the [convert] extra).
 """
 from __future__ import annotations
 
@@ -91,9 +93,10 @@ def parse_pax(buf: bytes, where: int) -> dict[bytes, bytes]:
     return records
 
 
-def open_tar(fileobj: IO[bytes]) -> tarfile.TarFile:
-    """A reading TarFile over FILEOBJ whose headers are bounds-checked."""
-    return tarfile.open(fileobj=fileobj, mode="r:", tarinfo=CheckedInfo, errorlevel=2)
+def open_tar(fileobj: IO[bytes], compressed: bool = False) -> tarfile.TarFile:
+    """A reading TarFile over FILEOBJ whose headers are bounds-checked; ``compressed`` also takes
+    gzip, bzip2 and xz (tarfile's own detection: a Charliecloud ``.tar.gz``)."""
+    return tarfile.open(fileobj=fileobj, mode="r:*" if compressed else "r:", tarinfo=CheckedInfo, errorlevel=2)
 
 
 def first_nonzero(chunks: Iterable[bytes], start: int) -> int | None:
