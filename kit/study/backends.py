@@ -26,8 +26,8 @@ from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec
 from kit.study import evalproc
-from kit.study.evaluate import (SYNTHETIC, EvalRun, EvaluationFailed, checked_eval_dir, eval_dir, local_commands,
-                                make_subdir, read_objective, validation_data)
+from kit.study.evaluate import (SYNTHETIC, EvalRun, EvaluationFailed, checked_eval_dir, checkpoints_aside, eval_dir,
+                                local_commands, make_subdir, read_objective, validation_data)
 
 LOG_TAIL_LINES = 12
 LOG_TAIL_BYTES = 16 * 1024
@@ -76,6 +76,7 @@ class LocalBackend:
         d = checked_eval_dir(self.study_dir, run.eval_id)
         if evalproc.is_running(d) or evalproc.exit_status(d) is not None:
             return {"how": self.how, "attached": True}
+        checkpoints_aside(d)  # a lost attempt's (gan3d train refuses a fresh run into them)
         make_subdir(d / "results")
         commands = local_commands(run, self.study_dir, self.site, self.launcher, self.python)
         atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")

@@ -114,6 +114,26 @@ def make_subdir(path: Path, then: str = "") -> Path:
     return path
 
 
+CHECKPOINTS = "checkpoints"
+MAX_ATTEMPTS = 1000
+
+
+def checkpoints_aside(run_dir: Path) -> Path | None:
+    """An earlier, lost attempt's checkpoints moved to ``checkpoints.before-attempt-N`` before the
+    evaluation starts again: `gan3d train` refuses a fresh run into another run's checkpoints, and
+    the kit never deletes them. Returns where they went (None: there were none)."""
+    ckpt = run_dir / CHECKPOINTS
+    if not os.path.lexists(ckpt):
+        return None
+    for n in range(1, MAX_ATTEMPTS + 1):
+        aside = run_dir / f"{CHECKPOINTS}.before-attempt-{n}"
+        if not os.path.lexists(aside):
+            os.rename(ckpt, aside)  # a link is moved, never followed
+            return aside
+    raise EvaluationFailed(f"{run_dir}: {MAX_ATTEMPTS} earlier attempts' checkpoints are kept there; fix: "
+                           "remove the checkpoints.before-attempt-* directories you do not need")
+
+
 def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
     """The run of ``config``: the study's `gan3d train` arguments (kit.study.spec.StudySpec.train_args,
     the layout left out) and its layout, which defaults to one rank using every core."""
@@ -145,7 +165,7 @@ def with_validation(run: EvalRun, files: RunFiles, python: str, train: list[str]
     process: validation is not distributed), adding its score to the evaluation's results."""
     if not run.validate:
         return [train]
-    checkpoints = files.run_dir / "checkpoints"
+    checkpoints = files.run_dir / CHECKPOINTS
     train = [*train, "--checkpoint-dir", str(checkpoints)]
     data = validation_data(run.train_args)
     if data is None:  # generated showers: kept in the evaluation's directory to validate against

@@ -35,7 +35,8 @@ from kit.readfile import read_text
 from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
 from kit.study import evalproc
 from kit.study.backends import LOST, RUNNING, Outcome, _outcome, ended
-from kit.study.evaluate import EvalRun, checked_eval_dir, eval_dir, layout_args, make_subdir, with_validation
+from kit.study.evaluate import (EvalRun, checked_eval_dir, checkpoints_aside, eval_dir, layout_args, make_subdir,
+                                with_validation)
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
 STOP = ".stop"
@@ -151,6 +152,7 @@ class PilotBackend:
     def start(self, run: EvalRun) -> dict:
         d = checked_eval_dir(self.study_dir, run.eval_id)
         if not (evalproc.is_running(d) or evalproc.exit_status(d) is not None):
+            checkpoints_aside(d)  # a lost attempt's (gan3d train refuses a fresh run into them)
             make_subdir(d / "results")
             commands = inside_commands(run, self.study_dir, self.site, self.python, self.pair)
             if self.pair is not None:  # the container reads the site config from the evaluation's dir

@@ -267,3 +267,20 @@ def test_a_link_swapped_in_while_the_evaluation_runs_fails_it_when_polled(tmp_pa
     led = ledger.read(d)
     assert led.evaluations["e0001"].state == "failed" and led.evaluations["e0001"].objective is None
     assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
+
+
+def test_a_lost_attempts_checkpoints_are_moved_aside_before_the_evaluation_starts_again(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """gan3d train refuses a fresh run into another run's checkpoints, and the kit deletes none: an
+    evaluation started again (its earlier process lost, no exit status) finds its checkpoints directory
+    free, the earlier attempt's kept beside it, untouched."""
+    fake_training(monkeypatch)
+    d = _planned(tmp_path)
+    earlier = d / "evals" / "e0001" / "checkpoints" / "epoch-0001"
+    earlier.mkdir(parents=True)
+    (earlier / "meta.json").write_text('{"run_id": "earlier"}')
+    assert main(["study", "run", str(d), "--poll", "0.05", "-q"]) == 0
+    kept = d / "evals" / "e0001" / "checkpoints.before-attempt-1" / "epoch-0001" / "meta.json"
+    assert kept.read_text() == '{"run_id": "earlier"}'
+    assert not (d / "evals" / "e0001" / "checkpoints").exists()
+    assert json.loads((d / "evals" / "e0001" / "results" / "e0001.json").read_text())["status"] == "ok"
