@@ -245,3 +245,21 @@ def open_lock_file(path: Path, what: str) -> int:
         os.close(fd)
         raise KitError(f"{path}: not a regular file; fix: remove what is at that name")
     return fd
+
+
+def open_log(path: Path, what: str) -> IO[bytes]:
+    """The kit's own log at PATH, opened to append (never truncated: an earlier run's lines stay): a
+    link planted there is refused, never followed, and a FIFO or device neither blocks the open nor
+    is written to."""
+    from kit.errors import KitError
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        raise KitError(f"{path}: cannot open {what} ({exc.strerror}); fix: move aside what is at that name") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise KitError(f"{path}: not a regular file, so not {what}; fix: move aside what is at that name")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")

@@ -79,8 +79,20 @@ def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) ->
     group.set_defaults(func=fail)
 
 
+def _paths_print_as_bytes() -> None:
+    """A path of bytes that are not UTF-8 (Python holds them as surrogates) prints as those bytes, as
+    in the C locale, instead of ending the command with UnicodeEncodeError under a UTF-8 locale."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
+        try:
+            reconfigure(errors="surrogateescape")
+        except (ValueError, OSError):  # a stream that cannot change (closed, or not a text wrapper)
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
+    _paths_print_as_bytes()
     interrupt.install()
     try:
         args = build_parser(argv).parse_args(argv)

@@ -6,7 +6,7 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site
+from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
 from kit.commands.progress import byte_bar
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
@@ -36,12 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--image", metavar="TAG|DIGEST", help="which image, if SRC holds several")
     conv.add_argument("--mount-point", action="append", default=[], metavar="PATH",
                       help="create an empty directory for a ch-run -b target (repeatable)")
-    conv.add_argument("--level", type=int, default=DEFAULT_LEVEL,
+    conv.add_argument("--level", type=number(0, int, 9), default=DEFAULT_LEVEL,
                       help=f"compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9; "
                       f"default {DEFAULT_LEVEL})")
     conv.add_argument("--max-size", type=_size, default=Limits.max_size,
                       help="stop past this many uncompressed bytes (default 64G)")
-    conv.add_argument("--max-members", type=int, default=Limits.max_members,
+    conv.add_argument("--max-members", type=number(1, int, 10**9), default=Limits.max_members,
                       help="stop past this many tar members (default 2000000)")
     add_site(conv, required=False, more="in the same pass, pair the image's MPI with this site's host MPI (an "
              "image that cannot pair fails the conversion: nothing is written), create the pair's mount points "

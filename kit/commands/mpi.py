@@ -7,7 +7,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site
+from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
 from kit.jsonout import add_json_flag, emit
 from kit.image_names import pair_path
 import kit.mpi as mpi  # its names import on first use: the ELF reader only when a command runs
@@ -104,6 +104,6 @@ def register(sub: argparse._SubParsersAction) -> None:
             add_json_flag(p, PAIR_SCHEMA)
         else:
             p.add_argument("--python", default="python3", help="python inside the image")
-            p.add_argument("--timeout", type=float, default=120.0)
-            p.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+            p.add_argument("--timeout", type=number(0.1, float, 86400), default=120.0)
+            p.add_argument("--nodes", type=number(1, int, 2), choices=(1, 2), default=1,
                            help="2: one rank on each of 2 nodes (a Slurm site; salloc's, or the job's)")

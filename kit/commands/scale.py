@@ -330,7 +330,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=_ints, help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)")
     p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
     p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=number(1, int, 100), metavar="N",
                    help="run each combination N times (RUN-x1..xN); the report shows median and min-max "
                    "(default 1; 3 with --calibrate)")
     p.add_argument("--calibrate", action="store_true",
@@ -378,8 +378,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("collect", help="the state of every run; the log of a run that failed")
     p.add_argument("dir", type=Path)
     p.add_argument("--wait", action="store_true", help="until no run is queued or running")
-    p.add_argument("--poll", type=float, default=10.0, help="seconds between checks with --wait")
-    p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+    p.add_argument("--poll", type=number(0.1, float, 3600), default=10.0, help="seconds between checks with --wait")
+    p.add_argument("--timeout", type=number(0, float, 366 * 86400), help="give up waiting after this many seconds")
     add_json_flag(p, COLLECT_SCHEMA)
     p.set_defaults(func=_collect)
 

@@ -6,7 +6,7 @@ import sys
 
 from rich.console import Console
 
-from kit.commands.common import add_group, add_run_args, train_args
+from kit.commands.common import add_group, add_run_args, train_args, number
 from kit.errors import KitError
 from kit.mpi.pair_reader import pair_file_for, read_pair_file
 from kit.site import load_site
@@ -53,9 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, submit, text in (("render", False, "write the run's batch script (and the site config it reads)"),
                                ("submit", True, "render, then sbatch it and record the job in DIR/jobs.yaml")):
         p = leaves.add_parser(name, help=text, description=text)
-        p.add_argument("--nodes", type=int, default=1)
-        p.add_argument("--ranks-per-node", type=int, default=1)
-        p.add_argument("--threads", type=int, help="per rank (default: the node's cores shared evenly)")
+        p.add_argument("--nodes", type=number(1, int, 10**6), default=1)
+        p.add_argument("--ranks-per-node", type=number(1, int, 10**6), default=1)
+        p.add_argument("--threads", type=number(1, int, 10**6), help="per rank (default: the node's cores shared evenly)")
         p.add_argument("--run-id", help="name of the run (default nN-rR-tT)")
         if submit:
             p.add_argument("--resubmit", action="store_true",

@@ -6,7 +6,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from kit.commands.common import add_dry_run, add_group, add_site
+from kit.commands.common import add_dry_run, add_group, add_site, number
 from kit.commands.progress import byte_bar
 from kit.jsonout import add_json_flag, emit
 from kit.verbosity import quiet
@@ -38,15 +38,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and point NAME.current at it")
     p.add_argument("--install-as", choices=("dir", "squash"), default="dir",
                    help="installed form: unpacked directory (default) or SquashFS file")
-    p.add_argument("--keep", type=int, metavar="N",
+    p.add_argument("--keep", type=number(0, int, 10**6), metavar="N",
                    help="previous installed versions to keep (default: transfer.keep_versions)")
     p.add_argument("--direct-io", action=argparse.BooleanOptionalAction, default=None,
                    help="remote writes bypass the page cache where the filesystem allows it "
                    "(default: transfer.direct_io, true)")
-    p.add_argument("--stall", type=float, metavar="SECONDS",
+    p.add_argument("--stall", type=number(1, float, 366 * 86400), metavar="SECONDS",
                    help="stop the upload after this long with no byte moving and no remote re-hash "
                    "progress (default: 15 minutes)")
-    p.add_argument("--install-timeout", type=float, metavar="SECONDS",
+    p.add_argument("--install-timeout", type=number(1, float, 366 * 86400), metavar="SECONDS",
                    help="stop the remote install (hash check, ch-convert) after this long (default: 4 hours)")
     add_dry_run(p, "say what would happen; change nothing")
     p.set_defaults(func=_push)
@@ -101,7 +101,7 @@ def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
     add_site(p)
     p.add_argument("--host", help="transfer host or ~/.ssh/config alias (default: transfer.host)")
     p.add_argument("--user", help="login user (default: transfer.user, then ~/.ssh/config)")
-    p.add_argument("--port", type=int, help="SSH port")
+    p.add_argument("--port", type=number(1, int, 65535), help="SSH port")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="record an unknown host key in known_hosts (verify its fingerprint first)")
 

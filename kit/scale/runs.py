@@ -32,17 +32,27 @@ from kit.readfile import read_json
 from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
-_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")
-_RATE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
-         "a number >= 0")
-_FINITE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-           "a finite number")  # losses, scores: may be negative
+MAX_COUNT = 10**12  # nodes, ranks, batches, steps, events, bytes per rank: far past any machine
+MAX_RATE = 1e24  # FLOP/s, showers/s, % of peak, seconds: 1e24 is a thousand zettaFLOP/s; 1e308 overflows sums
+
+
+def _number(v: Any, limit: float) -> bool:
+    """A JSON number (not a boolean) of at most ``limit`` in size; a 400-digit int converts to no float."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and (not isinstance(v, int) or v.bit_length() <= 96)
+            and math.isfinite(v) and abs(v) <= limit)
+
+
+_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT,
+          f"a whole number from 1 to {MAX_COUNT:.0e}")
+_RATE = (lambda v: _number(v, MAX_RATE) and v >= 0, f"a number from 0 to {MAX_RATE:g}")
+_FINITE = (lambda v: _number(v, MAX_RATE), f"a finite number of at most {MAX_RATE:g} in size")  # may be negative
 _SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
 _TEXT = (lambda v: isinstance(v, str), "a string")
 _NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
          "one line of text")  # headings, labels
 _BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
-               and all(x is None or _COUNT[0](x) for x in v), "a list of byte counts")
+               and all(x is None or isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**62 for x in v),
+               "a list of byte counts")
 _SETTINGS = (lambda v: isinstance(v, dict) and len(v) <= 64
              and all(_NAME[0](k) and (x is None or _TEXT[0](x) and len(x) <= 200) for k, x in v.items()),
              "a mapping of variable names to their values or null")

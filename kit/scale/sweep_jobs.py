@@ -117,7 +117,13 @@ def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False
 
 def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = None,
          on_poll: Callable[[list[RunStatus]], None] | None = None) -> list[RunStatus]:
-    """Collect until no submitted run is queued or running."""
+    """Collect until no submitted run is queued or running (bounded: a NaN, infinite or negative poll
+    or timeout would never end, or crash in time.sleep)."""
+    import math
+
+    for name, value in (("poll", poll_seconds), ("timeout", timeout)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise KitError(f"--{name} {value!r}: give a finite number of seconds >= 0")
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         status = collect(sweep_dir)

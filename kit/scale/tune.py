@@ -21,7 +21,7 @@ from typing import Callable
 
 import yaml
 
-from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.atomic import atomic_write_bytes, atomic_write_text, open_log
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.readfile import read_json, read_tail
@@ -164,7 +164,7 @@ def _run_bounded(cmd: list[str], log: Path, timeout: float) -> int | None:
     after `timeout` s (the launcher and every rank), so nothing outlives a hung layout. None: killed."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with open(log, "wb") as out:
+    with open_log(log, "the layout's log") as out:  # a link planted there is refused, never truncated
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             return proc.wait(timeout=timeout)

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.atomic import atomic_write_text
+from kit.atomic import atomic_write_text, open_log
 from kit.errors import KitError
 from kit.readfile import read_tail
 from kit.scale import sweep_jobs
@@ -26,8 +26,8 @@ from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec
 from kit.study import evalproc
-from kit.study.evaluate import (SYNTHETIC, EvalRun, EvaluationFailed, eval_dir, local_commands, read_objective,
-                                validation_data)
+from kit.study.evaluate import (SYNTHETIC, EvalRun, EvaluationFailed, checked_eval_dir, checkpoints_aside, eval_dir,
+                                local_commands, make_subdir, read_objective, validation_data)
 
 LOG_TAIL_LINES = 12
 LOG_TAIL_BYTES = 16 * 1024
@@ -73,29 +73,28 @@ class LocalBackend:
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, run: EvalRun) -> dict:
-        d = eval_dir(self.study_dir, run.eval_id).absolute()
-        d.mkdir(parents=True, exist_ok=True)
+        d = checked_eval_dir(self.study_dir, run.eval_id)
         if evalproc.is_running(d) or evalproc.exit_status(d) is not None:
             return {"how": self.how, "attached": True}
-        for sub in ("results",):
-            (d / sub).mkdir(exist_ok=True)
+        checkpoints_aside(d)  # a lost attempt's (gan3d train refuses a fresh run into them)
+        make_subdir(d / "results")
         commands = local_commands(run, self.study_dir, self.site, self.launcher, self.python)
         atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
-        with open(d / evalproc.LOG, "ab") as log:
+        with open_log(d / evalproc.LOG, "the evaluation's log") as log:
             proc = subprocess.Popen([self.python, "-m", "kit.study.evalproc", str(d)], stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[run.eval_id] = proc
         return {"how": self.how, "pid": proc.pid}
 
     def poll(self, eval_id: str) -> Outcome | str:
-        d = eval_dir(self.study_dir, eval_id).absolute()
         proc = self.procs.get(eval_id)
         if proc is not None and proc.poll() is None:
             return RUNNING
-        if proc is None and evalproc.is_running(d):
+        d = checked_eval_dir(self.study_dir, eval_id, create=False)
+        status = ended(d)
+        if status == RUNNING:
             return RUNNING
         self.procs.pop(eval_id, None)
-        status = evalproc.exit_status(d)
         if status is None:
             return LOST
         problem = None if status["code"] == 0 else \
@@ -106,12 +105,26 @@ class LocalBackend:
         """SIGTERM each running evaluation's process group (its launcher and ranks with it)."""
         done = []
         for eval_id in eval_ids:
-            d = eval_dir(self.study_dir, eval_id).absolute()
+            try:
+                d = checked_eval_dir(self.study_dir, eval_id, create=False)
+            except EvaluationFailed:  # a link: no process group found through it is signalled
+                continue
             pgid = _holder_group(d)
             if pgid is not None:
                 os.killpg(pgid, signal.SIGTERM)
                 done.append(eval_id)
         return done
+
+
+def ended(d: Path) -> dict | str | None:
+    """RUNNING while an evaluation's process holds its lock, else its exit.json (None: none, it was
+    lost); an exit file or lock that is not what the kit writes fails the evaluation, not the study."""
+    try:
+        return RUNNING if evalproc.is_running(d) else evalproc.exit_status(d)
+    except EvaluationFailed:
+        raise
+    except KitError as exc:
+        raise EvaluationFailed(str(exc)) from None
 
 
 def _holder_group(d: Path) -> int | None:
@@ -143,7 +156,7 @@ class SlurmBackend:
         self.partition, self.account = partition, account
 
     def start(self, run: EvalRun) -> dict:
-        d = eval_dir(self.study_dir, run.eval_id).absolute()
+        d = checked_eval_dir(self.study_dir, run.eval_id)
         args = slurm_train_args(run, d)
         spec = RunSpec(run.eval_id, 1, run.ranks_per_node, run.threads, self.walltime, args,
                        self.partition, self.account, validate=run.validate)
@@ -157,7 +170,7 @@ class SlurmBackend:
         return {"how": self.how, "job": latest_job(read_jobs(d), run.eval_id), "attached": True}
 
     def poll(self, eval_id: str) -> Outcome | str:
-        d = eval_dir(self.study_dir, eval_id).absolute()
+        d = checked_eval_dir(self.study_dir, eval_id, create=False)
         [status] = sweep_jobs.collect(d)
         if status.physics == "pending":  # trained; the job's validation is still to add the score
             return RUNNING

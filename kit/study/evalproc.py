@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit.atomic import atomic_write_text, open_lock_file
+from kit.atomic import atomic_write_text, open_lock_file, open_log
 from kit.errors import KitError
 from kit.readfile import read_json
 
@@ -47,6 +47,8 @@ def is_running(eval_dir: Path) -> bool:
 def run(eval_dir: Path) -> int:
     """Run the planned commands in order with the lock held; the first failing one ends it.
     Returns 0, or 75 (EX_TEMPFAIL) if another process is already running this evaluation."""
+    if not eval_dir.is_dir() or eval_dir.is_symlink():  # a link swapped in: nothing is written through it
+        return 1
     fd = lock_fd(eval_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -54,12 +56,17 @@ def run(eval_dir: Path) -> int:
         os.close(fd)
         return 75
     plan = read_json(eval_dir / PLAN, "evaluation plan", "fix: kit study run writes it; plan the study again")
+    commands = plan.get("commands") if isinstance(plan, dict) else None
+    if not (isinstance(commands, list) and len(commands) <= 8 and all(
+            isinstance(argv, list) and argv and all(isinstance(w, str) for w in argv) for argv in commands)):
+        raise KitError(f"{eval_dir / PLAN}: not an evaluation plan kit study wrote; fix: move it aside")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                KIT_RUN_ID=eval_dir.name)
     code, step = 0, None
-    with open(eval_dir / LOG, "ab") as log:
-        for step, argv in enumerate(plan["commands"]):
-            log.write(f"kit: evaluation {eval_dir.name} step {step}: {' '.join(argv)}\n".encode())
+    with open_log(eval_dir / LOG, "the evaluation's log") as log:
+        for step, argv in enumerate(commands):
+            # a path of the study may hold bytes that are not UTF-8: written back as they were
+            log.write(f"kit: evaluation {eval_dir.name} step {step}: {' '.join(argv)}\n".encode(errors="surrogateescape"))
             log.flush()
             code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
             if code != 0:
@@ -75,10 +82,21 @@ def exit_status(eval_dir: Path) -> dict | None:
         doc = read_json(eval_dir / EXIT, "evaluation exit file", "fix: kit study run writes it")
     except FileNotFoundError:
         return None
-    if not (isinstance(doc, dict) and isinstance(doc.get("code"), int)):
+    code = doc.get("code") if isinstance(doc, dict) else None
+    if not (isinstance(code, int) and not isinstance(code, bool) and -256 < code < 256 and
+            (doc.get("step") is None or isinstance(doc.get("step"), int) and 0 <= doc["step"] < 8)):
         raise KitError(f"{eval_dir / EXIT}: not an exit file kit study wrote; fix: move it aside to run it again")
     return doc
 
 
+def main(eval_dir: Path) -> int:
+    """run(), its expected failures as one line in the evaluation's log (the driver's stdout) and exit 1."""
+    try:
+        return run(eval_dir)
+    except KitError as exc:
+        print(f"kit: evaluation {eval_dir.name}: error: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(run(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1])))

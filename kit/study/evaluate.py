@@ -7,7 +7,9 @@ submission, one-job-per-run lock, resubmission rules and log tails are `kit scal
 """
 from __future__ import annotations
 
-import math
+import contextlib
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +17,10 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.excerpt import one_line, shown
-from kit.readfile import read_json
+from kit.readfile import kind_name, read_json
 from kit.site import Site
 from kit.slurm.script import RunFiles
+from kit.study.ledger import MAX_OBJECTIVE, bounded_number
 
 PHYSICS = "physics_score"
 THROUGHPUT = "showers_per_second"
@@ -39,8 +42,96 @@ class EvalRun:
         return RunFiles(eval_dir(study_dir, self.eval_id).absolute(), self.eval_id)
 
 
+EVALS = "evals"
+# What the kit makes inside an evaluation's directory (here, through kit scale's submission, or gan3d):
+# a link at one of these names was not made by the kit and is never written through.
+EVAL_ENTRIES = ("results", "logs", "scripts", "checkpoints", "validation", SYNTHETIC, "eval.json", "eval.log",
+                "exit.json", ".running", "plan.yaml", "jobs.yaml")
+
+
 def eval_dir(study_dir: Path, eval_id: str) -> Path:
-    return study_dir / "evals" / eval_id
+    return study_dir / EVALS / eval_id
+
+
+class EvaluationFailed(KitError):
+    """The evaluation ran but gave no objective value: recorded as failed, the study goes on."""
+
+
+class StudyDirRefused(KitError):
+    """A directory of the study itself (evals/, queue/) is not the one the kit made: the study stops,
+    in one line, until it is moved aside (every evaluation would fail on it)."""
+
+
+class LinkedEvalDir(EvaluationFailed):
+    """An evaluation's directory, or an entry the kit makes in it, is not what the kit made there."""
+
+
+def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path:
+    """DIR/evals/eNNNN (absolute), made if ``create`` and missing, once DIR/evals, it and every entry
+    the kit makes in it are found to be what the kit makes (directories and files, never links):
+    one swapped for a link between two runs would send an evaluation's writes out of the study.
+    LinkedEvalDir names it; the driver records the evaluation as failed and the study goes on."""
+    d = eval_dir(study_dir, eval_id).absolute()
+    for path in (d.parent, d):
+        if create:
+            make_subdir(path, "kit study run" if path == d.parent else "")  # never follows a link (EEXIST)
+            continue
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return d  # nothing there yet (not created): nothing to write through
+        if not stat.S_ISDIR(mode):
+            if path == d.parent:
+                raise StudyDirRefused(f"{path}: is {kind_name(mode)}, not the directory kit study makes there: "
+                                      "it never writes through what it did not make; fix: move it aside, then "
+                                      "kit study run again")
+            raise _refused(path, kind_name(mode), "the directory")
+    for name in EVAL_ENTRIES:
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(d / name).st_mode
+            if stat.S_ISLNK(mode):
+                raise _refused(d / name, "a symlink", "what kit study makes there")
+    return d
+
+
+def _refused(path: Path, kind: str, what: str) -> LinkedEvalDir:
+    return LinkedEvalDir(f"{path}: is {kind}, not {what}: kit study never writes through what it did not make; "
+                         "fix: move it aside (this evaluation is counted as failed; the study goes on)")
+
+
+def make_subdir(path: Path, then: str = "") -> Path:
+    """A directory the kit makes (in a checked evaluation directory, or a study's own: queue/); a link
+    found there is refused. ``then``: the command to run again once it is moved aside (an entry of the
+    study, not of one evaluation)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path)
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        if then:
+            raise StudyDirRefused(f"{path}: is {kind_name(mode)}, not the directory kit study makes there: it never "
+                           f"writes through what it did not make; fix: move it aside, then {then} again")
+        raise _refused(path, kind_name(mode), "the directory kit study makes there")
+    return path
+
+
+CHECKPOINTS = "checkpoints"
+MAX_ATTEMPTS = 1000
+
+
+def checkpoints_aside(run_dir: Path) -> Path | None:
+    """An earlier, lost attempt's checkpoints moved to ``checkpoints.before-attempt-N`` before the
+    evaluation starts again: `gan3d train` refuses a fresh run into another run's checkpoints, and
+    the kit never deletes them. Returns where they went (None: there were none)."""
+    ckpt = run_dir / CHECKPOINTS
+    if not os.path.lexists(ckpt):
+        return None
+    for n in range(1, MAX_ATTEMPTS + 1):
+        aside = run_dir / f"{CHECKPOINTS}.before-attempt-{n}"
+        if not os.path.lexists(aside):
+            os.rename(ckpt, aside)  # a link is moved, never followed
+            return aside
+    raise EvaluationFailed(f"{run_dir}: {MAX_ATTEMPTS} earlier attempts' checkpoints are kept there; fix: "
+                           "remove the checkpoints.before-attempt-* directories you do not need")
 
 
 def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
@@ -74,7 +165,7 @@ def with_validation(run: EvalRun, files: RunFiles, python: str, train: list[str]
     process: validation is not distributed), adding its score to the evaluation's results."""
     if not run.validate:
         return [train]
-    checkpoints = files.run_dir / "checkpoints"
+    checkpoints = files.run_dir / CHECKPOINTS
     train = [*train, "--checkpoint-dir", str(checkpoints)]
     data = validation_data(run.train_args)
     if data is None:  # generated showers: kept in the evaluation's directory to validate against
@@ -95,9 +186,6 @@ def validation_data(train_args: tuple[str, ...]) -> str | None:
                 return arg.split("=", 1)[1]
     return None
 
-
-class EvaluationFailed(KitError):
-    """The evaluation ran but gave no objective value: recorded as failed, the study goes on."""
 
 
 def read_objective(results: Path, objective: str) -> float:
@@ -125,6 +213,7 @@ def read_objective(results: Path, objective: str) -> float:
         value = last.get(objective[len(VALIDATION_PREFIX):]) if isinstance(last, dict) else None
     else:
         value = record.get(objective)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EvaluationFailed(f"{results}: objective {objective} is {shown(value)}, not a finite number")
+    if not bounded_number(value, MAX_OBJECTIVE):
+        raise EvaluationFailed(f"{results}: objective {objective} is {shown(value)}, not a finite number of at "
+                               f"most {MAX_OBJECTIVE:g} in size")
     return float(value)

@@ -16,11 +16,13 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kit.errors import KitError
-from kit.excerpt import shown
+from kit.excerpt import control_character, shown
 from kit.readfile import read_bytes
+from kit.site.model import WALLTIME_RE
+from kit.slurm.jobs import JOB_ID_RE
 
 NAME = "ledger.jsonl"
 FORMAT = 1
@@ -31,6 +33,12 @@ MAX_DEPTH = 6  # configs are flat mappings; the header nests the study options o
 EVAL_RE = re.compile(r"e[0-9]{4,6}")
 KINDS = ("study", "proposed", "submitted", "finished", "failed", "cancelled", "started")
 FIX = "fix: restore the ledger.jsonl kit study wrote (or start a new study with kit study plan)"
+MAX_PARALLEL = 1000  # evaluations in flight (kit study plan --parallel)
+MAX_PILOT_NODES = 100_000
+MAX_OBJECTIVE = 1e15  # kit.study.evaluate refuses a larger objective: no loss, score or rate is near it
+MAX_VALUE = 1e15  # a config's numbers (kit.study.spec.MAX_MAGNITUDE)
+MAX_TIME = 1e11  # seconds since the epoch (year 5138)
+MAX_CONFIG_KEYS = 256
 
 
 @dataclass
@@ -137,6 +145,7 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
     header = records[0]
     if header.get("format") != FORMAT:
         raise KitError(f"{path}:1: key format is {shown(header.get('format'))}, this kit reads {FORMAT}; {FIX}")
+    check_header(path, header)
     evals: dict[str, Evaluation] = {}
     started: list[float] = []
     end_order: dict[str, int] = {}
@@ -158,8 +167,8 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
                     for v in config.values()):
                 raise KitError(f"{where}: {eid} proposed twice or its config is not a flat mapping of "
                                f"numbers, strings and booleans; {FIX}")
-            prediction = rec.get("prediction")
-            evals[eid] = Evaluation(eid, config, prediction if isinstance(prediction, dict) else None, line=n)
+            _check_config(where, eid, config)
+            evals[eid] = Evaluation(eid, config, _prediction(where, rec.get("prediction")), line=n)
             continue
         if eid not in evals:
             raise KitError(f"{where}: {eid} has a {event} record before it was proposed; {FIX}")
@@ -171,24 +180,106 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
             how = rec.get("how")
             if how not in ("local", "slurm", "pilot"):
                 raise KitError(f"{where}: key how is {shown(how)}, expected local, slurm or pilot; {FIX}")
+            _check_submission(where, rec)
             ev.submissions.append({k: rec.get(k) for k in ("how", "job", "pid", "attached", "t")})
             ev.state = "submitted"
         elif event == "finished":
-            ev.state, ev.objective, ev.result = "finished", _number(where, rec, "objective"), rec.get("result")
+            result = _optional(where, rec, "result", str, "a path")
+            ev.state, ev.objective, ev.result = "finished", _number(where, rec, "objective", MAX_OBJECTIVE), result
             end_order[eid] = n
         elif event == "failed":
-            ev.state, ev.error = "failed", str(rec.get("error"))
+            error = _optional(where, rec, "error", str, "the reason, as text")
+            ev.state, ev.error = "failed", error
             end_order[eid] = n
         elif event == "cancelled" and not ev.done:
             ev.state = "cancelled"
     return Ledger(path, header, evals, started, end_order)
 
 
-def _number(where: str, rec: dict, key: str) -> float:
+def bounded_number(value: Any, limit: float) -> bool:
+    """A JSON number (not a boolean) no larger than ``limit`` in size: JSON has no bound on digits,
+    and a 400-digit integer converts to no float (OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int) and value.bit_length() > 64:
+        return False
+    return math.isfinite(value) and abs(value) <= limit
+
+
+def _number(where: str, rec: dict, key: str, limit: float = MAX_TIME) -> float:
     value = rec.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise KitError(f"{where}: key {key} is {shown(value)}, expected a finite number; {FIX}")
+    if not bounded_number(value, limit):
+        raise KitError(f"{where}: key {key} is {shown(value)}, expected a finite number of at most {limit:g} in "
+                       f"size; {FIX}")
     return float(value)
+
+
+def _optional(where: str, rec: dict, key: str, kind: type, what: str) -> Any:
+    """rec[key] if it is None or of ``kind`` (what the driver writes), else a one-line refusal."""
+    value = rec.get(key)
+    if value is None or isinstance(value, kind) and (kind is bool) == isinstance(value, bool):
+        return value
+    raise KitError(f"{where}: key {key} is {shown(value)}, expected {what}; {FIX}")
+
+
+def _check_config(where: str, eid: str, config: Any) -> None:
+    """A proposal's config: a flat mapping of names to strings, booleans and bounded numbers."""
+    if not isinstance(config, dict) or len(config) > MAX_CONFIG_KEYS or not all(
+            isinstance(v, (str, bool)) or bounded_number(v, MAX_VALUE) for v in config.values()):
+        raise KitError(f"{where}: {eid}'s config is not a flat mapping of numbers (at most {MAX_VALUE:g} in size), "
+                       f"strings and booleans; {FIX}")
+
+
+def _prediction(where: str, value: Any) -> dict[str, float] | None:
+    """mbo's guess recorded at proposal time: null, or {"mean", "sd"} as bounded numbers."""
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and set(value) <= {"mean", "sd"} and
+            all(bounded_number(v, MAX_OBJECTIVE) for v in value.values())):
+        raise KitError(f"{where}: key prediction is {shown(value)}, expected null or mean and sd as finite "
+                       f"numbers; {FIX}")
+    return value
+
+
+def _check_submission(where: str, rec: dict) -> None:
+    """How an evaluation was started: a Slurm job id, a process id, whether it was re-attached."""
+    job = rec.get("job")
+    if job is not None and not (isinstance(job, str) and JOB_ID_RE.fullmatch(job)):
+        raise KitError(f"{where}: key job is {shown(job)}, expected a Slurm job id like \"123\"; {FIX}")
+    pid = rec.get("pid")
+    if pid is not None and not (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31):
+        raise KitError(f"{where}: key pid is {shown(pid)}, expected a process id; {FIX}")
+    _optional(where, rec, "attached", bool, "true or false")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 4096 and control_character(value) is None
+
+
+HEADER_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "site": (_text, "the site config's path"),
+    "site_name": (_text, "a site name"),
+    "parallel": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PARALLEL,
+                 f"a whole number from 1 to {MAX_PARALLEL}"),
+    "pilot": (lambda v: v is None or isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PILOT_NODES,
+              f"null or a whole number of nodes from 1 to {MAX_PILOT_NODES}"),
+    "walltime": (lambda v: v is None or isinstance(v, str) and WALLTIME_RE.fullmatch(v) is not None,
+                 "null or HH:MM:SS"),
+    "pair": (lambda v: v is None or _text(v), "null or the pair file's path"),
+    "python": (lambda v: v is None or _text(v), "null or a Python command"),
+    "objective": (_text, "the study's objective"),
+    "direction": (lambda v: v in ("minimize", "maximize"), "minimize or maximize"),
+    "strategy": (_text, "grid, random or mbo"),
+    "created": (_text, "a date"),
+}
+
+
+def check_header(path: Path, header: dict[str, Any]) -> None:
+    """Every key `kit study plan` writes, checked for its type and bounds when read: a header edited to
+    `"parallel": 10**9` would make the driver ask for a billion configs, a wrongly typed one crash it."""
+    for key, (ok, want) in HEADER_CHECKS.items():
+        if key in header and not ok(header[key]):
+            raise KitError(f"{path}:1: key {key} is {shown(header[key])}, expected {want}; {FIX}")
 
 
 def _encode(record: dict[str, Any]) -> bytes:

@@ -34,8 +34,9 @@ from kit.mpi.pair_reader import PairFile, read_pair_file
 from kit.readfile import read_text
 from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
 from kit.study import evalproc
-from kit.study.backends import LOST, RUNNING, Outcome, _outcome
-from kit.study.evaluate import EvalRun, eval_dir, layout_args, with_validation
+from kit.study.backends import LOST, RUNNING, Outcome, _outcome, ended
+from kit.study.evaluate import (EvalRun, checked_eval_dir, checkpoints_aside, eval_dir, layout_args, make_subdir,
+                                with_validation)
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
 STOP = ".stop"
@@ -127,7 +128,7 @@ class PilotBackend:
         self.pair = read_pair_file(pair, site) if pair else None  # None: the site's own Python, bare
         self.pilot_dir = study_dir / PILOT
         for sub in (QUEUE, CLAIMED, PILOT):
-            (study_dir / sub).mkdir(exist_ok=True)
+            make_subdir(study_dir / sub, "kit study run")
 
     def _pilot_job(self) -> str | None:
         """The pilot job now queued or running, if any."""
@@ -149,15 +150,14 @@ class PilotBackend:
             return job
 
     def start(self, run: EvalRun) -> dict:
-        d = eval_dir(self.study_dir, run.eval_id).absolute()
-        d.mkdir(parents=True, exist_ok=True)
+        d = checked_eval_dir(self.study_dir, run.eval_id)
         if not (evalproc.is_running(d) or evalproc.exit_status(d) is not None):
-            for sub in ("results",):
-                (d / sub).mkdir(exist_ok=True)
+            checkpoints_aside(d)  # a lost attempt's (gan3d train refuses a fresh run into them)
+            make_subdir(d / "results")
             commands = inside_commands(run, self.study_dir, self.site, self.python, self.pair)
             if self.pair is not None:  # the container reads the site config from the evaluation's dir
                 files = RunFiles(d, run.eval_id)
-                files.site_file.parent.mkdir(exist_ok=True)
+                make_subdir(files.site_file.parent)
                 atomic_write_text(files.site_file, read_text(self.site.path, "site config", MAX_SITE_BYTES,
                                                              SiteError))
             atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
@@ -166,10 +166,10 @@ class PilotBackend:
         return {"how": self.how, "job": self._ensure_pilot()}
 
     def poll(self, eval_id: str) -> Outcome | str:
-        d = eval_dir(self.study_dir, eval_id).absolute()
-        if evalproc.is_running(d):
+        d = checked_eval_dir(self.study_dir, eval_id, create=False)
+        status = ended(d)
+        if status == RUNNING:
             return RUNNING
-        status = evalproc.exit_status(d)
         if status is None:
             if (self.study_dir / QUEUE / eval_id).exists():
                 self._ensure_pilot()  # queued: a pilot must be there to take it
@@ -214,7 +214,7 @@ def worker(study_dir: Path, idle_seconds: float = IDLE_SECONDS) -> int:
     while True:
         name = claim(study_dir)
         if name is not None:
-            evalproc.run(eval_dir(study_dir, name).absolute())
+            evalproc.main(eval_dir(study_dir, name).absolute())
             idle_since = time.monotonic()
             continue
         if (study_dir / QUEUE / STOP).exists() or time.monotonic() - idle_since > idle_seconds:

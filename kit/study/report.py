@@ -9,21 +9,27 @@ the config: what it expected, knowing only the evaluations finished by then).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
+import os
+import stat
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.atomic import atomic_write_bytes, atomic_write_text
+from kit.atomic import write_together
+from kit.errors import KitError
+from kit.readfile import kind_name, read_bytes
 from kit.study import ledger
 from kit.study.studydir import Terms, open_study
 
 REPORT_DIR = "report"
 TOP = 5
+SIGNATURE = "Every evaluation, with its configuration, is in report.csv (in the order they ended)."  # report.md's
 
 
 @dataclass(frozen=True)
@@ -89,14 +95,37 @@ def write_report(study_dir: Path, out: Path | None = None) -> list[Path]:
         pairs = surrogate_pairs(led)
         if pairs:
             pngs["surrogate.png"] = plot_surrogate(pairs, t)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, data in pngs.items():
-        atomic_write_bytes(out / name, data)
-        written.append(out / name)
-    atomic_write_text(out / "report.csv", to_csv(table, names))
-    atomic_write_text(out / "report.md", to_markdown(study_dir, t, table, best, list(pngs)))
-    return [out / "report.md", out / "report.csv", *written]
+    # A study path may hold bytes that are not UTF-8 (they reach the text as surrogates): escaped
+    texts = {"report.md": to_markdown(study_dir, t, table, best, list(pngs)), "report.csv": to_csv(table, names)}
+    outputs = {name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()} | pngs
+    _check_out(out, list(outputs))
+    write_together({out / name: data for name, data in outputs.items()})
+    return [out / "report.md", out / "report.csv", *(out / name for name in pngs)]
+
+
+def _check_out(out: Path, names: list[str]) -> None:
+    """DIR/report is the kit's: made here (never through a link at its name), and files at the report's
+    names are replaced only where report.md is a regular file this command wrote (its last line). A link,
+    a directory, a FIFO or a user's file there is refused in one line and left alone."""
+    fix = "fix: move it aside, then kit study report again"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(out)
+    mode = os.lstat(out).st_mode
+    if not stat.S_ISDIR(mode):
+        raise KitError(f"{out}: is {kind_name(mode)}, not the report directory kit study makes; {fix}")
+    there = [name for name in names if os.path.lexists(out / name)]
+    if not there:
+        return
+    try:
+        ours = SIGNATURE in read_bytes(out / "report.md", "study report", follow_symlinks=False).decode(errors="replace")
+    except (OSError, KitError):  # absent, a link, a FIFO, unreadable, huge: not the kit's report
+        ours = False
+    kinds = {name: os.lstat(out / name).st_mode for name in there}
+    odd = next((name for name, m in kinds.items() if not stat.S_ISREG(m)), None)
+    if odd is not None or not ours:
+        name = odd or there[0]
+        raise KitError(f"{out / name}: is {kind_name(kinds[name])} that kit study report did not write, so it is "
+                       f"not replaced; {fix}")
 
 
 def to_csv(table: list[Row], names: list[str]) -> str:
@@ -135,8 +164,7 @@ def to_markdown(study_dir: Path, t: Terms, table: list[Row], best: list[dict], p
     if failed:
         lines += ["", "## Failed evaluations", ""]
         lines += [f"- {r.eval_id}: {(r.error or '').replace('|', '/')}" for r in failed]
-    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs] + ["",
-              "Every evaluation, with its configuration, is in report.csv (in the order they ended).", ""]
+    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs] + ["", SIGNATURE, ""]
     return "\n".join(lines)
 
 

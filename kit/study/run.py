@@ -23,7 +23,7 @@ from kit.errors import KitError
 from kit.site import Site
 from kit.study import ledger
 from kit.study.backends import LOST, RUNNING, LocalBackend, Outcome, SlurmBackend
-from kit.study.evaluate import eval_run
+from kit.study.evaluate import EvaluationFailed, StudyDirRefused, eval_run
 from kit.study.studydir import Terms, open_study
 
 DRIVER_LOCK = ".driver.lock"
@@ -103,7 +103,11 @@ def run_study(study_dir: Path, poll_seconds: float = 2.0,
         led = ledger.read(study_dir)
         while True:
             for ev in led.in_flight():
-                state = backend.poll(ev.eval_id)
+                try:
+                    state = backend.poll(ev.eval_id)
+                except EvaluationFailed as exc:  # its directory or exit file is not the kit's: it, not the study, fails
+                    ledger.append(study_dir, "failed", eval=ev.eval_id, error=str(exc))
+                    continue
                 if state == RUNNING:
                     continue
                 if state == LOST:
@@ -148,6 +152,8 @@ def _start(study_dir: Path, backend, ev: ledger.Evaluation, spec: Any, site: Sit
     try:
         run = eval_run(ev.eval_id, ev.config, spec, site)
         submission = backend.start(run)
+    except StudyDirRefused:  # the study's own directory, not this evaluation: stop in one line
+        raise
     except KitError as exc:  # a bad setting: one line, recorded; the study goes on
         ledger.append(study_dir, "failed", eval=ev.eval_id, error=str(exc))
         return

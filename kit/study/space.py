@@ -117,6 +117,8 @@ class Param:
             raise KitError(f"parameter {self.name}: {shown(value)} is not one of {shown(list(self.values))}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KitError(f"parameter {self.name}: {shown(value)} is not a number")
+        if isinstance(value, int) and value.bit_length() > 64:  # no float holds it: outside any range
+            raise KitError(f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]")
         if self.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
             raise KitError(f"parameter {self.name}: {shown(value)} is not a whole number")
         if not math.isfinite(value) or not self.low <= value <= self.high:

@@ -22,7 +22,7 @@ import yaml
 
 from kit.errors import KitError
 from kit.study import missing_study_extra
-from kit.excerpt import control_character, shown
+from kit.excerpt import clipped, control_character, shown
 from kit.study.space import KINDS, Param, Space, Value, same_value
 from kit.yamlbound import Document, load_file
 
@@ -33,6 +33,7 @@ MAX_PARAMETERS = 64
 MAX_CHOICES = 1000
 MAX_EVALUATIONS = 100_000
 MAX_WALL_S = 366 * 86400
+MAX_MAGNITUDE = 1e15  # any number of a study file (seeds are below 2**32, rates and losses far below this)
 MAX_HEADER_FILES = 2000  # data files whose headers kit study plan reads (about 1 ms each); more: gan3d counts
 MAX_SPLIT_EVENTS = 10**7  # generated showers the loader splits as gan3d would (bounded work: ~20,000 files)
 LAYOUT = "ranks-per-node"  # the kit's layout option: not gan3d's, it shapes the job around it
@@ -119,6 +120,13 @@ class StudySpec:
         """(ranks per node, threads per rank) a config asks for; None where neither it nor fixed says."""
         values = {**self.fixed, **self.space.canonical(config)}
         return values.get(LAYOUT), values.get("threads")
+
+
+def _bounded(value: int | float) -> bool:
+    """Finite and within MAX_MAGNITUDE: YAML reads a 400-digit number as an int, which no float holds."""
+    if isinstance(value, int):
+        return value.bit_length() <= 64 and abs(value) <= MAX_MAGNITUDE
+    return math.isfinite(value) and abs(value) <= MAX_MAGNITUDE
 
 
 def _text(value: Value) -> str:
@@ -216,8 +224,10 @@ class _Checker:
         self.doc, self.options, self.train_rules = doc, options, train_rules
 
     def fail(self, path: tuple, problem: str, fix: str = FIX) -> KitError:
+        """The one-line refusal at ``path``: a key may hold a line break (a quoted YAML key), so the
+        field's name is shown escaped and cut, like any value."""
         name = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[") or "(top)"
-        return KitError(f"{self.doc.where(*path)}: {name}: {problem}; fix: {fix}")
+        return KitError(f"{clipped(self.doc.where(*path), 300)}: {clipped(name)}: {problem}; fix: {fix}")
 
     def mapping(self, value: Any, path: tuple, keys: tuple[str, ...] | None = None) -> dict:
         if not isinstance(value, dict):
@@ -234,10 +244,13 @@ class _Checker:
     def number(self, value: Any, path: tuple, whole: bool = False, low: float | None = None,
                high: float | None = None) -> float:
         ok = isinstance(value, int) if whole else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok or not math.isfinite(value):
+        if isinstance(value, bool) or not ok or isinstance(value, float) and not math.isfinite(value):
             raise self.fail(path, f"is {shown(value)}, expected a {'whole' if whole else 'finite'} number")
-        if (low is not None and value < low) or (high is not None and value > high):
-            raise self.fail(path, f"is {shown(value)}, expected a number in [{low}, {high}]")
+        low = -MAX_MAGNITUDE if low is None else low
+        high = MAX_MAGNITUDE if high is None else high
+        if not _bounded(value) or value < low or value > high:
+            ends = ", ".join(str(v) if isinstance(v, int) else f"{v:g}" for v in (low, high))
+            raise self.fail(path, f"is {shown(value)}, expected a number in [{ends}]")
         return value
 
     def study(self, data_files: bool = False) -> StudySpec:
@@ -285,8 +298,9 @@ class _Checker:
             return value
         if action is not None and action.nargs == 0:
             raise self.fail(path, f"--{name} is an on/off flag: give true or false, not {shown(value)}")
-        if not isinstance(value, (str, int, float)) or isinstance(value, float) and not math.isfinite(value):
-            raise self.fail(path, f"is {shown(value)}, expected a string or a number")
+        if not isinstance(value, (str, int, float)) or not isinstance(value, str) and not _bounded(value):
+            raise self.fail(path, f"is {shown(value)}, expected a string or a number (at most {MAX_MAGNITUDE:g} "
+                            "in size)")
         if isinstance(value, str) and (control_character(value) or len(value) > 4096):
             raise self.fail(path, f"{shown(value)} holds a line break or control character, or is too long")
         kind = float if action is None else action.type or str
@@ -338,7 +352,10 @@ class _Checker:
         if "loss-weights" in params and any(p in params for p in LOSS_PARTS):
             raise self.fail(("parameters", "loss-weights"), "loss-weights and loss-weight-* are both varied",
                             "vary either the whole --loss-weights or its parts")
-        return Space(out)
+        try:
+            return Space(out)
+        except KitError as exc:  # the space's own rules: named in the file, like every other refusal
+            raise self.fail(("parameters",), str(exc)) from None
 
     def param(self, name: str, node: Any, earlier: list[Param]) -> Param:
         path = ("parameters", name)
@@ -354,6 +371,9 @@ class _Checker:
                                 "low/high/log")
             values = [self.check_value(name, action, v, (*path, "values", i)) for i, v in enumerate(values)]
             param = Param(name, "choice", values=tuple(values))
+            problem = param.problem()
+            if problem:
+                raise self.fail((*path, "values"), problem, "list each value once")
         else:
             if "values" in spec:
                 raise self.fail((*path, "values"), f"a {kind} parameter takes low and high, not values")

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import json
 import pytest
 import yaml
 
@@ -153,3 +154,20 @@ def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(swe
     err = capsys.readouterr().err
     assert "left out (failed run):" in err and "no results to report" in err
     one_line_error(capsys, ["scale", "report", "--results", str(path)], "the run failed", "fix: ")
+
+
+@pytest.mark.parametrize("key, value", [("flop_per_second", 1e308), ("showers_per_second", 1e300),
+                                        ("nodes", int("1" * 400)), ("percent_of_peak", float("1e308")),
+                                        ("batch_per_rank", 10**13)])
+def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsys, key, value):
+    from kit.cli import main
+    from tests.scale.builders import write_run
+
+    good = write_run(tmp_path / "a.json", 4, 100.0)
+    bad = tmp_path / "b.json"
+    record = json.loads(good.read_text())
+    record[key] = value
+    bad.write_text(json.dumps(record))
+    assert main(["scale", "report", "--results", str(good), str(bad), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: key {key!r} is " in err and not (tmp_path / "r").exists()

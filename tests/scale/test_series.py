@@ -119,8 +119,10 @@ def test_plan_repeats_each_run(tmp_path, capsys):
     plan = make_plan("supermuc-ng", [4, 8], [4], None, "02:00:00", repeats=3)
     assert [r.run_id for r in plan.runs][:4] == ["n4-r4-t12-x1", "n4-r4-t12-x2", "n4-r4-t12-x3", "n8-r4-t12-x1"]
     assert len(plan.runs) == 6
-    assert main(["scale", "plan", "--site", "supermuc-ng", "--no-container", "--nodes", "4", "--ranks-per-node",
-                 "4", "--repeats", "0", "--dir", str(tmp_path / "s")]) == 1
-    assert "--repeats 0: give 1..100" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # the bounded number type: a usage error
+        main(["scale", "plan", "--site", "supermuc-ng", "--no-container", "--nodes", "4", "--ranks-per-node",
+              "4", "--repeats", "0", "--dir", str(tmp_path / "s")])
+    assert usage.value.code == 2
+    assert "give a number from 1 to 100" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
     assert paper_table("8").overhead_percent() == pytest.approx((100 * (1973 / 1968 - 1), 100 * (74 / 75 - 1)))

@@ -193,3 +193,21 @@ def test_how_a_tune_runs_follows_the_site_and_a_request_that_does_not_fit_is_one
         tune.through_slurm(laptop, 2, False)
     assert main(["scale", "tune", "--site", "laptop", "--nodes", "2", "--dir", str(tmp_path / "t"), "--dry-run"]) == 1
     assert "fix: --nodes 1" in capsys.readouterr().err and not (tmp_path / "t").exists()
+
+
+def test_a_layout_log_swapped_for_a_link_is_refused_and_its_target_kept(tmp_path):
+    """The log is opened to append, never through a link: a planted link once truncated its target."""
+    from kit.errors import KitError
+    from kit.scale.tune import _run_bounded
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    log = tmp_path / "r1-t2-fp32.out"
+    log.symlink_to(target)
+    with pytest.raises(KitError, match="cannot open the layout's log"):
+        _run_bounded(["true"], log, 10)
+    assert target.read_text() == "keep me"
+    log.unlink()
+    assert _run_bounded(["sh", "-c", "echo one"], log, 10) == 0
+    assert _run_bounded(["sh", "-c", "echo two"], log, 10) == 0
+    assert log.read_text() == "one\ntwo\n"  # appended, an earlier run's lines kept

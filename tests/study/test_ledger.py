@@ -120,7 +120,7 @@ def test_any_bytes_after_the_header_read_back_or_are_one_clean_line(tmp_path_fac
 
 @given(st.lists(st.dictionaries(st.from_regex(r"[a-z][a-z-]{0,10}", fullmatch=True),
                                 st.one_of(st.booleans(), st.integers(-10**6, 10**6), st.text(max_size=20),
-                                          st.floats(allow_nan=False, allow_infinity=False)), max_size=5),
+                                          st.floats(-ledger.MAX_VALUE, ledger.MAX_VALUE)), max_size=5),
                 max_size=8))
 def test_configs_written_are_read_back_equal(tmp_path_factory, configs):
     d = _study(tmp_path_factory.mktemp("c"))
