@@ -28,14 +28,16 @@ _PRIVATE_TMP = "KIT_TEST_TMPDIR"
 
 @pytest.hookimpl(tryfirst=True)  # before pytest reads --basetemp
 def pytest_configure(config):
-    """Every temporary file of the run (pytest's tmp_path, TensorFlow's autograph modules, which it
-    never removes, those of every process the tests start) goes to one directory of this run, removed
-    at its end unless a test failed. pytest-xdist workers take a directory inside their controller's."""
+    """The temporary files of the run (pytest's tmp_path, what the tests' own processes make with
+    tempfile, TensorFlow's autograph modules among them) go to one directory of this run, removed at
+    its end unless a test failed; pytest-xdist workers take a directory inside their controller's.
+    TMPDIR is left as it is: ch-run binds $TMPDIR at the container's /tmp, and the jobs' binds of
+    tmp_path directories need the host's /tmp there (gan3d's commands keep their own temporaries)."""
     parent = os.environ.get(_PRIVATE_TMP)
     path = tempfile.mkdtemp(prefix="kit-tests-", dir=parent)
     os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too
     config._kit_tmp = (path, parent is None)
-    os.environ[_PRIVATE_TMP] = os.environ["TMPDIR"] = tempfile.tempdir = path
+    os.environ[_PRIVATE_TMP] = tempfile.tempdir = path
     if parent is None and not config.option.basetemp:  # as short as pytest's own (sockets live below it)
         config.option.basetemp = os.path.join(path, "b")
     if config.pluginmanager.hasplugin("xdist"):
