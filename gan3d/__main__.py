@@ -1,11 +1,8 @@
 """`python -m gan3d COMMAND ...`: each command lives in its own module with main(argv)."""
 from __future__ import annotations
 
-import atexit
 import importlib
-import shutil
 import sys
-import tempfile
 
 from kit import interrupt
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
@@ -21,14 +18,6 @@ COMMANDS = {
 }
 
 
-def _private_temporaries() -> None:
-    """This process's temporary files (TensorFlow's autograph modules: a dozen per training process,
-    which it leaves behind) in a directory of its own under $TMPDIR, removed when the process ends."""
-    private = tempfile.mkdtemp(prefix="gan3d-")
-    tempfile.tempdir = private
-    atexit.register(shutil.rmtree, private, True)
-
-
 def main(argv: list[str] | None = None) -> int:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -37,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:9s} {text}", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     interrupt.install()
-    _private_temporaries()
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)

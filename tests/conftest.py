@@ -32,7 +32,8 @@ def pytest_configure(config):
     tempfile, TensorFlow's autograph modules among them) go to one directory of this run, removed at
     its end unless a test failed; pytest-xdist workers take a directory inside their controller's.
     TMPDIR is left as it is: ch-run binds $TMPDIR at the container's /tmp, and the jobs' binds of
-    tmp_path directories need the host's /tmp there (gan3d's commands keep their own temporaries)."""
+    tmp_path directories need the host's /tmp there; the tests that stop TensorFlow processes give
+    them this directory as TMPDIR (what a killed process leaves goes with the run)."""
     parent = os.environ.get(_PRIVATE_TMP)
     path = tempfile.mkdtemp(prefix="kit-tests-", dir=parent)
     os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too

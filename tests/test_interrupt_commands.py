@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -175,7 +176,8 @@ def showers(tmp_path_factory) -> list[Path]:
 
 
 def _env(**more: str) -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **more)  # TensorFlow's start-up notes
+    # TMPDIR: the run's own (tests/conftest.py): what a stopped process leaves goes with the run
+    return dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=tempfile.gettempdir(), **more)  # TensorFlow's start-up notes
 
 
 def snapshot(area: Path, volatile: Callable[[str, bytes], bytes]) -> dict:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,8 @@ def data(tmp_path_factory):
 
 
 def _env() -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
+    # TMPDIR: the run's own (tests/conftest.py): what a stopped or aborted rank leaves goes with the run
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), TMPDIR=tempfile.gettempdir())
     for key in [k for k in env if k.startswith(("SLURM_", "OMPI_", "PMI_"))]:
         del env[key]
     return env
