@@ -7,7 +7,7 @@ from pathlib import Path
 from kit.commands.common import add_dry_run, add_group, number
 from kit.jsonout import add_json_flag, emit
 from kit.vcluster import down, status, up
-from kit.vcluster.cluster import preview
+from kit.vcluster.cluster import MAX_NODES, preview
 from kit.vcluster.sites import default_intel_mpi
 from kit.verbosity import quiet
 
@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = leaves.add_parser("up", help="start N nodes (namespaces with slurmd), slurmctld and munged; write site "
                                      "configs; a running cluster is reported, not restarted")
-    p.add_argument("nodes", type=number(1, int, 1000), metavar="N")
+    p.add_argument("nodes", type=number(1, int, MAX_NODES), metavar="N")
     with_dir(p)
     p.add_argument("--name", default="vc", help="cluster name: nodes NAME-1..N, interfaces kvc-NAME* (default vc)")
     p.add_argument("--subnet", help="a private /24 (default: the first free one in 10.213.0.0/16)")

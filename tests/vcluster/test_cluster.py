@@ -125,8 +125,11 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
             err = capsys.readouterr().err
             assert err.startswith("kit: error: ") and message in err and err.count("\n") == 1
             assert load_state(cluster_dir) is None
-    assert main(["vcluster", "up", "0", "--dir", str(cluster_dir)]) == 1
-    assert "give 1 to 16" in capsys.readouterr().err
+    for count in ("0", "17"):  # a usage error: the node count is checked as the command line is read
+        with pytest.raises(SystemExit) as done:
+            main(["vcluster", "up", count, "--dir", str(cluster_dir)])
+        assert done.value.code == 2 and "give a number from 1 to 16" in capsys.readouterr().err
+    assert load_state(cluster_dir) is None
     cluster_dir.mkdir(exist_ok=True)
     for garbage, message in (("{", "state:1: not valid JSON"), (json.dumps({"not": "ours"}), "not a virtual cluster "
                                                                           "state kit wrote")):
