@@ -107,14 +107,17 @@ LONGEST_FIRST = ("tests/vcluster/", "tests/slurm/test_jobs.py", "tests/gan3d_tra
                  "tests/slurm/test_validate_job.py", "tests/slurm/test_join_tag.py",
                  "tests/gan3d_train/test_provenance.py", "tests/packaging/test_offline_install.py",
                  "tests/mpi/test_convert_paired.py")
+# The virtual-cluster tests: on one worker, one after the other (the session's cluster is started
+# once; clusters brought up side by side race for a subnet; some tests compare the host's links).
+ONE_WORKER = "tests/vcluster/"
 # Files of many independent minute-long cases: one case per scheduling unit.
 CASE_BY_CASE = ("tests/test_interrupt_commands.py",)
 
 
 class _FileOrGroupScheduling:
     """With pytest-xdist: a whole test file per worker (its module fixtures, often a real training
-    run, are made once), every file of one `xdist_group` on one worker (one virtual cluster), in
-    the order the items were collected (LONGEST_FIRST). Registered only where xdist is loaded (its
+    run, are made once), every test of ONE_WORKER on one worker, in the order the items were
+    collected (LONGEST_FIRST). Registered only where xdist is loaded (its
     hook is unknown to pytest without it)."""
 
     @staticmethod
@@ -123,9 +126,9 @@ class _FileOrGroupScheduling:
 
         class FileOrGroup(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                if nodeid.rfind("@") > nodeid.rfind("]"):
-                    return nodeid.rsplit("@", 1)[1]
                 path = nodeid.split("::", 1)[0]
+                if path.startswith(ONE_WORKER):  # they read the host's links and namespaces
+                    return ONE_WORKER
                 return nodeid if path.endswith(CASE_BY_CASE) else path
 
         config.option.loadscopereorder = False  # xdist would put the files with the most tests first
@@ -159,9 +162,7 @@ SYSTEM_FIXTURES = frozenset({"slurm", "sshd", "vcluster", "rich", "built", "impi
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Marks what `make check` leaves out; the virtual-cluster tests run on one worker, one after the
-    other: the session's cluster is started once, and some tests compare the host's links before and
-    after."""
+    """Marks what `make check` leaves out, and puts the longest files first (LONGEST_FIRST)."""
     items.sort(key=_rank)  # stable: within a rank, the files' own order
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
@@ -169,5 +170,3 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.system)
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
-        if item.nodeid.startswith("tests/vcluster/"):  # they read the host's links and namespaces
-            item.add_marker(pytest.mark.xdist_group("vcluster"))
