@@ -67,6 +67,9 @@ def _in_locking_code(frame: FrameType | None) -> bool:
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     global _deferred_since, _deferred_signal, _owed
+    if signum == signal.SIGALRM and _deferred_since is None:
+        return  # a retry whose stop was raised meanwhile (a second Ctrl-C): re-arming it would end the
+        # process with SIGALRM's default action once Python restores it at exit
     now = time.monotonic()
     _heard.add(signum)
     if signum in STOPPING and (_deferred_since is None or signum == signal.SIGTERM):

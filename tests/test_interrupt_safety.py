@@ -153,3 +153,19 @@ def test_installing_again_starts_no_second_watcher():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.stdout.split() == ["0", "0"], done.stderr
+
+
+def test_a_retry_that_comes_after_its_stop_was_raised_is_ignored():
+    """A retry (SIGALRM) already on its way when a second Ctrl-C raised the stop: it neither raises a
+    second stop nor arms the timer again (at exit Python restores SIGALRM's default action, which
+    would end the process by signal 14)."""
+    from kit import interrupt
+
+    assert interrupt._deferred_since is None
+    before = signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's, if it uses the timer
+    try:
+        interrupt._interrupt(signal.SIGALRM, sys._getframe())
+    except KeyboardInterrupt:
+        pytest.fail("the stale retry raised a second stop")
+    after = signal.getitimer(signal.ITIMER_REAL)
+    assert after[0] <= before[0] and (after[0] == 0.0 or after[0] > 10 * interrupt.RETRY)
