@@ -141,4 +141,4 @@ def test_a_two_node_check_needs_slurm_and_two_nodes_is_the_most(openmpi_site, op
         run_check(pair, nodes=3)
     with pytest.raises(SystemExit) as usage:
         main(["mpi", "check", "--site", str(openmpi_site), str(openmpi_image), "--nodes", "3"])
-    assert usage.value.code == 2 and "invalid choice: 3" in capsys.readouterr().err
+    assert usage.value.code == 2 and "give a number from 1 to 2" in capsys.readouterr().err
