@@ -184,7 +184,7 @@ class EpochCheckpoints:
             except FileNotFoundError:
                 continue
             if self.owner(old) == self.run_id:
-                remove_tree_if(old, self._tmp_name(epoch), ino)
+                remove_tree_if(old, self._tmp_name(epoch), ino, lambda tree: self.owner(tree) == self.run_id)
 
     def _remove_leftovers(self) -> None:
         """Temporary trees of this run's saves whose process is gone (killed mid-save); another

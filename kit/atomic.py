@@ -8,7 +8,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from kit import interrupt
 
@@ -190,11 +190,13 @@ def remove_tree(path: str | os.PathLike) -> None:
         shutil.rmtree(path, onerror=writable)
 
 
-def remove_tree_if(path: Path, aside: str, expected: int) -> bool:
+def remove_tree_if(path: Path, aside: str, expected: int,
+                   owned: Callable[[Path], bool] = lambda tree: True) -> bool:
     """Remove the directory PATH only if it is still the inode EXPECTED (the tree the caller checked
-    as its own): it is first renamed to the sibling ASIDE (a name the caller's cleanup knows), checked
-    there, and put back if it is another tree (False; nothing removed). A stop after the rename leaves
-    the tree whole under ASIDE."""
+    as its own) and ``owned`` still says so of it: it is first renamed to the sibling ASIDE (a name
+    the caller's cleanup knows), checked there (an inode number can be reused by a tree made since),
+    and put back if it is another tree (False; nothing removed). A stop after the rename leaves the
+    tree under ASIDE, whole until its removal has begun; the caller's cleanup removes it."""
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with interrupt.held():
@@ -202,7 +204,8 @@ def remove_tree_if(path: Path, aside: str, expected: int) -> bool:
                 rename_noreplace(fd, path.name, aside)
             except (FileNotFoundError, FileExistsError):  # gone already, or ASIDE taken: nothing moved
                 return False
-            if os.stat(aside, dir_fd=fd, follow_symlinks=False).st_ino != expected:
+            if (os.stat(aside, dir_fd=fd, follow_symlinks=False).st_ino != expected
+                    or not owned(path.parent / aside)):
                 rename_noreplace(fd, aside, path.name)
                 return False
             fsync_dir(fd)

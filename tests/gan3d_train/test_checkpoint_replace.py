@@ -174,6 +174,24 @@ def test_a_checkpoint_swapped_before_its_removal_is_put_back(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0001"]
 
 
+def test_a_tree_with_the_checked_inode_that_is_no_longer_owned_is_put_back(tmp_path):
+    """An inode number is reused by a tree made since the check: ownership is asked again of the tree
+    moved aside, and another's goes back to its name, whole."""
+    old = tmp_path / "epoch-0001"
+    (old / "data").mkdir(parents=True)
+    (old / "meta.json").write_text('{"run_id": "another"}')
+    checked = os.lstat(old).st_ino  # the same inode: as if reused
+    seen = []
+
+    def ours(tree):
+        seen.append(tree.name)
+        return json.loads((tree / "meta.json").read_text())["run_id"] == "mine"
+    assert remove_tree_if(old, ".epoch-0001.tmp-1.x", checked, ours) is False
+    assert seen == [".epoch-0001.tmp-1.x"]  # asked of the tree as moved aside, not by its old name
+    assert json.loads((old / "meta.json").read_text())["run_id"] == "another" and (old / "data").is_dir()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["epoch-0001"]
+
+
 @pytest.mark.timeout(300)
 def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tmp_path):
     """A child re-saves epoch 2 again and again; the parent looks without pause, then SIGKILLs it."""
