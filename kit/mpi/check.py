@@ -31,8 +31,11 @@ MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
 REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")  # rank 0's report, line I of N (rank_report.py)
 # a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
 # 11", mpirun's "exited on signal"), then an exit code or an error
-TELLING = (re.compile(r"signal", re.IGNORECASE),
+TELLING = (re.compile(r"\bsignal\b", re.IGNORECASE),
            re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE))
+# srun's account of its own clean-up once a rank ended badly (--kill-on-bad-exit): the effect, never the cause
+AFTERMATH = re.compile(r"srun: (?:launch/slurm: _step_signal: Terminating|Job step aborted|"
+                       r"error: .*(?:STEP|JOB) \S+ (?:ON \S+ )?CANCELLED|Force Terminated)")
 
 
 @dataclass
@@ -274,13 +277,14 @@ def _status(returncode: int) -> str:
 def _no_report(what: str, output: str, stopped: bool = False) -> str:
     """One line for ranks that ended, or were ``stopped``, without a report: how many got through
     MPI_Init, and for ranks that ended the launcher's most telling line (a signal, an exit code, an
-    error), else its last."""
+    error; srun's clean-up after a rank failed only where nothing else was said), else its last."""
     init = {line.split()[1] for line in output.splitlines() if line.startswith("KITINIT ") and len(line.split()) == 2}
     hint = ""
     if stopped:
         hint = (" (a rank that never reached it, or a launcher waiting for a peer that never started)"
                 if len(init) < RANKS else " (then stuck: in the allreduce?)")
     lines = [line.strip(" =") for line in output.splitlines() if line.strip(" =") and not line.startswith("KITINIT ")]
+    lines = [line for line in lines if not AFTERMATH.match(line)] or lines  # the cause, where the launcher gave one
     said = "" if stopped else next((line for telling in TELLING for line in reversed(lines) if telling.search(line)),
                                    lines[-1] if lines else "")  # once stopped, it speaks of the stop
     return f"{what}: {len(init)} of {RANKS} ranks finished MPI_Init{hint}" + (

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kit.errors import KitError
 from kit.mpi import launch
-from kit.mpi.check import launcher_command
+from kit.mpi.check import _no_report, launcher_command
 from kit.site.load import load_site
 from tests.mpi.conftest import impi_site_dict
 
@@ -98,3 +98,25 @@ def test_a_ranks_libraries_and_component_dirs_split_what_it_mapped(paths):
     assert sorted(r.libraries + [m for m in mapped if "/mca_" in m]) == sorted(mapped)
     assert all("/mca_" not in m for m in r.libraries)
     assert r.component_dirs == sorted({d for d, n in paths if n.startswith("mca_")})
+
+
+def test_a_failed_srun_step_is_told_by_the_ranks_error_not_by_sruns_clean_up():
+    """srun (--kill-on-bad-exit) ends the other rank once one fails and says so last: the verdict
+    quotes the failure, and srun's own words only when they are all there is."""
+    failed = ("[n2:00123] PMIX ERROR: UNREACHABLE in file ptl_tcp.c at line 790\n"
+              "srun: error: n2: task 1: Exited with exit code 1\n"
+              "srun: launch/slurm: _step_signal: Terminating StepId=5.0\n"
+              "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n")
+    assert _no_report("no rank reported", failed) == (
+        "no rank reported: 0 of 2 ranks finished MPI_Init; the launcher says: srun: error: n2: task 1: Exited "
+        "with exit code 1")
+    only_clean_up = "srun: launch/slurm: _step_signal: Terminating StepId=5.0\n"
+    assert _no_report("no rank reported", only_clean_up).endswith(
+        "the launcher says: srun: launch/slurm: _step_signal: Terminating StepId=5.0")
+
+
+@given(st.text(max_size=3000))
+@settings(max_examples=200, deadline=None)
+def test_a_verdict_without_reports_is_one_bounded_line_whatever_the_launcher_said(output):
+    verdict = _no_report("no rank reported", output)
+    assert "\n" not in verdict and "\r" not in verdict and len(verdict) < 400, verdict

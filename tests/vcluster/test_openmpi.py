@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kit import mpi
 from kit.cli import main
 from kit.mpi import make_pair, run_check
 from tests.mpi.conftest import TARGET
@@ -48,16 +49,28 @@ def _one_rank_per_node_on_the_host_open_mpi(result, nodes: list[str]) -> None:
 
 def test_srun_pmix_puts_one_rank_on_each_node_talking_tcp_over_the_veths(on_vcluster, vc_openmpi_image,
                                                                          monkeypatch, capsys):
+    """One check, through the command line: its verdict and the result it judged (kept on the way)."""
     vc = on_vcluster
     site, image = vc_openmpi_image
     mca = yaml.safe_load(site.read_text())["host_mpi"]["openmpi"]["mca"]
     assert (mca["btl_tcp_if_include"], mca["oob_tcp_if_include"]) == ("vc0", vc.subnet)
     nodes = [n["name"] for n in vc.nodes]
     monkeypatch.setenv("OMPI_MCA_btl_base_verbose", "100")  # each rank logs its BTL choice per peer
-    result = run_check(make_pair(site, image), timeout=WAIT, nodes=2)
+    results = []
+
+    def kept(*args, **kwargs):
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    real = mpi.run_check
+    monkeypatch.setattr(mpi, "run_check", kept)
+    code = main(["mpi", "check", "--site", str(site), str(image), "--nodes", "2", "--timeout", str(WAIT)])
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal's width
+    [result] = results
     assert result.command[:8] == ["srun", "--mpi=pmix", "-N", "2", "-n", "2", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1"]
     _one_rank_per_node_on_the_host_open_mpi(result, nodes)
+    assert code == 0 and all(n in out for n in nodes) and "allreduce across 2 nodes is right" in out, out
 
     # Open MPI's own account: each rank reaches the other over the TCP BTL, on vc0, at the other's address
     log = result.output
@@ -68,11 +81,6 @@ def test_srun_pmix_puts_one_rank_on_each_node_talking_tcp_over_the_veths(on_vclu
                          log)
     connected = set(re.findall(r"btl:tcp: (?:now connected to|connect\(\) to) (\d+\.\d+\.\d+\.\d+)", log))
     assert connected and connected <= {n["address"] for n in vc.nodes}, connected
-
-    monkeypatch.delenv("OMPI_MCA_btl_base_verbose")
-    assert main(["mpi", "check", "--site", str(site), str(image), "--nodes", "2"]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal's width
-    assert all(n in out for n in nodes) and "allreduce across 2 nodes is right" in out
 
 
 def test_open_mpis_own_mpirun_starts_its_daemons_on_both_nodes(on_vcluster, vc_openmpi_image, tmp_path):
