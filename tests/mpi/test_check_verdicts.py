@@ -189,4 +189,3 @@ def test_a_launcher_that_cannot_start_is_one_line(mpich_host_site, mpich_paired,
                           capture_output=True, text=True, env={**os.environ, "PATH": str(bin_dir)})
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == [f"kit: error: {message.format(tmp=tmp_path)}"], done.stderr
-
