@@ -7,6 +7,7 @@ import sys
 from kit import interrupt
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.extras import missing_extra
+from kit.scratch import use_private_tempdir
 
 COMMANDS = {
     "train": ("gan3d.train", "train the 3DGAN (Horovod data-parallel, hybrid MPI/OpenMP)"),
@@ -18,7 +19,9 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, own_tempdir: bool = False) -> int:
+    """``own_tempdir``: as a program, every temporary file goes in a directory of the process's own
+    (kit.scratch); a caller in-process (a test) keeps its temporary directory."""
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         print("usage: python -m gan3d {" + ",".join(COMMANDS) + "} ...\n", file=sys.stderr)
@@ -27,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     interrupt.install()
     try:
+        if own_tempdir:
+            use_private_tempdir("gan3d")
         module = importlib.import_module(COMMANDS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
@@ -41,4 +46,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(own_tempdir=True))

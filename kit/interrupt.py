@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import Iterator
+from typing import Callable, Iterator
 
 RETRY = 0.005  # seconds between attempts
 PATIENCE = 2.0  # seconds after which a deferred interrupt is raised wherever the main thread is
@@ -41,6 +41,7 @@ _held = 0  # depth of held() blocks
 _owed = False  # a stop arrived while held: raised when the outermost block ends
 _heard: set[int] = set()  # stopping signals whose handler has run in the main thread
 _watching = False  # the watcher thread runs
+_last_words: list[Callable[[], None]] = []  # quick clean-ups run before the watcher ends a stuck process
 
 
 class Terminated(KeyboardInterrupt):
@@ -132,7 +133,18 @@ def _watch(fd: int) -> None:
                     name = signal.Signals(signum).name
                     os.write(2, f"kit: {name} not heard in {UNHEARD:g} s (the program is stuck in native "
                                 f"code); ending it now\n".encode())
+                    for clean_up in _last_words:
+                        try:
+                            clean_up()
+                        except Exception:  # noqa: BLE001 - the process ends anyway: the next one runs
+                            pass
                     os._exit(128 + signum)
+
+
+def before_abandoning(clean_up: Callable[[], None]) -> None:
+    """Run ``clean_up`` (quick, never blocking on a peer) before the watcher ends a process whose main
+    thread never heard its stop: os._exit runs no atexit handler, which may hang there (MPI_Finalize)."""
+    _last_words.append(clean_up)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -127,13 +128,18 @@ def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
     """A main thread stuck in native code (here relocking a pthread mutex it holds, which no signal
     interrupts, as a rank waits in a collective whose peer died) runs no Python handler: the watcher
     ends the process with 128 + the signal after kit.interrupt.UNHEARD seconds (Python's handler
-    alone never did)."""
-    code = ("import ctypes\nfrom kit import interrupt\ninterrupt.install()\n"
+    alone never did). Its private temporary directory (kit.scratch), where TensorFlow's AutoGraph
+    writes a file per converted function, goes with it: os._exit runs no atexit handler."""
+    code = ("import ctypes, tempfile\nfrom kit import interrupt\nfrom kit.scratch import use_private_tempdir\n"
+            "interrupt.install()\nmine = use_private_tempdir('stuck')\n"
+            "tempfile.NamedTemporaryFile(prefix='__autograph_generated_file', suffix='.py', delete=False)\n"
             "libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)\n"
-            "libc.pthread_mutex_lock(mutex)\nprint('waiting', flush=True)\nlibc.pthread_mutex_lock(mutex)\n")
+            "libc.pthread_mutex_lock(mutex)\nprint(mine, flush=True)\nlibc.pthread_mutex_lock(mutex)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert child.stdout.readline() == "waiting\n"
+                             text=True, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=tempfile.gettempdir()))
+    mine = Path(child.stdout.readline().strip())
+    assert mine.parent == Path(tempfile.gettempdir()) and mine.name.startswith(f"stuck-{child.pid}-")
+    assert [p.name[:26] for p in mine.iterdir()] == ["__autograph_generated_file"]
     time.sleep(0.2)
     child.send_signal(sig)
     try:
@@ -142,6 +148,7 @@ def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
         child.kill()
     assert child.returncode == 128 + sig
     assert err.strip().splitlines()[-1] == f"kit: {signal.Signals(sig).name} not heard in 10 s (the program is stuck in native code); ending it now"
+    assert not mine.exists()
 
 
 def test_installing_again_starts_no_second_watcher():

@@ -10,7 +10,7 @@ from pathlib import Path
 import gan3d
 
 ALLOWED = {"kit", "kit.atomic", "kit.readfile", "kit.excerpt", "kit.errors", "kit.crash", "kit.extras", "kit.site",
-           "kit.code_commit"}
+           "kit.code_commit", "kit.scratch"}
 
 
 def _kit_imports(path: Path) -> set[str]:
