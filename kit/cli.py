@@ -4,11 +4,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 from kit import __version__, interrupt
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.errors import KitError
 from kit.extras import missing_extra
+from kit.jsonout import emit_error, wants_json
 from kit.verbosity import add_flags, applied
 
 # Each module defines register(subparsers) adding one command group whose leaf
@@ -71,7 +73,7 @@ def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) -> None:
     """A group whose optional dependencies are not installed still shows in --help, and any of
     its commands ends with the one line that names the extra to install."""
-    group = sub.add_parser(name, help=f"(not installed: {str(error).split('fix: ')[-1]})", add_help=False)
+    group = sub.add_parser(name, help=f"(not installed: {error.fix or error.what})", add_help=False)
     group.add_argument("words", nargs=argparse.REMAINDER)
 
     def fail(args: argparse.Namespace) -> int:
@@ -102,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         error = missing_extra(exc, "kit " + " ".join([a for a in argv if not a.startswith("-")][:2]))
         if error is None:
             return report_bug("kit", exc, debug)
-        print(f"kit: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return _failed(argv, error)
     except KitError as exc:
-        print(f"kit: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        if debug:  # where it was raised, for a report on a message that names the wrong fix
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        return _failed(argv, exc)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
         # Outputs are renamed into place only when complete; what an interrupted command
         # leaves is temporary files with the kit's own names, which its next run removes.
@@ -116,8 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         problem = environment_problem(exc)
         if problem is None:
             return report_bug("kit", exc, debug)
-        print(f"kit: error: {problem}", file=sys.stderr)
-        return EXIT_ERROR
+        return _failed(argv, KitError(problem))
+
+
+def _failed(argv: list[str], error: KitError) -> int:
+    """The one line on stderr, or with --json its parts as one JSON line there."""
+    if wants_json(argv):
+        emit_error(error.document())
+    else:
+        print(f"kit: error: {error}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":
