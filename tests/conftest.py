@@ -24,6 +24,7 @@ except ImportError:  # hypothesis arrives with the test extra (scripts/setup.sh)
     pass
 os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER
 _PRIVATE_TMP = "KIT_TEST_TMPDIR"
+_LITTER = re.compile(r"__autograph_generated_file\w*\.py|gan3d-\d+-\w+")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest reads --basetemp
@@ -35,6 +36,8 @@ def pytest_configure(config):
     tmp_path directories need the host's /tmp there; the tests that stop TensorFlow processes give
     them this directory as TMPDIR (what a killed process leaves goes with the run)."""
     parent = os.environ.get(_PRIVATE_TMP)
+    if parent is None:
+        config._kit_litter = (tempfile.gettempdir(), _litter(tempfile.gettempdir()))
     path = tempfile.mkdtemp(prefix="kit-tests-", dir=parent)
     os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too
     config._kit_tmp = (path, parent is None)
@@ -45,7 +48,19 @@ def pytest_configure(config):
         config.pluginmanager.register(_FileOrGroupScheduling(), "kit-xdist-scheduling")
 
 
+def _litter(directory: str) -> set[str]:
+    """What TensorFlow processes leave in the system's temporary directory: AutoGraph's modules, or
+    (python -m gan3d, kit.scratch) the directory of a process that was SIGKILLed."""
+    return {name for name in os.listdir(directory) if _LITTER.fullmatch(name)}
+
+
 def pytest_unconfigure(config):
+    system_tmp, before = getattr(config, "_kit_litter", (None, set()))
+    if system_tmp is not None:  # a report, not a verdict: other programs on the machine may add some
+        left = sorted(_litter(system_tmp) - before)
+        if left:
+            print(f"\nleft in {system_tmp} while the tests ran: {len(left)} ({', '.join(left[:5])}"
+                  f"{', ...' if len(left) > 5 else ''})")
     path, owner = getattr(config, "_kit_tmp", (None, False))
     failed = getattr(config, "_kit_failed", False)
     if path and owner and not failed:
