@@ -6,15 +6,18 @@ epoch, u(N) = N x T(N), grow only by overhead. Each shape below is one way that 
 with the ranks, all zero for one rank:
 
     u(N) = a + b (f(P) - f(P0))                   a, b >= 0 by least squares on the medians
-    u(N) = a + b (f(P) - f(P0)) + c (N - N0)      4 or more node counts: a fixed c seconds per epoch
+    u(N) = a + c (N - N0)                         3 or more node counts: a fixed c seconds per epoch
+    u(N) = a + b (f(P) - f(P0)) + c (N - N0)      4 or more node counts: both
 
-with N0 the smallest measured count (P0 its ranks), so a is the node-seconds there.
+with N0 the smallest measured count (P0 its ranks), so a is the node-seconds there. The per-epoch
+cost alone is Amdahl's serial part: the epoch time stops falling at c, as where every epoch pays a
+fixed start or a resource all nodes share (one file system; cores the nodes time-share).
 
 The shape with the smallest residual (its standard error, so that a third parameter must earn its
 place) is the estimate; every shape whose residual is within reach of the best spans the band,
 which is widened by a base margin, by half the repeats' spread and by a margin per doubling beyond
-the largest measured count. The per-epoch term enters only where it halves the best residual
-of the shapes without it: it grows linearly in N, and a term the runs do not need would widen the band
+the largest measured count. The per-epoch term (alone or with a shape) enters only where it halves
+the best residual of the shapes without it: it grows linearly in N, and a term the runs do not need would widen the band
 far beyond them. Nothing here reads a network figure: the overhead is measured.
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ MARGIN_PER_DOUBLING = 0.015  # and per doubling of N beyond the largest measured
 KEEP_FACTOR = 3.0  # a shape spans the band while its residual is within 3x the best's...
 KEEP_FLOOR = 0.02  # ...or within 2% of the node-seconds: closer than repeats of one job differ on a shared machine
 PER_EPOCH_GAIN = 0.5  # the per-epoch term is kept only where it halves the best residual without it
+FLAT = "flat"  # no overhead that grows with the ranks: with the per-epoch term, that term alone
 MAX_NODES = 10**7  # bound on any node count the model is asked about
 MAX_SECONDS = 1e9  # bound on a measured epoch (31 years): node-seconds stay far from overflow
 
@@ -57,10 +61,12 @@ class Fit:
 
     @property
     def name(self) -> str:
+        if self.shape == FLAT:
+            return "per-epoch"
         return self.shape + (" + per-epoch" if self.per_epoch else "")
 
     def node_seconds(self, nodes: np.ndarray, ranks_per_node: int) -> np.ndarray:
-        f = SHAPES[self.shape][0]
+        f = shape_function(self.shape)
         n = np.asarray(nodes, float)
         return self.a + self.b * (f(n * ranks_per_node) - f(np.float64(self.n0 * ranks_per_node))) \
             + self.c * (n - self.n0)
@@ -94,12 +100,18 @@ class Model:
         return min(values) / (1 + w), max(values) * (1 + w)
 
 
+def shape_function(shape: str) -> Callable[[np.ndarray], np.ndarray]:
+    """f of a shape; FLAT's is 0 at every P (no b term)."""
+    return (lambda p: np.zeros_like(np.asarray(p, float))) if shape == FLAT else SHAPES[shape][0]
+
+
 def fit_shape(shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray, per_epoch: bool = False) -> Fit:
     """Least squares with a, b, c >= 0: a coefficient that would come out negative (overhead that
     shrinks with scale, or no time at the smallest count) is held at 0 and the rest refitted."""
     n0 = float(nodes.min())
-    f = SHAPES[shape][0](nodes * ranks_per_node) - SHAPES[shape][0](np.float64(n0 * ranks_per_node))
-    columns = {"a": np.ones_like(f), "b": f, **({"c": nodes.astype(float) - n0} if per_epoch else {})}
+    f = shape_function(shape)(nodes * ranks_per_node) - shape_function(shape)(np.float64(n0 * ranks_per_node))
+    columns = {"a": np.ones_like(f), **({} if shape == FLAT else {"b": f}),
+               **({"c": nodes.astype(float) - n0} if per_epoch else {})}
     free = list(columns)
     coef = np.zeros(0)
     while free:
@@ -111,7 +123,7 @@ def fit_shape(shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray,
         free.remove(negative[0])
     values = dict(zip(free, (float(v) for v in coef)))
     fitted = Fit(shape, per_epoch, values.get("a", 0.0), values.get("b", 0.0), values.get("c", 0.0), None, n0)
-    dof = len(u) - (3 if per_epoch else 2)
+    dof = len(u) - len(columns)
     if dof > 0:
         residual = fitted.node_seconds(nodes, ranks_per_node) - u
         fitted = Fit(shape, per_epoch, fitted.a, fitted.b, fitted.c,
@@ -138,9 +150,10 @@ def fit_model(nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_pe
     u = counts * medians
     spread = max(float((r.max() - r.min()) / np.median(r)) for r in repeats)
     fits = [fit_shape(s, counts, ranks_per_node, u) for s in SHAPES]
-    if len(counts) >= 4:  # a per-epoch cost grows linearly in N: only where it halves the best residual
+    if len(counts) >= 3:  # a per-epoch cost grows linearly in N: only where it halves the best residual
         plain = min(f.error for f in fits)
-        fits += [f for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in SHAPES)
+        trial = [FLAT, *(SHAPES if len(counts) >= 4 else ())]  # alone from 3 counts, with a shape from 4
+        fits += [f for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in trial)
                  if f.error < PER_EPOCH_GAIN * plain]
     if len(counts) == 2:
         best = next(f for f in fits if f.shape == TWO_COUNT_SHAPE)

@@ -57,6 +57,36 @@ def test_a_fixed_per_epoch_cost_is_recovered_from_four_counts():
     assert not any(f.per_epoch for f in model.fits)  # a term the runs do not need never widens the band
 
 
+@settings(max_examples=30, deadline=None)
+@given(parallel=st.floats(10, 1e5), serial=st.floats(0.05, 2.0), rpn=st.sampled_from([1, 2, 4]))
+def test_a_serial_part_alone_is_recovered_from_three_counts(parallel, serial, rpn):
+    """Amdahl: T(N) = s + p / N (a fixed cost every epoch pays, or cores all nodes share), so the
+    node-seconds grow linearly in N, which none of the shapes follows; the per-epoch term alone does."""
+    s = serial * parallel / 8  # the serial part as a share of the 8-node epoch's parallel part
+    model = fit_model([1, 2, 8], [[s + parallel / n] for n in (1, 2, 8)], rpn)
+    assert model.best.name == "per-epoch"
+    assert (model.best.a, model.best.b, model.best.c) == pytest.approx((s + parallel, 0.0, s), rel=1e-6)
+    for n in (3, 12, 64):
+        assert model.seconds(n) == pytest.approx(s + parallel / n, rel=1e-9)
+        low, high = model.band(n)
+        assert low < s + parallel / n < high
+
+
+def test_cores_time_shared_by_every_node_give_a_flat_epoch_inside_the_band(tmp_path):
+    """A virtual cluster's nodes share one machine's cores: the epoch's work takes as long at any
+    count (18 s), but for a part that does split (3 s at one node); repeats spread 7%."""
+    noise = (0.97, 1.0, 1.04)
+    paths = [write_run(tmp_path / f"n{n}-x{i}.json", n, (18.0 + 3.0 / n) * f)
+             for n in (1, 2, 8) for i, f in enumerate(noise)]
+    [p], _ = predict_runs(load_results(paths), [3, 6, 12])
+    assert p.model.best.name == "per-epoch"
+    assert not any(w.startswith("no shape follows") for w in p.warnings)
+    for f in p.forecasts:
+        truth = 18.0 + 3.0 / f.nodes
+        assert f.seconds == pytest.approx(truth, rel=0.01)
+        assert f.seconds_band[0] < truth * min(noise) and truth * max(noise) < f.seconds_band[1]
+
+
 def test_overhead_that_shrinks_with_scale_is_held_at_zero():
     fitted = fit_shape("log", np.array([1.0, 2.0, 4.0]), 4, np.array([100.0, 99.0, 98.0]))
     assert fitted.b == 0.0 and fitted.a == pytest.approx(99.0)
