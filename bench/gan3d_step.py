@@ -13,7 +13,7 @@ weight-gradient at the shapes of the step. Each configuration runs in a fresh pr
 (thread pools are fixed at TF start-up); the best of `--repeat` timings is reported with the
 load average at the time, since the machine is shared.
 
-`--floors` checks issue 12's throughput floors as ratios measured in ONE process (batch 16,
+`--floors` checks the throughput floors as ratios measured in ONE process (batch 16,
 2 threads, interleaved rounds): the kit's step in fp32 and in bf16 against the reference
 Keras layer structure as CERN wrote it (plain Conv3D layers, D's ZeroPadding3D + VALID pairs)
 in fp32, with the CPU model and its bf16 flags printed above the table (ratios of the best
@@ -282,7 +282,7 @@ FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT convolutions i
 
 
 def worker_floors(args) -> dict:
-    """Issue 12's floors in one process: each variant's step, interleaved rounds."""
+    """The throughput floors in one process: each variant's step, interleaved rounds."""
     tf = _tf(args.threads, args.inter_op_threads)
     from gan3d import flops, model, step
 
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="steps per timing")
     ap.add_argument("--repeat", type=int, default=3, help="timings per configuration (best is kept)")
     ap.add_argument("--inter-op-threads", type=int, default=2,
-                    help="TensorFlow inter-op threads (default: gan3d train's; session 6's tables used 1)")
+                    help="TensorFlow inter-op threads (default: gan3d train's)")
     ap.add_argument("--preset", default="full")
     ap.add_argument("--layers", action="store_true", help="also time every convolution op")
     ap.add_argument("--tune", action="store_true",
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
                          "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D")
     ap.add_argument("--floors", action="store_true",
-                    help="only issue 12's floors: kit fp32 / bf16 vs the reference structure in one process, "
+                    help="only the throughput floors: kit fp32 / bf16 vs the reference structure in one process, "
                          "and the 2-rank all-reduce in fp32 vs fp16")
     ap.add_argument("--forms", action="store_true",
                     help="only every convolution (fp32, fwd + both grads) direct vs in the frequency domain, "
@@ -598,12 +598,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-FLOORS = {"amx": 3.0, "avx512_bf16": 1.6}  # issue 12: bf16 step / reference fp32 step, per bf16 unit
+FLOORS = {"amx": 3.0, "avx512_bf16": 1.6}  # bf16 step / reference fp32 step, per bf16 unit
 FP32_FLOOR = 1.67
 
 
 def floors(args) -> int:
-    """Print issue 12's floor table (ratios within one process) and the all-reduce A/B."""
+    """Print the floor table (ratios within one process) and the all-reduce A/B."""
     f = run_worker("floors", args, 2)
     best = {k: min(v) for k, v in f["rounds"].items()}
     ref = "reference structure fp32"

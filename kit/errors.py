@@ -1,4 +1,5 @@
-"""One error type the CLI turns into a clean message and exit code 2."""
+"""One error type the CLI turns into a one-line message and exit code 1 (kit.crash.EXIT_ERROR;
+2 is argparse's usage error, 70 a bug)."""
 
 
 class KitError(Exception):
