@@ -126,9 +126,3 @@ def delete_link(name: str) -> None:
 def delete_netns(name: str) -> None:
     if netns_exists(name):
         ip("netns", "del", name)
-
-
-def counters(link: str) -> dict[str, int]:
-    """Bytes through a host-side veth: what crossed between a node and the rest of the cluster."""
-    base = Path("/sys/class/net", link, "statistics")
-    return {k: int((base / f"{k}_bytes").read_text()) for k in ("rx", "tx")}
