@@ -85,6 +85,19 @@ def _best_time(fn, sync, reps: int, repeat: int) -> float:
     return best
 
 
+def _conv_ops(tf, x, w, dy, pad: str) -> dict:
+    """One convolution's forward pass and both gradients, each a traced function of its own."""
+    return {
+        "forward": tf.function(lambda: tf.nn.conv3d(x, w, [1] * 5, pad)),
+        "input_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropInputV2(
+            input_sizes=tf.constant(x.shape.as_list()), filter=w, out_backprop=dy,
+            strides=[1] * 5, padding=pad)),
+        "weight_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropFilterV2(
+            input=x, filter_sizes=tf.constant(w.shape.as_list()), out_backprop=dy,
+            strides=[1] * 5, padding=pad)),
+    }
+
+
 def worker_conv(args) -> dict:
     """Per-op times of each convolution of the model at the step's shapes."""
     tf = _tf(args.threads, args.inter_op_threads)
@@ -97,15 +110,7 @@ def worker_conv(args) -> dict:
         y = tf.nn.conv3d(x, w, [1] * 5, pad)
         dy = tf.random.stateless_normal(y.shape, [5, 6])
         flop = 2 * int(tf.size(y)) * kshape[0] * kshape[1] * kshape[2] * kshape[3]
-        ops = {
-            "forward": tf.function(lambda: tf.nn.conv3d(x, w, [1] * 5, pad)),
-            "input_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropInputV2(
-                input_sizes=tf.constant(x.shape.as_list()), filter=w, out_backprop=dy,
-                strides=[1] * 5, padding=pad)),
-            "weight_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropFilterV2(
-                input=x, filter_sizes=tf.constant(w.shape.as_list()), out_backprop=dy,
-                strides=[1] * 5, padding=pad)),
-        }
+        ops = _conv_ops(tf, x, w, dy, pad)
         rows[name] = {"flop": flop}
         for op, fn in ops.items():
             t = _best_time(fn, lambda o: o.numpy(), 3, args.repeat)
@@ -379,7 +384,6 @@ def worker_op_profile(args) -> dict:
     tf = _tf(args.threads, args.inter_op_threads)
     import tempfile
 
-    import numpy as np
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from gan3d import model, step
@@ -422,7 +426,7 @@ def conv_name(desc: str) -> str:
     m = re.search(r"ic(\d+)oc(\d+)_id(\d+)", desc)
     if m:
         ic, oc, idepth = map(int, m.groups())
-        for name, (ishape, kshape, pad) in CONV_SPECS.items():
+        for name, (ishape, kshape, _pad) in CONV_SPECS.items():
             if (kshape[3], kshape[4], ishape[0]) == (ic, oc, idepth):
                 return name
             if (kshape[3], 2 * kshape[4], ishape[0]) == (ic, oc, idepth):
@@ -504,7 +508,7 @@ def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | 
 
 
 def _load() -> str:
-    return "%.1f" % os.getloadavg()[0]
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -587,8 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         print_profile(args)
     if args.layers:
         conv = run_worker("conv", args, 2)["layers"]
-        print("\n| convolution (batch %d, 1×2) | forward GFLOP/s | input-grad GFLOP/s | weight-grad GFLOP/s "
-              "| ms fwd / in / w |" % args.batch_size)
+        print(f"\n| convolution (batch {args.batch_size}, 1×2) | forward GFLOP/s | input-grad GFLOP/s "
+              "| weight-grad GFLOP/s | ms fwd / in / w |")
         print("|---|---|---|---|---|")
         for name, r in conv.items():
             f = r["flop"]

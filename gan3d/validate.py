@@ -50,7 +50,7 @@ import numpy as np
 
 from gan3d.files import NotRegularFile, open_regular, read_regular
 from gan3d.results import READABLE_SCHEMAS
-from kit.atomic import atomic_write_bytes, atomic_write_text, write_together
+from kit.atomic import atomic_write_bytes, write_together
 from kit.errors import KitError
 from kit.excerpt import one_line, shown
 
