@@ -13,7 +13,7 @@ weight-gradient at the shapes of the step. Each configuration runs in a fresh pr
 (thread pools are fixed at TF start-up); the best of `--repeat` timings is reported with the
 load average at the time, since the machine is shared.
 
-`--floors` checks issue 12's throughput floors as ratios measured in ONE process (batch 16,
+`--floors` checks the throughput floors as ratios measured in ONE process (batch 16,
 2 threads, interleaved rounds): the kit's step in fp32 and in bf16 against the reference
 Keras layer structure as CERN wrote it (plain Conv3D layers, D's ZeroPadding3D + VALID pairs)
 in fp32, with the CPU model and its bf16 flags printed above the table (ratios of the best
@@ -85,6 +85,19 @@ def _best_time(fn, sync, reps: int, repeat: int) -> float:
     return best
 
 
+def _conv_ops(tf, x, w, dy, pad: str) -> dict:
+    """One convolution's forward pass and both gradients, each a traced function of its own."""
+    return {
+        "forward": tf.function(lambda: tf.nn.conv3d(x, w, [1] * 5, pad)),
+        "input_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropInputV2(
+            input_sizes=tf.constant(x.shape.as_list()), filter=w, out_backprop=dy,
+            strides=[1] * 5, padding=pad)),
+        "weight_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropFilterV2(
+            input=x, filter_sizes=tf.constant(w.shape.as_list()), out_backprop=dy,
+            strides=[1] * 5, padding=pad)),
+    }
+
+
 def worker_conv(args) -> dict:
     """Per-op times of each convolution of the model at the step's shapes."""
     tf = _tf(args.threads, args.inter_op_threads)
@@ -97,15 +110,7 @@ def worker_conv(args) -> dict:
         y = tf.nn.conv3d(x, w, [1] * 5, pad)
         dy = tf.random.stateless_normal(y.shape, [5, 6])
         flop = 2 * int(tf.size(y)) * kshape[0] * kshape[1] * kshape[2] * kshape[3]
-        ops = {
-            "forward": tf.function(lambda: tf.nn.conv3d(x, w, [1] * 5, pad)),
-            "input_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropInputV2(
-                input_sizes=tf.constant(x.shape.as_list()), filter=w, out_backprop=dy,
-                strides=[1] * 5, padding=pad)),
-            "weight_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropFilterV2(
-                input=x, filter_sizes=tf.constant(w.shape.as_list()), out_backprop=dy,
-                strides=[1] * 5, padding=pad)),
-        }
+        ops = _conv_ops(tf, x, w, dy, pad)
         rows[name] = {"flop": flop}
         for op, fn in ops.items():
             t = _best_time(fn, lambda o: o.numpy(), 3, args.repeat)
@@ -282,7 +287,7 @@ FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT convolutions i
 
 
 def worker_floors(args) -> dict:
-    """Issue 12's floors in one process: each variant's step, interleaved rounds."""
+    """The throughput floors in one process: each variant's step, interleaved rounds."""
     tf = _tf(args.threads, args.inter_op_threads)
     from gan3d import flops, model, step
 
@@ -379,7 +384,6 @@ def worker_op_profile(args) -> dict:
     tf = _tf(args.threads, args.inter_op_threads)
     import tempfile
 
-    import numpy as np
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from gan3d import model, step
@@ -422,7 +426,7 @@ def conv_name(desc: str) -> str:
     m = re.search(r"ic(\d+)oc(\d+)_id(\d+)", desc)
     if m:
         ic, oc, idepth = map(int, m.groups())
-        for name, (ishape, kshape, pad) in CONV_SPECS.items():
+        for name, (ishape, kshape, _pad) in CONV_SPECS.items():
             if (kshape[3], kshape[4], ishape[0]) == (ic, oc, idepth):
                 return name
             if (kshape[3], 2 * kshape[4], ishape[0]) == (ic, oc, idepth):
@@ -504,7 +508,7 @@ def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | 
 
 
 def _load() -> str:
-    return "%.1f" % os.getloadavg()[0]
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="steps per timing")
     ap.add_argument("--repeat", type=int, default=3, help="timings per configuration (best is kept)")
     ap.add_argument("--inter-op-threads", type=int, default=2,
-                    help="TensorFlow inter-op threads (default: gan3d train's; session 6's tables used 1)")
+                    help="TensorFlow inter-op threads (default: gan3d train's)")
     ap.add_argument("--preset", default="full")
     ap.add_argument("--layers", action="store_true", help="also time every convolution op")
     ap.add_argument("--tune", action="store_true",
@@ -524,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
                          "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D")
     ap.add_argument("--floors", action="store_true",
-                    help="only issue 12's floors: kit fp32 / bf16 vs the reference structure in one process, "
+                    help="only the throughput floors: kit fp32 / bf16 vs the reference structure in one process, "
                          "and the 2-rank all-reduce in fp32 vs fp16")
     ap.add_argument("--forms", action="store_true",
                     help="only every convolution (fp32, fwd + both grads) direct vs in the frequency domain, "
@@ -587,8 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         print_profile(args)
     if args.layers:
         conv = run_worker("conv", args, 2)["layers"]
-        print("\n| convolution (batch %d, 1×2) | forward GFLOP/s | input-grad GFLOP/s | weight-grad GFLOP/s "
-              "| ms fwd / in / w |" % args.batch_size)
+        print(f"\n| convolution (batch {args.batch_size}, 1×2) | forward GFLOP/s | input-grad GFLOP/s "
+              "| weight-grad GFLOP/s | ms fwd / in / w |")
         print("|---|---|---|---|---|")
         for name, r in conv.items():
             f = r["flop"]
@@ -598,12 +602,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-FLOORS = {"amx": 3.0, "avx512_bf16": 1.6}  # issue 12: bf16 step / reference fp32 step, per bf16 unit
+FLOORS = {"amx": 3.0, "avx512_bf16": 1.6}  # bf16 step / reference fp32 step, per bf16 unit
 FP32_FLOOR = 1.67
 
 
 def floors(args) -> int:
-    """Print issue 12's floor table (ratios within one process) and the all-reduce A/B."""
+    """Print the floor table (ratios within one process) and the all-reduce A/B."""
     f = run_worker("floors", args, 2)
     best = {k: min(v) for k, v in f["rounds"].items()}
     ref = "reference structure fp32"

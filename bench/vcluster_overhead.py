@@ -1,4 +1,4 @@
-"""Benchmark: container vs bare, the same sweep on a 2-node virtual cluster (issue 11, item 4).
+"""Benchmark: container vs bare, the same sweep on a 2-node virtual cluster.
 
 Run (root): .venv/bin/python bench/vcluster_overhead.py [--repeats 3] [--epochs 3] [--events 64]
 
@@ -46,7 +46,7 @@ WATCHED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf
 
 
 def machine(when: str) -> None:
-    """The CPU the figures belong to and how busy the machine was: the VM's CPU changes between sessions."""
+    """The CPU the figures belong to and how busy the machine was: the VM's CPU changes between boots."""
     info = Path("/proc/cpuinfo").read_text()
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
     flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))

@@ -7,7 +7,6 @@ path was swapped in between). Callers turn `NotRegularFile` into their own one-l
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from kit.readfile import NotRegularFile, open_regular_fd
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from gan3d.files import NotRegularFile, open_regular, read_regular
 from gan3d.results import READABLE_SCHEMAS
-from kit.atomic import atomic_write_bytes, atomic_write_text, write_together
+from kit.atomic import atomic_write_bytes, write_together
 from kit.errors import KitError
 from kit.excerpt import one_line, shown
 
@@ -144,12 +144,6 @@ def score_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray],
             "definition": "raw score: mean over energy bins of [sum_{z,x,y} L1(normalized mean profiles) + "
                           "D(cellsum/Ep) + mean_{m1_xyz, m2_xyz} D(moment)], D = (|dmean|+|dstd|)/std_data; "
                           "lower is better"}
-
-
-def physics_score(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
-                  bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> dict:
-    """Raw score of generated showers `fake` against data showers `real`; Ep in units of 100 GeV."""
-    return score_features(shower_features(real, real_ep), shower_features(fake, fake_ep), bins)
 
 
 def empty_features(ep: np.ndarray, chunk: int = 100) -> dict[str, np.ndarray]:
@@ -338,13 +332,6 @@ def plot_score(physics: dict, out_dir: str | Path, staged: dict[Path, bytes] | N
     return _save_png(fig, out / "physics_score.png", staged)
 
 
-def plot_comparison(real: np.ndarray, real_ep: np.ndarray, fake: np.ndarray, fake_ep: np.ndarray,
-                    out_dir: str | Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS,
-                    fake_label: str = "generated") -> list[Path]:
-    """PNG comparison plots of image sets (see `plot_features`)."""
-    return plot_features(shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins, fake_label)
-
-
 def read_results(path: str | Path) -> dict:
     """The record gan3d train wrote at PATH (a schema gan3d reads), else a KitError: validate adds its
     physics to a training's results only, never to another JSON file or a new one (a link is refused,
@@ -362,12 +349,6 @@ def read_results(path: str | Path) -> dict:
         raise KitError(f"{path}: not a results file of gan3d train ({found}, expected schema "
                        f"{' or '.join(map(repr, READABLE_SCHEMAS))}), so no physics is added; {RESULTS_FIX}")
     return record
-
-
-def update_results(path: str | Path, physics: dict) -> None:
-    """Add/replace the "physics" key of gan3d train's results at PATH, keeping every other key (atomic
-    rewrite); anything else is refused (read_results) and left as it was."""
-    atomic_write_text(path, _with_physics(path, physics))
 
 
 def _with_physics(path: str | Path, physics: dict) -> str:

@@ -8,13 +8,13 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from kit import interrupt
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb", perm: int = 0o644, replace: bool = True) -> Iterator[IO]:
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", perm: int = 0o644, replace: bool = True) -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path``; rename it into place only if the block succeeds.
     ``replace`` False: a file that appeared at ``path`` meanwhile is kept (FileExistsError)."""
     path = Path(path)
@@ -40,12 +40,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", perm: int = 0o644, re
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, perm: int = 0o644, replace: bool = True) -> None:
+def atomic_write_text(path: str | os.PathLike[str], text: str, perm: int = 0o644, replace: bool = True) -> None:
     with atomic_open(path, "w", perm, replace) as fh:
         fh.write(text)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, perm: int = 0o644) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, perm: int = 0o644) -> None:
     with atomic_open(path, "wb", perm) as fh:
         fh.write(data)
 
@@ -79,7 +79,7 @@ def write_together(files: dict[Path, bytes], perm: int = 0o644) -> None:
 # -- renames that cannot clobber: renameat2(2) through libc --------------------------------
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-_AT = None
+_AT: tuple[Any, Any] | None = None  # (libc's renameat2 or False, ctypes), looked up once
 
 
 def _renameat2(dir_fd: int, old: str, new: str, flags: int) -> None:
@@ -151,7 +151,7 @@ def sync_filesystem(fd: int) -> None:
         os.sync()
 
 
-def fsync_path(path: str | os.PathLike) -> None:
+def fsync_path(path: str | os.PathLike[str]) -> None:
     """fsync a file or a directory by name (a directory: its entries, before it is renamed)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -170,9 +170,9 @@ def _open_up(directory: str) -> None:
         os.close(fd)
 
 
-def remove_tree(path: str | os.PathLike) -> None:
+def remove_tree(path: str | os.PathLike[str]) -> None:
     """Remove a tree the kit made, read-only directories in it included; never follows links."""
-    def writable(func, name, exc_info) -> None:
+    def writable(func: object, name: str, exc_info: tuple[Any, BaseException, Any]) -> None:
         if isinstance(exc_info[1], FileNotFoundError):
             return
         parent = os.path.dirname(name)

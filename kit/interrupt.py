@@ -101,7 +101,7 @@ def install() -> None:
 
     A Python handler runs only when the main thread comes back to Python: one stuck in native code
     (a collective whose peer died, in TensorFlow/Horovod) would never hear the stop that Python's
-    default action used to end it with. A watcher thread reads each signal from the wakeup fd and
+    default action would end it with. A watcher thread reads each signal from the wakeup fd and
     ends the process with 128 + the signal's number if its handler has not run within UNHEARD s."""
     global _watching
     if threading.current_thread() is not threading.main_thread():

@@ -47,6 +47,13 @@ class _Spot:
         return f"{self.parent}/{self.name}" if self.parent else self.name
 
 
+@dataclass
+class _Leaf(_Spot):
+    """A spot below the root: its last component is known."""
+
+    name: str
+
+
 def show(path: str) -> str:
     """A path fit for a one-line message: newlines, control characters and bytes that are not
     UTF-8 (kept by Python as surrogates) are shown escaped."""
@@ -69,7 +76,7 @@ def _lstat(name: str, dirfd: int) -> os.stat_result | None:
 class Root:
     """An image root held open by fd; every path given to it is an in-image path."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -84,7 +91,7 @@ class Root:
     def __enter__(self) -> Root:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- resolution ---------------------------------------------------------------------------
@@ -277,7 +284,7 @@ class Root:
         return data
 
     # -- creation -----------------------------------------------------------------------------
-    def _leaf(self, path: str, through_links: bool, make_parents: int | None) -> _Spot:
+    def _leaf(self, path: str, through_links: bool, make_parents: int | None) -> _Leaf:
         try:
             spot = self._walk(path, follow_last=False, through_links=through_links, make_dirs=make_parents)
         except (FileNotFoundError, NotADirectoryError) as exc:
@@ -290,7 +297,7 @@ class Root:
         if spot.name is None:
             os.close(spot.fd)
             raise RootError(f"{self.path}: cannot create the image root itself")
-        return spot
+        return _Leaf(spot.fd, spot.parent, spot.name)
 
     def makedirs(self, path: str, mode: int = 0o755) -> str:
         """mkdir -p inside the root, crossing the image's own symlinks as ch-run would see them;

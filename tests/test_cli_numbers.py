@@ -3,8 +3,6 @@
 `--poll nan` that waits for ever or a `--timeout -1` that crashes."""
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from kit.cli import build_parser, leaves

@@ -33,7 +33,7 @@ def test_what_is_not_a_size_is_refused(text):
 
 
 def test_convert_refuses_an_infinite_max_size_as_a_usage_error(tmp_path, capsys):
-    """It used to end in OverflowError (float('inf') has no int), i.e. the crash handler."""
+    """A usage error (exit 2), not an OverflowError (float('inf') has no int) in the crash handler."""
     with pytest.raises(SystemExit) as exit_:
         main(["image", "convert", str(tmp_path / "src"), str(tmp_path / "out"), "--max-size", "infG"])
     assert exit_.value.code == 2

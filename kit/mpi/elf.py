@@ -204,13 +204,3 @@ def elf_facts(path: Path) -> ElfFacts:
     """SONAME and DT_NEEDED of a file; ElfError (a ValueError) if not a usable ELF."""
     with _host_elf(path) as elf:
         return elf.facts()
-
-
-def defines_symbol(path: Path, name: str = "MPI_Init") -> bool:
-    with _host_elf(path) as elf:
-        return elf.defines(name)
-
-
-def vendor_and_version(path: Path) -> tuple[str | None, str | None]:
-    with _host_elf(path) as elf:
-        return elf.banner()

@@ -302,11 +302,3 @@ def open_image_tree(image: str | os.PathLike, ref: str | None = None) -> Iterato
         notes: list[str] = []
         (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp), notes)
         yield ImageTree(_image_root(Path(tmp)), notes)
-
-
-@contextlib.contextmanager
-def image_root(image: str | os.PathLike) -> Iterator[Path]:
-    """A directory holding (at least) the image's MPI-related files, for the block's duration."""
-    with open_image_tree(image) as tree:
-        yield tree.root
-

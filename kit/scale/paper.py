@@ -158,7 +158,7 @@ def paper_table(table_id: str) -> Reference:
     """The table called `table_id` ("table1".."table9", or just "4"); unknown ids list the known ones."""
     key = table_id.strip().lower()
     key = f"table{key}" if key.isdigit() else key
-    known = {**TABLES, **OVERHEAD_TABLES}
+    known: dict[str, Reference] = {**TABLES, **OVERHEAD_TABLES}
     if key not in known:
         raise KitError(f"unknown paper table {table_id!r}; fix: --reference one of {', '.join(known)}")
     return known[key]

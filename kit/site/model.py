@@ -1,6 +1,7 @@
 """Typed site config (docs/architecture.md, "File contracts") and the schema that guards it."""
 from __future__ import annotations
 
+import mmap
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ VENDOR_MARKERS = [(vendor, marker.encode()) for vendor in ("intel", "openmpi", "
                   for marker in (VENDOR_BANNERS[vendor], *LAUNCHER_MARKERS.get(vendor, ()))]
 
 
-def vendor_named_in(data: bytes | bytearray | memoryview) -> str | None:
+def vendor_named_in(data: bytes | bytearray | mmap.mmap) -> str | None:
     """The MPI vendor whose banner ``data`` (a library's bytes or its version text) carries."""
     return next((vendor for vendor, marker in VENDOR_MARKERS if data.find(marker) >= 0), None)
 

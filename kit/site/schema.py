@@ -33,7 +33,7 @@ class Field:
     required: bool = True
     nullable: bool = False
     default: Any = None
-    choices: tuple = ()
+    choices: tuple[Any, ...] = ()
     minimum: float | None = None
     positive: bool = False
     check: Callable[[Any], str | None] | None = None  # returns a message when the value is bad
@@ -45,7 +45,7 @@ class Section:
     """A mapping with a fixed set of keys."""
 
     fields: dict[str, Field]
-    check: Callable[[dict], list[tuple[str, str]]] | None = None  # cross-field: [(key, message)]
+    check: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None  # cross-field: [(key, message)]
 
 
 @dataclass
@@ -74,7 +74,7 @@ class _Walker:
             self.fail(path, node, f"a value YAML cannot build ({reason(exc)})")
             return _BAD
 
-    def section(self, sec: Section, node: yaml.Node, path: str) -> dict | None:
+    def section(self, sec: Section, node: yaml.Node, path: str) -> dict[str, Any] | None:
         if not isinstance(node, yaml.MappingNode):
             self.fail(path, node, f"expected a mapping with keys {', '.join(sec.fields)}")
             return None
@@ -159,7 +159,7 @@ def _is_null(node: yaml.Node) -> bool:
 
 def _child(node: yaml.Node, key: str) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
+        for k, _v in node.value:
             if getattr(k, "value", None) == key:
                 return k
     return None
@@ -179,6 +179,7 @@ def _describe(spec: Field) -> str:
 
 def _type_error(spec: Field, value: Any) -> str | None:
     kind = spec.kind
+    assert isinstance(kind, str), kind  # a Section's value is checked key by key (Checker.section)
     ok = {
         "str": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -220,7 +221,7 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def check_document(text: str, file: str | Path, schema: Section) -> dict:
+def check_document(text: str, file: str | Path, schema: Section) -> dict[str, Any]:
     """Parse ``text`` (bounded: depth, aliases, tags) and validate it; one SiteError line lists the
     problems with their lines."""
     loader, root = compose(text, file, SiteError, "fix: correct the YAML at that line")

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.excerpt import clipped, one_line, shown
+from kit.excerpt import one_line, shown
 
 # States after which a job is gone for good; every other state Slurm reports means "still there".
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",

@@ -21,7 +21,7 @@ from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
 from kit.scale.tune import local_launcher
 from kit.site import Site
-from kit.slurm.jobs import is_active, job_states, wait_gone
+from kit.slurm.jobs import wait_gone
 from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec

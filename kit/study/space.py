@@ -233,10 +233,6 @@ class Space:
             out.append(config)
         return out
 
-    def dimension(self) -> int:
-        """Length of ``encode``'s vector: one per numeric parameter, one per value of a choice."""
-        return sum(len(p.values) if p.kind == "choice" else 1 for p in self.params)
-
     def encode(self, config: Mapping[str, Value]) -> list[float]:
         """The config as a fixed-length vector for a surrogate: numeric values in [0, 1] (log-scaled
         where log) or INACTIVE; a choice one-hot, all zeros when inactive."""

@@ -413,7 +413,7 @@ class _Checker:
             if not values:
                 raise self.fail((*path, other), "lists no value", f"give the values of {other} under which "
                                 "this parameter is active, or drop the condition")
-            for i, v in enumerate(values):
+            for v in values:
                 if not any(same_value(v, c) for c in ref.values):
                     raise self.fail((*path, other), f"{shown(v)} is not one of {other}'s values "
                                     f"{shown(list(ref.values))}")

@@ -15,7 +15,7 @@ from kit.errors import KitError
 from kit.excerpt import one_line
 
 _SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
-_BOOT = "import base64;exec(base64.b64decode('%s'))" % base64.b64encode(_SCRIPT).decode()
+_BOOT = f"import base64;exec(base64.b64decode('{base64.b64encode(_SCRIPT).decode()}'))"
 _ERROR = re.compile(r"KIT-ERROR (\d+) ([^\n]*)")
 Schema = dict  # key -> the type (or tuple of types) the answer's value must have
 

@@ -145,7 +145,7 @@ def open_regular(path):
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused("%s is a symlink; kit transfer does not follow links here: replace it by "
-                          "the file itself" % path)
+                          "the file itself" % path) from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -387,7 +387,7 @@ def open_part(path, fresh, extra):
         fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refused("%s is a symlink; kit transfer does not follow links here: remove it" % path)
+            raise Refused("%s is a symlink; kit transfer does not follow links here: remove it" % path) from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():

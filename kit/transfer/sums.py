@@ -13,7 +13,7 @@ from kit.transfer import verify as checker
 
 SUMS = "SHA256SUMS"
 SUMS_MAX = 1 << 20  # bytes: a wheelhouse lists tens of files, a larger list is not one we made
-_LINE = re.compile(r"([0-9a-f]{64}) [ *](%s)" % checker.NAME.pattern)
+_LINE = re.compile(r"([0-9a-f]{64}) [ *](" + checker.NAME.pattern + ")")
 
 
 def format_sums(entries: list[tuple[str, str]]) -> str:

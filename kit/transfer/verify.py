@@ -46,7 +46,7 @@ def open_file(path, dir_fd=None):
         if exc.errno == errno.ENOENT:
             return None
         if exc.errno == errno.ELOOP:
-            raise ValueError("a symlink, not a file in the bundle")
+            raise ValueError("a symlink, not a file in the bundle") from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -69,7 +69,7 @@ def open_in(directory, name):
                 if exc.errno == errno.ENOENT:
                     return None
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise ValueError("%s is a symlink or no directory" % part)
+                    raise ValueError("%s is a symlink or no directory" % part) from None
                 raise
             os.close(dfd)
             dfd = nfd
@@ -89,7 +89,7 @@ def read_manifest(directory):
             data = fh.read(MANIFEST_MAX + 1)
     except (OSError, ValueError) as exc:
         raise ManifestError("%s: cannot read the bundle manifest (%s); is %s a bundle made by "
-                            "kit transfer bundle?" % (path, getattr(exc, "strerror", None) or exc, directory))
+                            "kit transfer bundle?" % (path, getattr(exc, "strerror", None) or exc, directory)) from None
     if len(data) > MANIFEST_MAX:
         raise ManifestError("%s: larger than %d bytes; not a manifest kit transfer bundle wrote"
                             % (path, MANIFEST_MAX))

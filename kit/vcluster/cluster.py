@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import fcntl
 import os
 import socket
@@ -149,8 +150,8 @@ def _make(state: ClusterState) -> None:
     d = Path(state.directory)
     prefixlen = int(state.subnet.split("/")[1])
     for node in state.nodes:
-        _create(state, Made("netns", node["netns"]), lambda: net.ip("netns", "add", node["netns"]))
-        _create(state, Made("veth", node["veth"]), lambda: net.add_veth(node["netns"], node["veth"]))
+        _create(state, Made("netns", node["netns"]), functools.partial(net.ip, "netns", "add", node["netns"]))
+        _create(state, Made("veth", node["veth"]), functools.partial(net.add_veth, node["netns"], node["veth"]))
         net.configure_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
     per_node = [f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes]  # tmp: slurm.conf's TmpFS
     for sub in ("munge", "run", "logs", "slurmctld", *per_node):

@@ -17,7 +17,7 @@ from kit.excerpt import one_line
 from kit.vcluster.state import VclusterError
 
 NODE_IFACE = "vc0"  # the veth end inside every node: MPI's interface settings name it
-POOL = ipaddress.ip_network("10.213.0.0/16")  # private, /24 each; none of it routed here by default
+POOL = ipaddress.IPv4Network("10.213.0.0/16")  # private, /24 each; none of it routed here by default
 TIMEOUT = 30
 
 
@@ -46,7 +46,7 @@ def netns_pids(name: str) -> list[int]:
     return [int(p) for p in done.stdout.split() if p.isdigit()] if done.returncode == 0 else []
 
 
-def _used_networks() -> list[ipaddress.IPv4Network]:
+def _used_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     used = []
     for args in (["-4", "-j", "addr"], ["-4", "-j", "route", "show", "table", "all"]):
         for entry in json.loads(ip(*args).stdout or "[]"):
@@ -126,9 +126,3 @@ def delete_link(name: str) -> None:
 def delete_netns(name: str) -> None:
     if netns_exists(name):
         ip("netns", "del", name)
-
-
-def counters(link: str) -> dict[str, int]:
-    """Bytes through a host-side veth: what crossed between a node and the rest of the cluster."""
-    base = Path("/sys/class/net", link, "statistics")
-    return {k: int((base / f"{k}_bytes").read_text()) for k in ("rx", "tx")}

@@ -72,7 +72,7 @@ def test_the_meaning_does_not_change_with_the_data_size_or_the_split(showers):
     for size, seed in ((600, 1), (600, 2), (1200, 3), (1200, 4)):
         index = np.sort(np.random.default_rng(seed).choice(len(ep), size, replace=False))
         for name, distort in distortions.items():
-            result = _scaled(feats, index, seed, lambda held: shower_features(distort(held), ep[held]))
+            result = _scaled(feats, index, seed, lambda held, distort=distort: shower_features(distort(held), ep[held]))
             scores[name].append(result["score"])
         data, empty = result["score_reference_data"], result["score_reference_empty"]
         units.append(data / (empty - data))

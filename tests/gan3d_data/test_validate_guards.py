@@ -123,7 +123,7 @@ def own_plots(sim_dir, ckpt, tmp_path_factory) -> Path:
 def test_files_at_its_plot_names_that_validate_did_not_write_are_never_replaced(sim_dir, ckpt, own_plots, tmp_path,
                                                                                 capsys, planted):
     """A --out shared with other files: one line naming the file, before anything is written (plots and
-    results alike); the old code wrote its PNGs over them."""
+    results alike); the files stay as they were."""
     results = tmp_path / "r.json"
     results.write_text(json.dumps({"schema": SCHEMA, "ranks": 1}))
     out = tmp_path / "plots"
@@ -146,7 +146,7 @@ def test_files_at_its_plot_names_that_validate_did_not_write_are_never_replaced(
 
 def test_its_own_plots_are_replaced_by_the_next_run(sim_dir, ckpt, own_plots, tmp_path):
     """Each plot carries validate's mark, so a later run into the same --out replaces them (atomically:
-    no temporary file left); the old code wrote unmarked PNGs."""
+    no temporary file left)."""
     from gan3d.validate import PLOT_SOFTWARE, plot_names, png_software
 
     before = _tree(own_plots)
@@ -173,8 +173,8 @@ NOT_TRAIN_RESULTS = {
 @pytest.mark.parametrize("what", NOT_TRAIN_RESULTS)
 def test_results_that_gan3d_train_did_not_write_get_no_physics(sim_dir, ckpt, tmp_path, capsys, what):
     """--results takes gan3d train's results JSON only (its schema): anything else is one line, nothing
-    written (no plots either); the old code added a physics key to any JSON object, created a missing
-    file and replaced a link with a file."""
+    written (no plots either): no physics key added to another JSON object, no missing file created,
+    no link replaced with a file."""
     results = tmp_path / "settings.json"
     content = NOT_TRAIN_RESULTS[what]
     if content == "link":

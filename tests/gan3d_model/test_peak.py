@@ -70,7 +70,7 @@ def test_cli_rejects_an_unknown_precision_and_an_unknown_site(capsys):
 @pytest.mark.parametrize("argv", [["--seconds", "nan"], ["--seconds", "inf"], ["--seconds", "601"],
                                   ["--matrix", "100000000"], ["--seconds=-1"]])
 def test_cli_refuses_seconds_that_never_end_and_matrices_past_memory(argv):
-    """--seconds nan or inf measured forever (the deadline is never reached; the old code hung), a
+    """--seconds nan or inf measured forever (the deadline is never reached), a
     10^8 x 10^8 matrix is allocated whole: a usage line before TensorFlow starts, exit 2."""
     done = subprocess.run([sys.executable, "-m", "gan3d", "peak", "--precision", "fp32", *argv],
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},

@@ -9,7 +9,7 @@ from gan3d import model, precision  # noqa: E402
 from gan3d.runtime import SettingsError  # noqa: E402
 
 FP32_HEADS = {"generation", "auxiliary", "ecal", "g_relu", "latent", "image"}
-# faster in float32 than in TensorFlow's bf16 kernels (docs/benchmarks.md, session 6)
+# faster in float32 than in TensorFlow's bf16 kernels (docs/benchmarks.md)
 FP32_ELEMENTWISE = (tf.keras.layers.LeakyReLU, tf.keras.layers.BatchNormalization, tf.keras.layers.Dropout)
 
 

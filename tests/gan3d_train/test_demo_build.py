@@ -61,8 +61,8 @@ def _earlier_demo_with_plots(tmp_path: Path) -> Path:
 
 
 def test_a_failed_training_keeps_the_last_runs_plots(tmp_path):
-    """The plots give way only when a new check has made new ones (the demo used to remove them
-    before training, so a failed run left none). Training fails at once here: --threads 0."""
+    """The plots give way only when a new check has made new ones (a failed run keeps the
+    last run's plots). Training fails at once here: --threads 0."""
     build = _earlier_demo_with_plots(tmp_path)
     code = main(["--build", str(build), "--site", "laptop", "--preset", "tiny", "--threads", "0",
                  "--results", str(tmp_path / "r.json")])

@@ -166,7 +166,7 @@ def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
 @pytest.mark.parametrize("ranks", [None, 2])
 def test_synthetic_dir_holding_real_data_is_refused_not_overwritten(tmp_path, ranks):
     """--synthetic-dir pointed at a directory of real CLIC files (named EleEscan_i_j.h5 like the
-    simulator's): rank 0 refuses before writing any, with one line; the old code replaced them."""
+    simulator's): rank 0 refuses before writing any, with one line; the files stay."""
     data = tmp_path / "clic"
     data.mkdir()
     with h5py.File(data / "EleEscan_1_1.h5", "w") as h5:

@@ -191,9 +191,9 @@ def test_creation_through_random_links_never_leaves_the_root(tmp_path_factory, n
     before = snapshot(host)
     with Root(root) as tree:
         for query in queries:
-            for make in (lambda: tree.makedirs(f"{query}/made"),
-                         lambda: tree.symlink(f"{query}/link", "made", through_links=True, make_parents=0o755),
-                         lambda: tree.create(f"{query}/file", through_links=True, make_parents=0o755,
+            for make in (lambda q=query: tree.makedirs(f"{q}/made"),
+                         lambda q=query: tree.symlink(f"{q}/link", "made", through_links=True, make_parents=0o755),
+                         lambda q=query: tree.create(f"{q}/file", through_links=True, make_parents=0o755,
                                              replace=True).close()):
                 try:
                     make()

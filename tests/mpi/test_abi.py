@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kit.mpi.abi import AbiId, decide
-from kit.mpi.elf import defines_symbol, elf_facts, vendor_and_version
+from kit.mpi.elf import elf_facts, open_elf
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 from kit.site.probe import ldconfig
 from tests.helpers import require
@@ -33,13 +33,20 @@ def test_ld_cache_parser_refuses_garbage_and_truncation():
         parse_ld_cache(data[:100])
 
 
+def _symbol_and_banner(path: Path, name: str) -> tuple[bool, tuple[str | None, str | None]]:
+    """Whether the library defines ``name``, and its vendor and version, read as kit mpi pair reads them."""
+    with open(path, "rb") as fh, open_elf(fh, str(path)) as elf:
+        return elf.defines(name), elf.banner()
+
+
 def test_elf_facts_and_banners_of_real_libraries():
     lib = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
     require(lib.exists(), "Debian MPICH not installed")
     assert elf_facts(lib).soname == "libmpich.so.12"
-    assert defines_symbol(lib, "MPI_Init") and not defines_symbol(lib, "MPI_No_Such_Call")
-    assert not defines_symbol(Path("/usr/lib/x86_64-linux-gnu/libmpichcxx.so.12"), "MPI_Init")  # imports it
-    assert vendor_and_version(lib) == ("mpich", subprocess.run(
+    assert _symbol_and_banner(lib, "MPI_Init")[0] and not _symbol_and_banner(lib, "MPI_No_Such_Call")[0]
+    cxx = Path("/usr/lib/x86_64-linux-gnu/libmpichcxx.so.12")
+    assert not _symbol_and_banner(cxx, "MPI_Init")[0]  # imports it
+    assert _symbol_and_banner(lib, "MPI_Init")[1] == ("mpich", subprocess.run(
         ["mpichversion", "--version"], capture_output=True, text=True).stdout.split()[-1])
     with pytest.raises(ValueError, match="not a readable ELF"):
         elf_facts(Path(__file__))

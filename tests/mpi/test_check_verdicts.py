@@ -1,7 +1,7 @@
 """kit mpi check judges every library a rank maps against what the pair promises, and never hangs:
 this machine's Debian MPICH 4.0.2 (hydra, UCX) and Open MPI 4.1.4 as host MPIs bound into real images,
 2 real ranks under ch-run; the wrong library is made to load by the rank's own environment (LD_PRELOAD,
-an MCA component path) or by the pair the old code made. Nothing is mocked."""
+an MCA component path) or by a pair that leaves a variable out. Nothing is mocked."""
 import dataclasses
 import os
 import subprocess
@@ -42,7 +42,7 @@ def test_ucx_loads_its_transport_modules_from_the_host(mpich_host_site, mpich_pa
 
 
 def test_check_names_a_ucx_module_mapped_from_the_image(mpich_host_site, mpich_paired):
-    """The pair without UCX_MODULE_DIR (what the old pair builder wrote): UCX loads the image's modules."""
+    """The pair without UCX_MODULE_DIR (a pair of an earlier kit version): UCX loads the image's modules."""
     pair = make_pair(mpich_host_site, mpich_paired)
     old = dataclasses.replace(pair, env_set={k: v for k, v in pair.env_set.items() if k != "UCX_MODULE_DIR"})
     result = run_check(old)

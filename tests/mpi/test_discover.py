@@ -7,7 +7,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.mpi import find_image_mpi, make_pair
-from kit.mpi.imagefs import image_root
+from kit.mpi.imagefs import open_image_tree
 from tests.helpers import require
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,8 @@ def test_squashfs_image(mpich_squash):
 
 def test_source_oci_archive_through_kit_image(mpich_oci):
     _expect_debian_mpich(find_image_mpi(mpich_oci))
-    with image_root(mpich_oci) as root:  # flattened for the MPI files only, not unpacked whole
+    with open_image_tree(mpich_oci) as tree:  # flattened for the MPI files only, not unpacked whole
+        root = tree.root
         assert (root / "etc/ld.so.cache").is_file() and (root / "usr/bin/mpichversion").is_file()
         assert (root / "lib").is_symlink()  # merged /usr: every symlink is kept, paths cross them
         assert not (root / "usr/bin/python3.11").exists() and not (root / "usr/bin/bash").exists()

@@ -1,7 +1,7 @@
 """An image whose linker cache lists the MPI library under hundreds of names (libmpi.so.0,
 libmpi.so.1, ...: each a valid MPI name, all leading to this machine's real 40 MB MPICH): the
 reader looks at a bounded number of them, reads the file once, says what it left out, and
-still pairs the image. (Each name used to cost a full read of the library: a 16 MiB cache holds
+still pairs the image. (A full read of the library per name would be unbounded: a 16 MiB cache holds
 half a million names.)"""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from kit.errors import KitError
 from kit.mpi import find_image_mpi
-from kit.mpi.elf import defines_symbol, elf_facts
+from kit.mpi.elf import elf_facts, open_elf
 from kit.mpi.ldcache import NEW_ENTRY, NEW_HEADER, NEW_MAGIC, LdCacheError, parse_ld_cache
 from tests.helpers import require
 from tests.mpi.hostile import LIB_DIR, SYSTEM_MPICH, mpich_tree
@@ -72,6 +72,12 @@ ATTACKS = {
     "truncated-in-header": ([], ("ehdr", 40)),
     "truncated-in-dynsym": ([], ("sec:.dynsym", 100)),
 }
+
+
+def defines_symbol(path: Path, name: str) -> bool:
+    """The symbol lookup kit.mpi.discover makes on an image's library."""
+    with open(path, "rb") as fh, open_elf(fh, str(path)) as elf:
+        return elf.defines(name)
 
 
 def check_elf_reader(path: Path) -> None:

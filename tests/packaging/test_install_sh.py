@@ -23,7 +23,7 @@ from tests.packaging.conftest import REPO, outside_env
 from tests.packaging.test_wheelhouse_output import fake_wheel
 
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]
-THIS_PYTHON = "%d.%d" % sys.version_info[:2]
+THIS_PYTHON = "{}.{}".format(*sys.version_info[:2])
 LIMIT = 60  # seconds: only a blocked install.sh gets near it
 KIT_WHEEL = "secure_site_kit-2.15.1-py3-none-any.whl"
 MARK = ".secure-site-kit-wheelhouse"

@@ -122,7 +122,7 @@ def test_a_wheelhouse_for_a_platform_without_the_wheels_fails_in_one_line_with_t
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHON=sys.executable, PLATFORM="manylinux1_x86_64", OUT=str(out), KIT_CACHE=str(CACHE))
     done = run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], timeout=900, env=env)
-    python = "%d.%d" % sys.version_info[:2]
+    python = "{}.{}".format(*sys.version_info[:2])
     assert done.returncode == 1, done.stdout + done.stderr
     [line] = done.stderr.splitlines()
     assert re.fullmatch(rf"wheelhouse: [a-z0-9-]+ \S+ \(constraints\.txt\) has no wheel for Python {python} on "

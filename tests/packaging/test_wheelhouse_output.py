@@ -68,7 +68,7 @@ def test_install_sh_replaces_the_full_tensorflow_of_an_earlier_venv_first(tmp_pa
     shutil.copy(REPO / "scripts" / "wheelhouse-install.sh", house / "install.sh")
     shutil.copy(REPO / "kit" / "pins.py", house)
     shutil.copy(REPO / "constraints.txt", house)
-    (house / "PYTHON_VERSION").write_text("%d.%d\n" % sys.version_info[:2])
+    (house / "PYTHON_VERSION").write_text("{}.{}\n".format(*sys.version_info[:2]))
     (house / "EXTRAS").write_text("")
     sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in sorted(house.iterdir())]
     (house / "SHA256SUMS").write_text("\n".join(sums) + "\n")

@@ -8,7 +8,6 @@ import io
 import json
 import statistics
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

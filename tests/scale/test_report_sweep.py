@@ -52,7 +52,7 @@ def test_results_without_a_sweep_go_to_the_out_dir_untitled(tmp_path):
 @pytest.mark.parametrize("theirs", ["report.md", "report.csv", "flops.png", "report.md as a link"])
 def test_a_report_never_replaces_files_it_did_not_write(tmp_path, capsys, theirs):
     """--out is often a shared directory: a report.md, table or plot of the user's at the report's
-    names stays; the old code overwrote it."""
+    names stays, and the report says so in one line."""
     from kit.cli import main
 
     result, out, elsewhere = tmp_path / "r.json", tmp_path / "notes", tmp_path / "elsewhere.md"

@@ -57,7 +57,7 @@ def test_peaks_come_per_precision_from_the_config_and_bad_precision_is_refused()
 
 
 def test_laptop_claims_no_clock_so_every_theoretical_peak_is_unknown():
-    """The laptop site is a VM whose CPU changes between sessions: no clock, no FLOP/cycle, no peak."""
+    """The laptop site is a VM whose CPU changes between boots: no clock, no FLOP/cycle, no peak."""
     site = load_site("laptop")
     assert site.node.clock_ghz_avx is None and site.node.clock_ghz_max is None
     for precision in ("fp32", "bf16", "fp64"):

@@ -136,7 +136,7 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_syst
     assert "--validation-data=/work/v.h5" in _last_line(option)
     assert train[train.index("--results") + 1] == "/work/sweep/results/r.json"
     assert train[train.index("--site") + 1] == "/work/sweep/scripts/r.site.yaml"  # each run its own copy
-    for data, why in ((f"{tmp_path}/elsewhere/f.h5", "elsewhere"), ("calo/f.h5", "relative")):
+    for data in (f"{tmp_path}/elsewhere/f.h5", "calo/f.h5"):  # elsewhere, relative
         with pytest.raises(KitError, match=r"training argument --data .*: the container sees only absolute paths"):
             render(site, check_run(site, _spec(1, 1, 1, walltime="00:10:00", train_args=("--data", data))),
                    RunFiles(tmp_path / "work" / "sweep", "r"), pair)

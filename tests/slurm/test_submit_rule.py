@@ -66,8 +66,8 @@ def test_render_refuses_a_run_with_a_result_in_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", ["failed", "damaged"])
 def test_render_writes_a_run_whose_result_does_not_count(tmp_path, kind):
-    """One rule: a failed or damaged result is no result (the sweep always treated it so; a single
-    run used to be refused on any file there)."""
+    """One rule: a failed or damaged result is no result (for a single run as for
+    a sweep)."""
     site = write_site(tmp_path, slurm_site_dict())
     runs = tmp_path / "runs"
     _write_result(RunFiles(runs.absolute(), "n1-r1-t1"), RESULTS[kind][0])

@@ -134,7 +134,7 @@ def test_a_ledger_config_outside_the_space_is_refused_naming_its_line(showers, t
     for argv in (["status", str(d)], ["report", str(d)], ["run", str(d)]):
         assert main(["study", *argv]) == 1
         err = capsys.readouterr().err
-        assert f"ledger.jsonl:3: e0002's config is not a point of the study's space" in err, err
+        assert "ledger.jsonl:3: e0002's config is not a point of the study's space" in err, err
         assert err.count("\n") == 1
     assert not (d / "evals").exists() and not (d / "report").exists()
 

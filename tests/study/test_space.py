@@ -134,7 +134,7 @@ def test_encode_is_fixed_length_stable_and_survives_a_yaml_round_trip(space, see
     for _ in range(4):
         config = space.sample(rng)
         vector = space.encode(config)
-        assert len(vector) == space.dimension()
+        assert len(vector) == sum(len(p.values) if p.kind == "choice" else 1 for p in space.params)  # one per number, one per choice value
         again = yaml.safe_load(yaml.safe_dump(config))  # as a ledger stores it
         assert space.encode(again) == vector and space.key(again) == space.key(config)
         i = 0

@@ -165,8 +165,8 @@ GAN3D_REFUSES = [
 
 @pytest.mark.parametrize("text, line, field, argv", GAN3D_REFUSES, ids=[c[2] for c in GAN3D_REFUSES])
 def test_a_value_gan3d_train_refuses_is_refused_when_the_study_is_read(tmp_path, capsys, text, line, field, argv):
-    """One line naming file:line, the field and gan3d's own rule, where the old code planned the value and
-    every evaluation given it stopped at its start; the real gan3d train CLI refuses the same value."""
+    """One line naming file:line, the field and gan3d's own rule, before any evaluation is planned with the
+    value; the real gan3d train CLI refuses the same value."""
     from gan3d.train import main as train
 
     path = write(tmp_path, text)

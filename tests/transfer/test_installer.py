@@ -192,7 +192,7 @@ def test_prune_removes_only_the_kits_own_versions(tmp_path, planted):
     images, src = tmp_path / "images", tmp_path / "up" / "bb.sqfs"
     (images / planted).mkdir(parents=True)
     (images / planted / "mine").write_text("keep me")
-    for n in range(3):
+    for _ in range(3):
         src.parent.mkdir(exist_ok=True)
         src.write_bytes(os.urandom(4096))
         res = run_install(src, images, keep="0", fmt="squash")

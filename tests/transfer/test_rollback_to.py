@@ -1,7 +1,7 @@
 """`kit transfer rollback --to` over the loopback sshd with two installed SquashFS versions: a --to
 that names nothing (empty, as from a script's unset variable, or blank) or no installed version is
-one line and switches nothing; it used to roll back to the version before, as if --to were not
-given. NAME@SHA, as --help offers, names a SquashFS version too (it matched none)."""
+one line and switches nothing (never a rollback to the version before, as if --to were not
+given). NAME@SHA, as --help offers, names a SquashFS version too."""
 from __future__ import annotations
 
 import os

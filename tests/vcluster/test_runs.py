@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
-from kit.vcluster.net import counters
 from tests.slurm.conftest import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = "2000"  # seconds: four tiny trainings (up to 4 ranks), one after another on a loaded 2-core machine
+
+
+def counters(link: str) -> dict[str, int]:
+    """Bytes through a host-side veth: what crossed between a node and the rest of the cluster."""
+    base = Path("/sys/class/net", link, "statistics")
+    return {k: int((base / f"{k}_bytes").read_text()) for k in ("rx", "tx")}
 
 
 def plan_and_run(site: Path, image: Path, data: list[Path], sweep: Path, nodes: str, ranks: str, capsys,

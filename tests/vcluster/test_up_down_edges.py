@@ -60,8 +60,8 @@ def test_down_where_no_cluster_was_made_makes_nothing(tmp_path, capsys, dry):
 
 @pytest.mark.parametrize("bind", ["relative:/data", "/data:/in:/image", "/data"])
 def test_a_bind_the_site_configs_would_refuse_is_refused_before_anything_is_made(cluster_dir, capsys, bind):
-    """The configs are written last: a bind they refuse used to fail `up` with the cluster already
-    running (and no site config to use it with)."""
+    """A bind the site configs would refuse is refused before `up` starts anything (the configs are
+    written last, so a later refusal would leave a running cluster with no site config)."""
     name = fresh_name()
     for dry in ([], ["--dry-run"]):
         assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name, "--bind", bind, *dry]) == 1
