@@ -8,11 +8,13 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Callable
 
 from kit.errors import KitError
 from kit.excerpt import clipped
@@ -106,27 +108,27 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes
     if nodes not in NODES:
         raise KitError(f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)")
     image = Path(pair.image)
-    if image_kind(image) in ("tar", "source"):
-        raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
-                       "(kit image convert IMAGE OUT.sqfs --site SITE)")
+    runtime = pair.launch.runtime
+    runtime.ready(pair.site, str(image), image_kind(image))  # the image's form, the runtime's tools
     if pair.missing:
         raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}; "
                        f"fix: {FIX_MISSING}")
-    if shutil.which("ch-run") is None:
-        raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
     launcher, join = launcher_command(pair, RANKS, nodes)
-    chrun = pair.ch_run_args(str(image), join=join)
     program = resources.files("kit.mpi").joinpath("rank_report.py").read_text()
-    cmd = launcher + chrun + [python, "-c", program]
     env = dict(os.environ)
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
-    result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
-    try:
-        returncode, result.output, timed_out = _run_bounded(cmd, env, timeout)
-    finally:
-        _remove_join_group(join)
-    _read_reports(result)
+    env.update(runtime.check_env(pair.site))
+    with tempfile.TemporaryDirectory(prefix="kit-check-") as workdir:  # the ranks' own, where the runtime wants one
+        chrun = pair.launch.run_args(str(image), join=join)
+        cmd = launcher + chrun + [python, "-c", program]
+        result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
+        try:
+            returncode, result.output, timed_out = _run_bounded(
+                cmd, env, timeout, cwd=workdir if runtime.private_workdir else None)
+        finally:
+            _remove_join_group(join)
+    _read_reports(result, runtime.rank_view(pair.launch, str(image)))
     if timed_out:
         result.problems.append(_no_report(f"the ranks did not finish within {timeout:.0f} s; every process of "
                                           "the check was stopped", result.output, stopped=True))
@@ -147,8 +149,9 @@ def _remove_join_group(join: list[str]) -> None:
             pass
 
 
-def _read_reports(result: CheckResult) -> None:
-    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py)."""
+def _read_reports(result: CheckResult, view: Callable[[str], str] = lambda path: path) -> None:
+    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py), each mapped
+    file named by ``view`` as the rank sees it (the runtime's: kit.runtime)."""
     parts: dict[int, str] = {}
     count = 0
     for line in result.output.splitlines():
@@ -160,13 +163,17 @@ def _read_reports(result: CheckResult) -> None:
     try:
         if sorted(parts) != list(range(count)):
             raise ValueError(f"{len(parts)} of its {count} lines arrived")
-        result.ranks += [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
+        reports = [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
+        for r in reports:
+            r.mapped, r.libc, r.libs = ([view(f) for f in files] for files in (r.mapped, r.libc, r.libs))
+        result.ranks += reports
     except (ValueError, TypeError) as exc:
         result.problems.append(f"unreadable rank report ({clipped(str(exc), 200)})")
     result.ranks.sort(key=lambda r: r.rank)
 
 
-def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
+def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float,
+                 cwd: str | None = None) -> tuple[int, str, bool]:
     """(status, stdout + stderr, timed out). Every WATCH seconds the launcher's processes are noted:
     its descendants, by parent links, and its session's. At the timeout every one of them still
     alive is stopped (a salloc then gives its allocation back, an mpirun its daemons; hydra's proxy
@@ -174,7 +181,7 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[i
     too), and so is whatever the launcher left behind when it ended. Ends within ``timeout`` s."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                start_new_session=True, cwd=cwd)
     except OSError as exc:
         raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror}); fix: host_mpi.launcher and "
                        "host_mpi.prefix in the site config must name an installed, executable launcher") from None
