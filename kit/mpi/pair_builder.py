@@ -24,7 +24,7 @@ from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
 from kit.mpi.openmpi_launch import openmpi_binds
 from kit.mpi.runtimes import runtime_links, ucx_module_env
 from kit.rootfs import Root, RootError
-from kit.runtime.udocker import environment_in
+from kit.runtime.imageenv import environment_in
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
 

@@ -21,19 +21,14 @@ from typing import TYPE_CHECKING, Callable
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.excerpt import shown
-from kit.readfile import decode
-from kit.rootfs import Root
 from kit.runtime.base import under
+from kit.runtime.imageenv import image_environment
 
 if TYPE_CHECKING:
     from kit.mpi.launch import Launch
     from kit.site import Site
     from kit.site.model import Udocker
 
-ENVIRONMENT = "ch/environment"  # where a Charliecloud image keeps its ENV, one KEY=VALUE a line
-ENV_MAX = 1 << 16  # bytes of an image's environment file read
-ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,127})=(.*)")
 VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,127})\}|([A-Za-z_][A-Za-z0-9_]{0,127}))")
 FIX_INSTALL = "pip install 'secure-site-kit[udocker]' (udocker 1.3.17), or name it in container.udocker.executable"
 FIX_PROOT = ("apt-get install proot (Debian's), or set container.udocker.proot to a proot executable "
@@ -97,36 +92,6 @@ def write_wrapper(proot: str) -> Path:
             raise KitError(f"{path}: cannot read the proot wrapper ({getattr(exc, 'strerror', None) or exc}); "
                            "fix: remove it (the kit writes it again)") from None
     raise KitError(f"{path}: cannot write the proot wrapper; fix: make {path.parent} writable")
-
-
-def image_environment(image: str | os.PathLike) -> dict[str, str]:
-    """The image's own environment (IMAGE/ch/environment, read inside the image root: a link there
-    never leads out of it), in file order; {} when the image has none."""
-    root_path = Path(os.path.expanduser(str(image)))
-    with Root(root_path) as root:
-        return environment_in(root)
-
-
-def environment_in(root: Root) -> dict[str, str]:
-    """ch/environment of an open image root by Charliecloud's rules: one KEY=VALUE a line, one pair
-    of enclosing quotes stripped, blank lines skipped; {} when there is none."""
-    data = root.read_regular(ENVIRONMENT, ENV_MAX)
-    if data is None:
-        return {}
-    where = root.path / ENVIRONMENT
-    env: dict[str, str] = {}
-    for number, line in enumerate(decode(data, where, "image environment").splitlines(), 1):
-        if not line.strip():
-            continue
-        match = ENV_LINE.fullmatch(line)
-        if match is None:
-            raise KitError(f"{where}:{number}: {shown(line, 80)} is not KEY=VALUE; fix: re-convert the image "
-                           "(kit image convert writes one KEY=VALUE a line)")
-        value = match[2]
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        env[match[1]] = value
-    return env
 
 
 def expand(value: str, env: dict[str, str]) -> str:
