@@ -106,6 +106,8 @@ def test_probe_drafts_a_udocker_site_where_only_udocker_is_installed(tmp_path, m
     bin_dir.mkdir()
     (bin_dir / "udocker").symlink_to(udocker)
     (bin_dir / "proot").symlink_to(proot)
+    require(shutil.which("mpiexec") is not None, "an MPI's mpiexec (apt-get install mpich)")
+    (bin_dir / "mpiexec").symlink_to(shutil.which("mpiexec"))  # the probe describes the host MPI too
     monkeypatch.setenv("PATH", str(bin_dir))
     container = probe_host("x")["container"]
     assert container["runtime"] == "udocker" and container["udocker"] == {"proot": str(bin_dir / "proot")}
