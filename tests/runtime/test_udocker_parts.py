@@ -128,3 +128,13 @@ def test_rank_view_names_host_paths_as_the_rank_sees_them(tmp_path):
     assert view(f"{os.path.realpath(root)}/usr/lib/x86_64-linux-gnu/libc.so.6") == "/usr/lib/x86_64-linux-gnu/libc.so.6"
     assert view("/usr/lib/other/libz.so") == "/usr/lib/other/libz.so"
     assert REGISTRY["charliecloud"].rank_view(launch, str(root))("/x/libc.so.6") == "/x/libc.so.6"
+
+
+def test_a_run_records_udocker_as_its_container():
+    """udocker run exports container_execmode and container_root to the contained process: the
+    results name the runtime, so a report keeps udocker, ch-run and bare runs apart."""
+    from gan3d.results import container_runtime
+
+    assert container_runtime({"container_execmode": "P1", "container_root": "/images/gan3d"}) == "udocker"
+    assert container_runtime({"CH_RUNNING": "Weird Al Yankovic"}) == "charliecloud"
+    assert container_runtime({"container_execmode": "P1"}) is None and container_runtime({}) is None
