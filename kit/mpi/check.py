@@ -100,8 +100,8 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
 
 
 def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1) -> CheckResult:
-    """Launch RANKS ranks of ch-run + mpi4py in the pair's image on `nodes` nodes and judge what they
-    report."""
+    """Launch RANKS ranks of mpi4py in the pair's image, each in the site's container runtime (ch-run,
+    udocker: kit.runtime), on `nodes` nodes and judge what they report."""
     if timeout < 2 * STOP_GRACE:
         raise KitError(f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
                        "stop a check that hangs)")
