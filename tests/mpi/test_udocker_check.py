@@ -161,3 +161,11 @@ def test_a_missing_proot_names_the_package(public, python, image):
     site = _site(public, python, "no-proot", proot=str(public / "nowhere/proot"))
     err = _one_line(_kit(public, python, "mpi", "check", "--site", str(site), str(image)))
     assert f"proot not found at {public}/nowhere/proot (container.udocker.proot); fix: apt-get install proot" in err
+
+
+def test_the_fallback_mode_p2_runs_the_check_too(public, python, image):
+    """P2: proot without seccomp acceleration (udocker sets PROOT_NO_SECCOMP=1)."""
+    site = _site(public, python, "mpich-udocker-p2", mode="P2")
+    done = _kit(public, python, "mpi", "check", "--site", str(site), str(image))
+    assert done.returncode == 0 and "PASS: the host MPI is loaded from the bind" in done.stdout, \
+        done.stdout[-3000:] + done.stderr[-2000:]
