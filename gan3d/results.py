@@ -23,7 +23,8 @@ Conventions, so that a report can compare runs:
   is the step-only estimate (mean timed step x steps of a full epoch); `epoch_step_seconds` is each
   epoch's steps alone (their wall times summed, the first step included), so that a report sets an
   epoch's steps beside the same epoch's wall clock.
-- `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING) or is null
+- `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING; "udocker": udocker
+  sets container_execmode and container_root) or is null
   for a bare run; a report compares the two.
 - `memory_available_bytes_min_per_rank`: each rank's lowest MemAvailable of its node, sampled at
   the end of every epoch (the paper's Table 9 compares free memory with and without the container).
@@ -130,10 +131,13 @@ def communication(environ: dict[str, str] | None = None) -> dict:
 
 
 def container_runtime(environ: dict[str, str] | None = None) -> str | None:
-    """"charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), else None: the
-    run is bare. Recorded so a report never merges container and bare runs into one series."""
+    """"charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker" inside
+    udocker run (it exports container_execmode, e.g. P1, and container_root), else None: the run is
+    bare. Recorded so a report never merges container and bare runs, or two runtimes, into one series."""
     environ = os.environ if environ is None else environ
-    return "charliecloud" if "CH_RUNNING" in environ else None
+    if "CH_RUNNING" in environ:
+        return "charliecloud"
+    return "udocker" if "container_execmode" in environ and "container_root" in environ else None
 
 
 def epochs(train_seconds: list[float], wall_seconds: list[float], timed_steps: int, timed_seconds: float,

@@ -45,6 +45,9 @@ class RankLayout:
 # What launchers tell each rank about the job's size (MPICH/Intel MPI/Slurm PMI, Open MPI, srun).
 LAUNCHER_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 NO_MPI = "none (one process, mpi4py not installed)"
+# What the launcher that started this very process says about its ranks: Hydra/Intel MPI and srun's
+# PMI, Open MPI, an srun step (a batch script's own SLURM_NTASKS is the job's, not a step's).
+WORLD_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 def discover_layout(environ: dict[str, str] | None = None) -> RankLayout:
@@ -72,7 +75,25 @@ def discover_layout(environ: dict[str, str] | None = None) -> RankLayout:
         mpi_library_version_full=version,
     )
     node.Free()
+    check_world_size(layout.size, os.environ if environ is None else environ)
     return layout
+
+
+def check_world_size(size: int, environ: dict[str, str]) -> None:
+    """Refuse a rank whose MPI world is not the job its launcher started: a runtime that keeps the
+    launcher's PMI variables from the rank (udocker without --hostenv) leaves every rank a 1-rank
+    job of its own, each training alone and ending with status 0. The launcher that started this
+    process says how many it started (WORLD_SIZE_ENV, the first one set)."""
+    for key in WORLD_SIZE_ENV:
+        value = environ.get(key)
+        if value is None:
+            continue
+        if value.isascii() and value.isdigit() and int(value) != size:
+            raise SettingsError(f"MPI world of {size} rank(s), but the launcher started {value[:20]} ({key}): this "
+                                "rank would train alone; fix: let the launcher's PMI variables reach the ranks (a "
+                                "container runtime that cleans the environment: udocker run --hostenv) and use "
+                                "mpi4py built against the launcher's MPI")
+        return
 
 
 def _one_process_layout(environ: dict[str, str]) -> RankLayout:

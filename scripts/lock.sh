@@ -35,7 +35,7 @@ fi
 # nothing else (uv keeps an output file's versions where they still satisfy pyproject.toml).
 cp constraints.txt constraints.txt.part
 "$UV" pip compile pyproject.toml --universal --python-version 3.9 --generate-hashes --no-python-downloads \
-  --extra report --extra convert --extra transfer --extra build --extra train --extra horovod --extra study --extra test \
+  --extra report --extra convert --extra transfer --extra build --extra train --extra horovod --extra study --extra udocker --extra test \
   --custom-compile-command "scripts/lock.sh" -o constraints.txt.part --quiet "$@"
 if ! check constraints.txt.part; then
   rm -f constraints.txt.part

@@ -23,6 +23,7 @@ APT_PACKAGES=(
   mpich libmpich-dev hdf5-tools
   openmpi-bin libopenmpi3 libopenmpi-dev   # -dev: Open MPI's wrappers and headers (scripts/horovod-openmpi.sh)
   charliecloud squashfs-tools squashfuse fuse3
+  proot   # udocker's P1/P2 modes (container.runtime: udocker; udocker itself is in the pin list: [udocker])
   buildah umoci skopeo mmdebstrap busybox-static
   slurm-wlm munge libpmi2-0 libpmix-dev   # Slurm's mpi/pmix dlopens pmix2/lib/libpmix.so (-dev only)
   openssh-server openssh-client rsync

@@ -43,9 +43,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     add_site(p)
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--image", help="the image as the site sees it, or its IMAGE.pair.yaml "
-                       "(ch-run with the host MPI bound in)")
+                       "(ch-run or udocker, the site's container.runtime, with the host MPI bound in)")
     where.add_argument("--no-container", action="store_true",
-                       help="run the site's own Python environment, no ch-run (the paper's Tables 5, 6)")
+                       help="run the site's own Python environment, no container (the paper's Tables 5, 6)")
     p.add_argument("--walltime", help=f"HH:MM:SS per job (default {DEFAULT_WALLTIME}, at most the site's)")
     p.add_argument("--python", default="python3", help="the Python that runs gan3d (default python3)")
     p.add_argument("--partition", help="override scheduler.partition")

@@ -63,7 +63,7 @@ def _check(args: argparse.Namespace) -> int:
     result = mpi.run_check(pair, python=args.python, timeout=args.timeout, nodes=args.nodes)
     table = Table(title=f"kit mpi check: {args.image} at {pair.site.name}")
     apart = result.nodes > 1  # the node column only where it proves something: ranks on different nodes
-    for col in ("rank", "size", *(["node"] if apart else []), "MPI library (inside ch-run)", "mapped from",
+    for col in ("rank", "size", *(["node"] if apart else []), f"MPI library (inside {pair.launch.runtime.command})", "mapped from",
                 "allreduce"):
         table.add_column(col, overflow="fold")
     for r in result.ranks:
@@ -90,7 +90,7 @@ def _check(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "mpi", "pair an image's MPI with a site's host MPI")
     for name, func, text in (("pair", _pair, "decide the pair and write IMAGE.pair.yaml"),
-                             ("check", _check, "run 2 ranks in ch-run with the host MPI bound in")):
+                             ("check", _check, "run 2 ranks in the site's container runtime (ch-run, udocker) with the host MPI bound in")):
         p = leaves.add_parser(name, help=text)
         p.add_argument("image", metavar="IMAGE", help="directory, tarball or SquashFS image")
         add_site(p)

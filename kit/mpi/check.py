@@ -8,11 +8,13 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Callable
 
 from kit.errors import KitError
 from kit.excerpt import clipped
@@ -101,35 +103,35 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
 
 
 def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1) -> CheckResult:
-    """Launch RANKS ranks of ch-run + mpi4py in the pair's image on `nodes` nodes and judge what they
-    report."""
+    """Launch RANKS ranks of mpi4py in the pair's image, each in the site's container runtime (ch-run,
+    udocker: kit.runtime), on `nodes` nodes and judge what they report."""
     if timeout < 2 * STOP_GRACE:
         raise KitError(f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
                        "stop a check that hangs)")
     if nodes not in NODES:
         raise KitError(f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)")
     image = Path(pair.image)
-    if image_kind(image) in ("tar", "source"):
-        raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
-                       "(kit image convert IMAGE OUT.sqfs --site SITE)")
+    runtime = pair.launch.runtime
+    runtime.ready(pair.site, str(image), image_kind(image))  # the image's form, the runtime's tools
     if pair.missing:
         raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}; "
                        f"fix: {FIX_MISSING}")
-    if shutil.which("ch-run") is None:
-        raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
     launcher, join = launcher_command(pair, RANKS, nodes)
-    chrun = pair.ch_run_args(str(image), join=join)
     program = resources.files("kit.mpi").joinpath("rank_report.py").read_text()
-    cmd = launcher + chrun + [python, "-c", program]
     env = dict(os.environ)
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
-    result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
-    try:
-        returncode, result.output, timed_out = _run_bounded(cmd, env, timeout)
-    finally:
-        _remove_join_group(join)
-    _read_reports(result)
+    env.update(runtime.check_env(pair.site))
+    with tempfile.TemporaryDirectory(prefix="kit-check-") as workdir:  # the ranks' own, where the runtime wants one
+        chrun = pair.launch.run_args(str(image), join=join)
+        cmd = launcher + chrun + [python, "-c", program]
+        result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
+        try:
+            returncode, result.output, timed_out = _run_bounded(
+                cmd, env, timeout, cwd=workdir if runtime.private_workdir else None)
+        finally:
+            _remove_join_group(join)
+    _read_reports(result, runtime.rank_view(pair.launch, str(image)))
     if timed_out:
         result.problems.append(_no_report(f"the ranks did not finish within {timeout:.0f} s; every process of "
                                           "the check was stopped", result.output, stopped=True))
@@ -150,8 +152,9 @@ def _remove_join_group(join: list[str]) -> None:
             pass
 
 
-def _read_reports(result: CheckResult) -> None:
-    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py)."""
+def _read_reports(result: CheckResult, view: Callable[[str], str] = lambda path: path) -> None:
+    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py), each mapped
+    file named by ``view`` as the rank sees it (the runtime's: kit.runtime)."""
     parts: dict[int, str] = {}
     count = 0
     for line in result.output.splitlines():
@@ -163,13 +166,17 @@ def _read_reports(result: CheckResult) -> None:
     try:
         if sorted(parts) != list(range(count)):
             raise ValueError(f"{len(parts)} of its {count} lines arrived")
-        result.ranks += [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
+        reports = [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
+        for r in reports:
+            r.mapped, r.libc, r.libs = ([view(f) for f in files] for files in (r.mapped, r.libc, r.libs))
+        result.ranks += reports
     except (ValueError, TypeError) as exc:
         result.problems.append(f"unreadable rank report ({clipped(str(exc), 200)})")
     result.ranks.sort(key=lambda r: r.rank)
 
 
-def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
+def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float,
+                 cwd: str | None = None) -> tuple[int, str, bool]:
     """(status, stdout + stderr, timed out). Every WATCH seconds the launcher's processes are noted:
     its descendants, by parent links, and its session's. At the timeout every one of them still
     alive is stopped (a salloc then gives its allocation back, an mpirun its daemons; hydra's proxy
@@ -177,7 +184,7 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[i
     too), and so is whatever the launcher left behind when it ended. Ends within ``timeout`` s."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                start_new_session=True, cwd=cwd)
     except OSError as exc:
         raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror}); fix: host_mpi.launcher and "
                        "host_mpi.prefix in the site config must name an installed, executable launcher") from None
@@ -298,7 +305,15 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
         return
     if returncode != 0:
         result.problems.append(f"launcher exited with status {_status(returncode)}")
-    if len(result.ranks) != RANKS:
+    sizes = sorted({r.size for r in result.ranks})
+    if sizes != [RANKS]:  # what each rank then reports, and how many do, follows from this one cause
+        result.problems.append(
+            f"the ranks ran in MPI worlds of {'/'.join(map(str, sizes))} rank(s), not in one of {RANKS}: they "
+            "did not reach their launcher (its PMI variables or descriptor kept from them: a runtime that cleans "
+            "the environment), or the launcher and the image's MPI disagree on PMI; fix: pass the launcher's "
+            "environment to the ranks (udocker: run --hostenv, which the kit gives) and bind the MPI the "
+            "launcher belongs to")
+    elif len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")
     hosts = sorted({r.host for r in result.ranks})
     if result.ranks and len(hosts) != result.nodes:
@@ -307,10 +322,7 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
     banner = VENDOR_BANNERS[pair.host.vendor]  # a site names one of MPI_VENDORS, each with its banner
     targets = [dst.rstrip("/") + "/" for _src, dst in pair.binds]
     for r in result.ranks:
-        if r.size != RANKS:
-            result.problems.append(f"rank {r.rank} sees {r.size} ranks, not {RANKS} (launcher and "
-                                   "container MPI disagree on PMI?)")
-        if r.sum != expected_sum:
+        if r.sum != expected_sum and sizes == [RANKS]:  # in a world of another size it follows from that
             result.problems.append(f"rank {r.rank}: allreduce gave {r.sum}, expected {expected_sum}")
         if banner not in r.library_version:
             result.problems.append(f"rank {r.rank}: library reports {r.library_version.splitlines()[0]!r}, "

@@ -10,6 +10,7 @@ conversion and nothing is written.
 """
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from kit.image.convert import ConversionReport, convert
 from kit.image.flatten import Entry
 from kit.mpi.imagefs import WantedTree
 from kit.mpi.pair_builder import Pair, pair_from_root, write_pair
+from kit.runtime.imageenv import ENV_MAX, ENVIRONMENT, parse_environment
 from kit.site import Site, load_site
 from kit.image_names import PAIR, current_link, image_name, pair_path
 
@@ -39,13 +41,25 @@ class _PairTap:
         self.tree = WantedTree(workdir / "root")
         self.pair: Pair | None = None
         self.copy: IO[bytes] | None = None  # the kept file the output writer reads next
+        self.environment: bytes | None = None  # /ch/environment as written into the output
 
     def see(self, entry: Entry) -> Entry:
         self.close()
-        if self.pair is not None or not self.tree.offer(entry) or not entry.info.isreg():
+        if self.pair is not None:
+            return self._environment(entry)
+        if not self.tree.offer(entry) or not entry.info.isreg():
             return entry
         self.copy = open(self.tree.path(entry.info.name), "rb")  # the stream was consumed
         return Entry(entry.info, self.copy)
+
+    def _environment(self, entry: Entry) -> Entry:
+        """The image's /ch/environment, which the converter writes after the pair is decided: kept
+        (bounded) for a runtime that passes it to the ranks itself (kit.runtime.udocker)."""
+        if (entry.info.name.removeprefix("./") != ENVIRONMENT or not entry.info.isreg() or entry.data is None
+                or entry.info.size > ENV_MAX):
+            return entry
+        self.environment = entry.data.read(ENV_MAX + 1)
+        return Entry(entry.info, io.BytesIO(self.environment))
 
     def extras(self) -> tuple[Sequence[str], Mapping[str, str]]:
         self.close()
@@ -75,6 +89,8 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
             pair = tap.pair
             pair.image, pair.missing = str(out), []  # convert created each one or raised
             pair.image_env = True  # the converter always writes /ch/environment
+            if tap.environment is not None and pair.environment is None:
+                pair.environment = parse_environment(tap.environment, Path(out) / ENVIRONMENT)
             pair.site_image = installed  # where `kit transfer push --install` puts it: the launch line's image
             return pair
 

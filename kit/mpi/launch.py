@@ -1,7 +1,8 @@
 """The run-time half of a pair: how a job starts its ranks in the image.
 
 What a batch script needs once IMAGE.pair.yaml is decided: the launcher's words (a registry,
-name -> word builder), ch-run with the pair's binds and environment, and host paths translated
+name -> word builder), the site's container runtime with the pair's binds and environment (a
+registry too: kit.runtime), and host paths translated
 into the container's view (the file's name and format tag: kit.image_names). Kept apart from the pair builder so that rendering a script does not
 import the image readers (ELF, linker cache): a login node renders many.
 """
@@ -16,29 +17,16 @@ from typing import Callable, Sequence
 
 from kit.errors import KitError
 from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words, root_words
+from kit.runtime import runtime_of
+from kit.runtime.base import under
+from kit.runtime.charliecloud import CHARLIECLOUD
+from kit.runtime.charliecloud import JOIN_TAG_LINE, JOIN_TAG_VAR  # noqa: F401 (their home before the registry)
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"
-# ch-run --join's peer group on a node is named by a tag: a shared-memory segment
-# /dev/shm/ch-run_shm-TAG and a semaphore /dev/shm/sem.ch-run_sem-TAG. A job killed at the wrong
-# moment leaves them behind, and a later job with the same tag would join the dead group ("join: no
-# PID"); Slurm repeats job ids (a controller state reset, MaxJobId, every fresh cluster), so the tag
-# is one per job start: the batch script draws it once (job id + a random UUID from the kernel) into
-# JOIN_TAG_VAR, which every launch line of the job expands; exported for the child shells that
-# expand a pilot's step lines. At most 68 characters with a step's suffix, of [A-Za-z0-9_.-]: far
-# inside the 240 the semaphore's name leaves (NAME_MAX 255 less "sem.ch-run_sem-"). Assigned apart
-# from `export`, whose own status would hide a failed read.
-JOIN_TAG_VAR = "KIT_JOIN_TAG"
-JOIN_TAG_LINE = (f'{JOIN_TAG_VAR}="kit-${{SLURM_JOB_ID}}-$(< /proc/sys/kernel/random/uuid)" || exit 1\n'
-                 f'export {JOIN_TAG_VAR}')
 GROUP_RE = re.compile(r"[A-Za-z0-9_.-]{1,16}")  # a step's suffix (e0001): no shell or path character
 FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
                "the mount points and links), or run `kit mpi pair --prepare` on a directory image")
-
-
-def _shell_path(path: str) -> str:
-    """Quoted for a shell, but a leading ~/ left bare so that the shell still expands it."""
-    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
 # A launcher's words in a batch script: (site, the site's launcher words, hwthreads, exports) ->
@@ -146,26 +134,28 @@ def launcher_now(site: Site, ranks: int, nodes: int) -> tuple[list[str], bool]:
 
 @dataclass(frozen=True)
 class Launch:
-    """How a job starts its ranks in the image: the site's launcher, then ch-run with the pair's
-    binds and environment."""
+    """How a job starts its ranks in the image: the site's launcher, then its container runtime
+    (ch-run, udocker: kit.runtime) with the pair's binds and environment."""
 
     site: Site
     binds: list[tuple[str, str]]
     env_set: dict[str, str]
     env_prepend: dict[str, list[str]]
     image_env: bool = True
+    environment: dict[str, str] | None = None  # the image's own, where the pair read it (None: not read)
+
+    @property
+    def runtime(self):
+        """The site's container runtime (kit.runtime's registry)."""
+        return runtime_of(self.site)
 
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
-        """`ch-run` and its options, up to the image (values expanded by ch-run). ch-run passes the
-        host environment on; a bare --set-env first adds the image's own (the recipe's PATH and
-        PYTHONPATH), then the pair's settings win."""
-        if join is None:
-            join = ["--join"] if self.site.container.join else []
-        args = ["ch-run", *join] + (["--set-env"] if self.image_env else [])
-        args += [f"--bind={src}:{dst}" for src, dst in self.binds]
-        args += [f"--set-env={key}={value}" for key, value in self.env_set.items()]
-        args += [f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in self.env_prepend.items()]
-        return args
+        """`ch-run` and its options, up to the image (kit.runtime.charliecloud)."""
+        return CHARLIECLOUD.options(self, join)
+
+    def run_args(self, image: str, join: list[str] | None = None) -> list[str]:
+        """The site's runtime as argv that runs a command in ``image`` now (the command follows)."""
+        return self.runtime.run_args(self, image, join)
 
     def line(self, image: str, command: str = DEFAULT_COMMAND, hwthreads: bool = False,
              exports: Sequence[str] = JOB_EXPORTS, step: Sequence[str] = (), group: str = "") -> str:
@@ -180,21 +170,7 @@ class Launch:
                            "(the tag names a file in /dev/shm)")
         head, srun = launcher_words(self.site, hwthreads, exports)
         head = head + [shlex.quote(w) for w in step]
-        # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
-        join = ["--join"] if (srun or is_openmpi_mpirun(self.site)) and self.site.container.join else []
-        body = [shlex.quote(a) for a in self.ch_run_options(join)]
-        if not join and self.site.container.join:
-            body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
-        if self.site.container.join:
-            # ch-run's default tag is SLURM_STEP_ID, the same "0" for every job's first step, and a job
-            # id repeats too: one tag per job start (JOIN_TAG_LINE), left for the shell to expand.
-            body.insert(2, f"--join-tag=${{{JOIN_TAG_VAR}}}" + (f"-{group}" if group else ""))
-        return " ".join(head + body + [_shell_path(image), "--", command])
-
-
-def under(path: str, directory: str) -> bool:
-    base = directory.rstrip("/")
-    return path == base or path.startswith(base + "/")
+        return " ".join(head + self.runtime.script_words(self, image, srun, group) + [command])
 
 
 def translate(value: str, binds: list[tuple[str, str]]) -> str:

@@ -24,6 +24,7 @@ from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch, translate
 from kit.mpi.openmpi_launch import openmpi_binds
 from kit.mpi.runtimes import runtime_links, ucx_module_env
 from kit.rootfs import Root, RootError
+from kit.runtime.imageenv import environment_in
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
 
@@ -49,6 +50,7 @@ class Pair:
     site_image: str | None = None  # where the image will be on the site, if not at `image`
     image_env: bool = True  # the image has /ch/environment (its ENV) for ch-run to import
     image_id: tuple[int, ...] | None = None  # IMAGE as make_pair read it (write_pair: still the same?)
+    environment: dict[str, str] | None = None  # the image's ch/environment as read with the pair (None: not read)
 
     @property
     def warnings(self) -> list[str]:
@@ -66,7 +68,7 @@ class Pair:
 
     @property
     def launch(self) -> Launch:
-        return Launch(self.site, self.binds, self.env_set, self.env_prepend, self.image_env)
+        return Launch(self.site, self.binds, self.env_set, self.env_prepend, self.image_env, self.environment)
 
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
         return self.launch.ch_run_options(join)
@@ -98,8 +100,16 @@ class Pair:
             "links": dict(self.links),
             "image_ready": {"ok": not self.missing, "missing": list(self.missing)},
             "image_environment": self.image_env,
-            "launch": self.launch_line(),
+            "launch": self._launch_shown(),
         }
+
+    def _launch_shown(self) -> str | None:
+        """The launch line, or None where the runtime needs what is not here yet (udocker: the
+        image's environment, before a conversion has put the image in place)."""
+        try:
+            return self.launch_line()
+        except KitError:
+            return None
 
 
 def _side(abi: AbiId) -> dict:
@@ -208,6 +218,11 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
     with Root(root) as tree:
         pair.missing = missing_in_root(pair, tree)
         pair.image_env = _quietly(tree.is_file, "ch/environment")
+        if pair.image_env:
+            try:
+                pair.environment = environment_in(tree)
+            except (KitError, OSError):  # unreadable: read again where a runtime needs it (kit.runtime.udocker)
+                pair.environment = None
     return pair
 
 

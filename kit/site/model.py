@@ -69,6 +69,13 @@ def _launcher(value: str) -> str | None:
     return None if words else "is empty; fix: name the command that starts ranks, e.g. srun or mpiexec"
 
 
+def _command(value: str) -> str | None:
+    """A command name on PATH or an absolute path: one word, no shell."""
+    if not re.fullmatch(r"[A-Za-z0-9._+-]{1,255}", value) and (message := _absolute(value)):
+        return f"{message}, or a command name on PATH"
+    return None
+
+
 def _absolute(value: str) -> str | None:
     if not value.startswith(("/", "~")):
         return f"{shown(value)} must be an absolute path (or start with ~)"
@@ -159,6 +166,43 @@ OPENMPI_SECTION = Section({
                                doc="mpirun --allow-run-as-root (containers and CI run as root; clusters should not)"),
 })
 
+# The container runtimes a site may name; each is one module in kit/runtime/ (its registry checks
+# that the two agree).
+RUNTIMES = ("charliecloud", "udocker")
+UDOCKER_MODES = ("P1", "P2")  # proot with seccomp acceleration, and without (the fallback)
+
+
+def _udocker_check(section: dict) -> list[tuple[str, str]]:
+    if section["proot"] is None and section["tarball"] is None:
+        return [("proot", "is null (udocker's own proot), but no tarball gives it; fix: name a proot "
+                 "executable (Debian's: /usr/bin/proot, apt-get install proot) or udocker's tools tarball")]
+    return []
+
+
+UDOCKER_SECTION = Section({
+    "mode": Field("str", required=False, default="P1", choices=UDOCKER_MODES,
+                  doc="udocker execution mode: P1 (proot, seccomp-accelerated), P2 (proot without it: the fallback)"),
+    "executable": Field("str", required=False, default="udocker", check=_command,
+                        doc="the udocker command: a name on PATH or an absolute path"),
+    "proot": Field("str", nullable=True, required=False, default="/usr/bin/proot", check=_absolute,
+                   doc="the proot executable (Debian's: the kit runs it through a wrapper that drops udocker's -k); "
+                   "null: udocker's own, from the tools tarball"),
+    "tarball": Field("str", nullable=True, required=False, default=None, check=_absolute,
+                     doc="udocker's tools tarball, installed from this file (never downloaded); null: none"),
+    "dir": Field("str", required=False, default="~/.udocker", check=_absolute,
+                 doc="udocker's repository (UDOCKER_DIR), per user: on a shared filesystem or node-local"),
+    "allow_root": Field("bool", required=False, default=False,
+                        doc="udocker --allow-root: let root run ranks (udocker refuses root otherwise)"),
+}, check=_udocker_check)
+
+
+def _container_check(container: dict) -> list[tuple[str, str]]:
+    if container["udocker"] is not None and container["runtime"] != "udocker":
+        return [("udocker", f"udocker settings for runtime {container['runtime']}; fix: remove them or set "
+                 "runtime: udocker")]
+    return []
+
+
 SCHEMA = Section({
     "name": Field("str", check=_name, doc="short name used on the command line"),
     "description": Field("str", required=False, default=""),
@@ -213,13 +257,15 @@ SCHEMA = Section({
                          doc="what binding and starting an Open MPI host needs (vendor openmpi only)"),
     }, check=_host_mpi_check)),
     "container": Field(Section({
-        "runtime": Field("str", choices=("charliecloud",)),
+        "runtime": Field("str", choices=RUNTIMES, doc="what starts each rank in the image (kit/runtime/)"),
         "image_dir": Field("str", check=_absolute),
         "binds": Field("list[str]", required=False, default=[], check=binds_problem),
         "join": Field("bool", required=False, default=True),
         "mpi_target": Field("str", required=False, default="/opt/hostmpi", check=_image_dir,
                             doc="in-image directory the host MPI library dirs are bound under"),
-    })),
+        "udocker": Field(UDOCKER_SECTION, nullable=True, required=False,
+                         doc="runtime udocker only: how udocker runs (absent: the defaults)"),
+    }, check=_container_check)),
     "modules": Field("list[str]", required=False, default=[]),
     "transfer": Field(Section({
         "host": Field("str"),
@@ -371,12 +417,30 @@ class HostMPI:
 
 
 @dataclass(frozen=True)
+class Udocker:
+    """How udocker runs a rank (runtime udocker); every field has the schema's default."""
+
+    mode: str = "P1"
+    executable: str = "udocker"
+    proot: str | None = "/usr/bin/proot"
+    tarball: str | None = None
+    dir: str = "~/.udocker"
+    allow_root: bool = False
+
+
+@dataclass(frozen=True)
 class Container:
     runtime: str
     image_dir: str
     binds: list[str] = field(default_factory=list)
     join: bool = True
     mpi_target: str = "/opt/hostmpi"
+    udocker: Udocker | None = None
+
+    @property
+    def udocker_settings(self) -> Udocker:
+        """The udocker section, or its defaults where the site gives none."""
+        return self.udocker or Udocker()
 
 
 @dataclass(frozen=True)
@@ -421,6 +485,8 @@ class Site:
             ompi = dict(data["host_mpi"]["openmpi"])
             ompi["mca"] = {k: str(v) for k, v in ompi["mca"].items()}
             data["host_mpi"]["openmpi"] = OpenMPI(**ompi)
+        if data["container"]["udocker"] is not None:
+            data["container"]["udocker"] = Udocker(**data["container"]["udocker"])
         return cls(
             name=data["name"], description=data["description"], modules=list(data["modules"]),
             scheduler=Scheduler(**data["scheduler"]), node=Node(**data["node"]),

@@ -103,6 +103,45 @@ def probe_mpi() -> dict:
             "launcher": "mpiexec", "env": {}, "soname": soname, "library_version": file_version}
 
 
+PROOT_VERSION = re.compile(r"[^\n]*?\| ([0-9]{1,3}(?:\.[0-9]{1,4}){1,3})")  # the banner's last line
+PROOT_LIMITS = ("without seccomp acceleration each system call costs about 20-28 times a native one (a "
+                "CPU-bound loop runs at bare speed, a process starts about 0.1 s later); statx is not "
+                "translated (ls/stat of some paths show host metadata)")
+
+
+def proot_note() -> str:
+    """Which proot a udocker site would run, and its limits: comment lines for the probed file."""
+    path = shutil.which("proot")
+    if path is None:
+        return ("# proot: none on PATH; container.runtime: udocker needs one (apt-get install proot) or\n"
+                "# udocker's own from its tools tarball (container.udocker.tarball).\n")
+    banner = _run([path, "--version"])[:4096]
+    found = next((m[1] for line in banner.splitlines() if (m := PROOT_VERSION.fullmatch(line.rstrip()))), "unknown")
+    note = (f"proot: {path} (version {found}); with container.runtime: udocker the kit runs it through a "
+            "wrapper without udocker's -k (Debian's 5.1.0 breaks glibc 2.36 with it). Limits measured with "
+            f"Debian's 5.1.0: {PROOT_LIMITS}.")
+    return "".join(f"# {line}\n" for line in _wrap(note))
+
+
+def _wrap(text: str, width: int = 96) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + ([line] if line else [])
+
+
+def _runtime() -> dict:
+    """Charliecloud where ch-run is installed; else udocker where it is; else Charliecloud, to install."""
+    if shutil.which("ch-run") is None and shutil.which("udocker") is not None:
+        return {"runtime": "udocker", "udocker": {"proot": shutil.which("proot")} if shutil.which("proot") else
+                {"proot": None, "tarball": "/path/to/udocker-englib.tar.gz"}}
+    return {"runtime": "charliecloud"}
+
+
 def probe_host(name: str | None = None) -> dict:
     """A site-config dict for this machine; values the host cannot tell are marked in comments."""
     cpu = _lscpu()
@@ -126,7 +165,7 @@ def probe_host(name: str | None = None) -> dict:
                  "clock_ghz_avx": None, "clock_ghz_max": _max_clock_ghz(cpu),
                  "fp32_flop_per_cycle_per_core": _flops_per_cycle(cpu.get("Flags", ""))},
         "host_mpi": probe_mpi(),
-        "container": {"runtime": "charliecloud", "image_dir": "~/images", "binds": [], "join": True},
+        "container": {**_runtime(), "image_dir": "~/images", "binds": [], "join": True},
         "modules": [],
         "transfer": {"host": "localhost", "user": None, "port": 22, "image_dir": "~/images",
                      "jump_host": None, "keep_versions": 2, "direct_io": True},
@@ -138,7 +177,7 @@ def probe_yaml(name: str | None = None) -> str:
     """The probed config as YAML, validated against the schema before anyone sees it."""
     header = ("# Written by `kit site probe`. Fill in what a host cannot tell: clock under AVX load\n"
               "# (null: the theoretical peak stays unknown), FMA units per core, FP64/BF16 FLOP/cycle,\n"
-              "# scheduler limits, transfer endpoint and network figures.\n")
+              "# scheduler limits, transfer endpoint and network figures.\n") + proot_note()
     text = header + yaml.safe_dump(probe_host(name), sort_keys=False)
     check_document(text, "<probed>", SCHEMA)
     return text

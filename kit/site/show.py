@@ -52,6 +52,7 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
         *_openmpi_rows(mpi),
         ("container", f"{site.container.runtime}, images in {site.container.image_dir}, host MPI "
                       f"bound under {site.container.mpi_target}, join={site.container.join}"),
+        *_udocker_rows(site),
         ("modules", ", ".join(site.modules) or "-"),
         ("transfer", f"{site.transfer.user + '@' if site.transfer.user else ''}{site.transfer.host}:"
                      f"{site.transfer.port} -> {site.transfer.image_dir}"
@@ -60,6 +61,15 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
                     f"{site.network.bandwidth_gbps:g} Gbit/s"),
     ]
     return rows
+
+
+def _udocker_rows(site: Site) -> list[tuple[str, str]]:
+    if site.container.runtime != "udocker":
+        return []
+    u = site.container.udocker_settings
+    return [("udocker", f"{u.executable}, mode {u.mode}, proot {u.proot or 'udocker’s own'}"
+                        f"{', tools tarball ' + u.tarball if u.tarball else ''}, repository {u.dir}"
+                        + (", --allow-root" if u.allow_root else ""))]
 
 
 def _openmpi_rows(mpi) -> list[tuple[str, str]]:
@@ -96,6 +106,10 @@ def summary_document(site: Site) -> dict:
     sections["host_mpi"]["library_dirs"] = site.host_mpi.lib_dirs
     if site.host_mpi.vendor == "openmpi":
         sections["host_mpi"]["openmpi"] = asdict(site.host_mpi.ompi)
+    if site.container.runtime == "udocker":  # its settings with their defaults; no key for other runtimes
+        sections["container"]["udocker"] = asdict(site.container.udocker_settings)
+    else:
+        del sections["container"]["udocker"]
     node_peak = n.theoretical_peak_flops
     return {
         "name": site.name, "description": site.description,

@@ -16,6 +16,7 @@ from kit.mpi.openmpi_launch import JOB_EXPORTS
 from kit.mpi.launch import JOIN_TAG_LINE, launcher_words, translate, under
 from kit.mpi.pair_reader import PairFile
 from kit.readfile import read_text
+from kit.runtime import runtime_of
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
 from kit.site.model import SLURM_WORD_RE
@@ -147,7 +148,7 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
         ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
         log=files.log_pattern, directives="\n".join(directives), modules=modules, env="\n".join(env),
-        launch=launch, join_tag=JOIN_TAG_LINE if pair is not None and site.container.join else "",
+        launch=launch, join_tag=JOIN_TAG_LINE if pair is not None and runtime_of(site).job_tag(site) else "",
         physics=_physics_step(spec, files, check) if spec.validate else "")
 
 
@@ -169,6 +170,8 @@ def job_env(site: Site, pair: PairFile | None, threads_per_rank: int) -> list[st
     env.append("export SLURM_KILL_BAD_EXIT=1")
     if pair is not None and pair.digest:  # the results name the image they ran on
         env.append(f"export KIT_IMAGE_DIGEST={shlex.quote(pair.digest)}")
+    if pair is not None:
+        env += runtime_of(site).job_env(site)
     return env
 
 
@@ -249,6 +252,8 @@ def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, py
     if site.path is None:
         raise KitError(f"site {site.name}: no config file behind it to give the job")
     text = render(site, run, files, pair, python)
+    if pair is not None:
+        runtime_of(site).prepare(site)  # what the job's runtime needs written first (kit-owned files)
     for sub in ("scripts", "logs", "results"):
         (files.run_dir / sub).mkdir(parents=True, exist_ok=True)
     atomic_write_text(files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError))

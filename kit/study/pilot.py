@@ -32,6 +32,7 @@ from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.mpi.launch import JOIN_TAG_LINE
 from kit.mpi.pair_reader import PairFile, read_pair_file
 from kit.readfile import read_text
+from kit.runtime import runtime_of
 from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
 from kit.study import evalproc
 from kit.study.backends import LOST, RUNNING, Outcome, _outcome, ended
@@ -144,7 +145,8 @@ class PilotBackend:
             script = self.pilot_dir / "pilot.sbatch"
             atomic_write_text(script, render_pilot(self.site, self.study_dir, self.nodes, self.workers,
                                                    self.walltime, self.python,
-                                                   self.pair is not None and self.site.container.join), perm=0o755)
+                                                   self.pair is not None and runtime_of(self.site).job_tag(self.site)),
+                              perm=0o755)
             job = sbatch(script)
             record_job(self.pilot_dir, PILOT, job)
             return job
@@ -156,6 +158,7 @@ class PilotBackend:
             make_subdir(d / "results")
             commands = inside_commands(run, self.study_dir, self.site, self.python, self.pair)
             if self.pair is not None:  # the container reads the site config from the evaluation's dir
+                runtime_of(self.site).prepare(self.site)  # what the runtime needs written first
                 files = RunFiles(d, run.eval_id)
                 make_subdir(files.site_file.parent)
                 atomic_write_text(files.site_file, read_text(self.site.path, "site config", MAX_SITE_BYTES,
