@@ -10,7 +10,6 @@ from kit import __version__, interrupt
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.errors import KitError
 from kit.extras import missing_extra
-from kit.jsonout import emit_error, wants_json
 from kit.verbosity import add_flags, applied
 
 # Each module defines register(subparsers) adding one command group whose leaf
@@ -104,11 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         error = missing_extra(exc, "kit " + " ".join([a for a in argv if not a.startswith("-")][:2]))
         if error is None:
             return report_bug("kit", exc, debug)
-        return _failed(argv, error)
+        return _failed(error)
     except KitError as exc:
         if debug:  # where it was raised, for a report on a message that names the wrong fix
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-        return _failed(argv, exc)
+        return _failed(exc)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
         # Outputs are renamed into place only when complete; what an interrupted command
         # leaves is temporary files with the kit's own names, which its next run removes.
@@ -118,15 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         problem = environment_problem(exc)
         if problem is None:
             return report_bug("kit", exc, debug)
-        return _failed(argv, KitError(problem))
+        return _failed(KitError(problem))
 
 
-def _failed(argv: list[str], error: KitError) -> int:
-    """The one line on stderr, or with --json its parts as one JSON line there."""
-    if wants_json(argv):
-        emit_error(error.document())
-    else:
-        print(f"kit: error: {error}", file=sys.stderr)
+def _failed(error: KitError) -> int:
+    """The one line on stderr (with --json too: stdout stays empty)."""
+    print(f"kit: error: {error}", file=sys.stderr)
     return EXIT_ERROR
 
 

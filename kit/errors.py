@@ -21,7 +21,3 @@ class KitError(Exception):
 
     def __str__(self) -> str:
         return self.line()
-
-    def document(self) -> dict[str, str | None]:
-        """The parts, for ``--json`` (on stderr: a failed command prints nothing on stdout)."""
-        return {"error": self.line(), "what": self.what, "where": self.where, "fix": self.fix}

@@ -17,20 +17,6 @@ def emit(schema: str, document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-ERROR_SCHEMA = "kit-error/1"
-
-
-def emit_error(document: dict[str, Any]) -> None:
-    """A failed ``--json`` command's error as one JSON line on stderr (stdout stays empty)."""
-    sys.stderr.write(json.dumps({"schema": ERROR_SCHEMA, **document}, allow_nan=False, default=str) + "\n")
-    sys.stderr.flush()
-
-
-def wants_json(argv: list[str]) -> bool:
-    """``--json`` among the options (before a ``--``)."""
-    return "--json" in argv[:argv.index("--") if "--" in argv else len(argv)]
-
-
 def add_json_flag(parser, schema: str) -> None:
     parser.add_argument("--json", action="store_true",
                         help=f"print one JSON document (schema {schema}) on stdout instead of text")

@@ -1,12 +1,9 @@
-"""KitError carries what went wrong, where and the fix; the command line prints them as one line, as
-one JSON line on stderr under --json, and with --debug the traceback of where it was raised too."""
+"""KitError carries what went wrong, where and the fix; the command line prints them as one line, and
+with --debug the traceback of where it was raised too."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kit import cli
 from kit.errors import KitError
@@ -32,19 +29,6 @@ def _bad_site(tmp_path):
     path = tmp_path / "site.yaml"
     path.write_text("name: x\nscheduler: 3\n")
     return path
-
-
-def test_json_puts_the_error_on_stderr_as_one_json_line_and_nothing_on_stdout(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "kit", "site", "show", str(_bad_site(tmp_path)), "--json"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and done.stdout == ""
-    [line] = done.stderr.splitlines()
-    document = json.loads(line)
-    assert document["schema"] == "kit-error/1" and set(document) == {"schema", "error", "what", "where", "fix"}
-    assert document["error"].startswith(f"{tmp_path / 'site.yaml'}: invalid site config")
-    text = subprocess.run([sys.executable, "-m", "kit", "site", "show", str(_bad_site(tmp_path))],
-                          capture_output=True, text=True, timeout=120)
-    assert text.stderr == f"kit: error: {document['error']}\n"  # the same words as without --json
 
 
 def test_debug_shows_where_an_expected_error_was_raised(tmp_path, capsys, monkeypatch):
