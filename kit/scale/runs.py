@@ -59,6 +59,18 @@ _SETTINGS = (lambda v: isinstance(v, dict) and len(v) <= 64
 _NAMES = (lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v), "a list of layer names")
 
 
+
+
+def is_rate(value: Any) -> bool:
+    """A rate, percentage or byte count a results file may hold: a JSON number from 0 to MAX_RATE."""
+    return _RATE[0](value)
+
+
+def is_byte_counts(value: Any) -> bool:
+    """A per-rank list of byte counts (null for a rank that did not say), bounded in length and size."""
+    return _BYTES_LIST[0](value)
+
+
 LOSS_NAMES = ("d_loss", "g_loss")  # the discriminator's and the generator's total losses
 LOSS_KINDS = ("train", "validation")
 MAX_EPOCHS = 100_000  # bound on a results file's loss history

@@ -23,10 +23,11 @@ import yaml
 
 from kit.atomic import atomic_write_bytes, atomic_write_text, open_log
 from kit.errors import KitError
-from kit.excerpt import shown
+from kit.excerpt import control_character, one_line, shown
 from kit.readfile import read_json, read_tail
 from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
+from kit.scale.runs import MAX_RATE, is_byte_counts, is_rate
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec, check_run, matching
@@ -225,21 +226,30 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     if not isinstance(record, dict) or record.get("status") != "ok":
         return Measured(layout, path, problem=f"{path}: the run did not finish "
                         f"({shown(record.get('error') if isinstance(record, dict) else record)})")
-    rate, rss = record.get("showers_per_second"), record.get("peak_rss_bytes_per_rank")
-    percent = record.get(f"percent_of_peak_{layout.precision}_measured")
-    if not (isinstance(rate, (int, float)) and rate > 0 and isinstance(rss, list) and rss):
-        return Measured(layout, path, problem=f"{path}: no showers/s or memory figures; {fix}")
-    return Measured(layout, path, float(rate), int(max(rss)),
-                    float(percent) if isinstance(percent, (int, float)) else None,
-                    f"measured {layout.precision} peak" if isinstance(percent, (int, float)) else None,
-                    record.get("cpu") if isinstance(record.get("cpu"), str) else None)
+    # Each figure bounded as it is read: the file may have been edited, and 1e308 showers/s or an
+    # infinite byte count would be the recommendation (or crash the plot).
+    percent_key = f"percent_of_peak_{layout.precision}_measured"
+    rate, rss, percent, cpu = (record.get(k) for k in ("showers_per_second", "peak_rss_bytes_per_rank",
+                                                       percent_key, "cpu"))
+    checks = (("showers_per_second", rate, is_rate(rate) and rate > 0, f"a number > 0 of at most {MAX_RATE:g}"),
+              ("peak_rss_bytes_per_rank", rss, is_byte_counts(rss) and any(rss), "a list of byte counts per rank"),
+              (percent_key, percent, percent is None or is_rate(percent), f"null or a number of at most {MAX_RATE:g}"),
+              ("cpu", cpu, cpu is None or isinstance(cpu, str) and control_character(cpu) is None and len(cpu) <= 200,
+               "null or one line naming the CPU"))
+    for key, value, ok, want in checks:
+        if not ok:
+            return Measured(layout, path, problem=f"{path}: key {key!r} is {shown(value)}, expected {want}; {fix}")
+    return Measured(layout, path, float(rate), max(x for x in rss if x),
+                    None if percent is None else float(percent),
+                    None if percent is None else f"measured {layout.precision} peak", cpu)
 
 
 def best(measured: list[Measured]) -> Measured:
     """The layout with the most showers/s; an error naming every layout's problem if none ran."""
     ran = [m for m in measured if m.showers_per_second is not None]
     if not ran:
-        raise KitError("no layout produced figures: " + "; ".join(f"{m.layout.name}: {m.problem}" for m in measured))
+        raise KitError("no layout produced figures: " + "; ".join(f"{m.layout.name}: {one_line(m.problem, 600)}"
+                                                                  for m in measured))
     return max(ran, key=lambda m: m.showers_per_second)
 
 
