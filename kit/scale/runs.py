@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 from gan3d.results import READABLE_SCHEMAS
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
-from kit.readfile import read_json
+from kit.readfile import json_kind, read_json
 from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
@@ -228,7 +228,8 @@ def _load_one(path: Path) -> RunResult:
     except FileNotFoundError:
         raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
     if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
-        found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
+        found = (f"schema {shown(record.get('schema'))}" if isinstance(record, dict)
+                 else f"the top level is {json_kind(record)}")
         known = " or ".join(map(repr, READABLE_SCHEMAS))
         raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {known}); "
                        "fix: pass the JSON written by `python -m gan3d train --results FILE`")

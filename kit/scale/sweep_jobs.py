@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from kit.errors import KitError
-from kit.readfile import read_json, read_tail
+from kit.readfile import read_json_object, read_tail
 from kit.excerpt import one_line
 from kit.scale.plan import Plan, load_plan
 from kit.scale.runs import Validation
@@ -69,7 +69,10 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
             result, problem = None, str(exc)
         if result is None and not problem and job and not is_active(state):
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
-        physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
+        try:
+            physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
+        except KitError as exc:  # the result replaced since it was read: shown with the run
+            physics, physics_problem = "failed", str(exc)
         out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem))
     return out
 
@@ -79,14 +82,20 @@ def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) 
     so a run that ended with a result but without that key failed its validation (its log says why)."""
     if result is None or job is None:
         return None, ""
-    physics = (read_json(result, "gan3d results file", "fix: kit scale submit --resubmit --only "
-                         + files.run_id) or {}).get("physics")
+    physics = _recorded_physics(result, files.run_id)
     if isinstance(physics, dict):
         return ("scored" if physics.get("score") is not None else "no scale"), ""
     if job and is_active(state):
         return "pending", ""
     log = files.validate_log(job)
     return "failed", _log_tail(log) or f"no validation log at {log}"
+
+
+def _recorded_physics(result: Path, run_id: str) -> object:
+    """The `physics` key of a run's results file, read again (a file replaced since run_result read
+    it is named in one line, whatever its top level holds)."""
+    return read_json_object(result, "gan3d results file",
+                            f"fix: kit scale submit --resubmit --only {run_id}").get("physics")
 
 
 def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
@@ -172,8 +181,7 @@ def unscored(sweep_dir: Path) -> dict[Path, Validation]:
             result = run_result(files, job)
         except RunFailed:
             continue
-        if result is None or isinstance((read_json(result, "gan3d results file", "fix: kit scale submit "
-                                                   f"--resubmit --only {run.run_id}") or {}).get("physics"), dict):
+        if result is None or isinstance(_recorded_physics(result, run.run_id), dict):
             continue
         if f"kit: run {run.run_id}: physics validation failed" in _log_tail(files.log(job)):
             log = files.validate_log(job)
