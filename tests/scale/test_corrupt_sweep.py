@@ -50,6 +50,9 @@ def line_of(path: Path, needle: str) -> int:
     (lambda p: p["runs"][0].update(partition=["a", "b"]), "partition:", "key runs[0].partition is ['a', 'b'], expected a string"),
     (lambda p: p["runs"][0].pop("run_id"), "nodes: 4", "key runs[0].run_id is missing"),
     (lambda p: p.update(runs={"a": 1}), "runs:", "key runs is {'a': 1}, expected a list of runs"),
+    (lambda p: p["runs"][0].update(run_id="../../../outside"), "run_id:", "key runs[0].run_id is '../../../outside', "
+     "expected a run id"),  # its results, log and scripts would be files outside DIR
+    (lambda p: p["runs"][0].update(run_id="a\nb"), "run_id:", "key runs[0].run_id is 'a\\nb', expected a run id"),
     (lambda p: p.update(train_args="--epochs 2"), "train_args:", "key train_args is '--epochs 2', expected a list"),
 ])
 def test_a_malformed_plan_names_line_and_key(sweep, capsys, change, key, expected):
