@@ -284,6 +284,7 @@ def write_tune(site: Site, nodes: int, measured: list[Measured], out_dir: Path) 
                        for m in measured]}
     png = plot(measured, top, f"{site.name}, {nodes} node(s)")  # rendered before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_outputs(out_dir)  # again: the trainings took minutes, and a link or a file may be there now
     atomic_write_bytes(out_dir / PLOT_NAME, png)
     atomic_write_text(out_dir / TUNE_NAME, yaml.safe_dump(doc, sort_keys=False, width=110))
     return out_dir / TUNE_NAME, out_dir / PLOT_NAME
