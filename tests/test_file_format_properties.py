@@ -195,7 +195,7 @@ JOBS_DOCS = st.one_of(
     JSON_VALUES)
 JOBS_TEXT = st.one_of(
     JOBS_DOCS.map(lambda doc: yaml.safe_dump(doc, allow_unicode=True)),
-    DEEP.map(lambda s: f"{RUN}: {s}\n"),
+    st.integers(1, 300).map(lambda n: f"{RUN}: " + "[" * n + "]" * n + "\n"),  # deeper: an example below
     st.just("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))),
     st.just(f"{RUN}: !!python/object/apply:os.system [true]\n"),
@@ -205,6 +205,7 @@ JOBS_TEXT = st.one_of(
 @given(text=JOBS_TEXT)
 @example(text=yaml.safe_dump({RUN: [{"job": 10**400, "submitted": "x"}]}))
 @example(text=f"{RUN}:\n- job: .nan\n- job: .inf\n")
+@example(text=f"{RUN}: " + "[" * 200_000 + "]" * 200_000 + "\n")
 def test_any_jobs_file_is_read_or_refused_in_one_line_and_only_job_ids_reach_slurm(sweep, text):
     path = sweep / "jobs.yaml"
     kept = path.read_bytes()
@@ -322,10 +323,16 @@ def ledgers(draw) -> list[str]:
 SITES = ["laptop", "supermuc-ng", "/nonexistent/site.yaml"]
 
 
-@given(lines=ledgers(), site=st.sampled_from(SITES))
-@example(lines=[None] + GOOD_RECORDS, site="laptop")
+SPEC_KEYS = ["kit_study", "parameters", "fixed", "objective", "budget", "strategy", "seed"]
+SPEC_CHANGES = st.lists(st.tuples(st.sampled_from(SPEC_KEYS), JSON_VALUES), max_size=2)
+
+
+@given(lines=ledgers(), site=st.sampled_from(SITES), spec_changes=SPEC_CHANGES)
+@example(lines=[None] + GOOD_RECORDS, site="laptop", spec_changes=[])
+@example(lines=[None] + GOOD_RECORDS, site="laptop",
+         spec_changes=[("parameters", {"lr": {"type": "float", "low": 0.5, "high": 0.9}})])  # configs outside it
 def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(planned_study, tmp_path_factory,
-                                                                           lines, site):
+                                                                           lines, site, spec_changes):
     from kit.commands.study import status_document
     from kit.site import load_site
     from kit.study import report, run
@@ -339,6 +346,10 @@ def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(plan
     text = [json.dumps({**header, **(lines[0] or {})}) if not isinstance(lines[0], str) else lines[0]]
     text += [line if isinstance(line, str) else json.dumps(line) for line in lines[1:]]
     (d / ledger.NAME).write_text("\n".join(text) + "\n")
+    if spec_changes:  # study.yaml edited since kit study plan copied it
+        spec = yaml.safe_load((d / "study.yaml").read_text())
+        spec.update(spec_changes)
+        (d / "study.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
     with nothing_written_outside(d.parent.parent, d):
         led = _checked(lambda: ledger.read(d))
         if led is not None:
@@ -360,9 +371,6 @@ def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(plan
                 assert opened is not None, "the run started an evaluation of a study status refused"
 
 
-SPEC_KEYS = ["kit_study", "parameters", "fixed", "objective", "budget", "strategy", "seed"]
-
-
 @given(changes=st.lists(st.tuples(st.sampled_from(SPEC_KEYS), JSON_VALUES), min_size=1, max_size=2))
 @example(changes=[("seed", BIG)])
 @example(changes=[("budget", {"evaluations": 1e308})])
@@ -381,3 +389,30 @@ def test_any_study_spec_is_planned_or_refused_in_one_line_and_writes_only_its_st
         assert (header is None) == (not d.exists())
         if header is not None:
             assert _checked(lambda: open_study(d)) is not None
+
+
+HUGE = 65 * 2**20  # past every reader's bound (the ledger's 64 MiB is the largest): sparse, so cheap to make
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["results", "jobs", "tune", "ledger", "spec"])
+def test_a_huge_file_is_refused_in_one_line_after_reading_at_most_its_bound(sweep, planned_study, tmp_path, name):
+    """A file grown (or replaced by a sparse one) past any size the kit writes is refused after at most
+    its reader's bound, in one line naming the file."""
+    from kit.site import load_site
+    from kit.study.studydir import load_spec
+
+    study = tmp_path / "study"
+    shutil.copytree(planned_study, study)
+    path, read = {
+        "results": (tmp_path / "r.json", lambda p: runs.load_results([p])),
+        "jobs": (tmp_path / "jobs.yaml", lambda p: read_jobs(p.parent)),
+        "tune": (tmp_path / tune.TUNE_NAME, lambda p: tune.load_best(p, load_site("laptop"))),
+        "ledger": (study / ledger.NAME, lambda p: ledger.read(p.parent)),
+        "spec": (study / "study.yaml", load_spec),
+    }[name]
+    with open(path, "wb") as fh:
+        fh.truncate(HUGE)
+    with pytest.raises(KitError, match="larger than") as caught:
+        read(path)
+    assert one_line(caught.value).startswith(f"{path}: ")
