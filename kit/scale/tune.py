@@ -21,7 +21,7 @@ from typing import Callable
 
 import yaml
 
-from kit.atomic import atomic_write_bytes, atomic_write_text, open_log
+from kit.atomic import atomic_write_bytes, atomic_write_text, open_log, own_dir
 from kit.errors import KitError
 from kit.excerpt import control_character, one_line, shown
 from kit.readfile import read_json, read_tail
@@ -133,8 +133,8 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
         if on_start:
             on_start(layout)
         files = RunFiles(out_dir.absolute(), layout.run_id)
-        log = files.run_dir / "logs" / f"{layout.run_id}.out"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        log = own_dir(files.run_dir / "logs", "the tune's logs/") / f"{layout.run_id}.out"
+        own_dir(files.result.parent, "the tune's results/")  # gan3d train writes the result there
         cmd = [*launcher, "-n", str(layout.ranks_per_node), python, "-m", "gan3d", "train", *train_args,
                *tune_args(layout, steps, peak_seconds), "--threads", str(layout.threads_per_rank),
                "--site", str(site.path), "--results", str(files.result)]

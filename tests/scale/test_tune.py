@@ -239,3 +239,21 @@ def test_a_tune_file_planted_while_the_layouts_trained_is_kept(tmp_path, planted
     assert "\n" not in str(caught.value) and "fix: give kit scale tune a new --dir" in str(caught.value)
     assert {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()} == before
     assert target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("sub", ["logs", "results"])
+def test_a_link_at_the_tunes_logs_or_results_is_refused_before_any_training(tmp_path, monkeypatch, sub):
+    """The layouts' logs and results go in DIR/logs and DIR/results, made by the kit: a link there (left
+    from an earlier tune, or planted) is refused in one line, nothing run, nothing written through it."""
+    from kit.errors import KitError
+
+    out, elsewhere = tmp_path / "tune", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / sub).symlink_to(elsewhere)
+    ran = []
+    monkeypatch.setattr(tune, "_run_bounded", lambda cmd, log, timeout: ran.append(cmd) or 0)
+    monkeypatch.setattr(tune, "local_launcher", lambda site: ["mpiexec"])
+    with pytest.raises(KitError, match=f"tune/{sub}: is a symlink, not the tune's {sub}/") as caught:
+        tune.run_local(load_site("laptop"), [tune.Layout(1, 1)], out, (), 1, 1.0, 10)
+    assert "\n" not in str(caught.value) and ran == [] and list(elsewhere.iterdir()) == []
