@@ -214,6 +214,7 @@ def test_any_jobs_file_is_read_or_refused_in_one_line_and_only_job_ids_reach_slu
         path.write_bytes(text.encode("utf-8", "surrogateescape"))
         with nothing_written_outside(sweep.parent, path), mock.patch.object(sweep_jobs, "job_states", _completed):
             jobs = _checked(lambda: read_jobs(sweep))
+            event("read" if jobs is not None else "refused")
             if jobs is not None:
                 assert all(JOB_ID_RE.fullmatch(str(e["job"])) for h in jobs.values() for e in h)
             _checked(lambda: sweep_jobs.collect(sweep))
@@ -247,6 +248,7 @@ def test_any_tune_file_is_read_or_refused_in_one_line(tmp_path_factory, doc):
     path.write_text(yaml.safe_dump(doc, allow_unicode=True))
     with nothing_written_outside(d.parent, d):
         layout = _checked(lambda: tune.load_best(path, load_site("laptop")))
+        event("read" if layout else "refused")
         if layout is not None:
             assert all(isinstance(v, int) and 1 <= v <= 10**6 for v in layout)
         _checked(lambda: tune.check_outputs(d))
@@ -380,7 +382,30 @@ def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(plan
                 assert opened is not None, "the run started an evaluation of a study status refused"
 
 
-@given(changes=st.lists(st.tuples(st.sampled_from(SPEC_KEYS), JSON_VALUES), min_size=1, max_size=2))
+NUMBERS = st.one_of(st.floats(-2.0, 2.0), st.integers(-3, 64), HOSTILE_NUMBERS)
+# values near the ones a study holds, so that some edited studies still plan
+SPEC_VALUES = {
+    "kit_study": st.sampled_from([1, 2, "1", None]),
+    "seed": st.one_of(st.integers(-5, 2**33), HOSTILE_NUMBERS),
+    "budget": st.fixed_dictionaries({}, optional={"evaluations": NUMBERS, "wall_time": HOSTILE_TEXT | st.just("1h")}),
+    "strategy": st.sampled_from(["grid", "random", "mbo", "bayes", {"type": "mbo", "trees": 10}, {"type": "random"}]),
+    "parameters": st.dictionaries(st.sampled_from(["lr", "batch-size", "epochs", "optimizer", "x\ny"]),
+                                  st.fixed_dictionaries({"type": st.sampled_from(["float", "int", "choice", "log"])},
+                                                        optional={"low": NUMBERS, "high": NUMBERS, "log": LEAVES,
+                                                                  "values": st.lists(NUMBERS | HOSTILE_TEXT,
+                                                                                     max_size=3)}),
+                                  min_size=1, max_size=2),
+    "fixed": st.dictionaries(st.sampled_from(["synthetic", "preset", "batch-size", "epochs", "lr", "results"]),
+                             NUMBERS | HOSTILE_TEXT | st.just("tiny"), max_size=3)
+    .map(lambda fixed: {"synthetic": 64, "preset": "tiny", "batch-size": 4, "epochs": 1, **fixed}),
+    "objective": st.fixed_dictionaries({"metric": st.sampled_from(["showers_per_second", "physics_score",
+                                                                   "validation.d_loss", "loss", ""])},
+                                       optional={"direction": st.sampled_from(["minimize", "maximize", "up", 1])}),
+}
+
+
+@given(changes=st.lists(st.sampled_from(SPEC_KEYS).flatmap(
+    lambda key: st.tuples(st.just(key), SPEC_VALUES[key] | JSON_VALUES)), min_size=1, max_size=2))
 @example(changes=[("seed", BIG)])
 @example(changes=[("budget", {"evaluations": 1e308})])
 @example(changes=[("parameters", {"lr": {"type": "float", "low": float("nan"), "high": 1.0}})])
@@ -395,6 +420,7 @@ def test_any_study_spec_is_planned_or_refused_in_one_line_and_writes_only_its_st
     d = top / "study"
     with nothing_written_outside(top, d):
         header = _checked(lambda: plan_study(path, "laptop", d))
+        event("planned" if header else "refused")
         assert (header is None) == (not d.exists())
         if header is not None:
             assert _checked(lambda: open_study(d)) is not None
