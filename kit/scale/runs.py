@@ -46,7 +46,8 @@ _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <=
           f"a whole number from 1 to {MAX_COUNT:.0e}")
 _RATE = (lambda v: _number(v, MAX_RATE) and v >= 0, f"a number from 0 to {MAX_RATE:g}")
 _FINITE = (lambda v: _number(v, MAX_RATE), f"a finite number of at most {MAX_RATE:g} in size")  # may be negative
-_SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
+MIN_SECONDS = 1e-6  # an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
+_SECONDS = (lambda v: _RATE[0](v) and v >= MIN_SECONDS, f"a number of seconds from {MIN_SECONDS:g} to {MAX_RATE:g}")
 _TEXT = (lambda v: isinstance(v, str), "a string")
 _NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
          "one line of text")  # headings, labels
@@ -360,7 +361,8 @@ def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
         if key in record:
             times = record[key]
             if not isinstance(times, list) or not times or len(times) > 10**6 or not all(_SECONDS[0](t) for t in times):
-                raise KitError(f"{path}: key {key!r} is {shown(times)}, expected a list of seconds > 0; {_RERUN}")
+                raise KitError(f"{path}: key {key!r} is {shown(times)}, expected a list of seconds from "
+                               f"{MIN_SECONDS:g}; {_RERUN}")
             seconds = mean(times[1:]) if len(times) > 1 else times[0]
             source = f"{what}, mean of epochs 2-{len(times)}" if len(times) > 1 else f"{what}[0], includes tracing"
             return _scaled_to_full_epoch(record, path, seconds, source)
@@ -380,7 +382,8 @@ def _step_only_seconds(record: dict, path: Path) -> float | None:
         return _value(record, path, "full_epoch_seconds_estimate", _SECONDS, nullable=True) \
             if "full_epoch_seconds_estimate" in record else None
     if not isinstance(sums, list) or not sums or len(sums) > 10**6 or not all(_SECONDS[0](t) for t in sums):
-        raise KitError(f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds > 0; {_RERUN}")
+        raise KitError(f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds from "
+                       f"{MIN_SECONDS:g}; {_RERUN}")
     return _scaled_to_full_epoch(record, path, mean(sums[1:]) if len(sums) > 1 else sums[0], "")[0]
 
 

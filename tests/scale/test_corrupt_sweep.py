@@ -166,7 +166,8 @@ def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(swe
 
 @pytest.mark.parametrize("key, value", [("flop_per_second", 1e308), ("showers_per_second", 1e300),
                                         ("nodes", int("1" * 400)), ("percent_of_peak", float("1e308")),
-                                        ("batch_per_rank", 10**13)])
+                                        ("batch_per_rank", 10**13), ("epoch_wall_times", [5e-324, 5e-324]),
+                                        ("epoch_step_seconds", [1e-300, 1e-300])])
 def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsys, key, value):
     from kit.cli import main
     from tests.scale.builders import write_run
