@@ -30,6 +30,7 @@ class RunStatus:
     problem: str = ""  # why a finished run has no result, with the log's last lines
     physics: str | None = None  # plan --validate: scored, no scale, pending or failed; None: not asked
     physics_problem: str = ""  # why a finished run has no physics: its validation log's last lines
+    problem_in_log: bool = False  # the problem is the job log's last lines, not a result file refused
 
     @property
     def done(self) -> bool:
@@ -67,13 +68,14 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
             result, problem = run_result(files, job), ""
         except KitError as exc:  # shown with the run, not fatal to the others' status
             result, problem = None, str(exc)
-        if result is None and not problem and job and not is_active(state):
+        in_log = result is None and not problem and job is not None and not is_active(state)
+        if in_log:
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         try:
             physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
         except KitError as exc:  # the result replaced since it was read: shown with the run
             physics, physics_problem = "failed", str(exc)
-        out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem))
+        out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem, in_log))
     return out
 
 

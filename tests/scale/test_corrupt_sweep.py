@@ -121,9 +121,10 @@ def test_a_damaged_result_is_named_by_collect_and_stops_report(sweep, capsys, te
     path.write_text(text)
     [status] = sweep_jobs.collect(sweep)
     assert status.result is None and "\n" not in status.problem
-    assert status.problem.startswith(str(path)) and expected in status.problem
+    assert status.problem.startswith(str(path)) and expected in status.problem and not status.problem_in_log
     assert main(["scale", "collect", str(sweep)]) == 1
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "has no result; its result file is refused:" in out and "its log ends" not in out
     one_line_error(capsys, ["scale", "report", str(sweep)], f"{path}")
 
 
