@@ -375,7 +375,11 @@ def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(plan
             run.progress(opened[3], opened[1])
             written = _checked(lambda: report.write_report(d))  # the ledger as read: into DIR/report only
             assert written is not None and all(p.parent == d / report.REPORT_DIR for p in written)
-        with mock.patch.object(run, "backend_for", lambda *a: _StubBackend()):
+        from kit.study import pilot
+
+        stub = (lambda *a, **k: _StubBackend())  # what backend_for checks runs; no evaluation starts
+        with mock.patch.object(run, "LocalBackend", stub), mock.patch.object(run, "SlurmBackend", stub), \
+                mock.patch.object(pilot, "PilotBackend", stub):
             try:
                 _checked(lambda: run.run_study(d, poll_seconds=0))
             except _Reached:
