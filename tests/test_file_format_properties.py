@@ -151,8 +151,9 @@ RESULTS_KEYS = ["status", "job", "physics", "nodes", "ranks", "showers_per_secon
 @example(data={"peak_rss_bytes_per_rank": [float("inf")]})
 @example(data={"showers_per_second": 1e308})  # recommended by tune as the fastest layout
 @example(data={"showers_per_second": BIG})
+@example(data='{"schema": "gan3d-run/2", "status": "ok", "nodes": ' + "1" * 5000 + "}")  # past int("...")'s limit
 def test_any_results_file_is_read_or_refused_in_one_line_by_every_reader(sweep, good_results, data):
-    text = (dumps({**good_results, **data}) if isinstance(data, dict)
+    text = (dumps({**good_results, **data}) if isinstance(data, dict) else data if isinstance(data, str)
             else data.draw(mutated(good_results, RESULTS_KEYS), "results"))
     path = sweep / "results" / f"{RUN}.json"
     path.write_text(text)
@@ -206,6 +207,7 @@ JOBS_TEXT = st.one_of(
 @given(text=JOBS_TEXT)
 @example(text=yaml.safe_dump({RUN: [{"job": 10**400, "submitted": "x"}]}))
 @example(text=f"{RUN}:\n- job: .nan\n- job: .inf\n")
+@example(text=f"{RUN}:\n- job: {'9' * 5000}\n")
 @example(text=f"{RUN}: " + "[" * 200_000 + "]" * 200_000 + "\n")
 def test_any_jobs_file_is_read_or_refused_in_one_line_and_only_job_ids_reach_slurm(sweep, text):
     path = sweep / "jobs.yaml"
