@@ -78,6 +78,17 @@ def nothing_written_outside(root: Path, inside: Path) -> Iterator[None]:
     assert snapshot(root) == before and sorted(os.listdir(".")) == cwd
 
 
+@contextmanager
+def scratch(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A new directory for one example, removed after it: thousands of examples (the long profile)
+    neither fill the disk nor make each snapshot walk every earlier example's files."""
+    top = tmp_path_factory.mktemp(name)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def dumps(value: Any) -> str:
     """JSON as any writer (or editor) could leave it: NaN and Infinity spelled as Python writes them."""
     return json.dumps(value, allow_nan=True)
@@ -243,9 +254,14 @@ BEST = st.fixed_dictionaries({"ranks_per_node": LEAVES, "threads_per_rank": LEAV
                      .map(lambda changes: {**GOOD_TUNE, **dict(changes)}), JSON_VALUES))
 @example(doc=GOOD_TUNE)
 def test_any_tune_file_is_read_or_refused_in_one_line(tmp_path_factory, doc):
+    with scratch(tmp_path_factory, "tune") as top:
+        _tune_file_read_or_refused(top / "tune", doc)
+
+
+def _tune_file_read_or_refused(d: Path, doc: Any) -> None:
     from kit.site import load_site
 
-    d = tmp_path_factory.mktemp("tune")
+    d.mkdir()
     path = d / tune.TUNE_NAME
     path.write_text(yaml.safe_dump(doc, allow_unicode=True))
     with nothing_written_outside(d.parent, d):
@@ -343,12 +359,16 @@ SPEC_CHANGES = st.one_of(st.just([]), st.lists(st.tuples(st.sampled_from(SPEC_KE
          spec_changes=[("parameters", {"lr": {"type": "float", "low": 0.5, "high": 0.9}})])  # configs outside it
 def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(planned_study, tmp_path_factory,
                                                                            lines, site, spec_changes):
+    with scratch(tmp_path_factory, "s") as top:
+        _ledger_read_or_refused(planned_study, top / "study", lines, site, spec_changes)
+
+
+def _ledger_read_or_refused(planned_study: Path, d: Path, lines: list, site: str, spec_changes: list) -> None:
     from kit.commands.study import status_document
     from kit.site import load_site
     from kit.study import report, run
     from kit.study.studydir import open_study
 
-    d = tmp_path_factory.mktemp("s") / "study"
     shutil.copytree(planned_study, d)
     header = json.loads((d / ledger.NAME).read_text().splitlines()[0])
     if site != "laptop":
@@ -360,7 +380,7 @@ def test_any_ledger_is_read_or_refused_in_one_line_by_status_report_and_run(plan
         spec = yaml.safe_load((d / "study.yaml").read_text())
         spec.update(spec_changes)
         (d / "study.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
-    with nothing_written_outside(d.parent.parent, d):
+    with nothing_written_outside(d.parent, d):
         led = _checked(lambda: ledger.read(d))
         if led is not None:
             for ev in led.evaluations.values():
@@ -416,9 +436,13 @@ SPEC_VALUES = {
 @example(changes=[("budget", {"evaluations": 1e308})])
 @example(changes=[("parameters", {"lr": {"type": "float", "low": float("nan"), "high": 1.0}})])
 def test_any_study_spec_is_planned_or_refused_in_one_line_and_writes_only_its_study(tmp_path_factory, changes):
+    with scratch(tmp_path_factory, "spec") as top:
+        _spec_planned_or_refused(top, changes)
+
+
+def _spec_planned_or_refused(top: Path, changes: list) -> None:
     from kit.study.studydir import open_study, plan_study
 
-    top = tmp_path_factory.mktemp("spec")
     spec = yaml.safe_load(spec_file(top).read_text())
     spec.update(changes)
     path = top / "edited.yaml"
