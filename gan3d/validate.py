@@ -337,7 +337,9 @@ def read_results(path: str | Path) -> dict:
     physics to a training's results only, never to another JSON file or a new one (a link is refused,
     not followed)."""
     try:
-        record = json.loads(read_regular(path, MAX_RESULTS_BYTES, follow_symlinks=False))
+        # NaN and Infinity are no JSON gan3d train writes, and the record is written back without them
+        record = json.loads(read_regular(path, MAX_RESULTS_BYTES, follow_symlinks=False),
+                            parse_constant=_no_constant)
     except FileNotFoundError:
         raise KitError(f"{path}: no such results file; {RESULTS_FIX}") from None
     except NotRegularFile as exc:
@@ -349,6 +351,10 @@ def read_results(path: str | Path) -> dict:
         raise KitError(f"{path}: not a results file of gan3d train ({found}, expected schema "
                        f"{' or '.join(map(repr, READABLE_SCHEMAS))}), so no physics is added; {RESULTS_FIX}")
     return record
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON holds")
 
 
 def _with_physics(path: str | Path, physics: dict) -> str:

@@ -266,3 +266,20 @@ def open_log(path: Path, what: str) -> IO[bytes]:
         raise KitError(f"{path}: not a regular file, so not {what}; fix: move aside what is at that name")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "ab")
+
+
+def own_dir(path: Path, what: str) -> Path:
+    """The kit's own directory at PATH (its parent exists or is made): made with mkdir, which never
+    follows a link, and checked with lstat, so a link or a file planted at its name is refused in one
+    line and nothing is written through it."""
+    from kit.errors import KitError
+    from kit.readfile import kind_name
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path)
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        raise KitError(f"{path}: is {kind_name(mode)}, not {what} the kit makes there; it writes nothing through "
+                       "what it did not make; fix: move it aside")
+    return path

@@ -103,6 +103,24 @@ def read_text(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
     return decode(read_bytes(path, what, limit, error), path, what, error)
 
 
+_JSON_KINDS = ((dict, "an object"), (list, "an array"), (str, "a string"), (bool, "true or false"),
+               (int, "a number"), (float, "a number"))
+
+
+def json_kind(value: Any) -> str:
+    """How a message names a JSON value's type ("an array", "null"): a file whose top level is of
+    the wrong type is named by what it holds, in JSON's words."""
+    return next((name for kind, name in _JSON_KINDS if isinstance(value, kind)), "null")
+
+
+def read_json_object(path: str | os.PathLike, what: str, fix: str, limit: int = MAX_BYTES) -> dict:
+    """A JSON document whose top level is an object; any other is one line naming the file."""
+    doc = read_json(path, what, fix, limit)
+    if not isinstance(doc, dict):
+        raise KitError(f"{path}: the top level is {json_kind(doc)}, not the object a {what} is; {fix}")
+    return doc
+
+
 def read_json(path: str | os.PathLike, what: str, fix: str, limit: int = MAX_BYTES) -> Any:
     """A JSON document; truncated, malformed or absurdly nested JSON is one line naming the line."""
     text = read_text(path, what, limit)

@@ -9,7 +9,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-try:  # property tests: a bounded run by default (CI's budget); --hypothesis-profile=long locally
+try:  # property tests: a bounded run by default (CI's budget); long locally
+    # (--hypothesis-profile=long, or KIT_HYPOTHESIS_PROFILE=long)
     from hypothesis import HealthCheck, settings
 
     # derandomize: CI tries the same examples on every run (a new find must not block a landing
@@ -19,7 +20,7 @@ try:  # property tests: a bounded run by default (CI's budget); --hypothesis-pro
                               suppress_health_check=[HealthCheck.too_slow])
     settings.register_profile("long", max_examples=5000, deadline=None, database=None,
                               suppress_health_check=[HealthCheck.too_slow])
-    settings.load_profile("default")
+    settings.load_profile(os.environ.get("KIT_HYPOTHESIS_PROFILE", "default"))  # or --hypothesis-profile
 except ImportError:  # hypothesis arrives with the test extra (scripts/setup.sh)
     pass
 os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER

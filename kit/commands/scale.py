@@ -181,7 +181,8 @@ def _collect(args: argparse.Namespace) -> int:
         console.print(_status_table(status))
     for s in status:
         if s.problem:
-            console.print(f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; its log ends:")
+            console.print(f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; "
+                          + ("its log ends:" if s.problem_in_log else "its result file is refused:"))
             console.print(s.problem, markup=False, highlight=False, soft_wrap=True)
         if s.physics_problem:
             console.print(f"[yellow]{s.run_id}[/yellow] (job {s.job}) has a result but its physics validation "

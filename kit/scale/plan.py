@@ -14,7 +14,7 @@ from kit.excerpt import shown
 from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render, validation_data
-from kit.slurm.spec import RunSpec, check_run, default_threads, matching, run_id, seconds
+from kit.slurm.spec import RUN_ID_RE, RunSpec, check_run, default_threads, matching, run_id, seconds
 from kit.yamlbound import load_tagged
 
 PLAN_FORMAT = 1
@@ -177,7 +177,10 @@ def load_plan(sweep_dir: Path) -> Plan:
     runs = []
     for i, r in enumerate(runs_doc):
         need(r, isinstance(r, dict), "a mapping", "runs", i)
-        runs.append(RunSpec(text(r.get("run_id", _MISSING), "runs", i, "run_id"),
+        name = r.get("run_id", _MISSING)  # names the run's files: never a path out of DIR
+        need(name, isinstance(name, str) and RUN_ID_RE.fullmatch(name) is not None,
+             "a run id (letters, digits, '.', '_', '-', at most 64)", "runs", i, "run_id")
+        runs.append(RunSpec(name,
                             *(count(r.get(k, _MISSING), "runs", i, k) for k in ("nodes", "ranks_per_node",
                                                                                 "threads_per_rank")),
                             walltime, train_args, text(r.get("partition"), "runs", i, "partition", nullable=True),

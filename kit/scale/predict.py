@@ -343,7 +343,7 @@ def write_outputs(out: Path, document: dict, plot: bytes) -> list[Path]:
         try:
             ours = json.loads(read_bytes(out / DOCUMENT_NAME, "prediction", follow_symlinks=False)).get("schema") \
                 == PREDICT_SCHEMA
-        except (OSError, KitError, ValueError, AttributeError):  # absent, a link, not JSON, not ours
+        except (OSError, KitError, ValueError, AttributeError, RecursionError):  # absent, a link, not JSON, not ours
             ours = False
         if not ours:
             raise KitError(f"{out / there[0]}: already there, and {out} holds no prediction kit scale predict "

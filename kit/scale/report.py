@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import stat
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from statistics import median
@@ -18,7 +19,7 @@ from kit.errors import KitError
 from kit.scale import sweep_jobs
 from kit.scale.overhead import Overhead, container_overhead
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
-from kit.readfile import read_bytes
+from kit.readfile import kind_name, read_bytes
 from kit.scale.runs import RunResult, Series, load_results, settings_text
 from kit.slurm.script import physics_dir
 
@@ -113,7 +114,13 @@ def report_sweep(sweep_dir: Path | None, results: Sequence[Path] = (), out: Path
     if not paths:
         raise KitError(f"no results to report: {sweep_dir or 'no sweep dir'} has none yet "
                        "(kit scale collect shows why) and no RESULT.json was named")
-    out = out or (sweep_dir / "report" if sweep_dir else Path("report"))
+    if out is None and sweep_dir:  # the sweep's own report directory: never written through a link
+        out = sweep_dir / "report"
+        mode = os.lstat(out).st_mode if os.path.lexists(out) else None
+        if mode is not None and not stat.S_ISDIR(mode):
+            raise KitError(f"{out}: is {kind_name(mode)}, not the report directory kit scale report makes in the "
+                           "sweep; it writes nothing through what it did not make; fix: move it aside, or give --out")
+    out = out or Path("report")
     title = f"scaling sweep {sweep_dir.absolute().name}" if sweep_dir else None
     unscored = sweep_jobs.unscored(sweep_dir) if sweep_dir else {}
     runs = [replace(run, validation=unscored.get(run.path)) for run in load_results(paths)]

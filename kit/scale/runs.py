@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 from gan3d.results import READABLE_SCHEMAS
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
-from kit.readfile import read_json
+from kit.readfile import json_kind, read_json
 from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
@@ -46,7 +46,8 @@ _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <=
           f"a whole number from 1 to {MAX_COUNT:.0e}")
 _RATE = (lambda v: _number(v, MAX_RATE) and v >= 0, f"a number from 0 to {MAX_RATE:g}")
 _FINITE = (lambda v: _number(v, MAX_RATE), f"a finite number of at most {MAX_RATE:g} in size")  # may be negative
-_SECONDS = (lambda v: _RATE[0](v) and v > 0, "a number of seconds > 0")
+MIN_SECONDS = 1e-6  # an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
+_SECONDS = (lambda v: _RATE[0](v) and v >= MIN_SECONDS, f"a number of seconds from {MIN_SECONDS:g} to {MAX_RATE:g}")
 _TEXT = (lambda v: isinstance(v, str), "a string")
 _NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
          "one line of text")  # headings, labels
@@ -57,6 +58,18 @@ _SETTINGS = (lambda v: isinstance(v, dict) and len(v) <= 64
              and all(_NAME[0](k) and (x is None or _TEXT[0](x) and len(x) <= 200) for k, x in v.items()),
              "a mapping of variable names to their values or null")
 _NAMES = (lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v), "a list of layer names")
+
+
+
+
+def is_rate(value: Any) -> bool:
+    """A rate, percentage or byte count a results file may hold: a JSON number from 0 to MAX_RATE."""
+    return _RATE[0](value)
+
+
+def is_byte_counts(value: Any) -> bool:
+    """A per-rank list of byte counts (null for a rank that did not say), bounded in length and size."""
+    return _BYTES_LIST[0](value)
 
 
 LOSS_NAMES = ("d_loss", "g_loss")  # the discriminator's and the generator's total losses
@@ -216,7 +229,8 @@ def _load_one(path: Path) -> RunResult:
     except FileNotFoundError:
         raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
     if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
-        found = f"schema {shown(record.get('schema'))}" if isinstance(record, dict) else type(record).__name__
+        found = (f"schema {shown(record.get('schema'))}" if isinstance(record, dict)
+                 else f"the top level is {json_kind(record)}")
         known = " or ".join(map(repr, READABLE_SCHEMAS))
         raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {known}); "
                        "fix: pass the JSON written by `python -m gan3d train --results FILE`")
@@ -347,7 +361,8 @@ def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
         if key in record:
             times = record[key]
             if not isinstance(times, list) or not times or len(times) > 10**6 or not all(_SECONDS[0](t) for t in times):
-                raise KitError(f"{path}: key {key!r} is {shown(times)}, expected a list of seconds > 0; {_RERUN}")
+                raise KitError(f"{path}: key {key!r} is {shown(times)}, expected a list of seconds from "
+                               f"{MIN_SECONDS:g}; {_RERUN}")
             seconds = mean(times[1:]) if len(times) > 1 else times[0]
             source = f"{what}, mean of epochs 2-{len(times)}" if len(times) > 1 else f"{what}[0], includes tracing"
             return _scaled_to_full_epoch(record, path, seconds, source)
@@ -367,7 +382,8 @@ def _step_only_seconds(record: dict, path: Path) -> float | None:
         return _value(record, path, "full_epoch_seconds_estimate", _SECONDS, nullable=True) \
             if "full_epoch_seconds_estimate" in record else None
     if not isinstance(sums, list) or not sums or len(sums) > 10**6 or not all(_SECONDS[0](t) for t in sums):
-        raise KitError(f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds > 0; {_RERUN}")
+        raise KitError(f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds from "
+                       f"{MIN_SECONDS:g}; {_RERUN}")
     return _scaled_to_full_epoch(record, path, mean(sums[1:]) if len(sums) > 1 else sums[0], "")[0]
 
 

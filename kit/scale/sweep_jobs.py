@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from kit.errors import KitError
-from kit.readfile import read_json, read_tail
+from kit.readfile import read_json_object, read_tail
 from kit.excerpt import one_line
 from kit.scale.plan import Plan, load_plan
 from kit.scale.runs import Validation
@@ -30,6 +30,7 @@ class RunStatus:
     problem: str = ""  # why a finished run has no result, with the log's last lines
     physics: str | None = None  # plan --validate: scored, no scale, pending or failed; None: not asked
     physics_problem: str = ""  # why a finished run has no physics: its validation log's last lines
+    problem_in_log: bool = False  # the problem is the job log's last lines, not a result file refused
 
     @property
     def done(self) -> bool:
@@ -67,10 +68,14 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
             result, problem = run_result(files, job), ""
         except KitError as exc:  # shown with the run, not fatal to the others' status
             result, problem = None, str(exc)
-        if result is None and not problem and job and not is_active(state):
+        in_log = result is None and not problem and job is not None and not is_active(state)
+        if in_log:
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
-        physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
-        out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem))
+        try:
+            physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
+        except KitError as exc:  # the result replaced since it was read: shown with the run
+            physics, physics_problem = "failed", str(exc)
+        out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem, in_log))
     return out
 
 
@@ -79,14 +84,20 @@ def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) 
     so a run that ended with a result but without that key failed its validation (its log says why)."""
     if result is None or job is None:
         return None, ""
-    physics = (read_json(result, "gan3d results file", "fix: kit scale submit --resubmit --only "
-                         + files.run_id) or {}).get("physics")
+    physics = _recorded_physics(result, files.run_id)
     if isinstance(physics, dict):
         return ("scored" if physics.get("score") is not None else "no scale"), ""
     if job and is_active(state):
         return "pending", ""
     log = files.validate_log(job)
     return "failed", _log_tail(log) or f"no validation log at {log}"
+
+
+def _recorded_physics(result: Path, run_id: str) -> object:
+    """The `physics` key of a run's results file, read again (a file replaced since run_result read
+    it is named in one line, whatever its top level holds)."""
+    return read_json_object(result, "gan3d results file",
+                            f"fix: kit scale submit --resubmit --only {run_id}").get("physics")
 
 
 def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
@@ -172,8 +183,7 @@ def unscored(sweep_dir: Path) -> dict[Path, Validation]:
             result = run_result(files, job)
         except RunFailed:
             continue
-        if result is None or isinstance((read_json(result, "gan3d results file", "fix: kit scale submit "
-                                                   f"--resubmit --only {run.run_id}") or {}).get("physics"), dict):
+        if result is None or isinstance(_recorded_physics(result, run.run_id), dict):
             continue
         if f"kit: run {run.run_id}: physics validation failed" in _log_tail(files.log(job)):
             log = files.validate_log(job)

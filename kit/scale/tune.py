@@ -21,12 +21,13 @@ from typing import Callable
 
 import yaml
 
-from kit.atomic import atomic_write_bytes, atomic_write_text, open_log
+from kit.atomic import atomic_write_bytes, atomic_write_text, open_log, own_dir
 from kit.errors import KitError
-from kit.excerpt import shown
+from kit.excerpt import control_character, one_line, shown
 from kit.readfile import read_json, read_tail
 from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
+from kit.scale.runs import MAX_RATE, is_byte_counts, is_rate
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec, check_run, matching
@@ -132,8 +133,8 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
         if on_start:
             on_start(layout)
         files = RunFiles(out_dir.absolute(), layout.run_id)
-        log = files.run_dir / "logs" / f"{layout.run_id}.out"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        log = own_dir(files.run_dir / "logs", "the tune's logs/") / f"{layout.run_id}.out"
+        own_dir(files.result.parent, "the tune's results/")  # gan3d train writes the result there
         cmd = [*launcher, "-n", str(layout.ranks_per_node), python, "-m", "gan3d", "train", *train_args,
                *tune_args(layout, steps, peak_seconds), "--threads", str(layout.threads_per_rank),
                "--site", str(site.path), "--results", str(files.result)]
@@ -225,21 +226,30 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     if not isinstance(record, dict) or record.get("status") != "ok":
         return Measured(layout, path, problem=f"{path}: the run did not finish "
                         f"({shown(record.get('error') if isinstance(record, dict) else record)})")
-    rate, rss = record.get("showers_per_second"), record.get("peak_rss_bytes_per_rank")
-    percent = record.get(f"percent_of_peak_{layout.precision}_measured")
-    if not (isinstance(rate, (int, float)) and rate > 0 and isinstance(rss, list) and rss):
-        return Measured(layout, path, problem=f"{path}: no showers/s or memory figures; {fix}")
-    return Measured(layout, path, float(rate), int(max(rss)),
-                    float(percent) if isinstance(percent, (int, float)) else None,
-                    f"measured {layout.precision} peak" if isinstance(percent, (int, float)) else None,
-                    record.get("cpu") if isinstance(record.get("cpu"), str) else None)
+    # Each figure bounded as it is read: the file may have been edited, and 1e308 showers/s or an
+    # infinite byte count would be the recommendation (or crash the plot).
+    percent_key = f"percent_of_peak_{layout.precision}_measured"
+    rate, rss, percent, cpu = (record.get(k) for k in ("showers_per_second", "peak_rss_bytes_per_rank",
+                                                       percent_key, "cpu"))
+    checks = (("showers_per_second", rate, is_rate(rate) and rate > 0, f"a number > 0 of at most {MAX_RATE:g}"),
+              ("peak_rss_bytes_per_rank", rss, is_byte_counts(rss) and any(rss), "a list of byte counts per rank"),
+              (percent_key, percent, percent is None or is_rate(percent), f"null or a number of at most {MAX_RATE:g}"),
+              ("cpu", cpu, cpu is None or isinstance(cpu, str) and control_character(cpu) is None and len(cpu) <= 200,
+               "null or one line naming the CPU"))
+    for key, value, ok, want in checks:
+        if not ok:
+            return Measured(layout, path, problem=f"{path}: key {key!r} is {shown(value)}, expected {want}; {fix}")
+    return Measured(layout, path, float(rate), max(x for x in rss if x),
+                    None if percent is None else float(percent),
+                    None if percent is None else f"measured {layout.precision} peak", cpu)
 
 
 def best(measured: list[Measured]) -> Measured:
     """The layout with the most showers/s; an error naming every layout's problem if none ran."""
     ran = [m for m in measured if m.showers_per_second is not None]
     if not ran:
-        raise KitError("no layout produced figures: " + "; ".join(f"{m.layout.name}: {m.problem}" for m in measured))
+        raise KitError("no layout produced figures: " + "; ".join(f"{m.layout.name}: {one_line(m.problem, 600)}"
+                                                                  for m in measured))
     return max(ran, key=lambda m: m.showers_per_second)
 
 
@@ -274,6 +284,7 @@ def write_tune(site: Site, nodes: int, measured: list[Measured], out_dir: Path) 
                        for m in measured]}
     png = plot(measured, top, f"{site.name}, {nodes} node(s)")  # rendered before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_outputs(out_dir)  # again: the trainings took minutes, and a link or a file may be there now
     atomic_write_bytes(out_dir / PLOT_NAME, png)
     atomic_write_text(out_dir / TUNE_NAME, yaml.safe_dump(doc, sort_keys=False, width=110))
     return out_dir / TUNE_NAME, out_dir / PLOT_NAME

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kit.errors import KitError
 from kit.excerpt import shown
-from kit.readfile import read_json
+from kit.readfile import read_json_object
 from kit.slurm.script import RunFiles
 
 
@@ -19,11 +19,9 @@ def run_result(files: RunFiles, job: str | None) -> Path | None:
     A file there that is no results JSON is a KitError naming it; one that says the run failed, RunFailed."""
     fix = "fix: move it aside and kit scale submit --resubmit --only " + files.run_id
     try:
-        record = read_json(files.result, "gan3d results file", fix)
+        record = read_json_object(files.result, "gan3d results file", fix)
     except FileNotFoundError:
         return None
-    if not isinstance(record, dict):
-        raise KitError(f"{files.result}: a {type(record).__name__}, not a gan3d results file; {fix}")
     written = record.get("job") or {}
     if not isinstance(written, dict):
         raise KitError(f"{files.result}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")

@@ -8,7 +8,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.atomic import atomic_write_text
+from kit.atomic import atomic_write_text, own_dir
 from kit.data import shipped
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
@@ -254,8 +254,8 @@ def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, py
     text = render(site, run, files, pair, python)
     if pair is not None:
         runtime_of(site).prepare(site)  # what the job's runtime needs written first (kit-owned files)
-    for sub in ("scripts", "logs", "results"):
-        (files.run_dir / sub).mkdir(parents=True, exist_ok=True)
+    for sub in ("scripts", "logs", "results"):  # the job writes into them too: never through a link
+        own_dir(files.run_dir / sub, f"the run directory's {sub}/")
     atomic_write_text(files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError))
     atomic_write_text(files.script, text, perm=0o755)
     return files

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
-from kit.readfile import read_bytes
+from kit.readfile import json_kind, read_bytes
 from kit.site.model import WALLTIME_RE
 from kit.slurm.jobs import JOB_ID_RE
 
@@ -301,7 +301,7 @@ def _decode(path: Path, n: int, raw: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise KitError(f"{where}: not a JSON record ({shown(str(exc), 80)}); {FIX}") from None
     if not isinstance(record, dict):
-        raise KitError(f"{where}: a {type(record).__name__}, not a ledger record; {FIX}")
+        raise KitError(f"{where}: {json_kind(record)}, not a ledger record (an object); {FIX}")
     return record
 
 

@@ -20,7 +20,9 @@ from typing import Any, Callable, Iterator
 
 from kit.atomic import open_lock_file
 from kit.errors import KitError
+from kit.excerpt import shown
 from kit.site import Site
+from kit.slurm.spec import seconds
 from kit.study import ledger
 from kit.study.backends import LOST, RUNNING, LocalBackend, Outcome, SlurmBackend
 from kit.study.evaluate import EvaluationFailed, StudyDirRefused, eval_run
@@ -72,7 +74,27 @@ def driving(study_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def check_header_fits_site(path: Path, site: Site, header: dict[str, Any]) -> None:
+    """The ledger header's walltime and pilot as kit study plan chose them for this site: a header
+    edited since (or a site file changed under it) would render a job with `--time=None`, or ask a
+    machine without Slurm for a pilot."""
+    walltime, pilot = header.get("walltime"), header.get("pilot")
+    if site.scheduler.type != "slurm":
+        wrong = next((k for k in ("walltime", "pilot", "pair") if header.get(k) is not None), None)
+        if wrong:
+            raise KitError(f"{path}:1: key {wrong} is {shown(header[wrong])}, but site {site.name} runs evaluations "
+                           f"on this machine (scheduler.type local); {ledger.FIX}")
+        return
+    if walltime is None or seconds(walltime) > seconds(site.scheduler.max_walltime):
+        raise KitError(f"{path}:1: key walltime is {shown(walltime)}, but site {site.name} needs a walltime of at "
+                       f"most {site.scheduler.max_walltime}; {ledger.FIX}")
+    if pilot is not None and pilot > site.scheduler.max_nodes:
+        raise KitError(f"{path}:1: key pilot is {pilot}, but site {site.name} allows 1..{site.scheduler.max_nodes} "
+                       f"nodes; {ledger.FIX}")
+
+
 def backend_for(study_dir: Path, site: Site, header: dict[str, Any], t: Terms):
+    check_header_fits_site(study_dir / ledger.NAME, site, header)
     if site.scheduler.type != "slurm":
         return LocalBackend(study_dir, site, t.objective)
     python = header.get("python") or "python3"

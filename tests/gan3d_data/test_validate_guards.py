@@ -11,6 +11,7 @@ import pytest
 
 from gan3d.results import SCHEMA
 from gan3d.validate import main
+from kit.errors import KitError
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +190,16 @@ def test_results_that_gan3d_train_did_not_write_get_no_physics(sim_dir, ckpt, tm
     _fails(_args(sim_dir / "EleEscan_1_2.h5", tmp_path, "--checkpoint", str(ckpt), "--results", str(results)),
            capsys, f"{results}: {words}", "fix: point --results at the results JSON gan3d train wrote")
     assert _tree(tmp_path) == before and not (tmp_path / "plots").exists()
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_results_file_holding_nan_or_infinity_gets_no_physics_in_one_line(tmp_path, constant):
+    """gan3d train writes no NaN or Infinity (and validate writes the record back without them): a file
+    edited to hold one is refused as it is read, the file left as it was."""
+    from gan3d.validate import read_results
+
+    path = tmp_path / "run.json"
+    path.write_text('{"schema": "%s", "showers_per_second": %s}' % (SCHEMA, constant))
+    with pytest.raises(KitError, match=f"not valid JSON .{constant} is not a number JSON holds") as caught:
+        read_results(path)
+    assert "\n" not in str(caught.value) and constant in path.read_text()

@@ -46,7 +46,7 @@ def test_a_result_and_a_damaged_result_are_in_the_document(sweep, capsys):
     doc = collect_json(capsys, ["scale", "collect", str(sweep), "--json"], code=1)
     [status] = [s for s in sweep_jobs.collect(sweep) if s.run_id == runs[0]]
     first = doc["runs"][0]
-    assert first["problem"] == status.problem and "not a gan3d results file" in first["problem"]
+    assert first["problem"] == status.problem and "not the object a gan3d results file is" in first["problem"]
     assert doc["problems"] == 1
 
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from kit.cli import main
+from kit.errors import KitError
 from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from tests.helpers import require
@@ -49,6 +50,9 @@ def line_of(path: Path, needle: str) -> int:
     (lambda p: p["runs"][0].update(partition=["a", "b"]), "partition:", "key runs[0].partition is ['a', 'b'], expected a string"),
     (lambda p: p["runs"][0].pop("run_id"), "nodes: 4", "key runs[0].run_id is missing"),
     (lambda p: p.update(runs={"a": 1}), "runs:", "key runs is {'a': 1}, expected a list of runs"),
+    (lambda p: p["runs"][0].update(run_id="../../../outside"), "run_id:", "key runs[0].run_id is '../../../outside', "
+     "expected a run id"),  # its results, log and scripts would be files outside DIR
+    (lambda p: p["runs"][0].update(run_id="a\nb"), "run_id:", "key runs[0].run_id is 'a\\nb', expected a run id"),
     (lambda p: p.update(train_args="--epochs 2"), "train_args:", "key train_args is '--epochs 2', expected a list"),
 ])
 def test_a_malformed_plan_names_line_and_key(sweep, capsys, change, key, expected):
@@ -105,7 +109,11 @@ def test_a_malformed_ledger_names_line_and_key(sweep, capsys, ledger, needle, ex
     ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
     ('{"schema": "gan3d-run/1", "job": [1]}', "key 'job' is [1], expected a mapping"),
     ('{"schema": "gan3d-run/1",\n "nodes": 4,\n "x": }', ".json:3: not valid JSON"),
-    ("[1, 2]", None),
+    ("[1, 2]", "the top level is an array, not the object a gan3d results file is"),
+    ("3", "the top level is a number"),
+    ('"x"', "the top level is a string"),
+    ("null", "the top level is null"),
+    ("NaN", "the top level is a number"),
 ])
 def test_a_damaged_result_is_named_by_collect_and_stops_report(sweep, capsys, text, expected):
     (sweep / "results").mkdir()
@@ -113,9 +121,10 @@ def test_a_damaged_result_is_named_by_collect_and_stops_report(sweep, capsys, te
     path.write_text(text)
     [status] = sweep_jobs.collect(sweep)
     assert status.result is None and "\n" not in status.problem
-    assert status.problem.startswith(str(path)) and (expected or "not a gan3d results file") in status.problem
+    assert status.problem.startswith(str(path)) and expected in status.problem and not status.problem_in_log
     assert main(["scale", "collect", str(sweep)]) == 1
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "has no result; its result file is refused:" in out and "its log ends" not in out
     one_line_error(capsys, ["scale", "report", str(sweep)], f"{path}")
 
 
@@ -158,7 +167,8 @@ def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(swe
 
 @pytest.mark.parametrize("key, value", [("flop_per_second", 1e308), ("showers_per_second", 1e300),
                                         ("nodes", int("1" * 400)), ("percent_of_peak", float("1e308")),
-                                        ("batch_per_rank", 10**13)])
+                                        ("batch_per_rank", 10**13), ("epoch_wall_times", [5e-324, 5e-324]),
+                                        ("epoch_step_seconds", [1e-300, 1e-300])])
 def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsys, key, value):
     from kit.cli import main
     from tests.scale.builders import write_run
@@ -171,3 +181,21 @@ def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsy
     assert main(["scale", "report", "--results", str(good), str(bad), "--out", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: key {key!r} is " in err and not (tmp_path / "r").exists()
+
+
+def test_a_result_replaced_by_an_array_after_it_was_checked_is_the_runs_physics_problem(tmp_path, monkeypatch):
+    """collect reads a validated run's result twice (is it the run's, then its physics): a file replaced
+    in between by one of another top-level type is that run's problem in one line, not a crash."""
+    write_plan(make_plan("supermuc-ng", [4], [4], None, "02:00:00", train_args=("--synthetic-dir", "s"),
+                         validate=True), tmp_path)
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({RUN: [{"job": "12", "submitted": "x"}]}))
+    (tmp_path / "results").mkdir()
+    path = tmp_path / "results" / f"{RUN}.json"
+    path.write_text("[1, 2]")
+    monkeypatch.setattr(sweep_jobs, "job_states", lambda jobs: {j: "COMPLETED" for j in jobs})
+    monkeypatch.setattr(sweep_jobs, "run_result", lambda files, job: files.result)  # checked before the swap
+    [status] = sweep_jobs.collect(tmp_path)
+    assert status.physics == "failed" and "\n" not in status.physics_problem
+    assert status.physics_problem.startswith(f"{path}: the top level is an array")
+    with pytest.raises(KitError, match="the top level is an array"):
+        sweep_jobs.unscored(tmp_path)

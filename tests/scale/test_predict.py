@@ -386,3 +386,15 @@ def test_any_calibration_forecasts_finite_strict_json_or_refuses_in_one_line(tim
     for f in p.forecasts:
         assert 0 < f.seconds_band[0] <= f.seconds <= f.seconds_band[1]
         assert f.efficiency_band[0] <= f.efficiency_percent <= f.efficiency_band[1]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "[1, 2]", "NaN", '{"schema": "x"}'])
+def test_a_predict_json_the_kit_did_not_write_is_kept_in_one_line(tmp_path, text):
+    """Deep nesting, another top-level type or another schema at OUT/predict.json: not ours, so kept."""
+    from kit.scale.predict import DOCUMENT_NAME, write_outputs
+
+    (tmp_path / DOCUMENT_NAME).write_text(text)
+    with pytest.raises(KitError, match="holds no prediction kit scale predict wrote") as caught:
+        write_outputs(tmp_path, {"nodes": []}, b"png")
+    assert "\n" not in str(caught.value) and (tmp_path / DOCUMENT_NAME).read_text() == text

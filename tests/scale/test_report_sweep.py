@@ -83,3 +83,25 @@ def test_a_report_replaces_its_own_report(tmp_path, capsys):
     write_run(result, 4, 50.0)
     assert main(["scale", "report", "--results", str(result), "--out", str(out)]) == 0
     assert (out / "report.csv").read_text() != first
+
+
+@pytest.mark.parametrize("planted", ["link", "file"])
+def test_a_link_or_file_at_the_sweeps_report_dir_is_refused_and_nothing_written_through_it(sweep, tmp_path,
+                                                                                          capsys, planted):
+    """SWEEP/report is the kit's: a link swapped in there (to an empty directory) is not written through;
+    one line naming it and the fix, exit 1."""
+    from kit.cli import main
+
+    (sweep / "results").mkdir()
+    write_run(sweep / "results" / f"{RUN}.json", 4, 100.0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if planted == "link":
+        (sweep / "report").symlink_to(elsewhere)
+    else:
+        (sweep / "report").write_text("mine\n")
+    assert main(["scale", "report", str(sweep)]) == 1
+    err = capsys.readouterr().err
+    kind = "a symlink" if planted == "link" else "a regular file"
+    assert err.count("\n") == 1 and f"{sweep / 'report'}: is {kind}, not the report directory" in err
+    assert list(elsewhere.iterdir()) == [] and (planted == "link" or (sweep / "report").read_text() == "mine\n")

@@ -211,3 +211,49 @@ def test_a_layout_log_swapped_for_a_link_is_refused_and_its_target_kept(tmp_path
     assert _run_bounded(["sh", "-c", "echo one"], log, 10) == 0
     assert _run_bounded(["sh", "-c", "echo two"], log, 10) == 0
     assert log.read_text() == "one\ntwo\n"  # appended, an earlier run's lines kept
+
+
+@pytest.mark.parametrize("planted", ["link", "file", "png"])
+def test_a_tune_file_planted_while_the_layouts_trained_is_kept(tmp_path, planted):
+    """check_outputs runs before the trainings and again as tune.yaml and tune.png are written: a link
+    (or someone's file) put there in between is refused in one line and left as it was."""
+    from kit.errors import KitError
+
+    out = tmp_path / "tune"
+    tune.check_outputs(out)  # what kit scale tune checks before its first training
+    out.mkdir()
+    target = tmp_path / "precious.yaml"
+    target.write_text("keep me\n")
+    if planted == "link":
+        (out / tune.TUNE_NAME).symlink_to(target)
+    elif planted == "file":
+        (out / tune.TUNE_NAME).write_text("mine: 1\n")
+    else:
+        (out / tune.PLOT_NAME).write_bytes(b"mine")
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"status": "ok", "showers_per_second": 2.0, "peak_rss_bytes_per_rank": [2**30]}))
+    measured = [tune.read_measured(tune.Layout(2, 1), results)]
+    before = {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()}
+    with pytest.raises(KitError) as caught:
+        tune.write_tune(load_site("laptop"), 1, measured, out)
+    assert "\n" not in str(caught.value) and "fix: give kit scale tune a new --dir" in str(caught.value)
+    assert {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()} == before
+    assert target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("sub", ["logs", "results"])
+def test_a_link_at_the_tunes_logs_or_results_is_refused_before_any_training(tmp_path, monkeypatch, sub):
+    """The layouts' logs and results go in DIR/logs and DIR/results, made by the kit: a link there (left
+    from an earlier tune, or planted) is refused in one line, nothing run, nothing written through it."""
+    from kit.errors import KitError
+
+    out, elsewhere = tmp_path / "tune", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / sub).symlink_to(elsewhere)
+    ran = []
+    monkeypatch.setattr(tune, "_run_bounded", lambda cmd, log, timeout: ran.append(cmd) or 0)
+    monkeypatch.setattr(tune, "local_launcher", lambda site: ["mpiexec"])
+    with pytest.raises(KitError, match=f"tune/{sub}: is a symlink, not the tune's {sub}/") as caught:
+        tune.run_local(load_site("laptop"), [tune.Layout(1, 1)], out, (), 1, 1.0, 10)
+    assert "\n" not in str(caught.value) and ran == [] and list(elsewhere.iterdir()) == []

@@ -156,6 +156,24 @@ def test_write_run_gives_the_job_the_site_it_was_rendered_from(slurm_site, tmp_p
     assert (files.run_dir / "logs").is_dir() and (files.run_dir / "results").is_dir()
 
 
+@pytest.mark.parametrize("sub", ["scripts", "logs", "results"])
+def test_a_link_at_a_run_directorys_subdirectory_is_refused_and_nothing_written_through_it(slurm_site, tmp_path, sub):
+    """scripts/, logs/ and results/ are the kit's (the job writes its log and result there): a link swapped
+    in at one of them between two submits is refused in one line, its target left empty."""
+    site = load_site(slurm_site)
+    run = check_run(site, _spec(1, 1, 2, run_id="one", walltime="00:10:00"))
+    write_run(site, run, tmp_path / "d", None)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for p in (tmp_path / "d" / sub).iterdir():
+        p.unlink()
+    (tmp_path / "d" / sub).rmdir()
+    (tmp_path / "d" / sub).symlink_to(elsewhere)
+    with pytest.raises(KitError, match=f"d/{sub}: is a symlink, not the run directory's {sub}/") as caught:
+        write_run(site, run, tmp_path / "d", None)
+    assert "\n" not in str(caught.value) and list(elsewhere.iterdir()) == []
+
+
 def test_cli_render_dry_run_prints_the_script_and_writes_nothing(slurm_site, tmp_path, capsys):
     rc = main(["slurm", "render", "--site", str(slurm_site), "--no-container", "--ranks-per-node", "2",
                "--dir", str(tmp_path / "d"), "--dry-run", "--", "--epochs", "3"])

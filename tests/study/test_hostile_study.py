@@ -88,6 +88,28 @@ def test_a_ledger_header_edited_to_a_wrong_type_or_bound_is_one_line_for_every_c
     assert (d / ledger.NAME).read_bytes() == before and not (d / "evals").exists()
 
 
+@pytest.mark.parametrize("changes, message", [
+    ({"site": "supermuc-ng", "pilot": 2}, "key walltime is None, but site supermuc-ng needs a walltime"),
+    ({"site": "supermuc-ng", "walltime": "3-00:00:00"}, "key walltime is '3-00:00:00', but site supermuc-ng"),
+    ({"site": "supermuc-ng", "walltime": "01:00:00", "pilot": 100_000}, "key pilot is 100000, but site supermuc-ng"),
+    ({"walltime": "01:00:00"}, "key walltime is '01:00:00', but site laptop runs evaluations on this machine"),
+    ({"pilot": 2}, "key pilot is 2, but site laptop runs evaluations on this machine"),
+])
+def test_a_ledger_header_that_no_longer_fits_its_site_is_one_line_before_any_job(tmp_path, capsys, changes, message):
+    """The header names the site file and what kit study plan chose for it: edited to a Slurm site without
+    a walltime, a pilot on a machine without Slurm, or past the site's limits, kit study run stops in one
+    line naming ledger.jsonl:1 before it renders a job (a pilot script with `--time=None` was submitted)."""
+    from kit.site import load_site
+
+    d = _planned(tmp_path)
+    if "site" in changes:
+        changes = {**changes, "site": str(load_site(changes["site"]).path)}
+    _edit_header(d, **changes)
+    err = _one_line_error(capsys, main(["study", "run", str(d), "--poll", "0.05"]))
+    assert f"{d / ledger.NAME}:1: {message}" in err and "fix: restore the ledger.jsonl" in err
+    assert not (d / "evals").exists() and not (d / "pilot").exists() and not (d / "queue").exists()
+
+
 @pytest.mark.parametrize("record, message", [
     ({"event": "proposed", "eval": "e0001", "config": {"lr": int(BIG)}}, "not a flat mapping of numbers"),
     ({"event": "proposed", "eval": "e0001", "config": {"lr": 0.001}, "prediction": {"mean": int(BIG)}},
