@@ -30,8 +30,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import time

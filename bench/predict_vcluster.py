@@ -42,13 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from vcluster_overhead import _repeat, image_for, machine, run  # noqa: E402
+
 from kit.scale import sweep_jobs  # noqa: E402
 from kit.scale.model import Fit  # noqa: E402
 from kit.scale.plan import calibration_nodes, load_plan  # noqa: E402
 from kit.scale.runs import load_results  # noqa: E402
 from kit.vcluster import down, up  # noqa: E402
 from tests.mpi import conftest as mpi_tests  # noqa: E402
-from vcluster_overhead import _repeat, image_for, machine, run  # noqa: E402
 
 
 def _counts(text: str) -> list[int]:

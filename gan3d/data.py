@@ -17,9 +17,9 @@ import os
 import queue
 import re
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -290,7 +290,7 @@ class ShowerFiles:
             h5.close()
         self._h5 = []
 
-    def __enter__(self) -> "ShowerFiles":
+    def __enter__(self) -> ShowerFiles:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -32,14 +32,15 @@ def claim_build(build: Path) -> Path:
     a demo writes, with a complete data set); anything else is a user's directory and is refused,
     since the demo starts each run by removing its data and checkpoints there."""
     if build.is_symlink() or (build.exists() and not build.is_dir()):
-        raise KitError(f"--build {build}: not a directory the demo made; fix: give a new or empty directory")
+        raise KitError(f"--build {build}: not a directory the demo made", fix="give a new or empty directory")
     build.mkdir(parents=True, exist_ok=True)
     names = set(os.listdir(build))
     # unmarked: empty, or a demo's from before the marker (its complete data set, nothing foreign); a
     # lone "plots" or "ckpt" may be anybody's, and the demo replaces those
     earlier = names <= OWN_ENTRIES and (not names or (build / "data" / MARKER).is_file())
     if OWNED not in names and not earlier:
-        raise KitError(f"--build {build}: holds files gan3d demo did not write (no {OWNED}); fix: give a "
+        raise KitError(f"--build {build}: holds files gan3d demo did not write (no {OWNED})",
+                       fix="give a "
                        "new or empty directory")
     (build / OWNED).touch()
     return build

@@ -254,7 +254,7 @@ class RunClock:
     seconds: float
 
     @classmethod
-    def start(cls) -> "RunClock":
+    def start(cls) -> RunClock:
         return cls(utc_now(), time.time())
 
 
@@ -277,7 +277,7 @@ def failure_record(args, layout, exc, history: list, checkpoints, started: RunCl
     }
 
 
-def run_record(args, layout, host: "Host", data: "Data", model: "Model", run: "Progress", per_rank: list[dict], *,
+def run_record(args, layout, host: Host, data: Data, model: Model, run: Progress, per_rank: list[dict], *,
                started: RunClock, code: dict, in_force: dict, peaks_measured: dict[str, float],
                peak_precision: str, start_epoch: int, checkpoint: Path | None) -> dict:
     """A finished run's record (rank 0), from the trainer's phases and every rank's gathered facts."""

@@ -43,8 +43,8 @@ import json
 import os
 import struct
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -249,8 +249,8 @@ def check_out(out: Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> 
         except OSError:  # a link, a directory, a FIFO, unreadable: not validate's plot
             ours = False
         if not ours:
-            raise KitError(f"{path}: already there and not a plot gan3d validate wrote, so it is not replaced; "
-                           "fix: give --out a new or empty directory (or move the file away)")
+            raise KitError(f"{path}: already there and not a plot gan3d validate wrote, so it is not replaced",
+                           fix="give --out a new or empty directory (or move the file away)")
 
 
 def plot_features(real: dict[str, np.ndarray], fake: dict[str, np.ndarray], out_dir: str | Path,
@@ -380,9 +380,9 @@ def _data_features(files, n: int, xscale: float, chunk: int = 500) -> dict[str, 
 
 
 def _generated_features(generator, latent_dim: int, ep: np.ndarray, seed: int, batch: int = 100):
-    from gan3d.model import sample_latent
-
     import tensorflow as tf
+
+    from gan3d.model import sample_latent
 
     rng = tf.random.Generator.from_seed(seed)
     parts = []

@@ -7,8 +7,9 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable
 
 from kit import interrupt
 
@@ -243,10 +244,11 @@ def open_lock_file(path: Path, what: str) -> int:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise KitError(f"{path}: cannot open {what} ({exc.strerror}); fix: remove what is at that name") from None
+        raise KitError(f"{path}: cannot open {what} ({exc.strerror})",
+                       fix="remove what is at that name") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise KitError(f"{path}: not a regular file; fix: remove what is at that name")
+        raise KitError(f"{path}: not a regular file", fix="remove what is at that name")
     return fd
 
 
@@ -260,10 +262,11 @@ def open_log(path: Path, what: str) -> IO[bytes]:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      0o644)
     except OSError as exc:
-        raise KitError(f"{path}: cannot open {what} ({exc.strerror}); fix: move aside what is at that name") from None
+        raise KitError(f"{path}: cannot open {what} ({exc.strerror})",
+                       fix="move aside what is at that name") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise KitError(f"{path}: not a regular file, so not {what}; fix: move aside what is at that name")
+        raise KitError(f"{path}: not a regular file, so not {what}", fix="move aside what is at that name")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "ab")
 
@@ -281,5 +284,6 @@ def own_dir(path: Path, what: str) -> Path:
     mode = os.lstat(path).st_mode
     if not stat.S_ISDIR(mode):
         raise KitError(f"{path}: is {kind_name(mode)}, not {what} the kit makes there; it writes nothing through "
-                       "what it did not make; fix: move it aside")
+                       "what it did not make",
+                       fix="move it aside")
     return path

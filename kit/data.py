@@ -19,6 +19,7 @@ def shipped(*parts: str) -> Path:
     """The shipped file or directory kit/_data/<parts>."""
     root = resources.files("kit")
     if not isinstance(root, Path):  # a zipped install: the kit hands these paths to other programs
-        raise KitError(f"the kit is installed as a zip archive ({root}); fix: install the secure-site-kit "
+        raise KitError(f"the kit is installed as a zip archive ({root})",
+                       fix="install the secure-site-kit "
                        "wheel with pip, which unpacks it")
     return root.joinpath("_data", *parts)

@@ -27,5 +27,6 @@ def missing_extra(exc: BaseException, what: str) -> KitError | None:
     extra = EXTRA_OF_MODULE.get(top)
     if extra is None:
         return None
-    return KitError(f"{what} needs the Python module {top!r}, which is not installed; fix: "
+    return KitError(f"{what} needs the Python module {top!r}, which is not installed",
+                    fix=""
                     f"pip install '{DISTRIBUTION}[{extra}]' (offline: install.sh VENV {extra} from the wheelhouse)")

@@ -8,7 +8,6 @@ standard library only: the check runs before anything is installed.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
 
 VERSION_VARS = ("python_version", "python_full_version", "implementation_version")
 STRING_VARS = ("sys_platform", "platform_system", "platform_machine", "implementation_name",
@@ -22,7 +21,7 @@ class MarkerError(ValueError):
     """A marker this evaluator does not understand (named with the fix)."""
 
 
-def linux_env(python: str, patch: int, machine: str = "x86_64") -> Dict[str, str]:
+def linux_env(python: str, patch: int, machine: str = "x86_64") -> dict[str, str]:
     """The marker variables of CPython ``python`` (e.g. "3.11") at ``patch`` on Linux."""
     return {"python_version": python, "python_full_version": f"{python}.{patch}",
             "implementation_version": f"{python}.{patch}", "sys_platform": "linux", "platform_system": "Linux",
@@ -31,14 +30,14 @@ def linux_env(python: str, patch: int, machine: str = "x86_64") -> Dict[str, str
             "platform_version": ""}
 
 
-def _version(text: str, marker: str) -> Tuple[int, ...]:
+def _version(text: str, marker: str) -> tuple[int, ...]:
     if not _VERSION.fullmatch(text):
         raise MarkerError(f"marker {marker!r}: {text!r} is not a version this check compares; fix: regenerate "
                           "the pin list with scripts/lock.sh")
     return tuple(int(part) for part in text.split("."))
 
 
-def _pad(a: Tuple[int, ...], n: int) -> Tuple[int, ...]:
+def _pad(a: tuple[int, ...], n: int) -> tuple[int, ...]:
     return a + (0,) * (n - len(a))
 
 
@@ -59,7 +58,7 @@ def _compare_versions(have: str, op: str, want: str, marker: str) -> bool:
     return {"==": v == w, "!=": v != w, "<": v < w, "<=": v <= w, ">": v > w, ">=": v >= w}[op]
 
 
-def _term(var: str, op: str, value: str, env: Dict[str, str], marker: str) -> bool:
+def _term(var: str, op: str, value: str, env: dict[str, str], marker: str) -> bool:
     if var in VERSION_VARS and op not in ("in", "not in"):
         return _compare_versions(env[var], op, value, marker)
     if var not in VERSION_VARS + STRING_VARS:
@@ -78,7 +77,7 @@ def _term(var: str, op: str, value: str, env: Dict[str, str], marker: str) -> bo
                       "scripts/lock.sh")
 
 
-def _tokens(marker: str) -> List[str]:
+def _tokens(marker: str) -> list[str]:
     out, pos = [], 0
     while pos < len(marker):
         match = _TOKEN.match(marker, pos)
@@ -92,7 +91,7 @@ def _tokens(marker: str) -> List[str]:
     return out
 
 
-def evaluate(marker: str, env: Dict[str, str]) -> bool:
+def evaluate(marker: str, env: dict[str, str]) -> bool:
     """Whether ``marker`` holds in ``env`` (see linux_env); `and` binds tighter than `or`."""
     if len(marker) > MAX_LENGTH:
         raise MarkerError(f"marker of {len(marker)} characters; fix: regenerate the pin list with scripts/lock.sh")

@@ -15,7 +15,6 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 MAX_BYTES = 8 << 20  # a lock of every extra is ~250 KB
 PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)\s*(?:;\s*(?P<marker>.+?))?\s*\Z")
@@ -42,15 +41,15 @@ def normalize(name: str) -> str:
 class Pin:
     name: str
     version: str
-    marker: Optional[str]
-    hashes: Tuple[str, ...]
+    marker: str | None
+    hashes: tuple[str, ...]
 
     def block(self, with_hashes: bool = True) -> str:
         head = f"{self.name}=={self.version}" + (f" ; {self.marker}" if self.marker else "")
         return " \\\n".join([head] + [f"    --hash=sha256:{h}" for h in self.hashes]) if with_hashes else head
 
 
-def read_pins(path: Path) -> List[Pin]:
+def read_pins(path: Path) -> list[Pin]:
     """Every pin of a uv/pip-compile style file; anything else there is an error, not skipped."""
     data = path.read_bytes()
     if len(data) > MAX_BYTES:
@@ -80,7 +79,7 @@ def read_pins(path: Path) -> List[Pin]:
     return pins
 
 
-def select(pins: List[Pin], only: List[str], exclude: List[str]) -> List[Pin]:
+def select(pins: list[Pin], only: list[str], exclude: list[str]) -> list[Pin]:
     wanted, unwanted = {normalize(n) for n in only}, {normalize(n) for n in exclude}
     missing = wanted - {normalize(p.name) for p in pins}
     if missing:
@@ -96,7 +95,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify(pins: List[Pin], directory: Path, skip: List[str]) -> int:
+def verify(pins: list[Pin], directory: Path, skip: list[str]) -> int:
     """Every wheel and sdist in ``directory`` is a pinned version with one of its pinned hashes."""
     by_pin = {}
     for pin in pins:
@@ -120,7 +119,7 @@ def verify(pins: List[Pin], directory: Path, skip: List[str]) -> int:
     return checked
 
 
-def replaced(pins: List[Pin], installed: List[str]) -> List[Tuple[str, str]]:
+def replaced(pins: list[Pin], installed: list[str]) -> list[tuple[str, str]]:
     """(old, new) for each installed distribution the pin list no longer names while it names another
     of the same files: setup.sh uninstalls old BEFORE installing new, never after."""
     pinned = {normalize(p.name) for p in pins}
@@ -133,14 +132,14 @@ def replaced(pins: List[Pin], installed: List[str]) -> List[Tuple[str, str]]:
     return out
 
 
-def installed_distributions() -> List[str]:
+def installed_distributions() -> list[str]:
     """The distributions of the Python running this script (setup.sh runs it with the venv's)."""
     from importlib import metadata
 
     return [d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]]
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pins.py", description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=("requirements", "constraints", "version", "verify", "replaced"))
     ap.add_argument("lock", type=Path)

@@ -310,7 +310,8 @@ class Root:
                 st = _lstat(spot.name, spot.fd)
             if st is None or not stat.S_ISDIR(st.st_mode):
                 raise RootError(f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode) if st else 'missing'}, "
-                                f"not a directory; fix: remove it from the image or choose another path")
+                                "not a directory",
+                                fix="remove it from the image or choose another path")
             return spot.rel
         finally:
             os.close(spot.fd)
@@ -355,8 +356,8 @@ class Root:
                 if stat.S_ISLNK(st.st_mode) and os.readlink(spot.name, dir_fd=spot.fd) == target:
                     return False
                 if not (replace_link and stat.S_ISLNK(st.st_mode)):
-                    raise RootError(f"{self.path}: /{show(spot.rel)} is already {_kind(st.st_mode)} in the image; "
-                                    f"fix: remove it from the image recipe (the kit does not replace it)")
+                    raise RootError(f"{self.path}: /{show(spot.rel)} is already {_kind(st.st_mode)} in the image",
+                                    fix="remove it from the image recipe (the kit does not replace it)")
                 tmp = f".{spot.name}.kit-{os.getpid()}"
                 os.symlink(target, tmp, dir_fd=spot.fd)
                 os.rename(tmp, spot.name, src_dir_fd=spot.fd, dst_dir_fd=spot.fd)

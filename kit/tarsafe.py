@@ -11,7 +11,8 @@ library only: the core reads Charliecloud tarballs without the [convert] extra).
 from __future__ import annotations
 
 import tarfile
-from typing import IO, Iterable
+from collections.abc import Iterable
+from typing import IO
 
 MAX_META = 1 << 20  # bytes of one pax header or GNU long name/link record
 _META_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,

@@ -6,9 +6,9 @@ prints, and the commands ask this module instead of each growing its own -q/-v l
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
 
 from kit.errors import KitError
 
@@ -41,7 +41,7 @@ def applied(args: argparse.Namespace) -> Iterator[None]:
     """The level the command line asked for, for the duration of one command."""
     q, v = getattr(args, "quiet", False), getattr(args, "verbose", False)
     if q and v:
-        raise KitError("-q/--quiet and -v/--verbose contradict each other; fix: give one of them")
+        raise KitError("-q/--quiet and -v/--verbose contradict each other", fix="give one of them")
     token = _level.set(QUIET if q else VERBOSE if v else NORMAL)
     try:
         yield

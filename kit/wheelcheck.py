@@ -22,9 +22,9 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from kit import markers, pins, readfile
 from kit.atomic import atomic_write_text
@@ -65,10 +65,10 @@ class Missing:
     version: str
     python: str
     platform: str
-    newest: Optional[str]
+    newest: str | None
 
 
-def glibc_minor(tag: str) -> Optional[int]:
+def glibc_minor(tag: str) -> int | None:
     """The glibc 2.N a manylinux tag needs (manylinux2014: 17); None for another kind of tag."""
     match = TAG.fullmatch(tag)
     if not match:
@@ -76,11 +76,11 @@ def glibc_minor(tag: str) -> Optional[int]:
     return int(match["minor"]) if match["minor"] else LEGACY_GLIBC[match["base"]]
 
 
-def platform_tags(platform: str) -> List[str]:
+def platform_tags(platform: str) -> list[str]:
     """pip --platform values for PLATFORM (comma list): a glibc 2.N system also runs every older
     manylinux wheel, so manylinux_2_N expands to 2_(N-1) ... 2_17 and manylinux2014 (pip itself
     expands only the legacy names); other tags (musllinux_1_2_x86_64, ...) pass as they are."""
-    out: List[str] = []
+    out: list[str] = []
     for tag in platform.split(","):
         if not re.fullmatch(r"[a-z0-9_]{1,80}", tag):
             raise CheckError(f"PLATFORM={platform}: {tag!r} is no wheel platform tag; fix: give the login node's tag, "
@@ -93,7 +93,7 @@ def platform_tags(platform: str) -> List[str]:
     return list(dict.fromkeys(out))
 
 
-def newer_platforms(platform: str) -> List[str]:
+def newer_platforms(platform: str) -> list[str]:
     """The README's platforms for the same machine that need a newer glibc than all of PLATFORM."""
     matches = [TAG.fullmatch(tag) for tag in platform.split(",")]
     if not all(matches) or len({m["arch"] for m in matches}) != 1:
@@ -104,7 +104,7 @@ def newer_platforms(platform: str) -> List[str]:
     return [f"{m['base']}_{arch}" for m in named if m and (glibc_minor(m.group(0)) or 0) > floor]
 
 
-def pins_for(all_pins: Sequence[pins.Pin], python: str, machine: str = "x86_64") -> List[pins.Pin]:
+def pins_for(all_pins: Sequence[pins.Pin], python: str, machine: str = "x86_64") -> list[pins.Pin]:
     """The pins pip installs on CPython ``python`` (a late patch release) on Linux, without the
     source-only ones."""
     env = markers.linux_env(python, PATCH, machine)
@@ -117,7 +117,7 @@ def pins_for(all_pins: Sequence[pins.Pin], python: str, machine: str = "x86_64")
     return list(chosen.values())
 
 
-def pip_env(isolated: bool) -> Dict[str, str]:
+def pip_env(isolated: bool) -> dict[str, str]:
     env = dict(os.environ)
     if isolated:
         env = {k: v for k, v in env.items() if not k.startswith("PIP_") or k in PIP_KEEP}
@@ -130,7 +130,7 @@ def cache_file(cache: Path, python: str, platform: str) -> Path:
     return cache / "wheel-check" / f"{platform}-cp{python.replace('.', '')}.txt"
 
 
-def read_cache(path: Path) -> Set[Tuple[str, str]]:
+def read_cache(path: Path) -> set[tuple[str, str]]:
     """The pins known to have a wheel; an unreadable or foreign line only costs a new question."""
     try:
         data = readfile.read_bytes(path, "wheel-check cache", limit=MAX_CACHE)
@@ -144,14 +144,14 @@ def read_cache(path: Path) -> Set[Tuple[str, str]]:
     return out
 
 
-def newest_release(versions: str) -> Optional[str]:
+def newest_release(versions: str) -> str | None:
     """The last final release of pip's ascending "from versions: ..." list."""
     finals = [v.strip() for v in versions.split(",")[:10000] if RELEASE.fullmatch(v.strip())]
     return finals[-1] if finals else None
 
 
-def _pip(pip: Sequence[str], todo: Sequence[Tuple[str, str]], python: str, platform: str,
-         env: Dict[str, str], fast: bool) -> Tuple[subprocess.CompletedProcess, Optional[dict]]:
+def _pip(pip: Sequence[str], todo: Sequence[tuple[str, str]], python: str, platform: str,
+         env: dict[str, str], fast: bool) -> tuple[subprocess.CompletedProcess, dict | None]:
     with tempfile.TemporaryDirectory(prefix="kit-wheelcheck-") as tmp:
         reqs, report = Path(tmp) / "pins.txt", Path(tmp) / "report.json"
         reqs.write_text("".join(f"{n}=={v}\n" for n, v in todo))
@@ -176,7 +176,7 @@ def _pip(pip: Sequence[str], todo: Sequence[Tuple[str, str]], python: str, platf
         return done, data
 
 
-def reported(report: object) -> Set[Tuple[str, str]]:
+def reported(report: object) -> set[tuple[str, str]]:
     """(name, version) of every distribution in pip's --report (format 1); anything else, none."""
     items = report.get("install") if isinstance(report, dict) else None
     metas = [item.get("metadata") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
@@ -185,14 +185,14 @@ def reported(report: object) -> Set[Tuple[str, str]]:
 
 
 def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Sequence[str], cache: Path,
-               isolated: bool = True) -> Tuple[int, List[Missing]]:
+               isolated: bool = True) -> tuple[int, list[Missing]]:
     """(pins with a wheel, pins without) for CPython ``python`` on ``platform``. Each pip run stops
     at the first pin without a wheel; that one is set aside and the rest asked again."""
     wanted = sorted({(pins.normalize(p.name), p.version) for p in pins_for(all_pins, python)})
     path = cache_file(cache, python, platform)
     known = read_cache(path)
     todo = [key for key in wanted if key not in known]
-    missing: List[Missing] = []
+    missing: list[Missing] = []
     env, fast = pip_env(isolated), True
     for _ in range(len(wanted) + 2):  # one pin fewer per round
         if not todo:
@@ -242,7 +242,7 @@ def lock_line(miss: Missing) -> str:
             f"another) and run scripts/lock.sh --upgrade-package {miss.name}")
 
 
-def wheelhouse_line(misses: Sequence[Missing], other: Optional[str]) -> str:
+def wheelhouse_line(misses: Sequence[Missing], other: str | None) -> str:
     """One line: the first pin pip stopped at, the others it would stop at next, and the fixes."""
     first = misses[0]
     also = f" (nor {', '.join(f'{m.name} {m.version}' for m in misses[1:])})" if misses[1:] else ""
@@ -293,7 +293,7 @@ def require_pip(pip: Sequence[str]) -> None:
                          f"pip {PIP_MAJOR} or newer (scripts/lock.sh keeps one in KIT_CACHE/uv-venv)")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kit.wheelcheck", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     lock = sub.add_parser("lock", help="check every promised (Python, platform) pair")

@@ -15,9 +15,10 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from unittest import mock
 
 import pytest

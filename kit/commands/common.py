@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 SITE_HELP = "site name (looked up in KIT_SITE_PATH, ~/.config/kit/sites, then the shipped ones) or config file"
 

@@ -7,12 +7,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
-from kit.jsonout import add_json_flag, emit
-from kit.image_names import pair_path
 import kit.mpi as mpi  # its names import on first use: the ELF reader only when a command runs
+from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
+from kit.image_names import pair_path
+from kit.jsonout import add_json_flag, emit
 from kit.verbosity import quiet, verbose
-
 
 PAIR_SCHEMA = "kit-mpi-pair/1"
 

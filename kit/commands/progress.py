@@ -11,8 +11,13 @@ class ByteBar:
     """One rich bar counting bytes (size, speed, time left)."""
 
     def __init__(self, stack: ExitStack, label: str, total: int | None = None):
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
         self.bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
                                                 TransferSpeedColumn(), TimeRemainingColumn(),
                                                 transient=True))

@@ -11,8 +11,16 @@ from rich.live import Live
 from rich.table import Table
 
 from gan3d.peak import MAX_SECONDS
+from kit.commands.common import (
+    add_dry_run,
+    add_group,
+    add_run_args,
+    add_site,
+    add_train_args,
+    number,
+    train_args,
+)
 from kit.errors import KitError
-from kit.commands.common import add_dry_run, add_group, add_run_args, add_site, add_train_args, number, train_args
 from kit.jsonout import add_json_flag, emit
 from kit.mpi.pair_reader import pair_file_for
 from kit.scale import sweep_jobs
@@ -46,7 +54,7 @@ def _plan(args: argparse.Namespace) -> int:
         repeats = CALIBRATION_REPEATS if args.repeats is None else args.repeats
         extra, added = calibration_train_args(extra)
     elif not nodes:
-        raise KitError("kit scale plan: --nodes is required (or --calibrate); fix: e.g. --nodes 1,2,4,8")
+        raise KitError("kit scale plan: --nodes is required (or --calibrate)", fix="e.g. --nodes 1,2,4,8")
     if args.layout == "best" or args.tune:
         from kit.scale.tune import best_layout
 
@@ -280,7 +288,8 @@ def _predict(args: argparse.Namespace) -> int:
 
     if args.reference:
         if args.dir or args.results or args.nodes:
-            raise KitError("--reference backtests a paper table on its own, at the rows it did not fit; fix: leave "
+            raise KitError("--reference backtests a paper table on its own, at the rows it did not fit",
+                           fix="leave "
                            "out DIR, --results and --nodes")
         backtest = pr.backtest(args.reference, args.calibrate_on, args.epochs)
         predictions, skipped = [backtest.prediction], []

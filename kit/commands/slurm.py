@@ -6,7 +6,7 @@ import sys
 
 from rich.console import Console
 
-from kit.commands.common import add_group, add_run_args, train_args, number
+from kit.commands.common import add_group, add_run_args, number, train_args
 from kit.errors import KitError
 from kit.mpi.pair_reader import pair_file_for, read_pair_file
 from kit.site import load_site
@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
     [done] = submit_runs(site, [checked], args.dir, pair, args.python, resubmit=args.resubmit,
                          queue=submit)
     if done.held_back:
-        raise KitError(f"run {name} in {args.dir.absolute()}: {done.note}; fix: another --run-id or --dir")
+        raise KitError(f"run {name} in {args.dir.absolute()}: {done.note}", fix="another --run-id or --dir")
     if submit and done.job is None:  # sbatch refused it
         raise KitError(f"run {name}: {done.note}")
     files = RunFiles(args.dir.absolute(), name)

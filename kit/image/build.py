@@ -61,7 +61,8 @@ def recipe_for(site: Site) -> Path:
     if not recipe.is_file():
         known = ", ".join(p.name for p in sorted(RECIPES.glob("*.Dockerfile"))) or "none"
         raise KitError(f"site {site.name}: host MPI {site.host_mpi.vendor} is of the {family} ABI family and "
-                       f"images/ has no {recipe.name} (recipes: {known}); fix: write one whose MPI is of that "
+                       f"images/ has no {recipe.name} (recipes: {known})",
+                       fix="write one whose MPI is of that "
                        "family, or pass --recipe FILE")
     return recipe
 
@@ -85,7 +86,8 @@ def check_image_mpi(site: Site, args: dict[str, str]) -> None:
     openmpi_rule(site.host_mpi.version, DEBIAN_OPENMPI, "full", lambda _r: None, lambda _w: None, refused.append)
     if refused:
         raise KitError(f"site {site.name}: the recipe's default Open MPI (Debian's {DEBIAN_OPENMPI}) cannot be "
-                       f"replaced by the host's: {refused[0]}; fix: --build-arg OPENMPI_VERSION="
+                       f"replaced by the host's: {refused[0]}",
+                       fix="--build-arg OPENMPI_VERSION="
                        f"{site.host_mpi.version} --build-arg OPENMPI_SHA256=<that release tarball's sha256>")
 
 
@@ -94,7 +96,8 @@ def which_builder(preferred: str | None = None) -> str:
     for name in names:
         if shutil.which(name):
             return name
-    raise KitError(f"no image builder found ({', '.join(names)}); fix: install buildah (no daemon, no root "
+    raise KitError(f"no image builder found ({', '.join(names)})",
+                   fix="install buildah (no daemon, no root "
                    "needed) or name another with --builder")
 
 
@@ -176,7 +179,8 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     driver, why = None, ""
     if builder != "buildah" and (storage_driver or storage):
         raise KitError(f"--storage-driver/--storage apply to buildah, not {builder} (its own configuration "
-                       "decides); fix: drop them or use --builder buildah")
+                       "decides)",
+                       fix="drop them or use --builder buildah")
     if builder == "buildah":
         storage = Path(storage).resolve() if storage else None
         driver, why = choose_storage_driver(storage_driver, storage / "root" if storage else DEFAULT_GRAPH_ROOT)
@@ -189,7 +193,8 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     else:  # podman and docker share the CLI
         save = ["--format", fmt] if builder == "podman" else []
         if builder == "docker" and fmt != "docker-archive":
-            raise KitError("docker save writes docker-archive only; fix: --format docker-archive or --builder buildah")
+            raise KitError("docker save writes docker-archive only",
+                           fix="--format docker-archive or --builder buildah")
         commands = [[builder, "build", "--force-rm", "-f", str(recipe), "-t", tag, *flags, str(context)],
                     [builder, "save", *save, "-o", str(part), tag]]
     return BuildPlan(recipe, args, commands, out, part, staged, driver, why)
@@ -234,7 +239,8 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
     for leftover, kind in ((plan.part, stat.S_ISREG), (plan.staged, stat.S_ISDIR)):
         if leftover and os.path.lexists(leftover) and not kind(os.lstat(leftover).st_mode):
             raise KitError(f"{leftover}: the kit builds here, and this is not the file or directory a killed "
-                           "build of it leaves (a link, or another kind); fix: move it away")
+                           "build of it leaves (a link, or another kind)",
+                           fix="move it away")
     plan.part.unlink(missing_ok=True)  # a killed build's leftover: `buildah push` will not overwrite it
     if plan.staged:
         remove_tree(plan.staged)  # a killed build's context: the name is the kit's own, beside OUT

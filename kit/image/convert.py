@@ -6,9 +6,10 @@ into place so that it is the old or the new image at every instant (kit.image.ou
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Protocol
 
 from kit.errors import KitError
 from kit.image.flatten import Entry, Flattener, Note, Report
@@ -17,9 +18,9 @@ from kit.image.manifest import manifest_text, sha256_text
 from kit.image.output import Stager, claim, stage_text
 from kit.image.sources import Image, open_source_image
 from kit.image.target import identity, plan
+from kit.image.writers import open_writer
 from kit.image_names import MANIFEST
 from kit.progress import counter
-from kit.image.writers import open_writer
 
 DEFAULT_LEVEL = 5  # zlib-ng 5: within ~1% of gzip -6's size at 3x its speed (docs/benchmarks.md)
 LEVELS = {"tar.gz": (0, 9), "sqfs": (1, 9)}  # 0-3 ISA-L, 4-9 zlib-ng; mksquashfs gzip levels
@@ -112,8 +113,8 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
         except OSError as exc:  # a full disk, a quota, a vanished directory
             done = ("the new image is in place, its sidecars follow on the next run" if work.swapped
                     else "nothing was replaced")
-            raise KitError(f"{out}: {exc.strerror or exc} while writing it; {done}; "
-                           f"fix: check the free space and permissions of {target.parent}") from exc
+            raise KitError(f"{out}: {exc.strerror or exc} while writing it; {done}",
+                           fix=f"check the free space and permissions of {target.parent}") from exc
     return result
 
 

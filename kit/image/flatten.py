@@ -21,8 +21,9 @@ import json
 import posixpath
 import tarfile
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Callable, Iterator, Mapping, Sequence
+from typing import IO, Callable
 
 from kit.errors import KitError
 from kit.image.layers import Budget, LayerError, Limits, iter_members, safe_name
@@ -219,7 +220,8 @@ class Flattener:
                 return  # a directory merged across layers: emitted once, top layer's metadata
             raise LayerError(f"{layer.label}: member {name!r} ({kind}) clashes with the {prev} "
                              "this layer already has there (the name appears twice, or is the "
-                             "parent of an earlier member); fix: rebuild the layer")
+                             "parent of an earlier member)",
+                             fix="rebuild the layer")
         yield from self._parents(layer, name)
         if kind == LNK and (raw := self._symlink_text(info.linkname)) is not None:
             # A symlink's text is read from where it is: a second name for it in another
@@ -250,7 +252,8 @@ class Flattener:
             else:
                 raise LayerError(f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
                                  f"which is {'a ' + tkind if tkind else 'not'} in the image before "
-                                 "it; fix: rebuild the layer")
+                                 "it",
+                                 fix="rebuild the layer")
         elif kind == REG:
             data = opener()
         if kind == SYM:
@@ -302,7 +305,8 @@ class Flattener:
                                  f"symlink {parent!r}; the image is unsafe, rebuild it")
             if kind is not None:
                 raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
-                                 f"{kind}; fix: rebuild the layer")
+                                 f"{kind}",
+                                 fix="rebuild the layer")
             missing.append(parent)
             parent = parent.rpartition("/")[0]
         for parent in reversed(missing):
@@ -320,8 +324,8 @@ class Flattener:
         try:
             target.encode("utf-8")
         except UnicodeEncodeError:
-            raise LayerError(f"{layer.label}: symlink {name!r} has a target that is not UTF-8; "
-                             "fix: rebuild the image without it") from None
+            raise LayerError(f"{layer.label}: symlink {name!r} has a target that is not UTF-8",
+                             fix="rebuild the image without it") from None
         if target.startswith("/"):
             absolute = posixpath.normpath("/" + target.lstrip("/"))
             rel = posixpath.relpath(absolute, "/" + link_dir)
@@ -399,7 +403,8 @@ class Flattener:
                     break
             if todo:
                 raise LayerError(f"{layer.label}: hard link {next(iter(todo.values()))!r}: its "
-                                 f"target in layer {li} vanished; fix: export the image again")
+                                 f"target in layer {li} vanished",
+                                 fix="export the image again")
 
     def _mount_name(self, path: str, what: str = "--mount-point") -> str:
         if not path.startswith("/"):
@@ -429,7 +434,8 @@ class Flattener:
             if have is not None:
                 now = f"a symlink to {self.symlinks[name]}" if have == SYM else f"a {have}"
                 raise KitError(f"/{name} is {now} in the image, but the site's MPI pair needs a "
-                               f"symlink to /{target} there; fix: remove it from the image recipe")
+                               f"symlink to /{target} there",
+                               fix="remove it from the image recipe")
             info = tarfile.TarInfo(name)
             info.type = tarfile.SYMTYPE
             out = self._normal(info, None)
@@ -466,7 +472,8 @@ class Flattener:
             elif have != want and not (have == LNK and want == REG):
                 if strict:
                     raise KitError(f"{what} /{path}: /{q} is a {have} in the image, so it cannot be "
-                                   "created without following or replacing it; fix: choose another path")
+                                   "created without following or replacing it",
+                                   fix="choose another path")
                 self.report.change(q, None, f"mount point kept as {have} (not followed)")
                 return
 

@@ -14,9 +14,10 @@ import os
 import stat
 import tarfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Callable
 
 import zstandard
 from isal import igzip_threaded
@@ -63,7 +64,7 @@ class _HashingReader:
     mismatch = "its content does not match its digest"
     algo: str
     want: str
-    hash: "hashlib._Hash | None"
+    hash: hashlib._Hash | None
 
     def readinto(self, buf) -> int:
         data = self.read(len(buf))
@@ -132,7 +133,8 @@ class _CountingReader(_HashingReader):
         lim = self.budget.limits
         if self.budget.size > lim.max_size:
             raise LayerError(f"{self.layer.label}: the image expands past --max-size "
-                             f"{lim.max_size} bytes; fix: raise --max-size if the image is genuine")
+                             f"{lim.max_size} bytes",
+                             fix="raise --max-size if the image is genuine")
         if self.count > lim.ratio_floor and self.count > lim.max_ratio * self.stored:
             raise LayerError(f"{self.layer.label}: expands more than {lim.max_ratio}x "
                              f"({self.stored} stored bytes, {self.count}+ unpacked): "
@@ -211,17 +213,20 @@ def safe_name(raw: str, layer: Layer, what: str = "member") -> str:
         encoded = raw.encode("utf-8")
     except UnicodeEncodeError:
         raise LayerError(f"{layer.label}: {what} {raw.encode('utf-8', 'surrogateescape')!r} "
-                         "has a name that is not UTF-8; fix: rename it in the image") from None
+                         "has a name that is not UTF-8",
+                         fix="rename it in the image") from None
     if "\0" in raw:
         raise LayerError(f"{layer.label}: {what} {raw[:80]!r} has a NUL byte in its name "
-                         "(a forged pax header?); fix: rebuild the layer")
+                         "(a forged pax header?)",
+                         fix="rebuild the layer")
     parts = [p for p in raw.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise LayerError(f"{layer.label}: {what} {raw!r} has a '..' component (path traversal); "
                          "the image is unsafe, rebuild it without it")
     if len(encoded) > MAX_PATH or any(len(p.encode()) > MAX_COMPONENT for p in parts):
         raise LayerError(f"{layer.label}: {what} {raw[:80]!r}... has an overlong name "
-                         f"(> {MAX_PATH} bytes or a component > {MAX_COMPONENT}); fix: shorten it")
+                         f"(> {MAX_PATH} bytes or a component > {MAX_COMPONENT})",
+                         fix="shorten it")
     return "/".join(parts)
 
 
@@ -235,7 +240,7 @@ class Member:
 
 @contextlib.contextmanager
 def _tar_stream(layer: Layer, budget: Budget,
-                progress) -> Iterator[tuple[tarfile.TarFile | None, "_Forward", Callable]]:
+                progress) -> Iterator[tuple[tarfile.TarFile | None, _Forward, Callable]]:
     blob = layer.blob
     comp = _compression(layer)
     with contextlib.ExitStack() as stack:
@@ -257,7 +262,8 @@ def _tar_stream(layer: Layer, budget: Budget,
         def finish() -> None:
             problem = counted.finish() or raw.finish()
             if problem:
-                raise LayerError(f"{layer.label}: {problem}; fix: the blob is corrupt or was "
+                raise LayerError(f"{layer.label}: {problem}",
+                                 fix="the blob is corrupt or was "
                                  "tampered with, export the image again")
         yield tf, stream, finish
 
@@ -326,7 +332,8 @@ def iter_members(layer: Layer, budget: Budget, progress=None,
                 budget.members += 1
                 if budget.members > budget.limits.max_members:
                     raise LayerError(f"{layer.label}: more than --max-members "
-                                     f"{budget.limits.max_members} members at {last!r}; fix: raise "
+                                     f"{budget.limits.max_members} members at {last!r}",
+                                     fix="raise "
                                      "--max-members if the image is genuine")
                 _check_member(info, layer, budget.limits)
                 yield Member(ordinal, info,
@@ -338,8 +345,8 @@ def iter_members(layer: Layer, budget: Budget, progress=None,
     except KitError:
         raise
     except READ_ERRORS as exc:
-        raise LayerError(f"{layer.label}: truncated or corrupt near member {last!r}: {exc}; "
-                         "fix: export the image again") from exc
+        raise LayerError(f"{layer.label}: truncated or corrupt near member {last!r}: {exc}",
+                         fix="export the image again") from exc
 
 
 def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
@@ -352,25 +359,29 @@ def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
         if size > MAX_PATH or "\0" in info.linkname:
             what = "with a NUL byte" if "\0" in info.linkname else f"of {size} bytes"
             raise LayerError(f"{layer.label}: symlink {info.name!r} has a target {what} (at most "
-                             f"{MAX_PATH} bytes, no NUL); fix: rebuild the layer without it")
+                             f"{MAX_PATH} bytes, no NUL)",
+                             fix="rebuild the layer without it")
     mtime = info.mtime
     if not (isinstance(mtime, (int, float)) and math.isfinite(mtime) and 0 <= mtime < MAX_MTIME):
         raise LayerError(f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its "
-                         "header, not a time between 1970 and 2106; fix: rebuild the layer with "
+                         "header, not a time between 1970 and 2106",
+                         fix="rebuild the layer with "
                          "real timestamps (e.g. SOURCE_DATE_EPOCH)")
     if info.size > limits.max_size:
         raise LayerError(f"{layer.label}: member {info.name!r} says it holds {info.size} bytes, "
-                         f"more than --max-size {limits.max_size}; fix: raise --max-size if the "
+                         f"more than --max-size {limits.max_size}",
+                         fix="raise --max-size if the "
                          "image is genuine")
 
 
-def _check_end(offset: int, stream: "_Forward | _Window", layer: Layer, last: str) -> None:
+def _check_end(offset: int, stream: _Forward | _Window, layer: Layer, last: str) -> None:
     """tarfile ends quietly at a header it cannot parse: only zero blocks may follow it."""
     bad = first_nonzero(stream.rest_from(offset), offset)
     if bad is not None:
         raise LayerError(f"{layer.label}: corrupt tar header at byte {offset} of the layer "
                          f"(after member {last!r}, non-zero data at byte {bad}): the members "
-                         "after it would be lost; fix: export the image again")
+                         "after it would be lost",
+                         fix="export the image again")
 
 
 class _Guarded:
@@ -386,7 +397,8 @@ class _Guarded:
             raise
         except READ_ERRORS as exc:
             raise LayerError(f"{self.layer.label}: member {self.name!r}: truncated or corrupt "
-                             f"data ({exc}); fix: export the image again") from None
+                             f"data ({exc})",
+                             fix="export the image again") from None
 
     def close(self) -> None:
         self.inner.close()
@@ -419,14 +431,15 @@ def _walk_dir(layer: Layer, budget: Budget) -> Iterator[Member]:
             budget.size += info.size
             if budget.members > budget.limits.max_members or budget.size > budget.limits.max_size:
                 raise LayerError(f"{layer.label}: {root} is past --max-members/--max-size at "
-                                 f"{name!r}; fix: raise the limit if the tree is genuine")
+                                 f"{name!r}",
+                                 fix="raise the limit if the tree is genuine")
             yield Member(ordinal, info, lambda p=entry.path, n=name: _open_file(p, n, layer))
             ordinal += 1
             if info.isdir():
                 pending.append(iter(_sorted_dir(root, name)))
     except OSError as exc:
-        raise LayerError(f"{layer.label}: cannot read {exc.filename or root}: {exc.strerror}; "
-                         "fix: check the tree's permissions and path lengths") from None
+        raise LayerError(f"{layer.label}: cannot read {exc.filename or root}: {exc.strerror}",
+                         fix="check the tree's permissions and path lengths") from None
 
 
 def _sorted_dir(root: Path, rel: str) -> list[os.DirEntry]:
@@ -465,11 +478,13 @@ def _open_file(path: str, name: str, layer: Layer) -> IO[bytes]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise LayerError(f"{layer.label}: cannot read {name!r}: {exc.strerror} (changed while "
-                         "converting?); fix: convert a tree nobody is modifying") from None
+                         "converting?)",
+                         fix="convert a tree nobody is modifying") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise LayerError(f"{layer.label}: {name!r} is now {kind_name(mode)} (changed while "
-                         "converting?); fix: convert a tree nobody is modifying")
+                         "converting?)",
+                         fix="convert a tree nobody is modifying")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")

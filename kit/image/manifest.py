@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 
 from kit.image_names import sha256_line
 
-
 if TYPE_CHECKING:
     from kit.image.convert import ConversionReport
 
 
-def manifest_dict(r: "ConversionReport") -> dict:
+def manifest_dict(r: ConversionReport) -> dict:
     img = r.image
     return {
         "tool": "kit image convert",
@@ -36,11 +35,11 @@ def manifest_dict(r: "ConversionReport") -> dict:
     }
 
 
-def sha256_text(r: "ConversionReport") -> str:
+def sha256_text(r: ConversionReport) -> str:
     """OUT.sha256 (files only): ``sha256sum -c`` checks it."""
     assert r.output is not None and r.sha256
     return sha256_line(r.sha256, r.output.name)
 
 
-def manifest_text(r: "ConversionReport") -> str:
+def manifest_text(r: ConversionReport) -> str:
     return json.dumps(manifest_dict(r), indent=2) + "\n"

@@ -16,12 +16,20 @@ import fcntl
 import os
 import stat
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable
 
 from kit import interrupt
-from kit.atomic import (atomic_write_bytes, exchange, exchange_if, fsync_dir, fsync_path, remove_tree,
-                        rename_noreplace)
+from kit.atomic import (
+    atomic_write_bytes,
+    exchange,
+    exchange_if,
+    fsync_dir,
+    fsync_path,
+    remove_tree,
+    rename_noreplace,
+)
 from kit.errors import KitError
 from kit.image.target import LOCK_TAG, STAGED, WORK_TAG, Target, read_manifest, work_dirs
 from kit.image_names import MANIFEST, SIDECARS
@@ -58,15 +66,15 @@ class Work:
             try:
                 rename_noreplace(self.dir_fd, inner, t.name)
             except FileExistsError:
-                raise KitError(f"{t.out}: appeared while converting; nothing was replaced; "
-                               "fix: move it away or choose another OUT") from None
+                raise KitError(f"{t.out}: appeared while converting; nothing was replaced",
+                               fix="move it away or choose another OUT") from None
         elif t.fmt == "dir":
             if not exchange_if(self.dir_fd, inner, t.name, t.existing["inode"]):  # old image: WORK/root
-                raise KitError(f"{t.out}: changed while converting; nothing was replaced; "
-                               "fix: run again")
+                raise KitError(f"{t.out}: changed while converting; nothing was replaced",
+                               fix="run again")
         else:
             if _identity_at(self.dir_fd, t.name) != t.existing["inode"]:
-                raise KitError(f"{t.out}: changed while converting; nothing was replaced; fix: run again")
+                raise KitError(f"{t.out}: changed while converting; nothing was replaced", fix="run again")
             os.rename(inner, t.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         fsync_dir(self.dir_fd)
 
@@ -104,8 +112,8 @@ def claim(target: Target) -> Iterator[Work]:
         target.parent.mkdir(parents=True, exist_ok=True)
         dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise KitError(f"{target.out}: cannot use the directory {target.parent} ({exc.strerror}); "
-                       "fix: create it or choose OUT elsewhere") from None
+        raise KitError(f"{target.out}: cannot use the directory {target.parent} ({exc.strerror})",
+                       fix="create it or choose OUT elsewhere") from None
     try:
         lock_fd = _lock(target, dir_fd)
         try:
@@ -120,7 +128,8 @@ def claim(target: Target) -> Iterator[Work]:
                 work = Work(target, dir_fd, lock_fd)
             except OSError as exc:
                 raise KitError(f"{target.out}: {exc.strerror or exc} while preparing to write it; "
-                               f"nothing was replaced; fix: check the free space and permissions of "
+                               "nothing was replaced",
+                               fix="check the free space and permissions of "
                                f"{target.parent}") from exc
             try:
                 yield work
@@ -144,23 +153,24 @@ def _lock(target: Target, dir_fd: int) -> int:
             fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          0o600, dir_fd=dir_fd)
         except OSError as exc:
-            raise KitError(f"{target.parent / name}: cannot create the lock ({exc.strerror}); "
-                           "fix: make the directory writable or choose OUT elsewhere") from None
+            raise KitError(f"{target.parent / name}: cannot create the lock ({exc.strerror})",
+                           fix="make the directory writable or choose OUT elsewhere") from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise KitError(f"{target.parent / name}: not a regular file; fix: move it away")
+                raise KitError(f"{target.parent / name}: not a regular file", fix="move it away")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise KitError(f"{target.out}: another kit image convert is writing it (it holds "
-                           f"{name}); fix: wait for it to finish") from None
+                           f"{name})",
+                           fix="wait for it to finish") from None
         except BaseException:
             os.close(fd)
             raise
         if _identity_at(dir_fd, name) == os.fstat(fd).st_ino:
             return fd
         os.close(fd)
-    raise KitError(f"{target.parent / name}: the lock keeps changing; fix: run again")
+    raise KitError(f"{target.parent / name}: the lock keeps changing", fix="run again")
 
 
 def _check_exchange(target: Target) -> None:
@@ -179,7 +189,8 @@ def _check_exchange(target: Target) -> None:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             raise
         raise KitError(f"{target.out}: this filesystem cannot swap directories atomically, so the "
-                       "directory image cannot be replaced in place; fix: move the old image away "
+                       "directory image cannot be replaced in place",
+                       fix="move the old image away "
                        "yourself, or write a file image (.sqfs, .tar.gz)") from None
     finally:
         remove_tree(probe)

@@ -25,9 +25,10 @@ def open_regular(path: Path, what: str, follow: bool = True) -> BinaryIO:
         return os.fdopen(open_regular_fd(path, follow_symlinks=follow), "rb")
     except NotRegularFile as exc:
         if exc.kind == "a symlink":
-            raise KitError(f"{path}: {what} is a symlink; fix: copy the image again without "
+            raise KitError(f"{path}: {what} is a symlink",
+                           fix="copy the image again without "
                            "symlinked blobs (skopeo copy)") from None
-        raise KitError(f"{path}: {what} is {exc.kind}, not a regular file; "
-                       "fix: give the image archive or layout itself") from None
+        raise KitError(f"{path}: {what} is {exc.kind}, not a regular file",
+                       fix="give the image archive or layout itself") from None
     except OSError as exc:
         raise KitError(f"{path}: cannot read {what}: {exc.strerror}") from None

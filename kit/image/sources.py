@@ -13,9 +13,9 @@ import os
 import posixpath
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from kit.errors import KitError
 from kit.image.regular import open_regular
@@ -77,7 +77,8 @@ CHUNK = 1 << 20
 def detect(src: Path) -> str:
     """Return the kind of SRC, looking at its content."""
     if not src.exists():
-        raise KitError(f"{src}: no such file or directory; fix: give an existing image archive, "
+        raise KitError(f"{src}: no such file or directory",
+                       fix="give an existing image archive, "
                        "OCI layout directory or root filesystem")
     if src.is_dir():
         if os.path.lexists(src / "oci-layout") and os.path.lexists(src / "index.json"):
@@ -111,18 +112,21 @@ def _scan(src: Path) -> Iterator[tarfile.TarInfo]:
                 count += 1
                 if count > MAX_ARCHIVE_MEMBERS:
                     raise KitError(f"{src}: more than {MAX_ARCHIVE_MEMBERS} members; an image "
-                                   "archive holds a few per layer; fix: pass the image archive")
+                                   "archive holds a few per layer",
+                                   fix="pass the image archive")
                 yield info
             fh.seek(tf.offset)
             bad = first_nonzero(iter(lambda: fh.read(CHUNK), b""), tf.offset)
         except (tarfile.TarError, ValueError, EOFError) as exc:
             raise KitError(f"{src}: not a tar archive, OCI layout or directory, or a corrupt one "
-                           f"({exc}); fix: pass a docker-archive, OCI layout/archive or root "
+                           f"({exc})",
+                           fix="pass a docker-archive, OCI layout/archive or root "
                            "filesystem") from None
     if bad is not None:
         raise KitError(f"{src}: corrupt tar header at byte {tf.offset} (data at byte {bad} "
                        "after what tar reads as the end): the members from there on would be "
-                       "lost; fix: copy or export the archive again")
+                       "lost",
+                       fix="copy or export the archive again")
 
 
 def _clean(name: str) -> str:
@@ -145,7 +149,8 @@ class _Doc:
             return typ()
         if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
             raise KitError(f"{self.where}: {field} is {_type_name(value)}, expected "
-                           f"{_type_name(typ())}; fix: {self.fix}")
+                           f"{_type_name(typ())}",
+                           fix=f"{self.fix}")
         return value
 
     def strings(self, value: object, field: str, optional: bool = True) -> list[str]:
@@ -158,7 +163,8 @@ class _Doc:
         digest = self.want(value, str, field)
         if not DIGEST.fullmatch(digest):
             raise KitError(f"{self.where}: {field} {digest[:80]!r} is not a digest of the form "
-                           f"sha256:<64 hex digits>; fix: {self.fix}")
+                           "sha256:<64 hex digits>",
+                           fix=f"{self.fix}")
         return digest
 
 
@@ -192,24 +198,25 @@ class _Store:
         assert self.members is not None
         info = self.members.get(_clean(name))
         if info is None:
-            raise KitError(f"{self.src}: archive has no member {name!r}; "
-                           "fix: the archive is incomplete, export it again")
+            raise KitError(f"{self.src}: archive has no member {name!r}",
+                           fix="the archive is incomplete, export it again")
         if (info.issym() or info.islnk()) and hops < 8:
             base = posixpath.dirname(_clean(name)) if info.issym() else ""
             return self._member(posixpath.join(base, info.linkname), hops + 1)
         if not info.isfile():
-            raise KitError(f"{self.src}: member {name!r} is not a regular file; "
-                           "fix: the archive is corrupt, export it again")
+            raise KitError(f"{self.src}: member {name!r} is not a regular file",
+                           fix="the archive is corrupt, export it again")
         return info
 
     def blob(self, name: str) -> Blob:
         if self.members is None:
             if ".." in name.split("/"):
-                raise KitError(f"{self.src}: {name!r} climbs out of the layout; "
-                               "fix: the layout is corrupt, copy it again (skopeo copy)")
+                raise KitError(f"{self.src}: {name!r} climbs out of the layout",
+                               fix="the layout is corrupt, copy it again (skopeo copy)")
             path = self.src / name
             if not os.path.lexists(path):
-                raise KitError(f"{self.src}: missing blob {name}; fix: the layout is incomplete, "
+                raise KitError(f"{self.src}: missing blob {name}",
+                               fix="the layout is incomplete, "
                                "copy it again (skopeo copy)")
             with open_regular(path, name, follow=False) as fh:
                 return Blob(path, 0, os.fstat(fh.fileno()).st_size)
@@ -220,20 +227,21 @@ class _Store:
         blob = self.blob(name)
         if blob.size > limit:
             raise KitError(f"{self.src}: {name} is {blob.size} bytes, too big for metadata "
-                           f"(at most {limit}); fix: the image is corrupt, export it again")
+                           f"(at most {limit})",
+                           fix="the image is corrupt, export it again")
         with open_regular(blob.path, name, follow=self.members is not None) as fh:
             fh.seek(blob.offset)
             data = fh.read(blob.size)
         if len(data) != blob.size:
-            raise KitError(f"{self.src}: {name} is truncated; fix: export the image again")
+            raise KitError(f"{self.src}: {name} is truncated", fix="export the image again")
         return data
 
     def json(self, name: str, data: bytes | None = None) -> object:
         try:
             return json.loads(self.read(name) if data is None else data)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise KitError(f"{self.src}: {name} is not valid JSON ({str(exc)[:200]}); "
-                           "fix: the image is corrupt, export it again") from None
+            raise KitError(f"{self.src}: {name} is not valid JSON ({str(exc)[:200]})",
+                           fix="the image is corrupt, export it again") from None
 
 
 def _digest_path(digest: str) -> str:
@@ -248,8 +256,8 @@ def _verified_json(store: _Store, digest: str) -> dict:
     data = store.read(name)
     algo, _, want = digest.partition(":")
     if hashlib.new(algo, data).hexdigest() != want:
-        raise KitError(f"{store.src}: blob {digest} does not match its digest; "
-                       "fix: the image is corrupt, export it again")
+        raise KitError(f"{store.src}: blob {digest} does not match its digest",
+                       fix="the image is corrupt, export it again")
     return _Doc(f"{store.src}: {name}", _FIX).want(store.json(name, data), dict, "the document")
 
 
@@ -279,7 +287,8 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
         if desc.get("mediaType") in (OCI_INDEX, DOCKER_LIST):
             if depth >= MAX_INDEX_DEPTH:
                 raise KitError(f"{src}: image indexes nested more than {MAX_INDEX_DEPTH} deep "
-                               f"at {digest}; fix: {_FIX}")
+                               f"at {digest}",
+                               fix=f"{_FIX}")
             sub = _Doc(f"{src}: {_digest_path(digest)}", _FIX)
             index = _verified_json(store, digest)
             for n, item in enumerate(sub.want(index.get("manifests"), list, "manifests", True)):
@@ -348,7 +357,7 @@ def _docker_image(src: Path, store: _Store, cand: Candidate) -> Image:
     doc = _Doc(f"{src}: manifest.json", _FIX)
     config_name = doc.want(entry.get("Config"), str, "Config", optional=True)
     if not config_name:
-        raise KitError(f"{src}: manifest.json entry has no Config; fix: {_FIX}")
+        raise KitError(f"{src}: manifest.json entry has no Config", fix=f"{_FIX}")
     config = check_config(store.json(config_name), f"{src}: {config_name}")
     cdoc = _Doc(f"{src}: {config_name}", _FIX)
     rootfs = cdoc.want(config.get("rootfs"), dict, "rootfs", optional=True)
@@ -357,7 +366,8 @@ def _docker_image(src: Path, store: _Store, cand: Candidate) -> Image:
     names = doc.strings(entry.get("Layers"), "Layers")
     if len(diff_ids) != len(names):
         raise KitError(f"{src}: config lists {len(diff_ids)} layer digests (rootfs.diff_ids) "
-                       f"but manifest.json lists {len(names)} layers; fix: export the image again")
+                       f"but manifest.json lists {len(names)} layers",
+                       fix="export the image again")
     stem = Path(config_name).stem
     config_digest = f"sha256:{stem}" if DIGEST.fullmatch(f"sha256:{stem}") else None
     layers = [Layer(i, "docker-archive", store.blob(n), diff_id=d)
@@ -382,7 +392,8 @@ def _oci_image(src: Path, kind: str, store: _Store, cand: Candidate) -> Image:
         blob = store.blob(_digest_path(digest))
         if "size" in desc and doc.want(desc["size"], int, f"layers[{i}].size") != blob.size:
             raise KitError(f"{src}: layer {i} ({digest}) is {blob.size} bytes but its "
-                           f"descriptor says {desc['size']}; fix: the blob is truncated or corrupt, "
+                           f"descriptor says {desc['size']}",
+                           fix="the blob is truncated or corrupt, "
                            "copy the image again")
         layers.append(Layer(i, media_type, blob, digest=digest))
     return Image(kind, src, ref=(cand.names or (None,))[0], manifest_digest=cand.digest,

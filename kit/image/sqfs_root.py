@@ -28,13 +28,13 @@ _MTIME_AT, _HEADER_SIZE = 8, 16  # inode header: type, mode, uid, gid (u16 each)
 def set_root_mtime(path: Path, mtime: int) -> None:
     """Set the root directory's mtime of the SquashFS image at PATH (the kit's own work file)."""
     if not 0 <= mtime < 1 << 32:
-        raise KitError(f"{path}: root mtime {mtime} does not fit SquashFS's 32 bits; "
-                       "fix: give the image's files real timestamps")
+        raise KitError(f"{path}: root mtime {mtime} does not fit SquashFS's 32 bits",
+                       fix="give the image's files real timestamps")
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise KitError(f"{path}: not a regular file; fix: remove it and convert again")
+            raise KitError(f"{path}: not a regular file", fix="remove it and convert again")
         positions = _root_header(fd, path, st.st_size)
         for pos, byte in zip(positions[_MTIME_AT:_MTIME_AT + 4], struct.pack("<I", mtime)):
             os.pwrite(fd, bytes([byte]), pos)
@@ -46,7 +46,8 @@ def _root_header(fd: int, path: Path, size: int) -> list[int]:
     """The file offsets of the root inode's 16 header bytes (it may span two metadata blocks)."""
     def bad(why: str) -> KitError:
         return KitError(f"{path}: mksquashfs wrote an image whose root inode cannot be stamped "
-                        f"({why}); fix: use squashfs-tools 4.x that honours -noI")
+                        f"({why})",
+                        fix="use squashfs-tools 4.x that honours -noI")
 
     raw = os.pread(fd, _SUPER.size, 0)
     if len(raw) != _SUPER.size:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.image_names import MANIFEST, PAIR, SHA256, SIDECARS, is_pair_document, is_sha256_file
 from kit.image.writers import format_for
+from kit.image_names import MANIFEST, PAIR, SHA256, SIDECARS, is_pair_document, is_sha256_file
 from kit.readfile import read_bytes
 
 WORK_TAG = ".kit-tmp."  # .OUT.kit-tmp.XXXXXXXX: the work directory of one run for OUT
@@ -45,7 +45,7 @@ class Target:
     def path(self) -> Path:
         return self.parent / self.name
 
-    def recheck(self) -> "Target":
+    def recheck(self) -> Target:
         """The same checks again (under the run's lock: OUT may have changed since)."""
         return plan(self.src, self.out, self.fmt, self.force)
 
@@ -55,14 +55,14 @@ def plan(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None, force:
     src, out = Path(src), Path(out)
     name = out.name
     if name in ("", ".", ".."):
-        raise KitError(f"{out}: OUT is '.', '..' or '/', a directory the kit did not make; "
-                       "fix: name a new image, e.g. img.sqfs or img/")
+        raise KitError(f"{out}: OUT is '.', '..' or '/', a directory the kit did not make",
+                       fix="name a new image, e.g. img.sqfs or img/")
     if len(name.encode()) > NAME_MAX:
-        raise KitError(f"{out}: the name is longer than {NAME_MAX} bytes; fix: a shorter OUT name")
+        raise KitError(f"{out}: the name is longer than {NAME_MAX} bytes", fix="a shorter OUT name")
     fmt = format_for(out, fmt)
     parent = Path(os.path.realpath(out.parent))
     if parent.exists() and not parent.is_dir():
-        raise KitError(f"{out}: {out.parent} is not a directory; fix: choose OUT in a directory")
+        raise KitError(f"{out}: {out.parent} is not a directory", fix="choose OUT in a directory")
     path = parent / name
     _check_overlap(src, out, path)
     existing = pending = None
@@ -70,8 +70,8 @@ def plan(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None, force:
     if st is not None:
         existing, pending = _recognise(out, path, fmt, st)
         if not force:
-            raise KitError(f"{out}: exists (an earlier kit image convert {fmt} output); "
-                           "fix: pass --force to replace it, or choose another OUT")
+            raise KitError(f"{out}: exists (an earlier kit image convert {fmt} output)",
+                           fix="pass --force to replace it, or choose another OUT")
     for suffix in SIDECARS:
         _check_sidecar(Path(f"{path}{suffix}"), suffix, name)
     return Target(src, out, parent, name, fmt, force, existing, pending)
@@ -93,13 +93,13 @@ def _check_overlap(src: Path, out: Path, path: Path) -> None:
         cwd = None
     for where in (path, Path(os.path.realpath(path))):  # OUT itself, and where a link at OUT leads
         if where == real_src or _same_file(src, where):
-            raise KitError(f"{out}: OUT is SRC itself; fix: write the image under another name")
+            raise KitError(f"{out}: OUT is SRC itself", fix="write the image under another name")
         if real_src in where.parents:
-            raise KitError(f"{out}: OUT is inside SRC {src}; fix: write the image outside the source")
+            raise KitError(f"{out}: OUT is inside SRC {src}", fix="write the image outside the source")
         if where in real_src.parents:
-            raise KitError(f"{out}: OUT contains SRC {src}; fix: write the image elsewhere")
+            raise KitError(f"{out}: OUT contains SRC {src}", fix="write the image elsewhere")
         if cwd is not None and (where == cwd or where in cwd.parents):
-            raise KitError(f"{out}: OUT is the current directory or contains it; fix: name a new image")
+            raise KitError(f"{out}: OUT is the current directory or contains it", fix="name a new image")
 
 
 def _same_file(src: Path, path: Path) -> bool:
@@ -136,7 +136,8 @@ def _recognise(out: Path, path: Path, fmt: str, st: os.stat_result) -> tuple[Ide
                 return found, work  # the image went in, its sidecars did not: finished next run
     raise KitError(f"{out}: exists as {kind} that is not an earlier kit image convert {fmt} output "
                    f"(no {path.name}{MANIFEST} describes it); the kit never replaces what it did not "
-                   "make; fix: choose another OUT, or move it away yourself")
+                   "make",
+                   fix="choose another OUT, or move it away yourself")
 
 
 def _describes(manifest: dict, fmt: str, found: Identity) -> bool:
@@ -196,4 +197,5 @@ def _kit_made(path: Path, suffix: str, name: str) -> bool:
 def _check_sidecar(path: Path, suffix: str, name: str) -> None:
     if _lstat(path) is not None and not _kit_made(path, suffix, name):
         raise KitError(f"{path}: exists and was not written by kit image convert, which would "
-                       "replace it; fix: move it away or choose another OUT")
+                       "replace it",
+                       fix="move it away or choose another OUT")

@@ -13,8 +13,9 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO
 
 from isal import igzip_threaded
 from zlib_ng import gzip_ng_threaded
@@ -45,7 +46,8 @@ def format_for(out: Path, fmt: str | None) -> str:
         return "sqfs"
     if out.is_dir() or not out.suffix:
         return "dir"
-    raise KitError(f"{out}: cannot tell the output format from the name; fix: use a name ending "
+    raise KitError(f"{out}: cannot tell the output format from the name",
+                   fix="use a name ending "
                    "in .tar.gz, .tar or .sqfs, or pass --format tar.gz|tar|sqfs|dir")
 
 
@@ -162,7 +164,7 @@ class SquashWriter(Writer):
     def __init__(self, work: Path, level: int, threads: int, keep_fds: Sequence[int] = ()):
         super().__init__(work)
         if not shutil.which("mksquashfs"):
-            raise KitError("mksquashfs not found; fix: apt-get install squashfs-tools")
+            raise KitError("mksquashfs not found", fix="apt-get install squashfs-tools")
         self.path = self.tmp / "out.sqfs"
         self.newest = 0  # the root directory's mtime
         self.errlog = tempfile.TemporaryFile()  # not beside OUT: when that disk is full, the reason must fit
@@ -188,13 +190,14 @@ class SquashWriter(Writer):
             code = self.proc.wait(timeout=self.FINISH_TIMEOUT)
         except subprocess.TimeoutExpired:
             self._close_quietly()
-            raise KitError(f"mksquashfs did not finish within {self.FINISH_TIMEOUT} s; fix: check "
+            raise KitError(f"mksquashfs did not finish within {self.FINISH_TIMEOUT} s",
+                           fix="check "
                            f"the disk holding {self.tmp.parent}") from None
         self.errlog.seek(0)
         lines = [line.strip() for line in self.errlog.read(1 << 20).decode(errors="replace").splitlines()]
         last = "; ".join([line for line in lines if line][-3:])[-400:] or "no message"
-        raise KitError(f"mksquashfs failed (exit {code}) writing into {self.tmp.parent}: {last}; "
-                       "fix: check the free space there, and squashfs-tools >= 4.5")
+        raise KitError(f"mksquashfs failed (exit {code}) writing into {self.tmp.parent}: {last}",
+                       fix="check the free space there, and squashfs-tools >= 4.5")
 
     def finish(self) -> Path:
         try:

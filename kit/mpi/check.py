@@ -97,7 +97,8 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
         return []
     if site.scheduler.type != "slurm" or shutil.which("salloc") is None:
         raise KitError(f"site {site.name}: a {nodes}-node check needs Slurm (scheduler.type: slurm and salloc "
-                       "on PATH); fix: run it on the site's login node, or with --nodes 1")
+                       "on PATH)",
+                       fix="run it on the site's login node, or with --nodes 1")
     partition = [f"--partition={site.scheduler.partition}"] if site.scheduler.partition else []
     return ["salloc", "--quiet", f"--nodes={nodes}", f"--ntasks-per-node={per_node}", *partition, "--time=5"]
 
@@ -114,8 +115,8 @@ def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes
     runtime = pair.launch.runtime
     runtime.ready(pair.site, str(image), image_kind(image))  # the image's form, the runtime's tools
     if pair.missing:
-        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}; "
-                       f"fix: {FIX_MISSING}")
+        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}",
+                       fix=f"{FIX_MISSING}")
     launcher, join = launcher_command(pair, RANKS, nodes)
     program = resources.files("kit.mpi").joinpath("rank_report.py").read_text()
     env = dict(os.environ)
@@ -186,7 +187,8 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float,
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, cwd=cwd)
     except OSError as exc:
-        raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror}); fix: host_mpi.launcher and "
+        raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror})",
+                       fix="host_mpi.launcher and "
                        "host_mpi.prefix in the site config must name an installed, executable launcher") from None
     known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
     deadline = time.monotonic() + timeout - STOP_GRACE

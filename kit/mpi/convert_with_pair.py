@@ -13,17 +13,18 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Any
 
 from kit.image.convert import ConversionReport, convert
 from kit.image.flatten import Entry
+from kit.image_names import PAIR, current_link, image_name, pair_path
 from kit.mpi.imagefs import WantedTree
 from kit.mpi.pair_builder import Pair, pair_from_root, write_pair
 from kit.runtime.imageenv import ENV_MAX, ENVIRONMENT, parse_environment
 from kit.site import Site, load_site
-from kit.image_names import PAIR, current_link, image_name, pair_path
 
 
 @dataclass

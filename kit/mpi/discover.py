@@ -10,9 +10,10 @@ import os
 import posixpath
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Tuple
+from typing import Callable, Optional
 
 from kit.mpi.elf import ElfError, is_elf, open_elf
 from kit.mpi.imagefs import note, open_image_tree, wanted
@@ -28,7 +29,7 @@ DPKG_MPI = {"libmpich12": "mpich", "libopenmpi3": "openmpi", "libmvapich2-12": "
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
 MAX_DPKG_STATUS = 64 << 20  # a full distribution's is a few MB
 MAX_MPI_NAMES = 256  # MPI entries looked at (real images: a few, times their hwcap dirs)
-Facts = Tuple[Optional[str], Optional[str], Optional[str]]  # soname, vendor, MPI version of one file
+Facts = tuple[Optional[str], Optional[str], Optional[str]]  # soname, vendor, MPI version of one file
 
 
 @dataclass(frozen=True)

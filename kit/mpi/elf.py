@@ -15,9 +15,9 @@ import os
 import re
 import stat
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from kit.site.model import vendor_named_in
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from kit.mpi.elf import ElfError, elf_facts
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache

@@ -17,14 +17,14 @@ import subprocess
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from kit.errors import KitError
 from kit.excerpt import one_line
-from kit.readfile import NotRegularFile, open_regular_fd
 from kit.image_names import SQUASH
+from kit.readfile import NotRegularFile, open_regular_fd
 from kit.rootfs import Root, RootError, show
 from kit.tarsafe import first_nonzero, open_tar
 
@@ -84,7 +84,8 @@ def image_kind(image: Path) -> str:
     if stat.S_ISDIR(st.st_mode):
         return "source" if _source_kind(image) else "dir"
     if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: not opened
-        raise KitError(f"{image}: not a directory or a regular file; fix: name an image directory, "
+        raise KitError(f"{image}: not a directory or a regular file",
+                       fix="name an image directory, "
                        "tarball or SquashFS file")
     if name.endswith(TAR_SUFFIXES):
         return "source" if name.endswith(".tar") and _source_kind(image) else "tar"
@@ -112,7 +113,8 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
         try:
             fh = os.fdopen(open_regular_fd(image), "rb")
         except NotRegularFile as exc:
-            raise KitError(f"{image}: is {exc.kind}, not a regular file; fix: name an image directory, "
+            raise KitError(f"{image}: is {exc.kind}, not a regular file",
+                           fix="name an image directory, "
                            "tarball or SquashFS file") from None
         except OSError as exc:
             raise KitError(f"{image}: cannot read the image ({exc.strerror})") from None
@@ -133,7 +135,8 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
             raise KitError(f"{image}: cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}") from None
     if bad is not None:
         raise KitError(f"{image}: cannot read the tarball: corrupt tar header at byte {tar.offset} (data at "
-                       f"byte {bad} after what tar reads as the end); fix: copy or convert the image again")
+                       f"byte {bad} after what tar reads as the end)",
+                       fix="copy or convert the image again")
 
 
 def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tree: Root) -> None:
@@ -206,15 +209,18 @@ def _require_safe_unsquashfs() -> None:
         run = subprocess.run(["unsquashfs", "-version"], capture_output=True, text=True, errors="replace",
                              timeout=60)
     except FileNotFoundError:
-        raise KitError("unsquashfs not found, needed to read a SquashFS image; fix: install squashfs-tools "
+        raise KitError("unsquashfs not found, needed to read a SquashFS image",
+                       fix="install squashfs-tools "
                        ">= 4.5.1") from None
     except subprocess.TimeoutExpired:
-        raise KitError("unsquashfs -version did not answer within 60 s; fix: check the squashfs-tools install") from None
+        raise KitError("unsquashfs -version did not answer within 60 s",
+                       fix="check the squashfs-tools install") from None
     match = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", run.stdout + run.stderr)
     found = tuple(int(g or 0) for g in match.groups()) if match else None
     if found is None or found < MIN_UNSQUASHFS:
         shown = ".".join(map(str, found)) if found else "of unknown version"
-        raise KitError(f"unsquashfs {shown} can write outside its destination for a crafted image; fix: "
+        raise KitError(f"unsquashfs {shown} can write outside its destination for a crafted image",
+                       fix=""
                        f"install squashfs-tools >= {'.'.join(map(str, MIN_UNSQUASHFS))}")
 
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from kit.errors import KitError
 from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words, root_words
 from kit.runtime import runtime_of
 from kit.runtime.base import under
-from kit.runtime.charliecloud import CHARLIECLOUD
-from kit.runtime.charliecloud import JOIN_TAG_LINE, JOIN_TAG_VAR  # noqa: F401 (their home before the registry)
+from kit.runtime.charliecloud import CHARLIECLOUD, JOIN_TAG_LINE, JOIN_TAG_VAR  # noqa: F401 (their home before the registry)
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"
@@ -60,7 +60,8 @@ def _srun_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]
     """srun places the ranks evenly; a rank that fails ends the step at once (its peers would
     otherwise wait in a collective)."""
     if shutil.which(words[0]) is None:
-        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH; fix: run the check where "
+        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH",
+                       fix="run the check where "
                        "Slurm's clients are installed (the site's login node)")
     return [*words, *_plugin(site), "-N", str(nodes), "-n", str(ranks), f"--ntasks-per-node={ranks // nodes}",
             "--kill-on-bad-exit=1"]
@@ -166,7 +167,8 @@ class Launch:
         ``group``: a suffix to the job's ch-run --join tag (JOIN_TAG_VAR, which the script sets with
         JOIN_TAG_LINE) for steps that run side by side, each in a peer group of its own (a pilot's)."""
         if group and not GROUP_RE.fullmatch(group):
-            raise KitError(f"peer group {group!r}: not 1 to 16 letters, digits and ._-; fix: name the step so "
+            raise KitError(f"peer group {group!r}: not 1 to 16 letters, digits and ._-",
+                           fix="name the step so "
                            "(the tag names a file in /dev/shm)")
         head, srun = launcher_words(self.site, hwthreads, exports)
         head = head + [shlex.quote(w) for w in step]

@@ -9,11 +9,10 @@ version runs everywhere in it (docs/mpi-abi.md).
 """
 from __future__ import annotations
 
-import shlex
-from typing import Sequence
+from collections.abc import Sequence
 
 from kit.site import Site
-from kit.site.model import OpenMPI
+from kit.site.model import OpenMPI, is_openmpi_mpirun  # noqa: F401 (kit.mpi.launch's too)
 
 # The batch script's own variables every rank needs (rsh-started daemons do not pass them on).
 JOB_EXPORTS = ("OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID")
@@ -32,11 +31,6 @@ def openmpi_binds(ompi: OpenMPI, target: str) -> tuple[list[tuple[str, str]], di
             binds.append((host_dir, f"{target}/{name}"))
             env[variable] = f"{target}/{name}"
     return binds, env
-
-
-def is_openmpi_mpirun(site: Site) -> bool:
-    """An Open MPI host started by its own mpirun/mpiexec (not srun)."""
-    return site.host_mpi.vendor == "openmpi" and shlex.split(site.host_mpi.launcher)[0] != "srun"
 
 
 def root_words(site: Site) -> list[str]:

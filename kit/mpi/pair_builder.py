@@ -7,9 +7,9 @@ import os
 import posixpath
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -291,7 +291,8 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
                     name = None
                 fsync_dir(dir_fd)
         except OSError as exc:
-            raise KitError(f"{path}: cannot write it ({exc.strerror or exc}); fix: check the free space and "
+            raise KitError(f"{path}: cannot write it ({exc.strerror or exc})",
+                           fix="check the free space and "
                            f"permissions of {path.parent}") from None
         finally:
             if name is not None:
@@ -310,12 +311,13 @@ def _swap_in(dir_fd: int, name: str, path: Path, old: int | None) -> None:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS):
             raise
         if _pair_file_at(dir_fd, path) != old:
-            raise KitError(f"{path}: changed while the pair was written; nothing was replaced; fix: run "
+            raise KitError(f"{path}: changed while the pair was written; nothing was replaced",
+                           fix="run "
                            "again") from None
         os.rename(name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
     if not swapped:  # not the file that was checked: exchange_if put it back
-        raise KitError(f"{path}: changed while the pair was written; nothing was replaced; fix: run again")
+        raise KitError(f"{path}: changed while the pair was written; nothing was replaced", fix="run again")
 
 
 @contextlib.contextmanager
@@ -325,7 +327,8 @@ def _directory(path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise KitError(f"{path}: cannot use the directory {path.parent} ({exc.strerror or exc}); fix: "
+        raise KitError(f"{path}: cannot use the directory {path.parent} ({exc.strerror or exc})",
+                       fix=""
                        "create it or name another file with --out") from None
     try:
         yield dir_fd

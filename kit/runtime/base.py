@@ -30,27 +30,27 @@ class Runtime(Protocol):
     command: str  # what starts a rank, as people know it (ch-run, udocker)
     private_workdir: bool  # `kit mpi check` starts its ranks in a directory of its own, removed after
 
-    def run_args(self, launch: "Launch", image: str, join: list[str] | None = None) -> list[str]:
+    def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
         """argv that runs a command in ``image`` now (the command follows), values expanded."""
 
-    def script_words(self, launch: "Launch", image: str, srun: bool, group: str) -> list[str]:
+    def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
         """A batch script's words up to the command, shell-quoted (``image`` as the site sees it;
         ``srun``: Slurm starts the ranks; ``group``: a step's suffix for peer groups)."""
 
-    def job_env(self, site: "Site") -> list[str]:
+    def job_env(self, site: Site) -> list[str]:
         """`export` lines a batch script needs before its launch line."""
 
-    def job_tag(self, site: "Site") -> bool:
+    def job_tag(self, site: Site) -> bool:
         """Whether the job draws kit.runtime.charliecloud.JOIN_TAG_LINE before its launch lines."""
 
-    def prepare(self, site: "Site") -> str | None:
+    def prepare(self, site: Site) -> str | None:
         """Write what a run needs on this machine before it starts (kit-owned files only)."""
 
-    def ready(self, site: "Site", image: str, image_kind: str) -> None:
+    def ready(self, site: Site, image: str, image_kind: str) -> None:
         """Raise KitError, one line naming the fix, when this machine cannot start a rank now."""
 
-    def check_env(self, site: "Site") -> dict[str, str]:
+    def check_env(self, site: Site) -> dict[str, str]:
         """Variables `kit mpi check` gives the launcher (and so the ranks) for this runtime."""
 
-    def rank_view(self, launch: "Launch", image: str) -> Callable[[str], str]:
+    def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:
         """A path a rank reads in its /proc/self/maps -> the path as the rank sees it."""

@@ -7,8 +7,8 @@ import shutil
 from typing import TYPE_CHECKING, Callable
 
 from kit.errors import KitError
-from kit.mpi.openmpi_launch import is_openmpi_mpirun
 from kit.runtime.base import same_path, shell_path
+from kit.site.model import is_openmpi_mpirun
 
 if TYPE_CHECKING:
     from kit.mpi.launch import Launch
@@ -33,7 +33,7 @@ class Charliecloud:
     command = "ch-run"  # what starts a rank, as people know it
     private_workdir = False  # ch-run starts in the caller's directory, as it finds it in the image
 
-    def options(self, launch: "Launch", join: list[str] | None = None) -> list[str]:
+    def options(self, launch: Launch, join: list[str] | None = None) -> list[str]:
         """`ch-run` and its options, up to the image (values expanded by ch-run). ch-run passes the
         host environment on; a bare --set-env first adds the image's own (the recipe's PATH and
         PYTHONPATH), then the pair's settings win."""
@@ -45,10 +45,10 @@ class Charliecloud:
         args += [f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in launch.env_prepend.items()]
         return args
 
-    def run_args(self, launch: "Launch", image: str, join: list[str] | None = None) -> list[str]:
+    def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
         return self.options(launch, join) + [image, "--"]
 
-    def script_words(self, launch: "Launch", image: str, srun: bool, group: str) -> list[str]:
+    def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
         site = launch.site
         # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
         join = ["--join"] if (srun or is_openmpi_mpirun(site)) and site.container.join else []
@@ -61,26 +61,26 @@ class Charliecloud:
             body.insert(2, f"--join-tag=${{{JOIN_TAG_VAR}}}" + (f"-{group}" if group else ""))
         return body + [shell_path(image), "--"]
 
-    def job_env(self, site: "Site") -> list[str]:
+    def job_env(self, site: Site) -> list[str]:
         return []
 
-    def job_tag(self, site: "Site") -> bool:
+    def job_tag(self, site: Site) -> bool:
         return site.container.join
 
-    def prepare(self, site: "Site") -> None:
+    def prepare(self, site: Site) -> None:
         """Nothing to write before a run."""
 
-    def ready(self, site: "Site", image: str, image_kind: str) -> None:
+    def ready(self, site: Site, image: str, image_kind: str) -> None:
         if image_kind in ("tar", "source"):
             raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
                            "(kit image convert IMAGE OUT.sqfs --site SITE)")
         if shutil.which("ch-run") is None:
             raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
 
-    def check_env(self, site: "Site") -> dict[str, str]:
+    def check_env(self, site: Site) -> dict[str, str]:
         return {}
 
-    def rank_view(self, launch: "Launch", image: str) -> Callable[[str], str]:
+    def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:
         """ch-run's mounts: the kernel names every mapped file by its path in the container."""
         return same_path
 

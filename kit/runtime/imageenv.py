@@ -39,7 +39,8 @@ def parse_environment(data: bytes, where: Path) -> dict[str, str]:
             continue
         match = ENV_LINE.fullmatch(line)
         if match is None:
-            raise KitError(f"{where}:{number}: {shown(line, 80)} is not KEY=VALUE; fix: re-convert the image "
+            raise KitError(f"{where}:{number}: {shown(line, 80)} is not KEY=VALUE",
+                           fix="re-convert the image "
                            "(kit image convert writes one KEY=VALUE a line)")
         value = match[2]
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":

@@ -80,7 +80,8 @@ def write_wrapper(proot: str) -> Path:
         try:
             if path.read_text() == text and os.access(path, os.X_OK):
                 return path
-            raise KitError(f"{path}: not the proot wrapper the kit writes; fix: remove it (the kit writes it "
+            raise KitError(f"{path}: not the proot wrapper the kit writes",
+                           fix="remove it (the kit writes it "
                            "again)")
         except FileNotFoundError:
             try:
@@ -89,9 +90,9 @@ def write_wrapper(proot: str) -> Path:
             except FileExistsError:  # another rank or check wrote it meanwhile: read that one
                 continue
         except (OSError, UnicodeDecodeError) as exc:
-            raise KitError(f"{path}: cannot read the proot wrapper ({getattr(exc, 'strerror', None) or exc}); "
-                           "fix: remove it (the kit writes it again)") from None
-    raise KitError(f"{path}: cannot write the proot wrapper; fix: make {path.parent} writable")
+            raise KitError(f"{path}: cannot read the proot wrapper ({getattr(exc, 'strerror', None) or exc})",
+                           fix="remove it (the kit writes it again)") from None
+    raise KitError(f"{path}: cannot write the proot wrapper", fix=f"make {path.parent} writable")
 
 
 def expand(value: str, env: dict[str, str]) -> str:
@@ -99,7 +100,7 @@ def expand(value: str, env: dict[str, str]) -> str:
     return VAR.sub(lambda m: env.get(m[1] or m[2], ""), value)
 
 
-def rank_environment(launch: "Launch", image: str) -> dict[str, str]:
+def rank_environment(launch: Launch, image: str) -> dict[str, str]:
     """What each rank is given with --env: the image's environment, then the pair's settings (each
     expanded against what is set before it), then the pair's directories put in front (the image's
     value after them; none: no empty entry, which the loader would read as the working directory)."""
@@ -119,23 +120,23 @@ class UdockerRuntime:
     command = "udocker"  # what starts a rank, as people know it
     private_workdir = True  # udocker --location makes .mountpoints in the directory it starts in
 
-    def settings(self, site: "Site") -> "Udocker":
+    def settings(self, site: Site) -> Udocker:
         return site.container.udocker_settings
 
-    def _head(self, site: "Site") -> list[str]:
+    def _head(self, site: Site) -> list[str]:
         s = self.settings(site)
         return [s.executable, *(["--allow-root"] if s.allow_root else []), "run", "--nobanner", "--pull=never",
                 "--hostenv"]
 
-    def _options(self, launch: "Launch", image: str) -> list[str]:
+    def _options(self, launch: Launch, image: str) -> list[str]:
         volumes = [f"--volume={src}:{dst}" for src, dst in launch.binds]
         return volumes + [f"--env={k}={v}" for k, v in rank_environment(launch, image).items()]
 
-    def run_args(self, launch: "Launch", image: str, join: list[str] | None = None) -> list[str]:
+    def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
         """``join`` is Charliecloud's and ignored."""
         return [*self._head(launch.site), f"--location={image}", *self._options(launch, image), "-"]
 
-    def script_words(self, launch: "Launch", image: str, srun: bool, group: str) -> list[str]:
+    def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
         """``image`` is the image as the site sees it (a ~/ path is the job's $HOME); its environment
         is read now, from this machine's copy at that path."""
         location = ('"--location=${HOME}"/' + shlex.quote(image[2:]) if image.startswith("~/")
@@ -143,7 +144,7 @@ class UdockerRuntime:
         return ([shlex.quote(w) for w in self._head(launch.site)] + [location]
                 + [shlex.quote(w) for w in self._options(launch, image)] + ["-"])
 
-    def environment(self, site: "Site", proot: str | None) -> dict[str, str]:
+    def environment(self, site: Site, proot: str | None) -> dict[str, str]:
         """udocker's settings as the variables it reads (``proot``: the executable to give it)."""
         s = self.settings(site)
         env = {"UDOCKER_TARBALL": s.tarball or "", "UDOCKER_DIR": os.path.expanduser(s.dir),
@@ -152,7 +153,7 @@ class UdockerRuntime:
             env["UDOCKER_USE_PROOT_EXECUTABLE"] = proot
         return env
 
-    def job_env(self, site: "Site") -> list[str]:
+    def job_env(self, site: Site) -> list[str]:
         """udocker's variables for a job; the proot wrapper as this machine names it (the kit writes
         it with the run: `prepare`). A ~/ repository is the job's $HOME's."""
         s = self.settings(site)
@@ -161,34 +162,38 @@ class UdockerRuntime:
         repo = '"${HOME}"/' + shlex.quote(s.dir[2:]) if s.dir.startswith("~/") else shlex.quote(env["UDOCKER_DIR"])
         return [*lines, f"export UDOCKER_DIR={repo}"]
 
-    def job_tag(self, site: "Site") -> bool:
+    def job_tag(self, site: Site) -> bool:
         return False
 
-    def prepare(self, site: "Site") -> str | None:
+    def prepare(self, site: Site) -> str | None:
         """The proot udocker is to run, with its wrapper written (None: udocker's own)."""
         s = self.settings(site)
         return str(write_wrapper(s.proot)) if s.proot else None
 
-    def ready(self, site: "Site", image: str, image_kind: str) -> None:
+    def ready(self, site: Site, image: str, image_kind: str) -> None:
         s = self.settings(site)
         if os.geteuid() == 0 and not s.allow_root:
-            raise KitError(f"site {site.name}: udocker refuses to run as root; fix: {FIX_ROOT}")
+            raise KitError(f"site {site.name}: udocker refuses to run as root", fix=f"{FIX_ROOT}")
         if shutil.which(s.executable) is None:
             raise KitError(f"site {site.name}: udocker not found (container.udocker.executable "
-                           f"{s.executable!r}); fix: {FIX_INSTALL}")
+                           f"{s.executable!r})",
+                           fix=f"{FIX_INSTALL}")
         if s.proot is not None and not (os.path.isfile(s.proot) and os.access(s.proot, os.X_OK)):
-            raise KitError(f"site {site.name}: proot not found at {s.proot} (container.udocker.proot); fix: {FIX_PROOT}")
+            raise KitError(f"site {site.name}: proot not found at {s.proot} (container.udocker.proot)",
+                           fix=f"{FIX_PROOT}")
         if s.tarball is not None and not os.path.isfile(os.path.expanduser(s.tarball)):
             raise KitError(f"site {site.name}: udocker's tools tarball {s.tarball} (container.udocker.tarball) is not "
-                           "a file; fix: copy the tarball there, or set tarball: null with a proot executable")
+                           "a file",
+                           fix="copy the tarball there, or set tarball: null with a proot executable")
         if image_kind != "dir":
-            raise KitError(f"{image}: udocker runs a directory image (--location); fix: convert it to one "
+            raise KitError(f"{image}: udocker runs a directory image (--location)",
+                           fix="convert it to one "
                            "(kit image convert SRC OUT --site SITE, OUT without a suffix)")
 
-    def check_env(self, site: "Site") -> dict[str, str]:
+    def check_env(self, site: Site) -> dict[str, str]:
         return self.environment(site, self.prepare(site))
 
-    def rank_view(self, launch: "Launch", image: str) -> Callable[[str], str]:
+    def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:
         """proot translates the paths a rank asks for, not the kernel's own texts: /proc/self/maps
         names each file by its host path. A host path under a bind is its mount point's, one in the
         image root the image's; any other stays as the host names it."""

@@ -7,9 +7,10 @@ what a test can check against the results files."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from kit.scale.runs import LOSS_KINDS, LOSS_NAMES, RunResult, Series
 
@@ -37,7 +38,7 @@ def _band(label: str, points: dict[float, list[float]]) -> Band:
                 tuple(max(points[x]) for x in xs))
 
 
-def loss_overlay(rows: Sequence["Row"], kind: str, name: str) -> list[Band]:
+def loss_overlay(rows: Sequence[Row], kind: str, name: str) -> list[Band]:
     """One band per node count of a series: the loss per epoch, median and min-max over the repeats
     (an epoch only some repeats reached counts those); the label names the global batch."""
     bands = []
@@ -54,7 +55,7 @@ def loss_overlay(rows: Sequence["Row"], kind: str, name: str) -> list[Band]:
     return bands
 
 
-def throughput(rows: Sequence["Row"]) -> tuple[Band, Band]:
+def throughput(rows: Sequence[Row]) -> tuple[Band, Band]:
     """Showers/s per node count (median, min-max over the repeats) and ideal scaling from the
     smallest node count's median: S(n0) x n / n0."""
     measured = _band("measured", {row.nodes: [r.showers_per_second for r in row.runs] for row in rows})
@@ -63,7 +64,7 @@ def throughput(rows: Sequence["Row"]) -> tuple[Band, Band]:
     return measured, Band("ideal (linear in nodes)", measured.x, ideal, ideal, ideal)
 
 
-def physics(rows: Sequence["Row"]) -> Band | None:
+def physics(rows: Sequence[Row]) -> Band | None:
     """The physics score per node count over the repeats that have one; None if no run has one."""
     points = {row.nodes: [r.physics.score for r in row.runs if r.physics and r.physics.score is not None]
               for row in rows}
@@ -105,7 +106,7 @@ def loss_figure(run: RunResult, title: str):
     return fig
 
 
-def overlay_figure(series: dict[Series, list["Row"]]):
+def overlay_figure(series: dict[Series, list[Row]]):
     """Per series (a row of panels): D and G train loss vs epoch, one line per node count with its
     repeats' min-max shaded, validation dashed in the same colour."""
     from matplotlib.figure import Figure
@@ -130,7 +131,7 @@ def overlay_figure(series: dict[Series, list["Row"]]):
     return fig
 
 
-def throughput_figure(series: dict[Series, list["Row"]]):
+def throughput_figure(series: dict[Series, list[Row]]):
     """Showers/s vs nodes per series, median with min-max error bars, beside its ideal scaling."""
     from matplotlib.figure import Figure
 
@@ -150,7 +151,7 @@ def throughput_figure(series: dict[Series, list["Row"]]):
     return fig
 
 
-def physics_figure(series: dict[Series, list["Row"]]):
+def physics_figure(series: dict[Series, list[Row]]):
     """The physics score vs nodes (1 = like held-out data, 0 = like empty showers), or None."""
     from matplotlib.figure import Figure
 

@@ -23,8 +23,9 @@ far beyond them. Nothing here reads a network figure: the overhead is measured.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -135,16 +136,19 @@ def fit_model(nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_pe
     """The model of one series from its measured epoch times (the repeats of each node count).
     Refuses fewer than two node counts: one count says nothing about how the overhead grows."""
     if len(nodes) != len(seconds) or len(set(nodes)) != len(nodes):
-        raise KitError("fit_model takes each node count once, with its repeats; fix: group the runs by node count")
+        raise KitError("fit_model takes each node count once, with its repeats",
+                       fix="group the runs by node count")
     order = sorted(range(len(nodes)), key=lambda i: nodes[i])
     counts = np.array([nodes[i] for i in order], float)
     repeats = [np.asarray(seconds[i], float) for i in order]
     if any(len(r) == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0) or np.any(r > MAX_SECONDS) for r in repeats):
-        raise KitError(f"fit_model: every node count needs epoch times from above 0 to {MAX_SECONDS:g} s; fix: leave "
+        raise KitError(f"fit_model: every node count needs epoch times from above 0 to {MAX_SECONDS:g} s",
+                       fix="leave "
                        "out the results whose epoch time is outside")
     if len(counts) < 2:
         raise KitError(f"one node count ({int(counts[0]) if len(counts) else 'none'}) cannot show how the overhead "
-                       "grows; fix: measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 "
+                       "grows",
+                       fix="measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 "
                        "--repeats 3), better three")
     medians = np.array([np.median(r) for r in repeats])
     u = counts * medians

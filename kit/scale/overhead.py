@@ -7,9 +7,10 @@ MemAvailable a node had at an epoch's end (medians over the repeats).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from kit.scale.runs import Series
 
@@ -24,8 +25,8 @@ class Overhead:
     layout: Series  # the shared key: container and image digest cleared
     container: Series
     nodes: int
-    inside: "Row"
-    bare: "Row"
+    inside: Row
+    bare: Row
 
     @property
     def percent(self) -> float:
@@ -45,12 +46,12 @@ class Overhead:
         return _memory(self.inside, "memory_available_bytes"), _memory(self.bare, "memory_available_bytes")
 
 
-def _memory(row: "Row", field: str) -> float | None:
+def _memory(row: Row, field: str) -> float | None:
     values = [getattr(r, field) for r in row.runs if getattr(r, field) is not None]
     return median(values) if values else None
 
 
-def container_overhead(series: dict[Series, Sequence["Row"]]) -> list[Overhead]:
+def container_overhead(series: dict[Series, Sequence[Row]]) -> list[Overhead]:
     """Every (container series, bare series) pair whose keys differ only in the container, at each
     node count both have; runs of different images are compared with the bare runs one by one."""
     bare = {key: rows for key, rows in series.items() if key.container is None}

@@ -160,5 +160,5 @@ def paper_table(table_id: str) -> Reference:
     key = f"table{key}" if key.isdigit() else key
     known: dict[str, Reference] = {**TABLES, **OVERHEAD_TABLES}
     if key not in known:
-        raise KitError(f"unknown paper table {table_id!r}; fix: --reference one of {', '.join(known)}")
+        raise KitError(f"unknown paper table {table_id!r}", fix=f"--reference one of {', '.join(known)}")
     return known[key]

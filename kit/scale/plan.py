@@ -55,7 +55,8 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
         raise KitError(f"--repeats {repeats}: give 1..100 runs of each combination")
     if validate and validation_data(tuple(train_args)) is None:
         raise KitError("--validate: the training arguments name no --data, --validation-data or --synthetic-dir, "
-                       "so gan3d validate would have no showers to compare the generator with; fix: give --data FILES "
+                       "so gan3d validate would have no showers to compare the generator with",
+                       fix="give --data FILES "
                        "after --")
     site = load_site(site)
     if site.path is None:
@@ -80,7 +81,8 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     shared = matching(tuple(train_args), PER_RUN_FLAGS)
     if shared and len(runs) > 1:
         raise KitError(f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
-                       "directory at once; fix: leave them out of the sweep (or plan one run per directory)")
+                       "directory at once",
+                       fix="leave them out of the sweep (or plan one run per directory)")
     return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused, validate)
 
 
@@ -93,7 +95,8 @@ def calibration_nodes(n0: int, max_nodes: int) -> list[int]:
     """The node counts kit scale predict needs: n0, 2n0 and 8n0 (4n0 where the site holds fewer)."""
     if 2 * n0 > max_nodes:
         raise KitError(f"--calibrate --nodes {n0}: a calibration needs {n0} and {2 * n0} nodes, the site allows "
-                       f"1..{max_nodes} (scheduler.max_nodes); fix: a smaller --nodes")
+                       f"1..{max_nodes} (scheduler.max_nodes)",
+                       fix="a smaller --nodes")
     top = next((n0 * f for f in (8, 4) if n0 * f <= max_nodes), None)
     return [n0, 2 * n0] + ([top] if top else [])
 
@@ -107,8 +110,8 @@ def calibration_train_args(train_args: tuple[str, ...]) -> tuple[tuple[str, ...]
         i = next(i for i, a in enumerate(args) if a.split("=")[0] == "--epochs")
         value = args[i].split("=", 1)[1] if "=" in args[i] else (args[i + 1] if i + 1 < len(args) else "")
         if value == "1":
-            raise KitError("--calibrate with --epochs 1: that epoch traces the step and is no measure of an epoch; "
-                           "fix: --epochs 2 or more")
+            raise KitError("--calibrate with --epochs 1: that epoch traces the step and is no measure of an epoch",
+                           fix="--epochs 2 or more")
     else:
         args += ["--epochs", "2"]
         added.append("--epochs 2")
@@ -127,7 +130,8 @@ def write_plan(plan: Plan, sweep_dir: Path) -> Path:
     """DIR/plan.yaml; an existing plan with other runs is not overwritten (its jobs may be queued)."""
     path = sweep_dir / PLAN_NAME
     if path.exists() and load_plan(sweep_dir) != plan:
-        raise KitError(f"{path} exists with another plan; fix: use a new directory, or remove it if none "
+        raise KitError(f"{path} exists with another plan",
+                       fix="use a new directory, or remove it if none "
                        "of its jobs matter")
     site = plan.load_site()  # the first run rendered now: a run dir the jobs cannot use fails here
     render(site, check_run(site, plan.runs[0]), RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),

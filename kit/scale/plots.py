@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from kit.scale.report import Row
 
 
-def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Reference | None) -> dict[str, bytes]:
+def plots(series: dict[Series, list[Row]], overheads: list[Overhead], ref: Reference | None) -> dict[str, bytes]:
     """PNG bytes by file name; container_overhead.png only when some layout ran both ways."""
     from matplotlib.figure import Figure
 
@@ -77,7 +77,7 @@ def plots(series: dict[Series, list["Row"]], overheads: list[Overhead], ref: Ref
     return out
 
 
-def curve_plots(series: dict[Series, list["Row"]]) -> dict[str, bytes]:
+def curve_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
     """showers_per_second.png; loss_overlay.png and losses/RUN.png where runs recorded losses;
     physics.png where runs were validated (names from kit.scale.curves.run_names)."""
     from kit.scale import curves

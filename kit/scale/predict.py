@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
-from typing import Sequence
 
 from kit.atomic import write_together
 from kit.errors import KitError
@@ -98,11 +98,13 @@ def predict(cal: Calibration, targets: Sequence[int] | None = None, epochs: int 
     targets = check_targets(targets or [top * 4, top * 16, top * 64])
     if targets[0] < cal.nodes[0]:
         raise KitError(f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); the model knows "
-                       "how the overhead grows above it; fix: forecast from it up, or measure the smaller count")
+                       "how the overhead grows above it",
+                       fix="forecast from it up, or measure the smaller count")
     for n in targets:
         if model.band(n)[0] <= 0:
             raise KitError(f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: the node-seconds grow from "
-                           f"{cal.nodes[0]} node(s) faster than any overhead shape can follow; fix: check the "
+                           f"{cal.nodes[0]} node(s) faster than any overhead shape can follow",
+                           fix="check the "
                            f"{cal.nodes[0]}-node runs (kit scale report shows each run's epoch time)")
     forecasts = tuple(_forecast(cal, model, n, epochs) for n in targets)
     return Prediction(cal, model, forecasts, _warnings(cal, model, forecasts), _suggestion(model, targets))
@@ -187,7 +189,8 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
         if len(seen) > 1:
             (a, ra), (b, rb) = list(seen.items())[:2]
             raise KitError(f"series {series.name} mixes {what}: {ra.path} ran with {a.splitlines()[0][:100]!r}, "
-                           f"{rb.path} with {b.splitlines()[0][:100]!r}; fix: predict each stack's runs on their own "
+                           f"{rb.path} with {b.splitlines()[0][:100]!r}",
+                           fix="predict each stack's runs on their own "
                            "(--results)")
     unrecorded = sum(r.mpi_fabric is None or r.horovod_settings is None for r in runs)
     notes = (f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: whether they "
@@ -249,7 +252,8 @@ def _paper_table(table_id: str) -> PaperTable:
     key = f"table{key}" if key.isdigit() else key
     table = TABLES.get(key)
     if table is None or not table.seconds_per_epoch:
-        raise KitError(f"--reference {table_id}: predict backtests the paper's epoch-time tables; fix: --reference "
+        raise KitError(f"--reference {table_id}: predict backtests the paper's epoch-time tables",
+                       fix="--reference "
                        "one of table1..table6")
     return table
 
@@ -285,7 +289,8 @@ def backtest(table_id: str, calibrate_on: int = 3, epochs: int | None = None) ->
     """Fit on the first `calibrate_on` rows of a paper table; forecast every other row."""
     table = _paper_table(table_id)
     if not 2 <= calibrate_on < len(table.nodes):
-        raise KitError(f"--calibrate-on {calibrate_on}: {table.id} has {len(table.nodes)} rows; fix: give 2.."
+        raise KitError(f"--calibrate-on {calibrate_on}: {table.id} has {len(table.nodes)} rows",
+                       fix="give 2.."
                        f"{len(table.nodes) - 1} (the rest are compared)")
     nodes = table.nodes[:calibrate_on]
     cal = Calibration(table.label, table.ranks_per_node or 1, nodes,
@@ -347,7 +352,8 @@ def write_outputs(out: Path, document: dict, plot: bytes) -> list[Path]:
             ours = False
         if not ours:
             raise KitError(f"{out / there[0]}: already there, and {out} holds no prediction kit scale predict "
-                           "wrote, so it is not replaced; fix: give --out a new or empty directory")
+                           "wrote, so it is not replaced",
+                           fix="give --out a new or empty directory")
     text = json.dumps({"schema": PREDICT_SCHEMA, **document}, indent=2, allow_nan=False) + "\n"
     write_together({out / DOCUMENT_NAME: text.encode(), out / PLOT_NAME: plot})
     return [out / name for name in names]

@@ -9,17 +9,24 @@ import csv
 import io
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from statistics import median
-from typing import Sequence
 
 from kit.atomic import write_together
 from kit.errors import KitError
+from kit.readfile import kind_name, read_bytes
 from kit.scale import sweep_jobs
 from kit.scale.overhead import Overhead, container_overhead
-from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET, OverheadTable, PaperTable, Reference, paper_table
-from kit.readfile import kind_name, read_bytes
+from kit.scale.paper import (
+    PAPER_EPOCH_EVENTS,
+    PAPER_PRESET,
+    OverheadTable,
+    PaperTable,
+    Reference,
+    paper_table,
+)
 from kit.scale.runs import RunResult, Series, load_results, settings_text
 from kit.slurm.script import physics_dir
 
@@ -67,10 +74,11 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
     Linear time is T(n0) * n0 / n with n0 the smallest node count and T its median; efficiency is
     linear / median measured, None for the base row."""
     if not runs:
-        raise KitError("no runs to tabulate; fix: pass at least one results JSON")
+        raise KitError("no runs to tabulate", fix="pass at least one results JSON")
     keys = sorted({r.series.name for r in runs})
     if len(keys) > 1:
-        raise KitError(f"scaling_table takes one series, got {', '.join(keys)}; fix: group runs by "
+        raise KitError(f"scaling_table takes one series, got {', '.join(keys)}",
+                       fix="group runs by "
                        "RunResult.series (write_report does)")
     by_nodes: dict[int, list[RunResult]] = {}
     for run in runs:
@@ -119,7 +127,8 @@ def report_sweep(sweep_dir: Path | None, results: Sequence[Path] = (), out: Path
         mode = os.lstat(out).st_mode if os.path.lexists(out) else None
         if mode is not None and not stat.S_ISDIR(mode):
             raise KitError(f"{out}: is {kind_name(mode)}, not the report directory kit scale report makes in the "
-                           "sweep; it writes nothing through what it did not make; fix: move it aside, or give --out")
+                           "sweep; it writes nothing through what it did not make",
+                           fix="move it aside, or give --out")
     out = out or Path("report")
     title = f"scaling sweep {sweep_dir.absolute().name}" if sweep_dir else None
     unscored = sweep_jobs.unscored(sweep_dir) if sweep_dir else {}
@@ -133,7 +142,7 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, referenc
     so a bad input leaves out_dir untouched, and the files are replaced together (a stopped run leaves
     the whole old report or the whole new one)."""
     if not runs:
-        raise KitError("no results to report; fix: pass the results JSONs of a sweep")
+        raise KitError("no results to report", fix="pass the results JSONs of a sweep")
     ref = paper_table(reference) if reference else None
     series = group_series(runs)
     overheads = container_overhead(series)
@@ -163,7 +172,8 @@ def _check_out(out: Path, names: Sequence[str]) -> None:
         ours = False
     if not ours:
         raise KitError(f"{out / there[0]}: already there, and {out} holds no report kit scale report wrote, so "
-                       f"it is not replaced; fix: give --out a new or empty directory")
+                       "it is not replaced",
+                       fix="give --out a new or empty directory")
 
 
 DEFINITIONS = ("Time per epoch: the wall clock of a full epoch (the paper's definition), from its first batch to "

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple
 
 from gan3d.results import READABLE_SCHEMAS
 from kit.errors import KitError
@@ -123,16 +124,16 @@ class Validation(NamedTuple):
 class Series(NamedTuple):
     """Everything that changes the work of a run but its node count (Optional: the core runs on 3.9)."""
 
-    site: Optional[str]
+    site: str | None
     ranks_per_node: int
     threads_per_rank: int
     batch_per_rank: int
     mpi: str
-    preset: Optional[str]
-    events_per_epoch: Optional[int]
-    container: Optional[str]  # None: bare
+    preset: str | None
+    events_per_epoch: int | None
+    container: str | None  # None: bare
     precision: str
-    image_digest: Optional[str]
+    image_digest: str | None
 
     @property
     def name(self) -> str:
@@ -145,7 +146,7 @@ class Series(NamedTuple):
                 f"{self.mpi}/{self.preset or 'preset?'}/{events}/{where}/{self.precision}")
 
     @property
-    def layout(self) -> "Series":
+    def layout(self) -> Series:
         """The same key without the container: what a container run and a bare run share."""
         return self._replace(container=None, image_digest=None)
 
@@ -227,16 +228,16 @@ def _load_one(path: Path) -> RunResult:
     try:
         record = read_json(path, "gan3d results file", "fix: re-run the job, or leave this file out")
     except FileNotFoundError:
-        raise KitError(f"{path}: no such file; fix: pass the results JSON of a finished job") from None
+        raise KitError(f"{path}: no such file", fix="pass the results JSON of a finished job") from None
     if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
         found = (f"schema {shown(record.get('schema'))}" if isinstance(record, dict)
                  else f"the top level is {json_kind(record)}")
         known = " or ".join(map(repr, READABLE_SCHEMAS))
-        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {known}); "
-                       "fix: pass the JSON written by `python -m gan3d train --results FILE`")
+        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {known})",
+                       fix="pass the JSON written by `python -m gan3d train --results FILE`")
     if record.get("status") == "failed":
-        raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report; "
-                       "fix: leave this file out, or re-run the job")
+        raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",
+                       fix="leave this file out, or re-run the job")
     counts = {k: _value(record, path, k, _COUNT) for k in
               ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}
     seconds, source = _epoch_seconds(record, path)

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Callable
 
 from kit.errors import KitError
-from kit.readfile import read_json_object, read_tail
 from kit.excerpt import one_line
+from kit.readfile import read_json_object, read_tail
 from kit.scale.plan import Plan, load_plan
 from kit.scale.runs import Validation
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
@@ -68,8 +68,9 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
             result, problem = run_result(files, job), ""
         except KitError as exc:  # shown with the run, not fatal to the others' status
             result, problem = None, str(exc)
-        in_log = result is None and not problem and job is not None and not is_active(state)
-        if in_log:
+        in_log = False
+        if result is None and not problem and job is not None and not is_active(state):
+            in_log = True
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         try:
             physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")

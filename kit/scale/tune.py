@@ -85,7 +85,8 @@ def candidate_layouts(site: Site, given: list[tuple[int, int]] | None = None,
     for r, t in pairs:
         if r < 1 or t < 1 or r * t > site.node.hardware_threads:
             raise KitError(f"layout {r}x{t}: a {site.name} node has {cores} cores x {site.node.threads_per_core} "
-                           f"hardware threads = {site.node.hardware_threads}; fix: give layouts RxT with "
+                           f"hardware threads = {site.node.hardware_threads}",
+                           fix="give layouts RxT with "
                            f"R x T <= {site.node.hardware_threads}")
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:
@@ -99,10 +100,11 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
     for word in (w.strip() for w in text.split(",") if w.strip()):
         r, sep, t = word.partition("x")
         if not (sep and r.isdigit() and t.isdigit() and r.isascii() and t.isascii()):
-            raise KitError(f"--layouts {shown(text)}: {shown(word)} is not RANKSxTHREADS; fix: e.g. 1x48,4x12")
+            raise KitError(f"--layouts {shown(text)}: {shown(word)} is not RANKSxTHREADS",
+                           fix="e.g. 1x48,4x12")
         out.append((int(r), int(t)))
     if not out:
-        raise KitError("--layouts is empty; fix: e.g. 1x2,2x1")
+        raise KitError("--layouts is empty", fix="e.g. 1x2,2x1")
     return out
 
 
@@ -127,7 +129,8 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tupl
     launcher = local_launcher(site)
     done = [f.result for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.result.exists()]
     if done:
-        raise KitError(f"{done[0]}: an earlier tune's result is there; fix: tune into a new --dir (nothing was run)")
+        raise KitError(f"{done[0]}: an earlier tune's result is there",
+                       fix="tune into a new --dir (nothing was run)")
     measured = []
     for layout in layouts:
         if on_start:
@@ -155,7 +158,8 @@ def local_launcher(site: Site) -> list[str]:
             return [path]
     words = shlex.split(site.host_mpi.launcher)
     if not shutil.which(words[0]):
-        raise KitError(f"site {site.name}: host_mpi.launcher {shown(words[0])} is not on PATH; fix: load the "
+        raise KitError(f"site {site.name}: host_mpi.launcher {shown(words[0])} is not on PATH",
+                       fix="load the "
                        "site's MPI (or apt-get install mpich)")
     return words
 
@@ -329,7 +333,8 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
         return True
     if nodes != 1:
         raise KitError(f"--nodes {nodes}: site {site.name} has no scheduler (scheduler.type local): "
-                       "it tunes this one machine; fix: --nodes 1")
+                       "it tunes this one machine",
+                       fix="--nodes 1")
     return False
 
 
@@ -344,9 +349,10 @@ def best_layout(site: Site, sweep_dir: Path, tune_file: Path | None, layout_give
     best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were given too
     (refused: the tune decides them); ``asked``: --layout best was (a --tune file alone is refused)."""
     if not asked:
-        raise KitError("--tune FILE is read with --layout best; fix: add --layout best")
+        raise KitError("--tune FILE is read with --layout best", fix="add --layout best")
     if layout_given:
-        raise KitError("--layout best takes ranks per node and threads from the tune file; fix: drop "
+        raise KitError("--layout best takes ranks per node and threads from the tune file",
+                       fix="drop "
                        "--ranks-per-node/--threads, or drop --layout best")
     path = tune_file or sweep_dir / TUNE_NAME
     return path, load_best(path, site)

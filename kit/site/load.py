@@ -57,7 +57,8 @@ def resolve_site(name_or_path: str | os.PathLike) -> Path:
     """A value naming an existing file, or containing '/' or ending in .yaml/.yml, is a path."""
     text = os.fspath(name_or_path)
     if "\0" in text:  # no path or name holds one (argv cannot; the library API can)
-        raise SiteError(f"{shown(text)}: a NUL byte is in the site name or path; fix: give a site name "
+        raise SiteError(f"{shown(text)}: a NUL byte is in the site name or path",
+                        fix="give a site name "
                         "or the path of a site config")
     candidate = Path(os.path.expanduser(text))  # ~unknown-user stays as typed; Path's would raise
     if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):

@@ -311,7 +311,7 @@ class Peak:
     flops: float | None  # FLOP/s; None when the site config lacks a fact it needs
     basis: str  # how it was computed ("48 cores x 2.3 GHz x 64 FP32 FLOP/cycle"), or the reason it is unknown
 
-    def times(self, nodes: int) -> "Peak":
+    def times(self, nodes: int) -> Peak:
         """The same peak for `nodes` nodes."""
         if self.flops is None or nodes == 1:
             return self
@@ -477,7 +477,7 @@ class Site:
     path: Path | None = None
 
     @classmethod
-    def from_dict(cls, data: dict, path: Path | None = None) -> "Site":
+    def from_dict(cls, data: dict, path: Path | None = None) -> Site:
         """Build from a dict that already passed SCHEMA."""
         data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
         data["host_mpi"]["env"] = {k: str(v) for k, v in data["host_mpi"]["env"].items()}
@@ -499,3 +499,8 @@ class Site:
         if self.network.island_nodes is None or node_peak is None:
             return None
         return self.network.island_nodes * node_peak
+
+
+def is_openmpi_mpirun(site: Site) -> bool:
+    """An Open MPI host started by its own mpirun/mpiexec (not srun)."""
+    return site.host_mpi.vendor == "openmpi" and shlex.split(site.host_mpi.launcher)[0] != "srun"

@@ -29,7 +29,7 @@ class SiteError(KitError):
 class Field:
     """One key: its type, whether it must be present, and the values it may take."""
 
-    kind: str | "Section"  # "str" "int" "float" "bool" "list[str]" "map[str,str]" or a Section
+    kind: str | Section  # "str" "int" "float" "bool" "list[str]" "map[str,str]" or a Section
     required: bool = True
     nullable: bool = False
     default: Any = None

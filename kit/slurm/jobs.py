@@ -104,6 +104,7 @@ def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> Non
         jobs = [j for j in jobs if is_active(states[j])]
         if jobs and time.monotonic() > deadline:
             raise KitError(f"jobs {', '.join(jobs)} still {', '.join(states[j] for j in jobs)} {timeout:.0f} s after "
-                           "scancel; fix: check squeue, then cancel again")
+                           "scancel",
+                           fix="check squeue, then cancel again")
         if jobs:
             time.sleep(poll)

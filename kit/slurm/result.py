@@ -29,8 +29,8 @@ def run_result(files: RunFiles, job: str | None) -> Path | None:
     if written_by is not None and str(written_by) != job:
         return None
     if record.get("status") == "failed":  # gan3d train records why a run stopped (NaN losses, ...)
-        raise RunFailed(f"{files.result}: the run failed: {shown(record.get('error'))}; "
-                        f"fix: kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)")
+        raise RunFailed(f"{files.result}: the run failed: {shown(record.get('error'))}",
+                        fix=f"kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)")
     return files.result
 
 

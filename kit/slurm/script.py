@@ -12,8 +12,8 @@ from kit.atomic import atomic_write_text, own_dir
 from kit.data import shipped
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
-from kit.mpi.openmpi_launch import JOB_EXPORTS
 from kit.mpi.launch import JOIN_TAG_LINE, launcher_words, translate, under
+from kit.mpi.openmpi_launch import JOB_EXPORTS
 from kit.mpi.pair_reader import PairFile
 from kit.readfile import read_text
 from kit.runtime import runtime_of
@@ -115,7 +115,8 @@ def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, pyt
         raise KitError(f"run dir {shown(str(files.run_dir))}: use an absolute path of letters, digits and "
                        "._/+- only (sbatch reads #SBATCH --output without a shell)")
     if bad := control_character(python):
-        raise KitError(f"--python {shown(python)} contains a control character ({bad}); fix: the path of "
+        raise KitError(f"--python {shown(python)} contains a control character ({bad})",
+                       fix="the path of "
                        "the Python that runs gan3d")
     directives = scheduler_directives(site, spec.partition, spec.account)
     if run.hyperthreads:
@@ -180,7 +181,8 @@ def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: st
     data = validation_data(spec.train_args)
     if data is None:
         raise KitError(f"run {spec.run_id}: --validate needs showers to compare the generator with, and the "
-                       "training arguments name no --data, --validation-data or --synthetic-dir; fix: give --data "
+                       "training arguments name no --data, --validation-data or --synthetic-dir",
+                       fix="give --data "
                        "FILES after --")
     xscale = [word for _, value in path_arguments(spec.train_args, ("--xscale",)) for word in ("--xscale", value)]
     return [python, "-m", "gan3d", "validate", "--checkpoint", checkpoints, "--data", data, "--out",
@@ -230,13 +232,15 @@ def container_view(pair: PairFile, run_dir: Path, train_args: tuple[str, ...]):
            "--site (it makes the mount point)")
     if not bound(str(run_dir), binds):
         raise KitError(f"run dir {run_dir} is not under any directory {pair.path.name} binds into the "
-                       f"container ({listed}), so the job could not write its result; fix: choose a run dir "
+                       f"container ({listed}), so the job could not write its result",
+                       fix="choose a run dir "
                        f"under one of them, or {fix}")
     for flag, value in path_arguments(train_args):
         for part in value.split(","):
             if not part.startswith("/") or not bound(part, binds):
                 raise KitError(f"training argument {flag} {part}: the container sees only absolute paths under "
-                               f"the directories {pair.path.name} binds ({listed}); fix: give such a path, or {fix}")
+                               f"the directories {pair.path.name} binds ({listed})",
+                               fix=f"give such a path, or {fix}")
 
     def one(word: str) -> str:
         flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)

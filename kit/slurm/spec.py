@@ -95,7 +95,8 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
         fix = f"--threads {fit}" if fit else f"at most {node.hardware_threads} ranks per node"
         raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s) = {wanted}, "
                        f"but a {site.name} node has {node.cores} cores x {node.threads_per_core} hardware "
-                       f"threads = {node.hardware_threads}; fix: {fix}")
+                       f"threads = {node.hardware_threads}",
+                       fix=f"{fix}")
     if not WALLTIME_RE.fullmatch(spec.walltime):
         raise KitError(f"--walltime {shown(spec.walltime)}: write HH:MM:SS or D-HH:MM:SS")
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
@@ -103,7 +104,8 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
                        "(scheduler.max_walltime)")
     for arg in spec.train_args:
         if bad := control_character(arg):
-            raise KitError(f"training argument {shown(arg)} contains a control character ({bad}); fix: "
+            raise KitError(f"training argument {shown(arg)} contains a control character ({bad})",
+                           fix=""
                            "one line of printable text per argument")
     owned = matching(spec.train_args, OWNED_FLAGS)
     if owned:

@@ -23,10 +23,10 @@ for the record of a queued job), move an old result aside.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from kit import interrupt
 from kit.atomic import rename_noreplace
@@ -107,7 +107,8 @@ def _checkpoints_aside(files: RunFiles, old: str | None) -> None:
         rename_noreplace(fd, ckpt.name, aside)
     except FileExistsError:
         raise KitError(f"{ckpt}: the earlier job's checkpoints cannot be moved aside, {ckpt.parent / aside} "
-                       "exists; fix: move one of them away, then submit again") from None
+                       "exists",
+                       fix="move one of them away, then submit again") from None
     finally:
         os.close(fd)
 

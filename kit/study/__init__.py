@@ -11,5 +11,6 @@ EXTRA = "study"
 def missing_study_extra(exc: ModuleNotFoundError, what: str) -> KitError:
     """The one-line error for a study needing a module of the study extra (numpy, scikit-learn)."""
     top = (exc.name or "?").split(".")[0]
-    return KitError(f"{what} needs the Python module {top!r}, which is not installed; fix: "
+    return KitError(f"{what} needs the Python module {top!r}, which is not installed",
+                    fix=""
                     f"pip install '{DISTRIBUTION}[{EXTRA}]' (offline: install.sh VENV {EXTRA} from the wheelhouse)")

@@ -26,8 +26,18 @@ from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec
 from kit.study import evalproc
-from kit.study.evaluate import (SYNTHETIC, EvalRun, EvaluationFailed, checked_eval_dir, checkpoints_aside, eval_dir,
-                                local_commands, make_subdir, read_objective, validation_data)
+from kit.study.evaluate import (
+    SYNTHETIC,
+    EvalRun,
+    EvaluationFailed,
+    checked_eval_dir,
+    checkpoints_aside,
+    eval_dir,
+    local_commands,
+    make_subdir,
+    read_objective,
+    validation_data,
+)
 
 LOG_TAIL_LINES = 12
 LOG_TAIL_BYTES = 16 * 1024

@@ -59,7 +59,7 @@ def run(eval_dir: Path) -> int:
     commands = plan.get("commands") if isinstance(plan, dict) else None
     if not (isinstance(commands, list) and len(commands) <= 8 and all(
             isinstance(argv, list) and argv and all(isinstance(w, str) for w in argv) for argv in commands)):
-        raise KitError(f"{eval_dir / PLAN}: not an evaluation plan kit study wrote; fix: move it aside")
+        raise KitError(f"{eval_dir / PLAN}: not an evaluation plan kit study wrote", fix="move it aside")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                KIT_RUN_ID=eval_dir.name)
     code, step = 0, None
@@ -85,7 +85,8 @@ def exit_status(eval_dir: Path) -> dict | None:
     code = doc.get("code") if isinstance(doc, dict) else None
     if not (isinstance(code, int) and not isinstance(code, bool) and -256 < code < 256 and
             (doc.get("step") is None or isinstance(doc.get("step"), int) and 0 <= doc["step"] < 8)):
-        raise KitError(f"{eval_dir / EXIT}: not an exit file kit study wrote; fix: move it aside to run it again")
+        raise KitError(f"{eval_dir / EXIT}: not an exit file kit study wrote",
+                       fix="move it aside to run it again")
     return doc
 
 

@@ -83,7 +83,8 @@ def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path
         if not stat.S_ISDIR(mode):
             if path == d.parent:
                 raise StudyDirRefused(f"{path}: is {kind_name(mode)}, not the directory kit study makes there: "
-                                      "it never writes through what it did not make; fix: move it aside, then "
+                                      "it never writes through what it did not make",
+                                      fix="move it aside, then "
                                       "kit study run again")
             raise _refused(path, kind_name(mode), "the directory")
     for name in EVAL_ENTRIES:
@@ -109,7 +110,8 @@ def make_subdir(path: Path, then: str = "") -> Path:
     if not stat.S_ISDIR(mode):
         if then:
             raise StudyDirRefused(f"{path}: is {kind_name(mode)}, not the directory kit study makes there: it never "
-                           f"writes through what it did not make; fix: move it aside, then {then} again")
+                           "writes through what it did not make",
+                                  fix=f"move it aside, then {then} again")
         raise _refused(path, kind_name(mode), "the directory kit study makes there")
     return path
 
@@ -130,7 +132,8 @@ def checkpoints_aside(run_dir: Path) -> Path | None:
         if not os.path.lexists(aside):
             os.rename(ckpt, aside)  # a link is moved, never followed
             return aside
-    raise EvaluationFailed(f"{run_dir}: {MAX_ATTEMPTS} earlier attempts' checkpoints are kept there; fix: "
+    raise EvaluationFailed(f"{run_dir}: {MAX_ATTEMPTS} earlier attempts' checkpoints are kept there",
+                           fix=""
                            "remove the checkpoints.before-attempt-* directories you do not need")
 
 

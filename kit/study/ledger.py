@@ -91,7 +91,8 @@ def create(study_dir: Path, header: dict[str, Any]) -> Path:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileExistsError:
-        raise KitError(f"{path} exists: this directory holds a study already; fix: kit study run "
+        raise KitError(f"{path} exists: this directory holds a study already",
+                       fix="kit study run "
                        f"{study_dir} to continue it, or plan into a new directory") from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(line)
@@ -114,7 +115,7 @@ def append(study_dir: Path, event: str, **fields: Any) -> None:
             size -= len(tail) - (tail.rfind(b"\n") + 1)
             os.ftruncate(fd, size)
         if size + len(line) > MAX_BYTES:
-            raise KitError(f"{path}: the ledger would pass {MAX_BYTES // 2**20} MiB; fix: start a new study")
+            raise KitError(f"{path}: the ledger would pass {MAX_BYTES // 2**20} MiB", fix="start a new study")
         os.pwrite(fd, line, size)
         os.fsync(fd)
     finally:
@@ -127,7 +128,7 @@ def read(study_dir: Path) -> Ledger:
     try:
         data = read_bytes(path, "study ledger", MAX_BYTES)
     except FileNotFoundError:
-        raise KitError(f"{path}: no study here; fix: kit study plan SPEC --site S {study_dir}") from None
+        raise KitError(f"{path}: no study here", fix=f"kit study plan SPEC --site S {study_dir}") from None
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty, or a record a killed driver did not finish
     if len(lines) > MAX_LINES:
@@ -286,7 +287,8 @@ def _encode(record: dict[str, Any]) -> bytes:
     line = (json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n").encode()
     if len(line) > MAX_LINE:
         raise KitError(f"a ledger record of {len(line)} bytes (at most {MAX_LINE}): a config or log tail "
-                       "too large; fix: shorter parameter values")
+                       "too large",
+                       fix="shorter parameter values")
     return line
 
 

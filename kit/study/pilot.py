@@ -25,19 +25,26 @@ from pathlib import Path
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
-from kit.site import Site, SiteError
-from kit.site.load import MAX_SITE_BYTES
-from kit.slurm.jobs import is_active, job_states, sbatch, scancel, wait_gone
-from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.mpi.launch import JOIN_TAG_LINE
 from kit.mpi.pair_reader import PairFile, read_pair_file
 from kit.readfile import read_text
 from kit.runtime import runtime_of
+from kit.site import Site, SiteError
+from kit.site.load import MAX_SITE_BYTES
+from kit.slurm.jobs import is_active, job_states, sbatch, scancel, wait_gone
+from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.slurm.script import SAFE_PATH, RunFiles, container_view, job_env, job_exports, scheduler_directives
 from kit.study import evalproc
 from kit.study.backends import LOST, RUNNING, Outcome, _outcome, ended
-from kit.study.evaluate import (EvalRun, checked_eval_dir, checkpoints_aside, eval_dir, layout_args, make_subdir,
-                                with_validation)
+from kit.study.evaluate import (
+    EvalRun,
+    checked_eval_dir,
+    checkpoints_aside,
+    eval_dir,
+    layout_args,
+    make_subdir,
+    with_validation,
+)
 
 QUEUE, CLAIMED, PILOT = "queue", "claimed", "pilot"
 STOP = ".stop"

@@ -13,10 +13,11 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from kit.atomic import open_lock_file
 from kit.errors import KitError
@@ -67,7 +68,8 @@ def driving(study_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise KitError(f"{study_dir}: another kit study run drives this study; fix: wait for it, or stop it "
+            raise KitError(f"{study_dir}: another kit study run drives this study",
+                           fix="wait for it, or stop it "
                            "(Ctrl-C) and run again") from None
         yield
     finally:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence, Union
+from typing import Any, Union
 
 from kit.errors import KitError
 from kit.excerpt import shown
@@ -228,7 +229,8 @@ class Space:
 
         for config in walk(0, {}):
             if len(out) == MAX_GRID:
-                raise KitError(f"the grid has more than {MAX_GRID} points; fix: fewer points per axis or "
+                raise KitError(f"the grid has more than {MAX_GRID} points",
+                               fix="fewer points per axis or "
                                "fewer parameters")
             out.append(config)
         return out

@@ -14,15 +14,16 @@ import argparse
 import difflib
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from kit.errors import KitError
-from kit.study import missing_study_extra
 from kit.excerpt import clipped, control_character, shown
+from kit.study import missing_study_extra
 from kit.study.space import KINDS, Param, Space, Value, same_value
 from kit.yamlbound import Document, load_file
 
@@ -195,7 +196,8 @@ def load_study(path: str | Path, data_files: bool = False, train_rules: bool = T
     try:
         doc = load_file(path, "study file", f"fix: {FIX}", limit=MAX_STUDY_BYTES)
     except FileNotFoundError:
-        raise KitError(f"{path}: no such study file; fix: write one (an example: kit/_data/studies/"
+        raise KitError(f"{path}: no such study file",
+                       fix="write one (an example: kit/_data/studies/"
                        "tiny-mbo.yaml, docs/study.md)") from None
     _refuse_duplicate_keys(doc)
     return _Checker(doc, gan3d_options(), train_rules).study(data_files)
@@ -212,7 +214,8 @@ def _refuse_duplicate_keys(doc: Document) -> None:
                 name = getattr(key, "value", None)
                 if name in seen:
                     raise KitError(f"{doc.file}:{key.start_mark.line + 1}: {name}: the key appears twice in one "
-                                   f"mapping (YAML would keep only the last); fix: {FIX}")
+                                   "mapping (YAML would keep only the last)",
+                                   fix=f"{FIX}")
                 seen.add(name)
                 todo.append(value)
         elif isinstance(node, yaml.SequenceNode):
@@ -227,7 +230,7 @@ class _Checker:
         """The one-line refusal at ``path``: a key may hold a line break (a quoted YAML key), so the
         field's name is shown escaped and cut, like any value."""
         name = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[") or "(top)"
-        return KitError(f"{clipped(self.doc.where(*path), 300)}: {clipped(name)}: {problem}; fix: {fix}")
+        return KitError(f"{clipped(self.doc.where(*path), 300)}: {clipped(name)}: {problem}", fix=f"{fix}")
 
     def mapping(self, value: Any, path: tuple, keys: tuple[str, ...] | None = None) -> dict:
         if not isinstance(value, dict):
@@ -496,7 +499,7 @@ class _Checker:
                             f"showers (ranks x batch size), but {what} {count} {which}",
                             f"lower batch-size or ranks-per-node, or {more}")
 
-    def data_counts(self, fixed: Mapping[str, Value]) -> "DataCounts | None":
+    def data_counts(self, fixed: Mapping[str, Value]) -> DataCounts | None:
         """The events the fixed data (and validation-data) files declare in their headers; None where
         there are more files than MAX_HEADER_FILES (gan3d counts them when an evaluation starts)."""
         from gan3d.data import DataError, expand_data_arg

@@ -65,7 +65,8 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
                        if slurm else f"site {site.name} has no Slurm (scheduler.type local): a pilot job needs "
                        "one; fix: drop --pilot"))
     if not slurm and (image or walltime):
-        raise KitError(f"site {site.name} runs evaluations on this machine without a container; fix: drop "
+        raise KitError(f"site {site.name} runs evaluations on this machine without a container",
+                       fix="drop "
                        "--image/--walltime")
     walltime = walltime or (site.scheduler.max_walltime if slurm else None)
     pair = str(pair_file_for(image).absolute()) if image else None
@@ -105,16 +106,18 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
 
 def _check_empty(study_dir: Path) -> None:
     if study_dir.is_symlink() or (study_dir.exists() and not study_dir.is_dir()):
-        raise KitError(f"{study_dir}: not a directory; fix: give kit study plan a new directory")
+        raise KitError(f"{study_dir}: not a directory", fix="give kit study plan a new directory")
     if not study_dir.exists():
         return
     if (study_dir / ledger.NAME).exists():
-        raise KitError(f"{study_dir / ledger.NAME} exists: a study is planned there already; fix: kit study run "
+        raise KitError(f"{study_dir / ledger.NAME} exists: a study is planned there already",
+                       fix="kit study run "
                        f"{study_dir} to continue it, or plan into a new directory")
     others = sorted(p.name for p in study_dir.iterdir())
     if others:
         raise KitError(f"{study_dir}: holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
-                       "kit study did not make; fix: plan into a new or empty directory")
+                       "kit study did not make",
+                       fix="plan into a new or empty directory")
 
 
 def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
@@ -130,6 +133,7 @@ def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
             spec.space.validate(ev.config)
         except KitError as exc:
             raise KitError(f"{led.path}:{ev.line}: {ev.eval_id}'s config is not a point of the study's space "
-                           f"in {study_dir / SPEC_NAME} ({exc}); fix: restore {SPEC_NAME} and ledger.jsonl as kit "
+                           f"in {study_dir / SPEC_NAME} ({exc})",
+                           fix=f"restore {SPEC_NAME} and ledger.jsonl as kit "
                            "study wrote them (an edited study belongs in a new study: kit study plan)") from None
     return spec, terms(spec), load_site(site_path), led

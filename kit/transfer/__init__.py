@@ -17,7 +17,8 @@ except ImportError as exc:  # missing, or installed but broken (e.g. a mismatche
             from kit.errors import KitError
 
             raise KitError(f"kit transfer {name}: the [transfer] extra is installed but does not import "
-                           f"({type(_unusable).__name__}: {str(_unusable)[:120]}); fix: pip install "
+                           f"({type(_unusable).__name__}: {str(_unusable)[:120]})",
+                           fix="pip install "
                            "--force-reinstall 'secure-site-kit[transfer]'")
         raise AttributeError(f"module 'kit.transfer' has no attribute {name!r}")
 

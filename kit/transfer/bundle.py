@@ -22,9 +22,9 @@ from typing import BinaryIO, Callable
 
 from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
-from kit.transfer import verify as checker
 from kit.image_names import sha256_file
 from kit.progress import counter
+from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.sums import SUMS, format_sums
 from kit.transfer.wheelhouse import FIX, SUBDIR, Wheelhouse, open_wheelhouse
@@ -124,7 +124,8 @@ def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | No
         size = dst.stat().st_size  # our own copy: the bytes that were hashed
         if sha and got != sha:
             raise KitError(f"{wh.path / name} does not match {wh.path / SUMS} (sha256 {got}, listed {sha}): "
-                           f"the wheelhouse is damaged; fix: {FIX}")
+                           "the wheelhouse is damaged",
+                           fix=f"{FIX}")
         entries.append((got, size, f"{SUBDIR}/{name}"))
     return entries
 

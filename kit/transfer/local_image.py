@@ -73,8 +73,8 @@ def recorded_sha256(image: LocalImage) -> str | None:
     digest = read_recorded_digest(sha_file, image.path.name)
     if digest is not None:
         return digest
-    raise KitError(f"{sha_file}: no line '<64 hex digits>  {image.path.name}' (sha256sum format); "
-                   f"fix: regenerate it with sha256sum {image.path.name} > {sha_file.name}")
+    raise KitError(f"{sha_file}: no line '<64 hex digits>  {image.path.name}' (sha256sum format)",
+                   fix=f"regenerate it with sha256sum {image.path.name} > {sha_file.name}")
 
 
 def chunk_sha256(path: Path, chunk: int, count: int) -> list[str]:

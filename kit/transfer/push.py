@@ -32,8 +32,17 @@ import paramiko
 
 from kit.errors import KitError
 from kit.excerpt import one_line
-from kit.image_names import (MANIFEST, PAIR, SHA256, SIDECARS, is_pair_document, is_sha256_file,
-                             load_pair_document, sha256_file, sidecar)
+from kit.image_names import (
+    MANIFEST,
+    PAIR,
+    SHA256,
+    SIDECARS,
+    is_pair_document,
+    is_sha256_file,
+    load_pair_document,
+    sha256_file,
+    sidecar,
+)
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, recorded_sha256
@@ -351,7 +360,8 @@ def _drop_stale_sidecars(sftp: paramiko.SFTPClient, host: str, img: LocalImage, 
                 continue  # a checksum of this very image (e.g. sha256sum's): right, so kept
             if data is None or not _kit_sidecar(data, suffix, img.path.name, path):
                 raise KitError(f"{host}:{path} is beside the image but was not written by kit for it, and "
-                               f"{img.path.name} has no {suffix} to replace it; it is left alone; fix: remove it "
+                               f"{img.path.name} has no {suffix} to replace it; it is left alone",
+                               fix="remove it "
                                "or use another --remote-dir (nothing was installed)")
             sftp.remove(path)
             removed.append(name)

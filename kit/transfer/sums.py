@@ -34,9 +34,10 @@ def read_sums(path: Path, fix: str) -> list[tuple[str, str]]:
         with open(found[0], "rb") as fh:
             data = fh.read(SUMS_MAX + 1)
     except (OSError, ValueError) as exc:
-        raise KitError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc}); fix: {fix}") from None
+        raise KitError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
+                       fix=f"{fix}") from None
     if len(data) > SUMS_MAX:
-        raise KitError(f"{path}: larger than {SUMS_MAX} bytes, not a list of sums; fix: {fix}")
+        raise KitError(f"{path}: larger than {SUMS_MAX} bytes, not a list of sums", fix=f"{fix}")
     entries = []
     for number, line in enumerate(data.decode("ascii", "replace").split("\n"), 1):
         if not line and number > data.count(b"\n"):
@@ -44,9 +45,10 @@ def read_sums(path: Path, fix: str) -> list[tuple[str, str]]:
         found = _LINE.fullmatch(line)
         if not found:
             raise KitError(f"{path} line {number}: expected '<sha256>  <name>' with a plain relative name, "
-                           f"got {line[:80]!r}; fix: {fix}")
+                           f"got {line[:80]!r}",
+                           fix=f"{fix}")
         entries.append((found.group(1), found.group(2)))
     names = [name for _, name in entries]
     if len(set(names)) != len(names) or SUMS in names:
-        raise KitError(f"{path}: a name is listed twice or lists {SUMS} itself; fix: {fix}")
+        raise KitError(f"{path}: a name is listed twice or lists {SUMS} itself", fix=f"{fix}")
     return entries

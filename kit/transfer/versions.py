@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.transfer import remote
 from kit.image_names import image_name
 from kit.site import load_site
+from kit.transfer import remote
 from kit.transfer.ssh import connect, site_endpoint
 
 

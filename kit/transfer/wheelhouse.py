@@ -29,9 +29,10 @@ class Wheelhouse:
         try:
             found = checker.open_in(str(self.path), name)
         except (OSError, ValueError) as exc:
-            raise KitError(f"{self.path / name}: {getattr(exc, 'strerror', None) or exc}; fix: {FIX}") from None
+            raise KitError(f"{self.path / name}: {getattr(exc, 'strerror', None) or exc}",
+                           fix=f"{FIX}") from None
         if found is None:
-            raise KitError(f"{self.path / name}: listed in {SUMS} but missing; fix: {FIX}")
+            raise KitError(f"{self.path / name}: listed in {SUMS} but missing", fix=f"{FIX}")
         return found[0]
 
 
@@ -39,13 +40,14 @@ def open_wheelhouse(path: Path) -> Wheelhouse:
     """The wheelhouse at `path`, refused in one line if it is not one `make wheelhouse` wrote."""
     path = Path(path)
     if not path.is_dir():
-        raise KitError(f"{path}: no wheelhouse there; fix: {FIX}")
+        raise KitError(f"{path}: no wheelhouse there", fix=f"{FIX}")
     listed = read_sums(path / SUMS, FIX)
     if not any(name.startswith(KIT_WHEEL) and name.endswith(".whl") for _, name in listed):
-        raise KitError(f"{path / SUMS}: lists no {KIT_WHEEL}*.whl, so it is not the kit's wheelhouse; fix: {FIX}")
+        raise KitError(f"{path / SUMS}: lists no {KIT_WHEEL}*.whl, so it is not the kit's wheelhouse",
+                       fix=f"{FIX}")
     for _, name in listed:
         if not checker.NAME.fullmatch(f"{SUBDIR}/{name}"):
-            raise KitError(f"{path / SUMS}: {name!r} is nested too deep for a bundle; fix: {FIX}")
+            raise KitError(f"{path / SUMS}: {name!r} is nested too deep for a bundle", fix=f"{FIX}")
     files = []
     for sha, name in [*listed, ("", SUMS)]:
         fd = Wheelhouse(path, []).open(name)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import fcntl
+import functools
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from kit.atomic import atomic_write_bytes, atomic_write_text
 from kit.errors import KitError
@@ -59,10 +60,12 @@ def _check_names(name: str, count: int) -> None:
 def _preflight(name: str, count: int) -> None:
     _check_names(name, count)
     if os.geteuid() != 0:
-        raise VclusterError("kit vcluster needs root (network and UTS namespaces, a bridge); fix: run it as root "
+        raise VclusterError("kit vcluster needs root (network and UTS namespaces, a bridge)",
+                            fix="run it as root "
                             "on a machine of your own")
     if missing := daemons.missing_tools():
-        raise VclusterError(f"{', '.join(missing)} not found; fix: install Slurm (slurmctld, slurmd, client), "
+        raise VclusterError(f"{', '.join(missing)} not found",
+                            fix="install Slurm (slurmctld, slurmd, client), "
                             "munge and iproute2 (scripts/setup.sh does, as root)")
 
 
@@ -105,7 +108,8 @@ def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
                     + [n["netns"] for n in nodes if net.netns_exists(n["netns"])]
                 if taken:
                     raise VclusterError(f"{', '.join(taken)} already exist(s) on this host and {directory} records "
-                                        "no cluster that made them; fix: --name OTHER, or kit vcluster down --dir "
+                                        "no cluster that made them",
+                                        fix="--name OTHER, or kit vcluster down --dir "
                                         "THE_DIR_THAT_MADE_THEM")
                 state = ClusterState(name, str(directory), str(network), nodes, bridge, str(hosts[0]),
                                      socket.gethostname().split(".")[0], name)
@@ -141,7 +145,8 @@ def _undone(state: ClusterState, exc: BaseException) -> VclusterError:
     try:
         _remove(state)
     except (KitError, OSError) as again:
-        return VclusterError(f"{reason}; removing what this up made failed too ({again}); fix: kit vcluster down "
+        return VclusterError(f"{reason}; removing what this up made failed too ({again})",
+                             fix="kit vcluster down "
                              f"--dir {state.directory}")
     return VclusterError(f"{reason} (this up removed what it had made)")
 
@@ -159,7 +164,8 @@ def _make(state: ClusterState) -> None:
             (d / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise VclusterError(f"{d / sub}: {exc.strerror}, where the cluster keeps its {sub.split('/')[0]} "
-                                "directory; fix: move it away, or use another --dir") from None
+                                "directory",
+                                fix="move it away, or use another --dir") from None
     (d / "munge").chmod(0o755)  # munged wants the socket's directory searchable by every client
     key = d / "munge" / "munge.key"
     if not key.exists():
@@ -177,10 +183,11 @@ def _make(state: ClusterState) -> None:
 def _running(state: ClusterState, count: int, name: str) -> Report:
     problems = health(state)
     if problems:
-        raise VclusterError(f"{state.path}: a cluster was made here but is not whole ({'; '.join(problems)}); "
-                            f"fix: kit vcluster down --dir {state.directory}, then up again")
+        raise VclusterError(f"{state.path}: a cluster was made here but is not whole ({'; '.join(problems)})",
+                            fix=f"kit vcluster down --dir {state.directory}, then up again")
     if (len(state.nodes), state.name) != (count, name):
-        raise VclusterError(f"{state.directory} runs cluster {state.name} with {len(state.nodes)} nodes; fix: kit "
+        raise VclusterError(f"{state.directory} runs cluster {state.name} with {len(state.nodes)} nodes",
+                            fix="kit "
                             f"vcluster down --dir {state.directory} first, or use another --dir")
     written = [Path(state.directory) / f for f in SITE_FILES]
     return Report(state, False, [p for p in written if p.is_file()])

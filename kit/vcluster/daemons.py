@@ -25,7 +25,8 @@ NODE_SHELL = ('mount --bind "$1" /etc/hosts && mount -t tmpfs -o mode=1777,nosui
 def tool(name: str) -> str:
     found = shutil.which(name) or (f"/usr/sbin/{name}" if Path("/usr/sbin", name).exists() else None)
     if found is None:
-        raise VclusterError(f"{name} not found; fix: install Slurm, munge and iproute2 "
+        raise VclusterError(f"{name} not found",
+                            fix="install Slurm, munge and iproute2 "
                             "(scripts/setup.sh does, as root)")
     return found
 
@@ -38,10 +39,12 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
-        raise VclusterError(f"{what} did not start in {START_TIMEOUT} s; fix: see the logs in the cluster "
+        raise VclusterError(f"{what} did not start in {START_TIMEOUT} s",
+                            fix="see the logs in the cluster "
                             "directory") from None
     if done.returncode:
-        raise VclusterError(f"{what} did not start: {one_line(done.stderr or done.stdout, 300)}; fix: see the "
+        raise VclusterError(f"{what} did not start: {one_line(done.stderr or done.stdout, 300)}",
+                            fix="see the "
                             "logs in the cluster directory")
 
 

@@ -9,9 +9,9 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from kit.excerpt import one_line
 from kit.vcluster.state import VclusterError
@@ -25,10 +25,12 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
         done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise VclusterError(f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s; fix: check the host's "
+        raise VclusterError(f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s",
+                            fix="check the host's "
                             "network stack") from None
     if check and done.returncode:
-        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}; fix: the cause ip names")
+        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}",
+                            fix="the cause ip names")
     return done
 
 
@@ -70,7 +72,8 @@ def check_subnet(text: str) -> ipaddress.IPv4Network:
         raise VclusterError(f"--subnet {text!r}: give a private IPv4 /24 such as 10.213.5.0/24")
     clash = [u for u in _used_networks() if u.overlaps(net)]
     if clash:
-        raise VclusterError(f"--subnet {net}: overlaps {clash[0]} on this host; fix: choose another (or leave "
+        raise VclusterError(f"--subnet {net}: overlaps {clash[0]} on this host",
+                            fix="choose another (or leave "
                             "--subnet out: a free one is picked)")
     return net
 
@@ -81,7 +84,7 @@ def free_subnet() -> ipaddress.IPv4Network:
     for net in POOL.subnets(new_prefix=24):
         if not any(u.overlaps(net) for u in used):
             return net
-    raise VclusterError(f"no free /24 left in {POOL}; fix: kit vcluster down the clusters you no longer use")
+    raise VclusterError(f"no free /24 left in {POOL}", fix="kit vcluster down the clusters you no longer use")
 
 
 @contextmanager

@@ -38,7 +38,8 @@ def default_intel_mpi() -> Path | None:
 
 def check_intel_mpi(prefix: Path | None) -> None:
     if prefix is not None and not (prefix / "lib" / "libmpi.so.12").is_file():
-        raise VclusterError(f"--intel-mpi {prefix}: no lib/libmpi.so.12 there; fix: the prefix of an Intel MPI "
+        raise VclusterError(f"--intel-mpi {prefix}: no lib/libmpi.so.12 there",
+                            fix="the prefix of an Intel MPI "
                             "runtime (pip install --prefix DIR impi-rt)")
 
 
@@ -135,7 +136,8 @@ def check_binds(directory: Path, binds: list[str]) -> None:
     """The binds every config gets (the cluster directory, and --bind), checked by the site schema's
     rule before anything is made: a config refused after the cluster is up would leave it useless."""
     if problem := binds_problem([f"{directory}:{directory}", *binds]):
-        raise VclusterError(f"--bind/--dir: {problem}; fix: name directories without ':' as absolute "
+        raise VclusterError(f"--bind/--dir: {problem}",
+                            fix="name directories without ':' as absolute "
                             "paths SRC:DST")
 
 

@@ -8,8 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gan3d.data import ShowerFiles, expand_data_arg
-from gan3d.validate import (empty_features, normalise, plot_score, reference_halves, scaled_score, shower_features,
-                            take)
+from gan3d.validate import (
+    empty_features,
+    normalise,
+    plot_score,
+    reference_halves,
+    scaled_score,
+    shower_features,
+    take,
+)
 
 
 @pytest.fixture(scope="module")

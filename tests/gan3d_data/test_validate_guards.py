@@ -199,7 +199,7 @@ def test_a_results_file_holding_nan_or_infinity_gets_no_physics_in_one_line(tmp_
     from gan3d.validate import read_results
 
     path = tmp_path / "run.json"
-    path.write_text('{"schema": "%s", "showers_per_second": %s}' % (SCHEMA, constant))
+    path.write_text(f'{{"schema": "{SCHEMA}", "showers_per_second": {constant}}}')
     with pytest.raises(KitError, match=f"not valid JSON .{constant} is not a number JSON holds") as caught:
         read_results(path)
     assert "\n" not in str(caught.value) and constant in path.read_text()

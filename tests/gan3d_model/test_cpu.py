@@ -1,7 +1,8 @@
 """CPU flag detection that decides whether bf16 runs natively (gan3d.cpu)."""
 from pathlib import Path
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gan3d import cpu
 

@@ -1,10 +1,8 @@
 """`gan3d demo` removes its data and checkpoints in --build at each run: only in a directory it made."""
+import argparse
 from pathlib import Path
 
 import pytest
-
-import argparse
-
 from rich.console import Console
 
 from gan3d.demo import EARLIER_PLOTS, MARKER, OWNED, claim_build, main, run_validation

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gan3d import results
+from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.peak import site_peaks
 from kit.site import load_site
-from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 
 
 def test_throughput_is_consistent_with_flop_per_shower():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from pathlib import Path
 import subprocess
 import sys
 import tarfile
 import tempfile
+from pathlib import Path
 
 import pytest
 import yaml

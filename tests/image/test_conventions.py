@@ -10,8 +10,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from kit.image import convert
 from tests.image.builders import oci_layout

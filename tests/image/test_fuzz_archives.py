@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
-from hypothesis.control import currently_in_test_context
 from hypothesis import event as _event
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from kit.errors import KitError
 from kit.image import convert

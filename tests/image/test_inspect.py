@@ -75,8 +75,8 @@ def test_names_are_matched_whole():
     import pytest
 
     from kit.errors import KitError
-    from kit.mpi.discover import MPI_LIB_RE
     from kit.image_names import image_name
+    from kit.mpi.discover import MPI_LIB_RE
 
     assert image_name("gan3d") == "gan3d" and image_name("/x/gan3d.sqfs") == "gan3d"
     for bad in ("gan3d\n", "gan3d\n.sqfs", ".hidden", "a/b"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from kit.image.build import RECIPES
 from kit.pins import normalize

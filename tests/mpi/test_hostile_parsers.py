@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from kit.errors import KitError
 from kit.mpi import find_image_mpi

@@ -1,7 +1,8 @@
 """Open MPI's pairing rules (docs/mpi-abi.md): one test per branch, and a property test over
 release pairs against the rule as the docs state it."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kit.mpi.abi import AbiId, decide
 from kit.mpi.openmpi_abi import release_series

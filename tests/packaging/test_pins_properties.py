@@ -5,7 +5,8 @@ from __future__ import annotations
 import string
 import sys
 
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tests.packaging.conftest import REPO
 

@@ -2,11 +2,11 @@
 file, the line and the key, and exit 1 -- never a traceback, a hang, or a run silently left out."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
-import json
 import pytest
 import yaml
 

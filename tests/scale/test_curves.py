@@ -15,8 +15,16 @@ from hypothesis import strategies as st
 
 from kit.errors import KitError
 from kit.scale import load_results, write_report
-from kit.scale.curves import loss_figure, loss_overlay, overlay_figure, physics, physics_figure, run_names, \
-    throughput, throughput_figure
+from kit.scale.curves import (
+    loss_figure,
+    loss_overlay,
+    overlay_figure,
+    physics,
+    physics_figure,
+    run_names,
+    throughput,
+    throughput_figure,
+)
 from kit.scale.report import group_series
 from kit.scale.runs import Validation
 from tests.scale.builders import write_run

@@ -1,8 +1,8 @@
 """`kit site validate|show|probe` through the real command line entry point."""
 import os
 import shutil
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest

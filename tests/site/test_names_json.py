@@ -6,7 +6,8 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from kit.cli import main
 from kit.errors import KitError

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.mpi.conftest import (impi_prefix, impi_srun_site, mpich_image, mpich_oci,  # noqa: F401  (fixtures)
-                                mpich_system_oci)
+from tests.mpi.conftest import impi_prefix, impi_srun_site, mpich_image, mpich_oci, mpich_system_oci  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml

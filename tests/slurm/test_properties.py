@@ -14,7 +14,8 @@ import unicodedata
 from pathlib import Path
 
 import yaml
-from hypothesis import event, example, given, strategies as st
+from hypothesis import event, example, given
+from hypothesis import strategies as st
 
 from kit.cli import main
 from tests.site.hostile_yaml import INJECTIONS, hostile_text, mutated_site

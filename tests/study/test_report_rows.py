@@ -8,7 +8,6 @@ import io
 import statistics
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 

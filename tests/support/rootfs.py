@@ -12,8 +12,8 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 CACHE = Path(os.environ.get("KIT_TEST_CACHE", "~/.cache/secure-site-kit")).expanduser()
 

@@ -11,10 +11,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from kit.errors import KitError
-from kit.transfer import bundle, installed_versions, push, verify as checker, verify_bundle
+from kit.transfer import bundle, installed_versions, push, verify_bundle
+from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.push import _read_pair
 from tests.transfer.conftest import random_image

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from kit.transfer import push, remote_script
 from tests.transfer.conftest import busybox_image, ch_run, have_charliecloud

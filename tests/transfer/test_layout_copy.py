@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kit import image_names
 from kit.transfer import remote_script

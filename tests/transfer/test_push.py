@@ -11,8 +11,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import (busybox_image, ch_run, direct_io_works, have_charliecloud,
-                                     random_image)
+from tests.transfer.conftest import busybox_image, ch_run, direct_io_works, have_charliecloud, random_image
 from tests.transfer.sshd import start_sshd
 
 pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root

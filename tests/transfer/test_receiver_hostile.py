@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.transfer.test_receiver import SCRIPT
 

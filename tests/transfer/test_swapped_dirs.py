@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.transfer.test_receiver import SCRIPT
-from tests.transfer.test_receiver_hostile import BOUND, DATA, one_error_line, probe_argv, receive_argv, stdin_for
+from tests.transfer.test_receiver_hostile import (
+    BOUND,
+    DATA,
+    one_error_line,
+    probe_argv,
+    receive_argv,
+    stdin_for,
+)
 
 pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
 
