@@ -115,9 +115,9 @@ def peak_rows(record: dict) -> list[tuple[str, str, str | None]]:
         for kind, what in (("theoretical", "theoretical (site config)"), ("measured", "measured matmul")):
             peak = record[f"peak_{p}_{kind}_flop_per_second"]
             label = f"% of {what} {p} peak"
-            if peak:
-                rows.append((f"{label} ({peak / 1e9:.0f} GFLOP/s)",
-                             f"{record[f'percent_of_peak_{p}_{kind}']:.1f} %", None))
+            percent = record[f"percent_of_peak_{p}_{kind}"]
+            if peak and percent is not None:
+                rows.append((f"{label} ({peak / 1e9:.0f} GFLOP/s)", f"{percent:.1f} %", None))
             else:
                 rows.append((label, "unknown", record[f"peak_{p}_{kind}_basis"]))
     paper = record["peak_fp64_max_clock_flop_per_second"]

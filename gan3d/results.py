@@ -205,12 +205,18 @@ def peak_fields(flop_rate: float, precision: str, nodes: int, node_peaks: dict |
         theory = node_peaks[p] if node_peaks else {"flop_per_second": None, "basis": "unknown: no --site given"}
         peak = theory["flop_per_second"] * nodes if theory["flop_per_second"] else None
         basis = f"{nodes} nodes x {theory['basis']}" if peak and nodes > 1 else theory["basis"]
+        mine = measured.get(p)
+        # A measured peak below the run's own rate was disturbed (other work on the cores while it ran):
+        # no percentage of it, and the basis says why.
+        disturbed = mine is not None and p == precision and flop_rate > mine
         out |= {f"peak_{p}_theoretical_flop_per_second": peak, f"peak_{p}_theoretical_basis": basis,
-                f"peak_{p}_measured_flop_per_second": measured.get(p),
-                f"peak_{p}_measured_basis": measured_basis if p in measured else
+                f"peak_{p}_measured_flop_per_second": mine,
+                f"peak_{p}_measured_basis": (f"{measured_basis}; below the run's own FLOP/s, so disturbed (other "
+                                             "work on the cores while it was measured): no % of it" if disturbed
+                                             else measured_basis) if p in measured else
                 "not measured: train with --measure-peak",
                 f"percent_of_peak_{p}_theoretical": _percent(flop_rate, peak),
-                f"percent_of_peak_{p}_measured": _percent(flop_rate, measured.get(p))}
+                f"percent_of_peak_{p}_measured": None if disturbed else _percent(flop_rate, mine)}
     paper = node_peaks["paper_convention"] if node_peaks else {"flop_per_second": None,
                                                               "basis": "unknown: no --site given"}
     paper_peak = paper["flop_per_second"] * nodes if paper["flop_per_second"] else None

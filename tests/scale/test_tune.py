@@ -54,9 +54,14 @@ def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> d
     assert [(r["ranks_per_node"], r["threads_per_rank"]) for r in rows] == layouts
     assert all(r["problem"] is None and r["showers_per_second"] > 0 and r["peak_rss_bytes_per_rank"] > 50 * 2**20
                for r in rows), rows
-    # % of the measured fp32 peak: the runs measured it, and say that is the denominator
-    assert all(0 < r["percent_of_peak"] <= 100 and r["percent_of_peak_denominator"] == "measured fp32 peak"
-               for r in rows)
+    # % of the measured fp32 peak: the runs measured it, and say that is the denominator; a peak measured
+    # below the run's own rate (the other test worker's load on the cores) gives no % and its run says why
+    for r in rows:
+        if r["percent_of_peak"] is None:
+            record = json.loads(Path(r["results"]).read_text())
+            assert r["percent_of_peak_denominator"] is None and "disturbed" in record["peak_fp32_measured_basis"]
+        else:
+            assert 0 < r["percent_of_peak"] <= 100 and r["percent_of_peak_denominator"] == "measured fp32 peak"
     fastest = max(rows, key=lambda r: r["showers_per_second"])
     assert (doc["best"]["ranks_per_node"], doc["best"]["threads_per_rank"]) == \
         (fastest["ranks_per_node"], fastest["threads_per_rank"])
