@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from kit.errors import KitError
+
 VERSION_VARS = ("python_version", "python_full_version", "implementation_version")
 STRING_VARS = ("sys_platform", "platform_system", "platform_machine", "implementation_name",
                "platform_python_implementation", "os_name", "platform_release", "platform_version")
@@ -17,7 +19,7 @@ _VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){0,3}")
 MAX_LENGTH = 2000  # a lock's longest marker is ~80 characters
 
 
-class MarkerError(ValueError):
+class MarkerError(KitError, ValueError):
     """A marker this evaluator does not understand (named with the fix)."""
 
 
@@ -32,7 +34,8 @@ def linux_env(python: str, patch: int, machine: str = "x86_64") -> dict[str, str
 
 def _version(text: str, marker: str) -> tuple[int, ...]:
     if not _VERSION.fullmatch(text):
-        raise MarkerError(f"marker {marker!r}: {text!r} is not a version this check compares; fix: regenerate "
+        raise MarkerError(f"marker {marker!r}: {text!r} is not a version this check compares",
+                          fix="regenerate "
                           "the pin list with scripts/lock.sh")
     return tuple(int(part) for part in text.split("."))
 
@@ -51,7 +54,8 @@ def _compare_versions(have: str, op: str, want: str, marker: str) -> bool:
     v, w = _pad(v, n), _pad(w, n)
     if op == "~=":
         if len(_version(want, marker)) < 2:
-            raise MarkerError(f"marker {marker!r}: ~= needs two or more version parts; fix: regenerate the pin "
+            raise MarkerError(f"marker {marker!r}: ~= needs two or more version parts",
+                              fix="regenerate the pin "
                               "list with scripts/lock.sh")
         kept = len(_version(want, marker)) - 1
         return v >= w and v[:kept] == w[:kept]
@@ -62,7 +66,8 @@ def _term(var: str, op: str, value: str, env: dict[str, str], marker: str) -> bo
     if var in VERSION_VARS and op not in ("in", "not in"):
         return _compare_versions(env[var], op, value, marker)
     if var not in VERSION_VARS + STRING_VARS:
-        raise MarkerError(f"marker {marker!r}: unknown variable {var!r}; fix: regenerate the pin list with "
+        raise MarkerError(f"marker {marker!r}: unknown variable {var!r}",
+                          fix="regenerate the pin list with "
                           "scripts/lock.sh")
     have = env[var]
     if op == "==":
@@ -73,7 +78,8 @@ def _term(var: str, op: str, value: str, env: dict[str, str], marker: str) -> bo
         return have in value
     if op == "not in":
         return have not in value
-    raise MarkerError(f"marker {marker!r}: {var} {op} compares no versions; fix: regenerate the pin list with "
+    raise MarkerError(f"marker {marker!r}: {var} {op} compares no versions",
+                      fix="regenerate the pin list with "
                       "scripts/lock.sh")
 
 
@@ -84,7 +90,8 @@ def _tokens(marker: str) -> list[str]:
         if not match or match.end() == pos:
             if marker[pos:].strip() == "":
                 break
-            raise MarkerError(f"marker {marker!r}: cannot read it at {marker[pos:pos + 20]!r}; fix: regenerate the "
+            raise MarkerError(f"marker {marker!r}: cannot read it at {marker[pos:pos + 20]!r}",
+                              fix="regenerate the "
                               "pin list with scripts/lock.sh")
         out.append(match.group(1))
         pos = match.end()
@@ -94,12 +101,14 @@ def _tokens(marker: str) -> list[str]:
 def evaluate(marker: str, env: dict[str, str]) -> bool:
     """Whether ``marker`` holds in ``env`` (see linux_env); `and` binds tighter than `or`."""
     if len(marker) > MAX_LENGTH:
-        raise MarkerError(f"marker of {len(marker)} characters; fix: regenerate the pin list with scripts/lock.sh")
+        raise MarkerError(f"marker of {len(marker)} characters",
+                          fix="regenerate the pin list with scripts/lock.sh")
     tokens = _tokens(marker)
     pos = 0
 
     def fail() -> MarkerError:
-        return MarkerError(f"marker {marker!r}: unexpected {' '.join(tokens[pos:pos + 3]) or 'end'!r}; fix: "
+        return MarkerError(f"marker {marker!r}: unexpected {' '.join(tokens[pos:pos + 3]) or 'end'!r}",
+                           fix=""
                            "regenerate the pin list with scripts/lock.sh")
 
     def take() -> str:

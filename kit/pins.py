@@ -30,7 +30,12 @@ SAME_FILES = (("tensorflow", "tensorflow-cpu"),)
 
 
 class PinError(Exception):
-    """One line naming the file, the entry and the fix."""
+    """One line naming the file, the entry and the fix: kit.errors.KitError's parts and line, here
+    again because this file runs alone (a wheelhouse carries it without the kit)."""
+
+    def __init__(self, what: str, *, fix: str | None = None):
+        self.what, self.fix = what, fix
+        super().__init__(f"{what}; fix: {fix}" if fix else what)
 
 
 def normalize(name: str) -> str:
@@ -53,7 +58,8 @@ def read_pins(path: Path) -> list[Pin]:
     """Every pin of a uv/pip-compile style file; anything else there is an error, not skipped."""
     data = path.read_bytes()
     if len(data) > MAX_BYTES:
-        raise PinError(f"{path}: {len(data)} bytes, more than a pin list has ({MAX_BYTES}); fix: regenerate it "
+        raise PinError(f"{path}: {len(data)} bytes, more than a pin list has ({MAX_BYTES})",
+                       fix="regenerate it "
                        "with scripts/lock.sh")
     logical, pins = [], []
     current = ""
@@ -73,8 +79,8 @@ def read_pins(path: Path) -> list[Pin]:
         hashes = [HASH.fullmatch("--hash=" + w.strip()) for w in words[1:]]
         bad_marker = match is not None and match["marker"] is not None and not MARKER.fullmatch(match["marker"])
         if not match or not hashes or not all(hashes) or bad_marker:
-            raise PinError(f"{path}: entry {entry[:80]!r} is not NAME==VERSION [; MARKER] --hash=sha256:HEX...; "
-                           "fix: regenerate it with scripts/lock.sh")
+            raise PinError(f"{path}: entry {entry[:80]!r} is not NAME==VERSION [; MARKER] --hash=sha256:HEX...",
+                           fix="regenerate it with scripts/lock.sh")
         pins.append(Pin(match["name"], match["version"], match["marker"], tuple(h["hex"] for h in hashes)))
     return pins
 
@@ -83,7 +89,8 @@ def select(pins: list[Pin], only: list[str], exclude: list[str]) -> list[Pin]:
     wanted, unwanted = {normalize(n) for n in only}, {normalize(n) for n in exclude}
     missing = wanted - {normalize(p.name) for p in pins}
     if missing:
-        raise PinError(f"no pin for {', '.join(sorted(missing))}; fix: add it to pyproject.toml and run scripts/lock.sh")
+        raise PinError(f"no pin for {', '.join(sorted(missing))}",
+                       fix="add it to pyproject.toml and run scripts/lock.sh")
     return [p for p in pins if (not wanted or normalize(p.name) in wanted) and normalize(p.name) not in unwanted]
 
 
@@ -110,10 +117,12 @@ def verify(pins: list[Pin], directory: Path, skip: list[str]) -> int:
         if key[0] in skipped:
             continue
         if key not in by_pin:
-            raise PinError(f"{path}: {key[0]} {key[1]} is not in the pin list; fix: run scripts/lock.sh, or remove "
+            raise PinError(f"{path}: {key[0]} {key[1]} is not in the pin list",
+                           fix="run scripts/lock.sh, or remove "
                            "the file")
         if sha256(path) not in by_pin[key]:
-            raise PinError(f"{path}: sha256 differs from every hash pinned for {key[0]}=={key[1]}; fix: delete it and "
+            raise PinError(f"{path}: sha256 differs from every hash pinned for {key[0]}=={key[1]}",
+                           fix="delete it and "
                            "download it again")
         checked += 1
     return checked

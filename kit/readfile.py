@@ -63,9 +63,11 @@ def _open_regular(path: Path, what: str, error: type[KitError], follow_symlinks:
     except FileNotFoundError:
         raise
     except NotRegularFile as exc:
-        raise error(f"{path}: is {exc.kind}, not the regular file a {what} is; fix: give the {what} itself") from None
+        raise error(f"{path}: is {exc.kind}, not the regular file a {what} is",
+                    fix=f"give the {what} itself") from None
     except OSError as exc:
-        raise error(f"{path}: cannot read the {what} ({exc.strerror}); fix: check the path and its "
+        raise error(f"{path}: cannot read the {what} ({exc.strerror})",
+                    fix="check the path and its "
                     "permissions") from None
 
 
@@ -77,7 +79,7 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
         data = fh.read(limit + 1)
     if len(data) > limit:
         size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit} bytes"
-        raise error(f"{path}: larger than {size}, far more than any {what}; fix: give the {what} itself")
+        raise error(f"{path}: larger than {size}, far more than any {what}", fix=f"give the {what} itself")
     return data
 
 
@@ -94,7 +96,8 @@ def decode(data: bytes, path: str | os.PathLike, what: str, error: type[KitError
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise error(f"{path}:{line}: the {what} is not UTF-8 (byte 0x{data[exc.start]:02x}); fix: save "
+        raise error(f"{path}:{line}: the {what} is not UTF-8 (byte 0x{data[exc.start]:02x})",
+                    fix="save "
                     "it as UTF-8") from None
 
 

@@ -54,7 +54,7 @@ PIP_KEEP = ("PIP_INDEX_URL", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_TR
             "PIP_RETRIES", "PIP_CACHE_DIR")
 
 
-class CheckError(Exception):
+class CheckError(KitError):
     """pip could not answer at all (no network, a broken pip): one line with the fix."""
 
 
@@ -83,7 +83,8 @@ def platform_tags(platform: str) -> list[str]:
     out: list[str] = []
     for tag in platform.split(","):
         if not re.fullmatch(r"[a-z0-9_]{1,80}", tag):
-            raise CheckError(f"PLATFORM={platform}: {tag!r} is no wheel platform tag; fix: give the login node's tag, "
+            raise CheckError(f"PLATFORM={platform}: {tag!r} is no wheel platform tag",
+                             fix="give the login node's tag, "
                              "e.g. manylinux2014_x86_64 (glibc >= 2.17) or manylinux_2_28_x86_64 (glibc >= 2.28)")
         out.append(tag)
         match = TAG.fullmatch(tag)
@@ -165,7 +166,8 @@ def _pip(pip: Sequence[str], todo: Sequence[tuple[str, str]], python: str, platf
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT, env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CheckError(f"{' '.join(pip)} did not answer for Python {python} on {platform} ({exc}); fix: "
+            raise CheckError(f"{' '.join(pip)} did not answer for Python {python} on {platform} ({exc})",
+                             fix=""
                              "check the network and pip") from None
         data = None
         if done.returncode == 0:
@@ -202,7 +204,8 @@ def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Se
             found = reported(report)
             if not set(todo) <= found:
                 raise CheckError(f"pip's report for Python {python} on {platform} lacks "
-                                 f"{', '.join(f'{n}=={v}' for n, v in sorted(set(todo) - found)[:5])}; fix: "
+                                 f"{', '.join(f'{n}=={v}' for n, v in sorted(set(todo) - found)[:5])}",
+                                 fix=""
                                  "upgrade pip (22.2 or newer writes --report)")
             known |= set(todo)
             todo = []
@@ -214,21 +217,23 @@ def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Se
         gone = [MISSING.fullmatch(line.strip()) for line in lines]
         gone = [m for m in gone if m]
         if "no such option" in done.stderr:
-            raise CheckError(f"pip is too old to check Python {python} on {platform} (it lacks --dry-run/--report); "
-                             f"fix: {' '.join(pip)} install --upgrade pip (22.2 or newer)")
+            raise CheckError(f"pip is too old to check Python {python} on {platform} (it lacks --dry-run/--report)",
+                             fix=f"{' '.join(pip)} install --upgrade pip (22.2 or newer)")
         if not gone:
             last = next((line.strip() for line in reversed(lines) if line.strip()), f"exit {done.returncode}")
-            raise CheckError(f"pip could not check Python {python} on {platform}: {last[:300]}; fix: check the "
+            raise CheckError(f"pip could not check Python {python} on {platform}: {last[:300]}",
+                             fix="check the "
                              "network (the index must be reachable)")
         name, version = pins.normalize(gone[-1]["name"]), gone[-1]["version"]
         if (name, version) not in todo:
-            raise CheckError(f"pip named {name}=={version}, which was not asked for; fix: run with a current pip")
+            raise CheckError(f"pip named {name}=={version}, which was not asked for",
+                             fix="run with a current pip")
         versions = next((m["versions"] for m in (FOUND.fullmatch(line.strip()) for line in lines)
                          if m and pins.normalize(m["name"]) == name), "")
         missing.append(Missing(name, version, python, platform, newest_release(versions)))
         todo.remove((name, version))
     if todo:
-        raise CheckError(f"pip did not settle for Python {python} on {platform}; fix: run again")
+        raise CheckError(f"pip did not settle for Python {python} on {platform}", fix="run again")
     if known != read_cache(path):
         atomic_write_text(path, "".join(f"{n}=={v}\n" for n, v in sorted(known)))
     return len(wanted) - len(missing), missing
@@ -284,12 +289,14 @@ def require_pip(pip: Sequence[str]) -> None:
     try:
         done = subprocess.run([*pip, "--version"], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CheckError(f"{' '.join(pip)} --version did not answer ({exc}); fix: install pip") from None
+        raise CheckError(f"{' '.join(pip)} --version did not answer ({exc})", fix="install pip") from None
     match = re.match(r"pip ([0-9]+)\.", done.stdout)
     if done.returncode or not match:
-        raise CheckError(f"{' '.join(pip)} is no pip ({(done.stderr or done.stdout).strip()[:200]}); fix: install pip")
+        raise CheckError(f"{' '.join(pip)} is no pip ({(done.stderr or done.stdout).strip()[:200]})",
+                         fix="install pip")
     if int(match[1]) < PIP_MAJOR:
-        raise CheckError(f"pip {match[1]} judges Requires-Python by the Python running it, not the one checked; fix: "
+        raise CheckError(f"pip {match[1]} judges Requires-Python by the Python running it, not the one checked",
+                         fix=""
                          f"pip {PIP_MAJOR} or newer (scripts/lock.sh keeps one in KIT_CACHE/uv-venv)")
 
 
@@ -318,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "wheelhouse":
             if not re.fullmatch(r"3\.[0-9]{1,2}", args.python):
-                raise CheckError(f"Python {args.python!r} is not 3.N; fix: give the site's Python version")
+                raise CheckError(f"Python {args.python!r} is not 3.N", fix="give the site's Python version")
             log = args.pip_log.read_bytes()[-(1 << 20):].decode("utf-8", "replace")
             print(diagnose(pins.read_pins(args.lock), args.python, args.platform, pip, args.cache, log),
                   file=sys.stderr)

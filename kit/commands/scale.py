@@ -62,9 +62,9 @@ def _plan(args: argparse.Namespace) -> int:
                                             args.layout == "best")
         ranks, threads = [rpn], [tpr]
         Console().print(f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank")
-    plan = make_plan(site, nodes, ranks, threads,
-                     walltime(args.walltime, site.scheduler.max_walltime), None if args.no_container else args.image,
-                     args.python, extra, args.partition, args.account, repeats, args.validate)
+    plan = make_plan(site, nodes, ranks, threads, walltime(args.walltime, site.scheduler.max_walltime),
+                     image=None if args.no_container else args.image, python=args.python, train_args=extra,
+                     partition=args.partition, account=args.account, repeats=repeats, validate=args.validate)
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
@@ -116,13 +116,15 @@ def _tune(args: argparse.Namespace) -> int:
         if slurm:
             pair = str(pair_file_for(args.image).absolute()) if args.image else None
             measured = tune.run_slurm(
-                site, layouts, args.dir, extra, args.steps, args.peak_seconds, args.timeout,
-                walltime(args.walltime, site.scheduler.max_walltime), args.nodes, pair, args.python, args.poll,
+                site, layouts, args.dir, train_args=extra, steps=args.steps, peak_seconds=args.peak_seconds,
+                timeout=args.timeout, walltime=walltime(args.walltime, site.scheduler.max_walltime),
+                nodes=args.nodes, pair=pair, python=args.python, poll_seconds=args.poll,
                 on_poll=None if status is None else lambda st: status.update(
                     "waiting for Slurm: " + ", ".join(f"{s.run_id} {s.state}" for s in st)))
         else:
             measured = tune.run_local(
-                site, layouts, args.dir, extra, args.steps, args.peak_seconds, args.timeout,
+                site, layouts, args.dir, train_args=extra, steps=args.steps, peak_seconds=args.peak_seconds,
+                timeout=args.timeout,
                 on_start=None if status is None else lambda layout: status.update(
                     f"training layout {layout.name} ({layouts.index(layout) + 1} of {len(layouts)})"))
     tune_file, png = tune.write_tune(site, args.nodes, measured, args.dir)

@@ -43,7 +43,7 @@ class Plan:
 
 
 def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], threads: list[int] | None,
-              walltime: str, image: str | None = None, python: str = "python3",
+              walltime: str, *, image: str | None = None, python: str = "python3",
               train_args: tuple[str, ...] = (), partition: str | None = None,
               account: str | None = None, repeats: int = 1, validate: bool = False) -> Plan:
     """The cartesian sweep; combinations the site cannot run are kept aside with the reason.

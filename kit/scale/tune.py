@@ -122,7 +122,7 @@ def check_train_args(train_args: tuple[str, ...]) -> None:
                        "itself for every layout (use --steps, --peak-seconds, --precision); drop them")
 
 
-def run_local(site: Site, layouts: list[Layout], out_dir: Path, train_args: tuple[str, ...], steps: int,
+def run_local(site: Site, layouts: list[Layout], out_dir: Path, *, train_args: tuple[str, ...], steps: int,
               peak_seconds: float, timeout: float, python: str = sys.executable,
               on_start: Callable[[Layout], None] | None = None) -> list[Measured]:
     """Each layout in turn under the site's MPI launcher on this machine (one node, nothing queued)."""
@@ -188,7 +188,7 @@ def _tail(log: Path) -> str:
     return " | ".join(lines[-3:]) or "(empty)"
 
 
-def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, train_args: tuple[str, ...], steps: int,
+def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, *, train_args: tuple[str, ...], steps: int,
               peak_seconds: float, timeout: float, walltime: str, nodes: int = 1, pair: str | None = None,
               python: str = "python3", poll_seconds: float = 5.0,
               on_poll: Callable[[list[sweep_jobs.RunStatus]], None] | None = None) -> list[Measured]:

@@ -149,7 +149,8 @@ def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(showers, tmp
                                                                        best["threads_per_rank"])
     # a second tune into the same directory would mix two runs' figures: refused before running
     with pytest.raises(KitError, match="an earlier tune's result is there"):
-        tune.run_local(load_site("laptop"), tune.candidate_layouts(load_site("laptop")), out, (), 3, 0.5, 60)
+        tune.run_local(load_site("laptop"), tune.candidate_layouts(load_site("laptop")), out, train_args=(),
+                       steps=3, peak_seconds=0.5, timeout=60)
 
 
 @pytest.mark.slow
@@ -260,5 +261,6 @@ def test_a_link_at_the_tunes_logs_or_results_is_refused_before_any_training(tmp_
     monkeypatch.setattr(tune, "_run_bounded", lambda cmd, log, timeout: ran.append(cmd) or 0)
     monkeypatch.setattr(tune, "local_launcher", lambda site: ["mpiexec"])
     with pytest.raises(KitError, match=f"tune/{sub}: is a symlink, not the tune's {sub}/") as caught:
-        tune.run_local(load_site("laptop"), [tune.Layout(1, 1)], out, (), 1, 1.0, 10)
+        tune.run_local(load_site("laptop"), [tune.Layout(1, 1)], out, train_args=(), steps=1, peak_seconds=1.0,
+                       timeout=10)
     assert "\n" not in str(caught.value) and ran == [] and list(elsewhere.iterdir()) == []
