@@ -21,6 +21,9 @@ def slurm_site_dict(name: str = "localslurm") -> dict:
     site["scheduler"] = {"type": "slurm", "partition": "debug", "max_nodes": 1, "max_walltime": "00:20:00",
                          "mpi_plugin": "pmi2"}
     site["host_mpi"]["launcher"] = "srun"
+    # One node: MPICH's UCX needs shared memory only. Its network transports list the host's interfaces
+    # at MPI_Init, and the virtual cluster's tests add and remove interfaces meanwhile ("No such device").
+    site["host_mpi"]["env"] = {"UCX_TLS": "self,sm"}
     return site
 
 
