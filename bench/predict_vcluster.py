@@ -31,24 +31,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from vcluster_overhead import _repeat, image_for, machine, run  # noqa: E402
+from vcluster_overhead import _repeat, image_for, on_own_cluster, run  # noqa: E402
 
 from kit.scale import sweep_jobs  # noqa: E402
 from kit.scale.model import Fit  # noqa: E402
 from kit.scale.plan import calibration_nodes, load_plan  # noqa: E402
 from kit.scale.runs import load_results  # noqa: E402
-from kit.vcluster import down, up  # noqa: E402
+from kit.vcluster import up  # noqa: E402
 from tests.mpi import conftest as mpi_tests  # noqa: E402
 
 
@@ -163,11 +161,6 @@ def tabulate(work: Path) -> None:
     print(table(prediction, measured(check), measured(cal)), flush=True)
 
 
-def _interrupted(signum, frame) -> None:
-    """SIGTERM as Ctrl-C: the finally clause takes the cluster down."""
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=_counts, default=[3, 6],
@@ -194,20 +187,7 @@ def main() -> None:
     if uneven:
         raise SystemExit(f"--events {args.events}: 2 x {args.events} showers do not split into whole batches of "
                          f"{args.batch_size} over {uneven} rank(s); fix: a multiple of their batches")
-    os.environ.setdefault("PYTHONPATH", str(ROOT))  # the jobs' Python imports gan3d from this checkout
-    work = args.dir.absolute() / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    work.mkdir(parents=True)
-    cluster = work / "cluster"
-    signal.signal(signal.SIGTERM, _interrupted)
-    machine("start")
-    try:
-        measure(args, work, cluster)
-    finally:
-        if cluster.is_dir():  # nothing recorded there: down does nothing
-            down(cluster)
-        machine("end")
-        print(f"runs, logs and predictions: {work}", flush=True)
-
+    on_own_cluster(args.dir, lambda work, cluster: measure(args, work, cluster), "runs, logs and predictions")
 
 if __name__ == "__main__":
     main()

@@ -157,6 +157,24 @@ def _interrupted(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def on_own_cluster(directory: Path, measure, outputs: str) -> None:
+    """measure(WORK, CLUSTER) in a new timestamped WORK under DIRECTORY, the machine described before
+    and after, and the cluster it brings up at CLUSTER taken down however it ends (Ctrl-C, SIGTERM)."""
+    os.environ.setdefault("PYTHONPATH", str(ROOT))  # the jobs' Python imports gan3d from this checkout
+    work = directory.absolute() / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    work.mkdir(parents=True)
+    cluster = work / "cluster"
+    signal.signal(signal.SIGTERM, _interrupted)
+    machine("start")
+    try:
+        measure(work, cluster)
+    finally:
+        if cluster.is_dir():  # nothing recorded there: down does nothing
+            down(cluster)
+        machine("end")
+        print(f"{outputs}: {work}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -171,20 +189,7 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the virtual cluster needs root")
-    os.environ.setdefault("PYTHONPATH", str(ROOT))  # the jobs' Python imports gan3d from this checkout
-    work = args.dir.absolute() / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    work.mkdir(parents=True)
-    cluster = work / "cluster"
-    signal.signal(signal.SIGTERM, _interrupted)
-    machine("start")
-    try:
-        measure(args, work, cluster)
-    finally:
-        if cluster.is_dir():  # nothing recorded there: down does nothing
-            down(cluster)
-        machine("end")
-        print(f"runs, logs and reports: {work}", flush=True)
-
+    on_own_cluster(args.dir, lambda work, cluster: measure(args, work, cluster), "runs, logs and reports")
 
 if __name__ == "__main__":
     main()
