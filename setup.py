@@ -1,6 +1,7 @@
 """setuptools reads the project from pyproject.toml; this adds one build step: the wheel names the
 git commit it was built from (kit/build_commit.json, kit.code_commit.RECORD), written into the
 build tree, never into the source, so an installed kit without a checkout still knows its commit."""
+
 from __future__ import annotations
 
 import sys

@@ -8,6 +8,7 @@ to tar.gz: "plain" = convert with the pair's mount point given by hand (no pairi
 "one pass" = convert_paired (the pair decided while the layers stream), "two passes" =
 make_pair on the source, then convert with its mount points and links.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    src = oci_image(mpi_tests.MPICH_PACKAGES,
-                    files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
-                    links={f"{mpi_tests.TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"}, tag="mpich")
+    src = oci_image(
+        mpi_tests.MPICH_PACKAGES,
+        files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
+        links={f"{mpi_tests.TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"},
+        tag="mpich",
+    )
     prefix = mpi_tests.CACHE / "impi" / mpi_tests.IMPI_VERSION
     if not (prefix / "lib" / "libmpi.so.12").is_file():
         sys.exit(f"{prefix}: run the MPI tests once first (they install impi-rt there)")
@@ -47,8 +51,9 @@ def main() -> None:
         ways = {
             "plain": lambda o: convert(src, o, mount_points=[f"{mpi_tests.TARGET}/lib0"]),
             "one pass": lambda o: convert_paired(src, o, site),
-            "two passes": lambda o: (lambda p: convert(src, o, mount_points=p.mount_points, links=p.links))(
-                make_pair(site, src)),
+            "two passes": lambda o: (
+                lambda p: convert(src, o, mount_points=p.mount_points, links=p.links)
+            )(make_pair(site, src)),
         }
         times: dict[str, list[float]] = {k: [] for k in ways}
         for rep in range(args.reps):
@@ -58,8 +63,10 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t0)
         print(f"{src.name}: {src.stat().st_size} bytes; load {os.getloadavg()}")
         for name, ts in times.items():
-            print(f"{name:10s} {[round(t, 2) for t in ts]} median {statistics.median(ts):.2f} s "
-                  f"({statistics.median(ts) / statistics.median(times['plain']):.2f}x plain)")
+            print(
+                f"{name:10s} {[round(t, 2) for t in ts]} median {statistics.median(ts):.2f} s "
+                f"({statistics.median(ts) / statistics.median(times['plain']):.2f}x plain)"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -14,6 +14,7 @@ Each paper row is one results file: its two epochs both took the printed time; s
 paper's epoch (180,000 showers, PAPER_EPOCH_EVENTS) over that time; the batch per rank (8) is not
 printed in the paper and only names the series. Nothing in the paper's part is measured here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,16 +53,30 @@ def paper_results(out: Path) -> list[Path]:
         ranks = nodes * times.ranks_per_node
         rate = pflops * 1e15
         record = {
-            "status": "ok", "site": site.name, "container": "charliecloud", "image_digest": None,
-            "mpi_library_version": PAPER_MPI, "nodes": nodes, "ranks": ranks,
-            "ranks_per_node": times.ranks_per_node, "threads_per_rank": times.threads_per_rank,
-            "preset": PAPER_PRESET, "train_events": PAPER_EPOCH_EVENTS, "precision": "fp32",
-            "batch_per_rank": PAPER_BATCH_PER_RANK, "global_batch": PAPER_BATCH_PER_RANK * ranks, "epochs": 2,
-            "epoch_times": [seconds, seconds], "epoch_wall_times": [seconds, seconds], "epoch_step_seconds": None,
+            "status": "ok",
+            "site": site.name,
+            "container": "charliecloud",
+            "image_digest": None,
+            "mpi_library_version": PAPER_MPI,
+            "nodes": nodes,
+            "ranks": ranks,
+            "ranks_per_node": times.ranks_per_node,
+            "threads_per_rank": times.threads_per_rank,
+            "preset": PAPER_PRESET,
+            "train_events": PAPER_EPOCH_EVENTS,
+            "precision": "fp32",
+            "batch_per_rank": PAPER_BATCH_PER_RANK,
+            "global_batch": PAPER_BATCH_PER_RANK * ranks,
+            "epochs": 2,
+            "epoch_times": [seconds, seconds],
+            "epoch_wall_times": [seconds, seconds],
+            "epoch_step_seconds": None,
             "full_epoch_seconds_estimate": None,  # the paper gives no step-only time
-            "showers_per_second": PAPER_EPOCH_EVENTS / seconds, "flop_per_second": rate,
+            "showers_per_second": PAPER_EPOCH_EVENTS / seconds,
+            "flop_per_second": rate,
             **res.peak_fields(rate, "fp32", nodes, site_peaks(site), {}, ""),
-            "source": f"seed paper Table 4 (time per epoch) and Table 7 (PFLOP/s), {nodes} nodes"}
+            "source": f"seed paper Table 4 (time per epoch) and Table 7 (PFLOP/s), {nodes} nodes",
+        }
         paths.append(res.write_results(out / f"n{nodes}.json", record))
     return paths
 
@@ -72,7 +87,9 @@ def laptop_runs(work: Path, repeats: int, progress: Progress) -> list[Path]:
     from gan3d.simulate import write_files
 
     data = sorted((work / "data").glob("*.h5")) or write_files(work / "data", 3, 128, seed=5)
-    check = (sorted((work / "check").glob("*.h5")) or write_files(work / "check", 1, 600, seed=11))[0]
+    check = (sorted((work / "check").glob("*.h5")) or write_files(work / "check", 1, 600, seed=11))[
+        0
+    ]
     launcher = local_launcher(load_site("laptop"))
     runs = [(r, t, i) for r, t in LAYOUTS for i in range(1, repeats + 1)]
     task = progress.add_task("laptop runs", total=len(runs))
@@ -85,15 +102,53 @@ def laptop_runs(work: Path, repeats: int, progress: Progress) -> list[Path]:
             progress.advance(task)
             continue
         progress.update(task, description=f"training {run_id}")
-        ok = _run([*launcher, "-n", str(ranks), sys.executable, "-m", "gan3d", "train", "--site", "laptop",
-                   "--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), *TRAIN,
-                   "--threads", str(threads), "--checkpoint-dir", str(checkpoints), "--results", str(results)],
-                  work / "logs" / f"{run_id}.out")
+        ok = _run(
+            [
+                *launcher,
+                "-n",
+                str(ranks),
+                sys.executable,
+                "-m",
+                "gan3d",
+                "train",
+                "--site",
+                "laptop",
+                "--data",
+                f"{data[0]},{data[1]}",
+                "--validation-data",
+                str(data[2]),
+                *TRAIN,
+                "--threads",
+                str(threads),
+                "--checkpoint-dir",
+                str(checkpoints),
+                "--results",
+                str(results),
+            ],
+            work / "logs" / f"{run_id}.out",
+        )
         if ok:
             progress.update(task, description=f"validating {run_id}")
-            _run([*launcher, "-n", "1", sys.executable, "-m", "gan3d", "validate", "--checkpoint", str(checkpoints),
-                  "--data", str(check), "--out", str(results.with_suffix(".physics")), "--results", str(results)],
-                 work / "logs" / f"{run_id}.validate.out")
+            _run(
+                [
+                    *launcher,
+                    "-n",
+                    "1",
+                    sys.executable,
+                    "-m",
+                    "gan3d",
+                    "validate",
+                    "--checkpoint",
+                    str(checkpoints),
+                    "--data",
+                    str(check),
+                    "--out",
+                    str(results.with_suffix(".physics")),
+                    "--results",
+                    str(results),
+                ],
+                work / "logs" / f"{run_id}.validate.out",
+            )
             done.append(results)
         progress.advance(task)
     return done
@@ -102,22 +157,33 @@ def laptop_runs(work: Path, repeats: int, progress: Progress) -> list[Path]:
 def _run(cmd: list[str], log: Path) -> bool:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
-        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).returncode
+        code = subprocess.run(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=RUN_TIMEOUT,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        ).returncode
     if code:
         print(f"{cmd[cmd.index('gan3d') + 1]} failed (exit {code}); log {log}", file=sys.stderr)
     return code == 0
 
 
 def write_paper_report(out: Path) -> list[Path]:
-    """out/paper: results files and the report, with paths relative to it (no checkout path inside)."""
+    """out/paper: results files and the report, with paths relative to it (no checkout path
+    inside).
+    """
     paper = out / "paper"
     paths = paper_results(paper / "results")
     here = Path.cwd()
     os.chdir(paper)
     try:
-        return write_report(load_results([p.relative_to(paper) for p in paths]), ".", reference="table4",
-                            title="Example: the paper's Table 4 as results files")
+        return write_report(
+            load_results([p.relative_to(paper) for p in paths]),
+            ".",
+            reference="table4",
+            title="Example: the paper's Table 4 as results files",
+        )
     finally:
         os.chdir(here)
 
@@ -156,8 +222,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("docs/example-report"))
     ap.add_argument("--paper-only", action="store_true", help="only the deterministic paper part")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--work", type=Path, help="keep the laptop runs here (default: a temporary directory); "
-                    "a second call reuses the runs that finished")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        help="keep the laptop runs here (default: a temporary directory); "
+        "a second call reuses the runs that finished",
+    )
     args = ap.parse_args()
     out = args.out.absolute()
     write_paper_report(out)
@@ -168,8 +238,10 @@ def main() -> int:
         stamp = work / "measured.txt"  # when and where the runs ran (a second call reuses them)
         if not stamp.exists():
             work.mkdir(parents=True, exist_ok=True)
-            stamp.write_text(f"measured from {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on: {describe()}; "
-                             f"{os.cpu_count()} CPUs, 1-minute load average {os.getloadavg()[0]:.1f} at the start")
+            stamp.write_text(
+                f"measured from {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on: {describe()}; "
+                f"{os.cpu_count()} CPUs, 1-minute load average {os.getloadavg()[0]:.1f} at the start"
+            )
         done = laptop_runs(work, args.repeats, progress)
         if not done:
             print("no laptop run finished; see the logs above", file=sys.stderr)
@@ -177,8 +249,11 @@ def main() -> int:
         here = Path.cwd()
         os.chdir(work)
         try:
-            write_report(load_results([p.relative_to(work) for p in done]), out / "laptop",
-                         title=f"Example: tiny-preset laptop runs, {args.repeats} repeats per layout")
+            write_report(
+                load_results([p.relative_to(work) for p in done]),
+                out / "laptop",
+                title=f"Example: tiny-preset laptop runs, {args.repeats} repeats per layout",
+            )
         finally:
             os.chdir(here)
         write_index(out, stamp.read_text(), args.repeats)

@@ -10,6 +10,7 @@ Cost on 2 cores: about 3 x steps full-size steps (~3 s each in fp32 when idle) p
 `--minutes M` fits a loaded machine: the first run stops after M/3 minutes (or --steps) and
 the other two take as many steps as it did; the table says how many.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,13 +25,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--minutes", type=float, help="time budget: the first run gets a third, the others its steps")
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        help="time budget: the first run gets a third, the others its steps",
+    )
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--showers", type=int, default=640, help="simulated training showers")
-    ap.add_argument("--generated", type=int, default=512, help="showers generated per model for the statistics")
+    ap.add_argument(
+        "--generated", type=int, default=512, help="showers generated per model for the statistics"
+    )
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--preset", choices=["full", "tiny"], default="full",
-                    help="tiny: the test's setting (--steps 16 --batch-size 4 --showers 64 --generated 128)")
+    ap.add_argument(
+        "--preset",
+        choices=["full", "tiny"],
+        default="full",
+        help="tiny: the test's setting (--steps 16 --batch-size 4 --showers 64 --generated 128)",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
@@ -45,18 +56,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu.describe()}; load {os.getloadavg()[0]:.1f} at start")
     t0 = time.perf_counter()
     raw, energy = simulate_showers(args.showers, np.random.default_rng(7), emin=50.0, emax=450.0)
-    seconds = None if args.minutes is None else 20.0 * args.minutes  # a third of the budget, in seconds
-    out = equivalence.compare(args.preset, preprocess(raw, energy, 1.0), args.steps, args.batch_size, args.generated,
-                              seconds=seconds)
-    print(f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, {args.generated} generated showers) "
-          "| fp32 seed A vs fp32 seed B | bf16 seed A vs fp32 seed A | bf16 within the fp32 spread |")
+    seconds = (
+        None if args.minutes is None else 20.0 * args.minutes
+    )  # a third of the budget, in seconds
+    out = equivalence.compare(
+        args.preset,
+        preprocess(raw, energy, 1.0),
+        args.steps,
+        args.batch_size,
+        args.generated,
+        seconds=seconds,
+    )
+    print(
+        f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, {args.generated} generated showers) "
+        "| fp32 seed A vs fp32 seed B | bf16 seed A vs fp32 seed A | bf16 within the fp32 spread |"
+    )
     print("|---|---|---|---|")
     for key in equivalence.STATISTICS:
-        print(f"| {key} | {out['fp32_seed_spread'][key]:.4g} | {out['bf16_vs_fp32'][key]:.4g} "
-              f"| {'yes' if out['within'][key] else '**no**'} |")
+        print(
+            f"| {key} | {out['fp32_seed_spread'][key]:.4g} | {out['bf16_vs_fp32'][key]:.4g} "
+            f"| {'yes' if out['within'][key] else '**no**'} |"
+        )
     c = out["cellsum_over_ep"]
-    print(f"\ncell sum / Ep (mean, std): fp32 A {c['fp32_a'][0]:.4g}, {c['fp32_a'][1]:.4g}; fp32 B {c['fp32_b'][0]:.4g}, "
-          f"{c['fp32_b'][1]:.4g}; bf16 A {c['bf16_a'][0]:.4g}, {c['bf16_a'][1]:.4g}")
+    print(
+        f"\ncell sum / Ep (mean, std): fp32 A {c['fp32_a'][0]:.4g}, {c['fp32_a'][1]:.4g}; fp32 B {c['fp32_b'][0]:.4g}, "
+        f"{c['fp32_b'][1]:.4g}; bf16 A {c['bf16_a'][0]:.4g}, {c['bf16_a'][1]:.4g}"
+    )
     print(f"wall {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f} at the end")
     return 0 if all(out["within"].values()) else 1
 

@@ -9,6 +9,7 @@ numpy matmul (standing in for the TF step) with and without the read-ahead threa
 OPENBLAS_NUM_THREADS=1 that leaves the second core for the reads. The simulator runs pinned to
 one core.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,9 @@ from gan3d.simulate import simulate_showers, write_files
 
 
 def bench_simulator(events: int, repeat: int = 10) -> dict:
-    """On ONE core: best of `repeat` runs by wall clock, and by CPU time (robust on a shared machine)."""
+    """On ONE core: best of `repeat` runs by wall clock, and by CPU time (robust on a shared
+    machine).
+    """
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {max(cores)})
     try:
@@ -40,9 +43,12 @@ def bench_simulator(events: int, repeat: int = 10) -> dict:
             cpu.append(time.process_time() - c0)
     finally:
         os.sched_setaffinity(0, cores)
-    return {"events": events, "showers_per_second_best_wall": round(events / min(wall)),
-            "showers_per_second_median_wall": round(events / sorted(wall)[len(wall) // 2]),
-            "showers_per_cpu_second": round(events / min(cpu))}
+    return {
+        "events": events,
+        "showers_per_second_best_wall": round(events / min(wall)),
+        "showers_per_second_median_wall": round(events / sorted(wall)[len(wall) // 2]),
+        "showers_per_cpu_second": round(events / min(cpu)),
+    }
 
 
 def bench_write(out: Path, files: int, per_file: int) -> dict:
@@ -50,9 +56,13 @@ def bench_write(out: Path, files: int, per_file: int) -> dict:
     paths = write_files(out, files, per_file, seed=1)
     seconds = time.perf_counter() - t0
     size = sum(p.stat().st_size for p in paths)
-    return {"files": files, "events": files * per_file, "seconds": round(seconds, 2),
-            "showers_per_second": round(files * per_file / seconds), "mb_per_1000_showers":
-            round(size / (files * per_file) * 1000 / 1e6, 2)}
+    return {
+        "files": files,
+        "events": files * per_file,
+        "seconds": round(seconds, 2),
+        "showers_per_second": round(files * per_file / seconds),
+        "mb_per_1000_showers": round(size / (files * per_file) * 1000 / 1e6, 2),
+    }
 
 
 def _reference_epoch(paths: list[Path], batch: int) -> int:
@@ -68,18 +78,22 @@ def _reference_epoch(paths: list[Path], batch: int) -> int:
         x = np.expand_dims(x, -1)
         ep = e / 100
         for i in range(0, len(x) - batch + 1, batch):
-            xb, _ = x[i:i + batch], ep[i:i + batch]
+            xb, _ = x[i : i + batch], ep[i : i + batch]
             xb.sum(axis=(1, 2, 3, 4))
             count += batch
     return count
 
 
-def _stream_epoch(files: ShowerFiles, batch: int, prefetch: int, reps: int = 0) -> tuple[int, float]:
+def _stream_epoch(
+    files: ShowerFiles, batch: int, prefetch: int, reps: int = 0
+) -> tuple[int, float]:
     """One epoch; per batch, `reps` 512x512 matmuls stand in for the training step.
     Returns (showers, seconds spent in the stand-in step)."""
     a = np.ones((512, 512), np.float32)
     count, busy = 0, 0.0
-    for images, _, _ in ShowerStream(files, batch_size=batch, seed=1, prefetch_batches=prefetch).epoch(0):
+    for images, _, _ in ShowerStream(
+        files, batch_size=batch, seed=1, prefetch_batches=prefetch
+    ).epoch(0):
         t0 = time.perf_counter()
         for _ in range(reps):
             a @ a
@@ -109,12 +123,17 @@ def _timed_peak(fn) -> tuple[float, float, int]:
 def bench_reader(paths: list[Path], batch: int, compute_ms: float) -> dict:
     files = ShowerFiles(paths)
     out: dict = {"events": files.num_events, "batch_size": batch}
-    for name, fn in (("reference_whole_file", lambda: _reference_epoch(paths, batch)),
-                     ("stream_no_read_ahead", lambda: _stream_epoch(files, batch, 0)[0]),
-                     ("stream_read_ahead", lambda: _stream_epoch(files, batch, 2)[0])):
+    for name, fn in (
+        ("reference_whole_file", lambda: _reference_epoch(paths, batch)),
+        ("stream_no_read_ahead", lambda: _stream_epoch(files, batch, 0)[0]),
+        ("stream_read_ahead", lambda: _stream_epoch(files, batch, 2)[0]),
+    ):
         runs = [_timed_peak(fn) for _ in range(2)]
         seconds = min(r[0] for r in runs)
-        out[name] = {"showers_per_second": round(runs[0][2] / seconds), "peak_traced_mb": round(runs[0][1] / 1e6)}
+        out[name] = {
+            "showers_per_second": round(runs[0][2] / seconds),
+            "peak_traced_mb": round(runs[0][1] / 1e6),
+        }
     reps = _matmul_reps(compute_ms)
     waits: dict[int, list[tuple[float, float]]] = {0: [], 2: []}
     for _ in range(3):  # alternate, keep the best of each: the machine is shared
@@ -125,7 +144,9 @@ def bench_reader(paths: list[Path], batch: int, compute_ms: float) -> dict:
     for prefetch, runs in waits.items():
         wait, busy = min(runs)
         out[f"with_{compute_ms:g}ms_step_read_ahead_{prefetch}"] = {
-            "waiting_for_data_seconds": round(wait, 2), "step_seconds": round(busy, 2)}
+            "waiting_for_data_seconds": round(wait, 2),
+            "step_seconds": round(busy, 2),
+        }
     return out
 
 

@@ -8,6 +8,7 @@ changed in a known way, and an independent simulation (another seed) at the held
 distribution. Prints one JSON object: per case the raw score and the score on the 0-1 scale,
 plus the two references, so docs/validation.md can quote figures with the command behind them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,9 @@ from gan3d.simulate import write_files
 from gan3d.validate import reference_halves, scaled_score, shower_features, take
 
 
-def _features(directory: str, files: int, events: int, seed: int) -> tuple[dict, np.ndarray, np.ndarray]:
+def _features(
+    directory: str, files: int, events: int, seed: int
+) -> tuple[dict, np.ndarray, np.ndarray]:
     write_files(directory, files, events, seed)
     with ShowerFiles(expand_data_arg(directory)) as data:
         images, ep, _ = data.load()
@@ -49,7 +52,12 @@ def main() -> None:
         "energy scaled by 0.5": shower_features(images[second] * 0.5, ep[second]),
         "empty showers": shower_features(np.zeros_like(images[second]), ep[second]),
     }
-    out: dict = {"events": len(ep), "reference_events": len(first), "compared_events": len(second), "cases": {}}
+    out: dict = {
+        "events": len(ep),
+        "reference_events": len(first),
+        "compared_events": len(second),
+        "cases": {},
+    }
     for name, fake in cases.items():
         result = scaled_score(reference, held, fake)
         out["score_reference_data"] = result["score_reference_data"]

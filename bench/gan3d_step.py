@@ -25,6 +25,7 @@ ops, BatchNorm, dropout's random numbers, optimizer). `--forms` times every conv
 fp32 model (forward + both gradients) direct and in the frequency domain (gan3d.fft_conv) in one
 process, the table gan3d.model.FFT_LAYERS is chosen from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,15 @@ THEORETICAL = load_site("laptop").node.theoretical_peak_flops()
 
 def _of_theoretical(rate: float) -> str:
     return "unknown" if THEORETICAL is None else f"{100 * rate / THEORETICAL:.1f}%"
+
+
 CONV_SPECS = {  # name: (input shape incl. padding, kernel, padding) as run in the step
     "d_conv1 1->32": ((25, 25, 25, 1), (5, 5, 5, 1, 32), "SAME"),
-    "d_conv2 32->8": ((25, 25, 25, 32), (5, 5, 5, 32, 8), "SAME"),  # ZeroPadding3D fused (gan3d.conv_forms)
+    "d_conv2 32->8": (
+        (25, 25, 25, 32),
+        (5, 5, 5, 32, 8),
+        "SAME",
+    ),  # ZeroPadding3D fused (gan3d.conv_forms)
     "d_conv3 8->8": ((25, 25, 25, 8), (5, 5, 5, 8, 8), "SAME"),
     "d_conv4 8->8": ((27, 27, 27, 8), (5, 5, 5, 8, 8), "VALID"),
     "g_conv1 8->64": ((7, 7, 8, 8), (6, 6, 8, 8, 64), "SAME"),
@@ -89,12 +96,24 @@ def _conv_ops(tf, x, w, dy, pad: str) -> dict:
     """One convolution's forward pass and both gradients, each a traced function of its own."""
     return {
         "forward": tf.function(lambda: tf.nn.conv3d(x, w, [1] * 5, pad)),
-        "input_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropInputV2(
-            input_sizes=tf.constant(x.shape.as_list()), filter=w, out_backprop=dy,
-            strides=[1] * 5, padding=pad)),
-        "weight_grad": tf.function(lambda: tf.raw_ops.Conv3DBackpropFilterV2(
-            input=x, filter_sizes=tf.constant(w.shape.as_list()), out_backprop=dy,
-            strides=[1] * 5, padding=pad)),
+        "input_grad": tf.function(
+            lambda: tf.raw_ops.Conv3DBackpropInputV2(
+                input_sizes=tf.constant(x.shape.as_list()),
+                filter=w,
+                out_backprop=dy,
+                strides=[1] * 5,
+                padding=pad,
+            )
+        ),
+        "weight_grad": tf.function(
+            lambda: tf.raw_ops.Conv3DBackpropFilterV2(
+                input=x,
+                filter_sizes=tf.constant(w.shape.as_list()),
+                out_backprop=dy,
+                strides=[1] * 5,
+                padding=pad,
+            )
+        ),
     }
 
 
@@ -135,17 +154,25 @@ def worker_kernel(args) -> dict:
                 y = conv(x, w)
                 loss = tf.reduce_sum(y * y) * 0.5  # dL/dy = y: a full-size upstream gradient
             return tape.gradient(loss, [x, w])
+
         return run
 
-    flop = 3 * 2 * b * 25 ** 3 * 8 * 125 * 32  # forward + input-gradient + weight-gradient
+    flop = 3 * 2 * b * 25**3 * 8 * 125 * 32  # forward + input-gradient + weight-gradient
     # as the model runs it (gan3d.conv_forms.packed_conv3d), and as the reference does: VALID on
     # the ZeroPadding3D output (the pad is part of the layer pair), and plain tf.nn.conv3d SAME
     pads = [[0, 0], [2, 2], [2, 2], [2, 2], [0, 0]]
-    forms = {"seconds": lambda x, k: packed_conv3d(x, k, "SAME"),
-             "seconds_reference": lambda x, k: tf.nn.conv3d(tf.pad(x, pads), k, [1] * 5, "VALID"),
-             "seconds_same": lambda x, k: tf.nn.conv3d(x, k, [1] * 5, "SAME")}
-    return {"flop": flop, **{key: _best_time(fwd_bwd(x25, conv), lambda o: o[1].numpy(), 3, args.repeat)
-                             for key, conv in forms.items()}}
+    forms = {
+        "seconds": lambda x, k: packed_conv3d(x, k, "SAME"),
+        "seconds_reference": lambda x, k: tf.nn.conv3d(tf.pad(x, pads), k, [1] * 5, "VALID"),
+        "seconds_same": lambda x, k: tf.nn.conv3d(x, k, [1] * 5, "SAME"),
+    }
+    return {
+        "flop": flop,
+        **{
+            key: _best_time(fwd_bwd(x25, conv), lambda o: o[1].numpy(), 3, args.repeat)
+            for key, conv in forms.items()
+        },
+    }
 
 
 def worker_step(args) -> dict:
@@ -162,11 +189,17 @@ def worker_step(args) -> dict:
         hvd.init()
     rank = hvd.rank() if hvd else 0
     tf.keras.utils.set_random_seed(1 + rank)
-    s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
-                       config=step.StepConfig(seed=1), hvd=hvd)
+    s = step.TrainStep(
+        model.generator(args.preset, args.precision),
+        model.discriminator(args.preset, args.precision),
+        config=step.StepConfig(seed=1),
+        hvd=hvd,
+    )
     rng = np.random.default_rng(rank)
     b = args.batch_size
-    images = (rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)).astype("f4")
+    images = (
+        rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)
+    ).astype("f4")
     ep = rng.uniform(0.1, 5.0, b).astype("f4")
     batch = s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4)))
     t = _best_time(lambda: s(*batch), lambda o: o["g_loss"].numpy(), args.steps, args.repeat)
@@ -180,12 +213,18 @@ def worker_step(args) -> dict:
         if rank != 0:
             return {}
     ranks = hvd.size() if hvd else 1
-    return {"seconds": t, "flop": flops.step_flops(args.preset, b)["total"] * ranks, "showers": b * ranks,
-            "local_peak": local_peak}
+    return {
+        "seconds": t,
+        "flop": flops.step_flops(args.preset, b)["total"] * ranks,
+        "showers": b * ranks,
+        "local_peak": local_peak,
+    }
 
 
 def worker_fused_ab(args) -> dict:
-    """Interleaved A/B in one process: D's pad-2 convs as the reference pair, plain SAME, SameConv3D."""
+    """Interleaved A/B in one process: D's pad-2 convs as the reference pair, plain SAME,
+    SameConv3D.
+    """
     tf = _tf(args.threads, args.inter_op_threads)
     import numpy as np
 
@@ -196,21 +235,33 @@ def worker_fused_ab(args) -> dict:
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
 
     def plain_same(x, filters, pad, i):
-        return model._conv(filters, (5, 5, 5), "same", f"d_conv{i}")(x) if pad == 2 else reference(x, filters, pad, i)
+        return (
+            model._conv(filters, (5, 5, 5), "same", f"d_conv{i}")(x)
+            if pad == 2
+            else reference(x, filters, pad, i)
+        )
 
     fused = model._padded_conv
     b = args.batch_size
     rng = np.random.default_rng(0)
-    images = (rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)).astype("f4")
+    images = (
+        rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)
+    ).astype("f4")
     ep = rng.uniform(0.1, 5.0, b).astype("f4")
     runs = {}
     try:
-        for name, conv in (("reference ZeroPadding3D + VALID", reference), ("Keras Conv3D 'same'", plain_same),
-                           ("PackedConv3D 'same' (as committed)", fused)):
+        for name, conv in (
+            ("reference ZeroPadding3D + VALID", reference),
+            ("Keras Conv3D 'same'", plain_same),
+            ("PackedConv3D 'same' (as committed)", fused),
+        ):
             model._padded_conv = conv
             tf.keras.utils.set_random_seed(1)
-            s = step.TrainStep(model.generator(args.preset), model.discriminator(args.preset),
-                               config=step.StepConfig(seed=1))
+            s = step.TrainStep(
+                model.generator(args.preset),
+                model.discriminator(args.preset),
+                config=step.StepConfig(seed=1),
+            )
             runs[name] = (s, s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4))))
     finally:
         model._padded_conv = fused
@@ -241,7 +292,11 @@ def reference_structure():
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
 
     saved = model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS
-    model._padded_conv, model.ImageConv3D, model.PackedConv3D = padded, tf.keras.layers.Conv3D, tf.keras.layers.Conv3D
+    model._padded_conv, model.ImageConv3D, model.PackedConv3D = (
+        padded,
+        tf.keras.layers.Conv3D,
+        tf.keras.layers.Conv3D,
+    )
     model.FFT_LAYERS = frozenset()
     try:
         yield
@@ -273,7 +328,9 @@ def _random_batch(s, b: int, seed: int):
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    images = (rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)).astype("f4")
+    images = (
+        rng.gamma(0.3, 0.05, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.2)
+    ).astype("f4")
     return s._inputs(images, rng.uniform(0.1, 5.0, b).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
 
 
@@ -295,12 +352,19 @@ def worker_floors(args) -> dict:
     for name, (reference, precision, fft) in FLOOR_VARIANTS.items():
         tf.keras.utils.set_random_seed(1)
         with reference_structure() if reference else contextlib.nullcontext():
-            s = step.TrainStep(model.generator(args.preset, precision, fft=fft),
-                               model.discriminator(args.preset, precision, fft=fft), config=step.StepConfig(seed=1))
+            s = step.TrainStep(
+                model.generator(args.preset, precision, fft=fft),
+                model.discriminator(args.preset, precision, fft=fft),
+                config=step.StepConfig(seed=1),
+            )
         runs[name] = (s, _random_batch(s, args.batch_size, 0))
     rounds, cpu_rounds = _interleaved(runs, args.steps, args.repeat)
-    return {"flop": flops.step_flops(args.preset, args.batch_size)["total"], "showers": args.batch_size,
-            "rounds": rounds, "cpu_rounds": cpu_rounds}
+    return {
+        "flop": flops.step_flops(args.preset, args.batch_size)["total"],
+        "showers": args.batch_size,
+        "rounds": rounds,
+        "cpu_rounds": cpu_rounds,
+    }
 
 
 def worker_forms(args) -> dict:
@@ -310,22 +374,36 @@ def worker_forms(args) -> dict:
     tf = _tf(args.threads, args.inter_op_threads)
     from gan3d import fft_conv, model
 
-    nets = {"d": model.discriminator(args.preset, fft=False), "g": model.generator(args.preset, fft=False)}
+    nets = {
+        "d": model.discriminator(args.preset, fft=False),
+        "g": model.generator(args.preset, fft=False),
+    }
     rounds: dict[str, dict[str, list]] = {}
     cpu_rounds: dict[str, dict[str, list]] = {}
     runs = {}
     for net in nets.values():
         for layer in (lyr for lyr in net.layers if isinstance(lyr, tf.keras.layers.Conv3D)):
-            x = tf.random.stateless_normal((args.batch_size,) + tuple(layer.input_shape[1:]), [1, 2])
-            forms = {"direct": lambda a, w, layer=layer: layer.convolution_op(a, w),
-                     "frequency domain": lambda a, w, layer=layer: fft_conv.fft_conv3d(a, w, layer.padding.upper())}
+            x = tf.random.stateless_normal(
+                (args.batch_size,) + tuple(layer.input_shape[1:]), [1, 2]
+            )
+            forms = {
+                "direct": lambda a, w, layer=layer: layer.convolution_op(a, w),
+                "frequency domain": lambda a, w, layer=layer: fft_conv.fft_conv3d(
+                    a, w, layer.padding.upper()
+                ),
+            }
             for form, conv in forms.items():
+
                 def fwd_bwd(a, w, conv=conv):
                     with tf.GradientTape() as tape:
                         tape.watch([a, w])
                         y = conv(a, w)
                     return tape.gradient(y, [a, w], output_gradients=tf.ones_like(y))
-                runs[(layer.name, form)] = (tf.function(fwd_bwd), (x, tf.convert_to_tensor(layer.kernel)))
+
+                runs[(layer.name, form)] = (
+                    tf.function(fwd_bwd),
+                    (x, tf.convert_to_tensor(layer.kernel)),
+                )
     for fn, inputs in runs.values():
         fn(*inputs)[0].numpy()
     for _ in range(args.repeat):
@@ -334,13 +412,19 @@ def worker_forms(args) -> dict:
             for _ in range(args.steps):
                 out = fn(*inputs)
             out[0].numpy()
-            rounds.setdefault(name, {}).setdefault(form, []).append((time.perf_counter() - t0) / args.steps)
-            cpu_rounds.setdefault(name, {}).setdefault(form, []).append((time.process_time() - c0) / args.steps)
+            rounds.setdefault(name, {}).setdefault(form, []).append(
+                (time.perf_counter() - t0) / args.steps
+            )
+            cpu_rounds.setdefault(name, {}).setdefault(form, []).append(
+                (time.process_time() - c0) / args.steps
+            )
     return {"rounds": rounds, "cpu_rounds": cpu_rounds}
 
 
 def worker_allreduce(args) -> dict:
-    """2 ranks (mpiexec, Horovod): the step with gradients all-reduced in fp32 vs fp16, interleaved."""
+    """2 ranks (mpiexec, Horovod): the step with gradients all-reduced in fp32 vs fp16,
+    interleaved.
+    """
     tf = _tf(args.threads, args.inter_op_threads)
     import horovod.tensorflow as hvd
 
@@ -350,11 +434,17 @@ def worker_allreduce(args) -> dict:
     runs = {}
     for wire in ("fp32", "fp16"):
         tf.keras.utils.set_random_seed(1)
-        s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
-                           config=step.StepConfig(seed=1, allreduce_dtype=wire), hvd=hvd)
+        s = step.TrainStep(
+            model.generator(args.preset, args.precision),
+            model.discriminator(args.preset, args.precision),
+            config=step.StepConfig(seed=1, allreduce_dtype=wire),
+            hvd=hvd,
+        )
         runs[wire] = (s, _random_batch(s, args.batch_size, hvd.rank()))
     rounds, _ = _interleaved(runs, args.steps, args.repeat)
-    slowest = {k: [float(hvd.allreduce(tf.constant(t), op=hvd.Max)) for t in v] for k, v in rounds.items()}
+    slowest = {
+        k: [float(hvd.allreduce(tf.constant(t), op=hvd.Max)) for t in v] for k, v in rounds.items()
+    }
     return {"rounds": slowest, "showers": args.batch_size * hvd.size()} if hvd.rank() == 0 else {}
 
 
@@ -365,11 +455,16 @@ def worker_profile(args) -> dict:
 
     from gan3d import model, step
 
-    s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
-                       config=step.StepConfig(seed=1))
+    s = step.TrainStep(
+        model.generator(args.preset, args.precision),
+        model.discriminator(args.preset, args.precision),
+        config=step.StepConfig(seed=1),
+    )
     rng = np.random.default_rng(0)
     images = rng.gamma(0.3, 0.05, (args.batch_size, 25, 25, 25, 1)).astype("f4")
-    batch = s._inputs(images, rng.uniform(0.1, 5.0, args.batch_size).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
+    batch = s._inputs(
+        images, rng.uniform(0.1, 5.0, args.batch_size).astype("f4"), images.sum(axis=(1, 2, 3, 4))
+    )
     s(*batch)["g_loss"].numpy()
     s(*batch)["g_loss"].numpy()
     print(PROFILE_MARK, flush=True)
@@ -388,8 +483,11 @@ def worker_op_profile(args) -> dict:
 
     from gan3d import model, step
 
-    s = step.TrainStep(model.generator(args.preset, args.precision), model.discriminator(args.preset, args.precision),
-                       config=step.StepConfig(seed=1))
+    s = step.TrainStep(
+        model.generator(args.preset, args.precision),
+        model.discriminator(args.preset, args.precision),
+        config=step.StepConfig(seed=1),
+    )
     batch = _random_batch(s, args.batch_size, 0)
     s(*batch)["g_loss"].numpy()
     s(*batch)["g_loss"].numpy()
@@ -416,7 +514,11 @@ def worker_op_profile(args) -> dict:
 
 
 PROFILE_MARK = "=== profiled step ==="
-KIND = {"forward_training": "forward", "backward_data": "input-grad", "backward_weights": "weight-grad"}
+KIND = {
+    "forward_training": "forward",
+    "backward_data": "input-grad",
+    "backward_weights": "weight-grad",
+}
 
 
 def conv_name(desc: str) -> str:
@@ -439,11 +541,28 @@ def onednn_profile(args) -> tuple[list[tuple[str, str, int, float]], float]:
 
     The wall time less the primitives' sum is what runs outside oneDNN: casts, Eigen elementwise
     ops, the optimizer updates, TensorFlow's own overhead."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "profile", "--threads", "2",
-           "--inter-op-threads", str(args.inter_op_threads), "--batch-size", str(args.batch_size),
-           "--preset", args.preset, "--precision", args.precision]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", ONEDNN_VERBOSE="1",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "profile",
+        "--threads",
+        "2",
+        "--inter-op-threads",
+        str(args.inter_op_threads),
+        "--batch-size",
+        str(args.batch_size),
+        "--preset",
+        args.preset,
+        "--precision",
+        args.precision,
+    ]
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        ONEDNN_VERBOSE="1",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
     agg: dict[tuple[str, str], list] = {}
     wall_ms = 1e3 * json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])["seconds"]
@@ -452,7 +571,11 @@ def onednn_profile(args) -> tuple[list[tuple[str, str, int, float]], float]:
         if len(f) < 6 or f[0] != "onednn_verbose" or f[1] != "exec":
             continue
         prim, kind, desc, ms = f[3], f[5], f[-2], float(f[-1])
-        key = (conv_name(desc), KIND.get(kind, kind)) if prim == "convolution" else (prim, _dtype_pair(f[6]))
+        key = (
+            (conv_name(desc), KIND.get(kind, kind))
+            if prim == "convolution"
+            else (prim, _dtype_pair(f[6]))
+        )
         agg.setdefault(key, [0, 0.0])
         agg[key][0] += 1
         agg[key][1] += ms
@@ -460,9 +583,11 @@ def onednn_profile(args) -> tuple[list[tuple[str, str, int, float]], float]:
 
 
 def _dtype_pair(md: str) -> str:
-    """"bf16→f32" from a descriptor like "src_bf16::blocked:... dst_f32::blocked:...": what a
+    """ "bf16→f32" from a descriptor like "src_bf16::blocked:... dst_f32::blocked:...": what a
     reorder converts shows whether it is a layout change or a precision cast."""
-    types = [part.split("_")[1].split(":")[0] for part in md.split() if part.startswith(("src_", "dst_"))]
+    types = [
+        part.split("_")[1].split(":")[0] for part in md.split() if part.startswith(("src_", "dst_"))
+    ]
     return "→".join(types)
 
 
@@ -475,29 +600,64 @@ def worker_peak(args) -> dict:
 TUNING = {  # variant: (threads, inter-op threads, batch size, extra environment)
     "baseline: intra 2, inter 1, oneDNN on (TF default)": (2, 1, 16, {}),
     "inter-op 2": (2, 2, 16, {}),
-    "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0, Eigen kernels)": (2, 1, 16, {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0, Eigen kernels)": (
+        2,
+        1,
+        16,
+        {"TF_ENABLE_ONEDNN_OPTS": "0"},
+    ),
     "batch 32": (2, 1, 32, {}),
     "batch 8": (2, 1, 8, {}),
 }
 
-WORKERS = {"conv": worker_conv, "kernel": worker_kernel, "step": worker_step, "peak": worker_peak,
-           "profile": worker_profile, "op_profile": worker_op_profile, "fused_ab": worker_fused_ab,
-           "floors": worker_floors, "forms": worker_forms,
-           "allreduce": worker_allreduce}
+WORKERS = {
+    "conv": worker_conv,
+    "kernel": worker_kernel,
+    "step": worker_step,
+    "peak": worker_peak,
+    "profile": worker_profile,
+    "op_profile": worker_op_profile,
+    "fused_ab": worker_fused_ab,
+    "floors": worker_floors,
+    "forms": worker_forms,
+    "allreduce": worker_allreduce,
+}
 
 
 # -- driver -------------------------------------------------------------------------------------
-def run_worker(kind: str, args, threads: int, ranks: int = 1, extra_env: dict | None = None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--threads", str(threads),
-           "--inter-op-threads", str(args.inter_op_threads), "--batch-size", str(args.batch_size),
-           "--steps", str(args.steps), "--repeat", str(args.repeat), "--preset", args.preset,
-           "--precision", args.precision]
+def run_worker(
+    kind: str, args, threads: int, ranks: int = 1, extra_env: dict | None = None
+) -> dict:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        kind,
+        "--threads",
+        str(threads),
+        "--inter-op-threads",
+        str(args.inter_op_threads),
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--repeat",
+        str(args.repeat),
+        "--preset",
+        args.preset,
+        "--precision",
+        args.precision,
+    ]
     if args.only:
         cmd += ["--only", args.only]
     if ranks > 1:
         cmd = [find_mpiexec(), "-n", str(ranks)] + cmd + ["--hvd"]  # MPICH's: Horovod's MPI
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS=str(threads),
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.update(extra_env or {})
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -515,26 +675,51 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--steps", type=int, default=4, help="steps per timing")
-    ap.add_argument("--repeat", type=int, default=3, help="timings per configuration (best is kept)")
-    ap.add_argument("--inter-op-threads", type=int, default=2,
-                    help="TensorFlow inter-op threads (default: gan3d train's)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="timings per configuration (best is kept)"
+    )
+    ap.add_argument(
+        "--inter-op-threads",
+        type=int,
+        default=2,
+        help="TensorFlow inter-op threads (default: gan3d train's)",
+    )
     ap.add_argument("--preset", default="full")
     ap.add_argument("--layers", action="store_true", help="also time every convolution op")
-    ap.add_argument("--tune", action="store_true",
-                    help="also time the step (1 rank x 2 threads) under each tuning variant of TUNING")
-    ap.add_argument("--profile", action="store_true",
-                    help="also break one step down by oneDNN primitive (ONEDNN_VERBOSE=1)")
-    ap.add_argument("--fused-ab", action="store_true",
-                    help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
-                         "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D")
-    ap.add_argument("--floors", action="store_true",
-                    help="only the throughput floors: kit fp32 / bf16 vs the reference structure in one process, "
-                         "and the 2-rank all-reduce in fp32 vs fp16")
-    ap.add_argument("--forms", action="store_true",
-                    help="only every convolution (fp32, fwd + both grads) direct vs in the frequency domain, "
-                         "one process, interleaved: what gan3d.model.FFT_LAYERS is chosen from")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                    help="precision of the whole-step rows, --profile and the all-reduce A/B")
+    ap.add_argument(
+        "--tune",
+        action="store_true",
+        help="also time the step (1 rank x 2 threads) under each tuning variant of TUNING",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also break one step down by oneDNN primitive (ONEDNN_VERBOSE=1)",
+    )
+    ap.add_argument(
+        "--fused-ab",
+        action="store_true",
+        help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
+        "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D",
+    )
+    ap.add_argument(
+        "--floors",
+        action="store_true",
+        help="only the throughput floors: kit fp32 / bf16 vs the reference structure in one process, "
+        "and the 2-rank all-reduce in fp32 vs fp16",
+    )
+    ap.add_argument(
+        "--forms",
+        action="store_true",
+        help="only every convolution (fp32, fwd + both grads) direct vs in the frequency domain, "
+        "one process, interleaved: what gan3d.model.FFT_LAYERS is chosen from",
+    )
+    ap.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="precision of the whole-step rows, --profile and the all-reduce A/B",
+    )
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -552,53 +737,101 @@ def main(argv: list[str] | None = None) -> int:
     peak = run_worker("peak", args, 2)["flop_per_second"]
     rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
     k = run_worker("kernel", args, 2)
-    rows.append(("D conv 32→8 5³ fwd+bwd (single kernel) as the model runs it (gan3d.conv_forms.packed_conv3d)",
-                 "1×2", None, k["flop"] / k["seconds"], _load()))
-    rows.append(("same kernel as the reference: ZeroPadding3D + VALID on 29³", "1×2", None,
-                 k["flop"] / k["seconds_reference"], _load()))
-    rows.append(("same kernel as tf.nn.conv3d SAME on 25³", "1×2", None, k["flop"] / k["seconds_same"], _load()))
+    rows.append(
+        (
+            "D conv 32→8 5³ fwd+bwd (single kernel) as the model runs it (gan3d.conv_forms.packed_conv3d)",
+            "1×2",
+            None,
+            k["flop"] / k["seconds"],
+            _load(),
+        )
+    )
+    rows.append(
+        (
+            "same kernel as the reference: ZeroPadding3D + VALID on 29³",
+            "1×2",
+            None,
+            k["flop"] / k["seconds_reference"],
+            _load(),
+        )
+    )
+    rows.append(
+        (
+            "same kernel as tf.nn.conv3d SAME on 25³",
+            "1×2",
+            None,
+            k["flop"] / k["seconds_same"],
+            _load(),
+        )
+    )
     for ranks, threads in ((1, 2), (2, 1)):
         s = run_worker("step", args, threads, ranks)
-        rows.append((f"training step, batch {args.batch_size}/rank", f"{ranks}×{threads}",
-                     s["showers"] / s["seconds"], s["flop"] / s["seconds"], _load()))
+        rows.append(
+            (
+                f"training step, batch {args.batch_size}/rank",
+                f"{ranks}×{threads}",
+                s["showers"] / s["seconds"],
+                s["flop"] / s["seconds"],
+                _load(),
+            )
+        )
     theoretical = "unknown" if THEORETICAL is None else f"{THEORETICAL / 1e9:.0f} GFLOP/s"
-    print(f"| what | ranks×threads | showers/s | GFLOP/s | % of theoretical fp32 peak ({theoretical}) "
-          f"| % of measured matmul peak | load |")
+    print(
+        f"| what | ranks×threads | showers/s | GFLOP/s | % of theoretical fp32 peak ({theoretical}) "
+        f"| % of measured matmul peak | load |"
+    )
     print("|---|---|---|---|---|---|---|")
     for what, layout, showers, rate, load in rows:
         sh = f"{showers:.2f}" if showers else "–"
-        print(f"| {what} | {layout} | {sh} | {rate / 1e9:.1f} | {_of_theoretical(rate)} "
-              f"| {100 * rate / peak:.1f}% | {load} |")
+        print(
+            f"| {what} | {layout} | {sh} | {rate / 1e9:.1f} | {_of_theoretical(rate)} "
+            f"| {100 * rate / peak:.1f}% | {load} |"
+        )
     if args.tune:
-        print("\n| step variant (1 rank) | showers/s | GFLOP/s | % of theoretical | % of matmul peak measured "
-              "in the same process | load |")
+        print(
+            "\n| step variant (1 rank) | showers/s | GFLOP/s | % of theoretical | % of matmul peak measured "
+            "in the same process | load |"
+        )
         print("|---|---|---|---|---|---|")
         for name, (threads, inter, batch, env) in TUNING.items():
-            variant = argparse.Namespace(**{**vars(args), "inter_op_threads": inter, "batch_size": batch})
+            variant = argparse.Namespace(
+                **{**vars(args), "inter_op_threads": inter, "batch_size": batch}
+            )
             s = run_worker("step", variant, threads, 1, env)
             rate = s["flop"] / s["seconds"]
-            print(f"| {name} | {s['showers'] / s['seconds']:.2f} | {rate / 1e9:.1f} | "
-                  f"{_of_theoretical(rate)} | {100 * rate / s['local_peak']:.1f}% | {_load()} |", flush=True)
+            print(
+                f"| {name} | {s['showers'] / s['seconds']:.2f} | {rate / 1e9:.1f} | "
+                f"{_of_theoretical(rate)} | {100 * rate / s['local_peak']:.1f}% | {_load()} |",
+                flush=True,
+            )
     if args.fused_ab:
         ab = run_worker("fused_ab", args, 2)
-        print(f"\n| step, D's pad-2 convs as (interleaved, best of {args.repeat} rounds) | showers/s | GFLOP/s "
-              "| % of theoretical | load |")
+        print(
+            f"\n| step, D's pad-2 convs as (interleaved, best of {args.repeat} rounds) | showers/s | GFLOP/s "
+            "| % of theoretical | load |"
+        )
         print("|---|---|---|---|---|")
         for name, t in ab["seconds"].items():
             rate = ab["flop"] / t
-            print(f"| {name} | {ab['showers'] / t:.2f} | {rate / 1e9:.1f} | {_of_theoretical(rate)} | {_load()} |")
+            print(
+                f"| {name} | {ab['showers'] / t:.2f} | {rate / 1e9:.1f} | {_of_theoretical(rate)} | {_load()} |"
+            )
     if args.profile:
         print_profile(args)
     if args.layers:
         conv = run_worker("conv", args, 2)["layers"]
-        print(f"\n| convolution (batch {args.batch_size}, 1×2) | forward GFLOP/s | input-grad GFLOP/s "
-              "| weight-grad GFLOP/s | ms fwd / in / w |")
+        print(
+            f"\n| convolution (batch {args.batch_size}, 1×2) | forward GFLOP/s | input-grad GFLOP/s "
+            "| weight-grad GFLOP/s | ms fwd / in / w |"
+        )
         print("|---|---|---|---|---|")
         for name, r in conv.items():
             f = r["flop"]
-            print(f"| {name} | {f / r['forward'] / 1e9:.1f} | {f / r['input_grad'] / 1e9:.1f} "
-                  f"| {f / r['weight_grad'] / 1e9:.1f} | {1e3 * r['forward']:.1f} / "
-                  f"{1e3 * r['input_grad']:.1f} / {1e3 * r['weight_grad']:.1f} |")
+            print(
+                f"| {name} | {f / r['forward'] / 1e9:.1f} | {f / r['input_grad'] / 1e9:.1f} "
+                f"| {f / r['weight_grad'] / 1e9:.1f} | {1e3 * r['forward']:.1f} / "
+                f"{1e3 * r['input_grad']:.1f} / {1e3 * r['weight_grad']:.1f} |"
+            )
     return 0
 
 
@@ -612,25 +845,36 @@ def floors(args) -> int:
     best = {k: min(v) for k, v in f["rounds"].items()}
     ref = "reference structure fp32"
     unit = cpu.bf16_support()
-    print(f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds × {args.steps} steps) "
-          f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) "
-          f"| × reference fp32 (CPU s/step, median of rounds) | floor |")
+    print(
+        f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds × {args.steps} steps) "
+        f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) "
+        f"| × reference fp32 (CPU s/step, median of rounds) | floor |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     cpu_rounds = f["cpu_rounds"]
     for name, t in best.items():
         per_round = statistics.median(r / v for r, v in zip(f["rounds"][ref], f["rounds"][name]))
         per_cpu = statistics.median(r / v for r, v in zip(cpu_rounds[ref], cpu_rounds[name]))
-        floor = {"kit fp32": f"≥ {FP32_FLOOR}", "kit bf16": f"≥ {FLOORS[unit]} ({unit})" if unit else "n/a (no bf16 unit)"}
-        print(f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
-              f"| {per_round:.2f} | {per_cpu:.2f} | {floor.get(name, '')} |")
+        floor = {
+            "kit fp32": f"≥ {FP32_FLOOR}",
+            "kit bf16": f"≥ {FLOORS[unit]} ({unit})" if unit else "n/a (no bf16 unit)",
+        }
+        print(
+            f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
+            f"| {per_round:.2f} | {per_cpu:.2f} | {floor.get(name, '')} |"
+        )
     print(f"\nload {_load()} at the end of the one-process run")
     a = run_worker("allreduce", args, 1, ranks=2)
-    print(f"\n| 2 ranks × 1 thread, {args.precision} step, batch {args.batch_size}/rank, interleaved "
-          "| best s/step (slowest rank) | median s/step | showers/s |")
+    print(
+        f"\n| 2 ranks × 1 thread, {args.precision} step, batch {args.batch_size}/rank, interleaved "
+        "| best s/step (slowest rank) | median s/step | showers/s |"
+    )
     print("|---|---|---|---|")
     for wire, times in a["rounds"].items():
-        print(f"| gradients all-reduced in {wire} | {min(times):.3f} | {statistics.median(times):.3f} "
-              f"| {a['showers'] / min(times):.2f} |")
+        print(
+            f"| gradients all-reduced in {wire} | {min(times):.3f} | {statistics.median(times):.3f} "
+            f"| {a['showers'] / min(times):.2f} |"
+        )
     print(f"\nload {_load()} at the end")
     if args.profile:
         print_profile(args)
@@ -643,16 +887,20 @@ def forms(args) -> int:
     from gan3d.model import FFT_LAYERS
 
     f = run_worker("forms", args, 2)
-    print(f"| convolution, fwd + both grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds "
-          f"× {args.steps}) | direct, best ms | frequency domain, best ms | × (best) | × (CPU s, median of rounds) "
-          "| in FFT_LAYERS |")
+    print(
+        f"| convolution, fwd + both grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds "
+        f"× {args.steps}) | direct, best ms | frequency domain, best ms | × (best) | × (CPU s, median of rounds) "
+        "| in FFT_LAYERS |"
+    )
     print("|---|---|---|---|---|---|")
     for name, r in f["rounds"].items():
         c = f["cpu_rounds"][name]
         direct, freq = min(r["direct"]), min(r["frequency domain"])
         per_cpu = statistics.median(a / b for a, b in zip(c["direct"], c["frequency domain"]))
-        print(f"| {name} | {1e3 * direct:.1f} | {1e3 * freq:.1f} | {direct / freq:.2f} | {per_cpu:.2f} "
-              f"| {'yes' if name in FFT_LAYERS else 'no'} |")
+        print(
+            f"| {name} | {1e3 * direct:.1f} | {1e3 * freq:.1f} | {direct / freq:.2f} | {per_cpu:.2f} "
+            f"| {'yes' if name in FFT_LAYERS else 'no'} |"
+        )
     print(f"\nload {_load()} at the end")
     return 0
 
@@ -660,19 +908,27 @@ def forms(args) -> int:
 def print_profile(args) -> None:
     rows, wall_ms = onednn_profile(args)
     total = sum(r[3] for r in rows)
-    print(f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}, {args.precision}) | op | calls | ms | share of oneDNN |")
+    print(
+        f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}, {args.precision}) | op | calls | ms | share of oneDNN |"
+    )
     print("|---|---|---|---|---|")
     for name, op, calls, ms in rows:
         if ms >= 0.005 * total:
             print(f"| {name} | {op} | {calls} | {ms:.0f} | {100 * ms / total:.1f}% |")
-    print(f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} | {100 * total / wall_ms:.0f}% of the step |")
-    print(f"| outside oneDNN (casts, Eigen elementwise, optimizer, TF) | | | {wall_ms - total:.0f} "
-          f"| {100 * (wall_ms - total) / wall_ms:.0f}% of the step |")
+    print(
+        f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} | {100 * total / wall_ms:.0f}% of the step |"
+    )
+    print(
+        f"| outside oneDNN (casts, Eigen elementwise, optimizer, TF) | | | {wall_ms - total:.0f} "
+        f"| {100 * (wall_ms - total) / wall_ms:.0f}% of the step |"
+    )
     print(f"| the step (wall) | | | {wall_ms:.0f} | load {_load()} |")
     p = run_worker("op_profile", args, 2)
     wall_ms, ops = 1e3 * p["seconds"], sorted(p["ops"].items(), key=lambda kv: -kv[1][1])
-    print(f"\n| TensorFlow op type in one step (1×2, batch {args.batch_size}, {args.precision}, tf.profiler) "
-          "| calls | ms | share of the step |")
+    print(
+        f"\n| TensorFlow op type in one step (1×2, batch {args.batch_size}, {args.precision}, tf.profiler) "
+        "| calls | ms | share of the step |"
+    )
     print("|---|---|---|---|")
     for op, (calls, ms) in ops:
         if ms >= 0.005 * wall_ms:

@@ -6,6 +6,7 @@ Then converts a ~2 GB image while sampling RSS to show memory stays flat.
 
     .venv/bin/python bench/image_convert.py [--reps 3] [--skip-big]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,13 @@ def timed(cmds: list[list[str]], cwd: Path) -> tuple[float, int, float]:
     peak, cpu, start = 0, 0.0, time.perf_counter()
     for cmd in cmds:
         stats = cwd / "time.txt"
-        subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(stats), *cmd], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+        subprocess.run(
+            ["/usr/bin/time", "-f", "%M %U %S", "-o", str(stats), *cmd],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+        )
         rss_kb, user, sys_s = stats.read_text().split()[-3:]
         peak, cpu = max(peak, int(rss_kb) * 1024), cpu + float(user) + float(sys_s)
     return time.perf_counter() - start, peak, cpu
@@ -42,12 +48,25 @@ def timed(cmds: list[list[str]], cwd: Path) -> tuple[float, int, float]:
 
 def peer(src: Path, work: Path) -> tuple[float, int, float, int]:
     for p in ("oci", "root", "peer.tar.gz"):
-        shutil.rmtree(work / p, ignore_errors=True) if (work / p).is_dir() else (work / p).unlink(missing_ok=True)
-    wall, rss, cpu = timed([
-        ["skopeo", "copy", "-q", f"docker-archive:{src}", f"oci:{work}/oci:img"],
-        ["umoci", "raw", "unpack", "--rootless", "--image", f"{work}/oci:img", str(work / "root")],
-        ["tar", "-czf", str(work / "peer.tar.gz"), "-C", str(work / "root"), "."],
-    ], work)
+        shutil.rmtree(work / p, ignore_errors=True) if (work / p).is_dir() else (work / p).unlink(
+            missing_ok=True
+        )
+    wall, rss, cpu = timed(
+        [
+            ["skopeo", "copy", "-q", f"docker-archive:{src}", f"oci:{work}/oci:img"],
+            [
+                "umoci",
+                "raw",
+                "unpack",
+                "--rootless",
+                "--image",
+                f"{work}/oci:img",
+                str(work / "root"),
+            ],
+            ["tar", "-czf", str(work / "peer.tar.gz"), "-C", str(work / "root"), "."],
+        ],
+        work,
+    )
     return wall, rss, cpu, (work / "peer.tar.gz").stat().st_size
 
 
@@ -81,8 +100,12 @@ def flat_memory(src: Path, work: Path) -> dict:
     if proc.returncode:
         raise SystemExit("big conversion failed")
     quart = [max(r for s, r in samples if s <= wall * q / 4) for q in (1, 2, 3, 4)]
-    return {"input_bytes": src.stat().st_size, "output_bytes": out.stat().st_size,
-            "wall_s": round(wall, 2), "rss_max_by_quarter_MB": [round(r / 2**20) for r in quart]}
+    return {
+        "input_bytes": src.stat().st_size,
+        "output_bytes": out.stat().st_size,
+        "wall_s": round(wall, 2),
+        "rss_max_by_quarter_MB": [round(r / 2**20) for r in quart],
+    }
 
 
 def main() -> None:
@@ -100,11 +123,21 @@ def main() -> None:
             rows["kit"].append(kit(src, work))
         med = {k: [statistics.median(r[i] for r in v) for i in range(4)] for k, v in rows.items()}
         result = {
-            "input": str(src), "input_bytes": src.stat().st_size, "reps": args.reps,
+            "input": str(src),
+            "input_bytes": src.stat().st_size,
+            "reps": args.reps,
             "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
-            **{k: {"wall_s": round(m[0], 2), "peak_rss_MB": round(m[1] / 2**20),
-                   "cpu_s": round(m[2], 2), "output_bytes": m[3]} for k, m in med.items()},
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "cpus": os.cpu_count(),
+            **{
+                k: {
+                    "wall_s": round(m[0], 2),
+                    "peak_rss_MB": round(m[1] / 2**20),
+                    "cpu_s": round(m[2], 2),
+                    "output_bytes": m[3],
+                }
+                for k, m in med.items()
+            },
             "all_walls": {k: [round(r[0], 2) for r in v] for k, v in rows.items()},
         }
         result["speedup_wall"] = round(med["peer"][0] / med["kit"][0], 2)

@@ -7,6 +7,7 @@
   written directly (generating it through buildah would take minutes), to show that memory
   does not grow with image size.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,17 +33,38 @@ def debian_image() -> Path:
     work = CACHE / "debian.build"
     shutil.rmtree(work, ignore_errors=True)
     (work / "ctx").mkdir(parents=True)
-    _run("mmdebstrap", "--variant=apt", "--include=python3,mpich", "bookworm",
-         str(work / "ctx/rootfs.tar"))
+    _run(
+        "mmdebstrap",
+        "--variant=apt",
+        "--include=python3,mpich",
+        "bookworm",
+        str(work / "ctx/rootfs.tar"),
+    )
     (work / "ctx/Dockerfile").write_text(
         "FROM scratch\nADD rootfs.tar /\n"
         "RUN head -c 50000000 /dev/urandom > /big.bin && rm -rf /usr/share/doc /usr/share/man\n"
         "RUN rm /big.bin && echo converted > /etc/kit-bench\n"
-        "ENV LANG=C.UTF-8\n")
-    store = ["--root", str(work / "storage"), "--runroot", str(work / "run"),
-             "--storage-driver", "vfs"]
-    _run("buildah", *store, "bud", "--isolation", "chroot", "--layers", "-t", "kit-bench:1",
-         str(work / "ctx"))
+        "ENV LANG=C.UTF-8\n"
+    )
+    store = [
+        "--root",
+        str(work / "storage"),
+        "--runroot",
+        str(work / "run"),
+        "--storage-driver",
+        "vfs",
+    ]
+    _run(
+        "buildah",
+        *store,
+        "bud",
+        "--isolation",
+        "chroot",
+        "--layers",
+        "-t",
+        "kit-bench:1",
+        str(work / "ctx"),
+    )
     tmp = out.with_suffix(".part")
     _run("buildah", *store, "push", "kit-bench:1", f"docker-archive:{tmp}:kit-bench:1")
     os.replace(tmp, out)
@@ -74,11 +96,22 @@ def big_image(layers: int = 4, layer_bytes: int = 512 << 20) -> Path:
             names.append(f"{h.hexdigest()}.tar")
             outer.add(layer, names[-1])
             layer.unlink()
-        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": []},
-                             "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Env": []},
+                "rootfs": {"type": "layers", "diff_ids": diff_ids},
+            }
+        ).encode()
         cname = hashlib.sha256(config).hexdigest() + ".json"
-        for name, data in ((cname, config), ("manifest.json", json.dumps(
-                [{"Config": cname, "RepoTags": ["random:1"], "Layers": names}]).encode())):
+        for name, data in (
+            (cname, config),
+            (
+                "manifest.json",
+                json.dumps([{"Config": cname, "RepoTags": ["random:1"], "Layers": names}]).encode(),
+            ),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             outer.addfile(info, io.BytesIO(data))

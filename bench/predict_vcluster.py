@@ -26,6 +26,7 @@ failure, Ctrl-C or SIGTERM. Prints the CPU and the load average at the start, be
 at the end: the N virtual nodes share this machine's cores, so the node-seconds here grow by the
 time-sharing itself, and that is what predict fits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,12 +59,27 @@ def run_sweep(sweep: Path, deadline: float) -> None:
     """Every run of the plan, one job at a time: repeat 1 of each node count, then repeat 2, ..."""
     order = sorted((_repeat(r.run_id), r.nodes, r.run_id) for r in load_plan(sweep).runs)
     for i, (_, nodes, run_id) in enumerate(order, 1):
-        print(f"--- job {i}/{len(order)}: {run_id} ({nodes} node(s)); load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        print(
+            f"--- job {i}/{len(order)}: {run_id} ({nodes} node(s)); load average "
+            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+            flush=True,
+        )
         started = time.monotonic()
         run(["-q", "scale", "submit", str(sweep), "--only", run_id])
         left = max(1.0, deadline - time.monotonic())
-        run(["-q", "scale", "collect", str(sweep), "--wait", "--poll", "3", "--timeout", f"{left:.0f}"])
+        run(
+            [
+                "-q",
+                "scale",
+                "collect",
+                str(sweep),
+                "--wait",
+                "--poll",
+                "3",
+                "--timeout",
+                f"{left:.0f}",
+            ]
+        )
         print(f"    job took {time.monotonic() - started:.0f} s", flush=True)
 
 
@@ -83,31 +99,49 @@ def shape_alone(prediction: dict, nodes: int) -> str:
     """The forecast of the best fit without the per-epoch term, from the fits predict.json lists."""
     plain = [f for f in prediction["model"]["fits"] if "per-epoch" not in f["shape"]]
     best = min(plain, key=lambda f: f["error"] if f["error"] is not None else 0.0)
-    fit = Fit(best["shape"], False, best["a"], best["b"], 0.0, best["error"], prediction["measured"][0]["nodes"])
+    fit = Fit(
+        best["shape"],
+        False,
+        best["a"],
+        best["b"],
+        0.0,
+        best["error"],
+        prediction["measured"][0]["nodes"],
+    )
     return f"{fit.node_seconds([nodes], prediction['ranks_per_node'])[0] / nodes:.2f} ({best['shape']})"
 
 
-def table(prediction: dict, check: dict[int, list[float]], calibration: dict[int, list[float]]) -> str:
-    lines = ["| nodes | role | predicted s/epoch [band] | measured s/epoch (repeats) | median | spread | inside | "
-             "a saturating shape alone |",
-             "|---:|---|---:|---|---:|---:|---|---:|"]
+def table(
+    prediction: dict, check: dict[int, list[float]], calibration: dict[int, list[float]]
+) -> str:
+    lines = [
+        "| nodes | role | predicted s/epoch [band] | measured s/epoch (repeats) | median | spread | inside | "
+        "a saturating shape alone |",
+        "|---:|---|---:|---|---:|---:|---|---:|",
+    ]
     for n, times in sorted(calibration.items()):
         med = statistics.median(times)
-        lines.append(f"| {n} | calibration | - | {', '.join(f'{t:.2f}' for t in times)} | {med:.2f} | "
-                     f"{100 * (max(times) - min(times)) / med:.0f}% | - | - |")
+        lines.append(
+            f"| {n} | calibration | - | {', '.join(f'{t:.2f}' for t in times)} | {med:.2f} | "
+            f"{100 * (max(times) - min(times)) / med:.0f}% | - | - |"
+        )
     for f in prediction["forecasts"]:
         n, (low, high) = f["nodes"], f["seconds_band"]
         times = check.get(n, [])
         if not times:
-            lines.append(f"| {n} | check | {f['seconds_per_epoch']:.2f} [{low:.2f}-{high:.2f}] | no run | - | - | - | "
-                         f"{shape_alone(prediction, n)} |")
+            lines.append(
+                f"| {n} | check | {f['seconds_per_epoch']:.2f} [{low:.2f}-{high:.2f}] | no run | - | - | - | "
+                f"{shape_alone(prediction, n)} |"
+            )
             continue
         med = statistics.median(times)
         inside = sum(low <= t <= high for t in times)
-        lines.append(f"| {n} | check | {f['seconds_per_epoch']:.2f} [{low:.2f}-{high:.2f}] | "
-                     f"{', '.join(f'{t:.2f}' for t in times)} | {med:.2f} | "
-                     f"{100 * (max(times) - min(times)) / med:.0f}% | median {'yes' if low <= med <= high else 'NO'}, "
-                     f"{inside} of {len(times)} runs | {shape_alone(prediction, n)} |")
+        lines.append(
+            f"| {n} | check | {f['seconds_per_epoch']:.2f} [{low:.2f}-{high:.2f}] | "
+            f"{', '.join(f'{t:.2f}' for t in times)} | {med:.2f} | "
+            f"{100 * (max(times) - min(times)) / med:.0f}% | median {'yes' if low <= med <= high else 'NO'}, "
+            f"{inside} of {len(times)} runs | {shape_alone(prediction, n)} |"
+        )
     return "\n".join(lines)
 
 
@@ -116,7 +150,9 @@ def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     binds = tuple(sorted({f"{p}:{p}" for p in (ROOT, base, venv, work)}))
     impi = mpi_tests.CACHE / "impi" / mpi_tests.IMPI_VERSION
     if not (impi / "lib" / "libmpi.so.12").is_file():
-        raise SystemExit(f"no Intel MPI runtime in {impi}: run tests/mpi once (its impi_prefix fixture installs it)")
+        raise SystemExit(
+            f"no Intel MPI runtime in {impi}: run tests/mpi once (its impi_prefix fixture installs it)"
+        )
     size = max(args.targets)
     report = up(cluster, size, args.name, intel_mpi=impi, binds=binds)
     print(f"cluster {report.state.name}: {size} nodes on {report.state.subnet}", flush=True)
@@ -127,34 +163,92 @@ def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     from gan3d.simulate import write_files
 
     data = write_files(work / "data", 3, args.events, seed=5)
-    train = ["--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), "--preset", args.preset,
-             "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-             "--steps-per-epoch", str(2 * args.events // args.batch_size), "--validation-steps", "2", "--seed", "3"]
-    common = ["--site", str(site), "--image", str(image), "--ranks-per-node", "1", "--python", sys.executable,
-              "--walltime", "00:20:00"]
+    train = [
+        "--data",
+        f"{data[0]},{data[1]}",
+        "--validation-data",
+        str(data[2]),
+        "--preset",
+        args.preset,
+        "--batch-size",
+        str(args.batch_size),
+        "--epochs",
+        str(args.epochs),
+        "--steps-per-epoch",
+        str(2 * args.events // args.batch_size),
+        "--validation-steps",
+        "2",
+        "--seed",
+        "3",
+    ]
+    common = [
+        "--site",
+        str(site),
+        "--image",
+        str(image),
+        "--ranks-per-node",
+        "1",
+        "--python",
+        sys.executable,
+        "--walltime",
+        "00:20:00",
+    ]
     deadline = time.monotonic() + args.timeout
     cal, check = work / "calibration", work / "check"
-    run(["scale", "plan", *common, "--calibrate", "--nodes", "1", "--repeats", str(args.repeats), "--dir", str(cal),
-         "--", *train])
+    run(
+        [
+            "scale",
+            "plan",
+            *common,
+            "--calibrate",
+            "--nodes",
+            "1",
+            "--repeats",
+            str(args.repeats),
+            "--dir",
+            str(cal),
+            "--",
+            *train,
+        ]
+    )
     run_sweep(cal, deadline)
     run(["scale", "report", str(cal)])
     targets = ",".join(map(str, args.targets))
     run(["scale", "predict", str(cal), "--nodes", targets, "--out", str(cal / "predict")])
     doc = json.loads((cal / "predict" / "predict.json").read_text())
     if len(doc["series"]) != 1:
-        raise SystemExit(f"expected one series, predict found {len(doc['series'])}: {doc['left_out']}")
-    run(["scale", "plan", *common, "--nodes", targets, "--repeats", str(args.target_repeats), "--dir", str(check),
-         "--", *train])
+        raise SystemExit(
+            f"expected one series, predict found {len(doc['series'])}: {doc['left_out']}"
+        )
+    run(
+        [
+            "scale",
+            "plan",
+            *common,
+            "--nodes",
+            targets,
+            "--repeats",
+            str(args.target_repeats),
+            "--dir",
+            str(check),
+            "--",
+            *train,
+        ]
+    )
     run_sweep(check, deadline)
     tabulate(work)
 
 
 def tabulate(work: Path) -> None:
-    """The prediction beside the runs at its counts, from a run's files (--tabulate: again, later)."""
+    """The prediction beside the runs at its counts, from a run's files (--tabulate: again,
+    later).
+    """
     cal, check = work / "calibration", work / "check"
     prediction = json.loads((cal / "predict" / "predict.json").read_text())["series"][0]
-    print(f"\nseries {prediction['series']}; estimate {prediction['model']['estimate']}, band "
-          f"{', '.join(prediction['model']['band_shapes'])}; stack: {prediction['stack']}")
+    print(
+        f"\nseries {prediction['series']}; estimate {prediction['model']['estimate']}, band "
+        f"{', '.join(prediction['model']['band_shapes'])}; stack: {prediction['stack']}"
+    )
     for w in prediction["warnings"]:
         print(f"warning: {w}")
     print(f"next: {prediction['suggestion']}\n")
@@ -163,31 +257,62 @@ def tabulate(work: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--targets", type=_counts, default=[3, 6],
-                    help="node counts to forecast and then run (the cluster has as many nodes as the largest)")
-    ap.add_argument("--repeats", type=int, default=3, help="of each calibration count (kit scale plan --calibrate's)")
+    ap.add_argument(
+        "--targets",
+        type=_counts,
+        default=[3, 6],
+        help="node counts to forecast and then run (the cluster has as many nodes as the largest)",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="of each calibration count (kit scale plan --calibrate's)",
+    )
     ap.add_argument("--target-repeats", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=2, help="the first traces the step and is left out")
-    ap.add_argument("--events", type=int, default=96,
-                    help="showers per file (2 training files): 2 x events a multiple of ranks x batch at every count")
+    ap.add_argument(
+        "--epochs", type=int, default=2, help="the first traces the step and is left out"
+    )
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=96,
+        help="showers per file (2 training files): 2 x events a multiple of ranks x batch at every count",
+    )
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--batch-size", type=int, default=4, help="per rank")
     ap.add_argument("--name", default="kpred", help="the cluster's name (1-8 letters and digits)")
-    ap.add_argument("--dir", type=Path, default=ROOT / "build" / "vc-predict",
-                    help="a fresh run directory is made under it")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=ROOT / "build" / "vc-predict",
+        help="a fresh run directory is made under it",
+    )
     ap.add_argument("--timeout", type=float, default=5400, help="seconds for all jobs together")
-    ap.add_argument("--tabulate", type=Path, metavar="WORKDIR", help="print the table of a finished run again; run nothing")
+    ap.add_argument(
+        "--tabulate",
+        type=Path,
+        metavar="WORKDIR",
+        help="print the table of a finished run again; run nothing",
+    )
     args = ap.parse_args()
     if args.tabulate:
         return tabulate(args.tabulate)
     if os.geteuid() != 0:
         raise SystemExit("the virtual cluster needs root")
-    counts = sorted({*calibration_nodes(1, max(args.targets)), *args.targets})  # what the sweeps will run
+    counts = sorted(
+        {*calibration_nodes(1, max(args.targets)), *args.targets}
+    )  # what the sweeps will run
     uneven = [n for n in counts if (2 * args.events) % (n * args.batch_size)]
     if uneven:
-        raise SystemExit(f"--events {args.events}: 2 x {args.events} showers do not split into whole batches of "
-                         f"{args.batch_size} over {uneven} rank(s); fix: a multiple of their batches")
-    on_own_cluster(args.dir, lambda work, cluster: measure(args, work, cluster), "runs, logs and predictions")
+        raise SystemExit(
+            f"--events {args.events}: 2 x {args.events} showers do not split into whole batches of "
+            f"{args.batch_size} over {uneven} rank(s); fix: a multiple of their batches"
+        )
+    on_own_cluster(
+        args.dir, lambda work, cluster: measure(args, work, cluster), "runs, logs and predictions"
+    )
+
 
 if __name__ == "__main__":
     main()

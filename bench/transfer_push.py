@@ -14,6 +14,7 @@ O_DIRECT where the filesystem allows it; --buffered measures the page-cache path
 "kit" times the library call, "kit-cli" the `python -m kit transfer push` command including
 interpreter start and imports.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--cipher", default=None, help="force this cipher for both, e.g. aes128-gcm@openssh.com")
+    ap.add_argument(
+        "--cipher", default=None, help="force this cipher for both, e.g. aes128-gcm@openssh.com"
+    )
     ap.add_argument("--tools", default="scp,kit,kit-cli")
     ap.add_argument("--buffered", action="store_true", help="kit's receiver without O_DIRECT")
     args = ap.parse_args()
@@ -69,8 +72,21 @@ def main() -> None:
         home = work / "home"
         base = yaml.safe_load((ROOT / "site-configs" / "laptop.yaml").read_text())
         site = work / "bench-site.yaml"
-        site.write_text(yaml.safe_dump(dict(base, name="bench", transfer=dict(
-            base["transfer"], host="bench-sshd", user=None, port=22, image_dir=str(remote)))))
+        site.write_text(
+            yaml.safe_dump(
+                dict(
+                    base,
+                    name="bench",
+                    transfer=dict(
+                        base["transfer"],
+                        host="bench-sshd",
+                        user=None,
+                        port=22,
+                        image_dir=str(remote),
+                    ),
+                )
+            )
+        )
 
         def run(tool: str) -> tuple[float, float]:
             shutil.rmtree(remote, ignore_errors=True)
@@ -81,21 +97,41 @@ def main() -> None:
             subprocess.run(["sync"], check=True)
             cpu0, t0 = cpu_seconds(), time.perf_counter()
             if tool == "scp":
-                subprocess.run(["scp", "-q", "-F", str(cfg), str(img), f"bench-sshd:{remote}/bench.tar.gz"],
-                               check=True)
+                subprocess.run(
+                    ["scp", "-q", "-F", str(cfg), str(img), f"bench-sshd:{remote}/bench.tar.gz"],
+                    check=True,
+                )
             elif tool == "kit":
                 report = push(img, site, ssh_config=cfg, direct_io=not args.buffered)
                 assert report.bytes_sent == size and report.direct_io is not args.buffered, report
             else:
                 io = "--no-direct-io" if args.buffered else "--direct-io"
-                subprocess.run([sys.executable, "-m", "kit", "transfer", "push", str(img), "--site", str(site),
-                                io],
-                               check=True, cwd=ROOT, env=dict(os.environ, HOME=str(home)),
-                               stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "kit",
+                        "transfer",
+                        "push",
+                        str(img),
+                        "--site",
+                        str(site),
+                        io,
+                    ],
+                    check=True,
+                    cwd=ROOT,
+                    env=dict(os.environ, HOME=str(home)),
+                    stdout=subprocess.DEVNULL,
+                )
             wall = time.perf_counter() - t0
             deadline = time.monotonic() + 10  # let the session processes exit and be reaped,
-            while time.monotonic() < deadline and subprocess.run(  # then stop sshd: their CPU
-                    ["pgrep", "-P", str(server.proc.pid)], capture_output=True).returncode == 0:
+            while (
+                time.monotonic() < deadline
+                and subprocess.run(  # then stop sshd: their CPU
+                    ["pgrep", "-P", str(server.proc.pid)], capture_output=True
+                ).returncode
+                == 0
+            ):
                 time.sleep(0.05)  # time reaches us through its getrusage once it has exited
             server.stop()
             cpu = cpu_seconds() - cpu0
@@ -111,18 +147,24 @@ def main() -> None:
                 wall, cpu = run(tool)
                 walls[tool].append(wall)
                 cpus[tool].append(cpu)
-        print(f"file: {size} bytes; cipher: {args.cipher or 'each tool its default'}; "
-              f"kit receiver: {'buffered' if args.buffered else 'O_DIRECT'}; "
-              f"load before/after: {os.getloadavg()}")
+        print(
+            f"file: {size} bytes; cipher: {args.cipher or 'each tool its default'}; "
+            f"kit receiver: {'buffered' if args.buffered else 'O_DIRECT'}; "
+            f"load before/after: {os.getloadavg()}"
+        )
         rate = {t: size / statistics.median(walls[t]) / 1e6 for t in tools}
         for t in tools:
-            print(f"{t:8s} wall {[round(x, 2) for x in walls[t]]} median {statistics.median(walls[t]):.2f} s "
-                  f"= {rate[t]:.0f} MB/s; CPU s {[round(x, 2) for x in cpus[t]]} median "
-                  f"{statistics.median(cpus[t]):.2f}")
+            print(
+                f"{t:8s} wall {[round(x, 2) for x in walls[t]]} median {statistics.median(walls[t]):.2f} s "
+                f"= {rate[t]:.0f} MB/s; CPU s {[round(x, 2) for x in cpus[t]]} median "
+                f"{statistics.median(cpus[t]):.2f}"
+            )
         for t in tools:
             if t != "scp" and "scp" in rate:
-                print(f"{t}/scp throughput ratio (median wall): {rate[t] / rate['scp']:.2f}; "
-                      f"CPU ratio scp/{t}: {statistics.median(cpus['scp']) / statistics.median(cpus[t]):.2f}")
+                print(
+                    f"{t}/scp throughput ratio (median wall): {rate[t] / rate['scp']:.2f}; "
+                    f"CPU ratio scp/{t}: {statistics.median(cpus['scp']) / statistics.median(cpus[t]):.2f}"
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

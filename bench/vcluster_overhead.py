@@ -19,6 +19,7 @@ its own Python); its name stays the container config's, so the report pairs the 
 The image and the Intel MPI prefix are the tests' cached fixtures (tests.mpi.conftest,
 tests.support.images): a bench script may import them; the kit itself never does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,26 +43,59 @@ from kit.vcluster import down, up  # noqa: E402
 from tests.mpi import conftest as mpi_tests  # noqa: E402
 from tests.support.images import mpi4py_from_venv, oci_image  # noqa: E402
 
-WATCHED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "hypervisor")
+WATCHED_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "amx_bf16",
+    "amx_tile",
+    "hypervisor",
+)
 
 
 def machine(when: str) -> None:
-    """The CPU the figures belong to and how busy the machine was: the VM's CPU changes between boots."""
+    """The CPU the figures belong to and how busy the machine was: the VM's CPU changes between
+    boots.
+    """
     info = Path("/proc/cpuinfo").read_text()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in info.splitlines()
+            if line.startswith("model name")
+        ),
+        "?",
+    )
+    flags = set(
+        next(
+            (
+                line.split(":", 1)[1].split()
+                for line in info.splitlines()
+                if line.startswith("flags")
+            ),
+            [],
+        )
+    )
     shown = " ".join(f for f in WATCHED_FLAGS if f in flags)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"[{when}] {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs, {model}; "
-          f"flags: {shown}; load average {load}", flush=True)
+    print(
+        f"[{when}] {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs, {model}; "
+        f"flags: {shown}; load average {load}",
+        flush=True,
+    )
 
 
 def image_for(site: Path) -> Path:
     """The MPICH test image, paired with the site and converted to SquashFS, with the .current link
     `kit transfer push --install` would leave."""
-    src = oci_image(mpi_tests.MPICH_PACKAGES,
-                    files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
-                    links={f"{mpi_tests.TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"}, tag="mpich")
+    src = oci_image(
+        mpi_tests.MPICH_PACKAGES,
+        files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
+        links={f"{mpi_tests.TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"},
+        tag="mpich",
+    )
     images = Path(load_site(str(site)).container.image_dir)
     images.mkdir(parents=True, exist_ok=True)
     done = convert_paired(src, images / "gan3d.sqfs", site)
@@ -97,8 +131,12 @@ def interleaved(runs: dict[str, list[tuple[int, int, str]]]) -> list[tuple[str, 
     out, counts = [], sorted({nodes for _, nodes, _ in runs["container"]})
     for c, b in zip(runs["container"], runs["bare"]):
         assert c == b, (c, b)  # the same sweep both ways
-        repeat, nodes, run_id = c  # each node count alternates across the repeats, and they with each other
-        ways = ("container", "bare") if (repeat + counts.index(nodes)) % 2 else ("bare", "container")
+        repeat, nodes, run_id = (
+            c  # each node count alternates across the repeats, and they with each other
+        )
+        ways = (
+            ("container", "bare") if (repeat + counts.index(nodes)) % 2 else ("bare", "container")
+        )
         out += [(way, run_id) for way in ways]
     return out
 
@@ -115,7 +153,9 @@ def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     binds = tuple(sorted({f"{p}:{p}" for p in (ROOT, base, venv)}))
     impi = mpi_tests.CACHE / "impi" / mpi_tests.IMPI_VERSION
     if not (impi / "lib" / "libmpi.so.12").is_file():
-        raise SystemExit(f"no Intel MPI runtime in {impi}: run tests/mpi once (its impi_prefix fixture installs it)")
+        raise SystemExit(
+            f"no Intel MPI runtime in {impi}: run tests/mpi once (its impi_prefix fixture installs it)"
+        )
     report = up(cluster, 2, args.name, intel_mpi=impi, binds=binds)
     os.environ["SLURM_CONF"] = str(report.state.conf)
     site = cluster / "vcluster.yaml"
@@ -125,30 +165,109 @@ def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     from gan3d.simulate import write_files
 
     data = write_files(work / "data", 3, args.events, seed=5)
-    train = ["--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), "--preset", args.preset,
-             "--batch-size", str(args.batch_size), "--epochs", str(args.epochs), "--validation-steps", "2",
-             "--seed", "3"]
+    train = [
+        "--data",
+        f"{data[0]},{data[1]}",
+        "--validation-data",
+        str(data[2]),
+        "--preset",
+        args.preset,
+        "--batch-size",
+        str(args.batch_size),
+        "--epochs",
+        str(args.epochs),
+        "--validation-steps",
+        "2",
+        "--seed",
+        "3",
+    ]
     sweeps = {"container": work / "sweep-container", "bare": work / "sweep-bare"}
-    common = ["--nodes", "1,2", "--ranks-per-node", "1", "--repeats", str(args.repeats), "--python", sys.executable,
-              "--walltime", "00:30:00"]
-    run(["scale", "plan", "--site", str(site), "--image", str(image), *common, "--dir", str(sweeps["container"]),
-         "--", *train])
-    run(["scale", "plan", "--site", str(bare), "--no-container", *common, "--dir", str(sweeps["bare"]), "--", *train])
+    common = [
+        "--nodes",
+        "1,2",
+        "--ranks-per-node",
+        "1",
+        "--repeats",
+        str(args.repeats),
+        "--python",
+        sys.executable,
+        "--walltime",
+        "00:30:00",
+    ]
+    run(
+        [
+            "scale",
+            "plan",
+            "--site",
+            str(site),
+            "--image",
+            str(image),
+            *common,
+            "--dir",
+            str(sweeps["container"]),
+            "--",
+            *train,
+        ]
+    )
+    run(
+        [
+            "scale",
+            "plan",
+            "--site",
+            str(bare),
+            "--no-container",
+            *common,
+            "--dir",
+            str(sweeps["bare"]),
+            "--",
+            *train,
+        ]
+    )
 
-    order = interleaved({way: sorted((_repeat(r.run_id), r.nodes, r.run_id) for r in load_plan(d).runs)
-                         for way, d in sweeps.items()})
+    order = interleaved(
+        {
+            way: sorted((_repeat(r.run_id), r.nodes, r.run_id) for r in load_plan(d).runs)
+            for way, d in sweeps.items()
+        }
+    )
     deadline = time.monotonic() + args.timeout
     for i, (way, run_id) in enumerate(order, 1):
-        print(f"--- job {i}/{len(order)}: {run_id} {way}; load average {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"--- job {i}/{len(order)}: {run_id} {way}; load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         run(["-q", "scale", "submit", str(sweeps[way]), "--only", run_id])
         left = max(1.0, deadline - time.monotonic())
-        run(["-q", "scale", "collect", str(sweeps[way]), "--wait", "--poll", "3", "--timeout", f"{left:.0f}"])
+        run(
+            [
+                "-q",
+                "scale",
+                "collect",
+                str(sweeps[way]),
+                "--wait",
+                "--poll",
+                "3",
+                "--timeout",
+                f"{left:.0f}",
+            ]
+        )
 
     bare_results = sorted(str(p) for p in (sweeps["bare"] / "results").glob("*.json"))
     for table in ("table8", "table9"):
         out = work / f"report-{table}"
-        run(["scale", "report", str(sweeps["container"]), "--results", *bare_results, "--reference", table,
-             "--out", str(out)])
+        run(
+            [
+                "scale",
+                "report",
+                str(sweeps["container"]),
+                "--results",
+                *bare_results,
+                "--reference",
+                table,
+                "--out",
+                str(out),
+            ]
+        )
         print((out / "report.md").read_text(), flush=True)
 
 
@@ -160,7 +279,9 @@ def _interrupted(signum, frame) -> None:
 def on_own_cluster(directory: Path, measure, outputs: str) -> None:
     """measure(WORK, CLUSTER) in a new timestamped WORK under DIRECTORY, the machine described before
     and after, and the cluster it brings up at CLUSTER taken down however it ends (Ctrl-C, SIGTERM)."""
-    os.environ.setdefault("PYTHONPATH", str(ROOT))  # the jobs' Python imports gan3d from this checkout
+    os.environ.setdefault(
+        "PYTHONPATH", str(ROOT)
+    )  # the jobs' Python imports gan3d from this checkout
     work = directory.absolute() / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work.mkdir(parents=True)
     cluster = work / "cluster"
@@ -178,18 +299,29 @@ def on_own_cluster(directory: Path, measure, outputs: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--epochs", type=int, default=3, help="the first traces the step and is left out")
-    ap.add_argument("--events", type=int, default=64, help="showers per file (2 training files, 1 validation)")
+    ap.add_argument(
+        "--epochs", type=int, default=3, help="the first traces the step and is left out"
+    )
+    ap.add_argument(
+        "--events", type=int, default=64, help="showers per file (2 training files, 1 validation)"
+    )
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--batch-size", type=int, default=4, help="per rank")
     ap.add_argument("--name", default="kovh", help="the cluster's name (1-8 letters and digits)")
-    ap.add_argument("--dir", type=Path, default=ROOT / "build" / "vc-overhead",
-                    help="a fresh run directory is made under it")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=ROOT / "build" / "vc-overhead",
+        help="a fresh run directory is made under it",
+    )
     ap.add_argument("--timeout", type=float, default=5400, help="seconds for all jobs together")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the virtual cluster needs root")
-    on_own_cluster(args.dir, lambda work, cluster: measure(args, work, cluster), "runs, logs and reports")
+    on_own_cluster(
+        args.dir, lambda work, cluster: measure(args, work, cluster), "runs, logs and reports"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
 """`python -m gan3d COMMAND ...`: each command lives in its own module with main(argv)."""
+
 from __future__ import annotations
 
 import importlib

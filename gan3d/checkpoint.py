@@ -15,6 +15,7 @@ object whose `epoch` is the int in the directory's name, and every entry of the 
 a regular file (TensorFlow and h5py would block on a FIFO) before TensorFlow reads the state;
 any defect is a CheckpointError of one line naming the file, the field and the fix.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -36,17 +37,30 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_META_BYTES = 64 * 1024
 MAX_ENTRIES = 64  # files in one checkpoint directory (the kit writes four)
 MAX_SCAN = 100_000  # entries of --checkpoint-dir looked at for another run's checkpoints
-META_TYPES = {"preset": str, "seed": int, "ranks": int, "batch_size": int, "steps_per_epoch": int,
-              "precision": str, "run_id": str}
+META_TYPES = {
+    "preset": str,
+    "seed": int,
+    "ranks": int,
+    "batch_size": int,
+    "steps_per_epoch": int,
+    "precision": str,
+    "run_id": str,
+}
 # Numbers a meta.json may hold (it may have been edited since the trainer wrote it): each bounded
 # when it is read, as gan3d train bounds its options.
-META_BOUNDS = {"seed": (0, 2**32 - 1), "ranks": (1, 1 << 24), "batch_size": (1, 1 << 24),
-               "steps_per_epoch": (1, 1 << 40)}
+META_BOUNDS = {
+    "seed": (0, 2**32 - 1),
+    "ranks": (1, 1 << 24),
+    "batch_size": (1, 1 << 24),
+    "steps_per_epoch": (1, 1 << 40),
+}
 
 
 def new_run_id() -> str:
     """A run's identity in its checkpoints: 128 random bits, so no other run has it by chance."""
     return uuid.uuid4().hex
+
+
 STATE = "state"
 GENERATOR_WEIGHTS = "generator.weights.h5"
 META = "meta.json"
@@ -83,7 +97,11 @@ class EpochCheckpoints:
         if self.directory.is_dir():
             for entry in os.scandir(self.directory):
                 match = _NAME.fullmatch(entry.name)
-                if match and entry.is_dir(follow_symlinks=False) and os.path.lexists(Path(entry.path, META)):
+                if (
+                    match
+                    and entry.is_dir(follow_symlinks=False)
+                    and os.path.lexists(Path(entry.path, META))
+                ):
                     found.append((int(match.group(1)), Path(entry.path)))
         return sorted(found)
 
@@ -121,8 +139,10 @@ class EpochCheckpoints:
                     found.append(entry.name)
         if found:
             shown = ", ".join(sorted(found)[:3]) + (", ..." if len(found) > 3 else "")
-            raise CheckpointError(f"--checkpoint-dir {self.directory}: holds another run's checkpoints ({shown}); "
-                                  "fix: continue that run with --resume, or give a new --checkpoint-dir")
+            raise CheckpointError(
+                f"--checkpoint-dir {self.directory}: holds another run's checkpoints ({shown}); "
+                "fix: continue that run with --resume, or give a new --checkpoint-dir"
+            )
 
     def prepare(self) -> None:
         """Create the directory: the trainer calls this before training, so that a --checkpoint-dir
@@ -130,8 +150,10 @@ class EpochCheckpoints:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CheckpointError(f"--checkpoint-dir {self.directory}: cannot be created as a directory "
-                                  f"({exc.strerror}); fix: give a directory path that can be written") from None
+            raise CheckpointError(
+                f"--checkpoint-dir {self.directory}: cannot be created as a directory "
+                f"({exc.strerror}); fix: give a directory path that can be written"
+            ) from None
 
     def save(self, checkpoint, generator, epoch: int, meta: dict) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`.
@@ -145,27 +167,35 @@ class EpochCheckpoints:
         self._remove_leftovers()
         final = self.directory / f"epoch-{epoch:04d}"
         if os.path.lexists(final) and not (Path(final, META).is_file() and not final.is_symlink()):
-            raise CheckpointError(f"{final}: is in the way of epoch {epoch}'s checkpoint and is not one the "
-                                  "trainer wrote (no meta.json); fix: move it out of --checkpoint-dir")
+            raise CheckpointError(
+                f"{final}: is in the way of epoch {epoch}'s checkpoint and is not one the "
+                "trainer wrote (no meta.json); fix: move it out of --checkpoint-dir"
+            )
         recognised = os.lstat(final).st_ino if os.path.lexists(final) else None
         if recognised is not None and self.owner(final) != self.run_id:
-            raise CheckpointError(f"{final}: is another run's checkpoint (its meta.json has another run id); "
-                                  "nothing was replaced; fix: continue that run with --resume, or give a new "
-                                  "--checkpoint-dir")
+            raise CheckpointError(
+                f"{final}: is another run's checkpoint (its meta.json has another run id); "
+                "nothing was replaced; fix: continue that run with --resume, or give a new "
+                "--checkpoint-dir"
+            )
         tmp = self.directory / self._tmp_name(epoch)
         remove_tree(tmp)
         tmp.mkdir()
         try:
             checkpoint.write(str(tmp / STATE))
             generator.save_weights(str(tmp / GENERATOR_WEIGHTS))
-            atomic_write_text(tmp / META, json.dumps({"epoch": epoch, **meta, "run_id": self.run_id},
-                                                     indent=2) + "\n")
+            atomic_write_text(
+                tmp / META,
+                json.dumps({"epoch": epoch, **meta, "run_id": self.run_id}, indent=2) + "\n",
+            )
             fsync_path(tmp)
             replace_tree(tmp, final, recognised)
         except FileExistsError:
             remove_tree(tmp)
-            raise CheckpointError(f"{final}: appeared or changed while epoch {epoch}'s checkpoint was saved; "
-                                  "nothing was replaced; fix: keep other programs out of --checkpoint-dir") from None
+            raise CheckpointError(
+                f"{final}: appeared or changed while epoch {epoch}'s checkpoint was saved; "
+                "nothing was replaced; fix: keep other programs out of --checkpoint-dir"
+            ) from None
         except BaseException:
             remove_tree(tmp)
             raise
@@ -178,13 +208,15 @@ class EpochCheckpoints:
     def _prune(self) -> None:
         """Remove this run's checkpoints older than the newest `keep` of them; each is checked (its
         run id, then its inode as it is moved aside), so a tree put in its place meanwhile stays."""
-        for epoch, old in self.own()[:-self.keep]:
+        for epoch, old in self.own()[: -self.keep]:
             try:
                 ino = os.lstat(old).st_ino
             except FileNotFoundError:
                 continue
             if self.owner(old) == self.run_id:
-                remove_tree_if(old, self._tmp_name(epoch), ino, lambda tree: self.owner(tree) == self.run_id)
+                remove_tree_if(
+                    old, self._tmp_name(epoch), ino, lambda tree: self.owner(tree) == self.run_id
+                )
 
     def _remove_leftovers(self) -> None:
         """Temporary trees of this run's saves whose process is gone (killed mid-save); another
@@ -196,59 +228,94 @@ class EpochCheckpoints:
 
     @staticmethod
     def read_meta(path: Path) -> dict:
-        """meta.json of checkpoint `path`, checked: a JSON object with an int `epoch` matching the name."""
+        """meta.json of checkpoint `path`, checked: a JSON object with an int `epoch` matching the
+        name.
+        """
         file, fix = path / META, f"fix: delete {path} to resume from the one before it"
         try:
             meta = json.loads(read_regular(file, MAX_META_BYTES, follow_symlinks=False))
         except NotRegularFile as exc:
             raise CheckpointError(f"{file}: is {exc.kind}, not a regular file; {fix}") from None
-        except (OSError, ValueError, RecursionError) as exc:  # unreadable, too big, not JSON, too deep
-            raise CheckpointError(f"{file}: unreadable checkpoint metadata ({one_line(exc)}); {fix}") from None
+        except (
+            OSError,
+            ValueError,
+            RecursionError,
+        ) as exc:  # unreadable, too big, not JSON, too deep
+            raise CheckpointError(
+                f"{file}: unreadable checkpoint metadata ({one_line(exc)}); {fix}"
+            ) from None
         if not isinstance(meta, dict):
-            raise CheckpointError(f"{file}: holds a JSON {type(meta).__name__}, expected an object; {fix}")
+            raise CheckpointError(
+                f"{file}: holds a JSON {type(meta).__name__}, expected an object; {fix}"
+            )
         epoch = meta.get("epoch")
         if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:
-            raise CheckpointError(f"{file}: field 'epoch' is {_short(epoch)}, expected an int in 1..{MAX_EPOCH}; {fix}")
+            raise CheckpointError(
+                f"{file}: field 'epoch' is {_short(epoch)}, expected an int in 1..{MAX_EPOCH}; {fix}"
+            )
         match = _NAME.fullmatch(path.name)
         if match and int(match.group(1)) != epoch:
-            raise CheckpointError(f"{file}: field 'epoch' is {epoch} but the directory is {path.name}; {fix}")
+            raise CheckpointError(
+                f"{file}: field 'epoch' is {epoch} but the directory is {path.name}; {fix}"
+            )
         for key, kind in META_TYPES.items():
             if key in meta and type(meta[key]) is not kind:
-                raise CheckpointError(f"{file}: field {key!r} is {_short(meta[key])}, expected "
-                                      f"{kind.__name__}; {fix}")
+                raise CheckpointError(
+                    f"{file}: field {key!r} is {_short(meta[key])}, expected {kind.__name__}; {fix}"
+                )
         for key, (low, high) in META_BOUNDS.items():
             if key in meta and not low <= meta[key] <= high:
-                raise CheckpointError(f"{file}: field {key!r} is {_short(meta[key])}, expected {low}..{high}; {fix}")
+                raise CheckpointError(
+                    f"{file}: field {key!r} is {_short(meta[key])}, expected {low}..{high}; {fix}"
+                )
         if "run_id" in meta and not RUN_ID.fullmatch(meta["run_id"]):
-            raise CheckpointError(f"{file}: field 'run_id' is {_short(meta['run_id'])}, expected 32 hex digits; {fix}")
+            raise CheckpointError(
+                f"{file}: field 'run_id' is {_short(meta['run_id'])}, expected 32 hex digits; {fix}"
+            )
         return meta
 
     @staticmethod
     def check_files(path: Path) -> None:
-        """Every entry of checkpoint `path` is a regular file, and the state index and data exist."""
+        """Every entry of checkpoint `path` is a regular file, and the state index and data
+        exist.
+        """
         fix = f"fix: delete {path} to resume from the one before it"
         try:
             with os.scandir(path) as listing:
                 entries = list(itertools.islice(listing, MAX_ENTRIES + 1))
         except OSError as exc:
-            raise CheckpointError(f"{path}: cannot list the checkpoint ({exc.strerror}); {fix}") from None
+            raise CheckpointError(
+                f"{path}: cannot list the checkpoint ({exc.strerror}); {fix}"
+            ) from None
         if len(entries) > MAX_ENTRIES:
-            raise CheckpointError(f"{path}: holds more than {MAX_ENTRIES} entries, not a checkpoint; {fix}")
+            raise CheckpointError(
+                f"{path}: holds more than {MAX_ENTRIES} entries, not a checkpoint; {fix}"
+            )
         for entry in entries:
             if not entry.is_file(follow_symlinks=False):
-                kind = "a directory" if entry.is_dir(follow_symlinks=False) else "not a regular file"
+                kind = (
+                    "a directory" if entry.is_dir(follow_symlinks=False) else "not a regular file"
+                )
                 if entry.is_symlink():
                     kind = "a symbolic link"
-                raise CheckpointError(f"{entry.path}: is {kind}; a checkpoint holds regular files only; {fix}")
+                raise CheckpointError(
+                    f"{entry.path}: is {kind}; a checkpoint holds regular files only; {fix}"
+                )
         names = {e.name for e in entries}
         for need in (f"{STATE}.index", GENERATOR_WEIGHTS):
             if need not in names:
-                raise CheckpointError(f"{path / need}: missing, the checkpoint is incomplete; {fix}")
+                raise CheckpointError(
+                    f"{path / need}: missing, the checkpoint is incomplete; {fix}"
+                )
         if not any(n.startswith(f"{STATE}.data-") for n in names):
-            raise CheckpointError(f"{path / STATE}.data-*: missing, the checkpoint is incomplete; {fix}")
+            raise CheckpointError(
+                f"{path / STATE}.data-*: missing, the checkpoint is incomplete; {fix}"
+            )
 
     def restore(self, checkpoint, path: Path, expect: dict) -> dict:
-        """Load `path` into `checkpoint`; `expect` holds meta keys that must match (e.g. the preset)."""
+        """Load `path` into `checkpoint`; `expect` holds meta keys that must match (e.g. the
+        preset).
+        """
         import tensorflow as tf
 
         meta = self.read_meta(path)
@@ -256,16 +323,21 @@ class EpochCheckpoints:
             if meta.get(key) != value:
                 raise CheckpointError(
                     f"{path}: checkpoint has {key}={meta.get(key)!r} but this run asks for {value!r}; "
-                    f"fix: resume with the same {key}, or use another --checkpoint-dir")
+                    f"fix: resume with the same {key}, or use another --checkpoint-dir"
+                )
         self.check_files(path)
         try:
             checkpoint.read(str(path / STATE)).assert_existing_objects_matched()
         except (AssertionError, ValueError) as exc:
-            raise CheckpointError(f"{path / STATE}: does not match this model ({one_line(exc)}); "
-                                  f"fix: use another --checkpoint-dir or train without --resume") from None
+            raise CheckpointError(
+                f"{path / STATE}: does not match this model ({one_line(exc)}); "
+                f"fix: use another --checkpoint-dir or train without --resume"
+            ) from None
         except (tf.errors.OpError, IndexError) as exc:  # missing or truncated state files
-            raise CheckpointError(f"{path / STATE}: cannot be read ({type(exc).__name__}: {one_line(exc)}); "
-                                  f"fix: delete {path} to resume from the one before it") from None
+            raise CheckpointError(
+                f"{path / STATE}: cannot be read ({type(exc).__name__}: {one_line(exc)}); "
+                f"fix: delete {path} to resume from the one before it"
+            ) from None
         if meta.get("run_id"):
             self.run_id = meta["run_id"]  # the resumed run goes on as the run that wrote it
         self.restored = path

@@ -19,6 +19,7 @@ docs/benchmarks.md), and both gradients with TensorFlow's own kernels.
 Parameters and outputs of these layers are those of `tf.keras.layers.Conv3D` (they subclass
 it), so the model is the reference model.
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -42,16 +43,20 @@ def col2im_input_grad(dy: tf.Tensor, kernel: tf.Tensor, input_shape) -> tf.Tenso
     t = tf.matmul(tf.reshape(dy, (-1, cout)), tf.reshape(kernel, (taps, cout)), transpose_b=True)
     # The 125 shifted adds run in float32 also for bf16 operands: oneDNN's own convolutions
     # accumulate in float32, and 125 roundings to bf16's 8-bit mantissa would not.
-    t = tf.transpose(tf.reshape(tf.cast(t, tf.float32), (-1, d, h, w, taps)), (4, 0, 1, 2, 3))  # tap-major
+    t = tf.transpose(
+        tf.reshape(tf.cast(t, tf.float32), (-1, d, h, w, taps)), (4, 0, 1, 2, 3)
+    )  # tap-major
     parts = []
     for i in range(kd):
         for j in range(kh):
             for k in range(kw):
                 tap = (i * kh + j) * kw + k
-                parts.append(tf.pad(t[tap], [[0, 0], [i, kd - 1 - i], [j, kh - 1 - j], [k, kw - 1 - k]]))
+                parts.append(
+                    tf.pad(t[tap], [[0, 0], [i, kd - 1 - i], [j, kh - 1 - j], [k, kw - 1 - k]])
+                )
     pd, ph, pw = _same_pads((kd, kh, kw))
     full = tf.add_n(parts)
-    return tf.cast(full[:, pd:pd + d, ph:ph + h, pw:pw + w, None], dy.dtype)
+    return tf.cast(full[:, pd : pd + d, ph : ph + h, pw : pw + w, None], dy.dtype)
 
 
 @tf.autograph.experimental.do_not_convert  # plain Python, decided while tracing
@@ -66,19 +71,31 @@ def col2im_pays(dtype: tf.DType) -> bool:
 def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """Stride-1 SAME conv3d of a 1-channel volume with the col2im input-gradient (where it pays)."""
     strides = [1, 1, 1, 1, 1]
-    col2im = col2im_pays(x.dtype)  # the input: a Keras kernel is an AutoCastVariable, float32 until read
+    col2im = col2im_pays(
+        x.dtype
+    )  # the input: a Keras kernel is an AutoCastVariable, float32 until read
 
     @tf.custom_gradient
     def conv(x, kernel):
         y = tf.nn.conv3d(x, kernel, strides, "SAME")
 
         def grad(dy):
-            dw = tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
-                                                   strides=strides, padding="SAME")
+            dw = tf.raw_ops.Conv3DBackpropFilterV2(
+                input=x,
+                filter_sizes=tf.shape(kernel),
+                out_backprop=dy,
+                strides=strides,
+                padding="SAME",
+            )
             if col2im:
                 return col2im_input_grad(dy, kernel, x.shape), dw
-            dx = tf.raw_ops.Conv3DBackpropInputV2(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
-                                                  strides=strides, padding="SAME")
+            dx = tf.raw_ops.Conv3DBackpropInputV2(
+                input_sizes=tf.shape(x),
+                filter=kernel,
+                out_backprop=dy,
+                strides=strides,
+                padding="SAME",
+            )
             return dx, dw
 
         return y, grad
@@ -89,8 +106,13 @@ def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
 def paired_kernel(kernel: tf.Tensor) -> tf.Tensor:
     """(kd, kh, kw, ci, co) -> (kd, kh, kw+1, ci, 2co): W at w-offset 0 in the first co output
     channels, W at w-offset 1 in the next co, so one stride-2 step along w computes 2 outputs."""
-    return tf.concat([tf.pad(kernel, [[0, 0], [0, 0], [0, 1], [0, 0], [0, 0]]),
-                      tf.pad(kernel, [[0, 0], [0, 0], [1, 0], [0, 0], [0, 0]])], axis=-1)
+    return tf.concat(
+        [
+            tf.pad(kernel, [[0, 0], [0, 0], [0, 1], [0, 0], [0, 0]]),
+            tf.pad(kernel, [[0, 0], [0, 0], [1, 0], [0, 0], [0, 0]]),
+        ],
+        axis=-1,
+    )
 
 
 def packed_forward(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
@@ -120,10 +142,20 @@ def packed_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
     @tf.custom_gradient
     def conv(x, kernel):
         def grad(dy):
-            dx = tf.raw_ops.Conv3DBackpropInputV2(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
-                                                  strides=strides, padding=padding)
-            dw = tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
-                                                   strides=strides, padding=padding)
+            dx = tf.raw_ops.Conv3DBackpropInputV2(
+                input_sizes=tf.shape(x),
+                filter=kernel,
+                out_backprop=dy,
+                strides=strides,
+                padding=padding,
+            )
+            dw = tf.raw_ops.Conv3DBackpropFilterV2(
+                input=x,
+                filter_sizes=tf.shape(kernel),
+                out_backprop=dy,
+                strides=strides,
+                padding=padding,
+            )
             return dx, dw
 
         return packed_forward(x, kernel, padding), grad
@@ -139,11 +171,18 @@ class PackedConv3D(tf.keras.layers.Conv3D):
     def build(self, input_shape):
         super().build(input_shape)
         odd = all(k % 2 == 1 for k in self.kernel_size)
-        if self.padding not in ("valid", "same") or (self.padding == "same" and not odd) \
-                or tuple(self.strides) != (1, 1, 1) or tuple(self.dilation_rate) != (1, 1, 1) \
-                or self.data_format != "channels_last" or self.groups != 1:
-            raise ValueError(f"{self.name}: PackedConv3D needs padding='valid' or 'same' with an odd kernel, "
-                             "stride 1, no dilation, one group and channels_last")
+        if (
+            self.padding not in ("valid", "same")
+            or (self.padding == "same" and not odd)
+            or tuple(self.strides) != (1, 1, 1)
+            or tuple(self.dilation_rate) != (1, 1, 1)
+            or self.data_format != "channels_last"
+            or self.groups != 1
+        ):
+            raise ValueError(
+                f"{self.name}: PackedConv3D needs padding='valid' or 'same' with an odd kernel, "
+                "stride 1, no dilation, one group and channels_last"
+            )
 
     def convolution_op(self, inputs, kernel):
         return packed_conv3d(inputs, kernel, self.padding.upper())
@@ -154,10 +193,17 @@ class ImageConv3D(tf.keras.layers.Conv3D):
 
     def build(self, input_shape):
         super().build(input_shape)
-        if int(input_shape[-1]) != 1 or self.padding != "same" or tuple(self.strides) != (1, 1, 1) \
-                or tuple(self.dilation_rate) != (1, 1, 1) or self.data_format != "channels_last":
-            raise ValueError(f"{self.name}: ImageConv3D needs a 1-channel channels_last input, "
-                             "padding='same', stride 1 and no dilation")
+        if (
+            int(input_shape[-1]) != 1
+            or self.padding != "same"
+            or tuple(self.strides) != (1, 1, 1)
+            or tuple(self.dilation_rate) != (1, 1, 1)
+            or self.data_format != "channels_last"
+        ):
+            raise ValueError(
+                f"{self.name}: ImageConv3D needs a 1-channel channels_last input, "
+                "padding='same', stride 1 and no dilation"
+            )
 
     def convolution_op(self, inputs, kernel):
         return image_conv3d(inputs, kernel)

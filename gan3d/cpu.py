@@ -4,6 +4,7 @@ The development and CI machines change from one day to the next (Intel with AMX,
 with AVX512-BF16 only), and the bf16 speed-up, peak and floors depend on which; so every
 bf16 decision and every printed table asks here instead of assuming.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,7 +46,7 @@ def cpu_model(path: Path = CPUINFO) -> str:
 
 
 def bf16_support(flags: frozenset[str] | None = None) -> str | None:
-    """"amx" (AMX tiles with bf16), "avx512_bf16" (bf16 dot products in AVX-512) or None.
+    """ "amx" (AMX tiles with bf16), "avx512_bf16" (bf16 dot products in AVX-512) or None.
 
     None means bf16 would run emulated (converted to fp32 in software): slower than fp32.
     """
@@ -62,5 +63,7 @@ def describe(flags: frozenset[str] | None = None, path: Path = CPUINFO) -> str:
     text = _read(path)  # one read for the model and the flags
     flags = _flags(text) if flags is None else flags
     shown = [f for f in ("avx512f", *BF16_FLAGS) if f in flags]
-    return (f"{_first_cpu_field(text, 'model name') or 'unknown'}; bf16: {bf16_support(flags) or 'none (emulated)'}; "
-            f"flags: {' '.join(shown) or 'none of avx512f/avx512_bf16/amx'}")
+    return (
+        f"{_first_cpu_field(text, 'model name') or 'unknown'}; bf16: {bf16_support(flags) or 'none (emulated)'}; "
+        f"flags: {' '.join(shown) or 'none of avx512f/avx512_bf16/amx'}"
+    )

@@ -9,6 +9,7 @@ away), `ShowerStream` gives each Horovod rank a disjoint share of every epoch, t
 batches on every rank (so collectives stay in lockstep), a fresh order each epoch derived from
 (seed, epoch), and reads contiguous blocks of events so only a bounded window is in memory.
 """
+
 from __future__ import annotations
 
 import glob
@@ -28,8 +29,17 @@ from kit.excerpt import one_line
 
 THRESHOLD = 1e-6
 SKIP_HINT = "or pass --skip-bad-events to leave such events out"
-__all__ = ["DataError", "EventRanges", "EventSplit", "ShowerFiles", "ShowerStream", "expand_data_arg", "open_split",
-           "preprocess", "split_events"]
+__all__ = [
+    "DataError",
+    "EventRanges",
+    "EventSplit",
+    "ShowerFiles",
+    "ShowerStream",
+    "expand_data_arg",
+    "open_split",
+    "preprocess",
+    "split_events",
+]
 
 
 def _natural_key(path: Path) -> list:
@@ -38,7 +48,9 @@ def _natural_key(path: Path) -> list:
 
 
 def expand_data_arg(spec: str) -> list[Path]:
-    """`--data` value -> file list: a directory (its *.h5, natural order), a glob, or a,b,c files."""
+    """`--data` value -> file list: a directory (its *.h5, natural order), a glob, or a,b,c
+    files.
+    """
     out: list[Path] = []
     for part in (p.strip() for p in str(spec).split(",")):
         if not part:
@@ -47,24 +59,34 @@ def expand_data_arg(spec: str) -> list[Path]:
         if path.is_dir():
             found = sorted(path.glob("*.h5"), key=_natural_key)
             if not found:
-                raise DataError(f"data directory {path} holds no *.h5 files; "
-                                "fix: point --data at the shower files or run `python -m gan3d simulate --out DIR`")
+                raise DataError(
+                    f"data directory {path} holds no *.h5 files; "
+                    "fix: point --data at the shower files or run `python -m gan3d simulate --out DIR`"
+                )
         elif glob.has_magic(part):
             found = sorted((Path(p) for p in glob.glob(part)), key=_natural_key)
             if not found:
-                raise DataError(f"data pattern {part!r} matches no files; fix: check the path or the pattern")
+                raise DataError(
+                    f"data pattern {part!r} matches no files; fix: check the path or the pattern"
+                )
         elif os.path.lexists(path):
             found = [path]
         else:
-            raise DataError(f"not found: {part} (no such file or directory); fix: check --data, or make showers "
-                            "with `python -m gan3d simulate --out DIR`")
+            raise DataError(
+                f"not found: {part} (no such file or directory); fix: check --data, or make showers "
+                "with `python -m gan3d simulate --out DIR`"
+            )
         out.extend(p for p in found if p not in out)
     if not out:
-        raise DataError(f"--data {spec!r} names no files; fix: give a directory, a glob or comma-separated files")
+        raise DataError(
+            f"--data {spec!r} names no files; fix: give a directory, a glob or comma-separated files"
+        )
     return out
 
 
-HELD_OUT_TOLERANCE = 0.25  # whole files are held out only if they come this close (relative) to the asked count
+HELD_OUT_TOLERANCE = (
+    0.25  # whole files are held out only if they come this close (relative) to the asked count
+)
 SPLIT_STREAM = 7919  # the split's random stream, apart from the epochs' (seed, epoch) streams
 
 
@@ -75,7 +97,10 @@ def held_out_count(total: int, fraction: float) -> int:
 
 @dataclass(frozen=True)
 class EventSplit:
-    """Which usable events of each file train and which are held out, as (file, start, stop) ranges."""
+    """Which usable events of each file train and which are held out, as (file, start, stop)
+    ranges.
+    """
+
     train: tuple[tuple[int, int, int], ...]
     test: tuple[tuple[int, int, int], ...]
     by: str  # "files" (whole files held out) or "events" (a range of every file)
@@ -94,14 +119,20 @@ def split_events(counts: Sequence[int], fraction: float, seed: int) -> EventSpli
     if not 0.0 < fraction < 1.0:
         raise DataError(f"--test-fraction {fraction}: must be between 0 and 1")
     if total < 2:
-        raise DataError(f"the data hold {total} usable event(s): too few to hold out a share for validation; "
-                        "fix: give more events or --validation-data FILES")
+        raise DataError(
+            f"the data hold {total} usable event(s): too few to hold out a share for validation; "
+            "fix: give more events or --validation-data FILES"
+        )
     target = held_out_count(total, fraction)
     rng = np.random.default_rng([seed, SPLIT_STREAM])
     chosen = _whole_files(counts, rng.permutation(len(counts)), target)
     if chosen is not None:
-        return EventSplit(tuple((k, 0, c) for k, c in enumerate(counts) if c and k not in chosen),
-                          tuple((k, 0, counts[k]) for k in sorted(chosen)), "files", target)
+        return EventSplit(
+            tuple((k, 0, c) for k, c in enumerate(counts) if c and k not in chosen),
+            tuple((k, 0, counts[k]) for k in sorted(chosen)),
+            "files",
+            target,
+        )
     train: list[tuple[int, int, int]] = []
     test: list[tuple[int, int, int]] = []
     for k, (count, take) in enumerate(zip(counts, _apportion(counts, target))):
@@ -126,24 +157,28 @@ def _whole_files(counts: Sequence[int], order: np.ndarray, target: int) -> set[i
 
 
 def _apportion(counts: Sequence[int], target: int) -> list[int]:
-    """`target` shared over files in proportion to their counts (largest remainders; sums exactly)."""
+    """`target` shared over files in proportion to their counts (largest remainders; sums
+    exactly).
+    """
     total = sum(counts)
     quotas = [target * c / total for c in counts]
     shares = [math.floor(q) for q in quotas]
     by_remainder = sorted(range(len(counts)), key=lambda k: (shares[k] - quotas[k], k))
-    for k in by_remainder[:target - sum(shares)]:
+    for k in by_remainder[: target - sum(shares)]:
         shares[k] += 1
     return shares
 
 
-def preprocess(raw: np.ndarray, energy_gev: np.ndarray, xscale: float = 1.0
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def preprocess(
+    raw: np.ndarray, energy_gev: np.ndarray, xscale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reference preprocessing -> (images (B,25,25,25,1), Ep in 100 GeV, cell sum), all float32."""
     return _preprocess_owned(np.array(raw, dtype=np.float32), energy_gev, xscale)
 
 
-def _preprocess_owned(images: np.ndarray, energy_gev: np.ndarray, xscale: float
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _preprocess_owned(
+    images: np.ndarray, energy_gev: np.ndarray, xscale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`preprocess` in place on a float32 array nobody else holds (saves a copy per batch)."""
     images[images < THRESHOLD] = 0.0
     if xscale != 1.0:
@@ -170,7 +205,9 @@ class ShowerFiles:
             raise DataError("no data files given; fix: pass --data DIR|GLOB|a.h5,b.h5")
         self.skip_bad_events = skip_bad_events
         self._h5: list = []
-        self._kept: list[np.ndarray | None] = []  # file event index of each usable event (None: all)
+        self._kept: list[
+            np.ndarray | None
+        ] = []  # file event index of each usable event (None: all)
         self.counts: list[int] = []
         self.energies: list[np.ndarray] = []  # GeV, per file, usable events only
         self.skipped: list[int] = []
@@ -190,15 +227,19 @@ class ShowerFiles:
             good &= self._finite_events(k, len(energy))
         elif not good.all():
             bad = np.flatnonzero(~good)
-            raise DataError(f"data file {self.paths[k]}: dataset {source} event {bad[0]} holds the energy "
-                            f"{energy[bad[0]]!r} (NaN, Inf or not positive; {len(bad)} such event(s)); "
-                            f"fix: repair or drop them ({MAKE_DATA_HINT}), {SKIP_HINT}")
+            raise DataError(
+                f"data file {self.paths[k]}: dataset {source} event {bad[0]} holds the energy "
+                f"{energy[bad[0]]!r} (NaN, Inf or not positive; {len(bad)} such event(s)); "
+                f"fix: repair or drop them ({MAKE_DATA_HINT}), {SKIP_HINT}"
+            )
         kept = None if good.all() else np.flatnonzero(good)
         self._kept.append(kept)
         self.energies.append(energy if kept is None else energy[kept])
         self.counts.append(len(self.energies[-1]))
         self.skipped.append(len(energy) - self.counts[-1])
-        if self.counts[-1] and not self.skip_bad_events:  # the first and last events decode and are finite
+        if (
+            self.counts[-1] and not self.skip_bad_events
+        ):  # the first and last events decode and are finite
             self.read(k, 0, 1)
             self.read(k, self.counts[-1] - 1, self.counts[-1])
 
@@ -212,17 +253,21 @@ class ShowerFiles:
         for start in range(0, events, block):
             part = self._read_raw(k, start, min(start + block, events), buffer)
             if not np.isfinite(part).all():
-                good[start:start + len(part)] = np.isfinite(part.reshape(len(part), -1)).all(axis=1)
+                good[start : start + len(part)] = np.isfinite(part.reshape(len(part), -1)).all(
+                    axis=1
+                )
         return good
 
     def _read_raw(self, k: int, start: int, stop: int, out: np.ndarray) -> np.ndarray:
         """Events [start, stop) of file k as stored (no event left out) into out[:stop-start]."""
-        out = out[:stop - start]
+        out = out[: stop - start]
         try:
             self._h5[k]["ECAL"].read_direct(out, np.s_[start:stop])
         except (OSError, ValueError, TypeError) as exc:
-            raise DataError(f"data file {self.paths[k]}: dataset ECAL events {start}..{stop} cannot "
-                            f"be read ({one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
+            raise DataError(
+                f"data file {self.paths[k]}: dataset ECAL events {start}..{stop} cannot "
+                f"be read ({one_line(exc)}); fix: {MAKE_DATA_HINT}"
+            ) from None
         return out
 
     @property
@@ -249,7 +294,9 @@ class ShowerFiles:
             return {"first": start, "stop": stop}
         return {"first": int(kept[start]), "stop": int(kept[stop - 1]) + 1}
 
-    def read(self, file_index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+    def read(
+        self, file_index: int, start: int, stop: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Raw ECAL cells (float32) of usable events [start, stop) of one file, into `out` without a
         temporary copy when given; contiguous events are one HDF5 read. NaN/Inf cells are refused."""
         if out is None:
@@ -262,16 +309,22 @@ class ShowerFiles:
             pos = 0
             for run in np.split(index, np.flatnonzero(np.diff(index) != 1) + 1):
                 if len(run):
-                    self._read_raw(file_index, int(run[0]), int(run[-1]) + 1, out[pos:pos + len(run)])
+                    self._read_raw(
+                        file_index, int(run[0]), int(run[-1]) + 1, out[pos : pos + len(run)]
+                    )
                     pos += len(run)
         if not np.isfinite(out).all():
             first = int(np.argmin(np.isfinite(out.reshape(len(out), -1)).all(axis=1))) + start
             event = first if kept is None else int(kept[first])
-            raise DataError(f"data file {self.paths[file_index]}: dataset ECAL event {event} holds NaN or Inf "
-                            f"cells; fix: repair or drop it ({MAKE_DATA_HINT}), {SKIP_HINT}")
+            raise DataError(
+                f"data file {self.paths[file_index]}: dataset ECAL event {event} holds NaN or Inf "
+                f"cells; fix: repair or drop it ({MAKE_DATA_HINT}), {SKIP_HINT}"
+            )
         return out
 
-    def load(self, n: int | None = None, xscale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def load(
+        self, n: int | None = None, xscale: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first n events (all when None) across the files, preprocessed (for validation)."""
         n = self.num_events if n is None else min(n, self.num_events)
         parts, energies = [], []
@@ -304,9 +357,13 @@ class EventRanges:
     range, so a by-event split needs no copy of the data and every range is read contiguously.
     """
 
-    def __init__(self, files: ShowerFiles, ranges: Sequence[tuple[int, int, int]], label: str, fix: str):
+    def __init__(
+        self, files: ShowerFiles, ranges: Sequence[tuple[int, int, int]], label: str, fix: str
+    ):
         self.files, self.ranges, self.label, self.fix = files, list(ranges), label, fix
-        self.paths = list(dict.fromkeys(files.paths[k] for k, _, _ in self.ranges))  # the files drawn from
+        self.paths = list(
+            dict.fromkeys(files.paths[k] for k, _, _ in self.ranges)
+        )  # the files drawn from
         self.counts = [b - a for _, a, b in self.ranges]
         self.energies = [files.energies[k][a:b] for k, a, b in self.ranges]
         self.num_events = sum(self.counts)
@@ -322,15 +379,22 @@ class EventRanges:
 
     def describe(self) -> list[dict]:
         """Per range: the file and its events as stored (`first`, `stop`: HDF5 event indices)."""
-        return [{"file": str(self.files.paths[k]), **self.files.stored_span(k, a, b), "events": b - a}
-                for k, a, b in self.ranges]
+        return [
+            {"file": str(self.files.paths[k]), **self.files.stored_span(k, a, b), "events": b - a}
+            for k, a, b in self.ranges
+        ]
 
     def close(self) -> None:
         self.files.close()
 
 
-def open_split(paths: Sequence[Path], validation_paths: Sequence[Path] | None, fraction: float, seed: int,
-               skip_bad_events: bool = False) -> tuple[ShowerFiles | EventRanges, ShowerFiles | EventRanges, dict]:
+def open_split(
+    paths: Sequence[Path],
+    validation_paths: Sequence[Path] | None,
+    fraction: float,
+    seed: int,
+    skip_bad_events: bool = False,
+) -> tuple[ShowerFiles | EventRanges, ShowerFiles | EventRanges, dict]:
     """(training set, validation set, what was held out): `validation_paths` when given, else
     `fraction` of the events of `paths` (split_events). The record is the same on every rank."""
     if validation_paths is not None:
@@ -348,25 +412,44 @@ def open_split(paths: Sequence[Path], validation_paths: Sequence[Path] | None, f
     except DataError:
         files.close()
         raise
-    fix = "raise --test-fraction (or give --validation-data), give more events or lower --batch-size"
+    fix = (
+        "raise --test-fraction (or give --validation-data), give more events or lower --batch-size"
+    )
     train = EventRanges(files, split.train, "the training events (those not held out)", fix)
-    test = EventRanges(files, split.test, f"the events held out by --test-fraction {fraction:g}", fix)
-    return train, test, {"by": split.by, "events": test.num_events, "of_events": files.num_events,
-                         "fraction": test.num_events / files.num_events, "requested_fraction": fraction,
-                         "seed": seed, "source": test.describe()}
+    test = EventRanges(
+        files, split.test, f"the events held out by --test-fraction {fraction:g}", fix
+    )
+    return (
+        train,
+        test,
+        {
+            "by": split.by,
+            "events": test.num_events,
+            "of_events": files.num_events,
+            "fraction": test.num_events / files.num_events,
+            "requested_fraction": fraction,
+            "seed": seed,
+            "source": test.describe(),
+        },
+    )
 
 
 def describe_held_out(held_out: dict, limit: int = 3) -> str:
     """One line for the run's output: how many events, how chosen, and from where."""
-    where = [f"{Path(s['file']).name}" + (f" events {s['first']}..{s['stop'] - 1}" if "first" in s else "")
-             for s in held_out["source"]]
+    where = [
+        f"{Path(s['file']).name}"
+        + (f" events {s['first']}..{s['stop'] - 1}" if "first" in s else "")
+        for s in held_out["source"]
+    ]
     more = f" and {len(where) - limit} more range(s)" if len(where) > limit else ""
     if held_out["by"] == "validation-data":
         return f"validation on {held_out['events']} events of --validation-data: {', '.join(where[:limit])}{more}"
     how = "whole files" if held_out["by"] == "files" else "an event range of every file"
-    return (f"held out {held_out['events']} of {held_out['of_events']} events for validation "
-            f"({100 * held_out['fraction']:.1f}%, --test-fraction {held_out['requested_fraction']:g}) as {how}, "
-            f"chosen by --seed {held_out['seed']}: {', '.join(where[:limit])}{more}")
+    return (
+        f"held out {held_out['events']} of {held_out['of_events']} events for validation "
+        f"({100 * held_out['fraction']:.1f}%, --test-fraction {held_out['requested_fraction']:g}) as {how}, "
+        f"chosen by --seed {held_out['seed']}: {', '.join(where[:limit])}{more}"
+    )
 
 
 class ShowerStream:
@@ -381,15 +464,32 @@ class ShowerStream:
     at most `max_buffer_events` events are in memory. A background thread reads ahead.
     """
 
-    def __init__(self, files: ShowerFiles, *, batch_size: int, rank: int = 0, size: int = 1, seed: int = 0,
-                 xscale: float = 1.0, shuffle: bool = True, drop_remainder: bool = True,
-                 block_events: int | None = None, window_blocks: int = 8, prefetch_batches: int = 2):
+    def __init__(
+        self,
+        files: ShowerFiles,
+        *,
+        batch_size: int,
+        rank: int = 0,
+        size: int = 1,
+        seed: int = 0,
+        xscale: float = 1.0,
+        shuffle: bool = True,
+        drop_remainder: bool = True,
+        block_events: int | None = None,
+        window_blocks: int = 8,
+        prefetch_batches: int = 2,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in [0, size={size})")
         self.files, self.batch_size, self.rank, self.size = files, batch_size, rank, size
-        self.seed, self.xscale, self.shuffle, self.drop_remainder = seed, float(xscale), shuffle, drop_remainder
+        self.seed, self.xscale, self.shuffle, self.drop_remainder = (
+            seed,
+            float(xscale),
+            shuffle,
+            drop_remainder,
+        )
         self.block_events = block_events or min(1000, max(batch_size, 128))
         self.window_blocks = max(1, window_blocks)
         self.prefetch_batches = max(0, prefetch_batches)
@@ -403,14 +503,21 @@ class ShowerStream:
         if self.batches_per_epoch == 0:
             what = getattr(files, "label", f"data files {[str(p) for p in files.paths]}")
             fix = getattr(files, "fix", "simulate more events or lower --batch-size")
-            raise DataError(f"{what} hold {files.num_events} events: fewer than {size} rank(s) x batch size "
-                            f"{batch_size}; fix: {fix}")
+            raise DataError(
+                f"{what} hold {files.num_events} events: fewer than {size} rank(s) x batch size "
+                f"{batch_size}; fix: {fix}"
+            )
 
     @property
     def max_buffer_events(self) -> int:
-        """Events held at once by the stream and its consumer: window buffer and batches in flight."""
-        return (self.window_blocks * self.block_events + self.batch_size  # the window buffer
-                + (self.prefetch_batches + 3) * self.batch_size)  # queued, in-flight and consumer's batches
+        """Events held at once by the stream and its consumer: window buffer and batches in
+        flight.
+        """
+        return (
+            self.window_blocks * self.block_events
+            + self.batch_size  # the window buffer
+            + (self.prefetch_batches + 3) * self.batch_size
+        )  # queued, in-flight and consumer's batches
 
     def plan(self, epoch: int) -> list[tuple[int, int, int]]:
         """This rank's (file, start, stop) reads for an epoch, in reading order."""
@@ -418,7 +525,9 @@ class ShowerStream:
         blocks = []
         for k, count in enumerate(self.files.counts):
             phase = int(rng.integers(self.block_events)) if self.shuffle else 0
-            edges = [0] + list(range(phase or self.block_events, count, self.block_events)) + [count]
+            edges = (
+                [0] + list(range(phase or self.block_events, count, self.block_events)) + [count]
+            )
             blocks.extend((k, a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a)
         if self.shuffle:
             blocks = [blocks[i] for i in rng.permutation(len(blocks))]
@@ -438,28 +547,34 @@ class ShowerStream:
         rng = np.random.default_rng([self.seed, epoch, self.rank, self.size, 1])
         pieces = self.plan(epoch)
         # one window buffer for the whole epoch: carried-over events first, then the window's blocks
-        buffer = np.empty((self.window_blocks * self.block_events + self.batch_size, GRID, GRID, GRID), np.float32)
+        buffer = np.empty(
+            (self.window_blocks * self.block_events + self.batch_size, GRID, GRID, GRID), np.float32
+        )
         energy = np.empty(len(buffer))
         carry = 0
         for w in range(0, len(pieces), self.window_blocks):
             fill = carry
-            for k, a, b in pieces[w:w + self.window_blocks]:
-                self.files.read(k, a, b, out=buffer[fill:fill + b - a])
-                energy[fill:fill + b - a] = self.files.energies[k][a:b]
+            for k, a, b in pieces[w : w + self.window_blocks]:
+                self.files.read(k, a, b, out=buffer[fill : fill + b - a])
+                energy[fill : fill + b - a] = self.files.energies[k][a:b]
                 fill += b - a
             order = rng.permutation(fill) if self.shuffle else np.arange(fill)
             full = fill // self.batch_size * self.batch_size
             for i in range(0, full, self.batch_size):
-                take = order[i:i + self.batch_size]
+                take = order[i : i + self.batch_size]
                 yield _preprocess_owned(buffer[take], energy[take], self.xscale)
-            rest = order[full:]  # fewer than batch_size events carried to the front of the next window
-            buffer[:len(rest)], energy[:len(rest)] = buffer[rest], energy[rest]
+            rest = order[
+                full:
+            ]  # fewer than batch_size events carried to the front of the next window
+            buffer[: len(rest)], energy[: len(rest)] = buffer[rest], energy[rest]
             carry = len(rest)
         if carry and not self.drop_remainder:
             yield preprocess(buffer[:carry], energy[:carry], self.xscale)
 
     def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Batches (images (B,25,25,25,1), Ep (B,), cell sum (B,)) float32 of one epoch for this rank."""
+        """Batches (images (B,25,25,25,1), Ep (B,), cell sum (B,)) float32 of one epoch for this
+        rank.
+        """
         if self.prefetch_batches == 0:
             return self._batches(epoch)
         return _read_ahead(self._batches(epoch), self.prefetch_batches)

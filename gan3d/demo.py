@@ -3,6 +3,7 @@
 Synthetic showers (reused when already there) -> a short 2-rank Horovod training of the
 full-size 3DGAN launched with MPICH's mpiexec -> the physics check -> a summary table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,19 @@ def claim_build(build: Path) -> Path:
     a demo writes, with a complete data set); anything else is a user's directory and is refused,
     since the demo starts each run by removing its data and checkpoints there."""
     if build.is_symlink() or (build.exists() and not build.is_dir()):
-        raise KitError(f"--build {build}: not a directory the demo made", fix="give a new or empty directory")
+        raise KitError(
+            f"--build {build}: not a directory the demo made", fix="give a new or empty directory"
+        )
     build.mkdir(parents=True, exist_ok=True)
     names = set(os.listdir(build))
     # unmarked: empty, or a demo's from before the marker (its complete data set, nothing foreign); a
     # lone "plots" or "ckpt" may be anybody's, and the demo replaces those
     earlier = names <= OWN_ENTRIES and (not names or (build / "data" / MARKER).is_file())
     if OWNED not in names and not earlier:
-        raise KitError(f"--build {build}: holds files gan3d demo did not write (no {OWNED})",
-                       fix="give a "
-                       "new or empty directory")
+        raise KitError(
+            f"--build {build}: holds files gan3d demo did not write (no {OWNED})",
+            fix="give a new or empty directory",
+        )
     (build / OWNED).touch()
     return build
 
@@ -52,7 +56,9 @@ def find_mpiexec() -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise SystemExit("gan3d demo: error: no mpiexec on PATH; fix: apt-get install mpich (or run scripts/setup.sh)")
+    raise SystemExit(
+        "gan3d demo: error: no mpiexec on PATH; fix: apt-get install mpich (or run scripts/setup.sh)"
+    )
 
 
 def ensure_data(directory: Path, seed: int, console: Console) -> list[Path]:
@@ -70,17 +76,50 @@ def ensure_data(directory: Path, seed: int, console: Console) -> list[Path]:
 
 
 def train_command(python: str, args: argparse.Namespace, data: list[Path]) -> list[str]:
-    return [find_mpiexec(), "-n", str(args.ranks), python, "-m", "gan3d", "train",
-            "--data", ",".join(str(p) for p in data[:-1]), "--validation-data", str(data[-1]),
-            "--preset", args.preset, "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps),
-            "--validation-steps", "2", "--batch-size", str(args.batch_size), "--threads", str(args.threads),
-            "--site", args.site, "--measure-peak", "2", "--seed", str(args.seed), "--warmup-epochs", "1",
-            "--results", str(args.results), "--checkpoint-dir", str(args.build / "ckpt")]
+    return [
+        find_mpiexec(),
+        "-n",
+        str(args.ranks),
+        python,
+        "-m",
+        "gan3d",
+        "train",
+        "--data",
+        ",".join(str(p) for p in data[:-1]),
+        "--validation-data",
+        str(data[-1]),
+        "--preset",
+        args.preset,
+        "--epochs",
+        str(args.epochs),
+        "--steps-per-epoch",
+        str(args.steps),
+        "--validation-steps",
+        "2",
+        "--batch-size",
+        str(args.batch_size),
+        "--threads",
+        str(args.threads),
+        "--site",
+        args.site,
+        "--measure-peak",
+        "2",
+        "--seed",
+        str(args.seed),
+        "--warmup-epochs",
+        "1",
+        "--results",
+        str(args.results),
+        "--checkpoint-dir",
+        str(args.build / "ckpt"),
+    ]
 
 
 def summary(record: dict, plots: Path | None, results: Path) -> Table:
-    table = Table(title=f"3DGAN demo on site {record['site']!r}: {record['ranks']} ranks x "
-                        f"{record['threads_per_rank']} thread(s), preset {record['preset']}")
+    table = Table(
+        title=f"3DGAN demo on site {record['site']!r}: {record['ranks']} ranks x "
+        f"{record['threads_per_rank']} thread(s), preset {record['preset']}"
+    )
     table.add_column("quantity")
     table.add_column("value", justify="right")
     for i, seconds in enumerate(record["epoch_times"], start=1):
@@ -89,19 +128,34 @@ def summary(record: dict, plots: Path | None, results: Path) -> Table:
     table.add_row("showers/s (job)", f"{record['showers_per_second']:.2f}")
     table.add_row("GFLOP per shower (train step)", f"{record['flop_per_shower'] / 1e9:.1f}")
     fft = record.get("fft_convolutions") or []
-    table.add_row("GFLOP/s (job)" + (f", model FLOP ({', '.join(fft)} ran in the frequency domain: less arithmetic)" if fft else ""),
-                  f"{record['flop_per_second'] / 1e9:.1f}")
+    table.add_row(
+        "GFLOP/s (job)"
+        + (
+            f", model FLOP ({', '.join(fft)} ran in the frequency domain: less arithmetic)"
+            if fft
+            else ""
+        ),
+        f"{record['flop_per_second'] / 1e9:.1f}",
+    )
     for label, value, basis in peak_rows(record):
         table.add_row(label, value if basis is None else f"{value} ({basis})")
-    table.add_row("peak memory per rank", f"{max(record['peak_rss_bytes_per_rank']) / 2**30:.2f} GiB")
+    table.add_row(
+        "peak memory per rank", f"{max(record['peak_rss_bytes_per_rank']) / 2**30:.2f} GiB"
+    )
     last = record["losses"][-1] if record["losses"] else {}
     if last:
-        table.add_row("last epoch d_loss / g_loss (train)",
-                      f"{last['train'].get('d_loss', float('nan')):.3f} / {last['train'].get('g_loss', float('nan')):.3f}")
+        table.add_row(
+            "last epoch d_loss / g_loss (train)",
+            f"{last['train'].get('d_loss', float('nan')):.3f} / {last['train'].get('g_loss', float('nan')):.3f}",
+        )
     if "physics" in record:
         score = record["physics"].get("score")
-        table.add_row("physics score (1 = like held-out data, 0 = like empty showers)",
-                      f"{score:.3g}" if score is not None else f"none: {record['physics'].get('score_null_reason')}")
+        table.add_row(
+            "physics score (1 = like held-out data, 0 = like empty showers)",
+            f"{score:.3g}"
+            if score is not None
+            else f"none: {record['physics'].get('score_null_reason')}",
+        )
     table.add_row("results JSON", str(results))
     table.add_row("physics plots", str(plots) if plots else "not produced")
     return table
@@ -112,7 +166,10 @@ def peak_rows(record: dict) -> list[tuple[str, str, str | None]]:
     and measured, and the seed paper's FP64 at max clock; a peak the site does not state says so."""
     rows = []
     for p in dict.fromkeys((record["precision"], "fp64")):
-        for kind, what in (("theoretical", "theoretical (site config)"), ("measured", "measured matmul")):
+        for kind, what in (
+            ("theoretical", "theoretical (site config)"),
+            ("measured", "measured matmul"),
+        ):
             peak = record[f"peak_{p}_{kind}_flop_per_second"]
             label = f"% of {what} {p} peak"
             percent = record[f"percent_of_peak_{p}_{kind}"]
@@ -121,9 +178,13 @@ def peak_rows(record: dict) -> list[tuple[str, str, str | None]]:
             else:
                 rows.append((label, "unknown", record[f"peak_{p}_{kind}_basis"]))
     paper = record["peak_fp64_max_clock_flop_per_second"]
-    rows.append(("% of FP64 peak at max clock (the paper's convention)",
-                 f"{record['percent_of_peak_fp64_max_clock']:.1f} %" if paper else "unknown",
-                 None if paper else record["peak_fp64_max_clock_basis"]))
+    rows.append(
+        (
+            "% of FP64 peak at max clock (the paper's convention)",
+            f"{record['percent_of_peak_fp64_max_clock']:.1f} %" if paper else "unknown",
+            None if paper else record["peak_fp64_max_clock_basis"],
+        )
+    )
     return rows
 
 
@@ -137,10 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per epoch")
     ap.add_argument("--batch-size", type=int, default=8, help="showers per rank per step")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--build", type=Path, default=Path("build", "demo"),
-                    help="data, checkpoints and plots (default: build/demo in the current directory)")
-    ap.add_argument("--results", type=Path, default=Path("results", "demo.json"),
-                    help="results JSON (default: results/demo.json in the current directory)")
+    ap.add_argument(
+        "--build",
+        type=Path,
+        default=Path("build", "demo"),
+        help="data, checkpoints and plots (default: build/demo in the current directory)",
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results", "demo.json"),
+        help="results JSON (default: results/demo.json in the current directory)",
+    )
     args = ap.parse_args(argv)
     console = Console()
 
@@ -158,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     data = ensure_data(args.build / "data", args.seed, console)
     remove_tree(args.build / "ckpt")  # a fresh run, not a resume (the demo's own, claim_build)
     cmd = train_command(sys.executable, args, data)
-    console.print(f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd))
+    console.print(
+        f"[bold]site {site.name}[/bold]: {site.node.cores} cores; running\n  " + " ".join(cmd)
+    )
     t0 = time.time()
     proc = subprocess.run(cmd)
     if proc.returncode != 0:
@@ -183,14 +254,29 @@ def run_validation(args: argparse.Namespace, data: list[Path], console: Console)
         os.rename(aside, out)
     if os.path.lexists(out):
         os.rename(out, aside)
-    cmd = [sys.executable, "-m", "gan3d", "validate", "--preset", args.preset,
-           "--checkpoint", str(args.build / "ckpt"), "--data", str(data[-1]), "--out", str(out),
-           "--results", str(args.results)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gan3d",
+        "validate",
+        "--preset",
+        args.preset,
+        "--checkpoint",
+        str(args.build / "ckpt"),
+        "--data",
+        str(data[-1]),
+        "--out",
+        str(out),
+        "--results",
+        str(args.results),
+    ]
     with console.status("physics check of the trained generator"):
         proc = subprocess.run(cmd, capture_output=True, text=True)  # its JSON goes into the results
     if proc.returncode != 0:
-        console.print(f"[yellow]physics validation failed (exit {proc.returncode}): {' '.join(cmd)}[/yellow]\n"
-                      + proc.stderr[-2000:])
+        console.print(
+            f"[yellow]physics validation failed (exit {proc.returncode}): {' '.join(cmd)}[/yellow]\n"
+            + proc.stderr[-2000:]
+        )
         remove_tree(out)  # what this check began (the earlier plots are aside)
         if os.path.lexists(aside):
             os.rename(aside, out)

@@ -7,6 +7,7 @@ profiles are compared. The yardstick is how far the two fp32 runs land from each
 is equivalent if it lands no farther from fp32 A than fp32 B does. Used by the test (tiny
 preset) and by bench/gan3d_bf16_physics.py (full preset).
 """
+
 from __future__ import annotations
 
 import time
@@ -21,12 +22,23 @@ STATISTICS = ("cellsum_over_ep", "profile_z", "profile_x", "profile_y")
 
 
 def new_step(preset: str, precision: str) -> step.TrainStep:
-    return step.TrainStep(model.generator(preset, precision), model.discriminator(preset, precision),
-                          config=step.StepConfig(seed=0))
+    return step.TrainStep(
+        model.generator(preset, precision),
+        model.discriminator(preset, precision),
+        config=step.StepConfig(seed=0),
+    )
 
 
-def train_from_seed(s: step.TrainStep, preset: str, precision: str, seed: int, showers, steps: int,
-                    batch: int, seconds: float | None = None) -> int:
+def train_from_seed(
+    s: step.TrainStep,
+    preset: str,
+    precision: str,
+    seed: int,
+    showers,
+    steps: int,
+    batch: int,
+    seconds: float | None = None,
+) -> int:
     """Train `s` for `steps` steps (fewer if `seconds` run out first; returns how many it took)
     from the initial state of `seed`: the weights Keras draws for
     that seed, zeroed optimizer slots, noise and dropout streams keyed by the seed; batches in
@@ -34,30 +46,40 @@ def train_from_seed(s: step.TrainStep, preset: str, precision: str, seed: int, s
     trace of the step function, most of the cost of a short run."""
     images, ep, cellsum = showers
     tf.keras.utils.set_random_seed(seed)
-    for mine, fresh in ((s.generator, model.generator(preset, precision)),
-                        (s.discriminator, model.discriminator(preset, precision))):
+    for mine, fresh in (
+        (s.generator, model.generator(preset, precision)),
+        (s.discriminator, model.discriminator(preset, precision)),
+    ):
         mine.set_weights(fresh.get_weights())
-    for var in s.d_optimizer.variables + s.g_optimizer.variables:  # RMSprop and Adam start from zeros
+    for var in (
+        s.d_optimizer.variables + s.g_optimizer.variables
+    ):  # RMSprop and Adam start from zeros
         var.assign(tf.zeros_like(var))
     s.reseed(0, seed)
     batches = max(1, len(images) // batch)
     start = time.monotonic()
     for i in range(steps):
         lo = (i % batches) * batch
-        losses = s(images[lo:lo + batch], ep[lo:lo + batch], cellsum[lo:lo + batch])
+        losses = s(images[lo : lo + batch], ep[lo : lo + batch], cellsum[lo : lo + batch])
         if not np.isfinite(float(losses["g_loss"])):
-            raise FloatingPointError(f"{precision} seed {seed}: losses became NaN/Inf at step {i + 1}")
+            raise FloatingPointError(
+                f"{precision} seed {seed}: losses became NaN/Inf at step {i + 1}"
+            )
         if seconds is not None and time.monotonic() - start > seconds:
             return i + 1
     return steps
 
 
-def shower_statistics(generator: tf.keras.Model, latent_dim: int, showers: int, seed: int = 11) -> dict:
-    """Cell-sum/Ep (mean, spread) and unit-sum mean profiles of showers from fixed noise and energies."""
+def shower_statistics(
+    generator: tf.keras.Model, latent_dim: int, showers: int, seed: int = 11
+) -> dict:
+    """Cell-sum/Ep (mean, spread) and unit-sum mean profiles of showers from fixed noise and
+    energies.
+    """
     ep = np.random.default_rng(seed).uniform(0.5, 4.5, (showers, 1)).astype(np.float32)
     parts = []
     for lo in range(0, showers, 64):
-        z = model.sample_latent(len(ep[lo:lo + 64]), ep[lo:lo + 64], latent_dim, seed + lo)
+        z = model.sample_latent(len(ep[lo : lo + 64]), ep[lo : lo + 64], latent_dim, seed + lo)
         parts.append(generator(z, training=False).numpy())
     f = shower_features(np.concatenate(parts), ep)
     stats = {"cellsum_over_ep": np.array([f["cellsum_over_ep"].mean(), f["cellsum_over_ep"].std()])}
@@ -72,8 +94,15 @@ def distances(a: dict, b: dict) -> dict[str, float]:
     return {k: float(np.abs(a[k] - b[k]).sum()) for k in STATISTICS}
 
 
-def compare(preset: str, showers, steps: int, batch: int, generated: int, seeds=(3, 4),
-            seconds: float | None = None) -> dict:
+def compare(
+    preset: str,
+    showers,
+    steps: int,
+    batch: int,
+    generated: int,
+    seeds=(3, 4),
+    seconds: float | None = None,
+) -> dict:
     """Run the three trainings and return the fp32 seed spread, bf16's distance, and the verdict.
 
     With `seconds`, the first run (fp32 seed A) stops when they run out, and the other two
@@ -89,8 +118,14 @@ def compare(preset: str, showers, steps: int, batch: int, generated: int, seeds=
     train_from_seed(bf16, preset, "bf16", seed_a, showers, steps, batch)
     bf16_a = shower_statistics(bf16.generator, latent, generated)
     spread, diff = distances(fp32_b, fp32_a), distances(bf16_a, fp32_a)
-    return {"steps": steps, "fp32_seed_spread": spread, "bf16_vs_fp32": diff,
-            "within": {k: diff[k] <= spread[k] for k in STATISTICS},
-            "cellsum_over_ep": {"fp32_a": fp32_a["cellsum_over_ep"].tolist(),
-                                "fp32_b": fp32_b["cellsum_over_ep"].tolist(),
-                                "bf16_a": bf16_a["cellsum_over_ep"].tolist()}}
+    return {
+        "steps": steps,
+        "fp32_seed_spread": spread,
+        "bf16_vs_fp32": diff,
+        "within": {k: diff[k] <= spread[k] for k in STATISTICS},
+        "cellsum_over_ep": {
+            "fp32_a": fp32_a["cellsum_over_ep"].tolist(),
+            "fp32_b": fp32_b["cellsum_over_ep"].tolist(),
+            "bf16_a": bf16_a["cellsum_over_ep"].tolist(),
+        },
+    }

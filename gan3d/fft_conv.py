@@ -22,6 +22,7 @@ offset s = pad_after of the circular result, which the inverse matrices compute 
 The results equal `tf.nn.conv3d` and its gradients up to float32 rounding (relative 1e-6;
 tests/gan3d_model/test_fft_conv.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +43,9 @@ def _geometry(spatial: Axes, ksize: Axes, padding: str):
     return tuple(n), tuple(s), tuple(out)
 
 
-def _forward_matrices(n: Axes, length: Axes, offset: Axes, times_i: bool = False) -> list[tf.Tensor]:
+def _forward_matrices(
+    n: Axes, length: Axes, offset: Axes, times_i: bool = False
+) -> list[tf.Tensor]:
     """The DFT along each axis of `length` values placed at `offset` in a length-n transform.
     Axis 0 takes real values and keeps the n//2+1 frequencies a real signal needs, rows
     (frequency, re/im), times i with `times_i`; axes 1 and 2 take columns (re/im, position) to
@@ -68,7 +71,16 @@ def _inverse_matrices(n: Axes, start: Axes, size: Axes) -> list[tf.Tensor]:
     mats = []
     for a in range(3):
         kept = n[a] // 2 + 1 if a == 0 else n[a]
-        g = np.exp(2j * np.pi * np.arange(kept)[None, :] * (np.arange(size[a])[:, None] + start[a]) / n[a]) / n[a]
+        g = (
+            np.exp(
+                2j
+                * np.pi
+                * np.arange(kept)[None, :]
+                * (np.arange(size[a])[:, None] + start[a])
+                / n[a]
+            )
+            / n[a]
+        )
         if a == 0:
             twice = np.where((np.arange(kept) == 0) | (2 * np.arange(kept) == n[a]), 1.0, 2.0)
             m = np.stack([g.real * twice, -g.imag * twice], axis=2).reshape(size[a], 2 * kept)
@@ -82,8 +94,10 @@ def _inverse_matrices(n: Axes, start: Axes, size: Axes) -> list[tf.Tensor]:
 def _axes_1_2(z: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.Tensor:
     """Axis 0's output (K0 re/im, L1 L2 R) -> the spectrum (K0 n1, n2 re/im, R)."""
     half = n[0] // 2 + 1
-    z = tf.matmul(mats[1], tf.reshape(z, (half, 2 * length[1], -1)))           # (K0, n1 re/im, L2 R)
-    return tf.matmul(mats[2], tf.reshape(z, (half * n[1], 2 * length[2], -1)))  # (K0 n1, n2 re/im, R)
+    z = tf.matmul(mats[1], tf.reshape(z, (half, 2 * length[1], -1)))  # (K0, n1 re/im, L2 R)
+    return tf.matmul(
+        mats[2], tf.reshape(z, (half * n[1], 2 * length[2], -1))
+    )  # (K0 n1, n2 re/im, R)
 
 
 def _to_freq(t: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.Tensor:
@@ -92,11 +106,13 @@ def _to_freq(t: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.T
 
 
 def _to_space(f: tf.Tensor, mats: list[tf.Tensor], n: Axes, size: Axes) -> tf.Tensor:
-    """A spectrum (K0, n1, n2, re/im, R) -> the (size0, size1, size2, R) window of its inverse DFT."""
+    """A spectrum (K0, n1, n2, re/im, R) -> the (size0, size1, size2, R) window of its inverse
+    DFT.
+    """
     half = n[0] // 2 + 1
-    y = tf.matmul(mats[2], tf.reshape(f, (half * n[1], 2 * n[2], -1)))     # (K0 n1, re/im P2, R)
-    y = tf.matmul(mats[1], tf.reshape(y, (half, 2 * n[1], -1)))             # (K0, re/im P1, P2 R)
-    y = tf.matmul(mats[0], tf.reshape(y, (2 * half, -1)))                   # (P0, P1 P2 R)
+    y = tf.matmul(mats[2], tf.reshape(f, (half * n[1], 2 * n[2], -1)))  # (K0 n1, re/im P2, R)
+    y = tf.matmul(mats[1], tf.reshape(y, (half, 2 * n[1], -1)))  # (K0, re/im P1, P2 R)
+    y = tf.matmul(mats[0], tf.reshape(y, (2 * half, -1)))  # (P0, P1 P2 R)
     return tf.reshape(y, (size[0], size[1], size[2], -1))
 
 
@@ -106,12 +122,23 @@ def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
     i W (the transform of axis 0 times i); the kernel is flipped (the convolution's correlation)."""
     ksize = tuple(int(k) for k in kernel.shape[:3])
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
-    flipped = tf.reshape(tf.transpose(tf.reverse(kernel, axis=(0, 1, 2)), (0, 1, 2, 4, 3)), (ksize[0], -1))
-    mats, times_i = _forward_matrices(n, ksize, (0, 0, 0)), _forward_matrices(n, ksize, (0, 0, 0), times_i=True)
+    flipped = tf.reshape(
+        tf.transpose(tf.reverse(kernel, axis=(0, 1, 2)), (0, 1, 2, 4, 3)), (ksize[0], -1)
+    )
+    mats, times_i = (
+        _forward_matrices(n, ksize, (0, 0, 0)),
+        _forward_matrices(n, ksize, (0, 0, 0), times_i=True),
+    )
     half = n[0] // 2 + 1
-    parts = [tf.reshape(tf.matmul(m[0], flipped), (2 * half, ksize[1], ksize[2], co, ci)) for m in (mats, times_i)]
+    parts = [
+        tf.reshape(tf.matmul(m[0], flipped), (2 * half, ksize[1], ksize[2], co, ci))
+        for m in (mats, times_i)
+    ]
     z = tf.stack(parts, axis=-2)  # (K0 re/im, k1, k2, O, re/im in, I)
-    return tf.reshape(_axes_1_2(tf.reshape(z, (2 * half, -1)), mats, n, ksize), (half * n[1] * n[2], 2 * co, 2 * ci))
+    return tf.reshape(
+        _axes_1_2(tf.reshape(z, (2 * half, -1)), mats, n, ksize),
+        (half * n[1] * n[2], 2 * co, 2 * ci),
+    )
 
 
 def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
@@ -123,22 +150,33 @@ def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
     n, s, out = _geometry(spatial, ksize, padding)
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
     freqs = (n[0] // 2 + 1) * n[1] * n[2]
-    xf = _to_freq(tf.transpose(x, (1, 2, 3, 4, 0)), _forward_matrices(n, spatial, (0, 0, 0)), n, spatial)
-    yf = tf.matmul(_mixing(kernel, n), tf.reshape(xf, (freqs, 2 * ci, -1)))              # (F, re/im O, B)
-    y = _to_space(yf, _inverse_matrices(n, s, out), n, out)                               # (o0, o1, o2, O B)
+    xf = _to_freq(
+        tf.transpose(x, (1, 2, 3, 4, 0)), _forward_matrices(n, spatial, (0, 0, 0)), n, spatial
+    )
+    yf = tf.matmul(_mixing(kernel, n), tf.reshape(xf, (freqs, 2 * ci, -1)))  # (F, re/im O, B)
+    y = _to_space(yf, _inverse_matrices(n, s, out), n, out)  # (o0, o1, o2, O B)
     return tf.transpose(tf.reshape(y, out + (co, -1)), (4, 0, 1, 2, 3))
 
 
 class FFTConv3D(tf.keras.layers.Conv3D):
-    """`Conv3D` (stride 1, 'valid' or 'same', float32) run as `fft_conv3d`: same variables, same outputs."""
+    """`Conv3D` (stride 1, 'valid' or 'same', float32) run as `fft_conv3d`: same variables, same
+    outputs.
+    """
 
     def build(self, input_shape):
         super().build(input_shape)
-        if self.padding not in ("valid", "same") or tuple(self.strides) != (1, 1, 1) \
-                or tuple(self.dilation_rate) != (1, 1, 1) or self.data_format != "channels_last" \
-                or self.groups != 1 or self.compute_dtype != "float32":
-            raise ValueError(f"{self.name}: FFTConv3D needs padding='valid' or 'same', stride 1, no dilation, "
-                             "one group, channels_last and float32 compute")
+        if (
+            self.padding not in ("valid", "same")
+            or tuple(self.strides) != (1, 1, 1)
+            or tuple(self.dilation_rate) != (1, 1, 1)
+            or self.data_format != "channels_last"
+            or self.groups != 1
+            or self.compute_dtype != "float32"
+        ):
+            raise ValueError(
+                f"{self.name}: FFTConv3D needs padding='valid' or 'same', stride 1, no dilation, "
+                "one group, channels_last and float32 compute"
+            )
 
     def convolution_op(self, inputs, kernel):
         return fft_conv3d(inputs, kernel, self.padding.upper())

@@ -4,6 +4,7 @@ Opening a FIFO for reading waits for a writer forever and /dev/zero never ends, 
 `stat`ed first and opened only when regular, with O_NONBLOCK (and `fstat`ed again, in case the
 path was swapped in between). Callers turn `NotRegularFile` into their own one-line error.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,9 @@ from kit.readfile import NotRegularFile, open_regular_fd
 
 __all__ = ["NotRegularFile", "open_regular", "read_regular"]
 
-open_regular = open_regular_fd  # a read-only fd of a regular file; NotRegularFile names anything else
+open_regular = (
+    open_regular_fd  # a read-only fd of a regular file; NotRegularFile names anything else
+)
 
 
 def read_regular(path: str | os.PathLike, limit: int, follow_symlinks: bool = True) -> bytes:

@@ -21,6 +21,7 @@ The step's phases (see gan3d.step): generate_fakes (G forward, inference), d_rea
 (D forward + backward), g_step_1 and g_step_2 (G forward, D forward, D input-gradients, G
 backward).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,9 @@ class LayerFlops:
     output_shape: tuple[int, ...]
     forward: int
     takes_model_input: bool  # no input-gradient needed when training this model alone
-    executed: int  # forward FLOP the ops run: more than `forward` for a packed conv (zeros multiplied)
+    executed: (
+        int  # forward FLOP the ops run: more than `forward` for a packed conv (zeros multiplied)
+    )
 
 
 def model_forward_flops(model) -> list[LayerFlops]:
@@ -64,11 +67,15 @@ def model_forward_flops(model) -> list[LayerFlops]:
         elif isinstance(layer, tf.keras.layers.Dense):
             macs = cin * int(layer.units)
         executed = macs
-        if isinstance(layer, PackedConv3D):  # ceil(w/2) positions x 2 co channels, kernel one wider in w
+        if isinstance(
+            layer, PackedConv3D
+        ):  # ceil(w/2) positions x 2 co channels, kernel one wider in w
             (d, h, w, co), (kd, kh, kw) = out_shape, layer.kernel_size
             executed = d * h * -(-w // 2) * 2 * co * kd * kh * (kw + 1) * cin
         first = any(id(t) in inputs for t in _as_list(layer.input))
-        rows.append(LayerFlops(layer.name, type(layer).__name__, out_shape, 2 * macs, first, 2 * executed))
+        rows.append(
+            LayerFlops(layer.name, type(layer).__name__, out_shape, 2 * macs, first, 2 * executed)
+        )
     return rows
 
 
@@ -92,7 +99,11 @@ def step_flops_detail(preset: str, batch_size: int) -> dict[str, dict[str, int]]
     d = model_forward_flops(discriminator(preset))
     g_fwd, d_fwd = _weight_grads(g), _weight_grads(d)
     d_train_bwd = _weight_grads(d) + _input_grads(d, include_first=False)
-    g_train_bwd = _input_grads(d, include_first=True) + _weight_grads(g) + _input_grads(g, include_first=False)
+    g_train_bwd = (
+        _input_grads(d, include_first=True)
+        + _weight_grads(g)
+        + _input_grads(g, include_first=False)
+    )
     per_sample = {
         "generate_fakes": (g_fwd, 0),
         "d_real": (d_fwd, d_train_bwd),
@@ -100,7 +111,10 @@ def step_flops_detail(preset: str, batch_size: int) -> dict[str, dict[str, int]]
         "g_step_1": (g_fwd + d_fwd, g_train_bwd),
         "g_step_2": (g_fwd + d_fwd, g_train_bwd),
     }
-    return {k: {"forward": f * batch_size, "backward": b * batch_size} for k, (f, b) in per_sample.items()}
+    return {
+        k: {"forward": f * batch_size, "backward": b * batch_size}
+        for k, (f, b) in per_sample.items()
+    }
 
 
 def step_flops(preset: str, batch_size: int) -> dict[str, int]:
@@ -124,8 +138,10 @@ def executed_step_flops(preset: str, batch_size: int) -> int:
     times a step, D 4 times; gradients are not packed)."""
     from gan3d.model import discriminator, generator
 
-    extra = {m: sum(r.executed - r.forward for r in model_forward_flops(m))
-             for m in (generator(preset, fft=False), discriminator(preset, fft=False))}
+    extra = {
+        m: sum(r.executed - r.forward for r in model_forward_flops(m))
+        for m in (generator(preset, fft=False), discriminator(preset, fft=False))
+    }
     g_extra, d_extra = extra.values()
     return step_flops(preset, batch_size)["total"] + batch_size * (3 * g_extra + 4 * d_extra)
 
@@ -148,10 +164,15 @@ def register_conv3d_backprop_statistics() -> None:
         out_backprop.assert_is_fully_defined()
         kernel.assert_is_fully_defined()
         k = kernel.as_list()
-        return ops.OpStats("flops", int(np.prod(out_backprop.as_list(), dtype=np.int64)) * k[0] * k[1] * k[2] * k[3] * 2)
+        return ops.OpStats(
+            "flops",
+            int(np.prod(out_backprop.as_list(), dtype=np.int64)) * k[0] * k[1] * k[2] * k[3] * 2,
+        )
 
-    for op_type, filter_from in (("Conv3DBackpropInputV2", lambda n: n.input[1]),
-                                 ("Conv3DBackpropFilterV2", lambda n: n.name)):
+    for op_type, filter_from in (
+        ("Conv3DBackpropInputV2", lambda n: n.input[1]),
+        ("Conv3DBackpropFilterV2", lambda n: n.name),
+    ):
         try:
             ops.RegisterStatistics(op_type, "flops")(lambda g, n, f=filter_from: stats(g, n, f))
         except KeyError:  # already registered in this process
@@ -203,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gan3d flops", description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="full", help="model preset (full, tiny)")
     ap.add_argument("--batch-size", type=int, default=16, help="showers per rank per step")
-    ap.add_argument("--layers", action="store_true", help="also print per-layer forward FLOP per shower")
+    ap.add_argument(
+        "--layers", action="store_true", help="also print per-layer forward FLOP per shower"
+    )
     args = ap.parse_args(argv)
     from gan3d.model import PRESETS, discriminator, generator
 
@@ -213,8 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--batch-size {args.batch_size}: must be at least 1")
     out: dict = step_flops(args.preset, args.batch_size)
     if args.layers:
-        out = {"step": out, "layers": {m.name: [asdict(r) for r in model_forward_flops(m)]
-                                       for m in (generator(args.preset), discriminator(args.preset))}}
+        out = {
+            "step": out,
+            "layers": {
+                m.name: [asdict(r) for r in model_forward_flops(m)]
+                for m in (generator(args.preset), discriminator(args.preset))
+            },
+        }
     json.dump(out, sys.stdout, indent=2)
     print()
     return 0

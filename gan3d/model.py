@@ -4,6 +4,7 @@ The `full` preset reproduces the reference architecture exactly (872,948 and 73,
 parameters, see docs and tests); `tiny` runs the same code with fewer filters so that CPU
 tests finish in seconds.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,7 +51,9 @@ def get_preset(preset: str | Preset) -> Preset:
     try:
         return PRESETS[preset]
     except KeyError:
-        raise ValueError(f"unknown model preset {preset!r}; choose one of {sorted(PRESETS)}") from None
+        raise ValueError(
+            f"unknown model preset {preset!r}; choose one of {sorted(PRESETS)}"
+        ) from None
 
 
 def check_precision(precision: str) -> str:
@@ -76,15 +79,28 @@ def _policy(precision: str):
 
 # Layers computed in the frequency domain in a float32 model (gan3d.fft_conv): those where it
 # measured faster than the direct convolution, forward and both gradients (docs/benchmarks.md).
-FFT_LAYERS = frozenset({"d_conv1", "d_conv2", "d_conv3", "d_conv4", "g_conv1", "g_conv2", "g_conv3"})
+FFT_LAYERS = frozenset(
+    {"d_conv1", "d_conv2", "d_conv3", "d_conv4", "g_conv1", "g_conv2", "g_conv3"}
+)
 
 
-def _conv(filters: int, kernel: tuple[int, int, int], padding: str, name: str,
-          direct: type = tf.keras.layers.Conv3D, fft: bool = False, **kw) -> tf.keras.layers.Layer:
+def _conv(
+    filters: int,
+    kernel: tuple[int, int, int],
+    padding: str,
+    name: str,
+    direct: type = tf.keras.layers.Conv3D,
+    fft: bool = False,
+    **kw,
+) -> tf.keras.layers.Layer:
     """A Conv3D; with `fft`, in float32, in the frequency domain where that pays (FFT_LAYERS), else
     its `direct` form (gan3d.conv_forms' packed or image forms, or Keras' own)."""
     cls = direct
-    if fft and name in FFT_LAYERS and tf.keras.mixed_precision.global_policy().compute_dtype == "float32":
+    if (
+        fft
+        and name in FFT_LAYERS
+        and tf.keras.mixed_precision.global_policy().compute_dtype == "float32"
+    ):
         cls = FFTConv3D
     return cls(filters, kernel, padding=padding, data_format="channels_last", name=name, **kw)
 
@@ -113,8 +129,9 @@ def _lrelu(name: str) -> tf.keras.layers.Layer:
 
 
 def _bn(name: str) -> tf.keras.layers.Layer:
-    return tf.keras.layers.BatchNormalization(axis=-1, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name,
-                                              dtype=ELEMENTWISE_DTYPE)
+    return tf.keras.layers.BatchNormalization(
+        axis=-1, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name, dtype=ELEMENTWISE_DTYPE
+    )
 
 
 def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
@@ -123,7 +140,9 @@ def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
     return tf.keras.layers.Dropout(rate, name=name, force_generator=True, dtype=ELEMENTWISE_DTYPE)
 
 
-def generator(preset: str | Preset = "full", precision: str = "fp32", fft: bool = True) -> tf.keras.Model:
+def generator(
+    preset: str | Preset = "full", precision: str = "fp32", fft: bool = True
+) -> tf.keras.Model:
     """Latent vector (already multiplied by Ep) -> shower image (25, 25, 25, 1), float32.
 
     With precision "bf16" every layer computes in bfloat16 except the final ReLU, which
@@ -146,19 +165,39 @@ def _generator(p: Preset, fft: bool) -> tf.keras.Model:
     x = _bn("g_bn1")(x)
     x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
     x = L.ZeroPadding3D((2, 2, 0), name="g_pad1")(x)
-    x = _conv(f2, (6, 5, 8), "valid", "g_conv2", direct=PackedConv3D, fft=fft, kernel_initializer="he_uniform")(x)
+    x = _conv(
+        f2,
+        (6, 5, 8),
+        "valid",
+        "g_conv2",
+        direct=PackedConv3D,
+        fft=fft,
+        kernel_initializer="he_uniform",
+    )(x)
     x = _lrelu("g_lrelu2")(x)
     x = _bn("g_bn2")(x)
     x = L.UpSampling3D((2, 2, 3), name="g_up2")(x)
     x = L.ZeroPadding3D((1, 0, 3), name="g_pad2")(x)
-    x = _conv(f3, (3, 3, 8), "valid", "g_conv3", direct=PackedConv3D, fft=fft, kernel_initializer="he_uniform")(x)
+    x = _conv(
+        f3,
+        (3, 3, 8),
+        "valid",
+        "g_conv3",
+        direct=PackedConv3D,
+        fft=fft,
+        kernel_initializer="he_uniform",
+    )(x)
     x = _lrelu("g_lrelu3")(x)
-    x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(x)
+    x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(
+        x
+    )
     image = L.ReLU(name="g_relu", dtype="float32")(x)
     return tf.keras.Model(z, image, name="generator")
 
 
-def discriminator(preset: str | Preset = "full", precision: str = "fp32", fft: bool = True) -> tf.keras.Model:
+def discriminator(
+    preset: str | Preset = "full", precision: str = "fp32", fft: bool = True
+) -> tf.keras.Model:
     """Image -> [real/fake probability, Ep regression, cell sum of the input image].
 
     With precision "bf16" the convolutions compute in bfloat16; the two heads and the cell
@@ -174,7 +213,9 @@ def _discriminator(p: Preset, fft: bool) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2 = p.d_filters
     image = L.Input(shape=IMAGE_SHAPE, name="image")
-    x = _conv(f1, (5, 5, 5), "same", "d_conv1", direct=ImageConv3D, fft=fft)(image)  # faster input-gradient
+    x = _conv(f1, (5, 5, 5), "same", "d_conv1", direct=ImageConv3D, fft=fft)(
+        image
+    )  # faster input-gradient
     x = _lrelu("d_lrelu1")(x)
     x = _dropout(p.dropout, "d_drop1")(x)
     for i, pad in enumerate((2, 2, 1), start=2):
@@ -202,8 +243,9 @@ def _as_generator(rng_or_seed: tf.random.Generator | int) -> tf.random.Generator
     return tf.random.Generator.from_seed(int(rng_or_seed))
 
 
-def sample_latent(batch: int, ep: tf.Tensor | None, latent_dim: int,
-                  rng_or_seed: tf.random.Generator | int) -> tf.Tensor:
+def sample_latent(
+    batch: int, ep: tf.Tensor | None, latent_dim: int, rng_or_seed: tf.random.Generator | int
+) -> tf.Tensor:
     """Generator input z ~ N(0, 1) multiplied by Ep (shape (batch, 1)); Ep=None leaves z as is."""
     z = _as_generator(rng_or_seed).normal((batch, latent_dim), dtype=tf.float32)
     return z if ep is None else z * tf.reshape(tf.cast(ep, tf.float32), (-1, 1))

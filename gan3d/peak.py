@@ -4,6 +4,7 @@ The measured peak is what TensorFlow's own dense kernel reaches on this machine 
 the fair yardstick for the training step and the only honest one where the clock is unknown (a VM);
 the theoretical peak is what a site config promises (cores x clock x FLOP/cycle of the precision).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile",
 def theoretical_peak(cores: int, clock_ghz: float, flop_per_cycle: float) -> float:
     """FLOP/s of `cores` cores at `clock_ghz` doing `flop_per_cycle` FLOP per cycle each."""
     if cores < 1 or clock_ghz <= 0 or flop_per_cycle <= 0:
-        raise ValueError(f"theoretical_peak: need cores >= 1, clock_ghz > 0, flop_per_cycle > 0; "
-                         f"got {cores}, {clock_ghz}, {flop_per_cycle}")
+        raise ValueError(
+            f"theoretical_peak: need cores >= 1, clock_ghz > 0, flop_per_cycle > 0; "
+            f"got {cores}, {clock_ghz}, {flop_per_cycle}"
+        )
     return cores * clock_ghz * 1e9 * flop_per_cycle
 
 
@@ -39,8 +42,13 @@ def machine() -> dict:
     from gan3d.cpu import bf16_support, cpu_flags, cpu_model
 
     flags = cpu_flags()
-    return {"cpu_model": cpu_model(), "virtual": "hypervisor" in flags, "bf16_unit": bf16_support(flags),
-            "isa": [f for f in ISA_FLAGS if f in flags], "cpus": os.cpu_count()}
+    return {
+        "cpu_model": cpu_model(),
+        "virtual": "hypervisor" in flags,
+        "bf16_unit": bf16_support(flags),
+        "isa": [f for f in ISA_FLAGS if f in flags],
+        "cpus": os.cpu_count(),
+    }
 
 
 def _set_threads(threads: int | None) -> bool:
@@ -64,8 +72,9 @@ def _matmul():
     return tf.function(lambda x, y: tf.linalg.matmul(x, y))
 
 
-def measure_peak_flops(threads: int | None = None, seconds: float = 1.0, n: int = MATRIX,
-                       precision: str = "fp32") -> float:
+def measure_peak_flops(
+    threads: int | None = None, seconds: float = 1.0, n: int = MATRIX, precision: str = "fp32"
+) -> float:
     """Best FLOP/s of an n x n matmul loop in `precision` in TensorFlow over about `seconds`.
 
     A precision the CPU has no fast kernel for (bf16 without AVX512_BF16/AMX, fp64) can take seconds
@@ -89,7 +98,7 @@ def measure_peak_flops(threads: int | None = None, seconds: float = 1.0, n: int 
         if time.perf_counter() - start < seconds / 2 or n <= MIN_MATRIX:
             break
         n //= 2
-    flop = 2.0 * n ** 3
+    flop = 2.0 * n**3
     best, deadline = 0.0, time.perf_counter() + seconds
     while True:
         count, start = 0, time.perf_counter()
@@ -103,13 +112,29 @@ def measure_peak_flops(threads: int | None = None, seconds: float = 1.0, n: int 
 
 
 def _measure_in_subprocess(threads: int | None, seconds: float, n: int, precision: str) -> float:
-    cmd = [sys.executable, "-m", "gan3d", "peak", "--seconds", str(seconds), "--matrix", str(n),
-           "--precision", precision]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gan3d",
+        "peak",
+        "--seconds",
+        str(seconds),
+        "--matrix",
+        str(n),
+        "--precision",
+        precision,
+    ]
     if threads is not None:
         cmd += ["--threads", str(threads)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env,
-                         timeout=SUBPROCESS_GRACE_S + 4 * seconds).stdout
+    out = subprocess.run(
+        cmd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=SUBPROCESS_GRACE_S + 4 * seconds,
+    ).stdout
     return float(json.loads(out)["precisions"][precision]["measured_flop_per_second"])
 
 
@@ -125,24 +150,36 @@ def site_peaks(site, cores_used: int | None = None) -> dict:
         basis = peak.basis if flops is None or used == node.cores else f"{used} of {peak.basis}"
         out[precision] = {"flop_per_second": flops, "basis": basis}
     paper = node.theoretical_peak("fp64", clock="max")
-    out["paper_convention"] = {"flop_per_second": None if paper.flops is None else paper.flops * used / node.cores,
-                               "basis": f"FP64 peak at the max clock: {paper.basis}"}
+    out["paper_convention"] = {
+        "flop_per_second": None if paper.flops is None else paper.flops * used / node.cores,
+        "basis": f"FP64 peak at the max clock: {paper.basis}",
+    }
     return out
 
 
 def report(precisions: list[str], threads: int | None, seconds: float, n: int, site=None) -> dict:
     """The `gan3d peak` document: what ran where, and per precision measured vs theoretical."""
     theory = site_peaks(site, threads) if site else None
-    out: dict = {"machine": machine(), "site": site.name if site else None, "threads": threads,
-                 "seconds": seconds, "precisions": {}}
+    out: dict = {
+        "machine": machine(),
+        "site": site.name if site else None,
+        "threads": threads,
+        "seconds": seconds,
+        "precisions": {},
+    }
     for precision in precisions:
         measured = measure_peak_flops(threads, seconds, n, precision)
-        entry = {"measured_flop_per_second": measured,
-                 "kernel": f"tf.linalg.matmul {DTYPES[precision]}, up to {n}x{n}"}
+        entry = {
+            "measured_flop_per_second": measured,
+            "kernel": f"tf.linalg.matmul {DTYPES[precision]}, up to {n}x{n}",
+        }
         if theory:
             peak = theory[precision]["flop_per_second"]
-            entry |= {"theoretical_flop_per_second": peak, "theoretical_basis": theory[precision]["basis"],
-                      "percent_of_theoretical": 100.0 * measured / peak if peak else None}
+            entry |= {
+                "theoretical_flop_per_second": peak,
+                "theoretical_basis": theory[precision]["basis"],
+                "percent_of_theoretical": 100.0 * measured / peak if peak else None,
+            }
         out["precisions"][precision] = entry
     if theory:
         out["paper_convention"] = theory["paper_convention"]
@@ -159,19 +196,31 @@ def _precisions(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gan3d peak", description=__doc__.split("\n")[0])
-    ap.add_argument("--precision", type=_precisions, default=list(PRECISIONS),
-                    help="comma list of fp32, bf16, fp64 (default: all three)")
-    ap.add_argument("--site", help="site config name or file: its theoretical peak per precision beside")
-    ap.add_argument("--threads", type=int, default=None, help="TF intra-op threads (default: TF's choice)")
+    ap.add_argument(
+        "--precision",
+        type=_precisions,
+        default=list(PRECISIONS),
+        help="comma list of fp32, bf16, fp64 (default: all three)",
+    )
+    ap.add_argument(
+        "--site", help="site config name or file: its theoretical peak per precision beside"
+    )
+    ap.add_argument(
+        "--threads", type=int, default=None, help="TF intra-op threads (default: TF's choice)"
+    )
     ap.add_argument("--seconds", type=float, default=1.0, help="measuring time per precision")
-    ap.add_argument("--matrix", type=int, default=MATRIX, help="largest matrix size n of the n x n matmul")
+    ap.add_argument(
+        "--matrix", type=int, default=MATRIX, help="largest matrix size n of the n x n matmul"
+    )
     args = ap.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads {args.threads}: must be at least 1")
     # NaN or inf seconds never reached the loop's deadline (a hang); a huge matrix is allocated whole.
     if not (0 < args.seconds <= MAX_SECONDS and 1 <= args.matrix <= MAX_MATRIX):
-        ap.error(f"--seconds {args.seconds:g}, --matrix {args.matrix}: give 0 < seconds <= {MAX_SECONDS:g} "
-                 f"and a matrix of 1..{MAX_MATRIX}")
+        ap.error(
+            f"--seconds {args.seconds:g}, --matrix {args.matrix}: give 0 < seconds <= {MAX_SECONDS:g} "
+            f"and a matrix of 1..{MAX_MATRIX}"
+        )
     site = None
     if args.site:
         from kit.errors import KitError
@@ -182,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         except KitError as exc:
             print(f"gan3d peak: error: {exc}", file=sys.stderr)
             return 1
-    json.dump(report(args.precision, args.threads, args.seconds, args.matrix, site), sys.stdout, indent=2)
+    json.dump(
+        report(args.precision, args.threads, args.seconds, args.matrix, site), sys.stdout, indent=2
+    )
     print()
     return 0

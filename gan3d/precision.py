@@ -5,6 +5,7 @@ there oneDNN converts every bf16 operand to fp32 in software, so the run would b
 fp32 and less exact. `bf16-emulated` asks for exactly that on purpose (to test bf16 numerics
 on any machine); its results say so, so that nobody divides its rate by a bf16 peak.
 """
+
 from __future__ import annotations
 
 from gan3d import cpu
@@ -31,7 +32,9 @@ def check_supported(choice: str, flags: frozenset[str] | None = None) -> str | N
     model_precision(choice)
     unit = cpu.bf16_support(cpu.cpu_flags() if flags is None else flags)
     if choice == "bf16" and unit is None:
-        raise SettingsError("--precision bf16: this CPU has no bfloat16 unit (/proc/cpuinfo flags show neither "
-                            "avx512_bf16 nor amx_bf16), bf16 would run emulated and slower than fp32; "
-                            "fix: use --precision fp32, or --precision bf16-emulated to run it anyway")
+        raise SettingsError(
+            "--precision bf16: this CPU has no bfloat16 unit (/proc/cpuinfo flags show neither "
+            "avx512_bf16 nor amx_bf16), bf16 would run emulated and slower than fp32; "
+            "fix: use --precision fp32, or --precision bf16-emulated to run it anyway"
+        )
     return unit if choice != "fp32" else None

@@ -60,6 +60,7 @@ Conventions, so that a report can compare runs:
   `error` and no throughput. No record ever holds NaN or Inf (strict JSON: a report parsing it
   must never meet a NaN it could average).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -77,14 +78,23 @@ from typing import TYPE_CHECKING
 from kit import __version__ as kit_version
 from kit.atomic import atomic_write_text
 
-if TYPE_CHECKING:  # the trainer's phase records, for types only: kit reads this module without the trainer
+if (
+    TYPE_CHECKING
+):  # the trainer's phase records, for types only: kit reads this module without the trainer
     from gan3d.train import Data, Host, Model, Progress
 
 SCHEMA = "gan3d-run/2"
 # The record grows by additions only: a reader takes every version listed (missing fields are unknown).
 READABLE_SCHEMAS = ("gan3d-run/1", SCHEMA)
-VERSIONED = {"tensorflow": "tensorflow", "keras": "keras", "horovod": "horovod", "numpy": "numpy",
-             "h5py": "h5py", "mpi4py": "mpi4py", "itex": "intel_extension_for_tensorflow"}
+VERSIONED = {
+    "tensorflow": "tensorflow",
+    "keras": "keras",
+    "horovod": "horovod",
+    "numpy": "numpy",
+    "h5py": "h5py",
+    "mpi4py": "mpi4py",
+    "itex": "intel_extension_for_tensorflow",
+}
 
 
 def peak_rss_bytes() -> int:
@@ -99,7 +109,11 @@ def memory_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
         with open(meminfo, encoding="ascii", errors="replace") as fh:
             for line in fh.read(64 * 1024).splitlines():
                 name, _, rest = line.partition(":")
-                if name == "MemAvailable" and rest.split()[1:] == ["kB"] and rest.split()[0].isdigit():
+                if (
+                    name == "MemAvailable"
+                    and rest.split()[1:] == ["kB"]
+                    and rest.split()[0].isdigit()
+                ):
                     return int(rest.split()[0]) * 1024
     except OSError:
         return None
@@ -107,13 +121,25 @@ def memory_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
 
 
 FABRIC_VARIABLES = (
-    "I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER",  # Intel MPI; libfabric (Intel MPI, MPICH ch4:ofi)
-    "MPIR_CVAR_CH4_NETMOD", "MPIR_CVAR_OFI_USE_PROVIDER",  # MPICH
-    "OMPI_MCA_pml", "OMPI_MCA_btl", "OMPI_MCA_mtl",  # Open MPI's point-to-point components
-    "UCX_TLS", "UCX_NET_DEVICES",  # UCX (Open MPI's pml ucx, MPICH ch4:ucx)
+    "I_MPI_FABRICS",
+    "I_MPI_OFI_PROVIDER",
+    "FI_PROVIDER",  # Intel MPI; libfabric (Intel MPI, MPICH ch4:ofi)
+    "MPIR_CVAR_CH4_NETMOD",
+    "MPIR_CVAR_OFI_USE_PROVIDER",  # MPICH
+    "OMPI_MCA_pml",
+    "OMPI_MCA_btl",
+    "OMPI_MCA_mtl",  # Open MPI's point-to-point components
+    "UCX_TLS",
+    "UCX_NET_DEVICES",  # UCX (Open MPI's pml ucx, MPICH ch4:ucx)
 )
-HOROVOD_VARIABLES = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY",
-                     "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_AUTOTUNE", "HOROVOD_CPU_OPERATIONS")
+HOROVOD_VARIABLES = (
+    "HOROVOD_FUSION_THRESHOLD",
+    "HOROVOD_CYCLE_TIME",
+    "HOROVOD_CACHE_CAPACITY",
+    "HOROVOD_HIERARCHICAL_ALLREDUCE",
+    "HOROVOD_AUTOTUNE",
+    "HOROVOD_CPU_OPERATIONS",
+)
 MAX_SETTING_CHARS = 200
 
 
@@ -126,12 +152,14 @@ def communication(environ: dict[str, str] | None = None) -> dict:
         text = environ.get(name)
         return None if text is None else " ".join(text.split())[:MAX_SETTING_CHARS]
 
-    return {"mpi_fabric": {name: value(name) for name in FABRIC_VARIABLES},
-            "horovod_settings": {name: value(name) for name in HOROVOD_VARIABLES}}
+    return {
+        "mpi_fabric": {name: value(name) for name in FABRIC_VARIABLES},
+        "horovod_settings": {name: value(name) for name in HOROVOD_VARIABLES},
+    }
 
 
 def container_runtime(environ: dict[str, str] | None = None) -> str | None:
-    """"charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker" inside
+    """ "charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker" inside
     udocker run (it exports container_execmode, e.g. P1, and container_root), else None: the run is
     bare. Recorded so a report never merges container and bare runs, or two runtimes, into one series."""
     environ = os.environ if environ is None else environ
@@ -140,21 +168,39 @@ def container_runtime(environ: dict[str, str] | None = None) -> str | None:
     return "udocker" if "container_execmode" in environ and "container_root" in environ else None
 
 
-def epochs(train_seconds: list[float], wall_seconds: list[float], timed_steps: int, timed_seconds: float,
-           full_epoch_steps: int, step_seconds: list[float] | None = None) -> dict:
+def epochs(
+    train_seconds: list[float],
+    wall_seconds: list[float],
+    timed_steps: int,
+    timed_seconds: float,
+    full_epoch_steps: int,
+    step_seconds: list[float] | None = None,
+) -> dict:
     """The epoch-time fields (see the module docstring for which clock each one is)."""
-    return {"epoch_times": list(train_seconds), "epoch_wall_times": list(wall_seconds),
-            "epoch_step_seconds": list(step_seconds) if step_seconds is not None else None,
-            "full_epoch_seconds_estimate": full_epoch_steps * timed_seconds / timed_steps if timed_steps else None}
+    return {
+        "epoch_times": list(train_seconds),
+        "epoch_wall_times": list(wall_seconds),
+        "epoch_step_seconds": list(step_seconds) if step_seconds is not None else None,
+        "full_epoch_seconds_estimate": full_epoch_steps * timed_seconds / timed_steps
+        if timed_steps
+        else None,
+    }
 
 
-def memory(peak_rss_per_rank: list[int], available_min_per_rank: list[int | None],
-           usable_per_rank: float | None) -> dict:
+def memory(
+    peak_rss_per_rank: list[int],
+    available_min_per_rank: list[int | None],
+    usable_per_rank: float | None,
+) -> dict:
     """Per-rank memory fields: peak RSS, the node's lowest MemAvailable, and the site's budget."""
-    return {"peak_rss_bytes_per_rank": list(peak_rss_per_rank),
-            "memory_available_bytes_min_per_rank": list(available_min_per_rank),
-            "usable_memory_bytes_per_rank": usable_per_rank,
-            "memory_within_node": (max(peak_rss_per_rank) <= usable_per_rank) if usable_per_rank else None}
+    return {
+        "peak_rss_bytes_per_rank": list(peak_rss_per_rank),
+        "memory_available_bytes_min_per_rank": list(available_min_per_rank),
+        "usable_memory_bytes_per_rank": usable_per_rank,
+        "memory_within_node": (max(peak_rss_per_rank) <= usable_per_rank)
+        if usable_per_rank
+        else None,
+    }
 
 
 def software_versions(itex_loaded: bool = False) -> dict[str, str | None]:
@@ -177,8 +223,13 @@ def image_digest(environ: dict[str, str] | None = None) -> str | None:
     return environ.get("KIT_IMAGE_DIGEST") or None
 
 
-def throughput(flop_per_rank_step: dict[str, float], batch_per_rank: int, ranks: int,
-               steps: int, seconds: float) -> dict:
+def throughput(
+    flop_per_rank_step: dict[str, float],
+    batch_per_rank: int,
+    ranks: int,
+    steps: int,
+    seconds: float,
+) -> dict:
     """Samples/s and FLOP/s for `steps` job steps that took `seconds` of wall time."""
     global_batch = batch_per_rank * ranks
     job_step = {k: v * ranks for k, v in flop_per_rank_step.items()}
@@ -195,38 +246,65 @@ def throughput(flop_per_rank_step: dict[str, float], batch_per_rank: int, ranks:
     }
 
 
-def peak_fields(flop_rate: float, precision: str, nodes: int, node_peaks: dict | None,
-                measured: dict[str, float], measured_basis: str) -> dict:
+def peak_fields(
+    flop_rate: float,
+    precision: str,
+    nodes: int,
+    node_peaks: dict | None,
+    measured: dict[str, float],
+    measured_basis: str,
+) -> dict:
     """The peaks and % of peak of a run in `precision` (and fp64), each key naming its precision
     and denominator. `node_peaks` is gan3d.peak.site_peaks(site) for one node (None: no site);
     `measured` the job's measured peak per precision (absent: not measured)."""
     out: dict = {}  # the run's own precision is the trainer's to record ("bf16-emulated" divides by fp32)
     for p in dict.fromkeys((precision, "fp64")):
-        theory = node_peaks[p] if node_peaks else {"flop_per_second": None, "basis": "unknown: no --site given"}
+        theory = (
+            node_peaks[p]
+            if node_peaks
+            else {"flop_per_second": None, "basis": "unknown: no --site given"}
+        )
         peak = theory["flop_per_second"] * nodes if theory["flop_per_second"] else None
         basis = f"{nodes} nodes x {theory['basis']}" if peak and nodes > 1 else theory["basis"]
         mine = measured.get(p)
         # A measured peak below the run's own rate was disturbed (other work on the cores while it ran):
         # no percentage of it, and the basis says why.
         disturbed = mine is not None and p == precision and flop_rate > mine
-        out |= {f"peak_{p}_theoretical_flop_per_second": peak, f"peak_{p}_theoretical_basis": basis,
-                f"peak_{p}_measured_flop_per_second": mine,
-                f"peak_{p}_measured_basis": (f"{measured_basis}; below the run's own FLOP/s, so disturbed (other "
-                                             "work on the cores while it was measured): no % of it" if disturbed
-                                             else measured_basis) if p in measured else
-                "not measured: train with --measure-peak",
-                f"percent_of_peak_{p}_theoretical": _percent(flop_rate, peak),
-                f"percent_of_peak_{p}_measured": None if disturbed else _percent(flop_rate, mine)}
-    paper = node_peaks["paper_convention"] if node_peaks else {"flop_per_second": None,
-                                                              "basis": "unknown: no --site given"}
+        out |= {
+            f"peak_{p}_theoretical_flop_per_second": peak,
+            f"peak_{p}_theoretical_basis": basis,
+            f"peak_{p}_measured_flop_per_second": mine,
+            f"peak_{p}_measured_basis": (
+                f"{measured_basis}; below the run's own FLOP/s, so disturbed (other "
+                "work on the cores while it was measured): no % of it"
+                if disturbed
+                else measured_basis
+            )
+            if p in measured
+            else "not measured: train with --measure-peak",
+            f"percent_of_peak_{p}_theoretical": _percent(flop_rate, peak),
+            f"percent_of_peak_{p}_measured": None if disturbed else _percent(flop_rate, mine),
+        }
+    paper = (
+        node_peaks["paper_convention"]
+        if node_peaks
+        else {"flop_per_second": None, "basis": "unknown: no --site given"}
+    )
     paper_peak = paper["flop_per_second"] * nodes if paper["flop_per_second"] else None
-    out |= {"peak_fp64_max_clock_flop_per_second": paper_peak,
-            "peak_fp64_max_clock_basis": (f"{nodes} nodes x " if paper_peak and nodes > 1 else "") + paper["basis"],
-            "percent_of_peak_fp64_max_clock": _percent(flop_rate, paper_peak)}
-    kind = "theoretical" if out[f"percent_of_peak_{precision}_theoretical"] is not None else "measured"
+    out |= {
+        "peak_fp64_max_clock_flop_per_second": paper_peak,
+        "peak_fp64_max_clock_basis": (f"{nodes} nodes x " if paper_peak and nodes > 1 else "")
+        + paper["basis"],
+        "percent_of_peak_fp64_max_clock": _percent(flop_rate, paper_peak),
+    }
+    kind = (
+        "theoretical" if out[f"percent_of_peak_{precision}_theoretical"] is not None else "measured"
+    )
     headline = out[f"percent_of_peak_{precision}_{kind}"]
-    out |= {"percent_of_peak": headline,
-            "percent_of_peak_denominator": f"{precision} {kind} peak" if headline is not None else None}
+    out |= {
+        "percent_of_peak": headline,
+        "percent_of_peak_denominator": f"{precision} {kind} peak" if headline is not None else None,
+    }
     return out
 
 
@@ -235,9 +313,16 @@ def _percent(rate: float, peak: float | None) -> float | None:
 
 
 def write_results(path: str | os.PathLike, record: dict) -> Path:
-    """Write the record atomically (readers never see half a file); ValueError if it holds NaN/Inf."""
+    """Write the record atomically (readers never see half a file); ValueError if it holds
+    NaN/Inf.
+    """
     path = Path(path)
-    text = json.dumps({"schema": SCHEMA, "kit_version": kit_version, **record}, indent=2, allow_nan=False) + "\n"
+    text = (
+        json.dumps(
+            {"schema": SCHEMA, "kit_version": kit_version, **record}, indent=2, allow_nan=False
+        )
+        + "\n"
+    )
     atomic_write_text(path, text)
     return path
 
@@ -248,7 +333,9 @@ def utc_now() -> str:
 
 
 def command_line() -> list[str]:
-    """The process's command line as Python received it (interpreter, options, script or -m, arguments)."""
+    """The process's command line as Python received it (interpreter, options, script or -m,
+    arguments).
+    """
     return list(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
 
 
@@ -265,28 +352,60 @@ class RunClock:
 
 
 def provenance(started: RunClock, code: dict) -> dict:
-    """Start and end (UTC), the command line and the code's commit (`code`: kit.code_commit.source_commit())."""
-    return {"started_utc": started.utc, "ended_utc": utc_now(), "command_line": command_line(),
-            "git_commit": code.get("git_commit"), "git_commit_basis": code.get("git_commit_basis")}
+    """Start and end (UTC), the command line and the code's commit (`code`:
+    kit.code_commit.source_commit()).
+    """
+    return {
+        "started_utc": started.utc,
+        "ended_utc": utc_now(),
+        "command_line": command_line(),
+        "git_commit": code.get("git_commit"),
+        "git_commit_basis": code.get("git_commit_basis"),
+    }
 
 
-def failure_record(args, layout, exc, history: list, checkpoints, started: RunClock, code: dict) -> dict:
+def failure_record(
+    args, layout, exc, history: list, checkpoints, started: RunClock, code: dict
+) -> dict:
     """The record of a diverged run: says it failed and why; no throughput, no NaN."""
     last = checkpoints.latest_own() if checkpoints else None  # this run's, never another's
     return {
-        "status": "failed", "error": str(exc), "failed_at": {"epoch": exc.epoch, "step": exc.step},
-        "preset": args.preset, "seed": args.seed, "ranks": layout.size, "batch_per_rank": args.batch_size,
-        "precision": args.precision, "learning_rate": {"per_rank": args.lr}, "xscale": args.xscale,
+        "status": "failed",
+        "error": str(exc),
+        "failed_at": {"epoch": exc.epoch, "step": exc.step},
+        "preset": args.preset,
+        "seed": args.seed,
+        "ranks": layout.size,
+        "batch_per_rank": args.batch_size,
+        "precision": args.precision,
+        "learning_rate": {"per_rank": args.lr},
+        "xscale": args.xscale,
         "losses": history,  # the completed epochs, all finite
         "checkpoint": str(last) if last else None,
         **provenance(started, code),
     }
 
 
-def run_record(args, layout, host: Host, data: Data, model: Model, run: Progress, per_rank: list[dict], *,
-               started: RunClock, code: dict, in_force: dict, peaks_measured: dict[str, float],
-               peak_precision: str, start_epoch: int, checkpoint: Path | None) -> dict:
-    """A finished run's record (rank 0), from the trainer's phases and every rank's gathered facts."""
+def run_record(
+    args,
+    layout,
+    host: Host,
+    data: Data,
+    model: Model,
+    run: Progress,
+    per_rank: list[dict],
+    *,
+    started: RunClock,
+    code: dict,
+    in_force: dict,
+    peaks_measured: dict[str, float],
+    peak_precision: str,
+    start_epoch: int,
+    checkpoint: Path | None,
+) -> dict:
+    """A finished run's record (rank 0), from the trainer's phases and every rank's gathered
+    facts.
+    """
     from gan3d.cpu import describe
     from gan3d.fft_conv import fft_layer_names
     from gan3d.flops import step_flops
@@ -294,54 +413,100 @@ def run_record(args, layout, host: Host, data: Data, model: Model, run: Progress
 
     site, times = host.site, run.times
     flops = step_flops(args.preset, args.batch_size)
-    perf = throughput({k: float(v) for k, v in flops.items()}, args.batch_size, layout.size, times.steps, times.seconds)
-    perf |= peak_fields(perf["flop_per_second"], peak_precision, layout.nodes, site_peaks(site) if site else None,
-                        peaks_measured,
-                        f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
-                        f"loop run by all at once ({args.measure_peak or 0:g} s each)")
+    perf = throughput(
+        {k: float(v) for k, v in flops.items()},
+        args.batch_size,
+        layout.size,
+        times.steps,
+        times.seconds,
+    )
+    perf |= peak_fields(
+        perf["flop_per_second"],
+        peak_precision,
+        layout.nodes,
+        site_peaks(site) if site else None,
+        peaks_measured,
+        f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
+        f"loop run by all at once ({args.measure_peak or 0:g} s each)",
+    )
     usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
     train_files, val_files = data.train_files, data.val_files
     return {
         "status": "ok",
         "site": site.name if site else None,
-        "image_digest": image_digest(), "container": container_runtime(),
-        "job": {"slurm_job_id": os.environ.get("SLURM_JOB_ID"), "run_id": os.environ.get("KIT_RUN_ID")},
+        "image_digest": image_digest(),
+        "container": container_runtime(),
+        "job": {
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "run_id": os.environ.get("KIT_RUN_ID"),
+        },
         "software": software_versions(itex_loaded=host.itex_installed),
         "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
         "mpi_library_version": layout.mpi_library_version,
         "mpi_library_version_full": layout.mpi_library_version_full,
         **communication(),
-        "nodes": layout.nodes, "ranks": layout.size, "ranks_per_node": layout.ranks_per_node,
-        "threads_per_rank": in_force["intra_op_threads"], "inter_op_threads": in_force["inter_op_threads"],
-        "thread_env": in_force["env"], "oversubscribed": layout.ranks_per_node * host.threads > host.cores,
-        "cores_per_node": host.cores, "itex": {"requested": args.itex == "on", "installed": host.itex_installed},
+        "nodes": layout.nodes,
+        "ranks": layout.size,
+        "ranks_per_node": layout.ranks_per_node,
+        "threads_per_rank": in_force["intra_op_threads"],
+        "inter_op_threads": in_force["inter_op_threads"],
+        "thread_env": in_force["env"],
+        "oversubscribed": layout.ranks_per_node * host.threads > host.cores,
+        "cores_per_node": host.cores,
+        "itex": {"requested": args.itex == "on", "installed": host.itex_installed},
         "deterministic": args.deterministic,
-        "preset": args.preset, "seed": args.seed, "optimizer": args.optimizer,
+        "preset": args.preset,
+        "seed": args.seed,
+        "optimizer": args.optimizer,
         # the FLOP per step are the same in every precision; the peak to divide by is not
-        "precision": args.precision, "bf16_unit": host.bf16_unit, "allreduce_dtype": args.allreduce_dtype,
+        "precision": args.precision,
+        "bf16_unit": host.bf16_unit,
+        "allreduce_dtype": args.allreduce_dtype,
         "fft_convolutions": fft_layer_names(model.gen, model.disc),
-        "learning_rate": {"per_rank": args.lr, "scaled": model.step.config.learning_rate,
-                          "warmup_epochs": args.warmup_epochs},
-        "loss_weights": list(model.loss_weights), "xscale": args.xscale,
+        "learning_rate": {
+            "per_rank": args.lr,
+            "scaled": model.step.config.learning_rate,
+            "warmup_epochs": args.warmup_epochs,
+        },
+        "loss_weights": list(model.loss_weights),
+        "xscale": args.xscale,
         "data_files": {"train": len(train_files.paths), "validation": len(val_files.paths)},
         "held_out": data.held_out,
-        "skip_bad_events": args.skip_bad_events, "bad_events_skipped": data.skipped,
-        "train_events": train_files.num_events, "validation_events": val_files.num_events,
-        "batch_per_rank": args.batch_size, "global_batch": args.batch_size * layout.size,
-        "epochs": args.epochs, "start_epoch": start_epoch, "steps_per_epoch": data.steps,
-        "full_epoch_steps": data.stream.batches_per_epoch, "validation_steps": data.val_steps,
-        "validation_times": run.val_times, "checkpoint_times": run.ckpt_times, "first_step_seconds": times.first,
-        **epochs(run.epoch_times, run.wall_times, times.steps, times.seconds, data.stream.batches_per_epoch,
-                 run.step_sums),
+        "skip_bad_events": args.skip_bad_events,
+        "bad_events_skipped": data.skipped,
+        "train_events": train_files.num_events,
+        "validation_events": val_files.num_events,
+        "batch_per_rank": args.batch_size,
+        "global_batch": args.batch_size * layout.size,
+        "epochs": args.epochs,
+        "start_epoch": start_epoch,
+        "steps_per_epoch": data.steps,
+        "full_epoch_steps": data.stream.batches_per_epoch,
+        "validation_steps": data.val_steps,
+        "validation_times": run.val_times,
+        "checkpoint_times": run.ckpt_times,
+        "first_step_seconds": times.first,
+        **epochs(
+            run.epoch_times,
+            run.wall_times,
+            times.steps,
+            times.seconds,
+            data.stream.batches_per_epoch,
+            run.step_sums,
+        ),
         "step_times": times.summary(),
         **perf,
         "losses": run.history,
         "step_losses": run.step_losses.record(),
-        **memory([r["peak_rss_bytes"] for r in per_rank], [r["available"] for r in per_rank], usable),
+        **memory(
+            [r["peak_rss_bytes"] for r in per_rank], [r["available"] for r in per_rank], usable
+        ),
         "weights_sha256_initial": model.initial_digest,
         "weights_sha256_per_rank": [r["weights_sha256"] for r in per_rank],
         "hostnames": sorted({r["hostname"] for r in per_rank}),
-        "hostname_per_rank": [r["hostname"] for r in per_rank],  # rank order: which node ran which rank
+        "hostname_per_rank": [
+            r["hostname"] for r in per_rank
+        ],  # rank order: which node ran which rank
         "checkpoint": str(checkpoint) if checkpoint else None,
         "wall_seconds": time.time() - started.seconds,
         **provenance(started, code),

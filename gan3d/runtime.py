@@ -4,6 +4,7 @@ Thread pools are sized when TensorFlow initializes, so the order matters:
 `discover_layout` (mpi4py only, no TensorFlow) -> `check_capacity` -> `apply_environment`
 (before `import tensorflow`) -> `configure_tensorflow` (before the first op).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,11 +16,25 @@ from dataclasses import dataclass, field
 KMP_DEFAULTS = {"KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "0"}
 # Variables worth recording with a run because they change how it performs.
 RECORDED_ENV = (
-    "OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_SETTINGS", "OMP_PROC_BIND", "OMP_PLACES",
-    "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
-    "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE",
-    "I_MPI_PIN_DOMAIN", "I_MPI_PIN_RESPECT_CPUSET", "I_MPI_JOB_RESPECT_PROCESS_PLACEMENT",
-    "SLURM_CPUS_PER_TASK", "SLURM_NTASKS_PER_NODE", "SLURM_NNODES",
+    "OMP_NUM_THREADS",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
+    "KMP_SETTINGS",
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "HOROVOD_FUSION_THRESHOLD",
+    "HOROVOD_CYCLE_TIME",
+    "HOROVOD_TIMELINE",
+    "HOROVOD_AUTOTUNE",
+    "I_MPI_PIN_DOMAIN",
+    "I_MPI_PIN_RESPECT_CPUSET",
+    "I_MPI_JOB_RESPECT_PROCESS_PLACEMENT",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NNODES",
 )
 
 
@@ -38,7 +53,9 @@ class RankLayout:
     hostname: str
     nodes: int  # distinct hostnames in the job
     ranks_per_node: int  # the largest number of ranks on any node
-    mpi_library_version: str  # first line, e.g. "MPICH Version: 4.0.2" or "Intel(R) MPI Library 2021.x ..."
+    mpi_library_version: (
+        str  # first line, e.g. "MPICH Version: 4.0.2" or "Intel(R) MPI Library 2021.x ..."
+    )
     mpi_library_version_full: str
 
 
@@ -68,8 +85,12 @@ def discover_layout(environ: dict[str, str] | None = None) -> RankLayout:
     version = MPI.Get_library_version().strip()
     node_sizes = {h: n for h, n in per_rank}
     layout = RankLayout(
-        rank=world.Get_rank(), size=world.Get_size(), local_rank=node.Get_rank(),
-        local_size=node.Get_size(), hostname=hostname, nodes=len(node_sizes),
+        rank=world.Get_rank(),
+        size=world.Get_size(),
+        local_rank=node.Get_rank(),
+        local_size=node.Get_size(),
+        hostname=hostname,
+        nodes=len(node_sizes),
         ranks_per_node=max(node_sizes.values()),
         mpi_library_version=" ".join(version.splitlines()[0].split()) if version else "unknown",
         mpi_library_version_full=version,
@@ -89,10 +110,12 @@ def check_world_size(size: int, environ: dict[str, str]) -> None:
         if value is None:
             continue
         if value.isascii() and value.isdigit() and int(value) != size:
-            raise SettingsError(f"MPI world of {size} rank(s), but the launcher started {value[:20]} ({key}): this "
-                                "rank would train alone; fix: let the launcher's PMI variables reach the ranks (a "
-                                "container runtime that cleans the environment: udocker run --hostenv) and use "
-                                "mpi4py built against the launcher's MPI")
+            raise SettingsError(
+                f"MPI world of {size} rank(s), but the launcher started {value[:20]} ({key}): this "
+                "rank would train alone; fix: let the launcher's PMI variables reach the ranks (a "
+                "container runtime that cleans the environment: udocker run --hostenv) and use "
+                "mpi4py built against the launcher's MPI"
+            )
         return
 
 
@@ -100,12 +123,23 @@ def _one_process_layout(environ: dict[str, str]) -> RankLayout:
     for key in LAUNCHER_SIZE_ENV:
         value = environ.get(key, "1")
         if value != "1":
-            raise SettingsError(f"the launcher started {value[:20]!r} ranks ({key}) but mpi4py is not installed, so "
-                                "this rank cannot join them; fix: install mpi4py built against the launcher's MPI "
-                                "(scripts/setup.sh), or run one process without a launcher")
+            raise SettingsError(
+                f"the launcher started {value[:20]!r} ranks ({key}) but mpi4py is not installed, so "
+                "this rank cannot join them; fix: install mpi4py built against the launcher's MPI "
+                "(scripts/setup.sh), or run one process without a launcher"
+            )
     host = socket.gethostname()
-    return RankLayout(rank=0, size=1, local_rank=0, local_size=1, hostname=host, nodes=1, ranks_per_node=1,
-                      mpi_library_version=NO_MPI, mpi_library_version_full=NO_MPI)
+    return RankLayout(
+        rank=0,
+        size=1,
+        local_rank=0,
+        local_size=1,
+        hostname=host,
+        nodes=1,
+        ranks_per_node=1,
+        mpi_library_version=NO_MPI,
+        mpi_library_version_full=NO_MPI,
+    )
 
 
 def default_threads(local_size: int, cores: int, environ: dict[str, str] | None = None) -> int:
@@ -117,8 +151,14 @@ def default_threads(local_size: int, cores: int, environ: dict[str, str] | None 
     return max(1, cores // max(1, local_size))
 
 
-def check_capacity(ranks_per_node: int, threads: int, inter_op: int, cores: int, where: str,
-                   oversubscribe: bool = False) -> None:
+def check_capacity(
+    ranks_per_node: int,
+    threads: int,
+    inter_op: int,
+    cores: int,
+    where: str,
+    oversubscribe: bool = False,
+) -> None:
     """Refuse more compute threads on a node than it has cores (they would time-share and crawl)."""
     if threads < 1:
         raise SettingsError(f"--threads {threads}: needs at least 1 thread per rank")
@@ -131,7 +171,8 @@ def check_capacity(ranks_per_node: int, threads: int, inter_op: int, cores: int,
             f"{ranks_per_node} rank(s) per node x --threads {threads} = {wanted} threads, but a {where} "
             f"node has {cores} cores; fix: use --threads {fit}"
             + (f" or at most {cores} ranks per node" if ranks_per_node > cores else "")
-            + ", or pass --oversubscribe to run anyway (slow; for laptops)")
+            + ", or pass --oversubscribe to run anyway (slow; for laptops)"
+        )
 
 
 @dataclass(frozen=True)
@@ -143,8 +184,12 @@ class ThreadSettings:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def thread_settings(threads: int, inter_op: int, environ: dict[str, str] | None = None) -> ThreadSettings:
-    """OMP_NUM_THREADS follows --threads; KMP_* take HPAI's defaults unless the environment sets them."""
+def thread_settings(
+    threads: int, inter_op: int, environ: dict[str, str] | None = None
+) -> ThreadSettings:
+    """OMP_NUM_THREADS follows --threads; KMP_* take HPAI's defaults unless the environment sets
+    them.
+    """
     environ = os.environ if environ is None else environ
     env = {"OMP_NUM_THREADS": str(threads)}
     for key, value in KMP_DEFAULTS.items():
@@ -153,11 +198,15 @@ def thread_settings(threads: int, inter_op: int, environ: dict[str, str] | None 
 
 
 def apply_environment(settings: ThreadSettings) -> list[str]:
-    """Export the settings; returns warnings (TensorFlow already loaded means they may not apply)."""
+    """Export the settings; returns warnings (TensorFlow already loaded means they may not
+    apply).
+    """
     os.environ.update(settings.env)
     if "tensorflow" in sys.modules:
-        return ["tensorflow was imported before the thread environment was set; "
-                "OMP/KMP values may not take effect in this process"]
+        return [
+            "tensorflow was imported before the thread environment was set; "
+            "OMP/KMP values may not take effect in this process"
+        ]
     return []
 
 
@@ -166,14 +215,19 @@ def configure_tensorflow(settings: ThreadSettings) -> list[str]:
     import tensorflow as tf
 
     warnings = []
-    for name, value in (("intra_op_parallelism", settings.intra_op), ("inter_op_parallelism", settings.inter_op)):
+    for name, value in (
+        ("intra_op_parallelism", settings.intra_op),
+        ("inter_op_parallelism", settings.inter_op),
+    ):
         getter = getattr(tf.config.threading, f"get_{name}_threads")
         setter = getattr(tf.config.threading, f"set_{name}_threads")
         try:
             setter(value)
         except RuntimeError:
             if getter() != value:
-                warnings.append(f"TensorFlow was already initialized: {name} stays {getter()} (wanted {value})")
+                warnings.append(
+                    f"TensorFlow was already initialized: {name} stays {getter()} (wanted {value})"
+                )
     # Grappler's remapper fails on the training step's graph (TF 2.15 fuses away a Pad or a BiasAdd
     # that the custom gradients of gan3d.conv_forms still read), logs "E ... remapper failed" and
     # discards its work for that graph: off, the step is the same graph without the alarming line.
@@ -182,7 +236,9 @@ def configure_tensorflow(settings: ThreadSettings) -> list[str]:
 
 
 def settings_in_force(environ: dict[str, str] | None = None) -> dict:
-    """The thread settings TensorFlow and the environment actually hold now (for print and results)."""
+    """The thread settings TensorFlow and the environment actually hold now (for print and
+    results).
+    """
     import tensorflow as tf
 
     environ = os.environ if environ is None else environ

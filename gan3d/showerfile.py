@@ -8,6 +8,7 @@ is bounded and must be backed by stored chunks (a 1 KB file declaring 1e11 event
 before an array is allocated); the chunk size is bounded (one chunk is decoded whole); dtypes
 must be numeric. Every problem is a DataError of one line naming the file, the dataset and a fix.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -34,14 +35,24 @@ class DataError(Exception):
 
 
 def open_checked(path: Path):
-    """(open h5py.File, ECAL dataset, energies in GeV (float64, unchecked values), energy source)."""
+    """(open h5py.File, ECAL dataset, energies in GeV (float64, unchecked values), energy
+    source).
+    """
     h5 = _open_h5(path)
     try:
         return (h5, *_layout(h5, path))
-    except (KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:  # h5py on damaged metadata
+    except (
+        KeyError,
+        RuntimeError,
+        OSError,
+        ValueError,
+        TypeError,
+    ) as exc:  # h5py on damaged metadata
         h5.close()
-        raise DataError(f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
-                        f"{one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
+        raise DataError(
+            f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
+            f"{one_line(exc)}); fix: {MAKE_DATA_HINT}"
+        ) from None
     except BaseException:
         h5.close()
         raise
@@ -54,14 +65,20 @@ def _open_h5(path: Path):
     try:
         fd = open_regular(path)
     except FileNotFoundError:
-        raise DataError(f"data file {path} does not exist (expected HDF5 with datasets ECAL and target); "
-                        "fix: check --data or run `python -m gan3d simulate --out DIR`") from None
+        raise DataError(
+            f"data file {path} does not exist (expected HDF5 with datasets ECAL and target); "
+            "fix: check --data or run `python -m gan3d simulate --out DIR`"
+        ) from None
     except NotRegularFile as exc:
-        raise DataError(f"data file {path} is {exc.kind}, not a regular file, so dataset ECAL cannot be read; "
-                        "fix: point --data at the HDF5 shower files themselves") from None
+        raise DataError(
+            f"data file {path} is {exc.kind}, not a regular file, so dataset ECAL cannot be read; "
+            "fix: point --data at the HDF5 shower files themselves"
+        ) from None
     except OSError as exc:
-        raise DataError(f"data file {path} cannot be opened ({exc.strerror}); "
-                        "fix: check the path and its permissions") from None
+        raise DataError(
+            f"data file {path} cannot be opened ({exc.strerror}); "
+            "fix: check the path and its permissions"
+        ) from None
     try:  # HDF5 opens the very file checked above, not whatever the path names by now
         name = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else str(path)
         try:
@@ -69,8 +86,10 @@ def _open_h5(path: Path):
         except OSError as exc:
             reason = one_line(exc).replace(name, str(path))
             kind = "is not an HDF5 file" if not h5py.is_hdf5(name) else "is truncated or corrupt"
-            raise DataError(f"data file {path} {kind}, so dataset ECAL cannot be read ({reason}); "
-                            f"fix: {MAKE_DATA_HINT}") from None
+            raise DataError(
+                f"data file {path} {kind}, so dataset ECAL cannot be read ({reason}); "
+                f"fix: {MAKE_DATA_HINT}"
+            ) from None
     finally:
         os.close(fd)
     return h5
@@ -83,9 +102,17 @@ def declared_events(path: Path) -> int:
     h5 = _open_h5(path)
     try:
         return int(_ecal(h5, path).shape[0])
-    except (KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:  # h5py on damaged metadata
-        raise DataError(f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
-                        f"{one_line(exc)}); fix: {MAKE_DATA_HINT}") from None
+    except (
+        KeyError,
+        RuntimeError,
+        OSError,
+        ValueError,
+        TypeError,
+    ) as exc:  # h5py on damaged metadata
+        raise DataError(
+            f"data file {path}: its HDF5 structure cannot be read ({type(exc).__name__}: "
+            f"{one_line(exc)}); fix: {MAKE_DATA_HINT}"
+        ) from None
     finally:
         h5.close()
 
@@ -94,13 +121,19 @@ def _ecal(h5, path: Path):
     """The ECAL dataset, checked to be (N,25,25,25) with N within MAX_EVENTS_PER_FILE."""
     ecal = _dataset(h5, path, "ECAL")
     if ecal is None:
-        raise DataError(f"data file {path} has no dataset ECAL (datasets found: {_names(h5)}); fix: {LAYOUT_HINT}")
+        raise DataError(
+            f"data file {path} has no dataset ECAL (datasets found: {_names(h5)}); fix: {LAYOUT_HINT}"
+        )
     if ecal.ndim != 4 or tuple(ecal.shape[1:]) != (GRID, GRID, GRID):
-        raise DataError(f"data file {path}: dataset ECAL has shape {ecal.shape}, expected (N,25,25,25); "
-                        "fix: use 25x25x25 CLIC ECAL files")
+        raise DataError(
+            f"data file {path}: dataset ECAL has shape {ecal.shape}, expected (N,25,25,25); "
+            "fix: use 25x25x25 CLIC ECAL files"
+        )
     if ecal.shape[0] > MAX_EVENTS_PER_FILE:
-        raise DataError(f"data file {path}: dataset ECAL declares {ecal.shape[0]} events, more than the "
-                        f"{MAX_EVENTS_PER_FILE} a shower file may hold; fix: {MAKE_DATA_HINT}")
+        raise DataError(
+            f"data file {path}: dataset ECAL declares {ecal.shape[0]} events, more than the "
+            f"{MAX_EVENTS_PER_FILE} a shower file may hold; fix: {MAKE_DATA_HINT}"
+        )
     return ecal
 
 
@@ -111,21 +144,31 @@ def _layout(h5, path: Path):
     if h5.get("target", getlink=True) is not None:
         raw, source = _dataset(h5, path, "target"), "target[:,1]"
         if raw.ndim != 2 or raw.shape[1] < 2:
-            raise DataError(f"data file {path}: dataset target has shape {raw.shape}, expected (N,>=2) with "
-                            "the energy in column 1; fix: regenerate or repair the file")
+            raise DataError(
+                f"data file {path}: dataset target has shape {raw.shape}, expected (N,>=2) with "
+                "the energy in column 1; fix: regenerate or repair the file"
+            )
     elif h5.get("energy", getlink=True) is not None:
         raw, source = _dataset(h5, path, "energy"), "energy"
         if raw.ndim not in (1, 2) or (raw.ndim == 2 and raw.shape[1] != 1):
-            raise DataError(f"data file {path}: dataset energy has shape {raw.shape}, expected (N,); "
-                            "fix: regenerate or repair the file")
+            raise DataError(
+                f"data file {path}: dataset energy has shape {raw.shape}, expected (N,); "
+                "fix: regenerate or repair the file"
+            )
     else:
-        raise DataError(f"data file {path} has no energy: neither dataset target (energy in target[:,1]) "
-                        f"nor dataset energy (datasets found: {_names(h5)}); fix: {MAKE_DATA_HINT}")
+        raise DataError(
+            f"data file {path} has no energy: neither dataset target (energy in target[:,1]) "
+            f"nor dataset energy (datasets found: {_names(h5)}); fix: {MAKE_DATA_HINT}"
+        )
     if raw.shape[0] != events:  # compared before reading, so a huge declared length is never read
-        raise DataError(f"data file {path}: dataset ECAL has {events} events but dataset {source} has "
-                        f"{raw.shape[0]}; fix: {MAKE_DATA_HINT}")
+        raise DataError(
+            f"data file {path}: dataset ECAL has {events} events but dataset {source} has "
+            f"{raw.shape[0]}; fix: {MAKE_DATA_HINT}"
+        )
     _check_dataset(raw, path, source.split("[")[0])
-    energy = np.asarray(raw[:, 1] if source == "target[:,1]" else raw[()], dtype=np.float64).reshape(-1)
+    energy = np.asarray(
+        raw[:, 1] if source == "target[:,1]" else raw[()], dtype=np.float64
+    ).reshape(-1)
     return ecal, energy, source
 
 
@@ -136,7 +179,9 @@ def _names(h5) -> list[str]:
 
 
 def _dataset(h5, path: Path, name: str):
-    """The dataset linked as /name (None if no such link), following soft links inside the file only."""
+    """The dataset linked as /name (None if no such link), following soft links inside the file
+    only.
+    """
     import h5py
 
     if h5.get(name, getlink=True) is None:
@@ -145,24 +190,32 @@ def _dataset(h5, path: Path, name: str):
     while parts:
         part = parts.pop(0)
         if not isinstance(node, h5py.Group):
-            raise DataError(f"data file {path}: the link to dataset {name} passes through {node.name!r}, "
-                            f"which is not a group; fix: {MAKE_DATA_HINT}")
+            raise DataError(
+                f"data file {path}: the link to dataset {name} passes through {node.name!r}, "
+                f"which is not a group; fix: {MAKE_DATA_HINT}"
+            )
         link = node.get(part, getlink=True)
         if link is None:
-            raise DataError(f"data file {path}: dataset {name} is a dangling link (nothing at {part!r} in "
-                            f"{node.name!r}); fix: {MAKE_DATA_HINT}")
+            raise DataError(
+                f"data file {path}: dataset {name} is a dangling link (nothing at {part!r} in "
+                f"{node.name!r}); fix: {MAKE_DATA_HINT}"
+            )
         if isinstance(link, h5py.SoftLink):
             hops += 1
             if hops > MAX_LINK_HOPS:
-                raise DataError(f"data file {path}: dataset {name} is a soft link that does not end after "
-                                f"{MAX_LINK_HOPS} links (a loop); fix: {MAKE_DATA_HINT}")
+                raise DataError(
+                    f"data file {path}: dataset {name} is a soft link that does not end after "
+                    f"{MAX_LINK_HOPS} links (a loop); fix: {MAKE_DATA_HINT}"
+                )
             target = link.path
             parts = [p for p in target.split("/") if p not in ("", ".")] + parts
             node = h5 if target.startswith("/") else node
             continue
         if not isinstance(link, h5py.HardLink):
-            raise DataError(f"data file {path}: dataset {name} is an external link ({link!r}); shower data "
-                            f"must be inside the file itself; fix: {MAKE_DATA_HINT}")
+            raise DataError(
+                f"data file {path}: dataset {name} is an external link ({link!r}); shower data "
+                f"must be inside the file itself; fix: {MAKE_DATA_HINT}"
+            )
         node = node[part]
     if not isinstance(node, h5py.Dataset):
         kind = "group" if isinstance(node, h5py.Group) else "named datatype"
@@ -174,24 +227,34 @@ def _check_dataset(ds, path: Path, name: str) -> None:
     """Numeric dtype, data stored in this file, chunks of bounded size, every chunk present."""
     where = f"data file {path}: dataset {name}"
     if ds.dtype.kind not in NUMERIC_KINDS:
-        raise DataError(f"{where} has dtype {ds.dtype}, expected numbers (float or int); fix: {LAYOUT_HINT}")
+        raise DataError(
+            f"{where} has dtype {ds.dtype}, expected numbers (float or int); fix: {LAYOUT_HINT}"
+        )
     plist = ds.id.get_create_plist()
     if ds.is_virtual or plist.get_external_count():
-        raise DataError(f"{where} keeps its data in other files (virtual or external storage); shower "
-                        f"data must be inside the file itself; fix: {MAKE_DATA_HINT}")
+        raise DataError(
+            f"{where} keeps its data in other files (virtual or external storage); shower "
+            f"data must be inside the file itself; fix: {MAKE_DATA_HINT}"
+        )
     itemsize, shape = ds.dtype.itemsize, ds.shape
     if ds.chunks:
         chunk_bytes = math.prod(ds.chunks) * itemsize
         if chunk_bytes > MAX_CHUNK_BYTES:
-            raise DataError(f"{where} has chunks of shape {ds.chunks} ({chunk_bytes} bytes each, more than "
-                            f"{MAX_CHUNK_BYTES}); fix: rewrite it with smaller chunks, e.g. (64,25,25,25)")
+            raise DataError(
+                f"{where} has chunks of shape {ds.chunks} ({chunk_bytes} bytes each, more than "
+                f"{MAX_CHUNK_BYTES}); fix: rewrite it with smaller chunks, e.g. (64,25,25,25)"
+            )
         expected = math.prod(math.ceil(s / c) for s, c in zip(shape, ds.chunks))
         stored = ds.id.get_num_chunks()
         if stored < expected:
-            raise DataError(f"{where} declares shape {shape} but stores only {stored} of its {expected} chunks "
-                            f"(an unfinished or forged file); fix: {MAKE_DATA_HINT}")
+            raise DataError(
+                f"{where} declares shape {shape} but stores only {stored} of its {expected} chunks "
+                f"(an unfinished or forged file); fix: {MAKE_DATA_HINT}"
+            )
     else:
         need, stored = math.prod(shape) * itemsize, ds.id.get_storage_size()
         if stored < need:
-            raise DataError(f"{where} declares shape {shape} ({need} bytes) but stores {stored} bytes "
-                            f"(an unfinished or forged file); fix: {MAKE_DATA_HINT}")
+            raise DataError(
+                f"{where} declares shape {shape} ({need} bytes) but stores {stored} bytes "
+                f"(an unfinished or forged file); fix: {MAKE_DATA_HINT}"
+            )

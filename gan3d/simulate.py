@@ -37,6 +37,7 @@ Per event (all vectorized over events and energy deposits; no Python loop over e
     placed at a depth t drawn from the event's Gamma profile and a radius drawn from the
     radial form: cells receive a Poisson number of spots with random energies, as in GFLASH.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,7 +64,9 @@ AXIS_JITTER_CELLS = 1.0
 SPOTS_BASE, SPOTS_PER_GEV = 100.0, 2.0
 SPOT_WEIGHT_SHAPE = 2.0
 PARTICLE_ID = 11  # electron
-MAX_ENERGY_GEV = 10_000.0  # 20x the reference scans' 500 GeV; spots per event grow with E (memory, time)
+MAX_ENERGY_GEV = (
+    10_000.0  # 20x the reference scans' 500 GeV; spots per event grow with E (memory, time)
+)
 MAX_FILES = 100_000
 GENERATOR = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"  # marks the files it wrote
 CHUNK_EVENTS = 64  # events simulated at once: temporaries stay cache-sized (faster than 256 here)
@@ -84,7 +87,9 @@ def _longitudinal(energy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndar
 
 
 def _radial_params(tau: np.ndarray, ln_e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GFLASH core radius, tail radius (Moliere radii) and core probability at relative depth tau."""
+    """GFLASH core radius, tail radius (Moliere radii) and core probability at relative depth
+    tau.
+    """
     z = Z_ABSORBER
     r_core = (0.0251 + 0.00319 * ln_e) + (0.1162 - 0.000381 * z) * tau
     k4 = 0.3585 + 0.0412 * ln_e
@@ -100,7 +105,9 @@ def _simulate_chunk(energy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     a, t_max = _longitudinal(energy, rng)
     b = (a - 1.0) / t_max
     resolution = np.hypot(STOCHASTIC_TERM / np.sqrt(energy), CONSTANT_TERM)
-    visible = energy * SAMPLING_FRACTION * np.clip(1.0 + resolution * rng.standard_normal(n), 0.05, None)
+    visible = (
+        energy * SAMPLING_FRACTION * np.clip(1.0 + resolution * rng.standard_normal(n), 0.05, None)
+    )
     centre = GRID / 2.0 + rng.uniform(-AXIS_JITTER_CELLS, AXIS_JITTER_CELLS, (2, n))
 
     spots = rng.poisson(SPOTS_BASE + SPOTS_PER_GEV * energy)
@@ -113,7 +120,9 @@ def _simulate_chunk(energy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     radius = np.where(rng.random(event.size) < p_core, r_core, r_tail)
     u = rng.random(event.size)
     r = radius * np.sqrt(u / (1.0 - u)) * MOLIERE_CELLS  # inverse CDF of 2rR^2/(r^2+R^2)^2
-    phi = rng.random(event.size, dtype=np.float32) * np.float32(2.0 * np.pi)  # float32 trig is SIMD, ~10x faster
+    phi = rng.random(event.size, dtype=np.float32) * np.float32(
+        2.0 * np.pi
+    )  # float32 trig is SIMD, ~10x faster
     x = np.floor(centre[0][event] + r * np.cos(phi))
     y = np.floor(centre[1][event] + r * np.sin(phi))
     layer = np.floor(depth / X0_PER_LAYER)
@@ -123,8 +132,13 @@ def _simulate_chunk(energy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return cells.reshape(n, GRID, GRID, GRID).astype(np.float32)
 
 
-def simulate_showers(n: int, rng: np.random.Generator, energies: np.ndarray | None = None,
-                     emin: float = 10.0, emax: float = 500.0) -> tuple[np.ndarray, np.ndarray]:
+def simulate_showers(
+    n: int,
+    rng: np.random.Generator,
+    energies: np.ndarray | None = None,
+    emin: float = 10.0,
+    emax: float = 500.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """n electron showers: (ECAL cells in GeV, float32 (n,25,25,25) [x,y,z]; primary energy in GeV).
 
     Energies default to U(emin, emax) GeV, as in the reference's energy scan files.
@@ -135,7 +149,9 @@ def simulate_showers(n: int, rng: np.random.Generator, energies: np.ndarray | No
     if energies.size != n:
         raise ValueError(f"simulate_showers: {energies.size} energies given for n={n} showers")
     if n and energies.min() <= 0.1:
-        raise ValueError("simulate_showers: energies must be above 0.1 GeV (the parametrization's range)")
+        raise ValueError(
+            "simulate_showers: energies must be above 0.1 GeV (the parametrization's range)"
+        )
     ecal = np.empty((n, GRID, GRID, GRID), dtype=np.float32)
     for start in range(0, n, CHUNK_EVENTS):
         stop = min(start + CHUNK_EVENTS, n)
@@ -148,8 +164,14 @@ def file_name(index: int) -> str:
     return f"EleEscan_{index // 10 + 1}_{index % 10}.h5"
 
 
-def _write_file(path: Path, energy_gev: np.ndarray, rng: np.random.Generator, compression: str | None,
-                progress, replace: bool) -> None:
+def _write_file(
+    path: Path,
+    energy_gev: np.ndarray,
+    rng: np.random.Generator,
+    compression: str | None,
+    progress,
+    replace: bool,
+) -> None:
     """Simulate and write one file chunk by chunk (bounded memory), atomically: a hidden temp
     sibling is filled, fsynced and renamed into place, so readers never see a partial file."""
     import h5py
@@ -158,12 +180,19 @@ def _write_file(path: Path, energy_gev: np.ndarray, rng: np.random.Generator, co
     opts = {"compression": compression, "shuffle": compression is not None}
     if compression == "gzip":
         opts["compression_opts"] = 1
-    target = np.stack([np.full(n, PARTICLE_ID, dtype=np.float32), energy_gev.astype(np.float32)], axis=1)
+    target = np.stack(
+        [np.full(n, PARTICLE_ID, dtype=np.float32), energy_gev.astype(np.float32)], axis=1
+    )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
     try:
         with h5py.File(tmp, "w") as h5:
-            ecal = h5.create_dataset("ECAL", (n, GRID, GRID, GRID), dtype=np.float32,
-                                     chunks=(min(n, 64), GRID, GRID, GRID), **opts)
+            ecal = h5.create_dataset(
+                "ECAL",
+                (n, GRID, GRID, GRID),
+                dtype=np.float32,
+                chunks=(min(n, 64), GRID, GRID, GRID),
+                **opts,
+            )
             for start in range(0, n, CHUNK_EVENTS):
                 stop = min(start + CHUNK_EVENTS, n)
                 ecal[start:stop] = _simulate_chunk(energy_gev[start:stop], rng)
@@ -191,8 +220,10 @@ def _ours(path: Path) -> bool:
 
     if not os.path.lexists(path):
         return False
-    refusal = (f"{path}: already there and not written by gan3d simulate (no generator attribute "
-               f"{GENERATOR.split(' (')[0]!r}); it is never replaced; fix: simulate into a new or empty directory")
+    refusal = (
+        f"{path}: already there and not written by gan3d simulate (no generator attribute "
+        f"{GENERATOR.split(' (')[0]!r}); it is never replaced; fix: simulate into a new or empty directory"
+    )
     try:
         fd = open_regular_fd(path, follow_symlinks=False)
     except OSError:  # a symlink, a directory, a FIFO, unreadable
@@ -217,23 +248,36 @@ def _rename_new(tmp: Path, path: Path) -> None:
     try:
         rename_noreplace(dir_fd, tmp.name, path.name)
     except FileExistsError:
-        raise ValueError(f"{path}: appeared while gan3d simulate wrote it; it is never replaced; fix: give "
-                         "a new or empty directory") from None
+        raise ValueError(
+            f"{path}: appeared while gan3d simulate wrote it; it is never replaced; fix: give "
+            "a new or empty directory"
+        ) from None
     finally:
         os.close(dir_fd)
 
 
-def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int,
-                emin: float = 10.0, emax: float = 500.0, compression: str | None = "gzip",
-                progress=None) -> list[Path]:
+def write_files(
+    out_dir: str | Path,
+    files: int,
+    events_per_file: int,
+    seed: int,
+    emin: float = 10.0,
+    emax: float = 500.0,
+    compression: str | None = "gzip",
+    progress=None,
+) -> list[Path]:
     """Write `files` files of `events_per_file` showers; file k is seeded by (seed, k), so each is
     reproducible on its own. `progress(done_events)` is called after every chunk when given."""
     if not (1 <= files <= MAX_FILES and 1 <= events_per_file <= MAX_EVENTS_PER_FILE):
-        raise ValueError(f"--files {files}, --events-per-file {events_per_file}: give 1..{MAX_FILES} files of "
-                         f"1..{MAX_EVENTS_PER_FILE} events (what gan3d train reads in one file); fix: change them")
+        raise ValueError(
+            f"--files {files}, --events-per-file {events_per_file}: give 1..{MAX_FILES} files of "
+            f"1..{MAX_EVENTS_PER_FILE} events (what gan3d train reads in one file); fix: change them"
+        )
     if not 0.1 < emin <= emax <= MAX_ENERGY_GEV:
-        raise ValueError(f"--emin {emin:g}, --emax {emax:g}: the energy range must satisfy 0.1 < emin <= emax <= "
-                         f"{MAX_ENERGY_GEV:g} GeV (the parametrization's range); fix: change them")
+        raise ValueError(
+            f"--emin {emin:g}, --emax {emax:g}: the energy range must satisfy 0.1 < emin <= emax <= "
+            f"{MAX_ENERGY_GEV:g} GeV (the parametrization's range); fix: change them"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / file_name(k) for k in range(files)]
@@ -246,15 +290,21 @@ def write_files(out_dir: str | Path, files: int, events_per_file: int, seed: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gan3d simulate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m gan3d simulate", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--out", required=True, help="output directory (created if missing)")
     ap.add_argument("--files", type=int, default=2)
     ap.add_argument("--events-per-file", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--emin", type=float, default=10.0, help="lowest primary energy, GeV")
     ap.add_argument("--emax", type=float, default=500.0, help="highest primary energy, GeV")
-    ap.add_argument("--compression", choices=["gzip", "lzf", "none"], default="gzip",
-                    help="HDF5 filter for ECAL (gzip level 1 is readable by every HDF5 tool)")
+    ap.add_argument(
+        "--compression",
+        choices=["gzip", "lzf", "none"],
+        default="gzip",
+        help="HDF5 filter for ECAL (gzip level 1 is readable by every HDF5 tool)",
+    )
     args = ap.parse_args(argv)
     comp = None if args.compression == "none" else args.compression
     total = args.files * args.events_per_file
@@ -265,11 +315,20 @@ def main(argv: list[str] | None = None) -> int:
 
             with Progress(console=Console(stderr=True)) as bar:
                 task = bar.add_task(f"simulating {total} showers", total=total)
-                paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
-                                    args.emax, comp, progress=lambda k: bar.advance(task, k))
+                paths = write_files(
+                    args.out,
+                    args.files,
+                    args.events_per_file,
+                    args.seed,
+                    args.emin,
+                    args.emax,
+                    comp,
+                    progress=lambda k: bar.advance(task, k),
+                )
         else:
-            paths = write_files(args.out, args.files, args.events_per_file, args.seed, args.emin,
-                                args.emax, comp)
+            paths = write_files(
+                args.out, args.files, args.events_per_file, args.seed, args.emin, args.emax, comp
+            )
     except ValueError as exc:  # bad arguments
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ A laptop with only Python and the venv (`make check`, `scripts/setup.sh --user` 
 compiler) has neither mpi4py nor Horovod; a one-rank run needs no all-reduce, so the trainer takes
 this module in Horovod's place. A launcher that starts several ranks is refused before (runtime).
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace

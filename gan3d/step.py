@@ -13,6 +13,7 @@ Each of the four updates is one gradient computation; with Horovod each tape is 
 states are variables (`variables_to_checkpoint()`), so a resumed run reproduces an
 uninterrupted one bit for bit when TF op determinism is enabled.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ class StepConfig:
     xscale: float = 1.0
     latent_dim: int | None = None  # None: taken from the generator's input
     seed: int = 0
-    allreduce_dtype: str = "fp32"  # gradients on the wire with Horovod: "fp32" or "fp16" (compressed)
+    allreduce_dtype: str = (
+        "fp32"  # gradients on the wire with Horovod: "fp32" or "fp16" (compressed)
+    )
     extra: dict = field(default_factory=dict, compare=False)  # optimizer keyword arguments
 
     def __post_init__(self) -> None:
@@ -47,9 +50,13 @@ class StepConfig:
         if not 0.0 <= self.flip_prob < 0.5:
             raise ValueError(f"StepConfig.flip_prob={self.flip_prob}: must be in [0, 0.5)")
         if self.allreduce_dtype not in ("fp32", "fp16"):
-            raise ValueError(f"StepConfig.allreduce_dtype={self.allreduce_dtype!r}: choose fp32 or fp16")
+            raise ValueError(
+                f"StepConfig.allreduce_dtype={self.allreduce_dtype!r}: choose fp32 or fp16"
+            )
         if len(self.loss_weights) != 3:
-            raise ValueError("StepConfig.loss_weights: give three weights [BCE, MAPE(Ep), MAPE(cell sum)]")
+            raise ValueError(
+                "StepConfig.loss_weights: give three weights [BCE, MAPE(Ep), MAPE(cell sum)]"
+            )
 
 
 def make_optimizer(name: str, learning_rate: float, **kw) -> tf.keras.optimizers.Optimizer:
@@ -66,7 +73,9 @@ def flip_labels(labels: tf.Tensor, prob: float, rng: tf.random.Generator) -> tf.
 
 def rank_seed(seed: int, rank: int, *keys: int) -> int:
     """A distinct, reproducible generator seed for each Horovod rank (and epoch, stream, ...)."""
-    entropy = np.random.SeedSequence([int(seed), int(rank), *map(int, keys)]).generate_state(1, dtype=np.uint64)
+    entropy = np.random.SeedSequence([int(seed), int(rank), *map(int, keys)]).generate_state(
+        1, dtype=np.uint64
+    )
     return int(entropy[0]) >> 1
 
 
@@ -86,8 +95,14 @@ class TrainStep:
     plus `d_loss` (mean of the two D steps) and `g_loss` (mean of the two G steps).
     """
 
-    def __init__(self, generator: tf.keras.Model, discriminator: tf.keras.Model, *,
-                 config: StepConfig = StepConfig(), hvd=None) -> None:
+    def __init__(
+        self,
+        generator: tf.keras.Model,
+        discriminator: tf.keras.Model,
+        *,
+        config: StepConfig = StepConfig(),
+        hvd=None,
+    ) -> None:
         self.generator = generator
         self.discriminator = discriminator
         self.config = config
@@ -109,8 +124,12 @@ class TrainStep:
     # -- state the trainer checkpoints and steers -------------------------------------------
     def variables_to_checkpoint(self) -> dict:
         """Trackables whose values define the training state besides the two models."""
-        return {"rng": self.rng, "d_optimizer": self.d_optimizer, "g_optimizer": self.g_optimizer,
-                "dropout_rngs": self.dropout_rngs}
+        return {
+            "rng": self.rng,
+            "d_optimizer": self.d_optimizer,
+            "g_optimizer": self.g_optimizer,
+            "dropout_rngs": self.dropout_rngs,
+        }
 
     def reseed(self, rank: int, *keys: int) -> None:
         """Derive all randomness that follows (noise, energies, label flips, dropout) from
@@ -132,21 +151,27 @@ class TrainStep:
     def __call__(self, real_images, real_ep, real_cellsum) -> dict[str, tf.Tensor]:
         return self._train(*self._inputs(real_images, real_ep, real_cellsum))
 
-    def evaluate(self, real_images, real_ep, real_cellsum, batch_index: int = 0) -> dict[str, tf.Tensor]:
+    def evaluate(
+        self, real_images, real_ep, real_cellsum, batch_index: int = 0
+    ) -> dict[str, tf.Tensor]:
         """Validation losses without any update, in inference mode.
 
         Noise comes from a stateless RNG keyed by (seed, batch_index), so the training RNG is
         untouched and the same validation batch sees the same fakes every epoch.
         """
         images, ep, cellsum = self._inputs(real_images, real_ep, real_cellsum)
-        return self._evaluate(images, ep, cellsum, tf.constant([self.config.seed, batch_index], tf.int64))
+        return self._evaluate(
+            images, ep, cellsum, tf.constant([self.config.seed, batch_index], tf.int64)
+        )
 
     def concrete_train_function(self, batch_size: int):
         """The traced graph of one step at a fixed batch size (for FLOP profiling)."""
         shape = (batch_size,) + tuple(self.discriminator.input_shape[1:])
         return self._train.get_concrete_function(
-            tf.TensorSpec(shape, tf.float32), tf.TensorSpec((batch_size, 1), tf.float32),
-            tf.TensorSpec((batch_size, 1), tf.float32))
+            tf.TensorSpec(shape, tf.float32),
+            tf.TensorSpec((batch_size, 1), tf.float32),
+            tf.TensorSpec((batch_size, 1), tf.float32),
+        )
 
     # -- the step ---------------------------------------------------------------------------
     @staticmethod
@@ -163,15 +188,20 @@ class TrainStep:
         (y_fake, y_ep, y_ecal) = targets
         w = self.config.loss_weights
         bce, ep_mape, ecal_mape = _bce(y_fake, p_fake), _mape(y_ep, p_ep), _mape(y_ecal, p_ecal)
-        return {"loss": w[0] * bce + w[1] * ep_mape + w[2] * ecal_mape,
-                "bce": bce, "ep_mape": ep_mape, "ecal_mape": ecal_mape}
+        return {
+            "loss": w[0] * bce + w[1] * ep_mape + w[2] * ecal_mape,
+            "bce": bce,
+            "ep_mape": ep_mape,
+            "ecal_mape": ecal_mape,
+        }
 
     def _tape(self, tape: tf.GradientTape):
         if self.hvd is None:
             return tape
         fp16 = self.config.allreduce_dtype == "fp16"
         return self.hvd.DistributedGradientTape(
-            tape, compression=self.hvd.Compression.fp16 if fp16 else self.hvd.Compression.none)
+            tape, compression=self.hvd.Compression.fp16 if fp16 else self.hvd.Compression.none
+        )
 
     def _update(self, tape, loss, model, optimizer) -> None:
         variables = model.trainable_variables
@@ -191,8 +221,9 @@ class TrainStep:
         with tf.GradientTape() as tape:
             fakes = self.generator(z, training=True)
             outputs = self.discriminator(fakes, training=True)
-            out = self._losses(outputs, (tf.ones((batch, 1)), ep,
-                                         fitted_cellsum(ep, self.config.xscale)))
+            out = self._losses(
+                outputs, (tf.ones((batch, 1)), ep, fitted_cellsum(ep, self.config.xscale))
+            )
         for v, s in zip(self._d_moving, saved):  # D is frozen: keep its moving statistics
             v.assign(s)
         self._update(tape, out["loss"], self.generator, self.g_optimizer)
@@ -202,11 +233,19 @@ class TrainStep:
         batch = images.shape[0] if images.shape[0] is not None else tf.shape(images)[0]
         p = self.config.flip_prob
         fake_ep = sample_energies(batch, self.rng)
-        fakes = self.generator(sample_latent(batch, fake_ep, self.latent_dim, self.rng), training=False)
+        fakes = self.generator(
+            sample_latent(batch, fake_ep, self.latent_dim, self.rng), training=False
+        )
         results = {
-            "d_real": self._d_step(images, flip_labels(tf.ones((batch, 1)), p, self.rng), ep, cellsum),
-            "d_fake": self._d_step(fakes, flip_labels(tf.zeros((batch, 1)), p, self.rng), fake_ep,
-                                   fitted_cellsum(fake_ep, self.config.xscale)),
+            "d_real": self._d_step(
+                images, flip_labels(tf.ones((batch, 1)), p, self.rng), ep, cellsum
+            ),
+            "d_fake": self._d_step(
+                fakes,
+                flip_labels(tf.zeros((batch, 1)), p, self.rng),
+                fake_ep,
+                fitted_cellsum(fake_ep, self.config.xscale),
+            ),
             "g1": self._g_step(batch),
             "g2": self._g_step(batch),
         }
@@ -227,12 +266,18 @@ class TrainStep:
         g_ep = tf.random.stateless_uniform((batch, 1), seeds[2], lo, hi)
         g_z = tf.random.stateless_normal((batch, self.latent_dim), seeds[3]) * g_ep
         g_out = self.discriminator(self.generator(g_z, training=False), training=False)
-        g = self._losses(g_out, (tf.ones((batch, 1)), g_ep, fitted_cellsum(g_ep, self.config.xscale)))
+        g = self._losses(
+            g_out, (tf.ones((batch, 1)), g_ep, fitted_cellsum(g_ep, self.config.xscale))
+        )
         return {f"d_{k}": v for k, v in d.items()} | {f"g_{k}": v for k, v in g.items()}
 
 
 def _flatten(results: dict[str, dict[str, tf.Tensor]]) -> dict[str, tf.Tensor]:
-    flat = {f"{phase}_{part}": value for phase, parts in results.items() for part, value in parts.items()}
+    flat = {
+        f"{phase}_{part}": value
+        for phase, parts in results.items()
+        for part, value in parts.items()
+    }
     flat["d_loss"] = 0.5 * (results["d_real"]["loss"] + results["d_fake"]["loss"])
     flat["g_loss"] = 0.5 * (results["g1"]["loss"] + results["g2"]["loss"])
     return flat
@@ -249,7 +294,9 @@ def dropout_generators(model: tf.keras.Model) -> list[tf.random.Generator]:
         if isinstance(layer, tf.keras.layers.Dropout):
             gen = getattr(getattr(layer, "_random_generator", None), "_generator", None)
             if not isinstance(gen, tf.random.Generator):
-                raise ValueError(f"Dropout layer {layer.name!r} has no tf.random.Generator; "
-                                 "build it with force_generator=True (see gan3d.model)")
+                raise ValueError(
+                    f"Dropout layer {layer.name!r} has no tf.random.Generator; "
+                    "build it with force_generator=True (see gan3d.model)"
+                )
             gens.append(gen)
     return gens

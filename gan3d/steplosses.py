@@ -5,6 +5,7 @@ rank 0's own batch (noisier, not averaged over ranks), which show what happens i
 A long run keeps at most MAX_POINTS: when full, the stride doubles and every other point goes,
 so the points are always the steps whose global index is a multiple of the stride.
 """
+
 from __future__ import annotations
 
 NAMES = ("d_loss", "g_loss")
@@ -14,7 +15,9 @@ MAX_POINTS = 1024
 class StepLosses:
     def __init__(self, max_points: int = MAX_POINTS):
         self.stride = 1
-        self.points: list[tuple[int, int, int, float, float]] = []  # (global step, epoch, step, d, g)
+        self.points: list[
+            tuple[int, int, int, float, float]
+        ] = []  # (global step, epoch, step, d, g)
         self._max = max(2, max_points)
 
     def add(self, global_step: int, epoch: int, step: int, losses: dict[str, float]) -> None:
@@ -27,5 +30,9 @@ class StepLosses:
             self.points = [p for p in self.points if p[0] % self.stride == 0]
 
     def record(self) -> dict:
-        return {"source": "rank 0, its own batch, not averaged over ranks", "stride": self.stride,
-                "columns": ["global_step", "epoch", "step", *NAMES], "points": [list(p) for p in self.points]}
+        return {
+            "source": "rank 0, its own batch, not averaged over ranks",
+            "stride": self.stride,
+            "columns": ["global_step", "epoch", "step", *NAMES],
+            "points": [list(p) for p in self.points],
+        }

@@ -5,6 +5,7 @@ apart as `first`; the summary covers every step, the first included, so that its
 number of steps run and a slow first step shows among the slowest. Percentiles use the nearest
 rank (each is one of the recorded times). Memory: 8 bytes per step (a million steps: 8 MB).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -22,7 +23,9 @@ class StepTimes:
         self.first: float | None = None
         self.steps = 0  # timed steps: the first one excluded
         self.seconds = 0.0
-        self.every_step = 0.0  # the first included: an epoch's share is compared with its wall clock
+        self.every_step = (
+            0.0  # the first included: an epoch's share is compared with its wall clock
+        )
         self._all = array("d")
         self._slowest: list[tuple[float, int, int]] = []  # a min-heap of (seconds, epoch, step)
         self._keep = slowest
@@ -44,13 +47,18 @@ class StepTimes:
         """count, mean, min, p50/p90/p99, max (seconds) and the slowest steps, slowest first."""
         n = len(self._all)
         ordered = sorted(self._all)
-        out: dict = {"count": n, "includes_first_step": True,
-                     "mean_seconds": math.fsum(ordered) / n if n else None,
-                     "min_seconds": ordered[0] if n else None}
+        out: dict = {
+            "count": n,
+            "includes_first_step": True,
+            "mean_seconds": math.fsum(ordered) / n if n else None,
+            "min_seconds": ordered[0] if n else None,
+        }
         for p in PERCENTILES:
             out[f"p{p}_seconds"] = nearest_rank(ordered, p)
         out["max_seconds"] = ordered[-1] if n else None
-        out["slowest"] = [{"epoch": e, "step": s, "seconds": t} for t, e, s in sorted(self._slowest, reverse=True)]
+        out["slowest"] = [
+            {"epoch": e, "step": s, "seconds": t} for t, e, s in sorted(self._slowest, reverse=True)
+        ]
         return out
 
 

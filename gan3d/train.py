@@ -14,6 +14,7 @@ state is never checkpointed, and the results JSON, when asked for, is written wi
 "status": "failed", the error and the finite history before it, and no throughput or loss
 figure of the failed epoch, so no report can count it as a run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,58 +54,131 @@ ABORT_GRACE_S = 0.5  # seconds for the launcher to forward a failing rank's last
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m gan3d train", description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", help="HDF5 shower files: a directory, a glob, or a comma-separated list")
-    src.add_argument("--synthetic", type=int, metavar="N",
-                     help="simulate N showers into --synthetic-dir (default: a temporary directory)")
-    ap.add_argument("--synthetic-dir", help="where --synthetic writes (must be shared by all nodes)")
-    ap.add_argument("--validation-data", help="files for validation losses (default: split off --data)")
-    ap.add_argument("--test-fraction", type=float, default=0.1,
-                    help="share of the events held out for validation when --validation-data is not given "
-                         "(whole files when they fit the share, else a range of every file; chosen by --seed)")
-    ap.add_argument("--skip-bad-events", action="store_true",
-                    help="leave out events with NaN/Inf cells or a NaN/Inf/non-positive energy instead of "
-                         "stopping (costs one extra read of the data at start; the results count them)")
+    src.add_argument(
+        "--data", help="HDF5 shower files: a directory, a glob, or a comma-separated list"
+    )
+    src.add_argument(
+        "--synthetic",
+        type=int,
+        metavar="N",
+        help="simulate N showers into --synthetic-dir (default: a temporary directory)",
+    )
+    ap.add_argument(
+        "--synthetic-dir", help="where --synthetic writes (must be shared by all nodes)"
+    )
+    ap.add_argument(
+        "--validation-data", help="files for validation losses (default: split off --data)"
+    )
+    ap.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.1,
+        help="share of the events held out for validation when --validation-data is not given "
+        "(whole files when they fit the share, else a range of every file; chosen by --seed)",
+    )
+    ap.add_argument(
+        "--skip-bad-events",
+        action="store_true",
+        help="leave out events with NaN/Inf cells or a NaN/Inf/non-positive energy instead of "
+        "stopping (costs one extra read of the data at start; the results count them)",
+    )
     ap.add_argument("--preset", choices=["full", "tiny"], default="full")
-    ap.add_argument("--epochs", type=int, default=2, help="total epochs (a resumed run continues up to it)")
-    ap.add_argument("--steps-per-epoch", type=int, help="cap on optimizer steps per epoch (short runs)")
+    ap.add_argument(
+        "--epochs", type=int, default=2, help="total epochs (a resumed run continues up to it)"
+    )
+    ap.add_argument(
+        "--steps-per-epoch", type=int, help="cap on optimizer steps per epoch (short runs)"
+    )
     ap.add_argument("--validation-steps", type=int, help="cap on validation batches per epoch")
     ap.add_argument("--batch-size", type=int, default=16, help="showers per rank per step")
-    ap.add_argument("--threads", type=int,
-                    help="intra-op (OpenMP) threads per rank [SLURM_CPUS_PER_TASK, else cores / ranks on node]")
-    ap.add_argument("--inter-op-threads", type=int, default=2, help="TensorFlow inter-op threads per rank")
-    ap.add_argument("--oversubscribe", action="store_true",
-                    help="allow ranks per node x threads > cores of a node (laptops)")
-    ap.add_argument("--site", help="site config name or file: node cores, peak FLOP/s, usable memory")
-    ap.add_argument("--measure-peak", type=float, nargs="?", const=3.0, metavar="SECONDS",
-                    help="measure the dense-matmul peak in the run's precision and in fp64 on every rank "
-                         "before training (default 3 s each)")
-    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate per rank (scaled by the rank count)")
-    ap.add_argument("--warmup-epochs", type=float, default=0.0,
-                    help="linear learning-rate warm-up from lr to lr x ranks over this many epochs")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        help="intra-op (OpenMP) threads per rank [SLURM_CPUS_PER_TASK, else cores / ranks on node]",
+    )
+    ap.add_argument(
+        "--inter-op-threads", type=int, default=2, help="TensorFlow inter-op threads per rank"
+    )
+    ap.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="allow ranks per node x threads > cores of a node (laptops)",
+    )
+    ap.add_argument(
+        "--site", help="site config name or file: node cores, peak FLOP/s, usable memory"
+    )
+    ap.add_argument(
+        "--measure-peak",
+        type=float,
+        nargs="?",
+        const=3.0,
+        metavar="SECONDS",
+        help="measure the dense-matmul peak in the run's precision and in fp64 on every rank "
+        "before training (default 3 s each)",
+    )
+    ap.add_argument(
+        "--lr", type=float, default=1e-3, help="learning rate per rank (scaled by the rank count)"
+    )
+    ap.add_argument(
+        "--warmup-epochs",
+        type=float,
+        default=0.0,
+        help="linear learning-rate warm-up from lr to lr x ranks over this many epochs",
+    )
     ap.add_argument("--optimizer", choices=["rmsprop", "adam"], default="rmsprop")
-    ap.add_argument("--precision", choices=["fp32", "bf16", "bf16-emulated"], default="fp32",
-                    help="compute precision: bf16 computes in bfloat16 with float32 master weights, optimizer "
-                         "state, losses and BatchNorm statistics (refused on a CPU without avx512_bf16/AMX "
-                         "unless bf16-emulated)")
-    ap.add_argument("--allreduce-dtype", choices=["fp32", "fp16"], default="fp32",
-                    help="gradients on the wire between ranks (fp16: Horovod's fp16 compression)")
+    ap.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "bf16-emulated"],
+        default="fp32",
+        help="compute precision: bf16 computes in bfloat16 with float32 master weights, optimizer "
+        "state, losses and BatchNorm statistics (refused on a CPU without avx512_bf16/AMX "
+        "unless bf16-emulated)",
+    )
+    ap.add_argument(
+        "--allreduce-dtype",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="gradients on the wire between ranks (fp16: Horovod's fp16 compression)",
+    )
     ap.add_argument("--loss-weights", default="8,0.2,0.1", help="BCE, MAPE(Ep), MAPE(cell sum)")
     ap.add_argument("--flip-prob", type=float, default=0.05, help="label flip probability")
-    ap.add_argument("--xscale", type=float, default=1.0, help="image scale factor (reference: 1 or 100)")
+    ap.add_argument(
+        "--xscale", type=float, default=1.0, help="image scale factor (reference: 1 or 100)"
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--deterministic", action="store_true",
-                    help="TensorFlow op determinism: bit-identical reruns and resumes (slower)")
+    ap.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="TensorFlow op determinism: bit-identical reruns and resumes (slower)",
+    )
     ap.add_argument("--results", help="results JSON written by rank 0")
-    ap.add_argument("--heartbeat-steps", type=int, metavar="N",
-                    help="rank 0 prints a progress line every N steps (and every --heartbeat-seconds)")
-    ap.add_argument("--heartbeat-seconds", type=float, default=60.0, metavar="T",
-                    help="rank 0 prints a progress line when a step ends T seconds or more after the last "
-                         "line (default 60; whichever of N steps and T seconds comes first)")
+    ap.add_argument(
+        "--heartbeat-steps",
+        type=int,
+        metavar="N",
+        help="rank 0 prints a progress line every N steps (and every --heartbeat-seconds)",
+    )
+    ap.add_argument(
+        "--heartbeat-seconds",
+        type=float,
+        default=60.0,
+        metavar="T",
+        help="rank 0 prints a progress line when a step ends T seconds or more after the last "
+        "line (default 60; whichever of N steps and T seconds comes first)",
+    )
     ap.add_argument("--checkpoint-dir", help="rank 0 writes a checkpoint here after every epoch")
     ap.add_argument("--keep-checkpoints", type=int, default=2)
-    ap.add_argument("--resume", action="store_true", help="continue after the last checkpoint in --checkpoint-dir")
-    ap.add_argument("--itex", choices=["on", "off"], default="off",
-                    help="Intel Extension for TensorFlow (installed by the site, not by the kit: README, Requirements)")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue after the last checkpoint in --checkpoint-dir",
+    )
+    ap.add_argument(
+        "--itex",
+        choices=["on", "off"],
+        default="off",
+        help="Intel Extension for TensorFlow (installed by the site, not by the kit: README, Requirements)",
+    )
     return ap
 
 
@@ -114,19 +188,29 @@ def _loss_weights(text: str) -> tuple[float, float, float]:
     except ValueError:
         weights = ()
     if len(weights) != 3:
-        raise SettingsError(f"--loss-weights {text!r}: give three comma-separated numbers, e.g. 8,0.2,0.1")
+        raise SettingsError(
+            f"--loss-weights {text!r}: give three comma-separated numbers, e.g. 8,0.2,0.1"
+        )
     return weights  # type: ignore[return-value]
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
-                        ("--steps-per-epoch", args.steps_per_epoch), ("--validation-steps", args.validation_steps),
-                        ("--synthetic", args.synthetic), ("--heartbeat-steps", args.heartbeat_steps),
-                        ("--threads", args.threads), ("--inter-op-threads", args.inter_op_threads)):
+    for flag, value in (
+        ("--epochs", args.epochs),
+        ("--batch-size", args.batch_size),
+        ("--steps-per-epoch", args.steps_per_epoch),
+        ("--validation-steps", args.validation_steps),
+        ("--synthetic", args.synthetic),
+        ("--heartbeat-steps", args.heartbeat_steps),
+        ("--threads", args.threads),
+        ("--inter-op-threads", args.inter_op_threads),
+    ):
         if value is not None and value < 1:
             raise SettingsError(f"{flag} {value}: must be at least 1")
     if not (math.isfinite(args.heartbeat_seconds) and args.heartbeat_seconds > 0):
-        raise SettingsError(f"--heartbeat-seconds {args.heartbeat_seconds:g}: must be a number of seconds above 0")
+        raise SettingsError(
+            f"--heartbeat-seconds {args.heartbeat_seconds:g}: must be a number of seconds above 0"
+        )
     if args.resume and not args.checkpoint_dir:
         raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
     if not 0.0 < args.test_fraction < 1.0:
@@ -135,21 +219,42 @@ def _check_args(args: argparse.Namespace) -> None:
     # reached StepConfig (internal errors), --xscale 0 trained on garbage and --measure-peak inf
     # measured forever.
     for flag, value, ok, what in (
-            ("--lr", args.lr, 0 < args.lr < math.inf, "a learning rate above 0"),
-            ("--flip-prob", args.flip_prob, 0 <= args.flip_prob < 0.5, "a label flip probability in [0, 0.5)"),
-            ("--xscale", args.xscale, 0 < args.xscale < math.inf, "a scale factor above 0 (reference: 1 or 100)"),
-            ("--warmup-epochs", args.warmup_epochs, 0 <= args.warmup_epochs <= MAX_EPOCHS,
-             f"0..{MAX_EPOCHS} epochs"),
-            ("--measure-peak", args.measure_peak, args.measure_peak is None or 0 <= args.measure_peak <= peak.MAX_SECONDS,
-             f"a number of seconds in [0, {peak.MAX_SECONDS:g}] (0: none)"),
-            ("--epochs", args.epochs, args.epochs <= MAX_EPOCHS, f"1..{MAX_EPOCHS}"),
-            ("--seed", args.seed, 0 <= args.seed <= MAX_SEED, f"0..{MAX_SEED}")):
+        ("--lr", args.lr, 0 < args.lr < math.inf, "a learning rate above 0"),
+        (
+            "--flip-prob",
+            args.flip_prob,
+            0 <= args.flip_prob < 0.5,
+            "a label flip probability in [0, 0.5)",
+        ),
+        (
+            "--xscale",
+            args.xscale,
+            0 < args.xscale < math.inf,
+            "a scale factor above 0 (reference: 1 or 100)",
+        ),
+        (
+            "--warmup-epochs",
+            args.warmup_epochs,
+            0 <= args.warmup_epochs <= MAX_EPOCHS,
+            f"0..{MAX_EPOCHS} epochs",
+        ),
+        (
+            "--measure-peak",
+            args.measure_peak,
+            args.measure_peak is None or 0 <= args.measure_peak <= peak.MAX_SECONDS,
+            f"a number of seconds in [0, {peak.MAX_SECONDS:g}] (0: none)",
+        ),
+        ("--epochs", args.epochs, args.epochs <= MAX_EPOCHS, f"1..{MAX_EPOCHS}"),
+        ("--seed", args.seed, 0 <= args.seed <= MAX_SEED, f"0..{MAX_SEED}"),
+    ):
         if not ok:
             raise SettingsError(f"{flag} {value}: must be {what}; fix: change it")
     weights = _loss_weights(args.loss_weights)
     if not all(0 <= w < math.inf for w in weights):
-        raise SettingsError(f"--loss-weights {args.loss_weights!r}: each weight must be a number of 0 or more; "
-                            "fix: e.g. 8,0.2,0.1")
+        raise SettingsError(
+            f"--loss-weights {args.loss_weights!r}: each weight must be a number of 0 or more; "
+            "fix: e.g. 8,0.2,0.1"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -171,12 +276,16 @@ def refusal(dest: str, value: Any) -> str | None:
 
 
 class LossDiverged(KitError):
-    """Losses or weights became NaN/Inf: the state is worthless, so it is never checkpointed or reported."""
+    """Losses or weights became NaN/Inf: the state is worthless, so it is never checkpointed or
+    reported.
+    """
 
     def __init__(self, message: str, epoch: int, step: int | None):
         super().__init__(message)
         self.epoch, self.step = epoch, step
-        self.history: list[dict] = []  # the epochs completed before, all finite (the epoch loop fills it in)
+        self.history: list[
+            dict
+        ] = []  # the epochs completed before, all finite (the epoch loop fills it in)
 
 
 def check_losses(losses: dict[str, float], epoch: int, step: int | None, lr: float, args) -> None:
@@ -184,11 +293,17 @@ def check_losses(losses: dict[str, float], epoch: int, step: int | None, lr: flo
     bad = sorted(k for k, v in losses.items() if not math.isfinite(v))
     if bad:
         what = "NaN" if any(math.isnan(losses[k]) for k in bad) else "Inf"
-        where = f"epoch {epoch} step {step}" if step is not None else f"validation after epoch {epoch}"
-        raise LossDiverged(f"losses became {what} at {where} ({', '.join(bad[:4])}"
-                           f"{', ...' if len(bad) > 4 else ''}); this state is not checkpointed; fix: try a "
-                           f"lower --lr (the step used {lr:g}), check the data scale (--xscale {args.xscale:g}), "
-                           "or --resume from the last checkpoint", epoch, step)
+        where = (
+            f"epoch {epoch} step {step}" if step is not None else f"validation after epoch {epoch}"
+        )
+        raise LossDiverged(
+            f"losses became {what} at {where} ({', '.join(bad[:4])}"
+            f"{', ...' if len(bad) > 4 else ''}); this state is not checkpointed; fix: try a "
+            f"lower --lr (the step used {lr:g}), check the data scale (--xscale {args.xscale:g}), "
+            "or --resume from the last checkpoint",
+            epoch,
+            step,
+        )
 
 
 def check_weights(models, epoch: int, args) -> None:
@@ -196,9 +311,13 @@ def check_weights(models, epoch: int, args) -> None:
     for model in models:
         for var in model.variables:
             if not np.isfinite(var.numpy()).all():
-                raise LossDiverged(f"weights became NaN or Inf in epoch {epoch} ({var.name}); this state is not "
-                                   f"checkpointed; fix: try a lower --lr (now {args.lr:g} per rank) or "
-                                   "--resume from the last checkpoint", epoch, None)
+                raise LossDiverged(
+                    f"weights became NaN or Inf in epoch {epoch} ({var.name}); this state is not "
+                    f"checkpointed; fix: try a lower --lr (now {args.lr:g} per rank) or "
+                    "--resume from the last checkpoint",
+                    epoch,
+                    None,
+                )
 
 
 def _say(layout: RankLayout, text: str) -> None:
@@ -251,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if layout.rank != 0:  # every rank got it (the time limit): rank 0 alone speaks
             time.sleep(ABORT_GRACE_S * 4)
-        print(f"gan3d train: [rank {layout.rank}] {interrupt.signal_name(exc)}", file=sys.stderr, flush=True)
+        print(
+            f"gan3d train: [rank {layout.rank}] {interrupt.signal_name(exc)}",
+            file=sys.stderr,
+            flush=True,
+        )
         time.sleep(ABORT_GRACE_S)
         MPI.COMM_WORLD.Abort(interrupt.exit_status(exc))
         return interrupt.exit_status(exc)
@@ -267,8 +390,12 @@ def _site_and_cores(args: argparse.Namespace):
     return None, os.cpu_count() or 1, "this machine's"
 
 
-def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path], list[Path] | None, str | None]:
-    """(data files, validation files or None to hold out --test-fraction, temporary dir to remove at the end)."""
+def _data_files(
+    args: argparse.Namespace, layout: RankLayout
+) -> tuple[list[Path], list[Path] | None, str | None]:
+    """(data files, validation files or None to hold out --test-fraction, temporary dir to remove at
+    the end).
+    """
     from gan3d.data import expand_data_arg
 
     temp = None
@@ -283,9 +410,13 @@ def _data_files(args: argparse.Namespace, layout: RankLayout) -> tuple[list[Path
             files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
             try:
                 write_files(target, files, math.ceil(args.synthetic / files), args.seed)
-            except ValueError as exc:  # a file there that the simulator did not write, too many showers
+            except (
+                ValueError
+            ) as exc:  # a file there that the simulator did not write, too many showers
                 raise SettingsError(f"--synthetic-dir {exc}") from None
-        if layout.size > 1:  # Horovod (not started yet, so mpi4py): rank 0 simulated them; every rank reads them
+        if (
+            layout.size > 1
+        ):  # Horovod (not started yet, so mpi4py): rank 0 simulated them; every rank reads them
             from mpi4py import MPI
 
             target = MPI.COMM_WORLD.bcast(target, root=0)
@@ -313,7 +444,11 @@ def _mean_losses(sums: dict[str, float], count: int, hvd) -> dict[str, float]:
         return {}
     keys = sorted(sums)
     local = tf.constant([sums[k] / count for k in keys], tf.float64)
-    mean = hvd.allreduce(local, op=hvd.Average, name="epoch_losses").numpy() if hvd.size() > 1 else local.numpy()
+    mean = (
+        hvd.allreduce(local, op=hvd.Average, name="epoch_losses").numpy()
+        if hvd.size() > 1
+        else local.numpy()
+    )
     return {k: float(v) for k, v in zip(keys, mean)}
 
 
@@ -331,12 +466,23 @@ def _average_statistics(models, hvd) -> None:
     """
     stats = [v for m in models for v in m.non_trainable_variables]
     if hvd.size() > 1 and stats:
-        for var, mean in zip(stats, hvd.grouped_allreduce(stats, op=hvd.Average, name="bn_statistics")):
+        for var, mean in zip(
+            stats, hvd.grouped_allreduce(stats, op=hvd.Average, name="bn_statistics")
+        ):
             var.assign(mean)
 
 
-def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, args,
-                 beat: Heartbeat | None, logged: StepLosses) -> tuple[dict, int, float]:
+def _train_epoch(
+    step,
+    stream,
+    epoch: int,
+    steps: int,
+    lr_at,
+    times: StepTimes,
+    args,
+    beat: Heartbeat | None,
+    logged: StepLosses,
+) -> tuple[dict, int, float]:
     """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first).
     Stops at the first step whose losses are not finite (LossDiverged). `beat`: rank 0's heartbeat."""
     sums: dict[str, float] = {}
@@ -347,7 +493,9 @@ def _train_epoch(step, stream, epoch: int, steps: int, lr_at, times: StepTimes, 
         if done == 0:
             lr_first = step.learning_rate
         ts = time.perf_counter()
-        losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}  # float() waits for the step
+        losses = {
+            k: float(v) for k, v in step(images, ep, cellsum).items()
+        }  # float() waits for the step
         times.add(time.perf_counter() - ts, epoch + 1, done + 1)
         check_losses(losses, epoch + 1, done + 1, step.learning_rate, args)
         logged.add(epoch * steps + done, epoch + 1, done + 1, losses)
@@ -370,10 +518,11 @@ def _validation_sums(step, stream, steps: int, rank: int) -> tuple[dict, int]:
     return sums, done
 
 
-
 @dataclass
 class Host:
-    """Where this rank runs and how it is threaded: decided before TensorFlow loads (pools are sized then)."""
+    """Where this rank runs and how it is threaded: decided before TensorFlow loads (pools are sized
+    then).
+    """
 
     site: Any  # kit.site.Site, or None without --site
     cores: int  # of one node, to size threads against
@@ -418,12 +567,18 @@ class Progress:
     times: StepTimes = field(default_factory=StepTimes)
     step_losses: StepLosses = field(default_factory=StepLosses)
     history: list[dict] = field(default_factory=list)
-    epoch_times: list[float] = field(default_factory=list)  # the train loop, before the closing all-reduces
+    epoch_times: list[float] = field(
+        default_factory=list
+    )  # the train loop, before the closing all-reduces
     wall_times: list[float] = field(default_factory=list)  # the paper's epoch clock
-    step_sums: list[float] = field(default_factory=list)  # each epoch's steps alone, beside its wall clock
+    step_sums: list[float] = field(
+        default_factory=list
+    )  # each epoch's steps alone, beside its wall clock
     val_times: list[float] = field(default_factory=list)
     ckpt_times: list[float] = field(default_factory=list)
-    available: list[int | None] = field(default_factory=list)  # the node's MemAvailable at epoch ends
+    available: list[int | None] = field(
+        default_factory=list
+    )  # the node's MemAvailable at epoch ends
 
 
 def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
@@ -433,41 +588,70 @@ def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
     from gan3d.precision import check_supported
 
     bf16_unit = check_supported(args.precision)  # from the CPU flags, before any slow work
-    runtime.check_capacity(layout.ranks_per_node, threads, args.inter_op_threads, cores, where,
-                           args.oversubscribe)
+    runtime.check_capacity(
+        layout.ranks_per_node, threads, args.inter_op_threads, cores, where, args.oversubscribe
+    )
     if args.itex == "on" and importlib.util.find_spec(ITEX_MODULE) is None:  # before any slow work
-        raise SettingsError("--itex on: intel-extension-for-tensorflow is not installed (not in the kit's pin "
-                            "list: it requires the full tensorflow build, which clashes with the pinned "
-                            "tensorflow-cpu; README, Requirements); fix: run with --itex off")
+        raise SettingsError(
+            "--itex on: intel-extension-for-tensorflow is not installed (not in the kit's pin "
+            "list: it requires the full tensorflow build, which clashes with the pinned "
+            "tensorflow-cpu; README, Requirements); fix: run with --itex off"
+        )
     settings = runtime.thread_settings(threads, args.inter_op_threads)
     warnings = runtime.apply_environment(settings)
     itex_installed = importlib.util.find_spec(ITEX_MODULE) is not None
     if args.itex == "off" and itex_installed:
-        warnings.append("--itex off, but TensorFlow loads an installed ITEX plugin by itself; "
-                        "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow")
+        warnings.append(
+            "--itex off, but TensorFlow loads an installed ITEX plugin by itself; "
+            "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow"
+        )
     return Host(site, cores, threads, settings, bf16_unit, itex_installed, warnings)
 
 
 def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
-    """Split and open the showers; checked before TensorFlow starts, so a bad file stops the job in seconds."""
+    """Split and open the showers; checked before TensorFlow starts, so a bad file stops the job in
+    seconds.
+    """
     from gan3d.data import ShowerStream, describe_held_out, open_split
 
     train_paths, val_paths, temp_dir = _data_files(args, layout)
-    train_files, val_files, held_out = open_split(train_paths, val_paths, args.test_fraction, args.seed,
-                                                  args.skip_bad_events)
+    train_files, val_files, held_out = open_split(
+        train_paths, val_paths, args.test_fraction, args.seed, args.skip_bad_events
+    )
     _say(layout, f"gan3d train: {describe_held_out(held_out)}")
     skipped = {"train": train_files.skipped_events, "validation": val_files.skipped_events}
     if any(skipped.values()):
-        _say(layout, f"gan3d train: --skip-bad-events left out {skipped['train']} training and "
-                     f"{skipped['validation']} validation event(s) with NaN/Inf cells or bad energies")
+        _say(
+            layout,
+            f"gan3d train: --skip-bad-events left out {skipped['train']} training and "
+            f"{skipped['validation']} validation event(s) with NaN/Inf cells or bad energies",
+        )
     # Horovod: each rank reads its own shard of every epoch's batches (rank, size).
-    stream = ShowerStream(train_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
-                          seed=args.seed, xscale=args.xscale, shuffle=True)
-    val_stream = ShowerStream(val_files, batch_size=args.batch_size, rank=layout.rank, size=layout.size,
-                              seed=args.seed, xscale=args.xscale, shuffle=False)
+    stream = ShowerStream(
+        train_files,
+        batch_size=args.batch_size,
+        rank=layout.rank,
+        size=layout.size,
+        seed=args.seed,
+        xscale=args.xscale,
+        shuffle=True,
+    )
+    val_stream = ShowerStream(
+        val_files,
+        batch_size=args.batch_size,
+        rank=layout.rank,
+        size=layout.size,
+        seed=args.seed,
+        xscale=args.xscale,
+        shuffle=False,
+    )
     steps = min(stream.batches_per_epoch, args.steps_per_epoch or stream.batches_per_epoch)
-    val_steps = min(val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch)
-    return Data(train_files, val_files, held_out, skipped, stream, val_stream, steps, val_steps, temp_dir)
+    val_steps = min(
+        val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch
+    )
+    return Data(
+        train_files, val_files, held_out, skipped, stream, val_stream, steps, val_steps, temp_dir
+    )
 
 
 def _prepare_checkpoints(args: argparse.Namespace, layout: RankLayout) -> EpochCheckpoints | None:
@@ -485,7 +669,9 @@ def _prepare_checkpoints(args: argparse.Namespace, layout: RankLayout) -> EpochC
 
 
 def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
-    """TensorFlow with the thread pools sized, then Horovod on the MPI mpi4py started; returns (hvd, settings in force)."""
+    """TensorFlow with the thread pools sized, then Horovod on the MPI mpi4py started; returns (hvd,
+    settings in force).
+    """
     import tensorflow as tf
 
     host.warnings += runtime.configure_tensorflow(host.settings)
@@ -495,23 +681,32 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
         import horovod.tensorflow as hvd
     except ImportError:
         if layout.size > 1:  # mpi4py started several ranks, but nothing can average their gradients
-            raise SettingsError(f"{layout.size} ranks but Horovod is not installed; fix: build it against "
-                                "the launcher's MPI (scripts/setup.sh), or run one process") from None
+            raise SettingsError(
+                f"{layout.size} ranks but Horovod is not installed; fix: build it against "
+                "the launcher's MPI (scripts/setup.sh), or run one process"
+            ) from None
         from gan3d import solo as hvd
 
     # Horovod: initialize (it reuses the MPI that mpi4py started) and check it sees the same job.
     hvd.init()
     if (hvd.rank(), hvd.size()) != (layout.rank, layout.size):
-        raise SettingsError(f"Horovod sees rank {hvd.rank()} of {hvd.size()} but MPI rank {layout.rank} of "
-                            f"{layout.size}: horovod and mpi4py are built against different MPIs; "
-                            "fix: rebuild both against the MPI the launcher belongs to")
-    tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere (rank 0's are broadcast)
+        raise SettingsError(
+            f"Horovod sees rank {hvd.rank()} of {hvd.size()} but MPI rank {layout.rank} of "
+            f"{layout.size}: horovod and mpi4py are built against different MPIs; "
+            "fix: rebuild both against the MPI the launcher belongs to"
+        )
+    tf.keras.utils.set_random_seed(
+        args.seed
+    )  # same initial weights everywhere (rank 0's are broadcast)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
     in_force = runtime.settings_in_force()
-    _say(layout, f"gan3d train: {layout.size} rank(s) on {layout.nodes} node(s), {layout.ranks_per_node} per node; "
-                 f"intra-op {in_force['intra_op_threads']}, inter-op {in_force['inter_op_threads']} threads "
-                 f"per rank; " + " ".join(f"{k}={v}" for k, v in in_force["env"].items()))
+    _say(
+        layout,
+        f"gan3d train: {layout.size} rank(s) on {layout.nodes} node(s), {layout.ranks_per_node} per node; "
+        f"intra-op {in_force['intra_op_threads']}, inter-op {in_force['inter_op_threads']} threads "
+        f"per rank; " + " ".join(f"{k}={v}" for k, v in in_force["env"].items()),
+    )
     for w in host.warnings:
         _say(layout, f"gan3d train: warning: {w}")
     return hvd, in_force
@@ -529,7 +724,9 @@ def _measure_peaks(args: argparse.Namespace, host: Host, hvd) -> dict[str, float
     if args.measure_peak:
         from gan3d.peak import measure_peak_flops
 
-        for p in dict.fromkeys((_peak_precision(args), "fp64")):  # all ranks at once: what this layout reaches
+        for p in dict.fromkeys(
+            (_peak_precision(args), "fp64")
+        ):  # all ranks at once: what this layout reaches
             mine = measure_peak_flops(host.threads, args.measure_peak, precision=p)
             # Horovod: the job's peak is the sum of every rank's.
             peaks[p] = float(sum(hvd.allgather_object(mine)))
@@ -537,7 +734,9 @@ def _measure_peaks(args: argparse.Namespace, host: Host, hvd) -> dict[str, float
 
 
 def _build_model(args: argparse.Namespace, layout: RankLayout, host: Host, hvd) -> Model:
-    """Generator, discriminator and the step that trains them (its optimizers all-reduce gradients)."""
+    """Generator, discriminator and the step that trains them (its optimizers all-reduce
+    gradients).
+    """
     import tensorflow as tf
 
     from gan3d.model import PRESETS, discriminator, generator
@@ -547,30 +746,46 @@ def _build_model(args: argparse.Namespace, layout: RankLayout, host: Host, hvd) 
     compute = model_precision(args.precision)
     gen, disc = generator(args.preset, compute), discriminator(args.preset, compute)
     if args.precision != "fp32":
-        _say(layout, f"gan3d train: precision {args.precision} (bfloat16 compute, float32 weights); "
-                     f"CPU bf16 unit: {host.bf16_unit or 'none, emulated'}")
+        _say(
+            layout,
+            f"gan3d train: precision {args.precision} (bfloat16 compute, float32 weights); "
+            f"CPU bf16 unit: {host.bf16_unit or 'none, emulated'}",
+        )
     loss_weights = _loss_weights(args.loss_weights)
     # Horovod: scale the learning rate by the number of ranks (the global batch grows with them);
     # TrainStep averages gradients over ranks (hvd.allreduce) before each optimizer update.
-    config = StepConfig(loss_weights=loss_weights, flip_prob=args.flip_prob,
-                        learning_rate=args.lr * layout.size, optimizer=args.optimizer, xscale=args.xscale,
-                        latent_dim=PRESETS[args.preset].latent_dim, seed=args.seed,
-                        allreduce_dtype=args.allreduce_dtype)
+    config = StepConfig(
+        loss_weights=loss_weights,
+        flip_prob=args.flip_prob,
+        learning_rate=args.lr * layout.size,
+        optimizer=args.optimizer,
+        xscale=args.xscale,
+        latent_dim=PRESETS[args.preset].latent_dim,
+        seed=args.seed,
+        allreduce_dtype=args.allreduce_dtype,
+    )
     step = TrainStep(gen, disc, config=config, hvd=hvd)
     state = tf.train.Checkpoint(generator=gen, discriminator=disc, **step.variables_to_checkpoint())
     return Model(gen, disc, step, state, loss_weights, _weights_digest((gen, disc)))
 
 
-def _restore_and_broadcast(args: argparse.Namespace, layout: RankLayout, hvd, model: Model,
-                           checkpoints: EpochCheckpoints | None) -> int:
+def _restore_and_broadcast(
+    args: argparse.Namespace,
+    layout: RankLayout,
+    hvd,
+    model: Model,
+    checkpoints: EpochCheckpoints | None,
+) -> int:
     """Rank 0 restores the last checkpoint (--resume); every rank then starts from rank 0's state.
     Returns the number of epochs already trained."""
     start_epoch, latest = 0, None
     if args.resume and layout.rank == 0:
         latest = checkpoints.latest()
         if latest is None:
-            raise CheckpointError(f"--resume: no complete checkpoint in {checkpoints.directory}; "
-                                  "fix: train without --resume first, or point --checkpoint-dir at the run")
+            raise CheckpointError(
+                f"--resume: no complete checkpoint in {checkpoints.directory}; "
+                "fix: train without --resume first, or point --checkpoint-dir at the run"
+            )
         meta = checkpoints.restore(model.state, latest, {"preset": args.preset})
         start_epoch = int(meta["epoch"])
     # Horovod: every rank continues from the epoch rank 0 restored.
@@ -578,40 +793,79 @@ def _restore_and_broadcast(args: argparse.Namespace, layout: RankLayout, hvd, mo
     # Horovod: broadcast rank 0's state (fresh or resumed) everywhere: models, optimizer slots and
     # counters. (The RNGs are reseeded per rank and epoch: TrainStep.reseed.)
     step = model.step
-    hvd.broadcast_variables(model.gen.variables + model.disc.variables + step.d_optimizer.variables
-                            + step.g_optimizer.variables, root_rank=0)
-    step.set_learning_rate(step.config.learning_rate)  # this run's --lr, not the one restored with the optimizer
+    hvd.broadcast_variables(
+        model.gen.variables
+        + model.disc.variables
+        + step.d_optimizer.variables
+        + step.g_optimizer.variables,
+        root_rank=0,
+    )
+    step.set_learning_rate(
+        step.config.learning_rate
+    )  # this run's --lr, not the one restored with the optimizer
     if start_epoch:
         _say(layout, f"gan3d train: resumed from {latest} after epoch {start_epoch}")
     if start_epoch >= args.epochs:
-        _say(layout, f"gan3d train: already trained {start_epoch} epoch(s) of --epochs {args.epochs}; nothing to do")
+        _say(
+            layout,
+            f"gan3d train: already trained {start_epoch} epoch(s) of --epochs {args.epochs}; nothing to do",
+        )
     return start_epoch
 
 
-def _train(args: argparse.Namespace, layout: RankLayout, hvd, model: Model, data: Data, start_epoch: int,
-           checkpoints: EpochCheckpoints | None) -> Progress:
-    """The epochs: train, average losses and BatchNorm statistics over ranks, validate, check, checkpoint."""
+def _train(
+    args: argparse.Namespace,
+    layout: RankLayout,
+    hvd,
+    model: Model,
+    data: Data,
+    start_epoch: int,
+    checkpoints: EpochCheckpoints | None,
+) -> Progress:
+    """The epochs: train, average losses and BatchNorm statistics over ranks, validate, check,
+    checkpoint.
+    """
     from gan3d import results as res
 
     step, steps = model.step, data.steps
     base_lr = step.config.learning_rate
     warmup_steps = int(round(args.warmup_epochs * steps))
-    lr_at = (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps)) if warmup_steps else None
-    beat = Heartbeat(lambda text: _say(layout, text), epochs=args.epochs, steps=steps,
-                     showers_per_step=args.batch_size * layout.size, every_steps=args.heartbeat_steps,
-                     every_seconds=args.heartbeat_seconds)
+    lr_at = (
+        (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps))
+        if warmup_steps
+        else None
+    )
+    beat = Heartbeat(
+        lambda text: _say(layout, text),
+        epochs=args.epochs,
+        steps=steps,
+        showers_per_step=args.batch_size * layout.size,
+        every_steps=args.heartbeat_steps,
+        every_seconds=args.heartbeat_seconds,
+    )
     run = Progress()
     try:
         for epoch in range(start_epoch, args.epochs):
             step.reseed(layout.rank, epoch)
             t0, in_steps = time.perf_counter(), run.times.every_step
             beat.start_epoch(epoch + 1)
-            sums, done, lr_first = _train_epoch(step, data.stream, epoch, steps, lr_at, run.times, args,
-                                                beat if layout.rank == 0 else None, run.step_losses)
+            sums, done, lr_first = _train_epoch(
+                step,
+                data.stream,
+                epoch,
+                steps,
+                lr_at,
+                run.times,
+                args,
+                beat if layout.rank == 0 else None,
+                run.step_losses,
+            )
             run.epoch_times.append(time.perf_counter() - t0)
             run.step_sums.append(run.times.every_step - in_steps)
             if done != steps:
-                raise SettingsError(f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}")
+                raise SettingsError(
+                    f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}"
+                )
             # Horovod: every rank reports the losses and BatchNorm statistics averaged over all ranks.
             train_losses = _mean_losses(sums, done, hvd)
             _average_statistics((model.gen, model.disc), hvd)
@@ -619,26 +873,53 @@ def _train(args: argparse.Namespace, layout: RankLayout, hvd, model: Model, data
             run.available.append(res.memory_available_bytes())
 
             t0 = time.perf_counter()
-            val_losses = _mean_losses(*_validation_sums(step, data.val_stream, data.val_steps, layout.rank), hvd)
+            val_losses = _mean_losses(
+                *_validation_sums(step, data.val_stream, data.val_steps, layout.rank), hvd
+            )
             run.val_times.append(time.perf_counter() - t0)
-            check_losses({**train_losses, **{f"validation {k}": v for k, v in val_losses.items()}},
-                         epoch + 1, None, step.learning_rate, args)
-            check_weights((model.gen, model.disc), epoch + 1, args)  # identical on all ranks: all stop together
+            check_losses(
+                {**train_losses, **{f"validation {k}": v for k, v in val_losses.items()}},
+                epoch + 1,
+                None,
+                step.learning_rate,
+                args,
+            )
+            check_weights(
+                (model.gen, model.disc), epoch + 1, args
+            )  # identical on all ranks: all stop together
 
             t0 = time.perf_counter()
             # Horovod: checkpoint on rank 0 only, so that ranks do not overwrite each other's.
             if checkpoints and layout.rank == 0:
-                checkpoints.save(model.state, model.gen, epoch + 1,
-                                 {"preset": args.preset, "seed": args.seed, "ranks": layout.size,
-                                  "batch_size": args.batch_size, "steps_per_epoch": steps,
-                                  "precision": args.precision})
+                checkpoints.save(
+                    model.state,
+                    model.gen,
+                    epoch + 1,
+                    {
+                        "preset": args.preset,
+                        "seed": args.seed,
+                        "ranks": layout.size,
+                        "batch_size": args.batch_size,
+                        "steps_per_epoch": steps,
+                        "precision": args.precision,
+                    },
+                )
             run.ckpt_times.append(time.perf_counter() - t0)
-            run.history.append({"epoch": epoch + 1, "train": train_losses, "validation": val_losses,
-                                "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate}})
-            _say(layout, f"gan3d train: epoch {epoch + 1}/{args.epochs}: {run.epoch_times[-1]:.2f} s, {steps} steps, "
-                         f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
-                         f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
-                         f"{val_losses.get('d_loss', float('nan')):.4f}")
+            run.history.append(
+                {
+                    "epoch": epoch + 1,
+                    "train": train_losses,
+                    "validation": val_losses,
+                    "learning_rate": {"first_step": lr_first, "last_step": step.learning_rate},
+                }
+            )
+            _say(
+                layout,
+                f"gan3d train: epoch {epoch + 1}/{args.epochs}: {run.epoch_times[-1]:.2f} s, {steps} steps, "
+                f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
+                f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
+                f"{val_losses.get('d_loss', float('nan')):.4f}",
+            )
     except LossDiverged as exc:
         exc.history = run.history  # the completed epochs, all finite
         raise
@@ -649,10 +930,15 @@ def _gather_ranks(hvd, layout: RankLayout, model: Model, run: Progress) -> list[
     """Horovod: every rank's host, memory and final weights, in rank order, for rank 0's record."""
     from gan3d import results as res
 
-    return hvd.allgather_object({"rank": layout.rank, "hostname": layout.hostname,
-                                 "peak_rss_bytes": res.peak_rss_bytes(),
-                                 "weights_sha256": _weights_digest((model.gen, model.disc)),
-                                 "available": min(filter(None, run.available), default=None)})
+    return hvd.allgather_object(
+        {
+            "rank": layout.rank,
+            "hostname": layout.hostname,
+            "peak_rss_bytes": res.peak_rss_bytes(),
+            "weights_sha256": _weights_digest((model.gen, model.disc)),
+            "available": min(filter(None, run.available), default=None),
+        }
+    )
 
 
 def _run(args: argparse.Namespace, layout: RankLayout) -> int:
@@ -673,23 +959,43 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         run = _train(args, layout, hvd, model, data, start_epoch, checkpoints)
     except LossDiverged as exc:
         if layout.rank == 0 and args.results:
-            res.write_results(args.results, res.failure_record(args, layout, exc, exc.history, checkpoints,
-                                                               started, code))
+            res.write_results(
+                args.results,
+                res.failure_record(args, layout, exc, exc.history, checkpoints, started, code),
+            )
         raise
     per_rank = _gather_ranks(hvd, layout, model, run)
     # Horovod: rank 0 alone writes the results (every rank's facts are in per_rank).
     if layout.rank == 0 and args.results:
-        record = res.run_record(args, layout, host, data, model, run, per_rank,
-                                started=started, code=code, in_force=in_force, peaks_measured=peaks,
-                                peak_precision=_peak_precision(args), start_epoch=start_epoch,
-                                checkpoint=checkpoints.latest_own() if checkpoints else None)
+        record = res.run_record(
+            args,
+            layout,
+            host,
+            data,
+            model,
+            run,
+            per_rank,
+            started=started,
+            code=code,
+            in_force=in_force,
+            peaks_measured=peaks,
+            peak_precision=_peak_precision(args),
+            start_epoch=start_epoch,
+            checkpoint=checkpoints.latest_own() if checkpoints else None,
+        )
         path = res.write_results(args.results, record)
-        _say(layout, f"gan3d train: {record['showers_per_second']:.2f} showers/s, "
-                     f"{record['flop_per_second'] / 1e9:.2f} GFLOP/s; results in {path}")
+        _say(
+            layout,
+            f"gan3d train: {record['showers_per_second']:.2f} showers/s, "
+            f"{record['flop_per_second'] / 1e9:.2f} GFLOP/s; results in {path}",
+        )
         rss, usable = record["peak_rss_bytes_per_rank"], record["usable_memory_bytes_per_rank"]
         if usable and max(rss) > usable:
-            _say(layout, f"gan3d train: warning: peak memory {max(rss) / 1e9:.2f} GB per rank exceeds the "
-                         f"{usable / 1e9:.2f} GB a rank may use on a {host.site.name} node")
+            _say(
+                layout,
+                f"gan3d train: warning: peak memory {max(rss) / 1e9:.2f} GB per rank exceeds the "
+                f"{usable / 1e9:.2f} GB a rank may use on a {host.site.name} node",
+            )
     data.train_files.close()
     data.val_files.close()
     if data.temp_dir and layout.rank == 0:

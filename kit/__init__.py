@@ -1,4 +1,5 @@
 """Secure-site deployment kit: images, MPI pairs, transfer, Slurm, scaling."""
+
 from importlib import metadata
 
 try:  # results records and `kit --version` name the installed distribution's version

@@ -1,4 +1,5 @@
 """Atomic output: readers never see a half-written file (temp in the same dir + rename)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +16,9 @@ from kit import interrupt
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "wb", perm: int = 0o644, replace: bool = True) -> Iterator[IO[Any]]:
+def atomic_open(
+    path: str | os.PathLike[str], mode: str = "wb", perm: int = 0o644, replace: bool = True
+) -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path``; rename it into place only if the block succeeds.
     ``replace`` False: a file that appeared at ``path`` meanwhile is kept (FileExistsError)."""
     path = Path(path)
@@ -41,7 +44,9 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", perm: int = 0o64
         raise
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, perm: int = 0o644, replace: bool = True) -> None:
+def atomic_write_text(
+    path: str | os.PathLike[str], text: str, perm: int = 0o644, replace: bool = True
+) -> None:
     with atomic_open(path, "w", perm, replace) as fh:
         fh.write(text)
 
@@ -88,6 +93,7 @@ def _renameat2(dir_fd: int, old: str, new: str, flags: int) -> None:
     global _AT
     if _AT is None:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         _AT = getattr(libc, "renameat2", False), ctypes
     func, ctypes = _AT
@@ -164,7 +170,9 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
 def _open_up(directory: str) -> None:
     """chmod 700 a directory of a tree being removed, never through a link (os.chmod follows one:
     a name swapped for a link meanwhile would open up what it points to, as root)."""
-    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # no r bit needed
+    fd = os.open(
+        directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    )  # no r bit needed
     try:
         os.chmod(f"/proc/self/fd/{fd}", 0o700)  # what fd holds (fchmod refuses an O_PATH fd)
     finally:
@@ -173,6 +181,7 @@ def _open_up(directory: str) -> None:
 
 def remove_tree(path: str | os.PathLike[str]) -> None:
     """Remove a tree the kit made, read-only directories in it included; never follows links."""
+
     def writable(func: object, name: str, exc_info: tuple[Any, BaseException, Any]) -> None:
         if isinstance(exc_info[1], FileNotFoundError):
             return
@@ -187,12 +196,14 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
             shutil.rmtree(name, onerror=writable)
         else:
             os.unlink(name)
+
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, onerror=writable)
 
 
-def remove_tree_if(path: Path, aside: str, expected: int,
-                   owned: Callable[[Path], bool] = lambda tree: True) -> bool:
+def remove_tree_if(
+    path: Path, aside: str, expected: int, owned: Callable[[Path], bool] = lambda tree: True
+) -> bool:
     """Remove the directory PATH only if it is still the inode EXPECTED (the tree the caller checked
     as its own) and ``owned`` still says so of it: it is first renamed to the sibling ASIDE (a name
     the caller's cleanup knows), checked there (an inode number can be reused by a tree made since),
@@ -203,10 +214,14 @@ def remove_tree_if(path: Path, aside: str, expected: int,
         with interrupt.held():
             try:
                 rename_noreplace(fd, path.name, aside)
-            except (FileNotFoundError, FileExistsError):  # gone already, or ASIDE taken: nothing moved
+            except (
+                FileNotFoundError,
+                FileExistsError,
+            ):  # gone already, or ASIDE taken: nothing moved
                 return False
-            if (os.stat(aside, dir_fd=fd, follow_symlinks=False).st_ino != expected
-                    or not owned(path.parent / aside)):
+            if os.stat(aside, dir_fd=fd, follow_symlinks=False).st_ino != expected or not owned(
+                path.parent / aside
+            ):
                 rename_noreplace(fd, aside, path.name)
                 return False
             fsync_dir(fd)
@@ -229,7 +244,9 @@ def replace_tree(new: Path, final: Path, expected: int | None) -> None:
             if expected is None:
                 rename_noreplace(fd, new.name, final.name)
             elif not exchange_if(fd, new.name, final.name, expected):
-                raise FileExistsError(errno.EEXIST, "changed while it was being replaced", str(final))
+                raise FileExistsError(
+                    errno.EEXIST, "changed while it was being replaced", str(final)
+                )
             fsync_dir(fd)
     finally:
         os.close(fd)
@@ -242,10 +259,13 @@ def open_lock_file(path: Path, what: str) -> int:
     from kit.errors import KitError
 
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+        )
     except OSError as exc:
-        raise KitError(f"{path}: cannot open {what} ({exc.strerror})",
-                       fix="remove what is at that name") from None
+        raise KitError(
+            f"{path}: cannot open {what} ({exc.strerror})", fix="remove what is at that name"
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise KitError(f"{path}: not a regular file", fix="remove what is at that name")
@@ -259,14 +279,20 @@ def open_log(path: Path, what: str) -> IO[bytes]:
     from kit.errors import KitError
 
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o644)
+        fd = os.open(
+            path,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            0o644,
+        )
     except OSError as exc:
-        raise KitError(f"{path}: cannot open {what} ({exc.strerror})",
-                       fix="move aside what is at that name") from None
+        raise KitError(
+            f"{path}: cannot open {what} ({exc.strerror})", fix="move aside what is at that name"
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise KitError(f"{path}: not a regular file, so not {what}", fix="move aside what is at that name")
+        raise KitError(
+            f"{path}: not a regular file, so not {what}", fix="move aside what is at that name"
+        )
     os.set_blocking(fd, True)
     return os.fdopen(fd, "ab")
 
@@ -283,7 +309,9 @@ def own_dir(path: Path, what: str) -> Path:
         os.mkdir(path)
     mode = os.lstat(path).st_mode
     if not stat.S_ISDIR(mode):
-        raise KitError(f"{path}: is {kind_name(mode)}, not {what} the kit makes there; it writes nothing through "
-                       "what it did not make",
-                       fix="move it aside")
+        raise KitError(
+            f"{path}: is {kind_name(mode)}, not {what} the kit makes there; it writes nothing through "
+            "what it did not make",
+            fix="move it aside",
+        )
     return path

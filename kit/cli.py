@@ -1,4 +1,5 @@
 """The `kit` command line: a thin layer over the library; each group lives in kit/commands/."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """With a group named first in `argv`, only that group is imported: its libraries (Fabric,
     the MPI probes, ...) are what a command's start-up time is made of."""
     parser = argparse.ArgumentParser(prog="kit", description=__doc__)
-    parser.add_argument("--debug", action="store_true",
-                        help="print the traceback of an internal error instead of writing it to a file")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an internal error instead of writing it to a file",
+    )
     parser.add_argument("--version", action=_Version)
     add_flags(parser, leaf=False)
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
@@ -46,15 +50,23 @@ class _Version(argparse.Action):
     only when the option is given, not each time the parser is built."""
 
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="show the version and the git commit of this kit and exit")
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show the version and the git commit of this kit and exit",
+        )
 
     def __call__(self, parser: argparse.ArgumentParser, *args) -> None:
         from kit.code_commit import source_commit
 
         code = source_commit()
-        commit = (f"{code['git_commit']}: {code['git_commit_basis']}" if code["git_commit"]
-                  else code["git_commit_basis"])  # "unknown: why"
+        commit = (
+            f"{code['git_commit']}: {code['git_commit_basis']}"
+            if code["git_commit"]
+            else code["git_commit_basis"]
+        )  # "unknown: why"
         print(f"kit (secure-site-kit) {__version__}\ncommit {commit}")
         parser.exit()
 
@@ -77,6 +89,7 @@ def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) ->
 
     def fail(args: argparse.Namespace) -> int:
         raise error
+
     group.set_defaults(func=fail)
 
 
@@ -100,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         with applied(args):
             return int(args.func(args) or 0)
     except ImportError as exc:
-        error = missing_extra(exc, "kit " + " ".join([a for a in argv if not a.startswith("-")][:2]))
+        error = missing_extra(
+            exc, "kit " + " ".join([a for a in argv if not a.startswith("-")][:2])
+        )
         if error is None:
             return report_bug("kit", exc, debug)
         return _failed(error)
@@ -111,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
         # Outputs are renamed into place only when complete; what an interrupted command
         # leaves is temporary files with the kit's own names, which its next run removes.
-        print(f"kit: {interrupt.signal_name(exc)}; outputs are replaced only when complete", file=sys.stderr)
+        print(
+            f"kit: {interrupt.signal_name(exc)}; outputs are replaced only when complete",
+            file=sys.stderr,
+        )
         return interrupt.exit_status(exc)
     except Exception as exc:  # a bug: one line here, the traceback in a file
         problem = environment_problem(exc)

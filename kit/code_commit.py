@@ -7,6 +7,7 @@ with `record_commit` into the build tree (`make wheelhouse`, `pip wheel .`), and
 into its staged context, so an install or an image still names its commit (and whether the tree
 had uncommitted changes). Never fatal: a results record says null and why.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ from kit.errors import KitError
 from kit.excerpt import one_line
 from kit.readfile import read_json
 
-RECORD = "build_commit.json"  # inside the kit package of a staged build context, and so of its wheel
+RECORD = (
+    "build_commit.json"  # inside the kit package of a staged build context, and so of its wheel
+)
 FORMAT = "kit-build-commit/1"
 GIT_TIMEOUT_S = 10  # a hung network filesystem must not hold a run
 
@@ -31,9 +34,18 @@ def _installed() -> Path:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # the tree's own repository
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("GIT_")
+    }  # the tree's own repository
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=GIT_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def from_checkout(package_dir: Path) -> tuple[str | None, str]:
@@ -42,17 +54,27 @@ def from_checkout(package_dir: Path) -> tuple[str | None, str]:
         # The package's own file must be tracked: a venv inside some other repository is not a checkout of it.
         tracked = _git(["ls-files", "--error-unmatch", "--", "__init__.py"], package_dir)
         if tracked.returncode != 0:
-            return None, f"not a git checkout ({one_line(tracked.stderr.strip(), 200) or 'not tracked'})"
+            return (
+                None,
+                f"not a git checkout ({one_line(tracked.stderr.strip(), 200) or 'not tracked'})",
+            )
         head = _git(["rev-parse", "--verify", "HEAD"], package_dir)
-        status = _git(["status", "--porcelain", "--untracked-files=no", "--", "."], package_dir.parent)
+        status = _git(
+            ["status", "--porcelain", "--untracked-files=no", "--", "."], package_dir.parent
+        )
     except FileNotFoundError:
         return None, "no git program on PATH to ask"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"git failed ({one_line(str(exc), 200)})"
     if head.returncode != 0:
         return None, f"git has no HEAD ({one_line(head.stderr.strip(), 200)})"
-    changed = (" (whether it has uncommitted changes is unknown: git status failed)" if status.returncode != 0
-               else " with uncommitted changes" if status.stdout.strip() else "")
+    changed = (
+        " (whether it has uncommitted changes is unknown: git status failed)"
+        if status.returncode != 0
+        else " with uncommitted changes"
+        if status.stdout.strip()
+        else ""
+    )
     return head.stdout.strip(), f"git checkout at {package_dir.parent}{changed}"
 
 
@@ -64,16 +86,27 @@ def source_commit(package_dir: Path | None = None) -> dict:
         return {"git_commit": commit, "git_commit_basis": basis}
     record = package_dir / RECORD
     if not record.exists():
-        return {"git_commit": None, "git_commit_basis": f"unknown: {basis}, and no commit recorded at build time"}
+        return {
+            "git_commit": None,
+            "git_commit_basis": f"unknown: {basis}, and no commit recorded at build time",
+        }
     try:
-        found = read_json(record, "build commit record", "fix: rebuild the image with `kit image build`", 4096)
-        if not (isinstance(found, dict) and found.get("format") == FORMAT and isinstance(found.get("git_commit"), str)
-                and isinstance(found.get("git_commit_basis"), str)):
+        found = read_json(
+            record, "build commit record", "fix: rebuild the image with `kit image build`", 4096
+        )
+        if not (
+            isinstance(found, dict)
+            and found.get("format") == FORMAT
+            and isinstance(found.get("git_commit"), str)
+            and isinstance(found.get("git_commit_basis"), str)
+        ):
             raise KitError(f"{record}: not a build commit record (format {FORMAT!r})")
     except KitError as exc:
         return {"git_commit": None, "git_commit_basis": f"unknown: {one_line(str(exc), 200)}"}
-    return {"git_commit": found["git_commit"],
-            "git_commit_basis": f"recorded at build time: {one_line(found['git_commit_basis'], 300)}"}
+    return {
+        "git_commit": found["git_commit"],
+        "git_commit_basis": f"recorded at build time: {one_line(found['git_commit_basis'], 300)}",
+    }
 
 
 def record_commit(staged_package: Path, source_package: Path | None = None) -> dict:
@@ -82,7 +115,11 @@ def record_commit(staged_package: Path, source_package: Path | None = None) -> d
     built from a staged context) is copied by the staging itself and kept."""
     commit, basis = from_checkout(source_package or _installed())
     if commit:
-        atomic_write_text(staged_package / RECORD,
-                          json.dumps({"format": FORMAT, "git_commit": commit, "git_commit_basis": basis},
-                                     indent=2) + "\n")
+        atomic_write_text(
+            staged_package / RECORD,
+            json.dumps(
+                {"format": FORMAT, "git_commit": commit, "git_commit_basis": basis}, indent=2
+            )
+            + "\n",
+        )
     return {"git_commit": commit, "git_commit_basis": basis}

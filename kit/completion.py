@@ -1,5 +1,6 @@
 """Shell completion scripts generated from the `kit` argparse tree, so that they never drift
 from the commands (no completion library: argparse already knows every word)."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,12 +41,23 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
         node, p = pending.pop(0)
         children = _children(p)
         for name, child in children.items():
-            steps.append(f"    {shlex.quote(f'{node}:{name}')}) node={shlex.quote(f'{node} {name}')} ;;")
+            steps.append(
+                f"    {shlex.quote(f'{node}:{name}')}) node={shlex.quote(f'{node} {name}')} ;;"
+            )
             pending.append((f"{node} {name}", child))
-        positional = [str(c) for a in p._actions if not a.option_strings and a.choices
-                      and not isinstance(a, argparse._SubParsersAction) for c in a.choices]
-        nodes.append(_case(node, subs=list(children) + positional,
-                           opts=[flag for a in _options(p) for flag in a.option_strings]))
+        positional = [
+            str(c)
+            for a in p._actions
+            if not a.option_strings and a.choices and not isinstance(a, argparse._SubParsersAction)
+            for c in a.choices
+        ]
+        nodes.append(
+            _case(
+                node,
+                subs=list(children) + positional,
+                opts=[flag for a in _options(p) for flag in a.option_strings],
+            )
+        )
         for action in _options(p):
             if action.nargs == 0:
                 continue
@@ -56,31 +68,33 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
                     values.append(_case(f"{node}:{flag}", words=[str(c) for c in action.choices]))
                 else:  # a path or a free value: the shell's file names
                     values.append(_case(f"{node}:{flag}", words=[]) + "  # files")
-    return "\n".join([
-        "# bash completion for kit (secure-site-kit), written by `kit completion bash`",
-        f"{FUNCTION}() {{",
-        '  local cur="${COMP_WORDS[COMP_CWORD]}" prev="" node=kit words=- subs="" opts="" i',
-        '  (( COMP_CWORD > 0 )) && prev="${COMP_WORDS[COMP_CWORD-1]}"',
-        "  for (( i = 1; i < COMP_CWORD; i++ )); do",
-        '    case "$node:${COMP_WORDS[i]}" in',
-        *steps,
-        "    esac",
-        "  done",
-        '  case "$node:$prev" in',
-        *values,
-        "  esac",
-        '  if [[ "$words" == - ]]; then',
-        '    case "$node" in',
-        *nodes,
-        "    esac",
-        '    if [[ "$cur" == -* ]]; then words="$opts"; else words="$subs"; fi',
-        "  fi",
-        '  COMPREPLY=( $(compgen -W "$words" -- "$cur") )',
-        "  return 0  # no match is no failure",
-        "}",
-        f"complete -o default -F {FUNCTION} kit",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# bash completion for kit (secure-site-kit), written by `kit completion bash`",
+            f"{FUNCTION}() {{",
+            '  local cur="${COMP_WORDS[COMP_CWORD]}" prev="" node=kit words=- subs="" opts="" i',
+            '  (( COMP_CWORD > 0 )) && prev="${COMP_WORDS[COMP_CWORD-1]}"',
+            "  for (( i = 1; i < COMP_CWORD; i++ )); do",
+            '    case "$node:${COMP_WORDS[i]}" in',
+            *steps,
+            "    esac",
+            "  done",
+            '  case "$node:$prev" in',
+            *values,
+            "  esac",
+            '  if [[ "$words" == - ]]; then',
+            '    case "$node" in',
+            *nodes,
+            "    esac",
+            '    if [[ "$cur" == -* ]]; then words="$opts"; else words="$subs"; fi',
+            "  fi",
+            '  COMPREPLY=( $(compgen -W "$words" -- "$cur") )',
+            "  return 0  # no match is no failure",
+            "}",
+            f"complete -o default -F {FUNCTION} kit",
+            "",
+        ]
+    )
 
 
 def script(shell: str, parser: argparse.ArgumentParser) -> str:

@@ -4,6 +4,7 @@ Expected failures are KitError (or a command's own error types) and are reported
 happen. Anything else is a bug: the user gets one line naming a file that holds the traceback
 to attach to a report; `--debug` (or KIT_DEBUG=1) prints the traceback instead.
 """
+
 from __future__ import annotations
 
 import errno
@@ -27,7 +28,9 @@ def debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
 
 
 def _crash_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     return Path(os.environ.get("KIT_CRASH_DIR") or os.path.join(state, "secure-site-kit"))
 
 
@@ -38,7 +41,9 @@ def write_report(prog: str, exc: BaseException) -> Path | None:
     for directory in (_crash_dir(), Path(tempfile.gettempdir())):
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=f"{prog}-crash-{stamp}-", suffix=".txt", dir=directory)
+            fd, name = tempfile.mkstemp(
+                prefix=f"{prog}-crash-{stamp}-", suffix=".txt", dir=directory
+            )
         except OSError:
             continue
         try:  # argv may hold bytes that are no UTF-8 (surrogate escapes): never fail here
@@ -58,8 +63,12 @@ def report_bug(prog: str, exc: BaseException, debug: bool) -> int:
     where = write_report(prog, exc)
     summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     kept = f"the traceback is in {where}" if where else "no directory would take the traceback"
-    print(f"{prog}: internal error ({summary}); {kept}; rerun with --debug to print it, "
-          f"and please report it", file=sys.stderr, flush=True)
+    print(
+        f"{prog}: internal error ({summary}); {kept}; rerun with --debug to print it, "
+        f"and please report it",
+        file=sys.stderr,
+        flush=True,
+    )
     return EXIT_BUG
 
 
@@ -88,9 +97,16 @@ def environment_problem(exc: BaseException) -> str | None:
     name = exc.filename2 if exc.filename2 is not None else exc.filename
     path = os.fsdecode(name) if isinstance(name, (str, bytes)) else str(name)
     what = exc.strerror or os.strerror(exc.errno)
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
-            and not os.path.lexists(path):
-        where = f"{os.path.dirname(path) or '.'}: cannot create {os.path.basename(path)} in it ({what})"
+    if exc.errno in (
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.EDQUOT,
+    ) and not os.path.lexists(path):
+        where = (
+            f"{os.path.dirname(path) or '.'}: cannot create {os.path.basename(path)} in it ({what})"
+        )
     else:
         where = f"{path}: {what}"
     return f"{where}; fix: {_ENVIRONMENT_FIXES[exc.errno]}"

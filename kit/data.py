@@ -7,6 +7,7 @@ constraints.txt, pyproject.toml, README.md); kit/_data/ links to them in a check
 there, so one lookup through the installed package finds them in a checkout, an editable
 install and a wheel installed anywhere, never relative to the current directory.
 """
+
 from __future__ import annotations
 
 from importlib import resources
@@ -19,7 +20,8 @@ def shipped(*parts: str) -> Path:
     """The shipped file or directory kit/_data/<parts>."""
     root = resources.files("kit")
     if not isinstance(root, Path):  # a zipped install: the kit hands these paths to other programs
-        raise KitError(f"the kit is installed as a zip archive ({root})",
-                       fix="install the secure-site-kit "
-                       "wheel with pip, which unpacks it")
+        raise KitError(
+            f"the kit is installed as a zip archive ({root})",
+            fix="install the secure-site-kit wheel with pip, which unpacks it",
+        )
     return root.joinpath("_data", *parts)

@@ -1,4 +1,7 @@
-"""One error type for what a user can fix; the CLI prints it as one line and exits 1 (EXIT_ERROR)."""
+"""One error type for what a user can fix; the CLI prints it as one line and exits 1
+(EXIT_ERROR).
+"""
+
 from __future__ import annotations
 
 FIX = "; fix: "  # how the one line joins what went wrong and what to do about it

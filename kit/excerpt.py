@@ -4,6 +4,7 @@ An error message must stay one line naming the file, the field and the fix; a va
 an attacker) wrote may be megabytes long, deeply nested, or hold newlines. reprlib bounds the
 work before anything is printed (repr escapes line breaks); the result is cut to `limit`.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -29,7 +30,7 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozens
 def shown(value: Any, limit: int = LIMIT) -> str:
     """repr(value) in one line of at most ``limit`` characters."""
     text = _REPR.repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def control_character(text: str) -> str | None:
@@ -43,8 +44,10 @@ def control_character(text: str) -> str | None:
 
 def clipped(text: str, limit: int = LIMIT) -> str:
     """Free text for a message, unquoted: line breaks escaped, cut to ``limit`` characters."""
-    text = "".join(repr(c)[1:-1] if unicodedata.category(c) in _BREAKS else c for c in text[:limit + 1])
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    text = "".join(
+        repr(c)[1:-1] if unicodedata.category(c) in _BREAKS else c for c in text[: limit + 1]
+    )
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def one_line(text: object, limit: int = 300, tail: bool = False) -> str:
@@ -52,5 +55,5 @@ def one_line(text: object, limit: int = 300, tail: bool = False) -> str:
     one space; ``tail`` keeps the end, where a tool's stderr says why it failed."""
     text = " ".join(str(text).split())
     if len(text) > limit:
-        text = "..." + text[-(limit - 3):] if tail else text[:limit - 3] + "..."
+        text = "..." + text[-(limit - 3) :] if tail else text[: limit - 3] + "..."
     return "".join(repr(c)[1:-1] if unicodedata.category(c) in _BREAKS else c for c in text)

@@ -9,6 +9,7 @@ sha256-of-a-file function live here; transfer/remote_script.py, which runs on th
 bare python3, keeps a standard-library copy of what it needs (tests/transfer check they agree).
 Kept free of heavy imports: the batch-script renderer reads it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,16 +40,20 @@ def stem(name: str) -> str:
     for suffix in SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
-    raise KitError(f"{name}: not an image file; expected one of {', '.join(SUFFIXES)} "
-                   "(as written by kit image convert)")
+    raise KitError(
+        f"{name}: not an image file; expected one of {', '.join(SUFFIXES)} "
+        "(as written by kit image convert)"
+    )
 
 
 def image_name(text: str) -> str:
     """The installed name of an image given as NAME, an image file name or its path."""
     name = stem(Path(text).name) if text.endswith(SUFFIXES) else text
     if not NAME_RE.fullmatch(name):
-        raise KitError(f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
-                       "digits and . _ + -, not starting with a dot")
+        raise KitError(
+            f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
+            "digits and . _ + -, not starting with a dot"
+        )
     return name
 
 
@@ -87,15 +92,24 @@ def recorded_digest(text: str, name: str) -> str | None:
 def read_recorded_digest(sha_file: Path, name: str) -> str | None:
     """The digest IMAGE.sha256 records for ``name`` (bounded, never blocking); None if it names
     none; KitError if the file cannot be read as text. FileNotFoundError passes through."""
-    return recorded_digest(decode(read_bytes(sha_file, "checksum file", SHA256_FILE_MAX), sha_file, "checksum file"),
-                           name)
+    return recorded_digest(
+        decode(read_bytes(sha_file, "checksum file", SHA256_FILE_MAX), sha_file, "checksum file"),
+        name,
+    )
 
 
 def load_pair_document(path: str | os.PathLike, fix: str, missing: str) -> Document:
     """IMAGE.pair.yaml parsed with the kit's bounds (kit.yamlbound) and its format tag checked;
     KitError naming the file, the line and ``fix`` otherwise (``missing``: no such file)."""
-    return load_tagged(path, "pair file", PAIR_TAG, PAIR_FORMAT, fix, missing=missing,
-                       wrote="a pair file this kit wrote")
+    return load_tagged(
+        path,
+        "pair file",
+        PAIR_TAG,
+        PAIR_FORMAT,
+        fix,
+        missing=missing,
+        wrote="a pair file this kit wrote",
+    )
 
 
 def is_pair_document(data: bytes, path: str | os.PathLike) -> bool:
@@ -108,7 +122,9 @@ def is_pair_document(data: bytes, path: str | os.PathLike) -> bool:
 
 
 def is_sha256_file(data: bytes, name: str) -> bool:
-    """Whether bytes already read are exactly the OUT.sha256 `kit image convert` writes for ``name``."""
+    """Whether bytes already read are exactly the OUT.sha256 `kit image convert` writes for
+    ``name``.
+    """
     text = data.decode("utf-8", "replace")
     digest = recorded_digest(text, name)
     return digest is not None and text == sha256_line(digest, name)

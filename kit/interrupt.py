@@ -14,6 +14,7 @@ Ctrl-C, raised as ``Terminated`` (a KeyboardInterrupt, so every cleanup that han
 handles it): Python's default action would end the process at once, leaving temporary files and
 children behind. The command lines end with 128 + the signal's number (130, 143).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,14 +28,23 @@ from typing import Callable
 
 RETRY = 0.005  # seconds between attempts
 PATIENCE = 2.0  # seconds after which a deferred interrupt is raised wherever the main thread is
-UNHEARD = 10.0  # seconds after which a stop the main thread never ran its handler for ends the process
+UNHEARD = (
+    10.0  # seconds after which a stop the main thread never ran its handler for ends the process
+)
 
 # Standard modules whose frames may hold a lock between an acquire and the statement that
 # releases it (named, not imported: the kit's start-up time is what every command pays).
 _STDLIB = os.path.dirname(threading.Condition.__enter__.__code__.co_filename)
-_LOCKING = frozenset(os.path.join(_STDLIB, *name.split("/")) for name in (
-    "threading.py", "queue.py", "logging/__init__.py", "concurrent/futures/_base.py",
-    "concurrent/futures/thread.py"))
+_LOCKING = frozenset(
+    os.path.join(_STDLIB, *name.split("/"))
+    for name in (
+        "threading.py",
+        "queue.py",
+        "logging/__init__.py",
+        "concurrent/futures/_base.py",
+        "concurrent/futures/thread.py",
+    )
+)
 STOPPING = (signal.SIGINT, signal.SIGTERM)
 _deferred_since: float | None = None
 _deferred_signal = signal.SIGINT  # the stopping signal a deferred interrupt raises
@@ -42,7 +52,9 @@ _held = 0  # depth of held() blocks
 _owed = False  # a stop arrived while held: raised when the outermost block ends
 _heard: set[int] = set()  # stopping signals whose handler has run in the main thread
 _watching = False  # the watcher thread runs
-_last_words: list[Callable[[], None]] = []  # quick clean-ups run before the watcher ends a stuck process
+_last_words: list[
+    Callable[[], None]
+] = []  # quick clean-ups run before the watcher ends a stuck process
 
 
 class Terminated(KeyboardInterrupt):
@@ -75,7 +87,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     now = time.monotonic()
     _heard.add(signum)
     if signum in STOPPING and (_deferred_since is None or signum == signal.SIGTERM):
-        _deferred_signal = signum  # SIGTERM wins over an earlier Ctrl-C: its exit status is the one owed
+        _deferred_signal = (
+            signum  # SIGTERM wins over an earlier Ctrl-C: its exit status is the one owed
+        )
     if _held:
         _owed = True
         return
@@ -115,12 +129,16 @@ def install() -> None:
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     os.set_blocking(write_end, False)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    os.register_at_fork(after_in_child=lambda: signal.set_wakeup_fd(-1))  # a forked child's signals are its own
+    os.register_at_fork(
+        after_in_child=lambda: signal.set_wakeup_fd(-1)
+    )  # a forked child's signals are its own
     # started with the stops blocked, which it keeps: the kernel hands them to the main thread, whose
     # blocking calls they must interrupt (a signal taken by another thread wakes nothing there)
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {*STOPPING, signal.SIGALRM})
     try:
-        threading.Thread(target=_watch, args=(read_end,), name="kit-stop-watcher", daemon=True).start()
+        threading.Thread(
+            target=_watch, args=(read_end,), name="kit-stop-watcher", daemon=True
+        ).start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -132,8 +150,11 @@ def _watch(fd: int) -> None:
                 time.sleep(UNHEARD)
                 if signum not in _heard:
                     name = signal.Signals(signum).name
-                    os.write(2, f"kit: {name} not heard in {UNHEARD:g} s (the program is stuck in native "
-                                f"code); ending it now\n".encode())
+                    os.write(
+                        2,
+                        f"kit: {name} not heard in {UNHEARD:g} s (the program is stuck in native "
+                        f"code); ending it now\n".encode(),
+                    )
                     for clean_up in _last_words:
                         try:
                             clean_up()

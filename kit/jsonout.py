@@ -3,6 +3,7 @@
 Commands build the whole document before printing it, so a command that fails prints nothing on
 stdout (its one-line error goes to stderr) and a script never parses half an answer.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,5 +19,8 @@ def emit(schema: str, document: dict[str, Any]) -> None:
 
 
 def add_json_flag(parser, schema: str) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help=f"print one JSON document (schema {schema}) on stdout instead of text")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print one JSON document (schema {schema}) on stdout instead of text",
+    )

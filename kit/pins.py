@@ -7,6 +7,7 @@ platform), and a check of downloaded files against the hashes; setup.sh also ask
 installed distribution the list replaced by another that owns the same files. Standard library
 only: it runs as `python3 kit/pins.py ...` before anything is installed, on any Python >= 3.9.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_BYTES = 8 << 20  # a lock of every extra is ~250 KB
-PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)\s*(?:;\s*(?P<marker>.+?))?\s*\Z")
+PIN = re.compile(
+    r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)\s*(?:;\s*(?P<marker>.+?))?\s*\Z"
+)
 _TERM = r"\(*\s*[a-z_]+\s*(?:==|!=|<=|>=|<|>|~=|not in|in)\s*'[^']*'\s*\)*"
 MARKER = re.compile(rf"{_TERM}(?:\s+(?:and|or)\s+{_TERM})*")
 HASH = re.compile(r"--hash=sha256:(?P<hex>[0-9a-f]{64})\Z")
@@ -51,16 +54,21 @@ class Pin:
 
     def block(self, with_hashes: bool = True) -> str:
         head = f"{self.name}=={self.version}" + (f" ; {self.marker}" if self.marker else "")
-        return " \\\n".join([head] + [f"    --hash=sha256:{h}" for h in self.hashes]) if with_hashes else head
+        return (
+            " \\\n".join([head] + [f"    --hash=sha256:{h}" for h in self.hashes])
+            if with_hashes
+            else head
+        )
 
 
 def read_pins(path: Path) -> list[Pin]:
     """Every pin of a uv/pip-compile style file; anything else there is an error, not skipped."""
     data = path.read_bytes()
     if len(data) > MAX_BYTES:
-        raise PinError(f"{path}: {len(data)} bytes, more than a pin list has ({MAX_BYTES})",
-                       fix="regenerate it "
-                       "with scripts/lock.sh")
+        raise PinError(
+            f"{path}: {len(data)} bytes, more than a pin list has ({MAX_BYTES})",
+            fix="regenerate it with scripts/lock.sh",
+        )
     logical, pins = [], []
     current = ""
     for line in data.decode("utf-8").splitlines():
@@ -77,11 +85,19 @@ def read_pins(path: Path) -> list[Pin]:
         words = entry.split(" --hash=")
         match = PIN.fullmatch(words[0])
         hashes = [HASH.fullmatch("--hash=" + w.strip()) for w in words[1:]]
-        bad_marker = match is not None and match["marker"] is not None and not MARKER.fullmatch(match["marker"])
+        bad_marker = (
+            match is not None
+            and match["marker"] is not None
+            and not MARKER.fullmatch(match["marker"])
+        )
         if not match or not hashes or not all(hashes) or bad_marker:
-            raise PinError(f"{path}: entry {entry[:80]!r} is not NAME==VERSION [; MARKER] --hash=sha256:HEX...",
-                           fix="regenerate it with scripts/lock.sh")
-        pins.append(Pin(match["name"], match["version"], match["marker"], tuple(h["hex"] for h in hashes)))
+            raise PinError(
+                f"{path}: entry {entry[:80]!r} is not NAME==VERSION [; MARKER] --hash=sha256:HEX...",
+                fix="regenerate it with scripts/lock.sh",
+            )
+        pins.append(
+            Pin(match["name"], match["version"], match["marker"], tuple(h["hex"] for h in hashes))
+        )
     return pins
 
 
@@ -89,9 +105,15 @@ def select(pins: list[Pin], only: list[str], exclude: list[str]) -> list[Pin]:
     wanted, unwanted = {normalize(n) for n in only}, {normalize(n) for n in exclude}
     missing = wanted - {normalize(p.name) for p in pins}
     if missing:
-        raise PinError(f"no pin for {', '.join(sorted(missing))}",
-                       fix="add it to pyproject.toml and run scripts/lock.sh")
-    return [p for p in pins if (not wanted or normalize(p.name) in wanted) and normalize(p.name) not in unwanted]
+        raise PinError(
+            f"no pin for {', '.join(sorted(missing))}",
+            fix="add it to pyproject.toml and run scripts/lock.sh",
+        )
+    return [
+        p
+        for p in pins
+        if (not wanted or normalize(p.name) in wanted) and normalize(p.name) not in unwanted
+    ]
 
 
 def sha256(path: Path) -> str:
@@ -117,13 +139,15 @@ def verify(pins: list[Pin], directory: Path, skip: list[str]) -> int:
         if key[0] in skipped:
             continue
         if key not in by_pin:
-            raise PinError(f"{path}: {key[0]} {key[1]} is not in the pin list",
-                           fix="run scripts/lock.sh, or remove "
-                           "the file")
+            raise PinError(
+                f"{path}: {key[0]} {key[1]} is not in the pin list",
+                fix="run scripts/lock.sh, or remove the file",
+            )
         if sha256(path) not in by_pin[key]:
-            raise PinError(f"{path}: sha256 differs from every hash pinned for {key[0]}=={key[1]}",
-                           fix="delete it and "
-                           "download it again")
+            raise PinError(
+                f"{path}: sha256 differs from every hash pinned for {key[0]}=={key[1]}",
+                fix="delete it and download it again",
+            )
         checked += 1
     return checked
 
@@ -150,7 +174,9 @@ def installed_distributions() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pins.py", description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=("requirements", "constraints", "version", "verify", "replaced"))
+    ap.add_argument(
+        "command", choices=("requirements", "constraints", "version", "verify", "replaced")
+    )
     ap.add_argument("lock", type=Path)
     ap.add_argument("arg", nargs="?", help="version: NAME; verify: DIR")
     ap.add_argument("--only", action="append", default=[], metavar="NAME")
@@ -161,11 +187,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "requirements":  # whole blocks: pip checks the hashes itself
             print("\n".join(p.block() for p in select(pins, args.only, args.exclude)))
         elif args.command == "constraints":  # bare pins: pip download -c for another platform
-            print("\n".join(p.block(with_hashes=False) for p in select(pins, args.only, args.exclude)))
+            print(
+                "\n".join(p.block(with_hashes=False) for p in select(pins, args.only, args.exclude))
+            )
         elif args.command == "version":
             versions = sorted({p.version for p in select(pins, [args.arg or ""], [])})
             print(versions[-1] if len(versions) == 1 else " ".join(versions))
-        elif args.command == "replaced":  # "OLD NEW" lines: what this Python has that the list replaced
+        elif (
+            args.command == "replaced"
+        ):  # "OLD NEW" lines: what this Python has that the list replaced
             for old, new in replaced(pins, installed_distributions()):
                 print(old, new)
         else:

@@ -4,6 +4,7 @@ A FIFO would block a plain open() forever and /dev/zero would fill memory; a fil
 stat before it is opened (O_NONBLOCK, so even a swapped-in FIFO cannot block), checked again with
 fstat, and read up to a size cap. Every refusal is one line naming the file and the fix.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,15 @@ from kit.errors import KitError
 MAX_BYTES = 4 * 2**20  # site configs, pair files, plans, ledgers and results are kilobytes
 
 
-_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"),
-          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISLNK, "a symlink"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def kind_name(mode: int) -> str:
@@ -56,30 +63,42 @@ def open_regular_fd(path: str | os.PathLike, follow_symlinks: bool = True) -> in
     return fd
 
 
-def _open_regular(path: Path, what: str, error: type[KitError], follow_symlinks: bool = True) -> BinaryIO:
+def _open_regular(
+    path: Path, what: str, error: type[KitError], follow_symlinks: bool = True
+) -> BinaryIO:
     """The file opened for reading; anything but a regular file is ``error`` naming it."""
     try:
         return os.fdopen(open_regular_fd(path, follow_symlinks), "rb")
     except FileNotFoundError:
         raise
     except NotRegularFile as exc:
-        raise error(f"{path}: is {exc.kind}, not the regular file a {what} is",
-                    fix=f"give the {what} itself") from None
+        raise error(
+            f"{path}: is {exc.kind}, not the regular file a {what} is",
+            fix=f"give the {what} itself",
+        ) from None
     except OSError as exc:
-        raise error(f"{path}: cannot read the {what} ({exc.strerror})",
-                    fix="check the path and its "
-                    "permissions") from None
+        raise error(
+            f"{path}: cannot read the {what} ({exc.strerror})",
+            fix="check the path and its permissions",
+        ) from None
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
-               error: type[KitError] = KitError, follow_symlinks: bool = True) -> bytes:
+def read_bytes(
+    path: str | os.PathLike,
+    what: str,
+    limit: int = MAX_BYTES,
+    error: type[KitError] = KitError,
+    follow_symlinks: bool = True,
+) -> bytes:
     """The whole of a regular file of at most ``limit`` bytes; FileNotFoundError passes through.
     ``follow_symlinks`` False: a symlink is refused as not a regular file."""
     with _open_regular(Path(path), what, error, follow_symlinks) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
         size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit} bytes"
-        raise error(f"{path}: larger than {size}, far more than any {what}", fix=f"give the {what} itself")
+        raise error(
+            f"{path}: larger than {size}, far more than any {what}", fix=f"give the {what} itself"
+        )
     return data
 
 
@@ -90,24 +109,34 @@ def read_tail(path: str | os.PathLike, limit: int, what: str = "log") -> bytes:
         return fh.read(limit)
 
 
-def decode(data: bytes, path: str | os.PathLike, what: str, error: type[KitError] = KitError) -> str:
+def decode(
+    data: bytes, path: str | os.PathLike, what: str, error: type[KitError] = KitError
+) -> str:
     """UTF-8 text; a bad byte is named by its line."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise error(f"{path}:{line}: the {what} is not UTF-8 (byte 0x{data[exc.start]:02x})",
-                    fix="save "
-                    "it as UTF-8") from None
+        raise error(
+            f"{path}:{line}: the {what} is not UTF-8 (byte 0x{data[exc.start]:02x})",
+            fix="save it as UTF-8",
+        ) from None
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int = MAX_BYTES,
-              error: type[KitError] = KitError) -> str:
+def read_text(
+    path: str | os.PathLike, what: str, limit: int = MAX_BYTES, error: type[KitError] = KitError
+) -> str:
     return decode(read_bytes(path, what, limit, error), path, what, error)
 
 
-_JSON_KINDS = ((dict, "an object"), (list, "an array"), (str, "a string"), (bool, "true or false"),
-               (int, "a number"), (float, "a number"))
+_JSON_KINDS = (
+    (dict, "an object"),
+    (list, "an array"),
+    (str, "a string"),
+    (bool, "true or false"),
+    (int, "a number"),
+    (float, "a number"),
+)
 
 
 def json_kind(value: Any) -> str:
@@ -120,7 +149,9 @@ def read_json_object(path: str | os.PathLike, what: str, fix: str, limit: int = 
     """A JSON document whose top level is an object; any other is one line naming the file."""
     doc = read_json(path, what, fix, limit)
     if not isinstance(doc, dict):
-        raise KitError(f"{path}: the top level is {json_kind(doc)}, not the object a {what} is; {fix}")
+        raise KitError(
+            f"{path}: the top level is {json_kind(doc)}, not the object a {what} is; {fix}"
+        )
     return doc
 
 
@@ -130,8 +161,10 @@ def read_json(path: str | os.PathLike, what: str, fix: str, limit: int = MAX_BYT
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise KitError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}), as a job "
-                       f"that died while writing leaves it; {fix}") from None
+        raise KitError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}), as a job "
+            f"that died while writing leaves it; {fix}"
+        ) from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise KitError(f"{path}: not a {what} ({str(exc).splitlines()[0][:80]}); {fix}") from None
     except RecursionError:  # the C decoder's own depth guard: no partial value exists

@@ -8,6 +8,7 @@ with O_NOFOLLOW and every symlink met is resolved by this code the way chroot(2)
 (an absolute target starts again at the root, ``..`` at the root stays there), so nothing
 outside the root is read, created, changed or deleted, and a racing rename cannot redirect us.
 """
+
 from __future__ import annotations
 
 import errno
@@ -36,8 +37,8 @@ class RootError(KitError):
 class _Spot:
     """Where a resolved path ends: the open directory holding its last component."""
 
-    fd: int           # owned by the caller (close it)
-    parent: str       # the directory's canonical path inside the root ('' for the root)
+    fd: int  # owned by the caller (close it)
+    parent: str  # the directory's canonical path inside the root ('' for the root)
     name: str | None  # the last component; None when the path is the root itself
 
     @property
@@ -95,8 +96,14 @@ class Root:
         self.close()
 
     # -- resolution ---------------------------------------------------------------------------
-    def _walk(self, path: str, *, follow_last: bool = True, through_links: bool = True,
-              make_dirs: int | None = None) -> _Spot:
+    def _walk(
+        self,
+        path: str,
+        *,
+        follow_last: bool = True,
+        through_links: bool = True,
+        make_dirs: int | None = None,
+    ) -> _Spot:
         """Resolve ``path`` up to its last component. Symlinks on the way are followed inside
         the root (or refused, with ``through_links=False``); missing directories are made with
         mode ``make_dirs`` if given. Raises FileNotFoundError/NotADirectoryError or RootError."""
@@ -112,7 +119,9 @@ class Root:
             self._dirs[spot.parent] = os.dup(spot.fd)
         return spot
 
-    def _walk_parts(self, path: str, follow_last: bool, through_links: bool, make_dirs: int | None) -> _Spot:
+    def _walk_parts(
+        self, path: str, follow_last: bool, through_links: bool, make_dirs: int | None
+    ) -> _Spot:
         parts = deque(_parts(path))
         stack: list[tuple[int, str]] = [(self.fd, "")]
         hops = 0
@@ -133,12 +142,16 @@ class Root:
                 if st is not None and stat.S_ISLNK(st.st_mode) and (parts or follow_last):
                     if not through_links:
                         where = "/".join([n for _fd, n in stack[1:]] + [name])
-                        raise RootError(f"{self.path}: /{show(path.lstrip('/'))} would pass through the symlink "
-                                        f"/{show(where)}; the image is unsafe, rebuild it")
+                        raise RootError(
+                            f"{self.path}: /{show(path.lstrip('/'))} would pass through the symlink "
+                            f"/{show(where)}; the image is unsafe, rebuild it"
+                        )
                     hops += 1
                     if hops > MAX_HOPS:
-                        raise RootError(f"{self.path}: /{show(path.lstrip('/'))}: more than {MAX_HOPS} symlinks "
-                                        "(a loop?); fix the image's links")
+                        raise RootError(
+                            f"{self.path}: /{show(path.lstrip('/'))}: more than {MAX_HOPS} symlinks "
+                            "(a loop?); fix the image's links"
+                        )
                     target = os.readlink(name, dir_fd=dirfd)
                     if target.startswith("/"):
                         while len(stack) > 1:
@@ -169,7 +182,9 @@ class Root:
         except FileExistsError:
             pass
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create /{show(path.lstrip('/'))} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot create /{show(path.lstrip('/'))} ({exc.strerror})"
+            ) from None
 
     def _find(self, path: str, follow_last: bool) -> _Spot | None:
         try:
@@ -181,7 +196,9 @@ class Root:
         except OSError as exc:
             if exc.errno in NOT_THERE:
                 return None
-            raise RootError(f"{self.path}: cannot read /{show(path.lstrip('/'))} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot read /{show(path.lstrip('/'))} ({exc.strerror})"
+            ) from None
 
     def find(self, path: str, follow_last: bool = True) -> tuple[str, os.stat_result] | None:
         """The canonical in-image path (no symlink left in it, '' for the root) of what ``path``
@@ -192,7 +209,9 @@ class Root:
         try:
             st = _lstat(spot.name, spot.fd) if spot.name else os.fstat(spot.fd)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot read /{show(spot.rel)} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot read /{show(spot.rel)} ({exc.strerror})"
+            ) from None
         finally:
             os.close(spot.fd)
         return None if st is None else (spot.rel, st)
@@ -254,12 +273,19 @@ class Root:
             if st is None:
                 return None
             if not stat.S_ISREG(st.st_mode):
-                raise RootError(f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode)}, not a regular file; "
-                                "it is not read")
-            fd = os.open(spot.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=spot.fd)
+                raise RootError(
+                    f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode)}, not a regular file; "
+                    "it is not read"
+                )
+            fd = os.open(
+                spot.name,
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                dir_fd=spot.fd,
+            )
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot read /{show(spot.rel)} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot read /{show(spot.rel)} ({exc.strerror})"
+            ) from None
         finally:
             os.close(spot.fd)
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
@@ -275,25 +301,35 @@ class Root:
         with fh:
             size = os.fstat(fh.fileno()).st_size
             if size > limit:
-                raise RootError(f"{self.path}: /{show(path.lstrip('/'))} has {size} bytes, more than the "
-                                f"{limit} this reader takes; it is not read")
+                raise RootError(
+                    f"{self.path}: /{show(path.lstrip('/'))} has {size} bytes, more than the "
+                    f"{limit} this reader takes; it is not read"
+                )
             data = fh.read(limit + 1)
         if len(data) > limit:  # it grew after the fstat: never a silently cut copy
-            raise RootError(f"{self.path}: /{show(path.lstrip('/'))} grew past the {limit} bytes this reader "
-                            "takes while it was read; it is not read")
+            raise RootError(
+                f"{self.path}: /{show(path.lstrip('/'))} grew past the {limit} bytes this reader "
+                "takes while it was read; it is not read"
+            )
         return data
 
     # -- creation -----------------------------------------------------------------------------
     def _leaf(self, path: str, through_links: bool, make_parents: int | None) -> _Leaf:
         try:
-            spot = self._walk(path, follow_last=False, through_links=through_links, make_dirs=make_parents)
+            spot = self._walk(
+                path, follow_last=False, through_links=through_links, make_dirs=make_parents
+            )
         except (FileNotFoundError, NotADirectoryError) as exc:
-            raise RootError(f"{self.path}: cannot create /{show(path.lstrip('/'))}: a parent "
-                            f"{'is missing' if isinstance(exc, FileNotFoundError) else 'is not a directory'}") from None
+            raise RootError(
+                f"{self.path}: cannot create /{show(path.lstrip('/'))}: a parent "
+                f"{'is missing' if isinstance(exc, FileNotFoundError) else 'is not a directory'}"
+            ) from None
         except RootError:
             raise
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create /{show(path.lstrip('/'))} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot create /{show(path.lstrip('/'))} ({exc.strerror})"
+            ) from None
         if spot.name is None:
             os.close(spot.fd)
             raise RootError(f"{self.path}: cannot create the image root itself")
@@ -309,9 +345,11 @@ class Root:
                 self._mkdir_at(spot.fd, spot.name, mode, path)
                 st = _lstat(spot.name, spot.fd)
             if st is None or not stat.S_ISDIR(st.st_mode):
-                raise RootError(f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode) if st else 'missing'}, "
-                                "not a directory",
-                                fix="remove it from the image or choose another path")
+                raise RootError(
+                    f"{self.path}: /{show(spot.rel)} is {_kind(st.st_mode) if st else 'missing'}, "
+                    "not a directory",
+                    fix="remove it from the image or choose another path",
+                )
             return spot.rel
         finally:
             os.close(spot.fd)
@@ -322,12 +360,21 @@ class Root:
         try:
             os.mkdir(spot.name, mode, dir_fd=spot.fd)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create directory /{show(spot.rel)} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot create directory /{show(spot.rel)} ({exc.strerror})"
+            ) from None
         finally:
             os.close(spot.fd)
 
-    def create(self, path: str, mode: int = 0o600, *, through_links: bool = False,
-               make_parents: int | None = None, replace: bool = False) -> IO[bytes]:
+    def create(
+        self,
+        path: str,
+        mode: int = 0o600,
+        *,
+        through_links: bool = False,
+        make_parents: int | None = None,
+        replace: bool = False,
+    ) -> IO[bytes]:
         """A new regular file for writing, never written through a link of its own name; its
         directory reached through no symlink unless ``through_links``. With ``replace`` (a tree
         the kit made) a file or symlink already there is unlinked first, as tar would."""
@@ -336,16 +383,29 @@ class Root:
             st = _lstat(spot.name, spot.fd) if replace else None
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 os.unlink(spot.name, dir_fd=spot.fd)
-            fd = os.open(spot.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         mode, dir_fd=spot.fd)
+            fd = os.open(
+                spot.name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                mode,
+                dir_fd=spot.fd,
+            )
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create file /{show(spot.rel)} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot create file /{show(spot.rel)} ({exc.strerror})"
+            ) from None
         finally:
             os.close(spot.fd)
         return os.fdopen(fd, "wb")
 
-    def symlink(self, path: str, target: str, *, through_links: bool = False, replace_link: bool = False,
-                make_parents: int | None = None) -> bool:
+    def symlink(
+        self,
+        path: str,
+        target: str,
+        *,
+        through_links: bool = False,
+        replace_link: bool = False,
+        make_parents: int | None = None,
+    ) -> bool:
         """Create the symlink ``path`` -> ``target``; False if that very link is already there.
         An existing symlink is replaced (atomically) only with ``replace_link``; anything else
         in the way is refused: the kit never removes what it did not make."""
@@ -356,8 +416,10 @@ class Root:
                 if stat.S_ISLNK(st.st_mode) and os.readlink(spot.name, dir_fd=spot.fd) == target:
                     return False
                 if not (replace_link and stat.S_ISLNK(st.st_mode)):
-                    raise RootError(f"{self.path}: /{show(spot.rel)} is already {_kind(st.st_mode)} in the image",
-                                    fix="remove it from the image recipe (the kit does not replace it)")
+                    raise RootError(
+                        f"{self.path}: /{show(spot.rel)} is already {_kind(st.st_mode)} in the image",
+                        fix="remove it from the image recipe (the kit does not replace it)",
+                    )
                 tmp = f".{spot.name}.kit-{os.getpid()}"
                 os.symlink(target, tmp, dir_fd=spot.fd)
                 os.rename(tmp, spot.name, src_dir_fd=spot.fd, dst_dir_fd=spot.fd)
@@ -365,20 +427,32 @@ class Root:
             os.symlink(target, spot.name, dir_fd=spot.fd)
             return True
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot create symlink /{show(spot.rel)} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot create symlink /{show(spot.rel)} ({exc.strerror})"
+            ) from None
         finally:
             os.close(spot.fd)
 
-    def hardlink(self, path: str, existing: str, *, through_links: bool = False,
-                 make_parents: int | None = None) -> None:
+    def hardlink(
+        self,
+        path: str,
+        existing: str,
+        *,
+        through_links: bool = False,
+        make_parents: int | None = None,
+    ) -> None:
         """A second name for ``existing`` (the link itself if it is a symlink, never its target)."""
         src = self._leaf(existing, through_links, None)
         try:
             dst = self._leaf(path, through_links, make_parents)
             try:
-                os.link(src.name, dst.name, src_dir_fd=src.fd, dst_dir_fd=dst.fd, follow_symlinks=False)
+                os.link(
+                    src.name, dst.name, src_dir_fd=src.fd, dst_dir_fd=dst.fd, follow_symlinks=False
+                )
             except OSError as exc:
-                raise RootError(f"{self.path}: cannot hard-link /{show(dst.rel)} to /{show(src.rel)} ({exc.strerror})") from None
+                raise RootError(
+                    f"{self.path}: cannot hard-link /{show(dst.rel)} to /{show(src.rel)} ({exc.strerror})"
+                ) from None
             finally:
                 os.close(dst.fd)
         finally:
@@ -390,7 +464,9 @@ class Root:
         try:
             os.utime(spot.name, (mtime, mtime), dir_fd=spot.fd, follow_symlinks=False)
         except OSError as exc:
-            raise RootError(f"{self.path}: cannot set the times of /{show(spot.rel)} ({exc.strerror})") from None
+            raise RootError(
+                f"{self.path}: cannot set the times of /{show(spot.rel)} ({exc.strerror})"
+            ) from None
         finally:
             os.close(spot.fd)
 
@@ -403,9 +479,15 @@ def _close_all(fd: int, dirs: dict[str, int]) -> None:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "of an unknown type"

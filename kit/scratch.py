@@ -6,6 +6,7 @@ watcher, when a stop is never heard because the main thread is stuck in a collec
 of them in /tmp per run. Pointed at a directory of its own, the process leaves none, and a
 SIGKILLed one leaves one directory, named for the program and its pid, instead of a scatter.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -1,5 +1,6 @@
 """Byte sizes as people write them on a command line (64G, 500M, 1.5TiB): one parser, so that a
 limit given in any command means the same number of bytes."""
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ TarInfo subclass here refuses the first two; ``first_nonzero`` lets callers refu
 It is the one tar reader of `kit image convert`/`inspect` and of `kit mpi pair`/`check` (standard
 library only: the core reads Charliecloud tarballs without the [convert] extra).
 """
+
 from __future__ import annotations
 
 import tarfile
@@ -15,8 +16,13 @@ from collections.abc import Iterable
 from typing import IO
 
 MAX_META = 1 << 20  # bytes of one pax header or GNU long name/link record
-_META_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
-               tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+_META_TYPES = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
 _PAX_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 
 
@@ -32,11 +38,14 @@ class CheckedInfo(tarfile.TarInfo):
         if self.size < 0:
             raise TarBoundsError(f"header at byte {self.offset} has a negative size ({self.size})")
         if self.type in _META_TYPES and self.size > MAX_META:
-            raise TarBoundsError(f"header at byte {self.offset} has a {self.size}-byte extended "
-                                 f"header (more than {MAX_META})")
+            raise TarBoundsError(
+                f"header at byte {self.offset} has a {self.size}-byte extended "
+                f"header (more than {MAX_META})"
+            )
         if self.type == tarfile.GNUTYPE_SPARSE:
-            raise TarBoundsError(f"header at byte {self.offset} is a GNU sparse file "
-                                 "(not supported in images)")
+            raise TarBoundsError(
+                f"header at byte {self.offset} is a GNU sparse file (not supported in images)"
+            )
         member = super()._proc_member(tarfile_)
         if member.size < 0:  # a global pax header may set it after the offset was computed
             raise TarBoundsError(f"header at byte {member.offset}: size {member.size} is negative")
@@ -47,18 +56,24 @@ class CheckedInfo(tarfile.TarInfo):
         buf = tarfile_.fileobj.read(self._block(self.size))
         if len(buf) < self.size:
             raise tarfile.ReadError(f"header at byte {self.offset}: unexpected end of data")
-        records = parse_pax(buf[:self.size], self.offset)
-        headers = tarfile_.pax_headers if self.type == tarfile.XGLTYPE else tarfile_.pax_headers.copy()
+        records = parse_pax(buf[: self.size], self.offset)
+        headers = (
+            tarfile_.pax_headers if self.type == tarfile.XGLTYPE else tarfile_.pax_headers.copy()
+        )
         if b"hdrcharset" in records:
             headers["hdrcharset"] = records[b"hdrcharset"].decode("utf-8", "surrogateescape")
         binary = headers.get("hdrcharset") == "BINARY"
         for raw_key, raw_value in records.items():
             key = self._decode_pax_field(raw_key, "utf-8", "utf-8", tarfile_.errors)
             enc = tarfile_.encoding if binary and key in tarfile.PAX_NAME_FIELDS else "utf-8"
-            headers[key] = self._decode_pax_field(raw_value, enc, tarfile_.encoding, tarfile_.errors)
+            headers[key] = self._decode_pax_field(
+                raw_value, enc, tarfile_.encoding, tarfile_.errors
+            )
         if any(key.startswith("GNU.sparse.") for key in headers):
-            raise TarBoundsError(f"header at byte {self.offset} describes a GNU sparse file "
-                                 "(not supported in images)")
+            raise TarBoundsError(
+                f"header at byte {self.offset} describes a GNU sparse file "
+                "(not supported in images)"
+            )
         try:
             member = self.fromtarfile(tarfile_)
         except tarfile.HeaderError as exc:
@@ -67,8 +82,9 @@ class CheckedInfo(tarfile.TarInfo):
             member._apply_pax_info(headers, tarfile_.encoding, tarfile_.errors)
             member.offset = self.offset
             if member.size < 0:
-                raise TarBoundsError(f"header at byte {self.offset}: pax size {member.size} "
-                                     "is negative")
+                raise TarBoundsError(
+                    f"header at byte {self.offset}: pax size {member.size} is negative"
+                )
             if "size" in headers and (member.isreg() or member.type not in tarfile.SUPPORTED_TYPES):
                 tarfile_.offset = member.offset_data + member._block(member.size)
         return member
@@ -87,9 +103,9 @@ def parse_pax(buf: bytes, where: int) -> dict[bytes, bytes]:
             raise TarBoundsError(f"pax header at byte {where}: malformed record at offset {pos}")
         stop = pos + int(digits)
         equals = buf.find(b"=", space + 1, stop)
-        if stop > end or equals <= space + 1 or buf[stop - 1:stop] != b"\n":
+        if stop > end or equals <= space + 1 or buf[stop - 1 : stop] != b"\n":
             raise TarBoundsError(f"pax header at byte {where}: malformed record at offset {pos}")
-        records[buf[space + 1:equals]] = buf[equals + 1:stop - 1]
+        records[buf[space + 1 : equals]] = buf[equals + 1 : stop - 1]
         pos = stop
     return records
 
@@ -97,7 +113,9 @@ def parse_pax(buf: bytes, where: int) -> dict[bytes, bytes]:
 def open_tar(fileobj: IO[bytes], compressed: bool = False) -> tarfile.TarFile:
     """A reading TarFile over FILEOBJ whose headers are bounds-checked; ``compressed`` also takes
     gzip, bzip2 and xz (tarfile's own detection: a Charliecloud ``.tar.gz``)."""
-    return tarfile.open(fileobj=fileobj, mode="r:*" if compressed else "r:", tarinfo=CheckedInfo, errorlevel=2)
+    return tarfile.open(
+        fileobj=fileobj, mode="r:*" if compressed else "r:", tarinfo=CheckedInfo, errorlevel=2
+    )
 
 
 def first_nonzero(chunks: Iterable[bytes], start: int) -> int | None:

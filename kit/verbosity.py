@@ -3,6 +3,7 @@
 A context variable rather than a flag threaded through every library call: the library never
 prints, and the commands ask this module instead of each growing its own -q/-v logic.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,20 @@ def add_flags(parser: argparse.ArgumentParser, leaf: bool) -> None:
     """-q/-v on the top parser and on every leaf, so that `kit -v image convert` and `kit image
     convert -v` mean the same; a leaf's default must not undo the top parser's value."""
     default = argparse.SUPPRESS if leaf else False
-    parser.add_argument("-q", "--quiet", action="store_true", default=default,
-                        help="only errors, warnings and the result: no progress bars, no notes")
-    parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                        help="details, e.g. every path dropped or changed (default: counts)")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="only errors, warnings and the result: no progress bars, no notes",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="details, e.g. every path dropped or changed (default: counts)",
+    )
 
 
 @contextmanager

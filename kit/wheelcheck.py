@@ -13,6 +13,7 @@ to have a wheel is remembered per (package, version, platform, Python) in KIT_CA
 (a release's files do not go away); a missing one is asked again on every run.
 Run as `python -m kit.wheelcheck` with the checkout on PYTHONPATH; standard library only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,28 @@ from kit.atomic import atomic_write_text
 from kit.errors import KitError
 
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")  # README: the core on Python 3.9-3.12
-PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64")  # README: glibc >= 2.17, glibc >= 2.28
+PLATFORMS = (
+    "manylinux2014_x86_64",
+    "manylinux_2_28_x86_64",
+)  # README: glibc >= 2.17, glibc >= 2.28
 PROMISED = tuple((python, platform) for python in PYTHONS for platform in PLATFORMS)
-SOURCE_ONLY = ("horovod",)  # built on the site against its own MPI from the pinned sdist (horovod/BUILD.sh)
+SOURCE_ONLY = (
+    "horovod",
+)  # built on the site against its own MPI from the pinned sdist (horovod/BUILD.sh)
 # Markers and Requires-Python are judged at a late patch release of each minor version, as a site's
 # Python is (pip's "--python-version 3.9" means 3.9.0, which some releases exclude).
 PATCH = 99
-TAG = re.compile(r"(?P<base>manylinux1|manylinux2010|manylinux2014|manylinux_2_(?P<minor>[0-9]+))_(?P<arch>[a-z0-9_]+)")
+TAG = re.compile(
+    r"(?P<base>manylinux1|manylinux2010|manylinux2014|manylinux_2_(?P<minor>[0-9]+))_(?P<arch>[a-z0-9_]+)"
+)
 LEGACY_GLIBC = {"manylinux1": 5, "manylinux2010": 12, "manylinux2014": 17}
-MISSING = re.compile(r"ERROR: No matching distribution found for (?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)")
-FOUND = re.compile(r"ERROR: Could not find a version that satisfies the requirement (?P<name>[A-Za-z0-9._-]+)==\S+ "
-                   r"\(from versions: (?P<versions>[^)]*)\)")
+MISSING = re.compile(
+    r"ERROR: No matching distribution found for (?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)"
+)
+FOUND = re.compile(
+    r"ERROR: Could not find a version that satisfies the requirement (?P<name>[A-Za-z0-9._-]+)==\S+ "
+    r"\(from versions: (?P<versions>[^)]*)\)"
+)
 RELEASE = re.compile(r"[0-9]+(?:\.[0-9]+)*")
 CACHE_LINE = re.compile(r"(?P<name>[a-z0-9-]+)==(?P<version>[A-Za-z0-9.+!_-]+)")
 MAX_CACHE = 1 << 20  # a few hundred lines per pair
@@ -50,8 +62,16 @@ PIP_TIMEOUT = 900
 PIP_MAJOR = 24  # older pips judge a wheel's Requires-Python by the Python running them, not --python-version
 # Reaching the index is pip's own business (a mirror, certificates, a proxy); nothing else of this
 # machine's pip set-up (find-links, extra indexes, constraints) may change what the lock is checked against.
-PIP_KEEP = ("PIP_INDEX_URL", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT",
-            "PIP_RETRIES", "PIP_CACHE_DIR")
+PIP_KEEP = (
+    "PIP_INDEX_URL",
+    "PIP_CERT",
+    "PIP_CLIENT_CERT",
+    "PIP_PROXY",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_RETRIES",
+    "PIP_CACHE_DIR",
+)
 
 
 class CheckError(KitError):
@@ -60,7 +80,10 @@ class CheckError(KitError):
 
 @dataclass(frozen=True)
 class Missing:
-    """A pin with no wheel for one (Python, platform); ``newest`` is the newest release that has one."""
+    """A pin with no wheel for one (Python, platform); ``newest`` is the newest release that has
+    one.
+    """
+
     name: str
     version: str
     python: str
@@ -83,13 +106,17 @@ def platform_tags(platform: str) -> list[str]:
     out: list[str] = []
     for tag in platform.split(","):
         if not re.fullmatch(r"[a-z0-9_]{1,80}", tag):
-            raise CheckError(f"PLATFORM={platform}: {tag!r} is no wheel platform tag",
-                             fix="give the login node's tag, "
-                             "e.g. manylinux2014_x86_64 (glibc >= 2.17) or manylinux_2_28_x86_64 (glibc >= 2.28)")
+            raise CheckError(
+                f"PLATFORM={platform}: {tag!r} is no wheel platform tag",
+                fix="give the login node's tag, "
+                "e.g. manylinux2014_x86_64 (glibc >= 2.17) or manylinux_2_28_x86_64 (glibc >= 2.28)",
+            )
         out.append(tag)
         match = TAG.fullmatch(tag)
         if match and match["minor"]:
-            out += [f"manylinux_2_{m}_{match['arch']}" for m in range(int(match["minor"]) - 1, 16, -1)]
+            out += [
+                f"manylinux_2_{m}_{match['arch']}" for m in range(int(match["minor"]) - 1, 16, -1)
+            ]
             out.append(f"manylinux2014_{match['arch']}")
     return list(dict.fromkeys(out))
 
@@ -151,24 +178,47 @@ def newest_release(versions: str) -> str | None:
     return finals[-1] if finals else None
 
 
-def _pip(pip: Sequence[str], todo: Sequence[tuple[str, str]], python: str, platform: str,
-         env: dict[str, str], fast: bool) -> tuple[subprocess.CompletedProcess, dict | None]:
+def _pip(
+    pip: Sequence[str],
+    todo: Sequence[tuple[str, str]],
+    python: str,
+    platform: str,
+    env: dict[str, str],
+    fast: bool,
+) -> tuple[subprocess.CompletedProcess, dict | None]:
     with tempfile.TemporaryDirectory(prefix="kit-wheelcheck-") as tmp:
         reqs, report = Path(tmp) / "pins.txt", Path(tmp) / "report.json"
         reqs.write_text("".join(f"{n}=={v}\n" for n, v in todo))
-        cmd = [*pip, "install", "--dry-run", "--ignore-installed", "--no-deps", "--only-binary=:all:",
-               "--target", str(Path(tmp) / "target"), "--python-version", f"{python}.{PATCH}",
-               "--implementation", "cp",
-               "--progress-bar", "off", "--report", str(report), "-r", str(reqs)]
+        cmd = [
+            *pip,
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--target",
+            str(Path(tmp) / "target"),
+            "--python-version",
+            f"{python}.{PATCH}",
+            "--implementation",
+            "cp",
+            "--progress-bar",
+            "off",
+            "--report",
+            str(report),
+            "-r",
+            str(reqs),
+        ]
         cmd += ["--use-feature=fast-deps"] if fast else []
         for tag in platform_tags(platform):
             cmd += ["--platform", tag]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT, env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CheckError(f"{' '.join(pip)} did not answer for Python {python} on {platform} ({exc})",
-                             fix=""
-                             "check the network and pip") from None
+            raise CheckError(
+                f"{' '.join(pip)} did not answer for Python {python} on {platform} ({exc})",
+                fix="check the network and pip",
+            ) from None
         data = None
         if done.returncode == 0:
             try:
@@ -181,13 +231,28 @@ def _pip(pip: Sequence[str], todo: Sequence[tuple[str, str]], python: str, platf
 def reported(report: object) -> set[tuple[str, str]]:
     """(name, version) of every distribution in pip's --report (format 1); anything else, none."""
     items = report.get("install") if isinstance(report, dict) else None
-    metas = [item.get("metadata") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-    return {(pins.normalize(m["name"]), m["version"]) for m in metas
-            if isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("version"), str)}
+    metas = (
+        [item.get("metadata") for item in items if isinstance(item, dict)]
+        if isinstance(items, list)
+        else []
+    )
+    return {
+        (pins.normalize(m["name"]), m["version"])
+        for m in metas
+        if isinstance(m, dict)
+        and isinstance(m.get("name"), str)
+        and isinstance(m.get("version"), str)
+    }
 
 
-def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Sequence[str], cache: Path,
-               isolated: bool = True) -> tuple[int, list[Missing]]:
+def check_pair(
+    all_pins: Sequence[pins.Pin],
+    python: str,
+    platform: str,
+    pip: Sequence[str],
+    cache: Path,
+    isolated: bool = True,
+) -> tuple[int, list[Missing]]:
     """(pins with a wheel, pins without) for CPython ``python`` on ``platform``. Each pip run stops
     at the first pin without a wheel; that one is set aside and the rest asked again."""
     wanted = sorted({(pins.normalize(p.name), p.version) for p in pins_for(all_pins, python)})
@@ -203,10 +268,11 @@ def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Se
         if done.returncode == 0:
             found = reported(report)
             if not set(todo) <= found:
-                raise CheckError(f"pip's report for Python {python} on {platform} lacks "
-                                 f"{', '.join(f'{n}=={v}' for n, v in sorted(set(todo) - found)[:5])}",
-                                 fix=""
-                                 "upgrade pip (22.2 or newer writes --report)")
+                raise CheckError(
+                    f"pip's report for Python {python} on {platform} lacks "
+                    f"{', '.join(f'{n}=={v}' for n, v in sorted(set(todo) - found)[:5])}",
+                    fix="upgrade pip (22.2 or newer writes --report)",
+                )
             known |= set(todo)
             todo = []
             break
@@ -217,19 +283,33 @@ def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Se
         gone = [MISSING.fullmatch(line.strip()) for line in lines]
         gone = [m for m in gone if m]
         if "no such option" in done.stderr:
-            raise CheckError(f"pip is too old to check Python {python} on {platform} (it lacks --dry-run/--report)",
-                             fix=f"{' '.join(pip)} install --upgrade pip (22.2 or newer)")
+            raise CheckError(
+                f"pip is too old to check Python {python} on {platform} (it lacks --dry-run/--report)",
+                fix=f"{' '.join(pip)} install --upgrade pip (22.2 or newer)",
+            )
         if not gone:
-            last = next((line.strip() for line in reversed(lines) if line.strip()), f"exit {done.returncode}")
-            raise CheckError(f"pip could not check Python {python} on {platform}: {last[:300]}",
-                             fix="check the "
-                             "network (the index must be reachable)")
+            last = next(
+                (line.strip() for line in reversed(lines) if line.strip()),
+                f"exit {done.returncode}",
+            )
+            raise CheckError(
+                f"pip could not check Python {python} on {platform}: {last[:300]}",
+                fix="check the network (the index must be reachable)",
+            )
         name, version = pins.normalize(gone[-1]["name"]), gone[-1]["version"]
         if (name, version) not in todo:
-            raise CheckError(f"pip named {name}=={version}, which was not asked for",
-                             fix="run with a current pip")
-        versions = next((m["versions"] for m in (FOUND.fullmatch(line.strip()) for line in lines)
-                         if m and pins.normalize(m["name"]) == name), "")
+            raise CheckError(
+                f"pip named {name}=={version}, which was not asked for",
+                fix="run with a current pip",
+            )
+        versions = next(
+            (
+                m["versions"]
+                for m in (FOUND.fullmatch(line.strip()) for line in lines)
+                if m and pins.normalize(m["name"]) == name
+            ),
+            "",
+        )
         missing.append(Missing(name, version, python, platform, newest_release(versions)))
         todo.remove((name, version))
     if todo:
@@ -242,9 +322,11 @@ def check_pair(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Se
 def lock_line(miss: Missing) -> str:
     newest = f" (the newest with one: {miss.newest})" if miss.newest else ""
     cap = f"{miss.name}<={miss.newest}" if miss.newest else f"a {miss.name} version that has one"
-    return (f"lock: {miss.name} {miss.version} has no wheel for Python {miss.python} on {miss.platform}{newest}; "
-            f"fix: require {cap} in pyproject.toml (with a python_version marker only if some Pythons need "
-            f"another) and run scripts/lock.sh --upgrade-package {miss.name}")
+    return (
+        f"lock: {miss.name} {miss.version} has no wheel for Python {miss.python} on {miss.platform}{newest}; "
+        f"fix: require {cap} in pyproject.toml (with a python_version marker only if some Pythons need "
+        f"another) and run scripts/lock.sh --upgrade-package {miss.name}"
+    )
 
 
 def wheelhouse_line(misses: Sequence[Missing], other: str | None) -> str:
@@ -253,31 +335,62 @@ def wheelhouse_line(misses: Sequence[Missing], other: str | None) -> str:
     also = f" (nor {', '.join(f'{m.name} {m.version}' for m in misses[1:])})" if misses[1:] else ""
     fixes = []
     if other:
-        fixes.append(f"PLATFORM={other} if the login node's glibc is >= 2.{glibc_minor(other)} (ldd --version)")
-    newest = f"{first.name} {first.newest}, the newest with such a wheel," if first.newest else \
-        f"a {first.name} version with such a wheel"
-    fixes.append(f"pin {newest} in pyproject.toml and run scripts/lock.sh --upgrade-package {first.name}")
-    return (f"wheelhouse: {first.name} {first.version} (constraints.txt) has no wheel for Python {first.python} on "
-            f"{first.platform}{also}; fix: {', or '.join(fixes)}")
+        fixes.append(
+            f"PLATFORM={other} if the login node's glibc is >= 2.{glibc_minor(other)} (ldd --version)"
+        )
+    newest = (
+        f"{first.name} {first.newest}, the newest with such a wheel,"
+        if first.newest
+        else f"a {first.name} version with such a wheel"
+    )
+    fixes.append(
+        f"pin {newest} in pyproject.toml and run scripts/lock.sh --upgrade-package {first.name}"
+    )
+    return (
+        f"wheelhouse: {first.name} {first.version} (constraints.txt) has no wheel for Python {first.python} on "
+        f"{first.platform}{also}; fix: {', or '.join(fixes)}"
+    )
 
 
-def diagnose(all_pins: Sequence[pins.Pin], python: str, platform: str, pip: Sequence[str], cache: Path,
-             pip_log: str) -> str:
+def diagnose(
+    all_pins: Sequence[pins.Pin],
+    python: str,
+    platform: str,
+    pip: Sequence[str],
+    cache: Path,
+    pip_log: str,
+) -> str:
     """Why `make wheelhouse`'s download failed, in one line. The pins without a wheel that pip's
     log names come first (pip stops at those the chosen extras need); a newer platform of the
     README's that has wheels for all of them is offered."""
-    words = {pins.normalize(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", pip_log[-200000:])}
+    words = {
+        pins.normalize(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", pip_log[-200000:])
+    }
     mentioned = [p for p in all_pins if pins.normalize(p.name) in words]
-    named = check_pair(mentioned, python, platform, pip, cache, isolated=False)[1] or \
-        check_pair(all_pins, python, platform, pip, cache, isolated=False)[1]
+    named = (
+        check_pair(mentioned, python, platform, pip, cache, isolated=False)[1]
+        or check_pair(all_pins, python, platform, pip, cache, isolated=False)[1]
+    )
     if not named:
-        last = next((line.strip() for line in reversed(pip_log.splitlines()) if line.strip().startswith("ERROR")),
-                    "no error line")
-        return (f"wheelhouse: pip download failed for Python {python} on {platform} although every pin has a "
-                f"wheel there ({last[:200]}); fix: run make lock (pyproject.toml changed since constraints.txt?)")
+        last = next(
+            (
+                line.strip()
+                for line in reversed(pip_log.splitlines())
+                if line.strip().startswith("ERROR")
+            ),
+            "no error line",
+        )
+        return (
+            f"wheelhouse: pip download failed for Python {python} on {platform} although every pin has a "
+            f"wheel there ({last[:200]}); fix: run make lock (pyproject.toml changed since constraints.txt?)"
+        )
     other = None
     for candidate in newer_platforms(platform):
-        pinned = [p for p in all_pins if (pins.normalize(p.name), p.version) in {(m.name, m.version) for m in named}]
+        pinned = [
+            p
+            for p in all_pins
+            if (pins.normalize(p.name), p.version) in {(m.name, m.version) for m in named}
+        ]
         if not check_pair(pinned, python, candidate, pip, cache, isolated=False)[1]:
             other = candidate
             break
@@ -289,23 +402,32 @@ def require_pip(pip: Sequence[str]) -> None:
     try:
         done = subprocess.run([*pip, "--version"], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CheckError(f"{' '.join(pip)} --version did not answer ({exc})", fix="install pip") from None
+        raise CheckError(
+            f"{' '.join(pip)} --version did not answer ({exc})", fix="install pip"
+        ) from None
     match = re.match(r"pip ([0-9]+)\.", done.stdout)
     if done.returncode or not match:
-        raise CheckError(f"{' '.join(pip)} is no pip ({(done.stderr or done.stdout).strip()[:200]})",
-                         fix="install pip")
+        raise CheckError(
+            f"{' '.join(pip)} is no pip ({(done.stderr or done.stdout).strip()[:200]})",
+            fix="install pip",
+        )
     if int(match[1]) < PIP_MAJOR:
-        raise CheckError(f"pip {match[1]} judges Requires-Python by the Python running it, not the one checked",
-                         fix=""
-                         f"pip {PIP_MAJOR} or newer (scripts/lock.sh keeps one in KIT_CACHE/uv-venv)")
+        raise CheckError(
+            f"pip {match[1]} judges Requires-Python by the Python running it, not the one checked",
+            fix=f"pip {PIP_MAJOR} or newer (scripts/lock.sh keeps one in KIT_CACHE/uv-venv)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kit.wheelcheck", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m kit.wheelcheck", description=__doc__.split("\n")[0]
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     lock = sub.add_parser("lock", help="check every promised (Python, platform) pair")
     lock.add_argument("lock", type=Path)
-    lock.add_argument("--python", action="append", choices=PYTHONS, help="default: all of " + ", ".join(PYTHONS))
+    lock.add_argument(
+        "--python", action="append", choices=PYTHONS, help="default: all of " + ", ".join(PYTHONS)
+    )
     lock.add_argument("--platform", action="append", help="default: " + ", ".join(PLATFORMS))
     house = sub.add_parser("wheelhouse", help="one line on why make wheelhouse's download failed")
     house.add_argument("lock", type=Path)
@@ -315,8 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     tags = sub.add_parser("tags", help="pip --platform values for a PLATFORM comma list")
     tags.add_argument("platform")
     for p in (lock, house):
-        p.add_argument("--cache", type=Path, default=Path(os.environ.get("KIT_CACHE") or
-                                                          Path.home() / ".cache" / "secure-site-kit"))
+        p.add_argument(
+            "--cache",
+            type=Path,
+            default=Path(os.environ.get("KIT_CACHE") or Path.home() / ".cache" / "secure-site-kit"),
+        )
     args = ap.parse_args(argv)
     pip = [sys.executable, "-m", "pip"]
     try:
@@ -325,10 +450,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "wheelhouse":
             if not re.fullmatch(r"3\.[0-9]{1,2}", args.python):
-                raise CheckError(f"Python {args.python!r} is not 3.N", fix="give the site's Python version")
-            log = args.pip_log.read_bytes()[-(1 << 20):].decode("utf-8", "replace")
-            print(diagnose(pins.read_pins(args.lock), args.python, args.platform, pip, args.cache, log),
-                  file=sys.stderr)
+                raise CheckError(
+                    f"Python {args.python!r} is not 3.N", fix="give the site's Python version"
+                )
+            log = args.pip_log.read_bytes()[-(1 << 20) :].decode("utf-8", "replace")
+            print(
+                diagnose(
+                    pins.read_pins(args.lock), args.python, args.platform, pip, args.cache, log
+                ),
+                file=sys.stderr,
+            )
             return 1
         all_pins = pins.read_pins(args.lock)
         require_pip(pip)
@@ -343,11 +474,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"lock: Python {python} on {platform}: {ok} pins have wheels, {state}")
         return 1 if bad else 0
     except OSError as exc:
-        print(f"wheelcheck: error: {exc.filename}: {exc.strerror}; fix: give the pin list (constraints.txt)",
-              file=sys.stderr)
+        print(
+            f"wheelcheck: error: {exc.filename}: {exc.strerror}; fix: give the pin list (constraints.txt)",
+            file=sys.stderr,
+        )
         return 1
     except (CheckError, pins.PinError, markers.MarkerError) as exc:
-        print(f"{'wheelhouse' if args.command == 'wheelhouse' else 'wheelcheck: error'}: {exc}", file=sys.stderr)
+        print(
+            f"{'wheelhouse' if args.command == 'wheelhouse' else 'wheelcheck: error'}: {exc}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -8,6 +8,7 @@ is composed, so an expansion past the bound is refused at the node that crosses 
 linear in the text. Composition recurses per level: the depth bound keeps it far from Python's
 recursion limit.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ from kit.readfile import MAX_BYTES, read_text
 MAX_DEPTH = 50
 EXPANSION = 16  # aliases may make a document weigh at most this many times its own text
 # Tags the safe constructor builds into plain values; anything else (!!python/..., !local) is refused.
-ALLOWED_TAGS = frozenset(t for t in yaml.SafeLoader.yaml_constructors if t) | {"tag:yaml.org,2002:merge"}
+ALLOWED_TAGS = frozenset(t for t in yaml.SafeLoader.yaml_constructors if t) | {
+    "tag:yaml.org,2002:merge"
+}
 
 
 class _Bound(yaml.MarkedYAMLError):
@@ -31,7 +34,9 @@ class _Bound(yaml.MarkedYAMLError):
 
 
 class BoundedLoader(yaml.SafeLoader):
-    """A SafeLoader whose composer refuses deep, alias-inflated, recursive or foreign-tagged nodes."""
+    """A SafeLoader whose composer refuses deep, alias-inflated, recursive or foreign-tagged
+    nodes.
+    """
 
     def __init__(self, text: str) -> None:
         super().__init__(text)
@@ -43,7 +48,9 @@ class BoundedLoader(yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             target = self.anchors.get(event.anchor)
             if target is not None and not hasattr(target, "weight"):
-                raise _Bound(f"alias *{event.anchor} refers to a value that contains it", event.start_mark)
+                raise _Bound(
+                    f"alias *{event.anchor} refers to a value that contains it", event.start_mark
+                )
             return super().compose_node(parent, index)
         self.depth += 1
         if self.depth > MAX_DEPTH:
@@ -51,8 +58,11 @@ class BoundedLoader(yaml.SafeLoader):
         node = super().compose_node(parent, index)
         self.depth -= 1
         if node.tag not in ALLOWED_TAGS:
-            raise _Bound(f"tag {node.tag.replace('tag:yaml.org,2002:', '!!')[:60]} is not allowed "
-                         "(plain YAML values only)", node.start_mark)
+            raise _Bound(
+                f"tag {node.tag.replace('tag:yaml.org,2002:', '!!')[:60]} is not allowed "
+                "(plain YAML values only)",
+                node.start_mark,
+            )
         if isinstance(node, yaml.ScalarNode):
             node.weight = 1 + len(node.value)
         elif isinstance(node, yaml.SequenceNode):
@@ -60,8 +70,11 @@ class BoundedLoader(yaml.SafeLoader):
         else:
             node.weight = 1 + sum(k.weight + v.weight for k, v in node.value)
         if node.weight > self.max_weight:
-            raise _Bound(f"aliases expand the document past {self.max_weight} nodes and characters "
-                         f"({EXPANSION} times its size)", node.start_mark)
+            raise _Bound(
+                f"aliases expand the document past {self.max_weight} nodes and characters "
+                f"({EXPANSION} times its size)",
+                node.start_mark,
+            )
         return node
 
 
@@ -78,7 +91,9 @@ def reason(exc: Exception) -> str:
     if isinstance(exc, yaml.reader.ReaderError):
         return f"character #x{exc.character:04x} is not allowed in YAML"
     context, problem = getattr(exc, "context", None), getattr(exc, "problem", None)
-    what = (f"{context}: {problem}" if context and problem else problem) or (str(exc).splitlines() or [""])[0]
+    what = (f"{context}: {problem}" if context and problem else problem) or (
+        str(exc).splitlines() or [""]
+    )[0]
     return what[:120]
 
 
@@ -89,9 +104,12 @@ def problem_of(text: str, file: str | os.PathLike, exc: yaml.YAMLError) -> str:
     return f"{file}{f':{line}' if line else ''}: {kind}: {reason(exc)}"
 
 
-def compose(text: str, file: str | os.PathLike, error: type[KitError] = KitError,
-            fix: str = "fix the file") -> tuple[BoundedLoader, yaml.Node | None]:
-    """The node tree of a single-document YAML text (None if empty), and the loader to build values."""
+def compose(
+    text: str, file: str | os.PathLike, error: type[KitError] = KitError, fix: str = "fix the file"
+) -> tuple[BoundedLoader, yaml.Node | None]:
+    """The node tree of a single-document YAML text (None if empty), and the loader to build
+    values.
+    """
     try:
         loader = BoundedLoader(text)  # the reader refuses raw control characters here
         try:
@@ -102,16 +120,24 @@ def compose(text: str, file: str | os.PathLike, error: type[KitError] = KitError
         raise error(f"{problem_of(text, file, exc)}; {fix}") from None
 
 
-def construct(loader: BoundedLoader, node: yaml.Node, file: str | os.PathLike,
-              error: type[KitError] = KitError, fix: str = "fix the file") -> Any:
-    """The Python value of a composed node; a value YAML cannot build is one line naming its line."""
+def construct(
+    loader: BoundedLoader,
+    node: yaml.Node,
+    file: str | os.PathLike,
+    error: type[KitError] = KitError,
+    fix: str = "fix the file",
+) -> Any:
+    """The Python value of a composed node; a value YAML cannot build is one line naming its
+    line.
+    """
     try:
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError as exc:
         raise error(f"{problem_of('', file, exc)}; {fix}") from None
     except (ValueError, OverflowError) as exc:  # an integer of more than 4300 digits, a bad date
-        raise error(f"{file}:{node.start_mark.line + 1}: a value YAML cannot build ({reason(exc)}); "
-                    f"{fix}") from None
+        raise error(
+            f"{file}:{node.start_mark.line + 1}: a value YAML cannot build ({reason(exc)}); {fix}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -127,9 +153,18 @@ class Document:
         node, line = self.root, (self.root.start_mark.line + 1 if self.root else 1)
         for step in path:
             if isinstance(node, yaml.MappingNode):
-                key, node = next(((k, v) for k, v in node.value if getattr(k, "value", None) == step), (None, None))
-                line = key.start_mark.line + 1 if key else line  # the key's line: where a reader looks
-            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
+                key, node = next(
+                    ((k, v) for k, v in node.value if getattr(k, "value", None) == step),
+                    (None, None),
+                )
+                line = (
+                    key.start_mark.line + 1 if key else line
+                )  # the key's line: where a reader looks
+            elif (
+                isinstance(node, yaml.SequenceNode)
+                and isinstance(step, int)
+                and 0 <= step < len(node.value)
+            ):
                 node = node.value[step]
                 line = node.start_mark.line + 1
             else:
@@ -140,22 +175,36 @@ class Document:
         return f"{self.file}:{self.line(*path)}"
 
 
-def parse(text: str, file: str | os.PathLike, error: type[KitError] = KitError,
-          fix: str = "fix the file") -> Document:
+def parse(
+    text: str, file: str | os.PathLike, error: type[KitError] = KitError, fix: str = "fix the file"
+) -> Document:
     loader, root = compose(text, file, error, fix)
     value = None if root is None else construct(loader, root, file, error, fix)
     return Document(str(file), root, value)
 
 
-def load_file(path: str | os.PathLike, what: str, fix: str, error: type[KitError] = KitError,
-              limit: int = MAX_BYTES) -> Document:
+def load_file(
+    path: str | os.PathLike,
+    what: str,
+    fix: str,
+    error: type[KitError] = KitError,
+    limit: int = MAX_BYTES,
+) -> Document:
     """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded; FileNotFoundError
     passes through so that callers can say what creates the file."""
     return parse(read_text(path, what, limit, error), path, error, fix)
 
 
-def load_tagged(path: str | os.PathLike, what: str, tag: str, version: int, fix: str, *, missing: str,
-                wrote: str) -> Document:
+def load_tagged(
+    path: str | os.PathLike,
+    what: str,
+    tag: str,
+    version: int,
+    fix: str,
+    *,
+    missing: str,
+    wrote: str,
+) -> Document:
     """A YAML file the kit wrote, recognised by ``tag: version`` at its top: a missing file is
     ``missing``, any other content is not ``wrote``; one line each, naming the file (and line)."""
     try:

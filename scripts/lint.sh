@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Static checks, configured in pyproject.toml: ruff (pyflakes, import order, pyupgrade for Python 3.9,
-# bugbear, lines of at most 110 characters) over the repository, mypy over kit/ and gan3d/ with the
+# bugbear; the formatter's layout, 100 columns) over the repository, mypy over kit/ and gan3d/ with the
 # imports resolved in the project's venv, and lint-imports (the layers of docs/architecture.md, no
 # import cycles within a package). make test and make check run it before the tests.
 #   scripts/lint.sh         check only; exit 1 on any finding
@@ -30,6 +30,7 @@ elif [ -n "${1:-}" ]; then
 fi
 status=0
 "$TOOLS/bin/ruff" check . || status=1
+"$TOOLS/bin/ruff" format --check --quiet . || { echo "lint: fix: scripts/lint.sh --fix (the formatter)" >&2; status=1; }
 "$TOOLS/bin/mypy" --python-executable "$VENV/bin/python" || status=1
 # This checkout's packages, not the ones an editable install elsewhere points at.
 PYTHONPATH=$ROOT "$TOOLS/bin/lint-imports" --cache-dir "$CACHE/import-linter" || status=1

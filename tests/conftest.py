@@ -1,4 +1,5 @@
 """Suite-wide settings. Area fixtures live in tests/<area>/conftest.py."""
+
 import os
 import re
 import shutil
@@ -16,11 +17,24 @@ try:  # property tests: a bounded run by default (CI's budget); long locally
     # derandomize: CI tries the same examples on every run (a new find must not block a landing
     # by chance); the long profile explores at random.
     # database=None: no .hypothesis/ written into the checkout.
-    settings.register_profile("default", max_examples=60, deadline=None, derandomize=True, database=None,
-                              suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("long", max_examples=5000, deadline=None, database=None,
-                              suppress_health_check=[HealthCheck.too_slow])
-    settings.load_profile(os.environ.get("KIT_HYPOTHESIS_PROFILE", "default"))  # or --hypothesis-profile
+    settings.register_profile(
+        "default",
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "long",
+        max_examples=5000,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.load_profile(
+        os.environ.get("KIT_HYPOTHESIS_PROFILE", "default")
+    )  # or --hypothesis-profile
 except ImportError:  # hypothesis arrives with the test extra (scripts/setup.sh)
     pass
 os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER
@@ -43,7 +57,9 @@ def pytest_configure(config):
     os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too
     config._kit_tmp = (path, parent is None)
     os.environ[_PRIVATE_TMP] = tempfile.tempdir = path
-    if parent is None and not config.option.basetemp:  # as short as pytest's own (sockets live below it)
+    if (
+        parent is None and not config.option.basetemp
+    ):  # as short as pytest's own (sockets live below it)
         config.option.basetemp = os.path.join(path, "b")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_FileOrGroupScheduling(), "kit-xdist-scheduling")
@@ -57,11 +73,15 @@ def _litter(directory: str) -> set[str]:
 
 def pytest_unconfigure(config):
     system_tmp, before = getattr(config, "_kit_litter", (None, set()))
-    if system_tmp is not None:  # a report, not a verdict: other programs on the machine may add some
+    if (
+        system_tmp is not None
+    ):  # a report, not a verdict: other programs on the machine may add some
         left = sorted(_litter(system_tmp) - before)
         if left:
-            print(f"\nleft in {system_tmp} while the tests ran: {len(left)} ({', '.join(left[:5])}"
-                  f"{', ...' if len(left) > 5 else ''})")
+            print(
+                f"\nleft in {system_tmp} while the tests ran: {len(left)} ({', '.join(left[:5])}"
+                f"{', ...' if len(left) > 5 else ''})"
+            )
     path, owner = getattr(config, "_kit_tmp", (None, False))
     failed = getattr(config, "_kit_failed", False)
     if path and owner and not failed:
@@ -80,15 +100,23 @@ def pytest_make_collect_report(collector):
     the extra (`pip install -e '.[test]'` alone runs the rest), not an error."""
     outcome = yield
     report = outcome.get_result()
-    missing = re.search(r"ModuleNotFoundError: No module named '(\w+)", str(report.longrepr)) if report.failed else None
+    missing = (
+        re.search(r"ModuleNotFoundError: No module named '(\w+)", str(report.longrepr))
+        if report.failed
+        else None
+    )
     if missing:
         from kit.extras import EXTRA_OF_MODULE
 
         module = missing.group(1)
         if module in EXTRA_OF_MODULE:
             report.outcome = "skipped"
-            report.longrepr = (str(collector.path), 0, f"needs the module {module!r}: pip install -e "
-                                                       f"'.[test,{EXTRA_OF_MODULE[module]}]' (or scripts/setup.sh)")
+            report.longrepr = (
+                str(collector.path),
+                0,
+                f"needs the module {module!r}: pip install -e "
+                f"'.[test,{EXTRA_OF_MODULE[module]}]' (or scripts/setup.sh)",
+            )
 
 
 @pytest.fixture(scope="session")
@@ -98,11 +126,15 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """A real one-node Slurm (munged + slurmctld + slurmd) for this test session; SLURM_CONF is set."""
+    """A real one-node Slurm (munged + slurmctld + slurmd) for this test session; SLURM_CONF is
+    set.
+    """
     from tests.helpers import require
     from tests.support.slurm import slurm_available, start_slurm
 
-    require(slurm_available(), "Slurm daemons or munge not installed, or not root (scripts/setup.sh)")
+    require(
+        slurm_available(), "Slurm daemons or munge not installed, or not root (scripts/setup.sh)"
+    )
     cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
     before = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(cluster.conf)
@@ -116,13 +148,22 @@ def slurm(tmp_path_factory):
 
 # Files that take minutes, longest first: pytest-xdist starts them before the rest (a long one
 # started last would leave the other worker idle at the end). Figures: `make test`'s durations.
-LONGEST_FIRST = ("tests/vcluster/", "tests/slurm/test_jobs.py", "tests/gan3d_train/test_train_mpi.py",
-                 "tests/study/test_run_slurm.py", "tests/gan3d_train/test_train_guards.py",
-                 "tests/gan3d_train/test_train_signals.py", "tests/scale/test_tune.py",
-                 "tests/study/test_run_local.py", "tests/mpi/test_check_verdicts.py",
-                 "tests/slurm/test_validate_job.py", "tests/slurm/test_join_tag.py",
-                 "tests/gan3d_train/test_provenance.py", "tests/packaging/test_offline_install.py",
-                 "tests/mpi/test_convert_paired.py")
+LONGEST_FIRST = (
+    "tests/vcluster/",
+    "tests/slurm/test_jobs.py",
+    "tests/gan3d_train/test_train_mpi.py",
+    "tests/study/test_run_slurm.py",
+    "tests/gan3d_train/test_train_guards.py",
+    "tests/gan3d_train/test_train_signals.py",
+    "tests/scale/test_tune.py",
+    "tests/study/test_run_local.py",
+    "tests/mpi/test_check_verdicts.py",
+    "tests/slurm/test_validate_job.py",
+    "tests/slurm/test_join_tag.py",
+    "tests/gan3d_train/test_provenance.py",
+    "tests/packaging/test_offline_install.py",
+    "tests/mpi/test_convert_paired.py",
+)
 # The virtual-cluster tests: on one worker, one after the other (the session's cluster is started
 # once; clusters brought up side by side race for a subnet; some tests compare the host's links).
 ONE_WORKER = "tests/vcluster/"
@@ -147,33 +188,60 @@ class _FileOrGroupScheduling:
                     return ONE_WORKER
                 return nodeid if path.endswith(CASE_BY_CASE) else path
 
-        config.option.loadscopereorder = False  # xdist would put the files with the most tests first
+        config.option.loadscopereorder = (
+            False  # xdist would put the files with the most tests first
+        )
         return FileOrGroup(config, log)
 
 
 def _rank(item) -> int:
     path = item.nodeid.split("::", 1)[0]
-    return next((i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST))
+    return next(
+        (i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST)
+    )
 
 
 # Minutes of TensorFlow (a test id, or a whole file), `make test`'s only: `make check` keeps one real
 # 2-rank training (the demo's, tests/gan3d_train/test_train_mpi.py) and the 1-rank one without MPI.
-SLOW = ("tests/gan3d_train/test_train_mpi.py::test_resume_gives_bit_identical_weights",
-        "tests/gan3d_train/test_train_mpi.py::test_synthetic_showers_are_simulated_once",
-        "tests/gan3d_train/test_train_guards.py", "tests/gan3d_train/test_train_signals.py",
-        "tests/gan3d_train/test_provenance.py", "tests/gan3d_train/test_train_bf16.py",
-        "tests/gan3d_train/test_checkpoint_replace.py", "tests/gan3d_train/test_checkpoint_damage.py",
-        "tests/gan3d_train/test_one_process.py::test_a_launchers", "tests/gan3d_model/test_bf16_physics.py",
-        "tests/gan3d_model/test_step.py::test_same_seed", "tests/gan3d_model/test_peak.py::test_other_thread_count",
-        "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[gan3d-validate",
-        "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[scale-report",
-        "tests/packaging/test_wheel_commit.py", "tests/packaging/test_wheelcheck.py::test_every_pin_has_a_wheel",
-        "tests/packaging/test_package_data.py::test_an_editable_install",
-        "tests/transfer/test_receiver_hostile.py::test_garbage_state_file", "tests/gan3d_data/test_validate.py::test_cli")
+SLOW = (
+    "tests/gan3d_train/test_train_mpi.py::test_resume_gives_bit_identical_weights",
+    "tests/gan3d_train/test_train_mpi.py::test_synthetic_showers_are_simulated_once",
+    "tests/gan3d_train/test_train_guards.py",
+    "tests/gan3d_train/test_train_signals.py",
+    "tests/gan3d_train/test_provenance.py",
+    "tests/gan3d_train/test_train_bf16.py",
+    "tests/gan3d_train/test_checkpoint_replace.py",
+    "tests/gan3d_train/test_checkpoint_damage.py",
+    "tests/gan3d_train/test_one_process.py::test_a_launchers",
+    "tests/gan3d_model/test_bf16_physics.py",
+    "tests/gan3d_model/test_step.py::test_same_seed",
+    "tests/gan3d_model/test_peak.py::test_other_thread_count",
+    "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[gan3d-validate",
+    "tests/test_interrupt_commands.py::test_a_signal_leaves_old_or_new_and_nothing_else[scale-report",
+    "tests/packaging/test_wheel_commit.py",
+    "tests/packaging/test_wheelcheck.py::test_every_pin_has_a_wheel",
+    "tests/packaging/test_package_data.py::test_an_editable_install",
+    "tests/transfer/test_receiver_hostile.py::test_garbage_state_file",
+    "tests/gan3d_data/test_validate.py::test_cli",
+)
 # Parts only the full set-up has (root, Slurm, sshd, buildah, Charliecloud, network namespaces,
 # MPI images): a test that uses one, directly or through another fixture, is `system`.
-SYSTEM_FIXTURES = frozenset({"slurm", "sshd", "vcluster", "rich", "built", "impi_prefix", "mpich_oci",
-                             "mpich_system_oci", "openmpi_tar", "openmpi_site", "mpich_host_site", "netns"})
+SYSTEM_FIXTURES = frozenset(
+    {
+        "slurm",
+        "sshd",
+        "vcluster",
+        "rich",
+        "built",
+        "impi_prefix",
+        "mpich_oci",
+        "mpich_system_oci",
+        "openmpi_tar",
+        "openmpi_site",
+        "mpich_host_site",
+        "netns",
+    }
+)
 
 
 @pytest.hookimpl(tryfirst=True)

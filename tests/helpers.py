@@ -1,4 +1,5 @@
 """Helpers shared by the test areas: `from tests.helpers import require`."""
+
 from __future__ import annotations
 
 import os
@@ -34,13 +35,26 @@ def join_tags(script: str, job_id: str, lines: str | None = None) -> list[str]:
     """The ch-run --join-tag words of ``lines`` (default: the script's own) as bash expands them in one
     start of ``script`` with SLURM_JOB_ID=job_id: the script's lines that set KIT_JOIN_TAG run first,
     as the job's shell runs them, then the words in a child shell (as a pilot's `bash -c` steps)."""
-    setup = [line for line in script.splitlines() if line.startswith(("KIT_JOIN_TAG=", "export KIT_JOIN_TAG"))]
-    words = [w for line in (script if lines is None else lines).splitlines() if "--join-tag=" in line
-             for w in shlex.split(line) if w.startswith("--join-tag=")]
+    setup = [
+        line
+        for line in script.splitlines()
+        if line.startswith(("KIT_JOIN_TAG=", "export KIT_JOIN_TAG"))
+    ]
+    words = [
+        w
+        for line in (script if lines is None else lines).splitlines()
+        if "--join-tag=" in line
+        for w in shlex.split(line)
+        if w.startswith("--join-tag=")
+    ]
     assert setup and words, "no KIT_JOIN_TAG line or no --join-tag word"
     child = shlex.join(["bash", "-euc", "printf '%s\\n' " + " ".join(words)])
-    done = subprocess.run(["bash", "-euc", "\n".join([*setup, child])],
-                          env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": job_id}, capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", "-euc", "\n".join([*setup, child])],
+        env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": job_id},
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -53,13 +67,24 @@ def stale_join_group(image: Path, tag: str) -> Iterator[Path]:
     PID"). Both files the group made are removed afterwards; the tag must be free before."""
     shm, sem = Path("/dev/shm", f"ch-run_shm-{tag}"), Path("/dev/shm", f"sem.ch-run_sem-{tag}")
     assert not shm.exists() and not sem.exists(), f"{shm} or {sem} is someone else's"
-    proc = subprocess.Popen(["ch-run", "--join-ct=2", f"--join-tag={tag}", str(image), "--", "sleep", "600"],
-                            env=dict(os.environ, USER=os.environ.get("USER", "root")), start_new_session=True)
+    proc = subprocess.Popen(
+        ["ch-run", "--join-ct=2", f"--join-tag={tag}", str(image), "--", "sleep", "600"],
+        env=dict(os.environ, USER=os.environ.get("USER", "root")),
+        start_new_session=True,
+    )
     try:
-        deadline = time.monotonic() + 120  # the winner joined, then started the command: kill it there
-        while not _runs_in_session(proc.pid, "sleep") and proc.poll() is None and time.monotonic() < deadline:
+        deadline = (
+            time.monotonic() + 120
+        )  # the winner joined, then started the command: kill it there
+        while (
+            not _runs_in_session(proc.pid, "sleep")
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
-        assert shm.exists() and _runs_in_session(proc.pid, "sleep"), f"ch-run made no {shm} (exit {proc.poll()})"
+        assert shm.exists() and _runs_in_session(proc.pid, "sleep"), (
+            f"ch-run made no {shm} (exit {proc.poll()})"
+        )
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         yield shm
@@ -78,7 +103,10 @@ def _runs_in_session(session: int, command: str) -> bool:
             text = stat.read_text()
         except OSError:  # ended meanwhile
             continue
-        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        name, rest = (
+            text[text.index("(") + 1 : text.rindex(")")],
+            text[text.rindex(")") + 2 :].split(),
+        )
         if name == command and int(rest[3]) == session:
             return True
     return False

@@ -1,5 +1,6 @@
 """What every `kit` command shares: -q/--quiet and -v/--verbose, shell completion generated from
 the parser tree, and TensorFlow's log level in the jobs and the demo."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def kit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kit", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "kit", *args], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 # --- -q / -v -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def noisy_src(tmp_path_factory) -> Path:
@@ -54,7 +57,11 @@ def test_quiet_convert_prints_only_what_it_wrote(noisy_src, tmp_path):
 def test_global_verbose_means_the_convert_option(noisy_src, tmp_path):
     """`kit -v image convert` lists every path, as `kit image convert -v` always did."""
     outputs = []
-    for argv in (["-v", "image", "convert"], ["image", "convert", "-v"], ["--verbose", "image", "convert"]):
+    for argv in (
+        ["-v", "image", "convert"],
+        ["image", "convert", "-v"],
+        ["--verbose", "image", "convert"],
+    ):
         done = kit(*argv, str(noisy_src), str(tmp_path / "img"), "--dry-run")
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
@@ -70,13 +77,23 @@ def test_quiet_and_verbose_together_are_one_clean_error(noisy_src, tmp_path):
         words = argv if "image" in argv else [*argv, "image", "convert"]
         done = kit(*words, str(noisy_src), str(tmp_path / "img"))
         assert done.returncode == 1 and done.stdout == "" and not (tmp_path / "img").exists()
-        assert done.stderr == ("kit: error: -q/--quiet and -v/--verbose contradict each other; "
-                               "fix: give one of them\n")
+        assert done.stderr == (
+            "kit: error: -q/--quiet and -v/--verbose contradict each other; fix: give one of them\n"
+        )
 
 
 def test_quiet_slurm_dry_run_prints_the_script_and_no_note(tmp_path, capsys):
     site = write_site(tmp_path, slurm_site_dict())
-    argv = ["slurm", "render", "--site", str(site), "--no-container", "--dir", str(tmp_path / "d"), "--dry-run"]
+    argv = [
+        "slurm",
+        "render",
+        "--site",
+        str(site),
+        "--no-container",
+        "--dir",
+        str(tmp_path / "d"),
+        "--dry-run",
+    ]
     assert main(["-q", *argv]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("#!/bin/bash\n") and err == ""
@@ -95,6 +112,7 @@ def test_every_command_takes_q_and_v_before_and_after_its_name():
 
 # --- shell completion ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def bash_completion(tmp_path_factory) -> Path:
     done = kit("completion", "bash")
@@ -106,34 +124,67 @@ def bash_completion(tmp_path_factory) -> Path:
 
 def complete(script: Path, words: list[str], cwd: Path | None = None) -> list[str]:
     """COMPREPLY of the real completion function for `words` (the last is the one being typed)."""
-    driver = (f"source {shlex.quote(str(script))} || exit 9\n"
-              f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)})\n"
-              "COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))\nCOMPREPLY=()\n_kit_complete || exit 8\n"
-              'printf "%s\\n" "${COMPREPLY[@]}"\n')
-    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", driver], capture_output=True, text=True,
-                          timeout=60, cwd=cwd)
+    driver = (
+        f"source {shlex.quote(str(script))} || exit 9\n"
+        f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)})\n"
+        "COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))\nCOMPREPLY=()\n_kit_complete || exit 8\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    done = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", driver],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     return [w for w in done.stdout.split("\n") if w]
 
 
 def test_completion_script_registers_for_kit(bash_completion):
-    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", f"source {bash_completion}; complete -p kit"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", f"source {bash_completion}; complete -p kit"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.stdout == "complete -o default -F _kit_complete kit\n", done.stderr
 
 
-@pytest.mark.parametrize("words, offered", [
-    (["kit", ""], ["site", "mpi", "image", "transfer", "slurm", "scale", "study", "vcluster", "completion"]),
-    (["kit", "im"], ["image"]),
-    (["kit", "image", ""], ["convert", "build", "inspect"]),
-    (["kit", "-q", "image", "co"], ["convert"]),
-    (["kit", "image", "convert", "--si"], ["--site"]),
-    (["kit", "image", "convert", "--format", "t"], ["tar.gz", "tar"]),
-    (["kit", "mpi", "pair", "IMG", "--mode", ""], ["major", "full", "strict"]),
-    (["kit", "completion", ""], ["bash", "zsh"]),
-    (["kit", "-"], ["-h", "--help", "--debug", "--version", "-q", "--quiet", "-v", "--verbose"]),
-    (["kit", "image", "convert", ""], []),  # SRC: nothing from kit, bash then completes file names
-])
+@pytest.mark.parametrize(
+    "words, offered",
+    [
+        (
+            ["kit", ""],
+            [
+                "site",
+                "mpi",
+                "image",
+                "transfer",
+                "slurm",
+                "scale",
+                "study",
+                "vcluster",
+                "completion",
+            ],
+        ),
+        (["kit", "im"], ["image"]),
+        (["kit", "image", ""], ["convert", "build", "inspect"]),
+        (["kit", "-q", "image", "co"], ["convert"]),
+        (["kit", "image", "convert", "--si"], ["--site"]),
+        (["kit", "image", "convert", "--format", "t"], ["tar.gz", "tar"]),
+        (["kit", "mpi", "pair", "IMG", "--mode", ""], ["major", "full", "strict"]),
+        (["kit", "completion", ""], ["bash", "zsh"]),
+        (
+            ["kit", "-"],
+            ["-h", "--help", "--debug", "--version", "-q", "--quiet", "-v", "--verbose"],
+        ),
+        (
+            ["kit", "image", "convert", ""],
+            [],
+        ),  # SRC: nothing from kit, bash then completes file names
+    ],
+)
 def test_completion_offers_the_parser_words(bash_completion, words, offered):
     assert complete(bash_completion, words) == offered
 
@@ -141,7 +192,10 @@ def test_completion_offers_the_parser_words(bash_completion, words, offered):
 def test_completion_offers_known_sites_after_site(bash_completion):
     sites = available_sites()
     assert "laptop" in sites
-    for words in (["kit", "image", "convert", "SRC", "OUT", "--site", ""], ["kit", "slurm", "render", "--site", ""]):
+    for words in (
+        ["kit", "image", "convert", "SRC", "OUT", "--site", ""],
+        ["kit", "slurm", "render", "--site", ""],
+    ):
         assert complete(bash_completion, words) == sites
     assert complete(bash_completion, ["kit", "mpi", "check", "--site", "la"]) == ["laptop"]
 
@@ -159,8 +213,12 @@ def test_completion_covers_every_command_and_option(bash_completion):
 
 
 def children(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return {name: p for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-            for name, p in a.choices.items()}
+    return {
+        name: p
+        for a in parser._actions
+        if isinstance(a, argparse._SubParsersAction)
+        for name, p in a.choices.items()
+    }
 
 
 def tree_words(parser: argparse.ArgumentParser) -> set[str]:
@@ -186,8 +244,9 @@ def known_words() -> set[str]:
 @example(typed=["$(touch pwned)", "`touch pwned`"], cur="$(touch pwned)")
 @example(typed=["image", "convert", "--format"], cur="*")
 @example(typed=[], cur="'")  # bash dequotes an open quote: every group is offered
-def test_completion_of_any_words_runs_nothing_and_offers_only_kit_words(bash_completion, known_words,
-                                                                          tmp_path_factory, typed, cur):
+def test_completion_of_any_words_runs_nothing_and_offers_only_kit_words(
+    bash_completion, known_words, tmp_path_factory, typed, cur
+):
     """Whatever is on the command line, the function only matches it: no expansion, no
     command substitution, and every offer is a word of the parser tree that starts with `cur`
     (as bash dequotes it: compgen removes the quotes of the word being typed)."""
@@ -201,17 +260,25 @@ def test_completion_of_any_words_runs_nothing_and_offers_only_kit_words(bash_com
 
 def test_zsh_script_loads_bash_completion_layer():
     done = kit("completion", "zsh")
-    assert done.returncode == 0 and done.stdout.startswith("autoload -U +X bashcompinit && bashcompinit\n")
+    assert done.returncode == 0 and done.stdout.startswith(
+        "autoload -U +X bashcompinit && bashcompinit\n"
+    )
     assert "complete -o default -F _kit_complete kit\n" in done.stdout
 
 
 # --- TensorFlow's log level ----------------------------------------------------------------------
 
+
 def _job_environment(script: str, env: dict[str, str]) -> str:
     """TF_CPP_MIN_LOG_LEVEL as the batch script leaves it, run by bash up to its launch line."""
-    head = script[:script.index('echo "kit: run')]
-    done = subprocess.run(["bash", "-c", head + 'printf %s "${TF_CPP_MIN_LOG_LEVEL-unset}"'], capture_output=True,
-                          text=True, timeout=60, env={"PATH": os.environ["PATH"], "SLURM_JOB_NUM_NODES": "1", **env})
+    head = script[: script.index('echo "kit: run')]
+    done = subprocess.run(
+        ["bash", "-c", head + 'printf %s "${TF_CPP_MIN_LOG_LEVEL-unset}"'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "SLURM_JOB_NUM_NODES": "1", **env},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -222,7 +289,9 @@ def test_batch_job_quiets_tensorflow_unless_the_user_or_site_chose(tmp_path, cap
     assert main([*argv, "--site", str(write_site(tmp_path, site))]) == 0
     script = capsys.readouterr().out
     assert _job_environment(script, {}) == "2"  # C++ INFO and WARNING hidden, errors kept
-    assert _job_environment(script, {"TF_CPP_MIN_LOG_LEVEL": "0"}) == "0"  # the submitter's value wins
+    assert (
+        _job_environment(script, {"TF_CPP_MIN_LOG_LEVEL": "0"}) == "0"
+    )  # the submitter's value wins
     site["name"] = "chatty"
     site["host_mpi"]["env"] = {"TF_CPP_MIN_LOG_LEVEL": "1"}
     assert main([*argv, "--site", str(write_site(tmp_path, site))]) == 0
@@ -242,6 +311,7 @@ def test_demo_runs_its_job_with_tensorflow_quieted(tmp_path, monkeypatch):
     def training(cmd, *args, **kwargs):
         seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
         return subprocess.CompletedProcess(cmd, 3)
+
     monkeypatch.setattr(demo.subprocess, "run", training)
     monkeypatch.setattr(demo, "find_mpiexec", lambda: "mpiexec")
     argv = ["--build", str(tmp_path / "build"), "--results", str(tmp_path / "r.json")]

@@ -3,6 +3,7 @@
 The bug itself is planted (a command function replaced by one that raises): no shipped command is
 meant to crash, so there is no real one to call.
 """
+
 from __future__ import annotations
 
 import re
@@ -58,12 +59,15 @@ def test_expected_errors_exit_1_with_one_line(capsys):
     assert err.startswith("kit: error:") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("argv,debug,rest", [
-    (["--debug", "site", "show"], True, ["site", "show"]),
-    (["site", "--debug", "show"], True, ["site", "show"]),
-    (["slurm", "render", "--", "--debug"], False, ["slurm", "render", "--", "--debug"]),
-    (["site", "show"], False, ["site", "show"]),
-])
+@pytest.mark.parametrize(
+    "argv,debug,rest",
+    [
+        (["--debug", "site", "show"], True, ["site", "show"]),
+        (["site", "--debug", "show"], True, ["site", "show"]),
+        (["slurm", "render", "--", "--debug"], False, ["slurm", "render", "--", "--debug"]),
+        (["site", "show"], False, ["site", "show"]),
+    ],
+)
 def test_debug_flag_is_taken_only_before_the_passthrough(monkeypatch, argv, debug, rest):
     monkeypatch.delenv("KIT_DEBUG", raising=False)
     assert debug_requested(argv) == (debug, rest)

@@ -1,4 +1,5 @@
 """Text the kit quotes in an error is one bounded line, whatever a tool, library or user wrote."""
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +21,11 @@ def test_one_line_keeps_where_the_reason_is():
     assert one_line("a" * 50, 20) == "a" * 17 + "..."
 
 
-@given(value=st.recursive(st.text() | st.integers(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
+@given(
+    value=st.recursive(
+        st.text() | st.integers(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)
+    )
+)
 def test_shown_and_clipped_are_one_bounded_line(value):
     for out in (shown(value), clipped(str(value))):
         assert "\n" not in out and len(out) <= 80

@@ -1,6 +1,7 @@
 """Ctrl-C lands outside the standard library's locking code (kit.interrupt), in real processes
 sent real SIGINTs. An interrupt raised between a lock's acquire and its release leaves the lock
 held: an interrupted `kit image convert` hung at exit on ISA-L's threaded reader that way."""
+
 from __future__ import annotations
 
 import os
@@ -46,14 +47,20 @@ while True:
 
 
 def _interrupt_many(mode: str, count: int) -> list[tuple[str, bool]]:
-    child = subprocess.Popen([sys.executable, "-c", BUSY, mode], stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    child = subprocess.Popen(
+        [sys.executable, "-c", BUSY, mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     try:
         assert child.stdout.readline() == "ready\n"
         landed = []
         rng = random.Random(7)
         for _ in range(count):
-            time.sleep(rng.uniform(0.001, 0.004))  # the child is back in its loop within microseconds
+            time.sleep(
+                rng.uniform(0.001, 0.004)
+            )  # the child is back in its loop within microseconds
             child.send_signal(signal.SIGINT)
             where, free = child.stdout.readline().rsplit(" ", 1)
             landed.append((where, free.strip() == "True"))
@@ -66,8 +73,11 @@ def _interrupt_many(mode: str, count: int) -> list[tuple[str, bool]]:
 def test_interrupts_land_outside_threading_and_queue_code():
     landed = _interrupt_many("kit", 40)
     stdlib = Path(os.__file__).parent
-    inside = [w for w, _ in landed if Path(w).name in ("threading.py", "queue.py")
-              and Path(w).parent == stdlib]
+    inside = [
+        w
+        for w, _ in landed
+        if Path(w).name in ("threading.py", "queue.py") and Path(w).parent == stdlib
+    ]
     assert not inside, f"{len(inside)} of 40 interrupts raised inside locking code"
     assert all(free for _, free in landed), "an interrupt left a lock held"
 
@@ -81,11 +91,17 @@ def test_the_control_python_default_lands_inside_locking_code():
 @pytest.mark.parametrize("signals", [1, 2])
 def test_a_main_thread_waiting_in_locking_code_is_still_interrupted(signals):
     """Deferred, never lost: one Ctrl-C lands after kit.interrupt.PATIENCE, a second at once."""
-    code = ("import sys, threading\nfrom kit import interrupt\ninterrupt.install()\n"
-            "print('waiting', flush=True)\n"
-            "try:\n    threading.Event().wait()\nexcept KeyboardInterrupt:\n    print('interrupted')\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    code = (
+        "import sys, threading\nfrom kit import interrupt\ninterrupt.install()\n"
+        "print('waiting', flush=True)\n"
+        "try:\n    threading.Event().wait()\nexcept KeyboardInterrupt:\n    print('interrupted')\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert child.stdout.readline() == "waiting\n"
     for _ in range(signals):
         time.sleep(0.2)
@@ -113,14 +129,20 @@ print(" / ".join(steps))
 """
 
 
-@pytest.mark.parametrize("sig,raised,status", [("SIGINT", "KeyboardInterrupt", 130), ("SIGTERM", "Terminated", 143)])
+@pytest.mark.parametrize(
+    "sig,raised,status", [("SIGINT", "KeyboardInterrupt", 130), ("SIGTERM", "Terminated", 143)]
+)
 def test_a_stop_during_held_steps_is_raised_right_after_them(sig, raised, status):
     """Blocking the signal in the main thread is not enough: the kernel delivers it to another
     thread, and Python then runs the handler in the main thread, inside the held steps."""
-    run = subprocess.run([sys.executable, "-c", HELD, sig], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    run = subprocess.run(
+        [sys.executable, "-c", HELD, sig],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert run.stdout == f"held body done / {raised} {status}\n", run.stderr
-
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -130,15 +152,24 @@ def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
     ends the process with 128 + the signal after kit.interrupt.UNHEARD seconds (Python's handler
     alone never did). Its private temporary directory (kit.scratch), where TensorFlow's AutoGraph
     writes a file per converted function, goes with it: os._exit runs no atexit handler."""
-    code = ("import ctypes, tempfile\nfrom kit import interrupt\nfrom kit.scratch import use_private_tempdir\n"
-            "interrupt.install()\nmine = use_private_tempdir('stuck')\n"
-            "tempfile.NamedTemporaryFile(prefix='__autograph_generated_file', suffix='.py', delete=False)\n"
-            "libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)\n"
-            "libc.pthread_mutex_lock(mutex)\nprint(mine, flush=True)\nlibc.pthread_mutex_lock(mutex)\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=tempfile.gettempdir()))
+    code = (
+        "import ctypes, tempfile\nfrom kit import interrupt\nfrom kit.scratch import use_private_tempdir\n"
+        "interrupt.install()\nmine = use_private_tempdir('stuck')\n"
+        "tempfile.NamedTemporaryFile(prefix='__autograph_generated_file', suffix='.py', delete=False)\n"
+        "libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)\n"
+        "libc.pthread_mutex_lock(mutex)\nprint(mine, flush=True)\nlibc.pthread_mutex_lock(mutex)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=tempfile.gettempdir()),
+    )
     mine = Path(child.stdout.readline().strip())
-    assert mine.parent == Path(tempfile.gettempdir()) and mine.name.startswith(f"stuck-{child.pid}-")
+    assert mine.parent == Path(tempfile.gettempdir()) and mine.name.startswith(
+        f"stuck-{child.pid}-"
+    )
     assert [p.name[:26] for p in mine.iterdir()] == ["__autograph_generated_file"]
     time.sleep(0.2)
     child.send_signal(sig)
@@ -147,18 +178,30 @@ def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
     finally:
         child.kill()
     assert child.returncode == 128 + sig
-    assert err.strip().splitlines()[-1] == f"kit: {signal.Signals(sig).name} not heard in 10 s (the program is stuck in native code); ending it now"
+    assert (
+        err.strip().splitlines()[-1]
+        == f"kit: {signal.Signals(sig).name} not heard in 10 s (the program is stuck in native code); ending it now"
+    )
     assert not mine.exists()
 
 
 def test_installing_again_starts_no_second_watcher():
-    """The command lines' main() installs on every call (tests call it hundreds of times in one process)."""
-    code = ("import os, threading\nfrom kit import interrupt\ninterrupt.install()\n"
-            "fds, threads = len(os.listdir('/proc/self/fd')), threading.active_count()\n"
-            "for _ in range(20):\n    interrupt.install()\n"
-            "print(len(os.listdir('/proc/self/fd')) - fds, threading.active_count() - threads)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    """The command lines' main() installs on every call (tests call it hundreds of times in one
+    process).
+    """
+    code = (
+        "import os, threading\nfrom kit import interrupt\ninterrupt.install()\n"
+        "fds, threads = len(os.listdir('/proc/self/fd')), threading.active_count()\n"
+        "for _ in range(20):\n    interrupt.install()\n"
+        "print(len(os.listdir('/proc/self/fd')) - fds, threading.active_count() - threads)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert done.stdout.split() == ["0", "0"], done.stderr
 
 

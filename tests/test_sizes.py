@@ -1,4 +1,5 @@
 """kit.sizes.parse_size: the byte sizes a command line takes (kit image convert --max-size)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,12 @@ from kit.cli import main
 from kit.sizes import UNITS, parse_size
 
 
-@given(number=st.integers(0, 10**9), unit=st.sampled_from(sorted(UNITS)), tail=st.sampled_from(["", "b", "ib"]),
-       upper=st.booleans())
+@given(
+    number=st.integers(0, 10**9),
+    unit=st.sampled_from(sorted(UNITS)),
+    tail=st.sampled_from(["", "b", "ib"]),
+    upper=st.booleans(),
+)
 def test_a_whole_number_with_a_unit_is_that_many_bytes(number, unit, tail, upper):
     text = f"{number}{unit}{tail if unit else ''}"
     assert parse_size(text.upper() if upper else text) == number * UNITS[unit]
@@ -33,8 +38,12 @@ def test_what_is_not_a_size_is_refused(text):
 
 
 def test_convert_refuses_an_infinite_max_size_as_a_usage_error(tmp_path, capsys):
-    """A usage error (exit 2), not an OverflowError (float('inf') has no int) in the crash handler."""
+    """A usage error (exit 2), not an OverflowError (float('inf') has no int) in the crash
+    handler.
+    """
     with pytest.raises(SystemExit) as exit_:
-        main(["image", "convert", str(tmp_path / "src"), str(tmp_path / "out"), "--max-size", "infG"])
+        main(
+            ["image", "convert", str(tmp_path / "src"), str(tmp_path / "out"), "--max-size", "infG"]
+        )
     assert exit_.value.code == 2
     assert "--max-size: 'infG' is not a size (e.g. 64G, 500M)" in capsys.readouterr().err

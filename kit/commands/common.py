@@ -2,6 +2,7 @@
 
 Old spellings users may have in scripts stay as aliases, named in --help.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,16 +21,24 @@ def add_group(sub: argparse._SubParsersAction, name: str, text: str) -> argparse
 
 def add_site(p: argparse.ArgumentParser, required: bool = True, more: str = "") -> None:
     """--site, with what this command does with it (``more``)."""
-    p.add_argument("--site", required=required, metavar="SITE", help=SITE_HELP + (f"; {more}" if more else ""))
+    p.add_argument(
+        "--site", required=required, metavar="SITE", help=SITE_HELP + (f"; {more}" if more else "")
+    )
 
 
 def add_mpi_mode(p: argparse.ArgumentParser, more: str = "") -> None:
     """--mpi-mode (--mode, its older spelling in `kit mpi`, still works)."""
     from kit.mpi.abi import MODES  # here, not at the top: `kit site ...` imports no kit.mpi
 
-    p.add_argument("--mpi-mode", "--mode", dest="mpi_mode", choices=MODES, default="full",
-                   help="minor-version rule of the MPI pair: major (ignore), full (warn if the host's is older), "
-                   f"strict (equal); default full{'; ' + more if more else ''} (also spelt --mode)")
+    p.add_argument(
+        "--mpi-mode",
+        "--mode",
+        dest="mpi_mode",
+        choices=MODES,
+        default="full",
+        help="minor-version rule of the MPI pair: major (ignore), full (warn if the host's is older), "
+        f"strict (equal); default full{'; ' + more if more else ''} (also spelt --mode)",
+    )
 
 
 def add_dry_run(p: argparse.ArgumentParser, text: str) -> None:
@@ -38,19 +47,33 @@ def add_dry_run(p: argparse.ArgumentParser, text: str) -> None:
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """Arguments a single run and a sweep share."""
-    from kit.slurm.spec import DEFAULT_WALLTIME  # here, not at the top: `kit site ...` imports no kit.slurm
+    from kit.slurm.spec import (
+        DEFAULT_WALLTIME,
+    )  # here, not at the top: `kit site ...` imports no kit.slurm
 
     add_site(p)
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--image", help="the image as the site sees it, or its IMAGE.pair.yaml "
-                       "(ch-run or udocker, the site's container.runtime, with the host MPI bound in)")
-    where.add_argument("--no-container", action="store_true",
-                       help="run the site's own Python environment, no container (the paper's Tables 5, 6)")
-    p.add_argument("--walltime", help=f"HH:MM:SS per job (default {DEFAULT_WALLTIME}, at most the site's)")
-    p.add_argument("--python", default="python3", help="the Python that runs gan3d (default python3)")
+    where.add_argument(
+        "--image",
+        help="the image as the site sees it, or its IMAGE.pair.yaml "
+        "(ch-run or udocker, the site's container.runtime, with the host MPI bound in)",
+    )
+    where.add_argument(
+        "--no-container",
+        action="store_true",
+        help="run the site's own Python environment, no container (the paper's Tables 5, 6)",
+    )
+    p.add_argument(
+        "--walltime", help=f"HH:MM:SS per job (default {DEFAULT_WALLTIME}, at most the site's)"
+    )
+    p.add_argument(
+        "--python", default="python3", help="the Python that runs gan3d (default python3)"
+    )
     p.add_argument("--partition", help="override scheduler.partition")
     p.add_argument("--account", help="override scheduler.account")
-    p.add_argument("--dir", type=Path, default=Path("runs"), help="run directory: scripts, logs, results")
+    p.add_argument(
+        "--dir", type=Path, default=Path("runs"), help="run directory: scripts, logs, results"
+    )
     add_dry_run(p, "check and print; write and submit nothing")
     add_train_args(p, "after --: arguments for python -m gan3d train (data, batch, epochs, ...)")
 
@@ -68,6 +91,7 @@ def train_args(args: argparse.Namespace) -> tuple[str, ...]:
 def number(minimum: float, kind: type = int, maximum: float = math.inf) -> Callable[[str], float]:
     """An argparse type: a finite number from minimum to maximum (a usage error otherwise, exit 2),
     so that no command takes inf, nan or a count below one by accident."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -77,4 +101,5 @@ def number(minimum: float, kind: type = int, maximum: float = math.inf) -> Calla
             bound = f">= {minimum:g}" if maximum == math.inf else f"from {minimum:g} to {maximum:g}"
             raise argparse.ArgumentTypeError(f"{text!r}: give a number {bound}")
         return value
+
     return parse

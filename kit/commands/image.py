@@ -1,4 +1,5 @@
 """`kit image build|convert|inspect`: thin CLI over kit.image."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,51 +28,108 @@ def _size(text: str) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "image", "convert and inspect container images offline")
 
-    conv = leaves.add_parser("convert", help="docker-archive / OCI / rootfs -> Charliecloud image",
-                             description="Convert SRC into a Charliecloud image OUT without a "
-                             "daemon; writes OUT.sha256 and OUT.manifest.json beside it.")
-    conv.add_argument("src", type=Path, help="docker-archive, OCI layout dir/archive, rootfs tar/dir")
+    conv = leaves.add_parser(
+        "convert",
+        help="docker-archive / OCI / rootfs -> Charliecloud image",
+        description="Convert SRC into a Charliecloud image OUT without a "
+        "daemon; writes OUT.sha256 and OUT.manifest.json beside it.",
+    )
+    conv.add_argument(
+        "src", type=Path, help="docker-archive, OCI layout dir/archive, rootfs tar/dir"
+    )
     conv.add_argument("out", type=Path, help="OUT.tar.gz, OUT.tar, OUT.sqfs or a directory")
-    conv.add_argument("--format", choices=FORMATS, help="output format (default: from OUT's suffix)")
+    conv.add_argument(
+        "--format", choices=FORMATS, help="output format (default: from OUT's suffix)"
+    )
     conv.add_argument("--image", metavar="TAG|DIGEST", help="which image, if SRC holds several")
-    conv.add_argument("--mount-point", action="append", default=[], metavar="PATH",
-                      help="create an empty directory for a ch-run -b target (repeatable)")
-    conv.add_argument("--level", type=number(0, int, 9), default=DEFAULT_LEVEL,
-                      help=f"compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9; "
-                      f"default {DEFAULT_LEVEL})")
-    conv.add_argument("--max-size", type=_size, default=Limits.max_size,
-                      help="stop past this many uncompressed bytes (default 64G)")
-    conv.add_argument("--max-members", type=number(1, int, 10**9), default=Limits.max_members,
-                      help="stop past this many tar members (default 2000000)")
-    add_site(conv, required=False, more="in the same pass, pair the image's MPI with this site's host MPI (an "
-             "image that cannot pair fails the conversion: nothing is written), create the pair's mount points "
-             "and links, write OUT.pair.yaml")
+    conv.add_argument(
+        "--mount-point",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="create an empty directory for a ch-run -b target (repeatable)",
+    )
+    conv.add_argument(
+        "--level",
+        type=number(0, int, 9),
+        default=DEFAULT_LEVEL,
+        help=f"compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9; "
+        f"default {DEFAULT_LEVEL})",
+    )
+    conv.add_argument(
+        "--max-size",
+        type=_size,
+        default=Limits.max_size,
+        help="stop past this many uncompressed bytes (default 64G)",
+    )
+    conv.add_argument(
+        "--max-members",
+        type=number(1, int, 10**9),
+        default=Limits.max_members,
+        help="stop past this many tar members (default 2000000)",
+    )
+    add_site(
+        conv,
+        required=False,
+        more="in the same pass, pair the image's MPI with this site's host MPI (an "
+        "image that cannot pair fails the conversion: nothing is written), create the pair's mount points "
+        "and links, write OUT.pair.yaml",
+    )
     add_mpi_mode(conv, "with --site")
-    conv.add_argument("--force", action="store_true",
-                      help="replace OUT if it is an earlier kit image convert output of the same form "
-                      "(never anything else)")
+    conv.add_argument(
+        "--force",
+        action="store_true",
+        help="replace OUT if it is an earlier kit image convert output of the same form "
+        "(never anything else)",
+    )
     add_dry_run(conv, "report what would be dropped or changed; write nothing")
     conv.set_defaults(func=_convert)
 
-    bld = leaves.add_parser("build", help="build the site's training image from its recipe in images/",
-                            description="Outside the perimeter: pick the recipe whose MPI the site's host MPI "
-                            "can replace, pass the site's build arguments, build with buildah (or podman, "
-                            "docker) and write a docker-archive/oci-archive ready for `kit image convert`.")
+    bld = leaves.add_parser(
+        "build",
+        help="build the site's training image from its recipe in images/",
+        description="Outside the perimeter: pick the recipe whose MPI the site's host MPI "
+        "can replace, pass the site's build arguments, build with buildah (or podman, "
+        "docker) and write a docker-archive/oci-archive ready for `kit image convert`.",
+    )
     bld.add_argument("out", type=Path, help="the archive to write, e.g. gan3d.tar")
     add_site(bld)
-    bld.add_argument("--recipe", type=Path, help="a Dockerfile (default: images/gan3d-<host ABI family>.Dockerfile)")
-    bld.add_argument("--context", type=Path,
-                     help="build context (default: the installed kit's files, staged beside OUT)")
-    bld.add_argument("--builder", choices=("buildah", "podman", "docker"), help="default: the first installed")
-    bld.add_argument("--format", dest="fmt", choices=("docker-archive", "oci-archive"), default="docker-archive")
+    bld.add_argument(
+        "--recipe",
+        type=Path,
+        help="a Dockerfile (default: images/gan3d-<host ABI family>.Dockerfile)",
+    )
+    bld.add_argument(
+        "--context",
+        type=Path,
+        help="build context (default: the installed kit's files, staged beside OUT)",
+    )
+    bld.add_argument(
+        "--builder", choices=("buildah", "podman", "docker"), help="default: the first installed"
+    )
+    bld.add_argument(
+        "--format", dest="fmt", choices=("docker-archive", "oci-archive"), default="docker-archive"
+    )
     bld.add_argument("--tag", default="gan3d:latest")
-    bld.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
-                     help="override or add a recipe ARG (e.g. BASE=...)")
-    bld.add_argument("--storage-driver", choices=("overlay", "vfs"),
-                     help="buildah's storage driver (default: overlay where it works, i.e. as root with the "
-                     "kernel's overlay on the storage's filesystem; else vfs)")
-    bld.add_argument("--storage", type=Path, metavar="DIR",
-                     help="buildah's storage (DIR/root, DIR/run; default: buildah's own)")
+    bld.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override or add a recipe ARG (e.g. BASE=...)",
+    )
+    bld.add_argument(
+        "--storage-driver",
+        choices=("overlay", "vfs"),
+        help="buildah's storage driver (default: overlay where it works, i.e. as root with the "
+        "kernel's overlay on the storage's filesystem; else vfs)",
+    )
+    bld.add_argument(
+        "--storage",
+        type=Path,
+        metavar="DIR",
+        help="buildah's storage (DIR/root, DIR/run; default: buildah's own)",
+    )
     add_dry_run(bld, "print the commands; build nothing")
     bld.set_defaults(func=_build)
 
@@ -87,12 +145,23 @@ def _build(args: argparse.Namespace) -> int:
 
     extra = parse_build_args(args.build_arg)
     options = {"context": args.context} if args.context else {}
-    plan = plan_build(args.site, args.out, recipe=args.recipe, builder=args.builder, fmt=args.fmt,
-                      tag=args.tag, extra_args=extra, storage=args.storage, storage_driver=args.storage_driver,
-                      **options)
+    plan = plan_build(
+        args.site,
+        args.out,
+        recipe=args.recipe,
+        builder=args.builder,
+        fmt=args.fmt,
+        tag=args.tag,
+        extra_args=extra,
+        storage=args.storage,
+        storage_driver=args.storage_driver,
+        **options,
+    )
     if not quiet():
-        print(f"recipe {plan.recipe}; build arguments: "
-              + " ".join(f"{k}={v}" for k, v in plan.build_args.items()))
+        print(
+            f"recipe {plan.recipe}; build arguments: "
+            + " ".join(f"{k}={v}" for k, v in plan.build_args.items())
+        )
         if plan.storage_driver:
             print(f"storage driver {plan.storage_driver} ({plan.driver_reason})")
     if args.dry_run:
@@ -107,15 +176,29 @@ def _build(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     limits = Limits(max_size=args.max_size, max_members=args.max_members)
-    options = dict(fmt=args.format, image=args.image, mount_points=args.mount_point, level=args.level,
-                   limits=limits, dry_run=args.dry_run, force=args.force)
+    options = dict(
+        fmt=args.format,
+        image=args.image,
+        mount_points=args.mount_point,
+        level=args.level,
+        limits=limits,
+        dry_run=args.dry_run,
+        force=args.force,
+    )
     paired = None
     with ExitStack() as stack:
         bar = byte_bar(stack, f"converting {args.src.name}")
         if args.site:
             from kit.mpi import convert_paired
-            paired = convert_paired(args.src, args.out, args.site, mode=args.mpi_mode,
-                                    progress=bar and bar.update, **options)
+
+            paired = convert_paired(
+                args.src,
+                args.out,
+                args.site,
+                mode=args.mpi_mode,
+                progress=bar and bar.update,
+                **options,
+            )
             report = paired.report
         else:
             report = convert(args.src, args.out, progress=bar and bar.update, **options)
@@ -123,8 +206,10 @@ def _convert(args: argparse.Namespace) -> int:
     if paired:
         pair = paired.pair
         if not quiet():
-            print(f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
-                  f"{pair.host.describe()} bound in from the host ({pair.document()['verdict']['status']})")
+            print(
+                f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
+                f"{pair.host.describe()} bound in from the host ({pair.document()['verdict']['status']})"
+            )
         for warning in pair.warnings:
             print(f"  warning: {warning}")
         print(f"would write {args.out}.pair.yaml" if args.dry_run else f"wrote {paired.pair_file}")
@@ -146,8 +231,10 @@ def _print_report(r: ConversionReport) -> None:
 
 def _print_notes(r: ConversionReport) -> None:
     img = r.image
-    print(f"source: {r.source} ({img.kind}{', ' + img.ref if img.ref else ''}), "
-          f"{len(img.layers)} layer(s)")
+    print(
+        f"source: {r.source} ({img.kind}{', ' + img.ref if img.ref else ''}), "
+        f"{len(img.layers)} layer(s)"
+    )
     for key, n in r.counts.items():
         action, sep, rule = key.partition(": ")
         if sep and action in ("dropped", "changed"):
@@ -189,13 +276,17 @@ def _inspect(args: argparse.Namespace) -> int:
     for key, value in sorted(info["labels"].items()):
         print(f"  label {key}={value}")
     for layer in info["layers"]:
-        print(f"  layer {layer['index']}: {layer['digest']} {layer['media_type']} "
-              f"{layer['size']} bytes")
+        print(
+            f"  layer {layer['index']}: {layer['digest']} {layer['media_type']} "
+            f"{layer['size']} bytes"
+        )
     libs = info["mpi_libraries"]
     if not libs:
         print("  MPI libraries: none found")
     for lib in libs:
         vendor = " ".join(v for v in (lib["vendor"], lib["mpi_version"]) if v) or "vendor unknown"
-        print(f"  MPI library {lib['path']}: SONAME {lib['soname']}, version {lib['version']}, {vendor}; "
-              f"found as {' '.join(lib['names'])}")
+        print(
+            f"  MPI library {lib['path']}: SONAME {lib['soname']}, version {lib['version']}, {vendor}; "
+            f"found as {' '.join(lib['names'])}"
+        )
     return 0

@@ -1,4 +1,5 @@
 """`kit mpi pair|check`: pair an image's MPI with a site's host MPI, and prove it."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ def _pair_json(args: argparse.Namespace) -> int:
         mpi.pair_target(pair, args.out)  # refused before --prepare changes the image
     made = None if args.dry_run or not args.prepare else mpi.prepare_image_dir(pair, args.image)
     written = None if args.dry_run else str(mpi.write_pair(pair, args.out))
-    emit(PAIR_SCHEMA, {"pair": pair.document(), "written": written, "prepared": made,
-                       "dry_run": args.dry_run})
+    emit(
+        PAIR_SCHEMA,
+        {"pair": pair.document(), "written": written, "prepared": made, "dry_run": args.dry_run},
+    )
     return 0
 
 
@@ -44,8 +47,11 @@ def _pair(args: argparse.Namespace) -> int:
         for note in pair.found.notes:
             console.print(f"  note: {note}", markup=False, highlight=False)
     if args.dry_run:
-        console.print(yaml.safe_dump(pair.document(), sort_keys=False, width=100), markup=False,
-                      highlight=False)
+        console.print(
+            yaml.safe_dump(pair.document(), sort_keys=False, width=100),
+            markup=False,
+            highlight=False,
+        )
         console.print(f"dry run: nothing written (would write {args.out or pair_path(args.image)})")
         return 0
     mpi.pair_target(pair, args.out)  # refused before --prepare changes the image
@@ -61,35 +67,62 @@ def _check(args: argparse.Namespace) -> int:
     pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
     result = mpi.run_check(pair, python=args.python, timeout=args.timeout, nodes=args.nodes)
     table = Table(title=f"kit mpi check: {args.image} at {pair.site.name}")
-    apart = result.nodes > 1  # the node column only where it proves something: ranks on different nodes
-    for col in ("rank", "size", *(["node"] if apart else []), f"MPI library (inside {pair.launch.runtime.command})", "mapped from",
-                "allreduce"):
+    apart = (
+        result.nodes > 1
+    )  # the node column only where it proves something: ranks on different nodes
+    for col in (
+        "rank",
+        "size",
+        *(["node"] if apart else []),
+        f"MPI library (inside {pair.launch.runtime.command})",
+        "mapped from",
+        "allreduce",
+    ):
         table.add_column(col, overflow="fold")
     for r in result.ranks:
         count = len(r.mapped) - len(r.libraries)
-        shown = r.libraries + ([f"+ {count} MCA components from {', '.join(r.component_dirs)}"] if count else []) \
+        shown = (
+            r.libraries
+            + ([f"+ {count} MCA components from {', '.join(r.component_dirs)}"] if count else [])
             + [f"C library: {c}" for c in r.libc]
-        table.add_row(str(r.rank), str(r.size), *([r.host] if apart else []), r.library_version.splitlines()[0],
-                      "\n".join(shown) or "-", str(r.sum))
+        )
+        table.add_row(
+            str(r.rank),
+            str(r.size),
+            *([r.host] if apart else []),
+            r.library_version.splitlines()[0],
+            "\n".join(shown) or "-",
+            str(r.sum),
+        )
     console = Console()
     if result.ranks:
         console.print(table)
     for problem in result.problems:
         console.print(f"[red]FAIL[/red]: {problem}")
     if not result.ok:
-        if result.output and not result.ranks and verbose():  # the verdict names the launcher's telling line
+        if (
+            result.output and not result.ranks and verbose()
+        ):  # the verdict names the launcher's telling line
             console.print(result.output[-3000:], markup=False, highlight=False)
         return 1
     where = f" across {result.nodes} nodes" if result.nodes > 1 else ""
-    console.print(f"[green]PASS[/green]: the host MPI is loaded from the bind and a 2-rank allreduce{where} "
-                  "is right")
+    console.print(
+        f"[green]PASS[/green]: the host MPI is loaded from the bind and a 2-rank allreduce{where} "
+        "is right"
+    )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "mpi", "pair an image's MPI with a site's host MPI")
-    for name, func, text in (("pair", _pair, "decide the pair and write IMAGE.pair.yaml"),
-                             ("check", _check, "run 2 ranks in the site's container runtime (ch-run, udocker) with the host MPI bound in")):
+    for name, func, text in (
+        ("pair", _pair, "decide the pair and write IMAGE.pair.yaml"),
+        (
+            "check",
+            _check,
+            "run 2 ranks in the site's container runtime (ch-run, udocker) with the host MPI bound in",
+        ),
+    ):
         p = leaves.add_parser(name, help=text)
         p.add_argument("image", metavar="IMAGE", help="directory, tarball or SquashFS image")
         add_site(p)
@@ -97,12 +130,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=func)
         if name == "pair":
             p.add_argument("--out", help="pair file (default IMAGE.pair.yaml)")
-            p.add_argument("--prepare", action="store_true",
-                           help="create the mount points and alias links in a writable directory image")
+            p.add_argument(
+                "--prepare",
+                action="store_true",
+                help="create the mount points and alias links in a writable directory image",
+            )
             add_dry_run(p, "print the pair file, write nothing")
             add_json_flag(p, PAIR_SCHEMA)
         else:
             p.add_argument("--python", default="python3", help="python inside the image")
             p.add_argument("--timeout", type=number(0.1, float, 86400), default=120.0)
-            p.add_argument("--nodes", type=number(1, int, 2), choices=(1, 2), default=1,
-                           help="2: one rank on each of 2 nodes (a Slurm site; salloc's, or the job's)")
+            p.add_argument(
+                "--nodes",
+                type=number(1, int, 2),
+                choices=(1, 2),
+                default=1,
+                help="2: one rank on each of 2 nodes (a Slurm site; salloc's, or the job's)",
+            )

@@ -1,4 +1,5 @@
 """Progress bars for long byte-moving commands: rich on a terminal, nothing in logs and pipes."""
+
 from __future__ import annotations
 
 import sys
@@ -18,9 +19,17 @@ class ByteBar:
             TimeRemainingColumn,
             TransferSpeedColumn,
         )
-        self.bar = stack.enter_context(Progress("{task.description}", BarColumn(), DownloadColumn(),
-                                                TransferSpeedColumn(), TimeRemainingColumn(),
-                                                transient=True))
+
+        self.bar = stack.enter_context(
+            Progress(
+                "{task.description}",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                transient=True,
+            )
+        )
         self.task = self.bar.add_task(label, total=total)
 
     def advance(self, n: int) -> None:

@@ -1,4 +1,7 @@
-"""`kit scale tune|plan|submit|collect|cancel|report`: a scaling sweep from the best layout to the paper's tables."""
+"""`kit scale tune|plan|submit|collect|cancel|report`: a scaling sweep from the best layout to the
+paper's tables.
+"""
+
 from __future__ import annotations
 
 import argparse
@@ -36,57 +39,96 @@ def _ints(text: str) -> list[int]:
     except ValueError:
         values = []
     if not values:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated whole numbers, e.g. 1,2,4,8")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give comma-separated whole numbers, e.g. 1,2,4,8"
+        )
     return values
 
 
 def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     ranks, threads = args.ranks_per_node or [1], args.threads
-    nodes, repeats, extra, added = args.nodes, 1 if args.repeats is None else args.repeats, train_args(args), []
+    nodes, repeats, extra, added = (
+        args.nodes,
+        1 if args.repeats is None else args.repeats,
+        train_args(args),
+        [],
+    )
     if args.calibrate:
         from kit.scale.plan import CALIBRATION_REPEATS, calibration_nodes, calibration_train_args
 
         if nodes and len(nodes) > 1:
-            raise KitError(f"--calibrate --nodes {','.join(map(str, nodes))}: give the smallest count n0 alone; "
-                           "the calibration adds 2n0 and 8n0")
+            raise KitError(
+                f"--calibrate --nodes {','.join(map(str, nodes))}: give the smallest count n0 alone; "
+                "the calibration adds 2n0 and 8n0"
+            )
         nodes = calibration_nodes(nodes[0] if nodes else 1, site.scheduler.max_nodes)
         repeats = CALIBRATION_REPEATS if args.repeats is None else args.repeats
         extra, added = calibration_train_args(extra)
     elif not nodes:
-        raise KitError("kit scale plan: --nodes is required (or --calibrate)", fix="e.g. --nodes 1,2,4,8")
+        raise KitError(
+            "kit scale plan: --nodes is required (or --calibrate)", fix="e.g. --nodes 1,2,4,8"
+        )
     if args.layout == "best" or args.tune:
         from kit.scale.tune import best_layout
 
-        tune_file, (rpn, tpr) = best_layout(site, args.dir, args.tune, bool(args.ranks_per_node or args.threads),
-                                            args.layout == "best")
+        tune_file, (rpn, tpr) = best_layout(
+            site,
+            args.dir,
+            args.tune,
+            bool(args.ranks_per_node or args.threads),
+            args.layout == "best",
+        )
         ranks, threads = [rpn], [tpr]
-        Console().print(f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank")
-    plan = make_plan(site, nodes, ranks, threads, walltime(args.walltime, site.scheduler.max_walltime),
-                     image=None if args.no_container else args.image, python=args.python, train_args=extra,
-                     partition=args.partition, account=args.account, repeats=repeats, validate=args.validate)
+        Console().print(
+            f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank"
+        )
+    plan = make_plan(
+        site,
+        nodes,
+        ranks,
+        threads,
+        walltime(args.walltime, site.scheduler.max_walltime),
+        image=None if args.no_container else args.image,
+        python=args.python,
+        train_args=extra,
+        partition=args.partition,
+        account=args.account,
+        repeats=repeats,
+        validate=args.validate,
+    )
     table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
     for r in plan.runs:
-        table.add_row(r.run_id, str(r.nodes), str(r.ranks_per_node), str(r.threads_per_rank), str(r.ranks))
+        table.add_row(
+            r.run_id, str(r.nodes), str(r.ranks_per_node), str(r.threads_per_rank), str(r.ranks)
+        )
     console = Console()
     console.print(table)
     if plan.validate:
         from kit.slurm.script import validation_data
 
-        console.print(f"physics: each job then runs gan3d validate on its final checkpoint against "
-                      f"{validation_data(plan.train_args)}", highlight=False)
+        console.print(
+            f"physics: each job then runs gan3d validate on its final checkpoint against "
+            f"{validation_data(plan.train_args)}",
+            highlight=False,
+        )
     for refused in plan.refused:
-        console.print(f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
-                      f"{refused['threads_per_rank']}: {refused['reason']}")
+        console.print(
+            f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
+            f"{refused['threads_per_rank']}: {refused['reason']}"
+        )
     if args.calibrate:
         from kit.scale.plan import node_hours_bound
 
-        console.print(f"calibration for kit scale predict: {', '.join(map(str, sorted({r.nodes for r in plan.runs})))} "
-                      f"node(s) x {repeats} repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
-                      f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, each its nodes for "
-                      f"the walltime {plan.walltime}; a job that ends early is charged less)", highlight=False)
+        console.print(
+            f"calibration for kit scale predict: {', '.join(map(str, sorted({r.nodes for r in plan.runs})))} "
+            f"node(s) x {repeats} repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
+            f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, each its nodes for "
+            f"the walltime {plan.walltime}; a job that ends early is charged less)",
+            highlight=False,
+        )
     if args.dry_run:
         console.print(f"dry run: {args.dir / 'plan.yaml'} not written")
         return 0
@@ -101,13 +143,16 @@ def _tune(args: argparse.Namespace) -> int:
     site = tune.site_of(args.site)
     extra = train_args(args)
     tune.check_train_args(extra)
-    layouts = tune.candidate_layouts(site, tune.parse_layouts(args.layouts) if args.layouts else None,
-                                     tuple(args.precision))
+    layouts = tune.candidate_layouts(
+        site, tune.parse_layouts(args.layouts) if args.layouts else None, tuple(args.precision)
+    )
     slurm = tune.through_slurm(site, args.nodes, bool(args.image or args.no_container))
     console = Console()
     how = f"Slurm jobs of {args.nodes} node(s)" if slurm else "one after another on this machine"
-    console.print(f"tuning {len(layouts)} layout(s) on site {site.name}, {how}: "
-                  + ", ".join(layout.name for layout in layouts))
+    console.print(
+        f"tuning {len(layouts)} layout(s) on site {site.name}, {how}: "
+        + ", ".join(layout.name for layout in layouts)
+    )
     tune.check_outputs(args.dir)
     if args.dry_run:
         console.print(f"dry run: nothing run, {args.dir / tune.TUNE_NAME} not written")
@@ -116,32 +161,62 @@ def _tune(args: argparse.Namespace) -> int:
         if slurm:
             pair = str(pair_file_for(args.image).absolute()) if args.image else None
             measured = tune.run_slurm(
-                site, layouts, args.dir, train_args=extra, steps=args.steps, peak_seconds=args.peak_seconds,
-                timeout=args.timeout, walltime=walltime(args.walltime, site.scheduler.max_walltime),
-                nodes=args.nodes, pair=pair, python=args.python, poll_seconds=args.poll,
-                on_poll=None if status is None else lambda st: status.update(
-                    "waiting for Slurm: " + ", ".join(f"{s.run_id} {s.state}" for s in st)))
+                site,
+                layouts,
+                args.dir,
+                train_args=extra,
+                steps=args.steps,
+                peak_seconds=args.peak_seconds,
+                timeout=args.timeout,
+                walltime=walltime(args.walltime, site.scheduler.max_walltime),
+                nodes=args.nodes,
+                pair=pair,
+                python=args.python,
+                poll_seconds=args.poll,
+                on_poll=None
+                if status is None
+                else lambda st: status.update(
+                    "waiting for Slurm: " + ", ".join(f"{s.run_id} {s.state}" for s in st)
+                ),
+            )
         else:
             measured = tune.run_local(
-                site, layouts, args.dir, train_args=extra, steps=args.steps, peak_seconds=args.peak_seconds,
+                site,
+                layouts,
+                args.dir,
+                train_args=extra,
+                steps=args.steps,
+                peak_seconds=args.peak_seconds,
                 timeout=args.timeout,
-                on_start=None if status is None else lambda layout: status.update(
-                    f"training layout {layout.name} ({layouts.index(layout) + 1} of {len(layouts)})"))
+                on_start=None
+                if status is None
+                else lambda layout: status.update(
+                    f"training layout {layout.name} ({layouts.index(layout) + 1} of {len(layouts)})"
+                ),
+            )
     tune_file, png = tune.write_tune(site, args.nodes, measured, args.dir)
     top = tune.best(measured)
     table = Table(title=f"layouts of a {site.name} node (best: {top.layout.name})")
     for col in ("layout", "showers/s", "peak memory/rank", "% of peak (denominator)", "problem"):
         table.add_column(col, overflow="fold")
     for m in measured:
-        table.add_row(("* " if m is top else "") + m.layout.name,
-                      "-" if m.showers_per_second is None else f"{m.showers_per_second:.3g}",
-                      "-" if m.peak_rss_bytes_per_rank is None else f"{m.peak_rss_bytes_per_rank / 2**30:.2f} GiB",
-                      "-" if m.percent_of_peak is None else f"{m.percent_of_peak:.1f}% of {m.percent_of_peak_denominator}",
-                      m.problem or "")
+        table.add_row(
+            ("* " if m is top else "") + m.layout.name,
+            "-" if m.showers_per_second is None else f"{m.showers_per_second:.3g}",
+            "-"
+            if m.peak_rss_bytes_per_rank is None
+            else f"{m.peak_rss_bytes_per_rank / 2**30:.2f} GiB",
+            "-"
+            if m.percent_of_peak is None
+            else f"{m.percent_of_peak:.1f}% of {m.percent_of_peak_denominator}",
+            m.problem or "",
+        )
     console.print(table)
     if top.cpu:
         console.print(f"ran on: {top.cpu}", highlight=False)
-    console.print(f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ...")
+    console.print(
+        f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ..."
+    )
     return 0
 
 
@@ -164,39 +239,63 @@ def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
     for col in ("run", "job", "state", "result", *(["physics"] if validated else [])):
         table.add_column(col, overflow="fold")
     for s in status:
-        table.add_row(s.run_id, s.job or "-", s.state, str(s.result) if s.result else
-                      ("[red]missing[/red]" if s.problem else "-"),
-                      *([("[red]failed[/red]" if s.physics == "failed" else s.physics or "-")] if validated else []))
+        table.add_row(
+            s.run_id,
+            s.job or "-",
+            s.state,
+            str(s.result) if s.result else ("[red]missing[/red]" if s.problem else "-"),
+            *(
+                [("[red]failed[/red]" if s.physics == "failed" else s.physics or "-")]
+                if validated
+                else []
+            ),
+        )
     return table
 
 
 COLLECT_SCHEMA = "kit-scale-collect/1"
-PREDICT_SCHEMA = "kit-scale-predict/1"  # kit.scale.predict's, named here so that --help imports no numpy
+PREDICT_SCHEMA = (
+    "kit-scale-predict/1"  # kit.scale.predict's, named here so that --help imports no numpy
+)
 
 
 def _collect(args: argparse.Namespace) -> int:
     if args.json:  # no live table: the document is all that goes to stdout
-        status = (sweep_jobs.wait(args.dir, args.poll, args.timeout) if args.wait
-                  else sweep_jobs.collect(args.dir))
+        status = (
+            sweep_jobs.wait(args.dir, args.poll, args.timeout)
+            if args.wait
+            else sweep_jobs.collect(args.dir)
+        )
         emit(COLLECT_SCHEMA, sweep_jobs.collect_document(args.dir, status))
         return 1 if any(s.problem for s in status) else 0
     console = Console()
     if args.wait and not quiet():  # the live table is progress: -q prints only the final one
         with Live(console=console, auto_refresh=False) as live:
-            status = sweep_jobs.wait(args.dir, args.poll, args.timeout,
-                                   on_poll=lambda st: live.update(_status_table(st), refresh=True))
+            status = sweep_jobs.wait(
+                args.dir,
+                args.poll,
+                args.timeout,
+                on_poll=lambda st: live.update(_status_table(st), refresh=True),
+            )
     else:
-        status = (sweep_jobs.wait(args.dir, args.poll, args.timeout) if args.wait
-                  else sweep_jobs.collect(args.dir))
+        status = (
+            sweep_jobs.wait(args.dir, args.poll, args.timeout)
+            if args.wait
+            else sweep_jobs.collect(args.dir)
+        )
         console.print(_status_table(status))
     for s in status:
         if s.problem:
-            console.print(f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; "
-                          + ("its log ends:" if s.problem_in_log else "its result file is refused:"))
+            console.print(
+                f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; "
+                + ("its log ends:" if s.problem_in_log else "its result file is refused:")
+            )
             console.print(s.problem, markup=False, highlight=False, soft_wrap=True)
         if s.physics_problem:
-            console.print(f"[yellow]{s.run_id}[/yellow] (job {s.job}) has a result but its physics validation "
-                          "failed; its validation log ends:")
+            console.print(
+                f"[yellow]{s.run_id}[/yellow] (job {s.job}) has a result but its physics validation "
+                "failed; its validation log ends:"
+            )
             console.print(s.physics_problem, markup=False, highlight=False, soft_wrap=True)
     done = sum(s.done for s in status)
     console.print(f"{done} of {len(status)} run(s) have results")
@@ -231,14 +330,26 @@ def _band(low: float, high: float, fmt: str = "{:.3g}") -> str:
     return f"[{fmt.format(low)}–{fmt.format(high)}]"
 
 
-def _forecast_table(title: str, prediction, epochs: int | None, measured: dict[int, float] | None = None) -> Table:
+def _forecast_table(
+    title: str, prediction, epochs: int | None, measured: dict[int, float] | None = None
+) -> Table:
     """One row per asked node count; a backtest adds the paper's time and the error."""
     from kit.scale.report import flop_unit
 
     table = Table(title=title)
-    columns = ["nodes", "s/epoch [band]", *(["paper s", "error"] if measured else []), "showers/s", "FLOP/s",
-               "% of peak", "efficiency [band]", "steps/epoch", "global batch", "node-h/epoch [band]",
-               *([f"node-h, {epochs} epochs"] if epochs else [])]
+    columns = [
+        "nodes",
+        "s/epoch [band]",
+        *(["paper s", "error"] if measured else []),
+        "showers/s",
+        "FLOP/s",
+        "% of peak",
+        "efficiency [band]",
+        "steps/epoch",
+        "global batch",
+        "node-h/epoch [band]",
+        *([f"node-h, {epochs} epochs"] if epochs else []),
+    ]
     for col in columns:
         table.add_column(col, overflow="fold")
     fs = [f for f in prediction.forecasts if f.flop_per_second]
@@ -247,10 +358,15 @@ def _forecast_table(title: str, prediction, epochs: int | None, measured: dict[i
         paper = []
         if measured:
             t = measured[f.nodes]
-            paper = [f"{t:g}", f"{100 * (f.seconds - t) / t:+.1f}%" + ("" if f.seconds_band[0] <= t <= f.seconds_band[1]
-                                                                        else " (outside)")]
+            paper = [
+                f"{t:g}",
+                f"{100 * (f.seconds - t) / t:+.1f}%"
+                + ("" if f.seconds_band[0] <= t <= f.seconds_band[1] else " (outside)"),
+            ]
         table.add_row(
-            str(f.nodes), f"{f.seconds:.4g} {_band(*f.seconds_band)}", *paper,
+            str(f.nodes),
+            f"{f.seconds:.4g} {_band(*f.seconds_band)}",
+            *paper,
             "-" if f.showers_per_second is None else f"{f.showers_per_second:.4g}",
             "-" if f.flop_per_second is None else f"{f.flop_per_second / scale:.3g} {unit}",
             "-" if f.percent_of_peak is None else f"{f.percent_of_peak:.1f}%",
@@ -258,26 +374,38 @@ def _forecast_table(title: str, prediction, epochs: int | None, measured: dict[i
             "-" if f.steps_per_epoch is None else str(f.steps_per_epoch),
             "-" if f.global_batch is None else str(f.global_batch),
             f"{f.node_hours_per_epoch:.3g} {_band(*f.node_hours_band)}",
-            *([f"{f.node_hours_total:.3g}"] if epochs else []))
+            *([f"{f.node_hours_total:.3g}"] if epochs else []),
+        )
     return table
 
 
-def _print_prediction(console: Console, prediction, epochs: int | None, title: str,
-                      measured: dict[int, float] | None = None) -> None:
+def _print_prediction(
+    console: Console,
+    prediction,
+    epochs: int | None,
+    title: str,
+    measured: dict[int, float] | None = None,
+) -> None:
     from kit.scale.model import MARGIN_PER_DOUBLING
 
     model, cal = prediction.model, prediction.calibration
     console.print(_forecast_table(title, prediction, epochs, measured))
     fits = ", ".join(f.name for f in model.kept)
-    console.print(f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
-                  f"estimate: the {model.best.name} shape; band: {fits}, widened "
-                  f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and "
-                  f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (docs/predict.md)", highlight=False)
+    console.print(
+        f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
+        f"estimate: the {model.best.name} shape; band: {fits}, widened "
+        f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and "
+        f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (docs/predict.md)",
+        highlight=False,
+    )
     if cal.stack:
         console.print(f"stack: {cal.stack}", highlight=False, markup=False)
     if cal.peak_denominator:
-        console.print(f"% of peak: of the {cal.peak_denominator} ({cal.node_peak / 1e12:.3g} TFLOP/s per node); "
-                      "FLOP/s: model FLOP per shower x showers/s over the wall epoch", highlight=False)
+        console.print(
+            f"% of peak: of the {cal.peak_denominator} ({cal.node_peak / 1e12:.3g} TFLOP/s per node); "
+            "FLOP/s: model FLOP per shower x showers/s over the wall epoch",
+            highlight=False,
+        )
     for warning in prediction.warnings:
         console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)
     if prediction.suggestion:
@@ -290,13 +418,16 @@ def _predict(args: argparse.Namespace) -> int:
 
     if args.reference:
         if args.dir or args.results or args.nodes:
-            raise KitError("--reference backtests a paper table on its own, at the rows it did not fit",
-                           fix="leave "
-                           "out DIR, --results and --nodes")
+            raise KitError(
+                "--reference backtests a paper table on its own, at the rows it did not fit",
+                fix="leave out DIR, --results and --nodes",
+            )
         backtest = pr.backtest(args.reference, args.calibrate_on, args.epochs)
         predictions, skipped = [backtest.prediction], []
         document = {"backtest": pr.backtest_document(backtest)}
-        unseen = {backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]}
+        unseen = {
+            backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]
+        }
     else:
         from kit.scale.runs import load_results
 
@@ -305,13 +436,22 @@ def _predict(args: argparse.Namespace) -> int:
         for problem in failed:
             print(f"left out (failed run): {problem}", file=sys.stderr)
         if not paths:
-            raise KitError(f"no results to predict from: {args.dir or 'no sweep dir'} has none yet (kit scale "
-                           "collect shows why) and no --results JSON was named")
+            raise KitError(
+                f"no results to predict from: {args.dir or 'no sweep dir'} has none yet (kit scale "
+                "collect shows why) and no --results JSON was named"
+            )
         predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
-        document = {"series": [pr.prediction_document(p) for p in predictions], "left_out": skipped,
-                    "epochs": args.epochs}
+        document = {
+            "series": [pr.prediction_document(p) for p in predictions],
+            "left_out": skipped,
+            "epochs": args.epochs,
+        }
         unseen = None
-    written = pr.write_outputs(args.out, {**document}, prediction_plot(predictions, unseen)) if args.out else []
+    written = (
+        pr.write_outputs(args.out, {**document}, prediction_plot(predictions, unseen))
+        if args.out
+        else []
+    )
     if args.json:
         emit(PREDICT_SCHEMA, {**document, "written": [str(p) for p in written]})
         return 0
@@ -321,11 +461,18 @@ def _predict(args: argparse.Namespace) -> int:
     for p in predictions:
         if args.reference:
             rows = {r.nodes: r.measured for r in backtest.rows}
-            _print_prediction(console, p, args.epochs,
-                              f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows", rows)
+            _print_prediction(
+                console,
+                p,
+                args.epochs,
+                f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows",
+                rows,
+            )
             for r in backtest.rows:
                 if r.anomaly and not r.inside:
-                    console.print(f"{r.nodes} nodes: outside the band: {r.anomaly}", highlight=False)
+                    console.print(
+                        f"{r.nodes} nodes: outside the band: {r.anomaly}", highlight=False
+                    )
         else:
             _print_prediction(console, p, args.epochs, f"{p.calibration.label}: predicted")
     for path in written:
@@ -336,62 +483,135 @@ def _predict(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "scale", "scaling sweeps: plan, submit, collect, report")
 
-    p = leaves.add_parser("plan", help="expand nodes x ranks per node x threads into DIR/plan.yaml",
-                          description="Every combination the site can hold becomes a run; the others are "
-                          "listed with the reason. Nothing is submitted.")
-    p.add_argument("--nodes", type=_ints, help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)")
+    p = leaves.add_parser(
+        "plan",
+        help="expand nodes x ranks per node x threads into DIR/plan.yaml",
+        description="Every combination the site can hold becomes a run; the others are "
+        "listed with the reason. Nothing is submitted.",
+    )
+    p.add_argument(
+        "--nodes",
+        type=_ints,
+        help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)",
+    )
     p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
-    p.add_argument("--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)")
-    p.add_argument("--repeats", type=number(1, int, 100), metavar="N",
-                   help="run each combination N times (RUN-x1..xN); the report shows median and min-max "
-                   "(default 1; 3 with --calibrate)")
-    p.add_argument("--calibrate", action="store_true",
-                   help="the cheapest sweep kit scale predict needs: n0, 2n0, 8n0 nodes x 3 repeats of short epochs "
-                   "(--steps-per-epoch 20, --epochs 2 unless given), with what it can cost in node-hours")
-    p.add_argument("--validate", action="store_true",
-                   help="each job then runs gan3d validate on its final checkpoint (one rank, same container) "
-                   "against the run's --validation-data, else --data; the score goes into its results")
-    p.add_argument("--layout", choices=["best"], help="best: ranks per node x threads from kit scale tune")
-    p.add_argument("--tune", type=Path, metavar="FILE", help="the tune file for --layout best (default DIR/tune.yaml)")
+    p.add_argument(
+        "--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=number(1, int, 100),
+        metavar="N",
+        help="run each combination N times (RUN-x1..xN); the report shows median and min-max "
+        "(default 1; 3 with --calibrate)",
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="the cheapest sweep kit scale predict needs: n0, 2n0, 8n0 nodes x 3 repeats of short epochs "
+        "(--steps-per-epoch 20, --epochs 2 unless given), with what it can cost in node-hours",
+    )
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="each job then runs gan3d validate on its final checkpoint (one rank, same container) "
+        "against the run's --validation-data, else --data; the score goes into its results",
+    )
+    p.add_argument(
+        "--layout", choices=["best"], help="best: ranks per node x threads from kit scale tune"
+    )
+    p.add_argument(
+        "--tune",
+        type=Path,
+        metavar="FILE",
+        help="the tune file for --layout best (default DIR/tune.yaml)",
+    )
     add_run_args(p)
     p.set_defaults(func=_plan)
 
-    p = leaves.add_parser("tune", help="measure each ranks x threads layout of a node; write the best to DIR/tune.yaml",
-                          description="Short measured trainings, one per layout (through Slurm where the site has "
-                          "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
-                          "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.")
+    p = leaves.add_parser(
+        "tune",
+        help="measure each ranks x threads layout of a node; write the best to DIR/tune.yaml",
+        description="Short measured trainings, one per layout (through Slurm where the site has "
+        "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
+        "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.",
+    )
     p.add_argument("--nodes", type=number(1), default=1, help="nodes per tuning run (default 1)")
-    p.add_argument("--precision", type=_precisions, default=["fp32"], help="comma list of fp32, bf16 (default fp32)")
-    p.add_argument("--layouts", help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)")
-    p.add_argument("--steps", type=number(2), default=6, help="optimizer steps per layout; the first is not timed (default 6)")
-    p.add_argument("--peak-seconds", type=number(0.05, float, MAX_SECONDS), default=1.0,
-                   help=f"dense-matmul peak measurement per precision (at most {MAX_SECONDS:g} s: gan3d train's bound)")
-    p.add_argument("--timeout", type=number(1, float), default=1800.0, help="seconds per layout (local) or for all jobs (Slurm)")
-    p.add_argument("--poll", type=number(0.1, float), default=5.0, help="seconds between Slurm checks")
+    p.add_argument(
+        "--precision",
+        type=_precisions,
+        default=["fp32"],
+        help="comma list of fp32, bf16 (default fp32)",
+    )
+    p.add_argument(
+        "--layouts",
+        help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)",
+    )
+    p.add_argument(
+        "--steps",
+        type=number(2),
+        default=6,
+        help="optimizer steps per layout; the first is not timed (default 6)",
+    )
+    p.add_argument(
+        "--peak-seconds",
+        type=number(0.05, float, MAX_SECONDS),
+        default=1.0,
+        help=f"dense-matmul peak measurement per precision (at most {MAX_SECONDS:g} s: gan3d train's bound)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=number(1, float),
+        default=1800.0,
+        help="seconds per layout (local) or for all jobs (Slurm)",
+    )
+    p.add_argument(
+        "--poll", type=number(0.1, float), default=5.0, help="seconds between Slurm checks"
+    )
     add_site(p)
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)")
-    where.add_argument("--no-container", action="store_true", help="Slurm sites: the site's own Python")
+    where.add_argument(
+        "--image", help="Slurm sites: the image as the site sees it (ch-run with the host MPI)"
+    )
+    where.add_argument(
+        "--no-container", action="store_true", help="Slurm sites: the site's own Python"
+    )
     p.add_argument("--walltime", help="HH:MM:SS per job on a Slurm site")
     p.add_argument("--python", default="python3", help="Slurm sites: the Python that runs gan3d")
-    p.add_argument("--dir", type=Path, default=Path("tune"), help="where runs, tune.yaml and tune.png go")
+    p.add_argument(
+        "--dir", type=Path, default=Path("tune"), help="where runs, tune.yaml and tune.png go"
+    )
     add_dry_run(p, "list the layouts; run nothing")
-    add_train_args(p, "after --: data and model arguments for python -m gan3d train (e.g. --synthetic 256 "
-                   "--preset tiny)")
+    add_train_args(
+        p,
+        "after --: data and model arguments for python -m gan3d train (e.g. --synthetic 256 "
+        "--preset tiny)",
+    )
     p.set_defaults(func=_tune)
 
     p = leaves.add_parser("submit", help="sbatch the plan's runs (skips runs done or still queued)")
     p.add_argument("dir", type=Path, help="the sweep directory (holds plan.yaml)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
-    p.add_argument("--resubmit", action="store_true", help="also runs that have a result or a queued job")
+    p.add_argument(
+        "--resubmit", action="store_true", help="also runs that have a result or a queued job"
+    )
     add_dry_run(p, "check and list; write and submit nothing")
     p.set_defaults(func=_submit)
 
     p = leaves.add_parser("collect", help="the state of every run; the log of a run that failed")
     p.add_argument("dir", type=Path)
     p.add_argument("--wait", action="store_true", help="until no run is queued or running")
-    p.add_argument("--poll", type=number(0.1, float, 3600), default=10.0, help="seconds between checks with --wait")
-    p.add_argument("--timeout", type=number(0, float, 366 * 86400), help="give up waiting after this many seconds")
+    p.add_argument(
+        "--poll",
+        type=number(0.1, float, 3600),
+        default=10.0,
+        help="seconds between checks with --wait",
+    )
+    p.add_argument(
+        "--timeout",
+        type=number(0, float, 366 * 86400),
+        help="give up waiting after this many seconds",
+    )
     add_json_flag(p, COLLECT_SCHEMA)
     p.set_defaults(func=_collect)
 
@@ -401,27 +621,58 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(p, "say which jobs; cancel nothing")
     p.set_defaults(func=_cancel)
 
-    p = leaves.add_parser("report", help="tables (md, csv) and plots (png) of a sweep, as in the paper")
+    p = leaves.add_parser(
+        "report", help="tables (md, csv) and plots (png) of a sweep, as in the paper"
+    )
     p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")
-    p.add_argument("--results", type=Path, nargs="+", default=[], metavar="JSON",
-                   help="further results files (other sweeps, other sites)")
+    p.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="further results files (other sweeps, other sites)",
+    )
     p.add_argument("--out", type=Path, help="where to write (default DIR/report)")
-    p.add_argument("--reference", help="a table of the paper to compare with: table1..table7 (scaling, "
-                   "FLOP rate), table8|table9 (container vs bare throughput, free memory)")
+    p.add_argument(
+        "--reference",
+        help="a table of the paper to compare with: table1..table7 (scaling, "
+        "FLOP rate), table8|table9 (container vs bare throughput, free memory)",
+    )
     p.set_defaults(func=_report)
 
-    p = leaves.add_parser("predict", help="forecast epoch time, efficiency and node-hours at N nodes from a few runs",
-                          description="Fits how the node-seconds per epoch grow with the ranks on each series of "
-                          "measured runs (two node counts or more; three tell the shapes apart) and forecasts the "
-                          "asked node counts with a band (docs/predict.md). --reference backtests the model on a "
-                          "paper table instead.")
+    p = leaves.add_parser(
+        "predict",
+        help="forecast epoch time, efficiency and node-hours at N nodes from a few runs",
+        description="Fits how the node-seconds per epoch grow with the ranks on each series of "
+        "measured runs (two node counts or more; three tell the shapes apart) and forecasts the "
+        "asked node counts with a band (docs/predict.md). --reference backtests the model on a "
+        "paper table instead.",
+    )
     p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")
-    p.add_argument("--results", type=Path, nargs="+", default=[], metavar="JSON", help="further results files")
-    p.add_argument("--nodes", type=_ints, help="node counts to forecast (default 4x, 16x, 64x the largest measured)")
-    p.add_argument("--epochs", type=number(1, int, 10**6), help="planned epochs: adds their node-hours")
-    p.add_argument("--out", type=Path, metavar="PLOTDIR", help="write predict.png and predict.json there")
-    p.add_argument("--reference", metavar="TABLE", help="backtest on a paper table (table1..table6) instead")
-    p.add_argument("--calibrate-on", type=number(2, int, 100), default=3, metavar="K",
-                   help="with --reference: fit on the table's first K rows (default 3)")
+    p.add_argument(
+        "--results", type=Path, nargs="+", default=[], metavar="JSON", help="further results files"
+    )
+    p.add_argument(
+        "--nodes",
+        type=_ints,
+        help="node counts to forecast (default 4x, 16x, 64x the largest measured)",
+    )
+    p.add_argument(
+        "--epochs", type=number(1, int, 10**6), help="planned epochs: adds their node-hours"
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="PLOTDIR", help="write predict.png and predict.json there"
+    )
+    p.add_argument(
+        "--reference", metavar="TABLE", help="backtest on a paper table (table1..table6) instead"
+    )
+    p.add_argument(
+        "--calibrate-on",
+        type=number(2, int, 100),
+        default=3,
+        metavar="K",
+        help="with --reference: fit on the table's first K rows (default 3)",
+    )
     add_json_flag(p, PREDICT_SCHEMA)
     p.set_defaults(func=_predict)

@@ -1,4 +1,5 @@
 """`kit site validate|show|probe`: check, read and create site configs."""
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("validate", help="check site config files (or names) against the schema")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_validate)
-    p = leaves.add_parser("show", help="summary of a site, with theoretical peak per node and island")
+    p = leaves.add_parser(
+        "show", help="summary of a site, with theoretical peak per node and island"
+    )
     p.add_argument("site", metavar="NAME_OR_FILE")
     add_json_flag(p, JSON_SCHEMA)
     p.set_defaults(func=_show)

@@ -1,4 +1,5 @@
 """`kit slurm render|submit`: one training run as a batch script, checked against the site."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,24 +19,39 @@ from kit.verbosity import quiet
 
 def _run(args: argparse.Namespace, submit: bool) -> int:
     site = load_site(args.site)
-    threads = args.threads if args.threads is not None else default_threads(site, args.ranks_per_node)
+    threads = (
+        args.threads if args.threads is not None else default_threads(site, args.ranks_per_node)
+    )
     name = args.run_id or run_id(args.nodes, args.ranks_per_node, threads)
-    spec = RunSpec(name, args.nodes, args.ranks_per_node, threads, walltime(args.walltime, site.scheduler.max_walltime),
-                   train_args(args), args.partition, args.account)
+    spec = RunSpec(
+        name,
+        args.nodes,
+        args.ranks_per_node,
+        threads,
+        walltime(args.walltime, site.scheduler.max_walltime),
+        train_args(args),
+        args.partition,
+        args.account,
+    )
     checked = check_run(site, spec)
     pair = read_pair_file(pair_file_for(args.image), site) if args.image else None
     console = Console(stderr=True)
     for warning in checked.warnings + (pair.warnings if pair else []):
         console.print(f"[yellow]warning[/yellow]: {warning}")
     if args.dry_run:
-        sys.stdout.write(render(site, checked, RunFiles(args.dir.absolute(), name), pair, args.python))
+        sys.stdout.write(
+            render(site, checked, RunFiles(args.dir.absolute(), name), pair, args.python)
+        )
         if not quiet():
             console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))
         return 0
-    [done] = submit_runs(site, [checked], args.dir, pair, args.python, resubmit=args.resubmit,
-                         queue=submit)
+    [done] = submit_runs(
+        site, [checked], args.dir, pair, args.python, resubmit=args.resubmit, queue=submit
+    )
     if done.held_back:
-        raise KitError(f"run {name} in {args.dir.absolute()}: {done.note}", fix="another --run-id or --dir")
+        raise KitError(
+            f"run {name} in {args.dir.absolute()}: {done.note}", fix="another --run-id or --dir"
+        )
     if submit and done.job is None:  # sbatch refused it
         raise KitError(f"run {name}: {done.note}")
     files = RunFiles(args.dir.absolute(), name)
@@ -43,24 +59,35 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
         console.print(f"wrote {files.script}")
     if submit:
         if not quiet():
-            console.print(f"submitted job {done.job}: log {files.log(done.job)}, result {files.result}")
+            console.print(
+                f"submitted job {done.job}: log {files.log(done.job)}, result {files.result}"
+            )
         print(done.job)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "slurm", "batch scripts for one training run")
-    for name, submit, text in (("render", False, "write the run's batch script (and the site config it reads)"),
-                               ("submit", True, "render, then sbatch it and record the job in DIR/jobs.yaml")):
+    for name, submit, text in (
+        ("render", False, "write the run's batch script (and the site config it reads)"),
+        ("submit", True, "render, then sbatch it and record the job in DIR/jobs.yaml"),
+    ):
         p = leaves.add_parser(name, help=text, description=text)
         p.add_argument("--nodes", type=number(1, int, 10**6), default=1)
         p.add_argument("--ranks-per-node", type=number(1, int, 10**6), default=1)
-        p.add_argument("--threads", type=number(1, int, 10**6), help="per rank (default: the node's cores shared evenly)")
+        p.add_argument(
+            "--threads",
+            type=number(1, int, 10**6),
+            help="per rank (default: the node's cores shared evenly)",
+        )
         p.add_argument("--run-id", help="name of the run (default nN-rR-tT)")
         if submit:
-            p.add_argument("--resubmit", action="store_true",
-                           help="submit a run that has a result again (its result is moved aside); never beside "
-                           "a job of the same run still queued or running")
+            p.add_argument(
+                "--resubmit",
+                action="store_true",
+                help="submit a run that has a result again (its result is moved aside); never beside "
+                "a job of the same run still queued or running",
+            )
         else:
             p.set_defaults(resubmit=False)
         add_run_args(p)

@@ -1,4 +1,7 @@
-"""`kit study plan|run|status|report|cancel`: hyperparameter studies on the kit's runs (kit.study)."""
+"""`kit study plan|run|status|report|cancel`: hyperparameter studies on the kit's runs
+(kit.study).
+"""
+
 from __future__ import annotations
 
 import argparse
@@ -18,12 +21,26 @@ STATUS_SCHEMA = "kit-study-status/1"
 def _plan(args: argparse.Namespace) -> int:
     from kit.study.studydir import plan_study
 
-    header = plan_study(args.spec, args.site, args.dir, args.parallel, args.pilot, args.walltime, args.image,
-                        args.python, args.dry_run)
-    how = f"a pilot job of {args.pilot} node(s)" if args.pilot else \
-        ("Slurm jobs" if header["walltime"] else "this machine")
-    say = f"study at {header['site_name']}: objective {header['objective']} ({header['direction']}), " \
-          f"strategy {header['strategy']}, {args.parallel} in flight through {how}"
+    header = plan_study(
+        args.spec,
+        args.site,
+        args.dir,
+        args.parallel,
+        args.pilot,
+        args.walltime,
+        args.image,
+        args.python,
+        args.dry_run,
+    )
+    how = (
+        f"a pilot job of {args.pilot} node(s)"
+        if args.pilot
+        else ("Slurm jobs" if header["walltime"] else "this machine")
+    )
+    say = (
+        f"study at {header['site_name']}: objective {header['objective']} ({header['direction']}), "
+        f"strategy {header['strategy']}, {args.parallel} in flight through {how}"
+    )
     if not quiet():
         Console().print(say, highlight=False)
     if args.dry_run:
@@ -38,19 +55,34 @@ def _run(args: argparse.Namespace) -> int:
 
     from kit.study.run import run_study
 
-    bar = nullcontext() if quiet() else Progress(TextColumn("{task.description}"), BarColumn(),
-                                                 MofNCompleteColumn(), TextColumn("{task.fields[detail]}"))
+    bar = (
+        nullcontext()
+        if quiet()
+        else Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+        )
+    )
     with bar as progress:
         task = progress.add_task("evaluations", total=None, detail="") if progress else None
 
         def show(p) -> None:
             if progress:
                 best = "-" if p.best is None else f"{p.best:.6g} ({p.best_eval})"
-                progress.update(task, completed=p.done, total=p.budget,
-                                detail=f"{p.in_flight} in flight, {p.failed} failed, best {best}")
+                progress.update(
+                    task,
+                    completed=p.done,
+                    total=p.budget,
+                    detail=f"{p.in_flight} in flight, {p.failed} failed, best {best}",
+                )
+
         final = run_study(args.dir, args.poll, show)
     best = "none" if final.best is None else f"{final.best:.6g} ({final.best_eval})"
-    print(f"{final.done} evaluation(s) done, {final.failed} failed; best {best}; next: kit study report {args.dir}")
+    print(
+        f"{final.done} evaluation(s) done, {final.failed} failed; best {best}; next: kit study report {args.dir}"
+    )
     return 0
 
 
@@ -61,13 +93,27 @@ def status_document(study_dir: Path) -> dict:
     _, _, _, led = open_study(study_dir)
     direction = led.header.get("direction", "minimize")
     eid, value = best_of(led, direction)
-    evals = [{"eval": e.eval_id, "state": e.state, "objective": e.objective, "config": e.config,
-              "jobs": [s.get("job") for s in e.submissions if s.get("job")], "error": e.error}
-             for e in led.evaluations.values()]
-    return {"dir": str(study_dir.absolute()), "objective": led.header.get("objective"), "direction": direction,
-            "done": len(led.done()), "failed": sum(e.state == "failed" for e in led.done()),
-            "in_flight": len(led.in_flight()), "best": {"eval": eid, "objective": value} if eid else None,
-            "evaluations": evals}
+    evals = [
+        {
+            "eval": e.eval_id,
+            "state": e.state,
+            "objective": e.objective,
+            "config": e.config,
+            "jobs": [s.get("job") for s in e.submissions if s.get("job")],
+            "error": e.error,
+        }
+        for e in led.evaluations.values()
+    ]
+    return {
+        "dir": str(study_dir.absolute()),
+        "objective": led.header.get("objective"),
+        "direction": direction,
+        "done": len(led.done()),
+        "failed": sum(e.state == "failed" for e in led.done()),
+        "in_flight": len(led.in_flight()),
+        "best": {"eval": eid, "objective": value} if eid else None,
+        "evaluations": evals,
+    }
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -79,13 +125,21 @@ def _status(args: argparse.Namespace) -> int:
     for col in ("eval", "state", "objective", "jobs", "config"):
         table.add_column(col, overflow="fold")
     for e in doc["evaluations"]:
-        table.add_row(e["eval"], e["state"], "-" if e["objective"] is None else f"{e['objective']:.6g}",
-                      " ".join(e["jobs"]) or "-", ", ".join(f"{k}={v}" for k, v in e["config"].items()))
+        table.add_row(
+            e["eval"],
+            e["state"],
+            "-" if e["objective"] is None else f"{e['objective']:.6g}",
+            " ".join(e["jobs"]) or "-",
+            ", ".join(f"{k}={v}" for k, v in e["config"].items()),
+        )
     console = Console()
     console.print(table)
     best = doc["best"]
-    console.print(f"{doc['done']} done ({doc['failed']} failed), {doc['in_flight']} in flight; best "
-                  + (f"{best['objective']:.6g} ({best['eval']})" if best else "none yet"), highlight=False)
+    console.print(
+        f"{doc['done']} done ({doc['failed']} failed), {doc['in_flight']} in flight; best "
+        + (f"{best['objective']:.6g} ({best['eval']})" if best else "none yet"),
+        highlight=False,
+    )
     return 0
 
 
@@ -102,32 +156,60 @@ def _cancel(args: argparse.Namespace) -> int:
 
     stopped = cancel_study(args.dir, args.dry_run)
     verb = "would cancel" if args.dry_run else "cancelled"
-    print(f"{verb} {', '.join(stopped)}; kit study run {args.dir} starts them again" if stopped
-          else "no evaluation is in flight")
+    print(
+        f"{verb} {', '.join(stopped)}; kit study run {args.dir} starts them again"
+        if stopped
+        else "no evaluation is in flight"
+    )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "study", "hyperparameter studies: plan, run, status, report, cancel")
 
-    p = leaves.add_parser("plan", help="check a study spec against a site and write DIR",
-                          description="Writes DIR/study.yaml (the spec) and an empty DIR/ledger.jsonl; DIR must be "
-                          "new or empty. Nothing runs.")
-    p.add_argument("spec", type=Path, help="the study YAML (parameters, fixed, objective, budget, strategy)")
+    p = leaves.add_parser(
+        "plan",
+        help="check a study spec against a site and write DIR",
+        description="Writes DIR/study.yaml (the spec) and an empty DIR/ledger.jsonl; DIR must be "
+        "new or empty. Nothing runs.",
+    )
+    p.add_argument(
+        "spec", type=Path, help="the study YAML (parameters, fixed, objective, budget, strategy)"
+    )
     p.add_argument("dir", type=Path, help="the study directory")
     add_site(p, more="where the evaluations run")
-    p.add_argument("--parallel", type=number(1), default=2, metavar="K", help="evaluations in flight (default 2)")
-    p.add_argument("--pilot", type=number(1), metavar="N", help="Slurm sites: one job of N nodes runs the "
-                   "evaluations back to back")
-    p.add_argument("--walltime", help="Slurm sites: HH:MM:SS per evaluation job (or of the pilot job)")
-    p.add_argument("--image", help="Slurm sites: the image (ch-run with the host MPI); default the site's Python")
+    p.add_argument(
+        "--parallel",
+        type=number(1),
+        default=2,
+        metavar="K",
+        help="evaluations in flight (default 2)",
+    )
+    p.add_argument(
+        "--pilot",
+        type=number(1),
+        metavar="N",
+        help="Slurm sites: one job of N nodes runs the evaluations back to back",
+    )
+    p.add_argument(
+        "--walltime", help="Slurm sites: HH:MM:SS per evaluation job (or of the pilot job)"
+    )
+    p.add_argument(
+        "--image",
+        help="Slurm sites: the image (ch-run with the host MPI); default the site's Python",
+    )
     p.add_argument("--python", help="Slurm sites: the Python that runs gan3d (default python3)")
     add_dry_run(p, "check; write nothing")
     p.set_defaults(func=_plan)
 
     p = leaves.add_parser("run", help="run the study to its budget (resumes where it stopped)")
     p.add_argument("dir", type=Path)
-    p.add_argument("--poll", type=number(0.05, float, 3600), default=5.0, help="seconds between checks (default 5)")
+    p.add_argument(
+        "--poll",
+        type=number(0.05, float, 3600),
+        default=5.0,
+        help="seconds between checks (default 5)",
+    )
     p.set_defaults(func=_run)
 
     p = leaves.add_parser("status", help="every evaluation's state and objective; the best so far")
@@ -139,7 +221,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", type=Path)
     p.set_defaults(func=_report)
 
-    p = leaves.add_parser("cancel", help="stop the evaluations in flight (kit study run starts them again)")
+    p = leaves.add_parser(
+        "cancel", help="stop the evaluations in flight (kit study run starts them again)"
+    )
     p.add_argument("dir", type=Path)
     add_dry_run(p, "say which; stop nothing")
     p.set_defaults(func=_cancel)

@@ -1,4 +1,5 @@
 """`kit transfer push|bundle|verify`: thin CLI over kit.transfer."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,72 +26,137 @@ def _transfer():
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "transfer", "move images into the secure site (SSH push, bundles)")
 
-    p = leaves.add_parser("push", help="resumable, verified upload to the site (optionally install)",
-                          description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings "
-                          "to the site's transfer host over SSH (your ~/.ssh/config, agent and keys). "
-                          "An interrupted push resumes; the remote checks sha256 before renaming "
-                          "into place.")
+    p = leaves.add_parser(
+        "push",
+        help="resumable, verified upload to the site (optionally install)",
+        description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings "
+        "to the site's transfer host over SSH (your ~/.ssh/config, agent and keys). "
+        "An interrupted push resumes; the remote checks sha256 before renaming "
+        "into place.",
+    )
     p.add_argument("image", type=Path, help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs")
     _add_endpoint_args(p)
     p.add_argument("--remote-dir", help="upload directory (default: transfer.image_dir)")
-    p.add_argument("--install", action="store_true",
-                   help="unpack with the site's ch-convert into container.image_dir as NAME@SHA "
-                   "and point NAME.current at it")
-    p.add_argument("--install-as", choices=("dir", "squash"), default="dir",
-                   help="installed form: unpacked directory (default) or SquashFS file")
-    p.add_argument("--keep", type=number(0, int, 10**6), metavar="N",
-                   help="previous installed versions to keep (default: transfer.keep_versions)")
-    p.add_argument("--direct-io", action=argparse.BooleanOptionalAction, default=None,
-                   help="remote writes bypass the page cache where the filesystem allows it "
-                   "(default: transfer.direct_io, true)")
-    p.add_argument("--stall", type=number(1, float, 366 * 86400), metavar="SECONDS",
-                   help="stop the upload after this long with no byte moving and no remote re-hash "
-                   "progress (default: 15 minutes)")
-    p.add_argument("--install-timeout", type=number(1, float, 366 * 86400), metavar="SECONDS",
-                   help="stop the remote install (hash check, ch-convert) after this long (default: 4 hours)")
+    p.add_argument(
+        "--install",
+        action="store_true",
+        help="unpack with the site's ch-convert into container.image_dir as NAME@SHA "
+        "and point NAME.current at it",
+    )
+    p.add_argument(
+        "--install-as",
+        choices=("dir", "squash"),
+        default="dir",
+        help="installed form: unpacked directory (default) or SquashFS file",
+    )
+    p.add_argument(
+        "--keep",
+        type=number(0, int, 10**6),
+        metavar="N",
+        help="previous installed versions to keep (default: transfer.keep_versions)",
+    )
+    p.add_argument(
+        "--direct-io",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="remote writes bypass the page cache where the filesystem allows it "
+        "(default: transfer.direct_io, true)",
+    )
+    p.add_argument(
+        "--stall",
+        type=number(1, float, 366 * 86400),
+        metavar="SECONDS",
+        help="stop the upload after this long with no byte moving and no remote re-hash "
+        "progress (default: 15 minutes)",
+    )
+    p.add_argument(
+        "--install-timeout",
+        type=number(1, float, 366 * 86400),
+        metavar="SECONDS",
+        help="stop the remote install (hash check, ch-convert) after this long (default: 4 hours)",
+    )
     add_dry_run(p, "say what would happen; change nothing")
     p.set_defaults(func=_push)
 
-    for name, func, text in (("versions", _versions, "list the installed versions of an image on the site"),
-                             ("rollback", _rollback, "point NAME.current back at the version before it")):
+    for name, func, text in (
+        ("versions", _versions, "list the installed versions of an image on the site"),
+        ("rollback", _rollback, "point NAME.current back at the version before it"),
+    ):
         r = leaves.add_parser(name, help=text)
-        r.add_argument("name", metavar="NAME", help="image name (gan3d), or the image file pushed (gan3d.sqfs)")
+        r.add_argument(
+            "name", metavar="NAME", help="image name (gan3d), or the image file pushed (gan3d.sqfs)"
+        )
         _add_endpoint_args(r)
         if name == "rollback":
-            r.add_argument("--to", metavar="VERSION", help="this version (NAME@SHA or a SHA prefix) instead "
-                           "of the one installed before the current")
+            r.add_argument(
+                "--to",
+                metavar="VERSION",
+                help="this version (NAME@SHA or a SHA prefix) instead "
+                "of the one installed before the current",
+            )
             add_dry_run(r, "say what would happen; change nothing")
         else:
             add_json_flag(r, VERSIONS_SCHEMA)
         r.set_defaults(func=func)
 
-    b = leaves.add_parser("bundle", help="write a self-checking removable-media bundle",
-                          description="Copy images (+ siblings) into the new directory DIR with a "
-                          "MANIFEST, verify.sh / verify.py checkers and SHA256SUMS (sha256sum -c).")
+    b = leaves.add_parser(
+        "bundle",
+        help="write a self-checking removable-media bundle",
+        description="Copy images (+ siblings) into the new directory DIR with a "
+        "MANIFEST, verify.sh / verify.py checkers and SHA256SUMS (sha256sum -c).",
+    )
     b.add_argument("images", type=Path, nargs="+", metavar="IMAGE")
     b.add_argument("dir", type=Path, metavar="DIR", help="new bundle directory")
-    b.add_argument("--with-kit", action="store_true",
-                   help="also carry the kit's own offline wheelhouse under DIR/kit/ (install it there "
-                   "with sh DIR/kit/install.sh)")
-    b.add_argument("--kit-wheelhouse", type=Path, default=Path("dist/wheelhouse"), metavar="PATH",
-                   help="the wheelhouse `make wheelhouse` wrote (default: dist/wheelhouse)")
+    b.add_argument(
+        "--with-kit",
+        action="store_true",
+        help="also carry the kit's own offline wheelhouse under DIR/kit/ (install it there "
+        "with sh DIR/kit/install.sh)",
+    )
+    b.add_argument(
+        "--kit-wheelhouse",
+        type=Path,
+        default=Path("dist/wheelhouse"),
+        metavar="PATH",
+        help="the wheelhouse `make wheelhouse` wrote (default: dist/wheelhouse)",
+    )
     b.set_defaults(func=_bundle)
 
-    v = leaves.add_parser("verify", help="check a bundle: names missing, truncated, altered files and every file "
-                                         "its manifest does not list")
+    v = leaves.add_parser(
+        "verify",
+        help="check a bundle: names missing, truncated, altered files and every file "
+        "its manifest does not list",
+    )
     v.add_argument("dir", type=Path)
     v.set_defaults(func=_verify)
 
 
 def _push(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
-        bar = None if args.dry_run else byte_bar(
-            stack, f"pushing {args.image.name}", args.image.stat().st_size if args.image.is_file() else None)
+        bar = (
+            None
+            if args.dry_run
+            else byte_bar(
+                stack,
+                f"pushing {args.image.name}",
+                args.image.stat().st_size if args.image.is_file() else None,
+            )
+        )
         progress = bar and bar.advance
-        report = _transfer().push(args.image, args.site, remote_dir=args.remote_dir, install=args.install,
-                      keep=args.keep, install_as=args.install_as, direct_io=args.direct_io,
-                      dry_run=args.dry_run, progress=progress, stall=args.stall,
-                      install_timeout=args.install_timeout, **_endpoint_args(args))
+        report = _transfer().push(
+            args.image,
+            args.site,
+            remote_dir=args.remote_dir,
+            install=args.install,
+            keep=args.keep,
+            install_as=args.install_as,
+            direct_io=args.direct_io,
+            dry_run=args.dry_run,
+            progress=progress,
+            stall=args.stall,
+            install_timeout=args.install_timeout,
+            **_endpoint_args(args),
+        )
     if args.dry_run and not quiet():
         print("dry run: nothing was changed")
     print("\n".join(report.lines()))
@@ -102,12 +168,17 @@ def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="transfer host or ~/.ssh/config alias (default: transfer.host)")
     p.add_argument("--user", help="login user (default: transfer.user, then ~/.ssh/config)")
     p.add_argument("--port", type=number(1, int, 65535), help="SSH port")
-    p.add_argument("--accept-new-host-key", action="store_true",
-                   help="record an unknown host key in known_hosts (verify its fingerprint first)")
+    p.add_argument(
+        "--accept-new-host-key",
+        action="store_true",
+        help="record an unknown host key in known_hosts (verify its fingerprint first)",
+    )
 
 
 def _endpoint_args(args: argparse.Namespace) -> dict:
-    return dict(host=args.host, user=args.user, port=args.port, accept_new_host_key=args.accept_new_host_key)
+    return dict(
+        host=args.host, user=args.user, port=args.port, accept_new_host_key=args.accept_new_host_key
+    )
 
 
 def _versions(args: argparse.Namespace) -> int:
@@ -127,7 +198,9 @@ def _versions(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    done = _transfer().rollback(args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args))
+    done = _transfer().rollback(
+        args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args)
+    )
     verb = "would point" if done.dry_run else "pointed"
     print(f"{verb} {done.current} at {done.target} (was {done.previous or 'unset'})")
     return 0
@@ -136,18 +209,26 @@ def _rollback(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"copying into {args.dir.name}")
-        out = _transfer().bundle(args.images, args.dir, progress=bar and bar.update,
-                              kit_wheelhouse=args.kit_wheelhouse if args.with_kit else None)
+        out = _transfer().bundle(
+            args.images,
+            args.dir,
+            progress=bar and bar.update,
+            kit_wheelhouse=args.kit_wheelhouse if args.with_kit else None,
+        )
     with ExitStack() as stack:  # read back from the medium (the copies left the page cache)
         bar = byte_bar(stack, f"verifying {args.dir.name}")
         report = _transfer().verify_bundle(out, progress=bar and bar.update)
     if not report.ok:
         print("\n".join(report.lines()))
         return 1
-    print(f"wrote {out}: {report.files} files; check it on the other side with "
-          f"'sh {out}/verify.sh', 'python3 {out}/verify.py' or 'cd {out} && sha256sum -c SHA256SUMS'")
+    print(
+        f"wrote {out}: {report.files} files; check it on the other side with "
+        f"'sh {out}/verify.sh', 'python3 {out}/verify.py' or 'cd {out} && sha256sum -c SHA256SUMS'"
+    )
     if args.with_kit:
-        print(f"the kit's wheelhouse is in {out}/kit: on the login node, sh {out}/kit/install.sh [VENV] [EXTRAS]")
+        print(
+            f"the kit's wheelhouse is in {out}/kit: on the login node, sh {out}/kit/install.sh [VENV] [EXTRAS]"
+        )
     return 0
 
 

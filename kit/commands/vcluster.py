@@ -1,4 +1,5 @@
 """`kit vcluster up N|down|status`: a virtual multi-node Slurm cluster on this machine (root)."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,34 +19,47 @@ DEFAULT_DIR = Path("build/vcluster")
 def _up(args: argparse.Namespace) -> int:
     intel = args.intel_mpi or default_intel_mpi()
     if args.dry_run:
-        subnet, nodes = preview(args.name, args.nodes, args.subnet, intel, directory=args.dir,
-                                binds=tuple(args.bind))
-        print(f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, bridge kvc-{args.name} "
-              f"on {subnet}")
+        subnet, nodes = preview(
+            args.name, args.nodes, args.subnet, intel, directory=args.dir, binds=tuple(args.bind)
+        )
+        print(
+            f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, bridge kvc-{args.name} "
+            f"on {subnet}"
+        )
         for n in nodes:
             print(f"  {n['name']}: namespace {n['netns']}, address {n['address']}, slurmd")
-        print(f"  host MPI: Intel MPI at {intel}" if intel else "  host MPI: no Intel MPI found (see --intel-mpi)")
+        print(
+            f"  host MPI: Intel MPI at {intel}"
+            if intel
+            else "  host MPI: no Intel MPI found (see --intel-mpi)"
+        )
         return 0
     report = up(args.dir, args.nodes, args.name, args.subnet, intel, tuple(args.bind))
     s = report.state
     nodes = ", ".join(f"{n['name']} {n['address']}" for n in s.nodes)
-    print(f"{'started' if report.started else 'already running:'} virtual cluster {s.name}: {len(s.nodes)} "
-          f"node(s) ({nodes}) on bridge {s.bridge}, {s.subnet}")
+    print(
+        f"{'started' if report.started else 'already running:'} virtual cluster {s.name}: {len(s.nodes)} "
+        f"node(s) ({nodes}) on bridge {s.bridge}, {s.subnet}"
+    )
     for path in report.sites:
         print(f"site config {path}")
     if not quiet():
         first = report.sites[0] if report.sites else "SITE.yaml"
         image = f"{s.directory}/images/{s.name}/gan3d.sqfs"
-        print(f"use it:\n  export SLURM_CONF={s.conf}\n  sinfo\n"
-              f"  kit image convert gan3d.tar {image} --site {first} && ln -s gan3d.sqfs "
-              f"{s.directory}/images/{s.name}/gan3d.current\n"
-              f"  kit scale plan --site {first} --image {image} --nodes 1,2 "
-              f"--ranks-per-node 1,2 --dir {s.directory}/sweep -- --preset tiny --data ...\n"
-              f"  kit scale submit {s.directory}/sweep && kit scale collect {s.directory}/sweep --wait\n"
-              f"stop it: kit vcluster down --dir {s.directory}")
+        print(
+            f"use it:\n  export SLURM_CONF={s.conf}\n  sinfo\n"
+            f"  kit image convert gan3d.tar {image} --site {first} && ln -s gan3d.sqfs "
+            f"{s.directory}/images/{s.name}/gan3d.current\n"
+            f"  kit scale plan --site {first} --image {image} --nodes 1,2 "
+            f"--ranks-per-node 1,2 --dir {s.directory}/sweep -- --preset tiny --data ...\n"
+            f"  kit scale submit {s.directory}/sweep && kit scale collect {s.directory}/sweep --wait\n"
+            f"stop it: kit vcluster down --dir {s.directory}"
+        )
         if not intel:
-            print("no Intel MPI runtime found: pip install --prefix DIR impi-rt==2021.18.1, then kit vcluster "
-                  "down and up --intel-mpi DIR for the Intel MPI site configs")
+            print(
+                "no Intel MPI runtime found: pip install --prefix DIR impi-rt==2021.18.1, then kit vcluster "
+                "down and up --intel-mpi DIR for the Intel MPI site configs"
+            )
     return 0
 
 
@@ -54,8 +68,11 @@ def _down(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(f"would stop/remove {r}" for r in removed) or "dry run: nothing recorded")
         return 0
-    print(f"removed {len(removed)} thing(s) the cluster in {args.dir.absolute()} made" if removed
-          else f"no virtual cluster recorded in {args.dir.absolute()}: nothing to do")
+    print(
+        f"removed {len(removed)} thing(s) the cluster in {args.dir.absolute()} made"
+        if removed
+        else f"no virtual cluster recorded in {args.dir.absolute()}: nothing to do"
+    )
     return 0
 
 
@@ -67,8 +84,10 @@ def _status(args: argparse.Namespace) -> int:
     if not doc["nodes"]:
         print(f"no virtual cluster in {doc['dir']}")
         return 1
-    print(f"virtual cluster {doc['name']} in {doc['dir']}: {doc['subnet']}, bridge {doc['bridge']}, "
-          f"SLURM_CONF={doc['slurm_conf']}")
+    print(
+        f"virtual cluster {doc['name']} in {doc['dir']}: {doc['subnet']}, bridge {doc['bridge']}, "
+        f"SLURM_CONF={doc['slurm_conf']}"
+    )
     for n in doc["nodes"]:
         print(f"  {n['name']:<12} {n['address']:<15} {n['slurm_state'] or '-'}")
     for p in doc["problems"]:
@@ -80,23 +99,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "vcluster", "a virtual multi-node Slurm cluster on this machine (root)")
 
     def with_dir(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dir", type=Path, default=DEFAULT_DIR,
-                       help=f"the cluster's state, slurm.conf, site configs and logs (default {DEFAULT_DIR})")
+        p.add_argument(
+            "--dir",
+            type=Path,
+            default=DEFAULT_DIR,
+            help=f"the cluster's state, slurm.conf, site configs and logs (default {DEFAULT_DIR})",
+        )
 
-    p = leaves.add_parser("up", help="start N nodes (namespaces with slurmd), slurmctld and munged; write site "
-                                     "configs; a running cluster is reported, not restarted")
+    p = leaves.add_parser(
+        "up",
+        help="start N nodes (namespaces with slurmd), slurmctld and munged; write site "
+        "configs; a running cluster is reported, not restarted",
+    )
     p.add_argument("nodes", type=number(1, int, MAX_NODES), metavar="N")
     with_dir(p)
-    p.add_argument("--name", default="vc", help="cluster name: nodes NAME-1..N, interfaces kvc-NAME* (default vc)")
+    p.add_argument(
+        "--name",
+        default="vc",
+        help="cluster name: nodes NAME-1..N, interfaces kvc-NAME* (default vc)",
+    )
     p.add_argument("--subnet", help="a private /24 (default: the first free one in 10.213.0.0/16)")
-    p.add_argument("--intel-mpi", type=Path, metavar="PREFIX",
-                   help="Intel MPI runtime prefix for the Intel MPI site configs (default: the newest impi-rt "
-                        "in ~/.cache/secure-site-kit/impi)")
-    p.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
-                   help="another directory the site configs bind into containers (data, sweeps)")
+    p.add_argument(
+        "--intel-mpi",
+        type=Path,
+        metavar="PREFIX",
+        help="Intel MPI runtime prefix for the Intel MPI site configs (default: the newest impi-rt "
+        "in ~/.cache/secure-site-kit/impi)",
+    )
+    p.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="SRC:DST",
+        help="another directory the site configs bind into containers (data, sweeps)",
+    )
     add_dry_run(p, "print what would be made")
     p.set_defaults(func=_up)
-    p = leaves.add_parser("down", help="stop and remove exactly what up made (also after an up that was killed)")
+    p = leaves.add_parser(
+        "down", help="stop and remove exactly what up made (also after an up that was killed)"
+    )
     with_dir(p)
     add_dry_run(p, "list what would be stopped and removed")
     p.set_defaults(func=_down)

@@ -2,6 +2,7 @@
 network is): the recipe is the one whose MPI the site's host MPI can replace, and its build
 arguments come from the site config (where the host MPI's library dirs will be bound; the
 site's other binds are made by `kit image convert --site`)."""
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,11 @@ RECIPES = shipped("images")
 # What the recipes COPY, staged from the installed kit when no --context is given.
 CONTEXT_PACKAGES = ("kit", "gan3d")
 SHIPPED_FOLDERS = ("site-configs", "slurm", "images")
-SHIPPED_FILES = ("constraints.txt", "pyproject.toml", "README.md")  # the wheel's build needs the last two
+SHIPPED_FILES = (
+    "constraints.txt",
+    "pyproject.toml",
+    "README.md",
+)  # the wheel's build needs the last two
 BUILDERS = ("buildah", "podman", "docker")
 FORMATS = ("docker-archive", "oci-archive")
 STORAGE_DRIVERS = ("overlay", "vfs")
@@ -60,18 +65,23 @@ def recipe_for(site: Site) -> Path:
     recipe = RECIPES / f"gan3d-{family}.Dockerfile"
     if not recipe.is_file():
         known = ", ".join(p.name for p in sorted(RECIPES.glob("*.Dockerfile"))) or "none"
-        raise KitError(f"site {site.name}: host MPI {site.host_mpi.vendor} is of the {family} ABI family and "
-                       f"images/ has no {recipe.name} (recipes: {known})",
-                       fix="write one whose MPI is of that "
-                       "family, or pass --recipe FILE")
+        raise KitError(
+            f"site {site.name}: host MPI {site.host_mpi.vendor} is of the {family} ABI family and "
+            f"images/ has no {recipe.name} (recipes: {known})",
+            fix="write one whose MPI is of that family, or pass --recipe FILE",
+        )
     return recipe
 
 
 def site_build_args(site: Site) -> dict[str, str]:
     """The recipe's ARGs the site decides: where the host MPI's library dirs are bound."""
-    args = {"HOSTMPI_TARGET": site.container.mpi_target.rstrip("/"),
-            "HOSTMPI_DIRS": str(len(site.host_mpi.lib_dirs))}
-    if FAMILY_OF_VENDOR[site.host_mpi.vendor] == "mpich":  # the libmpich.so.12 alias's target dir, if any:
+    args = {
+        "HOSTMPI_TARGET": site.container.mpi_target.rstrip("/"),
+        "HOSTMPI_DIRS": str(len(site.host_mpi.lib_dirs)),
+    }
+    if (
+        FAMILY_OF_VENDOR[site.host_mpi.vendor] == "mpich"
+    ):  # the libmpich.so.12 alias's target dir, if any:
         # a host that names its library libmpich itself (Debian's MPICH) gets its own from the pair's links
         host_soname = site.host_mpi.soname or "libmpi.so.12"
         args["HOSTMPI_LIBDIR"] = "none" if host_soname.startswith("libmpich.") else "lib0"
@@ -79,16 +89,27 @@ def site_build_args(site: Site) -> dict[str, str]:
 
 
 def check_image_mpi(site: Site, args: dict[str, str]) -> None:
-    """Refuse, before a 20-minute build, an Open MPI recipe default the site's host cannot replace."""
+    """Refuse, before a 20-minute build, an Open MPI recipe default the site's host cannot
+    replace.
+    """
     if args.get("OPENMPI_VERSION"):
         return
     refused: list[str] = []
-    openmpi_rule(site.host_mpi.version, DEBIAN_OPENMPI, "full", lambda _r: None, lambda _w: None, refused.append)
+    openmpi_rule(
+        site.host_mpi.version,
+        DEBIAN_OPENMPI,
+        "full",
+        lambda _r: None,
+        lambda _w: None,
+        refused.append,
+    )
     if refused:
-        raise KitError(f"site {site.name}: the recipe's default Open MPI (Debian's {DEBIAN_OPENMPI}) cannot be "
-                       f"replaced by the host's: {refused[0]}",
-                       fix="--build-arg OPENMPI_VERSION="
-                       f"{site.host_mpi.version} --build-arg OPENMPI_SHA256=<that release tarball's sha256>")
+        raise KitError(
+            f"site {site.name}: the recipe's default Open MPI (Debian's {DEBIAN_OPENMPI}) cannot be "
+            f"replaced by the host's: {refused[0]}",
+            fix="--build-arg OPENMPI_VERSION="
+            f"{site.host_mpi.version} --build-arg OPENMPI_SHA256=<that release tarball's sha256>",
+        )
 
 
 def which_builder(preferred: str | None = None) -> str:
@@ -96,9 +117,10 @@ def which_builder(preferred: str | None = None) -> str:
     for name in names:
         if shutil.which(name):
             return name
-    raise KitError(f"no image builder found ({', '.join(names)})",
-                   fix="install buildah (no daemon, no root "
-                   "needed) or name another with --builder")
+    raise KitError(
+        f"no image builder found ({', '.join(names)})",
+        fix="install buildah (no daemon, no root needed) or name another with --builder",
+    )
 
 
 def _probe_parent(graph_root: Path) -> Path:
@@ -121,9 +143,21 @@ def overlay_works(graph_root: Path) -> tuple[bool, str]:
     except OSError as err:
         return False, f"cannot probe beside {graph_root}: {err.strerror}"
     try:
-        done = subprocess.run(["buildah", "--root", str(probe / "root"), "--runroot", str(probe / "run"),
-                               "--storage-driver", "overlay", "info"], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT)
+        done = subprocess.run(
+            [
+                "buildah",
+                "--root",
+                str(probe / "root"),
+                "--runroot",
+                str(probe / "run"),
+                "--storage-driver",
+                "overlay",
+                "info",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+        )
     except subprocess.TimeoutExpired:
         return False, f"`buildah info` with overlay did not answer in {PROBE_TIMEOUT} s"
     finally:
@@ -156,10 +190,19 @@ def parse_build_args(items: list[str]) -> dict[str, str]:
     return extra
 
 
-def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.PathLike | None = None,
-               context: str | os.PathLike | None = None, builder: str | None = None, fmt: str = "docker-archive",
-               tag: str = "gan3d:latest", extra_args: dict[str, str] | None = None,
-               storage: str | os.PathLike | None = None, storage_driver: str | None = None) -> BuildPlan:
+def plan_build(
+    site: Site | str,
+    out: str | os.PathLike,
+    *,
+    recipe: str | os.PathLike | None = None,
+    context: str | os.PathLike | None = None,
+    builder: str | None = None,
+    fmt: str = "docker-archive",
+    tag: str = "gan3d:latest",
+    extra_args: dict[str, str] | None = None,
+    storage: str | os.PathLike | None = None,
+    storage_driver: str | None = None,
+) -> BuildPlan:
     """The builder's commands for ``site``; user ``extra_args`` override the site's."""
     site = load_site(site)
     recipe = Path(recipe) if recipe else recipe_for(site)
@@ -168,7 +211,9 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     if fmt not in FORMATS:
         raise KitError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     args = {**site_build_args(site), **(extra_args or {})}
-    if recipe.resolve() == (RECIPES / "gan3d-openmpi.Dockerfile").resolve():  # its default MPI is known
+    if (
+        recipe.resolve() == (RECIPES / "gan3d-openmpi.Dockerfile").resolve()
+    ):  # its default MPI is known
         check_image_mpi(site, args)
     out = Path(out).resolve()
     part = out.with_name(f".{out.name}.part")
@@ -178,25 +223,48 @@ def plan_build(site: Site | str, out: str | os.PathLike, *, recipe: str | os.Pat
     flags = [f"--build-arg={k}={v}" for k, v in args.items()]
     driver, why = None, ""
     if builder != "buildah" and (storage_driver or storage):
-        raise KitError(f"--storage-driver/--storage apply to buildah, not {builder} (its own configuration "
-                       "decides)",
-                       fix="drop them or use --builder buildah")
+        raise KitError(
+            f"--storage-driver/--storage apply to buildah, not {builder} (its own configuration "
+            "decides)",
+            fix="drop them or use --builder buildah",
+        )
     if builder == "buildah":
         storage = Path(storage).resolve() if storage else None
-        driver, why = choose_storage_driver(storage_driver, storage / "root" if storage else DEFAULT_GRAPH_ROOT)
+        driver, why = choose_storage_driver(
+            storage_driver, storage / "root" if storage else DEFAULT_GRAPH_ROOT
+        )
         store = ["--root", f"{storage}/root", "--runroot", f"{storage}/run"] if storage else []
         store += ["--storage-driver", driver]
         # --force-rm: a failed step's container (and its overlay mount) goes too, not only a good one's
-        commands = [["buildah", *store, "bud", "--isolation", "chroot", "--layers", "--force-rm", "-f", str(recipe),
-                     "-t", tag, *flags, str(context)],
-                    ["buildah", *store, "push", tag, f"{fmt}:{part}:{tag}"]]
+        commands = [
+            [
+                "buildah",
+                *store,
+                "bud",
+                "--isolation",
+                "chroot",
+                "--layers",
+                "--force-rm",
+                "-f",
+                str(recipe),
+                "-t",
+                tag,
+                *flags,
+                str(context),
+            ],
+            ["buildah", *store, "push", tag, f"{fmt}:{part}:{tag}"],
+        ]
     else:  # podman and docker share the CLI
         save = ["--format", fmt] if builder == "podman" else []
         if builder == "docker" and fmt != "docker-archive":
-            raise KitError("docker save writes docker-archive only",
-                           fix="--format docker-archive or --builder buildah")
-        commands = [[builder, "build", "--force-rm", "-f", str(recipe), "-t", tag, *flags, str(context)],
-                    [builder, "save", *save, "-o", str(part), tag]]
+            raise KitError(
+                "docker save writes docker-archive only",
+                fix="--format docker-archive or --builder buildah",
+            )
+        commands = [
+            [builder, "build", "--force-rm", "-f", str(recipe), "-t", tag, *flags, str(context)],
+            [builder, "save", *save, "-o", str(part), tag],
+        ]
     return BuildPlan(recipe, args, commands, out, part, staged, driver, why)
 
 
@@ -215,7 +283,9 @@ def stage_context(dest: Path) -> Path:
         shutil.copytree(shipped(folder), dest / folder, ignore=ignore)
     for name in SHIPPED_FILES:
         shutil.copyfile(shipped(name), dest / name)
-    record_commit(dest / "kit")  # the image has no .git: its results name the commit from this record
+    record_commit(
+        dest / "kit"
+    )  # the image has no .git: its results name the commit from this record
     return dest
 
 
@@ -238,10 +308,14 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
     plan.out.parent.mkdir(parents=True, exist_ok=True)
     for leftover, kind in ((plan.part, stat.S_ISREG), (plan.staged, stat.S_ISDIR)):
         if leftover and os.path.lexists(leftover) and not kind(os.lstat(leftover).st_mode):
-            raise KitError(f"{leftover}: the kit builds here, and this is not the file or directory a killed "
-                           "build of it leaves (a link, or another kind)",
-                           fix="move it away")
-    plan.part.unlink(missing_ok=True)  # a killed build's leftover: `buildah push` will not overwrite it
+            raise KitError(
+                f"{leftover}: the kit builds here, and this is not the file or directory a killed "
+                "build of it leaves (a link, or another kind)",
+                fix="move it away",
+            )
+    plan.part.unlink(
+        missing_ok=True
+    )  # a killed build's leftover: `buildah push` will not overwrite it
     if plan.staged:
         remove_tree(plan.staged)  # a killed build's context: the name is the kit's own, beside OUT
         stage_context(plan.staged)
@@ -249,16 +323,19 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
         for cmd in plan.commands:
             if echo:
                 echo(" ".join(shlex.quote(w) for w in cmd))
-            done = subprocess.Popen(cmd, stdout=None if echo else subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True)
+            done = subprocess.Popen(
+                cmd, stdout=None if echo else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
             try:
                 _, err = done.communicate()
             except BaseException:  # Ctrl-C or SIGTERM reached the kit alone (kill, scancel)
                 _stop_builder(done)
                 raise
             if done.returncode:
-                raise KitError(f"{cmd[0]} failed (exit {done.returncode}) building {plan.recipe.name}: "
-                               f"{err.strip()[-1500:]}")
+                raise KitError(
+                    f"{cmd[0]} failed (exit {done.returncode}) building {plan.recipe.name}: "
+                    f"{err.strip()[-1500:]}"
+                )
         with open(plan.part, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(plan.part, plan.out)
@@ -267,4 +344,3 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
         if plan.staged:
             remove_tree(plan.staged)
     return plan.out
-

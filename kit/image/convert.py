@@ -3,6 +3,7 @@
 OUT is checked before any work (kit.image.target: never what the kit did not make) and put
 into place so that it is the old or the new image at every instant (kit.image.output).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,12 +56,23 @@ class ConversionReport:
     sidecars: list[str] = field(default_factory=list)  # the suffixes of the files beside OUT
 
 
-def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None = None,
-            image: str | None = None, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
-            level: int = DEFAULT_LEVEL, limits: Limits = Limits(), dry_run: bool = False,
-            progress: Callable[[int, int], None] | None = None,
-            threads: int | None = None, tap: Tap | None = None, force: bool = False,
-            sidecars: Mapping[str, Callable[[ConversionReport, Path], object]] = {}) -> ConversionReport:
+def convert(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    image: str | None = None,
+    mount_points: Sequence[str] = (),
+    links: Mapping[str, str] = {},
+    level: int = DEFAULT_LEVEL,
+    limits: Limits = Limits(),
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    threads: int | None = None,
+    tap: Tap | None = None,
+    force: bool = False,
+    sidecars: Mapping[str, Callable[[ConversionReport, Path], object]] = {},
+) -> ConversionReport:
     """Convert SRC into a Charliecloud image at OUT, atomically; or only report (dry run).
 
     ``progress(done, total)`` is called with stored bytes read so far. ``links`` maps in-image
@@ -111,10 +123,15 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None =
             stagers[MANIFEST] = stage_text(manifest_text(result))
             work.commit(built, stagers)
         except OSError as exc:  # a full disk, a quota, a vanished directory
-            done = ("the new image is in place, its sidecars follow on the next run" if work.swapped
-                    else "nothing was replaced")
-            raise KitError(f"{out}: {exc.strerror or exc} while writing it; {done}",
-                           fix=f"check the free space and permissions of {target.parent}") from exc
+            done = (
+                "the new image is in place, its sidecars follow on the next run"
+                if work.swapped
+                else "nothing was replaced"
+            )
+            raise KitError(
+                f"{out}: {exc.strerror or exc} while writing it; {done}",
+                fix=f"check the free space and permissions of {target.parent}",
+            ) from exc
     return result
 
 

@@ -13,6 +13,7 @@ another type replaces the old one, devices/FIFOs and ``dev/*`` are dropped, setu
 stripped, owners 0, ``u+rwx`` on directories and ``u+rw`` on files, absolute symlinks made
 relative, links may not climb out of the image, nothing is written through a symlink.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,7 +32,9 @@ from kit.image.sources import Image, Layer
 
 DIR, REG, SYM, LNK, OTHER = "directory", "file", "symlink", "hard link", "device or FIFO"
 WHITEOUT, OPAQUE, AUFS_META = ".wh.", ".wh..wh..opq", ".wh..wh."
-STANDARD_DIRS = ["bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr"] + [f"mnt/{i}" for i in range(10)]
+STANDARD_DIRS = ["bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr"] + [
+    f"mnt/{i}" for i in range(10)
+]
 # ch-run bind-mounts all four by default and cannot start without a target for each
 STANDARD_FILES = ["etc/hosts", "etc/resolv.conf", "etc/passwd", "etc/group"]
 CH_FILES = ("ch/environment", "ch/metadata.json")
@@ -48,6 +51,7 @@ class Note:
 @dataclass
 class Report:
     """What the conversion dropped or changed and why, and the mount points and links it created."""
+
     dropped: list[Note] = field(default_factory=list)
     changed: list[Note] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
@@ -70,6 +74,7 @@ class Report:
 @dataclass
 class Entry:
     """One output member; ``data`` is readable only until the next entry is requested."""
+
     info: tarfile.TarInfo
     data: IO[bytes] | None = None
 
@@ -98,8 +103,8 @@ class _UpperIndex:
     """Pass 1: for every path touched by layers 1..N-1, the highest layer that touches it."""
 
     def __init__(self) -> None:
-        self.top_any: dict[str, int] = {}       # any entry (incl. whiteout) at the path
-        self.top_nondir: dict[str, int] = {}    # a non-directory or whiteout at the path
+        self.top_any: dict[str, int] = {}  # any entry (incl. whiteout) at the path
+        self.top_nondir: dict[str, int] = {}  # a non-directory or whiteout at the path
         self.hide_subtree: dict[str, int] = {}  # whiteout, opaque marker or non-dir: hides below
         self.dir_meta: dict[str, tuple[int, int]] = {}  # topmost directory's (mode, mtime)
 
@@ -149,8 +154,9 @@ def _contained(link_dir: str, target: str) -> bool:
 class Flattener:
     """Streams the surviving entries of an image's layers with Charliecloud's rules applied."""
 
-    def __init__(self, image: Image, limits: Limits = Limits(),
-                 progress: Callable[[int], None] | None = None):
+    def __init__(
+        self, image: Image, limits: Limits = Limits(), progress: Callable[[int], None] | None = None
+    ):
         self.image = image
         self.limits = limits
         self.progress = progress
@@ -167,8 +173,12 @@ class Flattener:
         self.symlink_raw: dict[str, str] = {}  # emitted symlink -> its target in the layer
 
     # -- the stream -------------------------------------------------------------------------
-    def entries(self, mount_points: Sequence[str] = (), links: Mapping[str, str] = {},
-                extras: Callable[[], tuple[Sequence[str], Mapping[str, str]]] | None = None) -> Iterator[Entry]:
+    def entries(
+        self,
+        mount_points: Sequence[str] = (),
+        links: Mapping[str, str] = {},
+        extras: Callable[[], tuple[Sequence[str], Mapping[str, str]]] | None = None,
+    ) -> Iterator[Entry]:
         """`links` maps absolute in-image paths to absolute targets (the host-MPI alias names);
         `extras()`, called once the last layer is through, may add mount points and links."""
         user_mounts = [self._mount_name(p) for p in mount_points]
@@ -218,18 +228,24 @@ class Flattener:
         if prev is not None:
             if prev == DIR and kind == DIR:
                 return  # a directory merged across layers: emitted once, top layer's metadata
-            raise LayerError(f"{layer.label}: member {name!r} ({kind}) clashes with the {prev} "
-                             "this layer already has there (the name appears twice, or is the "
-                             "parent of an earlier member)",
-                             fix="rebuild the layer")
+            raise LayerError(
+                f"{layer.label}: member {name!r} ({kind}) clashes with the {prev} "
+                "this layer already has there (the name appears twice, or is the "
+                "parent of an earlier member)",
+                fix="rebuild the layer",
+            )
         yield from self._parents(layer, name)
         if kind == LNK and (raw := self._symlink_text(info.linkname)) is not None:
             # A symlink's text is read from where it is: a second name for it in another
             # directory must be a symlink of its own, its target made relative from there.
             info = copy.copy(info)
             info.type, info.linkname, kind = tarfile.SYMTYPE, raw, SYM
-            self.report.change(name, i, f"hard link to a symlink (-> {raw}) stored as a symlink",
-                               "hard link to a symlink stored as a symlink")
+            self.report.change(
+                name,
+                i,
+                f"hard link to a symlink (-> {raw}) stored as a symlink",
+                "hard link to a symlink stored as a symlink",
+            )
         out = self._normal(info, layer)
         data = None
         if kind == SYM:
@@ -250,10 +266,12 @@ class Flattener:
                 self.waiting[name] = [Entry(out)]
                 return
             else:
-                raise LayerError(f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
-                                 f"which is {'a ' + tkind if tkind else 'not'} in the image before "
-                                 "it",
-                                 fix="rebuild the layer")
+                raise LayerError(
+                    f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
+                    f"which is {'a ' + tkind if tkind else 'not'} in the image before "
+                    "it",
+                    fix="rebuild the layer",
+                )
         elif kind == REG:
             data = opener()
         if kind == SYM:
@@ -267,8 +285,12 @@ class Flattener:
         i = layer.index if layer else None
         out = tarfile.TarInfo(info.name)
         kind = kind_of(info)
-        out.type = {DIR: tarfile.DIRTYPE, REG: tarfile.REGTYPE, SYM: tarfile.SYMTYPE,
-                    LNK: tarfile.LNKTYPE}[kind]
+        out.type = {
+            DIR: tarfile.DIRTYPE,
+            REG: tarfile.REGTYPE,
+            SYM: tarfile.SYMTYPE,
+            LNK: tarfile.LNKTYPE,
+        }[kind]
         mode, mtime = info.mode & 0o7777, int(info.mtime)
         if kind == DIR and self.index.top_any.get(info.name, -1) > (i or 0):
             mode, mtime = self.index.dir_meta.get(info.name, (mode, mtime))
@@ -301,17 +323,21 @@ class Flattener:
             if kind is not None and not strict:
                 return
             if kind == SYM:
-                raise LayerError(f"{layer.label}: member {name!r} would be written through the "
-                                 f"symlink {parent!r}; the image is unsafe, rebuild it")
+                raise LayerError(
+                    f"{layer.label}: member {name!r} would be written through the "
+                    f"symlink {parent!r}; the image is unsafe, rebuild it"
+                )
             if kind is not None:
-                raise LayerError(f"{layer.label}: member {name!r} is under {parent!r}, which is a "
-                                 f"{kind}",
-                                 fix="rebuild the layer")
+                raise LayerError(
+                    f"{layer.label}: member {name!r} is under {parent!r}, which is a {kind}",
+                    fix="rebuild the layer",
+                )
             missing.append(parent)
             parent = parent.rpartition("/")[0]
         for parent in reversed(missing):
-            if not strict and (parent.startswith("dev/")
-                               or not self.index.survives(parent, layer.index, True)):
+            if not strict and (
+                parent.startswith("dev/") or not self.index.survives(parent, layer.index, True)
+            ):
                 return
             info = tarfile.TarInfo(parent)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -324,17 +350,25 @@ class Flattener:
         try:
             target.encode("utf-8")
         except UnicodeEncodeError:
-            raise LayerError(f"{layer.label}: symlink {name!r} has a target that is not UTF-8",
-                             fix="rebuild the image without it") from None
+            raise LayerError(
+                f"{layer.label}: symlink {name!r} has a target that is not UTF-8",
+                fix="rebuild the image without it",
+            ) from None
         if target.startswith("/"):
             absolute = posixpath.normpath("/" + target.lstrip("/"))
             rel = posixpath.relpath(absolute, "/" + link_dir)
-            self.report.change(name, layer.index, f"absolute symlink {target} made relative",
-                               "absolute symlink made relative")
+            self.report.change(
+                name,
+                layer.index,
+                f"absolute symlink {target} made relative",
+                "absolute symlink made relative",
+            )
             return rel
         if not _contained(link_dir, target):
-            raise LayerError(f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the "
-                             "image; the image is unsafe, rebuild it")
+            raise LayerError(
+                f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the "
+                "image; the image is unsafe, rebuild it"
+            )
         return target
 
     def _remember_hidden(self, name: str, kind: str, linkname: str, where: tuple[int, int]) -> None:
@@ -377,8 +411,12 @@ class Flattener:
     def _copy_later(self, layer: Layer, name: str, target: str, hidden: tuple[int, int]) -> None:
         """A hard link whose target a later layer removed keeps the old data as a copy, written
         once the layer is through: all copies from one lower layer then take one extra pass."""
-        self.report.change(name, layer.index, f"hard link to {target} (removed later) stored as a copy",
-                           "hard link to a file removed later stored as a copy")
+        self.report.change(
+            name,
+            layer.index,
+            f"hard link to {target} (removed later) stored as a copy",
+            "hard link to a file removed later stored as a copy",
+        )
         self.copies[hidden] = name
         self.emitted[name] = REG
 
@@ -402,9 +440,11 @@ class Flattener:
                 if not todo:
                     break
             if todo:
-                raise LayerError(f"{layer.label}: hard link {next(iter(todo.values()))!r}: its "
-                                 f"target in layer {li} vanished",
-                                 fix="export the image again")
+                raise LayerError(
+                    f"{layer.label}: hard link {next(iter(todo.values()))!r}: its "
+                    f"target in layer {li} vanished",
+                    fix="export the image again",
+                )
 
     def _mount_name(self, path: str, what: str = "--mount-point") -> str:
         if not path.startswith("/"):
@@ -419,7 +459,10 @@ class Flattener:
         return name
 
     def _link_names(self, links: Mapping[str, str]) -> dict[str, str]:
-        return {self._mount_name(p, "link"): self._mount_name(t, "link target") for p, t in links.items()}
+        return {
+            self._mount_name(p, "link"): self._mount_name(t, "link target")
+            for p, t in links.items()
+        }
 
     def _links(self, links: dict[str, str]) -> Iterator[Entry]:
         """Relative symlinks the site's pair needs; the image's own identical link is kept."""
@@ -433,9 +476,11 @@ class Flattener:
                 continue
             if have is not None:
                 now = f"a symlink to {self.symlinks[name]}" if have == SYM else f"a {have}"
-                raise KitError(f"/{name} is {now} in the image, but the site's MPI pair needs a "
-                               f"symlink to /{target} there",
-                               fix="remove it from the image recipe")
+                raise KitError(
+                    f"/{name} is {now} in the image, but the site's MPI pair needs a "
+                    f"symlink to /{target} there",
+                    fix="remove it from the image recipe",
+                )
             info = tarfile.TarInfo(name)
             info.type = tarfile.SYMTYPE
             out = self._normal(info, None)
@@ -446,14 +491,22 @@ class Flattener:
 
     def _mount_points(self, user: list[str]) -> Iterator[Entry]:
         volumes = (self.image.config.get("config") or {}).get("Volumes") or {}
-        wanted = [(p, DIR, False) for p in STANDARD_DIRS] + [(p, REG, False) for p in STANDARD_FILES]
+        wanted = [(p, DIR, False) for p in STANDARD_DIRS] + [
+            (p, REG, False) for p in STANDARD_FILES
+        ]
         wanted += [(v.strip("/"), DIR, False) for v in sorted(volumes) if v.strip("/")]
         wanted += [(p, DIR, True) for p in user]
         for path, kind, strict in wanted:
             yield from self._ensure(path, kind, strict)
 
-    def _ensure(self, path: str, kind: str, strict: bool, made: list[str] | None = None,
-                what: str = "--mount-point") -> Iterator[Entry]:
+    def _ensure(
+        self,
+        path: str,
+        kind: str,
+        strict: bool,
+        made: list[str] | None = None,
+        what: str = "--mount-point",
+    ) -> Iterator[Entry]:
         """Create PATH (parents as directories) unless present, listing what was made in `made`
         (default: the report's mount points); never follow a symlink."""
         made = self.report.mount_points if made is None else made
@@ -471,16 +524,20 @@ class Flattener:
                 yield Entry(self._normal(info, None), io.BytesIO(b"") if want == REG else None)
             elif have != want and not (have == LNK and want == REG):
                 if strict:
-                    raise KitError(f"{what} /{path}: /{q} is a {have} in the image, so it cannot be "
-                                   "created without following or replacing it",
-                                   fix="choose another path")
+                    raise KitError(
+                        f"{what} /{path}: /{q} is a {have} in the image, so it cannot be "
+                        "created without following or replacing it",
+                        fix="choose another path",
+                    )
                 self.report.change(q, None, f"mount point kept as {have} (not followed)")
                 return
 
     def _charliecloud_files(self) -> Iterator[Entry]:
         if self.emitted.get("ch", DIR) != DIR:
-            raise KitError(f"{self.image.source}: /ch is a {self.emitted['ch']} in the image; "
-                           "Charliecloud needs it as a directory for its metadata")
+            raise KitError(
+                f"{self.image.source}: /ch is a {self.emitted['ch']} in the image; "
+                "Charliecloud needs it as a directory for its metadata"
+            )
         meta = charliecloud_metadata(self.image.config)
         env_text = "".join(f"{k}={v}\n" for k, v in sorted(meta["env"].items()))
         meta_text = json.dumps(meta, indent=2, sort_keys=True) + "\n"

@@ -4,6 +4,7 @@ The MPI is kit.mpi's answer (the image's linker cache, else its standard library
 ELF headers read, nothing executed): the libraries `kit mpi pair` decides from, so the two
 commands cannot disagree about an image's MPI.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,17 @@ def mpi_libraries(src: str | os.PathLike, image: str | None = None) -> list[dict
 
     by_file: dict[str, dict] = {}
     for lib in find_image_mpi(src, image).libraries:
-        entry = by_file.setdefault(lib.real_path, {
-            "path": lib.real_path, "names": [], "soname": lib.soname, "version": lib.file_version,
-            "vendor": lib.vendor, "mpi_version": lib.mpi_version})
+        entry = by_file.setdefault(
+            lib.real_path,
+            {
+                "path": lib.real_path,
+                "names": [],
+                "soname": lib.soname,
+                "version": lib.file_version,
+                "vendor": lib.vendor,
+                "mpi_version": lib.mpi_version,
+            },
+        )
         entry["names"].append(lib.path)
     return sorted(by_file.values(), key=lambda e: e["path"])
 
@@ -30,12 +39,26 @@ def inspect_image(src: str | os.PathLike, image: str | None = None, with_mpi: bo
     img = open_source_image(Path(src), image)
     cfg = img.config.get("config") or {}
     return {
-        "source": str(src), "kind": img.kind, "ref": img.ref,
-        "manifest_digest": img.manifest_digest, "config_digest": img.config_digest,
-        "architecture": img.config.get("architecture"), "os": img.config.get("os"),
-        "env": cfg.get("Env") or [], "entrypoint": cfg.get("Entrypoint"), "cmd": cfg.get("Cmd"),
-        "workdir": cfg.get("WorkingDir"), "labels": cfg.get("Labels") or {},
-        "layers": [{"index": l.index, "digest": l.digest or l.diff_id, "media_type": l.media_type,
-                    "size": l.blob.size} for l in img.layers],
+        "source": str(src),
+        "kind": img.kind,
+        "ref": img.ref,
+        "manifest_digest": img.manifest_digest,
+        "config_digest": img.config_digest,
+        "architecture": img.config.get("architecture"),
+        "os": img.config.get("os"),
+        "env": cfg.get("Env") or [],
+        "entrypoint": cfg.get("Entrypoint"),
+        "cmd": cfg.get("Cmd"),
+        "workdir": cfg.get("WorkingDir"),
+        "labels": cfg.get("Labels") or {},
+        "layers": [
+            {
+                "index": l.index,
+                "digest": l.digest or l.diff_id,
+                "media_type": l.media_type,
+                "size": l.blob.size,
+            }
+            for l in img.layers
+        ],
         "mpi_libraries": mpi_libraries(src, image) if with_mpi else None,
     }

@@ -4,6 +4,7 @@ A layer is read front to back exactly once per call: the stored bytes are hashed
 are read (OCI descriptor digest), the uncompressed bytes are counted against the limits and
 hashed when the layer is only known by its uncompressed digest (docker-archive diff_id).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,17 +33,25 @@ CHUNK = 1 << 20
 MAX_PATH = 4095
 MAX_COMPONENT = 255
 MAX_MTIME = 1 << 32  # SquashFS keeps 32-bit unsigned times (until 2106)
-READ_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError, IsalError,
-               ValueError)
+READ_ERRORS = (
+    tarfile.TarError,
+    EOFError,
+    OSError,
+    zlib.error,
+    zstandard.ZstdError,
+    IsalError,
+    ValueError,
+)
 
 
 @dataclass(frozen=True)
 class Limits:
     """Bounds on what one conversion reads; the ratio check catches decompression bombs."""
-    max_size: int = 64 << 30        # uncompressed bytes over all layers
-    max_members: int = 2_000_000    # tar members over all layers
-    max_ratio: int = 100            # uncompressed / stored bytes of one layer ...
-    ratio_floor: int = 1 << 30      # ... checked once a layer has expanded past this
+
+    max_size: int = 64 << 30  # uncompressed bytes over all layers
+    max_members: int = 2_000_000  # tar members over all layers
+    max_ratio: int = 100  # uncompressed / stored bytes of one layer ...
+    ratio_floor: int = 1 << 30  # ... checked once a layer has expanded past this
 
 
 class Budget:
@@ -68,7 +77,7 @@ class _HashingReader:
 
     def readinto(self, buf) -> int:
         data = self.read(len(buf))
-        buf[:len(data)] = data
+        buf[: len(data)] = data
         return len(data)
 
     def readable(self) -> bool:
@@ -86,8 +95,14 @@ class _HashingReader:
 class _RangeReader(_HashingReader):
     """Read a byte range of a file, hashing the bytes (the stored digest) as they pass."""
 
-    def __init__(self, path: Path, offset: int, size: int, digest: str | None,
-                 progress: Callable[[int], None] | None):
+    def __init__(
+        self,
+        path: Path,
+        offset: int,
+        size: int,
+        digest: str | None,
+        progress: Callable[[int], None] | None,
+    ):
         self.fh = open_regular(path, "the layer blob")
         self.fh.seek(offset)
         self.left = size
@@ -105,10 +120,8 @@ class _RangeReader(_HashingReader):
             self.progress(len(data))
         return data
 
-
     def close(self) -> None:
         self.fh.close()
-
 
 
 class _CountingReader(_HashingReader):
@@ -116,8 +129,9 @@ class _CountingReader(_HashingReader):
 
     mismatch = "its uncompressed content does not match its diff_id"
 
-    def __init__(self, inner: IO[bytes], budget: Budget, stored: int, diff_id: str | None,
-                 layer: Layer):
+    def __init__(
+        self, inner: IO[bytes], budget: Budget, stored: int, diff_id: str | None, layer: Layer
+    ):
         self.inner = inner
         self.budget = budget
         self.stored = max(stored, 1)
@@ -132,22 +146,23 @@ class _CountingReader(_HashingReader):
         self.budget.size += len(data)
         lim = self.budget.limits
         if self.budget.size > lim.max_size:
-            raise LayerError(f"{self.layer.label}: the image expands past --max-size "
-                             f"{lim.max_size} bytes",
-                             fix="raise --max-size if the image is genuine")
+            raise LayerError(
+                f"{self.layer.label}: the image expands past --max-size {lim.max_size} bytes",
+                fix="raise --max-size if the image is genuine",
+            )
         if self.count > lim.ratio_floor and self.count > lim.max_ratio * self.stored:
-            raise LayerError(f"{self.layer.label}: expands more than {lim.max_ratio}x "
-                             f"({self.stored} stored bytes, {self.count}+ unpacked): "
-                             "a decompression bomb? fix: raise --max-size only if it is genuine")
+            raise LayerError(
+                f"{self.layer.label}: expands more than {lim.max_ratio}x "
+                f"({self.stored} stored bytes, {self.count}+ unpacked): "
+                "a decompression bomb? fix: raise --max-size only if it is genuine"
+            )
         if self.hash:
             self.hash.update(data)
         return data
 
-
     @property
     def closed(self) -> bool:
         return False
-
 
 
 class _Forward:
@@ -169,7 +184,7 @@ class _Forward:
         """The bytes from OFFSET (inside the latest read) to the end of the stream."""
         if not self.last_at <= offset <= self.pos:
             raise io.UnsupportedOperation(f"cannot look back to byte {offset}")
-        yield self.last[offset - self.last_at:]
+        yield self.last[offset - self.last_at :]
         while chunk := self.read(CHUNK):
             yield chunk
 
@@ -197,7 +212,9 @@ def _compression(layer: Layer) -> str:
         return "zstd"
     if mt.startswith(("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")):
         return "none"
-    with open_regular(layer.blob.path, "the layer blob") as fh:  # docker-archive, flat rootfs: sniff
+    with open_regular(
+        layer.blob.path, "the layer blob"
+    ) as fh:  # docker-archive, flat rootfs: sniff
         fh.seek(layer.blob.offset)
         magic = fh.read(4)
     if magic[:2] == b"\x1f\x8b":
@@ -212,35 +229,44 @@ def safe_name(raw: str, layer: Layer, what: str = "member") -> str:
     try:
         encoded = raw.encode("utf-8")
     except UnicodeEncodeError:
-        raise LayerError(f"{layer.label}: {what} {raw.encode('utf-8', 'surrogateescape')!r} "
-                         "has a name that is not UTF-8",
-                         fix="rename it in the image") from None
+        raise LayerError(
+            f"{layer.label}: {what} {raw.encode('utf-8', 'surrogateescape')!r} "
+            "has a name that is not UTF-8",
+            fix="rename it in the image",
+        ) from None
     if "\0" in raw:
-        raise LayerError(f"{layer.label}: {what} {raw[:80]!r} has a NUL byte in its name "
-                         "(a forged pax header?)",
-                         fix="rebuild the layer")
+        raise LayerError(
+            f"{layer.label}: {what} {raw[:80]!r} has a NUL byte in its name (a forged pax header?)",
+            fix="rebuild the layer",
+        )
     parts = [p for p in raw.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise LayerError(f"{layer.label}: {what} {raw!r} has a '..' component (path traversal); "
-                         "the image is unsafe, rebuild it without it")
+        raise LayerError(
+            f"{layer.label}: {what} {raw!r} has a '..' component (path traversal); "
+            "the image is unsafe, rebuild it without it"
+        )
     if len(encoded) > MAX_PATH or any(len(p.encode()) > MAX_COMPONENT for p in parts):
-        raise LayerError(f"{layer.label}: {what} {raw[:80]!r}... has an overlong name "
-                         f"(> {MAX_PATH} bytes or a component > {MAX_COMPONENT})",
-                         fix="shorten it")
+        raise LayerError(
+            f"{layer.label}: {what} {raw[:80]!r}... has an overlong name "
+            f"(> {MAX_PATH} bytes or a component > {MAX_COMPONENT})",
+            fix="shorten it",
+        )
     return "/".join(parts)
 
 
 @dataclass
 class Member:
     """One tar member of a layer: ``info.name`` is normalised; ``open()`` gives its data."""
+
     ordinal: int
     info: tarfile.TarInfo
     open: Callable[[], IO[bytes]]
 
 
 @contextlib.contextmanager
-def _tar_stream(layer: Layer, budget: Budget,
-                progress) -> Iterator[tuple[tarfile.TarFile | None, _Forward, Callable]]:
+def _tar_stream(
+    layer: Layer, budget: Budget, progress
+) -> Iterator[tuple[tarfile.TarFile | None, _Forward, Callable]]:
     blob = layer.blob
     comp = _compression(layer)
     with contextlib.ExitStack() as stack:
@@ -250,8 +276,9 @@ def _tar_stream(layer: Layer, budget: Budget,
             plain = igzip_threaded.open(raw, "rb", threads=1)
             stack.callback(plain.close)
         elif comp == "zstd":
-            plain = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
-                                                               closefd=False)
+            plain = zstandard.ZstdDecompressor().stream_reader(
+                raw, read_across_frames=True, closefd=False
+            )
         else:
             plain = raw
         counted = _CountingReader(plain, budget, blob.size, layer.diff_id, layer)
@@ -262,9 +289,11 @@ def _tar_stream(layer: Layer, budget: Budget,
         def finish() -> None:
             problem = counted.finish() or raw.finish()
             if problem:
-                raise LayerError(f"{layer.label}: {problem}",
-                                 fix="the blob is corrupt or was "
-                                 "tampered with, export the image again")
+                raise LayerError(
+                    f"{layer.label}: {problem}",
+                    fix="the blob is corrupt or was tampered with, export the image again",
+                )
+
         yield tf, stream, finish
 
 
@@ -297,7 +326,9 @@ class _Window:
 
 
 @contextlib.contextmanager
-def _seekable_tar(layer: Layer, progress) -> Iterator[tuple[tarfile.TarFile | None, _Window, Callable]]:
+def _seekable_tar(
+    layer: Layer, progress
+) -> Iterator[tuple[tarfile.TarFile | None, _Window, Callable]]:
     """Headers only, seeking over the data (the full pass verifies the digest)."""
     with open_regular(layer.blob.path, "the layer blob") as fh:
         window = _Window(fh, layer.blob.offset, layer.blob.size)
@@ -306,11 +337,13 @@ def _seekable_tar(layer: Layer, progress) -> Iterator[tuple[tarfile.TarFile | No
         def finish() -> None:
             if progress:
                 progress(layer.blob.size)
+
         yield tf, window, finish
 
 
-def iter_members(layer: Layer, budget: Budget, progress=None,
-                 headers_only: bool = False) -> Iterator[Member]:
+def iter_members(
+    layer: Layer, budget: Budget, progress=None, headers_only: bool = False
+) -> Iterator[Member]:
     """Yield the layer's members in tar order, then verify the digest.
 
     ``headers_only``: the caller reads no data; an uncompressed layer is then skipped over
@@ -323,21 +356,28 @@ def iter_members(layer: Layer, budget: Budget, progress=None,
     last = "(start of layer)"
     seek = headers_only and _compression(layer) == "none"
     try:
-        with (_seekable_tar(layer, progress) if seek
-              else _tar_stream(layer, budget, progress)) as (tf, stream, finish):
+        with (
+            _seekable_tar(layer, progress) if seek else _tar_stream(layer, budget, progress) as (
+                tf,
+                stream,
+                finish,
+            )
+        ):
             ordinal = 0
             while tf is not None and (info := tf.next()) is not None:
                 tf.members.clear()  # stream mode would otherwise keep every header
                 last = info.name
                 budget.members += 1
                 if budget.members > budget.limits.max_members:
-                    raise LayerError(f"{layer.label}: more than --max-members "
-                                     f"{budget.limits.max_members} members at {last!r}",
-                                     fix="raise "
-                                     "--max-members if the image is genuine")
+                    raise LayerError(
+                        f"{layer.label}: more than --max-members "
+                        f"{budget.limits.max_members} members at {last!r}",
+                        fix="raise --max-members if the image is genuine",
+                    )
                 _check_member(info, layer, budget.limits)
-                yield Member(ordinal, info,
-                             lambda i=info: _Guarded(tf.extractfile(i), layer, i.name))
+                yield Member(
+                    ordinal, info, lambda i=info: _Guarded(tf.extractfile(i), layer, i.name)
+                )
                 ordinal += 1
             if tf is not None:
                 _check_end(tf.offset, stream, layer, last)
@@ -345,8 +385,10 @@ def iter_members(layer: Layer, budget: Budget, progress=None,
     except KitError:
         raise
     except READ_ERRORS as exc:
-        raise LayerError(f"{layer.label}: truncated or corrupt near member {last!r}: {exc}",
-                         fix="export the image again") from exc
+        raise LayerError(
+            f"{layer.label}: truncated or corrupt near member {last!r}: {exc}",
+            fix="export the image again",
+        ) from exc
 
 
 def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
@@ -358,30 +400,36 @@ def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
         size = len(info.linkname.encode("utf-8", "surrogateescape"))
         if size > MAX_PATH or "\0" in info.linkname:
             what = "with a NUL byte" if "\0" in info.linkname else f"of {size} bytes"
-            raise LayerError(f"{layer.label}: symlink {info.name!r} has a target {what} (at most "
-                             f"{MAX_PATH} bytes, no NUL)",
-                             fix="rebuild the layer without it")
+            raise LayerError(
+                f"{layer.label}: symlink {info.name!r} has a target {what} (at most "
+                f"{MAX_PATH} bytes, no NUL)",
+                fix="rebuild the layer without it",
+            )
     mtime = info.mtime
     if not (isinstance(mtime, (int, float)) and math.isfinite(mtime) and 0 <= mtime < MAX_MTIME):
-        raise LayerError(f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its "
-                         "header, not a time between 1970 and 2106",
-                         fix="rebuild the layer with "
-                         "real timestamps (e.g. SOURCE_DATE_EPOCH)")
+        raise LayerError(
+            f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its "
+            "header, not a time between 1970 and 2106",
+            fix="rebuild the layer with real timestamps (e.g. SOURCE_DATE_EPOCH)",
+        )
     if info.size > limits.max_size:
-        raise LayerError(f"{layer.label}: member {info.name!r} says it holds {info.size} bytes, "
-                         f"more than --max-size {limits.max_size}",
-                         fix="raise --max-size if the "
-                         "image is genuine")
+        raise LayerError(
+            f"{layer.label}: member {info.name!r} says it holds {info.size} bytes, "
+            f"more than --max-size {limits.max_size}",
+            fix="raise --max-size if the image is genuine",
+        )
 
 
 def _check_end(offset: int, stream: _Forward | _Window, layer: Layer, last: str) -> None:
     """tarfile ends quietly at a header it cannot parse: only zero blocks may follow it."""
     bad = first_nonzero(stream.rest_from(offset), offset)
     if bad is not None:
-        raise LayerError(f"{layer.label}: corrupt tar header at byte {offset} of the layer "
-                         f"(after member {last!r}, non-zero data at byte {bad}): the members "
-                         "after it would be lost",
-                         fix="export the image again")
+        raise LayerError(
+            f"{layer.label}: corrupt tar header at byte {offset} of the layer "
+            f"(after member {last!r}, non-zero data at byte {bad}): the members "
+            "after it would be lost",
+            fix="export the image again",
+        )
 
 
 class _Guarded:
@@ -396,9 +444,10 @@ class _Guarded:
         except KitError:
             raise
         except READ_ERRORS as exc:
-            raise LayerError(f"{self.layer.label}: member {self.name!r}: truncated or corrupt "
-                             f"data ({exc})",
-                             fix="export the image again") from None
+            raise LayerError(
+                f"{self.layer.label}: member {self.name!r}: truncated or corrupt data ({exc})",
+                fix="export the image again",
+            ) from None
 
     def close(self) -> None:
         self.inner.close()
@@ -430,16 +479,19 @@ def _walk_dir(layer: Layer, budget: Budget) -> Iterator[Member]:
             budget.members += 1
             budget.size += info.size
             if budget.members > budget.limits.max_members or budget.size > budget.limits.max_size:
-                raise LayerError(f"{layer.label}: {root} is past --max-members/--max-size at "
-                                 f"{name!r}",
-                                 fix="raise the limit if the tree is genuine")
+                raise LayerError(
+                    f"{layer.label}: {root} is past --max-members/--max-size at {name!r}",
+                    fix="raise the limit if the tree is genuine",
+                )
             yield Member(ordinal, info, lambda p=entry.path, n=name: _open_file(p, n, layer))
             ordinal += 1
             if info.isdir():
                 pending.append(iter(_sorted_dir(root, name)))
     except OSError as exc:
-        raise LayerError(f"{layer.label}: cannot read {exc.filename or root}: {exc.strerror}",
-                         fix="check the tree's permissions and path lengths") from None
+        raise LayerError(
+            f"{layer.label}: cannot read {exc.filename or root}: {exc.strerror}",
+            fix="check the tree's permissions and path lengths",
+        ) from None
 
 
 def _sorted_dir(root: Path, rel: str) -> list[os.DirEntry]:
@@ -447,8 +499,9 @@ def _sorted_dir(root: Path, rel: str) -> list[os.DirEntry]:
         return sorted(it, key=lambda e: e.name)
 
 
-def _dir_member(entry: os.DirEntry, name: str,
-                inodes: dict[tuple[int, int], str]) -> tarfile.TarInfo | None:
+def _dir_member(
+    entry: os.DirEntry, name: str, inodes: dict[tuple[int, int], str]
+) -> tarfile.TarInfo | None:
     st = entry.stat(follow_symlinks=False)
     info = tarfile.TarInfo(name)
     info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
@@ -477,14 +530,16 @@ def _open_file(path: str, name: str, layer: Layer) -> IO[bytes]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise LayerError(f"{layer.label}: cannot read {name!r}: {exc.strerror} (changed while "
-                         "converting?)",
-                         fix="convert a tree nobody is modifying") from None
+        raise LayerError(
+            f"{layer.label}: cannot read {name!r}: {exc.strerror} (changed while converting?)",
+            fix="convert a tree nobody is modifying",
+        ) from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise LayerError(f"{layer.label}: {name!r} is now {kind_name(mode)} (changed while "
-                         "converting?)",
-                         fix="convert a tree nobody is modifying")
+        raise LayerError(
+            f"{layer.label}: {name!r} is now {kind_name(mode)} (changed while converting?)",
+            fix="convert a tree nobody is modifying",
+        )
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")

@@ -3,6 +3,7 @@
 The manifest's ``output.identity`` names the very file or directory it describes (kit.image.target):
 a reader compares it with OUT to know the manifest, and the sidecars it lists, are OUT's.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,31 @@ def manifest_dict(r: ConversionReport) -> dict:
     img = r.image
     return {
         "tool": "kit image convert",
-        "source": {"path": str(r.source), "kind": img.kind, "ref": img.ref,
-                   "manifest_digest": img.manifest_digest},
+        "source": {
+            "path": str(r.source),
+            "kind": img.kind,
+            "ref": img.ref,
+            "manifest_digest": img.manifest_digest,
+        },
         "config_digest": img.config_digest,
-        "layers": [{"index": l.index, "digest": l.digest, "diff_id": l.diff_id,
-                    "media_type": l.media_type, "size": l.blob.size} for l in img.layers],
-        "output": {"path": str(r.output) if r.output else None, "format": r.format,
-                   "sha256": r.sha256, "size": r.size, "entries": r.entries, "identity": r.identity},
+        "layers": [
+            {
+                "index": l.index,
+                "digest": l.digest,
+                "diff_id": l.diff_id,
+                "media_type": l.media_type,
+                "size": l.blob.size,
+            }
+            for l in img.layers
+        ],
+        "output": {
+            "path": str(r.output) if r.output else None,
+            "format": r.format,
+            "sha256": r.sha256,
+            "size": r.size,
+            "entries": r.entries,
+            "identity": r.identity,
+        },
         "sidecars": r.sidecars,
         "mount_points_created": r.mount_points,
         "links_created": r.links,

@@ -8,6 +8,7 @@ can tell a manifest that does not describe OUT; a run killed between the two fin
 sidecars and installs them before anything else. SIGINT waits for the renames to finish.
 Leftover work directories of THIS output are removed by the next run; nothing else is.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,13 +43,16 @@ class Work:
 
     def __init__(self, target: Target, dir_fd: int, lock_fd: int):
         self.target, self.dir_fd, self.lock_fd = target, dir_fd, lock_fd
-        self.name = os.path.basename(tempfile.mkdtemp(prefix=f".{target.name}{WORK_TAG}",
-                                                      dir=target.parent))
+        self.name = os.path.basename(
+            tempfile.mkdtemp(prefix=f".{target.name}{WORK_TAG}", dir=target.parent)
+        )
         self.path = target.parent / self.name
         self.swapped = False  # past this point the staged sidecars must survive a failure
 
     def commit(self, built: Path, sidecars: Mapping[str, Stager]) -> None:
-        """Stage ``sidecars`` (suffix -> stager, the manifest among them), then swap everything in."""
+        """Stage ``sidecars`` (suffix -> stager, the manifest among them), then swap everything
+        in.
+        """
         for suffix in SIDECARS:  # the manifest last: its presence means the staging is complete
             if suffix in sidecars:
                 staged = self.path / f"{STAGED}{suffix}"
@@ -66,15 +70,22 @@ class Work:
             try:
                 rename_noreplace(self.dir_fd, inner, t.name)
             except FileExistsError:
-                raise KitError(f"{t.out}: appeared while converting; nothing was replaced",
-                               fix="move it away or choose another OUT") from None
+                raise KitError(
+                    f"{t.out}: appeared while converting; nothing was replaced",
+                    fix="move it away or choose another OUT",
+                ) from None
         elif t.fmt == "dir":
-            if not exchange_if(self.dir_fd, inner, t.name, t.existing["inode"]):  # old image: WORK/root
-                raise KitError(f"{t.out}: changed while converting; nothing was replaced",
-                               fix="run again")
+            if not exchange_if(
+                self.dir_fd, inner, t.name, t.existing["inode"]
+            ):  # old image: WORK/root
+                raise KitError(
+                    f"{t.out}: changed while converting; nothing was replaced", fix="run again"
+                )
         else:
             if _identity_at(self.dir_fd, t.name) != t.existing["inode"]:
-                raise KitError(f"{t.out}: changed while converting; nothing was replaced", fix="run again")
+                raise KitError(
+                    f"{t.out}: changed while converting; nothing was replaced", fix="run again"
+                )
             os.rename(inner, t.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         fsync_dir(self.dir_fd)
 
@@ -112,8 +123,10 @@ def claim(target: Target) -> Iterator[Work]:
         target.parent.mkdir(parents=True, exist_ok=True)
         dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise KitError(f"{target.out}: cannot use the directory {target.parent} ({exc.strerror})",
-                       fix="create it or choose OUT elsewhere") from None
+        raise KitError(
+            f"{target.out}: cannot use the directory {target.parent} ({exc.strerror})",
+            fix="create it or choose OUT elsewhere",
+        ) from None
     try:
         lock_fd = _lock(target, dir_fd)
         try:
@@ -127,10 +140,11 @@ def claim(target: Target) -> Iterator[Work]:
                     remove_tree(target.parent / name)
                 work = Work(target, dir_fd, lock_fd)
             except OSError as exc:
-                raise KitError(f"{target.out}: {exc.strerror or exc} while preparing to write it; "
-                               "nothing was replaced",
-                               fix="check the free space and permissions of "
-                               f"{target.parent}") from exc
+                raise KitError(
+                    f"{target.out}: {exc.strerror or exc} while preparing to write it; "
+                    "nothing was replaced",
+                    fix=f"check the free space and permissions of {target.parent}",
+                ) from exc
             try:
                 yield work
             except BaseException:
@@ -150,20 +164,27 @@ def _lock(target: Target, dir_fd: int) -> int:
     name = f".{target.name}{LOCK_TAG}"
     for _ in range(10):  # the holder may remove the file between our open and our flock
         try:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         0o600, dir_fd=dir_fd)
+            fd = os.open(
+                name,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dir_fd,
+            )
         except OSError as exc:
-            raise KitError(f"{target.parent / name}: cannot create the lock ({exc.strerror})",
-                           fix="make the directory writable or choose OUT elsewhere") from None
+            raise KitError(
+                f"{target.parent / name}: cannot create the lock ({exc.strerror})",
+                fix="make the directory writable or choose OUT elsewhere",
+            ) from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise KitError(f"{target.parent / name}: not a regular file", fix="move it away")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise KitError(f"{target.out}: another kit image convert is writing it (it holds "
-                           f"{name})",
-                           fix="wait for it to finish") from None
+            raise KitError(
+                f"{target.out}: another kit image convert is writing it (it holds {name})",
+                fix="wait for it to finish",
+            ) from None
         except BaseException:
             os.close(fd)
             raise
@@ -188,10 +209,11 @@ def _check_exchange(target: Target) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             raise
-        raise KitError(f"{target.out}: this filesystem cannot swap directories atomically, so the "
-                       "directory image cannot be replaced in place",
-                       fix="move the old image away "
-                       "yourself, or write a file image (.sqfs, .tar.gz)") from None
+        raise KitError(
+            f"{target.out}: this filesystem cannot swap directories atomically, so the "
+            "directory image cannot be replaced in place",
+            fix="move the old image away yourself, or write a file image (.sqfs, .tar.gz)",
+        ) from None
     finally:
         remove_tree(probe)
 

@@ -4,6 +4,7 @@ Opening a FIFO for reading blocks until a writer appears, and ``/dev/zero`` neve
 an input path, a blob or ``index.json`` must be a regular file before a byte is read
 (kit.readfile.open_regular_fd); this module words the refusal for image sources.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,10 +26,13 @@ def open_regular(path: Path, what: str, follow: bool = True) -> BinaryIO:
         return os.fdopen(open_regular_fd(path, follow_symlinks=follow), "rb")
     except NotRegularFile as exc:
         if exc.kind == "a symlink":
-            raise KitError(f"{path}: {what} is a symlink",
-                           fix="copy the image again without "
-                           "symlinked blobs (skopeo copy)") from None
-        raise KitError(f"{path}: {what} is {exc.kind}, not a regular file",
-                       fix="give the image archive or layout itself") from None
+            raise KitError(
+                f"{path}: {what} is a symlink",
+                fix="copy the image again without symlinked blobs (skopeo copy)",
+            ) from None
+        raise KitError(
+            f"{path}: {what} is {exc.kind}, not a regular file",
+            fix="give the image archive or layout itself",
+        ) from None
     except OSError as exc:
         raise KitError(f"{path}: cannot read {what}: {exc.strerror}") from None

@@ -5,6 +5,7 @@ Kinds: ``docker-archive`` (``docker save`` / ``buildah push docker-archive:``),
 ``rootfs-tar`` and ``rootfs-dir`` (a flat root filesystem, one pseudo-layer).
 Blobs inside an archive are byte ranges of it, so nothing is extracted to disk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,6 +30,7 @@ REF_NAME = "org.opencontainers.image.ref.name"
 @dataclass(frozen=True)
 class Blob:
     """A byte range of a file: a whole blob file, or a member of an outer tar."""
+
     path: Path
     offset: int
     size: int
@@ -37,6 +39,7 @@ class Blob:
 @dataclass(frozen=True)
 class Layer:
     """One layer; ``digest`` checks the stored bytes, ``diff_id`` the uncompressed tar."""
+
     index: int
     media_type: str
     blob: Blob  # for a root-filesystem directory: the directory, size 0
@@ -63,6 +66,7 @@ class Image:
 @dataclass(frozen=True)
 class Candidate:
     """One image an input holds, as listed in errors and by ``kit image inspect``."""
+
     names: tuple[str, ...]
     digest: str | None
     payload: object
@@ -77,9 +81,10 @@ CHUNK = 1 << 20
 def detect(src: Path) -> str:
     """Return the kind of SRC, looking at its content."""
     if not src.exists():
-        raise KitError(f"{src}: no such file or directory",
-                       fix="give an existing image archive, "
-                       "OCI layout directory or root filesystem")
+        raise KitError(
+            f"{src}: no such file or directory",
+            fix="give an existing image archive, OCI layout directory or root filesystem",
+        )
     if src.is_dir():
         if os.path.lexists(src / "oci-layout") and os.path.lexists(src / "index.json"):
             return "oci-dir"
@@ -111,22 +116,26 @@ def _scan(src: Path) -> Iterator[tarfile.TarInfo]:
                 tf.members.clear()
                 count += 1
                 if count > MAX_ARCHIVE_MEMBERS:
-                    raise KitError(f"{src}: more than {MAX_ARCHIVE_MEMBERS} members; an image "
-                                   "archive holds a few per layer",
-                                   fix="pass the image archive")
+                    raise KitError(
+                        f"{src}: more than {MAX_ARCHIVE_MEMBERS} members; an image "
+                        "archive holds a few per layer",
+                        fix="pass the image archive",
+                    )
                 yield info
             fh.seek(tf.offset)
             bad = first_nonzero(iter(lambda: fh.read(CHUNK), b""), tf.offset)
         except (tarfile.TarError, ValueError, EOFError) as exc:
-            raise KitError(f"{src}: not a tar archive, OCI layout or directory, or a corrupt one "
-                           f"({exc})",
-                           fix="pass a docker-archive, OCI layout/archive or root "
-                           "filesystem") from None
+            raise KitError(
+                f"{src}: not a tar archive, OCI layout or directory, or a corrupt one ({exc})",
+                fix="pass a docker-archive, OCI layout/archive or root filesystem",
+            ) from None
     if bad is not None:
-        raise KitError(f"{src}: corrupt tar header at byte {tf.offset} (data at byte {bad} "
-                       "after what tar reads as the end): the members from there on would be "
-                       "lost",
-                       fix="copy or export the archive again")
+        raise KitError(
+            f"{src}: corrupt tar header at byte {tf.offset} (data at byte {bad} "
+            "after what tar reads as the end): the members from there on would be "
+            "lost",
+            fix="copy or export the archive again",
+        )
 
 
 def _clean(name: str) -> str:
@@ -134,8 +143,13 @@ def _clean(name: str) -> str:
 
 
 def _type_name(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(value), "a number")
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(value), "a number")
 
 
 class _Doc:
@@ -148,9 +162,10 @@ class _Doc:
         if value is None and optional:
             return typ()
         if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
-            raise KitError(f"{self.where}: {field} is {_type_name(value)}, expected "
-                           f"{_type_name(typ())}",
-                           fix=f"{self.fix}")
+            raise KitError(
+                f"{self.where}: {field} is {_type_name(value)}, expected {_type_name(typ())}",
+                fix=f"{self.fix}",
+            )
         return value
 
     def strings(self, value: object, field: str, optional: bool = True) -> list[str]:
@@ -162,9 +177,11 @@ class _Doc:
     def digest(self, value: object, field: str) -> str:
         digest = self.want(value, str, field)
         if not DIGEST.fullmatch(digest):
-            raise KitError(f"{self.where}: {field} {digest[:80]!r} is not a digest of the form "
-                           "sha256:<64 hex digits>",
-                           fix=f"{self.fix}")
+            raise KitError(
+                f"{self.where}: {field} {digest[:80]!r} is not a digest of the form "
+                "sha256:<64 hex digits>",
+                fix=f"{self.fix}",
+            )
         return digest
 
 
@@ -198,26 +215,33 @@ class _Store:
         assert self.members is not None
         info = self.members.get(_clean(name))
         if info is None:
-            raise KitError(f"{self.src}: archive has no member {name!r}",
-                           fix="the archive is incomplete, export it again")
+            raise KitError(
+                f"{self.src}: archive has no member {name!r}",
+                fix="the archive is incomplete, export it again",
+            )
         if (info.issym() or info.islnk()) and hops < 8:
             base = posixpath.dirname(_clean(name)) if info.issym() else ""
             return self._member(posixpath.join(base, info.linkname), hops + 1)
         if not info.isfile():
-            raise KitError(f"{self.src}: member {name!r} is not a regular file",
-                           fix="the archive is corrupt, export it again")
+            raise KitError(
+                f"{self.src}: member {name!r} is not a regular file",
+                fix="the archive is corrupt, export it again",
+            )
         return info
 
     def blob(self, name: str) -> Blob:
         if self.members is None:
             if ".." in name.split("/"):
-                raise KitError(f"{self.src}: {name!r} climbs out of the layout",
-                               fix="the layout is corrupt, copy it again (skopeo copy)")
+                raise KitError(
+                    f"{self.src}: {name!r} climbs out of the layout",
+                    fix="the layout is corrupt, copy it again (skopeo copy)",
+                )
             path = self.src / name
             if not os.path.lexists(path):
-                raise KitError(f"{self.src}: missing blob {name}",
-                               fix="the layout is incomplete, "
-                               "copy it again (skopeo copy)")
+                raise KitError(
+                    f"{self.src}: missing blob {name}",
+                    fix="the layout is incomplete, copy it again (skopeo copy)",
+                )
             with open_regular(path, name, follow=False) as fh:
                 return Blob(path, 0, os.fstat(fh.fileno()).st_size)
         info = self._member(name)
@@ -226,9 +250,10 @@ class _Store:
     def read(self, name: str, limit: int = 64 << 20) -> bytes:
         blob = self.blob(name)
         if blob.size > limit:
-            raise KitError(f"{self.src}: {name} is {blob.size} bytes, too big for metadata "
-                           f"(at most {limit})",
-                           fix="the image is corrupt, export it again")
+            raise KitError(
+                f"{self.src}: {name} is {blob.size} bytes, too big for metadata (at most {limit})",
+                fix="the image is corrupt, export it again",
+            )
         with open_regular(blob.path, name, follow=self.members is not None) as fh:
             fh.seek(blob.offset)
             data = fh.read(blob.size)
@@ -240,8 +265,10 @@ class _Store:
         try:
             return json.loads(self.read(name) if data is None else data)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise KitError(f"{self.src}: {name} is not valid JSON ({str(exc)[:200]})",
-                           fix="the image is corrupt, export it again") from None
+            raise KitError(
+                f"{self.src}: {name} is not valid JSON ({str(exc)[:200]})",
+                fix="the image is corrupt, export it again",
+            ) from None
 
 
 def _digest_path(digest: str) -> str:
@@ -256,8 +283,10 @@ def _verified_json(store: _Store, digest: str) -> dict:
     data = store.read(name)
     algo, _, want = digest.partition(":")
     if hashlib.new(algo, data).hexdigest() != want:
-        raise KitError(f"{store.src}: blob {digest} does not match its digest",
-                       fix="the image is corrupt, export it again")
+        raise KitError(
+            f"{store.src}: blob {digest} does not match its digest",
+            fix="the image is corrupt, export it again",
+        )
     return _Doc(f"{store.src}: {name}", _FIX).want(store.json(name, data), dict, "the document")
 
 
@@ -276,8 +305,9 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
         out = []
         for n, entry in enumerate(entries):
             entry = doc.want(entry, dict, f"[{n}]")
-            out.append(Candidate(tuple(doc.strings(entry.get("RepoTags"), f"[{n}].RepoTags")),
-                                 None, entry))
+            out.append(
+                Candidate(tuple(doc.strings(entry.get("RepoTags"), f"[{n}].RepoTags")), None, entry)
+            )
         return out
     found: list[Candidate] = []
 
@@ -286,9 +316,10 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
         digest = doc.digest(desc.get("digest"), f"{field}.digest")
         if desc.get("mediaType") in (OCI_INDEX, DOCKER_LIST):
             if depth >= MAX_INDEX_DEPTH:
-                raise KitError(f"{src}: image indexes nested more than {MAX_INDEX_DEPTH} deep "
-                               f"at {digest}",
-                               fix=f"{_FIX}")
+                raise KitError(
+                    f"{src}: image indexes nested more than {MAX_INDEX_DEPTH} deep at {digest}",
+                    fix=f"{_FIX}",
+                )
             sub = _Doc(f"{src}: {_digest_path(digest)}", _FIX)
             index = _verified_json(store, digest)
             for n, item in enumerate(sub.want(index.get("manifests"), list, "manifests", True)):
@@ -303,9 +334,15 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
     index = top.want(store.json("index.json"), dict, "the document")
     for n, desc in enumerate(top.want(index.get("manifests"), list, "manifests", optional=True)):
         field = f"manifests[{n}]"
-        notes = top.want(top.want(desc, dict, field).get("annotations"), dict,
-                         f"{field}.annotations", optional=True)
-        ref = top.want(notes.get(REF_NAME), str, f"{field}.annotations[{REF_NAME!r}]", optional=True)
+        notes = top.want(
+            top.want(desc, dict, field).get("annotations"),
+            dict,
+            f"{field}.annotations",
+            optional=True,
+        )
+        ref = top.want(
+            notes.get(REF_NAME), str, f"{field}.annotations[{REF_NAME!r}]", optional=True
+        )
         walk(desc, (ref,) if ref else (), top, field, 0)
     return found
 
@@ -322,7 +359,9 @@ def _matches(cand: Candidate, want: str) -> bool:
 
 
 def _describe(cands: list[Candidate]) -> str:
-    return "; ".join(f"{', '.join(c.names) or '(untagged)'} {c.digest or ''}".strip() for c in cands)
+    return "; ".join(
+        f"{', '.join(c.names) or '(untagged)'} {c.digest or ''}".strip() for c in cands
+    )
 
 
 def open_source_image(src: str | Path, image: str | None = None) -> Image:
@@ -342,8 +381,10 @@ def open_source_image(src: str | Path, image: str | None = None) -> Image:
     else:
         chosen = cands
     if len(chosen) != 1:
-        raise KitError(f"{src}: holds {len(chosen)} images, choose one with --image TAG|DIGEST: "
-                       f"{_describe(chosen) or 'none'}")
+        raise KitError(
+            f"{src}: holds {len(chosen)} images, choose one with --image TAG|DIGEST: "
+            f"{_describe(chosen) or 'none'}"
+        )
     cand = chosen[0]
     store = _Store(src)
     if kind == "docker-archive":
@@ -361,19 +402,31 @@ def _docker_image(src: Path, store: _Store, cand: Candidate) -> Image:
     config = check_config(store.json(config_name), f"{src}: {config_name}")
     cdoc = _Doc(f"{src}: {config_name}", _FIX)
     rootfs = cdoc.want(config.get("rootfs"), dict, "rootfs", optional=True)
-    diff_ids = [cdoc.digest(d, f"rootfs.diff_ids[{n}]")
-                for n, d in enumerate(cdoc.want(rootfs.get("diff_ids"), list, "rootfs.diff_ids", True))]
+    diff_ids = [
+        cdoc.digest(d, f"rootfs.diff_ids[{n}]")
+        for n, d in enumerate(cdoc.want(rootfs.get("diff_ids"), list, "rootfs.diff_ids", True))
+    ]
     names = doc.strings(entry.get("Layers"), "Layers")
     if len(diff_ids) != len(names):
-        raise KitError(f"{src}: config lists {len(diff_ids)} layer digests (rootfs.diff_ids) "
-                       f"but manifest.json lists {len(names)} layers",
-                       fix="export the image again")
+        raise KitError(
+            f"{src}: config lists {len(diff_ids)} layer digests (rootfs.diff_ids) "
+            f"but manifest.json lists {len(names)} layers",
+            fix="export the image again",
+        )
     stem = Path(config_name).stem
     config_digest = f"sha256:{stem}" if DIGEST.fullmatch(f"sha256:{stem}") else None
-    layers = [Layer(i, "docker-archive", store.blob(n), diff_id=d)
-              for i, (n, d) in enumerate(zip(names, diff_ids))]
-    return Image("docker-archive", src, ref=(cand.names or (None,))[0], config=config,
-                 config_digest=config_digest, layers=layers)
+    layers = [
+        Layer(i, "docker-archive", store.blob(n), diff_id=d)
+        for i, (n, d) in enumerate(zip(names, diff_ids))
+    ]
+    return Image(
+        "docker-archive",
+        src,
+        ref=(cand.names or (None,))[0],
+        config=config,
+        config_digest=config_digest,
+        layers=layers,
+    )
 
 
 def _oci_image(src: Path, kind: str, store: _Store, cand: Candidate) -> Image:
@@ -382,8 +435,11 @@ def _oci_image(src: Path, kind: str, store: _Store, cand: Candidate) -> Image:
     doc = _Doc(f"{src}: {_digest_path(cand.digest)} (the manifest)", _FIX)
     cfg = doc.want(manifest.get("config"), dict, "config", optional=True)
     config_digest = doc.digest(cfg["digest"], "config.digest") if "digest" in cfg else None
-    config = (check_config(_verified_json(store, config_digest), f"{src}: {_digest_path(config_digest)}")
-              if config_digest else {})
+    config = (
+        check_config(_verified_json(store, config_digest), f"{src}: {_digest_path(config_digest)}")
+        if config_digest
+        else {}
+    )
     layers = []
     for i, desc in enumerate(doc.want(manifest.get("layers"), list, "layers", optional=True)):
         desc = doc.want(desc, dict, f"layers[{i}]")
@@ -391,10 +447,18 @@ def _oci_image(src: Path, kind: str, store: _Store, cand: Candidate) -> Image:
         media_type = doc.want(desc.get("mediaType"), str, f"layers[{i}].mediaType", optional=True)
         blob = store.blob(_digest_path(digest))
         if "size" in desc and doc.want(desc["size"], int, f"layers[{i}].size") != blob.size:
-            raise KitError(f"{src}: layer {i} ({digest}) is {blob.size} bytes but its "
-                           f"descriptor says {desc['size']}",
-                           fix="the blob is truncated or corrupt, "
-                           "copy the image again")
+            raise KitError(
+                f"{src}: layer {i} ({digest}) is {blob.size} bytes but its "
+                f"descriptor says {desc['size']}",
+                fix="the blob is truncated or corrupt, copy the image again",
+            )
         layers.append(Layer(i, media_type, blob, digest=digest))
-    return Image(kind, src, ref=(cand.names or (None,))[0], manifest_digest=cand.digest,
-                 config=config, config_digest=config_digest, layers=layers)
+    return Image(
+        kind,
+        src,
+        ref=(cand.names or (None,))[0],
+        manifest_digest=cand.digest,
+        config=config,
+        config_digest=config_digest,
+        layers=layers,
+    )

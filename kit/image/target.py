@@ -7,6 +7,7 @@ of its ch/metadata.json for a directory), which a user's file or directory that 
 there cannot match. Sidecars found beside OUT must be the kit's own too, or they are refused.
 Everything here only reads.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ Identity = dict
 @dataclass(frozen=True)
 class Target:
     """Where the output goes: ``parent`` resolved, ``name`` the entry in it."""
+
     src: Path
     out: Path  # as given: messages and the manifest use it
     parent: Path
@@ -55,8 +57,10 @@ def plan(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None, force:
     src, out = Path(src), Path(out)
     name = out.name
     if name in ("", ".", ".."):
-        raise KitError(f"{out}: OUT is '.', '..' or '/', a directory the kit did not make",
-                       fix="name a new image, e.g. img.sqfs or img/")
+        raise KitError(
+            f"{out}: OUT is '.', '..' or '/', a directory the kit did not make",
+            fix="name a new image, e.g. img.sqfs or img/",
+        )
     if len(name.encode()) > NAME_MAX:
         raise KitError(f"{out}: the name is longer than {NAME_MAX} bytes", fix="a shorter OUT name")
     fmt = format_for(out, fmt)
@@ -70,8 +74,10 @@ def plan(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None, force:
     if st is not None:
         existing, pending = _recognise(out, path, fmt, st)
         if not force:
-            raise KitError(f"{out}: exists (an earlier kit image convert {fmt} output)",
-                           fix="pass --force to replace it, or choose another OUT")
+            raise KitError(
+                f"{out}: exists (an earlier kit image convert {fmt} output)",
+                fix="pass --force to replace it, or choose another OUT",
+            )
     for suffix in SIDECARS:
         _check_sidecar(Path(f"{path}{suffix}"), suffix, name)
     return Target(src, out, parent, name, fmt, force, existing, pending)
@@ -95,11 +101,15 @@ def _check_overlap(src: Path, out: Path, path: Path) -> None:
         if where == real_src or _same_file(src, where):
             raise KitError(f"{out}: OUT is SRC itself", fix="write the image under another name")
         if real_src in where.parents:
-            raise KitError(f"{out}: OUT is inside SRC {src}", fix="write the image outside the source")
+            raise KitError(
+                f"{out}: OUT is inside SRC {src}", fix="write the image outside the source"
+            )
         if where in real_src.parents:
             raise KitError(f"{out}: OUT contains SRC {src}", fix="write the image elsewhere")
         if cwd is not None and (where == cwd or where in cwd.parents):
-            raise KitError(f"{out}: OUT is the current directory or contains it", fix="name a new image")
+            raise KitError(
+                f"{out}: OUT is the current directory or contains it", fix="name a new image"
+            )
 
 
 def _same_file(src: Path, path: Path) -> bool:
@@ -123,8 +133,11 @@ def identity(path: Path, fmt: str) -> Identity | None:
 
 def _recognise(out: Path, path: Path, fmt: str, st: os.stat_result) -> tuple[Identity, str | None]:
     """OUT exists: it must be an earlier kit output of this form, else refused."""
-    kind = "a symlink" if stat.S_ISLNK(st.st_mode) else (
-        "a directory" if stat.S_ISDIR(st.st_mode) else "a file")
+    kind = (
+        "a symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else ("a directory" if stat.S_ISDIR(st.st_mode) else "a file")
+    )
     found = identity(path, fmt)
     if found is not None:
         manifest = read_manifest(Path(f"{path}{MANIFEST}"))
@@ -134,16 +147,19 @@ def _recognise(out: Path, path: Path, fmt: str, st: os.stat_result) -> tuple[Ide
             staged = read_manifest(path.parent / work / f"{STAGED}{MANIFEST}")
             if staged and _describes(staged, fmt, found):
                 return found, work  # the image went in, its sidecars did not: finished next run
-    raise KitError(f"{out}: exists as {kind} that is not an earlier kit image convert {fmt} output "
-                   f"(no {path.name}{MANIFEST} describes it); the kit never replaces what it did not "
-                   "make",
-                   fix="choose another OUT, or move it away yourself")
+    raise KitError(
+        f"{out}: exists as {kind} that is not an earlier kit image convert {fmt} output "
+        f"(no {path.name}{MANIFEST} describes it); the kit never replaces what it did not "
+        "make",
+        fix="choose another OUT, or move it away yourself",
+    )
 
 
 def _describes(manifest: dict, fmt: str, found: Identity) -> bool:
     output = manifest.get("output")
-    return (isinstance(output, dict) and output.get("format") == fmt
-            and output.get("identity") == found)
+    return (
+        isinstance(output, dict) and output.get("format") == fmt and output.get("identity") == found
+    )
 
 
 def work_pattern(name: str) -> re.Pattern:
@@ -196,6 +212,7 @@ def _kit_made(path: Path, suffix: str, name: str) -> bool:
 
 def _check_sidecar(path: Path, suffix: str, name: str) -> None:
     if _lstat(path) is not None and not _kit_made(path, suffix, name):
-        raise KitError(f"{path}: exists and was not written by kit image convert, which would "
-                       "replace it",
-                       fix="move it away or choose another OUT")
+        raise KitError(
+            f"{path}: exists and was not written by kit image convert, which would replace it",
+            fix="move it away or choose another OUT",
+        )

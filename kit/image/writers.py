@@ -4,6 +4,7 @@ Every writer builds its output inside the run's work directory (kit.image.output
 OUT); ``finish`` returns the finished image there and kit.image.output puts it into place.
 ``abort`` stops a writer (and its mksquashfs) so that the work directory can go.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,9 +47,10 @@ def format_for(out: Path, fmt: str | None) -> str:
         return "sqfs"
     if out.is_dir() or not out.suffix:
         return "dir"
-    raise KitError(f"{out}: cannot tell the output format from the name",
-                   fix="use a name ending "
-                   "in .tar.gz, .tar or .sqfs, or pass --format tar.gz|tar|sqfs|dir")
+    raise KitError(
+        f"{out}: cannot tell the output format from the name",
+        fix="use a name ending in .tar.gz, .tar or .sqfs, or pass --format tar.gz|tar|sqfs|dir",
+    )
 
 
 class _HashingFile:
@@ -120,10 +122,17 @@ class TarWriter(Writer):
         self.hashed = _HashingFile(self.raw)
         # ISA-L is fastest (levels 0-3); zlib-ng at 4-9 is within ~1% of gzip -6's size.
         module = igzip_threaded if level <= 3 else gzip_ng_threaded
-        self.gz = (module.open(self.hashed, "wb", compresslevel=level, threads=threads,
-                               block_size=4 << 20) if gzip else None)
-        self.tar = tarfile.open(fileobj=_TellingFile(self.gz or self.hashed), mode="w",
-                                format=tarfile.PAX_FORMAT, copybufsize=CHUNK)
+        self.gz = (
+            module.open(self.hashed, "wb", compresslevel=level, threads=threads, block_size=4 << 20)
+            if gzip
+            else None
+        )
+        self.tar = tarfile.open(
+            fileobj=_TellingFile(self.gz or self.hashed),
+            mode="w",
+            format=tarfile.PAX_FORMAT,
+            copybufsize=CHUNK,
+        )
 
     def add(self, entry: Entry) -> None:
         self.tar.addfile(entry.info, entry.data)
@@ -167,15 +176,44 @@ class SquashWriter(Writer):
             raise KitError("mksquashfs not found", fix="apt-get install squashfs-tools")
         self.path = self.tmp / "out.sqfs"
         self.newest = 0  # the root directory's mtime
-        self.errlog = tempfile.TemporaryFile()  # not beside OUT: when that disk is full, the reason must fit
+        self.errlog = (
+            tempfile.TemporaryFile()
+        )  # not beside OUT: when that disk is full, the reason must fit
         self.proc = subprocess.Popen(
-            ["mksquashfs", "-", str(self.path), "-tar", "-noappend", "-quiet", "-no-progress",
-             "-reproducible", "-mkfs-time", "0", "-noI", "-all-root", "-root-mode", "0755",
-             "-comp", "gzip", "-Xcompression-level", str(level), "-processors", str(max(1, threads))],
-            stdin=subprocess.PIPE, stdout=self.errlog, stderr=subprocess.STDOUT,
-            process_group=0, pass_fds=tuple(keep_fds))
-        self.tar = tarfile.open(fileobj=_TellingFile(self.proc.stdin), mode="w",
-                                format=tarfile.PAX_FORMAT, copybufsize=CHUNK)
+            [
+                "mksquashfs",
+                "-",
+                str(self.path),
+                "-tar",
+                "-noappend",
+                "-quiet",
+                "-no-progress",
+                "-reproducible",
+                "-mkfs-time",
+                "0",
+                "-noI",
+                "-all-root",
+                "-root-mode",
+                "0755",
+                "-comp",
+                "gzip",
+                "-Xcompression-level",
+                str(level),
+                "-processors",
+                str(max(1, threads)),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=self.errlog,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+            pass_fds=tuple(keep_fds),
+        )
+        self.tar = tarfile.open(
+            fileobj=_TellingFile(self.proc.stdin),
+            mode="w",
+            format=tarfile.PAX_FORMAT,
+            copybufsize=CHUNK,
+        )
 
     def add(self, entry: Entry) -> None:
         self.newest = max(self.newest, int(entry.info.mtime))
@@ -185,19 +223,26 @@ class SquashWriter(Writer):
             self._fail()
 
     def _fail(self) -> None:
-        """mksquashfs stopped or failed: one line, its last words (the reason comes before the FATAL ERROR)."""
+        """mksquashfs stopped or failed: one line, its last words (the reason comes before the FATAL
+        ERROR).
+        """
         try:
             code = self.proc.wait(timeout=self.FINISH_TIMEOUT)
         except subprocess.TimeoutExpired:
             self._close_quietly()
-            raise KitError(f"mksquashfs did not finish within {self.FINISH_TIMEOUT} s",
-                           fix="check "
-                           f"the disk holding {self.tmp.parent}") from None
+            raise KitError(
+                f"mksquashfs did not finish within {self.FINISH_TIMEOUT} s",
+                fix=f"check the disk holding {self.tmp.parent}",
+            ) from None
         self.errlog.seek(0)
-        lines = [line.strip() for line in self.errlog.read(1 << 20).decode(errors="replace").splitlines()]
+        lines = [
+            line.strip() for line in self.errlog.read(1 << 20).decode(errors="replace").splitlines()
+        ]
         last = "; ".join([line for line in lines if line][-3:])[-400:] or "no message"
-        raise KitError(f"mksquashfs failed (exit {code}) writing into {self.tmp.parent}: {last}",
-                       fix="check the free space there, and squashfs-tools >= 4.5")
+        raise KitError(
+            f"mksquashfs failed (exit {code}) writing into {self.tmp.parent}: {last}",
+            fix="check the free space there, and squashfs-tools >= 4.5",
+        )
 
     def finish(self) -> Path:
         try:
@@ -289,7 +334,9 @@ def _open_dir(root_fd: int, rel: str) -> int:
     return fd
 
 
-def open_writer(work: Path, fmt: str, level: int, threads: int, keep_fds: Sequence[int] = ()) -> Writer:
+def open_writer(
+    work: Path, fmt: str, level: int, threads: int, keep_fds: Sequence[int] = ()
+) -> Writer:
     """The writer for FMT, building inside WORK; ``keep_fds`` stay open in its subprocess."""
     if fmt == "tar.gz":
         return TarWriter(work, True, level, threads)

@@ -6,17 +6,28 @@ readers (ELF, linker cache) and, for the paired conversion, the [convert] extra.
 paired conversion without that extra raises its import error (the CLI turns it into one line
 naming the extra).
 """
+
 from __future__ import annotations
 
 import importlib
 
 _HOME = {
-    "MODES": "abi", "AbiId": "abi", "Verdict": "abi", "decide": "abi",
-    "CheckResult": "check", "run_check": "check",
-    "ImageMPI": "discover", "MPILibrary": "discover", "find_image_mpi": "discover",
-    "Pair": "pair_builder", "make_pair": "pair_builder", "prepare_image_dir": "pair_builder",
-    "write_pair": "pair_builder", "pair_target": "pair_builder",
-    "PairedConversion": "convert_with_pair", "convert_paired": "convert_with_pair",
+    "MODES": "abi",
+    "AbiId": "abi",
+    "Verdict": "abi",
+    "decide": "abi",
+    "CheckResult": "check",
+    "run_check": "check",
+    "ImageMPI": "discover",
+    "MPILibrary": "discover",
+    "find_image_mpi": "discover",
+    "Pair": "pair_builder",
+    "make_pair": "pair_builder",
+    "prepare_image_dir": "pair_builder",
+    "write_pair": "pair_builder",
+    "pair_target": "pair_builder",
+    "PairedConversion": "convert_with_pair",
+    "convert_paired": "convert_with_pair",
 }
 
 __all__ = sorted(_HOME)

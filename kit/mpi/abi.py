@@ -6,6 +6,7 @@ SONAME major always; minor: `major` ignores it, `full` (default) warns when the 
 older than the image's, `strict` demands equality. Open MPI has rules of its own, from its
 release versions (kit.mpi.openmpi_abi; sources in docs/mpi-abi.md).
 """
+
 from __future__ import annotations
 
 import re
@@ -19,7 +20,7 @@ DEFAULT_SONAME = {"mpich": "libmpi.so.12", "openmpi": "libmpi.so.40"}
 # What to put into an image so that it pairs with a host of each family.
 ADVICE = {
     "mpich": "an MPICH-ABI MPI with libmpi.so.12 (e.g. Debian/Ubuntu 'mpich' {hint}, or Intel MPI "
-             "matching the host's {host})",
+    "matching the host's {host})",
     "openmpi": "Open MPI {hint} (the host's major version, minor no newer than the host's {host})",
 }
 
@@ -30,7 +31,7 @@ class AbiId:
 
     vendor: str
     version: str | None
-    soname: str               # e.g. libmpi.so.12 or libmpich.so.12
+    soname: str  # e.g. libmpi.so.12 or libmpich.so.12
     file_version: str | None  # e.g. 12.2.2 (None: minor unknown)
 
     @property
@@ -65,14 +66,20 @@ class Verdict:
     mode: str
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    aliases: dict[str, str] = field(default_factory=dict)  # image soname -> host soname to load instead
+    aliases: dict[str, str] = field(
+        default_factory=dict
+    )  # image soname -> host soname to load instead
     advice: str | None = None
 
 
 def advice_for(host: AbiId) -> str:
     if host.family == "openmpi":
         series = release_series(host.version)
-        hint = (f"{series[0]}.0.x" + (f" to {series[0]}.{series[1]}.x" if series[1] else "")) if series else ""
+        hint = (
+            (f"{series[0]}.0.x" + (f" to {series[0]}.{series[1]}.x" if series[1] else ""))
+            if series
+            else ""
+        )
         return ADVICE["openmpi"].format(hint=hint, host=host.describe())
     hint = f"with libmpi.so.12 minor <= {host.minor}" if host.minor is not None else ""
     return ADVICE["mpich"].format(hint=hint, host=host.describe())
@@ -91,8 +98,10 @@ def decide(host: AbiId, image: AbiId, mode: str = "full") -> Verdict:
     if host.family == "unknown" or image.family == "unknown":
         refuse(f"unknown MPI family (host {host.vendor}, image {image.vendor})")
     elif host.family != image.family:
-        refuse(f"ABI families differ: host {host.describe()} is {host.family} ABI, "
-               f"image {image.describe()} is {image.family} ABI")
+        refuse(
+            f"ABI families differ: host {host.describe()} is {host.family} ABI, "
+            f"image {image.describe()} is {image.family} ABI"
+        )
     else:
         v.reasons.append(f"same ABI family: {host.family}")
     if v.ok and host.major != image.major:
@@ -101,8 +110,10 @@ def decide(host: AbiId, image: AbiId, mode: str = "full") -> Verdict:
         v.reasons.append(f"same SONAME major: .{host.major}")
     if v.ok and host.linker_name != image.linker_name:
         v.aliases[image.soname] = host.soname
-        v.reasons.append(f"linker names differ ({image.linker_name} in the image, {host.linker_name} "
-                         f"on the host): the image's {image.soname} is served by the host's {host.soname}")
+        v.reasons.append(
+            f"linker names differ ({image.linker_name} in the image, {host.linker_name} "
+            f"on the host): the image's {image.soname} is served by the host's {host.soname}"
+        )
     if v.ok and host.family == "openmpi":
         openmpi_rule(host.version, image.version, mode, v.reasons.append, v.warnings.append, refuse)
     elif v.ok and mode != "major":
@@ -121,9 +132,13 @@ def _minor_rule(host: AbiId, image: AbiId, mode: str, v: Verdict, refuse) -> Non
     if hmin == imin:
         v.reasons.append(f"same minor: {hmin}")
     elif mode == "strict":
-        refuse(f"minor versions differ: host {hmin}, image {imin} (strict mode requires equal minor)")
+        refuse(
+            f"minor versions differ: host {hmin}, image {imin} (strict mode requires equal minor)"
+        )
     elif hmin > imin:
         v.reasons.append(f"host minor {hmin} >= image minor {imin}")
     else:
-        v.warnings.append(f"host minor {hmin} is older than the image's minor {imin}: programs built "
-                          f"against the image's MPI may call functions the host lacks")
+        v.warnings.append(
+            f"host minor {hmin} is older than the image's minor {imin}: programs built "
+            f"against the image's MPI may call functions the host lacks"
+        )

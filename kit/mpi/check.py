@@ -1,5 +1,6 @@
 """`kit mpi check`: prove a pair with 2 real ranks under the site's launcher, on this machine or, on a
 Slurm site, on 2 nodes (one rank each: the ranks then talk over the network)."""
+
 from __future__ import annotations
 
 import json
@@ -26,18 +27,26 @@ from kit.site.model import VENDOR_BANNERS
 
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
-STOP_GRACE = 5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
+STOP_GRACE = (
+    5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
+)
 WATCH = 1.0  # s between two looks at the launcher's processes
 SHM = Path("/dev/shm")  # where ch-run --join keeps a peer group's segment and semaphore
 MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
-REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")  # rank 0's report, line I of N (rank_report.py)
+REPORT_LINE = re.compile(
+    r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)"
+)  # rank 0's report, line I of N (rank_report.py)
 # a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
 # 11", mpirun's "exited on signal"), then an exit code or an error
-TELLING = (re.compile(r"\bsignal\b", re.IGNORECASE),
-           re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE))
+TELLING = (
+    re.compile(r"\bsignal\b", re.IGNORECASE),
+    re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE),
+)
 # srun's account of its own clean-up once a rank ended badly (--kill-on-bad-exit): the effect, never the cause
-AFTERMATH = re.compile(r"srun: (?:launch/slurm: _step_signal: Terminating|Job step aborted|"
-                       r"error: .*(?:STEP|JOB) \S+ (?:ON \S+ )?CANCELLED|Force Terminated)")
+AFTERMATH = re.compile(
+    r"srun: (?:launch/slurm: _step_signal: Terminating|Job step aborted|"
+    r"error: .*(?:STEP|JOB) \S+ (?:ON \S+ )?CANCELLED|Force Terminated)"
+)
 
 
 @dataclass
@@ -96,46 +105,74 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
     if nodes == 1 or os.environ.get("SLURM_JOB_ID"):
         return []
     if site.scheduler.type != "slurm" or shutil.which("salloc") is None:
-        raise KitError(f"site {site.name}: a {nodes}-node check needs Slurm (scheduler.type: slurm and salloc "
-                       "on PATH)",
-                       fix="run it on the site's login node, or with --nodes 1")
+        raise KitError(
+            f"site {site.name}: a {nodes}-node check needs Slurm (scheduler.type: slurm and salloc "
+            "on PATH)",
+            fix="run it on the site's login node, or with --nodes 1",
+        )
     partition = [f"--partition={site.scheduler.partition}"] if site.scheduler.partition else []
-    return ["salloc", "--quiet", f"--nodes={nodes}", f"--ntasks-per-node={per_node}", *partition, "--time=5"]
+    return [
+        "salloc",
+        "--quiet",
+        f"--nodes={nodes}",
+        f"--ntasks-per-node={per_node}",
+        *partition,
+        "--time=5",
+    ]
 
 
-def run_check(pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1) -> CheckResult:
+def run_check(
+    pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1
+) -> CheckResult:
     """Launch RANKS ranks of mpi4py in the pair's image, each in the site's container runtime (ch-run,
     udocker: kit.runtime), on `nodes` nodes and judge what they report."""
     if timeout < 2 * STOP_GRACE:
-        raise KitError(f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
-                       "stop a check that hangs)")
+        raise KitError(
+            f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
+            "stop a check that hangs)"
+        )
     if nodes not in NODES:
-        raise KitError(f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)")
+        raise KitError(
+            f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)"
+        )
     image = Path(pair.image)
     runtime = pair.launch.runtime
     runtime.ready(pair.site, str(image), image_kind(image))  # the image's form, the runtime's tools
     if pair.missing:
-        raise KitError(f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}",
-                       fix=f"{FIX_MISSING}")
+        raise KitError(
+            f"{image}: the image lacks what the pair binds onto: {', '.join(pair.missing)}",
+            fix=f"{FIX_MISSING}",
+        )
     launcher, join = launcher_command(pair, RANKS, nodes)
     program = resources.files("kit.mpi").joinpath("rank_report.py").read_text()
     env = dict(os.environ)
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
     env.update(runtime.check_env(pair.site))
-    with tempfile.TemporaryDirectory(prefix="kit-check-") as workdir:  # the ranks' own, where the runtime wants one
+    with tempfile.TemporaryDirectory(
+        prefix="kit-check-"
+    ) as workdir:  # the ranks' own, where the runtime wants one
         chrun = pair.launch.run_args(str(image), join=join)
         cmd = launcher + chrun + [python, "-c", program]
-        result = CheckResult(command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes)
+        result = CheckResult(
+            command=launcher + chrun + [python, "-c", "<kit/mpi/rank_report.py>"], nodes=nodes
+        )
         try:
             returncode, result.output, timed_out = _run_bounded(
-                cmd, env, timeout, cwd=workdir if runtime.private_workdir else None)
+                cmd, env, timeout, cwd=workdir if runtime.private_workdir else None
+            )
         finally:
             _remove_join_group(join)
     _read_reports(result, runtime.rank_view(pair.launch, str(image)))
     if timed_out:
-        result.problems.append(_no_report(f"the ranks did not finish within {timeout:.0f} s; every process of "
-                                          "the check was stopped", result.output, stopped=True))
+        result.problems.append(
+            _no_report(
+                f"the ranks did not finish within {timeout:.0f} s; every process of "
+                "the check was stopped",
+                result.output,
+                stopped=True,
+            )
+        )
         return result
     _judge(pair, returncode, result)
     return result
@@ -169,27 +206,39 @@ def _read_reports(result: CheckResult, view: Callable[[str], str] = lambda path:
             raise ValueError(f"{len(parts)} of its {count} lines arrived")
         reports = [RankReport(**r) for r in json.loads("".join(parts[i] for i in range(count)))]
         for r in reports:
-            r.mapped, r.libc, r.libs = ([view(f) for f in files] for files in (r.mapped, r.libc, r.libs))
+            r.mapped, r.libc, r.libs = (
+                [view(f) for f in files] for files in (r.mapped, r.libc, r.libs)
+            )
         result.ranks += reports
     except (ValueError, TypeError) as exc:
         result.problems.append(f"unreadable rank report ({clipped(str(exc), 200)})")
     result.ranks.sort(key=lambda r: r.rank)
 
 
-def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float,
-                 cwd: str | None = None) -> tuple[int, str, bool]:
+def _run_bounded(
+    cmd: list[str], env: dict[str, str], timeout: float, cwd: str | None = None
+) -> tuple[int, str, bool]:
     """(status, stdout + stderr, timed out). Every WATCH seconds the launcher's processes are noted:
     its descendants, by parent links, and its session's. At the timeout every one of them still
     alive is stopped (a salloc then gives its allocation back, an mpirun its daemons; hydra's proxy
     and ranks, each in a session of its own, and a rank's child in a process group of its own go
     too), and so is whatever the launcher left behind when it ended. Ends within ``timeout`` s."""
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, cwd=cwd)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            cwd=cwd,
+        )
     except OSError as exc:
-        raise KitError(f"launcher {cmd[0]}: cannot be started ({exc.strerror})",
-                       fix="host_mpi.launcher and "
-                       "host_mpi.prefix in the site config must name an installed, executable launcher") from None
+        raise KitError(
+            f"launcher {cmd[0]}: cannot be started ({exc.strerror})",
+            fix="host_mpi.launcher and "
+            "host_mpi.prefix in the site config must name an installed, executable launcher",
+        ) from None
     known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
     deadline = time.monotonic() + timeout - STOP_GRACE
     timed_out = False
@@ -201,11 +250,15 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float,
                 timed_out = True
                 break
             try:
-                stdout, stderr = proc.communicate(timeout=min(WATCH, left))  # retried: no output is lost
+                stdout, stderr = proc.communicate(
+                    timeout=min(WATCH, left)
+                )  # retried: no output is lost
                 break
             except subprocess.TimeoutExpired:
                 continue
-    except BaseException:  # Ctrl-C or SIGTERM: the launcher's own session never sees them, so stop it
+    except (
+        BaseException
+    ):  # Ctrl-C or SIGTERM: the launcher's own session never sees them, so stop it
         _stop(known, proc.pid)
         proc.wait()
         raise
@@ -229,7 +282,7 @@ def _processes() -> dict[int, tuple[int, int, str, str]]:
             text = stat.read_text()
         except OSError:  # ended meanwhile
             continue
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]), fields[19], fields[0])
     return table
 
@@ -242,14 +295,20 @@ def _note(known: dict[int, str], root: int) -> dict[int, tuple[int, int, str, st
     while grew:
         grew = False
         for pid, (parent, session, start, state) in table.items():
-            if pid not in known and state != "Z" and (pid == root or session == root or parent in known):
+            if (
+                pid not in known
+                and state != "Z"
+                and (pid == root or session == root or parent in known)
+            ):
                 known[pid] = start
                 grew = True
     return table
 
 
 def _stop(known: dict[int, str], root: int) -> None:
-    """SIGTERM every known process still alive, SIGKILL what is left STOP_GRACE - 1 seconds later."""
+    """SIGTERM every known process still alive, SIGKILL what is left STOP_GRACE - 1 seconds
+    later.
+    """
     for sig, grace in ((signal.SIGTERM, STOP_GRACE - 1), (signal.SIGKILL, 1.0)):
         deadline = time.monotonic() + grace
         alive = _alive(known, _note(known, root))
@@ -267,7 +326,11 @@ def _stop(known: dict[int, str], root: int) -> None:
 
 def _alive(known: dict[int, str], table: dict[int, tuple[int, int, str, str]]) -> list[int]:
     """The known processes still running: same pid and start time, not a zombie."""
-    return [pid for pid, start in known.items() if pid in table and table[pid][2] == start and table[pid][3] != "Z"]
+    return [
+        pid
+        for pid, start in known.items()
+        if pid in table and table[pid][2] == start and table[pid][3] != "Z"
+    ]
 
 
 def _text(data: str | bytes | None) -> str:
@@ -287,52 +350,93 @@ def _no_report(what: str, output: str, stopped: bool = False) -> str:
     """One line for ranks that ended, or were ``stopped``, without a report: how many got through
     MPI_Init, and for ranks that ended the launcher's most telling line (a signal, an exit code, an
     error; srun's clean-up after a rank failed only where nothing else was said), else its last."""
-    init = {line.split()[1] for line in output.splitlines() if line.startswith("KITINIT ") and len(line.split()) == 2}
+    init = {
+        line.split()[1]
+        for line in output.splitlines()
+        if line.startswith("KITINIT ") and len(line.split()) == 2
+    }
     hint = ""
     if stopped:
-        hint = (" (a rank that never reached it, or a launcher waiting for a peer that never started)"
-                if len(init) < RANKS else " (then stuck: in the allreduce?)")
-    lines = [line.strip(" =") for line in output.splitlines() if line.strip(" =") and not line.startswith("KITINIT ")]
-    lines = [line for line in lines if not AFTERMATH.match(line)] or lines  # the cause, where the launcher gave one
-    said = "" if stopped else next((line for telling in TELLING for line in reversed(lines) if telling.search(line)),
-                                   lines[-1] if lines else "")  # once stopped, it speaks of the stop
+        hint = (
+            " (a rank that never reached it, or a launcher waiting for a peer that never started)"
+            if len(init) < RANKS
+            else " (then stuck: in the allreduce?)"
+        )
+    lines = [
+        line.strip(" =")
+        for line in output.splitlines()
+        if line.strip(" =") and not line.startswith("KITINIT ")
+    ]
+    lines = [
+        line for line in lines if not AFTERMATH.match(line)
+    ] or lines  # the cause, where the launcher gave one
+    said = (
+        ""
+        if stopped
+        else next(
+            (line for telling in TELLING for line in reversed(lines) if telling.search(line)),
+            lines[-1] if lines else "",
+        )
+    )  # once stopped, it speaks of the stop
     return f"{what}: {len(init)} of {RANKS} ranks finished MPI_Init{hint}" + (
-        f"; the launcher says: {clipped(said, 200)}" if said else "")
+        f"; the launcher says: {clipped(said, 200)}" if said else ""
+    )
 
 
 def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
     if not result.ranks:  # nothing to judge: one line that says how far the ranks got
-        result.problems.insert(0, _no_report(f"no rank reported (launcher exit status {_status(returncode)})",
-                                             result.output))
+        result.problems.insert(
+            0,
+            _no_report(
+                f"no rank reported (launcher exit status {_status(returncode)})", result.output
+            ),
+        )
         return
     if returncode != 0:
         result.problems.append(f"launcher exited with status {_status(returncode)}")
     sizes = sorted({r.size for r in result.ranks})
-    if sizes != [RANKS]:  # what each rank then reports, and how many do, follows from this one cause
+    if sizes != [
+        RANKS
+    ]:  # what each rank then reports, and how many do, follows from this one cause
         result.problems.append(
             f"the ranks ran in MPI worlds of {'/'.join(map(str, sizes))} rank(s), not in one of {RANKS}: they "
             "did not reach their launcher (its PMI variables or descriptor kept from them: a runtime that cleans "
             "the environment), or the launcher and the image's MPI disagree on PMI; fix: pass the launcher's "
             "environment to the ranks (udocker: run --hostenv, which the kit gives) and bind the MPI the "
-            "launcher belongs to")
+            "launcher belongs to"
+        )
     elif len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")
     hosts = sorted({r.host for r in result.ranks})
     if result.ranks and len(hosts) != result.nodes:
-        result.problems.append(f"ranks ran on {len(hosts)} node(s) ({', '.join(hosts)}), not on {result.nodes}")
+        result.problems.append(
+            f"ranks ran on {len(hosts)} node(s) ({', '.join(hosts)}), not on {result.nodes}"
+        )
     expected_sum = RANKS * (RANKS + 1) // 2
-    banner = VENDOR_BANNERS[pair.host.vendor]  # a site names one of MPI_VENDORS, each with its banner
+    banner = VENDOR_BANNERS[
+        pair.host.vendor
+    ]  # a site names one of MPI_VENDORS, each with its banner
     targets = [dst.rstrip("/") + "/" for _src, dst in pair.binds]
     for r in result.ranks:
-        if r.sum != expected_sum and sizes == [RANKS]:  # in a world of another size it follows from that
-            result.problems.append(f"rank {r.rank}: allreduce gave {r.sum}, expected {expected_sum}")
+        if r.sum != expected_sum and sizes == [
+            RANKS
+        ]:  # in a world of another size it follows from that
+            result.problems.append(
+                f"rank {r.rank}: allreduce gave {r.sum}, expected {expected_sum}"
+            )
         if banner not in r.library_version:
-            result.problems.append(f"rank {r.rank}: library reports {r.library_version.splitlines()[0]!r}, "
-                                   f"not the host's {banner}")
+            result.problems.append(
+                f"rank {r.rank}: library reports {r.library_version.splitlines()[0]!r}, "
+                f"not the host's {banner}"
+            )
         if host_libc := [c for c in r.libc if any(c.startswith(t) for t in targets)]:
-            result.problems.append(f"rank {r.rank}: the C library mapped from the host bind ({', '.join(host_libc)}), "
-                                   "not the image's: a host library dir is on the loader's path")
+            result.problems.append(
+                f"rank {r.rank}: the C library mapped from the host bind ({', '.join(host_libc)}), "
+                "not the image's: a host library dir is on the loader's path"
+            )
         if not r.libraries or not all(any(m.startswith(t) for t in targets) for m in r.libraries):
-            result.problems.append(f"rank {r.rank}: MPI libraries mapped from {r.libraries}, not from the "
-                                   f"host bind ({', '.join(targets)})")
+            result.problems.append(
+                f"rank {r.rank}: MPI libraries mapped from {r.libraries}, not from the "
+                f"host bind ({', '.join(targets)})"
+            )
         result.problems += judge_libraries(pair, r) + judge_components(pair, r)

@@ -8,6 +8,7 @@ into the image: conversion is the only moment they can be added to a read-only i
 (SquashFS, or a tarball unpacked by ch-convert). An image that cannot pair fails the
 conversion and nothing is written.
 """
+
 from __future__ import annotations
 
 import io
@@ -56,8 +57,12 @@ class _PairTap:
     def _environment(self, entry: Entry) -> Entry:
         """The image's /ch/environment, which the converter writes after the pair is decided: kept
         (bounded) for a runtime that passes it to the ranks itself (kit.runtime.udocker)."""
-        if (entry.info.name.removeprefix("./") != ENVIRONMENT or not entry.info.isreg() or entry.data is None
-                or entry.info.size > ENV_MAX):
+        if (
+            entry.info.name.removeprefix("./") != ENVIRONMENT
+            or not entry.info.isreg()
+            or entry.data is None
+            or entry.info.size > ENV_MAX
+        ):
             return entry
         self.environment = entry.data.read(ENV_MAX + 1)
         return Entry(entry.info, io.BytesIO(self.environment))
@@ -73,8 +78,15 @@ class _PairTap:
             self.copy = None
 
 
-def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | str | os.PathLike, *,
-                   mode: str = "full", dry_run: bool = False, **options: Any) -> PairedConversion:
+def convert_paired(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    site: Site | str | os.PathLike,
+    *,
+    mode: str = "full",
+    dry_run: bool = False,
+    **options: Any,
+) -> PairedConversion:
     """kit.image.convert(SRC, OUT) with the site's MPI pair decided on the way, and OUT.pair.yaml.
 
     `options` go to kit.image.convert (fmt, image, mount_points, level, limits, progress, threads,
@@ -92,13 +104,20 @@ def convert_paired(src: str | os.PathLike, out: str | os.PathLike, site: Site | 
             pair.image_env = True  # the converter always writes /ch/environment
             if tap.environment is not None and pair.environment is None:
                 pair.environment = parse_environment(tap.environment, Path(out) / ENVIRONMENT)
-            pair.site_image = installed  # where `kit transfer push --install` puts it: the launch line's image
+            pair.site_image = (
+                installed  # where `kit transfer push --install` puts it: the launch line's image
+            )
             return pair
 
         try:
-            report = convert(src, out, dry_run=dry_run, tap=tap,
-                             sidecars={PAIR: lambda _report, path: write_pair(finished(), path)},
-                             **options)
+            report = convert(
+                src,
+                out,
+                dry_run=dry_run,
+                tap=tap,
+                sidecars={PAIR: lambda _report, path: write_pair(finished(), path)},
+                **options,
+            )
         finally:
             tap.close()
     pair = finished()

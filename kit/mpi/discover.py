@@ -4,6 +4,7 @@ Every file of the image is reached through kit.rootfs.Root: its symlinks are res
 the image, never on the host, and a FIFO or device is never opened. What cannot be read (a
 corrupt ELF or cache, a link loop, a name that is not UTF-8) is skipped with a note.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,23 +23,33 @@ from kit.rootfs import Root, RootError, show
 
 MPI_LIB_RE = re.compile(r"lib(mpi|mpich)\.so\.(\d+)", re.ASCII)  # fullmatch
 VERSION_SUFFIX_RE = re.compile(r"\.so\.(\d+(?:\.\d+)*)\Z", re.ASCII)
-STANDARD_DIRS = ["lib", "lib64", "usr/lib", "usr/lib64", "usr/local/lib", "lib/x86_64-linux-gnu",
-                 "usr/lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu/openmpi/lib"]
+STANDARD_DIRS = [
+    "lib",
+    "lib64",
+    "usr/lib",
+    "usr/lib64",
+    "usr/local/lib",
+    "lib/x86_64-linux-gnu",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/x86_64-linux-gnu/openmpi/lib",
+]
 SKIP_TOP = {"proc", "sys", "dev", "tmp", "run"}
 DPKG_MPI = {"libmpich12": "mpich", "libopenmpi3": "openmpi", "libmvapich2-12": "mvapich2"}
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
 MAX_DPKG_STATUS = 64 << 20  # a full distribution's is a few MB
 MAX_MPI_NAMES = 256  # MPI entries looked at (real images: a few, times their hwcap dirs)
-Facts = tuple[Optional[str], Optional[str], Optional[str]]  # soname, vendor, MPI version of one file
+Facts = tuple[
+    Optional[str], Optional[str], Optional[str]
+]  # soname, vendor, MPI version of one file
 
 
 @dataclass(frozen=True)
 class MPILibrary:
     """One MPI library in the image (in-image paths)."""
 
-    name: str                # the linker-cache name, e.g. libmpich.so.12
-    path: str                # where the cache points, e.g. /lib/x86_64-linux-gnu/libmpich.so.12
-    real_path: str           # the file after following links
+    name: str  # the linker-cache name, e.g. libmpich.so.12
+    path: str  # where the cache points, e.g. /lib/x86_64-linux-gnu/libmpich.so.12
+    real_path: str  # the file after following links
     soname: str | None
     file_version: str | None  # version suffix of the real file, e.g. 12.2.2
     vendor: str | None
@@ -48,11 +59,13 @@ class MPILibrary:
 @dataclass
 class ImageMPI:
     image: str
-    source: str                                   # "ld.so.cache" or "library scan"
+    source: str  # "ld.so.cache" or "library scan"
     libraries: list[MPILibrary] = field(default_factory=list)
-    users: dict[str, list[str]] = field(default_factory=dict)  # in-image ELF path -> MPI sonames it needs
-    static: list[str] = field(default_factory=list)           # ELF files with MPI linked in
-    notes: list[str] = field(default_factory=list)            # what was skipped, and why
+    users: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # in-image ELF path -> MPI sonames it needs
+    static: list[str] = field(default_factory=list)  # ELF files with MPI linked in
+    notes: list[str] = field(default_factory=list)  # what was skipped, and why
 
     @property
     def primary(self) -> MPILibrary | None:
@@ -66,8 +79,9 @@ class ImageMPI:
         note(self.notes, text)
 
 
-def best_version(real_name: str, soname: str | None, siblings: Iterable[str],
-                 same: Callable[[str], bool]) -> str | None:
+def best_version(
+    real_name: str, soname: str | None, siblings: Iterable[str], same: Callable[[str], bool]
+) -> str | None:
     """12.2.2 from libmpich.so.12.2.2; for a plain libmpi.so.12 copy, its longest sibling
     (``same(name)``: is that sibling the same file?)."""
     match = VERSION_SUFFIX_RE.search(real_name)
@@ -77,7 +91,11 @@ def best_version(real_name: str, soname: str | None, siblings: Iterable[str],
         if not name.startswith(stem):
             continue
         m = re.fullmatch(re.escape(stem) + r"(\d+(?:\.\d+)*)", name, re.ASCII)
-        if m and (best is None or (m.group(1).startswith(best) and len(m.group(1)) > len(best))) and same(name):
+        if (
+            m
+            and (best is None or (m.group(1).startswith(best) and len(m.group(1)) > len(best)))
+            and same(name)
+        ):
             best = m.group(1)
     return best
 
@@ -130,7 +148,9 @@ def _dpkg_versions(tree: Root, result: ImageMPI) -> dict[str, str]:
         fields = dict(re.findall(r"^(Package|Version|Status): ([^\n]*)", block, re.M))
         vendor = DPKG_MPI.get(fields.get("Package", ""))
         if vendor and "installed" in fields.get("Status", "installed"):
-            found[vendor] = re.sub(r"^\d+:", "", fields.get("Version", "")).split("-")[0].split("+")[0]
+            found[vendor] = (
+                re.sub(r"^\d+:", "", fields.get("Version", "")).split("-")[0].split("+")[0]
+            )
     return found
 
 
@@ -143,9 +163,13 @@ def _candidates(tree: Root, result: ImageMPI) -> tuple[str, list[tuple[str, str]
     if data is not None:
         try:
             entries = parse_ld_cache(data)
-            return "ld.so.cache", [(e.name, e.path) for e in entries if MPI_LIB_RE.fullmatch(e.name)]
+            return "ld.so.cache", [
+                (e.name, e.path) for e in entries if MPI_LIB_RE.fullmatch(e.name)
+            ]
         except LdCacheError as exc:
-            result.note(f"/etc/ld.so.cache not used ({exc}); the standard library directories were scanned")
+            result.note(
+                f"/etc/ld.so.cache not used ({exc}); the standard library directories were scanned"
+            )
     found = []
     for rel in STANDARD_DIRS:
         try:
@@ -155,8 +179,14 @@ def _candidates(tree: Root, result: ImageMPI) -> tuple[str, list[tuple[str, str]
     return "library scan", found
 
 
-def _library(tree: Root, name: str, path: str, dpkg: dict[str, str],
-             seen: set[tuple[str, str]], read: dict[tuple[int, int], Facts | Exception | None]) -> MPILibrary | None:
+def _library(
+    tree: Root,
+    name: str,
+    path: str,
+    dpkg: dict[str, str],
+    seen: set[tuple[str, str]],
+    read: dict[tuple[int, int], Facts | Exception | None],
+) -> MPILibrary | None:
     """The MPI library a cache entry or scanned name points to; None if it is no MPI library.
     Each file (by inode: links and hard links alike) is read once, however many names lead to it:
     a hostile cache listing one big library under thousands of names costs one read, not thousands."""
@@ -185,8 +215,15 @@ def _library(tree: Root, name: str, path: str, dpkg: dict[str, str],
     if facts is None:
         return None
     soname, vendor, version = facts
-    return MPILibrary(name, path, "/" + real_rel, soname,
-                      _image_file_version(tree, real_rel, st.st_size, soname), vendor, version)
+    return MPILibrary(
+        name,
+        path,
+        "/" + real_rel,
+        soname,
+        _image_file_version(tree, real_rel, st.st_size, soname),
+        vendor,
+        version,
+    )
 
 
 def _read_library(tree: Root, real_rel: str, dpkg: dict[str, str]) -> Facts | None:
@@ -242,8 +279,10 @@ def _inspect(tree: Root, root: Path, label: str, notes: list[str]) -> ImageMPI:
     seen: set[tuple[str, str]] = set()
     read: dict[tuple[int, int], Facts | Exception | None] = {}
     if len(candidates) > MAX_MPI_NAMES:
-        result.note(f"{len(candidates)} MPI library names listed ({result.source}); only the first "
-                    f"{MAX_MPI_NAMES} were looked at")
+        result.note(
+            f"{len(candidates)} MPI library names listed ({result.source}); only the first "
+            f"{MAX_MPI_NAMES} were looked at"
+        )
     for name, path in candidates[:MAX_MPI_NAMES]:
         try:
             lib = _library(tree, name, path, dpkg, seen, read)
@@ -252,7 +291,9 @@ def _inspect(tree: Root, root: Path, label: str, notes: list[str]) -> ImageMPI:
             continue
         if lib is not None:
             result.libraries.append(lib)
-    mpi_names = {lib.name for lib in result.libraries} | {lib.soname for lib in result.libraries if lib.soname}
+    mpi_names = {lib.name for lib in result.libraries} | {
+        lib.soname for lib in result.libraries if lib.soname
+    }
     for rel in _elf_files(root, result):
         try:
             _classify(tree, rel, mpi_names, result)
@@ -274,7 +315,9 @@ def _classify(tree: Root, rel: str, mpi_names: set[str], result: ImageMPI) -> No
             needs = [n for n in facts.needed if n in mpi_names or MPI_LIB_RE.fullmatch(n)]
             if needs:
                 result.users["/" + rel] = needs
-            elif not result.libraries and not (facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))):
+            elif not result.libraries and not (
+                facts.soname and facts.soname.startswith(("libmpi", "libpmpi"))
+            ):
                 # no shared MPI: is it linked in? MPI_Init defined here, or (stripped) an MPI banner
                 # in its bytes; only asked then, since it reads whole files
                 if elf.defines("MPI_Init") or elf.banner()[0] is not None:

@@ -7,6 +7,7 @@ reader uses only the section table, checks every offset, size and count against 
 size before using it and scans symbol tables linearly, so its work is bounded by the size of
 the file, which is mapped rather than read. Every failure is an ElfError.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,12 +31,22 @@ DT_NULL, DT_NEEDED, DT_SONAME = 0, 1, 14
 # Version banners each MPI compiles into its library (read from .rodata as plain bytes).
 VERSION_PATTERNS = [
     ("intel", re.compile(rb"Intel\(R\) MPI Library %s for Linux\* OS\n?\x00(\d{4}(?:\.\d+)+)\x00")),
-    ("intel", re.compile(rb"Intel\(R\) MPI Library (?:for Linux\* OS, )?Version (\d{4}(?:\.\d+)*(?: Update \d+)?)")),
+    (
+        "intel",
+        re.compile(
+            rb"Intel\(R\) MPI Library (?:for Linux\* OS, )?Version (\d{4}(?:\.\d+)*(?: Update \d+)?)"
+        ),
+    ),
     ("openmpi", re.compile(rb"Open MPI v(\d+\.\d+(?:\.\d+)?)")),
     ("mvapich2", re.compile(rb"MVAPICH2 Version:\s*(\d[0-9.a-z]*)")),
     # MPICH keeps its libtool ABI, release date and version as adjacent strings.
-    ("mpich", re.compile(rb"\x00\d+:\d+:\d+\x00+[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} [A-Z]+ \d{4}"
-                         rb"\x00(\d+\.\d+(?:\.\d+)?(?:[a-z]+\d*)?)\x00")),
+    (
+        "mpich",
+        re.compile(
+            rb"\x00\d+:\d+:\d+\x00+[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} [A-Z]+ \d{4}"
+            rb"\x00(\d+\.\d+(?:\.\d+)?(?:[a-z]+\d*)?)\x00"
+        ),
+    ),
 ]
 
 
@@ -86,17 +97,24 @@ class Elf:
             raise ElfError(f"{self.label}: section header size {entsize} is below {self._sh.size}")
         if count == 0:  # more than 0xff00 sections: the real count is in section 0's sh_size
             if shoff + entsize > size:
-                raise ElfError(f"{self.label}: section table offset {shoff} is past the end ({size} bytes)")
+                raise ElfError(
+                    f"{self.label}: section table offset {shoff} is past the end ({size} bytes)"
+                )
             count = self._sh.unpack_from(self.data, shoff)[5]
         if count > MAX_SECTIONS:
-            raise ElfError(f"{self.label}: {count} sections claimed, more than the {MAX_SECTIONS} this reader takes")
+            raise ElfError(
+                f"{self.label}: {count} sections claimed, more than the {MAX_SECTIONS} this reader takes"
+            )
         if shoff + count * entsize > size:
-            raise ElfError(f"{self.label}: section table ({count} entries at offset {shoff}) runs past "
-                           f"the end of the file ({size} bytes)")
+            raise ElfError(
+                f"{self.label}: section table ({count} entries at offset {shoff}) runs past "
+                f"the end of the file ({size} bytes)"
+            )
         out = []
         for i in range(count):
-            _name, kind, _flags, _addr, offset, length, link, _info, _align, _ent = \
+            _name, kind, _flags, _addr, offset, length, link, _info, _align, _ent = (
                 self._sh.unpack_from(self.data, shoff + i * entsize)
+            )
             out.append(_Section(i, kind, offset, length, link))
         return out
 
@@ -104,21 +122,27 @@ class Elf:
         if section.type == SHT_NOBITS:
             return b""
         if section.offset + section.size > len(self.data):
-            raise ElfError(f"{self.label}: section {section.index} (offset {section.offset}, size "
-                           f"{section.size}) runs past the end of the file ({len(self.data)} bytes)")
-        return self.data[section.offset:section.offset + section.size]
+            raise ElfError(
+                f"{self.label}: section {section.index} (offset {section.offset}, size "
+                f"{section.size}) runs past the end of the file ({len(self.data)} bytes)"
+            )
+        return self.data[section.offset : section.offset + section.size]
 
     def _linked(self, section: _Section) -> bytes:
         """The string table a dynamic or symbol section names in sh_link."""
         if not 0 < section.link < len(self.sections):
-            raise ElfError(f"{self.label}: section {section.index} links to section {section.link}, "
-                           f"which does not exist")
+            raise ElfError(
+                f"{self.label}: section {section.index} links to section {section.link}, "
+                f"which does not exist"
+            )
         return self._bytes(self.sections[section.link])
 
     def _string(self, table: bytes, offset: int) -> str:
         end = table.find(b"\0", offset, offset + MAX_NAME) if offset < len(table) else -1
         if end < 0:
-            raise ElfError(f"{self.label}: string at offset {offset} is outside its table or unterminated")
+            raise ElfError(
+                f"{self.label}: string at offset {offset} is outside its table or unterminated"
+            )
         return table[offset:end].decode("utf-8", "replace")
 
     def facts(self) -> ElfFacts:
@@ -154,7 +178,10 @@ class Elf:
                 continue
             body = self._bytes(section)
             whole = len(body) - len(body) % self._sym.size
-            if any(sym[0] in offsets and sym[self._shndx] != 0 for sym in self._sym.iter_unpack(body[:whole])):
+            if any(
+                sym[0] in offsets and sym[self._shndx] != 0
+                for sym in self._sym.iter_unpack(body[:whole])
+            ):
                 return True
         return False
 
@@ -173,7 +200,9 @@ def open_elf(fh, label: str) -> Iterator[Elf]:
     if not stat.S_ISREG(st.st_mode):
         raise ElfError(f"{label}: not a regular file")
     if st.st_size > MAX_ELF_SIZE:
-        raise ElfError(f"{label}: {st.st_size} bytes, more than the {MAX_ELF_SIZE} this reader takes")
+        raise ElfError(
+            f"{label}: {st.st_size} bytes, more than the {MAX_ELF_SIZE} this reader takes"
+        )
     if st.st_size < 16:
         raise ElfError(f"{label}: not a readable ELF file ({st.st_size} bytes)")
     try:

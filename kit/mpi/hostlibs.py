@@ -15,6 +15,7 @@ Every other library (libc, libm, libstdc++, libz, ...) is the image's: a SONAME 
 ABI. Only what a host-provided library needs is followed. Work is bounded (MAX_LIBRARIES files
 read, MAX_COMPONENTS components).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,9 @@ from kit.rootfs import Root, RootError
 MAX_LIBRARIES = 1000  # files of one closure read (Open MPI with UCX and fabrics: about 40)
 MAX_COMPONENTS = 2000  # files of one component dir read (Debian's Open MPI 4.1: 121)
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
-MAX_DIR_ENTRIES = 100_000  # names of one host library dir looked at (Debian's /usr/lib/x86_64-linux-gnu: ~3000)
+MAX_DIR_ENTRIES = (
+    100_000  # names of one host library dir looked at (Debian's /usr/lib/x86_64-linux-gnu: ~3000)
+)
 HOST_LD_CACHE = Path("/etc/ld.so.cache")
 DEFAULT_DIRS = (Path("/lib64"), Path("/usr/lib64"), Path("/lib"), Path("/usr/lib"))
 
@@ -42,11 +45,15 @@ class Placement:
     links: dict[str, str] = field(default_factory=dict)
     from_image: list[str] = field(default_factory=list)  # SONAMEs the image's copy serves
     problems: list[str] = field(default_factory=list)  # one line each, with the fix
-    shadowed: list[str] = field(default_factory=list)  # what the host dirs, whole on the path, would override
+    shadowed: list[str] = field(
+        default_factory=list
+    )  # what the host dirs, whole on the path, would override
 
 
 def host_ld_cache(path: Path = HOST_LD_CACHE) -> dict[str, str]:
-    """SONAME -> path from the host's linker cache (first entry wins, as for ld.so); {} if unreadable."""
+    """SONAME -> path from the host's linker cache (first entry wins, as for ld.so); {} if
+    unreadable.
+    """
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_LD_CACHE + 1)
@@ -93,7 +100,11 @@ def components(dirs: Iterable[str | None]) -> list[Path]:
             names = sorted(os.listdir(directory))[:MAX_COMPONENTS]
         except OSError:
             continue
-        found += [Path(directory) / n for n in names if n.endswith(".so") and (Path(directory) / n).is_file()]
+        found += [
+            Path(directory) / n
+            for n in names
+            if n.endswith(".so") and (Path(directory) / n).is_file()
+        ]
     return found
 
 
@@ -116,9 +127,17 @@ def shadowed(lib_dirs: Iterable[str], image_has: set[str] | None, owned: re.Patt
     return sorted(found)
 
 
-def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds: list[tuple[str, str]],
-          link_dir: str, owned: re.Pattern, image_has: set[str] | None,
-          cache: Mapping[str, str] | None = None, dlopened: Iterable[str] = ()) -> Placement:
+def place(
+    needed: list[str],
+    components: list[Path],
+    lib_dirs: list[str],
+    binds: list[tuple[str, str]],
+    link_dir: str,
+    owned: re.Pattern,
+    image_has: set[str] | None,
+    cache: Mapping[str, str] | None = None,
+    dlopened: Iterable[str] = (),
+) -> Placement:
     """Follow DT_NEEDED from what the ranks' programs need (``needed``: libmpi's SONAME; every
     ``owned`` library the image carries, e.g. the C++ or Fortran bindings, is replaced by the host's
     where the host has it) and from the ``components`` the MPI dlopens, through the host libraries
@@ -145,14 +164,21 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
             out.from_image.append(name)
             return
         if found is None:
-            out.problems.append(f"{name}, needed by {label}, is neither in the image nor found on the host; "
-                                "fix: add its directory to host_mpi.library_dirs")
+            out.problems.append(
+                f"{name}, needed by {label}, is neither in the image nor found on the host; "
+                "fix: add its directory to host_mpi.library_dirs"
+            )
             return
         real = found.resolve()
-        inside = next((f"{dst}/{real.relative_to(src)}" for src, dst in bound if real.is_relative_to(src)), None)
+        inside = next(
+            (f"{dst}/{real.relative_to(src)}" for src, dst in bound if real.is_relative_to(src)),
+            None,
+        )
         if inside is None:
-            out.problems.append(f"{name} ({real}), needed by {label}, is outside host_mpi.library_dirs; "
-                                "fix: add its directory to host_mpi.library_dirs")
+            out.problems.append(
+                f"{name} ({real}), needed by {label}, is outside host_mpi.library_dirs; "
+                "fix: add its directory to host_mpi.library_dirs"
+            )
             return
         out.links[f"{link_dir.rstrip('/')}/{name}"] = inside
         queue.append((real, name))
@@ -168,8 +194,10 @@ def place(needed: list[str], components: list[Path], lib_dirs: list[str], binds:
         path, label = queue.pop(0)
         reads += 1
         if reads > MAX_LIBRARIES:
-            out.problems.append(f"more than {MAX_LIBRARIES} files in the closure: not followed further; "
-                                "fix: check host_mpi.library_dirs and the component dirs")
+            out.problems.append(
+                f"more than {MAX_LIBRARIES} files in the closure: not followed further; "
+                "fix: check host_mpi.library_dirs and the component dirs"
+            )
             break
         try:
             facts = elf_facts(path)

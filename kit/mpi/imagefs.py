@@ -5,6 +5,7 @@ files MPI discovery needs extracted (the linker cache and paths mentioning "mpi"
 "fabric"), so a multi-GB image costs one read, not a full unpack. A source docker/OCI image
 is flattened offline by kit.image's Flattener, keeping the same files (and the directories).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,11 @@ def wanted(relpath: str) -> bool:
     """Files worth extracting: the linker cache, dpkg status, the image's environment (ch-run
     imports it) and MPI-looking paths."""
     rel = relpath.lstrip("./")
-    if rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status", "ch/environment") \
-            or rel.startswith("etc/ld.so.conf.d/") or rel.partition("/")[2] == "ch/environment":  # TOP/ch/...
+    if (
+        rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status", "ch/environment")
+        or rel.startswith("etc/ld.so.conf.d/")
+        or rel.partition("/")[2] == "ch/environment"
+    ):  # TOP/ch/...
         return True
     return any(word in rel.lower() for word in WANTED_WORDS)
 
@@ -84,9 +88,10 @@ def image_kind(image: Path) -> str:
     if stat.S_ISDIR(st.st_mode):
         return "source" if _source_kind(image) else "dir"
     if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: not opened
-        raise KitError(f"{image}: not a directory or a regular file",
-                       fix="name an image directory, "
-                       "tarball or SquashFS file")
+        raise KitError(
+            f"{image}: not a directory or a regular file",
+            fix="name an image directory, tarball or SquashFS file",
+        )
     if name.endswith(TAR_SUFFIXES):
         return "source" if name.endswith(".tar") and _source_kind(image) else "tar"
     if name.endswith(SQUASH):
@@ -95,8 +100,10 @@ def image_kind(image: Path) -> str:
         head = fh.read(4)
     if head == b"hsqs":
         return "squash"
-    raise KitError(f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}) "
-                   f"or SquashFS ({', '.join(SQUASH)}) image")
+    raise KitError(
+        f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}) "
+        f"or SquashFS ({', '.join(SQUASH)}) image"
+    )
 
 
 def _safe_rel(name: str) -> str | None:
@@ -113,9 +120,10 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
         try:
             fh = os.fdopen(open_regular_fd(image), "rb")
         except NotRegularFile as exc:
-            raise KitError(f"{image}: is {exc.kind}, not a regular file",
-                           fix="name an image directory, "
-                           "tarball or SquashFS file") from None
+            raise KitError(
+                f"{image}: is {exc.kind}, not a regular file",
+                fix="name an image directory, tarball or SquashFS file",
+            ) from None
         except OSError as exc:
             raise KitError(f"{image}: cannot read the image ({exc.strerror})") from None
         try:
@@ -132,20 +140,28 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                 tar.fileobj.seek(tar.offset)
                 bad = first_nonzero(iter(lambda: tar.fileobj.read(1 << 20), b""), tar.offset)
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
-            raise KitError(f"{image}: cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}") from None
+            raise KitError(
+                f"{image}: cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}"
+            ) from None
     if bad is not None:
-        raise KitError(f"{image}: cannot read the tarball: corrupt tar header at byte {tar.offset} (data at "
-                       f"byte {bad} after what tar reads as the end)",
-                       fix="copy or convert the image again")
+        raise KitError(
+            f"{image}: cannot read the tarball: corrupt tar header at byte {tar.offset} (data at "
+            f"byte {bad} after what tar reads as the end)",
+            fix="copy or convert the image again",
+        )
 
 
 def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tree: Root) -> None:
     if member.isdir():
         tree.makedirs(rel, 0o755)
     elif member.issym():
-        tree.symlink(rel, member.linkname, through_links=True, make_parents=0o755)  # read via Root only
+        tree.symlink(
+            rel, member.linkname, through_links=True, make_parents=0o755
+        )  # read via Root only
     elif member.isfile():
-        out = tree.create(rel, through_links=True, make_parents=0o755, replace=True)  # a later member wins
+        out = tree.create(
+            rel, through_links=True, make_parents=0o755, replace=True
+        )  # a later member wins
         with tar.extractfile(member) as src, out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
@@ -156,17 +172,26 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tre
     # devices and FIFOs are never made
 
 
-def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = SQUASH_TIMEOUT) -> None:
+def _extract_squash(
+    image: Path, dest: Path, notes: list[str], timeout: float = SQUASH_TIMEOUT
+) -> None:
     """unsquashfs (>= 4.5.1 refuses '..' names and writes through no link of the image)
     extracts the wanted files into our private ``dest``; directories are made here, inside it."""
     _require_safe_unsquashfs()
     try:
-        listing = subprocess.run(["unsquashfs", "-lls", "-no-progress", str(image)],
-                                 capture_output=True, text=True, errors="surrogateescape", timeout=timeout)
+        listing = subprocess.run(
+            ["unsquashfs", "-lls", "-no-progress", str(image)],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to list it") from None
     if listing.returncode != 0:
-        raise KitError(f"{image}: unsquashfs cannot read it: {one_line(listing.stderr, tail=True) or '(no message)'}")
+        raise KitError(
+            f"{image}: unsquashfs cannot read it: {one_line(listing.stderr, tail=True) or '(no message)'}"
+        )
     paths, dirs = [], []
     for line in listing.stdout.splitlines():
         mode, _sep, rest = line.partition(" ")
@@ -193,35 +218,62 @@ def _extract_squash(image: Path, dest: Path, notes: list[str], timeout: float = 
         lst.write("\n".join(paths) + "\n")
         lst.flush()
         try:
-            run = subprocess.run(["unsquashfs", "-no-progress", "-no-xattrs", "-no-wildcards", "-ignore-errors",
-                                  "-f", "-d", str(dest), "-ef", lst.name, str(image)],
-                                 capture_output=True, text=True, errors="replace", timeout=timeout)
+            run = subprocess.run(
+                [
+                    "unsquashfs",
+                    "-no-progress",
+                    "-no-xattrs",
+                    "-no-wildcards",
+                    "-ignore-errors",
+                    "-f",
+                    "-d",
+                    str(dest),
+                    "-ef",
+                    lst.name,
+                    str(image),
+                ],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
-            raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to extract its MPI files") from None
+            raise KitError(
+                f"{image}: unsquashfs took more than {timeout:.0f} s to extract its MPI files"
+            ) from None
     if run.returncode == 2:  # non-fatal: some files could not be written (e.g. an overlong link)
-        note(notes, f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr, tail=True) or '(no message)'}")
+        note(
+            notes,
+            f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr, tail=True) or '(no message)'}",
+        )
     elif run.returncode != 0:
-        raise KitError(f"{image}: unsquashfs failed: {one_line(run.stderr, tail=True) or '(no message)'}")
+        raise KitError(
+            f"{image}: unsquashfs failed: {one_line(run.stderr, tail=True) or '(no message)'}"
+        )
 
 
 def _require_safe_unsquashfs() -> None:
     try:
-        run = subprocess.run(["unsquashfs", "-version"], capture_output=True, text=True, errors="replace",
-                             timeout=60)
+        run = subprocess.run(
+            ["unsquashfs", "-version"], capture_output=True, text=True, errors="replace", timeout=60
+        )
     except FileNotFoundError:
-        raise KitError("unsquashfs not found, needed to read a SquashFS image",
-                       fix="install squashfs-tools "
-                       ">= 4.5.1") from None
+        raise KitError(
+            "unsquashfs not found, needed to read a SquashFS image",
+            fix="install squashfs-tools >= 4.5.1",
+        ) from None
     except subprocess.TimeoutExpired:
-        raise KitError("unsquashfs -version did not answer within 60 s",
-                       fix="check the squashfs-tools install") from None
+        raise KitError(
+            "unsquashfs -version did not answer within 60 s", fix="check the squashfs-tools install"
+        ) from None
     match = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", run.stdout + run.stderr)
     found = tuple(int(g or 0) for g in match.groups()) if match else None
     if found is None or found < MIN_UNSQUASHFS:
         shown = ".".join(map(str, found)) if found else "of unknown version"
-        raise KitError(f"unsquashfs {shown} can write outside its destination for a crafted image",
-                       fix=""
-                       f"install squashfs-tools >= {'.'.join(map(str, MIN_UNSQUASHFS))}")
+        raise KitError(
+            f"unsquashfs {shown} can write outside its destination for a crafted image",
+            fix=f"install squashfs-tools >= {'.'.join(map(str, MIN_UNSQUASHFS))}",
+        )
 
 
 def _image_root(tree: Path) -> Path:
@@ -248,7 +300,9 @@ class WantedTree:
     def offer(self, entry) -> bool:
         """Keep `entry` if wanted (its data is then consumed); True if kept."""
         info = entry.info
-        if not kept(info.name, info.isdir(), info.issym()) or (info.islnk() and info.linkname not in self.written):
+        if not kept(info.name, info.isdir(), info.issym()) or (
+            info.islnk() and info.linkname not in self.written
+        ):
             return False
         self.writer.add(entry)
         self.written.add(info.name)

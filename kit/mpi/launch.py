@@ -6,6 +6,7 @@ registry too: kit.runtime), and host paths translated
 into the container's view (the file's name and format tag: kit.image_names). Kept apart from the pair builder so that rendering a script does not
 import the image readers (ELF, linker cache): a login node renders many.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,9 +25,13 @@ from kit.runtime.charliecloud import CHARLIECLOUD, JOIN_TAG_LINE, JOIN_TAG_VAR  
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"
-GROUP_RE = re.compile(r"[A-Za-z0-9_.-]{1,16}")  # a step's suffix (e0001): no shell or path character
-FIX_MISSING = ("convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
-               "the mount points and links), or run `kit mpi pair --prepare` on a directory image")
+GROUP_RE = re.compile(
+    r"[A-Za-z0-9_.-]{1,16}"
+)  # a step's suffix (e0001): no shell or path character
+FIX_MISSING = (
+    "convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
+    "the mount points and links), or run `kit mpi pair --prepare` on a directory image"
+)
 
 
 # A launcher's words in a batch script: (site, the site's launcher words, hwthreads, exports) ->
@@ -51,7 +56,9 @@ def _plugin(site: Site) -> list[str]:
     return [f"--mpi={site.scheduler.mpi_plugin}"] if site.scheduler.mpi_plugin else []
 
 
-def _srun_script(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> list[str]:
+def _srun_script(
+    site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]
+) -> list[str]:
     """srun with the site's PMI plugin: Slurm starts the ranks the allocation holds."""
     return [shlex.quote(w) for w in words + _plugin(site)]
 
@@ -60,11 +67,20 @@ def _srun_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]
     """srun places the ranks evenly; a rank that fails ends the step at once (its peers would
     otherwise wait in a collective)."""
     if shutil.which(words[0]) is None:
-        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH",
-                       fix="run the check where "
-                       "Slurm's clients are installed (the site's login node)")
-    return [*words, *_plugin(site), "-N", str(nodes), "-n", str(ranks), f"--ntasks-per-node={ranks // nodes}",
-            "--kill-on-bad-exit=1"]
+        raise KitError(
+            f"site {site.name}: launcher {words[0]!r} not found on PATH",
+            fix="run the check where Slurm's clients are installed (the site's login node)",
+        )
+    return [
+        *words,
+        *_plugin(site),
+        "-N",
+        str(nodes),
+        "-n",
+        str(ranks),
+        f"--ntasks-per-node={ranks // nodes}",
+        "--kill-on-bad-exit=1",
+    ]
 
 
 def _host_exe(site: Site, word: str) -> Path:
@@ -72,18 +88,24 @@ def _host_exe(site: Site, word: str) -> Path:
     return Path(site.host_mpi.prefix) / "bin" / word
 
 
-def _host_mpiexec_script(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> list[str]:
+def _host_mpiexec_script(
+    site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]
+) -> list[str]:
     return _ranked_script(site, [str(_host_exe(site, words[0])), *words[1:]], hwthreads, exports)
 
 
 def _host_mpiexec_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
     if not (exe := _host_exe(site, words[0])).is_file():
-        raise KitError(f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
-                       "host_mpi.prefix in the site config")
+        raise KitError(
+            f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
+            "host_mpi.prefix in the site config"
+        )
     return _ranked_now(site, [str(exe), *words[1:]], ranks, nodes)
 
 
-def _ranked_script(site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]) -> list[str]:
+def _ranked_script(
+    site: Site, words: list[str], hwthreads: bool, exports: Sequence[str]
+) -> list[str]:
     """A launcher named by path: ${NRANKS} ranks (left for the batch script's shell); Open MPI's
     mpirun also gets its mapping, binding and exports (kit.mpi.openmpi_launch)."""
     head = [shlex.quote(w) for w in words] + ["-n", "${NRANKS}"]
@@ -109,8 +131,12 @@ def _ranked_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[st
 
 _HOST_MPIEXEC = Launcher(_host_mpiexec_script, _host_mpiexec_now)
 # Launchers by the first word of host_mpi.launcher; any other word is a launcher named by path.
-LAUNCHERS: dict[str, Launcher] = {"srun": Launcher(_srun_script, _srun_now, srun=True), "mpiexec": _HOST_MPIEXEC,
-                                  "mpirun": _HOST_MPIEXEC, "mpiexec.hydra": _HOST_MPIEXEC}
+LAUNCHERS: dict[str, Launcher] = {
+    "srun": Launcher(_srun_script, _srun_now, srun=True),
+    "mpiexec": _HOST_MPIEXEC,
+    "mpirun": _HOST_MPIEXEC,
+    "mpiexec.hydra": _HOST_MPIEXEC,
+}
 BY_PATH = Launcher(_ranked_script, _path_now)
 
 
@@ -119,8 +145,9 @@ def _launcher(site: Site) -> tuple[Launcher, list[str]]:
     return LAUNCHERS.get(words[0], BY_PATH), words
 
 
-def launcher_words(site: Site, hwthreads: bool = False,
-                   exports: Sequence[str] = JOB_EXPORTS) -> tuple[list[str], bool]:
+def launcher_words(
+    site: Site, hwthreads: bool = False, exports: Sequence[str] = JOB_EXPORTS
+) -> tuple[list[str], bool]:
     """The site's launcher for a batch script, shell-quoted, and whether it is srun."""
     launcher, words = _launcher(site)
     return launcher.script(site, words, hwthreads, exports), launcher.srun
@@ -143,7 +170,9 @@ class Launch:
     env_set: dict[str, str]
     env_prepend: dict[str, list[str]]
     image_env: bool = True
-    environment: dict[str, str] | None = None  # the image's own, where the pair read it (None: not read)
+    environment: dict[str, str] | None = (
+        None  # the image's own, where the pair read it (None: not read)
+    )
 
     @property
     def runtime(self):
@@ -158,8 +187,15 @@ class Launch:
         """The site's runtime as argv that runs a command in ``image`` now (the command follows)."""
         return self.runtime.run_args(self, image, join)
 
-    def line(self, image: str, command: str = DEFAULT_COMMAND, hwthreads: bool = False,
-             exports: Sequence[str] = JOB_EXPORTS, step: Sequence[str] = (), group: str = "") -> str:
+    def line(
+        self,
+        image: str,
+        command: str = DEFAULT_COMMAND,
+        hwthreads: bool = False,
+        exports: Sequence[str] = JOB_EXPORTS,
+        step: Sequence[str] = (),
+        group: str = "",
+    ) -> str:
         """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
         shell to expand; every other value is shell-quoted (``command`` is taken as shell words).
         ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch).
@@ -167,9 +203,10 @@ class Launch:
         ``group``: a suffix to the job's ch-run --join tag (JOIN_TAG_VAR, which the script sets with
         JOIN_TAG_LINE) for steps that run side by side, each in a peer group of its own (a pilot's)."""
         if group and not GROUP_RE.fullmatch(group):
-            raise KitError(f"peer group {group!r}: not 1 to 16 letters, digits and ._-",
-                           fix="name the step so "
-                           "(the tag names a file in /dev/shm)")
+            raise KitError(
+                f"peer group {group!r}: not 1 to 16 letters, digits and ._-",
+                fix="name the step so (the tag names a file in /dev/shm)",
+            )
         head, srun = launcher_words(self.site, hwthreads, exports)
         head = head + [shlex.quote(w) for w in step]
         return " ".join(head + self.runtime.script_words(self, image, srun, group) + [command])
@@ -181,7 +218,7 @@ def translate(value: str, binds: list[tuple[str, str]]) -> str:
     for part in value.split(":"):
         for src, dst in sorted(binds, key=lambda b: -len(b[0])):
             if under(part, src):
-                part = dst.rstrip("/") + part[len(src.rstrip("/")):]
+                part = dst.rstrip("/") + part[len(src.rstrip("/")) :]
                 break
         out.append(part)
     return ":".join(out)

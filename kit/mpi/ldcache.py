@@ -4,6 +4,7 @@ Layout from glibc's sysdeps/generic/dl-cache.h: an optional old "ld.so-1.7.0" ta
 the new "glibc-ld.so.cache1.1" header (48 bytes) and 24-byte entries whose key/value are
 offsets of NUL-terminated strings, counted from the start of the new header.
 """
+
 from __future__ import annotations
 
 import struct
@@ -36,7 +37,7 @@ def _new_header_offset(data: bytes) -> int:
         (nlibs,) = struct.unpack_from("<I", data, len(OLD_MAGIC) + 1)
         offset = len(OLD_MAGIC) + 1 + 4 + nlibs * OLD_ENTRY_SIZE
         offset = (offset + 7) & ~7  # glibc aligns the new table to its alignment
-        if data[offset:offset + len(NEW_MAGIC)] == NEW_MAGIC:
+        if data[offset : offset + len(NEW_MAGIC)] == NEW_MAGIC:
             return offset
         raise LdCacheError("old-format-only ld.so.cache (glibc < 2.x); not supported")
     raise LdCacheError("not a glibc ld.so.cache (bad magic)")
@@ -45,7 +46,9 @@ def _new_header_offset(data: bytes) -> int:
 def _cstring(data: bytes, offset: int) -> str:
     end = data.find(b"\0", offset, offset + MAX_STRING) if offset < len(data) else -1
     if end < 0:
-        raise LdCacheError(f"string at offset {offset} is outside the file or longer than {MAX_STRING} bytes")
+        raise LdCacheError(
+            f"string at offset {offset} is outside the file or longer than {MAX_STRING} bytes"
+        )
     return data[offset:end].decode("utf-8", "surrogateescape")
 
 
@@ -59,6 +62,8 @@ def parse_ld_cache(data: bytes) -> list[CacheEntry]:
         raise LdCacheError(f"header claims {nlibs} entries, more than the file holds")
     entries = []
     for i in range(nlibs):
-        _f, key, value, _os, _hw = NEW_ENTRY.unpack_from(data, base + NEW_HEADER.size + i * NEW_ENTRY.size)
+        _f, key, value, _os, _hw = NEW_ENTRY.unpack_from(
+            data, base + NEW_HEADER.size + i * NEW_ENTRY.size
+        )
         entries.append(CacheEntry(_cstring(data, base + key), _cstring(data, base + value)))
     return entries

@@ -8,6 +8,7 @@ MPI finds by itself (UCX's compiled-in module dir, an MCA component path): an al
 node may still work, and a job across the fabric then fails or corrupts memory. Each problem is
 one line naming the library, where it was mapped from, where it should have come from and the fix.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -25,12 +26,19 @@ if TYPE_CHECKING:  # a cycle at run time: kit.mpi.check imports this module
 
 # The MPI's dependencies that must be one copy, the host's where the pair binds it: the transports
 # (libfabric, UCX, PSM2, verbs, xpmem), the process managers' interfaces, hwloc, Open MPI's runtime.
-DEPENDENCY = re.compile(r"lib(?:fabric|uc[mpst]|pmi2?|pmix|hwloc|psm2|psm_infinipath|ibverbs|rdmacm|xpmem"
-                        r"|open-(?:pal|rte)|event(?:_\w+)?-[\d.]+)\.so\.\d+", re.ASCII)
-UCT_MODULE = re.compile(r"libuct_\w+\.so(?:\.[\d.]+)?", re.ASCII)  # UCX's transports, dlopen'ed from its module dir
+DEPENDENCY = re.compile(
+    r"lib(?:fabric|uc[mpst]|pmi2?|pmix|hwloc|psm2|psm_infinipath|ibverbs|rdmacm|xpmem"
+    r"|open-(?:pal|rte)|event(?:_\w+)?-[\d.]+)\.so\.\d+",
+    re.ASCII,
+)
+UCT_MODULE = re.compile(
+    r"libuct_\w+\.so(?:\.[\d.]+)?", re.ASCII
+)  # UCX's transports, dlopen'ed from its module dir
 SONAME = re.compile(r"(.+?\.so(?:\.\d+)?)(?:\.[\d.]+)?")  # libfabric.so.1.20.0 -> libfabric.so.1
-FIX_IMAGE_FIRST = ("fix: let nothing in the image load it ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, "
-                   "an image binary's RPATH, a dlopen by full path), or remove the image's copy")
+FIX_IMAGE_FIRST = (
+    "fix: let nothing in the image load it ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, "
+    "an image binary's RPATH, a dlopen by full path), or remove the image's copy"
+)
 
 
 def soname_of(path: str) -> str:
@@ -67,22 +75,32 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
     for soname, paths in sorted(by_soname.items()):
         if len(paths) > 1:
             want = host_copy(pair, soname)
-            problems.append(f"rank {rank.rank}: {soname} is mapped twice ({', '.join(sorted(paths))}); it should come "
-                            f"once, from {want or 'one place'}; {FIX_IMAGE_FIRST}")
+            problems.append(
+                f"rank {rank.rank}: {soname} is mapped twice ({', '.join(sorted(paths))}); it should come "
+                f"once, from {want or 'one place'}; {FIX_IMAGE_FIRST}"
+            )
             continue
         path = next(iter(paths))
-        if DEPENDENCY.fullmatch(soname) and not _bound(pair, path) and (want := host_copy(pair, soname)):
-            problems.append(f"rank {rank.rank}: {soname} mapped from {path} (the image's), but the pair binds the "
-                            f"host's ({want}); {FIX_IMAGE_FIRST}")
+        if (
+            DEPENDENCY.fullmatch(soname)
+            and not _bound(pair, path)
+            and (want := host_copy(pair, soname))
+        ):
+            problems.append(
+                f"rank {rank.rank}: {soname} mapped from {path} (the image's), but the pair binds the "
+                f"host's ({want}); {FIX_IMAGE_FIRST}"
+            )
     ucs = host_copy(pair, UCS)
     if ucs is not None:
         module_dir = f"{posixpath.dirname(ucs)}/ucx"
         for lib in rank.libs:
             name = lib.rsplit("/", 1)[-1]
             if UCT_MODULE.fullmatch(name) and posixpath.dirname(lib) != module_dir:
-                problems.append(f"rank {rank.rank}: UCX transport module {name} mapped from {posixpath.dirname(lib)}, "
-                                f"not from the host UCX's module dir {module_dir}; fix: re-make the pair where the "
-                                f"site's MPI is installed (it sets UCX_MODULE_DIR={module_dir})")
+                problems.append(
+                    f"rank {rank.rank}: UCX transport module {name} mapped from {posixpath.dirname(lib)}, "
+                    f"not from the host UCX's module dir {module_dir}; fix: re-make the pair where the "
+                    f"site's MPI is installed (it sets UCX_MODULE_DIR={module_dir})"
+                )
     return problems
 
 
@@ -93,21 +111,31 @@ def component_dirs(pair: Pair) -> set[str]:
     allowed: set[str] = set()
     for host_dir in (ompi.components, ompi.pmix_components):
         if host_dir:
-            allowed |= {dst.rstrip("/") for src, dst in pair.binds if src.rstrip("/") == host_dir.rstrip("/")}
+            allowed |= {
+                dst.rstrip("/")
+                for src, dst in pair.binds
+                if src.rstrip("/") == host_dir.rstrip("/")
+            }
             allowed.add(translate(host_dir.rstrip("/"), pair.binds))
     return allowed
 
 
 def judge_components(pair: Pair, rank: RankReport) -> list[str]:
-    """Open MPI components (mca_*.so) mapped from a dir that is neither the host's nor the pair's."""
+    """Open MPI components (mca_*.so) mapped from a dir that is neither the host's nor the
+    pair's.
+    """
     allowed = component_dirs(pair)
     problems = []
     for directory in rank.component_dirs:
         if directory not in allowed:
-            names = sorted({m.rsplit("/", 1)[-1] for m in rank.mapped if m.rsplit("/", 1)[0] == directory})
+            names = sorted(
+                {m.rsplit("/", 1)[-1] for m in rank.mapped if m.rsplit("/", 1)[0] == directory}
+            )
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-            problems.append(f"rank {rank.rank}: Open MPI components ({shown}) mapped from {directory}, not from the "
-                            f"host's component dirs ({', '.join(sorted(allowed)) or 'none bound'}); fix: drop what "
-                            "points Open MPI elsewhere (OMPI_MCA_mca_base_component_path, ~/.openmpi/components) "
-                            "and bind host_mpi.openmpi.components (kit mpi pair)")
+            problems.append(
+                f"rank {rank.rank}: Open MPI components ({shown}) mapped from {directory}, not from the "
+                f"host's component dirs ({', '.join(sorted(allowed)) or 'none bound'}); fix: drop what "
+                "points Open MPI elsewhere (OMPI_MCA_mca_base_component_path, ~/.openmpi/components) "
+                "and bind host_mpi.openmpi.components (kit mpi pair)"
+            )
     return problems

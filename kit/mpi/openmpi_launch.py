@@ -7,6 +7,7 @@ host's dirs and naming them with OPAL_PKGLIBDIR / OPAL_PKGDATADIR (and PMIX_PKGL
 external PMIx) makes every part of the job the host's: Open MPI supports a job only when one
 version runs everywhere in it (docs/mpi-abi.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,9 +18,11 @@ from kit.site.model import OpenMPI, is_openmpi_mpirun  # noqa: F401 (kit.mpi.lau
 # The batch script's own variables every rank needs (rsh-started daemons do not pass them on).
 JOB_EXPORTS = ("OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID")
 # in-image dir (under mpi_target) -> (OpenMPI field, the variable that tells Open MPI / PMIx)
-DIRS = (("ompi-components", "components", "OPAL_PKGLIBDIR"),
-        ("ompi-help", "help_files", "OPAL_PKGDATADIR"),
-        ("pmix-components", "pmix_components", "PMIX_PKGLIBDIR"))
+DIRS = (
+    ("ompi-components", "components", "OPAL_PKGLIBDIR"),
+    ("ompi-help", "help_files", "OPAL_PKGDATADIR"),
+    ("pmix-components", "pmix_components", "PMIX_PKGLIBDIR"),
+)
 
 
 def openmpi_binds(ompi: OpenMPI, target: str) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -44,5 +47,7 @@ def mpirun_job_words(site: Site, hwthreads: bool, exports: Sequence[str]) -> lis
     exported by name. Values stay in the batch script's shell variables."""
     pe = "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS}"
     bind = ["--use-hwthread-cpus", "--bind-to", "hwthread"] if hwthreads else ["--bind-to", "core"]
-    names = [n for n in dict.fromkeys(exports) if not n.startswith("OMPI_")]  # mpirun passes OMPI_* itself
+    names = [
+        n for n in dict.fromkeys(exports) if not n.startswith("OMPI_")
+    ]  # mpirun passes OMPI_* itself
     return ["--map-by", pe, *bind, *root_words(site), *[w for n in names for w in ("-x", n)]]

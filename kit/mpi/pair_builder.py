@@ -1,4 +1,5 @@
 """Build and write IMAGE.pair.yaml: which host MPI replaces the image's, and how to bind it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -49,13 +50,19 @@ class Pair:
     missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
     site_image: str | None = None  # where the image will be on the site, if not at `image`
     image_env: bool = True  # the image has /ch/environment (its ENV) for ch-run to import
-    image_id: tuple[int, ...] | None = None  # IMAGE as make_pair read it (write_pair: still the same?)
-    environment: dict[str, str] | None = None  # the image's ch/environment as read with the pair (None: not read)
+    image_id: tuple[int, ...] | None = (
+        None  # IMAGE as make_pair read it (write_pair: still the same?)
+    )
+    environment: dict[str, str] | None = (
+        None  # the image's ch/environment as read with the pair (None: not read)
+    )
 
     @property
     def warnings(self) -> list[str]:
         """The verdict's warnings, and what the image still lacks."""
-        lacks = [f"the image lacks {', '.join(self.missing)}: {FIX_MISSING}"] if self.missing else []
+        lacks = (
+            [f"the image lacks {', '.join(self.missing)}: {FIX_MISSING}"] if self.missing else []
+        )
         return self.verdict.warnings + lacks
 
     @property
@@ -68,7 +75,9 @@ class Pair:
 
     @property
     def launch(self) -> Launch:
-        return Launch(self.site, self.binds, self.env_set, self.env_prepend, self.image_env, self.environment)
+        return Launch(
+            self.site, self.binds, self.env_set, self.env_prepend, self.image_env, self.environment
+        )
 
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
         return self.launch.ch_run_options(join)
@@ -78,24 +87,36 @@ class Pair:
 
     def document(self) -> dict:
         v = self.verdict
-        status = "refused" if not v.ok else ("accepted with warnings" if self.warnings else "accepted")
+        status = (
+            "refused" if not v.ok else ("accepted with warnings" if self.warnings else "accepted")
+        )
         primary = self.found.primary
         return {
             "kit_pair": PAIR_FORMAT,
             "image": self.image,
             "site_image": self.site_image or self.image,
             "site": self.site.name,
-            "host_mpi": _side(self.host) | {"prefix": self.site.host_mpi.prefix,
-                                            "library_dirs": self.site.host_mpi.lib_dirs},
-            "container_mpi": _side(self.container) | {
+            "host_mpi": _side(self.host)
+            | {"prefix": self.site.host_mpi.prefix, "library_dirs": self.site.host_mpi.lib_dirs},
+            "container_mpi": _side(self.container)
+            | {
                 "library": primary.path if primary else None,
                 "real_file": primary.real_path if primary else None,
                 "found_via": self.found.source,
-                "used_by": sorted(self.found.users)},
-            "verdict": {"ok": v.ok, "mode": v.mode, "status": status, "reasons": v.reasons,
-                        "warnings": self.warnings},
+                "used_by": sorted(self.found.users),
+            },
+            "verdict": {
+                "ok": v.ok,
+                "mode": v.mode,
+                "status": status,
+                "reasons": v.reasons,
+                "warnings": self.warnings,
+            },
             "binds": [f"{src}:{dst}" for src, dst in self.binds],
-            "env": {"set": dict(self.env_set), "prepend": {k: list(d) for k, d in self.env_prepend.items()}},
+            "env": {
+                "set": dict(self.env_set),
+                "prepend": {k: list(d) for k, d in self.env_prepend.items()},
+            },
             "mount_points": self.mount_points,
             "links": dict(self.links),
             "image_ready": {"ok": not self.missing, "missing": list(self.missing)},
@@ -113,9 +134,15 @@ class Pair:
 
 
 def _side(abi: AbiId) -> dict:
-    return {"vendor": abi.vendor, "version": abi.version, "abi_family": abi.family,
-            "soname": abi.soname, "abi_version": abi.file_version,
-            "major": abi.major, "minor": abi.minor}
+    return {
+        "vendor": abi.vendor,
+        "version": abi.version,
+        "abi_family": abi.family,
+        "soname": abi.soname,
+        "abi_version": abi.file_version,
+        "major": abi.major,
+        "minor": abi.minor,
+    }
 
 
 def host_abi(site: Site) -> AbiId:
@@ -138,14 +165,20 @@ def image_abi(found: ImageMPI) -> AbiId:
     lib = found.primary
     if lib is None:
         if found.static:
-            raise KitError(f"{found.image}: MPI is linked statically into {', '.join(found.static[:3])}: "
-                           "a host MPI cannot be bound in; rebuild them against a shared MPI library "
-                           "(libmpi.so.12 for an MPICH-ABI host)")
-        raise KitError(f"{found.image}: no MPI library found (searched the image's {found.source} for "
-                       "libmpi.so.N / libmpich.so.N); install the MPI the site's ABI needs into the image")
+            raise KitError(
+                f"{found.image}: MPI is linked statically into {', '.join(found.static[:3])}: "
+                "a host MPI cannot be bound in; rebuild them against a shared MPI library "
+                "(libmpi.so.12 for an MPICH-ABI host)"
+            )
+        raise KitError(
+            f"{found.image}: no MPI library found (searched the image's {found.source} for "
+            "libmpi.so.N / libmpich.so.N); install the MPI the site's ABI needs into the image"
+        )
     if lib.vendor is None:
-        raise KitError(f"{found.image}: {lib.real_path} has MPI symbols but no known vendor banner "
-                       "(MPICH, Intel MPI, Open MPI, MVAPICH2)")
+        raise KitError(
+            f"{found.image}: {lib.real_path} has MPI symbols but no known vendor banner "
+            "(MPICH, Intel MPI, Open MPI, MVAPICH2)"
+        )
     return AbiId(lib.vendor, lib.mpi_version, lib.soname or lib.name, lib.file_version)
 
 
@@ -172,19 +205,25 @@ def _identity(image: str | os.PathLike) -> tuple[int, ...] | None:
 
 
 def _replaced(image: str | os.PathLike) -> str:
-    return (f"{image}: was replaced or changed while it was being paired; no pair file was written; "
-            "fix: run kit mpi pair again once it is in place")
+    return (
+        f"{image}: was replaced or changed while it was being paired; no pair file was written; "
+        "fix: run kit mpi pair again once it is in place"
+    )
 
 
-def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes: Sequence[str] = ()) -> Pair:
+def pair_from_root(
+    site: Site, root: Path, image: str, mode: str = "full", notes: Sequence[str] = ()
+) -> Pair:
     """The pair for the image tree at ``root`` (all of it, or at least its MPI files)."""
     found = inspect_root(root, image, notes)
     host, container = host_abi(site), image_abi(found)
     verdict = decide(host, container, mode)
     if not verdict.ok:
-        raise KitError(f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
-                       f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
-                       f"Put {advice_for(host)} into the image instead.")
+        raise KitError(
+            f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
+            f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
+            f"Put {advice_for(host)} into the image instead."
+        )
     target = site.container.mpi_target.rstrip("/")
     lib_dirs = site.host_mpi.lib_dirs
     binds = [(d, f"{target}/lib{i}") for i, d in enumerate(lib_dirs)]
@@ -193,35 +232,68 @@ def pair_from_root(site: Site, root: Path, image: str, mode: str = "full", notes
         more, extra_env = openmpi_binds(site.host_mpi.ompi, target)
         binds += more
     binds += [tuple(b.split(":", 1)) for b in site.container.binds]
-    host_lib_dir = next((dst for src, dst in binds[:len(lib_dirs)] if (Path(src) / host.soname).exists()),
-                        binds[0][1])
-    links = {f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}" for name, real in verdict.aliases.items()}
-    prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [dst for _s, dst in binds[:len(lib_dirs)]]
+    host_lib_dir = next(
+        (dst for src, dst in binds[: len(lib_dirs)] if (Path(src) / host.soname).exists()),
+        binds[0][1],
+    )
+    links = {
+        f"{target}/{COMPAT_DIR}/{name}": f"{host_lib_dir}/{real}"
+        for name, real in verdict.aliases.items()
+    }
+    prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [
+        dst for _s, dst in binds[: len(lib_dirs)]
+    ]
     # a shared system dir (the host's libc beside its MPI) is not put on the loader's path: links are
-    placed = runtime_links(site.host_mpi, host.family, host.soname, binds[:len(lib_dirs)],
-                           f"{target}/{COMPAT_DIR}", root)
+    placed = runtime_links(
+        site.host_mpi,
+        host.family,
+        host.soname,
+        binds[: len(lib_dirs)],
+        f"{target}/{COMPAT_DIR}",
+        root,
+    )
     if placed is not None:
         verdict.warnings.extend(placed.problems)
         if placed.shadowed:
-            first = sorted(placed.shadowed, key=lambda n: not n.startswith("libc.so"))  # the one that hurts first
+            first = sorted(
+                placed.shadowed, key=lambda n: not n.startswith("libc.so")
+            )  # the one that hurts first
             shown = ", ".join(first[:5]) + (", ..." if len(first) > 5 else "")
-            verdict.reasons.append(f"the host's library dirs also hold {len(placed.shadowed)} libraries the image "
-                                   f"has ({shown}): only the MPI's go on the loader's path, as links in "
-                                   f"{target}/{COMPAT_DIR}")
+            verdict.reasons.append(
+                f"the host's library dirs also hold {len(placed.shadowed)} libraries the image "
+                f"has ({shown}): only the MPI's go on the loader's path, as links in "
+                f"{target}/{COMPAT_DIR}"
+            )
         if placed.links:
             links |= placed.links
             prepend = [f"{target}/{COMPAT_DIR}"]
-    env_set = {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()} | extra_env \
+    env_set = (
+        {k: translate(v, binds) for k, v in site.host_mpi.launch_env.items()}
+        | extra_env
         | ucx_module_env(links, binds)
-    pair = Pair(site, image, host, container, found, verdict, binds, env_set,
-                {"LD_LIBRARY_PATH": prepend}, links)
+    )
+    pair = Pair(
+        site,
+        image,
+        host,
+        container,
+        found,
+        verdict,
+        binds,
+        env_set,
+        {"LD_LIBRARY_PATH": prepend},
+        links,
+    )
     with Root(root) as tree:
         pair.missing = missing_in_root(pair, tree)
         pair.image_env = _quietly(tree.is_file, "ch/environment")
         if pair.image_env:
             try:
                 pair.environment = environment_in(tree)
-            except (KitError, OSError):  # unreadable: read again where a runtime needs it (kit.runtime.udocker)
+            except (
+                KitError,
+                OSError,
+            ):  # unreadable: read again where a runtime needs it (kit.runtime.udocker)
                 pair.environment = None
     return pair
 
@@ -243,7 +315,10 @@ def missing_in_root(pair: Pair, tree: Root) -> list[str]:
             points_to = tree.readlink(link)
         except RootError:  # a link loop on the way
             points_to = None
-        if points_to is None or posixpath.normpath(posixpath.join(posixpath.dirname(link), points_to)) != target:
+        if (
+            points_to is None
+            or posixpath.normpath(posixpath.join(posixpath.dirname(link), points_to)) != target
+        ):
             missing.append(f"{link} -> {target}")
     return missing
 
@@ -282,7 +357,9 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
                     try:
                         rename_noreplace(dir_fd, name, path.name)
                         name = None
-                    except FileExistsError:  # another run wrote it meanwhile: replaced if it is a pair
+                    except (
+                        FileExistsError
+                    ):  # another run wrote it meanwhile: replaced if it is a pair
                         old = _pair_file_at(dir_fd, path)
                 if name is not None:
                     _swap_in(dir_fd, name, path, old)
@@ -291,9 +368,10 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
                     name = None
                 fsync_dir(dir_fd)
         except OSError as exc:
-            raise KitError(f"{path}: cannot write it ({exc.strerror or exc})",
-                           fix="check the free space and "
-                           f"permissions of {path.parent}") from None
+            raise KitError(
+                f"{path}: cannot write it ({exc.strerror or exc})",
+                fix=f"check the free space and permissions of {path.parent}",
+            ) from None
         finally:
             if name is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -311,13 +389,15 @@ def _swap_in(dir_fd: int, name: str, path: Path, old: int | None) -> None:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS):
             raise
         if _pair_file_at(dir_fd, path) != old:
-            raise KitError(f"{path}: changed while the pair was written; nothing was replaced",
-                           fix="run "
-                           "again") from None
+            raise KitError(
+                f"{path}: changed while the pair was written; nothing was replaced", fix="run again"
+            ) from None
         os.rename(name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
     if not swapped:  # not the file that was checked: exchange_if put it back
-        raise KitError(f"{path}: changed while the pair was written; nothing was replaced", fix="run again")
+        raise KitError(
+            f"{path}: changed while the pair was written; nothing was replaced", fix="run again"
+        )
 
 
 @contextlib.contextmanager
@@ -327,9 +407,10 @@ def _directory(path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise KitError(f"{path}: cannot use the directory {path.parent} ({exc.strerror or exc})",
-                       fix=""
-                       "create it or name another file with --out") from None
+        raise KitError(
+            f"{path}: cannot use the directory {path.parent} ({exc.strerror or exc})",
+            fix="create it or name another file with --out",
+        ) from None
     try:
         yield dir_fd
     finally:
@@ -340,7 +421,9 @@ def _pair_file_at(dir_fd: int, path: Path) -> int | None:
     """The inode of a pair file the kit wrote at PATH, None if nothing is there; anything else
     raises KitError: it is neither followed nor replaced."""
     try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(
+            path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -349,7 +432,9 @@ def _pair_file_at(dir_fd: int, path: Path) -> int | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise KitError(_not_ours(path, "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"))
+            raise KitError(
+                _not_ours(path, "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+            )
         data = os.read(fd, PAIR_MAX + 1)
     finally:
         os.close(fd)
@@ -359,8 +444,10 @@ def _pair_file_at(dir_fd: int, path: Path) -> int | None:
 
 
 def _not_ours(path: Path, kind: str) -> str:
-    return (f"{path}: is {kind}, which kit mpi pair did not write; it is left alone; fix: move it away "
-            "or name another file with --out")
+    return (
+        f"{path}: is {kind}, which kit mpi pair did not write; it is left alone; fix: move it away "
+        "or name another file with --out"
+    )
 
 
 def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
@@ -377,8 +464,13 @@ def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
             tree.makedirs(dst, 0o755)
             made.append(dst)
         for link, target in pair.links.items():
-            tree.symlink(link, posixpath.relpath(target, posixpath.dirname(link)), through_links=True,
-                         replace_link=True, make_parents=0o755)
+            tree.symlink(
+                link,
+                posixpath.relpath(target, posixpath.dirname(link)),
+                through_links=True,
+                replace_link=True,
+                make_parents=0o755,
+            )
             made.append(link)
     if ours:
         pair.image_id = _identity(rootfs)

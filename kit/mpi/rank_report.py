@@ -13,6 +13,7 @@ Rank 0 gathers every rank's report and prints them as one JSON document in numbe
 most CHUNK characters (KITCHECK I N TEXT): each line is written whole (less than a pipe's atomic
 write), so a launcher that forwards output in pieces or interleaves other lines cannot break it.
 """
+
 import json
 import socket
 import sys
@@ -26,7 +27,9 @@ with open("/proc/self/maps") as maps:
 mapped = sorted(f for f in files if "libmpi" in f or "libmpich" in f or "/mca_" in f)
 libc = sorted(f for f in files if f.rsplit("/", 1)[-1].startswith(("libc.so", "libc-")))
 mine = {
-    "rank": comm.Get_rank(), "size": comm.Get_size(), "host": socket.gethostname(),
+    "rank": comm.Get_rank(),
+    "size": comm.Get_size(),
+    "host": socket.gethostname(),
     "library_version": MPI.Get_library_version().strip(),
     "mapped": mapped,
     "libc": libc,
@@ -37,6 +40,6 @@ CHUNK = 1000
 reports = comm.gather(mine, root=0)
 if comm.Get_rank() == 0:
     text = json.dumps(reports)
-    parts = [text[i:i + CHUNK] for i in range(0, len(text), CHUNK)]
+    parts = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
     for number, part in enumerate(parts):
         print(f"\nKITCHECK {number} {len(parts)} {part}", flush=True)

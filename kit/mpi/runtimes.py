@@ -10,6 +10,7 @@ runtime, only links to the libraries the host must provide go on the path (kit.m
 the runtime's own, and what the image lacks, from the ELF closure); otherwise the dirs go whole.
 A family is a row of ``RUNTIMES``, not a branch.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -29,8 +30,12 @@ class Runtime:
     """One MPI family's runtime on the host."""
 
     name: str  # as messages name it
-    libs: re.Pattern  # always the host's, even where the image has the SONAME: one version with the launcher
-    dlopened: tuple[str, ...]  # loaded by name, so in no DT_NEEDED (taken from the host where it has them)
+    libs: (
+        re.Pattern
+    )  # always the host's, even where the image has the SONAME: one version with the launcher
+    dlopened: tuple[
+        str, ...
+    ]  # loaded by name, so in no DT_NEEDED (taken from the host where it has them)
     component_dirs: Callable[[HostMPI], list[str | None]]  # shared objects dlopen'ed by path
 
 
@@ -42,40 +47,71 @@ def _fabric_providers(mpi: HostMPI) -> list[str | None]:
 # Open MPI: its own libraries and what must be one version with its daemons and components (PMIx,
 # libevent, hwloc, UCX, libfabric). Components: MCA's and an external PMIx's.
 OPENMPI = Runtime(
-    "Open MPI", re.compile(r"lib(?:mpi(?:_[\w-]+)?|open-(?:pal|rte)|mca_common_\w+|oshmem|ompitrace|pmix"
-               r"|event(?:_\w+)?-[\d.]+|hwloc|uc[mpst]|fabric)\.so\.[\d.]+", re.ASCII),
-    (), lambda mpi: [mpi.ompi.components, mpi.ompi.pmix_components])
+    "Open MPI",
+    re.compile(
+        r"lib(?:mpi(?:_[\w-]+)?|open-(?:pal|rte)|mca_common_\w+|oshmem|ompitrace|pmix"
+        r"|event(?:_\w+)?-[\d.]+|hwloc|uc[mpst]|fabric)\.so\.[\d.]+",
+        re.ASCII,
+    ),
+    (),
+    lambda mpi: [mpi.ompi.components, mpi.ompi.pmix_components],
+)
 # The MPICH ABI (MPICH, Debian's libmpich, Intel MPI, MVAPICH2, Cray MPICH): libmpi/libmpich and its
 # bindings (cxx, fort, ilp64, abi, java), MPICH's own helpers (mpl, opa), the process managers'
 # interfaces (PMI, PMI-2, PMIx) and the transports (libfabric, UCX, hwloc, xpmem). Intel MPI dlopens
 # libfabric by name; its providers are dlopen'ed by path.
 MPICH = Runtime(
-    "MPICH-ABI MPI", re.compile(r"lib(?:mpi(?:ch)?(?:cxx|fort|java|_[\w-]+)?|mpi(?:ch)?fort_\w+|mpl|opa|pmi2?|pmix"
-               r"|fabric|hwloc|uc[mpst]|xpmem)\.so\.[\d.]+", re.ASCII),
-    ("libfabric.so.1",), _fabric_providers)
+    "MPICH-ABI MPI",
+    re.compile(
+        r"lib(?:mpi(?:ch)?(?:cxx|fort|java|_[\w-]+)?|mpi(?:ch)?fort_\w+|mpl|opa|pmi2?|pmix"
+        r"|fabric|hwloc|uc[mpst]|xpmem)\.so\.[\d.]+",
+        re.ASCII,
+    ),
+    ("libfabric.so.1",),
+    _fabric_providers,
+)
 RUNTIMES = {"openmpi": OPENMPI, "mpich": MPICH}
 
 
-def runtime_links(mpi: HostMPI, family: str, soname: str, lib_binds: list[tuple[str, str]], link_dir: str,
-                  root: Path) -> Placement | None:
+def runtime_links(
+    mpi: HostMPI,
+    family: str,
+    soname: str,
+    lib_binds: list[tuple[str, str]],
+    link_dir: str,
+    root: Path,
+) -> Placement | None:
     """The links in ``link_dir`` that alone go on the loader's path, or None where the host's library
     dirs hold nothing the image has beyond the MPI (they then go on the path whole). Where the host's
     MPI is not on this machine nothing can be judged: None, and why, in a Placement's problems."""
     runtime = RUNTIMES[family]
-    if not any((Path(d) / soname).exists() for d in mpi.lib_dirs):  # e.g. converting outside the perimeter
-        return Placement(problems=[
-            f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the libraries it needs "
-            "are unknown: its library dirs go on the loader's path whole (with whatever else they hold, e.g. "
-            f"a libc); fix: make the pair where the site's {runtime.name} is installed (kit mpi pair --prepare, or "
-            "kit image convert --site on the login node)"])
+    if not any(
+        (Path(d) / soname).exists() for d in mpi.lib_dirs
+    ):  # e.g. converting outside the perimeter
+        return Placement(
+            problems=[
+                f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the libraries it needs "
+                "are unknown: its library dirs go on the loader's path whole (with whatever else they hold, e.g. "
+                f"a libc); fix: make the pair where the site's {runtime.name} is installed (kit mpi pair --prepare, or "
+                "kit image convert --site on the login node)"
+            ]
+        )
     with Root(root) as tree:
         image_has = image_sonames(tree)
     overridden = shadowed(mpi.lib_dirs, image_has, runtime.libs)
     if not overridden:
         return None
     found = components(runtime.component_dirs(mpi))
-    placed = place([soname], found, mpi.lib_dirs, lib_binds, link_dir, runtime.libs, image_has,
-                   dlopened=runtime.dlopened)
+    placed = place(
+        [soname],
+        found,
+        mpi.lib_dirs,
+        lib_binds,
+        link_dir,
+        runtime.libs,
+        image_has,
+        dlopened=runtime.dlopened,
+    )
     placed.shadowed = overridden
     return placed
 
@@ -92,8 +128,14 @@ def ucx_module_env(links: dict[str, str], binds: list[tuple[str, str]]) -> dict[
         if posixpath.basename(link) != UCS:
             continue
         module_dir = f"{posixpath.dirname(target)}/ucx"
-        host = next((src.rstrip("/") + module_dir[len(dst.rstrip("/")):] for src, dst in binds
-                     if under(module_dir, dst)), None)
+        host = next(
+            (
+                src.rstrip("/") + module_dir[len(dst.rstrip("/")) :]
+                for src, dst in binds
+                if under(module_dir, dst)
+            ),
+            None,
+        )
         if host is not None and Path(host).is_dir():
             return {"UCX_MODULE_DIR": module_dir}
     return {}

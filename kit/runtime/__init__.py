@@ -2,6 +2,7 @@
 the name a site's `container.runtime` gives (the model ReFrame's container platforms follow): the
 launcher and the pair stay the kit's; a runtime turns the pair's binds and environment into its
 own words, says what it needs on this machine, and what a batch script sets for it."""
+
 from __future__ import annotations
 
 from kit.runtime.base import Runtime, shell_path
@@ -10,7 +11,9 @@ from kit.runtime.udocker import UDOCKER
 from kit.site.model import RUNTIMES as _NAMES
 
 REGISTRY: dict[str, Runtime] = {r.name: r for r in (CHARLIECLOUD, UDOCKER)}
-assert tuple(REGISTRY) == _NAMES, "kit/site/model.py RUNTIMES and the registry must name the same runtimes"
+assert tuple(REGISTRY) == _NAMES, (
+    "kit/site/model.py RUNTIMES and the registry must name the same runtimes"
+)
 
 
 def runtime_of(site) -> Runtime:

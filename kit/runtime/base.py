@@ -1,4 +1,5 @@
 """What a container runtime provides to the kit (kit.runtime's registry holds one per name)."""
+
 from __future__ import annotations
 
 import shlex
@@ -28,7 +29,9 @@ class Runtime(Protocol):
 
     name: str
     command: str  # what starts a rank, as people know it (ch-run, udocker)
-    private_workdir: bool  # `kit mpi check` starts its ranks in a directory of its own, removed after
+    private_workdir: (
+        bool  # `kit mpi check` starts its ranks in a directory of its own, removed after
+    )
 
     def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
         """argv that runs a command in ``image`` now (the command follows), values expanded."""

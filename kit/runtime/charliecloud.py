@@ -1,5 +1,6 @@
 """Charliecloud: each rank is `ch-run` with the pair's binds and environment (values expanded by
 ch-run), in a directory or SquashFS image; ranks of a node share memory through --join."""
+
 from __future__ import annotations
 
 import shlex
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
 # inside the 240 the semaphore's name leaves (NAME_MAX 255 less "sem.ch-run_sem-"). Assigned apart
 # from `export`, whose own status would hide a failed read.
 JOIN_TAG_VAR = "KIT_JOIN_TAG"
-JOIN_TAG_LINE = (f'{JOIN_TAG_VAR}="kit-${{SLURM_JOB_ID}}-$(< /proc/sys/kernel/random/uuid)" || exit 1\n'
-                 f'export {JOIN_TAG_VAR}')
+JOIN_TAG_LINE = (
+    f'{JOIN_TAG_VAR}="kit-${{SLURM_JOB_ID}}-$(< /proc/sys/kernel/random/uuid)" || exit 1\n'
+    f'export {JOIN_TAG_VAR}'
+)
 
 
 class Charliecloud:
@@ -42,7 +45,9 @@ class Charliecloud:
         args = ["ch-run", *join] + (["--set-env"] if launch.image_env else [])
         args += [f"--bind={src}:{dst}" for src, dst in launch.binds]
         args += [f"--set-env={key}={value}" for key, value in launch.env_set.items()]
-        args += [f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in launch.env_prepend.items()]
+        args += [
+            f"--set-env={key}={':'.join(dirs)}:${key}" for key, dirs in launch.env_prepend.items()
+        ]
         return args
 
     def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
@@ -54,7 +59,9 @@ class Charliecloud:
         join = ["--join"] if (srun or is_openmpi_mpirun(site)) and site.container.join else []
         body = [shlex.quote(a) for a in self.options(launch, join)]
         if not join and site.container.join:
-            body.insert(1, "--join-ct=${RANKS_PER_NODE}")  # Hydra sets no variable ch-run --join reads
+            body.insert(
+                1, "--join-ct=${RANKS_PER_NODE}"
+            )  # Hydra sets no variable ch-run --join reads
         if site.container.join:
             # ch-run's default tag is SLURM_STEP_ID, the same "0" for every job's first step, and a job
             # id repeats too: one tag per job start (JOIN_TAG_LINE), left for the shell to expand.
@@ -72,8 +79,10 @@ class Charliecloud:
 
     def ready(self, site: Site, image: str, image_kind: str) -> None:
         if image_kind in ("tar", "source"):
-            raise KitError(f"{image}: ch-run needs a directory or SquashFS image; convert it first "
-                           "(kit image convert IMAGE OUT.sqfs --site SITE)")
+            raise KitError(
+                f"{image}: ch-run needs a directory or SquashFS image; convert it first "
+                "(kit image convert IMAGE OUT.sqfs --site SITE)"
+            )
         if shutil.which("ch-run") is None:
             raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
 

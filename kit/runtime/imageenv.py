@@ -1,5 +1,6 @@
 """An image's own environment as Charliecloud keeps it (IMAGE/ch/environment, its recipe's ENV):
 read for a runtime that does not apply it itself (kit.runtime.udocker)."""
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,10 @@ def parse_environment(data: bytes, where: Path) -> dict[str, str]:
             continue
         match = ENV_LINE.fullmatch(line)
         if match is None:
-            raise KitError(f"{where}:{number}: {shown(line, 80)} is not KEY=VALUE",
-                           fix="re-convert the image "
-                           "(kit image convert writes one KEY=VALUE a line)")
+            raise KitError(
+                f"{where}:{number}: {shown(line, 80)} is not KEY=VALUE",
+                fix="re-convert the image (kit image convert writes one KEY=VALUE a line)",
+            )
         value = match[2]
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]

@@ -9,6 +9,7 @@ the ranks get the image's environment, then the pair's settings, every value exp
 proot started through a wrapper that drops udocker's `-k KERNEL` (with it that proot breaks glibc
 2.36: nothing dynamic starts).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,10 @@ if TYPE_CHECKING:
 
 VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,127})\}|([A-Za-z_][A-Za-z0-9_]{0,127}))")
 FIX_INSTALL = "pip install 'secure-site-kit[udocker]' (udocker 1.3.17), or name it in container.udocker.executable"
-FIX_PROOT = ("apt-get install proot (Debian's), or set container.udocker.proot to a proot executable "
-             "(null with container.udocker.tarball: udocker's own)")
+FIX_PROOT = (
+    "apt-get install proot (Debian's), or set container.udocker.proot to a proot executable "
+    "(null with container.udocker.tarball: udocker's own)"
+)
 FIX_ROOT = "run as an ordinary user, or set container.udocker.allow_root: true in the site config"
 # Runs PROOT with every argument udocker gives it but `-k KERNEL`; from `-r ROOT` on (the root, the
 # working directory and the command) nothing is touched.
@@ -57,9 +60,15 @@ exec {quoted} "$@"
 
 
 def cache_dir() -> Path:
-    """The kit's own directory for udocker's proot wrappers: $XDG_CACHE_HOME/secure-site-kit/udocker."""
+    """The kit's own directory for udocker's proot wrappers:
+    $XDG_CACHE_HOME/secure-site-kit/udocker.
+    """
     base = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "secure-site-kit" / "udocker"
+    return (
+        (Path(base) if os.path.isabs(base) else Path.home() / ".cache")
+        / "secure-site-kit"
+        / "udocker"
+    )
 
 
 def wrapper_text(proot: str) -> str:
@@ -80,9 +89,10 @@ def write_wrapper(proot: str) -> Path:
         try:
             if path.read_text() == text and os.access(path, os.X_OK):
                 return path
-            raise KitError(f"{path}: not the proot wrapper the kit writes",
-                           fix="remove it (the kit writes it "
-                           "again)")
+            raise KitError(
+                f"{path}: not the proot wrapper the kit writes",
+                fix="remove it (the kit writes it again)",
+            )
         except FileNotFoundError:
             try:
                 atomic_write_text(path, text, perm=0o755, replace=False)
@@ -90,8 +100,10 @@ def write_wrapper(proot: str) -> Path:
             except FileExistsError:  # another rank or check wrote it meanwhile: read that one
                 continue
         except (OSError, UnicodeDecodeError) as exc:
-            raise KitError(f"{path}: cannot read the proot wrapper ({getattr(exc, 'strerror', None) or exc})",
-                           fix="remove it (the kit writes it again)") from None
+            raise KitError(
+                f"{path}: cannot read the proot wrapper ({getattr(exc, 'strerror', None) or exc})",
+                fix="remove it (the kit writes it again)",
+            ) from None
     raise KitError(f"{path}: cannot write the proot wrapper", fix=f"make {path.parent} writable")
 
 
@@ -107,11 +119,15 @@ def rank_environment(launch: Launch, image: str) -> dict[str, str]:
     if not launch.image_env:
         env = {}
     else:  # as the pair read it, else from the image now
-        env = dict(launch.environment) if launch.environment is not None else image_environment(image)
+        env = (
+            dict(launch.environment) if launch.environment is not None else image_environment(image)
+        )
     for key, value in launch.env_set.items():
         env[key] = expand(value, env)
     for key, dirs in launch.env_prepend.items():
-        env[key] = ":".join([*(expand(d, env) for d in dirs), *([env[key]] if env.get(key) else [])])
+        env[key] = ":".join(
+            [*(expand(d, env) for d in dirs), *([env[key]] if env.get(key) else [])]
+        )
     return env
 
 
@@ -125,8 +141,14 @@ class UdockerRuntime:
 
     def _head(self, site: Site) -> list[str]:
         s = self.settings(site)
-        return [s.executable, *(["--allow-root"] if s.allow_root else []), "run", "--nobanner", "--pull=never",
-                "--hostenv"]
+        return [
+            s.executable,
+            *(["--allow-root"] if s.allow_root else []),
+            "run",
+            "--nobanner",
+            "--pull=never",
+            "--hostenv",
+        ]
 
     def _options(self, launch: Launch, image: str) -> list[str]:
         volumes = [f"--volume={src}:{dst}" for src, dst in launch.binds]
@@ -139,16 +161,26 @@ class UdockerRuntime:
     def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
         """``image`` is the image as the site sees it (a ~/ path is the job's $HOME); its environment
         is read now, from this machine's copy at that path."""
-        location = ('"--location=${HOME}"/' + shlex.quote(image[2:]) if image.startswith("~/")
-                    else shlex.quote(f"--location={image}"))
-        return ([shlex.quote(w) for w in self._head(launch.site)] + [location]
-                + [shlex.quote(w) for w in self._options(launch, image)] + ["-"])
+        location = (
+            '"--location=${HOME}"/' + shlex.quote(image[2:])
+            if image.startswith("~/")
+            else shlex.quote(f"--location={image}")
+        )
+        return (
+            [shlex.quote(w) for w in self._head(launch.site)]
+            + [location]
+            + [shlex.quote(w) for w in self._options(launch, image)]
+            + ["-"]
+        )
 
     def environment(self, site: Site, proot: str | None) -> dict[str, str]:
         """udocker's settings as the variables it reads (``proot``: the executable to give it)."""
         s = self.settings(site)
-        env = {"UDOCKER_TARBALL": s.tarball or "", "UDOCKER_DIR": os.path.expanduser(s.dir),
-               "UDOCKER_DEFAULT_EXECUTION_MODE": s.mode}
+        env = {
+            "UDOCKER_TARBALL": s.tarball or "",
+            "UDOCKER_DIR": os.path.expanduser(s.dir),
+            "UDOCKER_DEFAULT_EXECUTION_MODE": s.mode,
+        }
         if proot is not None:
             env["UDOCKER_USE_PROOT_EXECUTABLE"] = proot
         return env
@@ -159,7 +191,11 @@ class UdockerRuntime:
         s = self.settings(site)
         env = self.environment(site, str(wrapper_path(s.proot)) if s.proot else None)
         lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items() if k != "UDOCKER_DIR"]
-        repo = '"${HOME}"/' + shlex.quote(s.dir[2:]) if s.dir.startswith("~/") else shlex.quote(env["UDOCKER_DIR"])
+        repo = (
+            '"${HOME}"/' + shlex.quote(s.dir[2:])
+            if s.dir.startswith("~/")
+            else shlex.quote(env["UDOCKER_DIR"])
+        )
         return [*lines, f"export UDOCKER_DIR={repo}"]
 
     def job_tag(self, site: Site) -> bool:
@@ -175,20 +211,28 @@ class UdockerRuntime:
         if os.geteuid() == 0 and not s.allow_root:
             raise KitError(f"site {site.name}: udocker refuses to run as root", fix=f"{FIX_ROOT}")
         if shutil.which(s.executable) is None:
-            raise KitError(f"site {site.name}: udocker not found (container.udocker.executable "
-                           f"{s.executable!r})",
-                           fix=f"{FIX_INSTALL}")
+            raise KitError(
+                f"site {site.name}: udocker not found (container.udocker.executable "
+                f"{s.executable!r})",
+                fix=f"{FIX_INSTALL}",
+            )
         if s.proot is not None and not (os.path.isfile(s.proot) and os.access(s.proot, os.X_OK)):
-            raise KitError(f"site {site.name}: proot not found at {s.proot} (container.udocker.proot)",
-                           fix=f"{FIX_PROOT}")
+            raise KitError(
+                f"site {site.name}: proot not found at {s.proot} (container.udocker.proot)",
+                fix=f"{FIX_PROOT}",
+            )
         if s.tarball is not None and not os.path.isfile(os.path.expanduser(s.tarball)):
-            raise KitError(f"site {site.name}: udocker's tools tarball {s.tarball} (container.udocker.tarball) is not "
-                           "a file",
-                           fix="copy the tarball there, or set tarball: null with a proot executable")
+            raise KitError(
+                f"site {site.name}: udocker's tools tarball {s.tarball} (container.udocker.tarball) is not "
+                "a file",
+                fix="copy the tarball there, or set tarball: null with a proot executable",
+            )
         if image_kind != "dir":
-            raise KitError(f"{image}: udocker runs a directory image (--location)",
-                           fix="convert it to one "
-                           "(kit image convert SRC OUT --site SITE, OUT without a suffix)")
+            raise KitError(
+                f"{image}: udocker runs a directory image (--location)",
+                fix="convert it to one "
+                "(kit image convert SRC OUT --site SITE, OUT without a suffix)",
+            )
 
     def check_env(self, site: Site) -> dict[str, str]:
         return self.environment(site, self.prepare(site))
@@ -198,13 +242,18 @@ class UdockerRuntime:
         names each file by its host path. A host path under a bind is its mount point's, one in the
         image root the image's; any other stays as the host names it."""
         root = os.path.realpath(os.path.expanduser(image))
-        binds = sorted(((os.path.realpath(src), dst) for src, dst in launch.binds), key=lambda b: -len(b[0]))
+        binds = sorted(
+            ((os.path.realpath(src), dst) for src, dst in launch.binds), key=lambda b: -len(b[0])
+        )
 
         def view(path: str) -> str:
             for src, dst in binds:
                 if under(path, src):
-                    return dst.rstrip("/") + path[len(src.rstrip("/")):]
-            return "/" + path[len(root):].lstrip("/") if under(path, root) and root != "/" else path
+                    return dst.rstrip("/") + path[len(src.rstrip("/")) :]
+            return (
+                "/" + path[len(root) :].lstrip("/") if under(path, root) and root != "/" else path
+            )
+
         return view
 
 

@@ -3,13 +3,22 @@
 The names below are imported on first use (PEP 562): submitting or collecting a sweep does not
 import the report and its plots.
 """
+
 from __future__ import annotations
 
 import importlib
 
-_HOME = {"OverheadTable": "paper", "PaperTable": "paper", "paper_table": "paper",
-         "Row": "report", "scaling_table": "report", "write_report": "report",
-         "RunResult": "runs", "Series": "runs", "load_results": "runs"}
+_HOME = {
+    "OverheadTable": "paper",
+    "PaperTable": "paper",
+    "paper_table": "paper",
+    "Row": "report",
+    "scaling_table": "report",
+    "write_report": "report",
+    "RunResult": "runs",
+    "Series": "runs",
+    "load_results": "runs",
+}
 
 __all__ = sorted(_HOME)
 

@@ -4,6 +4,7 @@ convergence), showers/s vs nodes beside ideal scaling, and the physics score vs 
 
 Each figure is drawn from a `Band` list that the functions here return too, so what is plotted is
 what a test can check against the results files."""
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,13 @@ class Band:
 
 def _band(label: str, points: dict[float, list[float]]) -> Band:
     xs = sorted(points)
-    return Band(label, tuple(xs), tuple(median(points[x]) for x in xs), tuple(min(points[x]) for x in xs),
-                tuple(max(points[x]) for x in xs))
+    return Band(
+        label,
+        tuple(xs),
+        tuple(median(points[x]) for x in xs),
+        tuple(min(points[x]) for x in xs),
+        tuple(max(points[x]) for x in xs),
+    )
 
 
 def loss_overlay(rows: Sequence[Row], kind: str, name: str) -> list[Band]:
@@ -50,15 +56,22 @@ def loss_overlay(rows: Sequence[Row], kind: str, name: str) -> list[Band]:
                 points.setdefault(epoch, []).append(value)
         if points:
             batches = sorted({run.global_batch for run in row.runs})
-            bands.append(_band(f"{row.nodes} node{'s' if row.nodes > 1 else ''}, global batch "
-                               f"{'/'.join(map(str, batches))}", points))
+            bands.append(
+                _band(
+                    f"{row.nodes} node{'s' if row.nodes > 1 else ''}, global batch "
+                    f"{'/'.join(map(str, batches))}",
+                    points,
+                )
+            )
     return bands
 
 
 def throughput(rows: Sequence[Row]) -> tuple[Band, Band]:
     """Showers/s per node count (median, min-max over the repeats) and ideal scaling from the
     smallest node count's median: S(n0) x n / n0."""
-    measured = _band("measured", {row.nodes: [r.showers_per_second for r in row.runs] for row in rows})
+    measured = _band(
+        "measured", {row.nodes: [r.showers_per_second for r in row.runs] for row in rows}
+    )
     base_nodes, base = measured.x[0], measured.median[0]
     ideal = tuple(base * n / base_nodes for n in measured.x)
     return measured, Band("ideal (linear in nodes)", measured.x, ideal, ideal, ideal)
@@ -66,8 +79,10 @@ def throughput(rows: Sequence[Row]) -> tuple[Band, Band]:
 
 def physics(rows: Sequence[Row]) -> Band | None:
     """The physics score per node count over the repeats that have one; None if no run has one."""
-    points = {row.nodes: [r.physics.score for r in row.runs if r.physics and r.physics.score is not None]
-              for row in rows}
+    points = {
+        row.nodes: [r.physics.score for r in row.runs if r.physics and r.physics.score is not None]
+        for row in rows
+    }
     points = {n: v for n, v in points.items() if v}
     return _band("physics score", points) if points else None
 
@@ -96,7 +111,14 @@ def loss_figure(run: RunResult, title: str):
     for ax, name in zip(fig.subplots(1, 2), LOSS_NAMES):
         steps = next((c for c in run.step_losses if c.name == name), None)
         if steps:  # underneath: single steps of rank 0's batch are noisier than the epoch means
-            ax.plot(steps.epochs, steps.values, "-", color="0.7", linewidth=0.8, label="train, rank 0 per step")
+            ax.plot(
+                steps.epochs,
+                steps.values,
+                "-",
+                color="0.7",
+                linewidth=0.8,
+                label="train, rank 0 per step",
+            )
         for kind, style in zip(LOSS_KINDS, ("o-", "s--")):
             curve = run.loss(kind, name)
             if curve:
@@ -111,8 +133,11 @@ def overlay_figure(series: dict[Series, list[Row]]):
     repeats' min-max shaded, validation dashed in the same colour."""
     from matplotlib.figure import Figure
 
-    shown = [(key, rows) for key, rows in series.items()
-             if any(run.losses for row in rows for run in row.runs)][:MAX_OVERLAY_SERIES]
+    shown = [
+        (key, rows)
+        for key, rows in series.items()
+        if any(run.losses for row in rows for run in row.runs)
+    ][:MAX_OVERLAY_SERIES]
     fig = Figure(figsize=(12, 3.6 * len(shown) + 0.6))
     axes = fig.subplots(len(shown), 2, squeeze=False)
     for (key, rows), pair in zip(shown, axes):
@@ -124,9 +149,15 @@ def overlay_figure(series: dict[Series, list[Row]]):
                         ax.plot(band.x, band.median, "o-", label=band.label, **style)
                         ax.fill_between(band.x, band.low, band.high, alpha=0.2, **style)
                     else:
-                        ax.plot(band.x, band.median, "--", label=f"{band.label} (validation)", **style)
-            _epoch_axis(ax, LOSS_TITLES[name], f"{key.name}\n{LOSS_TITLES[name]}: train (solid, min-max shaded), "
-                        "validation (dashed)")
+                        ax.plot(
+                            band.x, band.median, "--", label=f"{band.label} (validation)", **style
+                        )
+            _epoch_axis(
+                ax,
+                LOSS_TITLES[name],
+                f"{key.name}\n{LOSS_TITLES[name]}: train (solid, min-max shaded), "
+                "validation (dashed)",
+            )
     fig.suptitle("Loss vs epoch across node counts: median of the repeats", fontsize="medium")
     return fig
 
@@ -143,11 +174,23 @@ def throughput_figure(series: dict[Series, list[Row]]):
     for i, (key, rows) in enumerate(series.items()):
         measured, ideal = throughput(rows)
         ticks.update(int(x) for x in measured.x)
-        ax.errorbar(measured.x, measured.median, yerr=_spread(measured), fmt="o-", capsize=3, color=f"C{i % 10}",
-                    label=f"{key.name} measured")
+        ax.errorbar(
+            measured.x,
+            measured.median,
+            yerr=_spread(measured),
+            fmt="o-",
+            capsize=3,
+            color=f"C{i % 10}",
+            label=f"{key.name} measured",
+        )
         ax.plot(ideal.x, ideal.median, ":", color=f"C{i % 10}", label=f"{key.name} ideal")
-    node_axis(ax, "showers/s (job)", "Throughput: showers/s (median, min-max) vs ideal scaling", sorted(ticks),
-            log_y=True)
+    node_axis(
+        ax,
+        "showers/s (job)",
+        "Throughput: showers/s (median, min-max) vs ideal scaling",
+        sorted(ticks),
+        log_y=True,
+    )
     return fig
 
 
@@ -157,24 +200,42 @@ def physics_figure(series: dict[Series, list[Row]]):
 
     from kit.scale.plots import node_axis
 
-    drawn = [(key, band, sum(r.physics_status == "failed" for row in rows for r in row.runs))
-             for key, rows in series.items() if (band := physics(rows))]
+    drawn = [
+        (key, band, sum(r.physics_status == "failed" for row in rows for r in row.runs))
+        for key, rows in series.items()
+        if (band := physics(rows))
+    ]
     if not drawn:
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     for i, (key, band, failed) in enumerate(drawn):
-        ax.errorbar(band.x, band.median, yerr=_spread(band), fmt="o-", capsize=3, color=f"C{i % 10}",
-                    label=key.name + (f" ({failed} run(s): validation failed, not drawn)" if failed else ""))
+        ax.errorbar(
+            band.x,
+            band.median,
+            yerr=_spread(band),
+            fmt="o-",
+            capsize=3,
+            color=f"C{i % 10}",
+            label=key.name
+            + (f" ({failed} run(s): validation failed, not drawn)" if failed else ""),
+        )
     ax.axhline(1.0, color="g", linestyle="--", label="held-out data (1)")
     ax.axhline(0.0, color="r", linestyle="--", label="empty showers (0)")
-    node_axis(ax, "physics score (fixed scale)", "Physics score of the final checkpoint (median, min-max)",
-            sorted({int(x) for _, band, _ in drawn for x in band.x}))
+    node_axis(
+        ax,
+        "physics score (fixed scale)",
+        "Physics score of the final checkpoint (median, min-max)",
+        sorted({int(x) for _, band, _ in drawn for x in band.x}),
+    )
     return fig
 
 
 def _spread(band: Band) -> list[list[float]]:
-    return [[m - lo for m, lo in zip(band.median, band.low)], [hi - m for m, hi in zip(band.median, band.high)]]
+    return [
+        [m - lo for m, lo in zip(band.median, band.low)],
+        [hi - m for m, hi in zip(band.median, band.high)],
+    ]
 
 
 def _epoch_axis(ax, ylabel: str, title: str) -> None:
@@ -182,7 +243,9 @@ def _epoch_axis(ax, ylabel: str, title: str) -> None:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     values = [y for line in ax.lines for y in line.get_ydata()]
-    if values and min(values) > 0:  # a first epoch 100x the later ones would flatten them on a linear axis
+    if (
+        values and min(values) > 0
+    ):  # a first epoch 100x the later ones would flatten them on a linear axis
         ax.set_yscale("log")
         ylabel += " (log)"
     ax.set_xlabel("epoch")

@@ -20,6 +20,7 @@ the largest measured count. The per-epoch term (alone or with a shape) enters on
 the best residual of the shapes without it: it grows linearly in N, and a term the runs do not need would widen the band
 far beyond them. Nothing here reads a network figure: the overhead is measured.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,11 +33,16 @@ import numpy as np
 from kit.errors import KitError
 
 SHAPES: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
-    "bandwidth": (lambda p: 1 - 1 / p, "1 - 1/P: a ring all-reduce's bytes per rank, which saturate"),
+    "bandwidth": (
+        lambda p: 1 - 1 / p,
+        "1 - 1/P: a ring all-reduce's bytes per rank, which saturate",
+    ),
     "log": (lambda p: np.log2(p), "log2 P: a tree's latency steps"),
     "straggler": (lambda p: np.sqrt(2 * np.log(p)), "sqrt(2 ln P): the slowest of P ranks' steps"),
 }
-TWO_COUNT_SHAPE = "straggler"  # two node counts cannot tell the shapes apart; this one erred least on the paper
+TWO_COUNT_SHAPE = (
+    "straggler"  # two node counts cannot tell the shapes apart; this one erred least on the paper
+)
 BASE_MARGIN = 0.03  # the band's widening at a measured count
 MARGIN_PER_DOUBLING = 0.015  # and per doubling of N beyond the largest measured count
 KEEP_FACTOR = 3.0  # a shape spans the band while its residual is within 3x the best's...
@@ -69,8 +75,11 @@ class Fit:
     def node_seconds(self, nodes: np.ndarray, ranks_per_node: int) -> np.ndarray:
         f = shape_function(self.shape)
         n = np.asarray(nodes, float)
-        return self.a + self.b * (f(n * ranks_per_node) - f(np.float64(self.n0 * ranks_per_node))) \
+        return (
+            self.a
+            + self.b * (f(n * ranks_per_node) - f(np.float64(self.n0 * ranks_per_node)))
             + self.c * (n - self.n0)
+        )
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,10 @@ class Model:
     def band(self, nodes: int) -> tuple[float, float]:
         """Seconds per epoch from the lowest kept shape's to the highest's, widened by the factor
         1 + margin() each way (a factor, so the low end stays above 0 whatever the spread)."""
-        values = [float(f.node_seconds(np.array([nodes]), self.ranks_per_node)[0]) / nodes for f in self.kept]
+        values = [
+            float(f.node_seconds(np.array([nodes]), self.ranks_per_node)[0]) / nodes
+            for f in self.kept
+        ]
         w = self.margin(nodes)
         return min(values) / (1 + w), max(values) * (1 + w)
 
@@ -106,13 +118,20 @@ def shape_function(shape: str) -> Callable[[np.ndarray], np.ndarray]:
     return (lambda p: np.zeros_like(np.asarray(p, float))) if shape == FLAT else SHAPES[shape][0]
 
 
-def fit_shape(shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray, per_epoch: bool = False) -> Fit:
+def fit_shape(
+    shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray, per_epoch: bool = False
+) -> Fit:
     """Least squares with a, b, c >= 0: a coefficient that would come out negative (overhead that
     shrinks with scale, or no time at the smallest count) is held at 0 and the rest refitted."""
     n0 = float(nodes.min())
-    f = shape_function(shape)(nodes * ranks_per_node) - shape_function(shape)(np.float64(n0 * ranks_per_node))
-    columns = {"a": np.ones_like(f), **({} if shape == FLAT else {"b": f}),
-               **({"c": nodes.astype(float) - n0} if per_epoch else {})}
+    f = shape_function(shape)(nodes * ranks_per_node) - shape_function(shape)(
+        np.float64(n0 * ranks_per_node)
+    )
+    columns = {
+        "a": np.ones_like(f),
+        **({} if shape == FLAT else {"b": f}),
+        **({"c": nodes.astype(float) - n0} if per_epoch else {}),
+    }
     free = list(columns)
     coef = np.zeros(0)
     while free:
@@ -123,42 +142,69 @@ def fit_shape(shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray,
             break
         free.remove(negative[0])
     values = dict(zip(free, (float(v) for v in coef)))
-    fitted = Fit(shape, per_epoch, values.get("a", 0.0), values.get("b", 0.0), values.get("c", 0.0), None, n0)
+    fitted = Fit(
+        shape, per_epoch, values.get("a", 0.0), values.get("b", 0.0), values.get("c", 0.0), None, n0
+    )
     dof = len(u) - len(columns)
     if dof > 0:
         residual = fitted.node_seconds(nodes, ranks_per_node) - u
-        fitted = Fit(shape, per_epoch, fitted.a, fitted.b, fitted.c,
-                     float(math.sqrt(float(residual @ residual) / dof) / float(np.mean(u))), n0)
+        fitted = Fit(
+            shape,
+            per_epoch,
+            fitted.a,
+            fitted.b,
+            fitted.c,
+            float(math.sqrt(float(residual @ residual) / dof) / float(np.mean(u))),
+            n0,
+        )
     return fitted
 
 
-def fit_model(nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_per_node: int) -> Model:
+def fit_model(
+    nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_per_node: int
+) -> Model:
     """The model of one series from its measured epoch times (the repeats of each node count).
     Refuses fewer than two node counts: one count says nothing about how the overhead grows."""
     if len(nodes) != len(seconds) or len(set(nodes)) != len(nodes):
-        raise KitError("fit_model takes each node count once, with its repeats",
-                       fix="group the runs by node count")
+        raise KitError(
+            "fit_model takes each node count once, with its repeats",
+            fix="group the runs by node count",
+        )
     order = sorted(range(len(nodes)), key=lambda i: nodes[i])
     counts = np.array([nodes[i] for i in order], float)
     repeats = [np.asarray(seconds[i], float) for i in order]
-    if any(len(r) == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0) or np.any(r > MAX_SECONDS) for r in repeats):
-        raise KitError(f"fit_model: every node count needs epoch times from above 0 to {MAX_SECONDS:g} s",
-                       fix="leave "
-                       "out the results whose epoch time is outside")
+    if any(
+        len(r) == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0) or np.any(r > MAX_SECONDS)
+        for r in repeats
+    ):
+        raise KitError(
+            f"fit_model: every node count needs epoch times from above 0 to {MAX_SECONDS:g} s",
+            fix="leave out the results whose epoch time is outside",
+        )
     if len(counts) < 2:
-        raise KitError(f"one node count ({int(counts[0]) if len(counts) else 'none'}) cannot show how the overhead "
-                       "grows",
-                       fix="measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 "
-                       "--repeats 3), better three")
+        raise KitError(
+            f"one node count ({int(counts[0]) if len(counts) else 'none'}) cannot show how the overhead "
+            "grows",
+            fix="measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 "
+            "--repeats 3), better three",
+        )
     medians = np.array([np.median(r) for r in repeats])
     u = counts * medians
     spread = max(float((r.max() - r.min()) / np.median(r)) for r in repeats)
     fits = [fit_shape(s, counts, ranks_per_node, u) for s in SHAPES]
-    if len(counts) >= 3:  # a per-epoch cost grows linearly in N: only where it halves the best residual
+    if (
+        len(counts) >= 3
+    ):  # a per-epoch cost grows linearly in N: only where it halves the best residual
         plain = min(f.error for f in fits)
-        trial = [FLAT, *(SHAPES if len(counts) >= 4 else ())]  # alone from 3 counts, with a shape from 4
-        fits += [f for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in trial)
-                 if f.error < PER_EPOCH_GAIN * plain]
+        trial = [
+            FLAT,
+            *(SHAPES if len(counts) >= 4 else ()),
+        ]  # alone from 3 counts, with a shape from 4
+        fits += [
+            f
+            for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in trial)
+            if f.error < PER_EPOCH_GAIN * plain
+        ]
     if len(counts) == 2:
         best = next(f for f in fits if f.shape == TWO_COUNT_SHAPE)
         kept = tuple(fits)
@@ -166,8 +212,15 @@ def fit_model(nodes: Sequence[int], seconds: Sequence[Sequence[float]], ranks_pe
         best = min(fits, key=lambda f: (f.error, f.per_epoch))
         reach = max(KEEP_FACTOR * best.error, KEEP_FLOOR, spread / 2)
         kept = tuple(f for f in fits if f.error <= reach)
-    return Model(ranks_per_node, tuple(int(n) for n in counts), tuple(float(v) for v in u), spread,
-                 tuple(fits), best, kept)
+    return Model(
+        ranks_per_node,
+        tuple(int(n) for n in counts),
+        tuple(float(v) for v in u),
+        spread,
+        tuple(fits),
+        best,
+        kept,
+    )
 
 
 def next_count(model: Model, target: int, candidates: Sequence[int]) -> tuple[int, float] | None:

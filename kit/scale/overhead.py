@@ -5,6 +5,7 @@ extremes of the repeats (fastest container vs slowest bare .. slowest container 
 it is as wide as the runs' own spread. Memory both ways: the largest rank's peak RSS and the lowest
 MemAvailable a node had at an epoch's end (medians over the repeats).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -30,12 +31,18 @@ class Overhead:
 
     @property
     def percent(self) -> float:
-        return 100 * (self.inside.seconds_per_epoch - self.bare.seconds_per_epoch) / self.bare.seconds_per_epoch
+        return (
+            100
+            * (self.inside.seconds_per_epoch - self.bare.seconds_per_epoch)
+            / self.bare.seconds_per_epoch
+        )
 
     @property
     def percent_range(self) -> tuple[float, float]:
-        return (100 * (self.inside.seconds_min - self.bare.seconds_max) / self.bare.seconds_max,
-                100 * (self.inside.seconds_max - self.bare.seconds_min) / self.bare.seconds_min)
+        return (
+            100 * (self.inside.seconds_min - self.bare.seconds_max) / self.bare.seconds_max,
+            100 * (self.inside.seconds_max - self.bare.seconds_min) / self.bare.seconds_min,
+        )
 
     def peak_rss_bytes(self) -> tuple[float | None, float | None]:
         """(container, bare) medians of the largest rank's peak RSS."""
@@ -43,7 +50,9 @@ class Overhead:
 
     def memory_available_bytes(self) -> tuple[float | None, float | None]:
         """(container, bare) medians of the lowest MemAvailable at an epoch's end."""
-        return _memory(self.inside, "memory_available_bytes"), _memory(self.bare, "memory_available_bytes")
+        return _memory(self.inside, "memory_available_bytes"), _memory(
+            self.bare, "memory_available_bytes"
+        )
 
 
 def _memory(row: Row, field: str) -> float | None:
@@ -61,6 +70,9 @@ def container_overhead(series: dict[Series, Sequence[Row]]) -> list[Overhead]:
         if match is None:
             continue
         by_nodes = {row.nodes: row for row in match}
-        out += [Overhead(key.layout, key, row.nodes, row, by_nodes[row.nodes]) for row in rows
-                if row.nodes in by_nodes]
+        out += [
+            Overhead(key.layout, key, row.nodes, row, by_nodes[row.nodes])
+            for row in rows
+            if row.nodes in by_nodes
+        ]
     return out

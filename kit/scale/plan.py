@@ -1,4 +1,5 @@
 """A sweep over nodes x ranks per node x threads per rank, written once as DIR/plan.yaml."""
+
 from __future__ import annotations
 
 import itertools
@@ -42,10 +43,21 @@ class Plan:
         return read_pair_file(self.pair, site) if self.pair else None
 
 
-def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], threads: list[int] | None,
-              walltime: str, *, image: str | None = None, python: str = "python3",
-              train_args: tuple[str, ...] = (), partition: str | None = None,
-              account: str | None = None, repeats: int = 1, validate: bool = False) -> Plan:
+def make_plan(
+    site: Site | str,
+    nodes: list[int],
+    ranks_per_node: list[int],
+    threads: list[int] | None,
+    walltime: str,
+    *,
+    image: str | None = None,
+    python: str = "python3",
+    train_args: tuple[str, ...] = (),
+    partition: str | None = None,
+    account: str | None = None,
+    repeats: int = 1,
+    validate: bool = False,
+) -> Plan:
     """The cartesian sweep; combinations the site cannot run are kept aside with the reason.
     ``threads`` None gives each layout one thread per physical core. ``repeats`` > 1 plans each
     run that many times (the report shows their median and spread). ``validate``: each job also
@@ -54,10 +66,11 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     if not 1 <= repeats <= 100:
         raise KitError(f"--repeats {repeats}: give 1..100 runs of each combination")
     if validate and validation_data(tuple(train_args)) is None:
-        raise KitError("--validate: the training arguments name no --data, --validation-data or --synthetic-dir, "
-                       "so gan3d validate would have no showers to compare the generator with",
-                       fix="give --data FILES "
-                       "after --")
+        raise KitError(
+            "--validate: the training arguments name no --data, --validation-data or --synthetic-dir, "
+            "so gan3d validate would have no showers to compare the generator with",
+            fix="give --data FILES after --",
+        )
     site = load_site(site)
     if site.path is None:
         raise KitError(f"site {site.name}: a plan needs a site config file")
@@ -67,36 +80,62 @@ def make_plan(site: Site | str, nodes: list[int], ranks_per_node: list[int], thr
     runs, refused = [], []
     for n, r in itertools.product(sorted(set(nodes)), sorted(set(ranks_per_node))):
         for t in sorted(set(threads)) if threads else [default_threads(site, r)]:
-            spec = RunSpec(run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account, validate)
+            spec = RunSpec(
+                run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account, validate
+            )
             try:
                 check_run(site, spec)
             except KitError as exc:
-                refused.append({"nodes": n, "ranks_per_node": r, "threads_per_rank": t, "reason": str(exc)})
+                refused.append(
+                    {"nodes": n, "ranks_per_node": r, "threads_per_rank": t, "reason": str(exc)}
+                )
                 continue
-            runs += [spec] if repeats == 1 else [replace(spec, run_id=run_id(n, r, t, i))
-                                                 for i in range(1, repeats + 1)]
+            runs += (
+                [spec]
+                if repeats == 1
+                else [replace(spec, run_id=run_id(n, r, t, i)) for i in range(1, repeats + 1)]
+            )
     if not runs:
         reasons = "; ".join(sorted({r["reason"] for r in refused}))
         raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")
     shared = matching(tuple(train_args), PER_RUN_FLAGS)
     if shared and len(runs) > 1:
-        raise KitError(f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
-                       "directory at once",
-                       fix="leave them out of the sweep (or plan one run per directory)")
-    return Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, tuple(train_args), refused, validate)
+        raise KitError(
+            f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
+            "directory at once",
+            fix="leave them out of the sweep (or plan one run per directory)",
+        )
+    return Plan(
+        str(Path(site.path).resolve()),
+        walltime,
+        runs,
+        pair,
+        python,
+        tuple(train_args),
+        refused,
+        validate,
+    )
 
 
-CALIBRATION_FACTORS = (1, 2, 8)  # n0, 2n0, 8n0: three counts, far enough apart to tell predict's shapes apart
+CALIBRATION_FACTORS = (
+    1,
+    2,
+    8,
+)  # n0, 2n0, 8n0: three counts, far enough apart to tell predict's shapes apart
 CALIBRATION_REPEATS = 3
-CALIBRATION_STEPS = 20  # optimizer steps per epoch of a calibration run (the report scales to a full epoch)
+CALIBRATION_STEPS = (
+    20  # optimizer steps per epoch of a calibration run (the report scales to a full epoch)
+)
 
 
 def calibration_nodes(n0: int, max_nodes: int) -> list[int]:
     """The node counts kit scale predict needs: n0, 2n0 and 8n0 (4n0 where the site holds fewer)."""
     if 2 * n0 > max_nodes:
-        raise KitError(f"--calibrate --nodes {n0}: a calibration needs {n0} and {2 * n0} nodes, the site allows "
-                       f"1..{max_nodes} (scheduler.max_nodes)",
-                       fix="a smaller --nodes")
+        raise KitError(
+            f"--calibrate --nodes {n0}: a calibration needs {n0} and {2 * n0} nodes, the site allows "
+            f"1..{max_nodes} (scheduler.max_nodes)",
+            fix="a smaller --nodes",
+        )
     top = next((n0 * f for f in (8, 4) if n0 * f <= max_nodes), None)
     return [n0, 2 * n0] + ([top] if top else [])
 
@@ -108,10 +147,16 @@ def calibration_train_args(train_args: tuple[str, ...]) -> tuple[tuple[str, ...]
     words = {a.split("=")[0] for a in args}
     if "--epochs" in words:
         i = next(i for i, a in enumerate(args) if a.split("=")[0] == "--epochs")
-        value = args[i].split("=", 1)[1] if "=" in args[i] else (args[i + 1] if i + 1 < len(args) else "")
+        value = (
+            args[i].split("=", 1)[1]
+            if "=" in args[i]
+            else (args[i + 1] if i + 1 < len(args) else "")
+        )
         if value == "1":
-            raise KitError("--calibrate with --epochs 1: that epoch traces the step and is no measure of an epoch",
-                           fix="--epochs 2 or more")
+            raise KitError(
+                "--calibrate with --epochs 1: that epoch traces the step and is no measure of an epoch",
+                fix="--epochs 2 or more",
+            )
     else:
         args += ["--epochs", "2"]
         added.append("--epochs 2")
@@ -127,32 +172,57 @@ def node_hours_bound(plan: Plan) -> float:
 
 
 def write_plan(plan: Plan, sweep_dir: Path) -> Path:
-    """DIR/plan.yaml; an existing plan with other runs is not overwritten (its jobs may be queued)."""
+    """DIR/plan.yaml; an existing plan with other runs is not overwritten (its jobs may be
+    queued).
+    """
     path = sweep_dir / PLAN_NAME
     if path.exists() and load_plan(sweep_dir) != plan:
-        raise KitError(f"{path} exists with another plan",
-                       fix="use a new directory, or remove it if none "
-                       "of its jobs matter")
+        raise KitError(
+            f"{path} exists with another plan",
+            fix="use a new directory, or remove it if none of its jobs matter",
+        )
     site = plan.load_site()  # the first run rendered now: a run dir the jobs cannot use fails here
-    render(site, check_run(site, plan.runs[0]), RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),
-           plan.pair_file(site), plan.python)
-    doc = {"kit_plan": PLAN_FORMAT, "site": plan.site, "pair": plan.pair, "python": plan.python,
-           "walltime": plan.walltime, "train_args": list(plan.train_args), "validate": plan.validate,
-           "runs": [{k: v for k, v in asdict(r).items() if k not in ("walltime", "train_args", "validate")}
-                    for r in plan.runs],
-           "refused": plan.refused}
+    render(
+        site,
+        check_run(site, plan.runs[0]),
+        RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),
+        plan.pair_file(site),
+        plan.python,
+    )
+    doc = {
+        "kit_plan": PLAN_FORMAT,
+        "site": plan.site,
+        "pair": plan.pair,
+        "python": plan.python,
+        "walltime": plan.walltime,
+        "train_args": list(plan.train_args),
+        "validate": plan.validate,
+        "runs": [
+            {k: v for k, v in asdict(r).items() if k not in ("walltime", "train_args", "validate")}
+            for r in plan.runs
+        ],
+        "refused": plan.refused,
+    }
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False, width=110))
     return path
 
 
 def load_plan(sweep_dir: Path) -> Plan:
-    """DIR/plan.yaml as kit scale plan wrote it; anything else is one line naming the line and key."""
+    """DIR/plan.yaml as kit scale plan wrote it; anything else is one line naming the line and
+    key.
+    """
     path = sweep_dir / PLAN_NAME
     fix = f"fix: restore the plan.yaml kit scale plan wrote, or plan again with kit scale plan --dir {sweep_dir}"
-    doc = load_tagged(path, "sweep plan", "kit_plan", PLAN_FORMAT, fix,
-                      missing=f"no plan here; fix: kit scale plan --dir {sweep_dir} ...",
-                      wrote="a plan kit scale plan wrote")
+    doc = load_tagged(
+        path,
+        "sweep plan",
+        "kit_plan",
+        PLAN_FORMAT,
+        fix,
+        missing=f"no plan here; fix: kit scale plan --dir {sweep_dir} ...",
+        wrote="a plan kit scale plan wrote",
+    )
     plan = doc.value
 
     def need(value: Any, ok: bool, expected: str, *key: str | int) -> Any:
@@ -163,36 +233,80 @@ def load_plan(sweep_dir: Path) -> Plan:
         return value
 
     def text(value: Any, *key: str | int, nullable: bool = False) -> str | None:
-        return need(value, isinstance(value, str) or (nullable and value is None),
-                    "a string" + (" or null" if nullable else ""), *key)
+        return need(
+            value,
+            isinstance(value, str) or (nullable and value is None),
+            "a string" + (" or null" if nullable else ""),
+            *key,
+        )
 
     def count(value: Any, *key: str | int) -> int:
-        return need(value, isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10**9,
-                    "a whole number >= 1", *key)
+        return need(
+            value,
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10**9,
+            "a whole number >= 1",
+            *key,
+        )
 
-    args = need(plan.get("train_args", _MISSING), isinstance(plan.get("train_args"), list), "a list of strings",
-                "train_args")
+    args = need(
+        plan.get("train_args", _MISSING),
+        isinstance(plan.get("train_args"), list),
+        "a list of strings",
+        "train_args",
+    )
     train_args = tuple(text(a, "train_args", i) for i, a in enumerate(args))
     walltime = text(plan.get("walltime", _MISSING), "walltime")
-    validate = need(plan.get("validate", False), isinstance(plan.get("validate", False), bool), "true or false",
-                    "validate")  # absent in plans from before --validate
-    runs_doc = need(plan.get("runs", _MISSING), isinstance(plan.get("runs"), list) and bool(plan.get("runs")),
-                    "a list of runs", "runs")
+    validate = need(
+        plan.get("validate", False),
+        isinstance(plan.get("validate", False), bool),
+        "true or false",
+        "validate",
+    )  # absent in plans from before --validate
+    runs_doc = need(
+        plan.get("runs", _MISSING),
+        isinstance(plan.get("runs"), list) and bool(plan.get("runs")),
+        "a list of runs",
+        "runs",
+    )
     runs = []
     for i, r in enumerate(runs_doc):
         need(r, isinstance(r, dict), "a mapping", "runs", i)
         name = r.get("run_id", _MISSING)  # names the run's files: never a path out of DIR
-        need(name, isinstance(name, str) and RUN_ID_RE.fullmatch(name) is not None,
-             "a run id (letters, digits, '.', '_', '-', at most 64)", "runs", i, "run_id")
-        runs.append(RunSpec(name,
-                            *(count(r.get(k, _MISSING), "runs", i, k) for k in ("nodes", "ranks_per_node",
-                                                                                "threads_per_rank")),
-                            walltime, train_args, text(r.get("partition"), "runs", i, "partition", nullable=True),
-                            text(r.get("account"), "runs", i, "account", nullable=True), validate))
-    refused = need(plan.get("refused") or [], isinstance(plan.get("refused") or [], list), "a list", "refused")
-    return Plan(text(plan.get("site", _MISSING), "site"), walltime, runs,
-                text(plan.get("pair"), "pair", nullable=True), text(plan.get("python", _MISSING), "python"),
-                train_args, list(refused), validate)
+        need(
+            name,
+            isinstance(name, str) and RUN_ID_RE.fullmatch(name) is not None,
+            "a run id (letters, digits, '.', '_', '-', at most 64)",
+            "runs",
+            i,
+            "run_id",
+        )
+        runs.append(
+            RunSpec(
+                name,
+                *(
+                    count(r.get(k, _MISSING), "runs", i, k)
+                    for k in ("nodes", "ranks_per_node", "threads_per_rank")
+                ),
+                walltime,
+                train_args,
+                text(r.get("partition"), "runs", i, "partition", nullable=True),
+                text(r.get("account"), "runs", i, "account", nullable=True),
+                validate,
+            )
+        )
+    refused = need(
+        plan.get("refused") or [], isinstance(plan.get("refused") or [], list), "a list", "refused"
+    )
+    return Plan(
+        text(plan.get("site", _MISSING), "site"),
+        walltime,
+        runs,
+        text(plan.get("pair"), "pair", nullable=True),
+        text(plan.get("python", _MISSING), "python"),
+        train_args,
+        list(refused),
+        validate,
+    )
 
 
 _MISSING = object()

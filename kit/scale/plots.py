@@ -1,6 +1,7 @@
 """The report's figures: the paper's Figures 1-2 (time per epoch, measured vs linear), efficiency, FLOP
 rate, and container vs bare; throughput, losses and physics (kit.scale.curves). Error bars are the
 repeats' min-max around their median."""
+
 from __future__ import annotations
 
 import io
@@ -14,13 +15,19 @@ if TYPE_CHECKING:
     from kit.scale.report import Row
 
 
-def plots(series: dict[Series, list[Row]], overheads: list[Overhead], ref: Reference | None) -> dict[str, bytes]:
+def plots(
+    series: dict[Series, list[Row]], overheads: list[Overhead], ref: Reference | None
+) -> dict[str, bytes]:
     """PNG bytes by file name; container_overhead.png only when some layout ran both ways."""
     from matplotlib.figure import Figure
 
     from kit.scale.report import comparable_with_paper, flop_unit
 
-    time_fig, eff_fig, flop_fig = Figure(figsize=(7, 4.5)), Figure(figsize=(7, 4.5)), Figure(figsize=(16, 4.5))
+    time_fig, eff_fig, flop_fig = (
+        Figure(figsize=(7, 4.5)),
+        Figure(figsize=(7, 4.5)),
+        Figure(figsize=(16, 4.5)),
+    )
     t_ax, e_ax = time_fig.subplots(), eff_fig.subplots()
     p_ax, c_ax, f_ax = flop_fig.subplots(1, 3)
     denominators: set[str] = set()
@@ -30,22 +37,52 @@ def plots(series: dict[Series, list[Row]], overheads: list[Overhead], ref: Refer
         style, name, nodes = {"color": f"C{i % 10}"}, key.name, [r.nodes for r in rows]
         nodes_seen.update(nodes)
         median = [r.seconds_per_epoch for r in rows]
-        spread = [[m - r.seconds_min for m, r in zip(median, rows)], [r.seconds_max - m for m, r in zip(median, rows)]]
-        t_ax.errorbar(nodes, median, yerr=spread, fmt="o-", capsize=3, label=f"{name} measured", **style)
+        spread = [
+            [m - r.seconds_min for m, r in zip(median, rows)],
+            [r.seconds_max - m for m, r in zip(median, rows)],
+        ]
+        t_ax.errorbar(
+            nodes, median, yerr=spread, fmt="o-", capsize=3, label=f"{name} measured", **style
+        )
         t_ax.plot(nodes, [r.linear_seconds for r in rows], ":", label=f"{name} linear", **style)
         if len(rows) > 1:
             eff = [r.efficiency_percent for r in rows[1:]]
             ranges = [r.efficiency_range for r in rows[1:]]
-            e_ax.errorbar(nodes[1:], eff, yerr=[[e - lo for e, (lo, _) in zip(eff, ranges)],
-                                                [hi - e for e, (_, hi) in zip(eff, ranges)]],
-                          fmt="o-", capsize=3, label=name, **style)
+            e_ax.errorbar(
+                nodes[1:],
+                eff,
+                yerr=[
+                    [e - lo for e, (lo, _) in zip(eff, ranges)],
+                    [hi - e for e, (_, hi) in zip(eff, ranges)],
+                ],
+                fmt="o-",
+                capsize=3,
+                label=name,
+                **style,
+            )
         p_ax.plot(nodes, [r.flop_per_second / scale for r in rows], "o-", label=name, **style)
-        for denominator in dict.fromkeys(r.percent_of_peak_denominator for r in rows if r.percent_of_peak is not None):
+        for denominator in dict.fromkeys(
+            r.percent_of_peak_denominator for r in rows if r.percent_of_peak is not None
+        ):
             denominators.add(denominator)  # one line per denominator, named in the legend
-            c_ax.plot(*zip(*[(r.nodes, r.percent_of_peak) for r in rows if r.percent_of_peak is not None
-                             and r.percent_of_peak_denominator == denominator]), "o-",
-                      label=f"{name}, of {denominator}", **style)
-        paper = [(r.nodes, r.percent_of_peak_fp64_max_clock) for r in rows if r.percent_of_peak_fp64_max_clock is not None]
+            c_ax.plot(
+                *zip(
+                    *[
+                        (r.nodes, r.percent_of_peak)
+                        for r in rows
+                        if r.percent_of_peak is not None
+                        and r.percent_of_peak_denominator == denominator
+                    ]
+                ),
+                "o-",
+                label=f"{name}, of {denominator}",
+                **style,
+            )
+        paper = [
+            (r.nodes, r.percent_of_peak_fp64_max_clock)
+            for r in rows
+            if r.percent_of_peak_fp64_max_clock is not None
+        ]
         if paper:
             f_ax.plot(*zip(*paper), "o-", label=name, **style)
     if isinstance(ref, PaperTable) and ref.seconds_per_epoch:
@@ -56,24 +93,42 @@ def plots(series: dict[Series, list[Row]], overheads: list[Overhead], ref: Refer
         e_ax.plot(ref.nodes[1:], ref.efficiency_percent[1:], "k--", label=ref.label)
         nodes_seen.update(ref.nodes)
     elif isinstance(ref, PaperTable):
-        p_ax.plot(ref.nodes, [p * 1e15 / scale for p in ref.pflop_per_second], "k--", label=ref.label)
+        p_ax.plot(
+            ref.nodes, [p * 1e15 / scale for p in ref.pflop_per_second], "k--", label=ref.label
+        )
         f_ax.plot(ref.nodes, ref.percent_of_peak, "k--", label=ref.label)
         nodes_seen.update(ref.nodes)
     if not e_ax.lines:
         _say(e_ax, "needs two node counts in a series", y=0.5)
     ticks = sorted(nodes_seen)
-    node_axis(t_ax, "time per epoch (s, wall clock)", "Time per epoch: measured (median, min-max) vs linear", ticks,
-            log_y=True)
+    node_axis(
+        t_ax,
+        "time per epoch (s, wall clock)",
+        "Time per epoch: measured (median, min-max) vs linear",
+        ticks,
+        log_y=True,
+    )
     node_axis(e_ax, "scaling efficiency (%)", "Scaling efficiency: linear / measured time", ticks)
     node_axis(p_ax, f"achieved {unit}", "Achieved FLOP rate", ticks, log_y=True)
-    node_axis(c_ax, {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
-        len(denominators), "% of peak: denominators differ, see legend"), "% of peak, each of its named denominator",
-        ticks)
+    node_axis(
+        c_ax,
+        {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
+            len(denominators), "% of peak: denominators differ, see legend"
+        ),
+        "% of peak, each of its named denominator",
+        ticks,
+    )
     node_axis(f_ax, "% of FP64 peak at max clock", "The paper's convention (its Table 7)", ticks)
-    out = {"time_per_epoch.png": png(time_fig), "efficiency.png": png(eff_fig), "flops.png": png(flop_fig),
-           **curve_plots(series)}
+    out = {
+        "time_per_epoch.png": png(time_fig),
+        "efficiency.png": png(eff_fig),
+        "flops.png": png(flop_fig),
+        **curve_plots(series),
+    }
     if overheads:
-        out["container_overhead.png"] = _overhead_plot(overheads, ref if isinstance(ref, OverheadTable) else None)
+        out["container_overhead.png"] = _overhead_plot(
+            overheads, ref if isinstance(ref, OverheadTable) else None
+        )
     return out
 
 
@@ -89,8 +144,12 @@ def curve_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
     names = curves.run_names(runs)
     for i, run in enumerate(runs):
         if run.losses:
-            out[f"losses/{names[i]}.png"] = png(curves.loss_figure(
-                run, f"{names[i]}: {run.nodes} node(s), global batch {run.global_batch} ({run.series.name})"))
+            out[f"losses/{names[i]}.png"] = png(
+                curves.loss_figure(
+                    run,
+                    f"{names[i]}: {run.nodes} node(s), global batch {run.global_batch} ({run.series.name})",
+                )
+            )
     physics = curves.physics_figure(series)
     if physics is not None:
         out["physics.png"] = png(physics)
@@ -98,22 +157,40 @@ def curve_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
 
 
 def _overhead_plot(overheads: list[Overhead], ref: OverheadTable | None) -> bytes:
-    """One bar per layout and node count: the median overhead, the repeats' range as its error bar."""
+    """One bar per layout and node count: the median overhead, the repeats' range as its error
+    bar.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(max(6.0, 1.2 * len(overheads) + 2), 4.5))
     ax = fig.subplots()
-    labels = [f"{o.layout.ranks_per_node}x{o.layout.threads_per_rank}/b{o.layout.batch_per_rank}\n"
-              f"{o.layout.preset or '?'}, {o.nodes} node{'s' if o.nodes > 1 else ''}" for o in overheads]
+    labels = [
+        f"{o.layout.ranks_per_node}x{o.layout.threads_per_rank}/b{o.layout.batch_per_rank}\n"
+        f"{o.layout.preset or '?'}, {o.nodes} node{'s' if o.nodes > 1 else ''}"
+        for o in overheads
+    ]
     values = [o.percent for o in overheads]
-    errors = [[v - o.percent_range[0] for v, o in zip(values, overheads)],
-              [o.percent_range[1] - v for v, o in zip(values, overheads)]]
-    ax.bar(range(len(values)), values, yerr=errors, capsize=4, color="C0", label="measured (median, range)")
+    errors = [
+        [v - o.percent_range[0] for v, o in zip(values, overheads)],
+        [o.percent_range[1] - v for v, o in zip(values, overheads)],
+    ]
+    ax.bar(
+        range(len(values)),
+        values,
+        yerr=errors,
+        capsize=4,
+        color="C0",
+        label="measured (median, range)",
+    )
     ax.set_xticks(range(len(values)), labels, fontsize="small")
     ax.axhline(0, color="black", linewidth=0.8)
     if ref is not None:
-        for (bench, percent), style in zip(zip(ref.benchmarks, ref.overhead_percent()), ("--", ":")):
-            ax.axhline(percent, color="k", linestyle=style, label=f"{ref.label.split(' (')[0]}: {bench}")
+        for (bench, percent), style in zip(
+            zip(ref.benchmarks, ref.overhead_percent()), ("--", ":")
+        ):
+            ax.axhline(
+                percent, color="k", linestyle=style, label=f"{ref.label.split(' (')[0]}: {bench}"
+            )
     ax.set_ylabel("container overhead (% of bare time per epoch)")
     ax.set_title("Container vs bare: (container - bare) / bare wall epoch")
     ax.grid(True, axis="y", alpha=0.3)
@@ -122,14 +199,25 @@ def _overhead_plot(overheads: list[Overhead], ref: OverheadTable | None) -> byte
 
 
 def _say(ax, text: str, y: float) -> None:
-    ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize="small", color="0.3")
+    ax.text(
+        0.5,
+        y,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize="small",
+        color="0.3",
+    )
 
 
 def node_axis(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(ticks))  # node counts are whole numbers: the ones measured
+    ax.xaxis.set_major_locator(
+        FixedLocator(ticks)
+    )  # node counts are whole numbers: the ones measured
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(ScalarFormatter())
     if len(ticks) == 1:
@@ -151,7 +239,9 @@ def png(fig) -> bytes:
     return buf.getvalue()
 
 
-def prediction_plot(predictions: list, unseen: dict[str, list[tuple[int, float]]] | None = None) -> bytes:
+def prediction_plot(
+    predictions: list, unseen: dict[str, list[tuple[int, float]]] | None = None
+) -> bytes:
     """kit scale predict: per series, time per epoch and efficiency vs nodes, the estimate as a line
     with its band shaded, the measured runs as points (every repeat) and, for a backtest, the rows
     the model did not see as crosses."""
@@ -172,16 +262,39 @@ def prediction_plot(predictions: list, unseen: dict[str, list[tuple[int, float]]
         t_ax.plot(grid, est, "-", label=f"{cal.label}: {model.best.name}", **style)
         t_ax.fill_between(grid, band[:, 0], band[:, 1], alpha=0.2, **style)
         e_ax.plot(grid, 100 * base / (grid * est), "-", label=cal.label, **style)
-        e_ax.fill_between(grid, 100 * base / (grid * band[:, 1]), 100 * base / (grid * band[:, 0]), alpha=0.2, **style)
+        e_ax.fill_between(
+            grid,
+            100 * base / (grid * band[:, 1]),
+            100 * base / (grid * band[:, 0]),
+            alpha=0.2,
+            **style,
+        )
         points = [(n, s) for n, runs in zip(cal.nodes, cal.seconds) for s in runs]
         t_ax.plot(*zip(*points), "o", label=f"{cal.label}: measured", **style)
         e_ax.plot([n for n, _ in points], [100 * base / (n * s) for n, s in points], "o", **style)
         later = (unseen or {}).get(cal.label)
         if later:
-            t_ax.plot(*zip(*later), "x", markersize=8, label=f"{cal.label}: not used in the fit", **style)
-            e_ax.plot([n for n, _ in later], [100 * base / (n * s) for n, s in later], "x", markersize=8, **style)
-    node_axis(t_ax, "time per epoch (s, wall clock)", "Predicted time per epoch (band shaded) and measured runs",
-              sorted(ticks), log_y=True)
-    node_axis(e_ax, "scaling efficiency (%)", "Predicted scaling efficiency vs the smallest measured count",
-              sorted(ticks))
+            t_ax.plot(
+                *zip(*later), "x", markersize=8, label=f"{cal.label}: not used in the fit", **style
+            )
+            e_ax.plot(
+                [n for n, _ in later],
+                [100 * base / (n * s) for n, s in later],
+                "x",
+                markersize=8,
+                **style,
+            )
+    node_axis(
+        t_ax,
+        "time per epoch (s, wall clock)",
+        "Predicted time per epoch (band shaded) and measured runs",
+        sorted(ticks),
+        log_y=True,
+    )
+    node_axis(
+        e_ax,
+        "scaling efficiency (%)",
+        "Predicted scaling efficiency vs the smallest measured count",
+        sorted(ticks),
+    )
     return png(fig)

@@ -5,6 +5,7 @@ preset, epoch size, container and precision); each series with two or more node 
 own model (kit.scale.model) and a forecast per asked node count. `backtest` fits the same model on
 the first rows of a paper table and sets its forecast beside the rows it did not see.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,10 @@ POOR_FIT = 0.10  # a best fit whose residual is above 10% of the node-seconds is
 MAX_TARGETS = 64
 # Rows of the paper's tables no model of the first rows can reach, and why (docs/benchmarks.md).
 ANOMALIES = {
-    ("table4", 768): "printed with 1,024-node values: 3.94 s would be 120% efficient at 768 nodes (paper notes)",
+    (
+        "table4",
+        768,
+    ): "printed with 1,024-node values: 3.94 s would be 120% efficient at 768 nodes (paper notes)",
     ("table3", 512): "container MPICH's late breakdown (efficiency 83% at 64 nodes, 62.5% at 512)",
 }
 
@@ -44,7 +48,9 @@ class Calibration:
     seconds: tuple[tuple[float, ...], ...]  # the repeats' wall epochs at each count
     events_per_epoch: int | None
     batch_per_rank: int | None
-    flop_per_shower: float | None = None  # model FLOP of one shower's training (results: FLOP/s / showers/s)
+    flop_per_shower: float | None = (
+        None  # model FLOP of one shower's training (results: FLOP/s / showers/s)
+    )
     node_peak: float | None = None  # FLOP/s of one node, of `peak_denominator`
     peak_denominator: str | None = None
     stack: str | None = None  # the MPI library, fabric and Horovod settings the runs share
@@ -85,29 +91,39 @@ class Prediction:
 
 def check_targets(targets: Sequence[int]) -> tuple[int, ...]:
     if not targets or len(targets) > MAX_TARGETS or not all(1 <= n <= MAX_NODES for n in targets):
-        raise KitError(f"--nodes {','.join(map(str, targets))}: give 1..{MAX_TARGETS} node counts from 1 to "
-                       f"{MAX_NODES:,}")
+        raise KitError(
+            f"--nodes {','.join(map(str, targets))}: give 1..{MAX_TARGETS} node counts from 1 to "
+            f"{MAX_NODES:,}"
+        )
     return tuple(sorted(set(targets)))
 
 
-def predict(cal: Calibration, targets: Sequence[int] | None = None, epochs: int | None = None) -> Prediction:
+def predict(
+    cal: Calibration, targets: Sequence[int] | None = None, epochs: int | None = None
+) -> Prediction:
     """The forecasts of one calibration at `targets` (default: 4x, 16x and 64x the largest measured
     count); `epochs` adds the node-hours of that many epochs."""
     model = fit_model(cal.nodes, cal.seconds, cal.ranks_per_node)
     top = cal.nodes[-1]
     targets = check_targets(targets or [top * 4, top * 16, top * 64])
     if targets[0] < cal.nodes[0]:
-        raise KitError(f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); the model knows "
-                       "how the overhead grows above it",
-                       fix="forecast from it up, or measure the smaller count")
+        raise KitError(
+            f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); the model knows "
+            "how the overhead grows above it",
+            fix="forecast from it up, or measure the smaller count",
+        )
     for n in targets:
         if model.band(n)[0] <= 0:
-            raise KitError(f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: the node-seconds grow from "
-                           f"{cal.nodes[0]} node(s) faster than any overhead shape can follow",
-                           fix="check the "
-                           f"{cal.nodes[0]}-node runs (kit scale report shows each run's epoch time)")
+            raise KitError(
+                f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: the node-seconds grow from "
+                f"{cal.nodes[0]} node(s) faster than any overhead shape can follow",
+                fix="check the "
+                f"{cal.nodes[0]}-node runs (kit scale report shows each run's epoch time)",
+            )
     forecasts = tuple(_forecast(cal, model, n, epochs) for n in targets)
-    return Prediction(cal, model, forecasts, _warnings(cal, model, forecasts), _suggestion(model, targets))
+    return Prediction(
+        cal, model, forecasts, _warnings(cal, model, forecasts), _suggestion(model, targets)
+    )
 
 
 def _forecast(cal: Calibration, model: Model, nodes: int, epochs: int | None) -> Forecast:
@@ -116,47 +132,82 @@ def _forecast(cal: Calibration, model: Model, nodes: int, epochs: int | None) ->
     showers = cal.events_per_epoch / seconds if cal.events_per_epoch else None
     flops = showers * cal.flop_per_shower if showers and cal.flop_per_shower else None
     ranks = nodes * cal.ranks_per_node
-    steps = (cal.events_per_epoch // ranks) // cal.batch_per_rank if cal.events_per_epoch and cal.batch_per_rank \
+    steps = (
+        (cal.events_per_epoch // ranks) // cal.batch_per_rank
+        if cal.events_per_epoch and cal.batch_per_rank
         else None
+    )
     hours = nodes * seconds / 3600
     efficiency = (100 * base / (nodes * high), 100 * base / (nodes * low))
     peak = 100 * flops / (nodes * cal.node_peak) if flops and cal.node_peak else None
-    return Forecast(nodes, seconds, (low, high), 100 * base / (nodes * seconds), efficiency, showers, flops, peak,
-                    steps, cal.batch_per_rank * ranks if cal.batch_per_rank else None, hours,
-                    (nodes * low / 3600, nodes * high / 3600), hours * epochs if epochs else None)
+    return Forecast(
+        nodes,
+        seconds,
+        (low, high),
+        100 * base / (nodes * seconds),
+        efficiency,
+        showers,
+        flops,
+        peak,
+        steps,
+        cal.batch_per_rank * ranks if cal.batch_per_rank else None,
+        hours,
+        (nodes * low / 3600, nodes * high / 3600),
+        hours * epochs if epochs else None,
+    )
 
 
 def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> tuple[str, ...]:
     out = list(cal.notes)
     if model.best.error is not None and model.best.error > POOR_FIT:
-        out.append(f"no shape follows the measurements (the best, {model.best.name}, misses by "
-                   f"{100 * model.best.error:.0f}% of the node-seconds): noisy runs, or a change between them")
+        out.append(
+            f"no shape follows the measurements (the best, {model.best.name}, misses by "
+            f"{100 * model.best.error:.0f}% of the node-seconds): noisy runs, or a change between them"
+        )
     if len(cal.nodes) == 2:
-        out.append(f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, so the estimate is "
-                   "the straggler shape and the band spans all three; measure a third count to choose")
+        out.append(
+            f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, so the estimate is "
+            "the straggler shape and the band spans all three; measure a third count to choose"
+        )
     few = [n for n, s in zip(cal.nodes, cal.seconds) if len(s) < MIN_REPEATS]
     if few:
-        out.append(f"{', '.join(map(str, few))} node(s): one run each, so the band holds no run-to-run spread; "
-                   "fix: kit scale plan --repeats 3")
+        out.append(
+            f"{', '.join(map(str, few))} node(s): one run each, so the band holds no run-to-run spread; "
+            "fix: kit scale plan --repeats 3"
+        )
     far = [f.nodes for f in forecasts if f.nodes > EXTRAPOLATION_WARN * cal.nodes[-1]]
     if far:
-        out.append(f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
-                   f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, the shapes may still miss")
+        out.append(
+            f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
+            f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, the shapes may still miss"
+        )
     if cal.site_max_nodes and forecasts[-1].nodes > cal.site_max_nodes:
-        out.append(f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} node(s): more than "
-                   f"the site's jobs may hold ({cal.site_max_nodes}, scheduler.max_nodes)")
+        out.append(
+            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} node(s): more than "
+            f"the site's jobs may hold ({cal.site_max_nodes}, scheduler.max_nodes)"
+        )
     if cal.island_nodes and cal.nodes[-1] <= cal.island_nodes < forecasts[-1].nodes:
-        out.append(f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.island_nodes)} node(s): more than "
-                   f"one island ({cal.island_nodes} nodes, full bisection only inside one); every run measured fit "
-                   "in one, so the fit has not seen the links between islands")
+        out.append(
+            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.island_nodes)} node(s): more than "
+            f"one island ({cal.island_nodes} nodes, full bisection only inside one); every run measured fit "
+            "in one, so the fit has not seen the links between islands"
+        )
     none = [f.nodes for f in forecasts if f.steps_per_epoch == 0]
     if none:
-        out.append(f"{', '.join(map(str, none))} node(s): the epoch's {cal.events_per_epoch:,} showers are fewer than "
-                   f"ranks x batch {cal.batch_per_rank}: gan3d train refuses such a run")
-    few_steps = [f"{f.nodes} ({f.steps_per_epoch})" for f in forecasts if f.steps_per_epoch and f.steps_per_epoch < FEW_STEPS]
+        out.append(
+            f"{', '.join(map(str, none))} node(s): the epoch's {cal.events_per_epoch:,} showers are fewer than "
+            f"ranks x batch {cal.batch_per_rank}: gan3d train refuses such a run"
+        )
+    few_steps = [
+        f"{f.nodes} ({f.steps_per_epoch})"
+        for f in forecasts
+        if f.steps_per_epoch and f.steps_per_epoch < FEW_STEPS
+    ]
     if few_steps:
-        out.append(f"few steps per epoch at {', '.join(few_steps)} node(s): below {FEW_STEPS}, the costs paid once "
-                   "per epoch (closing all-reduces, data start) weigh more than at the measured counts")
+        out.append(
+            f"few steps per epoch at {', '.join(few_steps)} node(s): below {FEW_STEPS}, the costs paid once "
+            "per epoch (closing all-reduces, data start) weigh more than at the measured counts"
+        )
     return tuple(out)
 
 
@@ -170,46 +221,77 @@ def _suggestion(model: Model, targets: Sequence[int]) -> str | None:
     now = (high - low) / model.seconds(target)
     if found is None or found[1] >= now:
         return None
-    return (f"measure {found[0]} nodes: if it lands on the estimate, the band at {target} nodes narrows "
-            f"from {100 * now:.0f}% to {100 * found[1]:.0f}% of the estimate")
+    return (
+        f"measure {found[0]} nodes: if it lands on the estimate, the band at {target} nodes narrows "
+        f"from {100 * now:.0f}% to {100 * found[1]:.0f}% of the estimate"
+    )
 
 
 def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibration:
     """A series' runs as a calibration. A calibration holds for the stack it was measured on, so
     runs of one series that differ in their MPI library (one vendor, two versions or builds), their
     fabric or provider, or Horovod's fusion and cycle settings are refused."""
-    for what, field in (("MPI libraries", "mpi_library_version"), ("MPI fabrics", "mpi_fabric"),
-                        ("Horovod settings", "horovod_settings")):
+    for what, field in (
+        ("MPI libraries", "mpi_library_version"),
+        ("MPI fabrics", "mpi_fabric"),
+        ("Horovod settings", "horovod_settings"),
+    ):
         seen: dict[str, RunResult] = {}
         for run in runs:
             value = getattr(run, field)
             if value is None and field != "mpi_library_version":
                 continue  # not recorded (older results): cannot differ from what is
-            seen.setdefault(settings_text(value) if field != "mpi_library_version" else value or "not recorded", run)
+            seen.setdefault(
+                settings_text(value) if field != "mpi_library_version" else value or "not recorded",
+                run,
+            )
         if len(seen) > 1:
             (a, ra), (b, rb) = list(seen.items())[:2]
-            raise KitError(f"series {series.name} mixes {what}: {ra.path} ran with {a.splitlines()[0][:100]!r}, "
-                           f"{rb.path} with {b.splitlines()[0][:100]!r}",
-                           fix="predict each stack's runs on their own "
-                           "(--results)")
+            raise KitError(
+                f"series {series.name} mixes {what}: {ra.path} ran with {a.splitlines()[0][:100]!r}, "
+                f"{rb.path} with {b.splitlines()[0][:100]!r}",
+                fix="predict each stack's runs on their own (--results)",
+            )
     unrecorded = sum(r.mpi_fabric is None or r.horovod_settings is None for r in runs)
-    notes = (f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: whether they "
-             "ran on the others' fabric and Horovod settings is unknown",) if unrecorded else ()
-    known = next((r for r in runs if r.mpi_fabric is not None and r.horovod_settings is not None), None)
-    stack = (f"{runs[0].mpi_library_version or 'MPI not recorded'}; fabric: "
-             f"{settings_text(known.mpi_fabric if known else None)}; Horovod: "
-             f"{settings_text(known.horovod_settings if known else None)}")
+    notes = (
+        (
+            f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: whether they "
+            "ran on the others' fabric and Horovod settings is unknown",
+        )
+        if unrecorded
+        else ()
+    )
+    known = next(
+        (r for r in runs if r.mpi_fabric is not None and r.horovod_settings is not None), None
+    )
+    stack = (
+        f"{runs[0].mpi_library_version or 'MPI not recorded'}; fabric: "
+        f"{settings_text(known.mpi_fabric if known else None)}; Horovod: "
+        f"{settings_text(known.horovod_settings if known else None)}"
+    )
     by_nodes: dict[int, list[float]] = {}
     for run in runs:
         by_nodes.setdefault(run.nodes, []).append(run.epoch_seconds)
-    per_shower = [r.flop_per_second / r.showers_per_second for r in runs if r.showers_per_second > 0]
+    per_shower = [
+        r.flop_per_second / r.showers_per_second for r in runs if r.showers_per_second > 0
+    ]
     peaks = [r for r in runs if r.percent_of_peak]
     return Calibration(
-        series.name, series.ranks_per_node, tuple(sorted(by_nodes)), tuple(tuple(by_nodes[n]) for n in sorted(by_nodes)),
-        series.events_per_epoch, series.batch_per_rank, median(per_shower) if per_shower else None,
-        median(r.flop_per_second * 100 / r.percent_of_peak / r.nodes for r in peaks) if peaks else None,
-        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None, stack, notes,
-        *_site_limits(series.site))
+        series.name,
+        series.ranks_per_node,
+        tuple(sorted(by_nodes)),
+        tuple(tuple(by_nodes[n]) for n in sorted(by_nodes)),
+        series.events_per_epoch,
+        series.batch_per_rank,
+        median(per_shower) if per_shower else None,
+        median(r.flop_per_second * 100 / r.percent_of_peak / r.nodes for r in peaks)
+        if peaks
+        else None,
+        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None,
+        stack,
+        notes,
+        *_site_limits(series.site),
+    )
 
 
 def _site_limits(name: str | None) -> tuple[int | None, int | None]:
@@ -225,8 +307,9 @@ def _site_limits(name: str | None) -> tuple[int | None, int | None]:
     return site.scheduler.max_nodes, site.network.island_nodes
 
 
-def predict_runs(runs: Sequence[RunResult], targets: Sequence[int] | None = None,
-                 epochs: int | None = None) -> tuple[list[Prediction], list[str]]:
+def predict_runs(
+    runs: Sequence[RunResult], targets: Sequence[int] | None = None, epochs: int | None = None
+) -> tuple[list[Prediction], list[str]]:
     """A prediction per series that has two or more node counts; the series left out, and why.
     Refuses when no series can be predicted."""
     groups: dict[Series, list[RunResult]] = {}
@@ -236,14 +319,19 @@ def predict_runs(runs: Sequence[RunResult], targets: Sequence[int] | None = None
     for key in sorted(groups, key=Series.sort_key):
         cal = calibration_from_runs(key, groups[key])
         if len(cal.nodes) < 2:
-            skipped.append(f"series {key.name}: one node count ({cal.nodes[0]}) cannot show how the overhead grows; "
-                           "fix: measure at least two (kit scale plan --nodes N0,2N0,8N0 --repeats 3)")
+            skipped.append(
+                f"series {key.name}: one node count ({cal.nodes[0]}) cannot show how the overhead grows; "
+                "fix: measure at least two (kit scale plan --nodes N0,2N0,8N0 --repeats 3)"
+            )
             continue
         out.append(predict(cal, targets, epochs))
     if not out:
-        raise KitError(skipped[0] if len(skipped) == 1 else
-                       f"no series has two node counts ({len(skipped)} series, each of one count); fix: measure at "
-                       "least two node counts of one layout (kit scale plan --nodes N0,2N0,8N0 --repeats 3)")
+        raise KitError(
+            skipped[0]
+            if len(skipped) == 1
+            else f"no series has two node counts ({len(skipped)} series, each of one count); fix: measure at "
+            "least two node counts of one layout (kit scale plan --nodes N0,2N0,8N0 --repeats 3)"
+        )
     return out, skipped
 
 
@@ -252,9 +340,10 @@ def _paper_table(table_id: str) -> PaperTable:
     key = f"table{key}" if key.isdigit() else key
     table = TABLES.get(key)
     if table is None or not table.seconds_per_epoch:
-        raise KitError(f"--reference {table_id}: predict backtests the paper's epoch-time tables",
-                       fix="--reference "
-                       "one of table1..table6")
+        raise KitError(
+            f"--reference {table_id}: predict backtests the paper's epoch-time tables",
+            fix="--reference one of table1..table6",
+        )
     return table
 
 
@@ -289,17 +378,27 @@ def backtest(table_id: str, calibrate_on: int = 3, epochs: int | None = None) ->
     """Fit on the first `calibrate_on` rows of a paper table; forecast every other row."""
     table = _paper_table(table_id)
     if not 2 <= calibrate_on < len(table.nodes):
-        raise KitError(f"--calibrate-on {calibrate_on}: {table.id} has {len(table.nodes)} rows",
-                       fix="give 2.."
-                       f"{len(table.nodes) - 1} (the rest are compared)")
+        raise KitError(
+            f"--calibrate-on {calibrate_on}: {table.id} has {len(table.nodes)} rows",
+            fix=f"give 2..{len(table.nodes) - 1} (the rest are compared)",
+        )
     nodes = table.nodes[:calibrate_on]
-    cal = Calibration(table.label, table.ranks_per_node or 1, nodes,
-                      tuple((t,) for t in table.seconds_per_epoch[:calibrate_on]), PAPER_EPOCH_EVENTS, None)
+    cal = Calibration(
+        table.label,
+        table.ranks_per_node or 1,
+        nodes,
+        tuple((t,) for t in table.seconds_per_epoch[:calibrate_on]),
+        PAPER_EPOCH_EVENTS,
+        None,
+    )
     unseen = list(zip(table.nodes[calibrate_on:], table.seconds_per_epoch[calibrate_on:]))
     prediction = predict(cal, [n for n, _ in unseen], epochs)
     by_nodes = {f.nodes: f for f in prediction.forecasts}
-    return Backtest(table, prediction, tuple(BacktestRow(n, t, by_nodes[n], ANOMALIES.get((table.id, n)))
-                                             for n, t in unseen))
+    return Backtest(
+        table,
+        prediction,
+        tuple(BacktestRow(n, t, by_nodes[n], ANOMALIES.get((table.id, n))) for n, t in unseen),
+    )
 
 
 PREDICT_SCHEMA = "kit-scale-predict/1"
@@ -310,30 +409,63 @@ def _finite(value: float | None) -> float | None:
 
 
 def forecast_document(f: Forecast) -> dict:
-    return {"nodes": f.nodes, "seconds_per_epoch": f.seconds, "seconds_band": list(f.seconds_band),
-            "efficiency_percent": f.efficiency_percent, "efficiency_band": list(f.efficiency_band),
-            "showers_per_second": f.showers_per_second, "flop_per_second": _finite(f.flop_per_second),
-            "percent_of_peak": _finite(f.percent_of_peak), "steps_per_epoch": f.steps_per_epoch,
-            "global_batch": f.global_batch, "node_hours_per_epoch": f.node_hours_per_epoch,
-            "node_hours_band": list(f.node_hours_band), "node_hours_total": f.node_hours_total}
+    return {
+        "nodes": f.nodes,
+        "seconds_per_epoch": f.seconds,
+        "seconds_band": list(f.seconds_band),
+        "efficiency_percent": f.efficiency_percent,
+        "efficiency_band": list(f.efficiency_band),
+        "showers_per_second": f.showers_per_second,
+        "flop_per_second": _finite(f.flop_per_second),
+        "percent_of_peak": _finite(f.percent_of_peak),
+        "steps_per_epoch": f.steps_per_epoch,
+        "global_batch": f.global_batch,
+        "node_hours_per_epoch": f.node_hours_per_epoch,
+        "node_hours_band": list(f.node_hours_band),
+        "node_hours_total": f.node_hours_total,
+    }
 
 
 def prediction_document(p: Prediction) -> dict:
     """One series in the --json document."""
     m = p.model
-    return {"series": p.calibration.label, "ranks_per_node": p.calibration.ranks_per_node,
-            "measured": [{"nodes": n, "seconds": list(s)} for n, s in zip(p.calibration.nodes, p.calibration.seconds)],
-            "model": {"estimate": m.best.name, "band_shapes": [f.name for f in m.kept],
-                      "fits": [{"shape": f.name, "a": f.a, "b": f.b, "c": f.c, "error": f.error} for f in m.fits]},
-            "percent_of_peak_denominator": p.calibration.peak_denominator, "stack": p.calibration.stack,
-            "forecasts": [forecast_document(f) for f in p.forecasts], "warnings": list(p.warnings),
-            "suggestion": p.suggestion}
+    return {
+        "series": p.calibration.label,
+        "ranks_per_node": p.calibration.ranks_per_node,
+        "measured": [
+            {"nodes": n, "seconds": list(s)}
+            for n, s in zip(p.calibration.nodes, p.calibration.seconds)
+        ],
+        "model": {
+            "estimate": m.best.name,
+            "band_shapes": [f.name for f in m.kept],
+            "fits": [
+                {"shape": f.name, "a": f.a, "b": f.b, "c": f.c, "error": f.error} for f in m.fits
+            ],
+        },
+        "percent_of_peak_denominator": p.calibration.peak_denominator,
+        "stack": p.calibration.stack,
+        "forecasts": [forecast_document(f) for f in p.forecasts],
+        "warnings": list(p.warnings),
+        "suggestion": p.suggestion,
+    }
 
 
 def backtest_document(b: Backtest) -> dict:
-    return {"table": b.table.id, **prediction_document(b.prediction),
-            "rows": [{"nodes": r.nodes, "measured": r.measured, "error_percent": r.error_percent,
-                      "inside_band": r.inside, "anomaly": r.anomaly} for r in b.rows]}
+    return {
+        "table": b.table.id,
+        **prediction_document(b.prediction),
+        "rows": [
+            {
+                "nodes": r.nodes,
+                "measured": r.measured,
+                "error_percent": r.error_percent,
+                "inside_band": r.inside,
+                "anomaly": r.anomaly,
+            }
+            for r in b.rows
+        ],
+    }
 
 
 PLOT_NAME, DOCUMENT_NAME = "predict.png", "predict.json"
@@ -346,14 +478,26 @@ def write_outputs(out: Path, document: dict, plot: bytes) -> list[Path]:
     there = [name for name in names if os.path.lexists(out / name)]
     if there:
         try:
-            ours = json.loads(read_bytes(out / DOCUMENT_NAME, "prediction", follow_symlinks=False)).get("schema") \
+            ours = (
+                json.loads(
+                    read_bytes(out / DOCUMENT_NAME, "prediction", follow_symlinks=False)
+                ).get("schema")
                 == PREDICT_SCHEMA
-        except (OSError, KitError, ValueError, AttributeError, RecursionError):  # absent, a link, not JSON, not ours
+            )
+        except (
+            OSError,
+            KitError,
+            ValueError,
+            AttributeError,
+            RecursionError,
+        ):  # absent, a link, not JSON, not ours
             ours = False
         if not ours:
-            raise KitError(f"{out / there[0]}: already there, and {out} holds no prediction kit scale predict "
-                           "wrote, so it is not replaced",
-                           fix="give --out a new or empty directory")
+            raise KitError(
+                f"{out / there[0]}: already there, and {out} holds no prediction kit scale predict "
+                "wrote, so it is not replaced",
+                fix="give --out a new or empty directory",
+            )
     text = json.dumps({"schema": PREDICT_SCHEMA, **document}, indent=2, allow_nan=False) + "\n"
     write_together({out / DOCUMENT_NAME: text.encode(), out / PLOT_NAME: plot})
     return [out / name for name in names]

@@ -16,6 +16,7 @@ says which clock it used:
 - no `losses`: no loss curves; no `physics`: not validated, unless the sweep's plan asked for it
   (`RunResult.validation`: the validation failed, and why, or has not finished).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,38 +39,75 @@ MAX_RATE = 1e24  # FLOP/s, showers/s, % of peak, seconds: 1e24 is a thousand zet
 
 
 def _number(v: Any, limit: float) -> bool:
-    """A JSON number (not a boolean) of at most ``limit`` in size; a 400-digit int converts to no float."""
-    return (isinstance(v, (int, float)) and not isinstance(v, bool) and (not isinstance(v, int) or v.bit_length() <= 96)
-            and math.isfinite(v) and abs(v) <= limit)
+    """A JSON number (not a boolean) of at most ``limit`` in size; a 400-digit int converts to no
+    float.
+    """
+    return (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and (not isinstance(v, int) or v.bit_length() <= 96)
+        and math.isfinite(v)
+        and abs(v) <= limit
+    )
 
 
-_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT,
-          f"a whole number from 1 to {MAX_COUNT:.0e}")
+_COUNT = (
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT,
+    f"a whole number from 1 to {MAX_COUNT:.0e}",
+)
 _RATE = (lambda v: _number(v, MAX_RATE) and v >= 0, f"a number from 0 to {MAX_RATE:g}")
-_FINITE = (lambda v: _number(v, MAX_RATE), f"a finite number of at most {MAX_RATE:g} in size")  # may be negative
-MIN_SECONDS = 1e-6  # an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
-_SECONDS = (lambda v: _RATE[0](v) and v >= MIN_SECONDS, f"a number of seconds from {MIN_SECONDS:g} to {MAX_RATE:g}")
+_FINITE = (
+    lambda v: _number(v, MAX_RATE),
+    f"a finite number of at most {MAX_RATE:g} in size",
+)  # may be negative
+MIN_SECONDS = (
+    1e-6  # an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
+)
+_SECONDS = (
+    lambda v: _RATE[0](v) and v >= MIN_SECONDS,
+    f"a number of seconds from {MIN_SECONDS:g} to {MAX_RATE:g}",
+)
 _TEXT = (lambda v: isinstance(v, str), "a string")
-_NAME = (lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
-         "one line of text")  # headings, labels
-_BYTES_LIST = (lambda v: isinstance(v, list) and 0 < len(v) <= 10**6
-               and all(x is None or isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**62 for x in v),
-               "a list of byte counts")
-_SETTINGS = (lambda v: isinstance(v, dict) and len(v) <= 64
-             and all(_NAME[0](k) and (x is None or _TEXT[0](x) and len(x) <= 200) for k, x in v.items()),
-             "a mapping of variable names to their values or null")
-_NAMES = (lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v), "a list of layer names")
-
-
+_NAME = (
+    lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
+    "one line of text",
+)  # headings, labels
+_BYTES_LIST = (
+    lambda v: (
+        isinstance(v, list)
+        and 0 < len(v) <= 10**6
+        and all(
+            x is None or isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**62
+            for x in v
+        )
+    ),
+    "a list of byte counts",
+)
+_SETTINGS = (
+    lambda v: (
+        isinstance(v, dict)
+        and len(v) <= 64
+        and all(_NAME[0](k) and (x is None or _TEXT[0](x) and len(x) <= 200) for k, x in v.items())
+    ),
+    "a mapping of variable names to their values or null",
+)
+_NAMES = (
+    lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v),
+    "a list of layer names",
+)
 
 
 def is_rate(value: Any) -> bool:
-    """A rate, percentage or byte count a results file may hold: a JSON number from 0 to MAX_RATE."""
+    """A rate, percentage or byte count a results file may hold: a JSON number from 0 to
+    MAX_RATE.
+    """
     return _RATE[0](value)
 
 
 def is_byte_counts(value: Any) -> bool:
-    """A per-rank list of byte counts (null for a rank that did not say), bounded in length and size."""
+    """A per-rank list of byte counts (null for a rank that did not say), bounded in length and
+    size.
+    """
     return _BYTES_LIST[0](value)
 
 
@@ -90,7 +128,6 @@ class LossCurve:
     values: tuple[float, ...]
 
 
-
 @dataclass(frozen=True)
 class StepLossCurve:
     """One loss of rank 0 at its logged steps; `epochs` places each step on the epoch axis
@@ -99,6 +136,7 @@ class StepLossCurve:
     name: str
     epochs: tuple[float, ...]
     values: tuple[float, ...]
+
 
 @dataclass(frozen=True)
 class Physics:
@@ -122,7 +160,9 @@ class Validation(NamedTuple):
 
 
 class Series(NamedTuple):
-    """Everything that changes the work of a run but its node count (Optional: the core runs on 3.9)."""
+    """Everything that changes the work of a run but its node count (Optional: the core runs on
+    3.9).
+    """
 
     site: str | None
     ranks_per_node: int
@@ -142,8 +182,10 @@ class Series(NamedTuple):
         if self.image_digest:
             where += "@" + self.image_digest.split(":")[-1][:12]
         events = f"{self.events_per_epoch}ev" if self.events_per_epoch else "ev?"
-        return (f"{self.site or 'no-site'}/{self.ranks_per_node}x{self.threads_per_rank}/b{self.batch_per_rank}/"
-                f"{self.mpi}/{self.preset or 'preset?'}/{events}/{where}/{self.precision}")
+        return (
+            f"{self.site or 'no-site'}/{self.ranks_per_node}x{self.threads_per_rank}/b{self.batch_per_rank}/"
+            f"{self.mpi}/{self.preset or 'preset?'}/{events}/{where}/{self.precision}"
+        )
 
     @property
     def layout(self) -> Series:
@@ -151,7 +193,9 @@ class Series(NamedTuple):
         return self._replace(container=None, image_digest=None)
 
     def sort_key(self) -> tuple:
-        return tuple("" if v is None else str(v) if not isinstance(v, int) else f"{v:012d}" for v in self)
+        return tuple(
+            "" if v is None else str(v) if not isinstance(v, int) else f"{v:012d}" for v in self
+        )
 
 
 @dataclass(frozen=True)
@@ -171,7 +215,9 @@ class RunResult:
     step_epoch_seconds: float | None  # the step-only estimate of a full epoch
     showers_per_second: float
     flop_per_second: float
-    percent_of_peak: float | None  # None: not known, or a results file from before per-precision peaks
+    percent_of_peak: (
+        float | None
+    )  # None: not known, or a results file from before per-precision peaks
     percent_of_peak_denominator: str | None  # e.g. "fp32 theoretical peak", "fp32 measured peak"
     percent_of_peak_fp64_max_clock: float | None  # the seed paper's convention (its Table 7)
     mpi_library_version: str | None
@@ -180,7 +226,9 @@ class RunResult:
     container: str | None = None
     container_from: str = "recorded"
     precision: str = "fp32"
-    fft_convolutions: tuple[str, ...] = ()  # layers run through FFTs: flop_per_second is then model FLOP/s
+    fft_convolutions: tuple[
+        str, ...
+    ] = ()  # layers run through FFTs: flop_per_second is then model FLOP/s
     image_digest: str | None = None
     mpi_fabric: tuple[tuple[str, str], ...] | None = None  # the set variables; None: not recorded
     horovod_settings: tuple[tuple[str, str], ...] | None = None
@@ -189,11 +237,15 @@ class RunResult:
     losses: tuple[LossCurve, ...] = ()
     step_losses: tuple[StepLossCurve, ...] = ()  # rank 0's logged steps; () in older results
     physics: Physics | None = None  # None: not validated, or see `validation`
-    validation: Validation | None = None  # set from the sweep's plan and logs, not from the results file
+    validation: Validation | None = (
+        None  # set from the sweep's plan and logs, not from the results file
+    )
 
     @property
     def physics_status(self) -> str:
-        """scored, no scale, failed, not finished or not validated: what became of the run's physics."""
+        """scored, no scale, failed, not finished or not validated: what became of the run's
+        physics.
+        """
         if self.physics is not None:
             return "scored" if self.physics.score is not None else "no scale"
         return self.validation.status if self.validation else "not validated"
@@ -208,48 +260,94 @@ class RunResult:
 
     @property
     def series(self) -> Series:
-        return Series(self.site, self.ranks_per_node, self.threads_per_rank, self.batch_per_rank, self.mpi,
-                      self.preset, self.events_per_epoch, self.container, self.precision, self.image_digest)
+        return Series(
+            self.site,
+            self.ranks_per_node,
+            self.threads_per_rank,
+            self.batch_per_rank,
+            self.mpi,
+            self.preset,
+            self.events_per_epoch,
+            self.container,
+            self.precision,
+            self.image_digest,
+        )
 
     @property
     def data_stall_percent(self) -> float | None:
-        """The share of the wall epoch the steps do not explain: data loading, the closing all-reduces."""
-        if self.step_epoch_seconds is None or not self.epoch_seconds_from.startswith("epoch_wall_times"):
+        """The share of the wall epoch the steps do not explain: data loading, the closing
+        all-reduces.
+        """
+        if self.step_epoch_seconds is None or not self.epoch_seconds_from.startswith(
+            "epoch_wall_times"
+        ):
             return None
         return 100 * (self.epoch_seconds - self.step_epoch_seconds) / self.epoch_seconds
 
 
 def load_results(paths: Iterable[str | os.PathLike]) -> list[RunResult]:
-    """Read results JSONs; any file the report cannot use is a KitError naming it, the key and the fix."""
+    """Read results JSONs; any file the report cannot use is a KitError naming it, the key and the
+    fix.
+    """
     return [_load_one(Path(p)) for p in paths]
 
 
 def _load_one(path: Path) -> RunResult:
     try:
-        record = read_json(path, "gan3d results file", "fix: re-run the job, or leave this file out")
+        record = read_json(
+            path, "gan3d results file", "fix: re-run the job, or leave this file out"
+        )
     except FileNotFoundError:
-        raise KitError(f"{path}: no such file", fix="pass the results JSON of a finished job") from None
+        raise KitError(
+            f"{path}: no such file", fix="pass the results JSON of a finished job"
+        ) from None
     if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
-        found = (f"schema {shown(record.get('schema'))}" if isinstance(record, dict)
-                 else f"the top level is {json_kind(record)}")
+        found = (
+            f"schema {shown(record.get('schema'))}"
+            if isinstance(record, dict)
+            else f"the top level is {json_kind(record)}"
+        )
         known = " or ".join(map(repr, READABLE_SCHEMAS))
-        raise KitError(f"{path}: not a gan3d results file ({found}, expected schema {known})",
-                       fix="pass the JSON written by `python -m gan3d train --results FILE`")
+        raise KitError(
+            f"{path}: not a gan3d results file ({found}, expected schema {known})",
+            fix="pass the JSON written by `python -m gan3d train --results FILE`",
+        )
     if record.get("status") == "failed":
-        raise KitError(f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",
-                       fix="leave this file out, or re-run the job")
-    counts = {k: _value(record, path, k, _COUNT) for k in
-              ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")}
+        raise KitError(
+            f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",
+            fix="leave this file out, or re-run the job",
+        )
+    counts = {
+        k: _value(record, path, k, _COUNT)
+        for k in (
+            "nodes",
+            "ranks",
+            "ranks_per_node",
+            "threads_per_rank",
+            "batch_per_rank",
+            "global_batch",
+        )
+    }
     seconds, source = _epoch_seconds(record, path)
-    get = (lambda key, check: _value(record, path, key, check, nullable=True) if key in record else None)
+    get = lambda key, check: (
+        _value(record, path, key, check, nullable=True) if key in record else None
+    )
     digest = get("image_digest", _NAME)
-    container, container_from = ((get("container", _NAME), "recorded") if "container" in record else
-                                 ("charliecloud" if digest else None, "inferred from image_digest"))
-    rss, available = get("peak_rss_bytes_per_rank", _BYTES_LIST), get("memory_available_bytes_min_per_rank",
-                                                                       _BYTES_LIST)
+    container, container_from = (
+        (get("container", _NAME), "recorded")
+        if "container" in record
+        else ("charliecloud" if digest else None, "inferred from image_digest")
+    )
+    rss, available = (
+        get("peak_rss_bytes_per_rank", _BYTES_LIST),
+        get("memory_available_bytes_min_per_rank", _BYTES_LIST),
+    )
     return RunResult(
-        path=path, site=_value(record, path, "site", _NAME, nullable=True), **counts,
-        epoch_seconds=seconds, epoch_seconds_from=source,
+        path=path,
+        site=_value(record, path, "site", _NAME, nullable=True),
+        **counts,
+        epoch_seconds=seconds,
+        epoch_seconds_from=source,
         step_epoch_seconds=_step_only_seconds(record, path),
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),
@@ -258,19 +356,30 @@ def _load_one(path: Path) -> RunResult:
         percent_of_peak_denominator=get("percent_of_peak_denominator", _NAME),
         percent_of_peak_fp64_max_clock=get("percent_of_peak_fp64_max_clock", _RATE),
         mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True),
-        preset=get("preset", _NAME), events_per_epoch=get("train_events", _COUNT),
-        container=container, container_from=container_from,
-        precision=get("precision", _NAME) or "fp32", fft_convolutions=tuple(get("fft_convolutions", _NAMES) or ()),
-        image_digest=digest, mpi_fabric=_settings(get("mpi_fabric", _SETTINGS)),
+        preset=get("preset", _NAME),
+        events_per_epoch=get("train_events", _COUNT),
+        container=container,
+        container_from=container_from,
+        precision=get("precision", _NAME) or "fp32",
+        fft_convolutions=tuple(get("fft_convolutions", _NAMES) or ()),
+        image_digest=digest,
+        mpi_fabric=_settings(get("mpi_fabric", _SETTINGS)),
         horovod_settings=_settings(get("horovod_settings", _SETTINGS)),
         peak_rss_bytes=max((x for x in rss or [] if x), default=None),
         memory_available_bytes=min((x for x in available or [] if x), default=None),
-        losses=_losses(record, path), step_losses=_step_losses(record, path), physics=_physics(record, path))
+        losses=_losses(record, path),
+        step_losses=_step_losses(record, path),
+        physics=_physics(record, path),
+    )
 
 
 def _settings(recorded: dict | None) -> tuple[tuple[str, str], ...] | None:
     """The variables a results file recorded as set, sorted; None where it recorded none at all."""
-    return None if recorded is None else tuple(sorted((k, v) for k, v in recorded.items() if v is not None))
+    return (
+        None
+        if recorded is None
+        else tuple(sorted((k, v) for k, v in recorded.items() if v is not None))
+    )
 
 
 def settings_text(settings: tuple[tuple[str, str], ...] | None) -> str:
@@ -280,9 +389,16 @@ def settings_text(settings: tuple[tuple[str, str], ...] | None) -> str:
     return " ".join(f"{k}={v}" for k, v in settings) or "defaults"
 
 
-def _value(record: dict, path: Path, key: str, check: tuple[Callable[[Any], bool], str],
-           nullable: bool = False) -> Any:
-    """record[key] if it passes `check` (or is null where null is allowed); else a KitError naming the key."""
+def _value(
+    record: dict,
+    path: Path,
+    key: str,
+    check: tuple[Callable[[Any], bool], str],
+    nullable: bool = False,
+) -> Any:
+    """record[key] if it passes `check` (or is null where null is allowed); else a KitError naming
+    the key.
+    """
     if key not in record:
         raise KitError(f"{path}: key {key!r} is missing; {_RERUN}")
     value = record[key]
@@ -298,8 +414,10 @@ def _losses(record: dict, path: Path) -> tuple[LossCurve, ...]:
     history = record.get("losses")
     if history is None:
         return ()
-    bad = KitError(f"{path}: key 'losses' is {shown(history)}, expected gan3d train's list of "
-                   f"{{epoch, train, validation}} with finite losses; {_RERUN}")
+    bad = KitError(
+        f"{path}: key 'losses' is {shown(history)}, expected gan3d train's list of "
+        f"{{epoch, train, validation}} with finite losses; {_RERUN}"
+    )
     if not isinstance(history, list) or len(history) > MAX_EPOCHS:
         raise bad
     points: dict[tuple[str, str], list[tuple[int, float]]] = {}
@@ -314,9 +432,15 @@ def _losses(record: dict, path: Path) -> tuple[LossCurve, ...]:
                 if name in losses:
                     if not _FINITE[0](losses[name]):
                         raise bad
-                    points.setdefault((kind, name), []).append((entry["epoch"], float(losses[name])))
-    return tuple(LossCurve(kind, name, *(tuple(v) for v in zip(*sorted(points[kind, name]))))
-                 for kind in LOSS_KINDS for name in LOSS_NAMES if (kind, name) in points)
+                    points.setdefault((kind, name), []).append(
+                        (entry["epoch"], float(losses[name]))
+                    )
+    return tuple(
+        LossCurve(kind, name, *(tuple(v) for v in zip(*sorted(points[kind, name]))))
+        for kind in LOSS_KINDS
+        for name in LOSS_NAMES
+        if (kind, name) in points
+    )
 
 
 def _step_losses(record: dict, path: Path) -> tuple[StepLossCurve, ...]:
@@ -326,15 +450,33 @@ def _step_losses(record: dict, path: Path) -> tuple[StepLossCurve, ...]:
         return ()
     n = record.get("steps_per_epoch")
     rows = logged.get("points") if isinstance(logged, dict) else None
-    if (not _COUNT[0](n) or not isinstance(rows, list) or len(rows) > MAX_STEP_POINTS
-            or logged.get("columns") != ["global_step", "epoch", "step", *LOSS_NAMES]
-            or not all(isinstance(r, list) and len(r) == 5 and all(map(_COUNT[0], r[1:3])) and r[2] <= n
-                       and all(map(_FINITE[0], r[3:])) for r in rows)):
-        raise KitError(f"{path}: key 'step_losses' is {shown(logged)}, expected gan3d train's rows of "
-                       f"[global_step, epoch, step <= steps_per_epoch, d_loss, g_loss] (finite); {_RERUN}")
+    if (
+        not _COUNT[0](n)
+        or not isinstance(rows, list)
+        or len(rows) > MAX_STEP_POINTS
+        or logged.get("columns") != ["global_step", "epoch", "step", *LOSS_NAMES]
+        or not all(
+            isinstance(r, list)
+            and len(r) == 5
+            and all(map(_COUNT[0], r[1:3]))
+            and r[2] <= n
+            and all(map(_FINITE[0], r[3:]))
+            for r in rows
+        )
+    ):
+        raise KitError(
+            f"{path}: key 'step_losses' is {shown(logged)}, expected gan3d train's rows of "
+            f"[global_step, epoch, step <= steps_per_epoch, d_loss, g_loss] (finite); {_RERUN}"
+        )
     at = tuple(r[1] - 1 + r[2] / n for r in rows)
-    return tuple(StepLossCurve(name, at, tuple(float(r[3 + i]) for r in rows))
-                 for i, name in enumerate(LOSS_NAMES)) if rows else ()
+    return (
+        tuple(
+            StepLossCurve(name, at, tuple(float(r[3 + i]) for r in rows))
+            for i, name in enumerate(LOSS_NAMES)
+        )
+        if rows
+        else ()
+    )
 
 
 def _physics(record: dict, path: Path) -> Physics | None:
@@ -343,12 +485,21 @@ def _physics(record: dict, path: Path) -> Physics | None:
     if physics is None:
         return None
     if not isinstance(physics, dict):
-        raise KitError(f"{path}: key 'physics' is {shown(physics)}, expected the mapping gan3d validate "
-                       f"writes; {_RERUN}")
-    get = (lambda key, check: _value(physics, path, key, check, nullable=True) if key in physics else None)
+        raise KitError(
+            f"{path}: key 'physics' is {shown(physics)}, expected the mapping gan3d validate "
+            f"writes; {_RERUN}"
+        )
+    get = lambda key, check: (
+        _value(physics, path, key, check, nullable=True) if key in physics else None
+    )
     try:
-        return Physics(get("score", _FINITE), get("score_raw", _FINITE), get("score_reference_data", _FINITE),
-                       get("score_reference_empty", _FINITE), get("score_null_reason", _TEXT))
+        return Physics(
+            get("score", _FINITE),
+            get("score_raw", _FINITE),
+            get("score_reference_data", _FINITE),
+            get("score_reference_empty", _FINITE),
+            get("score_null_reason", _TEXT),
+        )
     except KitError as exc:
         raise KitError(str(exc).replace(f"{path}: key '", f"{path}: key 'physics.", 1)) from None
 
@@ -357,21 +508,36 @@ def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
     """Wall clock first (the paper's epoch time): the mean of the epochs after the first (which holds
     the tf.function tracing) unless the first is all there is; an epoch capped by --steps-per-epoch is
     scaled to the full epoch, and the source says so."""
-    for key, what in (("epoch_wall_times", "epoch_wall_times"),
-                      ("epoch_times", "epoch_times (train loop only: no epoch_wall_times in this file)")):
+    for key, what in (
+        ("epoch_wall_times", "epoch_wall_times"),
+        ("epoch_times", "epoch_times (train loop only: no epoch_wall_times in this file)"),
+    ):
         if key in record:
             times = record[key]
-            if not isinstance(times, list) or not times or len(times) > 10**6 or not all(_SECONDS[0](t) for t in times):
-                raise KitError(f"{path}: key {key!r} is {shown(times)}, expected a list of seconds from "
-                               f"{MIN_SECONDS:g}; {_RERUN}")
+            if (
+                not isinstance(times, list)
+                or not times
+                or len(times) > 10**6
+                or not all(_SECONDS[0](t) for t in times)
+            ):
+                raise KitError(
+                    f"{path}: key {key!r} is {shown(times)}, expected a list of seconds from "
+                    f"{MIN_SECONDS:g}; {_RERUN}"
+                )
             seconds = mean(times[1:]) if len(times) > 1 else times[0]
-            source = f"{what}, mean of epochs 2-{len(times)}" if len(times) > 1 else f"{what}[0], includes tracing"
+            source = (
+                f"{what}, mean of epochs 2-{len(times)}"
+                if len(times) > 1
+                else f"{what}[0], includes tracing"
+            )
             return _scaled_to_full_epoch(record, path, seconds, source)
     if record.get("full_epoch_seconds_estimate") is not None:
         seconds = _value(record, path, "full_epoch_seconds_estimate", _SECONDS)
         return seconds, "full_epoch_seconds_estimate (step-only: no wall clock in this file)"
-    raise KitError(f"{path}: key 'epoch_wall_times' is missing, and so are 'epoch_times' and "
-                   f"'full_epoch_seconds_estimate': there is no time per epoch; {_RERUN}")
+    raise KitError(
+        f"{path}: key 'epoch_wall_times' is missing, and so are 'epoch_times' and "
+        f"'full_epoch_seconds_estimate': there is no time per epoch; {_RERUN}"
+    )
 
 
 def _step_only_seconds(record: dict, path: Path) -> float | None:
@@ -380,15 +546,27 @@ def _step_only_seconds(record: dict, path: Path) -> float | None:
     without per-epoch step times has the run's mean timed step x a full epoch's steps."""
     sums = record.get("epoch_step_seconds")
     if sums is None:
-        return _value(record, path, "full_epoch_seconds_estimate", _SECONDS, nullable=True) \
-            if "full_epoch_seconds_estimate" in record else None
-    if not isinstance(sums, list) or not sums or len(sums) > 10**6 or not all(_SECONDS[0](t) for t in sums):
-        raise KitError(f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds from "
-                       f"{MIN_SECONDS:g}; {_RERUN}")
+        return (
+            _value(record, path, "full_epoch_seconds_estimate", _SECONDS, nullable=True)
+            if "full_epoch_seconds_estimate" in record
+            else None
+        )
+    if (
+        not isinstance(sums, list)
+        or not sums
+        or len(sums) > 10**6
+        or not all(_SECONDS[0](t) for t in sums)
+    ):
+        raise KitError(
+            f"{path}: key 'epoch_step_seconds' is {shown(sums)}, expected a list of seconds from "
+            f"{MIN_SECONDS:g}; {_RERUN}"
+        )
     return _scaled_to_full_epoch(record, path, mean(sums[1:]) if len(sums) > 1 else sums[0], "")[0]
 
 
-def _scaled_to_full_epoch(record: dict, path: Path, seconds: float, source: str) -> tuple[float, str]:
+def _scaled_to_full_epoch(
+    record: dict, path: Path, seconds: float, source: str
+) -> tuple[float, str]:
     if "steps_per_epoch" not in record or "full_epoch_steps" not in record:
         return seconds, source + " (epoch length not recorded)"
     steps, full = (_value(record, path, k, _COUNT) for k in ("steps_per_epoch", "full_epoch_steps"))

@@ -1,4 +1,5 @@
 """A sweep's jobs: submit the plan's runs, collect their states and results, cancel them."""
+
 from __future__ import annotations
 
 import time
@@ -28,9 +29,13 @@ class RunStatus:
     state: str  # Slurm's state, or NOT SUBMITTED
     result: Path | None  # the run's results JSON, once it is there and readable
     problem: str = ""  # why a finished run has no result, with the log's last lines
-    physics: str | None = None  # plan --validate: scored, no scale, pending or failed; None: not asked
+    physics: str | None = (
+        None  # plan --validate: scored, no scale, pending or failed; None: not asked
+    )
     physics_problem: str = ""  # why a finished run has no physics: its validation log's last lines
-    problem_in_log: bool = False  # the problem is the job log's last lines, not a result file refused
+    problem_in_log: bool = (
+        False  # the problem is the job log's last lines, not a result file refused
+    )
 
     @property
     def done(self) -> bool:
@@ -41,16 +46,18 @@ class RunStatus:
         return self.job is not None and is_active(self.state)
 
 
-def submit(sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None,
-           resubmit: bool = False) -> list[Submission]:
+def submit(
+    sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None, resubmit: bool = False
+) -> list[Submission]:
     """Render and sbatch each of the plan's runs (or ``only`` these) under kit.slurm.submit's rule:
     a run with a result or a job still queued is skipped unless ``resubmit`` (which never runs
     beside a job of the same run), so submitting twice queues nothing twice."""
     plan = load_plan(sweep_dir)
     site = plan.load_site()
     runs = [check_run(site, spec) for spec in _select(plan, only)]
-    return submit_runs(site, runs, sweep_dir, plan.pair_file(site), plan.python, resubmit=resubmit,
-                       dry_run=dry_run)
+    return submit_runs(
+        site, runs, sweep_dir, plan.pair_file(site), plan.python, resubmit=resubmit, dry_run=dry_run
+    )
 
 
 def collect(sweep_dir: Path) -> list[RunStatus]:
@@ -73,14 +80,20 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
             in_log = True
             problem = _log_tail(files.log(job)) or f"no log at {files.log(job)}"
         try:
-            physics, physics_problem = _physics(files, job, state, result) if spec.validate else (None, "")
+            physics, physics_problem = (
+                _physics(files, job, state, result) if spec.validate else (None, "")
+            )
         except KitError as exc:  # the result replaced since it was read: shown with the run
             physics, physics_problem = "failed", str(exc)
-        out.append(RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem, in_log))
+        out.append(
+            RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem, in_log)
+        )
     return out
 
 
-def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) -> tuple[str | None, str]:
+def _physics(
+    files: RunFiles, job: str | None, state: str, result: Path | None
+) -> tuple[str | None, str]:
     """What became of a validated run's physics: gan3d validate adds its score to the results JSON,
     so a run that ended with a result but without that key failed its validation (its log says why)."""
     if result is None or job is None:
@@ -97,21 +110,37 @@ def _physics(files: RunFiles, job: str | None, state: str, result: Path | None) 
 def _recorded_physics(result: Path, run_id: str) -> object:
     """The `physics` key of a run's results file, read again (a file replaced since run_result read
     it is named in one line, whatever its top level holds)."""
-    return read_json_object(result, "gan3d results file",
-                            f"fix: kit scale submit --resubmit --only {run_id}").get("physics")
+    return read_json_object(
+        result, "gan3d results file", f"fix: kit scale submit --resubmit --only {run_id}"
+    ).get("physics")
 
 
 def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
     """What `kit scale collect --json` prints (its schema: kit-scale-collect/1)."""
-    runs = [{"run": s.run_id, "job": s.job, "state": s.state, "result": str(s.result) if s.result else None,
-             "problem": s.problem or None, "physics": s.physics,
-             "physics_problem": s.physics_problem or None} for s in status]
-    return {"dir": str(sweep_dir.absolute()), "runs": runs, "done": sum(s.done for s in status),
-            "total": len(status), "problems": sum(bool(s.problem) for s in status)}
+    runs = [
+        {
+            "run": s.run_id,
+            "job": s.job,
+            "state": s.state,
+            "result": str(s.result) if s.result else None,
+            "problem": s.problem or None,
+            "physics": s.physics,
+            "physics_problem": s.physics_problem or None,
+        }
+        for s in status
+    ]
+    return {
+        "dir": str(sweep_dir.absolute()),
+        "runs": runs,
+        "done": sum(s.done for s in status),
+        "total": len(status),
+        "problems": sum(bool(s.problem) for s in status),
+    }
 
 
-def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False,
-           wait: bool = True) -> list[tuple[str, str]]:
+def cancel(
+    sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False, wait: bool = True
+) -> list[tuple[str, str]]:
     """scancel the plan's queued and running jobs: (run id, job id) of each one cancelled. With
     ``wait``, returns once Slurm has let them go: a job still COMPLETING would otherwise pass for
     running (and be cancelled again, or not resubmitted) by the next command."""
@@ -127,14 +156,20 @@ def cancel(sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False
     return active
 
 
-def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = None,
-         on_poll: Callable[[list[RunStatus]], None] | None = None) -> list[RunStatus]:
+def wait(
+    sweep_dir: Path,
+    poll_seconds: float = 5.0,
+    timeout: float | None = None,
+    on_poll: Callable[[list[RunStatus]], None] | None = None,
+) -> list[RunStatus]:
     """Collect until no submitted run is queued or running (bounded: a NaN, infinite or negative poll
     or timeout would never end, or crash in time.sleep)."""
     import math
 
     for name, value in (("poll", poll_seconds), ("timeout", timeout)):
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        if value is not None and not (
+            isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+        ):
             raise KitError(f"--{name} {value!r}: give a finite number of seconds >= 0")
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -145,12 +180,16 @@ def wait(sweep_dir: Path, poll_seconds: float = 5.0, timeout: float | None = Non
         if not active:
             return status
         if all(is_stuck(s.state) for s in active):
-            raise KitError(f"{sweep_dir}: every run still queued pends for a reason only a person can clear: "
-                           + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active)
-                           + "; fix the cause (scontrol release, partition limits) or kit scale cancel")
+            raise KitError(
+                f"{sweep_dir}: every run still queued pends for a reason only a person can clear: "
+                + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active)
+                + "; fix the cause (scontrol release, partition limits) or kit scale cancel"
+            )
         if deadline is not None and time.monotonic() > deadline:
-            raise KitError(f"{sweep_dir}: runs still queued or running after {timeout:.0f} s: "
-                           + ", ".join(f"{s.run_id} ({s.state})" for s in active))
+            raise KitError(
+                f"{sweep_dir}: runs still queued or running after {timeout:.0f} s: "
+                + ", ".join(f"{s.run_id} ({s.state})" for s in active)
+            )
         time.sleep(poll_seconds)
 
 
@@ -162,7 +201,9 @@ def results(sweep_dir: Path, failed: list[str] | None = None) -> list[Path]:
     found = []
     for run in load_plan(sweep_dir).runs:
         try:
-            found.append(run_result(RunFiles(sweep_dir.absolute(), run.run_id), latest_job(jobs, run.run_id)))
+            found.append(
+                run_result(RunFiles(sweep_dir.absolute(), run.run_id), latest_job(jobs, run.run_id))
+            )
         except RunFailed as exc:
             if failed is not None:
                 failed.append(str(exc))
@@ -190,7 +231,9 @@ def unscored(sweep_dir: Path) -> dict[Path, Validation]:
             log = files.validate_log(job)
             out[result] = Validation("failed", _validation_error(log))
         else:
-            out[result] = Validation("not finished", f"job {job}'s log does not say the validation ended")
+            out[result] = Validation(
+                "not finished", f"job {job}'s log does not say the validation ended"
+            )
     return out
 
 
@@ -200,7 +243,9 @@ def _validation_error(log: Path) -> str:
     lines = [line for line in _log_tail(log).splitlines() if line.strip()]
     if not lines:
         return f"no validation log at {log}"
-    return one_line(next((line for line in reversed(lines) if "gan3d validate: error:" in line), lines[-1]))
+    return one_line(
+        next((line for line in reversed(lines) if "gan3d validate: error:" in line), lines[-1])
+    )
 
 
 def _select(plan: Plan, only: list[str] | None) -> list:
@@ -209,7 +254,9 @@ def _select(plan: Plan, only: list[str] | None) -> list:
     known = {r.run_id for r in plan.runs}
     unknown = [o for o in only if o not in known]
     if unknown:
-        raise KitError(f"--only {', '.join(unknown)}: not in the plan (runs: {', '.join(sorted(known))})")
+        raise KitError(
+            f"--only {', '.join(unknown)}: not in the plan (runs: {', '.join(sorted(known))})"
+        )
     return [r for r in plan.runs if r.run_id in only]
 
 

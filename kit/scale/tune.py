@@ -6,6 +6,7 @@ the most showers/s is written to DIR/tune.yaml, which `kit scale plan --layout b
 site with Slurm the trainings are a plan of one node submitted with `kit scale submit`'s machinery;
 on a `local` site (the laptop) they run one after another under the site's MPI launcher.
 """
+
 from __future__ import annotations
 
 import io
@@ -39,8 +40,18 @@ PLOT_NAME = "tune.png"
 PRECISIONS = ("fp32", "bf16")  # what gan3d train computes in; fp32 is its default
 # The tuner sets these for every layout's run (a short, bounded, measured training); a user's value
 # would make the layouts' runs incomparable or unbounded.
-TUNE_FLAGS = ("--epochs", "--steps-per-epoch", "--validation-steps", "--measure-peak", "--precision",
-              "--checkpoint-dir", "--resume", "--threads", "--results", "--site")
+TUNE_FLAGS = (
+    "--epochs",
+    "--steps-per-epoch",
+    "--validation-steps",
+    "--measure-peak",
+    "--precision",
+    "--checkpoint-dir",
+    "--resume",
+    "--threads",
+    "--results",
+    "--site",
+)
 LOG_TAIL_BYTES = 4096
 
 
@@ -75,8 +86,9 @@ class Measured:
     problem: str = ""
 
 
-def candidate_layouts(site: Site, given: list[tuple[int, int]] | None = None,
-                      precisions: tuple[str, ...] = ("fp32",)) -> list[Layout]:
+def candidate_layouts(
+    site: Site, given: list[tuple[int, int]] | None = None, precisions: tuple[str, ...] = ("fp32",)
+) -> list[Layout]:
     """`given` (ranks, threads) pairs, or every split of the node's cores into ranks x threads with
     all cores busy (48 cores: 1x48, 2x24, 3x16, 4x12, ... 48x1), in each precision. A layout the node
     cannot hold is an error naming it."""
@@ -84,24 +96,28 @@ def candidate_layouts(site: Site, given: list[tuple[int, int]] | None = None,
     pairs = given or [(r, cores // r) for r in range(1, cores + 1) if cores % r == 0]
     for r, t in pairs:
         if r < 1 or t < 1 or r * t > site.node.hardware_threads:
-            raise KitError(f"layout {r}x{t}: a {site.name} node has {cores} cores x {site.node.threads_per_core} "
-                           f"hardware threads = {site.node.hardware_threads}",
-                           fix="give layouts RxT with "
-                           f"R x T <= {site.node.hardware_threads}")
+            raise KitError(
+                f"layout {r}x{t}: a {site.name} node has {cores} cores x {site.node.threads_per_core} "
+                f"hardware threads = {site.node.hardware_threads}",
+                fix=f"give layouts RxT with R x T <= {site.node.hardware_threads}",
+            )
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:
-        raise KitError(f"--precision {','.join(bad)}: gan3d train computes in {' or '.join(PRECISIONS)}")
+        raise KitError(
+            f"--precision {','.join(bad)}: gan3d train computes in {' or '.join(PRECISIONS)}"
+        )
     return [Layout(r, t, p) for p in dict.fromkeys(precisions) for r, t in dict.fromkeys(pairs)]
 
 
 def parse_layouts(text: str) -> list[tuple[int, int]]:
-    """"1x2,2x1" -> [(1, 2), (2, 1)]."""
+    """ "1x2,2x1" -> [(1, 2), (2, 1)]."""
     out = []
     for word in (w.strip() for w in text.split(",") if w.strip()):
         r, sep, t = word.partition("x")
         if not (sep and r.isdigit() and t.isdigit() and r.isascii() and t.isascii()):
-            raise KitError(f"--layouts {shown(text)}: {shown(word)} is not RANKSxTHREADS",
-                           fix="e.g. 1x48,4x12")
+            raise KitError(
+                f"--layouts {shown(text)}: {shown(word)} is not RANKSxTHREADS", fix="e.g. 1x48,4x12"
+            )
         out.append((int(r), int(t)))
     if not out:
         raise KitError("--layouts is empty", fix="e.g. 1x2,2x1")
@@ -109,28 +125,57 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
 
 
 def tune_args(layout: Layout, steps: int, peak_seconds: float) -> tuple[str, ...]:
-    """The training arguments every layout gets: one short epoch, peaks measured in its precision."""
-    args = ("--epochs", "1", "--steps-per-epoch", str(steps), "--validation-steps", "1",
-            "--measure-peak", f"{peak_seconds:g}")
+    """The training arguments every layout gets: one short epoch, peaks measured in its
+    precision.
+    """
+    args = (
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        str(steps),
+        "--validation-steps",
+        "1",
+        "--measure-peak",
+        f"{peak_seconds:g}",
+    )
     return args + (("--precision", layout.precision) if layout.precision != "fp32" else ())
 
 
 def check_train_args(train_args: tuple[str, ...]) -> None:
     owned = matching(train_args, TUNE_FLAGS)
     if owned:
-        raise KitError(f"training arguments {' '.join(owned)}: kit scale tune sets {', '.join(TUNE_FLAGS)} "
-                       "itself for every layout (use --steps, --peak-seconds, --precision); drop them")
+        raise KitError(
+            f"training arguments {' '.join(owned)}: kit scale tune sets {', '.join(TUNE_FLAGS)} "
+            "itself for every layout (use --steps, --peak-seconds, --precision); drop them"
+        )
 
 
-def run_local(site: Site, layouts: list[Layout], out_dir: Path, *, train_args: tuple[str, ...], steps: int,
-              peak_seconds: float, timeout: float, python: str = sys.executable,
-              on_start: Callable[[Layout], None] | None = None) -> list[Measured]:
-    """Each layout in turn under the site's MPI launcher on this machine (one node, nothing queued)."""
+def run_local(
+    site: Site,
+    layouts: list[Layout],
+    out_dir: Path,
+    *,
+    train_args: tuple[str, ...],
+    steps: int,
+    peak_seconds: float,
+    timeout: float,
+    python: str = sys.executable,
+    on_start: Callable[[Layout], None] | None = None,
+) -> list[Measured]:
+    """Each layout in turn under the site's MPI launcher on this machine (one node, nothing
+    queued).
+    """
     launcher = local_launcher(site)
-    done = [f.result for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts) if f.result.exists()]
+    done = [
+        f.result
+        for f in (RunFiles(out_dir.absolute(), layout.run_id) for layout in layouts)
+        if f.result.exists()
+    ]
     if done:
-        raise KitError(f"{done[0]}: an earlier tune's result is there",
-                       fix="tune into a new --dir (nothing was run)")
+        raise KitError(
+            f"{done[0]}: an earlier tune's result is there",
+            fix="tune into a new --dir (nothing was run)",
+        )
     measured = []
     for layout in layouts:
         if on_start:
@@ -138,29 +183,50 @@ def run_local(site: Site, layouts: list[Layout], out_dir: Path, *, train_args: t
         files = RunFiles(out_dir.absolute(), layout.run_id)
         log = own_dir(files.run_dir / "logs", "the tune's logs/") / f"{layout.run_id}.out"
         own_dir(files.result.parent, "the tune's results/")  # gan3d train writes the result there
-        cmd = [*launcher, "-n", str(layout.ranks_per_node), python, "-m", "gan3d", "train", *train_args,
-               *tune_args(layout, steps, peak_seconds), "--threads", str(layout.threads_per_rank),
-               "--site", str(site.path), "--results", str(files.result)]
+        cmd = [
+            *launcher,
+            "-n",
+            str(layout.ranks_per_node),
+            python,
+            "-m",
+            "gan3d",
+            "train",
+            *train_args,
+            *tune_args(layout, steps, peak_seconds),
+            "--threads",
+            str(layout.threads_per_rank),
+            "--site",
+            str(site.path),
+            "--results",
+            str(files.result),
+        ]
         if layout.ranks_per_node * layout.threads_per_rank > site.node.cores:
             cmd.append("--oversubscribe")
         code = _run_bounded(cmd, log, timeout)
-        problem = "" if code == 0 else (f"exit {code}" if code is not None else f"killed after {timeout:g} s") \
+        problem = (
+            ""
+            if code == 0
+            else (f"exit {code}" if code is not None else f"killed after {timeout:g} s")
             + f"; log {log}: {_tail(log)}"
+        )
         measured.append(read_measured(layout, files.result, problem))
     return measured
 
 
 def local_launcher(site: Site) -> list[str]:
-    """The site's launcher; for MPICH its hydra by name (Debian's plain mpiexec may be Open MPI's)."""
+    """The site's launcher; for MPICH its hydra by name (Debian's plain mpiexec may be Open
+    MPI's).
+    """
     names = ("mpiexec.hydra", "mpiexec.mpich") if site.host_mpi.vendor == "mpich" else ()
     for name in names:
         if path := shutil.which(name):
             return [path]
     words = shlex.split(site.host_mpi.launcher)
     if not shutil.which(words[0]):
-        raise KitError(f"site {site.name}: host_mpi.launcher {shown(words[0])} is not on PATH",
-                       fix="load the "
-                       "site's MPI (or apt-get install mpich)")
+        raise KitError(
+            f"site {site.name}: host_mpi.launcher {shown(words[0])} is not on PATH",
+            fix="load the site's MPI (or apt-get install mpich)",
+        )
     return words
 
 
@@ -169,8 +235,12 @@ def _run_bounded(cmd: list[str], log: Path, timeout: float) -> int | None:
     after `timeout` s (the launcher and every rank), so nothing outlives a hung layout. None: killed."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with open_log(log, "the layout's log") as out:  # a link planted there is refused, never truncated
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with open_log(
+        log, "the layout's log"
+    ) as out:  # a link planted there is refused, never truncated
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -188,18 +258,34 @@ def _tail(log: Path) -> str:
     return " | ".join(lines[-3:]) or "(empty)"
 
 
-def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, *, train_args: tuple[str, ...], steps: int,
-              peak_seconds: float, timeout: float, walltime: str, nodes: int = 1, pair: str | None = None,
-              python: str = "python3", poll_seconds: float = 5.0,
-              on_poll: Callable[[list[sweep_jobs.RunStatus]], None] | None = None) -> list[Measured]:
+def run_slurm(
+    site: Site,
+    layouts: list[Layout],
+    out_dir: Path,
+    *,
+    train_args: tuple[str, ...],
+    steps: int,
+    peak_seconds: float,
+    timeout: float,
+    walltime: str,
+    nodes: int = 1,
+    pair: str | None = None,
+    python: str = "python3",
+    poll_seconds: float = 5.0,
+    on_poll: Callable[[list[sweep_jobs.RunStatus]], None] | None = None,
+) -> list[Measured]:
     """One plan per precision (a plan's runs share their training arguments) in OUT/PRECISION,
     submitted and waited for with kit scale submit's and collect's code."""
     measured = []
     for precision in dict.fromkeys(layout.precision for layout in layouts):
         group = [layout for layout in layouts if layout.precision == precision]
         args = tuple(train_args) + tune_args(group[0], steps, peak_seconds)
-        runs = [RunSpec(layout.run_id, nodes, layout.ranks_per_node, layout.threads_per_rank, walltime, args)
-                for layout in group]
+        runs = [
+            RunSpec(
+                layout.run_id, nodes, layout.ranks_per_node, layout.threads_per_rank, walltime, args
+            )
+            for layout in group
+        ]
         for spec in runs:
             check_run(site, spec)
         sweep = out_dir / precision
@@ -211,13 +297,19 @@ def run_slurm(site: Site, layouts: list[Layout], out_dir: Path, *, train_args: t
         status = {s.run_id: s for s in sweep_jobs.wait(sweep, poll_seconds, timeout, on_poll)}
         for layout in group:
             s = status[layout.run_id]
-            problem = "" if s.result else (s.problem or f"job {s.job} ended {s.state} without a result")
-            measured.append(read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).result, problem))
+            problem = (
+                "" if s.result else (s.problem or f"job {s.job} ended {s.state} without a result")
+            )
+            measured.append(
+                read_measured(layout, RunFiles(sweep.absolute(), layout.run_id).result, problem)
+            )
     return measured
 
 
 def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
-    """The figures of one layout's results JSON (problem: the run's, or what is wrong with the file)."""
+    """The figures of one layout's results JSON (problem: the run's, or what is wrong with the
+    file).
+    """
     if problem:
         return Measured(layout, path, problem=problem)
     fix = "fix: run kit scale tune again in a new --dir"
@@ -228,32 +320,73 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     except KitError as exc:
         return Measured(layout, path, problem=str(exc))
     if not isinstance(record, dict) or record.get("status") != "ok":
-        return Measured(layout, path, problem=f"{path}: the run did not finish "
-                        f"({shown(record.get('error') if isinstance(record, dict) else record)})")
+        return Measured(
+            layout,
+            path,
+            problem=f"{path}: the run did not finish "
+            f"({shown(record.get('error') if isinstance(record, dict) else record)})",
+        )
     # Each figure bounded as it is read: the file may have been edited, and 1e308 showers/s or an
     # infinite byte count would be the recommendation (or crash the plot).
     percent_key = f"percent_of_peak_{layout.precision}_measured"
-    rate, rss, percent, cpu = (record.get(k) for k in ("showers_per_second", "peak_rss_bytes_per_rank",
-                                                       percent_key, "cpu"))
-    checks = (("showers_per_second", rate, is_rate(rate) and rate > 0, f"a number > 0 of at most {MAX_RATE:g}"),
-              ("peak_rss_bytes_per_rank", rss, is_byte_counts(rss) and any(rss), "a list of byte counts per rank"),
-              (percent_key, percent, percent is None or is_rate(percent), f"null or a number of at most {MAX_RATE:g}"),
-              ("cpu", cpu, cpu is None or isinstance(cpu, str) and control_character(cpu) is None and len(cpu) <= 200,
-               "null or one line naming the CPU"))
+    rate, rss, percent, cpu = (
+        record.get(k) for k in ("showers_per_second", "peak_rss_bytes_per_rank", percent_key, "cpu")
+    )
+    checks = (
+        (
+            "showers_per_second",
+            rate,
+            is_rate(rate) and rate > 0,
+            f"a number > 0 of at most {MAX_RATE:g}",
+        ),
+        (
+            "peak_rss_bytes_per_rank",
+            rss,
+            is_byte_counts(rss) and any(rss),
+            "a list of byte counts per rank",
+        ),
+        (
+            percent_key,
+            percent,
+            percent is None or is_rate(percent),
+            f"null or a number of at most {MAX_RATE:g}",
+        ),
+        (
+            "cpu",
+            cpu,
+            cpu is None
+            or isinstance(cpu, str)
+            and control_character(cpu) is None
+            and len(cpu) <= 200,
+            "null or one line naming the CPU",
+        ),
+    )
     for key, value, ok, want in checks:
         if not ok:
-            return Measured(layout, path, problem=f"{path}: key {key!r} is {shown(value)}, expected {want}; {fix}")
-    return Measured(layout, path, float(rate), max(x for x in rss if x),
-                    None if percent is None else float(percent),
-                    None if percent is None else f"measured {layout.precision} peak", cpu)
+            return Measured(
+                layout,
+                path,
+                problem=f"{path}: key {key!r} is {shown(value)}, expected {want}; {fix}",
+            )
+    return Measured(
+        layout,
+        path,
+        float(rate),
+        max(x for x in rss if x),
+        None if percent is None else float(percent),
+        None if percent is None else f"measured {layout.precision} peak",
+        cpu,
+    )
 
 
 def best(measured: list[Measured]) -> Measured:
     """The layout with the most showers/s; an error naming every layout's problem if none ran."""
     ran = [m for m in measured if m.showers_per_second is not None]
     if not ran:
-        raise KitError("no layout produced figures: " + "; ".join(f"{m.layout.name}: {one_line(m.problem, 600)}"
-                                                                  for m in measured))
+        raise KitError(
+            "no layout produced figures: "
+            + "; ".join(f"{m.layout.name}: {one_line(m.problem, 600)}" for m in measured)
+        )
     return max(ran, key=lambda m: m.showers_per_second)
 
 
@@ -264,7 +397,11 @@ def check_outputs(out_dir: Path) -> None:
     fix = "fix: give kit scale tune a new --dir"
     if tune_file.exists() or tune_file.is_symlink():
         try:
-            ours = tune_file.is_file() and not tune_file.is_symlink() and bool(_load_tune(tune_file, fix))
+            ours = (
+                tune_file.is_file()
+                and not tune_file.is_symlink()
+                and bool(_load_tune(tune_file, fix))
+            )
         except KitError:
             ours = False
         if not ours:
@@ -273,22 +410,47 @@ def check_outputs(out_dir: Path) -> None:
         raise KitError(f"{png}: there without a {TUNE_NAME}, so not the kit's; {fix}")
 
 
-def write_tune(site: Site, nodes: int, measured: list[Measured], out_dir: Path) -> tuple[Path, Path]:
-    """DIR/tune.yaml (the recommendation and every layout's figures) and DIR/tune.png, atomically."""
+def write_tune(
+    site: Site, nodes: int, measured: list[Measured], out_dir: Path
+) -> tuple[Path, Path]:
+    """DIR/tune.yaml (the recommendation and every layout's figures) and DIR/tune.png,
+    atomically.
+    """
     top = best(measured)
-    doc = {"kit_tune": TUNE_FORMAT, "site": str(Path(site.path).resolve()), "site_name": site.name,
-           "nodes": nodes, "cpu": top.cpu,
-           "best": {"ranks_per_node": top.layout.ranks_per_node, "threads_per_rank": top.layout.threads_per_rank,
-                    "precision": top.layout.precision, "showers_per_second": top.showers_per_second},
-           "layouts": [{"ranks_per_node": m.layout.ranks_per_node, "threads_per_rank": m.layout.threads_per_rank,
-                        "precision": m.layout.precision, "showers_per_second": m.showers_per_second,
-                        "peak_rss_bytes_per_rank": m.peak_rss_bytes_per_rank,
-                        "percent_of_peak": m.percent_of_peak, "percent_of_peak_denominator":
-                        m.percent_of_peak_denominator, "results": str(m.results), "problem": m.problem or None}
-                       for m in measured]}
-    png = plot(measured, top, f"{site.name}, {nodes} node(s)")  # rendered before anything is written
+    doc = {
+        "kit_tune": TUNE_FORMAT,
+        "site": str(Path(site.path).resolve()),
+        "site_name": site.name,
+        "nodes": nodes,
+        "cpu": top.cpu,
+        "best": {
+            "ranks_per_node": top.layout.ranks_per_node,
+            "threads_per_rank": top.layout.threads_per_rank,
+            "precision": top.layout.precision,
+            "showers_per_second": top.showers_per_second,
+        },
+        "layouts": [
+            {
+                "ranks_per_node": m.layout.ranks_per_node,
+                "threads_per_rank": m.layout.threads_per_rank,
+                "precision": m.layout.precision,
+                "showers_per_second": m.showers_per_second,
+                "peak_rss_bytes_per_rank": m.peak_rss_bytes_per_rank,
+                "percent_of_peak": m.percent_of_peak,
+                "percent_of_peak_denominator": m.percent_of_peak_denominator,
+                "results": str(m.results),
+                "problem": m.problem or None,
+            }
+            for m in measured
+        ],
+    }
+    png = plot(
+        measured, top, f"{site.name}, {nodes} node(s)"
+    )  # rendered before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
-    check_outputs(out_dir)  # again: the trainings took minutes, and a link or a file may be there now
+    check_outputs(
+        out_dir
+    )  # again: the trainings took minutes, and a link or a file may be there now
     atomic_write_bytes(out_dir / PLOT_NAME, png)
     atomic_write_text(out_dir / TUNE_NAME, yaml.safe_dump(doc, sort_keys=False, width=110))
     return out_dir / TUNE_NAME, out_dir / PLOT_NAME
@@ -305,11 +467,22 @@ def plot(measured: list[Measured], top: Measured, title: str) -> bytes:
     rates = [m.showers_per_second or 0.0 for m in measured]
     bars = rate_ax.bar(names, rates, color=["C2" if m is top else "C0" for m in measured])
     for bar, m in zip(bars, measured):
-        label = "failed" if m.showers_per_second is None else \
-            (f"{m.percent_of_peak:.0f}% of\n{m.percent_of_peak_denominator}" if m.percent_of_peak is not None
-             else "peak not measured")
-        rate_ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                         fontsize="x-small")
+        label = (
+            "failed"
+            if m.showers_per_second is None
+            else (
+                f"{m.percent_of_peak:.0f}% of\n{m.percent_of_peak_denominator}"
+                if m.percent_of_peak is not None
+                else "peak not measured"
+            )
+        )
+        rate_ax.annotate(
+            label,
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize="x-small",
+        )
     rate_ax.set_ylabel("showers/s (job, first step excluded)")
     rate_ax.set_title(f"{title}: best {top.layout.name} (green)", fontsize="small")
     mem_ax.bar(names, [(m.peak_rss_bytes_per_rank or 0) / 2**30 for m in measured], color="C1")
@@ -328,32 +501,45 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
     the request does not fit the site: Slurm needs --image or --no-container, a local site one node."""
     if site.scheduler.type == "slurm":
         if not said_how:
-            raise KitError(f"site {site.name} runs jobs through Slurm: say how: --image IMAGE (ch-run with the "
-                           "host MPI) or --no-container (the site's own Python)")
+            raise KitError(
+                f"site {site.name} runs jobs through Slurm: say how: --image IMAGE (ch-run with the "
+                "host MPI) or --no-container (the site's own Python)"
+            )
         return True
     if nodes != 1:
-        raise KitError(f"--nodes {nodes}: site {site.name} has no scheduler (scheduler.type local): "
-                       "it tunes this one machine",
-                       fix="--nodes 1")
+        raise KitError(
+            f"--nodes {nodes}: site {site.name} has no scheduler (scheduler.type local): "
+            "it tunes this one machine",
+            fix="--nodes 1",
+        )
     return False
 
 
 def _load_tune(path: Path, fix: str):
-    return load_tagged(path, "layout tune file", "kit_tune", TUNE_FORMAT, fix, missing=f"no tune file here; {fix}",
-                       wrote="a file kit scale tune wrote")
+    return load_tagged(
+        path,
+        "layout tune file",
+        "kit_tune",
+        TUNE_FORMAT,
+        fix,
+        missing=f"no tune file here; {fix}",
+        wrote="a file kit scale tune wrote",
+    )
 
 
-def best_layout(site: Site, sweep_dir: Path, tune_file: Path | None, layout_given: bool,
-                asked: bool) -> tuple[Path, tuple[int, int]]:
+def best_layout(
+    site: Site, sweep_dir: Path, tune_file: Path | None, layout_given: bool, asked: bool
+) -> tuple[Path, tuple[int, int]]:
     """`kit scale plan --layout best [--tune FILE]`: the tune file read (default DIR/tune.yaml) and its
     best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were given too
     (refused: the tune decides them); ``asked``: --layout best was (a --tune file alone is refused)."""
     if not asked:
         raise KitError("--tune FILE is read with --layout best", fix="add --layout best")
     if layout_given:
-        raise KitError("--layout best takes ranks per node and threads from the tune file",
-                       fix="drop "
-                       "--ranks-per-node/--threads, or drop --layout best")
+        raise KitError(
+            "--layout best takes ranks per node and threads from the tune file",
+            fix="drop --ranks-per-node/--threads, or drop --layout best",
+        )
     path = tune_file or sweep_dir / TUNE_NAME
     return path, load_best(path, site)
 
@@ -365,13 +551,23 @@ def load_best(path: Path, site: Site) -> tuple[int, int]:
     doc = _load_tune(path, fix)
     value = doc.value
     if value.get("site_name") != site.name:
-        raise KitError(f"{doc.where('site_name')}: key site_name is {shown(value.get('site_name'))}, but the plan "
-                       f"is for site {site.name}: a layout tuned on another machine; {fix}")
+        raise KitError(
+            f"{doc.where('site_name')}: key site_name is {shown(value.get('site_name'))}, but the plan "
+            f"is for site {site.name}: a layout tuned on another machine; {fix}"
+        )
     chosen = value.get("best")
-    pair = tuple(chosen.get(k) for k in ("ranks_per_node", "threads_per_rank")) if isinstance(chosen, dict) else ()
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10**6 for v in pair):
-        raise KitError(f"{doc.where('best')}: key best needs ranks_per_node and threads_per_rank, whole numbers "
-                       f">= 1; {fix}")
+    pair = (
+        tuple(chosen.get(k) for k in ("ranks_per_node", "threads_per_rank"))
+        if isinstance(chosen, dict)
+        else ()
+    )
+    if len(pair) != 2 or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10**6 for v in pair
+    ):
+        raise KitError(
+            f"{doc.where('best')}: key best needs ranks_per_node and threads_per_rank, whole numbers "
+            f">= 1; {fix}"
+        )
     return pair[0], pair[1]
 
 

@@ -1,4 +1,5 @@
 """Find a site config by name or path, and load it validated into a typed Site."""
+
 from __future__ import annotations
 
 import difflib
@@ -27,7 +28,11 @@ def search_dirs() -> list[Path]:
     """Where a site *name* is looked up, first match wins: the $KIT_SITE_PATH dirs
     (os.pathsep-separated, in order), then the user's dir, then the configs shipped with the
     kit; so a user's file of the same name overrides a shipped one. A path is never searched."""
-    extra = [Path(os.path.expanduser(p)) for p in os.environ.get("KIT_SITE_PATH", "").split(os.pathsep) if p]
+    extra = [
+        Path(os.path.expanduser(p))
+        for p in os.environ.get("KIT_SITE_PATH", "").split(os.pathsep)
+        if p
+    ]
     return extra + [user_dir(), SHIPPED_DIR]
 
 
@@ -49,17 +54,20 @@ def unknown_site(name: str) -> SiteError:
     if len(known) > MAX_LISTED:
         listed += f", ... ({len(known) - MAX_LISTED} more)"
     where = ", ".join(shown(str(d)) for d in search_dirs())
-    return SiteError(f"unknown site {name!r}{hint} known sites: {listed} "
-                     f"(searched {where}; a path to a site config works too)")
+    return SiteError(
+        f"unknown site {name!r}{hint} known sites: {listed} "
+        f"(searched {where}; a path to a site config works too)"
+    )
 
 
 def resolve_site(name_or_path: str | os.PathLike) -> Path:
     """A value naming an existing file, or containing '/' or ending in .yaml/.yml, is a path."""
     text = os.fspath(name_or_path)
     if "\0" in text:  # no path or name holds one (argv cannot; the library API can)
-        raise SiteError(f"{shown(text)}: a NUL byte is in the site name or path",
-                        fix="give a site name "
-                        "or the path of a site config")
+        raise SiteError(
+            f"{shown(text)}: a NUL byte is in the site name or path",
+            fix="give a site name or the path of a site config",
+        )
     candidate = Path(os.path.expanduser(text))  # ~unknown-user stays as typed; Path's would raise
     if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):
         if not candidate.exists():  # a FIFO or a device is refused when read, by what it is
@@ -69,7 +77,9 @@ def resolve_site(name_or_path: str | os.PathLike) -> Path:
         raise SiteError(f"{shown(text)} is neither a site config file nor a valid site name")
     for directory in search_dirs():
         path = directory / f"{text}.yaml"
-        if path.exists():  # not only regular files: a FIFO here is refused by what it is, not skipped
+        if (
+            path.exists()
+        ):  # not only regular files: a FIFO here is refused by what it is, not skipped
             return path
     raise unknown_site(text)
 

@@ -1,4 +1,5 @@
 """Typed site config (docs/architecture.md, "File contracts") and the schema that guards it."""
+
 from __future__ import annotations
 
 import mmap
@@ -21,20 +22,35 @@ SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._,:+-]{1,256}")  # #SBATCH lines are rea
 IMAGE_DIR_RE = re.compile(r"(?:/[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,254}){1,32}")
 # The MPI vendors a site may name, and the ABI family of each: a host MPI replaces an image's
 # only within one family (kit.mpi.abi's rules; the image recipe is chosen by family).
-FAMILY_OF_VENDOR = {"intel": "mpich", "mpich": "mpich", "mvapich2": "mpich", "cray-mpich": "mpich",
-                    "parastation": "mpich", "openmpi": "openmpi"}
+FAMILY_OF_VENDOR = {
+    "intel": "mpich",
+    "mpich": "mpich",
+    "mvapich2": "mpich",
+    "cray-mpich": "mpich",
+    "parastation": "mpich",
+    "openmpi": "openmpi",
+}
 MPI_VENDORS = tuple(FAMILY_OF_VENDOR)
 # How each vendor's library names itself, in its bytes and in MPI_Get_library_version (kit mpi
 # check expects the host vendor's in every rank's). ParaStation MPI says only "MPICH".
-VENDOR_BANNERS = {"intel": "Intel(R) MPI Library", "openmpi": "Open MPI", "mvapich2": "MVAPICH2",
-                  "cray-mpich": "CRAY MPICH", "mpich": "MPICH", "parastation": "MPICH"}
+VENDOR_BANNERS = {
+    "intel": "Intel(R) MPI Library",
+    "openmpi": "Open MPI",
+    "mvapich2": "MVAPICH2",
+    "cray-mpich": "CRAY MPICH",
+    "mpich": "MPICH",
+    "parastation": "MPICH",
+}
 # The vendor a banner names, most specific first: Intel MPI, MVAPICH2 and Cray MPICH also carry
 # "MPICH"; a banner several vendors share names the first (ParaStation's is read as mpich).
 # Besides the banners, what a vendor's launcher prints for --version (kit site probe reads it):
 # Open MPI's mpiexec says only "mpiexec (OpenRTE) 4.1.4"; any "Intel(R) MPI" is Intel's.
 LAUNCHER_MARKERS = {"intel": ("Intel(R) MPI",), "openmpi": ("OpenRTE",)}
-VENDOR_MARKERS = [(vendor, marker.encode()) for vendor in ("intel", "openmpi", "mvapich2", "cray-mpich", "mpich")
-                  for marker in (VENDOR_BANNERS[vendor], *LAUNCHER_MARKERS.get(vendor, ()))]
+VENDOR_MARKERS = [
+    (vendor, marker.encode())
+    for vendor in ("intel", "openmpi", "mvapich2", "cray-mpich", "mpich")
+    for marker in (VENDOR_BANNERS[vendor], *LAUNCHER_MARKERS.get(vendor, ()))
+]
 
 
 def vendor_named_in(data: bytes | bytearray | mmap.mmap) -> str | None:
@@ -61,12 +77,16 @@ def _slurm_word(value: str) -> str | None:
 
 
 def _launcher(value: str) -> str | None:
-    """Split now as the batch script will, so an unbalanced quote is found before a job is queued."""
+    """Split now as the batch script will, so an unbalanced quote is found before a job is
+    queued.
+    """
     try:
         words = shlex.split(value)
     except ValueError as exc:
         return f"{shown(value)} is not shell words ({exc}); fix: balance its quotes"
-    return None if words else "is empty; fix: name the command that starts ranks, e.g. srun or mpiexec"
+    return (
+        None if words else "is empty; fix: name the command that starts ranks, e.g. srun or mpiexec"
+    )
 
 
 def _command(value: str) -> str | None:
@@ -88,26 +108,34 @@ def _library_dirs(values: list[str]) -> str | None:
         if message := _absolute(value):
             return message
         if ":" in value:
-            return (f"{shown(value)} holds a ':', which ch-run's --bind=SRC:DST cannot carry; fix: name the "
-                    "directory by a path without one (e.g. a symlink to it)")
+            return (
+                f"{shown(value)} holds a ':', which ch-run's --bind=SRC:DST cannot carry; fix: name the "
+                "directory by a path without one (e.g. a symlink to it)"
+            )
     return None
 
 
 def _image_dir(value: str) -> str | None:
     if not IMAGE_DIR_RE.fullmatch(value):
-        return (f"{shown(value)} is not a directory inside the image below / (components of letters, digits "
-                "and ._+-, none starting with '.'; no ':', which splits --bind and LD_LIBRARY_PATH); "
-                "fix: e.g. /opt/hostmpi")
+        return (
+            f"{shown(value)} is not a directory inside the image below / (components of letters, digits "
+            "and ._+-, none starting with '.'; no ':', which splits --bind and LD_LIBRARY_PATH); "
+            "fix: e.g. /opt/hostmpi"
+        )
     return None
 
 
 def binds_problem(values: list[str]) -> str | None:
-    """container.binds: each SRC:DST, two absolute paths (kit vcluster checks its --bind with this)."""
+    """container.binds: each SRC:DST, two absolute paths (kit vcluster checks its --bind with
+    this).
+    """
     for value in values:
         src, sep, dst = value.partition(":")
         if not sep or not src.startswith("/") or not dst.startswith("/") or ":" in dst:
-            return (f"bind {shown(value)} must be SRC:DST with two absolute paths and no other ':' "
-                    "(ch-run's --bind cannot carry one)")
+            return (
+                f"bind {shown(value)} must be SRC:DST with two absolute paths and no other ':' "
+                "(ch-run's --bind cannot carry one)"
+            )
     return None
 
 
@@ -118,14 +146,22 @@ def _env_names(env: dict) -> str | None:
 
 def _mca_names(mca: dict) -> str | None:
     bad = [k for k in mca if not MCA_NAME_RE.fullmatch(k)]
-    return (f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), e.g. btl_tcp_if_include"
-            if bad else None)
+    return (
+        f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), e.g. btl_tcp_if_include"
+        if bad
+        else None
+    )
 
 
 def _host_mpi_check(mpi: dict) -> list[tuple[str, str]]:
     if mpi["openmpi"] is not None and mpi["vendor"] != "openmpi":
-        return [("openmpi", f"Open MPI settings for a host MPI of vendor {mpi['vendor']}; fix: remove them "
-                 "or set vendor: openmpi")]
+        return [
+            (
+                "openmpi",
+                f"Open MPI settings for a host MPI of vendor {mpi['vendor']}; fix: remove them "
+                "or set vendor: openmpi",
+            )
+        ]
     return []
 
 
@@ -136,13 +172,20 @@ def _port(value: int) -> str | None:
 def _node_check(node: dict) -> list[tuple[str, str]]:
     problems = []
     if node["usable_memory_gb"] > node["memory_gb"]:
-        problems.append(("usable_memory_gb", f"usable memory {node['usable_memory_gb']} GB is more "
-                         f"than the node's memory_gb {node['memory_gb']} GB"))
+        problems.append(
+            (
+                "usable_memory_gb",
+                f"usable memory {node['usable_memory_gb']} GB is more "
+                f"than the node's memory_gb {node['memory_gb']} GB",
+            )
+        )
     cores = node["sockets"] * node["cores_per_socket"]
     for key in ("numa_domains", "numa_domains_snc"):
         value = node[key]
         if value is not None and value > cores:
-            problems.append((key, f"{value} NUMA domains cannot exceed the {cores} cores of a node"))
+            problems.append(
+                (key, f"{value} NUMA domains cannot exceed the {cores} cores of a node")
+            )
     return problems
 
 
@@ -153,18 +196,44 @@ def _network_check(net: dict) -> list[tuple[str, str]]:
     return []
 
 
-OPENMPI_SECTION = Section({
-    "components": Field("str", nullable=True, required=False, check=_absolute,
-                        doc="the host's MCA component dir (ompi_info --path pkglibdir); default PREFIX/lib/openmpi"),
-    "help_files": Field("str", nullable=True, required=False, check=_absolute,
-                        doc="the host's help-file dir (ompi_info --path pkgdatadir); default PREFIX/share/openmpi"),
-    "pmix_components": Field("str", nullable=True, required=False, check=_absolute,
-                             doc="an external PMIx's component dir, bound too; null: PMIx inside Open MPI"),
-    "mca": Field("map[str,str]", required=False, default={}, check=_mca_names,
-                 doc="MCA parameters, exported as OMPI_MCA_<name> to mpirun and the ranks"),
-    "allow_run_as_root": Field("bool", required=False, default=False,
-                               doc="mpirun --allow-run-as-root (containers and CI run as root; clusters should not)"),
-})
+OPENMPI_SECTION = Section(
+    {
+        "components": Field(
+            "str",
+            nullable=True,
+            required=False,
+            check=_absolute,
+            doc="the host's MCA component dir (ompi_info --path pkglibdir); default PREFIX/lib/openmpi",
+        ),
+        "help_files": Field(
+            "str",
+            nullable=True,
+            required=False,
+            check=_absolute,
+            doc="the host's help-file dir (ompi_info --path pkgdatadir); default PREFIX/share/openmpi",
+        ),
+        "pmix_components": Field(
+            "str",
+            nullable=True,
+            required=False,
+            check=_absolute,
+            doc="an external PMIx's component dir, bound too; null: PMIx inside Open MPI",
+        ),
+        "mca": Field(
+            "map[str,str]",
+            required=False,
+            default={},
+            check=_mca_names,
+            doc="MCA parameters, exported as OMPI_MCA_<name> to mpirun and the ranks",
+        ),
+        "allow_run_as_root": Field(
+            "bool",
+            required=False,
+            default=False,
+            doc="mpirun --allow-run-as-root (containers and CI run as root; clusters should not)",
+        ),
+    }
+)
 
 # The container runtimes a site may name; each is one module in kit/runtime/ (its registry checks
 # that the two agree).
@@ -174,119 +243,273 @@ UDOCKER_MODES = ("P1", "P2")  # proot with seccomp acceleration, and without (th
 
 def _udocker_check(section: dict) -> list[tuple[str, str]]:
     if section["proot"] is None and section["tarball"] is None:
-        return [("proot", "is null (udocker's own proot), but no tarball gives it; fix: name a proot "
-                 "executable (Debian's: /usr/bin/proot, apt-get install proot) or udocker's tools tarball")]
+        return [
+            (
+                "proot",
+                "is null (udocker's own proot), but no tarball gives it; fix: name a proot "
+                "executable (Debian's: /usr/bin/proot, apt-get install proot) or udocker's tools tarball",
+            )
+        ]
     return []
 
 
-UDOCKER_SECTION = Section({
-    "mode": Field("str", required=False, default="P1", choices=UDOCKER_MODES,
-                  doc="udocker execution mode: P1 (proot, seccomp-accelerated), P2 (proot without it: the fallback)"),
-    "executable": Field("str", required=False, default="udocker", check=_command,
-                        doc="the udocker command: a name on PATH or an absolute path"),
-    "proot": Field("str", nullable=True, required=False, default="/usr/bin/proot", check=_absolute,
-                   doc="the proot executable (Debian's: the kit runs it through a wrapper that drops udocker's -k); "
-                   "null: udocker's own, from the tools tarball"),
-    "tarball": Field("str", nullable=True, required=False, default=None, check=_absolute,
-                     doc="udocker's tools tarball, installed from this file (never downloaded); null: none"),
-    "dir": Field("str", required=False, default="~/.udocker", check=_absolute,
-                 doc="udocker's repository (UDOCKER_DIR), per user: on a shared filesystem or node-local"),
-    "allow_root": Field("bool", required=False, default=False,
-                        doc="udocker --allow-root: let root run ranks (udocker refuses root otherwise)"),
-}, check=_udocker_check)
+UDOCKER_SECTION = Section(
+    {
+        "mode": Field(
+            "str",
+            required=False,
+            default="P1",
+            choices=UDOCKER_MODES,
+            doc="udocker execution mode: P1 (proot, seccomp-accelerated), P2 (proot without it: the fallback)",
+        ),
+        "executable": Field(
+            "str",
+            required=False,
+            default="udocker",
+            check=_command,
+            doc="the udocker command: a name on PATH or an absolute path",
+        ),
+        "proot": Field(
+            "str",
+            nullable=True,
+            required=False,
+            default="/usr/bin/proot",
+            check=_absolute,
+            doc="the proot executable (Debian's: the kit runs it through a wrapper that drops udocker's -k); "
+            "null: udocker's own, from the tools tarball",
+        ),
+        "tarball": Field(
+            "str",
+            nullable=True,
+            required=False,
+            default=None,
+            check=_absolute,
+            doc="udocker's tools tarball, installed from this file (never downloaded); null: none",
+        ),
+        "dir": Field(
+            "str",
+            required=False,
+            default="~/.udocker",
+            check=_absolute,
+            doc="udocker's repository (UDOCKER_DIR), per user: on a shared filesystem or node-local",
+        ),
+        "allow_root": Field(
+            "bool",
+            required=False,
+            default=False,
+            doc="udocker --allow-root: let root run ranks (udocker refuses root otherwise)",
+        ),
+    },
+    check=_udocker_check,
+)
 
 
 def _container_check(container: dict) -> list[tuple[str, str]]:
     if container["udocker"] is not None and container["runtime"] != "udocker":
-        return [("udocker", f"udocker settings for runtime {container['runtime']}; fix: remove them or set "
-                 "runtime: udocker")]
+        return [
+            (
+                "udocker",
+                f"udocker settings for runtime {container['runtime']}; fix: remove them or set "
+                "runtime: udocker",
+            )
+        ]
     return []
 
 
-SCHEMA = Section({
-    "name": Field("str", check=_name, doc="short name used on the command line"),
-    "description": Field("str", required=False, default=""),
-    "scheduler": Field(Section({
-        "type": Field("str", choices=("local", "slurm")),
-        "partition": Field("str", nullable=True, required=False, check=_slurm_word),
-        "account": Field("str", nullable=True, required=False, check=_slurm_word),
-        "max_nodes": Field("int", positive=True),
-        "max_walltime": Field("str", check=_walltime),
-        "mpi_plugin": Field("str", nullable=True, required=False, choices=("pmi2", "pmix", "none"),
-                            doc="srun --mpi=VALUE"),
-        "constraint": Field("str", nullable=True, required=False, check=_slurm_word),
-    })),
-    "node": Field(Section({
-        "cpu_model": Field("str"),
-        "sockets": Field("int", positive=True),
-        "cores_per_socket": Field("int", positive=True),
-        "threads_per_core": Field("int", positive=True),
-        "numa_domains": Field("int", positive=True),
-        "numa_domains_snc": Field("int", positive=True, nullable=True, required=False,
-                                  doc="NUMA domains with sub-NUMA clustering enabled"),
-        "memory_gb": Field("float", positive=True),
-        "usable_memory_gb": Field("float", positive=True),
-        # Peak facts: null (or absent) when unknown, e.g. a VM's clock. The kit then says the
-        # theoretical peak is unknown and divides by a measured one, never by a guess.
-        "clock_ghz_avx": Field("float", positive=True, nullable=True, required=False,
-                               doc="sustained all-core clock under AVX-512 load: the clock of the fp32/bf16/fp64 "
-                               "peaks; null when unknown"),
-        "clock_ghz_max": Field("float", positive=True, nullable=True, required=False,
-                               doc="clock used for the vendor/Top500 peak (the seed paper's FP64 convention)"),
-        "fp32_flop_per_cycle_per_core": Field("int", positive=True, nullable=True, required=False,
-                                              doc="e.g. 64 = 2 AVX-512 FMA units x 16 lanes x 2"),
-        "fp64_flop_per_cycle_per_core": Field("int", positive=True, nullable=True, required=False,
-                                              doc="e.g. 32 = 2 AVX-512 FMA units x 8 lanes x 2"),
-        "bf16_flop_per_cycle_per_core": Field("int", positive=True, nullable=True, required=False,
-                                              doc="with AVX512_BF16 or AMX; null where the CPU has no bf16 "
-                                              "arithmetic (TensorFlow then computes bf16 in fp32)"),
-    }, check=_node_check)),
-    "host_mpi": Field(Section({
-        "vendor": Field("str", choices=MPI_VENDORS),
-        "version": Field("str"),
-        "prefix": Field("str", check=_absolute),
-        "library_dirs": Field("list[str]", required=False, default=[], check=_library_dirs),
-        "launcher": Field("str", check=_launcher, doc="command that starts ranks, e.g. 'srun' or 'mpiexec'"),
-        "env": Field("map[str,str]", required=False, default={}, check=_env_names,
-                     doc="set for the launcher and, translated into the container, for the ranks"),
-        "soname": Field("str", nullable=True, required=False,
-                        doc="the host library's SONAME, e.g. libmpi.so.12"),
-        "library_version": Field("str", nullable=True, required=False,
-                                 doc="the host libmpi file's version suffix, e.g. 12.0.0"),
-        "openmpi": Field(OPENMPI_SECTION, nullable=True, required=False,
-                         doc="what binding and starting an Open MPI host needs (vendor openmpi only)"),
-    }, check=_host_mpi_check)),
-    "container": Field(Section({
-        "runtime": Field("str", choices=RUNTIMES, doc="what starts each rank in the image (kit/runtime/)"),
-        "image_dir": Field("str", check=_absolute),
-        "binds": Field("list[str]", required=False, default=[], check=binds_problem),
-        "join": Field("bool", required=False, default=True),
-        "mpi_target": Field("str", required=False, default="/opt/hostmpi", check=_image_dir,
-                            doc="in-image directory the host MPI library dirs are bound under"),
-        "udocker": Field(UDOCKER_SECTION, nullable=True, required=False,
-                         doc="runtime udocker only: how udocker runs (absent: the defaults)"),
-    }, check=_container_check)),
-    "modules": Field("list[str]", required=False, default=[]),
-    "transfer": Field(Section({
-        "host": Field("str"),
-        "user": Field("str", nullable=True, required=False),
-        "port": Field("int", required=False, default=22, check=_port),
-        "image_dir": Field("str", check=_absolute),
-        "jump_host": Field("str", nullable=True, required=False),
-        "keep_versions": Field("int", required=False, default=2, positive=True),
-        "direct_io": Field("bool", required=False, default=True,
-                           doc="write uploads with O_DIRECT where the filesystem allows it "
-                           "(no page cache to fill and flush); false for buffered writes"),
-    })),
-    "network": Field(Section({
-        "fabric": Field("str", nullable=True, required=False),
-        "latency_us": Field("float", positive=True),
-        "bandwidth_gbps": Field("float", positive=True),
-        "islands": Field("int", positive=True, nullable=True, required=False),
-        "island_nodes": Field("int", positive=True, nullable=True, required=False,
-                              doc="nodes per island (full bisection inside an island)"),
-    }, check=_network_check)),
-})
+SCHEMA = Section(
+    {
+        "name": Field("str", check=_name, doc="short name used on the command line"),
+        "description": Field("str", required=False, default=""),
+        "scheduler": Field(
+            Section(
+                {
+                    "type": Field("str", choices=("local", "slurm")),
+                    "partition": Field("str", nullable=True, required=False, check=_slurm_word),
+                    "account": Field("str", nullable=True, required=False, check=_slurm_word),
+                    "max_nodes": Field("int", positive=True),
+                    "max_walltime": Field("str", check=_walltime),
+                    "mpi_plugin": Field(
+                        "str",
+                        nullable=True,
+                        required=False,
+                        choices=("pmi2", "pmix", "none"),
+                        doc="srun --mpi=VALUE",
+                    ),
+                    "constraint": Field("str", nullable=True, required=False, check=_slurm_word),
+                }
+            )
+        ),
+        "node": Field(
+            Section(
+                {
+                    "cpu_model": Field("str"),
+                    "sockets": Field("int", positive=True),
+                    "cores_per_socket": Field("int", positive=True),
+                    "threads_per_core": Field("int", positive=True),
+                    "numa_domains": Field("int", positive=True),
+                    "numa_domains_snc": Field(
+                        "int",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="NUMA domains with sub-NUMA clustering enabled",
+                    ),
+                    "memory_gb": Field("float", positive=True),
+                    "usable_memory_gb": Field("float", positive=True),
+                    # Peak facts: null (or absent) when unknown, e.g. a VM's clock. The kit then says the
+                    # theoretical peak is unknown and divides by a measured one, never by a guess.
+                    "clock_ghz_avx": Field(
+                        "float",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="sustained all-core clock under AVX-512 load: the clock of the fp32/bf16/fp64 "
+                        "peaks; null when unknown",
+                    ),
+                    "clock_ghz_max": Field(
+                        "float",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="clock used for the vendor/Top500 peak (the seed paper's FP64 convention)",
+                    ),
+                    "fp32_flop_per_cycle_per_core": Field(
+                        "int",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="e.g. 64 = 2 AVX-512 FMA units x 16 lanes x 2",
+                    ),
+                    "fp64_flop_per_cycle_per_core": Field(
+                        "int",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="e.g. 32 = 2 AVX-512 FMA units x 8 lanes x 2",
+                    ),
+                    "bf16_flop_per_cycle_per_core": Field(
+                        "int",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="with AVX512_BF16 or AMX; null where the CPU has no bf16 "
+                        "arithmetic (TensorFlow then computes bf16 in fp32)",
+                    ),
+                },
+                check=_node_check,
+            )
+        ),
+        "host_mpi": Field(
+            Section(
+                {
+                    "vendor": Field("str", choices=MPI_VENDORS),
+                    "version": Field("str"),
+                    "prefix": Field("str", check=_absolute),
+                    "library_dirs": Field(
+                        "list[str]", required=False, default=[], check=_library_dirs
+                    ),
+                    "launcher": Field(
+                        "str",
+                        check=_launcher,
+                        doc="command that starts ranks, e.g. 'srun' or 'mpiexec'",
+                    ),
+                    "env": Field(
+                        "map[str,str]",
+                        required=False,
+                        default={},
+                        check=_env_names,
+                        doc="set for the launcher and, translated into the container, for the ranks",
+                    ),
+                    "soname": Field(
+                        "str",
+                        nullable=True,
+                        required=False,
+                        doc="the host library's SONAME, e.g. libmpi.so.12",
+                    ),
+                    "library_version": Field(
+                        "str",
+                        nullable=True,
+                        required=False,
+                        doc="the host libmpi file's version suffix, e.g. 12.0.0",
+                    ),
+                    "openmpi": Field(
+                        OPENMPI_SECTION,
+                        nullable=True,
+                        required=False,
+                        doc="what binding and starting an Open MPI host needs (vendor openmpi only)",
+                    ),
+                },
+                check=_host_mpi_check,
+            )
+        ),
+        "container": Field(
+            Section(
+                {
+                    "runtime": Field(
+                        "str",
+                        choices=RUNTIMES,
+                        doc="what starts each rank in the image (kit/runtime/)",
+                    ),
+                    "image_dir": Field("str", check=_absolute),
+                    "binds": Field("list[str]", required=False, default=[], check=binds_problem),
+                    "join": Field("bool", required=False, default=True),
+                    "mpi_target": Field(
+                        "str",
+                        required=False,
+                        default="/opt/hostmpi",
+                        check=_image_dir,
+                        doc="in-image directory the host MPI library dirs are bound under",
+                    ),
+                    "udocker": Field(
+                        UDOCKER_SECTION,
+                        nullable=True,
+                        required=False,
+                        doc="runtime udocker only: how udocker runs (absent: the defaults)",
+                    ),
+                },
+                check=_container_check,
+            )
+        ),
+        "modules": Field("list[str]", required=False, default=[]),
+        "transfer": Field(
+            Section(
+                {
+                    "host": Field("str"),
+                    "user": Field("str", nullable=True, required=False),
+                    "port": Field("int", required=False, default=22, check=_port),
+                    "image_dir": Field("str", check=_absolute),
+                    "jump_host": Field("str", nullable=True, required=False),
+                    "keep_versions": Field("int", required=False, default=2, positive=True),
+                    "direct_io": Field(
+                        "bool",
+                        required=False,
+                        default=True,
+                        doc="write uploads with O_DIRECT where the filesystem allows it "
+                        "(no page cache to fill and flush); false for buffered writes",
+                    ),
+                }
+            )
+        ),
+        "network": Field(
+            Section(
+                {
+                    "fabric": Field("str", nullable=True, required=False),
+                    "latency_us": Field("float", positive=True),
+                    "bandwidth_gbps": Field("float", positive=True),
+                    "islands": Field("int", positive=True, nullable=True, required=False),
+                    "island_nodes": Field(
+                        "int",
+                        positive=True,
+                        nullable=True,
+                        required=False,
+                        doc="nodes per island (full bisection inside an island)",
+                    ),
+                },
+                check=_network_check,
+            )
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -358,13 +581,26 @@ class Node:
             raise ValueError(f"clock must be avx or max, not {clock!r}")
         key = "clock_ghz_avx" if clock == "avx" else "clock_ghz_max"
         ghz = getattr(self, key)
-        missing = {what: k for what, k, v in (("clock", key, ghz), ("FLOP/cycle", f"{precision}_flop_per_cycle_per_core",
-                                                                           per_cycle)) if v is None}
+        missing = {
+            what: k
+            for what, k, v in (
+                ("clock", key, ghz),
+                ("FLOP/cycle", f"{precision}_flop_per_cycle_per_core", per_cycle),
+            )
+            if v is None
+        }
         if missing:
-            return Peak(precision, None, f"unknown {' and '.join(missing)}: the site config gives no "
-                        f"{', no '.join(missing.values())}")
-        return Peak(precision, self.cores * ghz * 1e9 * per_cycle,
-                    f"{self.cores} cores x {ghz:g} GHz ({clock} clock) x {per_cycle} {precision.upper()} FLOP/cycle")
+            return Peak(
+                precision,
+                None,
+                f"unknown {' and '.join(missing)}: the site config gives no "
+                f"{', no '.join(missing.values())}",
+            )
+        return Peak(
+            precision,
+            self.cores * ghz * 1e9 * per_cycle,
+            f"{self.cores} cores x {ghz:g} GHz ({clock} clock) x {per_cycle} {precision.upper()} FLOP/cycle",
+        )
 
     def theoretical_peak_flops(self, precision: str = "fp32", clock: str = "avx") -> float | None:
         """theoretical_peak(...).flops: FLOP/s of one node, None when unknown."""
@@ -405,14 +641,22 @@ class HostMPI:
         """The Open MPI settings with their defaults filled in from the prefix."""
         given = self.openmpi or OpenMPI()
         prefix = Path(self.prefix)
-        return OpenMPI(given.components or str(prefix / "lib" / "openmpi"),
-                       given.help_files or str(prefix / "share" / "openmpi"),
-                       given.pmix_components, dict(given.mca), given.allow_run_as_root)
+        return OpenMPI(
+            given.components or str(prefix / "lib" / "openmpi"),
+            given.help_files or str(prefix / "share" / "openmpi"),
+            given.pmix_components,
+            dict(given.mca),
+            given.allow_run_as_root,
+        )
 
     @property
     def launch_env(self) -> dict[str, str]:
         """What the launcher and the ranks get: env, and an Open MPI host's MCA parameters."""
-        mca = {f"OMPI_MCA_{k}": v for k, v in self.ompi.mca.items()} if self.vendor == "openmpi" else {}
+        mca = (
+            {f"OMPI_MCA_{k}": v for k, v in self.ompi.mca.items()}
+            if self.vendor == "openmpi"
+            else {}
+        )
         return {**mca, **self.env}
 
 
@@ -488,10 +732,17 @@ class Site:
         if data["container"]["udocker"] is not None:
             data["container"]["udocker"] = Udocker(**data["container"]["udocker"])
         return cls(
-            name=data["name"], description=data["description"], modules=list(data["modules"]),
-            scheduler=Scheduler(**data["scheduler"]), node=Node(**data["node"]),
-            host_mpi=HostMPI(**data["host_mpi"]), container=Container(**data["container"]),
-            transfer=Transfer(**data["transfer"]), network=Network(**data["network"]), path=path)
+            name=data["name"],
+            description=data["description"],
+            modules=list(data["modules"]),
+            scheduler=Scheduler(**data["scheduler"]),
+            node=Node(**data["node"]),
+            host_mpi=HostMPI(**data["host_mpi"]),
+            container=Container(**data["container"]),
+            transfer=Transfer(**data["transfer"]),
+            network=Network(**data["network"]),
+            path=path,
+        )
 
     def peak_per_island(self, precision: str = "fp32") -> float | None:
         """The island's peak at the AVX clock; None without islands or without the node's peak."""

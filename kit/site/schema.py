@@ -3,6 +3,7 @@
 jsonschema would lose the YAML marks; walking `yaml.compose` nodes keeps the file, line and
 key path of each value and lets unknown keys get a did-you-mean.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -45,7 +46,9 @@ class Section:
     """A mapping with a fixed set of keys."""
 
     fields: dict[str, Field]
-    check: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None  # cross-field: [(key, message)]
+    check: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = (
+        None  # cross-field: [(key, message)]
+    )
 
 
 @dataclass
@@ -67,7 +70,9 @@ class _Walker:
         self.problems.append(Problem(path or "(top level)", node.start_mark.line + 1, message))
 
     def value(self, node: yaml.Node, path: str) -> Any:
-        """The node's value, or _BAD with the problem recorded (a 5000-digit integer, a bad date)."""
+        """The node's value, or _BAD with the problem recorded (a 5000-digit integer, a bad
+        date).
+        """
         try:
             return self.loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
@@ -96,8 +101,7 @@ class _Walker:
             if spec is None:
                 close = difflib.get_close_matches(key, list(sec.fields), n=1, cutoff=0.6)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                self.fail(kpath, key_node,
-                          f"unknown key{hint} (allowed: {', '.join(sec.fields)})")
+                self.fail(kpath, key_node, f"unknown key{hint} (allowed: {', '.join(sec.fields)})")
                 continue
             got = self.field(spec, value_node, kpath)
             if got is not _BAD:
@@ -168,8 +172,14 @@ def _child(node: yaml.Node, key: str) -> yaml.Node | None:
 def _describe(spec: Field) -> str:
     if isinstance(spec.kind, Section):
         return "a mapping"
-    text = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-            "list[str]": "a list of strings", "map[str,str]": "a mapping of names to strings"}[spec.kind]
+    text = {
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "list[str]": "a list of strings",
+        "map[str,str]": "a mapping of names to strings",
+    }[spec.kind]
     if spec.choices:
         text = f"one of {', '.join(map(str, spec.choices))}"
     if spec.nullable:
@@ -186,9 +196,11 @@ def _type_error(spec: Field, value: Any) -> str | None:
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
-        "map[str,str]": isinstance(value, dict) and all(
+        "map[str,str]": isinstance(value, dict)
+        and all(
             isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
-            for k, v in value.items()),
+            for k, v in value.items()
+        ),
     }[kind]
     if not ok:
         return f"expected {_describe(spec)}, got {type(value).__name__} {shown(value)}"
@@ -232,7 +244,9 @@ def check_document(text: str, file: str | Path, schema: Section) -> dict[str, An
     if walker.problems:
         listed = "; ".join(p.render(str(file)) for p in walker.problems[:MAX_LISTED])
         more = len(walker.problems) - MAX_LISTED
-        raise SiteError(f"{file}: invalid site config ({len(walker.problems)} problem(s)): {listed}"
-                        + (f"; and {more} more" if more > 0 else ""))
+        raise SiteError(
+            f"{file}: invalid site config ({len(walker.problems)} problem(s)): {listed}"
+            + (f"; and {more} more" if more > 0 else "")
+        )
     assert data is not None
     return data

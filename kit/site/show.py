@@ -1,4 +1,5 @@
 """A readable summary of a site: the facts a user checks before a scaling run."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -24,41 +25,74 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
     rows = [
         ("site", f"{site.name}: {site.description}" if site.description else site.name),
         ("config file", str(site.path) if site.path else "-"),
-        ("scheduler", f"{s.type}, partition {s.partition or '-'}, account {s.account or '-'}, "
-                      f"up to {s.max_nodes} nodes for {s.max_walltime}"),
-        ("node", f"{n.sockets} x {n.cores_per_socket}-core {n.cpu_model} = {n.cores} cores, "
-                 f"{n.threads_per_core} threads/core, {numa} NUMA domains"),
+        (
+            "scheduler",
+            f"{s.type}, partition {s.partition or '-'}, account {s.account or '-'}, "
+            f"up to {s.max_nodes} nodes for {s.max_walltime}",
+        ),
+        (
+            "node",
+            f"{n.sockets} x {n.cores_per_socket}-core {n.cpu_model} = {n.cores} cores, "
+            f"{n.threads_per_core} threads/core, {numa} NUMA domains",
+        ),
         ("memory", f"{n.memory_gb:g} GB, {n.usable_memory_gb:g} GB usable"),
         ("clock", f"{_ghz(n.clock_ghz_avx)} under AVX, {_ghz(n.clock_ghz_max)} max"),
     ]
     for precision in PRECISIONS:
         peak = n.theoretical_peak(precision)
-        rows.append((f"{precision.upper()} peak per node",
-                     f"{_flops(peak.flops)} ({peak.basis})" if peak.flops else peak.basis))
+        rows.append(
+            (
+                f"{precision.upper()} peak per node",
+                f"{_flops(peak.flops)} ({peak.basis})" if peak.flops else peak.basis,
+            )
+        )
     if n.clock_ghz_max:
-        rows.append(("peak at max clock", ", ".join(
-            f"{p.upper()} {_flops(n.theoretical_peak_flops(p, 'max'))}" for p in PRECISIONS)
-            + " (vendor/Top500 convention; the seed paper's % of peak is of its FP64 figure)"))
+        rows.append(
+            (
+                "peak at max clock",
+                ", ".join(
+                    f"{p.upper()} {_flops(n.theoretical_peak_flops(p, 'max'))}" for p in PRECISIONS
+                )
+                + " (vendor/Top500 convention; the seed paper's % of peak is of its FP64 figure)",
+            )
+        )
     if site.network.island_nodes:
-        rows.append(("peak per island", f"FP32 {_flops(site.peak_per_island('fp32'))}, FP64 "
-                     f"{_flops(site.peak_per_island('fp64'))} ({site.network.island_nodes} nodes; "
-                     f"{site.network.islands} islands)"))
+        rows.append(
+            (
+                "peak per island",
+                f"FP32 {_flops(site.peak_per_island('fp32'))}, FP64 "
+                f"{_flops(site.peak_per_island('fp64'))} ({site.network.island_nodes} nodes; "
+                f"{site.network.islands} islands)",
+            )
+        )
     node_fp32 = n.theoretical_peak_flops()
     rows += [
         ("peak at max_nodes", f"FP32 {_flops(s.max_nodes * node_fp32 if node_fp32 else None)}"),
-        ("host MPI", f"{mpi.vendor} {mpi.version} at {mpi.prefix}, launcher {mpi.launcher!r}"
-                     + (f", {mpi.soname} {mpi.library_version or ''}" if mpi.soname else "")),
+        (
+            "host MPI",
+            f"{mpi.vendor} {mpi.version} at {mpi.prefix}, launcher {mpi.launcher!r}"
+            + (f", {mpi.soname} {mpi.library_version or ''}" if mpi.soname else ""),
+        ),
         ("MPI env", ", ".join(f"{k}={v}" for k, v in mpi.launch_env.items()) or "-"),
         *_openmpi_rows(mpi),
-        ("container", f"{site.container.runtime}, images in {site.container.image_dir}, host MPI "
-                      f"bound under {site.container.mpi_target}, join={site.container.join}"),
+        (
+            "container",
+            f"{site.container.runtime}, images in {site.container.image_dir}, host MPI "
+            f"bound under {site.container.mpi_target}, join={site.container.join}",
+        ),
         *_udocker_rows(site),
         ("modules", ", ".join(site.modules) or "-"),
-        ("transfer", f"{site.transfer.user + '@' if site.transfer.user else ''}{site.transfer.host}:"
-                     f"{site.transfer.port} -> {site.transfer.image_dir}"
-                     + (f" via {site.transfer.jump_host}" if site.transfer.jump_host else "")),
-        ("network", f"{site.network.fabric or '-'}, {site.network.latency_us:g} us, "
-                    f"{site.network.bandwidth_gbps:g} Gbit/s"),
+        (
+            "transfer",
+            f"{site.transfer.user + '@' if site.transfer.user else ''}{site.transfer.host}:"
+            f"{site.transfer.port} -> {site.transfer.image_dir}"
+            + (f" via {site.transfer.jump_host}" if site.transfer.jump_host else ""),
+        ),
+        (
+            "network",
+            f"{site.network.fabric or '-'}, {site.network.latency_us:g} us, "
+            f"{site.network.bandwidth_gbps:g} Gbit/s",
+        ),
     ]
     return rows
 
@@ -67,18 +101,28 @@ def _udocker_rows(site: Site) -> list[tuple[str, str]]:
     if site.container.runtime != "udocker":
         return []
     u = site.container.udocker_settings
-    return [("udocker", f"{u.executable}, mode {u.mode}, proot {u.proot or 'udocker’s own'}"
-                        f"{', tools tarball ' + u.tarball if u.tarball else ''}, repository {u.dir}"
-                        + (", --allow-root" if u.allow_root else ""))]
+    return [
+        (
+            "udocker",
+            f"{u.executable}, mode {u.mode}, proot {u.proot or 'udocker’s own'}"
+            f"{', tools tarball ' + u.tarball if u.tarball else ''}, repository {u.dir}"
+            + (", --allow-root" if u.allow_root else ""),
+        )
+    ]
 
 
 def _openmpi_rows(mpi) -> list[tuple[str, str]]:
     if mpi.vendor != "openmpi":
         return []
     o = mpi.ompi
-    return [("Open MPI", f"components {o.components}, help files {o.help_files}, PMIx components "
-                         f"{o.pmix_components or '- (inside Open MPI)'}"
-                         + (", mpirun --allow-run-as-root" if o.allow_run_as_root else ""))]
+    return [
+        (
+            "Open MPI",
+            f"components {o.components}, help files {o.help_files}, PMIx components "
+            f"{o.pmix_components or '- (inside Open MPI)'}"
+            + (", mpirun --allow-run-as-root" if o.allow_run_as_root else ""),
+        )
+    ]
 
 
 def _ghz(value: float | None) -> str:
@@ -97,27 +141,43 @@ def _scaled(count: int, value: float | None) -> float | None:
 
 
 def summary_document(site: Site) -> dict:
-    """The summary for scripts: the validated config, plus what it implies (cores, peaks in FLOP/s)."""
+    """The summary for scripts: the validated config, plus what it implies (cores, peaks in
+    FLOP/s).
+    """
     n, s = site.node, site.scheduler
-    sections = {k: asdict(v) for k, v in (("scheduler", s), ("node", n), ("host_mpi", site.host_mpi),
-                                          ("container", site.container), ("transfer", site.transfer),
-                                          ("network", site.network))}
+    sections = {
+        k: asdict(v)
+        for k, v in (
+            ("scheduler", s),
+            ("node", n),
+            ("host_mpi", site.host_mpi),
+            ("container", site.container),
+            ("transfer", site.transfer),
+            ("network", site.network),
+        )
+    }
     sections["node"] |= {"cores": n.cores, "hardware_threads": n.hardware_threads}
     sections["host_mpi"]["library_dirs"] = site.host_mpi.lib_dirs
     if site.host_mpi.vendor == "openmpi":
         sections["host_mpi"]["openmpi"] = asdict(site.host_mpi.ompi)
-    if site.container.runtime == "udocker":  # its settings with their defaults; no key for other runtimes
+    if (
+        site.container.runtime == "udocker"
+    ):  # its settings with their defaults; no key for other runtimes
         sections["container"]["udocker"] = asdict(site.container.udocker_settings)
     else:
         del sections["container"]["udocker"]
     node_peak = n.theoretical_peak_flops
     return {
-        "name": site.name, "description": site.description,
-        "config_file": str(site.path) if site.path else None, "modules": list(site.modules),
+        "name": site.name,
+        "description": site.description,
+        "config_file": str(site.path) if site.path else None,
+        "modules": list(site.modules),
         **sections,
         "peak_flops": {
             "per_node": _precisions(node_peak),
-            "per_node_max_clock": _precisions(lambda p: node_peak(p, "max")) if n.clock_ghz_max else None,
+            "per_node_max_clock": _precisions(lambda p: node_peak(p, "max"))
+            if n.clock_ghz_max
+            else None,
             "per_island": _precisions(site.peak_per_island) if site.network.island_nodes else None,
             "at_max_nodes": _precisions(lambda p: _scaled(s.max_nodes, node_peak(p))),
             "basis": {p: n.theoretical_peak(p).basis for p in PRECISIONS},

@@ -1,4 +1,5 @@
 """Talk to Slurm: submit a script, ask what became of jobs (squeue, then sacct), cancel them."""
+
 from __future__ import annotations
 
 import re
@@ -11,15 +12,35 @@ from kit.errors import KitError
 from kit.excerpt import one_line, shown
 
 # States after which a job is gone for good; every other state Slurm reports means "still there".
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-            "BOOT_FAIL", "DEADLINE", "REVOKED"}
-JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:[_+][0-9]{1,12})?")  # 123, an array's 123_4, a het job's 123+0
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+}
+JOB_ID_RE = re.compile(
+    r"[0-9]{1,12}(?:[_+][0-9]{1,12})?"
+)  # 123, an array's 123_4, a het job's 123+0
 # Pending reasons that mean nodes are out of service (drained, down): the nodes are named beside them.
 NODES_UNAVAILABLE = ("Nodes required for job are DOWN", "ReqNodeNotAvail")
 UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
 # Why a job may pend that no waiting will clear: shown, and `kit scale collect --wait` stops on them.
-STUCK = {"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
-         "JobHeldUser", "JobHeldAdmin", "DependencyNeverSatisfied"}
+STUCK = {
+    "PartitionNodeLimit",
+    "PartitionTimeLimit",
+    "BadConstraints",
+    "InvalidAccount",
+    "InvalidQOS",
+    "JobHeldUser",
+    "JobHeldAdmin",
+    "DependencyNeverSatisfied",
+}
 
 
 def is_active(state: str) -> bool:
@@ -28,18 +49,25 @@ def is_active(state: str) -> bool:
 
 def is_stuck(state: str) -> bool:
     """PENDING (Reason) with a reason only a person can clear, or a held state of its own."""
-    return (state.startswith("PENDING (") and state[9:-1] in STUCK) or state.endswith("_HOLD") \
+    return (
+        (state.startswith("PENDING (") and state[9:-1] in STUCK)
+        or state.endswith("_HOLD")
         or state in ("SPECIAL_EXIT", "STOPPED")
+    )
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     if shutil.which(argv[0]) is None:
-        raise KitError(f"{argv[0]} not found: run this on the site's login node (or load the slurm module)")
+        raise KitError(
+            f"{argv[0]} not found: run this on the site's login node (or load the slurm module)"
+        )
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise KitError(f"{argv[0]} did not answer in {timeout:.0f} s (slurmctld busy?); nothing was recorded: "
-                       "check `squeue --me` before running this again") from None
+        raise KitError(
+            f"{argv[0]} did not answer in {timeout:.0f} s (slurmctld busy?); nothing was recorded: "
+            "check `squeue --me` before running this again"
+        ) from None
 
 
 def sbatch(script: Path) -> str:
@@ -49,8 +77,10 @@ def sbatch(script: Path) -> str:
         raise KitError(f"sbatch refused {script}: {one_line(done.stderr or done.stdout, 400)}")
     job = done.stdout.strip().split(";")[0]
     if not JOB_ID_RE.fullmatch(job):  # recorded, it would go to squeue -j and scancel later
-        raise KitError(f"sbatch accepted {script} but answered {shown(done.stdout)}, not a job id; check "
-                       "`squeue --me` before submitting again")
+        raise KitError(
+            f"sbatch accepted {script} but answered {shown(done.stdout)}, not a job id; check "
+            "`squeue --me` before submitting again"
+        )
     return job
 
 
@@ -62,7 +92,9 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
         return states
     done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
-        raise KitError(f"squeue failed: {one_line(done.stderr, 400)}; try again when slurmctld answers")
+        raise KitError(
+            f"squeue failed: {one_line(done.stderr, 400)}; try again when slurmctld answers"
+        )
     unavailable = None
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
         job, state, reason = (line.split("|") + ["", ""])[:3]
@@ -70,11 +102,17 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
             if state == "PENDING" and reason.startswith(NODES_UNAVAILABLE):
                 unavailable = _unavailable_nodes() if unavailable is None else unavailable
                 reason = f"{reason}; {unavailable}" if unavailable else reason
-            states[job] = f"PENDING ({reason})" if state == "PENDING" and reason not in ("", "None") else state
+            states[job] = (
+                f"PENDING ({reason})"
+                if state == "PENDING" and reason not in ("", "None")
+                else state
+            )
     left = [j for j, s in states.items() if s == UNKNOWN]
     if left and shutil.which("sacct"):
         acct = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(left), "-o", "JobID,State"])
-        for line in acct.stdout.splitlines() if acct.returncode == 0 else []:  # no accounting: stay UNKNOWN
+        for line in (
+            acct.stdout.splitlines() if acct.returncode == 0 else []
+        ):  # no accounting: stay UNKNOWN
             job, _, state = line.partition("|")
             if job in states and state:
                 states[job] = state.split()[0]
@@ -85,8 +123,12 @@ def _unavailable_nodes() -> str:
     """Which nodes are drained or down and the reason an admin gave: Slurm's pending reason names
     neither, and the reason is what tells a user whether to wait."""
     done = _run(["sinfo", "-h", "-N", "-t", "drain,down,fail", "-o", "%N|%T|%E"])
-    rows = dict.fromkeys(line for line in done.stdout.splitlines() if done.returncode == 0 and line.count("|") >= 2)
-    listed = [f"{n} {s}: {one_line(r, 120)}" for n, s, r in (row.split("|", 2) for row in list(rows)[:8])]
+    rows = dict.fromkeys(
+        line for line in done.stdout.splitlines() if done.returncode == 0 and line.count("|") >= 2
+    )
+    listed = [
+        f"{n} {s}: {one_line(r, 120)}" for n, s, r in (row.split("|", 2) for row in list(rows)[:8])
+    ]
     return ", ".join(listed)
 
 
@@ -97,14 +139,18 @@ def scancel(job_ids: list[str]) -> None:
 
 
 def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> None:
-    """Until none of ``jobs`` is queued, running or completing; a KitError naming them after ``timeout``."""
+    """Until none of ``jobs`` is queued, running or completing; a KitError naming them after
+    ``timeout``.
+    """
     deadline = time.monotonic() + timeout
     while jobs:
         states = job_states(jobs)
         jobs = [j for j in jobs if is_active(states[j])]
         if jobs and time.monotonic() > deadline:
-            raise KitError(f"jobs {', '.join(jobs)} still {', '.join(states[j] for j in jobs)} {timeout:.0f} s after "
-                           "scancel",
-                           fix="check squeue, then cancel again")
+            raise KitError(
+                f"jobs {', '.join(jobs)} still {', '.join(states[j] for j in jobs)} {timeout:.0f} s after "
+                "scancel",
+                fix="check squeue, then cancel again",
+            )
         if jobs:
             time.sleep(poll)

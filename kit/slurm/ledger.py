@@ -1,4 +1,7 @@
-"""jobs.yaml in a run dir: which Slurm jobs ran which run, newest last (a resubmit keeps history)."""
+"""jobs.yaml in a run dir: which Slurm jobs ran which run, newest last (a resubmit keeps
+history).
+"""
+
 from __future__ import annotations
 
 import fcntl
@@ -38,15 +41,23 @@ def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
             raise KitError(f"{doc.where(run)}: run {shown(run)}: expected {entries}; {fix}")
         for i, entry in enumerate(history):
             job = entry.get("job") if isinstance(entry, dict) else None
-            if isinstance(job, bool) or not isinstance(job, (str, int)) or not JOB_ID_RE.fullmatch(str(job)):
-                raise KitError(f"{doc.where(run, i)}: run {shown(run)} entry {i}: job {shown(job)} is not a Slurm "
-                               f"job id; {fix}")
+            if (
+                isinstance(job, bool)
+                or not isinstance(job, (str, int))
+                or not JOB_ID_RE.fullmatch(str(job))
+            ):
+                raise KitError(
+                    f"{doc.where(run, i)}: run {shown(run)} entry {i}: job {shown(job)} is not a Slurm "
+                    f"job id; {fix}"
+                )
     return data
 
 
 def record_job(run_dir: Path, run_id: str, job_id: str) -> None:
     jobs = read_jobs(run_dir)
-    jobs.setdefault(run_id, []).append({"job": job_id, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    jobs.setdefault(run_id, []).append(
+        {"job": job_id, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    )
     atomic_write_text(run_dir / NAME, yaml.safe_dump(jobs, sort_keys=True))
 
 

@@ -1,5 +1,6 @@
 """A run's result file as a later step sees it: written by the job the ledger names last, or not
 the run's (yet); a file that says the run failed is never counted."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,13 +25,17 @@ def run_result(files: RunFiles, job: str | None) -> Path | None:
         return None
     written = record.get("job") or {}
     if not isinstance(written, dict):
-        raise KitError(f"{files.result}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}")
+        raise KitError(
+            f"{files.result}: key 'job' is {shown(written)}, expected a mapping with slurm_job_id; {fix}"
+        )
     written_by = written.get("slurm_job_id")
     if written_by is not None and str(written_by) != job:
         return None
     if record.get("status") == "failed":  # gan3d train records why a run stopped (NaN losses, ...)
-        raise RunFailed(f"{files.result}: the run failed: {shown(record.get('error'))}",
-                        fix=f"kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)")
+        raise RunFailed(
+            f"{files.result}: the run failed: {shown(record.get('error'))}",
+            fix=f"kit scale submit --resubmit --only {files.run_id} (e.g. with a lower --lr)",
+        )
     return files.result
 
 

@@ -1,4 +1,7 @@
-"""Render the batch script of one run from slurm/run.sbatch, the site and (in a container) the pair."""
+"""Render the batch script of one run from slurm/run.sbatch, the site and (in a container) the
+pair.
+"""
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +33,9 @@ PATH_FLAGS = ("--data", "--validation-data", "--synthetic-dir", "--checkpoint-di
 
 
 def physics_dir(results: Path) -> Path:
-    """RESULTS_DIR/RUN.physics/ for RESULTS_DIR/RUN.json: the plots of the run's physics validation."""
+    """RESULTS_DIR/RUN.physics/ for RESULTS_DIR/RUN.json: the plots of the run's physics
+    validation.
+    """
     return results.with_suffix(".physics")
 
 
@@ -76,7 +81,9 @@ class RunFiles:
 
     @property
     def checkpoints(self) -> Path:
-        """Where a validated run's training checkpoints each epoch (gan3d validate reads the last)."""
+        """Where a validated run's training checkpoints each epoch (gan3d validate reads the
+        last).
+        """
         return self.run_dir / "checkpoints" / self.run_id
 
     @property
@@ -89,17 +96,23 @@ class RunFiles:
 
     @property
     def site_file(self) -> Path:
-        """Each run its own copy: a later submission with another config must not change a queued job."""
+        """Each run its own copy: a later submission with another config must not change a queued
+        job.
+        """
         return self.run_dir / "scripts" / f"{self.run_id}.site.yaml"
 
 
-def scheduler_directives(site: Site, partition: str | None = None, account: str | None = None) -> list[str]:
+def scheduler_directives(
+    site: Site, partition: str | None = None, account: str | None = None
+) -> list[str]:
     """The site's (or the run's) partition, account and constraint as #SBATCH lines: sbatch reads
     them without a shell, so each value must be a plain Slurm word."""
     out = []
-    for flag, value, key in (("partition", partition or site.scheduler.partition, "scheduler.partition"),
-                             ("account", account or site.scheduler.account, "scheduler.account"),
-                             ("constraint", site.scheduler.constraint, "scheduler.constraint")):
+    for flag, value, key in (
+        ("partition", partition or site.scheduler.partition, "scheduler.partition"),
+        ("account", account or site.scheduler.account, "scheduler.account"),
+        ("constraint", site.scheduler.constraint, "scheduler.constraint"),
+    ):
         if value is None:
             continue
         if not SLURM_WORD_RE.fullmatch(value):
@@ -108,49 +121,93 @@ def scheduler_directives(site: Site, partition: str | None = None, account: str 
     return out
 
 
-def render(site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3") -> str:
+def render(
+    site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3"
+) -> str:
     """The batch script text. ``pair`` None runs the host's Python without a container."""
     spec = run.spec
     if not SAFE_PATH.fullmatch(str(files.run_dir)):
-        raise KitError(f"run dir {shown(str(files.run_dir))}: use an absolute path of letters, digits and "
-                       "._/+- only (sbatch reads #SBATCH --output without a shell)")
+        raise KitError(
+            f"run dir {shown(str(files.run_dir))}: use an absolute path of letters, digits and "
+            "._/+- only (sbatch reads #SBATCH --output without a shell)"
+        )
     if bad := control_character(python):
-        raise KitError(f"--python {shown(python)} contains a control character ({bad})",
-                       fix="the path of "
-                       "the Python that runs gan3d")
+        raise KitError(
+            f"--python {shown(python)} contains a control character ({bad})",
+            fix="the path of the Python that runs gan3d",
+        )
     directives = scheduler_directives(site, spec.partition, spec.account)
     if run.hyperthreads:
         directives.append("#SBATCH --hint=multithread")
-    elif site.node.threads_per_core > 1:  # Slurm counts hardware threads: one rank's threads on whole cores
+    elif (
+        site.node.threads_per_core > 1
+    ):  # Slurm counts hardware threads: one rank's threads on whole cores
         directives.append("#SBATCH --hint=nomultithread")
-    checkpoints = dict(path_arguments(spec.train_args)).get("--checkpoint-dir") or str(files.checkpoints)
-    train = [python, "-m", "gan3d", "train", "--site", str(files.site_file), "--threads",
-             str(spec.threads_per_rank), "--results", str(files.result),
-             *(["--oversubscribe"] if run.hyperthreads else []), *spec.train_args,
-             *(["--checkpoint-dir", checkpoints] if spec.validate and checkpoints == str(files.checkpoints) else [])]
+    checkpoints = dict(path_arguments(spec.train_args)).get("--checkpoint-dir") or str(
+        files.checkpoints
+    )
+    train = [
+        python,
+        "-m",
+        "gan3d",
+        "train",
+        "--site",
+        str(files.site_file),
+        "--threads",
+        str(spec.threads_per_rank),
+        "--results",
+        str(files.result),
+        *(["--oversubscribe"] if run.hyperthreads else []),
+        *spec.train_args,
+        *(
+            ["--checkpoint-dir", checkpoints]
+            if spec.validate and checkpoints == str(files.checkpoints)
+            else []
+        ),
+    ]
     validate = _validate_words(spec, files, python, checkpoints) if spec.validate else []
     exports = job_exports(pair)
     head, _ = launcher_words(site, run.hyperthreads, exports)
     env = job_env(site, pair, spec.threads_per_rank)
     if pair is None:
-        launch, check = (" ".join(head + [shlex.quote(w) for w in words]) for words in (train, validate))
+        launch, check = (
+            " ".join(head + [shlex.quote(w) for w in words]) for words in (train, validate)
+        )
     else:
         inside = container_view(pair, files.run_dir, spec.train_args)
-        launch, check = (pair.launch_line(" ".join(shlex.quote(inside(w)) for w in words),
-                                          hwthreads=run.hyperthreads, exports=exports)
-                         for words in (train, validate))
+        launch, check = (
+            pair.launch_line(
+                " ".join(shlex.quote(inside(w)) for w in words),
+                hwthreads=run.hyperthreads,
+                exports=exports,
+            )
+            for words in (train, validate)
+        )
     modules = ""
     if site.modules:
-        modules = ("if ! command -v module >/dev/null 2>&1 && [ -r /etc/profile.d/modules.sh ]; then\n"
-                   "  . /etc/profile.d/modules.sh\nfi\n"
-                   "module load " + " ".join(shlex.quote(m) for m in site.modules)
-                   + ' || { echo "kit: module load failed (modules in the site config)" >&2; exit 1; }')
+        modules = (
+            "if ! command -v module >/dev/null 2>&1 && [ -r /etc/profile.d/modules.sh ]; then\n"
+            "  . /etc/profile.d/modules.sh\nfi\n"
+            "module load "
+            + " ".join(shlex.quote(m) for m in site.modules)
+            + ' || { echo "kit: module load failed (modules in the site config)" >&2; exit 1; }'
+        )
     return _template().substitute(
-        run_id=spec.run_id, site=site.name, job_name=f"gan3d-{spec.run_id}", nodes=spec.nodes,
-        ranks_per_node=spec.ranks_per_node, threads=spec.threads_per_rank, walltime=spec.walltime,
-        log=files.log_pattern, directives="\n".join(directives), modules=modules, env="\n".join(env),
-        launch=launch, join_tag=JOIN_TAG_LINE if pair is not None and runtime_of(site).job_tag(site) else "",
-        physics=_physics_step(spec, files, check) if spec.validate else "")
+        run_id=spec.run_id,
+        site=site.name,
+        job_name=f"gan3d-{spec.run_id}",
+        nodes=spec.nodes,
+        ranks_per_node=spec.ranks_per_node,
+        threads=spec.threads_per_rank,
+        walltime=spec.walltime,
+        log=files.log_pattern,
+        directives="\n".join(directives),
+        modules=modules,
+        env="\n".join(env),
+        launch=launch,
+        join_tag=JOIN_TAG_LINE if pair is not None and runtime_of(site).job_tag(site) else "",
+        physics=_physics_step(spec, files, check) if spec.validate else "",
+    )
 
 
 def job_exports(pair: PairFile | None) -> list[str]:
@@ -180,35 +237,62 @@ def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: st
     """gan3d validate on the run's last checkpoint; its score goes into the run's results JSON."""
     data = validation_data(spec.train_args)
     if data is None:
-        raise KitError(f"run {spec.run_id}: --validate needs showers to compare the generator with, and the "
-                       "training arguments name no --data, --validation-data or --synthetic-dir",
-                       fix="give --data "
-                       "FILES after --")
-    xscale = [word for _, value in path_arguments(spec.train_args, ("--xscale",)) for word in ("--xscale", value)]
-    return [python, "-m", "gan3d", "validate", "--checkpoint", checkpoints, "--data", data, "--out",
-            str(files.physics_dir), "--results", str(files.result), *xscale[-2:]]
+        raise KitError(
+            f"run {spec.run_id}: --validate needs showers to compare the generator with, and the "
+            "training arguments name no --data, --validation-data or --synthetic-dir",
+            fix="give --data FILES after --",
+        )
+    xscale = [
+        word
+        for _, value in path_arguments(spec.train_args, ("--xscale",))
+        for word in ("--xscale", value)
+    ]
+    return [
+        python,
+        "-m",
+        "gan3d",
+        "validate",
+        "--checkpoint",
+        checkpoints,
+        "--data",
+        data,
+        "--out",
+        str(files.physics_dir),
+        "--results",
+        str(files.result),
+        *xscale[-2:],
+    ]
 
 
 def _physics_step(spec: RunSpec, files: RunFiles, check: str) -> str:
     """The batch script's lines after training: one rank (one node) through the same launcher and
     container; a failure is written to the run's validation log and leaves the job's exit alone."""
-    before, after = str(files.validate_log("@")).split("@")  # the job id is the shell's (SAFE_PATH has no @)
+    before, after = str(files.validate_log("@")).split(
+        "@"
+    )  # the job id is the shell's (SAFE_PATH has no @)
     log = shlex.quote(before) + '"${SLURM_JOB_ID}"' + shlex.quote(after)
-    return "\n" + "\n".join([
-        "# Physics: gan3d validate on the final checkpoint, one rank on one node, through the same launcher.",
-        "# A failed validation marks only the run's physics (kit scale collect shows this log), not the run.",
-        f"VALIDATE_LOG={log}",
-        "if ( export NRANKS=1 RANKS_PER_NODE=1 SLURM_NTASKS=1 SLURM_NPROCS=1 SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 "
-        "SLURM_NTASKS_PER_NODE=1",
-        f"     {check} ) >\"$VALIDATE_LOG\" 2>&1; then",
-        f"  echo \"kit: run {spec.run_id}: physics validated, score in the results\"",
-        "else",
-        f"  echo \"kit: run {spec.run_id}: physics validation failed (exit $?), see $VALIDATE_LOG\" >&2",
-        "fi"])
+    return "\n" + "\n".join(
+        [
+            "# Physics: gan3d validate on the final checkpoint, one rank on one node, through the same launcher.",
+            "# A failed validation marks only the run's physics (kit scale collect shows this log), not the run.",
+            f"VALIDATE_LOG={log}",
+            "if ( export NRANKS=1 RANKS_PER_NODE=1 SLURM_NTASKS=1 SLURM_NPROCS=1 SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 "
+            "SLURM_NTASKS_PER_NODE=1",
+            f"     {check} ) >\"$VALIDATE_LOG\" 2>&1; then",
+            f"  echo \"kit: run {spec.run_id}: physics validated, score in the results\"",
+            "else",
+            f"  echo \"kit: run {spec.run_id}: physics validation failed (exit $?), see $VALIDATE_LOG\" >&2",
+            "fi",
+        ]
+    )
 
 
-def path_arguments(train_args: tuple[str, ...], flags: tuple[str, ...] = PATH_FLAGS) -> list[tuple[str, str]]:
-    """(flag, value) of the training arguments that name host files or directories (or other ``flags``)."""
+def path_arguments(
+    train_args: tuple[str, ...], flags: tuple[str, ...] = PATH_FLAGS
+) -> list[tuple[str, str]]:
+    """(flag, value) of the training arguments that name host files or directories (or other
+    ``flags``).
+    """
     out, args = [], list(train_args)
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
@@ -228,28 +312,36 @@ def container_view(pair: PairFile, run_dir: Path, train_args: tuple[str, ...]):
     lists). The run dir and the data must be bound, or the job fails after its wait in the queue."""
     binds = pair.launch.binds
     listed = ", ".join(f"{s}:{d}" for s, d in binds)
-    fix = ("add SRC:DST covering it to container.binds in the site config and re-run kit image convert "
-           "--site (it makes the mount point)")
+    fix = (
+        "add SRC:DST covering it to container.binds in the site config and re-run kit image convert "
+        "--site (it makes the mount point)"
+    )
     if not bound(str(run_dir), binds):
-        raise KitError(f"run dir {run_dir} is not under any directory {pair.path.name} binds into the "
-                       f"container ({listed}), so the job could not write its result",
-                       fix="choose a run dir "
-                       f"under one of them, or {fix}")
+        raise KitError(
+            f"run dir {run_dir} is not under any directory {pair.path.name} binds into the "
+            f"container ({listed}), so the job could not write its result",
+            fix=f"choose a run dir under one of them, or {fix}",
+        )
     for flag, value in path_arguments(train_args):
         for part in value.split(","):
             if not part.startswith("/") or not bound(part, binds):
-                raise KitError(f"training argument {flag} {part}: the container sees only absolute paths under "
-                               f"the directories {pair.path.name} binds ({listed})",
-                               fix=f"give such a path, or {fix}")
+                raise KitError(
+                    f"training argument {flag} {part}: the container sees only absolute paths under "
+                    f"the directories {pair.path.name} binds ({listed})",
+                    fix=f"give such a path, or {fix}",
+                )
 
     def one(word: str) -> str:
         flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
         value = ",".join(translate(p, binds) if p.startswith("/") else p for p in value.split(","))
         return f"{flag}{eq}{value}"
+
     return one
 
 
-def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, python: str = "python3") -> RunFiles:
+def write_run(
+    site: Site, run: Checked, run_dir: Path, pair: PairFile | None, python: str = "python3"
+) -> RunFiles:
     """Script, site copy and the log/result dirs, written atomically; the job reads the same
     site config the script was rendered from."""
     files = RunFiles(run_dir.absolute(), run.spec.run_id)
@@ -257,9 +349,13 @@ def write_run(site: Site, run: Checked, run_dir: Path, pair: PairFile | None, py
         raise KitError(f"site {site.name}: no config file behind it to give the job")
     text = render(site, run, files, pair, python)
     if pair is not None:
-        runtime_of(site).prepare(site)  # what the job's runtime needs written first (kit-owned files)
+        runtime_of(site).prepare(
+            site
+        )  # what the job's runtime needs written first (kit-owned files)
     for sub in ("scripts", "logs", "results"):  # the job writes into them too: never through a link
         own_dir(files.run_dir / sub, f"the run directory's {sub}/")
-    atomic_write_text(files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError))
+    atomic_write_text(
+        files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError)
+    )
     atomic_write_text(files.script, text, perm=0o755)
     return files

@@ -1,4 +1,5 @@
 """One training run as the scheduler sees it: nodes x ranks per node x threads per rank."""
+
 from __future__ import annotations
 
 import re
@@ -45,13 +46,22 @@ class Checked:
 
 
 def matching(train_args: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
-    """The arguments that name one of ``flags``, abbreviated or not (argparse takes any unique prefix)."""
-    return [a for a in train_args if a.startswith("--") and len(flag := a.split("=", 1)[0]) > 2
-            and any(f.startswith(flag) for f in flags)]
+    """The arguments that name one of ``flags``, abbreviated or not (argparse takes any unique
+    prefix).
+    """
+    return [
+        a
+        for a in train_args
+        if a.startswith("--")
+        and len(flag := a.split("=", 1)[0]) > 2
+        and any(f.startswith(flag) for f in flags)
+    ]
 
 
 def run_id(nodes: int, ranks_per_node: int, threads: int, repeat: int | None = None) -> str:
-    """`n4-r4-t12`; repeats of one run are `n4-r4-t12-x1`, `-x2`, ... (each its own job and result)."""
+    """`n4-r4-t12`; repeats of one run are `n4-r4-t12-x1`, `-x2`, ... (each its own job and
+    result).
+    """
     return f"n{nodes}-r{ranks_per_node}-t{threads}" + (f"-x{repeat}" if repeat else "")
 
 
@@ -78,40 +88,61 @@ def check_run(site: Site, spec: RunSpec) -> Checked:
     """Refuse what the site cannot run, naming the field and the fix, before anything is queued."""
     where = f"site {site.name}" + (f" ({Path(site.path).resolve()})" if site.path else "")
     if site.scheduler.type != "slurm":
-        raise KitError(f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
-                       "system to submit to; run `python -m gan3d train` directly (e.g. `make demo`)")
+        raise KitError(
+            f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
+            "system to submit to; run `python -m gan3d train` directly (e.g. `make demo`)"
+        )
     if not RUN_ID_RE.fullmatch(spec.run_id):
-        raise KitError(f"run id {shown(spec.run_id)}: use letters, digits, '.', '_', '-' (at most 64)")
+        raise KitError(
+            f"run id {shown(spec.run_id)}: use letters, digits, '.', '_', '-' (at most 64)"
+        )
     if not 1 <= spec.nodes <= site.scheduler.max_nodes:
-        raise KitError(f"--nodes {spec.nodes}: {where} allows 1..{site.scheduler.max_nodes} "
-                       "(scheduler.max_nodes)")
+        raise KitError(
+            f"--nodes {spec.nodes}: {where} allows 1..{site.scheduler.max_nodes} "
+            "(scheduler.max_nodes)"
+        )
     if spec.ranks_per_node < 1 or spec.threads_per_rank < 1:
-        raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s): "
-                       "both must be at least 1")
+        raise KitError(
+            f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s): "
+            "both must be at least 1"
+        )
     node = site.node
     wanted = spec.ranks_per_node * spec.threads_per_rank
     if wanted > node.hardware_threads:
         fit = node.hardware_threads // spec.ranks_per_node
         fix = f"--threads {fit}" if fit else f"at most {node.hardware_threads} ranks per node"
-        raise KitError(f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s) = {wanted}, "
-                       f"but a {site.name} node has {node.cores} cores x {node.threads_per_core} hardware "
-                       f"threads = {node.hardware_threads}",
-                       fix=f"{fix}")
+        raise KitError(
+            f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s) = {wanted}, "
+            f"but a {site.name} node has {node.cores} cores x {node.threads_per_core} hardware "
+            f"threads = {node.hardware_threads}",
+            fix=f"{fix}",
+        )
     if not WALLTIME_RE.fullmatch(spec.walltime):
         raise KitError(f"--walltime {shown(spec.walltime)}: write HH:MM:SS or D-HH:MM:SS")
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
-        raise KitError(f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
-                       "(scheduler.max_walltime)")
+        raise KitError(
+            f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
+            "(scheduler.max_walltime)"
+        )
     for arg in spec.train_args:
         if bad := control_character(arg):
-            raise KitError(f"training argument {shown(arg)} contains a control character ({bad})",
-                           fix=""
-                           "one line of printable text per argument")
+            raise KitError(
+                f"training argument {shown(arg)} contains a control character ({bad})",
+                fix="one line of printable text per argument",
+            )
     owned = matching(spec.train_args, OWNED_FLAGS)
     if owned:
-        raise KitError(f"training arguments {' '.join(owned)}: the batch script sets "
-                       f"{', '.join(OWNED_FLAGS)} itself from the run and the site; drop them")
+        raise KitError(
+            f"training arguments {' '.join(owned)}: the batch script sets "
+            f"{', '.join(OWNED_FLAGS)} itself from the run and the site; drop them"
+        )
     hyper = wanted > node.cores
-    warnings = [f"{wanted} threads on {node.cores} cores: the run uses hyperthreads "
-                "(the paper's 2 x 48 layout on SuperMUC-NG)"] if hyper else []
+    warnings = (
+        [
+            f"{wanted} threads on {node.cores} cores: the run uses hyperthreads "
+            "(the paper's 2 x 48 layout on SuperMUC-NG)"
+        ]
+        if hyper
+        else []
+    )
     return Checked(spec, hyper, warnings)

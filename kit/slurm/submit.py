@@ -20,6 +20,7 @@ Each submission runs under the run directory's lock, in this order: read the job
 the rule, write the run (script and site copy), sbatch, record the job (Ctrl-C and SIGTERM wait
 for the record of a queued job), move an old result aside.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,14 +51,26 @@ class Submission:
 
     run_id: str
     script: Path
-    job: str | None  # None: not submitted (dry run, held back by the rule, written only, or refused)
+    job: (
+        str | None
+    )  # None: not submitted (dry run, held back by the rule, written only, or refused)
     note: str = ""
-    held_back: bool = False  # the rule kept the run back (a job still there, or a result): ``note`` says which
+    held_back: bool = (
+        False  # the rule kept the run back (a job still there, or a result): ``note`` says which
+    )
 
 
-def submit_runs(site: Site, runs: Sequence[Checked], run_dir: Path, pair: PairFile | None,
-                python: str = "python3", *, resubmit: bool = False, dry_run: bool = False,
-                queue: bool = True) -> list[Submission]:
+def submit_runs(
+    site: Site,
+    runs: Sequence[Checked],
+    run_dir: Path,
+    pair: PairFile | None,
+    python: str = "python3",
+    *,
+    resubmit: bool = False,
+    dry_run: bool = False,
+    queue: bool = True,
+) -> list[Submission]:
     """Write and sbatch each run the rule lets through (module docstring). ``dry_run`` renders
     (every check) and writes nothing; ``queue`` False writes the runs without sbatch (`kit slurm
     render`: a run whose job is queued keeps its script). A refused sbatch is a note on its run, not
@@ -70,8 +83,13 @@ def submit_runs(site: Site, runs: Sequence[Checked], run_dir: Path, pair: PairFi
         for checked in runs:
             files = RunFiles(run_dir.absolute(), checked.spec.run_id)
             old = latest_job(jobs, files.run_id)
-            held = _held_back(files, old, [j for j in history[files.run_id] if is_active(states[j])], states,
-                              resubmit)
+            held = _held_back(
+                files,
+                old,
+                [j for j in history[files.run_id] if is_active(states[j])],
+                states,
+                resubmit,
+            )
             if held:
                 out.append(Submission(files.run_id, files.script, None, held, held_back=True))
             elif dry_run:
@@ -85,13 +103,16 @@ def submit_runs(site: Site, runs: Sequence[Checked], run_dir: Path, pair: PairFi
     return out
 
 
-def _held_back(files: RunFiles, old: str | None, active: list[str], states: dict[str, str],
-               resubmit: bool) -> str:
+def _held_back(
+    files: RunFiles, old: str | None, active: list[str], states: dict[str, str], resubmit: bool
+) -> str:
     """Why the rule keeps the run from being submitted now; empty if it may go."""
     if not resubmit and usable_result(files, old):
         return HAS_RESULT
     if active:
-        return f"job {active[-1]} is {states[active[-1]]}" + (": cancel it first" if resubmit else "")
+        return f"job {active[-1]} is {states[active[-1]]}" + (
+            ": cancel it first" if resubmit else ""
+        )
     return ""
 
 
@@ -106,15 +127,24 @@ def _checkpoints_aside(files: RunFiles, old: str | None) -> None:
     try:
         rename_noreplace(fd, ckpt.name, aside)
     except FileExistsError:
-        raise KitError(f"{ckpt}: the earlier job's checkpoints cannot be moved aside, {ckpt.parent / aside} "
-                       "exists",
-                       fix="move one of them away, then submit again") from None
+        raise KitError(
+            f"{ckpt}: the earlier job's checkpoints cannot be moved aside, {ckpt.parent / aside} "
+            "exists",
+            fix="move one of them away, then submit again",
+        ) from None
     finally:
         os.close(fd)
 
 
-def _submit(site: Site, checked: Checked, run_dir: Path, pair: PairFile | None, python: str, files: RunFiles,
-            old: str | None) -> Submission:
+def _submit(
+    site: Site,
+    checked: Checked,
+    run_dir: Path,
+    pair: PairFile | None,
+    python: str,
+    files: RunFiles,
+    old: str | None,
+) -> Submission:
     write_run(site, checked, run_dir, pair, python)
     _checkpoints_aside(files, old)
     with interrupt.held():  # a job queued but not recorded would be queued again by the next submit

@@ -4,6 +4,7 @@ Each backend starts an evaluation, says whether it is still running or what beca
 cancels it. All three are safe to call again after the driver was killed: `start` on an evaluation
 already running or done attaches to it instead of running it twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ LOST = "lost"  # neither running nor ended with an exit status: killed with its 
 
 @dataclass(frozen=True)
 class Outcome:
-    """An evaluation that ended: its objective value, or why it has none (with the log's last lines)."""
+    """An evaluation that ended: its objective value, or why it has none (with the log's last
+    lines).
+    """
 
     objective: float | None
     result: str | None = None
@@ -91,8 +94,12 @@ class LocalBackend:
         commands = local_commands(run, self.study_dir, self.site, self.launcher, self.python)
         atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
         with open_log(d / evalproc.LOG, "the evaluation's log") as log:
-            proc = subprocess.Popen([self.python, "-m", "kit.study.evalproc", str(d)], stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [self.python, "-m", "kit.study.evalproc", str(d)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[run.eval_id] = proc
         return {"how": self.how, "pid": proc.pid}
 
@@ -107,8 +114,11 @@ class LocalBackend:
         self.procs.pop(eval_id, None)
         if status is None:
             return LOST
-        problem = None if status["code"] == 0 else \
-            f"step {status.get('step')} ({'training' if status.get('step') == 0 else 'validation'}) exited {status['code']}"
+        problem = (
+            None
+            if status["code"] == 0
+            else f"step {status.get('step')} ({'training' if status.get('step') == 0 else 'validation'}) exited {status['code']}"
+        )
         return _outcome(RunFiles(d, d.name).result, self.objective, problem, d / evalproc.LOG)
 
     def cancel(self, eval_ids: list[str]) -> list[str]:
@@ -138,7 +148,9 @@ def ended(d: Path) -> dict | str | None:
 
 
 def _holder_group(d: Path) -> int | None:
-    """The process group of the evalproc holding EVALDIR's lock (found through /proc's lock table)."""
+    """The process group of the evalproc holding EVALDIR's lock (found through /proc's lock
+    table).
+    """
     if not evalproc.is_running(d):
         return None
     inode = os.stat(d / evalproc.LOCK).st_ino
@@ -159,8 +171,17 @@ class SlurmBackend:
 
     how = "slurm"
 
-    def __init__(self, study_dir: Path, site: Site, objective: str, walltime: str, pair: str | None,
-                 python: str, partition: str | None = None, account: str | None = None):
+    def __init__(
+        self,
+        study_dir: Path,
+        site: Site,
+        objective: str,
+        walltime: str,
+        pair: str | None,
+        python: str,
+        partition: str | None = None,
+        account: str | None = None,
+    ):
         self.study_dir, self.site, self.objective = study_dir, site, objective
         self.walltime, self.pair, self.python = walltime, pair, python
         self.partition, self.account = partition, account
@@ -168,10 +189,29 @@ class SlurmBackend:
     def start(self, run: EvalRun) -> dict:
         d = checked_eval_dir(self.study_dir, run.eval_id)
         args = slurm_train_args(run, d)
-        spec = RunSpec(run.eval_id, 1, run.ranks_per_node, run.threads, self.walltime, args,
-                       self.partition, self.account, validate=run.validate)
-        write_plan(Plan(str(Path(self.site.path).resolve()), self.walltime, [spec], self.pair, self.python,
-                        args, validate=run.validate), d)
+        spec = RunSpec(
+            run.eval_id,
+            1,
+            run.ranks_per_node,
+            run.threads,
+            self.walltime,
+            args,
+            self.partition,
+            self.account,
+            validate=run.validate,
+        )
+        write_plan(
+            Plan(
+                str(Path(self.site.path).resolve()),
+                self.walltime,
+                [spec],
+                self.pair,
+                self.python,
+                args,
+                validate=run.validate,
+            ),
+            d,
+        )
         [sub] = sweep_jobs.submit(d)
         if sub.job:
             return {"how": self.how, "job": sub.job}
@@ -185,22 +225,36 @@ class SlurmBackend:
         if status.physics == "pending":  # trained; the job's validation is still to add the score
             return RUNNING
         if status.physics == "failed":
-            return Outcome(None, None, f"job {status.job}: the physics validation failed; its log ends:\n"
-                           f"{status.physics_problem}")
+            return Outcome(
+                None,
+                None,
+                f"job {status.job}: the physics validation failed; its log ends:\n"
+                f"{status.physics_problem}",
+            )
         if status.result is not None:
-            return _outcome(status.result, self.objective, None, RunFiles(d, d.name).log(status.job or "0"))
+            return _outcome(
+                status.result, self.objective, None, RunFiles(d, d.name).log(status.job or "0")
+            )
         if status.active:
             return RUNNING
         if status.job is None:
             return LOST
         log = RunFiles(d, d.name).log(status.job)
-        return Outcome(None, None, f"job {status.job} ended {status.state} without a result: {status.problem}"
-                       if status.problem else f"job {status.job} ended {status.state} without a result; log {log}")
+        return Outcome(
+            None,
+            None,
+            f"job {status.job} ended {status.state} without a result: {status.problem}"
+            if status.problem
+            else f"job {status.job} ended {status.state} without a result; log {log}",
+        )
 
     def cancel(self, eval_ids: list[str]) -> list[str]:
         """scancel each evaluation's job and wait until Slurm has let them go: a job still
         COMPLETING would otherwise pass for running when the study resumes (and not be replaced)."""
-        cancelled = {e: sweep_jobs.cancel(eval_dir(self.study_dir, e).absolute(), wait=False) for e in eval_ids}
+        cancelled = {
+            e: sweep_jobs.cancel(eval_dir(self.study_dir, e).absolute(), wait=False)
+            for e in eval_ids
+        }
         wait_gone([job for jobs in cancelled.values() for _, job in jobs])
         return [e for e, jobs in cancelled.items() if jobs]
 

@@ -5,6 +5,7 @@ kit.study.spec), without the layout (`ranks-per-node`, `threads`), which the run
 one-run `kit scale` sweep directory (plan.yaml, scripts/, logs/, results/, jobs.yaml): its
 submission, one-job-per-run lock, resubmission rules and log tails are `kit scale`'s own code.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,9 @@ from kit.study.ledger import MAX_OBJECTIVE, bounded_number
 PHYSICS = "physics_score"
 THROUGHPUT = "showers_per_second"
 VALIDATION_PREFIX = "validation."  # validation.g_loss: the last epoch's validation g_loss
-SYNTHETIC = "synthetic"  # EVALDIR/synthetic: an evaluation's generated showers, kept to validate against
+SYNTHETIC = (
+    "synthetic"  # EVALDIR/synthetic: an evaluation's generated showers, kept to validate against
+)
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,20 @@ class EvalRun:
 EVALS = "evals"
 # What the kit makes inside an evaluation's directory (here, through kit scale's submission, or gan3d):
 # a link at one of these names was not made by the kit and is never written through.
-EVAL_ENTRIES = ("results", "logs", "scripts", "checkpoints", "validation", SYNTHETIC, "eval.json", "eval.log",
-                "exit.json", ".running", "plan.yaml", "jobs.yaml")
+EVAL_ENTRIES = (
+    "results",
+    "logs",
+    "scripts",
+    "checkpoints",
+    "validation",
+    SYNTHETIC,
+    "eval.json",
+    "eval.log",
+    "exit.json",
+    ".running",
+    "plan.yaml",
+    "jobs.yaml",
+)
 
 
 def eval_dir(study_dir: Path, eval_id: str) -> Path:
@@ -63,7 +78,9 @@ class StudyDirRefused(KitError):
 
 
 class LinkedEvalDir(EvaluationFailed):
-    """An evaluation's directory, or an entry the kit makes in it, is not what the kit made there."""
+    """An evaluation's directory, or an entry the kit makes in it, is not what the kit made
+    there.
+    """
 
 
 def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path:
@@ -74,7 +91,9 @@ def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path
     d = eval_dir(study_dir, eval_id).absolute()
     for path in (d.parent, d):
         if create:
-            make_subdir(path, "kit study run" if path == d.parent else "")  # never follows a link (EEXIST)
+            make_subdir(
+                path, "kit study run" if path == d.parent else ""
+            )  # never follows a link (EEXIST)
             continue
         try:
             mode = os.lstat(path).st_mode
@@ -82,10 +101,11 @@ def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path
             return d  # nothing there yet (not created): nothing to write through
         if not stat.S_ISDIR(mode):
             if path == d.parent:
-                raise StudyDirRefused(f"{path}: is {kind_name(mode)}, not the directory kit study makes there: "
-                                      "it never writes through what it did not make",
-                                      fix="move it aside, then "
-                                      "kit study run again")
+                raise StudyDirRefused(
+                    f"{path}: is {kind_name(mode)}, not the directory kit study makes there: "
+                    "it never writes through what it did not make",
+                    fix="move it aside, then kit study run again",
+                )
             raise _refused(path, kind_name(mode), "the directory")
     for name in EVAL_ENTRIES:
         with contextlib.suppress(FileNotFoundError):
@@ -96,8 +116,10 @@ def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path
 
 
 def _refused(path: Path, kind: str, what: str) -> LinkedEvalDir:
-    return LinkedEvalDir(f"{path}: is {kind}, not {what}: kit study never writes through what it did not make; "
-                         "fix: move it aside (this evaluation is counted as failed; the study goes on)")
+    return LinkedEvalDir(
+        f"{path}: is {kind}, not {what}: kit study never writes through what it did not make; "
+        "fix: move it aside (this evaluation is counted as failed; the study goes on)"
+    )
 
 
 def make_subdir(path: Path, then: str = "") -> Path:
@@ -109,9 +131,11 @@ def make_subdir(path: Path, then: str = "") -> Path:
     mode = os.lstat(path).st_mode
     if not stat.S_ISDIR(mode):
         if then:
-            raise StudyDirRefused(f"{path}: is {kind_name(mode)}, not the directory kit study makes there: it never "
-                           "writes through what it did not make",
-                                  fix=f"move it aside, then {then} again")
+            raise StudyDirRefused(
+                f"{path}: is {kind_name(mode)}, not the directory kit study makes there: it never "
+                "writes through what it did not make",
+                fix=f"move it aside, then {then} again",
+            )
         raise _refused(path, kind_name(mode), "the directory kit study makes there")
     return path
 
@@ -132,9 +156,10 @@ def checkpoints_aside(run_dir: Path) -> Path | None:
         if not os.path.lexists(aside):
             os.rename(ckpt, aside)  # a link is moved, never followed
             return aside
-    raise EvaluationFailed(f"{run_dir}: {MAX_ATTEMPTS} earlier attempts' checkpoints are kept there",
-                           fix=""
-                           "remove the checkpoints.before-attempt-* directories you do not need")
+    raise EvaluationFailed(
+        f"{run_dir}: {MAX_ATTEMPTS} earlier attempts' checkpoints are kept there",
+        fix="remove the checkpoints.before-attempt-* directories you do not need",
+    )
 
 
 def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
@@ -143,27 +168,50 @@ def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> Eva
     ranks, threads = spec.layout(config)
     ranks = int(ranks or 1)
     threads = int(threads or max(1, site.node.cores // ranks))
-    return EvalRun(eval_id, ranks, threads, tuple(spec.train_args(config)), spec.objective.metric == PHYSICS)
+    return EvalRun(
+        eval_id, ranks, threads, tuple(spec.train_args(config)), spec.objective.metric == PHYSICS
+    )
 
 
 def layout_args(run: EvalRun, site: Site) -> list[str]:
     """gan3d train's layout words for a run on this machine or in a pilot: its threads per rank, and
     --oversubscribe where ranks x threads exceed a node's cores (a batch script decides the same from
     kit.slurm.spec.check_run)."""
-    return ["--threads", str(run.threads), *(["--oversubscribe"] if run.ranks_per_node * run.threads >
-                                              site.node.cores else [])]
+    return [
+        "--threads",
+        str(run.threads),
+        *(["--oversubscribe"] if run.ranks_per_node * run.threads > site.node.cores else []),
+    ]
 
 
-def local_commands(run: EvalRun, study_dir: Path, site: Site, launcher: list[str],
-                   python: str = sys.executable) -> list[list[str]]:
-    """Training under the site's MPI launcher on this machine, then validation if the objective needs it."""
+def local_commands(
+    run: EvalRun, study_dir: Path, site: Site, launcher: list[str], python: str = sys.executable
+) -> list[list[str]]:
+    """Training under the site's MPI launcher on this machine, then validation if the objective
+    needs it.
+    """
     files = run.files(study_dir)
-    train = [*launcher, "-n", str(run.ranks_per_node), python, "-m", "gan3d", "train", "--site", str(site.path),
-             *layout_args(run, site), "--results", str(files.result), *run.train_args]
+    train = [
+        *launcher,
+        "-n",
+        str(run.ranks_per_node),
+        python,
+        "-m",
+        "gan3d",
+        "train",
+        "--site",
+        str(site.path),
+        *layout_args(run, site),
+        "--results",
+        str(files.result),
+        *run.train_args,
+    ]
     return with_validation(run, files, python, train)
 
 
-def with_validation(run: EvalRun, files: RunFiles, python: str, train: list[str]) -> list[list[str]]:
+def with_validation(
+    run: EvalRun, files: RunFiles, python: str, train: list[str]
+) -> list[list[str]]:
     """``train``, and for the physics score `gan3d validate` of its last checkpoint after it (one
     process: validation is not distributed), adding its score to the evaluation's results."""
     if not run.validate:
@@ -175,12 +223,29 @@ def with_validation(run: EvalRun, files: RunFiles, python: str, train: list[str]
         synthetic = files.run_dir / SYNTHETIC
         train += ["--synthetic-dir", str(synthetic)]
         data = str(synthetic)
-    return [train, [python, "-m", "gan3d", "validate", "--checkpoint", str(checkpoints), "--data", data,
-                    "--out", str(files.run_dir / "validation"), "--results", str(files.result)]]
+    return [
+        train,
+        [
+            python,
+            "-m",
+            "gan3d",
+            "validate",
+            "--checkpoint",
+            str(checkpoints),
+            "--data",
+            data,
+            "--out",
+            str(files.run_dir / "validation"),
+            "--results",
+            str(files.result),
+        ],
+    ]
 
 
 def validation_data(train_args: tuple[str, ...]) -> str | None:
-    """The showers the physics score compares with: --validation-data, else --data (None: --synthetic)."""
+    """The showers the physics score compares with: --validation-data, else --data (None:
+    --synthetic).
+    """
     for flag in ("--validation-data", "--data"):
         for i, arg in enumerate(train_args):
             if arg == flag and i + 1 < len(train_args):
@@ -188,7 +253,6 @@ def validation_data(train_args: tuple[str, ...]) -> str | None:
             if arg.startswith(flag + "="):
                 return arg.split("=", 1)[1]
     return None
-
 
 
 def read_objective(results: Path, objective: str) -> float:
@@ -208,15 +272,22 @@ def read_objective(results: Path, objective: str) -> float:
         physics = record.get("physics")
         value = physics.get("score") if isinstance(physics, dict) else None
         if value is None and isinstance(physics, dict):
-            raise EvaluationFailed(f"{results}: no physics score ({one_line(physics.get('score_reason'), 200)})")
+            raise EvaluationFailed(
+                f"{results}: no physics score ({one_line(physics.get('score_reason'), 200)})"
+            )
     elif objective.startswith(VALIDATION_PREFIX):
         losses = record.get("losses")
-        last = losses[-1].get("validation") if isinstance(losses, list) and losses and isinstance(losses[-1], dict) \
+        last = (
+            losses[-1].get("validation")
+            if isinstance(losses, list) and losses and isinstance(losses[-1], dict)
             else None
-        value = last.get(objective[len(VALIDATION_PREFIX):]) if isinstance(last, dict) else None
+        )
+        value = last.get(objective[len(VALIDATION_PREFIX) :]) if isinstance(last, dict) else None
     else:
         value = record.get(objective)
     if not bounded_number(value, MAX_OBJECTIVE):
-        raise EvaluationFailed(f"{results}: objective {objective} is {shown(value)}, not a finite number of at "
-                               f"most {MAX_OBJECTIVE:g} in size")
+        raise EvaluationFailed(
+            f"{results}: objective {objective} is {shown(value)}, not a finite number of at "
+            f"most {MAX_OBJECTIVE:g} in size"
+        )
     return float(value)

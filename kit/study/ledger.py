@@ -7,6 +7,7 @@ evaluation is the fold of its lines (`fold`). A half-written last line (the driv
 write) is ignored and overwritten by the next append; any other line that is not a record the kit
 wrote is refused in one line naming the file, the line and the fix.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ KINDS = ("study", "proposed", "submitted", "finished", "failed", "cancelled", "s
 FIX = "fix: restore the ledger.jsonl kit study wrote (or start a new study with kit study plan)"
 MAX_PARALLEL = 1000  # evaluations in flight (kit study plan --parallel)
 MAX_PILOT_NODES = 100_000
-MAX_OBJECTIVE = 1e15  # kit.study.evaluate refuses a larger objective: no loss, score or rate is near it
+MAX_OBJECTIVE = (
+    1e15  # kit.study.evaluate refuses a larger objective: no loss, score or rate is near it
+)
 MAX_VALUE = 1e15  # a config's numbers (kit.study.spec.MAX_MAGNITUDE)
 MAX_TIME = 1e11  # seconds since the epoch (year 5138)
 MAX_CONFIG_KEYS = 256
@@ -85,15 +88,20 @@ class Ledger:
 
 
 def create(study_dir: Path, header: dict[str, Any]) -> Path:
-    """A new ledger holding only the study line; refused if one is there (O_EXCL: never overwritten)."""
+    """A new ledger holding only the study line; refused if one is there (O_EXCL: never
+    overwritten).
+    """
     path = study_dir / NAME
     line = _encode({"event": "study", "format": FORMAT, **header})
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
     except FileExistsError:
-        raise KitError(f"{path} exists: this directory holds a study already",
-                       fix="kit study run "
-                       f"{study_dir} to continue it, or plan into a new directory") from None
+        raise KitError(
+            f"{path} exists: this directory holds a study already",
+            fix=f"kit study run {study_dir} to continue it, or plan into a new directory",
+        ) from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(line)
         fh.flush()
@@ -115,7 +123,9 @@ def append(study_dir: Path, event: str, **fields: Any) -> None:
             size -= len(tail) - (tail.rfind(b"\n") + 1)
             os.ftruncate(fd, size)
         if size + len(line) > MAX_BYTES:
-            raise KitError(f"{path}: the ledger would pass {MAX_BYTES // 2**20} MiB", fix="start a new study")
+            raise KitError(
+                f"{path}: the ledger would pass {MAX_BYTES // 2**20} MiB", fix="start a new study"
+            )
         os.pwrite(fd, line, size)
         os.fsync(fd)
     finally:
@@ -128,7 +138,9 @@ def read(study_dir: Path) -> Ledger:
     try:
         data = read_bytes(path, "study ledger", MAX_BYTES)
     except FileNotFoundError:
-        raise KitError(f"{path}: no study here", fix=f"kit study plan SPEC --site S {study_dir}") from None
+        raise KitError(
+            f"{path}: no study here", fix=f"kit study plan SPEC --site S {study_dir}"
+        ) from None
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty, or a record a killed driver did not finish
     if len(lines) > MAX_LINES:
@@ -145,7 +157,9 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
     """The ledger's state from its records; a record that contradicts the ones before is refused."""
     header = records[0]
     if header.get("format") != FORMAT:
-        raise KitError(f"{path}:1: key format is {shown(header.get('format'))}, this kit reads {FORMAT}; {FIX}")
+        raise KitError(
+            f"{path}:1: key format is {shown(header.get('format'))}, this kit reads {FORMAT}; {FIX}"
+        )
     check_header(path, header)
     evals: dict[str, Evaluation] = {}
     started: list[float] = []
@@ -154,7 +168,9 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
         event = rec.get("event")
         where = f"{path}:{n}"
         if event not in KINDS[1:]:
-            raise KitError(f"{where}: key event is {shown(event)}, expected one of {', '.join(KINDS[1:])}; {FIX}")
+            raise KitError(
+                f"{where}: key event is {shown(event)}, expected one of {', '.join(KINDS[1:])}; {FIX}"
+            )
         if event == "started":
             started.append(_number(where, rec, "t"))
             continue
@@ -163,11 +179,19 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
             raise KitError(f"{where}: key eval is {shown(eid)}, expected an id like e0001; {FIX}")
         if event == "proposed":
             config = rec.get("config")
-            if eid in evals or not isinstance(config, dict) or not all(
-                    isinstance(v, (str, int, float, bool)) and not (isinstance(v, float) and not math.isfinite(v))
-                    for v in config.values()):
-                raise KitError(f"{where}: {eid} proposed twice or its config is not a flat mapping of "
-                               f"numbers, strings and booleans; {FIX}")
+            if (
+                eid in evals
+                or not isinstance(config, dict)
+                or not all(
+                    isinstance(v, (str, int, float, bool))
+                    and not (isinstance(v, float) and not math.isfinite(v))
+                    for v in config.values()
+                )
+            ):
+                raise KitError(
+                    f"{where}: {eid} proposed twice or its config is not a flat mapping of "
+                    f"numbers, strings and booleans; {FIX}"
+                )
             _check_config(where, eid, config)
             evals[eid] = Evaluation(eid, config, _prediction(where, rec.get("prediction")), line=n)
             continue
@@ -175,18 +199,26 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
             raise KitError(f"{where}: {eid} has a {event} record before it was proposed; {FIX}")
         ev = evals[eid]
         if ev.done and event != "cancelled":
-            raise KitError(f"{where}: {eid} has a {event} record after it {ev.state}: "
-                           f"no evaluation is counted twice; {FIX}")
+            raise KitError(
+                f"{where}: {eid} has a {event} record after it {ev.state}: "
+                f"no evaluation is counted twice; {FIX}"
+            )
         if event == "submitted":
             how = rec.get("how")
             if how not in ("local", "slurm", "pilot"):
-                raise KitError(f"{where}: key how is {shown(how)}, expected local, slurm or pilot; {FIX}")
+                raise KitError(
+                    f"{where}: key how is {shown(how)}, expected local, slurm or pilot; {FIX}"
+                )
             _check_submission(where, rec)
             ev.submissions.append({k: rec.get(k) for k in ("how", "job", "pid", "attached", "t")})
             ev.state = "submitted"
         elif event == "finished":
             result = _optional(where, rec, "result", str, "a path")
-            ev.state, ev.objective, ev.result = "finished", _number(where, rec, "objective", MAX_OBJECTIVE), result
+            ev.state, ev.objective, ev.result = (
+                "finished",
+                _number(where, rec, "objective", MAX_OBJECTIVE),
+                result,
+            )
             end_order[eid] = n
         elif event == "failed":
             error = _optional(where, rec, "error", str, "the reason, as text")
@@ -210,8 +242,10 @@ def bounded_number(value: Any, limit: float) -> bool:
 def _number(where: str, rec: dict, key: str, limit: float = MAX_TIME) -> float:
     value = rec.get(key)
     if not bounded_number(value, limit):
-        raise KitError(f"{where}: key {key} is {shown(value)}, expected a finite number of at most {limit:g} in "
-                       f"size; {FIX}")
+        raise KitError(
+            f"{where}: key {key} is {shown(value)}, expected a finite number of at most {limit:g} in "
+            f"size; {FIX}"
+        )
     return float(value)
 
 
@@ -225,20 +259,32 @@ def _optional(where: str, rec: dict, key: str, kind: type, what: str) -> Any:
 
 def _check_config(where: str, eid: str, config: Any) -> None:
     """A proposal's config: a flat mapping of names to strings, booleans and bounded numbers."""
-    if not isinstance(config, dict) or len(config) > MAX_CONFIG_KEYS or not all(
-            isinstance(v, (str, bool)) or bounded_number(v, MAX_VALUE) for v in config.values()):
-        raise KitError(f"{where}: {eid}'s config is not a flat mapping of numbers (at most {MAX_VALUE:g} in size), "
-                       f"strings and booleans; {FIX}")
+    if (
+        not isinstance(config, dict)
+        or len(config) > MAX_CONFIG_KEYS
+        or not all(
+            isinstance(v, (str, bool)) or bounded_number(v, MAX_VALUE) for v in config.values()
+        )
+    ):
+        raise KitError(
+            f"{where}: {eid}'s config is not a flat mapping of numbers (at most {MAX_VALUE:g} in size), "
+            f"strings and booleans; {FIX}"
+        )
 
 
 def _prediction(where: str, value: Any) -> dict[str, float] | None:
     """mbo's guess recorded at proposal time: null, or {"mean", "sd"} as bounded numbers."""
     if value is None:
         return None
-    if not (isinstance(value, dict) and set(value) <= {"mean", "sd"} and
-            all(bounded_number(v, MAX_OBJECTIVE) for v in value.values())):
-        raise KitError(f"{where}: key prediction is {shown(value)}, expected null or mean and sd as finite "
-                       f"numbers; {FIX}")
+    if not (
+        isinstance(value, dict)
+        and set(value) <= {"mean", "sd"}
+        and all(bounded_number(v, MAX_OBJECTIVE) for v in value.values())
+    ):
+        raise KitError(
+            f"{where}: key prediction is {shown(value)}, expected null or mean and sd as finite "
+            f"numbers; {FIX}"
+        )
     return value
 
 
@@ -246,9 +292,13 @@ def _check_submission(where: str, rec: dict) -> None:
     """How an evaluation was started: a Slurm job id, a process id, whether it was re-attached."""
     job = rec.get("job")
     if job is not None and not (isinstance(job, str) and JOB_ID_RE.fullmatch(job)):
-        raise KitError(f"{where}: key job is {shown(job)}, expected a Slurm job id like \"123\"; {FIX}")
+        raise KitError(
+            f"{where}: key job is {shown(job)}, expected a Slurm job id like \"123\"; {FIX}"
+        )
     pid = rec.get("pid")
-    if pid is not None and not (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31):
+    if pid is not None and not (
+        isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31
+    ):
         raise KitError(f"{where}: key pid is {shown(pid)}, expected a process id; {FIX}")
     _optional(where, rec, "attached", bool, "true or false")
 
@@ -260,12 +310,23 @@ def _text(value: Any) -> bool:
 HEADER_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "site": (_text, "the site config's path"),
     "site_name": (_text, "a site name"),
-    "parallel": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PARALLEL,
-                 f"a whole number from 1 to {MAX_PARALLEL}"),
-    "pilot": (lambda v: v is None or isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PILOT_NODES,
-              f"null or a whole number of nodes from 1 to {MAX_PILOT_NODES}"),
-    "walltime": (lambda v: v is None or isinstance(v, str) and WALLTIME_RE.fullmatch(v) is not None,
-                 "null or HH:MM:SS"),
+    "parallel": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PARALLEL,
+        f"a whole number from 1 to {MAX_PARALLEL}",
+    ),
+    "pilot": (
+        lambda v: (
+            v is None
+            or isinstance(v, int)
+            and not isinstance(v, bool)
+            and 1 <= v <= MAX_PILOT_NODES
+        ),
+        f"null or a whole number of nodes from 1 to {MAX_PILOT_NODES}",
+    ),
+    "walltime": (
+        lambda v: v is None or isinstance(v, str) and WALLTIME_RE.fullmatch(v) is not None,
+        "null or HH:MM:SS",
+    ),
     "pair": (lambda v: v is None or _text(v), "null or the pair file's path"),
     "python": (lambda v: v is None or _text(v), "null or a Python command"),
     "objective": (_text, "the study's objective"),
@@ -284,11 +345,15 @@ def check_header(path: Path, header: dict[str, Any]) -> None:
 
 
 def _encode(record: dict[str, Any]) -> bytes:
-    line = (json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n").encode()
+    line = (
+        json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n"
+    ).encode()
     if len(line) > MAX_LINE:
-        raise KitError(f"a ledger record of {len(line)} bytes (at most {MAX_LINE}): a config or log tail "
-                       "too large",
-                       fix="shorter parameter values")
+        raise KitError(
+            f"a ledger record of {len(line)} bytes (at most {MAX_LINE}): a config or log tail "
+            "too large",
+            fix="shorter parameter values",
+        )
     return line
 
 
@@ -308,7 +373,9 @@ def _decode(path: Path, n: int, raw: bytes) -> dict[str, Any]:
 
 
 def _depth(raw: bytes) -> int:
-    """Bracket nesting, strings skipped: checked before json.loads so a hostile line cannot recurse deep."""
+    """Bracket nesting, strings skipped: checked before json.loads so a hostile line cannot recurse
+    deep.
+    """
     depth = deepest = 0
     in_string = escaped = False
     for byte in raw:

@@ -7,6 +7,7 @@ parallel-coordinates plot of the space coloured by objective, and for `mbo` the 
 predicted vs observed objective (the prediction the driver recorded when the searcher proposed
 the config: what it expected, knowing only the evaluations finished by then).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,13 +47,19 @@ class Row:
 
 
 def rows(led: ledger.Ledger, direction: str) -> list[Row]:
-    """Finished and failed evaluations in the order they ended (the ledger's), with the running best."""
+    """Finished and failed evaluations in the order they ended (the ledger's), with the running
+    best.
+    """
     better = min if direction == "minimize" else max
     best, out = None, []
     for ev in sorted(led.done(), key=lambda e: _ended_at(led, e.eval_id)):
         if ev.objective is not None:
             best = ev.objective if best is None else better(best, ev.objective)
-        out.append(Row(len(out) + 1, ev.eval_id, ev.state, ev.objective, best, ev.config, _reason(ev.error)))
+        out.append(
+            Row(
+                len(out) + 1, ev.eval_id, ev.state, ev.objective, best, ev.config, _reason(ev.error)
+            )
+        )
     return out
 
 
@@ -77,8 +84,16 @@ def best_configs(table: list[Row], direction: str, top: int = TOP) -> list[dict[
     ranked = []
     for key, members in groups.items():
         values = [r.objective for r in members]
-        ranked.append({"config": json.loads(key), "median": statistics.median(values), "min": min(values),
-                       "max": max(values), "n": len(values), "evals": [r.eval_id for r in members]})
+        ranked.append(
+            {
+                "config": json.loads(key),
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+                "n": len(values),
+                "evals": [r.eval_id for r in members],
+            }
+        )
     ranked.sort(key=lambda g: g["median"], reverse=direction == "maximize")
     return ranked[:top]
 
@@ -90,14 +105,22 @@ def write_report(study_dir: Path, out: Path | None = None) -> list[Path]:
     best = best_configs(table, t.direction)
     names = sorted({k for r in table for k in r.config})
     logs = frozenset(p.name for p in spec.space.params if p.log)
-    pngs = {"objective.png": plot_objective(table, t), "space.png": plot_space(table, names, t, logs)}
+    pngs = {
+        "objective.png": plot_objective(table, t),
+        "space.png": plot_space(table, names, t, logs),
+    }
     if t.strategy == "mbo":
         pairs = surrogate_pairs(led)
         if pairs:
             pngs["surrogate.png"] = plot_surrogate(pairs, t)
     # A study path may hold bytes that are not UTF-8 (they reach the text as surrogates): escaped
-    texts = {"report.md": to_markdown(study_dir, t, table, best, list(pngs)), "report.csv": to_csv(table, names)}
-    outputs = {name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()} | pngs
+    texts = {
+        "report.md": to_markdown(study_dir, t, table, best, list(pngs)),
+        "report.csv": to_csv(table, names),
+    }
+    outputs = {
+        name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()
+    } | pngs
     _check_out(out, list(outputs))
     write_together({out / name: data for name, data in outputs.items()})
     return [out / "report.md", out / "report.csv", *(out / name for name in pngs)]
@@ -112,20 +135,26 @@ def _check_out(out: Path, names: list[str]) -> None:
         os.mkdir(out)
     mode = os.lstat(out).st_mode
     if not stat.S_ISDIR(mode):
-        raise KitError(f"{out}: is {kind_name(mode)}, not the report directory kit study makes; {fix}")
+        raise KitError(
+            f"{out}: is {kind_name(mode)}, not the report directory kit study makes; {fix}"
+        )
     there = [name for name in names if os.path.lexists(out / name)]
     if not there:
         return
     try:
-        ours = SIGNATURE in read_bytes(out / "report.md", "study report", follow_symlinks=False).decode(errors="replace")
+        ours = SIGNATURE in read_bytes(
+            out / "report.md", "study report", follow_symlinks=False
+        ).decode(errors="replace")
     except (OSError, KitError):  # absent, a link, a FIFO, unreadable, huge: not the kit's report
         ours = False
     kinds = {name: os.lstat(out / name).st_mode for name in there}
     odd = next((name for name, m in kinds.items() if not stat.S_ISREG(m)), None)
     if odd is not None or not ours:
         name = odd or there[0]
-        raise KitError(f"{out / name}: is {kind_name(kinds[name])} that kit study report did not write, so it is "
-                       f"not replaced; {fix}")
+        raise KitError(
+            f"{out / name}: is {kind_name(kinds[name])} that kit study report did not write, so it is "
+            f"not replaced; {fix}"
+        )
 
 
 def to_csv(table: list[Row], names: list[str]) -> str:
@@ -133,9 +162,17 @@ def to_csv(table: list[Row], names: list[str]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["order", "eval", "state", "objective", "running_best", *names, "error"])
     for r in table:
-        w.writerow([r.order, r.eval_id, r.state, "" if r.objective is None else repr(r.objective),
-                    "" if r.running_best is None else repr(r.running_best),
-                    *[_cell(r.config.get(n)) for n in names], r.error or ""])
+        w.writerow(
+            [
+                r.order,
+                r.eval_id,
+                r.state,
+                "" if r.objective is None else repr(r.objective),
+                "" if r.running_best is None else repr(r.running_best),
+                *[_cell(r.config.get(n)) for n in names],
+                r.error or "",
+            ]
+        )
     return buf.getvalue()
 
 
@@ -143,22 +180,35 @@ def _cell(value: Any) -> str:
     return "" if value is None else repr(value) if isinstance(value, float) else str(value)
 
 
-def to_markdown(study_dir: Path, t: Terms, table: list[Row], best: list[dict], pngs: list[str]) -> str:
+def to_markdown(
+    study_dir: Path, t: Terms, table: list[Row], best: list[dict], pngs: list[str]
+) -> str:
     failed = [r for r in table if r.state == "failed"]
     budget = [f"{t.evaluations} evaluations"] if t.evaluations else []
     budget += [f"{t.wall_seconds:g} s of wall time"] if t.wall_seconds else []
-    lines = [f"# Study {study_dir.absolute().name}", "",
-             f"Objective: **{t.objective}** ({t.direction}); strategy {t.strategy}; budget "
-             f"{' and '.join(budget) or 'none'}; {len(table)} evaluation(s) ended, {len(failed)} failed.", "",
-             "## Best configurations", ""]
+    lines = [
+        f"# Study {study_dir.absolute().name}",
+        "",
+        f"Objective: **{t.objective}** ({t.direction}); strategy {t.strategy}; budget "
+        f"{' and '.join(budget) or 'none'}; {len(table)} evaluation(s) ended, {len(failed)} failed.",
+        "",
+        "## Best configurations",
+        "",
+    ]
     if best:
-        lines += [f"| rank | {t.objective} (median) | min | max | n | evaluations | config |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"| rank | {t.objective} (median) | min | max | n | evaluations | config |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for i, g in enumerate(best, 1):
-            config = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in sorted(g["config"].items()))
-            lines.append(f"| {i} | {g['median']:.6g} | {g['min']:.6g} | {g['max']:.6g} | {g['n']} | "
-                         f"{' '.join(g['evals'])} | {config} |")
+            config = ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in sorted(g["config"].items())
+            )
+            lines.append(
+                f"| {i} | {g['median']:.6g} | {g['min']:.6g} | {g['max']:.6g} | {g['n']} | "
+                f"{' '.join(g['evals'])} | {config} |"
+            )
     else:
         lines.append("No evaluation gave an objective value yet.")
     if failed:
@@ -182,16 +232,26 @@ def _png(fig) -> bytes:
 
 
 def plot_objective(table: list[Row], t: Terms) -> bytes:
-    """Each evaluation's objective in the order they ended, the running best as a step line, failures as x."""
+    """Each evaluation's objective in the order they ended, the running best as a step line,
+    failures as x.
+    """
     fig = _figure()
     ax = fig.subplots()
     ok = [r for r in table if r.objective is not None]
     ax.plot([r.order for r in ok], [r.objective for r in ok], "o", color="C0", label="evaluation")
-    ax.step([r.order for r in ok], [r.running_best for r in ok], where="post", color="C2", label="running best")
+    ax.step(
+        [r.order for r in ok],
+        [r.running_best for r in ok],
+        where="post",
+        color="C2",
+        label="running best",
+    )
     bad = [r for r in table if r.objective is None]
     if bad and ok:
         floor = min(r.objective for r in ok)
-        ax.plot([r.order for r in bad], [floor] * len(bad), "x", color="C3", label="failed (no value)")
+        ax.plot(
+            [r.order for r in bad], [floor] * len(bad), "x", color="C3", label="failed (no value)"
+        )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("evaluation (in the order they ended)")
     ax.set_ylabel(f"{t.objective} ({t.direction})")
@@ -200,7 +260,9 @@ def plot_objective(table: list[Row], t: Terms) -> bytes:
     return _png(fig)
 
 
-def axis_values(table: list[Row], name: str, log: bool = False) -> tuple[list[float | None], list[str]]:
+def axis_values(
+    table: list[Row], name: str, log: bool = False
+) -> tuple[list[float | None], list[str]]:
     """A parameter's values on [0, 1] for the plot: numbers scaled to the range tried, on a log scale
     if the parameter is searched on one (labels: the lowest and highest), categories by their sorted
     order (labels: the categories)."""
@@ -218,40 +280,64 @@ def axis_values(table: list[Row], name: str, log: bool = False) -> tuple[list[fl
     return [None if v is None else labels.index(str(v)) / step for v in values], labels
 
 
-def plot_space(table: list[Row], names: list[str], t: Terms, logs: frozenset = frozenset()) -> bytes:
-    """Parallel coordinates: one line per evaluation across the parameters, coloured by objective."""
+def plot_space(
+    table: list[Row], names: list[str], t: Terms, logs: frozenset = frozenset()
+) -> bytes:
+    """Parallel coordinates: one line per evaluation across the parameters, coloured by
+    objective.
+    """
     from matplotlib import cm, colors
 
     fig = _figure(max(6.0, 1.6 * len(names) + 2), 4.5)
     ax = fig.subplots()
     ok = [r for r in table if r.objective is not None]
-    norm = colors.Normalize(min((r.objective for r in ok), default=0), max((r.objective for r in ok), default=1))
+    norm = colors.Normalize(
+        min((r.objective for r in ok), default=0), max((r.objective for r in ok), default=1)
+    )
     cmap = cm.viridis if t.direction == "maximize" else cm.viridis_r
     columns = {n: axis_values(table, n, n in logs) for n in names}
     for i, r in enumerate(table):
         ys = [columns[n][0][i] for n in names]
         xs = [j for j, y in enumerate(ys) if y is not None]
         color = cmap(norm(r.objective)) if r.objective is not None else "lightgrey"
-        ax.plot(xs, [ys[j] for j in xs], marker="o", color=color, alpha=0.8,
-                linestyle="-" if r.objective is not None else ":")
+        ax.plot(
+            xs,
+            [ys[j] for j in xs],
+            marker="o",
+            color=color,
+            alpha=0.8,
+            linestyle="-" if r.objective is not None else ":",
+        )
     for j, n in enumerate(names):
         ax.axvline(j, color="black", linewidth=0.5)
         labels = columns[n][1]
         if labels:
             for k, label in enumerate(labels):
-                ax.annotate(label, (j, k / max(1, len(labels) - 1)), fontsize="x-small", xytext=(3, 0),
-                            textcoords="offset points")
+                ax.annotate(
+                    label,
+                    (j, k / max(1, len(labels) - 1)),
+                    fontsize="x-small",
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                )
     ax.set_xticks(range(len(names)), names, rotation=20, fontsize="small")
     ax.set_ylabel("value, scaled to the range tried")
-    fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=f"{t.objective} (grey dotted: failed)")
+    fig.colorbar(
+        cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=f"{t.objective} (grey dotted: failed)"
+    )
     return _png(fig)
 
 
 def surrogate_pairs(led: ledger.Ledger) -> list[tuple[str, float, float]]:
     """(eval, predicted, observed) of each finished evaluation the mbo searcher proposed with a
     prediction (its surrogate's mean when it proposed it, recorded in the ledger)."""
-    return [(e.eval_id, float(e.prediction["mean"]), e.objective) for e in led.evaluations.values()
-            if e.state == "finished" and e.prediction and isinstance(e.prediction.get("mean"), (int, float))]
+    return [
+        (e.eval_id, float(e.prediction["mean"]), e.objective)
+        for e in led.evaluations.values()
+        if e.state == "finished"
+        and e.prediction
+        and isinstance(e.prediction.get("mean"), (int, float))
+    ]
 
 
 def plot_surrogate(pairs: list[tuple[str, float, float]], t: Terms) -> bytes:

@@ -8,6 +8,7 @@ a driver stopped at any point resumes: evaluations proposed but not started are 
 started are re-attached (their results collected if they ended meanwhile), none finished is run
 again, and the study ends with exactly the budgeted number of evaluations.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -30,7 +31,9 @@ from kit.study.evaluate import EvaluationFailed, StudyDirRefused, eval_run
 from kit.study.studydir import Terms, open_study
 
 DRIVER_LOCK = ".driver.lock"
-MAX_STARTS = 3  # an evaluation lost this often (its node or process killed each time) counts as failed
+MAX_STARTS = (
+    3  # an evaluation lost this often (its node or process killed each time) counts as failed
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,14 @@ def best_of(led: ledger.Ledger, direction: str) -> tuple[str | None, float | Non
 def progress(led: ledger.Ledger, t: Terms) -> Progress:
     eid, value = best_of(led, t.direction)
     done = led.done()
-    return Progress(len(done), sum(e.state == "failed" for e in done), len(led.in_flight()), t.evaluations,
-                    value, eid)
+    return Progress(
+        len(done),
+        sum(e.state == "failed" for e in done),
+        len(led.in_flight()),
+        t.evaluations,
+        value,
+        eid,
+    )
 
 
 @contextmanager
@@ -68,9 +77,10 @@ def driving(study_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise KitError(f"{study_dir}: another kit study run drives this study",
-                           fix="wait for it, or stop it "
-                           "(Ctrl-C) and run again") from None
+            raise KitError(
+                f"{study_dir}: another kit study run drives this study",
+                fix="wait for it, or stop it (Ctrl-C) and run again",
+            ) from None
         yield
     finally:
         os.close(fd)
@@ -84,15 +94,21 @@ def check_header_fits_site(path: Path, site: Site, header: dict[str, Any]) -> No
     if site.scheduler.type != "slurm":
         wrong = next((k for k in ("walltime", "pilot", "pair") if header.get(k) is not None), None)
         if wrong:
-            raise KitError(f"{path}:1: key {wrong} is {shown(header[wrong])}, but site {site.name} runs evaluations "
-                           f"on this machine (scheduler.type local); {ledger.FIX}")
+            raise KitError(
+                f"{path}:1: key {wrong} is {shown(header[wrong])}, but site {site.name} runs evaluations "
+                f"on this machine (scheduler.type local); {ledger.FIX}"
+            )
         return
     if walltime is None or seconds(walltime) > seconds(site.scheduler.max_walltime):
-        raise KitError(f"{path}:1: key walltime is {shown(walltime)}, but site {site.name} needs a walltime of at "
-                       f"most {site.scheduler.max_walltime}; {ledger.FIX}")
+        raise KitError(
+            f"{path}:1: key walltime is {shown(walltime)}, but site {site.name} needs a walltime of at "
+            f"most {site.scheduler.max_walltime}; {ledger.FIX}"
+        )
     if pilot is not None and pilot > site.scheduler.max_nodes:
-        raise KitError(f"{path}:1: key pilot is {pilot}, but site {site.name} allows 1..{site.scheduler.max_nodes} "
-                       f"nodes; {ledger.FIX}")
+        raise KitError(
+            f"{path}:1: key pilot is {pilot}, but site {site.name} allows 1..{site.scheduler.max_nodes} "
+            f"nodes; {ledger.FIX}"
+        )
 
 
 def backend_for(study_dir: Path, site: Site, header: dict[str, Any], t: Terms):
@@ -103,13 +119,26 @@ def backend_for(study_dir: Path, site: Site, header: dict[str, Any], t: Terms):
     if header.get("pilot"):
         from kit.study.pilot import PilotBackend
 
-        return PilotBackend(study_dir, site, t.objective, header["walltime"], int(header["pilot"]),
-                            int(header["parallel"]), python, header.get("pair"))
-    return SlurmBackend(study_dir, site, t.objective, header["walltime"], header.get("pair"), python)
+        return PilotBackend(
+            study_dir,
+            site,
+            t.objective,
+            header["walltime"],
+            int(header["pilot"]),
+            int(header["parallel"]),
+            python,
+            header.get("pair"),
+        )
+    return SlurmBackend(
+        study_dir, site, t.objective, header["walltime"], header.get("pair"), python
+    )
 
 
-def run_study(study_dir: Path, poll_seconds: float = 2.0,
-              on_progress: Callable[[Progress], None] | None = None) -> Progress:
+def run_study(
+    study_dir: Path,
+    poll_seconds: float = 2.0,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> Progress:
     """Drive the study to its budget; returns the final progress."""
     from kit.study.search import Observation, make_searcher
 
@@ -122,31 +151,45 @@ def run_study(study_dir: Path, poll_seconds: float = 2.0,
         ledger.append(study_dir, "started")
         first_start = (led.started or [time.time()])[0]
         led = ledger.read(study_dir)
-        for ev in list(led.in_flight()) + [e for e in led.evaluations.values() if e.state == "cancelled"]:
+        for ev in list(led.in_flight()) + [
+            e for e in led.evaluations.values() if e.state == "cancelled"
+        ]:
             _start(study_dir, backend, ev, spec, site)  # re-attach, or start what never started
         led = ledger.read(study_dir)
         while True:
             for ev in led.in_flight():
                 try:
                     state = backend.poll(ev.eval_id)
-                except EvaluationFailed as exc:  # its directory or exit file is not the kit's: it, not the study, fails
+                except (
+                    EvaluationFailed
+                ) as exc:  # its directory or exit file is not the kit's: it, not the study, fails
                     ledger.append(study_dir, "failed", eval=ev.eval_id, error=str(exc))
                     continue
                 if state == RUNNING:
                     continue
                 if state == LOST:
                     if len(ev.submissions) >= MAX_STARTS:
-                        ledger.append(study_dir, "failed", eval=ev.eval_id,
-                                      error=f"lost {MAX_STARTS} times (killed with its node or driver)")
+                        ledger.append(
+                            study_dir,
+                            "failed",
+                            eval=ev.eval_id,
+                            error=f"lost {MAX_STARTS} times (killed with its node or driver)",
+                        )
                     else:
                         _start(study_dir, backend, ev, spec, site)
                     continue
                 _record(study_dir, ev.eval_id, state)
             led = ledger.read(study_dir)
             in_flight = led.in_flight()
-            left = None if t.evaluations is None else t.evaluations - len(led.done()) - len(in_flight)
+            left = (
+                None if t.evaluations is None else t.evaluations - len(led.done()) - len(in_flight)
+            )
             timed_out = t.wall_seconds is not None and time.time() - first_start >= t.wall_seconds
-            q = 0 if timed_out else min(parallel - len(in_flight), parallel if left is None else left)
+            q = (
+                0
+                if timed_out
+                else min(parallel - len(in_flight), parallel if left is None else left)
+            )
             proposed = []
             if q > 0:
                 history = [Observation(e.config, e.objective) for e in led.done()]
@@ -156,7 +199,9 @@ def run_study(study_dir: Path, poll_seconds: float = 2.0,
                 guesses = searcher.predict(history, configs) if hasattr(searcher, "predict") else []
                 for i, config in enumerate(configs):
                     eid = led.next_id()
-                    guess = {"mean": guesses[i][0], "sd": guesses[i][1]} if i < len(guesses) else None
+                    guess = (
+                        {"mean": guesses[i][0], "sd": guesses[i][1]} if i < len(guesses) else None
+                    )
                     ledger.append(study_dir, "proposed", eval=eid, config=config, prediction=guess)
                     led = ledger.read(study_dir)
                     _start(study_dir, backend, led.evaluations[eid], spec, site)
@@ -172,7 +217,9 @@ def run_study(study_dir: Path, poll_seconds: float = 2.0,
 
 
 def _start(study_dir: Path, backend, ev: ledger.Evaluation, spec: Any, site: Site) -> None:
-    """Start (or re-attach to) one evaluation; a setting the site refuses fails it, not the study."""
+    """Start (or re-attach to) one evaluation; a setting the site refuses fails it, not the
+    study.
+    """
     try:
         run = eval_run(ev.eval_id, ev.config, spec, site)
         submission = backend.start(run)
@@ -186,9 +233,13 @@ def _start(study_dir: Path, backend, ev: ledger.Evaluation, spec: Any, site: Sit
 
 def _record(study_dir: Path, eval_id: str, outcome: Outcome) -> None:
     if outcome.objective is not None:
-        ledger.append(study_dir, "finished", eval=eval_id, objective=outcome.objective, result=outcome.result)
+        ledger.append(
+            study_dir, "finished", eval=eval_id, objective=outcome.objective, result=outcome.result
+        )
     else:
-        ledger.append(study_dir, "failed", eval=eval_id, error=(outcome.error or "no objective")[-4000:])
+        ledger.append(
+            study_dir, "failed", eval=eval_id, error=(outcome.error or "no objective")[-4000:]
+        )
 
 
 def cancel_study(study_dir: Path, dry_run: bool = False) -> list[str]:
@@ -203,4 +254,3 @@ def cancel_study(study_dir: Path, dry_run: bool = False) -> list[str]:
         for eid in in_flight:
             ledger.append(study_dir, "cancelled", eval=eid, stopped=eid in stopped)
         return in_flight
-

@@ -11,6 +11,7 @@ the pending configs, so a study resumed from its ledger proposes what it would h
 
 No searcher ever proposes a config (by ``Space.key``) already in history or pending, or twice.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,9 @@ from kit.study import missing_study_extra
 from kit.study.space import Value
 from kit.study.spec import StudySpec
 
-MAX_DRAWS = 200  # random draws per proposal before a (finite, nearly exhausted) space counts as spent
+MAX_DRAWS = (
+    200  # random draws per proposal before a (finite, nearly exhausted) space counts as spent
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ class Searcher:
         """How many configs this searcher can ever propose (None: unbounded)."""
         return None
 
-    def ask(self, history: Sequence[Observation], pending: Sequence[Mapping[str, Value]], q: int) -> list[dict]:
+    def ask(
+        self, history: Sequence[Observation], pending: Sequence[Mapping[str, Value]], q: int
+    ) -> list[dict]:
         """Up to ``q`` new configs, none in history or pending, none twice; fewer when spent."""
         if q < 0:
             raise KitError(f"asked for {q} configs; ask for 0 or more")
@@ -113,6 +118,7 @@ class MboSearcher(Searcher):
     def _losses(self, history: list[Observation]) -> tuple[list[Mapping[str, Value]], list[float]]:
         """Configs and losses to fit: failed evaluations (no value, or NaN/Inf) imputed as the worst loss
         seen (a region that fails is as bad as the worst that ran, never better)."""
+
         def ok(o: Observation) -> bool:
             return o.value is not None and math.isfinite(o.value)
 
@@ -133,11 +139,18 @@ class MboSearcher(Searcher):
             return None
         # SMAC's forest settings (5/6 of the features per split, leaves of 3): trees that disagree
         # away from the data, so their spread says where the surrogate does not know.
-        forest = RandomForestRegressor(n_estimators=self.spec.strategy.trees, max_features=5 / 6, min_samples_split=3,
-                                       min_samples_leaf=3, random_state=(self.spec.seed * 7919 + len(history)) % 2**32)
+        forest = RandomForestRegressor(
+            n_estimators=self.spec.strategy.trees,
+            max_features=5 / 6,
+            min_samples_split=3,
+            min_samples_leaf=3,
+            random_state=(self.spec.seed * 7919 + len(history)) % 2**32,
+        )
         return forest.fit([self.space.encode(c) for c in configs], losses)
 
-    def predict(self, history: Sequence[Observation], configs: Sequence[Mapping[str, Value]]) -> list[tuple[float, float]]:
+    def predict(
+        self, history: Sequence[Observation], configs: Sequence[Mapping[str, Value]]
+    ) -> list[tuple[float, float]]:
         """The surrogate's (mean, sd) of the objective (in its own direction) at ``configs``, fitted on
         ``history``: what a report sets beside the observed values. Empty without a surrogate."""
         import numpy as np
@@ -162,8 +175,10 @@ class MboSearcher(Searcher):
         configs, losses = self._losses(history)
         best = [configs[i] for i in np.argsort(losses, kind="stable")[:5]]
         candidates = [self.space.sample(rng) for _ in range(settings.candidates)]
-        candidates += [self.space.perturb(best[i % len(best)], rng, sigma=0.1 if i % 2 else 0.03)
-                       for i in range(settings.local)]
+        candidates += [
+            self.space.perturb(best[i % len(best)], rng, sigma=0.1 if i % 2 else 0.03)
+            for i in range(settings.local)
+        ]
         keyed = {}
         for c in candidates:
             key = self.space.key(c)

@@ -5,6 +5,7 @@ core, and every searcher draws from the same code. Values are snapped (floats to
 digits, ints to whole numbers) so that a config reads well in a command line and a ledger, and
 two configs that a training run cannot tell apart share one ``key``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,7 +30,9 @@ def _snap_float(value: float, low: float, high: float) -> float:
 
 
 def _round_half_up(value: float) -> int:
-    return int(math.floor(value + 0.5))  # round() is banker's: it would merge evenly spaced grid ints
+    return int(
+        math.floor(value + 0.5)
+    )  # round() is banker's: it would merge evenly spaced grid ints
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -60,8 +63,12 @@ class Param:
         if self.kind == "choice":
             if not self.values:
                 return "a choice needs at least one value"
-            if any(not isinstance(v, (str, int, float, bool)) or isinstance(v, float) and not math.isfinite(v)
-                   for v in self.values):
+            if any(
+                not isinstance(v, (str, int, float, bool))
+                or isinstance(v, float)
+                and not math.isfinite(v)
+                for v in self.values
+            ):
                 return "choice values must be strings, whole numbers, finite numbers or booleans"
             if any(same_value(a, b) for a, b in itertools.combinations(self.values, 2)):
                 return "a choice lists a value twice"
@@ -110,20 +117,30 @@ class Param:
         return sorted(snapped)
 
     def canonical(self, value: Any) -> Value:
-        """``value`` as this parameter holds it (an int given for a float becomes a float), or KitError."""
+        """``value`` as this parameter holds it (an int given for a float becomes a float), or
+        KitError.
+        """
         if self.kind == "choice":
             for v in self.values:
                 if same_value(v, value):
                     return v
-            raise KitError(f"parameter {self.name}: {shown(value)} is not one of {shown(list(self.values))}")
+            raise KitError(
+                f"parameter {self.name}: {shown(value)} is not one of {shown(list(self.values))}"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KitError(f"parameter {self.name}: {shown(value)} is not a number")
-        if isinstance(value, int) and value.bit_length() > 64:  # no float holds it: outside any range
-            raise KitError(f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]")
+        if (
+            isinstance(value, int) and value.bit_length() > 64
+        ):  # no float holds it: outside any range
+            raise KitError(
+                f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]"
+            )
         if self.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
             raise KitError(f"parameter {self.name}: {shown(value)} is not a whole number")
         if not math.isfinite(value) or not self.low <= value <= self.high:
-            raise KitError(f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]")
+            raise KitError(
+                f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]"
+            )
         return int(value) if self.kind == "int" else float(value)
 
 
@@ -157,8 +174,13 @@ class Space:
                 ref = seen.get(other)
                 if ref is None or ref.kind != "choice":
                     problem = problem or f"when: {shown(other)} is not an earlier choice parameter"
-                elif not values or any(not any(same_value(v, c) for c in ref.values) for v in values):
-                    problem = problem or f"when: {other} values {shown(list(values))} are not among its values"
+                elif not values or any(
+                    not any(same_value(v, c) for c in ref.values) for v in values
+                ):
+                    problem = (
+                        problem
+                        or f"when: {other} values {shown(list(values))} are not among its values"
+                    )
             if problem:
                 raise KitError(f"parameter {p.name}: {problem}")
             seen[p.name] = p
@@ -172,8 +194,10 @@ class Space:
 
     def active(self, param: Param, config: Mapping[str, Value]) -> bool:
         """Whether ``param`` is active given the (earlier) values in ``config``."""
-        return all(other in config and any(same_value(config[other], v) for v in values)
-                   for other, values in param.when.items())
+        return all(
+            other in config and any(same_value(config[other], v) for v in values)
+            for other, values in param.when.items()
+        )
 
     def _value(self, param: Param, rng: random.Random) -> Value:
         if param.kind == "choice":
@@ -181,14 +205,18 @@ class Space:
         return param.from_unit(rng.random())
 
     def sample(self, rng: random.Random) -> dict[str, Value]:
-        """One config drawn uniformly per parameter (log-uniform where log), inactive ones left out."""
+        """One config drawn uniformly per parameter (log-uniform where log), inactive ones left
+        out.
+        """
         config: dict[str, Value] = {}
         for p in self.params:
             if self.active(p, config):
                 config[p.name] = self._value(p, rng)
         return config
 
-    def perturb(self, config: Mapping[str, Value], rng: random.Random, sigma: float = 0.1) -> dict[str, Value]:
+    def perturb(
+        self, config: Mapping[str, Value], rng: random.Random, sigma: float = 0.1
+    ) -> dict[str, Value]:
         """A neighbour of ``config``: numeric values moved by a normal step of ``sigma`` of their axis,
         each choice redrawn with probability 1/len(params); parameters a changed choice activates are
         drawn afresh, those it deactivates dropped."""
@@ -209,8 +237,10 @@ class Space:
         """Every combination of the axes' values (choices: all values; numeric: ``points_per_axis``),
         conditions respected: an inactive parameter is left out, so no config appears twice."""
         if points_per_axis < 2:
-            raise KitError(f"a grid needs at least 2 points per axis (got {points_per_axis}); "
-                           "a parameter with one value belongs in fixed:")
+            raise KitError(
+                f"a grid needs at least 2 points per axis (got {points_per_axis}); "
+                "a parameter with one value belongs in fixed:"
+            )
         axes = {p.name: p.axis(points_per_axis) for p in self.params}
         out: list[dict[str, Value]] = []
 
@@ -229,9 +259,10 @@ class Space:
 
         for config in walk(0, {}):
             if len(out) == MAX_GRID:
-                raise KitError(f"the grid has more than {MAX_GRID} points",
-                               fix="fewer points per axis or "
-                               "fewer parameters")
+                raise KitError(
+                    f"the grid has more than {MAX_GRID} points",
+                    fix="fewer points per axis or fewer parameters",
+                )
             out.append(config)
         return out
 
@@ -242,7 +273,9 @@ class Space:
         for p in self.params:
             present = p.name in config
             if p.kind == "choice":
-                vector += [1.0 if present and same_value(config[p.name], v) else 0.0 for v in p.values]
+                vector += [
+                    1.0 if present and same_value(config[p.name], v) else 0.0 for v in p.values
+                ]
             else:
                 vector.append(p.unit(config[p.name]) if present else INACTIVE)
         return vector
@@ -250,10 +283,14 @@ class Space:
     def canonical(self, config: Mapping[str, Any]) -> dict[str, Value]:
         """``config`` checked and in the space's order and types; KitError naming the parameter."""
         if not isinstance(config, Mapping):
-            raise KitError(f"a config must be a mapping of parameter names to values, not {shown(config)}")
+            raise KitError(
+                f"a config must be a mapping of parameter names to values, not {shown(config)}"
+            )
         unknown = [k for k in config if k not in self.by_name]
         if unknown:
-            raise KitError(f"parameter {shown(unknown[0])} is not in the space ({', '.join(self.names)})")
+            raise KitError(
+                f"parameter {shown(unknown[0])} is not in the space ({', '.join(self.names)})"
+            )
         out: dict[str, Value] = {}
         for p in self.params:
             if self.active(p, out):
@@ -261,8 +298,10 @@ class Space:
                     raise KitError(f"parameter {p.name}: missing, and it is active")
                 out[p.name] = p.canonical(config[p.name])
             elif p.name in config:
-                raise KitError(f"parameter {p.name}: given, but inactive (its condition "
-                               f"{shown(dict(p.when))} does not hold)")
+                raise KitError(
+                    f"parameter {p.name}: given, but inactive (its condition "
+                    f"{shown(dict(p.when))} does not hold)"
+                )
         return out
 
     def validate(self, config: Mapping[str, Any]) -> None:

@@ -3,6 +3,7 @@
 `kit study plan` checks the spec and the site and writes the first two; it never writes into a
 directory that holds anything else (the kit does not overwrite what it did not make).
 """
+
 from __future__ import annotations
 
 import time
@@ -37,8 +38,13 @@ class Terms:
 
 
 def terms(spec: Any) -> Terms:
-    return Terms(spec.objective.metric, spec.objective.direction, spec.budget.evaluations,
-                 spec.budget.wall_time_s, spec.strategy.kind)
+    return Terms(
+        spec.objective.metric,
+        spec.objective.direction,
+        spec.budget.evaluations,
+        spec.budget.wall_time_s,
+        spec.strategy.kind,
+    )
 
 
 def load_spec(path: Path, data_files: bool = False, train_rules: bool = True):
@@ -47,9 +53,17 @@ def load_spec(path: Path, data_files: bool = False, train_rules: bool = True):
     return load_study(path, data_files, train_rules)
 
 
-def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int = 2, pilot: int | None = None,
-               walltime: str | None = None, image: str | None = None, python: str | None = None,
-               dry_run: bool = False) -> dict[str, Any]:
+def plan_study(
+    spec_path: Path,
+    site_name: str,
+    study_dir: Path,
+    parallel: int = 2,
+    pilot: int | None = None,
+    walltime: str | None = None,
+    image: str | None = None,
+    python: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
     """Check everything a run needs now, not after a queue wait; write DIR unless ``dry_run``.
     Returns the ledger header."""
     spec = load_spec(spec_path, data_files=True)  # its data files' headers read once, here
@@ -61,13 +75,20 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
         raise KitError(f"--parallel {parallel}: give 1..1000 evaluations in flight")
     slurm = site.scheduler.type == "slurm"
     if pilot is not None and not (slurm and 1 <= pilot <= site.scheduler.max_nodes):
-        raise KitError(f"--pilot {pilot}: " + (f"site {site.name} allows 1..{site.scheduler.max_nodes} nodes"
-                       if slurm else f"site {site.name} has no Slurm (scheduler.type local): a pilot job needs "
-                       "one; fix: drop --pilot"))
+        raise KitError(
+            f"--pilot {pilot}: "
+            + (
+                f"site {site.name} allows 1..{site.scheduler.max_nodes} nodes"
+                if slurm
+                else f"site {site.name} has no Slurm (scheduler.type local): a pilot job needs "
+                "one; fix: drop --pilot"
+            )
+        )
     if not slurm and (image or walltime):
-        raise KitError(f"site {site.name} runs evaluations on this machine without a container",
-                       fix="drop "
-                       "--image/--walltime")
+        raise KitError(
+            f"site {site.name} runs evaluations on this machine without a container",
+            fix="drop --image/--walltime",
+        )
     walltime = walltime or (site.scheduler.max_walltime if slurm else None)
     pair = str(pair_file_for(image).absolute()) if image else None
     paired = read_pair_file(pair, site) if pair else None
@@ -76,15 +97,28 @@ def plan_study(spec_path: Path, site_name: str, study_dir: Path, parallel: int =
 
         [first] = make_searcher(spec).ask([], [], 1) or [{}]
         run = eval_run("e0001", first, spec, site)
-        check_run(site, RunSpec("e0001", 1, run.ranks_per_node, run.threads, walltime, run.train_args))
-        if pilot is not None and paired is not None:  # its paths as the container sees them: bound, or refused
+        check_run(
+            site, RunSpec("e0001", 1, run.ranks_per_node, run.threads, walltime, run.train_args)
+        )
+        if (
+            pilot is not None and paired is not None
+        ):  # its paths as the container sees them: bound, or refused
             from kit.study.pilot import inside_commands
 
             inside_commands(run, study_dir.absolute(), site, python or "python3", paired)
-    header = {"site": str(Path(site.path).resolve()), "site_name": site.name, "parallel": parallel,
-              "pilot": pilot, "walltime": walltime, "pair": pair, "python": python,
-              "objective": t.objective, "direction": t.direction, "strategy": t.strategy,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    header = {
+        "site": str(Path(site.path).resolve()),
+        "site_name": site.name,
+        "parallel": parallel,
+        "pilot": pilot,
+        "walltime": walltime,
+        "pair": pair,
+        "python": python,
+        "objective": t.objective,
+        "direction": t.direction,
+        "strategy": t.strategy,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     if dry_run:
         return header
     spec_bytes = read_bytes(spec_path, "study spec", MAX_SPEC_BYTES)
@@ -110,30 +144,39 @@ def _check_empty(study_dir: Path) -> None:
     if not study_dir.exists():
         return
     if (study_dir / ledger.NAME).exists():
-        raise KitError(f"{study_dir / ledger.NAME} exists: a study is planned there already",
-                       fix="kit study run "
-                       f"{study_dir} to continue it, or plan into a new directory")
+        raise KitError(
+            f"{study_dir / ledger.NAME} exists: a study is planned there already",
+            fix=f"kit study run {study_dir} to continue it, or plan into a new directory",
+        )
     others = sorted(p.name for p in study_dir.iterdir())
     if others:
-        raise KitError(f"{study_dir}: holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
-                       "kit study did not make",
-                       fix="plan into a new or empty directory")
+        raise KitError(
+            f"{study_dir}: holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
+            "kit study did not make",
+            fix="plan into a new or empty directory",
+        )
 
 
 def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
     """The spec copy, its terms, the site and the ledger of a planned study; every config in the
     ledger checked against the spec's space."""
     led = ledger.read(study_dir)
-    spec = load_spec(study_dir / SPEC_NAME, train_rules=False)  # checked at plan; its ledger stays readable
+    spec = load_spec(
+        study_dir / SPEC_NAME, train_rules=False
+    )  # checked at plan; its ledger stays readable
     site_path = led.header.get("site")
     if not isinstance(site_path, str):
         raise KitError(f"{led.path}:1: key site is missing; {ledger.FIX}")
-    for ev in led.evaluations.values():  # a config that is no point of the space never reaches a command line
+    for ev in (
+        led.evaluations.values()
+    ):  # a config that is no point of the space never reaches a command line
         try:
             spec.space.validate(ev.config)
         except KitError as exc:
-            raise KitError(f"{led.path}:{ev.line}: {ev.eval_id}'s config is not a point of the study's space "
-                           f"in {study_dir / SPEC_NAME} ({exc})",
-                           fix=f"restore {SPEC_NAME} and ledger.jsonl as kit "
-                           "study wrote them (an edited study belongs in a new study: kit study plan)") from None
+            raise KitError(
+                f"{led.path}:{ev.line}: {ev.eval_id}'s config is not a point of the study's space "
+                f"in {study_dir / SPEC_NAME} ({exc})",
+                fix=f"restore {SPEC_NAME} and ledger.jsonl as kit "
+                "study wrote them (an edited study belongs in a new study: kit study plan)",
+            ) from None
     return spec, terms(spec), load_site(site_path), led

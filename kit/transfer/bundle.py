@@ -8,6 +8,7 @@ other file, so a site with nothing of ours checks it with `sha256sum -c SHA256SU
 is built in a hidden temp directory beside the target and renamed into place whole, so a
 half-written bundle never has the final name.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -114,8 +115,12 @@ def _copy(fin: BinaryIO, dst: Path, progress: Callable[[int], None] | None) -> s
     return h.hexdigest()
 
 
-def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | None) -> list[tuple[str, int, str]]:
-    """The wheelhouse into tmp/kit/, each file checked against its SHA256SUMS line as it is copied."""
+def _copy_wheelhouse(
+    wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | None
+) -> list[tuple[str, int, str]]:
+    """The wheelhouse into tmp/kit/, each file checked against its SHA256SUMS line as it is
+    copied.
+    """
     entries = []
     for sha, name, _ in wh.files:
         dst = tmp / SUBDIR / name
@@ -123,15 +128,21 @@ def _copy_wheelhouse(wh: Wheelhouse, tmp: Path, tick: Callable[[int], None] | No
         got = _copy(os.fdopen(wh.open(name), "rb"), dst, tick)
         size = dst.stat().st_size  # our own copy: the bytes that were hashed
         if sha and got != sha:
-            raise KitError(f"{wh.path / name} does not match {wh.path / SUMS} (sha256 {got}, listed {sha}): "
-                           "the wheelhouse is damaged",
-                           fix=f"{FIX}")
+            raise KitError(
+                f"{wh.path / name} does not match {wh.path / SUMS} (sha256 {got}, listed {sha}): "
+                "the wheelhouse is damaged",
+                fix=f"{FIX}",
+            )
         entries.append((got, size, f"{SUBDIR}/{name}"))
     return entries
 
 
-def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], None] | None = None,
-           kit_wheelhouse: Path | None = None) -> Path:
+def bundle(
+    images: list[Path],
+    out_dir: Path,
+    progress: Callable[[int, int], None] | None = None,
+    kit_wheelhouse: Path | None = None,
+) -> Path:
     """Write a self-checking bundle of `images` (+ siblings) as the new directory `out_dir`, with
     the wheelhouse at `kit_wheelhouse` under kit/ if given; `progress(done, total)` follows the
     bytes copied."""
@@ -139,17 +150,23 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
     if not images:
         raise KitError("no images given: kit transfer bundle IMAGE... DIR")
     if out_dir.exists():
-        raise KitError(f"{out_dir} already exists; a bundle is written whole into a new directory: "
-                       "choose another path or remove it")
+        raise KitError(
+            f"{out_dir} already exists; a bundle is written whole into a new directory: "
+            "choose another path or remove it"
+        )
     imgs = [open_local_image(p) for p in images]
     sources = [p for img in imgs for p in (img.path, *img.siblings)]
     seen: dict[str, Path] = {}
     for p in sources:
         if p.name in seen and seen[p.name] != p:
-            raise KitError(f"{p} and {seen[p.name]} have the same name; a bundle is flat: rename one")
+            raise KitError(
+                f"{p} and {seen[p.name]} have the same name; a bundle is flat: rename one"
+            )
         seen[p.name] = p
     wh = open_wheelhouse(kit_wheelhouse) if kit_wheelhouse is not None else None
-    total = sum(p.stat().st_size for p in seen.values()) + sum(size for *_, size in (wh.files if wh else []))
+    total = sum(p.stat().st_size for p in seen.values()) + sum(
+        size for *_, size in (wh.files if wh else [])
+    )
     tick = counter(total, progress)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
@@ -161,28 +178,45 @@ def bundle(images: list[Path], out_dir: Path, progress: Callable[[int, int], Non
                 if src.name in copied_names:  # a sidecar two images share (same stem) goes in once
                     continue
                 copied_names.add(src.name)
-                entries.append((_copy(open(src, "rb"), tmp / src.name, tick), src.stat().st_size, src.name))
+                entries.append(
+                    (_copy(open(src, "rb"), tmp / src.name, tick), src.stat().st_size, src.name)
+                )
             recorded = recorded_sha256(img)
             copied = next(sha for sha, _, name in entries if name == img.path.name)
             if recorded and recorded != copied:
-                raise KitError(f"{img.path} does not match {img.sha_file} (sha256 {copied}, recorded "
-                               f"{recorded}): the image is damaged or changed; re-run kit image convert")
+                raise KitError(
+                    f"{img.path} does not match {img.sha_file} (sha256 {copied}, recorded "
+                    f"{recorded}): the image is damaged or changed; re-run kit image convert"
+                )
         if wh:
             entries += _copy_wheelhouse(wh, tmp, tick)
         shutil.copyfile(checker.__file__, tmp / "verify.py")
         (tmp / "verify.sh").write_text(VERIFY_SH)
         os.chmod(tmp / "verify.sh", 0o755)
         os.chmod(tmp / "verify.py", 0o755)
-        (tmp / "MANIFEST.json").write_text(json.dumps({
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "files": [{"name": n, "size": s, "sha256": h} for h, s, n in entries]}, indent=2) + "\n")
+        (tmp / "MANIFEST.json").write_text(
+            json.dumps(
+                {
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": [{"name": n, "size": s, "sha256": h} for h, s, n in entries],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         (tmp / checker.MANIFEST).write_text("".join(f"{h} {s} {n}\n" for h, s, n in entries))
         extra = ["verify.py", "verify.sh", "MANIFEST.json", checker.MANIFEST]
-        (tmp / SUMS).write_text(format_sums([(h, n) for h, _, n in entries] + [(sha256_file(tmp / n), n) for n in extra]))
+        (tmp / SUMS).write_text(
+            format_sums(
+                [(h, n) for h, _, n in entries] + [(sha256_file(tmp / n), n) for n in extra]
+            )
+        )
         os.chmod(tmp, 0o755)
         # a medium pulled right after the rename holds what the sums say: the files written here
         # and every directory entry reach it before the bundle has its name
-        subdirs = [d for d in (tmp / SUBDIR).rglob("*") if d.is_dir()] + ([tmp / SUBDIR] if wh else [])
+        subdirs = [d for d in (tmp / SUBDIR).rglob("*") if d.is_dir()] + (
+            [tmp / SUBDIR] if wh else []
+        )
         for path in [*(tmp / n for n in [*extra, SUMS]), *subdirs, tmp]:
             fsync_path(path)
         _rename_new(tmp, out_dir)
@@ -200,20 +234,26 @@ def _rename_new(tmp: Path, out_dir: Path) -> None:
         rename_noreplace(fd, tmp.name, out_dir.name)
         fsync_dir(fd)
     except FileExistsError:
-        raise KitError(f"{out_dir} appeared while the bundle was written; it is left alone: choose another "
-                       "path or remove it") from None
+        raise KitError(
+            f"{out_dir} appeared while the bundle was written; it is left alone: choose another "
+            "path or remove it"
+        ) from None
     finally:
         os.close(fd)
 
 
-def verify_bundle(directory: Path, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_bundle(
+    directory: Path, progress: Callable[[int, int], None] | None = None
+) -> VerifyReport:
     """Check every file the bundle's MANIFEST lists, and that it holds nothing else; problems name
     the file and what is wrong.
     `progress(done, total)` follows the bytes hashed."""
     directory = Path(directory)
     try:
         entries = checker.read_manifest(str(directory))
-        problems = checker.check(str(directory), counter(sum(size for _, size, _ in entries), progress))
+        problems = checker.check(
+            str(directory), counter(sum(size for _, size, _ in entries), progress)
+        )
     except checker.ManifestError as exc:
         raise KitError(str(exc)) from exc
     return VerifyReport(directory, len(entries), problems)

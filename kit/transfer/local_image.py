@@ -1,4 +1,7 @@
-"""The local side of an image to move (kit transfer): its name, its sibling files and its checksums."""
+"""The local side of an image to move (kit transfer): its name, its sibling files and its
+checksums.
+"""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +16,8 @@ from kit.image_names import BUF, NAME_RE, SHA256, SIDECARS, read_recorded_digest
 @dataclass
 class LocalImage:
     path: Path
-    stem: str                 # the name without its format suffix: versions are stem@sha
-    siblings: list[Path]      # IMAGE.sha256 / .manifest.json / .pair.yaml that exist
+    stem: str  # the name without its format suffix: versions are stem@sha
+    siblings: list[Path]  # IMAGE.sha256 / .manifest.json / .pair.yaml that exist
 
     @property
     def size(self) -> int:
@@ -35,8 +38,15 @@ def _kind(path: Path) -> str | None:
         return f"unreadable ({exc.strerror})"
     if stat.S_ISREG(mode):
         return None
-    return ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+    return (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "not a regular file"
+    )
 
 
 def open_local_image(path: str | Path) -> LocalImage:
@@ -47,10 +57,14 @@ def open_local_image(path: str | Path) -> LocalImage:
     if kind == "missing":
         raise KitError(f"{path}: no such image file")
     if kind:
-        raise KitError(f"{path}: the image is {kind}, not a regular file; give the image file itself")
+        raise KitError(
+            f"{path}: the image is {kind}, not a regular file; give the image file itself"
+        )
     if not NAME_RE.fullmatch(path.name):
-        raise KitError(f"{path.name}: image names may hold only letters, digits and . _ + - "
-                       "and must not start with a dot; rename the file")
+        raise KitError(
+            f"{path.name}: image names may hold only letters, digits and . _ + - "
+            "and must not start with a dot; rename the file"
+        )
     name = stem(path.name)
     siblings = [sidecar(path, s) for s in SIDECARS]
     siblings += [path.with_name(name + s) for s in SIDECARS]
@@ -58,8 +72,10 @@ def open_local_image(path: str | Path) -> LocalImage:
     for p in siblings:
         kind = _kind(p)
         if kind not in (None, "missing"):
-            raise KitError(f"{p}: this sibling of {path.name} is {kind}, not a regular file; "
-                           f"remove it or regenerate it (kit image convert)")
+            raise KitError(
+                f"{p}: this sibling of {path.name} is {kind}, not a regular file; "
+                f"remove it or regenerate it (kit image convert)"
+            )
         if kind is None and p not in found:
             found.append(p)
     return LocalImage(path, name, found)
@@ -73,8 +89,10 @@ def recorded_sha256(image: LocalImage) -> str | None:
     digest = read_recorded_digest(sha_file, image.path.name)
     if digest is not None:
         return digest
-    raise KitError(f"{sha_file}: no line '<64 hex digits>  {image.path.name}' (sha256sum format)",
-                   fix=f"regenerate it with sha256sum {image.path.name} > {sha_file.name}")
+    raise KitError(
+        f"{sha_file}: no line '<64 hex digits>  {image.path.name}' (sha256sum format)",
+        fix=f"regenerate it with sha256sum {image.path.name} > {sha_file.name}",
+    )
 
 
 def chunk_sha256(path: Path, chunk: int, count: int) -> list[str]:

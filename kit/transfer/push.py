@@ -11,6 +11,7 @@ only chunks that differ or are missing are sent. The receiver hashes the whole f
 as it writes it (with O_DIRECT where the filesystem allows: no page cache to fill and flush),
 makes it durable, and renames it into place only if the sha256 matches.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -53,20 +54,34 @@ from kit.transfer.watchdog import Watchdog
 CHUNK = 64 << 20
 BLOCK = 4 << 20
 SPACE_MARGIN = 1 << 20
-INSTALL_STALL = 900     # s: the remote ch-convert is stopped after this long without reading or writing
-INSTALL_WAIT = 300      # s: how long an install waits for another one in the same image dir
-INSTALL_TIMEOUT = 4 * 3600  # s: the whole remote install (hash, wait, ch-convert); --install-timeout
-PROBE_TIMEOUT = 1800    # s: the dry-run probe's own work, plus its re-hash at REHASH_FLOOR
-REHASH_FLOOR = 20e6     # B/s: slower than any working filesystem re-reads a partial upload
-BANNER_LINES = 1000     # lines a login shell may print before the receiver's probe line
-STREAM_STALL = 900      # s in which no byte moves and the remote re-hash reports no progress
-OUTPUT_MAX = 1 << 16    # bytes of the receiver's stdout/stderr kept (its answer is the last line)
-SFTP_TIMEOUT = 300      # s one SFTP request may take (siblings are small files)
-SIDECAR_MAX = {SHA256: 4096, PAIR: 1 << 20, MANIFEST: 64 << 20}  # bytes of a remote sidecar read (kit.image.target)
+INSTALL_STALL = (
+    900  # s: the remote ch-convert is stopped after this long without reading or writing
+)
+INSTALL_WAIT = 300  # s: how long an install waits for another one in the same image dir
+INSTALL_TIMEOUT = (
+    4 * 3600
+)  # s: the whole remote install (hash, wait, ch-convert); --install-timeout
+PROBE_TIMEOUT = 1800  # s: the dry-run probe's own work, plus its re-hash at REHASH_FLOOR
+REHASH_FLOOR = 20e6  # B/s: slower than any working filesystem re-reads a partial upload
+BANNER_LINES = 1000  # lines a login shell may print before the receiver's probe line
+STREAM_STALL = 900  # s in which no byte moves and the remote re-hash reports no progress
+OUTPUT_MAX = 1 << 16  # bytes of the receiver's stdout/stderr kept (its answer is the last line)
+SFTP_TIMEOUT = 300  # s one SFTP request may take (siblings are small files)
+SIDECAR_MAX = {
+    SHA256: 4096,
+    PAIR: 1 << 20,
+    MANIFEST: 64 << 20,
+}  # bytes of a remote sidecar read (kit.image.target)
 
 # What the remote answers must hold (remote.parse checks the types)
-PROBE = {"dir": str, "free": int, "final_matches": bool, "part_size": int, "chunk_hashes": list,
-         "missing": list}
+PROBE = {
+    "dir": str,
+    "free": int,
+    "final_matches": bool,
+    "part_size": int,
+    "chunk_hashes": list,
+    "missing": list,
+}
 PUSHED = {"path": str, "sha256": str}
 INSTALLED = {"target": str, "current": str, "prune": list}
 
@@ -84,19 +99,25 @@ class PushReport:
     bytes_skipped: int = 0
     resent_chunks: list[int] = field(default_factory=list)
     siblings: list[str] = field(default_factory=list)
-    direct_io: bool | None = None       # how the receiver wrote the bytes (None: nothing written)
-    pair_warnings: list[str] = field(default_factory=list)  # the image's pair vs this site; sidecars unchecked
+    direct_io: bool | None = None  # how the receiver wrote the bytes (None: nothing written)
+    pair_warnings: list[str] = field(
+        default_factory=list
+    )  # the image's pair vs this site; sidecars unchecked
     installed: str | None = None
     current: str | None = None
     pruned: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)  # an earlier image's sidecars removed beside this one
+    stale: list[str] = field(
+        default_factory=list
+    )  # an earlier image's sidecars removed beside this one
     dry_run: bool = False
     seconds: float = 0.0
 
     def lines(self) -> list[str]:
         verb = "would" if self.dry_run else "did"
-        out = [f"{self.image} ({self.size} bytes, sha256 {self.sha256[:16]}...) -> {self.endpoint}:{self.remote_path}",
-               f"{verb} send {self.bytes_sent} bytes; {self.bytes_skipped} bytes already there and verified"]
+        out = [
+            f"{self.image} ({self.size} bytes, sha256 {self.sha256[:16]}...) -> {self.endpoint}:{self.remote_path}",
+            f"{verb} send {self.bytes_sent} bytes; {self.bytes_skipped} bytes already there and verified",
+        ]
         if self.resent_chunks:
             out.append(f"chunks re-sent after a failed check: {self.resent_chunks}")
         if self.siblings:
@@ -110,7 +131,9 @@ class PushReport:
             out.append(f"{verb} prune old versions: {', '.join(self.pruned)}")
         if not self.dry_run and self.seconds:
             rate = self.bytes_sent / self.seconds / 1e6
-            how = {True: ", written with O_DIRECT", False: ", buffered writes"}.get(self.direct_io, "")
+            how = {True: ", written with O_DIRECT", False: ", buffered writes"}.get(
+                self.direct_io, ""
+            )
             out.append(f"took {self.seconds:.1f} s ({rate:.0f} MB/s sent{how})")
         return out
 
@@ -125,19 +148,22 @@ class StreamLost(KitError):
 
 @dataclass
 class _Plan:
-    keep: set[int]            # chunks of the remote part that match ours: not sent again
-    resent: list[int]         # chunks of the remote part that did not match
+    keep: set[int]  # chunks of the remote part that match ours: not sent again
+    resent: list[int]  # chunks of the remote part that did not match
     kept_bytes: int
-    skip: bool                # the final file is already there and verified
-    missing: list[str]        # host paths the pair binds that the site does not have
+    skip: bool  # the final file is already there and verified
+    missing: list[str]  # host paths the pair binds that the site does not have
 
 
 def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
     """Compare the remote chunk hashes with ours; refuse early if the space is not there."""
     size = img.size
-    if (len(probe["chunk_hashes"]) > (size + chunk - 1) // chunk
-            or not all(isinstance(x, str) for x in probe["chunk_hashes"] + probe["missing"])):
-        raise KitError(f"checking {where}: the remote side answered a malformed probe; nothing was sent")
+    if len(probe["chunk_hashes"]) > (size + chunk - 1) // chunk or not all(
+        isinstance(x, str) for x in probe["chunk_hashes"] + probe["missing"]
+    ):
+        raise KitError(
+            f"checking {where}: the remote side answered a malformed probe; nothing was sent"
+        )
     if probe["final_matches"]:
         return _Plan(set(range((size + chunk - 1) // chunk)), [], size, True, probe["missing"])
     theirs = probe["chunk_hashes"]
@@ -145,23 +171,38 @@ def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
     keep = {i for i, (a, b) in enumerate(zip(ours, theirs)) if a == b}
     need = size - min(probe["part_size"], size) + SPACE_MARGIN
     if probe["free"] < need:
-        raise KitError(f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
-                       f"{need}; nothing was changed. Free space there or pass --remote-dir")
+        raise KitError(
+            f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
+            f"{need}; nothing was changed. Free space there or pass --remote-dir"
+        )
     kept = sum(min(chunk, size - i * chunk) for i in keep)
-    return _Plan(keep, [i for i in range(len(theirs)) if i not in keep], kept, False, probe["missing"])
+    return _Plan(
+        keep, [i for i in range(len(theirs)) if i not in keep], kept, False, probe["missing"]
+    )
 
 
-def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int, direct_io: bool,
-            paths: list[str], progress: Callable[[int], None] | None, stall: float) -> tuple[dict, _Plan, int]:
+def _stream(
+    ep: Endpoint,
+    img: LocalImage,
+    directory: str,
+    sha: str,
+    chunk: int,
+    direct_io: bool,
+    paths: list[str],
+    progress: Callable[[int], None] | None,
+    stall: float,
+) -> tuple[dict, _Plan, int]:
     """One ssh session: the receiver reports what it has, we answer with the plan and stream
     the chunks it lacks, then COMMIT. Returns (receiver's answer, plan, bytes sent). The
     watchdog ends it after `stall` s in which no byte moved and the receiver's re-hash of the
     kept part (before its probe line, and again as it reads kept chunks) reported no progress."""
     where = f"{ep.hostname}:{directory}"
-    cmd = remote.command("push", directory, img.path.name, img.size, sha, chunk, "1" if direct_io else "0",
-                         *paths)
-    proc = subprocess.Popen(ssh_argv(ep) + [cmd], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cmd = remote.command(
+        "push", directory, img.path.name, img.size, sha, chunk, "1" if direct_io else "0", *paths
+    )
+    proc = subprocess.Popen(
+        ssh_argv(ep) + [cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:  # a 1 MiB pipe into ssh: fewer wake-ups per byte on a busy machine
         fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
     except OSError:
@@ -177,11 +218,15 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
             first, lines = proc.stdout.readline(1 << 20), lines + 1  # what a login shell printed
         dog.tick()
         if first.startswith(PROBE_MARK.encode()):
-            probe = remote.parse(first[len(PROBE_MARK):].decode(errors="replace"), "", 0,
-                                 f"checking {where}", PROBE)
+            probe = remote.parse(
+                first[len(PROBE_MARK) :].decode(errors="replace"), "", 0, f"checking {where}", PROBE
+            )
             plan = _plan(probe, img, chunk, where)
-            proc.stdin.write(b"SKIP\n" if plan.skip else
-                             f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode())
+            proc.stdin.write(
+                b"SKIP\n"
+                if plan.skip
+                else f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode()
+            )
             proc.stdin.flush()
             if not plan.skip:
                 sent = _send_chunks(proc, img, chunk, plan.keep, _both(progress, dog.tick))
@@ -200,20 +245,28 @@ def _stream(ep: Endpoint, img: LocalImage, directory: str, sha: str, chunk: int,
     drain.join()
     stderr = b"".join(err).decode(errors="replace")
     if dog.fired:
-        raise StreamLost(plan is not None, f"the push to {ep} moved no byte for {stall:g} s after {sent} "
-                         "bytes, and the remote side reported no re-hash progress (a hung remote filesystem "
-                         "or receiver?); it was stopped. Run the same command again: it resumes from the "
-                         "last verified chunk")
+        raise StreamLost(
+            plan is not None,
+            f"the push to {ep} moved no byte for {stall:g} s after {sent} "
+            "bytes, and the remote side reported no re-hash progress (a hung remote filesystem "
+            "or receiver?); it was stopped. Run the same command again: it resumes from the "
+            "last verified chunk",
+        )
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
-        raise StreamLost(plan is not None, f"the connection to {ep} was lost after {sent} bytes of this push "
-                       f"({one_line(stderr, tail=True) or 'no message'}); run the same command again: "
-                       "it resumes from the last verified chunk")
+        raise StreamLost(
+            plan is not None,
+            f"the connection to {ep} was lost after {sent} bytes of this push "
+            f"({one_line(stderr, tail=True) or 'no message'}); run the same command again: "
+            "it resumes from the last verified chunk",
+        )
     try:
         answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}", PUSHED)
     except remote.RemoteError as exc:
         if exc.code == EXIT_MISMATCH and img.sha_file:
-            raise KitError(f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
-                           "damaged; re-run kit image convert (nothing was installed)") from exc
+            raise KitError(
+                f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
+                "damaged; re-run kit image convert (nothing was installed)"
+            ) from exc
         raise
     return answer, plan, sent
 
@@ -238,16 +291,24 @@ def _drain(stream, alive: Callable[[], None]) -> bytes:
     return kept
 
 
-def _both(first: Callable[[int], None] | None, second: Callable[[int], None]) -> Callable[[int], None]:
+def _both(
+    first: Callable[[int], None] | None, second: Callable[[int], None]
+) -> Callable[[int], None]:
     def call(n: int) -> None:
         if first:
             first(n)
         second(n)
+
     return call
 
 
-def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[int],
-                 progress: Callable[[int], None] | None) -> int:
+def _send_chunks(
+    proc: subprocess.Popen,
+    img: LocalImage,
+    chunk: int,
+    keep: set[int],
+    progress: Callable[[int], None] | None,
+) -> int:
     """sendfile() the chunks not in `keep`, in order, into ssh's stdin."""
     size, sent = img.size, 0
     pipe = proc.stdin.fileno()
@@ -259,7 +320,9 @@ def _send_chunks(proc: subprocess.Popen, img: LocalImage, chunk: int, keep: set[
             while offset < end:
                 n = os.sendfile(pipe, fh.fileno(), offset, min(BLOCK, end - offset))
                 if n == 0:
-                    raise KitError(f"{img.path} shrank while being sent; do not modify it during a push")
+                    raise KitError(
+                        f"{img.path} shrank while being sent; do not modify it during a push"
+                    )
                 offset += n
                 sent += n
                 if progress:
@@ -282,21 +345,32 @@ def _read_pair(site, img: LocalImage) -> tuple[list[str], list[str]]:
         sources = [b.split(":", 1)[0] for b in binds]
     except (KitError, ValueError) as exc:  # advisory: a warning
         reason = " ".join(str(exc).split())[:200]
-        return [], [f"{path.name} is not a pair file kit mpi pair wrote ({reason}); re-run kit image convert --site"]
+        return [], [
+            f"{path.name} is not a pair file kit mpi pair wrote ({reason}); re-run kit image convert --site"
+        ]
     if doc.get("site") != site.name:
-        return sources, [f"{path.name} pairs the image with site {doc.get('site')!r}, not {site.name!r}; "
-                         f"re-run kit image convert --site {site.name}"]
+        return sources, [
+            f"{path.name} pairs the image with site {doc.get('site')!r}, not {site.name!r}; "
+            f"re-run kit image convert --site {site.name}"
+        ]
     return sources, []
 
 
 def _missing_warning(missing: list[str], host: str) -> list[str]:
-    return [f"the host paths the pair binds are missing on {host}: {', '.join(missing)}; fix "
+    return (
+        [
+            f"the host paths the pair binds are missing on {host}: {', '.join(missing)}; fix "
             "host_mpi.prefix/library_dirs (or container.binds) in the site config and re-pair (the "
-            "transfer host may not see every compute-node path)"] if missing else []
+            "transfer host may not see every compute-node path)"
+        ]
+        if missing
+        else []
+    )
 
 
-def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str,
-                  sha: str) -> tuple[list[str], list[str], list[str]]:
+def _put_siblings(
+    conn: fabric.Connection, img: LocalImage, directory: str, sha: str
+) -> tuple[list[str], list[str], list[str]]:
     """Small files go by SFTP to a new dot-temp name of this push (created exclusively: a link
     planted in a shared directory is not followed), then are renamed into place; a final name
     held by anything but a regular file is refused. Returns (copied, stale removed, warnings): a
@@ -311,36 +385,52 @@ def _put_siblings(conn: fabric.Connection, img: LocalImage, directory: str,
         except (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError) as exc:
             if img.siblings:
                 raise
-            return [], [], [f"could not look for an earlier image's sidecars beside {img.path.name} on "
-                            f"{conn.host} (SFTP: {one_line(str(exc), 200) or type(exc).__name__}); a "
-                            f"{SHA256} or {PAIR} left there by another image under this name would not "
-                            "describe this one: check that directory"]
+            return (
+                [],
+                [],
+                [
+                    f"could not look for an earlier image's sidecars beside {img.path.name} on "
+                    f"{conn.host} (SFTP: {one_line(str(exc), 200) or type(exc).__name__}); a "
+                    f"{SHA256} or {PAIR} left there by another image under this name would not "
+                    "describe this one: check that directory"
+                ],
+            )
         stale = _drop_stale_sidecars(sftp, conn.host, img, directory, sha)
         for sib in img.siblings:
-            tmp, final = f"{directory}/.{sib.name}.{secrets.token_hex(6)}.tmp", f"{directory}/{sib.name}"
+            tmp, final = (
+                f"{directory}/.{sib.name}.{secrets.token_hex(6)}.tmp",
+                f"{directory}/{sib.name}",
+            )
             try:
                 mode = sftp.lstat(final).st_mode
             except FileNotFoundError:
                 mode = None
             if mode is not None and not stat.S_ISREG(mode):
-                raise KitError(f"{conn.host}:{final} exists and is not a regular file (a symlink?); kit "
-                               "transfer does not replace it: remove it or use another --remote-dir")
+                raise KitError(
+                    f"{conn.host}:{final} exists and is not a regular file (a symlink?); kit "
+                    "transfer does not replace it: remove it or use another --remote-dir"
+                )
             with open(sib, "rb") as src, sftp.open(tmp, "wx") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             sftp.posix_rename(tmp, final)
             names.append(sib.name)
     except (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError) as exc:
-        raise KitError(f"copying {img.path.name}'s sibling files to {conn.host}:{directory} failed "
-                       f"({' '.join(str(exc).split()) or type(exc).__name__}); run the same command again") from exc
+        raise KitError(
+            f"copying {img.path.name}'s sibling files to {conn.host}:{directory} failed "
+            f"({' '.join(str(exc).split()) or type(exc).__name__}); run the same command again"
+        ) from exc
     finally:
         if sftp is not None:
             sftp.close()
     return names, stale, []
 
 
-def _drop_stale_sidecars(sftp: paramiko.SFTPClient, host: str, img: LocalImage, directory: str,
-                         sha: str) -> list[str]:
-    """Remove the remote sidecars (either naming form) this image has none of, if the kit wrote them."""
+def _drop_stale_sidecars(
+    sftp: paramiko.SFTPClient, host: str, img: LocalImage, directory: str, sha: str
+) -> list[str]:
+    """Remove the remote sidecars (either naming form) this image has none of, if the kit wrote
+    them.
+    """
     have = {p.name for p in img.siblings}
     removed = []
     for suffix in SIDECARS:
@@ -359,10 +449,11 @@ def _drop_stale_sidecars(sftp: paramiko.SFTPClient, host: str, img: LocalImage, 
             if suffix == SHA256 and data is not None and data.split()[:1] == [sha.encode()]:
                 continue  # a checksum of this very image (e.g. sha256sum's): right, so kept
             if data is None or not _kit_sidecar(data, suffix, img.path.name, path):
-                raise KitError(f"{host}:{path} is beside the image but was not written by kit for it, and "
-                               f"{img.path.name} has no {suffix} to replace it; it is left alone",
-                               fix="remove it "
-                               "or use another --remote-dir (nothing was installed)")
+                raise KitError(
+                    f"{host}:{path} is beside the image but was not written by kit for it, and "
+                    f"{img.path.name} has no {suffix} to replace it; it is left alone",
+                    fix="remove it or use another --remote-dir (nothing was installed)",
+                )
             sftp.remove(path)
             removed.append(name)
     return removed
@@ -393,13 +484,26 @@ def _sftp(conn: fabric.Connection) -> paramiko.SFTPClient:
     return paramiko.SFTPClient(chan)
 
 
-def push(image: str | Path, site, *, host: str | None = None, user: str | None = None,
-         port: int | None = None, remote_dir: str | None = None, install: bool = False,
-         keep: int | None = None, accept_new_host_key: bool = False, dry_run: bool = False,
-         progress: Callable[[int], None] | None = None, chunk_size: int = CHUNK,
-         ssh_config: Path | None = None, install_as: str = "dir",
-         direct_io: bool | None = None, stall: float | None = None,
-         install_timeout: float | None = None) -> PushReport:
+def push(
+    image: str | Path,
+    site,
+    *,
+    host: str | None = None,
+    user: str | None = None,
+    port: int | None = None,
+    remote_dir: str | None = None,
+    install: bool = False,
+    keep: int | None = None,
+    accept_new_host_key: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+    chunk_size: int = CHUNK,
+    ssh_config: Path | None = None,
+    install_as: str = "dir",
+    direct_io: bool | None = None,
+    stall: float | None = None,
+    install_timeout: float | None = None,
+) -> PushReport:
     """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install
     (as an unpacked directory, or with install_as="squash" a SquashFS file).
 
@@ -420,7 +524,9 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     stall = STREAM_STALL if stall is None else stall
     install_timeout = INSTALL_TIMEOUT if install_timeout is None else install_timeout
     if stall <= 0 or install_timeout <= 0:
-        raise KitError(f"--stall {stall:g} / --install-timeout {install_timeout:g}: give a number of seconds > 0")
+        raise KitError(
+            f"--stall {stall:g} / --install-timeout {install_timeout:g}: give a number of seconds > 0"
+        )
     ep = site_endpoint(t, host=host, user=user, port=port, ssh_config=ssh_config)
     directory = remote.remote_path(remote_dir or t.image_dir)
 
@@ -433,13 +539,29 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     try:
         if dry_run or accept_new_host_key:
             opening.result()  # settle the host key before ssh(1) checks the same known_hosts
-        report = PushReport(endpoint=str(ep), image=str(img.path), size=img.size, sha256=sha,
-                            remote_path="", dry_run=dry_run)
+        report = PushReport(
+            endpoint=str(ep),
+            image=str(img.path),
+            size=img.size,
+            sha256=sha,
+            remote_path="",
+            dry_run=dry_run,
+        )
         if dry_run:
             where = f"{ep.hostname}:{directory}"
-            probe = remote.run(opening.result(), "probe", directory, img.path.name, img.size, sha,
-                               chunk_size, *pair_paths, what=f"checking {where}", schema=PROBE,
-                               timeout=round(PROBE_TIMEOUT + img.size / REHASH_FLOOR))
+            probe = remote.run(
+                opening.result(),
+                "probe",
+                directory,
+                img.path.name,
+                img.size,
+                sha,
+                chunk_size,
+                *pair_paths,
+                what=f"checking {where}",
+                schema=PROBE,
+                timeout=round(PROBE_TIMEOUT + img.size / REHASH_FLOOR),
+            )
             plan = _plan(probe, img, chunk_size, where)
             report.remote_path = f"{probe['dir']}/{img.path.name}"
             report.siblings = [s.name for s in img.siblings]
@@ -447,19 +569,26 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
         else:  # the data stream starts while Fabric is still logging in
             try:
                 direct = t.direct_io if direct_io is None else direct_io
-                answer, plan, report.bytes_sent = _stream(ep, img, directory, sha, chunk_size, direct,
-                                                          pair_paths, progress, stall)
+                answer, plan, report.bytes_sent = _stream(
+                    ep, img, directory, sha, chunk_size, direct, pair_paths, progress, stall
+                )
             except StreamLost as exc:
-                if not exc.answered:  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
+                if (
+                    not exc.answered
+                ):  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
                     opening.result()
                 raise
             report.remote_path, report.direct_io = answer["path"], answer.get("direct_io")
-            report.siblings, report.stale, unchecked = _put_siblings(opening.result(), img, directory, sha)
+            report.siblings, report.stale, unchecked = _put_siblings(
+                opening.result(), img, directory, sha
+            )
             pair_warnings += unchecked
         report.bytes_skipped, report.resent_chunks = plan.kept_bytes, plan.resent
         report.pair_warnings = pair_warnings + _missing_warning(plan.missing, ep.hostname)
         if install:
-            _install(opening.result(), site, img, report, keep_n, dry_run, install_as, install_timeout)
+            _install(
+                opening.result(), site, img, report, keep_n, dry_run, install_as, install_timeout
+            )
     finally:
         pool.shutdown(wait=True)
         if opening.exception() is None:
@@ -468,18 +597,43 @@ def push(image: str | Path, site, *, host: str | None = None, user: str | None =
     return report
 
 
-def _install(conn: fabric.Connection, site, img: LocalImage, report: PushReport,
-             keep_n: int, dry_run: bool, install_as: str, timeout: float) -> None:
+def _install(
+    conn: fabric.Connection,
+    site,
+    img: LocalImage,
+    report: PushReport,
+    keep_n: int,
+    dry_run: bool,
+    install_as: str,
+    timeout: float,
+) -> None:
     """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune.
     After `timeout` s the session is closed; the installer sees its stdin end (WATCH 1), stops
     ch-convert and removes its work dir: NAME.current still names the previous version."""
     imgdir = remote.remote_path(site.container.image_dir)
-    answer = remote.run(conn, "install", report.remote_path, imgdir, img.stem, report.sha256[:12],
-                        keep_n, "1" if dry_run else "0", install_as, INSTALL_STALL, INSTALL_WAIT, "1",
-                        what=f"installing {img.stem} in {conn.host}:{imgdir}", schema=INSTALLED,
-                        timeout=timeout,
-                        on_timeout=f"the install (sha256 check, ch-convert, switch of {img.stem}.current) was "
-                        f"stopped there, {img.stem}.current is unchanged; fix: check that host (load, a hung "
-                        "filesystem, a stuck ch-convert), or allow more with --install-timeout SECONDS, then "
-                        "run the same command again (the upload is kept: nothing is sent twice)")
-    report.installed, report.current, report.pruned = answer["target"], answer["current"], answer["prune"]
+    answer = remote.run(
+        conn,
+        "install",
+        report.remote_path,
+        imgdir,
+        img.stem,
+        report.sha256[:12],
+        keep_n,
+        "1" if dry_run else "0",
+        install_as,
+        INSTALL_STALL,
+        INSTALL_WAIT,
+        "1",
+        what=f"installing {img.stem} in {conn.host}:{imgdir}",
+        schema=INSTALLED,
+        timeout=timeout,
+        on_timeout=f"the install (sha256 check, ch-convert, switch of {img.stem}.current) was "
+        f"stopped there, {img.stem}.current is unchanged; fix: check that host (load, a hung "
+        "filesystem, a stuck ch-convert), or allow more with --install-timeout SECONDS, then "
+        "run the same command again (the upload is kept: nothing is sent twice)",
+    )
+    report.installed, report.current, report.pruned = (
+        answer["target"],
+        answer["current"],
+        answer["prune"],
+    )

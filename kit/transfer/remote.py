@@ -1,4 +1,5 @@
 """Running remote_script.py on the site: command lines, remote paths, and its answers."""
+
 from __future__ import annotations
 
 import base64
@@ -41,8 +42,10 @@ def remote_path(path: str) -> str:
 
 
 # The system python3 first (stable, quick to start; a login PATH may put a slow shim first).
-_PICK = ('for p in /usr/bin/python3 python3; do command -v "$p" >/dev/null 2>&1 && exec "$p" -c "$0" "$@"; '
-         'done; echo "KIT-ERROR 127 python3 is not installed on the remote side" >&2; exit 127')
+_PICK = (
+    'for p in /usr/bin/python3 python3; do command -v "$p" >/dev/null 2>&1 && exec "$p" -c "$0" "$@"; '
+    'done; echo "KIT-ERROR 127 python3 is not installed on the remote side" >&2; exit 127'
+)
 
 
 def command(mode: str, *args: object) -> str:
@@ -64,29 +67,60 @@ def parse(stdout: str, stderr: str, exited: int, what: str, schema: Schema | Non
             answer = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError, RecursionError):  # not JSON, nothing, or nested too deep
             answer = None
-        if not (isinstance(answer, dict) and all(fits(answer.get(k), t) for k, t in (schema or {}).items())):
-            raise KitError(f"{what}: unexpected answer from the remote side: {one_line(stdout, tail=True)!r}; is "
-                           "python3 on that host a standard one?")
+        if not (
+            isinstance(answer, dict)
+            and all(fits(answer.get(k), t) for k, t in (schema or {}).items())
+        ):
+            raise KitError(
+                f"{what}: unexpected answer from the remote side: {one_line(stdout, tail=True)!r}; is "
+                "python3 on that host a standard one?"
+            )
         return answer
     found = _ERROR.search(stderr)
     if found:
-        hint = "; the remote side of kit transfer needs python3 >= 3.6" if found.group(1) == "127" else ""
-        raise RemoteError(int(found.group(1)), f"{what}: {one_line(found.group(2), 2000, tail=True)}{hint}")
-    raise RemoteError(exited, f"{what}: remote command failed (exit {exited}): {one_line(stderr, 500, tail=True)}")
+        hint = (
+            "; the remote side of kit transfer needs python3 >= 3.6"
+            if found.group(1) == "127"
+            else ""
+        )
+        raise RemoteError(
+            int(found.group(1)), f"{what}: {one_line(found.group(2), 2000, tail=True)}{hint}"
+        )
+    raise RemoteError(
+        exited, f"{what}: remote command failed (exit {exited}): {one_line(stderr, 500, tail=True)}"
+    )
 
 
-def run(conn: fabric.Connection, mode: str, *args: object, what: str, schema: Schema | None = None,
-        timeout: float | None = None, on_timeout: str | None = None) -> dict:
+def run(
+    conn: fabric.Connection,
+    mode: str,
+    *args: object,
+    what: str,
+    schema: Schema | None = None,
+    timeout: float | None = None,
+    on_timeout: str | None = None,
+) -> dict:
     """Run a mode over the control connection; a dropped connection or no answer within
     `timeout` seconds is a KitError, never a hang or a traceback. The session's stdin stays
     open until the answer or the timeout: a mode may watch it to stop when the sender gives up."""
     try:
-        result = conn.run(command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout)
+        result = conn.run(
+            command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout
+        )
     except CommandTimedOut as exc:
-        raise KitError(f"{what}: no answer within {timeout:g} s; " + (on_timeout or (
-            "the remote side was stopped. Check the host (load, hung filesystem) and run the same "
-            "command again"))) from exc
+        raise KitError(
+            f"{what}: no answer within {timeout:g} s; "
+            + (
+                on_timeout
+                or (
+                    "the remote side was stopped. Check the host (load, hung filesystem) and run the same "
+                    "command again"
+                )
+            )
+        ) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise KitError(f"{what}: the SSH connection failed ({one_line(exc, tail=True) or type(exc).__name__}); "
-                       "run the same command again") from exc
+        raise KitError(
+            f"{what}: the SSH connection failed ({one_line(exc, tail=True) or type(exc).__name__}); "
+            "run the same command again"
+        ) from exc
     return parse(result.stdout, result.stderr, result.exited, what, schema)

@@ -28,6 +28,7 @@ The directories may be shared with other users: files are created with O_EXCL|O_
 under per-process names, existing ones are used only if they are regular files of this
 user, and nothing is removed but the kit's own names (symlinks are never followed).
 """
+
 import errno
 import fcntl
 import hashlib
@@ -45,14 +46,16 @@ import threading
 import time
 
 BUF = 1 << 20
-ALIGN = 4096            # O_DIRECT: buffer address, length and offset
+ALIGN = 4096  # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
 PROBE_MARK = "KIT-PROBE "
-HASHED_MARK = "KIT-HASHED "  # push: the re-hash of what is already there moves (the sender's watchdog)
+HASHED_MARK = (
+    "KIT-HASHED "  # push: the re-hash of what is already there moves (the sender's watchdog)
+)
 EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
 EXIT_REFUSED, EXIT_BUG, EXIT_STOPPED = 8, 9, 10
 STALL, INSTALL_WAIT, PUSH_WAIT = 900, 300, 5  # seconds (install's defaults; push.py passes its own)
-STATE_MAX, LINE_MAX = 4096, 1 << 20            # bytes a state file / a control line may have
+STATE_MAX, LINE_MAX = 4096, 1 << 20  # bytes a state file / a control line may have
 NOFOLLOW, CLOEXEC = os.O_NOFOLLOW, getattr(os, "O_CLOEXEC", 0)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a mode like Ctrl-C
 
@@ -63,7 +66,9 @@ VERSION_RE = re.compile(r"[0-9a-f]{12,64}")
 SHA_RE = re.compile(r"[0-9a-f]{64}")
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 SQUASH_SUFFIXES = (".sqfs", ".squashfs", ".squash")  # kit.image_names.SQUASH
-CURRENT = ".current"  # kit.image_names.CURRENT (tests/transfer/test_layout_copy.py: the copies agree)
+CURRENT = (
+    ".current"  # kit.image_names.CURRENT (tests/transfer/test_layout_copy.py: the copies agree)
+)
 
 
 class Refused(Exception):
@@ -90,8 +95,10 @@ def fail(code, message):
 
 def check_name(text, what):
     if not NAME_RE.fullmatch(text) or ".." in text:
-        raise Usage("%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', at "
-                    "most 200" % (what, text))
+        raise Usage(
+            "%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', at "
+            "most 200" % (what, text)
+        )
     return text
 
 
@@ -113,8 +120,14 @@ def number(text, what, low=0):
 
 
 def describe(st):
-    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+    for test, kind in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(st.st_mode):
             return kind
     return "not a regular file"
@@ -130,11 +143,15 @@ def own_file(path):
             return None
         raise
     if not stat.S_ISREG(st.st_mode):
-        raise Refused("%s is %s, which kit transfer did not make; it is neither followed nor replaced: "
-                      "remove it (or use another directory)" % (path, describe(st)))
+        raise Refused(
+            "%s is %s, which kit transfer did not make; it is neither followed nor replaced: "
+            "remove it (or use another directory)" % (path, describe(st))
+        )
     if st.st_uid != os.geteuid():
-        raise Refused("%s belongs to uid %d, not to this user; it is left alone: remove it (or use "
-                      "another directory)" % (path, st.st_uid))
+        raise Refused(
+            "%s belongs to uid %d, not to this user; it is left alone: remove it (or use "
+            "another directory)" % (path, st.st_uid)
+        )
     return st
 
 
@@ -144,8 +161,10 @@ def open_regular(path):
         fd = os.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refused("%s is a symlink; kit transfer does not follow links here: replace it by "
-                          "the file itself" % path) from None
+            raise Refused(
+                "%s is a symlink; kit transfer does not follow links here: replace it by "
+                "the file itself" % path
+            ) from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -160,7 +179,9 @@ def create_new(path, mode=0o600):
 
 
 def free_bytes(path):
-    """Free bytes for unprivileged writers on the filesystem holding path (or its nearest parent)."""
+    """Free bytes for unprivileged writers on the filesystem holding path (or its nearest
+    parent).
+    """
     path = os.path.abspath(path)
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -169,7 +190,9 @@ def free_bytes(path):
 
 
 def hash_range(fh, offset, length, *hashers, progress=None):
-    """Feed LENGTH bytes at OFFSET to the hashers (False if the file is shorter), telling progress(n)."""
+    """Feed LENGTH bytes at OFFSET to the hashers (False if the file is shorter), telling
+    progress(n).
+    """
     fh.seek(offset)
     left = length
     while left:
@@ -226,9 +249,11 @@ def trusted_dir(directory):
             done = path
             continue
         if st.st_uid not in (0, os.geteuid()):
-            raise Refused("%s is a symlink of uid %d, neither this user's nor root's, on the way to %s; kit "
-                          "transfer does not follow it: remove it (or use another directory)"
-                          % (path, st.st_uid, directory))
+            raise Refused(
+                "%s is a symlink of uid %d, neither this user's nor root's, on the way to %s; kit "
+                "transfer does not follow it: remove it (or use another directory)"
+                % (path, st.st_uid, directory)
+            )
         hops += 1
         if hops > 40:
             raise Refused("%s: too many levels of symlinks on the way to %s" % (path, directory))
@@ -247,8 +272,10 @@ def lock_dir(directory, wait, what):
         os.makedirs(directory, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
     except OSError as exc:
-        fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
-             "cannot create or open %s: %s" % (directory, exc))
+        fail(
+            EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
+            "cannot create or open %s: %s" % (directory, exc),
+        )
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -262,9 +289,13 @@ def lock_dir(directory, wait, what):
 
 # ---------------------------------------------------------------- the receiver (probe, push)
 
+
 def names(directory, name):
-    return (os.path.join(directory, name), os.path.join(directory, "." + name + ".part"),
-            os.path.join(directory, "." + name + ".part.state"))
+    return (
+        os.path.join(directory, name),
+        os.path.join(directory, "." + name + ".part"),
+        os.path.join(directory, "." + name + ".part.state"),
+    )
 
 
 def read_state(path):
@@ -281,8 +312,11 @@ def read_state(path):
         state = json.loads(data.decode("ascii")) if len(data) <= STATE_MAX else None
     except ValueError:
         return None
-    if (isinstance(state, dict) and isinstance(state.get("sha256"), str)
-            and all(type(state.get(k)) is int for k in ("size", "chunk"))):
+    if (
+        isinstance(state, dict)
+        and isinstance(state.get("sha256"), str)
+        and all(type(state.get(k)) is int for k in ("size", "chunk"))
+    ):
         return state
     return None
 
@@ -314,15 +348,26 @@ def inspect(directory, name, size, sha, chunk, paths, progress=None):
     final, part, state_path = names(directory, name)
     final_st, part_st = own_file(final), own_file(part)
     own_file(state_path)
-    out = {"dir": os.path.abspath(directory), "dir_exists": os.path.isdir(directory),
-           "free": free_bytes(directory), "final_matches": False, "part_size": 0,
-           "chunk_hashes": [], "python": sys.version.split()[0],
-           "missing": [p for p in paths if not os.path.exists(p)]}
+    out = {
+        "dir": os.path.abspath(directory),
+        "dir_exists": os.path.isdir(directory),
+        "free": free_bytes(directory),
+        "final_matches": False,
+        "part_size": 0,
+        "chunk_hashes": [],
+        "python": sys.version.split()[0],
+        "missing": [p for p in paths if not os.path.exists(p)],
+    }
     if final_st and final_st.st_size == size:
         out["final_matches"] = file_sha256(open_regular(final), size, progress) == sha
     state = read_state(state_path)
-    if (part_st and state and state.get("sha256") == sha
-            and state.get("size") == size and state.get("chunk") == chunk):
+    if (
+        part_st
+        and state
+        and state.get("sha256") == sha
+        and state.get("size") == size
+        and state.get("chunk") == chunk
+    ):
         fd = open_regular(part)
         out["part_size"] = os.fstat(fd).st_size
         with os.fdopen(fd, "rb") as fh:
@@ -358,11 +403,17 @@ def parse_keep(plan, count):
 
 def push(directory, name, size, sha, chunk, direct, paths):
     widen_pipe(sys.stdin.fileno())
-    lock_dir(directory, PUSH_WAIT, "another kit transfer push is writing into %s right now; wait for "
-             "it to end (or stop it: its upload resumes later)")
+    lock_dir(
+        directory,
+        PUSH_WAIT,
+        "another kit transfer push is writing into %s right now; wait for "
+        "it to end (or stop it: its upload resumes later)",
+    )
     clean_receiver_leftovers(directory, name)
     beat = Heartbeat(sys.stderr, chunk)
-    sys.stdout.write(PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths, beat)) + "\n")
+    sys.stdout.write(
+        PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths, beat)) + "\n"
+    )
     sys.stdout.flush()
     plan = sys.stdin.buffer.readline(LINE_MAX).decode("ascii", "replace").split()
     if plan[:1] == ["KEEP"]:
@@ -371,7 +422,10 @@ def push(directory, name, size, sha, chunk, direct, paths):
     elif plan[:1] == ["SKIP"]:
         print(json.dumps({"path": os.path.abspath(names(directory, name)[0]), "sha256": sha}))
     else:
-        fail(EXIT_USAGE, "the sender stopped before sending (%s)" % " ".join(plan or ["nothing"])[:200])
+        fail(
+            EXIT_USAGE,
+            "the sender stopped before sending (%s)" % " ".join(plan or ["nothing"])[:200],
+        )
 
 
 def open_part(path, fresh, extra):
@@ -387,7 +441,9 @@ def open_part(path, fresh, extra):
         fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refused("%s is a symlink; kit transfer does not follow links here: remove it" % path) from None
+            raise Refused(
+                "%s is a symlink; kit transfer does not follow links here: remove it" % path
+            ) from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
@@ -460,7 +516,9 @@ class Writer(threading.Thread):
             if done < length:  # an unaligned tail (the file's end, or a cut stream's): no padding,
                 self.fd_direct = False  # which would leave bytes that never arrived in the part
             if not self.fd_direct:
-                fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                fcntl.fcntl(
+                    self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT
+                )
         if done < length:
             self.write_all(view[done:length], offset + done)
             self.unsynced += length - done
@@ -492,7 +550,10 @@ class Writer(threading.Thread):
     def fail(self):
         exc, offset = self.error
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            fail(EXIT_NOSPACE, "no space left on the remote filesystem at offset %d of the upload" % offset)
+            fail(
+                EXIT_NOSPACE,
+                "no space left on the remote filesystem at offset %d of the upload" % offset,
+            )
         fail(EXIT_USAGE, "cannot write the upload at offset %d: %s" % (offset, exc))
 
 
@@ -513,8 +574,12 @@ def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
     final, part, state_path = names(directory, name)
     try:  # the directory exists: lock_dir made it; inspect() checked the three names
         state = read_state(state_path)
-        if not (state and state.get("sha256") == sha and state.get("size") == size
-                and state.get("chunk") == chunk):
+        if not (
+            state
+            and state.get("sha256") == sha
+            and state.get("size") == size
+            and state.get("chunk") == chunk
+        ):
             keep = set()
             write_state(state_path, {"sha256": sha, "size": size, "chunk": chunk})
         fresh = not (keep and own_file(part))
@@ -550,8 +615,11 @@ def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
     if got != sha or commit != ["COMMIT", sha]:
         os.unlink(part)
         os.unlink(state_path)
-        fail(EXIT_MISMATCH, "sha256 of the received file is %s, expected %s (sender said %s); "
-             "the partial upload was removed" % (got, sha, " ".join(commit)[:80] or "nothing"))
+        fail(
+            EXIT_MISMATCH,
+            "sha256 of the received file is %s, expected %s (sender said %s); "
+            "the partial upload was removed" % (got, sha, " ".join(commit)[:80] or "nothing"),
+        )
     own_file(final)  # an image of ours is replaced; anything else there is refused
     os.replace(part, final)
     os.unlink(state_path)
@@ -564,6 +632,7 @@ def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
 
 
 # ---------------------------------------------------------------- the installer (install, versions, switch)
+
 
 def versions(imgdir, name):
     if not os.path.isdir(imgdir):
@@ -584,7 +653,9 @@ def newest_first(imgdir, entries):
 
 
 def current_path(imgdir, name):
-    """IMGDIR/NAME.current (kit.image_names.current_link; this copy: the site has a bare python3)."""
+    """IMGDIR/NAME.current (kit.image_names.current_link; this copy: the site has a bare
+    python3).
+    """
     return os.path.join(imgdir, name + CURRENT)
 
 
@@ -603,8 +674,10 @@ def installed(imgdir, entry):
         return False
     want = stat.S_ISREG if entry.endswith(".sqfs") else stat.S_ISDIR
     if not want(st.st_mode) or st.st_uid != os.geteuid():
-        raise Refused("%s is %s, not a version kit transfer installed; it is left alone: remove it"
-                      % (path, describe(st) if not want(st.st_mode) else "another user's"))
+        raise Refused(
+            "%s is %s, not a version kit transfer installed; it is left alone: remove it"
+            % (path, describe(st) if not want(st.st_mode) else "another user's")
+        )
     return True
 
 
@@ -618,7 +691,9 @@ def remove_ours(imgdir, entry):
     if st.st_uid != os.geteuid():
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path, onerror=_open_up)  # the fd-based rmtree: it never descends through a symlink
+        shutil.rmtree(
+            path, onerror=_open_up
+        )  # the fd-based rmtree: it never descends through a symlink
     else:
         os.unlink(path)
 
@@ -671,7 +746,10 @@ def retire(imgdir, entry):
 
 def clean_install_leftovers(imgdir, name):
     """Temp names of installs that were killed (the imgdir lock is held: none is running)."""
-    stale = re.compile(r"\.%s(@[0-9a-f]{12,64}(\.sqfs)?|%s)(\.[0-9]+)?\.tmp" % (re.escape(name), re.escape(CURRENT)))
+    stale = re.compile(
+        r"\.%s(@[0-9a-f]{12,64}(\.sqfs)?|%s)(\.[0-9]+)?\.tmp"
+        % (re.escape(name), re.escape(CURRENT))
+    )
     for entry in os.listdir(imgdir):
         if stale.fullmatch(entry):
             remove_ours(imgdir, entry)
@@ -685,8 +763,10 @@ def check_current(imgdir, name):
     except FileNotFoundError:
         return
     if not stat.S_ISLNK(st.st_mode):
-        raise Refused("%s is %s, not the link kit transfer makes; it is left alone: remove it"
-                      % (current, describe(st)))
+        raise Refused(
+            "%s is %s, not the link kit transfer makes; it is left alone: remove it"
+            % (current, describe(st))
+        )
 
 
 def point_current(imgdir, name, entry):
@@ -708,34 +788,60 @@ def listing(imgdir, name):
     out = []
     for entry in newest_first(imgdir, versions(imgdir, name)):
         path = os.path.join(imgdir, entry)
-        out.append({"entry": entry, "current": entry == current,
-                    "format": "squash" if entry.endswith(".sqfs") else "dir",
-                    "installed": os.lstat(path).st_mtime})
+        out.append(
+            {
+                "entry": entry,
+                "current": entry == current,
+                "format": "squash" if entry.endswith(".sqfs") else "dir",
+                "installed": os.lstat(path).st_mtime,
+            }
+        )
     print(json.dumps({"dir": os.path.abspath(imgdir), "current": current, "versions": out}))
 
 
 def switch(imgdir, name, entry, dry, wait):
     if not entry_re(name).fullmatch(entry):
         raise Usage("ENTRY %r is not a version of %s (NAME@<hex>[.sqfs])" % (entry, name))
-    lock = None if dry else lock_dir(imgdir, wait, "another kit transfer install or rollback is "
-                                     "running in %s; try again when it ends")
+    lock = (
+        None
+        if dry
+        else lock_dir(
+            imgdir,
+            wait,
+            "another kit transfer install or rollback is running in %s; try again when it ends",
+        )
+    )
     try:
         if not installed(imgdir, entry):
-            fail(EXIT_USAGE, "%s is not installed in %s (installed: %s)"
-                 % (entry, os.path.abspath(imgdir), ", ".join(newest_first(imgdir, versions(imgdir, name)))
-                    or "none"))
+            fail(
+                EXIT_USAGE,
+                "%s is not installed in %s (installed: %s)"
+                % (
+                    entry,
+                    os.path.abspath(imgdir),
+                    ", ".join(newest_first(imgdir, versions(imgdir, name))) or "none",
+                ),
+            )
         previous = current_entry(imgdir, name)
         if not dry:
             point_current(imgdir, name, entry)
     finally:
         if lock is not None:
             os.close(lock)
-    print(json.dumps({"current": current_path(os.path.abspath(imgdir), name),
-                      "previous": previous, "target": entry, "dry_run": dry}))
+    print(
+        json.dumps(
+            {
+                "current": current_path(os.path.abspath(imgdir), name),
+                "previous": previous,
+                "target": entry,
+                "dry_run": dry,
+            }
+        )
+    )
 
 
 def source_suffix(src, is_sqfs):
-    for suffix in (SQUASH_SUFFIXES if is_sqfs else TAR_SUFFIXES):
+    for suffix in SQUASH_SUFFIXES if is_sqfs else TAR_SUFFIXES:
         if src.endswith(suffix):
             return suffix
     raise Usage("SRC %r: not an image file (%s)" % (src, ", ".join(TAR_SUFFIXES + SQUASH_SUFFIXES)))
@@ -745,6 +851,7 @@ def stop_when_stdin_closes():
     """The sender holds our stdin open for as long as it waits for the answer; when it gives up
     (its own timeout) the SSH session closes, stdin ends, and this installer stops like on
     SIGTERM: ch-convert's group is killed and the work dir removed, NAME.current untouched."""
+
     def watch():
         try:
             while os.read(0, 4096):
@@ -752,6 +859,7 @@ def stop_when_stdin_closes():
         except OSError:
             pass
         os.kill(os.getpid(), signal.SIGTERM)
+
     threading.Thread(target=watch, daemon=True).start()
 
 
@@ -766,8 +874,12 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
     if dry:
         plan(imgdir, name, entry, keep_n, True)
         return
-    lock = lock_dir(imgdir, wait, "another kit transfer install is running in %s (or the ch-convert it "
-                    "started); push again when it ends: nothing is sent twice")
+    lock = lock_dir(
+        imgdir,
+        wait,
+        "another kit transfer install is running in %s (or the ch-convert it "
+        "started); push again when it ends: nothing is sent twice",
+    )
     try:
         clean_install_leftovers(imgdir, name)
         check_current(imgdir, name)
@@ -789,10 +901,15 @@ def plan(imgdir, name, entry, keep_n, dry):
     others = newest_first(imgdir, [v for v in versions(imgdir, name) if v != entry])
     others.sort(key=lambda v: v != previous)
     prune = others[keep_n:]
-    out = {"target": os.path.abspath(os.path.join(imgdir, entry)),
-           "current": os.path.abspath(current_path(imgdir, name)),
-           "previous": previous, "exists": installed(imgdir, entry), "prune": prune,
-           "free": free_bytes(imgdir), "dry_run": dry}
+    out = {
+        "target": os.path.abspath(os.path.join(imgdir, entry)),
+        "current": os.path.abspath(current_path(imgdir, name)),
+        "previous": previous,
+        "exists": installed(imgdir, entry),
+        "prune": prune,
+        "free": free_bytes(imgdir),
+        "dry_run": dry,
+    }
     if dry:
         print(json.dumps(out))
     return out
@@ -805,8 +922,11 @@ def check_source(fd, src, version):
     with os.fdopen(os.dup(fd), "rb") as fh:
         hash_range(fh, 0, size, h)
     if not h.hexdigest().startswith(version):
-        fail(EXIT_MISMATCH, "%s is no longer the image uploaded as %s (sha256 %s): another push "
-             "replaced it; push again (nothing was installed)" % (src, version, h.hexdigest()[:16]))
+        fail(
+            EXIT_MISMATCH,
+            "%s is no longer the image uploaded as %s (sha256 %s): another push "
+            "replaced it; push again (nothing was installed)" % (src, version, h.hexdigest()[:16]),
+        )
 
 
 def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
@@ -825,24 +945,40 @@ def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
         else:
             # ch-convert reads the very file checked above, through this process's fd
             link = os.path.join(imgdir, work, "source" + suffix)
-            os.symlink("/proc/%d/fd/%d" % (os.getpid(), fd) if os.path.isdir("/proc/self/fd")
-                       else os.path.abspath(src), link)
+            os.symlink(
+                "/proc/%d/fd/%d" % (os.getpid(), fd)
+                if os.path.isdir("/proc/self/fd")
+                else os.path.abspath(src),
+                link,
+            )
             convert(link, out, fmt, os.path.join(imgdir, work), stall, lock)
         os.rename(out, os.path.join(imgdir, entry))
     except (OSError, RuntimeError) as exc:
         text = str(exc)
-        nospace = (getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-                   or "No space left" in text or "Disk quota" in text
-                   or free_bytes(imgdir) < (1 << 20))  # tar may only say "Wrote only N bytes"
+        nospace = (
+            getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+            or "No space left" in text
+            or "Disk quota" in text
+            or free_bytes(imgdir) < (1 << 20)
+        )  # tar may only say "Wrote only N bytes"
         remove_ours(imgdir, work)
         made = False
         if nospace:
-            fail(EXIT_NOSPACE, "no space left in %s while installing %s; nothing changed, %s is "
-                 "still current" % (imgdir, entry, previous or "no version"))
-        if getattr(exc, "errno", None) == errno.ENOENT and getattr(exc, "filename", None) == "ch-convert":
-            fail(EXIT_INSTALL, "ch-convert is not on the PATH of a non-interactive login on this "
-                 "host; install Charliecloud there (or put it on PATH in the login files); "
-                 "the image itself was uploaded and verified")
+            fail(
+                EXIT_NOSPACE,
+                "no space left in %s while installing %s; nothing changed, %s is "
+                "still current" % (imgdir, entry, previous or "no version"),
+            )
+        if (
+            getattr(exc, "errno", None) == errno.ENOENT
+            and getattr(exc, "filename", None) == "ch-convert"
+        ):
+            fail(
+                EXIT_INSTALL,
+                "ch-convert is not on the PATH of a non-interactive login on this "
+                "host; install Charliecloud there (or put it on PATH in the login files); "
+                "the image itself was uploaded and verified",
+            )
         fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
     finally:
         os.close(fd)
@@ -861,7 +997,7 @@ def copy_fd(fd, out):
                 raise RuntimeError("the source shrank while being copied")
             view = memoryview(data)
             while len(view):
-                view = view[os.write(dst, view):]
+                view = view[os.write(dst, view) :]
             offset += len(data)
         os.fsync(dst)
     finally:
@@ -924,10 +1060,15 @@ def convert(src, out, fmt, work, stall, lock):
     # child starts is raised inside the try below, which stops it (the child unblocks them).
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        proc = subprocess.Popen(["ch-convert", "-i", "tar", "-o", fmt, src, out], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                pass_fds=(lock,),  # it holds the imgdir lock while it runs
-                                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS))
+        proc = subprocess.Popen(
+            ["ch-convert", "-i", "tar", "-o", fmt, src, out],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(lock,),  # it holds the imgdir lock while it runs
+            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS),
+        )
     except BaseException:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         raise
@@ -949,7 +1090,9 @@ def convert(src, out, fmt, work, stall, lock):
                 last, idle = done, 0.0
             if idle >= stall:
                 stop_group(proc)
-                raise RuntimeError("ch-convert read and wrote nothing for %d s; it was stopped" % stall)
+                raise RuntimeError(
+                    "ch-convert read and wrote nothing for %d s; it was stopped" % stall
+                )
     except BaseException:
         stop_group(proc)
         raise
@@ -988,8 +1131,17 @@ def main(argv):
                 stop_when_stdin_closes()
             trusted_dir(os.path.dirname(args[0]) or ".")
             trusted_dir(args[1])
-            install(args[0], args[1], check_name(args[2], "NAME"), check_version(args[3]),
-                    number(args[4], "KEEPN"), args[5] == "1", args[6], stall, wait)
+            install(
+                args[0],
+                args[1],
+                check_name(args[2], "NAME"),
+                check_version(args[3]),
+                number(args[4], "KEEPN"),
+                args[5] == "1",
+                args[6],
+                stall,
+                wait,
+            )
         elif mode == "versions":
             trusted_dir(args[0])
             listing(args[0], check_name(args[1], "NAME"))
@@ -1006,14 +1158,22 @@ def main(argv):
     except Refused as exc:
         fail(EXIT_REFUSED, str(exc))
     except KeyboardInterrupt:
-        fail(EXIT_STOPPED, "kit transfer %s was stopped by a signal; what it had begun was removed (any "
-             "NAME.current still names a complete image); run it again" % mode)
+        fail(
+            EXIT_STOPPED,
+            "kit transfer %s was stopped by a signal; what it had begun was removed (any "
+            "NAME.current still names a complete image); run it again" % mode,
+        )
     except OSError as exc:
-        fail(EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
-             "%s failed on the remote side: %s" % (mode, exc))
+        fail(
+            EXIT_NOSPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE,
+            "%s failed on the remote side: %s" % (mode, exc),
+        )
     except Exception as exc:  # a bug: still one line, never a traceback the sender cannot parse
-        fail(EXIT_BUG, "internal error in the remote side of kit transfer %s: %s: %s"
-             % (mode, type(exc).__name__, exc))
+        fail(
+            EXIT_BUG,
+            "internal error in the remote side of kit transfer %s: %s: %s"
+            % (mode, type(exc).__name__, exc),
+        )
 
 
 if __name__ == "__main__":

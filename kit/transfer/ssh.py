@@ -6,6 +6,7 @@ stream go to the same host, as the same user, with the same keys, known_hosts an
 host. Host keys are checked against known_hosts; an unknown key is refused unless the user
 opts in, and then it is recorded (never paramiko's AutoAddPolicy).
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,7 +36,7 @@ class Endpoint:
     identities_only: bool = False
     known_hosts: list[Path] = field(default_factory=list)
     config_file: Path | None = None
-    ciphers: str | None = None          # the user's own Ciphers line, if any: it wins
+    ciphers: str | None = None  # the user's own Ciphers line, if any: it wins
     jump: Endpoint | None = None
 
     @property
@@ -59,18 +60,28 @@ def _split_target(text: str) -> tuple[str | None, str, int | None]:
     if rest.count(":") == 1:
         host, _, p = rest.partition(":")
         if not p.isdigit():
-            raise KitError(f"jump host {text!r}: port {p!r} is not a number; write [user@]host[:port]")
+            raise KitError(
+                f"jump host {text!r}: port {p!r} is not a number; write [user@]host[:port]"
+            )
         port = int(p)
     return user or None, host, port
 
 
-def resolve(host: str, *, user: str | None = None, port: int | None = None,
-            jump: str | None = None, ssh_config: Path | None = None) -> Endpoint:
+def resolve(
+    host: str,
+    *,
+    user: str | None = None,
+    port: int | None = None,
+    jump: str | None = None,
+    ssh_config: Path | None = None,
+) -> Endpoint:
     """Apply ~/.ssh/config to `host`; explicit arguments win over the file."""
     if not host:
         raise KitError("no SSH host given: set transfer.host in the site config or pass --host")
     cfg_path = ssh_config if ssh_config is not None else default_ssh_config()
-    cfg = paramiko.SSHConfig.from_path(str(cfg_path)) if cfg_path.is_file() else paramiko.SSHConfig()
+    cfg = (
+        paramiko.SSHConfig.from_path(str(cfg_path)) if cfg_path.is_file() else paramiko.SSHConfig()
+    )
     found = cfg.lookup(host)
     known = found.get("userknownhostsfile", "~/.ssh/known_hosts").split()
     ep = Endpoint(
@@ -88,19 +99,31 @@ def resolve(host: str, *, user: str | None = None, port: int | None = None,
     if hops and hops.lower() != "none":
         *earlier, last = [h.strip() for h in hops.split(",")]
         juser, jhost, jport = _split_target(last)
-        ep.jump = resolve(jhost, user=juser, port=jport, jump=",".join(earlier) or "none",
-                          ssh_config=ssh_config)
+        ep.jump = resolve(
+            jhost, user=juser, port=jport, jump=",".join(earlier) or "none", ssh_config=ssh_config
+        )
     return ep
 
 
-def site_endpoint(transfer, *, host: str | None = None, user: str | None = None, port: int | None = None,
-                  ssh_config: Path | None = None) -> Endpoint:
+def site_endpoint(
+    transfer,
+    *,
+    host: str | None = None,
+    user: str | None = None,
+    port: int | None = None,
+    ssh_config: Path | None = None,
+) -> Endpoint:
     """The endpoint of a site's `transfer` section, with command-line overrides."""
     # The site's port applies to the site's host unless it is the default 22, which leaves
     # room for a Port line in ~/.ssh/config (e.g. for a tunnel alias).
     site_port = transfer.port if not host and transfer.port != 22 else None
-    return resolve(host or transfer.host, user=user or transfer.user, port=port or site_port,
-                   jump=transfer.jump_host, ssh_config=ssh_config)
+    return resolve(
+        host or transfer.host,
+        user=user or transfer.user,
+        port=port or site_port,
+        jump=transfer.jump_host,
+        ssh_config=ssh_config,
+    )
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -115,31 +138,49 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     def __init__(self, ep: Endpoint, accept_new: bool):
         self.ep, self.accept_new = ep, accept_new
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         files = ", ".join(map(str, self.ep.known_hosts))
         if not self.accept_new:
             raise KitError(
                 f"unknown SSH host key for {self.ep.host_key_name}: {key.get_name()} {fingerprint(key)} "
                 f"(not in {files}). Verify this fingerprint with the site's administrators "
                 f"(on the host: ssh-keygen -lf /etc/ssh/ssh_host_{key.get_name().split('-')[-1]}_key.pub), "
-                "then re-run with --accept-new-host-key to record it")
+                "then re-run with --accept-new-host-key to record it"
+            )
         target = self.ep.known_hosts[0]
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         old = target.read_text() if target.exists() else ""
         if old and not old.endswith("\n"):
             old += "\n"
-        atomic_write_text(target, f"{old}{hostname} {key.get_name()} {key.get_base64()}\n", perm=0o600)
+        atomic_write_text(
+            target, f"{old}{hostname} {key.get_name()} {key.get_base64()}\n", perm=0o600
+        )
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-def connect(ep: Endpoint, *, accept_new_host_key: bool = False, timeout: int = 20) -> fabric.Connection:
+def connect(
+    ep: Endpoint, *, accept_new_host_key: bool = False, timeout: int = 20
+) -> fabric.Connection:
     """An open Fabric connection with known_hosts enforced (through the jump host if any)."""
-    gateway = connect(ep.jump, accept_new_host_key=accept_new_host_key, timeout=timeout) if ep.jump else False
+    gateway = (
+        connect(ep.jump, accept_new_host_key=accept_new_host_key, timeout=timeout)
+        if ep.jump
+        else False
+    )
     conn = fabric.Connection(
-        ep.hostname, user=ep.user, port=ep.port, gateway=gateway, connect_timeout=timeout,
+        ep.hostname,
+        user=ep.user,
+        port=ep.port,
+        gateway=gateway,
+        connect_timeout=timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),  # already resolved above
-        connect_kwargs={"allow_agent": True, "look_for_keys": not ep.identities_only,
-                        **({"key_filename": ep.identity_files} if ep.identity_files else {})},
+        connect_kwargs={
+            "allow_agent": True,
+            "look_for_keys": not ep.identities_only,
+            **({"key_filename": ep.identity_files} if ep.identity_files else {}),
+        },
     )
     for path in ep.known_hosts:
         if path.is_file():
@@ -152,12 +193,14 @@ def connect(ep: Endpoint, *, accept_new_host_key: bool = False, timeout: int = 2
             f"the SSH host key of {ep.host_key_name} ({fingerprint(exc.key)}) does NOT match the one in "
             f"{', '.join(map(str, ep.known_hosts))}: possible man-in-the-middle. If the site really "
             f"changed its key, verify the new fingerprint and remove the old entry with "
-            f"ssh-keygen -R {shlex.quote(ep.host_key_name)}") from exc
+            f"ssh-keygen -R {shlex.quote(ep.host_key_name)}"
+        ) from exc
     except paramiko.AuthenticationException as exc:
         raise KitError(
             f"SSH authentication as {ep.user} to {ep.hostname}:{ep.port} failed ({exc}); keys tried: "
             f"{', '.join(ep.identity_files) or 'default ~/.ssh/id_*'} and the agent. Fix: set IdentityFile "
-            "for this host in ~/.ssh/config or add the key to ssh-agent") from exc
+            "for this host in ~/.ssh/config or add the key to ssh-agent"
+        ) from exc
     except (OSError, paramiko.SSHException) as exc:
         raise KitError(f"cannot reach {ep} over SSH: {exc}") from exc
     return conn
@@ -165,8 +208,10 @@ def connect(ep: Endpoint, *, accept_new_host_key: bool = False, timeout: int = 2
 
 # OpenSSH's default list with AES-GCM first: with AES instructions it is about twice as fast
 # as the default chacha20-poly1305 (docs/benchmarks.md); spelled out for pre-8.6 clients.
-FAST_CIPHERS = ("aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
-                "aes128-ctr,aes192-ctr,aes256-ctr")
+FAST_CIPHERS = (
+    "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
+    "aes128-ctr,aes192-ctr,aes256-ctr"
+)
 
 
 def _cpu_has_aes() -> bool:
@@ -179,12 +224,32 @@ def _cpu_has_aes() -> bool:
 
 def ssh_argv(ep: Endpoint) -> list[str]:
     """ssh(1) arguments reproducing `ep` exactly (the bulk data path: OpenSSH's C crypto)."""
-    argv = ["ssh", "-F", str(ep.config_file or os.devnull), "-T", "-x", "-a",
-            "-o", f"HostName={ep.hostname}", "-p", str(ep.port), "-l", ep.user,
-            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", "UserKnownHostsFile=" + " ".join(str(p) for p in ep.known_hosts),
-            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
-            "-o", "ClearAllForwardings=yes"]
+    argv = [
+        "ssh",
+        "-F",
+        str(ep.config_file or os.devnull),
+        "-T",
+        "-x",
+        "-a",
+        "-o",
+        f"HostName={ep.hostname}",
+        "-p",
+        str(ep.port),
+        "-l",
+        ep.user,
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "UserKnownHostsFile=" + " ".join(str(p) for p in ep.known_hosts),
+        "-o",
+        "ServerAliveInterval=15",
+        "-o",
+        "ServerAliveCountMax=4",
+        "-o",
+        "ClearAllForwardings=yes",
+    ]
     for key in ep.identity_files:
         argv += ["-i", key]
     if ep.identities_only:

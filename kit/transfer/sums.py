@@ -3,6 +3,7 @@
 Only plain names are written or read (kit.transfer.verify.NAME): sha256sum escapes a name with a
 newline or backslash (a leading `\\` on the line), and such a name is refused rather than escaped.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,10 @@ def format_sums(entries: list[tuple[str, str]]) -> str:
     """`<sha256>  <name>` lines for [(sha256, name)]; a name sha256sum would escape is refused."""
     for _, name in entries:
         if not checker.NAME.fullmatch(name):
-            raise KitError(f"{name!r}: a bundle holds only names of letters, digits and . _ + - "
-                           "(up to four levels, none starting with a dot); rename the file")
+            raise KitError(
+                f"{name!r}: a bundle holds only names of letters, digits and . _ + - "
+                "(up to four levels, none starting with a dot); rename the file"
+            )
     return "".join(f"{sha}  {name}\n" for sha, name in entries)
 
 
@@ -34,8 +37,9 @@ def read_sums(path: Path, fix: str) -> list[tuple[str, str]]:
         with open(found[0], "rb") as fh:
             data = fh.read(SUMS_MAX + 1)
     except (OSError, ValueError) as exc:
-        raise KitError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
-                       fix=f"{fix}") from None
+        raise KitError(
+            f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})", fix=f"{fix}"
+        ) from None
     if len(data) > SUMS_MAX:
         raise KitError(f"{path}: larger than {SUMS_MAX} bytes, not a list of sums", fix=f"{fix}")
     entries = []
@@ -44,9 +48,11 @@ def read_sums(path: Path, fix: str) -> list[tuple[str, str]]:
             break  # after the last newline
         found = _LINE.fullmatch(line)
         if not found:
-            raise KitError(f"{path} line {number}: expected '<sha256>  <name>' with a plain relative name, "
-                           f"got {line[:80]!r}",
-                           fix=f"{fix}")
+            raise KitError(
+                f"{path} line {number}: expected '<sha256>  <name>' with a plain relative name, "
+                f"got {line[:80]!r}",
+                fix=f"{fix}",
+            )
         entries.append((found.group(1), found.group(2)))
     names = [name for _, name in entries]
     if len(set(names)) != len(names) or SUMS in names:

@@ -9,6 +9,7 @@ four plain components (`kit/secure_site_kit-0.1.0-py3-none-any.whl`), none of th
 
 Usage: python3 verify.py [BUNDLE_DIR]     (exit 0: all good, 1: problems, 2: no manifest)
 """
+
 import errno
 import hashlib
 import os
@@ -17,7 +18,7 @@ import stat
 import sys
 
 MANIFEST = "MANIFEST"
-MANIFEST_MAX = 1 << 20   # bytes: ~10000 lines; a larger MANIFEST is not one kit wrote
+MANIFEST_MAX = 1 << 20  # bytes: ~10000 lines; a larger MANIFEST is not one kit wrote
 _PART = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}"
 # no dot-led part (no `..`), no space, backslash or newline: sha256sum reads every name back as is
 NAME = re.compile(r"%s(?:/%s){0,3}" % (_PART, _PART))
@@ -33,8 +34,15 @@ class ManifestError(Exception):
 
 
 def _kind(mode):
-    return ("a symlink" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a directory" if stat.S_ISDIR(mode) else "a device or socket")
+    return (
+        "a symlink"
+        if stat.S_ISLNK(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "a device or socket"
+    )
 
 
 def open_file(path, dir_fd=None):
@@ -63,8 +71,11 @@ def open_in(directory, name):
     try:
         for part in parts[:-1]:
             try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                              dir_fd=dfd)
+                nfd = os.open(
+                    part,
+                    os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                    dir_fd=dfd,
+                )
             except OSError as exc:
                 if exc.errno == errno.ENOENT:
                     return None
@@ -88,25 +99,32 @@ def read_manifest(directory):
         with os.fdopen(found[0], "rb") as fh:
             data = fh.read(MANIFEST_MAX + 1)
     except (OSError, ValueError) as exc:
-        raise ManifestError("%s: cannot read the bundle manifest (%s); is %s a bundle made by "
-                            "kit transfer bundle?" % (path, getattr(exc, "strerror", None) or exc, directory)) from None
+        raise ManifestError(
+            "%s: cannot read the bundle manifest (%s); is %s a bundle made by "
+            "kit transfer bundle?" % (path, getattr(exc, "strerror", None) or exc, directory)
+        ) from None
     if len(data) > MANIFEST_MAX:
-        raise ManifestError("%s: larger than %d bytes; not a manifest kit transfer bundle wrote"
-                            % (path, MANIFEST_MAX))
+        raise ManifestError(
+            "%s: larger than %d bytes; not a manifest kit transfer bundle wrote"
+            % (path, MANIFEST_MAX)
+        )
     entries = []
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line and number > data.count(b"\n"):
             break  # after the last newline
         found = _LINE.fullmatch(line.decode("ascii", "replace"))
         if not found:
-            raise ManifestError("%s line %d: expected '<sha256> <size> <name>', got %r"
-                                % (path, number, line[:120]))
+            raise ManifestError(
+                "%s line %d: expected '<sha256> <size> <name>', got %r" % (path, number, line[:120])
+            )
         entries.append((found.group(1), int(found.group(2)), found.group(3)))
     return entries
 
 
 def sha256_of(fd, size, progress=None):
-    """sha256 of the first `size` bytes of fd (closed after): the read is bounded by the manifest."""
+    """sha256 of the first `size` bytes of fd (closed after): the read is bounded by the
+    manifest.
+    """
     h = hashlib.sha256()
     with os.fdopen(fd, "rb") as fh:
         left = size
@@ -170,15 +188,22 @@ def unlisted(directory, names):
     while todo:
         prefix = todo.pop()
         try:
-            listing = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink())
-                             for e in os.scandir(os.path.join(directory, prefix) if prefix else directory))
+            listing = sorted(
+                (e.name, e.is_dir(follow_symlinks=False), e.is_symlink())
+                for e in os.scandir(os.path.join(directory, prefix) if prefix else directory)
+            )
         except OSError:
             continue  # a listed name under it is reported missing already
         for entry, is_dir, is_link in listing:
             seen += 1
             if seen > WALK_MAX:
-                problems.append(("...", "unlisted", "more than %d entries in the bundle; not all looked at"
-                                 % WALK_MAX))
+                problems.append(
+                    (
+                        "...",
+                        "unlisted",
+                        "more than %d entries in the bundle; not all looked at" % WALK_MAX,
+                    )
+                )
                 return problems
             rel = prefix + "/" + entry if prefix else entry
             if rel in dirs:

@@ -4,6 +4,7 @@
 when a new image misbehaves at scale, `rollback` points NAME.current back at the version
 before it (or at a named one) in one atomic rename, with no upload and no unpacking.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -18,27 +19,29 @@ from kit.transfer.ssh import connect, site_endpoint
 
 @dataclass
 class Installed:
-    entry: str          # NAME@<sha12> (a directory) or NAME@<sha12>.sqfs
+    entry: str  # NAME@<sha12> (a directory) or NAME@<sha12>.sqfs
     current: bool
-    format: str         # dir | squash
-    installed: float    # mtime on the site: install order
+    format: str  # dir | squash
+    installed: float  # mtime on the site: install order
 
 
 @dataclass
 class Versions:
-    name: str                   # as installed (gan3d for gan3d.sqfs)
+    name: str  # as installed (gan3d for gan3d.sqfs)
     where: str
     current: str | None
-    versions: list[Installed]   # newest first
+    versions: list[Installed]  # newest first
 
     def document(self) -> dict:
-        """The body of `kit transfer versions --json` (kit-transfer-versions/1): these fields, as named."""
+        """The body of `kit transfer versions --json` (kit-transfer-versions/1): these fields, as
+        named.
+        """
         return asdict(self)
 
 
 @dataclass
 class Switch:
-    current: str                # the NAME.current link that was (or would be) switched
+    current: str  # the NAME.current link that was (or would be) switched
     previous: str | None
     target: str
     dry_run: bool
@@ -58,18 +61,35 @@ def _connection(site, host, user, port, ssh_config, accept_new_host_key):
 def _list(conn, site, name: str) -> tuple[str, Versions]:
     imgdir = remote.remote_path(site.container.image_dir)
     what = f"listing {name} in {conn.host}:{imgdir}"
-    answer = remote.run(conn, "versions", imgdir, name, what=what, schema=LISTED, timeout=CALL_TIMEOUT)
+    answer = remote.run(
+        conn, "versions", imgdir, name, what=what, schema=LISTED, timeout=CALL_TIMEOUT
+    )
     item = {"entry": str, "current": bool, "format": str, "installed": (int, float)}
-    if not all(isinstance(v, dict) and set(v) == set(item) and all(remote.fits(v[k], t) for k, t in item.items())
-               for v in answer["versions"]):
+    if not all(
+        isinstance(v, dict)
+        and set(v) == set(item)
+        and all(remote.fits(v[k], t) for k, t in item.items())
+        for v in answer["versions"]
+    ):
         raise KitError(f"{what}: unexpected answer from the remote side: {str(answer)[:300]!r}")
-    return imgdir, Versions(name, f"{conn.host}:{answer['dir']}", answer["current"],
-                            [Installed(**v) for v in answer["versions"]])
+    return imgdir, Versions(
+        name,
+        f"{conn.host}:{answer['dir']}",
+        answer["current"],
+        [Installed(**v) for v in answer["versions"]],
+    )
 
 
-def installed_versions(name: str, site, *, host: str | None = None, user: str | None = None,
-                       port: int | None = None, ssh_config: Path | None = None,
-                       accept_new_host_key: bool = False) -> Versions:
+def installed_versions(
+    name: str,
+    site,
+    *,
+    host: str | None = None,
+    user: str | None = None,
+    port: int | None = None,
+    ssh_config: Path | None = None,
+    accept_new_host_key: bool = False,
+) -> Versions:
     """The installed versions of image NAME in the site's container.image_dir."""
     name = image_name(name)
     site, conn = _connection(site, host, user, port, ssh_config, accept_new_host_key)
@@ -78,34 +98,66 @@ def installed_versions(name: str, site, *, host: str | None = None, user: str | 
 
 
 def pick(versions: Versions, name: str, to: str | None) -> str:
-    """The entry to switch to: `to` (entry name or sha prefix), else the one installed before current."""
+    """The entry to switch to: `to` (entry name or sha prefix), else the one installed before
+    current.
+    """
     entries = [v.entry for v in versions.versions]
-    if to is not None:  # an empty --to (a script's unset variable) names nothing: never "the one before"
-        found = [e for e in entries  # NAME@SHA names a SquashFS version (NAME@SHA.sqfs) too
-                 if to.strip() and (to in (e, e.removesuffix(".sqfs")) or e.split("@", 1)[1].startswith(to))]
+    if (
+        to is not None
+    ):  # an empty --to (a script's unset variable) names nothing: never "the one before"
+        found = [
+            e
+            for e in entries  # NAME@SHA names a SquashFS version (NAME@SHA.sqfs) too
+            if to.strip()
+            and (to in (e, e.removesuffix(".sqfs")) or e.split("@", 1)[1].startswith(to))
+        ]
         if len(found) != 1:
-            raise KitError(f"--to {to}: {'matches ' + ', '.join(found) if found else 'matches no version'} "
-                           f"of {name} in {versions.where}; installed: {', '.join(entries) or 'none'}")
+            raise KitError(
+                f"--to {to}: {'matches ' + ', '.join(found) if found else 'matches no version'} "
+                f"of {name} in {versions.where}; installed: {', '.join(entries) or 'none'}"
+            )
         return found[0]
     if versions.current not in entries:
-        raise KitError(f"{name} has no current version in {versions.where}; pick one with --to "
-                       f"(installed: {', '.join(entries) or 'none'})")
-    older = entries[entries.index(versions.current) + 1:]
+        raise KitError(
+            f"{name} has no current version in {versions.where}; pick one with --to "
+            f"(installed: {', '.join(entries) or 'none'})"
+        )
+    older = entries[entries.index(versions.current) + 1 :]
     if not older:
-        raise KitError(f"{versions.current} is the oldest version of {name} kept in {versions.where}; "
-                       "there is nothing to roll back to")
+        raise KitError(
+            f"{versions.current} is the oldest version of {name} kept in {versions.where}; "
+            "there is nothing to roll back to"
+        )
     return older[0]
 
 
-def rollback(name: str, site, *, to: str | None = None, dry_run: bool = False, host: str | None = None,
-             user: str | None = None, port: int | None = None, ssh_config: Path | None = None,
-             accept_new_host_key: bool = False) -> Switch:
+def rollback(
+    name: str,
+    site,
+    *,
+    to: str | None = None,
+    dry_run: bool = False,
+    host: str | None = None,
+    user: str | None = None,
+    port: int | None = None,
+    ssh_config: Path | None = None,
+    accept_new_host_key: bool = False,
+) -> Switch:
     """Point NAME.current at the version installed before the current one (or at `to`)."""
     name = image_name(name)
     site, conn = _connection(site, host, user, port, ssh_config, accept_new_host_key)
     with conn:
         imgdir, versions = _list(conn, site, name)
         target = pick(versions, name, to)
-        done = remote.run(conn, "switch", imgdir, name, target, "1" if dry_run else "0",
-                          what=f"switching {name} in {versions.where}", schema=SWITCHED, timeout=CALL_TIMEOUT)
+        done = remote.run(
+            conn,
+            "switch",
+            imgdir,
+            name,
+            target,
+            "1" if dry_run else "0",
+            what=f"switching {name} in {versions.where}",
+            schema=SWITCHED,
+            timeout=CALL_TIMEOUT,
+        )
     return Switch(f"{conn.host}:{done['current']}", done["previous"], target, dry_run)

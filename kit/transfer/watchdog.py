@@ -5,6 +5,7 @@ side that stops moving bytes (a hung filesystem, a stuck receiver) would keep a 
 waiting forever. The stream calls `tick()` whenever bytes move; after `stall` seconds
 without one the ssh process is killed and `fired` tells the push why it ended.
 """
+
 from __future__ import annotations
 
 import subprocess

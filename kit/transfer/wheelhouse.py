@@ -4,6 +4,7 @@ Only what the wheelhouse's SHA256SUMS lists is taken, each file read once withou
 link and checked against its sum on the way into the bundle, so a damaged or half-made wheelhouse
 never reaches the secure side looking whole.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ class Wheelhouse:
         try:
             found = checker.open_in(str(self.path), name)
         except (OSError, ValueError) as exc:
-            raise KitError(f"{self.path / name}: {getattr(exc, 'strerror', None) or exc}",
-                           fix=f"{FIX}") from None
+            raise KitError(
+                f"{self.path / name}: {getattr(exc, 'strerror', None) or exc}", fix=f"{FIX}"
+            ) from None
         if found is None:
             raise KitError(f"{self.path / name}: listed in {SUMS} but missing", fix=f"{FIX}")
         return found[0]
@@ -43,8 +45,10 @@ def open_wheelhouse(path: Path) -> Wheelhouse:
         raise KitError(f"{path}: no wheelhouse there", fix=f"{FIX}")
     listed = read_sums(path / SUMS, FIX)
     if not any(name.startswith(KIT_WHEEL) and name.endswith(".whl") for _, name in listed):
-        raise KitError(f"{path / SUMS}: lists no {KIT_WHEEL}*.whl, so it is not the kit's wheelhouse",
-                       fix=f"{FIX}")
+        raise KitError(
+            f"{path / SUMS}: lists no {KIT_WHEEL}*.whl, so it is not the kit's wheelhouse",
+            fix=f"{FIX}",
+        )
     for _, name in listed:
         if not checker.NAME.fullmatch(f"{SUBDIR}/{name}"):
             raise KitError(f"{path / SUMS}: {name!r} is nested too deep for a bundle", fix=f"{FIX}")

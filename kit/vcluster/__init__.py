@@ -3,6 +3,7 @@ own address, hostname and slurmd; slurmctld and munged on the host; the host's f
 
 It exists so that the multi-node paths (launch lines, host-MPI binds across nodes, allreduce over a
 network, a node failing mid-run) run for real before a site does, on a laptop or in CI."""
+
 from kit.vcluster.cluster import down, status, up
 from kit.vcluster.state import ClusterState, VclusterError
 

@@ -1,4 +1,5 @@
 """up / down / status of a virtual cluster kept in one directory (its state, config and logs)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -51,26 +52,40 @@ def _locked(directory: Path) -> Iterator[None]:
 
 def _check_names(name: str, count: int) -> None:
     if not NAME_RE.fullmatch(name):
-        raise VclusterError(f"--name {name!r}: 1-8 lower-case letters and digits, a letter first (it prefixes "
-                            "interface names, which Linux limits to 15 characters)")
+        raise VclusterError(
+            f"--name {name!r}: 1-8 lower-case letters and digits, a letter first (it prefixes "
+            "interface names, which Linux limits to 15 characters)"
+        )
     if not 1 <= count <= MAX_NODES:
-        raise VclusterError(f"{count} nodes: give 1 to {MAX_NODES} (every node shares this machine's cores)")
+        raise VclusterError(
+            f"{count} nodes: give 1 to {MAX_NODES} (every node shares this machine's cores)"
+        )
 
 
 def _preflight(name: str, count: int) -> None:
     _check_names(name, count)
     if os.geteuid() != 0:
-        raise VclusterError("kit vcluster needs root (network and UTS namespaces, a bridge)",
-                            fix="run it as root "
-                            "on a machine of your own")
+        raise VclusterError(
+            "kit vcluster needs root (network and UTS namespaces, a bridge)",
+            fix="run it as root on a machine of your own",
+        )
     if missing := daemons.missing_tools():
-        raise VclusterError(f"{', '.join(missing)} not found",
-                            fix="install Slurm (slurmctld, slurmd, client), "
-                            "munge and iproute2 (scripts/setup.sh does, as root)")
+        raise VclusterError(
+            f"{', '.join(missing)} not found",
+            fix="install Slurm (slurmctld, slurmd, client), "
+            "munge and iproute2 (scripts/setup.sh does, as root)",
+        )
 
 
-def preview(name: str, count: int, subnet: str | None = None, intel_mpi: Path | None = None,
-            *, directory: Path, binds: tuple[str, ...]) -> tuple[str, list[dict]]:
+def preview(
+    name: str,
+    count: int,
+    subnet: str | None = None,
+    intel_mpi: Path | None = None,
+    *,
+    directory: Path,
+    binds: tuple[str, ...],
+) -> tuple[str, list[dict]]:
     """What `up` would make now (for --dry-run): the subnet and the nodes; nothing is made."""
     _check_names(name, count)
     check_intel_mpi(intel_mpi)
@@ -81,12 +96,25 @@ def preview(name: str, count: int, subnet: str | None = None, intel_mpi: Path | 
 
 def plan_nodes(name: str, count: int, subnet) -> list[dict]:
     hosts = list(subnet.hosts())
-    return [{"name": f"{name}-{i}", "netns": f"kvc-{name}-{i}", "veth": f"kvc-{name}-{i}",
-             "address": str(hosts[9 + i])} for i in range(1, count + 1)]
+    return [
+        {
+            "name": f"{name}-{i}",
+            "netns": f"kvc-{name}-{i}",
+            "veth": f"kvc-{name}-{i}",
+            "address": str(hosts[9 + i]),
+        }
+        for i in range(1, count + 1)
+    ]
 
 
-def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
-       intel_mpi: Path | None = None, binds: tuple[str, ...] = ()) -> Report:
+def up(
+    directory: Path,
+    count: int,
+    name: str = "vc",
+    subnet: str | None = None,
+    intel_mpi: Path | None = None,
+    binds: tuple[str, ...] = (),
+) -> Report:
     """Start an N-node cluster, or report the one already running here. A half-made one (an `up`
     killed, a daemon dead) is refused: `down` first. An `up` that fails half-way removes what it
     made (and nothing else) before it says why."""
@@ -104,18 +132,30 @@ def up(directory: Path, count: int, name: str = "vc", subnet: str | None = None,
                 hosts = list(network.hosts())
                 nodes = plan_nodes(name, count, network)
                 bridge = f"kvc-{name}"
-                taken = [x for x in [bridge] + [n["veth"] for n in nodes] if net.link_exists(x)] \
-                    + [n["netns"] for n in nodes if net.netns_exists(n["netns"])]
+                taken = [x for x in [bridge] + [n["veth"] for n in nodes] if net.link_exists(x)] + [
+                    n["netns"] for n in nodes if net.netns_exists(n["netns"])
+                ]
                 if taken:
-                    raise VclusterError(f"{', '.join(taken)} already exist(s) on this host and {directory} records "
-                                        "no cluster that made them",
-                                        fix="--name OTHER, or kit vcluster down --dir "
-                                        "THE_DIR_THAT_MADE_THEM")
-                state = ClusterState(name, str(directory), str(network), nodes, bridge, str(hosts[0]),
-                                     socket.gethostname().split(".")[0], name)
+                    raise VclusterError(
+                        f"{', '.join(taken)} already exist(s) on this host and {directory} records "
+                        "no cluster that made them",
+                        fix="--name OTHER, or kit vcluster down --dir THE_DIR_THAT_MADE_THEM",
+                    )
+                state = ClusterState(
+                    name,
+                    str(directory),
+                    str(network),
+                    nodes,
+                    bridge,
+                    str(hosts[0]),
+                    socket.gethostname().split(".")[0],
+                    name,
+                )
                 _create(state, Made("bridge", bridge), lambda: net.add_bridge(bridge))
                 net.configure_bridge(bridge, state.host_address, network.prefixlen)
-            _make(state)  # each part recorded before it is made: a kill here leaves it all for `down`
+            _make(
+                state
+            )  # each part recorded before it is made: a kill here leaves it all for `down`
             sites = write_sites(state, intel_mpi, list(binds))
         except (KitError, OSError) as exc:
             if state is None:
@@ -141,13 +181,18 @@ def _create(state: ClusterState, made: Made, create: Callable[[], None]) -> None
 def _undone(state: ClusterState, exc: BaseException) -> VclusterError:
     """Remove what a failed `up` recorded, and its state file (its config and logs stay): the error
     to raise, saying so, or naming `down` if removing failed too."""
-    reason = str(exc) if isinstance(exc, KitError) else f"{exc.filename or state.directory}: {exc.strerror or exc}"
+    reason = (
+        str(exc)
+        if isinstance(exc, KitError)
+        else f"{exc.filename or state.directory}: {exc.strerror or exc}"
+    )
     try:
         _remove(state)
     except (KitError, OSError) as again:
-        return VclusterError(f"{reason}; removing what this up made failed too ({again})",
-                             fix="kit vcluster down "
-                             f"--dir {state.directory}")
+        return VclusterError(
+            f"{reason}; removing what this up made failed too ({again})",
+            fix=f"kit vcluster down --dir {state.directory}",
+        )
     return VclusterError(f"{reason} (this up removed what it had made)")
 
 
@@ -155,23 +200,47 @@ def _make(state: ClusterState) -> None:
     d = Path(state.directory)
     prefixlen = int(state.subnet.split("/")[1])
     for node in state.nodes:
-        _create(state, Made("netns", node["netns"]), functools.partial(net.ip, "netns", "add", node["netns"]))
-        _create(state, Made("veth", node["veth"]), functools.partial(net.add_veth, node["netns"], node["veth"]))
+        _create(
+            state,
+            Made("netns", node["netns"]),
+            functools.partial(net.ip, "netns", "add", node["netns"]),
+        )
+        _create(
+            state,
+            Made("veth", node["veth"]),
+            functools.partial(net.add_veth, node["netns"], node["veth"]),
+        )
         net.configure_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
-    per_node = [f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes]  # tmp: slurm.conf's TmpFS
+    per_node = [
+        f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes
+    ]  # tmp: slurm.conf's TmpFS
     for sub in ("munge", "run", "logs", "slurmctld", *per_node):
         try:
             (d / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise VclusterError(f"{d / sub}: {exc.strerror}, where the cluster keeps its {sub.split('/')[0]} "
-                                "directory",
-                                fix="move it away, or use another --dir") from None
+            raise VclusterError(
+                f"{d / sub}: {exc.strerror}, where the cluster keeps its {sub.split('/')[0]} "
+                "directory",
+                fix="move it away, or use another --dir",
+            ) from None
     (d / "munge").chmod(0o755)  # munged wants the socket's directory searchable by every client
     key = d / "munge" / "munge.key"
     if not key.exists():
         atomic_write_bytes(key, os.urandom(1024), perm=0o400)
-    atomic_write_text(state.conf, slurm_conf(state.name, d, state.controller, state.host_address, state.nodes,
-                                             state.partition, os.cpu_count() or 1, _free_port(), _free_port()))
+    atomic_write_text(
+        state.conf,
+        slurm_conf(
+            state.name,
+            d,
+            state.controller,
+            state.host_address,
+            state.nodes,
+            state.partition,
+            os.cpu_count() or 1,
+            _free_port(),
+            _free_port(),
+        ),
+    )
     atomic_write_text(d / "hosts", hosts_file(state.controller, state.host_address, state.nodes))
     daemons.start_munged(state)
     daemons.start_slurmctld(state)
@@ -183,12 +252,15 @@ def _make(state: ClusterState) -> None:
 def _running(state: ClusterState, count: int, name: str) -> Report:
     problems = health(state)
     if problems:
-        raise VclusterError(f"{state.path}: a cluster was made here but is not whole ({'; '.join(problems)})",
-                            fix=f"kit vcluster down --dir {state.directory}, then up again")
+        raise VclusterError(
+            f"{state.path}: a cluster was made here but is not whole ({'; '.join(problems)})",
+            fix=f"kit vcluster down --dir {state.directory}, then up again",
+        )
     if (len(state.nodes), state.name) != (count, name):
-        raise VclusterError(f"{state.directory} runs cluster {state.name} with {len(state.nodes)} nodes",
-                            fix="kit "
-                            f"vcluster down --dir {state.directory} first, or use another --dir")
+        raise VclusterError(
+            f"{state.directory} runs cluster {state.name} with {len(state.nodes)} nodes",
+            fix=f"kit vcluster down --dir {state.directory} first, or use another --dir",
+        )
     written = [Path(state.directory) / f for f in SITE_FILES]
     return Report(state, False, [p for p in written if p.is_file()])
 
@@ -197,8 +269,14 @@ def health(state: ClusterState) -> list[str]:
     """What is missing from a recorded cluster; empty when every part runs."""
     if not state.complete:
         return ["its `up` did not finish"]
-    problems = [f"{m.name} not running" for m in state.made if m.kind == "daemon" and not daemons.recorded_pid(m)]
-    problems += [f"namespace {n['netns']} gone" for n in state.nodes if not net.netns_exists(n["netns"])]
+    problems = [
+        f"{m.name} not running"
+        for m in state.made
+        if m.kind == "daemon" and not daemons.recorded_pid(m)
+    ]
+    problems += [
+        f"namespace {n['netns']} gone" for n in state.nodes if not net.netns_exists(n["netns"])
+    ]
     problems += [] if net.link_exists(state.bridge) else [f"bridge {state.bridge} gone"]
     return problems
 
@@ -207,22 +285,46 @@ def status(directory: Path) -> dict:
     """The recorded cluster and Slurm's view of its nodes (JSON-ready)."""
     state = load_state(directory.absolute())
     if state is None:
-        return {"dir": str(directory.absolute()), "running": False, "name": None, "subnet": None, "bridge": None,
-                "slurm_conf": None, "problems": [], "nodes": []}
+        return {
+            "dir": str(directory.absolute()),
+            "running": False,
+            "name": None,
+            "subnet": None,
+            "bridge": None,
+            "slurm_conf": None,
+            "problems": [],
+            "nodes": [],
+        }
     problems = health(state)
     slurm = daemons.node_states(state) if not problems else {}
-    return {"dir": state.directory, "running": not problems, "name": state.name, "subnet": state.subnet,
-            "bridge": state.bridge, "slurm_conf": str(state.conf), "problems": problems,
-            "nodes": [{"name": n["name"], "address": n["address"], "netns": n["netns"],
-                       "slurm_state": slurm.get(n["name"])} for n in state.nodes]}
+    return {
+        "dir": state.directory,
+        "running": not problems,
+        "name": state.name,
+        "subnet": state.subnet,
+        "bridge": state.bridge,
+        "slurm_conf": str(state.conf),
+        "problems": problems,
+        "nodes": [
+            {
+                "name": n["name"],
+                "address": n["address"],
+                "netns": n["netns"],
+                "slurm_state": slurm.get(n["name"]),
+            }
+            for n in state.nodes
+        ],
+    }
 
 
 def down(directory: Path, dry_run: bool = False) -> list[str]:
     """Stop and remove, newest first, exactly what the state records; what is already gone is
     skipped. The directory's config and logs stay (they are the user's to read)."""
     directory = directory.absolute()
-    if dry_run or not directory.is_dir():  # a dry run only reads (the state is written atomically), and
-        state = load_state(directory)      # no directory records no cluster: neither makes the lock
+    if (
+        dry_run or not directory.is_dir()
+    ):  # a dry run only reads (the state is written atomically), and
+        state = load_state(directory)  # no directory records no cluster: neither makes the lock
         return [f"{made.kind} {made.name}" for made in reversed(state.made)] if state else []
     with _locked(directory):
         state = load_state(directory)

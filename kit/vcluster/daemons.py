@@ -1,4 +1,5 @@
 """Start and stop the cluster's daemons; every wait bounded, every kill aimed at a recorded pid."""
+
 from __future__ import annotations
 
 import os
@@ -18,16 +19,21 @@ IDLE_TIMEOUT = 60
 # Inside a node: its own mount namespace (the hosts file over /etc/hosts; a /dev/shm of its own, as
 # ch-run --join and MPI's shared memory expect one per node), IPC and UTS namespaces (its own
 # hostname), then slurmd under the node's Slurm name. Values arrive as arguments, never as code.
-NODE_SHELL = ('mount --bind "$1" /etc/hosts && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm && '
-              'hostname "$2" && exec "$3" -f "$4" -N "$2"')
+NODE_SHELL = (
+    'mount --bind "$1" /etc/hosts && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm && '
+    'hostname "$2" && exec "$3" -f "$4" -N "$2"'
+)
 
 
 def tool(name: str) -> str:
-    found = shutil.which(name) or (f"/usr/sbin/{name}" if Path("/usr/sbin", name).exists() else None)
+    found = shutil.which(name) or (
+        f"/usr/sbin/{name}" if Path("/usr/sbin", name).exists() else None
+    )
     if found is None:
-        raise VclusterError(f"{name} not found",
-                            fix="install Slurm, munge and iproute2 "
-                            "(scripts/setup.sh does, as root)")
+        raise VclusterError(
+            f"{name} not found",
+            fix="install Slurm, munge and iproute2 (scripts/setup.sh does, as root)",
+        )
     return found
 
 
@@ -39,22 +45,33 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
-        raise VclusterError(f"{what} did not start in {START_TIMEOUT} s",
-                            fix="see the logs in the cluster "
-                            "directory") from None
+        raise VclusterError(
+            f"{what} did not start in {START_TIMEOUT} s",
+            fix="see the logs in the cluster directory",
+        ) from None
     if done.returncode:
-        raise VclusterError(f"{what} did not start: {one_line(done.stderr or done.stdout, 300)}",
-                            fix="see the "
-                            "logs in the cluster directory")
+        raise VclusterError(
+            f"{what} did not start: {one_line(done.stderr or done.stdout, 300)}",
+            fix="see the logs in the cluster directory",
+        )
 
 
 def start_munged(state: ClusterState) -> None:
     d = Path(state.directory) / "munge"
     pid_file = d / "munged.pid"
     state.record(Made("daemon", "munged", str(pid_file), str(d / "munge.socket")))
-    _run([tool("munged"), f"--socket={d / 'munge.socket'}", f"--key-file={d / 'munge.key'}",
-          f"--pid-file={pid_file}", f"--log-file={Path(state.directory) / 'logs' / 'munged.log'}",
-          f"--seed-file={d / 'seed'}", "--force"], "munged")
+    _run(
+        [
+            tool("munged"),
+            f"--socket={d / 'munge.socket'}",
+            f"--key-file={d / 'munge.key'}",
+            f"--pid-file={pid_file}",
+            f"--log-file={Path(state.directory) / 'logs' / 'munged.log'}",
+            f"--seed-file={d / 'seed'}",
+            "--force",
+        ],
+        "munged",
+    )
 
 
 def start_slurmctld(state: ClusterState) -> None:
@@ -67,16 +84,42 @@ def start_slurmd(state: ClusterState, node: dict) -> None:
     pid_file = Path(state.directory) / "run" / f"slurmd-{node['name']}.pid"
     state.record(Made("daemon", f"slurmd {node['name']}", str(pid_file), str(state.conf)))
     hosts = Path(state.directory) / "hosts"
-    _run([tool("nsenter"), f"--net=/run/netns/{node['netns']}", tool("unshare"), "--uts", "--ipc", "--mount",
-          "--propagation", "private", "sh", "-c", NODE_SHELL, "sh", str(hosts), node["name"], tool("slurmd"),
-          str(state.conf)], f"slurmd of {node['name']}", state.env)
+    _run(
+        [
+            tool("nsenter"),
+            f"--net=/run/netns/{node['netns']}",
+            tool("unshare"),
+            "--uts",
+            "--ipc",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            NODE_SHELL,
+            "sh",
+            str(hosts),
+            node["name"],
+            tool("slurmd"),
+            str(state.conf),
+        ],
+        f"slurmd of {node['name']}",
+        state.env,
+    )
 
 
 def node_states(state: ClusterState) -> dict[str, str]:
-    """Slurm's view of each node: `idle`, `alloc`, `drain` (with reason), `down*`, or why it cannot tell."""
+    """Slurm's view of each node: `idle`, `alloc`, `drain` (with reason), `down*`, or why it cannot
+    tell.
+    """
     try:
-        done = subprocess.run([tool("sinfo"), "-h", "-N", "-o", "%N|%t|%E"], capture_output=True, text=True,
-                              timeout=15, env=state.env)
+        done = subprocess.run(
+            [tool("sinfo"), "-h", "-N", "-o", "%N|%t|%E"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            env=state.env,
+        )
     except subprocess.TimeoutExpired:
         return {n["name"]: "no answer from slurmctld" for n in state.nodes}
     found = {}
@@ -93,9 +136,11 @@ def wait_idle(state: ClusterState, timeout: float = IDLE_TIMEOUT) -> None:
         if all(s == "idle" for s in states.values()):
             return
         if time.monotonic() > deadline:
-            raise VclusterError(f"nodes not idle after {timeout:.0f} s: "
-                                + ", ".join(f"{n} {s}" for n, s in states.items())
-                                + f"; fix: see {Path(state.directory) / 'logs'}")
+            raise VclusterError(
+                f"nodes not idle after {timeout:.0f} s: "
+                + ", ".join(f"{n} {s}" for n, s in states.items())
+                + f"; fix: see {Path(state.directory) / 'logs'}"
+            )
         time.sleep(0.3)
 
 
@@ -103,7 +148,9 @@ def recorded_pid(made: Made) -> int | None:
     """The pid in a daemon's pid file, if that process still runs the command recorded for it."""
     try:
         pid = int(Path(made.pid_file).read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        cmdline = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except (OSError, ValueError, TypeError):
         return None
     return pid if made.argv_mark and made.argv_mark in cmdline else None

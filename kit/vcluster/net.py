@@ -1,6 +1,7 @@
 """The cluster's network: a bridge on the host, one namespace per node joined to it by a veth pair.
 
 Every `ip` call is bounded; the subnet is one no interface or route of the host uses yet."""
+
 from __future__ import annotations
 
 import fcntl
@@ -17,7 +18,9 @@ from kit.excerpt import one_line
 from kit.vcluster.state import VclusterError
 
 NODE_IFACE = "vc0"  # the veth end inside every node: MPI's interface settings name it
-POOL = ipaddress.IPv4Network("10.213.0.0/16")  # private, /24 each; none of it routed here by default
+POOL = ipaddress.IPv4Network(
+    "10.213.0.0/16"
+)  # private, /24 each; none of it routed here by default
 TIMEOUT = 30
 
 
@@ -25,12 +28,14 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
         done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise VclusterError(f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s",
-                            fix="check the host's "
-                            "network stack") from None
+        raise VclusterError(
+            f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s",
+            fix="check the host's network stack",
+        ) from None
     if check and done.returncode:
-        raise VclusterError(f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}",
-                            fix="the cause ip names")
+        raise VclusterError(
+            f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}", fix="the cause ip names"
+        )
     return done
 
 
@@ -53,11 +58,15 @@ def _used_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     for args in (["-4", "-j", "addr"], ["-4", "-j", "route", "show", "table", "all"]):
         for entry in json.loads(ip(*args).stdout or "[]"):
             for info in entry.get("addr_info", []):
-                used.append(ipaddress.ip_network(f"{info['local']}/{info['prefixlen']}", strict=False))
+                used.append(
+                    ipaddress.ip_network(f"{info['local']}/{info['prefixlen']}", strict=False)
+                )
             dst = entry.get("dst")
             if dst and dst != "default":
                 try:
-                    used.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+                    used.append(
+                        ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False)
+                    )
                 except ValueError:  # "broadcast", "local" entries name addresses we already have
                     pass
     return used
@@ -72,9 +81,10 @@ def check_subnet(text: str) -> ipaddress.IPv4Network:
         raise VclusterError(f"--subnet {text!r}: give a private IPv4 /24 such as 10.213.5.0/24")
     clash = [u for u in _used_networks() if u.overlaps(net)]
     if clash:
-        raise VclusterError(f"--subnet {net}: overlaps {clash[0]} on this host",
-                            fix="choose another (or leave "
-                            "--subnet out: a free one is picked)")
+        raise VclusterError(
+            f"--subnet {net}: overlaps {clash[0]} on this host",
+            fix="choose another (or leave --subnet out: a free one is picked)",
+        )
     return net
 
 
@@ -84,14 +94,18 @@ def free_subnet() -> ipaddress.IPv4Network:
     for net in POOL.subnets(new_prefix=24):
         if not any(u.overlaps(net) for u in used):
             return net
-    raise VclusterError(f"no free /24 left in {POOL}", fix="kit vcluster down the clusters you no longer use")
+    raise VclusterError(
+        f"no free /24 left in {POOL}", fix="kit vcluster down the clusters you no longer use"
+    )
 
 
 @contextmanager
 def allocation_lock() -> Iterator[None]:
     """One `up` at a time picks a subnet and claims it (by addressing its bridge)."""
     where = Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())
-    fd = os.open(where / "kit-vcluster.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = os.open(
+        where / "kit-vcluster.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+    )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -1,33 +1,65 @@
 """slurm.conf and the hosts file the nodes share: the host runs slurmctld, each node one slurmd."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def slurm_conf(name: str, directory: Path, controller: str, host_address: str, nodes: list[dict],
-               partition: str, cpus: int, ctld_port: int, slurmd_port: int) -> str:
+def slurm_conf(
+    name: str,
+    directory: Path,
+    controller: str,
+    host_address: str,
+    nodes: list[dict],
+    partition: str,
+    cpus: int,
+    ctld_port: int,
+    slurmd_port: int,
+) -> str:
     """Cgroup-free plugins (proctrack/linuxproc, task/none): namespaces give no cgroup of their own.
     SlurmdTimeout is short so that a node that dies is marked DOWN (and its job ended) within a
     minute, not the default five. TmpFS is per node: the nodes share the host's /tmp, where Slurm's
     PMIx plugin would otherwise make the same per-step directory on every node and fail the step."""
     d = directory
     lines = [
-        f"ClusterName=kvc{name}", f"SlurmctldHost={controller}({host_address})", "SlurmUser=root",
-        f"SlurmctldPort={ctld_port}", f"SlurmdPort={slurmd_port}",
-        "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
-        f"StateSaveLocation={d / 'slurmctld'}", f"SlurmdSpoolDir={d / 'spool' / '%n'}",
+        f"ClusterName=kvc{name}",
+        f"SlurmctldHost={controller}({host_address})",
+        "SlurmUser=root",
+        f"SlurmctldPort={ctld_port}",
+        f"SlurmdPort={slurmd_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
+        f"StateSaveLocation={d / 'slurmctld'}",
+        f"SlurmdSpoolDir={d / 'spool' / '%n'}",
         f"TmpFS={d / 'tmp' / '%n'}",
-        f"SlurmctldPidFile={d / 'run' / 'slurmctld.pid'}", f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
-        f"SlurmctldLogFile={d / 'logs' / 'slurmctld.log'}", f"SlurmdLogFile={d / 'logs' / 'slurmd-%n.log'}",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core", "MpiDefault=none", "ReturnToService=2", "SlurmdTimeout=20",
+        f"SlurmctldPidFile={d / 'run' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={d / 'logs' / 'slurmctld.log'}",
+        f"SlurmdLogFile={d / 'logs' / 'slurmd-%n.log'}",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "SlurmdTimeout=20",
         "MailProg=/bin/true",
     ]
-    lines += [f"NodeName={n['name']} NodeAddr={n['address']} CPUs={cpus} State=UNKNOWN" for n in nodes]
-    lines.append(f"PartitionName={partition} Nodes={','.join(n['name'] for n in nodes)} Default=YES "
-                 "MaxTime=INFINITE State=UP")
-    return "# Written by `kit vcluster up`; `kit vcluster down` stops what it describes.\n" + "\n".join(lines) + "\n"
+    lines += [
+        f"NodeName={n['name']} NodeAddr={n['address']} CPUs={cpus} State=UNKNOWN" for n in nodes
+    ]
+    lines.append(
+        f"PartitionName={partition} Nodes={','.join(n['name'] for n in nodes)} Default=YES "
+        "MaxTime=INFINITE State=UP"
+    )
+    return (
+        "# Written by `kit vcluster up`; `kit vcluster down` stops what it describes.\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 def hosts_file(controller: str, host_address: str, nodes: list[dict]) -> str:

@@ -1,5 +1,6 @@
 """build/vcluster/state: what `up` made, written BEFORE each thing is made, so that `down` can
 remove exactly that (and no more) even after an `up` killed half-way."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,9 @@ class VclusterError(KitError):
 
 @dataclass
 class Made:
-    """One thing `up` made: a bridge, a namespace, a host-side veth or a daemon (by its pid file)."""
+    """One thing `up` made: a bridge, a namespace, a host-side veth or a daemon (by its pid
+    file).
+    """
 
     kind: str
     name: str
@@ -69,7 +72,9 @@ class ClusterState:
 
 
 def load_state(directory: Path) -> ClusterState | None:
-    """The recorded cluster, or None if there is none; a state file kit did not write is one line."""
+    """The recorded cluster, or None if there is none; a state file kit did not write is one
+    line.
+    """
     path = directory / STATE_NAME
     fix = f"fix: restore the state file kit vcluster up wrote, or remove what it made by hand and delete {path}"
     try:

@@ -1,4 +1,5 @@
 """Fixtures of the gan3d data tests: simulator output written once per session."""
+
 from pathlib import Path
 
 import h5py
@@ -25,7 +26,9 @@ def write_id_files(directory: Path, counts: list[int]) -> list[Path]:
         energy = np.linspace(10, 500, n)
         path = directory / f"ids_{i}.h5"
         with h5py.File(path, "w") as h5:
-            h5.create_dataset("ECAL", data=ecal, chunks=(min(n, 32), 25, 25, 25), compression="gzip")
+            h5.create_dataset(
+                "ECAL", data=ecal, chunks=(min(n, 32), 25, 25, 25), compression="gzip"
+            )
             h5.create_dataset("target", data=np.stack([np.full(n, 11.0), energy], axis=1))
         paths.append(path)
         next_id += n

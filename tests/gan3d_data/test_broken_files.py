@@ -1,4 +1,7 @@
-"""Broken data files stop at construction with a DataError naming the file, the dataset and a fix."""
+"""Broken data files stop at construction with a DataError naming the file, the dataset and a
+fix.
+"""
+
 import shutil
 from pathlib import Path
 
@@ -56,7 +59,9 @@ def test_no_ecal_dataset(tmp_path: Path):
 
 
 def test_wrong_ecal_shape(tmp_path: Path):
-    path = _write(tmp_path / "shape.h5", ECAL=np.zeros((5, 25, 25, 20), np.float32), target=np.ones((5, 2)))
+    path = _write(
+        tmp_path / "shape.h5", ECAL=np.zeros((5, 25, 25, 20), np.float32), target=np.ones((5, 2))
+    )
     _expect([path], str(path), "ECAL", "(5, 25, 25, 20)", "(N,25,25,25)")
 
 

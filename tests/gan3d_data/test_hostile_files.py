@@ -3,6 +3,7 @@
 Every file here is a real HDF5 file written by h5py (or a real FIFO/device); none is mocked.
 Tests that would block forever on a reader that opens FIFOs carry a timeout.
 """
+
 import os
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def test_soft_links_are_followed_inside_the_file_but_a_loop_is_refused(tmp_path:
         h5["ECAL"] = h5py.SoftLink("/showers/cells")
         h5["target"] = h5py.SoftLink("t")
         h5["t"] = _energy(3)
+
     with ShowerFiles([_file(tmp_path / "soft.h5", inside)]) as files:
         assert files.counts == [3] and files.read(0, 0, 3).sum() == 3 * 25**3
 
@@ -66,6 +68,7 @@ def test_soft_links_are_followed_inside_the_file_but_a_loop_is_refused(tmp_path:
         h5["ECAL"] = h5py.SoftLink("/a")
         h5["a"] = h5py.SoftLink("/ECAL")
         h5["target"] = _energy(2)
+
     _refused(_file(tmp_path / "loop.h5", build), "dataset ECAL", "loop")
 
 
@@ -73,6 +76,7 @@ def test_dangling_soft_link(tmp_path: Path):
     def build(h5):
         h5["ECAL"] = h5py.SoftLink("/gone/ECAL")
         h5["target"] = _energy(2)
+
     _refused(_file(tmp_path / "dangling.h5", build), "dataset ECAL", "dangling")
 
 
@@ -80,6 +84,7 @@ def test_external_link_to_a_missing_file(tmp_path: Path):
     def build(h5):
         h5["ECAL"] = h5py.ExternalLink("missing.h5", "/ECAL")
         h5["target"] = _energy(2)
+
     _refused(_file(tmp_path / "ext.h5", build), "dataset ECAL", "external link")
 
 
@@ -90,6 +95,7 @@ def test_external_link_to_a_fifo_is_refused_without_opening_it(tmp_path: Path):
     def build(h5):
         h5["ECAL"] = h5py.ExternalLink(str(tmp_path / "pipe.h5"), "/ECAL")
         h5["target"] = _energy(2)
+
     _refused(_file(tmp_path / "ext.h5", build), "external link")
 
 
@@ -98,9 +104,14 @@ def test_external_raw_storage_is_refused(tmp_path: Path):
     os.mkfifo(tmp_path / "cells.raw")
 
     def build(h5):
-        h5.create_dataset("ECAL", (2, 25, 25, 25), np.float32,
-                          external=[(str(tmp_path / "cells.raw"), 0, h5py.h5f.UNLIMITED)])
+        h5.create_dataset(
+            "ECAL",
+            (2, 25, 25, 25),
+            np.float32,
+            external=[(str(tmp_path / "cells.raw"), 0, h5py.h5f.UNLIMITED)],
+        )
         h5["target"] = _energy(2)
+
     _refused(_file(tmp_path / "raw.h5", build), "dataset ECAL", "other files")
 
 
@@ -114,7 +125,10 @@ def test_ecal_of_the_wrong_kind(tmp_path: Path, kind: str):
         else:
             h5.create_dataset("ECAL", data=np.zeros((2, 25, 25, 25), [("e", "f4"), ("t", "f4")]))
         h5["target"] = _energy(2)
-    words = {"group": ["ECAL is a group"], "string": ["dtype |S1"], "compound": ["dtype", "('e'"]}[kind]
+
+    words = {"group": ["ECAL is a group"], "string": ["dtype |S1"], "compound": ["dtype", "('e'"]}[
+        kind
+    ]
     _refused(_file(tmp_path / f"{kind}.h5", build), *words)
 
 
@@ -126,14 +140,22 @@ def test_target_of_the_wrong_dtype(tmp_path: Path, kind: str):
             h5["target"] = np.array([[b"e-", b"ten"], [b"e-", b"five"]])
         else:
             h5["target"] = np.zeros((2, 2), [("e", "f8"), ("pid", "i4")])
+
     _refused(_file(tmp_path / f"{kind}.h5", build), "dataset target", "dtype")
 
 
 def test_absurd_chunk_shape_is_refused_before_a_chunk_is_decoded(tmp_path: Path):
     def build(h5):
-        h5.create_dataset("ECAL", (3, 25, 25, 25), np.float32, maxshape=(None, 25, 25, 25),
-                          chunks=(20_000, 25, 25, 25), compression="gzip")
+        h5.create_dataset(
+            "ECAL",
+            (3, 25, 25, 25),
+            np.float32,
+            maxshape=(None, 25, 25, 25),
+            chunks=(20_000, 25, 25, 25),
+            compression="gzip",
+        )
         h5["target"] = _energy(3)
+
     from gan3d.showerfile import MAX_CHUNK_BYTES
 
     path = _file(tmp_path / "chunk.h5", build)
@@ -145,6 +167,7 @@ def test_a_tiny_file_declaring_1e11_events_is_refused_before_reading(tmp_path: P
     def build(h5):
         h5.create_dataset("ECAL", (10**11, 25, 25, 25), np.float32, chunks=(1, 25, 25, 25))
         h5.create_dataset("target", (10**11, 2), np.float64, chunks=(1024, 2))
+
     path = _file(tmp_path / "huge.h5", build)
     assert path.stat().st_size < 10_000
     _refused(path, "dataset ECAL declares 100000000000 events")
@@ -155,7 +178,10 @@ def test_declared_events_without_stored_chunks_are_refused(tmp_path: Path):
         ecal = h5.create_dataset("ECAL", (100, 25, 25, 25), np.float32, chunks=(10, 25, 25, 25))
         ecal[:10] = 1.0  # only the first of ten chunks is ever written
         h5["target"] = _energy(100)
-    _refused(_file(tmp_path / "partial.h5", build), "dataset ECAL", "stores only 1 of its 10 chunks")
+
+    _refused(
+        _file(tmp_path / "partial.h5", build), "dataset ECAL", "stores only 1 of its 10 chunks"
+    )
 
 
 def test_nan_cells_are_refused_naming_the_file_and_event(tmp_path: Path):
@@ -199,8 +225,11 @@ def test_skip_bad_events_leaves_exactly_the_bad_events_out(tmp_path: Path):
         assert files.skipped == [4, 1] and files.skipped_events == 5
         assert files.counts == [36, 29] and files.num_events == 65
         expected = sorted(set(range(1, 71)) - {4, 40, 9, 12, 41})
-        seen = [int(x) for images, _, _ in ShowerStream(files, batch_size=5, shuffle=False).epoch(0)
-                for x in images[:, 0, 0, 0, 0]]
+        seen = [
+            int(x)
+            for images, _, _ in ShowerStream(files, batch_size=5, shuffle=False).epoch(0)
+            for x in images[:, 0, 0, 0, 0]
+        ]
         assert seen == expected
         assert files.read(0, 2, 10)[:, 0, 0, 0].tolist() == [3, 5, 6, 7, 8, 10, 11, 13]
         assert np.all(np.isfinite(files.energies[0])) and len(files.energies[0]) == 36

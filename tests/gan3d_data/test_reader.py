@@ -1,4 +1,5 @@
 """The shower reader on simulator output: preprocessing, sharding, reshuffling, bounded memory."""
+
 import threading
 import tracemalloc
 from pathlib import Path
@@ -49,7 +50,10 @@ def test_simulated_files_read_as_two_percent_showers(sim_dir: Path):
 @pytest.mark.parametrize("size", [2, 3])
 def test_ranks_get_disjoint_equal_shares(tmp_path: Path, size: int):
     files = ShowerFiles(write_id_files(tmp_path, [250, 300, 170]))
-    streams = [ShowerStream(files, batch_size=16, rank=r, size=size, seed=11, block_events=40) for r in range(size)]
+    streams = [
+        ShowerStream(files, batch_size=16, rank=r, size=size, seed=11, block_events=40)
+        for r in range(size)
+    ]
     per_rank = [_ids(s, epoch=2) for s in streams]
     assert len({s.batches_per_epoch for s in streams}) == 1
     assert all(len(b) == streams[0].batches_per_epoch == 720 // size // 16 for b in per_rank)
@@ -57,12 +61,16 @@ def test_ranks_get_disjoint_equal_shares(tmp_path: Path, size: int):
     sets = [set(np.concatenate(b)) for b in per_rank]
     union = set().union(*sets)
     assert sum(len(s) for s in sets) == len(union)  # disjoint
-    assert union <= set(range(1, 721)) and 720 - len(union) < size * 16 + size  # covering up to remainder
+    assert (
+        union <= set(range(1, 721)) and 720 - len(union) < size * 16 + size
+    )  # covering up to remainder
 
 
 def test_epochs_reshuffle_deterministically(tmp_path: Path):
     files = ShowerFiles(write_id_files(tmp_path, [200, 200]))
-    make = lambda seed: ShowerStream(files, batch_size=10, rank=1, size=2, seed=seed, block_events=25)  # noqa: E731
+    make = lambda seed: ShowerStream(
+        files, batch_size=10, rank=1, size=2, seed=seed, block_events=25
+    )  # noqa: E731
     e0, e1 = np.concatenate(_ids(make(1), 0)), np.concatenate(_ids(make(1), 1))
     assert np.array_equal(e0, np.concatenate(_ids(make(1), 0)))  # same (seed, epoch, rank, size)
     assert not np.array_equal(e0, e1)
@@ -72,7 +80,9 @@ def test_epochs_reshuffle_deterministically(tmp_path: Path):
 
 def test_keep_remainder_gives_a_last_partial_batch(tmp_path: Path):
     files = ShowerFiles(write_id_files(tmp_path, [105]))
-    streams = [ShowerStream(files, batch_size=10, rank=r, size=2, drop_remainder=False) for r in range(2)]
+    streams = [
+        ShowerStream(files, batch_size=10, rank=r, size=2, drop_remainder=False) for r in range(2)
+    ]
     batches = [_ids(s, 0) for s in streams]
     assert [len(b) for b in batches] == [6, 6] and streams[0].batches_per_epoch == 6
     assert [len(b[-1]) for b in batches] == [2, 2]

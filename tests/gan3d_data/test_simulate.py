@@ -1,4 +1,5 @@
 """The synthetic shower generator: layout, physics trends, fluctuations, reproducibility."""
+
 import contextlib
 import io
 import os
@@ -45,7 +46,9 @@ def test_cell_sum_is_about_two_percent_and_linear_in_energy():
 
 
 def test_cell_sum_follows_the_trainers_fitted_curve():
-    from gan3d.model import fitted_cellsum  # the cell-sum target the trainer gives generated showers
+    from gan3d.model import (
+        fitted_cellsum,
+    )  # the cell-sum target the trainer gives generated showers
 
     rng = np.random.default_rng(6)
     for energy in (20.0, 100.0, 400.0):
@@ -56,9 +59,14 @@ def test_cell_sum_follows_the_trainers_fitted_curve():
 
 def test_shower_maximum_deepens_logarithmically_with_energy():
     rng = np.random.default_rng(2)
-    depth = {e: _depth(simulate_showers(300, rng, np.full(300, float(e)))[0]).mean() for e in (20, 100, 500)}
+    depth = {
+        e: _depth(simulate_showers(300, rng, np.full(300, float(e)))[0]).mean()
+        for e in (20, 100, 500)
+    }
     low, high = depth[100] - depth[20], depth[500] - depth[100]
-    assert low > 0.7 and high > 0.7  # ln(5)/0.65 X0 per layer ~ 2.5 layers per step, less back leakage
+    assert (
+        low > 0.7 and high > 0.7
+    )  # ln(5)/0.65 X0 per layer ~ 2.5 layers per step, less back leakage
     assert 0.5 < high / low < 1.5  # equal steps in ln E give similar steps in depth
 
 
@@ -88,27 +96,53 @@ def test_seeds_reproduce_and_differ(tmp_path: Path):
 
 def test_cli_writes_files_atomically_and_rejects_bad_ranges(tmp_path: Path, capsys):
     out = tmp_path / "cli"
-    assert main(["--out", str(out), "--files", "2", "--events-per-file", "30", "--seed", "1",
-                 "--emin", "50", "--emax", "60"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["EleEscan_1_0.h5", "EleEscan_1_1.h5"]  # no temp files left
+    assert (
+        main(
+            [
+                "--out",
+                str(out),
+                "--files",
+                "2",
+                "--events-per-file",
+                "30",
+                "--seed",
+                "1",
+                "--emin",
+                "50",
+                "--emax",
+                "60",
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in out.iterdir()) == [
+        "EleEscan_1_0.h5",
+        "EleEscan_1_1.h5",
+    ]  # no temp files left
     with h5py.File(out / "EleEscan_1_1.h5") as h5:
         assert 50 <= h5["target"][:, 1].min() and h5["target"][:, 1].max() <= 60
     assert main(["--out", str(tmp_path / "bad"), "--emin", "500", "--emax", "10"]) == 1
     assert "emin" in capsys.readouterr().err
     (tmp_path / "plain").write_text("not a directory")
-    assert main(["--out", str(tmp_path / "plain" / "sub"), "--files", "1", "--events-per-file", "2"]) == 1
+    assert (
+        main(["--out", str(tmp_path / "plain" / "sub"), "--files", "1", "--events-per-file", "2"])
+        == 1
+    )
     assert str(tmp_path / "plain") in capsys.readouterr().err
 
 
 def _foreign(directory: Path) -> dict[str, tuple[bool, bytes | None]]:
     """What is at each name of a directory: (is a symlink, bytes of a regular file)."""
-    return {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
-            for p in directory.iterdir()}
+    return {
+        p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+        for p in directory.iterdir()
+    }
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["CLIC file", "text file", "symlink to a file", "dangling symlink", "FIFO",
-                                  "directory"])
+@pytest.mark.parametrize(
+    "kind", ["CLIC file", "text file", "symlink to a file", "dangling symlink", "FIFO", "directory"]
+)
 def test_simulate_never_replaces_a_file_it_did_not_write(tmp_path: Path, capsys, kind):
     """Real CLIC files are named EleEscan_i_j.h5 too: a --out (or train's --synthetic-dir) that holds
     them must not lose them. Every name is checked before the first file is written."""
@@ -133,9 +167,11 @@ def test_simulate_never_replaces_a_file_it_did_not_write(tmp_path: Path, capsys,
     before = _foreign(out)
     assert main(["--out", str(out), "--files", "3", "--events-per-file", "2"]) == 1
     err = capsys.readouterr().err
-    assert err == (f"gan3d simulate: error: {target}: already there and not written by gan3d simulate (no "
-                   "generator attribute 'gan3d.simulate'); it is never replaced; fix: simulate into a new or "
-                   "empty directory\n")
+    assert err == (
+        f"gan3d simulate: error: {target}: already there and not written by gan3d simulate (no "
+        "generator attribute 'gan3d.simulate'); it is never replaced; fix: simulate into a new or "
+        "empty directory\n"
+    )
     assert _foreign(out) == before and outside.read_text() == "mine\n"
 
 
@@ -144,24 +180,40 @@ def test_simulate_replaces_its_own_files(tmp_path: Path):
     write_files(out, 2, 3, seed=1)
     with h5py.File(out / "EleEscan_1_0.h5") as h5:
         first = h5["ECAL"][()]
-    assert [p.name for p in write_files(out, 2, 3, seed=2)] == ["EleEscan_1_0.h5", "EleEscan_1_1.h5"]
+    assert [p.name for p in write_files(out, 2, 3, seed=2)] == [
+        "EleEscan_1_0.h5",
+        "EleEscan_1_1.h5",
+    ]
     with h5py.File(out / "EleEscan_1_0.h5") as h5:
         assert not np.array_equal(h5["ECAL"][()], first)
     assert sorted(p.name for p in out.iterdir()) == ["EleEscan_1_0.h5", "EleEscan_1_1.h5"]
 
 
 @pytest.mark.timeout(120)  # an unbounded energy range would simulate 10**7 + 1 events for hours
-@given(emin=st.one_of(st.floats(), st.sampled_from(["10", "inf", "-inf", "nan", "1e308"])),
-       emax=st.one_of(st.floats(), st.sampled_from(["500", "inf", "nan", "1e308", "10001"])),
-       events=st.one_of(st.integers(-2, 3), st.integers(10**7 + 1, 10**30)),
-       files=st.one_of(st.integers(-2, 2), st.integers(10**5 + 1, 10**30)))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    emin=st.one_of(st.floats(), st.sampled_from(["10", "inf", "-inf", "nan", "1e308"])),
+    emax=st.one_of(st.floats(), st.sampled_from(["500", "inf", "nan", "1e308", "10001"])),
+    events=st.one_of(st.integers(-2, 3), st.integers(10**7 + 1, 10**30)),
+    files=st.one_of(st.integers(-2, 2), st.integers(10**5 + 1, 10**30)),
+)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_hostile_numbers_are_one_line_or_a_bounded_run(tmp_path_factory, emin, emax, events, files):
     """Any --emin/--emax (NaN, inf, 1e308) and any counts end in exit 0 with small files, or in one
     line: inf made numpy raise OverflowError (an internal error), 1e10 events a MemoryError."""
     out = tmp_path_factory.mktemp("hostile")
-    argv = ["simulate", "--out", str(out / "sim"), f"--files={files}", f"--events-per-file={events}",
-            f"--emin={emin}", f"--emax={emax}", "--compression", "none"]
+    argv = [
+        "simulate",
+        "--out",
+        str(out / "sim"),
+        f"--files={files}",
+        f"--events-per-file={events}",
+        f"--emin={emin}",
+        f"--emax={emax}",
+        "--compression",
+        "none",
+    ]
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = gan3d_main(argv)
@@ -170,5 +222,8 @@ def test_hostile_numbers_are_one_line_or_a_bounded_run(tmp_path_factory, emin, e
         return  # a valid but long simulation is not what this test is about (kept small below)
     assert code == (0 if ok else 1), err.getvalue()
     if not ok:
-        assert err.getvalue().startswith("gan3d simulate: error: --") and err.getvalue().count("\n") == 1
+        assert (
+            err.getvalue().startswith("gan3d simulate: error: --")
+            and err.getvalue().count("\n") == 1
+        )
         assert "; fix: " in err.getvalue()

@@ -1,4 +1,7 @@
-"""The physics check: scores separate good from wrong showers, plots are real PNGs, results keep keys."""
+"""The physics check: scores separate good from wrong showers, plots are real PNGs, results keep
+keys.
+"""
+
 import json
 from pathlib import Path
 
@@ -19,7 +22,9 @@ def physics_score(real, real_ep, fake, fake_ep) -> dict:
 
 def plot_comparison(real, real_ep, fake, fake_ep, out_dir, bins):
     """gan3d validate's comparison plots of two image sets."""
-    return plot_features(shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins)
+    return plot_features(
+        shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +72,25 @@ def test_empty_bins_are_reported_not_scored(showers):
 
 def test_plots_are_png_files(showers, tmp_path: Path):
     images, ep = showers
-    paths = plot_comparison(images[:300], ep[:300], images[300:600], ep[300:600], tmp_path / "plots",
-                            bins=[(10, 250), (250, 500)])
-    assert [p.name for p in paths] == ["physics_10-250GeV.png", "physics_250-500GeV.png",
-                                       "physics_cellsum_vs_energy.png"]
+    paths = plot_comparison(
+        images[:300],
+        ep[:300],
+        images[300:600],
+        ep[300:600],
+        tmp_path / "plots",
+        bins=[(10, 250), (250, 500)],
+    )
+    assert [p.name for p in paths] == [
+        "physics_10-250GeV.png",
+        "physics_250-500GeV.png",
+        "physics_cellsum_vs_energy.png",
+    ]
     for path in paths:
         data = path.read_bytes()
         assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(p.name for p in paths)  # no temp files
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(
+        p.name for p in paths
+    )  # no temp files
 
 
 def test_results_that_are_not_json_are_refused_and_left_as_they_are(tmp_path: Path):
@@ -93,24 +109,47 @@ def test_cli_with_a_real_tiny_generator(sim_dir: Path, tmp_path: Path, capsys):
 
     tf.keras.utils.set_random_seed(3)
     model = generator("tiny")
-    ckpt = EpochCheckpoints(tmp_path / "ckpt").save(tf.train.Checkpoint(generator=model), model, 1,
-                                                    {"preset": "tiny"})
+    ckpt = EpochCheckpoints(tmp_path / "ckpt").save(
+        tf.train.Checkpoint(generator=model), model, 1, {"preset": "tiny"}
+    )
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"schema": "gan3d-run/1", "ranks": 2, "flop_per_second": 1.5e9}))
-    args = ["--data", str(sim_dir / "EleEscan_1_2.h5"), "--out", str(tmp_path / "plots"), "--events", "200",
-            "--results", str(results)]
-    assert main(args + ["--checkpoint", str(tmp_path / "ckpt")]) == 0  # preset taken from the checkpoint
+    args = [
+        "--data",
+        str(sim_dir / "EleEscan_1_2.h5"),
+        "--out",
+        str(tmp_path / "plots"),
+        "--events",
+        "200",
+        "--results",
+        str(results),
+    ]
+    assert (
+        main(args + ["--checkpoint", str(tmp_path / "ckpt")]) == 0
+    )  # preset taken from the checkpoint
     printed = json.loads(capsys.readouterr().out)
     record = json.loads(results.read_text())
     assert record["ranks"] == 2 and record["flop_per_second"] == 1.5e9
     physics = record["physics"]
     assert physics["preset"] == "tiny" and physics["events"] == 200
     assert physics["reference_events"] == physics["compared_events"] == 100
-    for key in ("score", "score_raw", "score_reference_data", "score_reference_empty", "score_meaning"):
+    for key in (
+        "score",
+        "score_raw",
+        "score_reference_data",
+        "score_reference_empty",
+        "score_meaning",
+    ):
         assert physics[key] == printed[key], key
-    raw, data, empty = physics["score_raw"], physics["score_reference_data"], physics["score_reference_empty"]
+    raw, data, empty = (
+        physics["score_raw"],
+        physics["score_reference_data"],
+        physics["score_reference_empty"],
+    )
     assert 0 < data < empty / 2 and raw > data  # an untrained generator is no data
-    assert physics["score"] == pytest.approx((empty - raw) / (empty - data)) and physics["score"] < 1
+    assert (
+        physics["score"] == pytest.approx((empty - raw) / (empty - data)) and physics["score"] < 1
+    )
     assert physics["generator_weights"] == str(ckpt / "generator.weights.h5")
     assert Path(physics["plots"][-1]).name == "physics_score.png"
     for path in physics["plots"]:
@@ -131,5 +170,7 @@ def test_a_generator_of_empty_showers_scores_worst(showers, tmp_path: Path):
     moved = physics_score(images[a], ep[a], np.roll(images[b], 1, axis=1), ep[b])
     assert empty["score_raw"] > moved["score_raw"]
     assert all(b["score_raw"] is not None for b in empty["bins"])
-    paths = plot_comparison(images[a], ep[a], np.zeros_like(images[b]), ep[b], tmp_path, bins=[(10, 500)])
+    paths = plot_comparison(
+        images[a], ep[a], np.zeros_like(images[b]), ep[b], tmp_path, bins=[(10, 500)]
+    )
     assert all(p.read_bytes().startswith(PNG_SIGNATURE) for p in paths)

@@ -4,6 +4,7 @@ bench/gan3d_bf16_physics.py): the bf16 generator's showers lie within the fp32 s
 The tolerance is not a number written here: it is how far two fp32 runs with different seeds
 land from each other, measured in the same test.
 """
+
 import numpy as np
 import pytest
 
@@ -14,24 +15,35 @@ from gan3d.data import preprocess  # noqa: E402
 from gan3d.simulate import simulate_showers  # noqa: E402
 
 
-@pytest.mark.skipif(cpu.bf16_support() is None, reason="needs avx512_bf16 or amx_bf16+amx_tile (this CPU has neither: bf16 would be emulated)")
+@pytest.mark.skipif(
+    cpu.bf16_support() is None,
+    reason="needs avx512_bf16 or amx_bf16+amx_tile (this CPU has neither: bf16 would be emulated)",
+)
 def test_bf16_showers_lie_within_the_fp32_seed_spread():
     raw, energy = simulate_showers(64, np.random.default_rng(7), emin=50.0, emax=450.0)
-    out = equivalence.compare("tiny", preprocess(raw, energy, 1.0), steps=16, batch=4, generated=128)
+    out = equivalence.compare(
+        "tiny", preprocess(raw, energy, 1.0), steps=16, batch=4, generated=128
+    )
     spread, bf16 = out["fp32_seed_spread"], out["bf16_vs_fp32"]
     # the seeds made a difference, so the spread is a real yardstick
     assert all(v > 0 for v in spread.values()), spread
     for key in spread:
-        assert bf16[key] <= spread[key], f"{key}: bf16 vs fp32 {bf16[key]:.4g} > fp32 seed spread {spread[key]:.4g}"
-
+        assert bf16[key] <= spread[key], (
+            f"{key}: bf16 vs fp32 {bf16[key]:.4g} > fp32 seed spread {spread[key]:.4g}"
+        )
 
 
 def test_a_time_budget_stops_the_run_early_and_says_after_how_many_steps():
-    """The full-preset bench fits its first run into a time budget and gives the others its step count."""
+    """The full-preset bench fits its first run into a time budget and gives the others its step
+    count.
+    """
     raw, energy = simulate_showers(8, np.random.default_rng(7), emin=50.0, emax=450.0)
     showers = preprocess(raw, energy, 1.0)
     s = equivalence.new_step("tiny", "fp32")
-    assert equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=5, batch=4, seconds=0.0) == 1
+    assert (
+        equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=5, batch=4, seconds=0.0)
+        == 1
+    )
     after_one = [w.copy() for w in s.generator.get_weights()]
     assert equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=3, batch=4) == 3
     assert any(not np.array_equal(a, b) for a, b in zip(after_one, s.generator.get_weights()))

@@ -1,4 +1,5 @@
 """The faster convolutions are the reference convolutions: values and gradients."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -54,8 +55,15 @@ _KERNEL = st.tuples(*[st.integers(1, 4)] * 3)
 
 
 @settings(max_examples=25, deadline=None)
-@given(ksize=_KERNEL, cin=st.integers(1, 5), cout=st.integers(1, 9), extra=st.tuples(*[st.integers(0, 4)] * 3),
-       batch=st.integers(1, 2), same=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    ksize=_KERNEL,
+    cin=st.integers(1, 5),
+    cout=st.integers(1, 9),
+    extra=st.tuples(*[st.integers(0, 4)] * 3),
+    batch=st.integers(1, 2),
+    same=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_packed_conv3d_is_tf_conv3d_with_its_gradients(ksize, cin, cout, extra, batch, same, seed):
     """Any stride-1 VALID conv, or SAME with an odd kernel, of any width (odd or even output widths,
     1 output position, 1 channel): the packed forward and the gradients equal tf.nn.conv3d's."""
@@ -83,14 +91,17 @@ def test_packed_same_conv3d_is_zero_padding_then_valid_conv_with_its_gradients(k
     pads = [[0, 0]] + [[(k - 1) // 2] * 2 for k in ksize] + [[0, 0]]
 
     ours = _value_and_grads(lambda a, b: conv_forms.packed_conv3d(a, b, "SAME"), x, w, upstream)
-    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"),
-                           x, w, upstream)
+    ref = _value_and_grads(
+        lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"), x, w, upstream
+    )
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("pre,padding,kernel", [(1, "VALID", (5, 5, 5)), (None, "SAME", (5, 5, 5)),
-                                                 ((2, 2, 0), "VALID", (6, 5, 8))])
+@pytest.mark.parametrize(
+    "pre,padding,kernel",
+    [(1, "VALID", (5, 5, 5)), (None, "SAME", (5, 5, 5)), ((2, 2, 0), "VALID", (6, 5, 8))],
+)
 def test_packed_conv3d_after_a_zero_padding_in_a_traced_graph(pre, padding, kernel):
     """As the step runs it (tf.function, a ZeroPadding3D before d_conv4 and g_conv2): TF 2.15's
     oneDNN rewrite folded a second Pad into the conv wrongly (a shape error; concat avoids it)."""
@@ -98,13 +109,21 @@ def test_packed_conv3d_after_a_zero_padding_in_a_traced_graph(pre, padding, kern
     w = tf.random.stateless_normal(kernel + (3, 6), [3, 4])
     pad = (lambda t: tf.keras.layers.ZeroPadding3D(pre)(t)) if pre else (lambda t: t)
     got = tf.function(lambda a, b: conv_forms.packed_conv3d(pad(a), b, padding))(x, w)
-    np.testing.assert_allclose(got.numpy(), tf.nn.conv3d(pad(x), w, [1] * 5, padding).numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        got.numpy(), tf.nn.conv3d(pad(x), w, [1] * 5, padding).numpy(), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_packed_forward_runs_one_conv_with_twice_the_output_channels():
-    """What makes it fast: the graph holds one stride-2 conv with 2 x cout channels, no plain one."""
+    """What makes it fast: the graph holds one stride-2 conv with 2 x cout channels, no plain
+    one.
+    """
     x, w = tf.zeros((1, 9, 9, 9, 8)), tf.zeros((5, 5, 5, 8, 8))
-    graph = tf.function(lambda a, b: conv_forms.packed_forward(a, b, "SAME")).get_concrete_function(x, w).graph
+    graph = (
+        tf.function(lambda a, b: conv_forms.packed_forward(a, b, "SAME"))
+        .get_concrete_function(x, w)
+        .graph
+    )
     convs = [op for op in graph.get_operations() if op.type == "Conv3D"]
     assert len(convs) == 1
     assert convs[0].get_attr("strides") == [1, 1, 1, 2, 1] and convs[0].inputs[1].shape[-1] == 16
@@ -117,19 +136,32 @@ def test_discriminator_fused_layers_equal_reference_padding_plus_valid_conv(prec
     for name in ("d_conv2", "d_conv3"):
         layer = d.get_layer(name)
         assert isinstance(layer, form) and layer.padding == "same"
-        assert layer.input_shape[1:4] == (25, 25, 25)  # the reference's ZeroPadding3D(2) is fused in
+        assert layer.input_shape[1:4] == (
+            25,
+            25,
+            25,
+        )  # the reference's ZeroPadding3D(2) is fused in
     if precision != "fp32":
         return
     layer = d.get_layer("d_conv2")
-    ref = tf.keras.Sequential([tf.keras.layers.ZeroPadding3D(2),
-                               tf.keras.layers.Conv3D(layer.filters, (5, 5, 5), padding="valid")])
+    ref = tf.keras.Sequential(
+        [
+            tf.keras.layers.ZeroPadding3D(2),
+            tf.keras.layers.Conv3D(layer.filters, (5, 5, 5), padding="valid"),
+        ]
+    )
     ref(x)
     ref.layers[1].set_weights(layer.get_weights())
     np.testing.assert_allclose(layer(x).numpy(), ref(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("build,names", [(model.discriminator, ("d_conv2", "d_conv3", "d_conv4")),
-                                         (model.generator, ("g_conv2", "g_conv3"))])
+@pytest.mark.parametrize(
+    "build,names",
+    [
+        (model.discriminator, ("d_conv2", "d_conv3", "d_conv4")),
+        (model.generator, ("g_conv2", "g_conv3")),
+    ],
+)
 @pytest.mark.parametrize("fft", [True, False])
 def test_fast_layers_of_the_full_models_equal_plain_conv3d(build, names, fft):
     """Same parameters and outputs as the plain Keras Conv3D the reference has at that place;
@@ -137,13 +169,17 @@ def test_fast_layers_of_the_full_models_equal_plain_conv3d(build, names, fft):
     m = build("full", fft=fft)
     for name in names:
         layer = m.get_layer(name)
-        assert isinstance(layer, FFTConv3D if fft and name in model.FFT_LAYERS else conv_forms.PackedConv3D)
+        assert isinstance(
+            layer, FFTConv3D if fft and name in model.FFT_LAYERS else conv_forms.PackedConv3D
+        )
         ref = tf.keras.layers.Conv3D(layer.filters, layer.kernel_size, padding=layer.padding)
         x = tf.random.stateless_normal((2,) + tuple(layer.input_shape[1:]), [7, 8])
         ref(x)
         ref.set_weights(layer.get_weights())
         want = ref(x).numpy()  # float32 sums in another order: 1e-5 of the largest value
-        np.testing.assert_allclose(layer(x).numpy(), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+        np.testing.assert_allclose(
+            layer(x).numpy(), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max())
+        )
 
 
 def test_bf16_models_pack_every_few_channel_layer():
@@ -159,8 +195,15 @@ def test_packed_conv3d_rejects_what_it_does_not_implement():
         conv_forms.PackedConv3D(4, 3, strides=2)(tf.zeros((1, 5, 5, 5, 2)))
 
 
-@pytest.mark.parametrize("unit,dtype,col2im", [(None, tf.float32, True), ("amx", tf.float32, True),
-                                               ("avx512_bf16", tf.bfloat16, True), ("amx", tf.bfloat16, False)])
+@pytest.mark.parametrize(
+    "unit,dtype,col2im",
+    [
+        (None, tf.float32, True),
+        ("amx", tf.float32, True),
+        ("avx512_bf16", tf.bfloat16, True),
+        ("amx", tf.bfloat16, False),
+    ],
+)
 def test_image_conv3d_input_gradient_is_col2im_except_bf16_on_amx(monkeypatch, unit, dtype, col2im):
     """Which input-gradient the traced graph holds (a MatMul for the col2im, else oneDNN's
     backward-data kernel), and that either one equals the float32 convolution of the same inputs
@@ -176,16 +219,21 @@ def test_image_conv3d_input_gradient_is_col2im_except_bf16_on_amx(monkeypatch, u
     assert ("Conv3DBackpropInputV2" in ops) == (not col2im)
     ours = fn(x, w)
     f32 = [tf.cast(t, tf.float32) for t in (x, w, upstream)]
-    truth = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), f32[0], f32[1], f32[2])
+    truth = _value_and_grads(
+        lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), f32[0], f32[1], f32[2]
+    )
     share = 1e-5 if dtype == tf.float32 else 0.03
     for a, b in zip(ours, truth):
         scale = float(tf.reduce_max(tf.abs(b)))
-        np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), b.numpy(), rtol=0, atol=share * scale)
+        np.testing.assert_allclose(
+            tf.cast(a, tf.float32).numpy(), b.numpy(), rtol=0, atol=share * scale
+        )
 
 
 @pytest.mark.parametrize("unit,backprop_input_ops", [("amx", 4), ("avx512_bf16", 3)])
-def test_bf16_discriminator_takes_the_first_layers_input_gradient_from_onednn_on_amx(monkeypatch, unit,
-                                                                                    backprop_input_ops):
+def test_bf16_discriminator_takes_the_first_layers_input_gradient_from_onednn_on_amx(
+    monkeypatch, unit, backprop_input_ops
+):
     """In the model, where the kernel is a Keras AutoCastVariable (float32 until read): with AMX
     all four D convs' input-gradients are oneDNN's, without it d_conv1's is the col2im."""
     monkeypatch.setattr(conv_forms.cpu, "bf16_support", lambda flags=None: unit)
@@ -198,7 +246,12 @@ def test_bf16_discriminator_takes_the_first_layers_input_gradient_from_onednn_on
             p = d(x, training=True)[0]
         return tape.gradient(p, x)
 
-    ops = [op.type for op in input_grad.get_concrete_function(tf.zeros((2, 25, 25, 25, 1))).graph.get_operations()]
+    ops = [
+        op.type
+        for op in input_grad.get_concrete_function(
+            tf.zeros((2, 25, 25, 25, 1))
+        ).graph.get_operations()
+    ]
     assert ops.count("Conv3DBackpropInputV2") == backprop_input_ops
 
 
@@ -219,4 +272,4 @@ def test_col2im_input_grad_of_bf16_operands_accumulates_in_float32():
     got = conv_forms.col2im_input_grad(dy16, w16, (2, 9, 9, 9, 1))
     assert got.dtype == tf.bfloat16
     err = np.abs(up(got).numpy() - exact)
-    assert np.sqrt((err ** 2).mean() / (magnitude ** 2).mean()) < 2.0 ** -12
+    assert np.sqrt((err**2).mean() / (magnitude**2).mean()) < 2.0**-12

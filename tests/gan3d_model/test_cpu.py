@@ -1,4 +1,5 @@
 """CPU flag detection that decides whether bf16 runs natively (gan3d.cpu)."""
+
 from pathlib import Path
 
 from hypothesis import given
@@ -32,7 +33,9 @@ def test_describe_names_model_unit_and_flags(tmp_path):
     line = cpu.describe(path=path)
     assert line.startswith("AMD EPYC 9554; bf16: avx512_bf16;")
     assert "avx512f" in line and "amx" not in line.split("flags:")[1]
-    assert "none (emulated)" in cpu.describe(cpu.cpu_flags(_cpuinfo(tmp_path, "sse2 avx2")), path=path)
+    assert "none (emulated)" in cpu.describe(
+        cpu.cpu_flags(_cpuinfo(tmp_path, "sse2 avx2")), path=path
+    )
 
 
 def test_missing_or_empty_cpuinfo_claims_no_bf16(tmp_path):
@@ -42,8 +45,12 @@ def test_missing_or_empty_cpuinfo_claims_no_bf16(tmp_path):
     assert cpu.cpu_model(tmp_path / "empty") == "unknown"
 
 
-@given(st.lists(st.sampled_from(["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "sse4_2"]),
-                max_size=6))
+@given(
+    st.lists(
+        st.sampled_from(["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "sse4_2"]),
+        max_size=6,
+    )
+)
 def test_bf16_unit_follows_the_flags(flags):
     got = cpu.bf16_support(frozenset(flags))
     has_amx = {"amx_bf16", "amx_tile"} <= set(flags)

@@ -1,4 +1,7 @@
-"""Convolutions in the frequency domain are the reference convolutions: values and both gradients."""
+"""Convolutions in the frequency domain are the reference convolutions: values and both
+gradients.
+"""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,10 +25,17 @@ def _assert_same_as_tf_conv3d(x, w, padding):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spatial=st.tuples(*[st.integers(1, 9)] * 3), ksize=st.tuples(*[st.integers(1, 6)] * 3),
-       channels=st.tuples(st.integers(1, 5), st.integers(1, 5)), batch=st.integers(1, 3),
-       padding=st.sampled_from(["SAME", "VALID"]), seed=st.integers(0, 2**16))
-def test_fft_conv3d_equals_tf_conv3d_and_its_gradients(spatial, ksize, channels, batch, padding, seed):
+@given(
+    spatial=st.tuples(*[st.integers(1, 9)] * 3),
+    ksize=st.tuples(*[st.integers(1, 6)] * 3),
+    channels=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    batch=st.integers(1, 3),
+    padding=st.sampled_from(["SAME", "VALID"]),
+    seed=st.integers(0, 2**16),
+)
+def test_fft_conv3d_equals_tf_conv3d_and_its_gradients(
+    spatial, ksize, channels, batch, padding, seed
+):
     """Any sizes, odd and even kernels, SAME and VALID (a VALID kernel no larger than the input)."""
     if padding == "VALID":
         ksize = tuple(min(k, s) for k, s in zip(ksize, spatial))
@@ -49,7 +59,9 @@ def test_the_layer_runs_transforms_not_a_convolution():
     x = tf.zeros((1, 9, 9, 9, 3))
     graph = tf.function(lambda t: layer(t)).get_concrete_function(x).graph
     types = [op.type for op in graph.get_operations()]
-    assert types.count("BatchMatMulV2") + types.count("MatMul") >= 8  # 3 + 3 axes of DFTs, the mixing
+    assert (
+        types.count("BatchMatMulV2") + types.count("MatMul") >= 8
+    )  # 3 + 3 axes of DFTs, the mixing
     assert not set(types) & {"Conv3D", "Conv3DV2", "Pad"}  # the zero padding is in the DFTs
 
 

@@ -1,4 +1,5 @@
 """FLOP accounting: the analytic count agrees with TensorFlow's profiler on the same step."""
+
 import json
 
 import pytest
@@ -10,8 +11,11 @@ from gan3d import flops, model, step  # noqa: E402
 
 def _profile(preset: str, batch: int):
     # direct convolutions (fft=False): the profiler counts those, not an FFT's arithmetic
-    s = step.TrainStep(model.generator(preset, fft=False), model.discriminator(preset, fft=False),
-                       config=step.StepConfig())
+    s = step.TrainStep(
+        model.generator(preset, fft=False),
+        model.discriminator(preset, fft=False),
+        config=step.StepConfig(),
+    )
     graph = s.concrete_train_function(batch).graph
     return graph, flops.profiler_flops(graph)
 
@@ -37,13 +41,16 @@ def test_analytic_count_agrees_with_tf_profiler(preset, batch):
     first = sum(r.forward for r in d_layers if r.takes_model_input)
     assert dead == 2 * batch * first + 2 * batch * sum(r.forward for r in d_layers)
 
+
 def test_step_phases_add_up_and_scale_with_batch():
     one, sixteen = flops.step_flops("full", 1), flops.step_flops("full", 16)
     assert sum(one[p] for p in flops.PHASES) == one["total"] == one["forward"] + one["backward"]
     assert all(sixteen[k] == 16 * one[k] for k in one)
     # 3dgan.md: forward cost 255.7 M MAC (G) and 784.9 M MAC (D) per shower; ~19 GFLOP a step
-    layers = {m.name: sum(r.forward for r in flops.model_forward_flops(m))
-              for m in (model.generator("full"), model.discriminator("full"))}
+    layers = {
+        m.name: sum(r.forward for r in flops.model_forward_flops(m))
+        for m in (model.generator("full"), model.discriminator("full"))
+    }
     assert round(layers["generator"] / 2e6, 1) == 255.7
     assert round(layers["discriminator"] / 2e6, 1) == 784.9
     assert 18e9 < one["total"] < 20e9

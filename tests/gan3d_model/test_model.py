@@ -1,4 +1,5 @@
 """The 3DGAN models match the reference architecture (3dgan.md) exactly."""
+
 import numpy as np
 import pytest
 
@@ -38,10 +39,13 @@ def _non_trainable(m) -> int:
     return sum(int(np.prod(v.shape)) for v in m.non_trainable_variables)
 
 
-@pytest.mark.parametrize("build,total,frozen,table", [
-    (model.generator, 872_948, 140, G_SHAPES),
-    (model.discriminator, 73_450, 48, D_SHAPES),
-])
+@pytest.mark.parametrize(
+    "build,total,frozen,table",
+    [
+        (model.generator, 872_948, 140, G_SHAPES),
+        (model.discriminator, 73_450, 48, D_SHAPES),
+    ],
+)
 def test_full_models_match_reference(build, total, frozen, table):
     m = build("full")
     assert m.count_params() == total
@@ -75,7 +79,9 @@ def test_tiny_runs_same_code_and_is_much_cheaper():
     assert fake.shape == aux.shape == ecal.shape == (3, 1)
     np.testing.assert_allclose(ecal.numpy()[:, 0], images.numpy().sum(axis=(1, 2, 3, 4)), rtol=1e-5)
     assert g.count_params() * 10 < model.generator("full").count_params()
-    assert [type(x).__name__ for x in g.layers] == [type(x).__name__ for x in model.generator("full").layers]
+    assert [type(x).__name__ for x in g.layers] == [
+        type(x).__name__ for x in model.generator("full").layers
+    ]
 
 
 def test_unknown_preset_is_a_clear_error():
@@ -98,5 +104,6 @@ def test_fitted_cellsum_is_two_percent_sampling_fraction():
     assert np.isclose(model.fitted_cellsum(1.0), 2.0188)
     assert np.isclose(model.fitted_cellsum(1.0, xscale=100.0), 201.88)
     ep = tf.constant([[0.5], [4.0]])
-    np.testing.assert_allclose(model.fitted_cellsum(ep, 2.0).numpy(),
-                               model.fitted_cellsum(ep.numpy(), 2.0), rtol=1e-6)
+    np.testing.assert_allclose(
+        model.fitted_cellsum(ep, 2.0).numpy(), model.fitted_cellsum(ep.numpy(), 2.0), rtol=1e-6
+    )

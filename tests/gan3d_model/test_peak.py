@@ -1,4 +1,5 @@
 """Peak FLOP/s: the theoretical formula and the matmul micro-benchmark's plumbing."""
+
 import json
 import os
 import subprocess
@@ -29,7 +30,9 @@ def test_measured_peak_per_precision_beside_the_sites_theoretical_one(capsys):
     assert "bfloat16" in bf16["kernel"] and "float64" in fp64["kernel"]
     assert all(e["measured_flop_per_second"] > 1e7 for e in (fp32, bf16, fp64))
     assert fp32["theoretical_flop_per_second"] == pytest.approx(48 * 2.3e9 * 64)
-    assert fp32["percent_of_theoretical"] == pytest.approx(100 * fp32["measured_flop_per_second"] / (48 * 2.3e9 * 64))
+    assert fp32["percent_of_theoretical"] == pytest.approx(
+        100 * fp32["measured_flop_per_second"] / (48 * 2.3e9 * 64)
+    )
     assert bf16["theoretical_flop_per_second"] is None and bf16["percent_of_theoretical"] is None
     assert "bf16_flop_per_cycle_per_core" in bf16["theoretical_basis"]
     assert out["paper_convention"]["flop_per_second"] == pytest.approx(4.1472e12)
@@ -37,9 +40,16 @@ def test_measured_peak_per_precision_beside_the_sites_theoretical_one(capsys):
 
 def test_laptop_states_its_theoretical_peak_is_unknown(capsys):
     pytest.importorskip("tensorflow")
-    assert peak.main(["--seconds", "0.1", "--matrix", "128", "--precision", "fp32", "--site", "laptop"]) == 0
+    assert (
+        peak.main(
+            ["--seconds", "0.1", "--matrix", "128", "--precision", "fp32", "--site", "laptop"]
+        )
+        == 0
+    )
     fp32 = json.loads(capsys.readouterr().out)["precisions"]["fp32"]
-    assert fp32["theoretical_flop_per_second"] is None and fp32["theoretical_basis"].startswith("unknown clock")
+    assert fp32["theoretical_flop_per_second"] is None and fp32["theoretical_basis"].startswith(
+        "unknown clock"
+    )
     assert fp32["measured_flop_per_second"] > 1e7
 
 
@@ -53,6 +63,7 @@ def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process(monkey
     def spy(cmd, *args, **kwargs):
         launched.append(cmd)
         return real_run(cmd, *args, **kwargs)
+
     monkeypatch.setattr(peak.subprocess, "run", spy)
     assert peak.measure_peak_flops(threads=current + 1, seconds=0.2, n=256) > 1e8
     assert len(launched) == 1 and launched[0][1:4] == ["-m", "gan3d", "peak"]
@@ -67,14 +78,28 @@ def test_cli_rejects_an_unknown_precision_and_an_unknown_site(capsys):
     assert "unknown site 'atlantis'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--seconds", "nan"], ["--seconds", "inf"], ["--seconds", "601"],
-                                  ["--matrix", "100000000"], ["--seconds=-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seconds", "nan"],
+        ["--seconds", "inf"],
+        ["--seconds", "601"],
+        ["--matrix", "100000000"],
+        ["--seconds=-1"],
+    ],
+)
 def test_cli_refuses_seconds_that_never_end_and_matrices_past_memory(argv):
     """--seconds nan or inf measured forever (the deadline is never reached), a
     10^8 x 10^8 matrix is allocated whole: a usage line before TensorFlow starts, exit 2."""
-    done = subprocess.run([sys.executable, "-m", "gan3d", "peak", "--precision", "fp32", *argv],
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gan3d", "peak", "--precision", "fp32", *argv],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
-    assert done.stderr.splitlines()[-1].startswith("python -m gan3d peak: error: --seconds "), done.stderr
+    assert done.stderr.splitlines()[-1].startswith("python -m gan3d peak: error: --seconds "), (
+        done.stderr
+    )
     assert "give 0 < seconds <= 600 and a matrix of 1..8192" in done.stderr

@@ -1,5 +1,6 @@
 """bf16 models: float32 master weights, heads and elementwise layers, bfloat16 convolutions and
 the layers that only move data (gan3d.model, gan3d.precision)."""
+
 import numpy as np
 import pytest
 
@@ -10,7 +11,11 @@ from gan3d.runtime import SettingsError  # noqa: E402
 
 FP32_HEADS = {"generation", "auxiliary", "ecal", "g_relu", "latent", "image"}
 # faster in float32 than in TensorFlow's bf16 kernels (docs/benchmarks.md)
-FP32_ELEMENTWISE = (tf.keras.layers.LeakyReLU, tf.keras.layers.BatchNormalization, tf.keras.layers.Dropout)
+FP32_ELEMENTWISE = (
+    tf.keras.layers.LeakyReLU,
+    tf.keras.layers.BatchNormalization,
+    tf.keras.layers.Dropout,
+)
 
 
 @pytest.mark.parametrize("build", [model.generator, model.discriminator])
@@ -20,10 +25,16 @@ def test_bf16_model_keeps_fp32_variables_heads_and_parameters(build):
     tf.keras.utils.set_random_seed(3)
     bf16 = build("tiny", "bf16")
     assert bf16.count_params() == fp32.count_params()
-    assert all(v.dtype == tf.float32 for v in bf16.variables)  # master weights, BatchNorm statistics
+    assert all(
+        v.dtype == tf.float32 for v in bf16.variables
+    )  # master weights, BatchNorm statistics
     assert all(o.dtype == tf.float32 for o in tf.nest.flatten(bf16.outputs))
     for layer in bf16.layers:
-        want = "float32" if layer.name in FP32_HEADS or isinstance(layer, FP32_ELEMENTWISE) else "bfloat16"
+        want = (
+            "float32"
+            if layer.name in FP32_HEADS or isinstance(layer, FP32_ELEMENTWISE)
+            else "bfloat16"
+        )
         assert layer.compute_dtype == want, layer.name
         if isinstance(layer, tf.keras.layers.BatchNormalization):
             assert all(v.dtype == tf.float32 for v in layer.weights)
@@ -34,7 +45,9 @@ def test_bf16_model_keeps_fp32_variables_heads_and_parameters(build):
     x = tf.random.stateless_normal((2,) + tuple(fp32.input_shape[1:]), [1, 2])
     if build is model.discriminator:
         x = tf.nn.relu(x) * 0.1
-    outs = list(zip(tf.nest.flatten(fp32(x, training=False)), tf.nest.flatten(bf16(x, training=False))))
+    outs = list(
+        zip(tf.nest.flatten(fp32(x, training=False)), tf.nest.flatten(bf16(x, training=False)))
+    )
     if build is model.discriminator:  # the cell sum reads the float32 input: exact
         np.testing.assert_array_equal(outs[2][0].numpy(), outs[2][1].numpy())
         outs = outs[:2]
@@ -53,7 +66,10 @@ def test_unknown_precision_is_refused():
 
 def test_bf16_needs_a_bf16_unit_unless_emulated():
     avx2 = frozenset({"avx2", "fma"})
-    with pytest.raises(SettingsError, match="no bfloat16 unit.*fix: use --precision fp32, or --precision bf16-emulated"):
+    with pytest.raises(
+        SettingsError,
+        match="no bfloat16 unit.*fix: use --precision fp32, or --precision bf16-emulated",
+    ):
         precision.check_supported("bf16", avx2)
     assert precision.check_supported("bf16-emulated", avx2) is None
     assert precision.check_supported("fp32", avx2) is None

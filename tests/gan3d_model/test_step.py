@@ -1,4 +1,5 @@
 """The training step: updates, finite losses, label flips, bit-identical reruns."""
+
 import numpy as np
 import pytest
 
@@ -9,7 +10,9 @@ from gan3d import model, step  # noqa: E402
 
 def _batch(batch: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    images = (rng.gamma(0.3, 0.02, (batch, 25, 25, 25, 1)) * (rng.random((batch, 25, 25, 25, 1)) < 0.2))
+    images = rng.gamma(0.3, 0.02, (batch, 25, 25, 25, 1)) * (
+        rng.random((batch, 25, 25, 25, 1)) < 0.2
+    )
     images = images.astype(np.float32)
     ep = rng.uniform(0.1, 5.0, batch).astype(np.float32)
     return images, ep, images.sum(axis=(1, 2, 3, 4))
@@ -17,8 +20,11 @@ def _batch(batch: int, seed: int = 0):
 
 def _fresh_step(seed: int = 1, **cfg) -> step.TrainStep:
     tf.keras.utils.set_random_seed(seed)
-    return step.TrainStep(model.generator("tiny"), model.discriminator("tiny"),
-                          config=step.StepConfig(seed=seed, **cfg))
+    return step.TrainStep(
+        model.generator("tiny"),
+        model.discriminator("tiny"),
+        config=step.StepConfig(seed=seed, **cfg),
+    )
 
 
 def _weights(s: step.TrainStep) -> list[np.ndarray]:
@@ -34,10 +40,17 @@ def test_one_step_updates_both_models_and_returns_finite_losses():
     expected = {f"{p}_{q}" for p in step.PHASES for q in step.PARTS} | {"d_loss", "g_loss"}
     assert set(losses) == expected
     assert all(np.isfinite(v.numpy()) for v in losses.values())
-    assert all(not np.array_equal(a, v.numpy()) for a, v in zip(g0, s.generator.trainable_variables))
-    assert all(not np.array_equal(a, v.numpy()) for a, v in zip(d0, s.discriminator.trainable_variables))
+    assert all(
+        not np.array_equal(a, v.numpy()) for a, v in zip(g0, s.generator.trainable_variables)
+    )
+    assert all(
+        not np.array_equal(a, v.numpy()) for a, v in zip(d0, s.discriminator.trainable_variables)
+    )
     # D steps on real and fake batches move D's BatchNorm statistics
-    assert any(not np.array_equal(a, v.numpy()) for a, v in zip(d_moving, s.discriminator.non_trainable_variables))
+    assert any(
+        not np.array_equal(a, v.numpy())
+        for a, v in zip(d_moving, s.discriminator.non_trainable_variables)
+    )
     assert s.d_optimizer.iterations.numpy() == 2 and s.g_optimizer.iterations.numpy() == 2
     # the real cell sum is the target of the ecal head and equals the input's sum
     assert float(losses["d_real_ecal_mape"]) < 1e-3
@@ -96,8 +109,9 @@ def test_same_seed_gives_bit_identical_weights_and_checkpoint_resume_matches(tmp
     batches = [_batch(3, seed=i) for i in range(3)]
 
     def state(s):
-        return tf.train.Checkpoint(generator=s.generator, discriminator=s.discriminator,
-                                   **s.variables_to_checkpoint())
+        return tf.train.Checkpoint(
+            generator=s.generator, discriminator=s.discriminator, **s.variables_to_checkpoint()
+        )
 
     a = _fresh_step(seed=5, optimizer="adam")
     a(*batches[0])

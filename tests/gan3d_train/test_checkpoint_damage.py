@@ -2,6 +2,7 @@
 
 TensorFlow in-process, no MPI. Tests that would block on a FIFO with a careless reader carry a timeout.
 """
+
 import json
 import os
 from pathlib import Path
@@ -74,7 +75,9 @@ def test_a_fifo_as_meta_json_is_refused_not_skipped(saved):
     meta.unlink()
     os.mkfifo(meta)
     assert ckpts.latest().name == "epoch-0002"  # not silently the older one
-    with pytest.raises(CheckpointError, match="meta.json: is a FIFO, not a regular file; fix: delete"):
+    with pytest.raises(
+        CheckpointError, match="meta.json: is a FIFO, not a regular file; fix: delete"
+    ):
         EpochCheckpoints.read_meta(ckpts.latest())
 
 
@@ -96,25 +99,40 @@ def test_a_name_with_a_trailing_newline_is_not_a_checkpoint(saved):
     assert ckpts.latest().name == "epoch-0002"
 
 
-@pytest.mark.parametrize("text, words", [
-    ("[2]", ["holds a JSON list, expected an object"]),
-    ('{"preset": "tiny"}', ["field 'epoch' is None"]),
-    ('{"epoch": "two", "preset": "tiny"}', ["field 'epoch' is 'two'"]),
-    ('{"epoch": true, "preset": "tiny"}', ["field 'epoch' is True"]),
-    ('{"epoch": 2.0, "preset": "tiny"}', ["field 'epoch' is 2.0"]),
-    ('{"epoch": 7, "preset": "tiny"}', ["field 'epoch' is 7 but the directory is epoch-0002"]),
-    ('{"epoch": 2, "preset": ["tiny"]}', ["field 'preset' is ['tiny'], expected str"]),
-    ('{"epoch": 2, "seed": "0"}', ["field 'seed' is '0', expected int"]),
-    ('{"epoch": 2, "seed": 18446744073709551616}', ["field 'seed' is 18446744073709551616, expected 0..4294967295"]),
-    ('{"epoch": 2, "ranks": 0}', ["field 'ranks' is 0, expected 1..16777216"]),
-    ('{"epoch": 2, "batch_size": -8}', ["field 'batch_size' is -8, expected 1.."]),
-    ('{"epoch": 2, "steps_per_epoch": 1e400}', ["field 'steps_per_epoch' is inf, expected int"]),
-    ('{"epoch": 2, "steps_per_epoch": 100000000000000000000}', ["field 'steps_per_epoch' is 1000000"]),
-    ('{"epoch": 2, "run_id": "../../x"}', ["field 'run_id' is '../../x', expected 32 hex digits"]),
-    ('{"epoch": 2, "run_id": 7}', ["field 'run_id' is 7, expected str"]),
-    ("[" * 100_000, ["unreadable checkpoint metadata"]),
-    ('{"epoch": 2, "pad": "' + "x" * 70_000 + '"}', ["larger than"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[2]", ["holds a JSON list, expected an object"]),
+        ('{"preset": "tiny"}', ["field 'epoch' is None"]),
+        ('{"epoch": "two", "preset": "tiny"}', ["field 'epoch' is 'two'"]),
+        ('{"epoch": true, "preset": "tiny"}', ["field 'epoch' is True"]),
+        ('{"epoch": 2.0, "preset": "tiny"}', ["field 'epoch' is 2.0"]),
+        ('{"epoch": 7, "preset": "tiny"}', ["field 'epoch' is 7 but the directory is epoch-0002"]),
+        ('{"epoch": 2, "preset": ["tiny"]}', ["field 'preset' is ['tiny'], expected str"]),
+        ('{"epoch": 2, "seed": "0"}', ["field 'seed' is '0', expected int"]),
+        (
+            '{"epoch": 2, "seed": 18446744073709551616}',
+            ["field 'seed' is 18446744073709551616, expected 0..4294967295"],
+        ),
+        ('{"epoch": 2, "ranks": 0}', ["field 'ranks' is 0, expected 1..16777216"]),
+        ('{"epoch": 2, "batch_size": -8}', ["field 'batch_size' is -8, expected 1.."]),
+        (
+            '{"epoch": 2, "steps_per_epoch": 1e400}',
+            ["field 'steps_per_epoch' is inf, expected int"],
+        ),
+        (
+            '{"epoch": 2, "steps_per_epoch": 100000000000000000000}',
+            ["field 'steps_per_epoch' is 1000000"],
+        ),
+        (
+            '{"epoch": 2, "run_id": "../../x"}',
+            ["field 'run_id' is '../../x', expected 32 hex digits"],
+        ),
+        ('{"epoch": 2, "run_id": 7}', ["field 'run_id' is 7, expected str"]),
+        ("[" * 100_000, ["unreadable checkpoint metadata"]),
+        ('{"epoch": 2, "pad": "' + "x" * 70_000 + '"}', ["larger than"]),
+    ],
+)
 def test_malformed_meta_json(saved, text: str, words: list[str]):
     ckpts, state = saved
     (ckpts.latest() / META).write_text(text)
@@ -122,26 +140,42 @@ def test_malformed_meta_json(saved, text: str, words: list[str]):
     assert len(message) < 600
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                 max_size=4),
-                     max_leaves=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 _meta = st.one_of(
-    st.dictionaries(st.sampled_from(["epoch", "preset", "seed", "ranks", "steps_per_epoch", "run_id", "x"]), _json,
-                    max_size=5),
-    st.fixed_dictionaries({"epoch": st.one_of(st.integers(-3, 5), _json)},
-                          optional={"preset": _json, "seed": _json, "batch_size": _json}),
-    _json)
+    st.dictionaries(
+        st.sampled_from(["epoch", "preset", "seed", "ranks", "steps_per_epoch", "run_id", "x"]),
+        _json,
+        max_size=5,
+    ),
+    st.fixed_dictionaries(
+        {"epoch": st.one_of(st.integers(-3, 5), _json)},
+        optional={"preset": _json, "seed": _json, "batch_size": _json},
+    ),
+    _json,
+)
 
 
-@given(content=st.one_of(_meta.map(lambda v: json.dumps(v).encode()), st.binary(max_size=64),
-                         st.text(max_size=64).map(str.encode)))
+@given(
+    content=st.one_of(
+        _meta.map(lambda v: json.dumps(v).encode()),
+        st.binary(max_size=64),
+        st.text(max_size=64).map(str.encode),
+    )
+)
 @example(content=b"[" * 50_000)
 @example(content=b'{"epoch": 1e999}')
 @example(content=b'{"epoch": ' + b"9" * 5000 + b"}")
 @example(content=b"\xff\xfe{")
 def test_any_meta_json_is_read_or_refused_cleanly(tmp_path_factory, content: bytes):
-    """Whatever meta.json holds: a dict with an int epoch matching the name, or one CheckpointError line."""
+    """Whatever meta.json holds: a dict with an int epoch matching the name, or one CheckpointError
+    line.
+    """
     path = tmp_path_factory.mktemp("meta") / "epoch-0002"
     path.mkdir()
     (path / META).write_bytes(content)
@@ -152,4 +186,7 @@ def test_any_meta_json_is_read_or_refused_cleanly(tmp_path_factory, content: byt
     else:
         assert isinstance(meta, dict) and meta["epoch"] == 2 and type(meta["epoch"]) is int
         for key, (low, high) in META_BOUNDS.items():  # every number bounded as it is read
-            assert key not in meta or (type(meta[key]) is int and low <= meta[key] <= high), (key, meta)
+            assert key not in meta or (type(meta[key]) is int and low <= meta[key] <= high), (
+                key,
+                meta,
+            )

@@ -1,6 +1,7 @@
 """Saving a checkpoint over one of the same epoch (a resume from an older one): the old or the new
 checkpoint is there at every instant, nothing the trainer did not write is replaced, and the
 temporary trees of killed saves go with the next save. TensorFlow in-process, no MPI."""
+
 import json
 import os
 import signal
@@ -56,11 +57,14 @@ def test_what_the_trainer_did_not_write_is_refused_and_left(tmp_path, state, pla
         (target / "notes.txt").write_text("keep me")
     with pytest.raises(CheckpointError, match="not one the trainer wrote"):
         EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 3, {"preset": "tiny"})
-    assert (target / "notes.txt").read_text() == "keep me" and (mine / "notes.txt").read_text() == "keep me"
+    assert (target / "notes.txt").read_text() == "keep me" and (
+        mine / "notes.txt"
+    ).read_text() == "keep me"
 
 
-def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_removed(tmp_path, state,
-                                                                                       monkeypatch):
+def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_removed(
+    tmp_path, state, monkeypatch
+):
     """Between the check of epoch-NNNN (the trainer's meta.json) and the swap, another program puts a
     tree of its own there: the swap is undone, the user's tree stays whole at its name, one line."""
     import gan3d.checkpoint as module
@@ -78,11 +82,14 @@ def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_r
         real_fsync(path)
         os.rename(final, tmp_path / "ours-moved")
         os.rename(theirs, final)
+
     monkeypatch.setattr(module, "fsync_path", swap_then_fsync)
     with pytest.raises(CheckpointError, match="changed while epoch 2's checkpoint was saved"):
         ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 7})
     assert (final / "data" / "keep.txt").read_text() == "mine\n"  # theirs, whole, at its name
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]  # no temporary left
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "epoch-0002"
+    ]  # no temporary left
 
 
 def test_leftovers_of_this_runs_gone_saves_are_removed_and_every_other_kept(tmp_path, state):
@@ -95,9 +102,14 @@ def test_leftovers_of_this_runs_gone_saves_are_removed_and_every_other_kept(tmp_
     dead.wait()
     ckpts = EpochCheckpoints(directory)
     other = new_run_id()
-    gone, running = (directory / f".epoch-0001.tmp-{dead.pid}.{ckpts.run_id}",
-                     directory / f".epoch-0001.tmp-{os.getppid()}.{ckpts.run_id}")
-    theirs, unnamed = directory / f".epoch-0001.tmp-{dead.pid}.{other}", directory / f".epoch-0001.tmp-{dead.pid}"
+    gone, running = (
+        directory / f".epoch-0001.tmp-{dead.pid}.{ckpts.run_id}",
+        directory / f".epoch-0001.tmp-{os.getppid()}.{ckpts.run_id}",
+    )
+    theirs, unnamed = (
+        directory / f".epoch-0001.tmp-{dead.pid}.{other}",
+        directory / f".epoch-0001.tmp-{dead.pid}",
+    )
     for leftover in (gone, running, theirs, unnamed):
         (leftover / "sub").mkdir(parents=True)
     (gone / "sub").chmod(0o500)  # as an interrupted TensorFlow write may leave it
@@ -106,7 +118,9 @@ def test_leftovers_of_this_runs_gone_saves_are_removed_and_every_other_kept(tmp_
 
 
 def _checkpoint_of(directory: Path, epoch: int, run_id: str | None) -> Path:
-    """A checkpoint as another run (or, without a run id, an earlier version of the trainer) left it."""
+    """A checkpoint as another run (or, without a run id, an earlier version of the trainer) left
+    it.
+    """
     path = directory / f"epoch-{epoch:04d}"
     path.mkdir(parents=True)
     for name in ("state.index", "state.data-00000-of-00001", "generator.weights.h5"):
@@ -128,15 +142,26 @@ def test_a_run_removes_and_names_only_its_own_checkpoints(tmp_path, state):
     for epoch in (1, 2, 3):
         ckpts.save(ckpt, gen, epoch, {"preset": "tiny"})
         assert ckpts.latest_own() == directory / f"epoch-{epoch:04d}"
-    assert sorted(p.name for p in directory.iterdir()) == ["epoch-0002", "epoch-0003", "epoch-0005", "epoch-0006"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "epoch-0002",
+        "epoch-0003",
+        "epoch-0005",
+        "epoch-0006",
+    ]
     assert {p: sorted(q.read_bytes() for q in p.iterdir()) for p in theirs} == before
-    assert ckpts.latest() == directory / "epoch-0006" and ckpts.owner(directory / "epoch-0003") == ckpts.run_id
+    assert (
+        ckpts.latest() == directory / "epoch-0006"
+        and ckpts.owner(directory / "epoch-0003") == ckpts.run_id
+    )
 
 
 def test_another_runs_checkpoint_of_the_same_epoch_is_refused_not_replaced(tmp_path, state):
     gen, ckpt = state
     theirs = _checkpoint_of(tmp_path / "ckpt", 2, new_run_id())
-    with pytest.raises(CheckpointError, match="is another run's checkpoint .* --resume, or give a new --checkpoint-dir"):
+    with pytest.raises(
+        CheckpointError,
+        match="is another run's checkpoint .* --resume, or give a new --checkpoint-dir",
+    ):
         EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 2, {"preset": "tiny"})
     assert (theirs / "state.index").read_bytes() == b"theirs"
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]
@@ -186,17 +211,27 @@ def test_a_tree_with_the_checked_inode_that_is_no_longer_owned_is_put_back(tmp_p
     def ours(tree):
         seen.append(tree.name)
         return json.loads((tree / "meta.json").read_text())["run_id"] == "mine"
+
     assert remove_tree_if(old, ".epoch-0001.tmp-1.x", checked, ours) is False
     assert seen == [".epoch-0001.tmp-1.x"]  # asked of the tree as moved aside, not by its old name
-    assert json.loads((old / "meta.json").read_text())["run_id"] == "another" and (old / "data").is_dir()
+    assert (
+        json.loads((old / "meta.json").read_text())["run_id"] == "another"
+        and (old / "data").is_dir()
+    )
     assert sorted(x.name for x in tmp_path.iterdir()) == ["epoch-0001"]
 
 
 @pytest.mark.timeout(300)
 def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tmp_path):
-    """A child re-saves epoch 2 again and again; the parent looks without pause, then SIGKILLs it."""
+    """A child re-saves epoch 2 again and again; the parent looks without pause, then SIGKILLs
+    it.
+    """
     directory = tmp_path / "ckpt"
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
         from tests.gan3d_train.test_checkpoint_replace import _state
@@ -208,14 +243,20 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
             ckpts.save(ckpt, gen, 2, {{"preset": "tiny", "seed": seed}})
             seed += 1
             print(seed, ckpts.run_id, flush=True)
-        """)], stdout=subprocess.PIPE, text=True)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         first, run_id = child.stdout.readline().split()
         assert first == "1", "the child saved once"
         final = directory / "epoch-0002"
         looks, deadline = 0, time.monotonic() + 8
         while time.monotonic() < deadline:
-            assert (final / META).is_file() and (final / "state.index").is_file(), "no whole checkpoint"
+            assert (final / META).is_file() and (final / "state.index").is_file(), (
+                "no whole checkpoint"
+            )
             looks += 1
         child.send_signal(signal.SIGKILL)
         child.wait()

@@ -1,4 +1,7 @@
-"""`gan3d demo` removes its data and checkpoints in --build at each run: only in a directory it made."""
+"""`gan3d demo` removes its data and checkpoints in --build at each run: only in a directory it
+made.
+"""
+
 import argparse
 from pathlib import Path
 
@@ -62,8 +65,20 @@ def test_a_failed_training_keeps_the_last_runs_plots(tmp_path):
     """The plots give way only when a new check has made new ones (a failed run keeps the
     last run's plots). Training fails at once here: --threads 0."""
     build = _earlier_demo_with_plots(tmp_path)
-    code = main(["--build", str(build), "--site", "laptop", "--preset", "tiny", "--threads", "0",
-                 "--results", str(tmp_path / "r.json")])
+    code = main(
+        [
+            "--build",
+            str(build),
+            "--site",
+            "laptop",
+            "--preset",
+            "tiny",
+            "--threads",
+            "0",
+            "--results",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert code != 0 and not (tmp_path / "r.json").exists()
     assert (build / "plots" / "energy.png").read_bytes() == b"last run's plot"
 

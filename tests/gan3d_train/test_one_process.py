@@ -2,6 +2,7 @@
 `scripts/setup.sh --user` without an MPI compiler): one process trains, and a launcher's ranks are
 refused. The two modules are made unimportable in the child (sys.modules[name] = None), as in a venv
 without them; everything else is the real trainer."""
+
 import json
 import subprocess
 import sys
@@ -12,8 +13,10 @@ from gan3d import runtime
 from gan3d.runtime import NO_MPI
 from tests.gan3d_train.test_train_mpi import REPO, _env, _tiny
 
-WITHOUT_MPI = ("import sys; sys.modules['mpi4py'] = sys.modules['horovod'] = None; "
-               "from gan3d.__main__ import main; sys.exit(main(['train', *sys.argv[1:]]))")
+WITHOUT_MPI = (
+    "import sys; sys.modules['mpi4py'] = sys.modules['horovod'] = None; "
+    "from gan3d.__main__ import main; sys.exit(main(['train', *sys.argv[1:]]))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +27,14 @@ def data(tmp_path_factory):
 
 
 def _train(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WITHOUT_MPI, *args], cwd=REPO, env=dict(_env(), **env),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_MPI, *args],
+        cwd=REPO,
+        env=dict(_env(), **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_one_process_trains_without_mpi4py_and_horovod(data, tmp_path):
@@ -34,7 +43,9 @@ def test_one_process_trains_without_mpi4py_and_horovod(data, tmp_path):
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["ranks"] == 1 and record["mpi_library_version"] == NO_MPI
     assert record["software"]["horovod"] is None and record["software"]["mpi4py"] is None
-    assert record["weights_sha256_per_rank"][0] != record["weights_sha256_initial"]  # it learned something
+    assert (
+        record["weights_sha256_per_rank"][0] != record["weights_sha256_initial"]
+    )  # it learned something
     first, last = record["losses"][0]["train"], record["losses"][-1]["train"]
     assert first["d_loss"] != last["d_loss"] and first["g_loss"] != last["g_loss"]
 
@@ -43,7 +54,9 @@ def test_a_launchers_second_rank_without_mpi4py_is_refused_in_one_line(data, tmp
     done = _train(_tiny(data, tmp_path / "r.json"), PMI_SIZE="2")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     lines = [ln for ln in done.stderr.splitlines() if "error" in ln]
-    assert len(lines) == 1 and "PMI_SIZE" in lines[0] and "mpi4py" in lines[0] and "fix:" in lines[0], done.stderr
+    assert (
+        len(lines) == 1 and "PMI_SIZE" in lines[0] and "mpi4py" in lines[0] and "fix:" in lines[0]
+    ), done.stderr
     assert not (tmp_path / "r.json").exists()
 
 
@@ -51,5 +64,7 @@ def test_a_launchers_second_rank_without_mpi4py_is_refused_in_one_line(data, tmp
 def test_every_launchers_job_size_is_read_without_mpi4py(monkeypatch, key):
     monkeypatch.setitem(sys.modules, "mpi4py", None)
     assert runtime.discover_layout({key: "1"}).size == 1
-    with pytest.raises(runtime.SettingsError, match=f"'3' ranks \\({key}\\) but mpi4py is not installed"):
+    with pytest.raises(
+        runtime.SettingsError, match=f"'3' ranks \\({key}\\) but mpi4py is not installed"
+    ):
         runtime.discover_layout({key: "3"})

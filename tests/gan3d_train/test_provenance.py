@@ -5,6 +5,7 @@ Finding the commit: tests/packaging/test_code_commit.py.
 Nothing is mocked in the runs. The heartbeat's clock is injected only in the property test of its
 rule (a real clock cannot be steered to a chosen sequence of step times).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ from tests.helpers import require
 from tests.scale.builders import write_run
 
 EPOCHS, STEPS = 2, 3
-BEAT = re.compile(r"gan3d train: heartbeat: epoch (\d+)/(\d+), step (\d+)/(\d+), ([0-9.]+) showers/s so far, "
-                  r"epoch ETA (\d+) s")
+BEAT = re.compile(
+    r"gan3d train: heartbeat: epoch (\d+)/(\d+), step (\d+)/(\d+), ([0-9.]+) showers/s so far, "
+    r"epoch ETA (\d+) s"
+)
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -45,15 +48,41 @@ def data(tmp_path_factory):
 def _cmd(data, results_path: Path, ranks: int | None) -> list[str]:
     import sys
 
-    cmd = [sys.executable, "-m", "gan3d", "train", "--data", f"{data[0]},{data[1]}", "--validation-data",
-           str(data[2]), "--preset", "tiny", "--batch-size", "4", "--epochs", str(EPOCHS), "--steps-per-epoch",
-           str(STEPS), "--validation-steps", "1", "--threads", "1", "--seed", "2", "--heartbeat-steps", "1",
-           "--results", str(results_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gan3d",
+        "train",
+        "--data",
+        f"{data[0]},{data[1]}",
+        "--validation-data",
+        str(data[2]),
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "4",
+        "--epochs",
+        str(EPOCHS),
+        "--steps-per-epoch",
+        str(STEPS),
+        "--validation-steps",
+        "1",
+        "--threads",
+        "1",
+        "--seed",
+        "2",
+        "--heartbeat-steps",
+        "1",
+        "--results",
+        str(results_path),
+    ]
     return cmd if ranks is None else [MPIEXEC, "-n", str(ranks), *cmd]
 
 
 def _run(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=REPO, env=env or _env(), capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=env or _env(), capture_output=True, text=True, timeout=400
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -64,7 +93,15 @@ def one_rank(data, tmp_path_factory):
     cmd = _cmd(data, path, None)
     # KIT_IMAGE_DIGEST is what a kit batch script exports for a container launch (tests/slurm/test_render.py).
     # OMPI_MCA_btl (Open MPI's, which MPICH ignores) and Horovod's cache size (its default): recorded as set.
-    proc = _run(cmd, dict(_env(), KIT_IMAGE_DIGEST=DIGEST, OMPI_MCA_btl="self,vader", HOROVOD_CACHE_CAPACITY="1024"))
+    proc = _run(
+        cmd,
+        dict(
+            _env(),
+            KIT_IMAGE_DIGEST=DIGEST,
+            OMPI_MCA_btl="self,vader",
+            HOROVOD_CACHE_CAPACITY="1024",
+        ),
+    )
     return json.loads(path.read_text()), cmd, proc
 
 
@@ -89,44 +126,74 @@ def _check_record(record: dict, python_cmd: list[str], ranks: int) -> None:
     start, end = _utc(record["started_utc"]), _utc(record["ended_utc"])
     assert start <= end <= datetime.now(timezone.utc)
     assert (end - start).total_seconds() == pytest.approx(record["wall_seconds"], abs=1.0)
-    assert record["command_line"] == python_cmd  # each rank's process; the launcher's words are not in it
+    assert (
+        record["command_line"] == python_cmd
+    )  # each rank's process; the launcher's words are not in it
     assert record["kit_version"] == metadata.version("secure-site-kit")
     assert record["hostname_per_rank"] == [socket.gethostname()] * ranks
     steps = record["step_times"]
-    assert steps["count"] == EPOCHS * STEPS == record["timed_steps"] + 1  # every step, the first included
+    assert (
+        steps["count"] == EPOCHS * STEPS == record["timed_steps"] + 1
+    )  # every step, the first included
     every = sum(record["epoch_step_seconds"])  # the same steps' times, summed per epoch
     assert steps["mean_seconds"] * steps["count"] == pytest.approx(every, rel=1e-9)
-    ordered = [steps["min_seconds"], *(steps[f"p{p}_seconds"] for p in PERCENTILES), steps["max_seconds"]]
-    assert ordered == sorted(ordered) and steps["min_seconds"] <= steps["mean_seconds"] <= steps["max_seconds"]
+    ordered = [
+        steps["min_seconds"],
+        *(steps[f"p{p}_seconds"] for p in PERCENTILES),
+        steps["max_seconds"],
+    ]
+    assert (
+        ordered == sorted(ordered)
+        and steps["min_seconds"] <= steps["mean_seconds"] <= steps["max_seconds"]
+    )
     # 6 steps, 10 kept: the slowest list names every step once, slowest first, and holds min and max.
     slow = steps["slowest"]
-    assert sorted((s["epoch"], s["step"]) for s in slow) == [(e, s) for e in (1, 2) for s in (1, 2, 3)]
+    assert sorted((s["epoch"], s["step"]) for s in slow) == [
+        (e, s) for e in (1, 2) for s in (1, 2, 3)
+    ]
     seconds = [s["seconds"] for s in slow]
     assert seconds == sorted(seconds, reverse=True)
     assert (seconds[-1], seconds[0]) == (steps["min_seconds"], steps["max_seconds"])
-    assert next(s["seconds"] for s in slow if (s["epoch"], s["step"]) == (1, 1)) == record["first_step_seconds"]
+    assert (
+        next(s["seconds"] for s in slow if (s["epoch"], s["step"]) == (1, 1))
+        == record["first_step_seconds"]
+    )
     for p in PERCENTILES:
         assert steps[f"p{p}_seconds"] in seconds  # nearest rank: a recorded step time
 
 
 def _check_step_losses(record: dict) -> None:
-    """Every step logged (6 < 1024), and with one rank an epoch's train loss is the mean of its steps'."""
+    """Every step logged (6 < 1024), and with one rank an epoch's train loss is the mean of its
+    steps'.
+    """
     logged = record["step_losses"]
-    assert logged["stride"] == 1 and logged["columns"] == ["global_step", "epoch", "step", "d_loss", "g_loss"]
+    assert logged["stride"] == 1 and logged["columns"] == [
+        "global_step",
+        "epoch",
+        "step",
+        "d_loss",
+        "g_loss",
+    ]
     assert [row[:3] for row in logged["points"]] == [
-        [(e - 1) * STEPS + s - 1, e, s] for e in (1, 2) for s in (1, 2, 3)]
+        [(e - 1) * STEPS + s - 1, e, s] for e in (1, 2) for s in (1, 2, 3)
+    ]
     for epoch in record["losses"]:
         rows = [r for r in logged["points"] if r[1] == epoch["epoch"]]
         for column, name in ((3, "d_loss"), (4, "g_loss")):
-            assert sum(r[column] for r in rows) / len(rows) == pytest.approx(epoch["train"][name], rel=1e-5)
+            assert sum(r[column] for r in rows) / len(rows) == pytest.approx(
+                epoch["train"][name], rel=1e-5
+            )
 
 
 def _check_heartbeats(stdout: str) -> None:
     beats = [m.groups() for m in BEAT.finditer(stdout)]
     assert [(int(e), int(s)) for e, _, s, _ in (b[:4] for b in beats)] == [
-        (e, s) for e in (1, 2) for s in (1, 2, 3)]  # --heartbeat-steps 1: every step once (rank 0 only)
+        (e, s) for e in (1, 2) for s in (1, 2, 3)
+    ]  # --heartbeat-steps 1: every step once (rank 0 only)
     assert all(int(b[1]) == EPOCHS and int(b[3]) == STEPS and float(b[4]) > 0 for b in beats)
-    assert all(int(b[5]) == 0 for b in beats if int(b[2]) == STEPS)  # the epoch's last step: nothing left
+    assert all(
+        int(b[5]) == 0 for b in beats if int(b[2]) == STEPS
+    )  # the epoch's last step: nothing left
 
 
 def test_one_rank_records_provenance_and_step_times(one_rank):
@@ -134,7 +201,9 @@ def test_one_rank_records_provenance_and_step_times(one_rank):
     _check_record(record, cmd, ranks=1)
     assert record["image_digest"] == DIGEST
     fabric, horovod = record["mpi_fabric"], record["horovod_settings"]
-    assert set(fabric) == set(results.FABRIC_VARIABLES) and set(horovod) == set(results.HOROVOD_VARIABLES)
+    assert set(fabric) == set(results.FABRIC_VARIABLES) and set(horovod) == set(
+        results.HOROVOD_VARIABLES
+    )
     assert fabric["OMPI_MCA_btl"] == "self,vader" and horovod["HOROVOD_CACHE_CAPACITY"] == "1024"
     assert horovod["HOROVOD_FUSION_THRESHOLD"] is None  # unset: Horovod's default
     _check_step_losses(record)
@@ -145,7 +214,9 @@ def test_one_rank_names_this_checkout_commit(one_rank):
     record, _, _ = one_rank
     git = shutil.which("git")
     require(git is not None, "git (apt-get install git)")
-    head = subprocess.run([git, "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run(
+        [git, "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     require(head.returncode == 0, f"{REPO} to be a git checkout")
     assert record["git_commit"] == head.stdout.strip()
     assert record["git_commit_basis"].startswith(f"git checkout at {REPO}")
@@ -174,44 +245,69 @@ def test_logged_step_losses_stay_bounded_and_evenly_strided(n, keep):
     assert stride == 1 or len(range(0, n, stride // 2)) > keep
 
 
-@given(st.lists(st.floats(1e-6, 1e3, allow_nan=False), min_size=1, max_size=300), st.integers(1, 12))
+@given(
+    st.lists(st.floats(1e-6, 1e3, allow_nan=False), min_size=1, max_size=300), st.integers(1, 12)
+)
 def test_step_summary_properties(durations, keep):
     times = StepTimes(slowest=keep)
     where = [(1 + i // 7, 1 + i % 7) for i in range(len(durations))]
     for t, (e, s) in zip(durations, where):
         times.add(t, e, s)
     out, n = times.summary(), len(durations)
-    assert out["count"] == n and (out["min_seconds"], out["max_seconds"]) == (min(durations), max(durations))
+    assert out["count"] == n and (out["min_seconds"], out["max_seconds"]) == (
+        min(durations),
+        max(durations),
+    )
     assert out["mean_seconds"] == pytest.approx(sum(durations) / n)
-    for p in PERCENTILES:  # nearest rank: the smallest value with at least p% of the values at or below it
+    for p in (
+        PERCENTILES
+    ):  # nearest rank: the smallest value with at least p% of the values at or below it
         v = out[f"p{p}_seconds"]
         assert sum(d <= v for d in durations) * 100 >= p * n > sum(d < v for d in durations) * 100
     slow = out["slowest"]
     assert len(slow) == min(keep, n)
-    assert [s["seconds"] for s in slow] == sorted(durations, reverse=True)[:len(slow)]
+    assert [s["seconds"] for s in slow] == sorted(durations, reverse=True)[: len(slow)]
     assert all(durations[where.index((s["epoch"], s["step"]))] == s["seconds"] for s in slow)
     assert times.first == durations[0] and times.steps == n - 1
 
 
-@given(st.lists(st.floats(0.001, 100.0), min_size=1, max_size=60),
-       st.one_of(st.none(), st.integers(1, 10)), st.one_of(st.none(), st.floats(0.5, 200.0)))
-def test_heartbeat_beats_after_n_steps_or_t_seconds_whichever_first(step_seconds, every_steps, every_seconds):
+@given(
+    st.lists(st.floats(0.001, 100.0), min_size=1, max_size=60),
+    st.one_of(st.none(), st.integers(1, 10)),
+    st.one_of(st.none(), st.floats(0.5, 200.0)),
+)
+def test_heartbeat_beats_after_n_steps_or_t_seconds_whichever_first(
+    step_seconds, every_steps, every_seconds
+):
     now = [1000.0]
     lines: list[str] = []
-    beat = Heartbeat(lines.append, epochs=3, steps=len(step_seconds), showers_per_step=8,
-                     every_steps=every_steps, every_seconds=every_seconds, clock=lambda: now[0])
+    beat = Heartbeat(
+        lines.append,
+        epochs=3,
+        steps=len(step_seconds),
+        showers_per_step=8,
+        every_steps=every_steps,
+        every_seconds=every_seconds,
+        clock=lambda: now[0],
+    )
     beat.start_epoch(2)
     last_step, last_time = 0, now[0]
     for done, seconds in enumerate(step_seconds, 1):
         now[0] += seconds
-        expected = ((every_steps is not None and done - last_step >= every_steps)
-                    or (every_seconds is not None and now[0] - last_time >= every_seconds))
+        expected = (every_steps is not None and done - last_step >= every_steps) or (
+            every_seconds is not None and now[0] - last_time >= every_seconds
+        )
         assert beat.step_done(done) == expected
         if expected:
             last_step, last_time = done, now[0]
             epoch, epochs, step, steps, rate, eta = BEAT.fullmatch(lines[-1]).groups()
             elapsed = now[0] - 1000.0
-            assert (int(epoch), int(epochs), int(step), int(steps)) == (2, 3, done, len(step_seconds))
+            assert (int(epoch), int(epochs), int(step), int(steps)) == (
+                2,
+                3,
+                done,
+                len(step_seconds),
+            )
             assert float(rate) == pytest.approx(done * 8 / elapsed, abs=0.006)
             assert int(eta) == round((len(step_seconds) - done) * elapsed / done)
 
@@ -234,11 +330,27 @@ def test_a_results_file_of_the_previous_version_still_makes_a_report(tmp_path):
 def test_a_bad_heartbeat_option_is_one_line(data, tmp_path):
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "gan3d", "train", "--data", str(data[0]), "--heartbeat-seconds",
-                           "0"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gan3d",
+            "train",
+            "--data",
+            str(data[0]),
+            "--heartbeat-seconds",
+            "0",
+        ],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "gan3d train: error: --heartbeat-seconds 0: must be a number of seconds above 0"]
+        "gan3d train: error: --heartbeat-seconds 0: must be a number of seconds above 0"
+    ]
 
 
 def test_a_diverged_runs_record_names_its_start_end_command_and_commit():
@@ -253,11 +365,19 @@ def test_a_diverged_runs_record_names_its_start_end_command_and_commit():
     layout = RankLayout(0, 2, 0, 2, "h", 1, 2, "MPICH", "MPICH")
     started = results.RunClock.start()
     code = {"git_commit": "c" * 40, "git_commit_basis": "git checkout at /src"}
-    record = results.failure_record(args, layout, LossDiverged("losses became NaN", 2, 1), [], None, started, code)
+    record = results.failure_record(
+        args, layout, LossDiverged("losses became NaN", 2, 1), [], None, started, code
+    )
     assert record["status"] == "failed" and "showers_per_second" not in record
-    assert _utc(record["started_utc"]) <= _utc(record["ended_utc"]) and record["started_utc"] == started.utc
+    assert (
+        _utc(record["started_utc"]) <= _utc(record["ended_utc"])
+        and record["started_utc"] == started.utc
+    )
     assert record["command_line"] == sys.orig_argv
-    assert (record["git_commit"], record["git_commit_basis"]) == (code["git_commit"], code["git_commit_basis"])
+    assert (record["git_commit"], record["git_commit_basis"]) == (
+        code["git_commit"],
+        code["git_commit_basis"],
+    )
 
 
 @given(st.lists(st.floats(0, 1e3), min_size=1, max_size=400), st.integers(1, 100))

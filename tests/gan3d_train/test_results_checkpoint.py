@@ -1,4 +1,5 @@
 """Results arithmetic and the atomic, pruned per-epoch checkpoints (TensorFlow, no MPI)."""
+
 import json
 
 import pytest
@@ -16,33 +17,55 @@ def test_throughput_is_consistent_with_flop_per_shower():
     perf = results.throughput(flops, batch_per_rank=4, ranks=2, steps=10, seconds=5.0)
     assert perf["showers_per_second"] == pytest.approx(2 * 4 * 10 / 5.0)
     assert perf["flop_per_step"]["job"]["total"] == 12e9
-    assert perf["flop_per_second"] == pytest.approx(perf["showers_per_second"] * perf["flop_per_shower"])
+    assert perf["flop_per_second"] == pytest.approx(
+        perf["showers_per_second"] * perf["flop_per_shower"]
+    )
     assert perf["flop_per_second_per_rank"] == pytest.approx(perf["flop_per_second"] / 2)
 
 
 def test_supermuc_ng_peaks_follow_the_papers_convention():
     """4 nodes at 24 TFLOP/s: fp32 at the 2.3 GHz AVX clock, and the paper's FP64 at 2.7 GHz
     (4.15 TFLOP/s per node), not half the fp32 figure (which was 1.17x off)."""
-    fields = results.peak_fields(24e12, "fp32", 4, site_peaks(load_site("supermuc-ng")), {"fp32": 20e12}, "m")
+    fields = results.peak_fields(
+        24e12, "fp32", 4, site_peaks(load_site("supermuc-ng")), {"fp32": 20e12}, "m"
+    )
     assert fields["peak_fp32_theoretical_flop_per_second"] == pytest.approx(4 * 48 * 2.3e9 * 64)
-    assert fields["peak_fp32_theoretical_basis"] == "4 nodes x 48 cores x 2.3 GHz (avx clock) x 64 FP32 FLOP/cycle"
+    assert (
+        fields["peak_fp32_theoretical_basis"]
+        == "4 nodes x 48 cores x 2.3 GHz (avx clock) x 64 FP32 FLOP/cycle"
+    )
     assert fields["percent_of_peak_fp64_max_clock"] == pytest.approx(100 * 24e12 / (4 * 4.1472e12))
-    assert fields["percent_of_peak_fp64_theoretical"] == pytest.approx(100 * 24e12 / (4 * 48 * 2.3e9 * 32))
+    assert fields["percent_of_peak_fp64_theoretical"] == pytest.approx(
+        100 * 24e12 / (4 * 48 * 2.3e9 * 32)
+    )
     # a measured peak below the run's own rate was disturbed while it was measured: no % of it
-    assert fields["percent_of_peak_fp32_measured"] is None and "disturbed" in fields["peak_fp32_measured_basis"]
+    assert (
+        fields["percent_of_peak_fp32_measured"] is None
+        and "disturbed" in fields["peak_fp32_measured_basis"]
+    )
     assert fields["peak_fp32_measured_flop_per_second"] == 20e12
     assert fields["peak_fp64_measured_flop_per_second"] is None
     assert "--measure-peak" in fields["peak_fp64_measured_basis"]
     assert (fields["percent_of_peak"], fields["percent_of_peak_denominator"]) == (
-        fields["percent_of_peak_fp32_theoretical"], "fp32 theoretical peak")
+        fields["percent_of_peak_fp32_theoretical"],
+        "fp32 theoretical peak",
+    )
 
 
 def test_laptop_divides_by_the_measured_peak_and_says_so():
-    fields = results.peak_fields(10e9, "bf16", 1, site_peaks(load_site("laptop")), {"bf16": 80e9, "fp64": 20e9}, "m")
+    fields = results.peak_fields(
+        10e9, "bf16", 1, site_peaks(load_site("laptop")), {"bf16": 80e9, "fp64": 20e9}, "m"
+    )
     assert fields["peak_bf16_theoretical_flop_per_second"] is None
     assert fields["peak_bf16_theoretical_basis"].startswith("unknown clock")
-    assert fields["percent_of_peak_fp64_max_clock"] is None and "clock_ghz_max" in fields["peak_fp64_max_clock_basis"]
-    assert (fields["percent_of_peak"], fields["percent_of_peak_denominator"]) == (12.5, "bf16 measured peak")
+    assert (
+        fields["percent_of_peak_fp64_max_clock"] is None
+        and "clock_ghz_max" in fields["peak_fp64_max_clock_basis"]
+    )
+    assert (fields["percent_of_peak"], fields["percent_of_peak_denominator"]) == (
+        12.5,
+        "bf16 measured peak",
+    )
     assert fields["percent_of_peak_fp64_measured"] == pytest.approx(50.0)
     nothing = results.peak_fields(10e9, "fp32", 1, None, {}, "m")
     assert nothing["percent_of_peak"] is None and nothing["percent_of_peak_denominator"] is None
@@ -51,15 +74,24 @@ def test_laptop_divides_by_the_measured_peak_and_says_so():
 _RATE = st.floats(1e3, 1e18, allow_nan=False)
 
 
-@given(rate=_RATE, nodes=st.integers(1, 10**4), measured=st.dictionaries(st.sampled_from(["fp32", "bf16", "fp64"]), _RATE),
-       precision=st.sampled_from(["fp32", "bf16"]), site=st.sampled_from(["supermuc-ng", "stampede2", "laptop"]))
-def test_every_percent_is_the_rate_over_the_peak_its_key_names(rate, nodes, measured, precision, site):
+@given(
+    rate=_RATE,
+    nodes=st.integers(1, 10**4),
+    measured=st.dictionaries(st.sampled_from(["fp32", "bf16", "fp64"]), _RATE),
+    precision=st.sampled_from(["fp32", "bf16"]),
+    site=st.sampled_from(["supermuc-ng", "stampede2", "laptop"]),
+)
+def test_every_percent_is_the_rate_over_the_peak_its_key_names(
+    rate, nodes, measured, precision, site
+):
     fields = results.peak_fields(rate, precision, nodes, site_peaks(load_site(site)), measured, "m")
     for key, percent in fields.items():
         if not key.startswith("percent_of_peak_") or key == "percent_of_peak_denominator":
             continue
         peak = fields[key.replace("percent_of_peak_", "peak_") + "_flop_per_second"]
-        disturbed = key == f"percent_of_peak_{precision}_measured" and peak is not None and rate > peak
+        disturbed = (
+            key == f"percent_of_peak_{precision}_measured" and peak is not None and rate > peak
+        )
         assert (percent is None) == (peak is None or disturbed), key
         if percent is not None:
             assert percent == pytest.approx(100 * rate / peak), key
@@ -76,8 +108,11 @@ def test_results_file_is_written_whole(tmp_path):
     path = results.write_results(tmp_path / "sub" / "r.json", {"ranks": 2})
     from importlib import metadata
 
-    assert json.loads(path.read_text()) == {"schema": results.SCHEMA, "ranks": 2,
-                                            "kit_version": metadata.version("secure-site-kit")}
+    assert json.loads(path.read_text()) == {
+        "schema": results.SCHEMA,
+        "ranks": 2,
+        "kit_version": metadata.version("secure-site-kit"),
+    }
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left
     assert results.peak_rss_bytes() > 10 * 2**20
 

@@ -5,6 +5,7 @@ On a CPU without a bf16 unit the same runs use `--precision bf16-emulated` (oneD
 software); the refusal of plain `bf16` there is tested with the CPU flags replaced, since this
 machine's flags cannot be changed.
 """
+
 import json
 import subprocess
 import sys
@@ -26,9 +27,30 @@ def data(tmp_path_factory):
 
 
 def _args(data, results: Path, *extra: str) -> list[str]:
-    return ["--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), "--preset", "tiny",
-            "--batch-size", "4", "--steps-per-epoch", "2", "--validation-steps", "1", "--threads", "1",
-            "--seed", "5", "--precision", PRECISION, "--deterministic", "--results", str(results), *extra]
+    return [
+        "--data",
+        f"{data[0]},{data[1]}",
+        "--validation-data",
+        str(data[2]),
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "4",
+        "--steps-per-epoch",
+        "2",
+        "--validation-steps",
+        "1",
+        "--threads",
+        "1",
+        "--seed",
+        "5",
+        "--precision",
+        PRECISION,
+        "--deterministic",
+        "--results",
+        str(results),
+        *extra,
+    ]
 
 
 def conv_primitives(stdout: str) -> list[list[str]]:
@@ -38,9 +60,13 @@ def conv_primitives(stdout: str) -> list[list[str]]:
 
 
 def _dtypes(fields: list[str]) -> dict[str, str]:
-    """{"src": "bf16", "wei": "bf16", ...} from a primitive's memory descriptors (src_bf16::blocked:...)."""
+    """{"src": "bf16", "wei": "bf16", ...} from a primitive's memory descriptors
+    (src_bf16::blocked:...).
+    """
     md = next(f for f in fields if f.startswith("src_"))
-    return {part.split("_")[0]: part.split("_")[1].split(":")[0] for part in md.split() if "_" in part}
+    return {
+        part.split("_")[0]: part.split("_")[1].split(":")[0] for part in md.split() if "_" in part
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +74,14 @@ def bf16_runs(data, tmp_path_factory):
     """Two epochs straight (with oneDNN's verbose log), and one epoch + a resumed second."""
     out = tmp_path_factory.mktemp("bf16")
     env = dict(_env(), ONEDNN_VERBOSE="1")
-    straight = subprocess.run([sys.executable, "-m", "gan3d", "train", *_args(data, out / "a.json", "--epochs", "2")],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    straight = subprocess.run(
+        [sys.executable, "-m", "gan3d", "train", *_args(data, out / "a.json", "--epochs", "2")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert straight.returncode == 0, straight.stderr[-3000:]
     ckpt = ["--checkpoint-dir", str(out / "ckpt")]
     part1 = train(_args(data, out / "b1.json", "--epochs", "1", *ckpt))
@@ -66,8 +98,10 @@ ONEDNN_BF16_FLAGS = {"avx512f", "avx_ne_convert"}
 
 def test_every_convolution_of_a_bf16_run_is_a_bf16_primitive(bf16_runs):
     if not ONEDNN_BF16_FLAGS & cpu.cpu_flags():
-        pytest.skip("oneDNN runs no bf16 convolution on a CPU without avx512f or avx_ne_convert "
-                    "(TensorFlow's own kernels do; the results' precision is checked below)")
+        pytest.skip(
+            "oneDNN runs no bf16 convolution on a CPU without avx512f or avx_ne_convert "
+            "(TensorFlow's own kernels do; the results' precision is checked below)"
+        )
     _, straight, _ = bf16_runs
     convs = conv_primitives(straight.stdout)
     kinds = {f[5] for f in convs}
@@ -80,7 +114,9 @@ def test_results_and_checkpoint_say_bf16(bf16_runs):
     out, _, _ = bf16_runs
     r = json.loads((out / "a.json").read_text())
     assert r["precision"] == PRECISION and r["bf16_unit"] == cpu.bf16_support()
-    assert r["fft_convolutions"] == []  # FFTs are float32 only: a bf16 model keeps its direct convolutions
+    assert (
+        r["fft_convolutions"] == []
+    )  # FFTs are float32 only: a bf16 model keeps its direct convolutions
     assert r["allreduce_dtype"] == "fp32"
     meta = json.loads((out / "ckpt" / "epoch-0002" / "meta.json").read_text())
     assert meta["precision"] == PRECISION
@@ -99,13 +135,29 @@ def test_validate_runs_the_bf16_checkpoint_in_bf16(bf16_runs, data):
     from gan3d import validate
 
     out, _, _ = bf16_runs
-    code = validate.main(["--data", str(data[2]), "--checkpoint", str(out / "ckpt"), "--out", str(out / "plots"),
-                          "--events", "32", "--results", str(out / "b2.json")])
+    code = validate.main(
+        [
+            "--data",
+            str(data[2]),
+            "--checkpoint",
+            str(out / "ckpt"),
+            "--out",
+            str(out / "plots"),
+            "--events",
+            "32",
+            "--results",
+            str(out / "b2.json"),
+        ]
+    )
     assert code == 0
     physics = json.loads((out / "b2.json").read_text())["physics"]
     assert physics["precision"] == "bf16" and physics["preset"] == "tiny"
     # the score is on its fixed scale (held-out data 1, empty showers 0; a 6-step model may be below 0)
-    raw, ref_data, empty = physics["score_raw"], physics["score_reference_data"], physics["score_reference_empty"]
+    raw, ref_data, empty = (
+        physics["score_raw"],
+        physics["score_reference_data"],
+        physics["score_reference_empty"],
+    )
     assert physics["score"] == pytest.approx((empty - raw) / (empty - ref_data))
     assert all(Path(p).is_file() for p in physics["plots"])
 
@@ -114,12 +166,24 @@ def test_bf16_is_refused_on_a_cpu_without_bf16(data, tmp_path):
     """The real CLI in a real process, with gan3d.cpu told the flags of an AVX2-only CPU (the one
     stand-in here: this machine's flags cannot change). bf16-emulated passing the same check is
     tests/gan3d_model/test_precision.py; it trains like the runs above."""
-    probe = ("import sys, gan3d.cpu as c; c.cpu_flags = lambda path=None: frozenset({'avx2', 'fma'}); "
-             "from gan3d.train import main; sys.exit(main(sys.argv[1:]))")
-    args = [a if a != PRECISION else "bf16" for a in _args(data, tmp_path / "r.json", "--epochs", "1")]
-    proc = subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, env=_env(), capture_output=True,
-                          text=True, timeout=120)
+    probe = (
+        "import sys, gan3d.cpu as c; c.cpu_flags = lambda path=None: frozenset({'avx2', 'fma'}); "
+        "from gan3d.train import main; sys.exit(main(sys.argv[1:]))"
+    )
+    args = [
+        a if a != PRECISION else "bf16" for a in _args(data, tmp_path / "r.json", "--epochs", "1")
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *args],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("gan3d train: error:")]
-    assert len(lines) == 1 and "--precision bf16:" in lines[0] and "bf16-emulated" in lines[0], proc.stderr
+    assert len(lines) == 1 and "--precision bf16:" in lines[0] and "bf16-emulated" in lines[0], (
+        proc.stderr
+    )
     assert not (tmp_path / "r.json").exists()

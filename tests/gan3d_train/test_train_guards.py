@@ -3,6 +3,7 @@
 Real processes, real HDF5 files from the simulator, real checkpoints written by an earlier run.
 Expected failures end with exit 1 and one `gan3d train: error:` line; nothing lost silently.
 """
+
 import json
 import math
 import re
@@ -20,23 +21,43 @@ from tests.gan3d_train.test_train_mpi import train
 
 def _strict(path: Path) -> dict:
     """The JSON of `path`, refusing NaN/Infinity (which json.dumps writes by default)."""
+
     def refuse(name):
         raise AssertionError(f"{path} holds {name}")
+
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
 def _error_line(proc) -> str:
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[
+        -3000:
+    ]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("gan3d train: error:")]
     assert len(lines) == 1, proc.stderr[-3000:]
     return lines[0]
 
 
 def _args(data: list[Path], *extra: str) -> list[str]:
-    return ["--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), "--preset", "tiny",
-            "--batch-size", "4", "--steps-per-epoch", "2", "--validation-steps", "1", "--threads", "1",
-            "--seed", "2", *extra]
+    return [
+        "--data",
+        f"{data[0]},{data[1]}",
+        "--validation-data",
+        str(data[2]),
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "4",
+        "--steps-per-epoch",
+        "2",
+        "--validation-steps",
+        "1",
+        "--threads",
+        "1",
+        "--seed",
+        "2",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +75,18 @@ def data(tmp_path_factory) -> list[Path]:
 def first_epoch(data, tmp_path_factory):
     """One good epoch with --skip-bad-events and a checkpoint: (results, checkpoint dir)."""
     out = tmp_path_factory.mktemp("run")
-    proc = train(_args(data, "--skip-bad-events", "--epochs", "1", "--checkpoint-dir", str(out / "ckpt"),
-                       "--results", str(out / "r.json")))
+    proc = train(
+        _args(
+            data,
+            "--skip-bad-events",
+            "--epochs",
+            "1",
+            "--checkpoint-dir",
+            str(out / "ckpt"),
+            "--results",
+            str(out / "r.json"),
+        )
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _strict(out / "r.json"), out / "ckpt", proc
 
@@ -75,18 +106,39 @@ def test_a_bad_event_without_the_option_is_refused_naming_file_and_event(data, t
     assert not (tmp_path / "r.json").exists()
 
 
-def test_nan_losses_stop_the_run_without_a_checkpoint_or_a_valid_result(data, first_epoch, tmp_path):
+def test_nan_losses_stop_the_run_without_a_checkpoint_or_a_valid_result(
+    data, first_epoch, tmp_path
+):
     _, ckpt, _ = first_epoch
     shutil.copytree(ckpt, tmp_path / "ckpt")
     results = tmp_path / "r.json"
-    results.write_text(json.dumps({"schema": "gan3d-run/1", "showers_per_second": 9.0}))  # a stale result
-    proc = train(_args(data, "--skip-bad-events", "--epochs", "3", "--resume", "--lr", "1e30",
-                       "--checkpoint-dir", str(tmp_path / "ckpt"), "--results", str(results)))
+    results.write_text(
+        json.dumps({"schema": "gan3d-run/1", "showers_per_second": 9.0})
+    )  # a stale result
+    proc = train(
+        _args(
+            data,
+            "--skip-bad-events",
+            "--epochs",
+            "3",
+            "--resume",
+            "--lr",
+            "1e30",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--results",
+            str(results),
+        )
+    )
     line = _error_line(proc)
     assert "losses became NaN at epoch 2 step 1" in line and "lower --lr" in line
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0001"]  # no NaN state saved
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "epoch-0001"
+    ]  # no NaN state saved
     record = _strict(results)
-    assert record["status"] == "failed" and record["error"] == line.removeprefix("gan3d train: error: ")
+    assert record["status"] == "failed" and record["error"] == line.removeprefix(
+        "gan3d train: error: "
+    )
     assert record["failed_at"] == {"epoch": 2, "step": 1}
     assert record["checkpoint"] == str(tmp_path / "ckpt" / "epoch-0001")
     assert "showers_per_second" not in record and "flop_per_second" not in record
@@ -97,40 +149,86 @@ def test_resume_from_a_damaged_meta_json_is_one_line(data, first_epoch, tmp_path
     _, ckpt, _ = first_epoch
     shutil.copytree(ckpt, tmp_path / "ckpt")
     (tmp_path / "ckpt" / "epoch-0001" / "meta.json").write_text(meta)
-    line = _error_line(train(_args(data, "--skip-bad-events", "--epochs", "2", "--resume",
-                                   "--checkpoint-dir", str(tmp_path / "ckpt"))))
+    line = _error_line(
+        train(
+            _args(
+                data,
+                "--skip-bad-events",
+                "--epochs",
+                "2",
+                "--resume",
+                "--checkpoint-dir",
+                str(tmp_path / "ckpt"),
+            )
+        )
+    )
     assert str(tmp_path / "ckpt" / "epoch-0001" / "meta.json") in line and "fix: delete" in line
 
 
-def test_a_fresh_run_into_another_runs_checkpoints_is_refused_before_tensorflow(data, first_epoch, tmp_path):
+def test_a_fresh_run_into_another_runs_checkpoints_is_refused_before_tensorflow(
+    data, first_epoch, tmp_path
+):
     """Without --resume, a directory holding a run's checkpoints is refused in one line naming --resume
     and a new --checkpoint-dir, before the data are read or TensorFlow is imported; nothing in it
     changes (its epoch 1 would replace theirs, or be pruned as older than their later epochs)."""
     _, ckpt, _ = first_epoch
     shutil.copytree(ckpt, tmp_path / "ckpt")
     before = {p: p.read_bytes() for p in (tmp_path / "ckpt").rglob("*") if p.is_file()}
-    proc = train(_args(data, "--skip-bad-events", "--epochs", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                       "--results", str(tmp_path / "r.json")), timeout=120, python_flags=("-X", "importtime"))
+    proc = train(
+        _args(
+            data,
+            "--skip-bad-events",
+            "--epochs",
+            "1",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--results",
+            str(tmp_path / "r.json"),
+        ),
+        timeout=120,
+        python_flags=("-X", "importtime"),
+    )
     line = _error_line(proc)
-    assert line == (f"gan3d train: error: --checkpoint-dir {tmp_path / 'ckpt'}: holds another run's checkpoints "
-                    "(epoch-0001); fix: continue that run with --resume, or give a new --checkpoint-dir")
+    assert line == (
+        f"gan3d train: error: --checkpoint-dir {tmp_path / 'ckpt'}: holds another run's checkpoints "
+        "(epoch-0001); fix: continue that run with --resume, or give a new --checkpoint-dir"
+    )
     imported = re.findall(r"^import time:.*\|\s+(\S+)$", proc.stderr, re.M)
-    assert imported and "tensorflow" not in imported and "h5py" not in imported  # no data file opened
+    assert (
+        imported and "tensorflow" not in imported and "h5py" not in imported
+    )  # no data file opened
     assert {p: p.read_bytes() for p in (tmp_path / "ckpt").rglob("*") if p.is_file()} == before
     assert not (tmp_path / "r.json").exists()
 
 
 def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
-    """Both ranks see the NaN (gradients are all-reduced), so the job ends at once, not in a hang."""
+    """Both ranks see the NaN (gradients are all-reduced), so the job ends at once, not in a
+    hang.
+    """
     from tests.gan3d_train.test_train_mpi import MPIEXEC, _horovod_with_mpi
     from tests.helpers import require
 
     require(MPIEXEC is not None and _horovod_with_mpi(), "MPICH mpiexec and horovod built with MPI")
     results = tmp_path / "r.json"
-    proc = train(_args(data, "--skip-bad-events", "--epochs", "2", "--lr", "1e30", "--checkpoint-dir",
-                       str(tmp_path / "ckpt"), "--results", str(results)), ranks=2)
+    proc = train(
+        _args(
+            data,
+            "--skip-bad-events",
+            "--epochs",
+            "2",
+            "--lr",
+            "1e30",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--results",
+            str(results),
+        ),
+        ranks=2,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[
+        -3000:
+    ]
     assert "gan3d train: error: [rank 0] losses became NaN at epoch 1 step 1" in proc.stderr
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
     record = _strict(results)
@@ -139,15 +237,21 @@ def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
 
 def test_a_checkpoint_dir_that_is_a_file_fails_before_training(data, tmp_path):
     (tmp_path / "ckpt").write_text("my notes\n")
-    line = _error_line(train(_args(data, "--skip-bad-events", "--checkpoint-dir", str(tmp_path / "ckpt")),
-                             timeout=120))
+    line = _error_line(
+        train(
+            _args(data, "--skip-bad-events", "--checkpoint-dir", str(tmp_path / "ckpt")),
+            timeout=120,
+        )
+    )
     assert f"--checkpoint-dir {tmp_path / 'ckpt'}: cannot be created as a directory" in line
     assert (tmp_path / "ckpt").read_text() == "my notes\n"
     assert "epoch 1/" not in line
 
 
 def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
-    """--synthetic without --synthetic-dir simulates into a temporary dir: gone also when the run fails."""
+    """--synthetic without --synthetic-dir simulates into a temporary dir: gone also when the run
+    fails.
+    """
     import subprocess
     import sys
 
@@ -155,10 +259,35 @@ def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
 
     temp = tmp_path / "tmp"
     temp.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "gan3d", "train", "--synthetic", "64", "--preset", "tiny",
-                           "--batch-size", "4", "--epochs", "2", "--steps-per-epoch", "3", "--validation-steps",
-                           "1", "--threads", "1", "--lr", "1e30"], cwd=REPO, env={**_env(), "TMPDIR": str(temp)},
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gan3d",
+            "train",
+            "--synthetic",
+            "64",
+            "--preset",
+            "tiny",
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            "3",
+            "--validation-steps",
+            "1",
+            "--threads",
+            "1",
+            "--lr",
+            "1e30",
+        ],
+        cwd=REPO,
+        env={**_env(), "TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert "losses became NaN" in _error_line(proc)
     assert not list(temp.glob("gan3d-synthetic-*"))
 
@@ -173,10 +302,30 @@ def test_synthetic_dir_holding_real_data_is_refused_not_overwritten(tmp_path, ra
         h5.create_dataset("ECAL", data=np.ones((2, 25, 25, 25), np.float32))
         h5.create_dataset("target", data=np.array([[11.0, 100.0], [11.0, 200.0]]))
     before = (data / "EleEscan_1_1.h5").read_bytes()
-    proc = train(["--synthetic", "16", "--synthetic-dir", str(data), "--preset", "tiny", "--epochs", "1",
-                  "--steps-per-epoch", "1", "--threads", "1", "--oversubscribe"], ranks=ranks, timeout=120)
+    proc = train(
+        [
+            "--synthetic",
+            "16",
+            "--synthetic-dir",
+            str(data),
+            "--preset",
+            "tiny",
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "1",
+            "--threads",
+            "1",
+            "--oversubscribe",
+        ],
+        ranks=ranks,
+        timeout=120,
+    )
     line = _error_line(proc)
-    assert f"--synthetic-dir {data / 'EleEscan_1_1.h5'}: already there and not written by gan3d simulate" in line
+    assert (
+        f"--synthetic-dir {data / 'EleEscan_1_1.h5'}: already there and not written by gan3d simulate"
+        in line
+    )
     assert sorted(p.name for p in data.iterdir()) == ["EleEscan_1_1.h5"]
     assert (data / "EleEscan_1_1.h5").read_bytes() == before
 
@@ -190,8 +339,10 @@ FLOAT_FLAGS = {  # flag: whether a value is one gan3d train can use
 }
 
 
-@given(flag=st.sampled_from(sorted(FLOAT_FLAGS)),
-       value=st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 0.5, 7.0, 1e308, 601.0, 1e-300])))
+@given(
+    flag=st.sampled_from(sorted(FLOAT_FLAGS)),
+    value=st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 0.5, 7.0, 1e308, 601.0, 1e-300])),
+)
 @settings(max_examples=200, deadline=None)
 def test_every_number_is_checked_before_training_starts(flag, value):
     """NaN, inf, negative and out-of-range values are refused before TensorFlow starts: --warmup-epochs
@@ -207,14 +358,36 @@ def test_every_number_is_checked_before_training_starts(flag, value):
             _check_args(args)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--warmup-epochs", "nan"], "--warmup-epochs nan: must be 0..1000000 epochs"),
-    (["--flip-prob", "7"], "--flip-prob 7.0: must be a label flip probability in [0, 0.5)"),
-    (["--seed=-1"], "--seed -1: must be 0..4294967295"),
-    (["--loss-weights", "8,nan,0.1"], "--loss-weights '8,nan,0.1': each weight must be a number of 0 or more"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--warmup-epochs", "nan"], "--warmup-epochs nan: must be 0..1000000 epochs"),
+        (["--flip-prob", "7"], "--flip-prob 7.0: must be a label flip probability in [0, 0.5)"),
+        (["--seed=-1"], "--seed -1: must be 0..4294967295"),
+        (
+            ["--loss-weights", "8,nan,0.1"],
+            "--loss-weights '8,nan,0.1': each weight must be a number of 0 or more",
+        ),
+    ],
+)
 def test_a_bad_number_is_one_line_before_training(tmp_path, argv, expected):
-    proc = train(["--synthetic", "16", "--synthetic-dir", str(tmp_path / "syn"), "--preset", "tiny", "--epochs", "1",
-                  "--steps-per-epoch", "1", "--threads", "1", *argv], timeout=120)
+    proc = train(
+        [
+            "--synthetic",
+            "16",
+            "--synthetic-dir",
+            str(tmp_path / "syn"),
+            "--preset",
+            "tiny",
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "1",
+            "--threads",
+            "1",
+            *argv,
+        ],
+        timeout=120,
+    )
     assert _error_line(proc).startswith(f"gan3d train: error: {expected}; fix: ")
     assert not (tmp_path / "syn").exists()

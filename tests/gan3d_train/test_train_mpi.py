@@ -2,6 +2,7 @@
 
 Nothing is mocked: real MPI processes, Horovod all-reduces, HDF5 files from the simulator.
 """
+
 import json
 import os
 import shutil
@@ -16,14 +17,44 @@ from tests.helpers import require
 
 REPO = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich")
-CONTRACT = ["site", "image_digest", "software", "mpi_library_version", "nodes", "ranks", "ranks_per_node",
-            "threads_per_rank", "inter_op_threads", "thread_env", "batch_per_rank", "global_batch", "epochs",
-            "epoch_times", "showers_per_second", "flop_per_step", "flop_per_second", "flop_per_second_per_rank",
-            "precision", "peak_fp32_theoretical_flop_per_second", "peak_fp32_theoretical_basis",
-            "peak_fp32_measured_flop_per_second", "percent_of_peak_fp32_theoretical", "percent_of_peak_fp32_measured",
-            "peak_fp64_measured_flop_per_second", "percent_of_peak_fp64_measured", "percent_of_peak_fp64_max_clock",
-            "percent_of_peak", "percent_of_peak_denominator", "losses", "peak_rss_bytes_per_rank", "seed", "preset", "data_files",
-            "first_step_seconds", "weights_sha256_per_rank"]
+CONTRACT = [
+    "site",
+    "image_digest",
+    "software",
+    "mpi_library_version",
+    "nodes",
+    "ranks",
+    "ranks_per_node",
+    "threads_per_rank",
+    "inter_op_threads",
+    "thread_env",
+    "batch_per_rank",
+    "global_batch",
+    "epochs",
+    "epoch_times",
+    "showers_per_second",
+    "flop_per_step",
+    "flop_per_second",
+    "flop_per_second_per_rank",
+    "precision",
+    "peak_fp32_theoretical_flop_per_second",
+    "peak_fp32_theoretical_basis",
+    "peak_fp32_measured_flop_per_second",
+    "percent_of_peak_fp32_theoretical",
+    "percent_of_peak_fp32_measured",
+    "peak_fp64_measured_flop_per_second",
+    "percent_of_peak_fp64_measured",
+    "percent_of_peak_fp64_max_clock",
+    "percent_of_peak",
+    "percent_of_peak_denominator",
+    "losses",
+    "peak_rss_bytes_per_rank",
+    "seed",
+    "preset",
+    "data_files",
+    "first_step_seconds",
+    "weights_sha256_per_rank",
+]
 
 
 def _horovod_with_mpi() -> bool:
@@ -46,32 +77,78 @@ def data(tmp_path_factory):
 
 def _env() -> dict:
     # TMPDIR: the run's own (tests/conftest.py): what a stopped or aborted rank leaves goes with the run
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), TMPDIR=tempfile.gettempdir())
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), TMPDIR=tempfile.gettempdir()
+    )
     for key in [k for k in env if k.startswith(("SLURM_", "OMPI_", "PMI_"))]:
         del env[key]
     return env
 
 
-def train(args: list[str], ranks: int | None = None, timeout: int = 240,
-          python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def train(
+    args: list[str],
+    ranks: int | None = None,
+    timeout: int = 240,
+    python_flags: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, *python_flags, "-m", "gan3d", "train", *args]
     if ranks is not None:
         cmd = [MPIEXEC, "-n", str(ranks), *cmd]
-    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _tiny(data, results: Path, *extra: str) -> list[str]:
-    return ["--data", f"{data[0]},{data[1]}", "--validation-data", str(data[2]), "--preset", "tiny",
-            "--batch-size", "4", "--steps-per-epoch", "3", "--validation-steps", "2", "--threads", "1",
-            "--seed", "11", "--results", str(results), *extra]
+    return [
+        "--data",
+        f"{data[0]},{data[1]}",
+        "--validation-data",
+        str(data[2]),
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "4",
+        "--steps-per-epoch",
+        "3",
+        "--validation-steps",
+        "2",
+        "--threads",
+        "1",
+        "--seed",
+        "11",
+        "--results",
+        str(results),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
 def two_rank_run(parts, tmp_path_factory):
-    """`python -m gan3d demo` with the tiny preset: simulate, 2-rank mpiexec training, physics check."""
+    """`python -m gan3d demo` with the tiny preset: simulate, 2-rank mpiexec training, physics
+    check.
+    """
     out = tmp_path_factory.mktemp("demo")
-    cmd = [sys.executable, "-m", "gan3d", "demo", "--site", "laptop", "--preset", "tiny", "--epochs", "2",
-           "--steps", "3", "--batch-size", "4", "--build", str(out / "build"), "--results", str(out / "r.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gan3d",
+        "demo",
+        "--site",
+        "laptop",
+        "--preset",
+        "tiny",
+        "--epochs",
+        "2",
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--build",
+        str(out / "build"),
+        "--results",
+        str(out / "r.json"),
+    ]
     env = dict(_env(), COLUMNS="250")  # rich wraps long paths at 80 columns when not on a terminal
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -89,7 +166,9 @@ def test_two_ranks_end_with_identical_weights_and_learn(two_rank_run):
     # The demo warms the learning rate up over epoch 1 from lr to lr x ranks (0.001 -> 0.002).
     lr1, lr2 = record["losses"][0]["learning_rate"], record["losses"][1]["learning_rate"]
     assert lr1["first_step"] == pytest.approx(0.001 + 0.001 / 3, rel=1e-6)
-    assert lr1["last_step"] == pytest.approx(0.002, rel=1e-6) == lr2["first_step"] == lr2["last_step"]
+    assert (
+        lr1["last_step"] == pytest.approx(0.002, rel=1e-6) == lr2["first_step"] == lr2["last_step"]
+    )
     assert "2 rank(s) on 1 node(s)" in proc.stdout and "KMP_BLOCKTIME=0" in proc.stdout
     # no alarming TensorFlow error lines (TF 2.15's remapper fails on the step's graph; it is off)
     assert " E tensorflow/" not in proc.stderr and "remapper failed" not in proc.stderr
@@ -97,16 +176,27 @@ def test_two_ranks_end_with_identical_weights_and_learn(two_rank_run):
 
 def test_demo_validates_physics_and_prints_the_summary(two_rank_run):
     record, out, proc = two_rank_run
-    physics = record["physics"]  # a short run may score below 0 (farther from the data than empty showers)
-    raw, data, empty = physics["score_raw"], physics["score_reference_data"], physics["score_reference_empty"]
+    physics = record[
+        "physics"
+    ]  # a short run may score below 0 (farther from the data than empty showers)
+    raw, data, empty = (
+        physics["score_raw"],
+        physics["score_reference_data"],
+        physics["score_reference_empty"],
+    )
     assert 0 < data < empty and physics["score"] == pytest.approx((empty - raw) / (empty - data))
     assert "physics score (1 = like held-out data" in proc.stdout
     assert record["physics"]["plots"] and all(Path(p).is_file() for p in record["physics"]["plots"])
-    for text in ("showers/s (job)", "GFLOP/s (job)", "% of theoretical (site config) fp32 peak",
-                 "unknown (unknown clock and FLOP/cycle: the site config gives no clock_ghz_avx",
-                 "% of measured matmul fp32 peak (", "% of measured matmul fp64 peak (",
-                 "% of FP64 peak at max clock (the paper's convention)",
-                 str(out / "r.json")):
+    for text in (
+        "showers/s (job)",
+        "GFLOP/s (job)",
+        "% of theoretical (site config) fp32 peak",
+        "unknown (unknown clock and FLOP/cycle: the site config gives no clock_ghz_avx",
+        "% of measured matmul fp32 peak (",
+        "% of measured matmul fp64 peak (",
+        "% of FP64 peak at max clock (the paper's convention)",
+        str(out / "r.json"),
+    ):
         assert text in proc.stdout, text
 
 
@@ -123,16 +213,30 @@ def test_results_carry_the_contract_with_plausible_values(two_rank_run):
     assert r["timed_steps"] == 2 * 3 - 1  # the first (tracing) step is reported separately
     assert r["showers_per_second"] == pytest.approx(8 * r["timed_steps"] / r["timed_seconds"])
     assert r["flop_per_step"]["job"]["total"] == 2 * r["flop_per_step"]["per_rank"]["total"] > 0
-    assert r["flop_per_second"] == pytest.approx(r["showers_per_second"] * r["flop_per_shower"], rel=1e-9)
+    assert r["flop_per_second"] == pytest.approx(
+        r["showers_per_second"] * r["flop_per_shower"], rel=1e-9
+    )
     # laptop is a VM: no theoretical peak; the measured fp32 peak is the denominator, named
     assert r["precision"] == "fp32" and r["peak_fp32_theoretical_flop_per_second"] is None
     from gan3d.model import FFT_LAYERS
-    assert r["fft_convolutions"] == sorted(FFT_LAYERS)  # what ran, with a rate that counts model FLOP
-    assert r["peak_fp32_theoretical_basis"].startswith("unknown clock") and r["percent_of_peak_fp32_theoretical"] is None
-    assert r["peak_fp32_measured_flop_per_second"] > 1e9 and r["peak_fp64_measured_flop_per_second"] > 1e8
+
+    assert r["fft_convolutions"] == sorted(
+        FFT_LAYERS
+    )  # what ran, with a rate that counts model FLOP
+    assert (
+        r["peak_fp32_theoretical_basis"].startswith("unknown clock")
+        and r["percent_of_peak_fp32_theoretical"] is None
+    )
+    assert (
+        r["peak_fp32_measured_flop_per_second"] > 1e9
+        and r["peak_fp64_measured_flop_per_second"] > 1e8
+    )
     assert r["percent_of_peak_denominator"] == "fp32 measured peak"
-    assert r["percent_of_peak"] == r["percent_of_peak_fp32_measured"] == pytest.approx(
-        100 * r["flop_per_second"] / r["peak_fp32_measured_flop_per_second"])
+    assert (
+        r["percent_of_peak"]
+        == r["percent_of_peak_fp32_measured"]
+        == pytest.approx(100 * r["flop_per_second"] / r["peak_fp32_measured_flop_per_second"])
+    )
     assert 0 < r["percent_of_peak"] <= 100 and r["percent_of_peak_fp64_max_clock"] is None
     assert len(r["peak_rss_bytes_per_rank"]) == 2 and min(r["peak_rss_bytes_per_rank"]) > 50 * 2**20
     assert r["memory_within_node"] is True
@@ -153,13 +257,17 @@ def test_resume_gives_bit_identical_weights(parts, data, tmp_path):
     a, b1, b2 = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b1.json", "b2.json"))
     assert b2["start_epoch"] == 1 and "resumed from" in part2.stdout
     assert b1["weights_sha256_per_rank"] != a["weights_sha256_per_rank"]  # epoch 1 alone differs...
-    assert b2["weights_sha256_per_rank"] == a["weights_sha256_per_rank"]  # ...resumed epoch 2 is identical
+    assert (
+        b2["weights_sha256_per_rank"] == a["weights_sha256_per_rank"]
+    )  # ...resumed epoch 2 is identical
     assert len(set(a["weights_sha256_per_rank"])) == 1
     assert b2["losses"][0]["train"] == a["losses"][1]["train"]
 
 
 def test_impossible_ranks_times_threads_is_refused(parts, data, tmp_path):
-    proc = train(_tiny(data, tmp_path / "r.json", "--site", "laptop", "--threads", "2"), ranks=2, timeout=60)
+    proc = train(
+        _tiny(data, tmp_path / "r.json", "--site", "laptop", "--threads", "2"), ranks=2, timeout=60
+    )
     assert proc.returncode != 0
     assert "2 rank(s) per node x --threads 2 = 4 threads" in proc.stderr
     assert "--threads 1" in proc.stderr and "--oversubscribe" in proc.stderr
@@ -170,8 +278,21 @@ def test_corrupt_data_file_is_named(parts, data, tmp_path):
     bad = tmp_path / "EleEscan_9_9.h5"
     blob = Path(data[0]).read_bytes()
     bad.write_bytes(blob[: len(blob) // 2])  # a truncated copy
-    proc = train(["--data", f"{bad},{data[1]}", "--validation-data", str(data[2]), "--preset", "tiny",
-                  "--batch-size", "4", "--threads", "1"], timeout=60)
+    proc = train(
+        [
+            "--data",
+            f"{bad},{data[1]}",
+            "--validation-data",
+            str(data[2]),
+            "--preset",
+            "tiny",
+            "--batch-size",
+            "4",
+            "--threads",
+            "1",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert str(bad) in proc.stderr and "gan3d train: error:" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -182,17 +303,47 @@ def test_itex_on_without_the_extra_is_a_clear_error(data, tmp_path):
 
     if importlib.util.find_spec("intel_extension_for_tensorflow") is not None:
         pytest.skip("ITEX is installed here: the missing-extra error cannot occur")
-    proc = train(["--data", str(data[0]), "--validation-data", str(data[2]), "--itex", "on"], timeout=60)
-    assert proc.returncode == 1 and "not in the kit's pin list" in proc.stderr and "--itex off" in proc.stderr
+    proc = train(
+        ["--data", str(data[0]), "--validation-data", str(data[2]), "--itex", "on"], timeout=60
+    )
+    assert (
+        proc.returncode == 1
+        and "not in the kit's pin list" in proc.stderr
+        and "--itex off" in proc.stderr
+    )
 
 
 def test_synthetic_showers_are_simulated_once_and_shared_by_both_ranks(parts, tmp_path):
-    """--synthetic 256 writes two files of 128; --test-fraction 0.1 holds out 26 events, not a file."""
+    """--synthetic 256 writes two files of 128; --test-fraction 0.1 holds out 26 events, not a
+    file.
+    """
     out = tmp_path / "synthetic"
     results = tmp_path / "r.json"
-    proc = train(["--synthetic", "256", "--synthetic-dir", str(out), "--test-fraction", "0.1", "--preset", "tiny",
-                  "--batch-size", "4", "--steps-per-epoch", "2", "--validation-steps", "1", "--threads", "1",
-                  "--seed", "3", "--results", str(results)], ranks=2)
+    proc = train(
+        [
+            "--synthetic",
+            "256",
+            "--synthetic-dir",
+            str(out),
+            "--test-fraction",
+            "0.1",
+            "--preset",
+            "tiny",
+            "--batch-size",
+            "4",
+            "--steps-per-epoch",
+            "2",
+            "--validation-steps",
+            "1",
+            "--threads",
+            "1",
+            "--seed",
+            "3",
+            "--results",
+            str(results),
+        ],
+        ranks=2,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     written = sorted(out.glob("*.h5"))
     assert len(written) == 2  # rank 0 wrote them; rank 1 read the same directory
@@ -200,7 +351,12 @@ def test_synthetic_showers_are_simulated_once_and_shared_by_both_ranks(parts, tm
     assert record["ranks"] == 2
     assert (record["train_events"], record["validation_events"]) == (230, 26)
     held = record["held_out"]
-    assert held["by"] == "events" and held["events"] == 26 and held["of_events"] == 256 and held["seed"] == 3
+    assert (
+        held["by"] == "events"
+        and held["events"] == 26
+        and held["of_events"] == 256
+        and held["seed"] == 3
+    )
     assert sorted(s["file"] for s in held["source"]) == [str(p) for p in written]
     assert sum(s["stop"] - s["first"] for s in held["source"]) == 26
     assert "held out 26 of 256 events for validation" in proc.stdout

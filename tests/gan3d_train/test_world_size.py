@@ -2,6 +2,7 @@
 keeps the launcher's PMI variables from the ranks (udocker without --hostenv, runc losing Hydra's
 PMI fd) leaves each rank a 1-rank job that trains alone and ends with status 0. Real MPICH: a rank
 started without its PMI connection initialises as a singleton while its launcher's count stays."""
+
 import subprocess
 import sys
 
@@ -24,14 +25,24 @@ def _errors(stderr: str) -> list[str]:
 
 
 def test_a_singleton_rank_of_a_two_rank_launch_is_refused_in_one_line(data, tmp_path):
-    """MPI_Init without the launcher's connection (no PMI_FD): a world of 1, while PMI_SIZE says 2."""
+    """MPI_Init without the launcher's connection (no PMI_FD): a world of 1, while PMI_SIZE says
+    2.
+    """
     require(_mpi4py(), "mpi4py (scripts/setup.sh)")
-    done = subprocess.run([sys.executable, "-m", "gan3d", "train", *_tiny(data, tmp_path / "r.json")], cwd=REPO,
-                          env=dict(_env(), PMI_SIZE="2", PMI_RANK="1"), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "gan3d", "train", *_tiny(data, tmp_path / "r.json")],
+        cwd=REPO,
+        env=dict(_env(), PMI_SIZE="2", PMI_RANK="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     lines = _errors(done.stderr)
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("gan3d train: error: MPI world of 1 rank(s), but the launcher started 2 (PMI_SIZE)")
+    assert lines[0].startswith(
+        "gan3d train: error: MPI world of 1 rank(s), but the launcher started 2 (PMI_SIZE)"
+    )
     assert "--hostenv" in lines[0] and "fix:" in lines[0]
     assert not (tmp_path / "r.json").exists()
 
@@ -41,20 +52,37 @@ def test_ranks_cut_off_from_mpiexec_each_refuse(data, tmp_path):
     """Two ranks under MPICH's mpiexec, each started without PMI_FD (what a runtime that drops the
     launcher's descriptor or environment does): both stop with the one line, nothing is written."""
     require(MPIEXEC is not None and _mpi4py(), "MPICH mpiexec and mpi4py (scripts/setup.sh)")
-    cmd = [MPIEXEC, "-n", "2", "env", "-u", "PMI_FD", "-u", "PMI_PORT", sys.executable, "-m", "gan3d", "train",
-           *_tiny(data, tmp_path / "r.json")]
+    cmd = [
+        MPIEXEC,
+        "-n",
+        "2",
+        "env",
+        "-u",
+        "PMI_FD",
+        "-u",
+        "PMI_PORT",
+        sys.executable,
+        "-m",
+        "gan3d",
+        "train",
+        *_tiny(data, tmp_path / "r.json"),
+    ]
     done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = _errors(done.stderr)
-    assert len(lines) == 2 and all("MPI world of 1 rank(s), but the launcher started 2 (PMI_SIZE)" in ln
-                                   for ln in lines), done.stderr
+    assert len(lines) == 2 and all(
+        "MPI world of 1 rank(s), but the launcher started 2 (PMI_SIZE)" in ln for ln in lines
+    ), done.stderr
     assert not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.parametrize("key", runtime.WORLD_SIZE_ENV)
 def test_each_launchers_count_is_compared(key):
     runtime.check_world_size(3, {key: "3"})
-    with pytest.raises(runtime.SettingsError, match=f"MPI world of 1 rank\\(s\\), but the launcher started 3 \\({key}\\)"):
+    with pytest.raises(
+        runtime.SettingsError,
+        match=f"MPI world of 1 rank\\(s\\), but the launcher started 3 \\({key}\\)",
+    ):
         runtime.check_world_size(1, {key: "3"})
 
 
@@ -67,4 +95,7 @@ def test_the_launcher_of_this_process_speaks_first_and_a_batch_scripts_count_not
 
 
 def _mpi4py() -> bool:
-    return subprocess.run([sys.executable, "-c", "import mpi4py.MPI"], capture_output=True).returncode == 0
+    return (
+        subprocess.run([sys.executable, "-c", "import mpi4py.MPI"], capture_output=True).returncode
+        == 0
+    )

@@ -4,6 +4,7 @@ hand-craft hostile OCI layouts with tarfile.
 The cache lives in ~/.cache/secure-site-kit/test-images/<recipe hash>/ so a rerun reuses
 the images; a build happens in a temporary sibling and is renamed into place.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -126,8 +127,12 @@ def rich_image(out: Path) -> None:
     # layer 2: what umoci's differ never writes
     layer = out / "layer2.tar"
     with tarfile.open(layer, "w", format=tarfile.PAX_FORMAT) as tf:
-        for name, kind, data in [("opq", "d", None), ("opq/.wh..wh..opq", "f", b""),
-                                 ("opq/c", "f", b"c\n"), ("data/big", "l", "keep.txt")]:
+        for name, kind, data in [
+            ("opq", "d", None),
+            ("opq/.wh..wh..opq", "f", b""),
+            ("opq/c", "f", b"c\n"),
+            ("data/big", "l", "keep.txt"),
+        ]:
             info = tarfile.TarInfo(name)
             info.mtime = 1_700_000_000
             if kind == "d":
@@ -140,18 +145,40 @@ def rich_image(out: Path) -> None:
                 info.size, info.mode = len(data), 0o644
                 tf.addfile(info, io.BytesIO(data))
     run("umoci", "raw", "add-layer", "--image", f"{out}/oci:rich", str(layer))
-    run("umoci", "config", "--image", f"{out}/oci:rich", "--config.env", "PATH=/bin",
-        "--config.env", "FOO=bar", "--config.workingdir", "/data",
-        "--config.label", "org.example=demo", "--config.volume", "/scratch")
+    run(
+        "umoci",
+        "config",
+        "--image",
+        f"{out}/oci:rich",
+        "--config.env",
+        "PATH=/bin",
+        "--config.env",
+        "FOO=bar",
+        "--config.workingdir",
+        "/data",
+        "--config.label",
+        "org.example=demo",
+        "--config.volume",
+        "/scratch",
+    )
     run("umoci", "gc", "--layout", str(out / "oci"))
     shutil.rmtree(bundle)
     layer.unlink()
     # The same image in the other input forms, and the reference unpack.
     run("skopeo", "copy", f"oci:{out}/oci:rich", f"docker-archive:{out}/docker.tar:rich:latest")
     run("skopeo", "copy", f"oci:{out}/oci:rich", f"oci-archive:{out}/oci.tar:rich")
-    run("skopeo", "copy", "--dest-compress", "--dest-compress-format", "zstd",
-        f"oci:{out}/oci:rich", f"oci:{out}/oci-zstd:rich")
-    run("umoci", "raw", "unpack", "--rootless", "--image", f"{out}/oci:rich", str(out / "reference"))
+    run(
+        "skopeo",
+        "copy",
+        "--dest-compress",
+        "--dest-compress-format",
+        "zstd",
+        f"oci:{out}/oci:rich",
+        f"oci:{out}/oci-zstd:rich",
+    )
+    run(
+        "umoci", "raw", "unpack", "--rootless", "--image", f"{out}/oci:rich", str(out / "reference")
+    )
 
 
 def busybox_rootfs_into(root: Path) -> None:
@@ -174,8 +201,16 @@ def buildah_image(out: Path) -> None:
     (ctx / "Dockerfile").write_text(
         "FROM scratch\nADD rootfs.tar /\n"
         "RUN rm /data/gone && mkdir -p /opt/app && echo hello > /opt/app/msg\n"
-        "ENV GREETING=hello APP=/opt/app\n")
-    store = ["--root", str(out / "storage"), "--runroot", str(out / "run"), "--storage-driver", "vfs"]
+        "ENV GREETING=hello APP=/opt/app\n"
+    )
+    store = [
+        "--root",
+        str(out / "storage"),
+        "--runroot",
+        str(out / "run"),
+        "--storage-driver",
+        "vfs",
+    ]
     run("buildah", *store, "bud", "--isolation", "chroot", "--layers", "-t", "kit-test:1", str(ctx))
     run("buildah", *store, "push", "kit-test:1", f"docker-archive:{out}/docker.tar:kit-test:1")
     run("buildah", *store, "push", "kit-test:1", f"oci-archive:{out}/oci.tar:kit-test:1")
@@ -184,10 +219,19 @@ def buildah_image(out: Path) -> None:
     shutil.rmtree(out / "run", ignore_errors=True)
     shutil.rmtree(ctx)
     run("skopeo", "copy", f"oci-archive:{out}/oci.tar", f"oci:{out}/oci:kit-test")
-    run("umoci", "raw", "unpack", "--rootless", "--image", f"{out}/oci:kit-test", str(out / "reference"))
+    run(
+        "umoci",
+        "raw",
+        "unpack",
+        "--rootless",
+        "--image",
+        f"{out}/oci:kit-test",
+        str(out / "reference"),
+    )
 
 
 # -- hand-made OCI layouts (hostile archives) --------------------------------------------
+
 
 def tar_bytes(members: list[tuple]) -> bytes:
     """members: (name, kind, payload) with kind f (data bytes), d, l (symlink), h (hard link)."""
@@ -216,8 +260,13 @@ def _blob(root: Path, data: bytes) -> dict:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
-def oci_layout(root: Path, layers: list[bytes], gzip_layers: bool = True, env=("PATH=/bin",),
-               stored=lambda data: data) -> Path:
+def oci_layout(
+    root: Path,
+    layers: list[bytes],
+    gzip_layers: bool = True,
+    env=("PATH=/bin",),
+    stored=lambda data: data,
+) -> Path:
     """Write an OCI layout (tag ``t``) whose layers are the given uncompressed tars.
 
     ``stored`` may alter a layer's stored bytes before they are hashed (e.g. truncate them).
@@ -230,15 +279,28 @@ def oci_layout(root: Path, layers: list[bytes], gzip_layers: bool = True, env=("
         data = stored(gzip.compress(tar, 1, mtime=0) if gzip_layers else tar)
         mt = "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if gzip_layers else "")
         descs.append({"mediaType": mt, **_blob(root, data)})
-    config = {"architecture": "amd64", "os": "linux", "config": {"Env": list(env)},
-              "rootfs": {"type": "layers", "diff_ids": diff_ids}, "history": []}
-    cdesc = {"mediaType": "application/vnd.oci.image.config.v1+json",
-             **_blob(root, json.dumps(config).encode())}
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": cdesc, "layers": descs}
-    mdesc = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-             **_blob(root, json.dumps(manifest).encode()),
-             "annotations": {"org.opencontainers.image.ref.name": "t"}}
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": list(env)},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": [],
+    }
+    cdesc = {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        **_blob(root, json.dumps(config).encode()),
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": cdesc,
+        "layers": descs,
+    }
+    mdesc = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        **_blob(root, json.dumps(manifest).encode()),
+        "annotations": {"org.opencontainers.image.ref.name": "t"},
+    }
     (root / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [mdesc]}))
     return root
 

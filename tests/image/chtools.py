@@ -1,4 +1,5 @@
 """Run the real Charliecloud tools (ch-run, ch-convert) from tests."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,5 @@
 """Session fixtures: real images built once (and cached across runs) with umoci/skopeo/buildah."""
+
 from __future__ import annotations
 
 import os

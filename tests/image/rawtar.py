@@ -1,5 +1,6 @@
 """Hand-forged tar headers: what tarfile's writer refuses to produce (negative sizes, forged
 pax records, members after a corrupt header), for the hostile-archive tests."""
+
 from __future__ import annotations
 
 import tarfile
@@ -7,13 +8,23 @@ import tarfile
 BLOCK = 512
 
 
-def member(name: str, data: bytes = b"", kind: str = "f", linkname: str = "",
-           fmt: int = tarfile.GNU_FORMAT, pax: dict[str, str] | None = None) -> bytes:
+def member(
+    name: str,
+    data: bytes = b"",
+    kind: str = "f",
+    linkname: str = "",
+    fmt: int = tarfile.GNU_FORMAT,
+    pax: dict[str, str] | None = None,
+) -> bytes:
     """One member (header blocks + padded data); kind f, d, l (symlink) or h (hard link)."""
     info = tarfile.TarInfo(name)
     info.size = len(data) if kind == "f" else 0
-    info.type = {"f": tarfile.REGTYPE, "d": tarfile.DIRTYPE, "l": tarfile.SYMTYPE,
-                 "h": tarfile.LNKTYPE}[kind]
+    info.type = {
+        "f": tarfile.REGTYPE,
+        "d": tarfile.DIRTYPE,
+        "l": tarfile.SYMTYPE,
+        "h": tarfile.LNKTYPE,
+    }[kind]
     info.mode = 0o755 if kind == "d" else 0o644
     info.linkname = linkname
     info.mtime = 1_700_000_000
@@ -40,13 +51,17 @@ def base256(value: int) -> bytes:
     return bytes([0xFF if value < 0 else 0x80]) + value.to_bytes(11, "big", signed=True)
 
 
-def pax_member(name: str, records: bytes, data: bytes = b"", kind: str = "f",
-               linkname: str = "") -> bytes:
+def pax_member(
+    name: str, records: bytes, data: bytes = b"", kind: str = "f", linkname: str = ""
+) -> bytes:
     """A pax extended header with raw RECORDS (possibly malformed) followed by a member."""
     head = tarfile.TarInfo("././@PaxHeader")
     head.type, head.size = tarfile.XHDTYPE, len(records)
-    return (head.tobuf(tarfile.USTAR_FORMAT) + padded(records)
-            + member(name, data, kind, linkname, fmt=tarfile.USTAR_FORMAT))
+    return (
+        head.tobuf(tarfile.USTAR_FORMAT)
+        + padded(records)
+        + member(name, data, kind, linkname, fmt=tarfile.USTAR_FORMAT)
+    )
 
 
 def pax_record(key: str, value: bytes) -> bytes:

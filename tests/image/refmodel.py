@@ -18,6 +18,7 @@ removed: the converter keeps such data (as a copy) rather than lose the link.
 Members are ``(name, kind, payload)``: kind f (payload bytes), d, l (symlink target),
 h (hard link target); whiteouts and opaque markers are f members with those names.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,9 +33,23 @@ from pathlib import Path
 
 MAX_PATH, MAX_COMPONENT = 4095, 255
 WHITEOUT, OPAQUE, AUFS_META = ".wh.", ".wh..wh..opq", ".wh..wh."
-ADDED = ({"bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr", "ch", "etc/hosts",
-          "etc/resolv.conf", "etc/passwd", "etc/group", "ch/environment", "ch/metadata.json"}
-         | {f"mnt/{i}" for i in range(10)})  # what conversion adds to every image
+ADDED = {
+    "bin",
+    "dev",
+    "etc",
+    "mnt",
+    "proc",
+    "sys",
+    "tmp",
+    "usr",
+    "ch",
+    "etc/hosts",
+    "etc/resolv.conf",
+    "etc/passwd",
+    "etc/group",
+    "ch/environment",
+    "ch/metadata.json",
+} | {f"mnt/{i}" for i in range(10)}  # what conversion adds to every image
 
 
 @dataclass
@@ -87,8 +102,9 @@ def predict(layers: list[list[tuple]]) -> Prediction:
             if path is None or kind == "h" and _norm(payload) is None:
                 out.must_fail = f"layer {li}: unsafe name {name!r} -> {payload!r}"
                 return out
-            if kind == "l" and (len(payload.encode("utf-8", "surrogateescape")) > MAX_PATH
-                                or "\0" in payload):
+            if kind == "l" and (
+                len(payload.encode("utf-8", "surrogateescape")) > MAX_PATH or "\0" in payload
+            ):
                 out.must_fail = f"layer {li}: symlink target of {name!r}"
                 return out
             members.append((path, kind, payload))
@@ -203,14 +219,19 @@ def _replace(state: dict[str, Node], path: str, node: Node) -> None:
 
 # -- the converter's output, in the same form -------------------------------------------
 
+
 def read_tree(out: Path, fmt: str) -> tuple[dict[str, tuple], set[frozenset[str]]]:
     """path -> (kind, content or symlink target), and the hard-link groups, of an output."""
     if fmt in ("tar", "tar.gz"):
         return _read_tar(out)
     if fmt == "sqfs":
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(["unsquashfs", "-no-progress", "-quiet", "-d", f"{tmp}/root", str(out)],
-                           check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                ["unsquashfs", "-no-progress", "-quiet", "-d", f"{tmp}/root", str(out)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             return _read_dir(Path(tmp) / "root")
     return _read_dir(out)
 

@@ -1,4 +1,5 @@
 """Charliecloud's own tools accept the output: ch-convert (tar -> dir, -> squash) and ch-run."""
+
 from __future__ import annotations
 
 from kit.image import convert
@@ -13,8 +14,9 @@ def test_ch_convert_and_ch_run_tarball(rich, tmp_path):
     host = tmp_path / "hostmpi"
     host.mkdir()
     (host / "libmpi.so.12").write_text("host library\n")
-    out = ch_run(squash, "/bin/sh", "-c", "cat /opt/hostmpi/libmpi.so.12",
-                 binds=(f"{host}:/opt/hostmpi",))
+    out = ch_run(
+        squash, "/bin/sh", "-c", "cat /opt/hostmpi/libmpi.so.12", binds=(f"{host}:/opt/hostmpi",)
+    )
     assert out == "host library\n"
 
 
@@ -25,9 +27,13 @@ def test_own_squashfs_runs_read_only_with_bind(built, tmp_path):
     host = tmp_path / "hostmpi"
     host.mkdir()
     (host / "marker").write_text("bound\n")
-    out = ch_run(tmp_path / "img.sqfs", "/bin/sh", "-c",
-                 "cat /opt/app/msg /opt/hostmpi/marker; touch /x 2>/dev/null || echo read-only",
-                 binds=(f"{host}:/opt/hostmpi",))
+    out = ch_run(
+        tmp_path / "img.sqfs",
+        "/bin/sh",
+        "-c",
+        "cat /opt/app/msg /opt/hostmpi/marker; touch /x 2>/dev/null || echo read-only",
+        binds=(f"{host}:/opt/hostmpi",),
+    )
     assert out == "hello\nbound\nread-only\n"
 
 

@@ -1,5 +1,6 @@
 """What users expect of a converted image: /etc/passwd and /etc/group exist (ch-run binds onto
 them), an image's own are kept as they are, and `kit image convert` prints a short summary."""
+
 from __future__ import annotations
 
 import io
@@ -21,14 +22,20 @@ ACCOUNTS = ("etc/passwd", "etc/group")
 
 
 def layer(members: list[tuple]) -> bytes:
-    """A layer tar; members are (name, kind, payload, mode) with kind f, d, l (symlink), c (char device)."""
+    """A layer tar; members are (name, kind, payload, mode) with kind f, d, l (symlink), c (char
+    device).
+    """
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
         for name, kind, payload, mode in members:
             info = tarfile.TarInfo(name)
             info.mode = mode
-            info.type = {"f": tarfile.REGTYPE, "d": tarfile.DIRTYPE, "l": tarfile.SYMTYPE,
-                         "c": tarfile.CHRTYPE}[kind]
+            info.type = {
+                "f": tarfile.REGTYPE,
+                "d": tarfile.DIRTYPE,
+                "l": tarfile.SYMTYPE,
+                "c": tarfile.CHRTYPE,
+            }[kind]
             if kind == "l":
                 info.linkname = payload
             if kind == "f":
@@ -40,8 +47,15 @@ def layer(members: list[tuple]) -> bytes:
 def busybox_root(*extra: tuple) -> bytes:
     """A runnable root with no /etc/passwd or /etc/group unless EXTRA adds them."""
     busybox = Path("/bin/busybox").read_bytes()
-    return layer([("bin", "d", None, 0o755), ("bin/busybox", "f", busybox, 0o755),
-                  ("bin/sh", "l", "busybox", 0o777), ("etc", "d", None, 0o755), *extra])
+    return layer(
+        [
+            ("bin", "d", None, 0o755),
+            ("bin/busybox", "f", busybox, 0o755),
+            ("bin/sh", "l", "busybox", 0o777),
+            ("etc", "d", None, 0o755),
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)
@@ -53,7 +67,10 @@ def test_ch_run_works_on_an_image_that_lacked_passwd_and_group(tmp_path):
         path = tmp_path / "img" / name
         assert path.is_file() and not path.is_symlink() and path.stat().st_size == 0
         assert "/" + name in report.mount_points
-    assert ch_run(tmp_path / "img", "/bin/sh", "-c", "id -un; grep -c ^root: /etc/group") == "root\n1\n"
+    assert (
+        ch_run(tmp_path / "img", "/bin/sh", "-c", "id -un; grep -c ^root: /etc/group")
+        == "root\n1\n"
+    )
 
 
 @pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)
@@ -65,11 +82,18 @@ def test_ch_run_works_on_a_squashfs_that_lacked_them(tmp_path):
 
 @pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)
 def test_the_images_own_files_and_symlinks_are_kept(tmp_path):
-    src = oci_layout(tmp_path / "src", [busybox_root(
-        ("etc/passwd", "f", b"app:x:1000:1000::/:/bin/sh\n", 0o644),
-        ("usr", "d", None, 0o755), ("usr/lib", "d", None, 0o755),
-        ("usr/lib/group", "f", b"app:x:1000:\n", 0o644),
-        ("etc/group", "l", "/usr/lib/group", 0o777))])
+    src = oci_layout(
+        tmp_path / "src",
+        [
+            busybox_root(
+                ("etc/passwd", "f", b"app:x:1000:1000::/:/bin/sh\n", 0o644),
+                ("usr", "d", None, 0o755),
+                ("usr/lib", "d", None, 0o755),
+                ("usr/lib/group", "f", b"app:x:1000:\n", 0o644),
+                ("etc/group", "l", "/usr/lib/group", 0o777),
+            )
+        ],
+    )
     report = convert(src, tmp_path / "img")
     img = tmp_path / "img"
     assert (img / "etc/passwd").read_bytes() == b"app:x:1000:1000::/:/bin/sh\n"
@@ -82,15 +106,20 @@ def test_the_images_own_files_and_symlinks_are_kept(tmp_path):
 FORMS = {
     "missing": [],
     "file": [("etc/{n}", "f", b"mine\n", 0o600)],
-    "relative symlink": [("etc/{n}", "l", "../opt/{n}", 0o777), ("opt", "d", None, 0o755),
-                         ("opt/{n}", "f", b"linked\n", 0o644)],
+    "relative symlink": [
+        ("etc/{n}", "l", "../opt/{n}", 0o777),
+        ("opt", "d", None, 0o755),
+        ("opt/{n}", "f", b"linked\n", 0o644),
+    ],
     "absolute symlink": [("etc/{n}", "l", "/opt/{n}", 0o777)],
     "dangling symlink": [("etc/{n}", "l", "nowhere", 0o777)],
     "directory": [("etc/{n}", "d", None, 0o755)],
 }
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(passwd=st.sampled_from(sorted(FORMS)), group=st.sampled_from(sorted(FORMS)))
 @example(passwd="missing", group="missing")
 @example(passwd="dangling symlink", group="directory")
@@ -104,7 +133,9 @@ def test_only_missing_account_files_are_created(tmp_path_factory, passwd, group)
             name = name.format(n=n)
             if name not in seen:  # the two may share /opt
                 seen.add(name)
-                members.append((name, kind, payload.format(n=n) if isinstance(payload, str) else payload, mode))
+                members.append(
+                    (name, kind, payload.format(n=n) if isinstance(payload, str) else payload, mode)
+                )
     src = oci_layout(tmp / "src", [busybox_root(*members)])
     convert(src, tmp / "img")
     for n, form in (("passwd", passwd), ("group", group)):
@@ -116,14 +147,21 @@ def test_only_missing_account_files_are_created(tmp_path_factory, passwd, group)
         elif form == "directory":
             assert path.is_dir() and not path.is_symlink()
         else:
-            target = {"relative symlink": f"../opt/{n}", "absolute symlink": f"../opt/{n}",
-                      "dangling symlink": "nowhere"}[form]
+            target = {
+                "relative symlink": f"../opt/{n}",
+                "absolute symlink": f"../opt/{n}",
+                "dangling symlink": "nowhere",
+            }[form]
             assert os.readlink(path) == target
 
 
 def kit_convert(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "kit", "image", "convert", *args],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kit", "image", "convert", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -133,7 +171,9 @@ def test_convert_prints_counts_per_rule_and_verbose_the_paths(tmp_path):
     many = [("junk", "d", None, 0o755)]
     many += [(f"junk/dev{i}", "c", None, 0o644) for i in range(300)]
     many += [(f"junk/suid{i}", "f", b"", 0o4755) for i in range(50)]
-    many += [(f"junk/abs{i}", "l", f"/bin/busybox{i}", 0o777) for i in range(50)]  # distinct targets
+    many += [
+        (f"junk/abs{i}", "l", f"/bin/busybox{i}", 0o777) for i in range(50)
+    ]  # distinct targets
     src = oci_layout(tmp_path / "src", [busybox_root(*many)])
     out = kit_convert(str(src), str(tmp_path / "img.tar.gz")).stdout
     lines = out.splitlines()
@@ -147,16 +187,25 @@ def test_convert_prints_counts_per_rule_and_verbose_the_paths(tmp_path):
         assert f"  dropped /junk/dev{i} (layer 0): device node or FIFO\n" in verbose
     for i in range(50):
         assert f"  changed /junk/suid{i} (layer 0): setuid/setgid bit removed\n" in verbose
-        assert f"  changed /junk/abs{i} (layer 0): absolute symlink /bin/busybox{i} made relative\n" in verbose
+        assert (
+            f"  changed /junk/abs{i} (layer 0): absolute symlink /bin/busybox{i} made relative\n"
+            in verbose
+        )
 
 
 def test_verbose_says_how_many_paths_were_only_counted(tmp_path):
-    """Past NOTE_CAP notes a kind is only counted: -v must say so, not pass the list off as whole."""
-    devices = [("junk", "d", None, 0o755)] + [(f"junk/d{i}", "c", None, 0o644) for i in range(10_005)]
+    """Past NOTE_CAP notes a kind is only counted: -v must say so, not pass the list off as
+    whole.
+    """
+    devices = [("junk", "d", None, 0o755)] + [
+        (f"junk/d{i}", "c", None, 0o644) for i in range(10_005)
+    ]
     src = oci_layout(tmp_path / "src", [busybox_root(*devices)])
     out = kit_convert(str(src), str(tmp_path / "img"), "--dry-run", "-v").stdout
     assert "  dropped 10005 paths: device node or FIFO\n" in out
     assert out.count(": device node or FIFO\n") == 1 + 10_000
     assert "  ... and 5 more (only the first 10000 of each kind are kept)\n" in out
     short = kit_convert(str(src), str(tmp_path / "img"), "--dry-run").stdout
-    assert len(short.splitlines()) <= 6 and "manifest" not in short and not (tmp_path / "img").exists()
+    assert (
+        len(short.splitlines()) <= 6 and "manifest" not in short and not (tmp_path / "img").exists()
+    )

@@ -1,4 +1,7 @@
-"""Every input form of real images converts to the tree umoci unpacks, minus Charliecloud's rules."""
+"""Every input form of real images converts to the tree umoci unpacks, minus Charliecloud's
+rules.
+"""
+
 from __future__ import annotations
 
 import json
@@ -19,20 +22,41 @@ DEVICES = {"cdev"}  # a char device outside /dev in layer 0 (rootless umoci make
 @pytest.mark.parametrize("form", RICH_FORMS)
 def test_rich_image_equals_reference_unpack(rich, tmp_path, form):
     report = convert(rich / form, tmp_path / "img.tar.gz", mount_points=["/opt/hostmpi"])
-    assert report.image.kind == {"oci": "oci-dir", "oci-zstd": "oci-dir", "oci.tar": "oci-archive",
-                                 "docker.tar": "docker-archive"}[form]
+    assert (
+        report.image.kind
+        == {
+            "oci": "oci-dir",
+            "oci-zstd": "oci-dir",
+            "oci.tar": "oci-archive",
+            "docker.tar": "docker-archive",
+        }[form]
+    )
     assert len(report.image.layers) == 3
     tree = ch_convert(tmp_path / "img.tar.gz", tmp_path / "tree", "dir")  # Charliecloud accepts it
     expected = charliecloud_view(snapshot(rich / "reference"), DEVICES)
     actual = without_additions(snapshot(tree), report.mount_points)
     assert diff(expected, actual) == []
     dropped = {(n.path, n.reason) for n in report.dropped}
-    assert dropped == {("cdev", "device node or FIFO"), ("fifo", "device node or FIFO"),
-                       ("dev/null", "under /dev (ch-run provides its own)")}
+    assert dropped == {
+        ("cdev", "device node or FIFO"),
+        ("fifo", "device node or FIFO"),
+        ("dev/null", "under /dev (ch-run provides its own)"),
+    }
     changed = {n.path for n in report.changed}
     assert {"bin/suid", "bin/sgid", "abs", "absdir", "rootlink"} <= changed
-    for mp in ["bin", "dev", "etc", "mnt", "proc", "sys", "tmp", "usr", "mnt/9", "opt/hostmpi",
-               "scratch"]:
+    for mp in [
+        "bin",
+        "dev",
+        "etc",
+        "mnt",
+        "proc",
+        "sys",
+        "tmp",
+        "usr",
+        "mnt/9",
+        "opt/hostmpi",
+        "scratch",
+    ]:
         assert (tree / mp).is_dir() and not (tree / mp).is_symlink(), mp
     assert (tree / "etc/hosts").is_file() and (tree / "etc/resolv.conf").is_file()
     assert (tree / "ch/environment").read_text() == "FOO=bar\nPATH=/bin\n"
@@ -49,8 +73,9 @@ def test_all_forms_give_identical_bytes(rich, tmp_path):
     assert len(set(sums.values())) == 1, sums
     line = (tmp_path / "oci.tar.gz.sha256").read_text()
     assert line == f"{sums['oci']}  oci.tar.gz\n"
-    proc = subprocess.run(["sha256sum", "-c", "oci.tar.gz.sha256"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sha256sum", "-c", "oci.tar.gz.sha256"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -70,8 +95,11 @@ def test_other_output_formats_hold_the_same_tree(rich, tmp_path, fmt):
         if not shutil.which("unsquashfs"):
             pytest.skip("unsquashfs missing")
         tree = tmp_path / "x"
-        subprocess.run(["unsquashfs", "-q", "-no-xattrs", "-d", str(tree), str(out)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["unsquashfs", "-q", "-no-xattrs", "-d", str(tree), str(out)],
+            check=True,
+            capture_output=True,
+        )
     expected = charliecloud_view(snapshot(rich / "reference"), DEVICES)
     assert diff(expected, without_additions(snapshot(tree), report.mount_points)) == []
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -6,6 +6,7 @@ real archives must never end in anything but success or KitError.
 Every failing example found is kept: as an @example, or under tests/corpus/archives/
 (``*.json``: layers for the model check; anything else: raw bytes converted as a source).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ plain = st.sampled_from(PLAIN)
 # Mostly plain names, so layers collide; now and then odd or unsafe ones.
 component = st.sampled_from(PLAIN * 40 + ODD * 3 + WEIRD)
 leaf = st.sampled_from(["e", "f", "g", "a"] * 40 + ODD * 3 + WEIRD)  # files rarely shadow dirs
-whiteout = st.one_of(st.sampled_from(PLAIN + ["e", "f"]).map(lambda c: ".wh." + c),
-                     st.just(".wh..wh..opq"))
+whiteout = st.one_of(
+    st.sampled_from(PLAIN + ["e", "f"]).map(lambda c: ".wh." + c), st.just(".wh..wh..opq")
+)
 
 
 @st.composite
@@ -60,16 +62,30 @@ def member(draw, earlier: list[str]) -> tuple:
     earlier.append(name)
     if kind == "f":
         size = draw(st.sampled_from([0, 1, 7, 512, 3000]))
-        return (name, "f", draw(st.binary(min_size=size, max_size=size)) if size < 600
-                else bytes([draw(st.integers(0, 255))]) * size)
+        return (
+            name,
+            "f",
+            draw(st.binary(min_size=size, max_size=size))
+            if size < 600
+            else bytes([draw(st.integers(0, 255))]) * size,
+        )
     if kind == "d":
         return (name, "d", None)
     if kind == "h":
-        return (name, "h", draw(st.one_of(st.sampled_from(earlier), st.sampled_from(earlier),
-                                          names(leaf))))
-    target = draw(st.one_of(names(), names().map(lambda n: "/" + n.lstrip("/")),
-                            names().map(lambda n: "../" + n), st.just("/"),
-                            st.sampled_from(["a" * 5000] + ["a/b"] * 20)))
+        return (
+            name,
+            "h",
+            draw(st.one_of(st.sampled_from(earlier), st.sampled_from(earlier), names(leaf))),
+        )
+    target = draw(
+        st.one_of(
+            names(),
+            names().map(lambda n: "/" + n.lstrip("/")),
+            names().map(lambda n: "../" + n),
+            st.just("/"),
+            st.sampled_from(["a" * 5000] + ["a/b"] * 20),
+        )
+    )
     return (name, "l", target)
 
 
@@ -85,7 +101,9 @@ def event(text: str) -> None:
         _event(text)
 
 
-def check(layers: list[list[tuple]], form: str, fmt: str, tar_format: int = tarfile.GNU_FORMAT) -> None:
+def check(
+    layers: list[list[tuple]], form: str, fmt: str, tar_format: int = tarfile.GNU_FORMAT
+) -> None:
     """Convert LAYERS (in FORM, to FMT) and hold the result against the model."""
     predicted = refmodel.predict(layers)
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,8 +116,16 @@ def check(layers: list[list[tuple]], form: str, fmt: str, tar_format: int = tarf
             convert(src, out, fmt=fmt)
         except KitError as exc:
             text = str(exc)
-            event("refused: " + ("must fail" if predicted.must_fail else
-                                 "conflict" if predicted.conflicts else "valid!"))
+            event(
+                "refused: "
+                + (
+                    "must fail"
+                    if predicted.must_fail
+                    else "conflict"
+                    if predicted.conflicts
+                    else "valid!"
+                )
+            )
             assert "\n" not in text, text
             assert list(outdir.iterdir()) == [], "a failed conversion left files behind"
             assert predicted.must_fail or predicted.conflicts, f"refused a valid image: {text}"
@@ -107,35 +133,64 @@ def check(layers: list[list[tuple]], form: str, fmt: str, tar_format: int = tarf
         assert predicted.must_fail is None, f"accepted what must fail: {predicted.must_fail}"
         event("converted" + (" despite conflicts" if predicted.conflicts else ""))
         assert sorted(p.name for p in outdir.iterdir()) == sorted(
-            [out.name, f"{out.name}.manifest.json"] + ([] if fmt == "dir" else [f"{out.name}.sha256"]))
+            [out.name, f"{out.name}.manifest.json"]
+            + ([] if fmt == "dir" else [f"{out.name}.sha256"])
+        )
         tree, links = refmodel.read_tree(out, fmt)
         for path, (kind, payload) in tree.items():
             if kind == "l":  # nothing points out of the image
                 assert not payload.startswith("/") and not refmodel._climbs_out(path, payload), path
         if predicted.conflicts:
             return  # the model cannot say what the right tree is; the safety checks held
-        diff = [f"{k}: model {predicted.tree.get(k)!r:.80} kit {tree.get(k)!r:.80}"
-                for k in sorted(set(tree) | set(predicted.tree)) if tree.get(k) != predicted.tree.get(k)]
+        diff = [
+            f"{k}: model {predicted.tree.get(k)!r:.80} kit {tree.get(k)!r:.80}"
+            for k in sorted(set(tree) | set(predicted.tree))
+            if tree.get(k) != predicted.tree.get(k)
+        ]
         assert not diff, "\n".join(diff)
         assert links == predicted.links
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
-@given(layers=layer_lists(), form=st.sampled_from(archives.FORMS),
-       fmt=st.sampled_from(["dir", "tar", "tar.gz"]),
-       tar_format=st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]))
-@example(layers=[[("a", "f", b"A"), ("b", "h", "a"), ("c", "h", "b")], [(".wh.a", "f", b""), (".wh.b", "f", b"")]],
-         form="oci-dir", fmt="dir", tar_format=tarfile.GNU_FORMAT)
-@example(layers=[[("a", "f", b"old"), ("b", "h", "a")], [("a", "f", b"new"), ("c", "h", "a")], [(".wh.a", "f", b"")]],
-         form="docker", fmt="tar", tar_format=tarfile.PAX_FORMAT)
-@example(layers=[[("l", "l", "/"), ("d", "d", None)], [("l/x", "f", b"")], [(".wh.l", "f", b"")]],
-         form="oci-archive", fmt="tar.gz", tar_format=tarfile.GNU_FORMAT)
+@given(
+    layers=layer_lists(),
+    form=st.sampled_from(archives.FORMS),
+    fmt=st.sampled_from(["dir", "tar", "tar.gz"]),
+    tar_format=st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+)
+@example(
+    layers=[
+        [("a", "f", b"A"), ("b", "h", "a"), ("c", "h", "b")],
+        [(".wh.a", "f", b""), (".wh.b", "f", b"")],
+    ],
+    form="oci-dir",
+    fmt="dir",
+    tar_format=tarfile.GNU_FORMAT,
+)
+@example(
+    layers=[
+        [("a", "f", b"old"), ("b", "h", "a")],
+        [("a", "f", b"new"), ("c", "h", "a")],
+        [(".wh.a", "f", b"")],
+    ],
+    form="docker",
+    fmt="tar",
+    tar_format=tarfile.PAX_FORMAT,
+)
+@example(
+    layers=[[("l", "l", "/"), ("d", "d", None)], [("l/x", "f", b"")], [(".wh.l", "f", b"")]],
+    form="oci-archive",
+    fmt="tar.gz",
+    tar_format=tarfile.GNU_FORMAT,
+)
 def test_generated_images_convert_as_the_model_predicts(layers, form, fmt, tar_format):
     check(layers, form, fmt, tar_format)
 
 
-@settings(max_examples=max(6, settings.default.max_examples // 10),
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=max(6, settings.default.max_examples // 10),
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(layers=layer_lists(), form=st.sampled_from(archives.FORMS))
 def test_generated_images_to_squashfs(layers, form):
     """The same property through the real mksquashfs / unsquashfs (few examples: slow)."""
@@ -146,20 +201,33 @@ def test_generated_images_to_squashfs(layers, form):
 
 # -- byte mutations of real archives ---------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory) -> dict[str, bytes]:
     """Small real archives: skopeo-written docker-archive and OCI archive of a two-layer image
     (with a whiteout and a hard link), and a flat root filesystem tar."""
     root = tmp_path_factory.mktemp("seeds")
-    layers = [tar_bytes([("bin", "d", None), ("bin/sh", "f", b"#!fake\n"), ("a", "f", b"A" * 700),
-                         ("h", "h", "a"), ("s", "l", "/bin/sh")]),
-              tar_bytes([(".wh.a", "f", b""), ("etc", "d", None), ("etc/x", "f", b"x")])]
+    layers = [
+        tar_bytes(
+            [
+                ("bin", "d", None),
+                ("bin/sh", "f", b"#!fake\n"),
+                ("a", "f", b"A" * 700),
+                ("h", "h", "a"),
+                ("s", "l", "/bin/sh"),
+            ]
+        ),
+        tar_bytes([(".wh.a", "f", b""), ("etc", "d", None), ("etc/x", "f", b"x")]),
+    ]
     layout = oci_layout(root / "oci", layers, gzip_layers=False)
     out = {"rootfs.tar": layers[0]}
     if shutil.which("skopeo"):
         run("skopeo", "copy", f"oci:{layout}:t", f"docker-archive:{root}/d.tar:fuzz:1")
         run("skopeo", "copy", f"oci:{layout}:t", f"oci-archive:{root}/o.tar:t")
-        out["docker.tar"], out["oci.tar"] = (root / "d.tar").read_bytes(), (root / "o.tar").read_bytes()
+        out["docker.tar"], out["oci.tar"] = (
+            (root / "d.tar").read_bytes(),
+            (root / "o.tar").read_bytes(),
+        )
     else:
         out["docker.tar"] = archives.docker_archive(root / "d.tar", layers).read_bytes()
     return out
@@ -187,7 +255,9 @@ def convert_bytes(data: bytes, name: str = "src.tar") -> bool:
 
 mutation = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, 1 << 20), st.integers(1, 255)),
-    st.tuples(st.just("set"), st.integers(0, 1 << 20), st.sampled_from([0, 0x30, 0x37, 0x80, 0xFF, 0x7B])),
+    st.tuples(
+        st.just("set"), st.integers(0, 1 << 20), st.sampled_from([0, 0x30, 0x37, 0x80, 0xFF, 0x7B])
+    ),
     st.tuples(st.just("truncate"), st.integers(0, 1 << 20), st.just(0)),
     st.tuples(st.just("insert"), st.integers(0, 1 << 20), st.integers(0, 255)),
 )
@@ -200,7 +270,11 @@ def mutate(data: bytes, ops: list[tuple]) -> bytes:
             break
         # Most positions fall into a header block or a JSON document: they are most of a
         # small archive. Aim half of them at the first 200 bytes of some 512-byte block.
-        pos = where % len(buf) if where % 2 else (where // 2 % (len(buf) // 512 + 1)) * 512 + where % 200
+        pos = (
+            where % len(buf)
+            if where % 2
+            else (where // 2 % (len(buf) // 512 + 1)) * 512 + where % 200
+        )
         pos = min(pos, len(buf) - 1)
         if op == "flip":
             buf[pos] ^= value
@@ -214,23 +288,44 @@ def mutate(data: bytes, ops: list[tuple]) -> bytes:
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(which=st.sampled_from(["docker.tar", "oci.tar", "rootfs.tar"]),
-       ops=st.lists(mutation, min_size=1, max_size=4))
+@given(
+    which=st.sampled_from(["docker.tar", "oci.tar", "rootfs.tar"]),
+    ops=st.lists(mutation, min_size=1, max_size=4),
+)
 @example(which="rootfs.tar", ops=[("flip", 1685, 1)])  # a's header checksum: a, h, s were lost
 def test_mutated_archives_end_in_success_or_kit_error(seeds, which, ops):
     assume(which in seeds)
     convert_bytes(mutate(seeds[which], ops), which)
 
 
-@settings(max_examples=max(30, settings.default.max_examples // 2),
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(index=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=70),
-                          lambda inner: st.lists(inner, max_size=3)
-                          | st.dictionaries(st.sampled_from(["manifests", "digest", "mediaType",
-                                                             "annotations", "platform", "size",
-                                                             "org.opencontainers.image.ref.name"]),
-                                            inner, max_size=4),
-                          max_leaves=12))
+@settings(
+    max_examples=max(30, settings.default.max_examples // 2),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    index=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=70),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "manifests",
+                        "digest",
+                        "mediaType",
+                        "annotations",
+                        "platform",
+                        "size",
+                        "org.opencontainers.image.ref.name",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    )
+)
 def test_arbitrary_index_json_ends_in_success_or_kit_error(tmp_path_factory, index):
     root = tmp_path_factory.mktemp("idx")
     layout = oci_layout(root / "oci", [tar_bytes([("a", "f", b"a")])])
@@ -244,6 +339,7 @@ def test_arbitrary_index_json_ends_in_success_or_kit_error(tmp_path_factory, ind
 
 # -- the regression corpus -------------------------------------------------------------------
 
+
 def corpus_files() -> list[Path]:
     return sorted(CORPUS.glob("*")) if CORPUS.is_dir() else []
 
@@ -253,8 +349,15 @@ def test_corpus(path):
     """Every example a property test found, replayed."""
     if path.suffix == ".json":
         case = json.loads(path.read_text())
-        layers = [[(n, k, p.encode("latin-1") if k == "f" else p) for n, k, p in layer]
-                  for layer in case["layers"]]
-        check(layers, case["form"], case["fmt"], getattr(tarfile, case.get("tar_format", "GNU_FORMAT")))
+        layers = [
+            [(n, k, p.encode("latin-1") if k == "f" else p) for n, k, p in layer]
+            for layer in case["layers"]
+        ]
+        check(
+            layers,
+            case["form"],
+            case["fmt"],
+            getattr(tarfile, case.get("tar_format", "GNU_FORMAT")),
+        )
     else:
         convert_bytes(path.read_bytes(), path.name.split("-", 1)[-1])

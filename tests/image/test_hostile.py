@@ -1,5 +1,6 @@
 """Hostile or broken archives stop the conversion with an error naming layer and member,
 and leave nothing behind (no output, no temporary files, no sidecars)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,18 +39,34 @@ def fails(src, tmp_path, match: str, fmt: str = "tar.gz", **kw) -> str:
     return text
 
 
-@pytest.mark.parametrize("members,match", [
-    ([("../evil", "f", b"x")], "layer 0|'../evil'|traversal"),
-    ([("a", "d", None), ("a/../../evil", "f", b"x")], "layer 0|'a/../../evil'|traversal"),
-    ([("a", "d", None), ("a/esc", "l", "../../etc/passwd")], "layer 0|'a/esc'|climbs out"),
-    ([("h", "h", "../../etc/passwd")], "layer 0|hard link 'h' target|'..'"),
-    ([("h", "h", "etc/shadow")], "layer 0|hard link 'h' points to 'etc/shadow'"),
-    ([("lnk", "l", "/etc"), ("lnk/passwd", "f", b"x")], "layer 0|'lnk/passwd'|through the symlink"),
-    ([("x", "f", b"1"), ("x", "f", b"2")], "layer 0|'x' (file) clashes with the file"),
-    ([("bad\udcff", "f", b"x")], "layer 0|not UTF-8"),
-    ([("d", "d", None), ("d/" + "x" * 300, "f", b"x")], "layer 0|overlong"),
-], ids=["traversal", "inner-traversal", "symlink-escape", "hardlink-escape", "hardlink-missing",
-        "write-through-same-layer", "duplicate", "non-utf8", "overlong"])
+@pytest.mark.parametrize(
+    "members,match",
+    [
+        ([("../evil", "f", b"x")], "layer 0|'../evil'|traversal"),
+        ([("a", "d", None), ("a/../../evil", "f", b"x")], "layer 0|'a/../../evil'|traversal"),
+        ([("a", "d", None), ("a/esc", "l", "../../etc/passwd")], "layer 0|'a/esc'|climbs out"),
+        ([("h", "h", "../../etc/passwd")], "layer 0|hard link 'h' target|'..'"),
+        ([("h", "h", "etc/shadow")], "layer 0|hard link 'h' points to 'etc/shadow'"),
+        (
+            [("lnk", "l", "/etc"), ("lnk/passwd", "f", b"x")],
+            "layer 0|'lnk/passwd'|through the symlink",
+        ),
+        ([("x", "f", b"1"), ("x", "f", b"2")], "layer 0|'x' (file) clashes with the file"),
+        ([("bad\udcff", "f", b"x")], "layer 0|not UTF-8"),
+        ([("d", "d", None), ("d/" + "x" * 300, "f", b"x")], "layer 0|overlong"),
+    ],
+    ids=[
+        "traversal",
+        "inner-traversal",
+        "symlink-escape",
+        "hardlink-escape",
+        "hardlink-missing",
+        "write-through-same-layer",
+        "duplicate",
+        "non-utf8",
+        "overlong",
+    ],
+)
 def test_unsafe_members(tmp_path, members, match):
     src = oci_layout(tmp_path / "src", [tar_bytes(BUSYBOX + members)])
     fails(src, tmp_path, match)
@@ -58,15 +75,18 @@ def test_unsafe_members(tmp_path, members, match):
 @pytest.mark.parametrize("fmt", ["tar.gz", "tar", "sqfs", "dir"])
 def test_write_through_symlink_from_lower_layer(tmp_path, fmt):
     """Layer 0 makes /lnk -> /etc; layer 1 writes lnk/passwd: would overwrite /etc/passwd."""
-    layers = [tar_bytes(BUSYBOX + [("etc", "d", None), ("lnk", "l", "/etc")]),
-              tar_bytes([("lnk/passwd", "f", b"pwned\n")])]
+    layers = [
+        tar_bytes(BUSYBOX + [("etc", "d", None), ("lnk", "l", "/etc")]),
+        tar_bytes([("lnk/passwd", "f", b"pwned\n")]),
+    ]
     src = oci_layout(tmp_path / "src", layers)
     fails(src, tmp_path, "layer 1 (sha256:|'lnk/passwd'|through the symlink 'lnk'", fmt)
 
 
 def test_digest_mismatch(tmp_path):
-    src = oci_layout(tmp_path / "src", [tar_bytes(BUSYBOX + [("f", "f", b"A" * 4096)])],
-                     gzip_layers=False)
+    src = oci_layout(
+        tmp_path / "src", [tar_bytes(BUSYBOX + [("f", "f", b"A" * 4096)])], gzip_layers=False
+    )
     blob = layer_blob(src, 0)
     data = bytearray(blob.read_bytes())
     data[data.index(b"AAAA")] = ord("B")  # same size, different content
@@ -90,16 +110,23 @@ def test_docker_archive_diff_id_mismatch(rich, tmp_path):
 
 def test_truncated_blob_with_matching_descriptor(tmp_path):
     """Digest and size agree with the stored bytes, but the gzip stream stops half-way."""
-    src = oci_layout(tmp_path / "src", [tar_bytes(BUSYBOX + [("f", "f", bytes(range(256)) * 400)])],
-                     stored=lambda data: data[: len(data) // 2])
+    src = oci_layout(
+        tmp_path / "src",
+        [tar_bytes(BUSYBOX + [("f", "f", bytes(range(256)) * 400)])],
+        stored=lambda data: data[: len(data) // 2],
+    )
     fails(src, tmp_path, "layer 0|truncated or corrupt")
 
 
 def test_truncated_uncompressed_upper_layer(tmp_path):
     """Upper layers are indexed by seeking over their data: truncation is still caught."""
     layers = [tar_bytes(BUSYBOX), tar_bytes([("f", "f", b"x" * 5000), ("g", "f", b"y")])]
-    src = oci_layout(tmp_path / "src", layers, gzip_layers=False,
-                     stored=lambda data: data[:2048] if b"x" * 5000 in data else data)
+    src = oci_layout(
+        tmp_path / "src",
+        layers,
+        gzip_layers=False,
+        stored=lambda data: data[:2048] if b"x" * 5000 in data else data,
+    )
     fails(src, tmp_path, "layer 1 (sha256:|truncated or corrupt")
 
 
@@ -125,8 +152,11 @@ def test_member_limit(tmp_path):
 
 
 def test_corrupt_gzip_is_named(tmp_path):
-    src = oci_layout(tmp_path / "src", [tar_bytes(BUSYBOX)],
-                     stored=lambda data: data[:20] + zlib.compress(b"junk") + data[40:])
+    src = oci_layout(
+        tmp_path / "src",
+        [tar_bytes(BUSYBOX)],
+        stored=lambda data: data[:20] + zlib.compress(b"junk") + data[40:],
+    )
     fails(src, tmp_path, "layer 0|truncated or corrupt")
 
 
@@ -137,8 +167,9 @@ BASE_TAR = [rawtar.member("bin", kind="d"), rawtar.member("bin/sh", b"#!fake\n")
 
 def backwards(size: int = -1536) -> bytes:
     """A member whose negative size points back at bin/sh's header: tarfile would loop."""
-    return rawtar.archive(*BASE_TAR, rawtar.with_size_field(rawtar.member("x", b""),
-                                                            rawtar.base256(size)))
+    return rawtar.archive(
+        *BASE_TAR, rawtar.with_size_field(rawtar.member("x", b""), rawtar.base256(size))
+    )
 
 
 @pytest.mark.timeout(60)
@@ -205,6 +236,7 @@ def test_layout_file_that_is_no_regular_file(tmp_path, what):
 
 # -- nothing is lost silently ---------------------------------------------------------------
 
+
 def corrupt_after(members: list[bytes], index: int) -> tuple[bytes, int]:
     """The archive with member INDEX's header checksum broken, and that header's offset."""
     offset = sum(map(len, members[:index]))
@@ -244,18 +276,25 @@ def test_corrupt_header_mid_layer(tmp_path, where):
 
 # -- no tracebacks for expected failures ----------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["dir", "tar", "sqfs"])
-@pytest.mark.parametrize("key,value,match", [
-    ("mtime", b"inf", "member 'x' has mtime inf"),
-    ("mtime", b"nan", "member 'x' has mtime nan"),
-    ("mtime", b"1e30", "member 'x' has mtime 1e+30"),
-    ("mtime", b"-5", "member 'x' has mtime -5.0"),
-    ("path", b"a\0b", "has a NUL byte in its name"),
-    ("linkpath", b"a\0b", "symlink 'x' has a target with a NUL byte"),
-], ids=["inf", "nan", "huge", "negative", "nul-path", "nul-link"])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("mtime", b"inf", "member 'x' has mtime inf"),
+        ("mtime", b"nan", "member 'x' has mtime nan"),
+        ("mtime", b"1e30", "member 'x' has mtime 1e+30"),
+        ("mtime", b"-5", "member 'x' has mtime -5.0"),
+        ("path", b"a\0b", "has a NUL byte in its name"),
+        ("linkpath", b"a\0b", "symlink 'x' has a target with a NUL byte"),
+    ],
+    ids=["inf", "nan", "huge", "negative", "nul-path", "nul-link"],
+)
 def test_forged_pax_fields(tmp_path, fmt, key, value, match):
     kind = "l" if key == "linkpath" else "f"
-    forged = rawtar.archive(*BASE_TAR, rawtar.pax_member("x", rawtar.pax_record(key, value), kind=kind))
+    forged = rawtar.archive(
+        *BASE_TAR, rawtar.pax_member("x", rawtar.pax_record(key, value), kind=kind)
+    )
     src = oci_layout(tmp_path / "src", [forged])
     fails(src, tmp_path, f"layer 0|{match}", fmt)
 
@@ -331,7 +370,9 @@ def layout_json(tmp_path, which: str, path: tuple | None, value) -> Path:
     manifest["config"]["digest"] = store(edited("config", config))
     index["manifests"][0]["digest"] = store(edited("manifest", manifest))
     index = edited("index", index)
-    (src / "index.json").write_bytes(index if isinstance(index, bytes) else json.dumps(index).encode())
+    (src / "index.json").write_bytes(
+        index if isinstance(index, bytes) else json.dumps(index).encode()
+    )
     return src
 
 
@@ -339,30 +380,48 @@ def blob_of(src: Path, digest: str) -> Path:
     return src / "blobs/sha256" / digest.split(":")[1]
 
 
-@pytest.mark.parametrize("which,path,value,match", [
-    ("index", None, [], "index.json: the document is a list, expected an object"),
-    ("index", ("manifests",), {}, "index.json: manifests is an object, expected a list"),
-    ("index", ("manifests", 0), "x", "index.json: manifests[0] is a string, expected an object"),
-    ("index", ("manifests", 0, "annotations"), [], "manifests[0].annotations is a list"),
-    ("index", ("manifests", 0, "platform"), "linux", "manifests[0].platform is a string"),
-    ("index", ("manifests", 0, "digest"), "sha256:../../x", "manifests[0].digest 'sha256:../../x'"),
-    ("index", ("manifests", 0, "digest"), None, "manifests[0].digest is null, expected a string"),
-    ("manifest", ("layers",), {"a": 1}, "(the manifest): layers is an object, expected a list"),
-    ("manifest", ("layers", 0), 7, "layers[0] is a number, expected an object"),
-    ("manifest", ("layers", 0, "digest"), None, "layers[0].digest is null, expected a string"),
-    ("manifest", ("layers", 0, "digest"), "sha256:" + "Z" * 64, "layers[0].digest 'sha256:ZZZ"),
-    ("manifest", ("layers", 0, "digest"), "md5:abc", "is not a digest of the form"),
-    ("manifest", ("layers", 0, "size"), "12", "layers[0].size is a string, expected a number"),
-    ("manifest", ("layers", 0, "mediaType"), 3, "layers[0].mediaType is a number"),
-    ("manifest", ("config",), [], "config is a list, expected an object"),
-    ("manifest", ("config", "digest"), "sha256:../../x", "config.digest 'sha256:../../x'"),
-    ("config", None, [1], "the document is a list, expected an object"),
-    ("config", ("config", "Env"), [1], "config.Env[0] is a number, expected a string"),
-    ("config", ("config", "Env"), "PATH=/bin", "config.Env is a string, expected a list"),
-    ("config", ("config", "Volumes"), ["/x"], "config.Volumes is a list, expected an object"),
-    ("config", ("config", "Labels"), {"a": 1}, "config.Labels['a'] is a number"),
-    ("config", ("config",), "x", "config is a string, expected an object"),
-])
+@pytest.mark.parametrize(
+    "which,path,value,match",
+    [
+        ("index", None, [], "index.json: the document is a list, expected an object"),
+        ("index", ("manifests",), {}, "index.json: manifests is an object, expected a list"),
+        (
+            "index",
+            ("manifests", 0),
+            "x",
+            "index.json: manifests[0] is a string, expected an object",
+        ),
+        ("index", ("manifests", 0, "annotations"), [], "manifests[0].annotations is a list"),
+        ("index", ("manifests", 0, "platform"), "linux", "manifests[0].platform is a string"),
+        (
+            "index",
+            ("manifests", 0, "digest"),
+            "sha256:../../x",
+            "manifests[0].digest 'sha256:../../x'",
+        ),
+        (
+            "index",
+            ("manifests", 0, "digest"),
+            None,
+            "manifests[0].digest is null, expected a string",
+        ),
+        ("manifest", ("layers",), {"a": 1}, "(the manifest): layers is an object, expected a list"),
+        ("manifest", ("layers", 0), 7, "layers[0] is a number, expected an object"),
+        ("manifest", ("layers", 0, "digest"), None, "layers[0].digest is null, expected a string"),
+        ("manifest", ("layers", 0, "digest"), "sha256:" + "Z" * 64, "layers[0].digest 'sha256:ZZZ"),
+        ("manifest", ("layers", 0, "digest"), "md5:abc", "is not a digest of the form"),
+        ("manifest", ("layers", 0, "size"), "12", "layers[0].size is a string, expected a number"),
+        ("manifest", ("layers", 0, "mediaType"), 3, "layers[0].mediaType is a number"),
+        ("manifest", ("config",), [], "config is a list, expected an object"),
+        ("manifest", ("config", "digest"), "sha256:../../x", "config.digest 'sha256:../../x'"),
+        ("config", None, [1], "the document is a list, expected an object"),
+        ("config", ("config", "Env"), [1], "config.Env[0] is a number, expected a string"),
+        ("config", ("config", "Env"), "PATH=/bin", "config.Env is a string, expected a list"),
+        ("config", ("config", "Volumes"), ["/x"], "config.Volumes is a list, expected an object"),
+        ("config", ("config", "Labels"), {"a": 1}, "config.Labels['a'] is a number"),
+        ("config", ("config",), "x", "config is a string, expected an object"),
+    ],
+)
 def test_malformed_oci_json(tmp_path, which, path, value, match):
     text = fails(layout_json(tmp_path, which, path, value), tmp_path, match)
     assert "\n" not in text and "fix:" in text
@@ -377,20 +436,37 @@ def test_deeply_nested_json(tmp_path, which):
 GOOD_DIFF = "sha256:" + hashlib.sha256(tar_bytes(BUSYBOX)).hexdigest()
 
 
-@pytest.mark.parametrize("entry,diff_id,match", [
-    ("x", GOOD_DIFF, "manifest.json: [0] is a string, expected an object"),
-    ({"Config": 5}, GOOD_DIFF, "Config is a number, expected a string"),
-    ({"Config": "c.json", "Layers": [1]}, GOOD_DIFF, "Layers[0] is a number, expected a string"),
-    ({"Config": "c.json", "Layers": [], "RepoTags": "a:b"}, GOOD_DIFF, "[0].RepoTags is a string"),
-    ({"Config": "c.json", "Layers": ["l.tar"]}, "sha256:xyz",
-     "c.json: rootfs.diff_ids[0] 'sha256:xyz' is not a digest"),
-    ({"Config": "c.json", "Layers": ["l.tar"]}, 5, "rootfs.diff_ids[0] is a number"),
-])
+@pytest.mark.parametrize(
+    "entry,diff_id,match",
+    [
+        ("x", GOOD_DIFF, "manifest.json: [0] is a string, expected an object"),
+        ({"Config": 5}, GOOD_DIFF, "Config is a number, expected a string"),
+        (
+            {"Config": "c.json", "Layers": [1]},
+            GOOD_DIFF,
+            "Layers[0] is a number, expected a string",
+        ),
+        (
+            {"Config": "c.json", "Layers": [], "RepoTags": "a:b"},
+            GOOD_DIFF,
+            "[0].RepoTags is a string",
+        ),
+        (
+            {"Config": "c.json", "Layers": ["l.tar"]},
+            "sha256:xyz",
+            "c.json: rootfs.diff_ids[0] 'sha256:xyz' is not a digest",
+        ),
+        ({"Config": "c.json", "Layers": ["l.tar"]}, 5, "rootfs.diff_ids[0] is a number"),
+    ],
+)
 def test_malformed_docker_manifest(tmp_path, entry, diff_id, match):
     src = tmp_path / "docker.tar"
     config = {"rootfs": {"type": "layers", "diff_ids": [diff_id]}}
-    files = {"manifest.json": json.dumps([entry]).encode(), "c.json": json.dumps(config).encode(),
-             "l.tar": tar_bytes(BUSYBOX)}
+    files = {
+        "manifest.json": json.dumps([entry]).encode(),
+        "c.json": json.dumps(config).encode(),
+        "l.tar": tar_bytes(BUSYBOX),
+    }
     with tarfile.open(src, "w") as tf:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
@@ -404,10 +480,16 @@ def test_cli_exit_1_for_hostile_sources(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     neg = oci_layout(tmp_path / "neg", [tar_bytes(BUSYBOX), backwards()], gzip_layers=False)
-    for args in (["convert", str(fifo), str(tmp_path / "a.tar")],
-                 ["convert", str(neg), str(tmp_path / "b.tar")],
-                 ["inspect", str(neg)]):
-        proc = subprocess.run([sys.executable, "-m", "kit", "image", *args], capture_output=True,
-                              text=True, timeout=120)
+    for args in (
+        ["convert", str(fifo), str(tmp_path / "a.tar")],
+        ["convert", str(neg), str(tmp_path / "b.tar")],
+        ["inspect", str(neg)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "kit", "image", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.startswith("kit: error: ") and proc.stderr.count("\n") == 1, proc.stderr

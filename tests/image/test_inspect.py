@@ -1,4 +1,5 @@
 """kit image inspect: config, layers, and MPI libraries (SONAME read from the real ELF file)."""
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,15 @@ def test_inspect_reports_the_mpi_the_linker_would_load(tmp_path):
     libs = mpi_libraries(mpi_tree(tmp_path / "tree"))
     assert [l["path"] for l in libs] == ["/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2"]
     [mpich] = libs
-    assert (mpich["soname"], mpich["version"], mpich["vendor"]) == ("libmpich.so.12", "12.2.2", "mpich")
-    assert sorted(mpich["names"]) == ["/usr/lib/x86_64-linux-gnu/libmpi.so.12",
-                                      "/usr/lib/x86_64-linux-gnu/libmpich.so.12"]
+    assert (mpich["soname"], mpich["version"], mpich["vendor"]) == (
+        "libmpich.so.12",
+        "12.2.2",
+        "mpich",
+    )
+    assert sorted(mpich["names"]) == [
+        "/usr/lib/x86_64-linux-gnu/libmpi.so.12",
+        "/usr/lib/x86_64-linux-gnu/libmpich.so.12",
+    ]
 
 
 def test_inspect_layered_image_sees_flattened_tree(tmp_path):
@@ -54,19 +61,29 @@ def test_inspect_layered_image_sees_flattened_tree(tmp_path):
     tree = mpi_tree(tmp_path / "tree")
     subprocess.run(["tar", "-C", str(tree), "-cf", str(tmp_path / "l0.tar"), "."], check=True)
     top = tar_bytes([("opt/vendor/lib/.wh.libmpi.so.12.5.0", "f", b"")])
-    src = oci_layout(tmp_path / "img", [(tmp_path / "l0.tar").read_bytes(), top],
-                     env=("PATH=/usr/bin", "MPI=mpich"), gzip_layers=False)
+    src = oci_layout(
+        tmp_path / "img",
+        [(tmp_path / "l0.tar").read_bytes(), top],
+        env=("PATH=/usr/bin", "MPI=mpich"),
+        gzip_layers=False,
+    )
     info = inspect_image(src)
     assert info["env"] == ["PATH=/usr/bin", "MPI=mpich"] and info["architecture"] == "amd64"
     assert [l["index"] for l in info["layers"]] == [0, 1]
     assert info["layers"][0]["size"] > 1_000_000
-    assert [l["path"] for l in info["mpi_libraries"]] == ["/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2"]
-    cli = subprocess.run([sys.executable, "-m", "kit", "image", "inspect", str(src)],
-                         capture_output=True, text=True)
+    assert [l["path"] for l in info["mpi_libraries"]] == [
+        "/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2"
+    ]
+    cli = subprocess.run(
+        [sys.executable, "-m", "kit", "image", "inspect", str(src)], capture_output=True, text=True
+    )
     assert cli.returncode == 0, cli.stderr
     assert "SONAME libmpich.so.12, version 12.2.2" in cli.stdout and "env MPI=mpich" in cli.stdout
-    as_json = subprocess.run([sys.executable, "-m", "kit", "image", "inspect", "--json", str(src)],
-                             capture_output=True, text=True)
+    as_json = subprocess.run(
+        [sys.executable, "-m", "kit", "image", "inspect", "--json", str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert json.loads(as_json.stdout)["mpi_libraries"][0]["soname"] == "libmpich.so.12"
 
 
@@ -89,8 +106,13 @@ LIBZ = LIBDIR / "libz.so.1"
 
 
 @settings(max_examples=max(40, settings.default.max_examples))
-@given(edits=st.lists(st.tuples(st.one_of(st.integers(0, 63), st.integers(-2048, -1)),
-                                st.integers(0, 255)), min_size=1, max_size=8))
+@given(
+    edits=st.lists(
+        st.tuples(st.one_of(st.integers(0, 63), st.integers(-2048, -1)), st.integers(0, 255)),
+        min_size=1,
+        max_size=8,
+    )
+)
 @example(edits=[(41, 73)])  # e_shoff past 2**63: pyelftools raised OverflowError
 def test_soname_of_a_corrupt_elf_is_a_name_or_none(edits):
     """Byte edits in the ELF header and the section headers (at the end of the file)."""

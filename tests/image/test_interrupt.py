@@ -1,6 +1,7 @@
 """SIGINT, SIGTERM or SIGKILL at any moment of `kit image convert --force` leaves OUT the complete old or the
 complete new image, sidecars that describe it or that a reader can tell do not, and only
 kit-named leftovers of that OUT, which the next run finishes or removes (and nothing else)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,10 +33,17 @@ def _layers(seed: int) -> list[bytes]:
     rng = random.Random(seed)
     base = [("bin", "d", None), ("bin/sh", "f", b"#!fake\n"), ("data", "d", None)]
     layers = [tar_bytes(base + [(f"data/r{i}", "f", rng.randbytes(1 << 20)) for i in range(2)])]
-    layers.append(tar_bytes([("data", "d", None)] + [(f"data/s{i}", "f", rng.randbytes(1 << 20))
-                                                     for i in range(2)]))
-    layers.append(tar_bytes([("data", "d", None), ("data/seed", "f", str(seed).encode())]
-                            + [(f"data/d{i}", "d", None) for i in range(200)]))
+    layers.append(
+        tar_bytes(
+            [("data", "d", None)] + [(f"data/s{i}", "f", rng.randbytes(1 << 20)) for i in range(2)]
+        )
+    )
+    layers.append(
+        tar_bytes(
+            [("data", "d", None), ("data/seed", "f", str(seed).encode())]
+            + [(f"data/d{i}", "d", None) for i in range(200)]
+        )
+    )
     return layers
 
 
@@ -56,8 +64,12 @@ def digest(path: Path) -> str | None:
         return None
     if path.suffix == ".sqfs":
         tree = Path(tempfile.mkdtemp(dir=path.parent.parent)) / "x"
-        subprocess.run(["unsquashfs", "-q", "-no-xattrs", "-d", str(tree), str(path)], check=True,
-                       capture_output=True, timeout=POLL_LIMIT)
+        subprocess.run(
+            ["unsquashfs", "-q", "-no-xattrs", "-d", str(tree), str(path)],
+            check=True,
+            capture_output=True,
+            timeout=POLL_LIMIT,
+        )
         path = tree
     if path.is_dir():
         return hashlib.sha256(json.dumps(sorted(snapshot(path).items())).encode()).hexdigest()
@@ -108,8 +120,10 @@ def _fired(parent: Path, name: str, fmt: str, trigger: str, old_inode: int) -> b
     if trigger == "start":
         return bool(works)
     if trigger == "half":
-        return any(sum(f.stat().st_size for f in (parent / w).rglob("*") if f.is_file()) > 2 << 20
-                   for w in works)
+        return any(
+            sum(f.stat().st_size for f in (parent / w).rglob("*") if f.is_file()) > 2 << 20
+            for w in works
+        )
     if trigger == "staged":
         return any((parent / w / "staged.manifest.json").exists() for w in works)
     return (identity(parent / name, fmt) or {}).get("inode") != old_inode  # swapped
@@ -123,10 +137,22 @@ def decoys(parent: Path) -> dict:
     return {p.name: p.lstat().st_ino for p in parent.iterdir()}
 
 
-CASES = [(fmt, "KILL", trigger) for fmt in ("dir", "tar.gz") for trigger in ("start", "half", "staged", "swapped")]
+CASES = [
+    (fmt, "KILL", trigger)
+    for fmt in ("dir", "tar.gz")
+    for trigger in ("start", "half", "staged", "swapped")
+]
 CASES += [(fmt, "INT", trigger) for fmt in ("dir", "tar.gz") for trigger in ("half", "staged")]
-CASES += [("sqfs", "KILL", "half"), ("sqfs", "INT", "staged"), ("dir", "TERM", "half"), ("tar.gz", "TERM", "staged")]
-STOPPED = {"INT": (130, "kit: interrupted"), "TERM": (143, "kit: terminated (SIGTERM)")}  # SIGTERM: scancel, kill
+CASES += [
+    ("sqfs", "KILL", "half"),
+    ("sqfs", "INT", "staged"),
+    ("dir", "TERM", "half"),
+    ("tar.gz", "TERM", "staged"),
+]
+STOPPED = {
+    "INT": (130, "kit: interrupted"),
+    "TERM": (143, "kit: terminated (SIGTERM)"),
+}  # SIGTERM: scancel, kill
 
 
 @pytest.mark.parametrize("fmt,sig,trigger", CASES, ids=["-".join(c) for c in CASES])
@@ -139,7 +165,9 @@ def test_interrupted_replacement_leaves_old_or_new(sources, tmp_path, fmt, sig, 
     old_digest, old_id = digest(out), identity(out, fmt)
     kept = decoys(parent)
     cmd = [sys.executable, "-m", "kit", "image", "convert", str(new_src), str(out), "--force"]
-    proc = subprocess.Popen(cmd, env=kit_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=kit_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     helpers: list[int] = []
     deadline = time.monotonic() + POLL_LIMIT
     while proc.poll() is None and time.monotonic() < deadline:
@@ -151,7 +179,9 @@ def test_interrupted_replacement_leaves_old_or_new(sources, tmp_path, fmt, sig, 
     status, words = STOPPED.get(sig, (-9, None))
     assert proc.returncode in (0, status), err
     if words is not None and proc.returncode == status:
-        assert err.strip().splitlines() == [f"{words}; outputs are replaced only when complete"], err
+        assert err.strip().splitlines() == [f"{words}; outputs are replaced only when complete"], (
+            err
+        )
     for pid in helpers:  # mksquashfs does not outlive the kit: the pipe's end stops it
         while alive(pid):
             assert time.monotonic() < deadline, f"mksquashfs {pid} outlived the kit"
@@ -161,16 +191,22 @@ def test_interrupted_replacement_leaves_old_or_new(sources, tmp_path, fmt, sig, 
     assert now in (old_digest, new_digest), "OUT is missing or partial"
     if not sidecars_describe(out, fmt):  # only a kill between the image and its sidecars
         assert sig == "KILL" and now == new_digest
-        assert any(json.loads((parent / w / "staged.manifest.json").read_text())["output"]["identity"]
-                   == identity(out, fmt) for w in work_dirs(parent, name))
+        assert any(
+            json.loads((parent / w / "staged.manifest.json").read_text())["output"]["identity"]
+            == identity(out, fmt)
+            for w in work_dirs(parent, name)
+        )
     elif proc.returncode in (130, 143):
-        assert sorted(p.name for p in parent.iterdir()) == sorted(kept), f"SIG{sig} left files behind"
+        assert sorted(p.name for p in parent.iterdir()) == sorted(kept), (
+            f"SIG{sig} left files behind"
+        )
 
     rerun = subprocess.run(cmd, env=kit_env(), capture_output=True, text=True, timeout=POLL_LIMIT)
     assert rerun.returncode == 0, rerun.stderr
     assert digest(out) == new_digest and sidecars_describe(out, fmt)
-    assert {p.name: p.lstat().st_ino for p in parent.iterdir()
-            if not p.name.startswith(name)} == {k: v for k, v in kept.items() if not k.startswith(name)}
+    assert {p.name: p.lstat().st_ino for p in parent.iterdir() if not p.name.startswith(name)} == {
+        k: v for k, v in kept.items() if not k.startswith(name)
+    }
 
 
 class Killed(BaseException):
@@ -191,8 +227,11 @@ def test_next_run_finishes_a_commit_cut_between_image_and_sidecars(sources, tmp_
             (writer.root / "ch").mkdir()
             (writer.root / "ch" / "metadata.json").write_text("{}\n")
             built = writer.finish()
-            report = {"tool": "kit image convert", "sidecars": [".manifest.json"],
-                      "output": {"format": "dir", "identity": identity(built, "dir")}}
+            report = {
+                "tool": "kit image convert",
+                "sidecars": [".manifest.json"],
+                "output": {"format": "dir", "identity": identity(built, "dir")},
+            }
             stage_text(json.dumps(report))(work.path / "staged.manifest.json")
             work._swap(built)  # what Work.commit does after staging; the kill comes next
             work.swapped = True

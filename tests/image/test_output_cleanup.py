@@ -3,6 +3,7 @@
 Root ignores directory permissions, so the user who meets this is a non-root one: the test runs
 the cleanup as `nobody` (setpriv), on a tree laid out as a converted image can leave it.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,9 @@ def public_tmp():
 
 
 def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp):
-    require(os.geteuid() == 0 and shutil.which("setpriv"), "needs root to switch to nobody (setpriv)")
+    require(
+        os.geteuid() == 0 and shutil.which("setpriv"), "needs root to switch to nobody (setpriv)"
+    )
     work = public_tmp / ".img.kit-tmp.abcdefgh"
     (work / "root/usr/locked/deeper").mkdir(parents=True)
     (work / "root/usr/locked/deeper/file").write_text("x")
@@ -39,10 +42,21 @@ def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp
     (work / "root/usr/locked/deeper").chmod(0o000)  # d--------- as an image may have it
     (work / "root/usr/locked").chmod(0o500)
     (work / "root/usr/readonly").chmod(0o555)
-    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c"]
+    as_nobody = [
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        sys.executable,
+        "-c",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    probe = subprocess.run(as_nobody + ["import kit.atomic"], env=env, capture_output=True, text=True)
-    require(probe.returncode == 0, f"nobody cannot run this venv's Python here: {probe.stderr[-200:]}")
+    probe = subprocess.run(
+        as_nobody + ["import kit.atomic"], env=env, capture_output=True, text=True
+    )
+    require(
+        probe.returncode == 0, f"nobody cannot run this venv's Python here: {probe.stderr[-200:]}"
+    )
     code = "import sys; from pathlib import Path; from kit.atomic import remove_tree; remove_tree(Path(sys.argv[1]))"
     done = subprocess.run(as_nobody + [code, str(work)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

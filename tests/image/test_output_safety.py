@@ -1,5 +1,6 @@
 """`kit image convert` never destroys what the kit did not make: every OUT that is not new or an
 earlier kit output of the same form is refused before any work, and nothing is touched."""
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,14 @@ def small_source(root: Path, text: bytes = b"one\n") -> Path:
 
 def kit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", str(Path(__file__).parents[2])))
-    return subprocess.run([sys.executable, "-m", "kit", "image", "convert", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kit", "image", "convert", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def refused(proc: subprocess.CompletedProcess, *words: str) -> None:
@@ -57,8 +64,10 @@ def test_user_directory_is_refused_and_untouched(rich, tmp_path, force):
     with pytest.raises(KitError, match="not an earlier kit image convert dir output.*fix:"):
         convert(rich / "docker.tar", user, force=force)
     assert state(tmp_path) == before
-    refused(kit(str(rich / "docker.tar"), str(user), *(["--force"] if force else []), cwd=tmp_path),
-            "never replaces what it did not make")
+    refused(
+        kit(str(rich / "docker.tar"), str(user), *(["--force"] if force else []), cwd=tmp_path),
+        "never replaces what it did not make",
+    )
     assert state(tmp_path) == before
 
 
@@ -68,7 +77,9 @@ def test_user_file_is_refused_and_untouched(rich, tmp_path, fmt):
     user.write_bytes(b"not an image, but mine\n")
     before = state(tmp_path)
     for force in (False, True):
-        with pytest.raises(KitError, match=f"exists as a file that is not an earlier kit image convert {fmt}"):
+        with pytest.raises(
+            KitError, match=f"exists as a file that is not an earlier kit image convert {fmt}"
+        ):
             convert(rich / "docker.tar", user, force=force)
         assert state(tmp_path) == before
 
@@ -108,11 +119,16 @@ def test_src_itself_inside_and_around_are_refused(rich, tmp_path):
     shutil.copytree(rich / "oci", src, symlinks=True)
     (tmp_path / "link").symlink_to(src)
     before = state(tmp_path)
-    cases = [(src, "is SRC itself"), (tmp_path / "link", "is SRC itself"),
-             (tmp_path / "link" / "..", "'.', '..' or '/'"),
-             (src / "img", "inside SRC"), (src / "blobs" / "img.tar.gz", "inside SRC"),
-             (tmp_path / "link" / "img.sqfs", "inside SRC"),
-             (tmp_path / "a" / "b", "contains SRC"), (tmp_path / "a", "contains SRC")]
+    cases = [
+        (src, "is SRC itself"),
+        (tmp_path / "link", "is SRC itself"),
+        (tmp_path / "link" / "..", "'.', '..' or '/'"),
+        (src / "img", "inside SRC"),
+        (src / "blobs" / "img.tar.gz", "inside SRC"),
+        (tmp_path / "link" / "img.sqfs", "inside SRC"),
+        (tmp_path / "a" / "b", "contains SRC"),
+        (tmp_path / "a", "contains SRC"),
+    ]
     for out, why in cases:
         for force in (False, True):
             with pytest.raises(KitError, match=why):
@@ -150,14 +166,17 @@ def test_force_replaces_an_earlier_kit_output_of_the_same_form(tmp_path, fmt):
         assert Path(f"{out}.sha256").read_text() == f"{second.sha256}  {out.name}\n"
         assert hashlib.sha256(out.read_bytes()).hexdigest() == second.sha256 != first.sha256
     assert sorted(p.name for p in (tmp_path / "images").iterdir()) == sorted(
-        [out.name, f"{out.name}.manifest.json"] + ([] if fmt == "dir" else [f"{out.name}.sha256"]))
+        [out.name, f"{out.name}.manifest.json"] + ([] if fmt == "dir" else [f"{out.name}.sha256"])
+    )
 
 
 def test_force_refuses_another_form_and_a_user_directory_beside_a_stale_manifest(tmp_path):
     src = small_source(tmp_path / "src")
     out = tmp_path / "img"
     convert(src, out)
-    with pytest.raises(KitError, match="exists as a directory that is not an earlier kit image convert tar"):
+    with pytest.raises(
+        KitError, match="exists as a directory that is not an earlier kit image convert tar"
+    ):
         convert(src, out, fmt="tar", force=True)
     shutil.rmtree(out)  # the user removes the image and makes their own directory there
     out.mkdir()
@@ -203,7 +222,9 @@ def test_sidecar_the_kit_did_not_write_is_refused(tmp_path, suffix, kind):
 
 
 def test_stale_kit_pair_file_goes_with_the_image_it_described(tmp_path):
-    """A plain conversion replacing a paired one must not leave the old pair beside the new image."""
+    """A plain conversion replacing a paired one must not leave the old pair beside the new
+    image.
+    """
     src = small_source(tmp_path / "src")
     out = tmp_path / "img.sqfs"
     convert(src, out)
@@ -234,11 +255,17 @@ def _place(tmp: Path, src: Path, out: Path, thing: str) -> None:
         out.write_bytes(b"x" * 10)
 
 
-@given(thing=st.sampled_from(THINGS), side=st.sampled_from(["none", "user", "kit"]),
-       fmt=st.sampled_from(["tar", "dir"]), force=st.booleans())
+@given(
+    thing=st.sampled_from(THINGS),
+    side=st.sampled_from(["none", "user", "kit"]),
+    fmt=st.sampled_from(["tar", "dir"]),
+    force=st.booleans(),
+)
 @example(thing="stale-manifest", side="none", fmt="tar", force=True)
 @example(thing="kit-dir", side="user", fmt="dir", force=True)
-def test_any_existing_out_is_refused_cleanly_or_replaced_consistently(tmp_path_factory, thing, side, fmt, force):
+def test_any_existing_out_is_refused_cleanly_or_replaced_consistently(
+    tmp_path_factory, thing, side, fmt, force
+):
     tmp = tmp_path_factory.mktemp("prop")
     src = small_source(tmp / "src")
     out = tmp / "img"
@@ -268,7 +295,9 @@ def small_disk(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     disk = tmp_path / "disk"
     disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, timeout=30)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, timeout=30
+    )
     yield disk
     subprocess.run(["umount", str(disk)], check=True, timeout=30)
 
@@ -281,7 +310,9 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_image(tmp_path, small_disk, f
     convert(small, out)
     before = state(small_disk)
     proc = kit(str(big), str(out), "--force", cwd=tmp_path)
-    refused(proc, *(["mksquashfs failed"] if fmt == "sqfs" else []), "No space left on device", "fix:")
+    refused(
+        proc, *(["mksquashfs failed"] if fmt == "sqfs" else []), "No space left on device", "fix:"
+    )
     assert state(small_disk) == before
 
 
@@ -299,5 +330,9 @@ def test_a_second_run_for_the_same_out_is_refused_while_one_holds_it(tmp_path):
     finally:
         os.close(lock)
     convert(src, tmp_path / "img.tar")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar", "img.tar.manifest.json",
-                                                          "img.tar.sha256", "src"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "img.tar",
+        "img.tar.manifest.json",
+        "img.tar.sha256",
+        "src",
+    ]

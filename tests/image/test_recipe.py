@@ -1,6 +1,7 @@
 """The shipped recipes, read as text (building them takes the network and ~15 minutes): the
 final stage carries no toolchain, and the stack comes from the one pin list, minus test-only
 pins, with its hashes checked."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,23 @@ from kit.pins import normalize
 
 REPO = Path(__file__).resolve().parents[2]
 # What compiles or fetches sources: it stays in the build stage.
-BUILD_TOOLS = {"build-essential", "gcc", "g++", "cpp", "make", "cmake", "git", "autoconf", "automake", "libtool",
-               "pkg-config", "python3-venv", "python3-pip", "gfortran", "mpich-dev"}
+BUILD_TOOLS = {
+    "build-essential",
+    "gcc",
+    "g++",
+    "cpp",
+    "make",
+    "cmake",
+    "git",
+    "autoconf",
+    "automake",
+    "libtool",
+    "pkg-config",
+    "python3-venv",
+    "python3-pip",
+    "gfortran",
+    "mpich-dev",
+}
 RECIPE_FILES = sorted(RECIPES.glob("*.Dockerfile"))
 VIA = re.compile(r"\s*#\s+(?:via\s+)?([A-Za-z0-9][A-Za-z0-9._-]*)(?: \(pyproject\.toml\))?")
 
@@ -90,7 +106,7 @@ def pip_runs(runs: str, verb: str) -> list[list[str]]:
         words = shlex.split(command)
         for i, word in enumerate(words[:-1]):
             if word.rsplit("/", 1)[-1] == "pip" and words[i + 1] == verb:
-                found.append(words[i + 2:])
+                found.append(words[i + 2 :])
     return found
 
 
@@ -106,9 +122,13 @@ def test_the_final_stage_has_no_compiler_no_dev_package_no_build_tool(recipe):
     assert not {p for p in packages if p.endswith("-dev") or p in BUILD_TOOLS}, packages
     runs = " ".join(args for keyword, args in final if keyword == "RUN")
     assert "MPICC" not in runs and "pip wheel" not in runs  # nothing is compiled there
-    for install in pip_runs(runs, "install"):  # nothing fetched: only the kit's own wheel, from the build stage
+    for install in pip_runs(
+        runs, "install"
+    ):  # nothing fetched: only the kit's own wheel, from the build stage
         assert {"--no-index", "--no-deps"} <= set(install), install
-        assert [w for w in install if not w.startswith("-")] == ["/opt/wheels/secure_site_kit-*.whl"], install
+        assert [w for w in install if not w.startswith("-")] == [
+            "/opt/wheels/secure_site_kit-*.whl"
+        ], install
     copies = [args for keyword, args in final if keyword == "COPY" and args.startswith("--from=")]
     assert any(args.split()[1:] == ["/opt/venv", "/opt/venv"] for args in copies), copies
 
@@ -118,8 +138,13 @@ def test_the_image_runs_the_kit_with_its_runtime_extras_from_the_pin_list(recipe
     text = recipe.read_text()
     all_stages = stages(text)
     assert len(all_stages) >= 2, "one stage: the toolchain ships in the image"
-    build_runs = " ".join(args for stage in all_stages[:-1] for keyword, args in stage if keyword == "RUN")
-    assert "--require-hashes" in build_runs and "pins.py requirements /opt/gan3d/constraints.txt" in build_runs
+    build_runs = " ".join(
+        args for stage in all_stages[:-1] for keyword, args in stage if keyword == "RUN"
+    )
+    assert (
+        "--require-hashes" in build_runs
+        and "pins.py requirements /opt/gan3d/constraints.txt" in build_runs
+    )
     declared = build_runs + " " + " ".join(global_args(text).values())
     excluded = {normalize(n) for n in re.findall(r"--exclude (\S+)", declared)}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -131,17 +156,32 @@ def test_the_image_runs_the_kit_with_its_runtime_extras_from_the_pin_list(recipe
     test_only = requirement_names(extras["test"])
     graph = via(REPO / "constraints.txt")
     for name in excluded - {"horovod"}:  # a test pin, or pulled in by test pins only
-        assert name in test_only or graph[name] - {"secure-site-kit"} <= excluded, (name, graph[name])
+        assert name in test_only or graph[name] - {"secure-site-kit"} <= excluded, (
+            name,
+            graph[name],
+        )
     # The kit is a real distribution in the image (`kit --version` names its version): its wheel is
     # built from the context's pyproject.toml in the build stage, installed in the final one.
     [wheel] = pip_runs(build_runs, "wheel")
     assert {"--no-deps", "--no-index"} <= set(wheel) and wheel[-1] == "/opt/src", wheel
-    build_copies = [args.split() for stage in all_stages[:-1] for keyword, args in stage if keyword == "COPY"]
-    assert any("pyproject.toml" in words[:-1] and words[-1] == "/opt/src/" for words in build_copies), build_copies
+    build_copies = [
+        args.split() for stage in all_stages[:-1] for keyword, args in stage if keyword == "COPY"
+    ]
+    assert any(
+        "pyproject.toml" in words[:-1] and words[-1] == "/opt/src/" for words in build_copies
+    ), build_copies
     final = all_stages[-1]
     copies = [args for keyword, args in final if keyword == "COPY"]
-    assert {"--from=build /opt/venv /opt/venv", "--from=build /opt/wheels /opt/wheels"} <= set(copies), copies
-    assert all(args.startswith("--from=build ") for args in copies), copies  # no source tree in the image
+    assert {"--from=build /opt/venv /opt/venv", "--from=build /opt/wheels /opt/wheels"} <= set(
+        copies
+    ), copies
+    assert all(args.startswith("--from=build ") for args in copies), (
+        copies
+    )  # no source tree in the image
     final_runs = " ".join(args for keyword, args in final if keyword == "RUN")
-    assert len(pip_runs(final_runs, "install")) == 1  # the kit's wheel (checked above: no index, no deps)
-    assert not any("PYTHONPATH" in args for keyword, args in final if keyword == "ENV")  # no source tree on a path
+    assert (
+        len(pip_runs(final_runs, "install")) == 1
+    )  # the kit's wheel (checked above: no index, no deps)
+    assert not any(
+        "PYTHONPATH" in args for keyword, args in final if keyword == "ENV"
+    )  # no source tree on a path

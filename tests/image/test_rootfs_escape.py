@@ -1,5 +1,6 @@
 """Nothing is created outside the image root: the directory writer refuses a stream that would
 write through a symlink, and the in-root resolver agrees with the kernel inside a chroot."""
+
 from __future__ import annotations
 
 import io
@@ -61,19 +62,25 @@ def canary(tmp_path) -> Path:
 CHAIN = [("d", "d"), ("d/up", "l", ".."), ("d/esc", "l", "up/.."), ("opt", "l", "d/esc/../../host")]
 
 
-@pytest.mark.parametrize("tail", [
-    [("opt/pwned", "f", b"x")],                             # a file written through the chain
-    [("opt/etc", "d")],                                     # a directory made through it
-    [("opt/etc/passwd", "h", "etc/passwd")],                # a hard link made through it
-    [("abs", "l", "{canary}"), ("abs/etc/new", "f", b"x")],  # an absolute link, written through
-    [("opt/etc/passwd", "f", b"pwned\n")],                  # an existing host file overwritten
-], ids=["file-via-chain", "dir-via-chain", "hardlink-via-chain", "file-via-absolute", "overwrite"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [("opt/pwned", "f", b"x")],  # a file written through the chain
+        [("opt/etc", "d")],  # a directory made through it
+        [("opt/etc/passwd", "h", "etc/passwd")],  # a hard link made through it
+        [("abs", "l", "{canary}"), ("abs/etc/new", "f", b"x")],  # an absolute link, written through
+        [("opt/etc/passwd", "f", b"pwned\n")],  # an existing host file overwritten
+    ],
+    ids=["file-via-chain", "dir-via-chain", "hardlink-via-chain", "file-via-absolute", "overwrite"],
+)
 def test_dir_writer_never_writes_through_a_symlink(tmp_path, canary, tail):
     before = snapshot(canary)
     (tmp_path / "work").mkdir()
     writer = DirWriter(tmp_path / "work")  # the work dir's cleanup is kit.image.output's
-    members = CHAIN + [(n, k, *(a.format(canary=canary) if isinstance(a, str) else a for a in rest))
-                       for n, k, *rest in tail]
+    members = CHAIN + [
+        (n, k, *(a.format(canary=canary) if isinstance(a, str) else a for a in rest))
+        for n, k, *rest in tail
+    ]
     with pytest.raises(KitError, match=r"would pass through the symlink /(opt|abs)|cannot create"):
         for m in members:
             writer.add(entry(*m))
@@ -84,9 +91,15 @@ def test_dir_writer_never_writes_through_a_symlink(tmp_path, canary, tail):
 def test_dir_writer_still_writes_an_ordinary_tree(tmp_path):
     (tmp_path / "work").mkdir()
     writer = DirWriter(tmp_path / "work")
-    for m in [("usr", "d"), ("usr/lib", "d"), ("usr/lib/libx.so.1", "f", b"ELF"), ("lib", "l", "usr/lib"),
-              ("usr/lib/libx.so", "h", "usr/lib/libx.so.1"), ("usr/lib/cur", "l", "libx.so.1"),
-              ("usr/lib/cur2", "h", "usr/lib/cur")]:
+    for m in [
+        ("usr", "d"),
+        ("usr/lib", "d"),
+        ("usr/lib/libx.so.1", "f", b"ELF"),
+        ("lib", "l", "usr/lib"),
+        ("usr/lib/libx.so", "h", "usr/lib/libx.so.1"),
+        ("usr/lib/cur", "l", "libx.so.1"),
+        ("usr/lib/cur2", "h", "usr/lib/cur"),
+    ]:
         writer.add(entry(*m))
     out = writer.finish()
     assert (out / "lib/libx.so").read_bytes() == b"ELF"
@@ -99,12 +112,19 @@ def test_dir_writer_still_writes_an_ordinary_tree(tmp_path):
 # -- the resolver against the kernel's own answer inside a chroot -------------------------------
 NAMES = st.sampled_from(["a", "b", "c"])
 TARGET_PARTS = st.sampled_from(["a", "b", "c", "..", ".", "host"])
-NODES = st.lists(st.tuples(st.lists(NAMES, min_size=1, max_size=3).map("/".join),
-                           st.sampled_from(["d", "f", "l"]),
-                           st.tuples(st.booleans(), st.lists(TARGET_PARTS, min_size=1, max_size=5))),
-                 max_size=14)
-QUERIES = st.lists(st.lists(st.sampled_from(["a", "b", "c", "..", "host"]), min_size=1, max_size=5).map("/".join),
-                   min_size=1, max_size=6)
+NODES = st.lists(
+    st.tuples(
+        st.lists(NAMES, min_size=1, max_size=3).map("/".join),
+        st.sampled_from(["d", "f", "l"]),
+        st.tuples(st.booleans(), st.lists(TARGET_PARTS, min_size=1, max_size=5)),
+    ),
+    max_size=14,
+)
+QUERIES = st.lists(
+    st.lists(st.sampled_from(["a", "b", "c", "..", "host"]), min_size=1, max_size=5).map("/".join),
+    min_size=1,
+    max_size=6,
+)
 
 CHROOT_REALPATH = """
 import json, os, sys
@@ -125,9 +145,11 @@ def build_tree(root: Path, nodes) -> None:
     """Make what the node list describes, skipping nodes whose parent is not a plain directory."""
     for path, kind, (absolute, parts) in nodes:
         target = root / path
-        parent_ok = all((root / "/".join(path.split("/")[:i])).is_dir() and
-                        not (root / "/".join(path.split("/")[:i])).is_symlink()
-                        for i in range(1, path.count("/") + 1))
+        parent_ok = all(
+            (root / "/".join(path.split("/")[:i])).is_dir()
+            and not (root / "/".join(path.split("/")[:i])).is_symlink()
+            for i in range(1, path.count("/") + 1)
+        )
         if not parent_ok or os.path.lexists(target):
             continue
         if kind == "d":
@@ -139,18 +161,38 @@ def build_tree(root: Path, nodes) -> None:
 
 
 def chroot_realpath(root: Path, queries: list[str]) -> list[str | None]:
-    run = subprocess.run([sys.executable, "-I", "-c", CHROOT_REALPATH, str(root)], input=json.dumps(queries),
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", CHROOT_REALPATH, str(root)],
+        input=json.dumps(queries),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
 
 @given(nodes=NODES, queries=QUERIES)
-@example(nodes=[("d", "d", (False, ["a"])), ("d/up", "l", (False, [".."])), ("d/esc", "l", (False, ["up", ".."])),
-                ("a", "l", (False, ["d", "esc", "host"]))], queries=["a", "a/etc", "d/esc/host"])
-@example(nodes=[("a", "l", (True, ["host"])), ("b", "l", (False, ["b"]))], queries=["a", "b", "a/etc"])
-@example(nodes=[("a", "l", (False, ["b", "b"])), ("b", "l", (False, ["c", "c"])), ("c", "l", (False, ["."]))],
-         queries=["a", "a/a"])
+@example(
+    nodes=[
+        ("d", "d", (False, ["a"])),
+        ("d/up", "l", (False, [".."])),
+        ("d/esc", "l", (False, ["up", ".."])),
+        ("a", "l", (False, ["d", "esc", "host"])),
+    ],
+    queries=["a", "a/etc", "d/esc/host"],
+)
+@example(
+    nodes=[("a", "l", (True, ["host"])), ("b", "l", (False, ["b"]))], queries=["a", "b", "a/etc"]
+)
+@example(
+    nodes=[
+        ("a", "l", (False, ["b", "b"])),
+        ("b", "l", (False, ["c", "c"])),
+        ("c", "l", (False, ["."])),
+    ],
+    queries=["a", "a/a"],
+)
 @example(nodes=[("a", "d", (False, ["a"])), ("b", "f", (False, ["a"]))], queries=["b/..", "a/.."])
 def test_resolution_stays_in_the_root_and_agrees_with_chroot(tmp_path_factory, nodes, queries):
     require(os.geteuid() == 0, "chroot needs root")
@@ -172,14 +214,23 @@ def test_resolution_stays_in_the_root_and_agrees_with_chroot(tmp_path_factory, n
                 continue
             rel, _st = found
             real = os.path.realpath(root / rel)
-            assert real == str(root / rel).rstrip("/") and (real + "/").startswith(f"{root}/"), query
+            assert real == str(root / rel).rstrip("/") and (real + "/").startswith(f"{root}/"), (
+                query
+            )
             assert expected == "/" + rel, query
     assert snapshot(base) == before
 
 
 @given(nodes=NODES, queries=QUERIES)
-@example(nodes=[("d", "d", (False, ["a"])), ("d/up", "l", (False, [".."])), ("d/esc", "l", (False, ["up", ".."])),
-                ("a", "l", (False, ["d", "esc", "host"]))], queries=["a", "a/etc"])
+@example(
+    nodes=[
+        ("d", "d", (False, ["a"])),
+        ("d/up", "l", (False, [".."])),
+        ("d/esc", "l", (False, ["up", ".."])),
+        ("a", "l", (False, ["d", "esc", "host"])),
+    ],
+    queries=["a", "a/etc"],
+)
 @example(nodes=[("a", "l", (True, ["..", "host", "etc"]))], queries=["a"])
 def test_creation_through_random_links_never_leaves_the_root(tmp_path_factory, nodes, queries):
     """mkdir -p, symlinks and files made below every query path, through whatever links the
@@ -192,10 +243,15 @@ def test_creation_through_random_links_never_leaves_the_root(tmp_path_factory, n
     before = snapshot(host)
     with Root(root) as tree:
         for query in queries:
-            for make in (lambda q=query: tree.makedirs(f"{q}/made"),
-                         lambda q=query: tree.symlink(f"{q}/link", "made", through_links=True, make_parents=0o755),
-                         lambda q=query: tree.create(f"{q}/file", through_links=True, make_parents=0o755,
-                                             replace=True).close()):
+            for make in (
+                lambda q=query: tree.makedirs(f"{q}/made"),
+                lambda q=query: tree.symlink(
+                    f"{q}/link", "made", through_links=True, make_parents=0o755
+                ),
+                lambda q=query: tree.create(
+                    f"{q}/file", through_links=True, make_parents=0o755, replace=True
+                ).close(),
+            ):
                 try:
                     make()
                 except RootError:

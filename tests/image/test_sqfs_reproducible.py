@@ -2,6 +2,7 @@
 
 Real mksquashfs writes every image and real unsquashfs reads it back; ch-run mounts one.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,21 +29,28 @@ from tests.image.chtools import ch_run, need
 def _root_line(image: Path) -> list[str]:
     """unsquashfs's listing of the root directory: mode, uid/gid, size, date, time, name."""
     need("unsquashfs")
-    out = subprocess.run(["unsquashfs", "-lln", str(image)], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["unsquashfs", "-lln", str(image)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     return [line for line in out.splitlines() if line.endswith("squashfs-root")][0].split()
 
 
 def _root_stat(image: Path, where: Path) -> os.stat_result:
     """The root directory's mode and mtime, as real unsquashfs unpacks them."""
     tree = where / "x"
-    subprocess.run(["unsquashfs", "-q", "-no-xattrs", "-d", str(tree), str(image)], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        ["unsquashfs", "-q", "-no-xattrs", "-d", str(tree), str(image)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return os.stat(tree)
 
 
 def test_two_conversions_at_different_times_are_byte_identical(rich, tmp_path):
-    """Different seconds, packagings and thread counts: one .sqfs, root 0755 with the newest mtime."""
+    """Different seconds, packagings and thread counts: one .sqfs, root 0755 with the newest
+    mtime.
+    """
     a = convert(rich / "docker.tar", tmp_path / "a.sqfs", threads=1)
     time.sleep(1.1)  # mksquashfs 4.5.1 stamps the root with time(NULL): make the seconds differ
     b = convert(rich / "oci", tmp_path / "b.sqfs", threads=2)
@@ -60,15 +68,20 @@ def test_two_conversions_at_different_times_are_byte_identical(rich, tmp_path):
 
 
 _names = st.text("abcxyz._-", min_size=1, max_size=12).filter(lambda n: n not in (".", ".."))
-_files = st.dictionaries(_names, st.tuples(st.integers(0, (1 << 32) - 1), st.binary(max_size=300)),
-                         max_size=12)
+_files = st.dictionaries(
+    _names, st.tuples(st.integers(0, (1 << 32) - 1), st.binary(max_size=300)), max_size=12
+)
 
 
 @given(files=_files, dir_mtime=st.integers(0, (1 << 32) - 1), threads=st.integers(2, 4))
 @example(files={}, dir_mtime=0, threads=2)  # nothing newer than the epoch: root at 0
-@example(files={"f": ((1 << 32) - 1, b"x")}, dir_mtime=5, threads=4)  # the last second SquashFS keeps
+@example(
+    files={"f": ((1 << 32) - 1, b"x")}, dir_mtime=5, threads=4
+)  # the last second SquashFS keeps
 def test_written_bytes_depend_on_entries_only(files, dir_mtime, threads):
-    """Whatever the entries and threads: same bytes as one thread; root 0755, root-owned, newest mtime."""
+    """Whatever the entries and threads: same bytes as one thread; root 0755, root-owned, newest
+    mtime.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         entries = {"": (dir_mtime, b"")}
         entries.update(files)
@@ -104,15 +117,31 @@ def _write_tree(entries: dict[str, tuple[int, bytes]], work: Path, threads: int)
 
 # -- the root-inode stamp on its own ------------------------------------------------------------
 
+
 def _mksquashfs(members: list[tarfile.TarInfo], out: Path, *opts: str) -> Path:
     need("mksquashfs")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for info in members:
             tar.addfile(info, io.BytesIO(b"x" * info.size))
-    subprocess.run(["mksquashfs", "-", str(out), "-tar", "-noappend", "-quiet", "-no-progress",
-                    "-processors", "1", *opts], input=buf.getvalue(), check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "mksquashfs",
+            "-",
+            str(out),
+            "-tar",
+            "-noappend",
+            "-quiet",
+            "-no-progress",
+            "-processors",
+            "1",
+            *opts,
+        ],
+        input=buf.getvalue(),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return out
 
 
@@ -160,7 +189,9 @@ def test_stamp_refuses_a_fifo_without_blocking(tmp_path):
 @given(data=st.data())
 @example(data=None)  # the image as mksquashfs wrote it
 def test_stamp_on_damaged_images_is_clean(data, tmp_path_factory):
-    """Bytes overwritten anywhere in the superblock or inode table: a stamp or a KitError, no crash."""
+    """Bytes overwritten anywhere in the superblock or inode table: a stamp or a KitError, no
+    crash.
+    """
     base = tmp_path_factory.getbasetemp() / "span-base.sqfs"
     if not base.exists():
         _spanning_image(base)
@@ -179,4 +210,3 @@ def test_stamp_on_damaged_images_is_clean(data, tmp_path_factory):
             assert image.read_bytes() == raw
         else:
             assert len(image.read_bytes()) == len(raw)
-

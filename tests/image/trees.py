@@ -1,4 +1,5 @@
 """Compare an unpacked tree with the converter's output, allowing only Charliecloud's rules."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,9 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
-def charliecloud_view(reference: dict[str, tuple], devices: set[str] = frozenset()) -> dict[str, tuple]:
+def charliecloud_view(
+    reference: dict[str, tuple], devices: set[str] = frozenset()
+) -> dict[str, tuple]:
     """What Charliecloud's rules make of a reference unpack (umoci raw unpack --rootless).
 
     ``devices``: paths that were device nodes in the layers (a rootless unpack turns them

@@ -1,5 +1,6 @@
 """Real parts for the MPI pair tests: Intel MPI runtime (impi-rt wheel) as the "host" MPI and
 images built with mmdebstrap + buildah and converted by kit.image (all cached between runs)."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ TARGET = "/opt/hostmpi"
 
 def _tools(*names: str) -> None:
     for name in names:
-        require(shutil.which(name) is not None, f"{name} not installed (scripts/setup.sh installs it)")
+        require(
+            shutil.which(name) is not None, f"{name} not installed (scripts/setup.sh installs it)"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -33,13 +36,27 @@ def impi_prefix() -> Path:
         if not (prefix / "bin" / "mpiexec.hydra").is_file():
             part = prefix.with_name(prefix.name + ".part")
             shutil.rmtree(part, ignore_errors=True)
-            run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                  "--prefix", str(part), f"impi-rt=={IMPI_VERSION}"],
-                                 capture_output=True, text=True)
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    "--prefix",
+                    str(part),
+                    f"impi-rt=={IMPI_VERSION}",
+                ],
+                capture_output=True,
+                text=True,
+            )
             require(run.returncode == 0, f"cannot install impi-rt from PyPI: {run.stderr[-500:]}")
             shutil.rmtree(prefix, ignore_errors=True)
             os.replace(part, prefix)
-    require((prefix / "lib" / "libmpi.so.12").is_file(), f"impi-rt in {prefix} has no lib/libmpi.so.12")
+    require(
+        (prefix / "lib" / "libmpi.so.12").is_file(), f"impi-rt in {prefix} has no lib/libmpi.so.12"
+    )
     return prefix
 
 
@@ -49,13 +66,26 @@ def impi_site_dict(prefix: Path) -> dict:
         "name": "impi-host",
         "description": "this machine, with the Intel MPI runtime (impi-rt) playing the site's host MPI",
         "scheduler": {"type": "local", "max_nodes": 1, "max_walltime": "00:10:00"},
-        "node": {"cpu_model": "test", "sockets": 1, "cores_per_socket": 2, "threads_per_core": 1,
-                 "numa_domains": 1, "memory_gb": 24, "usable_memory_gb": 20, "clock_ghz_avx": 2.0,
-                 "fp32_flop_per_cycle_per_core": 64},
-        "host_mpi": {"vendor": "intel", "version": IMPI_VERSION, "prefix": str(prefix),
-                     "library_dirs": [lib], "launcher": "mpiexec",
-                     # one node: shared memory; libfabric's providers live beside libmpi in the wheel
-                     "env": {"I_MPI_FABRICS": "shm", "FI_PROVIDER": "tcp", "FI_PROVIDER_PATH": lib}},
+        "node": {
+            "cpu_model": "test",
+            "sockets": 1,
+            "cores_per_socket": 2,
+            "threads_per_core": 1,
+            "numa_domains": 1,
+            "memory_gb": 24,
+            "usable_memory_gb": 20,
+            "clock_ghz_avx": 2.0,
+            "fp32_flop_per_cycle_per_core": 64,
+        },
+        "host_mpi": {
+            "vendor": "intel",
+            "version": IMPI_VERSION,
+            "prefix": str(prefix),
+            "library_dirs": [lib],
+            "launcher": "mpiexec",
+            # one node: shared memory; libfabric's providers live beside libmpi in the wheel
+            "env": {"I_MPI_FABRICS": "shm", "FI_PROVIDER": "tcp", "FI_PROVIDER_PATH": lib},
+        },
         "container": {"runtime": "charliecloud", "image_dir": "/tmp", "mpi_target": TARGET},
         "transfer": {"host": "localhost", "image_dir": "/tmp"},
         "network": {"latency_us": 1.0, "bandwidth_gbps": 10.0},
@@ -73,8 +103,13 @@ def impi_srun_site(impi_prefix, slurm, tmp_path_factory) -> Path:
     shutil.copy(system, pmi / "libpmi2.so.0")  # a real copy: a symlink would dangle inside ch-run
     site = impi_site_dict(impi_prefix)
     site["name"] = "impi-slurm"
-    site["scheduler"] = {"type": "slurm", "partition": "debug", "max_nodes": 1, "max_walltime": "00:10:00",
-                         "mpi_plugin": "pmi2"}
+    site["scheduler"] = {
+        "type": "slurm",
+        "partition": "debug",
+        "max_nodes": 1,
+        "max_walltime": "00:10:00",
+        "mpi_plugin": "pmi2",
+    }
     site["host_mpi"]["launcher"] = "srun"
     site["host_mpi"]["library_dirs"].append(str(pmi))
     site["host_mpi"]["env"]["I_MPI_PMI_LIBRARY"] = str(pmi / "libpmi2.so.0")
@@ -97,9 +132,16 @@ def mpich_oci() -> Path:
     _tools("mmdebstrap", "buildah")
     from tests.support.images import mpi4py_from_venv, oci_image
 
-    require((mpi4py_from_venv() / "MPI.cpython-311-x86_64-linux-gnu.so").is_file(), "venv mpi4py missing")
-    return oci_image(MPICH_PACKAGES, files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
-                     links={f"{TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"}, tag="mpich")
+    require(
+        (mpi4py_from_venv() / "MPI.cpython-311-x86_64-linux-gnu.so").is_file(),
+        "venv mpi4py missing",
+    )
+    return oci_image(
+        MPICH_PACKAGES,
+        files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
+        links={f"{TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"},
+        tag="mpich",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -110,9 +152,15 @@ def mpich_system_oci() -> Path:
     _tools("mmdebstrap", "buildah")
     from tests.support.images import mpi4py_from_venv, oci_image
 
-    require((mpi4py_from_venv() / "MPI.cpython-311-x86_64-linux-gnu.so").is_file(), "venv mpi4py missing")
-    return oci_image(MPICH_PACKAGES, files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
-                     tag="mpich-system")
+    require(
+        (mpi4py_from_venv() / "MPI.cpython-311-x86_64-linux-gnu.so").is_file(),
+        "venv mpi4py missing",
+    )
+    return oci_image(
+        MPICH_PACKAGES,
+        files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
+        tag="mpich-system",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -130,8 +178,21 @@ def mpich_squash(mpich_image) -> Path:
     with _locked(out):
         if not out.exists():
             part = out.with_name(out.name + ".part")
-            subprocess.run(["mksquashfs", str(mpich_image), str(part), "-noappend", "-no-xattrs",
-                            "-comp", "lz4", "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    "mksquashfs",
+                    str(mpich_image),
+                    str(part),
+                    "-noappend",
+                    "-no-xattrs",
+                    "-comp",
+                    "lz4",
+                    "-quiet",
+                    "-no-progress",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             os.replace(part, out)
     return out
 
@@ -159,19 +220,29 @@ def openmpi_site_dict(launcher: str = "/usr/bin/mpirun.openmpi") -> dict:
     site["name"] = "ompi-host"
     site["description"] = "this machine, with Debian's Open MPI 4.1.4 playing the site's host MPI"
     site["host_mpi"] = {
-        "vendor": "openmpi", "version": "4.1.4", "prefix": "/usr", "library_dirs": [str(HOST_OMPI_LIBS)],
-        "launcher": launcher, "soname": "libmpi.so.40",
-        "openmpi": {"components": str(HOST_OMPI_LIBS / "openmpi/lib/openmpi3"), "help_files": "/usr/share/openmpi",
-                    "pmix_components": str(HOST_OMPI_LIBS / "pmix2/lib/pmix"),
-                    "mca": {"btl": "self,vader,tcp", "pml": "ob1"},
-                    "allow_run_as_root": True}}  # the tests run as root
+        "vendor": "openmpi",
+        "version": "4.1.4",
+        "prefix": "/usr",
+        "library_dirs": [str(HOST_OMPI_LIBS)],
+        "launcher": launcher,
+        "soname": "libmpi.so.40",
+        "openmpi": {
+            "components": str(HOST_OMPI_LIBS / "openmpi/lib/openmpi3"),
+            "help_files": "/usr/share/openmpi",
+            "pmix_components": str(HOST_OMPI_LIBS / "pmix2/lib/pmix"),
+            "mca": {"btl": "self,vader,tcp", "pml": "ob1"},
+            "allow_run_as_root": True,
+        },
+    }  # the tests run as root
     return site
 
 
 @pytest.fixture(scope="session")
 def openmpi_site(tmp_path_factory) -> Path:
-    require(Path("/usr/bin/mpirun.openmpi").is_file() and (HOST_OMPI_LIBS / "libmpi.so.40").exists(),
-            "Debian's Open MPI missing (apt-get install openmpi-bin libopenmpi3; scripts/setup.sh)")
+    require(
+        Path("/usr/bin/mpirun.openmpi").is_file() and (HOST_OMPI_LIBS / "libmpi.so.40").exists(),
+        "Debian's Open MPI missing (apt-get install openmpi-bin libopenmpi3; scripts/setup.sh)",
+    )
     path = tmp_path_factory.mktemp("site") / "ompi-host.yaml"
     path.write_text(yaml.safe_dump(openmpi_site_dict(), sort_keys=False))
     return path
@@ -196,14 +267,27 @@ SYSTEM = Path("/usr/lib/x86_64-linux-gnu")
 
 @pytest.fixture(scope="session")
 def mpich_host_site(tmp_path_factory) -> Path:
-    require((SYSTEM / "libmpich.so.12").exists() and Path("/usr/bin/mpiexec.hydra").is_file(),
-            "Debian's MPICH missing (apt-get install mpich libmpich-dev; scripts/setup.sh)")
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    require(
+        (SYSTEM / "libmpich.so.12").exists() and Path("/usr/bin/mpiexec.hydra").is_file(),
+        "Debian's MPICH missing (apt-get install mpich libmpich-dev; scripts/setup.sh)",
+    )
+    require(
+        shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)"
+    )
     site = impi_site_dict(Path("/usr"))
     site["name"] = "mpich-system"
-    site["description"] = "this machine, with Debian's MPICH (in /usr/lib/x86_64-linux-gnu) as the host MPI"
-    site["host_mpi"] = {"vendor": "mpich", "version": "4.0.2", "prefix": "/usr", "library_dirs": [str(SYSTEM)],
-                        "launcher": "mpiexec", "soname": "libmpich.so.12", "env": {}}
+    site["description"] = (
+        "this machine, with Debian's MPICH (in /usr/lib/x86_64-linux-gnu) as the host MPI"
+    )
+    site["host_mpi"] = {
+        "vendor": "mpich",
+        "version": "4.0.2",
+        "prefix": "/usr",
+        "library_dirs": [str(SYSTEM)],
+        "launcher": "mpiexec",
+        "soname": "libmpich.so.12",
+        "env": {},
+    }
     path = tmp_path_factory.mktemp("site") / "mpich-system.yaml"
     path.write_text(yaml.safe_dump(site, sort_keys=False))
     return path

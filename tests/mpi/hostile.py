@@ -1,5 +1,6 @@
 """Builders for hostile MPI images: a real MPICH library from this machine in a small tree,
 plus the links, FIFOs and names an attacker would add, as a directory, tarball or SquashFS."""
+
 from __future__ import annotations
 
 import io
@@ -55,8 +56,22 @@ def as_tar(tree: Path, out: Path, extra: list[tuple[tarfile.TarInfo, bytes | Non
 
 def as_squash(tree: Path, out: Path) -> Path:
     require(shutil.which("mksquashfs") is not None, "mksquashfs missing (squashfs-tools)")
-    subprocess.run(["mksquashfs", str(tree), str(out), "-noappend", "-no-xattrs", "-noI", "-noD", "-noF",
-                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "mksquashfs",
+            str(tree),
+            str(out),
+            "-noappend",
+            "-no-xattrs",
+            "-noI",
+            "-noD",
+            "-noF",
+            "-quiet",
+            "-no-progress",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return out
 
 

@@ -1,4 +1,5 @@
 """The ABI rules and the low-level readers, on real files of this machine."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -34,7 +35,9 @@ def test_ld_cache_parser_refuses_garbage_and_truncation():
 
 
 def _symbol_and_banner(path: Path, name: str) -> tuple[bool, tuple[str | None, str | None]]:
-    """Whether the library defines ``name``, and its vendor and version, read as kit mpi pair reads them."""
+    """Whether the library defines ``name``, and its vendor and version, read as kit mpi pair reads
+    them.
+    """
     with open(path, "rb") as fh, open_elf(fh, str(path)) as elf:
         return elf.defines(name), elf.banner()
 
@@ -43,11 +46,18 @@ def test_elf_facts_and_banners_of_real_libraries():
     lib = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
     require(lib.exists(), "Debian MPICH not installed")
     assert elf_facts(lib).soname == "libmpich.so.12"
-    assert _symbol_and_banner(lib, "MPI_Init")[0] and not _symbol_and_banner(lib, "MPI_No_Such_Call")[0]
+    assert (
+        _symbol_and_banner(lib, "MPI_Init")[0]
+        and not _symbol_and_banner(lib, "MPI_No_Such_Call")[0]
+    )
     cxx = Path("/usr/lib/x86_64-linux-gnu/libmpichcxx.so.12")
     assert not _symbol_and_banner(cxx, "MPI_Init")[0]  # imports it
-    assert _symbol_and_banner(lib, "MPI_Init")[1] == ("mpich", subprocess.run(
-        ["mpichversion", "--version"], capture_output=True, text=True).stdout.split()[-1])
+    assert _symbol_and_banner(lib, "MPI_Init")[1] == (
+        "mpich",
+        subprocess.run(
+            ["mpichversion", "--version"], capture_output=True, text=True
+        ).stdout.split()[-1],
+    )
     with pytest.raises(ValueError, match="not a readable ELF"):
         elf_facts(Path(__file__))
 
@@ -60,7 +70,9 @@ def test_debian_mpich_pairs_with_intel_through_an_alias_and_warns_on_minor():
 
 def test_strict_refuses_a_newer_image_minor_and_major_mode_ignores_it():
     strict = decide(INTEL, MPICH_DEBIAN, "strict")
-    assert not strict.ok and any("minor versions differ: host 0, image 2" in r for r in strict.reasons)
+    assert not strict.ok and any(
+        "minor versions differ: host 0, image 2" in r for r in strict.reasons
+    )
     assert "libmpi.so.12" in strict.advice
     major = decide(INTEL, MPICH_DEBIAN, "major")
     assert major.ok and not major.warnings

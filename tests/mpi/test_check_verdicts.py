@@ -2,6 +2,7 @@
 this machine's Debian MPICH 4.0.2 (hydra, UCX) and Open MPI 4.1.4 as host MPIs bound into real images,
 2 real ranks under ch-run; the wrong library is made to load by the rank's own environment (LD_PRELOAD,
 an MCA component path) or by a pair that leaves a variable out. Nothing is mocked."""
+
 import dataclasses
 import os
 import re
@@ -43,15 +44,21 @@ def test_ucx_loads_its_transport_modules_from_the_host(mpich_host_site, mpich_pa
 
 
 def test_check_names_a_ucx_module_mapped_from_the_image(mpich_host_site, mpich_paired):
-    """The pair without UCX_MODULE_DIR (a pair of an earlier kit version): UCX loads the image's modules."""
+    """The pair without UCX_MODULE_DIR (a pair of an earlier kit version): UCX loads the image's
+    modules.
+    """
     pair = make_pair(mpich_host_site, mpich_paired)
-    old = dataclasses.replace(pair, env_set={k: v for k, v in pair.env_set.items() if k != "UCX_MODULE_DIR"})
+    old = dataclasses.replace(
+        pair, env_set={k: v for k, v in pair.env_set.items() if k != "UCX_MODULE_DIR"}
+    )
     result = run_check(old)
     assert len(result.ranks) == 2 and not result.ok, result.output[-2000:]
     for rank in (0, 1):
-        assert f"rank {rank}: UCX transport module libuct_cma.so.0.0.0 mapped from {IMAGE_UCX_MODULES}, not from " \
-               f"the host UCX's module dir {HOST_UCX_MODULES}; fix: re-make the pair where the site's MPI is " \
-               f"installed (it sets UCX_MODULE_DIR={HOST_UCX_MODULES})" in result.problems, result.problems
+        assert (
+            f"rank {rank}: UCX transport module libuct_cma.so.0.0.0 mapped from {IMAGE_UCX_MODULES}, not from "
+            f"the host UCX's module dir {HOST_UCX_MODULES}; fix: re-make the pair where the site's MPI is "
+            f"installed (it sets UCX_MODULE_DIR={HOST_UCX_MODULES})" in result.problems
+        ), result.problems
 
 
 def test_check_names_an_mpi_dependency_mapped_from_the_image(mpich_host_site, mpich_paired):
@@ -62,34 +69,51 @@ def test_check_names_an_mpi_dependency_mapped_from_the_image(mpich_host_site, mp
     assert len(result.ranks) == 2, result.output[-2000:]
     assert all(HOST_HWLOC not in r.libs for r in result.ranks)
     for rank in (0, 1):
-        assert f"rank {rank}: libhwloc.so.15 mapped from /usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1 (the " \
-               f"image's), but the pair binds the host's ({HOST_HWLOC}); fix: let nothing in the image load it " \
-               "ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, an image binary's RPATH, a dlopen by full " \
-               "path), or remove the image's copy" in result.problems, result.problems
+        assert (
+            f"rank {rank}: libhwloc.so.15 mapped from /usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1 (the "
+            f"image's), but the pair binds the host's ({HOST_HWLOC}); fix: let nothing in the image load it "
+            "ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, an image binary's RPATH, a dlopen by full "
+            "path), or remove the image's copy" in result.problems
+        ), result.problems
 
 
 def test_check_names_two_copies_of_one_library_in_a_rank(mpich_host_site, mpich_paired):
     """Two files of one SONAME loaded by path: the loader keeps both."""
-    both = _with_env(make_pair(mpich_host_site, mpich_paired), LD_PRELOAD=f"{IMAGE_HWLOC} {TARGET}/lib0/libhwloc.so.15")
+    both = _with_env(
+        make_pair(mpich_host_site, mpich_paired),
+        LD_PRELOAD=f"{IMAGE_HWLOC} {TARGET}/lib0/libhwloc.so.15",
+    )
     result = run_check(both)
     assert len(result.ranks) == 2, result.output[-2000:]
     for rank in (0, 1):
-        assert any(p.startswith(f"rank {rank}: libhwloc.so.15 is mapped twice ({HOST_HWLOC}, "
-                                f"/usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1); it should come once, from {HOST_HWLOC}; fix: ")
-                   for p in result.problems), result.problems
+        assert any(
+            p.startswith(
+                f"rank {rank}: libhwloc.so.15 is mapped twice ({HOST_HWLOC}, "
+                f"/usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1); it should come once, from {HOST_HWLOC}; fix: "
+            )
+            for p in result.problems
+        ), result.problems
 
 
 def test_check_names_open_mpi_components_from_a_foreign_dir(openmpi_site, openmpi_image):
-    """An MCA component path pointing at the image's own Open MPI: its components run on the host's libmpi."""
-    elsewhere = _with_env(make_pair(openmpi_site, openmpi_image), OMPI_MCA_mca_base_component_path=IMAGE_COMPONENTS)
+    """An MCA component path pointing at the image's own Open MPI: its components run on the host's
+    libmpi.
+    """
+    elsewhere = _with_env(
+        make_pair(openmpi_site, openmpi_image), OMPI_MCA_mca_base_component_path=IMAGE_COMPONENTS
+    )
     result = run_check(elsewhere, timeout=120)
     assert len(result.ranks) == 2, result.output[-2000:]
     assert all(r.component_dirs == [IMAGE_COMPONENTS] for r in result.ranks)
     for rank in (0, 1):
-        assert any(p.startswith(f"rank {rank}: Open MPI components (") and
-                   f") mapped from {IMAGE_COMPONENTS}, not from the host's component dirs ({TARGET}/ompi-components, "
-                   f"{TARGET}/pmix-components); "
-                   "fix: " in p for p in result.problems), result.problems
+        assert any(
+            p.startswith(f"rank {rank}: Open MPI components (")
+            and f") mapped from {IMAGE_COMPONENTS}, not from the host's component dirs ({TARGET}/ompi-components, "
+            f"{TARGET}/pmix-components); "
+            "fix: "
+            in p
+            for p in result.problems
+        ), result.problems
 
 
 LAUNCH = """#!/bin/bash
@@ -107,7 +131,9 @@ exec "$@"
 
 
 def _site_with_launcher(site: Path, tmp_path: Path, rank1: str) -> Path:
-    """The MPICH site with a launcher (named by path) that starts rank 1 as ``rank1`` in the image."""
+    """The MPICH site with a launcher (named by path) that starts rank 1 as ``rank1`` in the
+    image.
+    """
     launcher = tmp_path / "launch"
     launcher.write_text(LAUNCH)
     Path(f"{launcher}.rank").write_text(RANK % rank1)
@@ -134,7 +160,9 @@ def _ours(marker: str) -> list[str]:
     return found
 
 
-def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(mpich_host_site, mpich_paired, tmp_path):
+def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(
+    mpich_host_site, mpich_paired, tmp_path
+):
     """Rank 1 sleeps in the image instead of starting: rank 0 waits in MPI_Init for it forever. At the
     timeout every process of the check goes (hydra, its proxy, both ch-runs, rank 0, and the sleep,
     which bash's job control put in a process group of its own: hydra's cleanup and a signal to the
@@ -143,38 +171,66 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(mpich_
     site = _site_with_launcher(mpich_host_site, tmp_path, f"bash -c 'set -m; sleep {sleep} & wait'")
     result = run_check(make_pair(site, mpich_paired), timeout=20)
     assert len(result.problems) == 1 and not result.ranks, result.problems
-    assert result.problems[0].startswith("the ranks did not finish within 20 s; every process of the check was "
-                                         "stopped: 0 of 2 ranks finished MPI_Init (a rank that never reached it, "
-                                         "or a launcher waiting for a peer that never started)"), result.problems
-    assert not _ours(sleep) and not _ours(f"kitcheck-{os.getpid()}-"), (_ours(sleep), _ours(f"kitcheck-{os.getpid()}-"))
-    assert not list(Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*"))  # the stopped ch-runs' peer group
+    assert result.problems[0].startswith(
+        "the ranks did not finish within 20 s; every process of the check was "
+        "stopped: 0 of 2 ranks finished MPI_Init (a rank that never reached it, "
+        "or a launcher waiting for a peer that never started)"
+    ), result.problems
+    assert not _ours(sleep) and not _ours(f"kitcheck-{os.getpid()}-"), (
+        _ours(sleep),
+        _ours(f"kitcheck-{os.getpid()}-"),
+    )
+    assert not list(
+        Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*")
+    )  # the stopped ch-runs' peer group
 
 
-def test_a_rank_that_crashes_ends_the_check_with_one_line(mpich_host_site, mpich_paired, tmp_path, capsys,
-                                                         monkeypatch):
+def test_a_rank_that_crashes_ends_the_check_with_one_line(
+    mpich_host_site, mpich_paired, tmp_path, capsys, monkeypatch
+):
     site = _site_with_launcher(mpich_host_site, tmp_path, "sh -c 'kill -SEGV $$'")
     result = run_check(make_pair(site, mpich_paired), timeout=120)
     assert len(result.problems) == 1 and not result.ranks, result.problems
     # hydra's status is the signal's number; its own words name the signal
-    assert result.problems[0].startswith("no rank reported (launcher exit status 11): 0 of 2 ranks finished "
-                                         "MPI_Init; the launcher says: "), result.problems
-    assert "signal 11" in result.problems[0].lower() or "signal: 11" in result.problems[0].lower(), result.problems
+    assert result.problems[0].startswith(
+        "no rank reported (launcher exit status 11): 0 of 2 ranks finished "
+        "MPI_Init; the launcher says: "
+    ), result.problems
+    assert (
+        "signal 11" in result.problems[0].lower() or "signal: 11" in result.problems[0].lower()
+    ), result.problems
     assert not _ours(f"kitcheck-{os.getpid()}-")
-    assert not list(Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*"))  # the crashed ranks' peer group
+    assert not list(
+        Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*")
+    )  # the crashed ranks' peer group
     monkeypatch.setenv("COLUMNS", "1000")  # the verdict on one line, unfolded
     assert main(["mpi", "check", "--site", str(site), str(mpich_paired)]) == 1
     out = capsys.readouterr().out.splitlines()
     # hydra's status for the same crash is 11 or, when its wait on the dead ranks fails first, 255
-    assert len(out) == 1 and re.match(r"FAIL: no rank reported \(launcher exit status (11|255)\): 0 of 2", out[0]), out
+    assert len(out) == 1 and re.match(
+        r"FAIL: no rank reported \(launcher exit status (11|255)\): 0 of 2", out[0]
+    ), out
 
 
-@pytest.mark.parametrize("launcher, message", [
-    ("srun", "site mpich-system: launcher 'srun' not found on PATH; fix: run the check where Slurm's clients are "
-             "installed (the site's login node)"),
-    ("{tmp}/not-a-program", "launcher {tmp}/not-a-program: cannot be started (Exec format error); fix: "
-                            "host_mpi.launcher and host_mpi.prefix in the site config must name an installed, "
-                            "executable launcher")])
-def test_a_launcher_that_cannot_start_is_one_line(mpich_host_site, mpich_paired, tmp_path, launcher, message):
+@pytest.mark.parametrize(
+    "launcher, message",
+    [
+        (
+            "srun",
+            "site mpich-system: launcher 'srun' not found on PATH; fix: run the check where Slurm's clients are "
+            "installed (the site's login node)",
+        ),
+        (
+            "{tmp}/not-a-program",
+            "launcher {tmp}/not-a-program: cannot be started (Exec format error); fix: "
+            "host_mpi.launcher and host_mpi.prefix in the site config must name an installed, "
+            "executable launcher",
+        ),
+    ],
+)
+def test_a_launcher_that_cannot_start_is_one_line(
+    mpich_host_site, mpich_paired, tmp_path, launcher, message
+):
     """The command line, in a process of its own: exit status 1 and one line, no traceback."""
     (tmp_path / "not-a-program").write_text("neither a script nor an ELF file\n")
     (tmp_path / "not-a-program").chmod(0o755)
@@ -184,10 +240,21 @@ def test_a_launcher_that_cannot_start_is_one_line(mpich_host_site, mpich_paired,
     doc = yaml.safe_load(mpich_host_site.read_text())
     doc["host_mpi"]["launcher"] = launcher.format(tmp=tmp_path)
     if launcher == "srun":
-        doc["scheduler"] = {"type": "slurm", "partition": "debug", "max_nodes": 1, "max_walltime": "00:10:00"}
+        doc["scheduler"] = {
+            "type": "slurm",
+            "partition": "debug",
+            "max_nodes": 1,
+            "max_walltime": "00:10:00",
+        }
     site = tmp_path / "mpich-system.yaml"
     site.write_text(yaml.safe_dump(doc, sort_keys=False))
-    done = subprocess.run([sys.executable, "-m", "kit", "mpi", "check", "--site", str(site), str(mpich_paired)],
-                          capture_output=True, text=True, env={**os.environ, "PATH": str(bin_dir)})
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", "mpi", "check", "--site", str(site), str(mpich_paired)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": str(bin_dir)},
+    )
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines() == [f"kit: error: {message.format(tmp=tmp_path)}"], done.stderr
+    assert done.stderr.strip().splitlines() == [f"kit: error: {message.format(tmp=tmp_path)}"], (
+        done.stderr
+    )

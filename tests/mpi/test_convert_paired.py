@@ -1,5 +1,6 @@
 """`kit image convert --site`: pair first, convert with the pair's mount points and alias links
 inside, write OUT.pair.yaml; proven by running the host's Intel MPI in the read-only result."""
+
 import json
 import os
 import shutil
@@ -29,8 +30,12 @@ def bare_source(mpich_oci, tmp_path):
     return base
 
 
-def test_squashfs_converted_for_the_site_runs_the_host_mpi(impi_site, bare_source, tmp_path, capsys):
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+def test_squashfs_converted_for_the_site_runs_the_host_mpi(
+    impi_site, bare_source, tmp_path, capsys
+):
+    require(
+        shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)"
+    )
     out = tmp_path / "gan3d.sqfs"
     assert main(["image", "convert", str(bare_source), str(out), "--site", str(impi_site)]) == 0
     printed = " ".join(capsys.readouterr().out.split())
@@ -55,21 +60,37 @@ def test_squashfs_converted_for_the_site_runs_the_host_mpi(impi_site, bare_sourc
 
 
 def test_own_identical_link_is_kept_a_conflicting_path_refused_dry_run_writes_nothing(
-        impi_site, mpich_oci, bare_source, tmp_path, capsys):
+    impi_site, mpich_oci, bare_source, tmp_path, capsys
+):
     done = convert_paired(mpich_oci, tmp_path / "recipe", impi_site, fmt="dir")
     assert done.report.links == []  # the recipe already made the same link: kept as it was
     assert os.readlink(tmp_path / "recipe" / LINK.lstrip("/")) == "../lib0/libmpi.so.12"
     assert done.pair_file == tmp_path / "recipe.pair.yaml" and done.pair_file.is_file()
 
     (bare_source / LINK.lstrip("/")).write_text("not a link\n")
-    with pytest.raises(KitError, match=rf"{LINK[1:]} is a file in the image, but the site's MPI pair "
-                                       r"needs a symlink to /opt/hostmpi/lib0/libmpi.so.12"):
+    with pytest.raises(
+        KitError,
+        match=rf"{LINK[1:]} is a file in the image, but the site's MPI pair "
+        r"needs a symlink to /opt/hostmpi/lib0/libmpi.so.12",
+    ):
         convert_paired(bare_source, tmp_path / "bad.tar.gz", impi_site)
     assert not list(tmp_path.glob("bad*"))
 
     out = tmp_path / "dry.tar.gz"
-    assert main(["image", "convert", str(bare_source.parent / "recipe"), str(out), "--site", str(impi_site),
-                 "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "image",
+                "convert",
+                str(bare_source.parent / "recipe"),
+                str(out),
+                "--site",
+                str(impi_site),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert f"would write {out}.pair.yaml" in capsys.readouterr().out
     assert not list(tmp_path.glob("dry*"))
 
@@ -83,10 +104,14 @@ def test_an_image_that_cannot_pair_is_not_converted(impi_site, openmpi_tar, tmp_
     assert list(tmp_path.iterdir()) == []
 
 
-def test_srun_launch_under_a_real_slurm_binds_the_pmi_library_too(impi_srun_site, mpich_oci, tmp_path):
+def test_srun_launch_under_a_real_slurm_binds_the_pmi_library_too(
+    impi_srun_site, mpich_oci, tmp_path
+):
     # Slurm starts the ranks (srun --mpi=pmi2, ch-run --join), Intel MPI finds Slurm's PMI-2 through
     # I_MPI_PMI_LIBRARY, which the pair rewrote to the second host library dir's bind
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    require(
+        shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)"
+    )
     done = convert_paired(mpich_oci, tmp_path / "gan3d.sqfs", impi_srun_site)
     doc = done.pair.document()
     assert doc["mount_points"] == [f"{TARGET}/lib0", f"{TARGET}/lib1"]
@@ -101,7 +126,8 @@ def test_srun_launch_under_a_real_slurm_binds_the_pmi_library_too(impi_srun_site
 
 @pytest.mark.parametrize("suffix", ["tar.gz", "squashfs"])
 def test_mount_points_outside_mpi_named_dirs_are_found_in_tarballs_and_squashfs(
-        impi_prefix, mpich_oci, tmp_path, suffix):
+    impi_prefix, mpich_oci, tmp_path, suffix
+):
     # a site whose bind target has no "mpi" in its path: the pair must still see the mount points
     # (empty directories) inside a tarball or SquashFS image, which are read in part only
     from tests.mpi.conftest import impi_site_dict

@@ -1,4 +1,5 @@
 """MPI discovery in real images of every input kind, without running anything from them."""
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +16,12 @@ pytestmark = pytest.mark.slow
 
 def _expect_debian_mpich(found):
     lib = found.primary
-    assert (lib.vendor, lib.mpi_version, lib.soname, lib.file_version) == ("mpich", "4.0.2", "libmpich.so.12", "12.2.2")
+    assert (lib.vendor, lib.mpi_version, lib.soname, lib.file_version) == (
+        "mpich",
+        "4.0.2",
+        "libmpich.so.12",
+        "12.2.2",
+    )
     assert found.source == "ld.so.cache"
     assert any(p.endswith("mpi4py/MPI.cpython-311-x86_64-linux-gnu.so") for p in found.users)
 
@@ -76,10 +82,22 @@ def test_statically_linked_mpi_is_refused(impi_site, tmp_path):
     image = tmp_path / "static"
     (image / "usr/local/bin").mkdir(parents=True)
     src = tmp_path / "app.c"
-    src.write_text("#include <mpi.h>\nint main(int c, char **v) { MPI_Init(&c, &v); return MPI_Finalize(); }\n")
+    src.write_text(
+        "#include <mpi.h>\nint main(int c, char **v) { MPI_Init(&c, &v); return MPI_Finalize(); }\n"
+    )
     # A real executable with MPICH's archive linked in (never run: unresolved externals allowed).
-    subprocess.run(["gcc", "-I/usr/include/x86_64-linux-gnu/mpich", "-o", str(image / "usr/local/bin/mpi_app"),
-                    str(src), str(archive), "-Wl,--unresolved-symbols=ignore-all"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-I/usr/include/x86_64-linux-gnu/mpich",
+            "-o",
+            str(image / "usr/local/bin/mpi_app"),
+            str(src),
+            str(archive),
+            "-Wl,--unresolved-symbols=ignore-all",
+        ],
+        check=True,
+    )
     found = find_image_mpi(image)
     assert found.static == ["/usr/local/bin/mpi_app"] and found.primary is None
     with pytest.raises(KitError, match=r"linked statically into /usr/local/bin/mpi_app"):

@@ -2,6 +2,7 @@
 (in the shared system dir /usr/lib/x86_64-linux-gnu, beside the host's libc) as the site's host MPI,
 bound into the tests' MPICH image, 2 ranks under ch-run started by MPICH's own mpiexec (hydra); and
 Intel MPI's dedicated dir (impi-rt), which keeps going on the path whole. Nothing is mocked."""
+
 import dataclasses
 
 import pytest
@@ -13,19 +14,48 @@ from kit.rootfs import Root
 from tests.mpi.conftest import SYSTEM, TARGET
 
 pytestmark = pytest.mark.slow
-IMAGE_LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"  # the image's; the host's is under /opt/hostmpi/lib0
+IMAGE_LIBC = (
+    "/usr/lib/x86_64-linux-gnu/libc.so.6"  # the image's; the host's is under /opt/hostmpi/lib0
+)
 
 
-@pytest.mark.parametrize("name", ["libmpich.so.12", "libmpichcxx.so.12", "libmpichfort.so.12", "libmpi.so.12",
-                                  "libmpicxx.so.12", "libmpifort.so.12", "libmpi_ilp64.so.4", "libmpi_abi.so.1",
-                                  "libfabric.so.1", "libhwloc.so.15", "libucp.so.0", "libucs.so.0", "libpmi2.so.0",
-                                  "libpmix.so.2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "libmpich.so.12",
+        "libmpichcxx.so.12",
+        "libmpichfort.so.12",
+        "libmpi.so.12",
+        "libmpicxx.so.12",
+        "libmpifort.so.12",
+        "libmpi_ilp64.so.4",
+        "libmpi_abi.so.1",
+        "libfabric.so.1",
+        "libhwloc.so.15",
+        "libucp.so.0",
+        "libucs.so.0",
+        "libpmi2.so.0",
+        "libpmix.so.2",
+    ],
+)
 def test_the_mpich_runtime_table_claims_the_mpi_and_its_transports(name):
     assert MPICH.libs.fullmatch(name)
 
 
-@pytest.mark.parametrize("name", ["libc.so.6", "libm.so.6", "libstdc++.so.6", "libgfortran.so.5", "libz.so.1",
-                                  "libgcc_s.so.1", "libpthread.so.0", "libmpich.so", "libtcp-fi.so"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "libc.so.6",
+        "libm.so.6",
+        "libstdc++.so.6",
+        "libgfortran.so.5",
+        "libz.so.1",
+        "libgcc_s.so.1",
+        "libpthread.so.0",
+        "libmpich.so",
+        "libtcp-fi.so",
+    ],
+)
 def test_no_family_claims_the_system_libraries(name):
     assert not MPICH.libs.fullmatch(name) and not OPENMPI.libs.fullmatch(name)
 
@@ -35,12 +65,23 @@ def test_pair_links_only_mpich_and_its_runtime_from_the_system_dir(mpich_host_si
     assert pair.env_prepend == {"LD_LIBRARY_PATH": [f"{TARGET}/compat"]}
     links = {link.removeprefix(f"{TARGET}/compat/"): target for link, target in pair.links.items()}
     # libmpich's closure that must be the host's (hwloc, UCX), and the bindings the image carries
-    assert {"libmpich.so.12", "libhwloc.so.15", "libucp.so.0", "libucs.so.0", "libmpichcxx.so.12",
-            "libmpichfort.so.12"} <= set(links), links
+    assert {
+        "libmpich.so.12",
+        "libhwloc.so.15",
+        "libucp.so.0",
+        "libucs.so.0",
+        "libmpichcxx.so.12",
+        "libmpichfort.so.12",
+    } <= set(links), links
     assert links["libmpich.so.12"] == f"{TARGET}/lib0/libmpich.so.12.2.2"
-    assert not {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgfortran.so.5", "libz.so.1"} & set(links)
+    assert not {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgfortran.so.5", "libz.so.1"} & set(
+        links
+    )
     assert all(t.startswith(f"{TARGET}/lib0/") for t in links.values())
-    assert any(r.startswith("the host's library dirs also hold") and "libc.so.6" in r for r in pair.verdict.reasons)
+    assert any(
+        r.startswith("the host's library dirs also hold") and "libc.so.6" in r
+        for r in pair.verdict.reasons
+    )
 
 
 def test_check_maps_the_hosts_mpich_and_the_images_libc(mpich_host_site, mpich_paired):
@@ -58,14 +99,21 @@ def test_check_fails_when_the_whole_system_dir_is_on_the_loader_path(mpich_host_
     """The old MPICH binding: /usr/lib/x86_64-linux-gnu whole on LD_LIBRARY_PATH gives every rank
     the host's libc, and the check says so."""
     pair = make_pair(mpich_host_site, mpich_paired)
-    whole_dir = dataclasses.replace(pair, env_prepend={"LD_LIBRARY_PATH": [f"{TARGET}/compat", f"{TARGET}/lib0"]})
+    whole_dir = dataclasses.replace(
+        pair, env_prepend={"LD_LIBRARY_PATH": [f"{TARGET}/compat", f"{TARGET}/lib0"]}
+    )
     result = run_check(whole_dir, timeout=120)
-    assert result.ranks and all(r.libc == [f"{TARGET}/lib0/libc.so.6"] for r in result.ranks), result.output[-2000:]
-    assert not result.ok and any("the C library mapped from the host bind" in p for p in result.problems)
+    assert result.ranks and all(r.libc == [f"{TARGET}/lib0/libc.so.6"] for r in result.ranks), (
+        result.output[-2000:]
+    )
+    assert not result.ok and any(
+        "the C library mapped from the host bind" in p for p in result.problems
+    )
 
 
-def test_intel_mpis_dedicated_dir_stays_on_the_path_whole_and_overrides_nothing(impi_site, impi_prefix,
-                                                                                  mpich_image):
+def test_intel_mpis_dedicated_dir_stays_on_the_path_whole_and_overrides_nothing(
+    impi_site, impi_prefix, mpich_image
+):
     """impi-rt's lib holds Intel MPI, libfabric and its providers only: whole on the path it overrides
     none of the image's libraries (the system dir would: libc), so the pair keeps it, and the ranks
     run Intel MPI on the image's libc."""
@@ -78,5 +126,6 @@ def test_intel_mpis_dedicated_dir_stays_on_the_path_whole_and_overrides_nothing(
     assert pair.links == {f"{TARGET}/compat/libmpich.so.12": f"{TARGET}/lib0/libmpi.so.12"}
     result = run_check(pair)
     assert result.ok, (result.problems, result.output[-2000:])
-    assert all(r.libc == [IMAGE_LIBC] and r.mapped == [f"{TARGET}/lib0/libmpi.so.12"] for r in result.ranks), \
-        [(r.libc, r.mapped) for r in result.ranks]
+    assert all(
+        r.libc == [IMAGE_LIBC] and r.mapped == [f"{TARGET}/lib0/libmpi.so.12"] for r in result.ranks
+    ), [(r.libc, r.mapped) for r in result.ranks]

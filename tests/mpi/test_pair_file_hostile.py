@@ -3,6 +3,7 @@ file, a link planted at that name (to a file of the user's, or dangling), a dire
 there is left as it was, and the image is not prepared either; the command ends with one line
 naming the file and the fix. A pair decided for an image that was replaced before the write is
 not written. The image is a small tree holding this machine's real MPICH library."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,13 @@ REPO = Path(__file__).resolve().parents[2]  # the CLI under test is this checkou
 
 def kit(*argv: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "kit", "-q", *argv], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kit", "-q", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def plant(kind: str, at: Path, victim: Path) -> None:
@@ -41,7 +47,9 @@ def plant(kind: str, at: Path, victim: Path) -> None:
         os.mkfifo(at)
 
 
-@pytest.mark.parametrize("kind", ["user file", "link to a user file", "dangling link", "directory", "fifo"])
+@pytest.mark.parametrize(
+    "kind", ["user file", "link to a user file", "dangling link", "directory", "fifo"]
+)
 @pytest.mark.parametrize("out", [False, True])
 def test_what_the_kit_did_not_write_is_not_replaced(tmp_path, kind, out):
     image, site = mpich_tree(tmp_path / "img"), site_file(tmp_path)
@@ -77,8 +85,11 @@ def test_a_pair_for_an_image_replaced_before_the_write_is_not_written(tmp_path):
     (other / "etc/marker").write_text("a different image\n")
     os.rename(image, tmp_path / "old")
     os.rename(other, image)  # IMAGE now names another tree than the one paired
-    with pytest.raises(KitError, match=r"img: was replaced or changed while it was being paired; no pair "
-                                       r"file was written; fix: run kit mpi pair again"):
+    with pytest.raises(
+        KitError,
+        match=r"img: was replaced or changed while it was being paired; no pair "
+        r"file was written; fix: run kit mpi pair again",
+    ):
         write_pair(pair)
     assert not (tmp_path / "img.pair.yaml").exists()
     assert write_pair(make_pair(site, image)) == tmp_path / "img.pair.yaml"  # paired again: written

@@ -1,5 +1,6 @@
 """`kit mpi pair --json` on a small real image (the machine's own MPICH library in a tree):
 the document is make_pair's own, and what was written is named."""
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,25 @@ def test_pair_json_is_make_pairs_document_and_names_the_file_written(tmp_path, c
 
 def test_pair_json_with_mode_and_dry_run_writes_nothing(tmp_path, capsys):
     image, site, out = mpich_tree(tmp_path / "img"), site_file(tmp_path), tmp_path / "dry.pair.yaml"
-    argv = ["mpi", "pair", "--site", str(site), str(image), "--out", str(out), "--mode", "major", "--dry-run", "--json"]
+    argv = [
+        "mpi",
+        "pair",
+        "--site",
+        str(site),
+        str(image),
+        "--out",
+        str(out),
+        "--mode",
+        "major",
+        "--dry-run",
+        "--json",
+    ]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["pair"] == make_pair(site, image, mode="major").document() and doc["pair"]["verdict"]["mode"] == "major"
+    assert (
+        doc["pair"] == make_pair(site, image, mode="major").document()
+        and doc["pair"]["verdict"]["mode"] == "major"
+    )
     assert doc["written"] is None and doc["dry_run"] is True and not out.exists()
 
 

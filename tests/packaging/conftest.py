@@ -1,4 +1,5 @@
 """Helpers for the packaging tests: environments without the checkout, and Pythons to install on."""
+
 from __future__ import annotations
 
 import glob
@@ -26,14 +27,22 @@ def outside_env(**extra: str) -> dict[str, str]:
 
 def runs(python: str) -> bool:
     try:
-        return subprocess.run([python, "-c", "import venv"], capture_output=True, timeout=60).returncode == 0
+        return (
+            subprocess.run(
+                [python, "-c", "import venv"], capture_output=True, timeout=60
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
 def floor_python() -> str:
     """The oldest Python the core promises (3.9) when this machine has one, else this one."""
-    candidates = [shutil.which("python3.9") or "", *sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.9*/bin/python3.9")))]
+    candidates = [
+        shutil.which("python3.9") or "",
+        *sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.9*/bin/python3.9"))),
+    ]
     return next((c for c in candidates if c and runs(c)), sys.executable)
 
 
@@ -47,22 +56,37 @@ def run(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProce
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def build_wheelhouse(python: str, out: Path, extras: str = "report", platform: str | None = "manylinux2014_x86_64") -> Path:
+def build_wheelhouse(
+    python: str, out: Path, extras: str = "report", platform: str | None = "manylinux2014_x86_64"
+) -> Path:
     """`make wheelhouse` for ``python``'s version (``platform`` None: its default); downloads are
     cached across runs."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PLATFORM")}  # this machine's pip reaches PyPI
-    env.update(PYTHON=python, EXTRAS=extras, OUT=str(out), KIT_CACHE=str(CACHE), **({"PLATFORM": platform} if platform else {}))
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PLATFORM")
+    }  # this machine's pip reaches PyPI
+    env.update(
+        PYTHON=python,
+        EXTRAS=extras,
+        OUT=str(out),
+        KIT_CACHE=str(CACHE),
+        **({"PLATFORM": platform} if platform else {}),
+    )
     done = run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], timeout=900, env=env)
     if done.returncode:
-        pytest.fail(f"wheelhouse.sh failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        pytest.fail(
+            f"wheelhouse.sh failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        )
     return out
 
 
 def require_pypi() -> None:
     """Skip (outside CI) when pip cannot reach PyPI: these tests ask it about real releases."""
     try:
-        done = run([sys.executable, "-m", "pip", "index", "versions", "pyyaml"], timeout=120,
-                   env=outside_env(PIP_DISABLE_PIP_VERSION_CHECK="1"))
+        done = run(
+            [sys.executable, "-m", "pip", "index", "versions", "pyyaml"],
+            timeout=120,
+            env=outside_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        )
         reached, why = done.returncode == 0, (done.stderr.strip().splitlines() or ["no answer"])[-1]
     except subprocess.TimeoutExpired:
         reached, why = False, "no answer in 120 s"

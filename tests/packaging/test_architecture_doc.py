@@ -1,5 +1,6 @@
 """docs/architecture.md says where things live: every package and module of kit/ and gan3d/ is
 named there, so that a new module cannot arrive without its line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,11 @@ DOC = ROOT / "docs" / "architecture.md"
 
 def _modules() -> list[Path]:
     found = [p for top in ("kit", "gan3d") for p in sorted((ROOT / top).rglob("*.py"))]
-    return [p.relative_to(ROOT) for p in found if "_data" not in p.parts and "__pycache__" not in p.parts]
+    return [
+        p.relative_to(ROOT)
+        for p in found
+        if "_data" not in p.parts and "__pycache__" not in p.parts
+    ]
 
 
 def unnamed(doc: str, modules: list[Path]) -> list[str]:
@@ -38,7 +43,11 @@ def test_every_kit_and_gan3d_module_is_named_in_the_architecture_doc():
 
 
 def test_a_module_or_package_the_doc_does_not_name_is_reported():
-    modules = [Path("kit/mpi/check.py"), Path("kit/newpkg/__init__.py"), Path("kit/newpkg/thing.py"),
-               Path("kit/mpi/other.py")]
+    modules = [
+        Path("kit/mpi/check.py"),
+        Path("kit/newpkg/__init__.py"),
+        Path("kit/newpkg/thing.py"),
+        Path("kit/mpi/other.py"),
+    ]
     doc = "| MPI pairs | `kit/mpi/` | proves it (`check.py`) |\n`other.py` on a line without its package\n"
     assert unnamed(doc, modules) == ["`kit/newpkg/`", "kit/mpi/other.py", "kit/newpkg/thing.py"]

@@ -2,6 +2,7 @@
 workload inside the image, imports only the kit modules that need nothing beyond the training
 stack. Read from the source with ast (what each file imports, at any depth), so a new import of,
 say, kit.slurm from gan3d fails here rather than in an image without Slurm's helpers."""
+
 from __future__ import annotations
 
 import ast
@@ -9,14 +10,29 @@ from pathlib import Path
 
 import gan3d
 
-ALLOWED = {"kit", "kit.atomic", "kit.readfile", "kit.excerpt", "kit.errors", "kit.crash", "kit.extras", "kit.site",
-           "kit.code_commit", "kit.scratch"}
+ALLOWED = {
+    "kit",
+    "kit.atomic",
+    "kit.readfile",
+    "kit.excerpt",
+    "kit.errors",
+    "kit.crash",
+    "kit.extras",
+    "kit.site",
+    "kit.code_commit",
+    "kit.scratch",
+}
 
 
 def _kit_imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "kit":
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] == "kit"
+        ):
             found.add(node.module)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "kit"}
@@ -28,4 +44,6 @@ def test_gan3d_imports_only_the_kit_modules_the_design_names():
     assert len(sources) > 10
     used = {module: path.name for path in sources for module in _kit_imports(path)}
     assert set(used) - ALLOWED == set(), {m: used[m] for m in set(used) - ALLOWED}
-    assert {"kit.atomic", "kit.site", "kit"} <= set(used)  # the reader sees the imports (not an empty walk)
+    assert {"kit.atomic", "kit.site", "kit"} <= set(
+        used
+    )  # the reader sees the imports (not an empty walk)

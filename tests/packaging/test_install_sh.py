@@ -4,6 +4,7 @@ list; extras that are patterns; VENV paths that are links, files, FIFOs, directo
 files, or hold newlines. Each refusal is one line, exit 1, before any venv is made, and touches
 nothing. A tiny wheelhouse is built by hand (a stand-in wheel of the kit with no requirements):
 the real one takes minutes (tests/packaging/test_offline_install.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,9 +31,18 @@ MARK = ".secure-site-kit-wheelhouse"
 
 
 def write_sums(house: Path, names: list[str] | None = None) -> None:
-    """SHA256SUMS as make wheelhouse writes it: sha256sum's text format over every file but itself."""
-    names = names if names is not None else sorted(
-        str(p.relative_to(house)) for p in house.rglob("*") if p.is_file() and p.name not in ("SHA256SUMS", MARK))
+    """SHA256SUMS as make wheelhouse writes it: sha256sum's text format over every file but
+    itself.
+    """
+    names = (
+        names
+        if names is not None
+        else sorted(
+            str(p.relative_to(house))
+            for p in house.rglob("*")
+            if p.is_file() and p.name not in ("SHA256SUMS", MARK)
+        )
+    )
     lines = [f"{hashlib.sha256((house / n).read_bytes()).hexdigest()}  {n}" for n in names]
     (house / "SHA256SUMS").write_text("".join(line + "\n" for line in lines))
 
@@ -53,11 +63,23 @@ def make_house(where: Path, python_version: str = THIS_PYTHON) -> Path:
     return house
 
 
-def install(shell: str, house: Path, *args: str, cwd: Path | None = None, home: Path | None = None,
-            timeout: float = LIMIT) -> subprocess.CompletedProcess:
+def install(
+    shell: str,
+    house: Path,
+    *args: str,
+    cwd: Path | None = None,
+    home: Path | None = None,
+    timeout: float = LIMIT,
+) -> subprocess.CompletedProcess:
     env = outside_env(PYTHON=sys.executable, HOME=str(home or house.parent / "home"))
-    return subprocess.run([shell, str(house / "install.sh"), *args], capture_output=True, text=True, env=env,
-                          cwd=cwd or house.parent, timeout=timeout)
+    return subprocess.run(
+        [shell, str(house / "install.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd or house.parent,
+        timeout=timeout,
+    )
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -67,8 +89,12 @@ def snapshot(root: Path) -> dict[str, tuple]:
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             st_ = os.lstat(path)
-            found[os.path.relpath(path, root)] = (stat.S_IFMT(st_.st_mode), st_.st_size, st_.st_mtime_ns,
-                                                  os.readlink(path) if stat.S_ISLNK(st_.st_mode) else None)
+            found[os.path.relpath(path, root)] = (
+                stat.S_IFMT(st_.st_mode),
+                st_.st_size,
+                st_.st_mtime_ns,
+                os.readlink(path) if stat.S_ISLNK(st_.st_mode) else None,
+            )
     return found
 
 
@@ -93,8 +119,12 @@ def test_installs_into_a_new_venv_then_into_the_same_venv_again(house, tmp_path)
     assert done.returncode == 0, done.stderr
     venv = work / "-v env"
     assert (venv / "pyvenv.cfg").is_file()
-    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import kit_stand_in"]).returncode == 0
-    again = install(SHELLS[-1], house, str(venv) + "/", cwd=work, timeout=300)  # an existing venv: installed into
+    assert (
+        subprocess.run([str(venv / "bin" / "python"), "-c", "import kit_stand_in"]).returncode == 0
+    )
+    again = install(
+        SHELLS[-1], house, str(venv) + "/", cwd=work, timeout=300
+    )  # an existing venv: installed into
     assert again.returncode == 0, again.stderr
     assert sorted(p.name for p in work.iterdir()) == ["-v env"]
 
@@ -106,7 +136,10 @@ def test_an_existing_directory_that_is_no_venv_is_refused_and_left_alone(house, 
     (mine / "bin" / "activate").write_text("my own script\n")
     (mine / "notes.txt").write_text("keep me\n")
     before = snapshot(tmp_path / "mine")
-    refused(install(shell, house, str(mine)), f"VENV {mine} is a directory that is not a venv (no pyvenv.cfg)")
+    refused(
+        install(shell, house, str(mine)),
+        f"VENV {mine} is a directory that is not a venv (no pyvenv.cfg)",
+    )
     assert snapshot(tmp_path / "mine") == before
 
 
@@ -136,7 +169,12 @@ def test_what_sha256sums_names_must_be_a_regular_file_refused_at_once(house, she
         target.symlink_to("/dev/zero")
     else:
         target.mkdir()
-    word = {"fifo": "a FIFO", "device": "a device", "symlink": "a symbolic link", "directory": "a directory"}[planted]
+    word = {
+        "fifo": "a FIFO",
+        "device": "a device",
+        "symlink": "a symbolic link",
+        "directory": "a directory",
+    }[planted]
     done = install(shell, house, str(house.parent / "venv"), timeout=20)
     refused(done, f"SHA256SUMS line 1: {target} is {word}, not a regular file")
     assert not (house.parent / "venv").exists()
@@ -147,7 +185,10 @@ def test_a_wheel_sha256sums_does_not_list_is_refused(house, shell):
     """pip takes every archive of --find-links: one nobody vouched for never reaches the venv."""
     extra = fake_wheel(house.parent, "pyyaml", "", package="yaml")
     shutil.move(extra, house / extra.name)
-    refused(install(shell, house, str(house.parent / "venv")), f"{house / extra.name} is not listed in SHA256SUMS")
+    refused(
+        install(shell, house, str(house.parent / "venv")),
+        f"{house / extra.name} is not listed in SHA256SUMS",
+    )
     assert not (house.parent / "venv").exists()
 
 
@@ -156,11 +197,16 @@ def test_a_name_spanning_two_listed_lines_is_not_taken_for_them(house, shell):
     """SHA256SUMS lists EXTRAS and PYTHON_VERSION on consecutive lines: a file named "EXTRAS<newline>
     PYTHON_VERSION" is no listed file."""
     (house / "EXTRAS\nPYTHON_VERSION").write_text("x")
-    refused(install(shell, house, str(house.parent / "venv")), f"{house}/EXTRAS?PYTHON_VERSION is not listed")
+    refused(
+        install(shell, house, str(house.parent / "venv")),
+        f"{house}/EXTRAS?PYTHON_VERSION is not listed",
+    )
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("extras", ["r.*", "rep", "report;touch pwned", "*", "report,r.*", "REPORT", "report x"])
+@pytest.mark.parametrize(
+    "extras", ["r.*", "rep", "report;touch pwned", "*", "report,r.*", "REPORT", "report x"]
+)
 def test_extras_are_exact_names_refused_before_any_venv(house, shell, extras):
     done = install(shell, house, str(house.parent / "venv"), extras)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
@@ -173,18 +219,46 @@ def test_extras_are_exact_names_refused_before_any_venv(house, shell, extras):
 # check, before any venv is made: each example costs one shell run, not a venv.
 
 NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?")
-LISTED = ["EXTRAS", "PYTHON_VERSION", "constraints.txt", "horovod/BUILD.sh", "install.sh", KIT_WHEEL, "pins.py"]
+LISTED = [
+    "EXTRAS",
+    "PYTHON_VERSION",
+    "constraints.txt",
+    "horovod/BUILD.sh",
+    "install.sh",
+    KIT_WHEEL,
+    "pins.py",
+]
 PLANTS = ["fifo", "symlink", "directory", "dangling"]
-HOSTILE = ["../x", "/etc/passwd", "-x", "a b", "horovod/../EXTRAS", ".hidden", "a/b/c", "x*", "$(touch pwned)",
-           "horovod", "missing.whl", "EXTRAS ", "\\EXTRAS", "fifo/x", "symlink/x"]
+HOSTILE = [
+    "../x",
+    "/etc/passwd",
+    "-x",
+    "a b",
+    "horovod/../EXTRAS",
+    ".hidden",
+    "a/b/c",
+    "x*",
+    "$(touch pwned)",
+    "horovod",
+    "missing.whl",
+    "EXTRAS ",
+    "\\EXTRAS",
+    "fifo/x",
+    "symlink/x",
+]
 
 
 @st.composite
 def sums_files(draw) -> tuple[list[tuple[str, str]], list[str]]:
     """(lines as (kind, name) to render, planted entries): a listing of the wheelhouse, mutated."""
-    lines = [("good", n) for n in draw(st.lists(st.sampled_from(LISTED), unique=True, min_size=len(LISTED) - 2))]
-    extra = st.tuples(st.sampled_from(["good", "bad-sum", "upper", "one-space", "garbage", "empty"]),
-                      st.sampled_from(LISTED + PLANTS + HOSTILE) | st.text(max_size=12))
+    lines = [
+        ("good", n)
+        for n in draw(st.lists(st.sampled_from(LISTED), unique=True, min_size=len(LISTED) - 2))
+    ]
+    extra = st.tuples(
+        st.sampled_from(["good", "bad-sum", "upper", "one-space", "garbage", "empty"]),
+        st.sampled_from(LISTED + PLANTS + HOSTILE) | st.text(max_size=12),
+    )
     for at, line in draw(st.lists(st.tuples(st.integers(0, 20), extra), max_size=4)):
         lines.insert(at, line)
     return lines, draw(st.lists(st.sampled_from(PLANTS), unique=True))
@@ -194,10 +268,21 @@ def render(house: Path, lines: list[tuple[str, str]]) -> bytes:
     out = []
     for kind, name in lines:
         path = house / name
-        real = hashlib.sha256(path.read_bytes()).hexdigest() if NAME_OK.fullmatch(name) and path.is_file() \
-            and not path.is_symlink() else "0" * 64
-        out.append({"good": f"{real}  {name}", "bad-sum": f"{'f' * 64}  {name}", "upper": f"{real.upper()}  {name}",
-                    "one-space": f"{real} {name}", "garbage": name, "empty": ""}[kind])
+        real = (
+            hashlib.sha256(path.read_bytes()).hexdigest()
+            if NAME_OK.fullmatch(name) and path.is_file() and not path.is_symlink()
+            else "0" * 64
+        )
+        out.append(
+            {
+                "good": f"{real}  {name}",
+                "bad-sum": f"{'f' * 64}  {name}",
+                "upper": f"{real.upper()}  {name}",
+                "one-space": f"{real} {name}",
+                "garbage": name,
+                "empty": "",
+            }[kind]
+        )
     return "".join(line + "\n" for line in out).encode("utf-8", "surrogateescape")
 
 
@@ -245,8 +330,12 @@ def pristine(tmp_path_factory) -> Path:
 @given(drawn=sums_files(), shell=st.sampled_from(SHELLS))
 @example(drawn=([("good", n) for n in LISTED], []), shell=SHELLS[0])  # the wheelhouse as made
 @example(drawn=([("good", n) for n in LISTED] + [("good", "fifo")], ["fifo"]), shell=SHELLS[-1])
-@example(drawn=([("good", n) for n in LISTED], ["fifo"]), shell=SHELLS[0])  # an unlisted FIFO beside
-def test_generated_sha256sums_are_accepted_exactly_as_the_model_says(pristine, tmp_path_factory, drawn, shell):
+@example(
+    drawn=([("good", n) for n in LISTED], ["fifo"]), shell=SHELLS[0]
+)  # an unlisted FIFO beside
+def test_generated_sha256sums_are_accepted_exactly_as_the_model_says(
+    pristine, tmp_path_factory, drawn, shell
+):
     lines, planted = drawn
     house = tmp_path_factory.mktemp("house") / "wheelhouse"
     shutil.copytree(pristine, house, symlinks=True)
@@ -254,15 +343,29 @@ def test_generated_sha256sums_are_accepted_exactly_as_the_model_says(pristine, t
     (house / "SHA256SUMS").write_bytes(render(house, lines))
     before = snapshot(house.parent)
     done = install(shell, house, str(house.parent / "venv"), timeout=LIMIT)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and done.stderr.startswith("install.sh: "), \
-        done.stderr
+    assert (
+        done.returncode == 1
+        and done.stderr.count("\n") == 1
+        and done.stderr.startswith("install.sh: ")
+    ), done.stderr
     reached_python = "but this wheelhouse is for Python 0.0" in done.stderr
     assert reached_python == accepted(house, lines), done.stderr
     assert snapshot(house.parent) == before
 
 
-CONTENTS = ["nothing", "empty-dir", "dir-with-files", "venv", "file", "fifo", "link-to-dir", "dangling-link"]
-VENV_TEXT = st.text(st.sampled_from(list("ab-. *$()~;\n\t'\"\\") + ["é"]), max_size=10)  # "/": the prefixes
+CONTENTS = [
+    "nothing",
+    "empty-dir",
+    "dir-with-files",
+    "venv",
+    "file",
+    "fifo",
+    "link-to-dir",
+    "dangling-link",
+]
+VENV_TEXT = st.text(
+    st.sampled_from(list("ab-. *$()~;\n\t'\"\\") + ["é"]), max_size=10
+)  # "/": the prefixes
 
 
 def place(path: Path, what: str, outside: Path, root: Path) -> None:
@@ -303,23 +406,33 @@ def venv_accepted(target: str, home: Path, house: Path) -> bool:
     if os.path.islink(path):
         return False
     if os.path.isdir(path):
-        return (os.path.isfile(os.path.join(path, "pyvenv.cfg")) and os.access(os.path.join(path, "bin/python"), os.X_OK)) \
-            or not os.listdir(path)
+        return (
+            os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+            and os.access(os.path.join(path, "bin/python"), os.X_OK)
+        ) or not os.listdir(path)
     return not os.path.lexists(path)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=VENV_TEXT, prefix=st.sampled_from(["", "./", "sub/", "wheelhouse/", "ABS/"]), suffix=st.sampled_from(["", "/", "//"]),
-       content=st.sampled_from(CONTENTS), shell=st.sampled_from(SHELLS))
+@given(
+    text=VENV_TEXT,
+    prefix=st.sampled_from(["", "./", "sub/", "wheelhouse/", "ABS/"]),
+    suffix=st.sampled_from(["", "/", "//"]),
+    content=st.sampled_from(CONTENTS),
+    shell=st.sampled_from(SHELLS),
+)
 @example(text="mine", prefix="", suffix="", content="dir-with-files", shell=SHELLS[0])
 @example(text="a\nb", prefix="", suffix="", content="nothing", shell=SHELLS[-1])
 @example(text="-rf", prefix="", suffix="/", content="link-to-dir", shell=SHELLS[0])
 @example(text="x", prefix="", suffix="", content="fifo", shell=SHELLS[-1])
 @example(text="", prefix="", suffix="", content="nothing", shell=SHELLS[0])
-@example(text="..", prefix="sub/", suffix="", content="fifo", shell=SHELLS[0])  # found by the long profile
+@example(
+    text="..", prefix="sub/", suffix="", content="fifo", shell=SHELLS[0]
+)  # found by the long profile
 @example(text="-x", prefix="ABS/", suffix="//", content="venv", shell=SHELLS[-1])
-def test_hostile_venv_paths_are_used_or_refused_as_the_model_says(pristine, tmp_path_factory, text, prefix, suffix,
-                                                                   content, shell):
+def test_hostile_venv_paths_are_used_or_refused_as_the_model_says(
+    pristine, tmp_path_factory, text, prefix, suffix, content, shell
+):
     root = tmp_path_factory.mktemp("venvs")
     house, work, outside = root / "wheelhouse", root / "work", root / "outside"
     shutil.copytree(pristine, house, symlinks=True)
@@ -328,14 +441,19 @@ def test_hostile_venv_paths_are_used_or_refused_as_the_model_says(pristine, tmp_
     (outside / "theirs.txt").write_text("theirs\n")
     prefix = f"{work}/" if prefix == "ABS/" else prefix  # an absolute path into the test's tree
     rel = prefix + text + suffix
-    cwd = root if prefix == "wheelhouse/" else work  # a path into the wheelhouse, named from beside it
+    cwd = (
+        root if prefix == "wheelhouse/" else work
+    )  # a path into the wheelhouse, named from beside it
     if text and prefix != "wheelhouse/":
         place(cwd / (prefix + text), content, outside, root)
     before = snapshot(root)
     target = os.path.join(cwd, rel) if rel and not rel.startswith("/") else rel
     done = install(shell, house, rel, cwd=cwd, home=root / "home")
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and done.stderr.startswith("install.sh: "), \
-        done.stderr
+    assert (
+        done.returncode == 1
+        and done.stderr.count("\n") == 1
+        and done.stderr.startswith("install.sh: ")
+    ), done.stderr
     reached_python = "but this wheelhouse is for Python 0.0" in done.stderr
     assert reached_python == venv_accepted(target, root / "home", house), (target, done.stderr)
     assert snapshot(root) == before

@@ -3,6 +3,7 @@ namespace with nothing but loopback, install.sh into a fresh venv outside the ch
 every core command (and `kit scale report` with [report]) from a directory that is not the
 checkout; once as root on the oldest Python the core promises for manylinux_2_28, once as an
 unprivileged user on the system Python with `make wheelhouse`'s defaults (manylinux2014, [report])."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import require
-from tests.packaging.conftest import REPO, build_wheelhouse, floor_python, machine_platform, outside_env, run
+from tests.packaging.conftest import (
+    REPO,
+    build_wheelhouse,
+    floor_python,
+    machine_platform,
+    outside_env,
+    run,
+)
 
 pytestmark = pytest.mark.slow
 NOBODY = 65534
@@ -25,7 +33,9 @@ NOBODY = 65534
 @pytest.fixture(scope="module")
 def netns():
     """A network namespace with only `lo` up: PyPI (and everything else) unreachable."""
-    require(os.geteuid() == 0 and shutil.which("ip") is not None, "needs root and iproute2 for ip netns")
+    require(
+        os.geteuid() == 0 and shutil.which("ip") is not None, "needs root and iproute2 for ip netns"
+    )
     name = f"kit-offline-{uuid.uuid4().hex[:8]}"
     made = run(["ip", "netns", "add", name])
     require(made.returncode == 0, f"ip netns add failed: {made.stderr.strip()}")
@@ -46,12 +56,27 @@ def public_dir():
 def results_json(path: Path, nodes: int, seconds: float) -> Path:
     """A run result as gan3d train writes it (the keys kit scale report reads)."""
     peak = nodes * 2 * 1.7e12
-    path.write_text(json.dumps({
-        "schema": "gan3d-run/1", "site": "supermuc-ng", "mpi_library_version": "Intel(R) MPI Library 2019",
-        "nodes": nodes, "ranks": 4 * nodes, "ranks_per_node": 4, "threads_per_rank": 12, "batch_per_rank": 8,
-        "global_batch": 32 * nodes, "epoch_times": [seconds * 1.3, seconds], "full_epoch_seconds_estimate": seconds,
-        "showers_per_second": 2e5 / seconds, "flop_per_second": 2.7e12 * nodes,
-        "peak_flop_per_second_theoretical": peak, "percent_of_peak_theoretical": 100 * 2.7e12 * nodes / peak}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": "gan3d-run/1",
+                "site": "supermuc-ng",
+                "mpi_library_version": "Intel(R) MPI Library 2019",
+                "nodes": nodes,
+                "ranks": 4 * nodes,
+                "ranks_per_node": 4,
+                "threads_per_rank": 12,
+                "batch_per_rank": 8,
+                "global_batch": 32 * nodes,
+                "epoch_times": [seconds * 1.3, seconds],
+                "full_epoch_seconds_estimate": seconds,
+                "showers_per_second": 2e5 / seconds,
+                "flop_per_second": 2.7e12 * nodes,
+                "peak_flop_per_second_theoretical": peak,
+                "percent_of_peak_theoretical": 100 * 2.7e12 * nodes / peak,
+            }
+        )
+    )
     return path
 
 
@@ -63,7 +88,9 @@ def in_netns(netns: str, cmd: list[str], cwd: Path, env: dict[str, str], user: i
 
 
 def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: int | None) -> None:
-    """install.sh, then the core commands, all with no network and from a directory not the checkout."""
+    """install.sh, then the core commands, all with no network and from a directory not the
+    checkout.
+    """
     venv, work = home / "venv", home / "work"
     work.mkdir()
     if user is not None:
@@ -71,28 +98,71 @@ def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: i
             os.chown(path, user, user)
     env = outside_env(HOME=str(home), PYTHON=python, XDG_STATE_HOME=str(home / "state"))
     offline = in_netns(netns, ["ip", "-o", "addr"], work, env)
-    assert "127.0.0.1" in offline.stdout and all(" lo " in f" {line.split()[1]} " for line in offline.stdout.splitlines())
+    assert "127.0.0.1" in offline.stdout and all(
+        " lo " in f" {line.split()[1]} " for line in offline.stdout.splitlines()
+    )
 
-    done = in_netns(netns, ["sh", str(wheelhouse / "install.sh"), str(venv), "report"], work, env, user)
+    done = in_netns(
+        netns, ["sh", str(wheelhouse / "install.sh"), str(venv), "report"], work, env, user
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     kit = str(venv / "bin" / "kit")
 
     def ok(*args: str) -> str:
         done = in_netns(netns, [kit, *args], work, env, user)
-        assert done.returncode == 0, f"kit {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, (
+            f"kit {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        )
         assert "Traceback" not in done.stderr
         return done.stdout
 
-    version = run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('secure-site-kit'))"],
-                  env=env).stdout.strip()
+    version = run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m; print(m.version('secure-site-kit'))",
+        ],
+        env=env,
+    ).stdout.strip()
     assert ok("--version").splitlines()[0] == f"kit (secure-site-kit) {version}"
     shown = ok("site", "show", "supermuc-ng")
     assert "SuperMUC-NG" in shown and str(REPO) not in shown
-    script = ok("slurm", "render", "--dry-run", "--site", "supermuc-ng", "--no-container", "--nodes", "2",
-                "--ranks-per-node", "4", "--dir", str(work / "runs"), "--", "--data", "/hppfs/calo")
+    script = ok(
+        "slurm",
+        "render",
+        "--dry-run",
+        "--site",
+        "supermuc-ng",
+        "--no-container",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "4",
+        "--dir",
+        str(work / "runs"),
+        "--",
+        "--data",
+        "/hppfs/calo",
+    )
     assert "#SBATCH --nodes=2" in script and "python3 -m gan3d train" in script
-    ok("scale", "plan", "--site", "supermuc-ng", "--no-container", "--nodes", "1,2", "--ranks-per-node", "4",
-       "--threads", "12", "--dir", str(work / "sweep"), "--", "--data", "/hppfs/calo")
+    ok(
+        "scale",
+        "plan",
+        "--site",
+        "supermuc-ng",
+        "--no-container",
+        "--nodes",
+        "1,2",
+        "--ranks-per-node",
+        "4",
+        "--threads",
+        "12",
+        "--dir",
+        str(work / "sweep"),
+        "--",
+        "--data",
+        "/hppfs/calo",
+    )
     assert (work / "sweep" / "plan.yaml").is_file()
     ok("scale", "submit", str(work / "sweep"), "--dry-run")
     results = [str(results_json(work / f"n{n}.json", n, 100 / n)) for n in (1, 2)]
@@ -103,7 +173,9 @@ def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: i
     assert (work / "report" / "report.md").is_file()
     assert (work / "report" / "time_per_epoch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Not installed: one line naming the extra, exit 1, no traceback.
-    missing = in_netns(netns, [kit, "transfer", "push", "x.sqfs", "--site", "supermuc-ng"], work, env, user)
+    missing = in_netns(
+        netns, [kit, "transfer", "push", "x.sqfs", "--site", "supermuc-ng"], work, env, user
+    )
     assert (missing.returncode, missing.stderr.count("\n")) == (1, 1), missing.stderr
     assert "secure-site-kit[transfer]" in missing.stderr and "Traceback" not in missing.stderr
 
@@ -113,14 +185,24 @@ def floor_wheelhouse(public_dir) -> tuple[str, Path]:
     python = floor_python()
     # The other tag README promises (glibc >= 2.28; it also takes the older manylinux wheels), where
     # this machine runs its wheels; the unprivileged user's test has the default, manylinux2014.
-    platform = "manylinux_2_28_x86_64" if int(machine_platform().split("_")[2]) >= 28 else "manylinux2014_x86_64"
+    platform = (
+        "manylinux_2_28_x86_64"
+        if int(machine_platform().split("_")[2]) >= 28
+        else "manylinux2014_x86_64"
+    )
     return python, build_wheelhouse(python, public_dir / "wheelhouse-floor", platform=platform)
 
 
-def test_root_installs_and_runs_the_core_offline_on_the_oldest_python(netns, public_dir, floor_wheelhouse):
+def test_root_installs_and_runs_the_core_offline_on_the_oldest_python(
+    netns, public_dir, floor_wheelhouse
+):
     python, wheelhouse = floor_wheelhouse
-    sums = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=wheelhouse, capture_output=True,
-                          text=True)
+    sums = subprocess.run(
+        ["sha256sum", "--check", "--strict", "SHA256SUMS"],
+        cwd=wheelhouse,
+        capture_output=True,
+        text=True,
+    )
     assert sums.returncode == 0 and sums.stdout.count(": OK") >= 10, sums.stdout + sums.stderr
     home = public_dir / "root-home"
     home.mkdir()
@@ -133,16 +215,23 @@ def test_an_unprivileged_user_installs_and_runs_the_core_offline(netns, public_d
     require(system is not None, "no system python3 in /usr/bin")
     builder = public_dir / "builder-venv"
     made = run([system, "-m", "venv", str(builder)])
-    require(made.returncode == 0, f"{system} -m venv failed (python3-venv missing): {made.stderr.strip()}")
+    require(
+        made.returncode == 0,
+        f"{system} -m venv failed (python3-venv missing): {made.stderr.strip()}",
+    )
     # `make wheelhouse`'s defaults: [report] for manylinux2014 (glibc >= 2.17: SLES 15, CentOS 7 login nodes)
-    wheelhouse = build_wheelhouse(str(builder / "bin" / "python"), public_dir / "wheelhouse-system", platform=None)
+    wheelhouse = build_wheelhouse(
+        str(builder / "bin" / "python"), public_dir / "wheelhouse-system", platform=None
+    )
     home = public_dir / "user-home"
     home.mkdir()
     check_offline(netns, wheelhouse, system, home, user=NOBODY)
     assert (home / "venv" / "bin" / "kit").stat().st_uid == NOBODY
 
 
-def test_install_sh_refuses_a_damaged_copy_another_python_and_a_missing_extra(floor_wheelhouse, tmp_path):
+def test_install_sh_refuses_a_damaged_copy_another_python_and_a_missing_extra(
+    floor_wheelhouse, tmp_path
+):
     """Each in one line, exit 1, before any venv exists."""
     python, wheelhouse = floor_wheelhouse
     copy = tmp_path / "wheelhouse"
@@ -150,20 +239,33 @@ def test_install_sh_refuses_a_damaged_copy_another_python_and_a_missing_extra(fl
     venv = tmp_path / "venv"
 
     def install(*args: str, **env: str) -> subprocess.CompletedProcess:
-        return run(["sh", str(copy / "install.sh"), str(venv), *args], env=outside_env(**{"PYTHON": python, **env}))
+        return run(
+            ["sh", str(copy / "install.sh"), str(venv), *args],
+            env=outside_env(**{"PYTHON": python, **env}),
+        )
 
-    other = "/usr/bin/python3" if run([python, "-c", "import sys; print(sys.version_info[:2])"]).stdout != \
-        run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"]).stdout else None
+    other = (
+        "/usr/bin/python3"
+        if run([python, "-c", "import sys; print(sys.version_info[:2])"]).stdout
+        != run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"]).stdout
+        else None
+    )
     if other:
         done = install("report", PYTHON=other)
-        assert done.returncode == 1 and "but this wheelhouse is for Python" in done.stderr, done.stderr
+        assert done.returncode == 1 and "but this wheelhouse is for Python" in done.stderr, (
+            done.stderr
+        )
         assert done.stderr.count("\n") == 1
     done = install("transfer")
-    assert done.returncode == 1 and "extra 'transfer' is not in this wheelhouse" in done.stderr, done.stderr
+    assert done.returncode == 1 and "extra 'transfer' is not in this wheelhouse" in done.stderr, (
+        done.stderr
+    )
     assert done.stderr.count("\n") == 1
     [wheel] = copy.glob("rich-*.whl")
     wheel.write_bytes(wheel.read_bytes()[:-1] + b"?")
     done = install("report")
-    assert done.returncode == 1 and done.stderr == (f"install.sh: {copy / wheel.name} does not match SHA256SUMS (a "
-                                                    "damaged or partial copy); fix: copy the wheelhouse again\n")
+    assert done.returncode == 1 and done.stderr == (
+        f"install.sh: {copy / wheel.name} does not match SHA256SUMS (a "
+        "damaged or partial copy); fix: copy the wheelhouse again\n"
+    )
     assert not venv.exists()

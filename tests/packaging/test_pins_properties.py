@@ -1,5 +1,6 @@
 """kit/pins.py on any input: the pin blocks it writes read back the same, and any other text is
 either pins or one PinError (never another exception)."""
+
 from __future__ import annotations
 
 import string
@@ -16,11 +17,21 @@ import pins  # noqa: E402  (a script beside the package: stdlib only, run before
 sys.path.pop(0)
 
 names = st.from_regex(r"[A-Za-z][A-Za-z0-9._-]{0,20}[A-Za-z0-9]", fullmatch=True)
-versions = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}(\.post[0-9]|rc[0-9]|\+local)?", fullmatch=True)
-markers = st.sampled_from([None, "python_full_version < '3.10'", "python_full_version >= '3.10' and "
-                           "python_full_version < '3.12'", "sys_platform == 'win32'",
-                           "(python_version >= '3.11') or implementation_name != 'PyPy'"])
-hashes = st.lists(st.text(alphabet="0123456789abcdef", min_size=64, max_size=64), min_size=1, max_size=4)
+versions = st.from_regex(
+    r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}(\.post[0-9]|rc[0-9]|\+local)?", fullmatch=True
+)
+markers = st.sampled_from(
+    [
+        None,
+        "python_full_version < '3.10'",
+        "python_full_version >= '3.10' and python_full_version < '3.12'",
+        "sys_platform == 'win32'",
+        "(python_version >= '3.11') or implementation_name != 'PyPy'",
+    ]
+)
+hashes = st.lists(
+    st.text(alphabet="0123456789abcdef", min_size=64, max_size=64), min_size=1, max_size=4
+)
 pin_lists = st.lists(st.builds(pins.Pin, names, versions, markers, hashes.map(tuple)), max_size=8)
 
 

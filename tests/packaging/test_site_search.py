@@ -1,6 +1,7 @@
 """A site *name* is looked up in $KIT_SITE_PATH (in order), then the user's ~/.config/kit/sites
 ($XDG_CONFIG_HOME), then the configs shipped with the kit; the first match wins. A path is
 never searched."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,10 +42,17 @@ def test_kit_site_path_comes_first_in_its_own_order(home, tmp_path, monkeypatch)
     assert resolve_site("laptop") == second
     monkeypatch.setenv("KIT_SITE_PATH", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
     assert resolve_site("laptop") == first
-    assert search_dirs() == [tmp_path / "a", tmp_path / "b", home / ".config" / "kit" / "sites", SHIPPED_DIR]
+    assert search_dirs() == [
+        tmp_path / "a",
+        tmp_path / "b",
+        home / ".config" / "kit" / "sites",
+        SHIPPED_DIR,
+    ]
 
 
-@pytest.mark.parametrize("xdg, expected", [("/srv/conf", "/srv/conf/kit/sites"), ("relative/conf", None), ("", None)])
+@pytest.mark.parametrize(
+    "xdg, expected", [("/srv/conf", "/srv/conf/kit/sites"), ("relative/conf", None), ("", None)]
+)
 def test_xdg_config_home_is_used_only_when_absolute(home, monkeypatch, xdg, expected):
     monkeypatch.setenv("XDG_CONFIG_HOME", xdg)
     assert search_dirs()[-2] == Path(expected or home / ".config" / "kit" / "sites")

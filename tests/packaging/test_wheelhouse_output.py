@@ -1,4 +1,5 @@
 """make wheelhouse never replaces a directory it did not make."""
+
 from __future__ import annotations
 
 import base64
@@ -18,18 +19,28 @@ def test_an_out_dir_the_script_did_not_make_is_left_alone(tmp_path):
     out = tmp_path / "wheelhouse"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    done = run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], timeout=120,
-               env={**os.environ, "OUT": str(out), "PYTHONPATH": ""})
+    done = run(
+        ["bash", str(REPO / "scripts" / "wheelhouse.sh")],
+        timeout=120,
+        env={**os.environ, "OUT": str(out), "PYTHONPATH": ""},
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "was not made by this script; fix:" in done.stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["wheelhouse"] and (out / "notes.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["wheelhouse"] and (
+        out / "notes.txt"
+    ).read_text() == "mine"
 
 
 def test_bad_extras_or_platform_are_refused_before_any_download(tmp_path):
     for var, value in (("EXTRAS", "report;rm -rf /"), ("PLATFORM", "../x")):
-        done = run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], timeout=120,
-                   env={**os.environ, "OUT": str(tmp_path / "wh"), var: value, "PYTHONPATH": ""})
-        assert done.returncode == 1 and f"{var}=" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        done = run(
+            ["bash", str(REPO / "scripts" / "wheelhouse.sh")],
+            timeout=120,
+            env={**os.environ, "OUT": str(tmp_path / "wh"), var: value, "PYTHONPATH": ""},
+        )
+        assert done.returncode == 1 and f"{var}=" in done.stderr and done.stderr.count("\n") == 1, (
+            done.stderr
+        )
         assert not any(tmp_path.iterdir())
 
 
@@ -38,11 +49,16 @@ def fake_wheel(directory: Path, name: str, init: str, package: str = "tensorflow
     tensorflow, the layout TensorFlow's full and CPU builds share (the real ones are ~200 MB each)."""
     dist, version = name.replace("-", "_"), "2.15.1"
     info = f"{dist}-{version}.dist-info"
-    files = {f"{package}/__init__.py": init.encode(),
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for path, data in files.items()] + [f"{info}/RECORD,,"]
+    files = {
+        f"{package}/__init__.py": init.encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}"
+        for path, data in files.items()
+    ] + [f"{info}/RECORD,,"]
     path = directory / f"{dist}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
         for name_in_zip, data in files.items():
@@ -62,7 +78,12 @@ def test_install_sh_replaces_the_full_tensorflow_of_an_earlier_venv_first(tmp_pa
     venv = tmp_path / "venv"
     assert run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index"]
-    assert run([*pip, str(fake_wheel(old, "tensorflow", "FULL = True\n"))], env=outside_env()).returncode == 0
+    assert (
+        run(
+            [*pip, str(fake_wheel(old, "tensorflow", "FULL = True\n"))], env=outside_env()
+        ).returncode
+        == 0
+    )
     fake_wheel(house, "tensorflow-cpu", "CPU = True\n")
     fake_wheel(house, "secure-site-kit", "", package="kit_stand_in")  # no requirements to resolve
     shutil.copy(REPO / "scripts" / "wheelhouse-install.sh", house / "install.sh")
@@ -70,11 +91,15 @@ def test_install_sh_replaces_the_full_tensorflow_of_an_earlier_venv_first(tmp_pa
     shutil.copy(REPO / "constraints.txt", house)
     (house / "PYTHON_VERSION").write_text("{}.{}\n".format(*sys.version_info[:2]))
     (house / "EXTRAS").write_text("")
-    sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in sorted(house.iterdir())]
+    sums = [
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in sorted(house.iterdir())
+    ]
     (house / "SHA256SUMS").write_text("\n".join(sums) + "\n")
     done = run(["sh", str(house / "install.sh"), str(venv)], env=outside_env(PYTHON=sys.executable))
     assert done.returncode == 0, done.stderr
     [package] = venv.glob("lib/python3*/site-packages/tensorflow")
     assert (package / "__init__.py").read_text() == "CPU = True\n"
-    listed = run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], env=outside_env()).stdout
+    listed = run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], env=outside_env()
+    ).stdout
     assert "tensorflow-cpu==2.15.1" in listed and "tensorflow==" not in listed, listed

@@ -1,6 +1,7 @@
 """kit.runtime.udocker's own parts: the image's environment as Charliecloud keeps it, the values
 each rank is given (udocker expands nothing), and the proot wrapper that drops udocker's -k (run
 by a real shell)."""
+
 from __future__ import annotations
 
 import os
@@ -36,15 +37,23 @@ def test_every_runtime_the_schema_names_is_registered_and_the_laptop_runs_charli
 
 
 def test_the_image_environment_is_read_as_charliecloud_writes_it(tmp_path):
-    root = _image(tmp_path, 'PATH=/opt/py/bin:/usr/bin\n\nPYTHONPATH="/opt/app"\nEMPTY=\nQUOTE=\'a b\'\n')
-    assert image_environment(root) == {"PATH": "/opt/py/bin:/usr/bin", "PYTHONPATH": "/opt/app", "EMPTY": "",
-                                       "QUOTE": "a b"}
+    root = _image(
+        tmp_path, 'PATH=/opt/py/bin:/usr/bin\n\nPYTHONPATH="/opt/app"\nEMPTY=\nQUOTE=\'a b\'\n'
+    )
+    assert image_environment(root) == {
+        "PATH": "/opt/py/bin:/usr/bin",
+        "PYTHONPATH": "/opt/app",
+        "EMPTY": "",
+        "QUOTE": "a b",
+    }
     assert image_environment(_image(tmp_path / "none", None)) == {}
 
 
 def test_a_line_that_is_not_key_value_names_the_file_and_line(tmp_path):
     root = _image(tmp_path, "PATH=/usr/bin\nexport X=1\n")
-    with pytest.raises(KitError, match=r"img/ch/environment:2: 'export X=1' is not KEY=VALUE; fix: re-convert"):
+    with pytest.raises(
+        KitError, match=r"img/ch/environment:2: 'export X=1' is not KEY=VALUE; fix: re-convert"
+    ):
         image_environment(root)
 
 
@@ -60,32 +69,59 @@ def test_an_environment_link_is_followed_inside_the_image_only(tmp_path):
 
 def test_each_rank_gets_the_image_environment_then_the_pairs_values_expanded(tmp_path):
     root = _image(tmp_path, "PATH=/usr/bin\nLD_LIBRARY_PATH=/opt/app/lib\nHOMEDIR=/opt/app\n")
-    launch = Launch(LAPTOP, [("/usr/lib/x86_64-linux-gnu", "/opt/hostmpi/lib0")],
-                    {"UCX_MODULE_DIR": "/opt/hostmpi/lib0/ucx", "DATA": "${HOMEDIR}/data:$PATH", "GONE": "$UNSET"},
-                    {"LD_LIBRARY_PATH": ["/opt/hostmpi/compat"], "MANPATH": ["/opt/hostmpi/man"]})
+    launch = Launch(
+        LAPTOP,
+        [("/usr/lib/x86_64-linux-gnu", "/opt/hostmpi/lib0")],
+        {
+            "UCX_MODULE_DIR": "/opt/hostmpi/lib0/ucx",
+            "DATA": "${HOMEDIR}/data:$PATH",
+            "GONE": "$UNSET",
+        },
+        {"LD_LIBRARY_PATH": ["/opt/hostmpi/compat"], "MANPATH": ["/opt/hostmpi/man"]},
+    )
     env = rank_environment(launch, str(root))
-    assert list(env)[:3] == ["PATH", "LD_LIBRARY_PATH", "HOMEDIR"]  # the image's first, in its order
-    assert env["LD_LIBRARY_PATH"] == "/opt/hostmpi/compat:/opt/app/lib"  # the image's value after the pair's
+    assert list(env)[:3] == [
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "HOMEDIR",
+    ]  # the image's first, in its order
+    assert (
+        env["LD_LIBRARY_PATH"] == "/opt/hostmpi/compat:/opt/app/lib"
+    )  # the image's value after the pair's
     assert env["MANPATH"] == "/opt/hostmpi/man"  # no empty entry (the loader's working directory)
     assert env["DATA"] == "/opt/app/data:/usr/bin" and env["GONE"] == ""
     assert not any("$" in v for v in env.values())
 
 
 def test_an_image_without_an_environment_passes_the_pairs_alone(tmp_path):
-    launch = Launch(LAPTOP, [], {"A": "1"}, {"LD_LIBRARY_PATH": ["/opt/hostmpi/compat"]}, image_env=False)
-    assert rank_environment(launch, str(tmp_path / "absent")) == {"A": "1", "LD_LIBRARY_PATH": "/opt/hostmpi/compat"}
+    launch = Launch(
+        LAPTOP, [], {"A": "1"}, {"LD_LIBRARY_PATH": ["/opt/hostmpi/compat"]}, image_env=False
+    )
+    assert rank_environment(launch, str(tmp_path / "absent")) == {
+        "A": "1",
+        "LD_LIBRARY_PATH": "/opt/hostmpi/compat",
+    }
 
 
 NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
-TOKENS = st.lists(st.one_of(st.text("/:-. ", min_size=1, max_size=4).map(lambda t: ("text", t)),
-                            st.tuples(st.sampled_from(["bare", "braced"]), NAMES)), max_size=8)
+TOKENS = st.lists(
+    st.one_of(
+        st.text("/:-. ", min_size=1, max_size=4).map(lambda t: ("text", t)),
+        st.tuples(st.sampled_from(["bare", "braced"]), NAMES),
+    ),
+    max_size=8,
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(NAMES, st.text("/abc:-_ $", max_size=8), max_size=5), TOKENS)
 def test_expansion_gives_each_variable_its_value_once_and_leaves_the_text(env, tokens):
-    """$NAME and ${NAME} become env's value (unset: empty); a value holding '$' is not expanded again."""
-    value = "".join(t if kind == "text" else (f"${t}" if kind == "bare" else f"${{{t}}}") for kind, t in tokens)
+    """$NAME and ${NAME} become env's value (unset: empty); a value holding '$' is not expanded
+    again.
+    """
+    value = "".join(
+        t if kind == "text" else (f"${t}" if kind == "bare" else f"${{{t}}}") for kind, t in tokens
+    )
     wanted = "".join(t if kind == "text" else env.get(t, "") for kind, t in tokens)
     assert expand(value, env) == wanted
 
@@ -99,18 +135,45 @@ def _run_wrapper(tmp_path: Path, *argv: str) -> list[str]:
 
 
 def test_the_wrapper_drops_udockers_kernel_flag_and_nothing_after_the_root(tmp_path):
-    words = _run_wrapper(tmp_path, "--kill-on-exit", "-b", "/a:/b", "-k", "6.1.0-28-amd64", "-r", "/img",
-                         "-w", "/", "python3", "-k", "x")
+    words = _run_wrapper(
+        tmp_path,
+        "--kill-on-exit",
+        "-b",
+        "/a:/b",
+        "-k",
+        "6.1.0-28-amd64",
+        "-r",
+        "/img",
+        "-w",
+        "/",
+        "python3",
+        "-k",
+        "x",
+    )
     assert words == ["--kill-on-exit", "-b", "/a:/b", "-r", "/img", "-w", "/", "python3", "-k", "x"]
-    assert _run_wrapper(tmp_path, "-r", "/img", "sh", "-c", "a b") == ["-r", "/img", "sh", "-c", "a", "b"]
+    assert _run_wrapper(tmp_path, "-r", "/img", "sh", "-c", "a b") == [
+        "-r",
+        "/img",
+        "sh",
+        "-c",
+        "a",
+        "b",
+    ]
 
 
-def test_the_wrapper_is_written_once_in_the_kits_cache_and_nothing_else_there_is_replaced(tmp_path, monkeypatch):
+def test_the_wrapper_is_written_once_in_the_kits_cache_and_nothing_else_there_is_replaced(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = write_wrapper("/usr/bin/proot")
-    assert path == wrapper_path("/usr/bin/proot") and path.parent == tmp_path / "cache/secure-site-kit/udocker"
+    assert (
+        path == wrapper_path("/usr/bin/proot")
+        and path.parent == tmp_path / "cache/secure-site-kit/udocker"
+    )
     assert path.stat().st_mode & 0o777 == 0o755 and "exec /usr/bin/proot \"$@\"" in path.read_text()
-    assert write_wrapper("/usr/bin/proot") == path and [p.name for p in path.parent.iterdir()] == [path.name]
+    assert write_wrapper("/usr/bin/proot") == path and [p.name for p in path.parent.iterdir()] == [
+        path.name
+    ]
     assert wrapper_path("/opt/other/proot") != path  # one wrapper per proot
     path.chmod(0o644)
     path.write_text("#!/bin/sh\nexec /tmp/evil \"$@\"\n")
@@ -125,7 +188,10 @@ def test_rank_view_names_host_paths_as_the_rank_sees_them(tmp_path):
     launch = Launch(LAPTOP, [("/usr/lib/x86_64-linux-gnu", "/opt/hostmpi/lib0")], {}, {})
     view = REGISTRY["udocker"].rank_view(launch, str(root))
     assert view("/usr/lib/x86_64-linux-gnu/libmpich.so.12") == "/opt/hostmpi/lib0/libmpich.so.12"
-    assert view(f"{os.path.realpath(root)}/usr/lib/x86_64-linux-gnu/libc.so.6") == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    assert (
+        view(f"{os.path.realpath(root)}/usr/lib/x86_64-linux-gnu/libc.so.6")
+        == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    )
     assert view("/usr/lib/other/libz.so") == "/usr/lib/other/libz.so"
     assert REGISTRY["charliecloud"].rank_view(launch, str(root))("/x/libc.so.6") == "/x/libc.so.6"
 
@@ -135,6 +201,9 @@ def test_a_run_records_udocker_as_its_container():
     results name the runtime, so a report keeps udocker, ch-run and bare runs apart."""
     from gan3d.results import container_runtime
 
-    assert container_runtime({"container_execmode": "P1", "container_root": "/images/gan3d"}) == "udocker"
+    assert (
+        container_runtime({"container_execmode": "P1", "container_root": "/images/gan3d"})
+        == "udocker"
+    )
     assert container_runtime({"CH_RUNNING": "Weird Al Yankovic"}) == "charliecloud"
     assert container_runtime({"container_execmode": "P1"}) is None and container_runtime({}) is None

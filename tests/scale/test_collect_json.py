@@ -1,4 +1,7 @@
-"""`kit scale collect --json`: the state of every run as one document, checked against the library."""
+"""`kit scale collect --json`: the state of every run as one document, checked against the
+library.
+"""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +31,19 @@ def test_a_planned_sweep_with_no_jobs_is_every_run_not_submitted(sweep, capsys):
     status = sweep_jobs.collect(sweep)
     assert doc["schema"] == "kit-scale-collect/1" and doc["dir"] == str(sweep.absolute())
     assert [r["run"] for r in doc["runs"]] == [s.run_id for s in status] and len(status) == 6
-    assert all(r == {"run": s.run_id, "job": None, "state": "NOT SUBMITTED", "result": None,
-                     "problem": None, "physics": None, "physics_problem": None} for r, s in zip(doc["runs"], status))
+    assert all(
+        r
+        == {
+            "run": s.run_id,
+            "job": None,
+            "state": "NOT SUBMITTED",
+            "result": None,
+            "problem": None,
+            "physics": None,
+            "physics_problem": None,
+        }
+        for r, s in zip(doc["runs"], status)
+    )
     assert doc["done"] == 0 and doc["total"] == 6 and doc["problems"] == 0
 
 
@@ -46,11 +60,16 @@ def test_a_result_and_a_damaged_result_are_in_the_document(sweep, capsys):
     doc = collect_json(capsys, ["scale", "collect", str(sweep), "--json"], code=1)
     [status] = [s for s in sweep_jobs.collect(sweep) if s.run_id == runs[0]]
     first = doc["runs"][0]
-    assert first["problem"] == status.problem and "not the object a gan3d results file is" in first["problem"]
+    assert (
+        first["problem"] == status.problem
+        and "not the object a gan3d results file is" in first["problem"]
+    )
     assert doc["problems"] == 1
 
 
 def test_a_sweep_dir_without_a_plan_is_one_line_and_nothing_on_stdout(tmp_path, capsys):
     assert main(["scale", "collect", str(tmp_path), "--json"]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and err.startswith("kit: error: ") and "plan.yaml" in err
+    assert (
+        out == "" and err.count("\n") == 1 and err.startswith("kit: error: ") and "plan.yaml" in err
+    )

@@ -1,5 +1,6 @@
 """`kit scale collect|submit|report` on a damaged sweep dir: every damage ends in one line naming the
 file, the line and the key, and exit 1 -- never a traceback, a hang, or a run silently left out."""
+
 from __future__ import annotations
 
 import json
@@ -45,16 +46,42 @@ def line_of(path: Path, needle: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
 
 
-@pytest.mark.parametrize("change, key, expected", [
-    (lambda p: p["runs"][0].update(nodes="four"), "nodes: four", "key runs[0].nodes is 'four', expected a whole number"),
-    (lambda p: p["runs"][0].update(partition=["a", "b"]), "partition:", "key runs[0].partition is ['a', 'b'], expected a string"),
-    (lambda p: p["runs"][0].pop("run_id"), "nodes: 4", "key runs[0].run_id is missing"),
-    (lambda p: p.update(runs={"a": 1}), "runs:", "key runs is {'a': 1}, expected a list of runs"),
-    (lambda p: p["runs"][0].update(run_id="../../../outside"), "run_id:", "key runs[0].run_id is '../../../outside', "
-     "expected a run id"),  # its results, log and scripts would be files outside DIR
-    (lambda p: p["runs"][0].update(run_id="a\nb"), "run_id:", "key runs[0].run_id is 'a\\nb', expected a run id"),
-    (lambda p: p.update(train_args="--epochs 2"), "train_args:", "key train_args is '--epochs 2', expected a list"),
-])
+@pytest.mark.parametrize(
+    "change, key, expected",
+    [
+        (
+            lambda p: p["runs"][0].update(nodes="four"),
+            "nodes: four",
+            "key runs[0].nodes is 'four', expected a whole number",
+        ),
+        (
+            lambda p: p["runs"][0].update(partition=["a", "b"]),
+            "partition:",
+            "key runs[0].partition is ['a', 'b'], expected a string",
+        ),
+        (lambda p: p["runs"][0].pop("run_id"), "nodes: 4", "key runs[0].run_id is missing"),
+        (
+            lambda p: p.update(runs={"a": 1}),
+            "runs:",
+            "key runs is {'a': 1}, expected a list of runs",
+        ),
+        (
+            lambda p: p["runs"][0].update(run_id="../../../outside"),
+            "run_id:",
+            "key runs[0].run_id is '../../../outside', expected a run id",
+        ),  # its results, log and scripts would be files outside DIR
+        (
+            lambda p: p["runs"][0].update(run_id="a\nb"),
+            "run_id:",
+            "key runs[0].run_id is 'a\\nb', expected a run id",
+        ),
+        (
+            lambda p: p.update(train_args="--epochs 2"),
+            "train_args:",
+            "key train_args is '--epochs 2', expected a list",
+        ),
+    ],
+)
 def test_a_malformed_plan_names_line_and_key(sweep, capsys, change, key, expected):
     edit_plan(sweep, change)
     line = line_of(sweep / "plan.yaml", key)
@@ -63,14 +90,28 @@ def test_a_malformed_plan_names_line_and_key(sweep, capsys, change, key, expecte
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("text, expected", [
-    ("kit_plan: 1\ntrain_args: " + "[" * 10_000 + "]" * 10_000 + "\n", "plan.yaml:2: YAML refused: nested deeper"),
-    ("kit_plan: 1\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, c in zip("abcdefgh", "bcdefghi")),
-     "YAML refused: aliases expand"),
-    ("kit_plan: 1\nsite: !!python/object/apply:os.system [true]\n", "plan.yaml:2: YAML refused: tag !!python"),
-    ("kit_plan: 1\nsite: caf\xe9\n", "plan.yaml:2: the sweep plan is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "kit_plan: 1\ntrain_args: " + "[" * 10_000 + "]" * 10_000 + "\n",
+            "plan.yaml:2: YAML refused: nested deeper",
+        ),
+        (
+            "kit_plan: 1\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n"
+                for p, c in zip("abcdefgh", "bcdefghi")
+            ),
+            "YAML refused: aliases expand",
+        ),
+        (
+            "kit_plan: 1\nsite: !!python/object/apply:os.system [true]\n",
+            "plan.yaml:2: YAML refused: tag !!python",
+        ),
+        ("kit_plan: 1\nsite: caf\xe9\n", "plan.yaml:2: the sweep plan is not UTF-8"),
+    ],
+)
 def test_a_hostile_plan_is_refused_in_one_line(sweep, capsys, text, expected):
     (sweep / "plan.yaml").write_bytes(text.encode("latin-1"))
     one_line_error(capsys, ["scale", "collect", str(sweep)], expected)
@@ -91,37 +132,57 @@ def test_fifos_in_place_of_plan_ledger_or_result_do_not_block(sweep, capsys):
     one_line_error(capsys, ["scale", "collect", str(sweep)], f"{sweep}/plan.yaml: is a FIFO")
 
 
-@pytest.mark.parametrize("ledger, needle, expected", [
-    ({RUN: [{"job": "1,2", "submitted": "x"}]}, "job:", "not a Slurm job id"),  # squeue/scancel would get two jobs
-    ({RUN: [{"job": "12"}], "n8-r4-t12": "12"}, "n8-r4-t12", "run 'n8-r4-t12': expected a list"),
-    ({RUN: [{"submitted": "x"}]}, "submitted", "job None is not a Slurm job id"),
-    ({RUN: [{"job": [[[[[1]]]]] * 20}]}, "job:", "is not a Slurm job id"),
-])
+@pytest.mark.parametrize(
+    "ledger, needle, expected",
+    [
+        (
+            {RUN: [{"job": "1,2", "submitted": "x"}]},
+            "job:",
+            "not a Slurm job id",
+        ),  # squeue/scancel would get two jobs
+        (
+            {RUN: [{"job": "12"}], "n8-r4-t12": "12"},
+            "n8-r4-t12",
+            "run 'n8-r4-t12': expected a list",
+        ),
+        ({RUN: [{"submitted": "x"}]}, "submitted", "job None is not a Slurm job id"),
+        ({RUN: [{"job": [[[[[1]]]]] * 20}]}, "job:", "is not a Slurm job id"),
+    ],
+)
 def test_a_malformed_ledger_names_line_and_key(sweep, capsys, ledger, needle, expected):
     path = sweep / "jobs.yaml"
     path.write_text(yaml.safe_dump(ledger))
-    err = one_line_error(capsys, ["scale", "collect", str(sweep)], f"{path}:{line_of(path, needle)}: ", expected)
+    err = one_line_error(
+        capsys, ["scale", "collect", str(sweep)], f"{path}:{line_of(path, needle)}: ", expected
+    )
     assert len(err) < 600
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("text, expected", [
-    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
-    ('{"schema": "gan3d-run/1", "job": [1]}', "key 'job' is [1], expected a mapping"),
-    ('{"schema": "gan3d-run/1",\n "nodes": 4,\n "x": }', ".json:3: not valid JSON"),
-    ("[1, 2]", "the top level is an array, not the object a gan3d results file is"),
-    ("3", "the top level is a number"),
-    ('"x"', "the top level is a string"),
-    ("null", "the top level is null"),
-    ("NaN", "the top level is a number"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ('{"schema": "gan3d-run/1", "job": [1]}', "key 'job' is [1], expected a mapping"),
+        ('{"schema": "gan3d-run/1",\n "nodes": 4,\n "x": }', ".json:3: not valid JSON"),
+        ("[1, 2]", "the top level is an array, not the object a gan3d results file is"),
+        ("3", "the top level is a number"),
+        ('"x"', "the top level is a string"),
+        ("null", "the top level is null"),
+        ("NaN", "the top level is a number"),
+    ],
+)
 def test_a_damaged_result_is_named_by_collect_and_stops_report(sweep, capsys, text, expected):
     (sweep / "results").mkdir()
     path = sweep / "results" / f"{RUN}.json"
     path.write_text(text)
     [status] = sweep_jobs.collect(sweep)
     assert status.result is None and "\n" not in status.problem
-    assert status.problem.startswith(str(path)) and expected in status.problem and not status.problem_in_log
+    assert (
+        status.problem.startswith(str(path))
+        and expected in status.problem
+        and not status.problem_in_log
+    )
     assert main(["scale", "collect", str(sweep)]) == 1
     out = capsys.readouterr().out
     assert "has no result; its result file is refused:" in out and "its log ends" not in out
@@ -141,21 +202,31 @@ def test_the_log_tail_reads_only_the_end_and_never_a_fifo(tmp_path):
 
 
 def test_a_slurm_that_does_not_answer_is_one_line(sweep, capsys, monkeypatch):
-    """squeue's own complaint spans lines (parse error, no controller, fatal): the kit's error stays one."""
+    """squeue's own complaint spans lines (parse error, no controller, fatal): the kit's error stays
+    one.
+    """
     require(shutil.which("squeue"), "squeue not installed")
     (sweep / "slurm.conf").write_text("ClusterName=x\nBogusKey=1\n")
     monkeypatch.setenv("SLURM_CONF", str(sweep / "slurm.conf"))
     (sweep / "jobs.yaml").write_text(yaml.safe_dump({RUN: [{"job": "12", "submitted": "x"}]}))
-    one_line_error(capsys, ["scale", "collect", str(sweep)], "kit: error: squeue failed: ", "try again")
+    one_line_error(
+        capsys, ["scale", "collect", str(sweep)], "kit: error: squeue failed: ", "try again"
+    )
 
 
 def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(sweep, capsys):
     """gan3d train writes "status": "failed" when losses diverge: never counted, always named."""
     (sweep / "results").mkdir()
     path = sweep / "results" / f"{RUN}.json"
-    path.write_text('{"schema": "gan3d-run/1", "status": "failed", "error": "losses became NaN at epoch 1 step 3"}')
+    path.write_text(
+        '{"schema": "gan3d-run/1", "status": "failed", "error": "losses became NaN at epoch 1 step 3"}'
+    )
     [status] = sweep_jobs.collect(sweep)
-    assert status.result is None and "the run failed" in status.problem and "NaN at epoch 1" in status.problem
+    assert (
+        status.result is None
+        and "the run failed" in status.problem
+        and "NaN at epoch 1" in status.problem
+    )
     assert f"--resubmit --only {RUN}" in status.problem
     failed: list[str] = []
     assert sweep_jobs.results(sweep, failed) == [] and len(failed) == 1
@@ -165,10 +236,18 @@ def test_a_failed_run_is_shown_by_collect_and_left_out_of_the_report_by_name(swe
     one_line_error(capsys, ["scale", "report", "--results", str(path)], "the run failed", "fix: ")
 
 
-@pytest.mark.parametrize("key, value", [("flop_per_second", 1e308), ("showers_per_second", 1e300),
-                                        ("nodes", int("1" * 400)), ("percent_of_peak", float("1e308")),
-                                        ("batch_per_rank", 10**13), ("epoch_wall_times", [5e-324, 5e-324]),
-                                        ("epoch_step_seconds", [1e-300, 1e-300])])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("flop_per_second", 1e308),
+        ("showers_per_second", 1e300),
+        ("nodes", int("1" * 400)),
+        ("percent_of_peak", float("1e308")),
+        ("batch_per_rank", 10**13),
+        ("epoch_wall_times", [5e-324, 5e-324]),
+        ("epoch_step_seconds", [1e-300, 1e-300]),
+    ],
+)
 def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsys, key, value):
     from kit.cli import main
     from tests.scale.builders import write_run
@@ -178,22 +257,41 @@ def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsy
     record = json.loads(good.read_text())
     record[key] = value
     bad.write_text(json.dumps(record))
-    assert main(["scale", "report", "--results", str(good), str(bad), "--out", str(tmp_path / "r")]) == 1
+    assert (
+        main(["scale", "report", "--results", str(good), str(bad), "--out", str(tmp_path / "r")])
+        == 1
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{bad}: key {key!r} is " in err and not (tmp_path / "r").exists()
+    assert (
+        err.count("\n") == 1 and f"{bad}: key {key!r} is " in err and not (tmp_path / "r").exists()
+    )
 
 
-def test_a_result_replaced_by_an_array_after_it_was_checked_is_the_runs_physics_problem(tmp_path, monkeypatch):
+def test_a_result_replaced_by_an_array_after_it_was_checked_is_the_runs_physics_problem(
+    tmp_path, monkeypatch
+):
     """collect reads a validated run's result twice (is it the run's, then its physics): a file replaced
     in between by one of another top-level type is that run's problem in one line, not a crash."""
-    write_plan(make_plan("supermuc-ng", [4], [4], None, "02:00:00", train_args=("--synthetic-dir", "s"),
-                         validate=True), tmp_path)
+    write_plan(
+        make_plan(
+            "supermuc-ng",
+            [4],
+            [4],
+            None,
+            "02:00:00",
+            train_args=("--synthetic-dir", "s"),
+            validate=True,
+        ),
+        tmp_path,
+    )
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({RUN: [{"job": "12", "submitted": "x"}]}))
     (tmp_path / "results").mkdir()
     path = tmp_path / "results" / f"{RUN}.json"
     path.write_text("[1, 2]")
     monkeypatch.setattr(sweep_jobs, "job_states", lambda jobs: {j: "COMPLETED" for j in jobs})
-    monkeypatch.setattr(sweep_jobs, "run_result", lambda files, job: files.result)  # checked before the swap
+    monkeypatch.setattr(
+        sweep_jobs, "run_result", lambda files, job: files.result
+    )  # checked before the swap
     [status] = sweep_jobs.collect(tmp_path)
     assert status.physics == "failed" and "\n" not in status.physics_problem
     assert status.physics_problem.startswith(f"{path}: the top level is an array")

@@ -1,6 +1,7 @@
 """`kit scale predict`: the fit recovers known overhead laws, refuses what it cannot fit, holds the
 paper's tables it did not see, and runs end to end on results files gan3d.results writes
 (tests/scale/builders.py: only the epoch times are chosen)."""
+
 from __future__ import annotations
 
 import json
@@ -29,15 +30,23 @@ def law(shape: str, a: float, b: float, rpn: int, c: float = 0.0):
 
 
 @settings(max_examples=30, deadline=None)
-@given(shape=st.sampled_from(sorted(SHAPES)), a=st.floats(100, 1e5), share=st.floats(0.02, 0.5),
-       rpn=st.sampled_from([1, 2, 4]))
+@given(
+    shape=st.sampled_from(sorted(SHAPES)),
+    a=st.floats(100, 1e5),
+    share=st.floats(0.02, 0.5),
+    rpn=st.sampled_from([1, 2, 4]),
+)
 def test_three_counts_from_a_known_law_recover_its_shape_and_coefficients(shape, a, share, rpn):
-    b = share * a / float(SHAPES[shape][0](np.array([64.0 * rpn]))[0])  # overhead = share of a at 64 nodes
+    b = (
+        share * a / float(SHAPES[shape][0](np.array([64.0 * rpn]))[0])
+    )  # overhead = share of a at 64 nodes
     t = law(shape, a, b, rpn)
     model = fit_model([1, 2, 8], [[t(1)], [t(2)], [t(8)]], rpn)
     assert model.best.shape == shape and not model.best.per_epoch
     # a is the node-seconds at the smallest count: the law's a + b f(rpn)
-    assert (model.best.a, model.best.b) == pytest.approx((a + b * float(SHAPES[shape][0](np.float64(rpn))), b), rel=1e-6)
+    assert (model.best.a, model.best.b) == pytest.approx(
+        (a + b * float(SHAPES[shape][0](np.float64(rpn))), b), rel=1e-6
+    )
     for n in (16, 256, 4096):
         assert model.seconds(n) == pytest.approx(t(n), rel=1e-9)
         low, high = model.band(n)
@@ -48,13 +57,17 @@ def test_a_fixed_per_epoch_cost_is_recovered_from_four_counts():
     t = law("log", 5000.0, 80.0, 4, c=2.5)  # 2.5 s per epoch whatever the node count
     model = fit_model([1, 2, 4, 8, 16], [[t(n)] for n in (1, 2, 4, 8, 16)], 4)
     assert model.best.name == "log + per-epoch"
-    assert (model.best.a, model.best.b, model.best.c) == pytest.approx((5000.0 + 80.0 * 2 + 2.5, 80.0, 2.5), rel=1e-6)
+    assert (model.best.a, model.best.b, model.best.c) == pytest.approx(
+        (5000.0 + 80.0 * 2 + 2.5, 80.0, 2.5), rel=1e-6
+    )
     assert model.seconds(1024) == pytest.approx(t(1024), rel=1e-9)
     # the same five counts without the cost: the two-parameter shape wins (the third must earn its place)
     plain = law("log", 5000.0, 80.0, 4)
     model = fit_model([1, 2, 4, 8, 16], [[plain(n)] for n in (1, 2, 4, 8, 16)], 4)
     assert model.best.name == "log"
-    assert not any(f.per_epoch for f in model.fits)  # a term the runs do not need never widens the band
+    assert not any(
+        f.per_epoch for f in model.fits
+    )  # a term the runs do not need never widens the band
 
 
 @settings(max_examples=30, deadline=None)
@@ -65,7 +78,9 @@ def test_a_serial_part_alone_is_recovered_from_three_counts(parallel, serial, rp
     s = serial * parallel / 8  # the serial part as a share of the 8-node epoch's parallel part
     model = fit_model([1, 2, 8], [[s + parallel / n] for n in (1, 2, 8)], rpn)
     assert model.best.name == "per-epoch"
-    assert (model.best.a, model.best.b, model.best.c) == pytest.approx((s + parallel, 0.0, s), rel=1e-6)
+    assert (model.best.a, model.best.b, model.best.c) == pytest.approx(
+        (s + parallel, 0.0, s), rel=1e-6
+    )
     for n in (3, 12, 64):
         assert model.seconds(n) == pytest.approx(s + parallel / n, rel=1e-9)
         low, high = model.band(n)
@@ -76,8 +91,11 @@ def test_cores_time_shared_by_every_node_give_a_flat_epoch_inside_the_band(tmp_p
     """A virtual cluster's nodes share one machine's cores: the epoch's work takes as long at any
     count (18 s), but for a part that does split (3 s at one node); repeats spread 7%."""
     noise = (0.97, 1.0, 1.04)
-    paths = [write_run(tmp_path / f"n{n}-x{i}.json", n, (18.0 + 3.0 / n) * f)
-             for n in (1, 2, 8) for i, f in enumerate(noise)]
+    paths = [
+        write_run(tmp_path / f"n{n}-x{i}.json", n, (18.0 + 3.0 / n) * f)
+        for n in (1, 2, 8)
+        for i, f in enumerate(noise)
+    ]
     [p], _ = predict_runs(load_results(paths), [3, 6, 12])
     assert p.model.best.name == "per-epoch"
     assert not any(w.startswith("no shape follows") for w in p.warnings)
@@ -99,7 +117,9 @@ def test_repeats_spread_widens_the_band():
     noisy = fit_model([1, 2, 8], [[95.0, 100.0, 105.0], [51.0] * 3, [13.0] * 3], 1)
     assert noisy.spread == pytest.approx(0.1)
     assert noisy.margin(64) == pytest.approx(quiet.margin(64) + 0.05)
-    assert quiet.margin(8) == pytest.approx(0.03) and quiet.margin(64) == pytest.approx(0.03 + 3 * 0.015)
+    assert quiet.margin(8) == pytest.approx(0.03) and quiet.margin(64) == pytest.approx(
+        0.03 + 3 * 0.015
+    )
 
 
 def test_one_node_count_is_refused():
@@ -108,6 +128,7 @@ def test_one_node_count_is_refused():
 
 
 # -- the paper's tables, fitted on their first three rows --------------------------------------
+
 
 @pytest.mark.parametrize("table", ["table4", "table5", "table6"])
 def test_host_mpi_and_native_tables_within_5_percent_on_every_unseen_row(table):
@@ -138,13 +159,16 @@ def test_backtest_refuses_other_tables_and_calibrations():
 
 # -- from results files ------------------------------------------------------------------------
 
+
 def _sweep(tmp_path, t, counts=(1, 2, 8), repeats=3, **kw):
     """Results files of a sweep whose epochs follow t(n), each repeat 1% apart."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     paths = []
     for n in counts:
         for i in range(repeats):
-            paths.append(write_run(tmp_path / f"n{n}-x{i}.json", n, t(n) * (1 + 0.01 * (i - 1)), **kw))
+            paths.append(
+                write_run(tmp_path / f"n{n}-x{i}.json", n, t(n) * (1 + 0.01 * (i - 1)), **kw)
+            )
     return paths
 
 
@@ -163,14 +187,18 @@ def test_predict_runs_forecasts_showers_flops_steps_and_node_hours(tmp_path):
     assert f64.efficiency_percent == pytest.approx(100 * t(1) / (64 * t(64)), rel=1e-6)
     # the builder's FLOP/s and % of peak: model FLOP per shower x showers/s, of supermuc-ng's fp32 peak
     assert p.calibration.peak_denominator == "fp32 theoretical peak"
-    assert f64.percent_of_peak == pytest.approx(100 * f64.flop_per_second / (64 * p.calibration.node_peak))
+    assert f64.percent_of_peak == pytest.approx(
+        100 * f64.flop_per_second / (64 * p.calibration.node_peak)
+    )
     # 512 nodes: 180,000 showers over 2,048 ranks of batch 8 leave 10 steps; far beyond 8 nodes
     assert f512.steps_per_epoch == 10
     assert any("few steps per epoch at 512 (10)" in w for w in p.warnings)
     assert any("more than 8x the largest measured count (8)" in w for w in p.warnings)
     # supermuc-ng: 768 nodes per job at most, islands of 792
     [far], _ = predict_runs(load_results(_sweep(tmp_path / "far", t, repeats=1)), [512, 1024])
-    assert any(w.startswith("1024 node(s): more than the site's jobs may hold (768") for w in far.warnings)
+    assert any(
+        w.startswith("1024 node(s): more than the site's jobs may hold (768") for w in far.warnings
+    )
     assert any(w.startswith("1024 node(s): more than one island (792 nodes") for w in far.warnings)
     assert not any("island" in w or "may hold" in w for w in p.warnings)
 
@@ -180,8 +208,11 @@ def test_the_next_count_to_measure_narrows_the_band(tmp_path):
 
     t = law("straggler", 8000.0, 500.0, 4)
     [p], _ = predict_runs(load_results(_sweep(tmp_path, t)), [768])
-    found = re.fullmatch(r"measure (\d+) nodes: if it lands on the estimate, the band at 768 nodes narrows "
-                         r"from (\d+)% to (\d+)% of the estimate", p.suggestion)
+    found = re.fullmatch(
+        r"measure (\d+) nodes: if it lands on the estimate, the band at 768 nodes narrows "
+        r"from (\d+)% to (\d+)% of the estimate",
+        p.suggestion,
+    )
     assert found and int(found[1]) in (16, 32, 64) and int(found[3]) < int(found[2])
     low, high = p.forecasts[0].seconds_band
     assert int(found[2]) == round(100 * (high - low) / p.forecasts[0].seconds)
@@ -199,21 +230,40 @@ def test_runs_of_one_series_naming_two_mpi_builds_are_refused(tmp_path):
     t = law("log", 1000.0, 10.0, 4)
     paths = _sweep(tmp_path, t, counts=(1, 2), repeats=1)
     paths.append(write_run(tmp_path / "n8.json", 8, t(8), mpi="Intel(R) MPI Library 2021.6"))
-    with pytest.raises(KitError, match="mixes MPI libraries: .*n1-x0.json ran with 'Intel\\(R\\) MPI Library 2019', .*n8.json with 'Intel\\(R\\) MPI Library 2021.6'"):
+    with pytest.raises(
+        KitError,
+        match="mixes MPI libraries: .*n1-x0.json ran with 'Intel\\(R\\) MPI Library 2019', .*n8.json with 'Intel\\(R\\) MPI Library 2021.6'",
+    ):
         predict_runs(load_results(paths))
 
 
-@pytest.mark.parametrize("env, what", [({"FI_PROVIDER": "tcp"}, "MPI fabrics"),
-                                       ({"I_MPI_FABRICS": "shm:ofi"}, "MPI fabrics"),
-                                       ({"OMPI_MCA_btl": "self,vader,tcp"}, "MPI fabrics"),
-                                       ({"HOROVOD_FUSION_THRESHOLD": "0"}, "Horovod settings"),
-                                       ({"HOROVOD_CYCLE_TIME": "10"}, "Horovod settings")])
+@pytest.mark.parametrize(
+    "env, what",
+    [
+        ({"FI_PROVIDER": "tcp"}, "MPI fabrics"),
+        ({"I_MPI_FABRICS": "shm:ofi"}, "MPI fabrics"),
+        ({"OMPI_MCA_btl": "self,vader,tcp"}, "MPI fabrics"),
+        ({"HOROVOD_FUSION_THRESHOLD": "0"}, "Horovod settings"),
+        ({"HOROVOD_CYCLE_TIME": "10"}, "Horovod settings"),
+    ],
+)
 def test_runs_of_one_series_on_two_fabrics_or_horovod_settings_are_refused(tmp_path, env, what):
     t = law("log", 1000.0, 10.0, 4)
-    paths = _sweep(tmp_path, t, counts=(1, 2), repeats=1, env={"FI_PROVIDER": "psm2"} if what == "Horovod settings"
-                   else {})
-    paths.append(write_run(tmp_path / "n8.json", 8, t(8), env={**({"FI_PROVIDER": "psm2"} if what == "Horovod settings"
-                                                               else {}), **env}))
+    paths = _sweep(
+        tmp_path,
+        t,
+        counts=(1, 2),
+        repeats=1,
+        env={"FI_PROVIDER": "psm2"} if what == "Horovod settings" else {},
+    )
+    paths.append(
+        write_run(
+            tmp_path / "n8.json",
+            8,
+            t(8),
+            env={**({"FI_PROVIDER": "psm2"} if what == "Horovod settings" else {}), **env},
+        )
+    )
     with pytest.raises(KitError, match=f"mixes {what}: .*n8.json with '.*{list(env)[0]}="):
         predict_runs(load_results(paths))
 
@@ -221,19 +271,28 @@ def test_runs_of_one_series_on_two_fabrics_or_horovod_settings_are_refused(tmp_p
 def test_the_stack_is_recorded_read_and_named(tmp_path):
     from gan3d.results import FABRIC_VARIABLES, HOROVOD_VARIABLES, communication
 
-    recorded = communication({"FI_PROVIDER": "psm2", "HOROVOD_CYCLE_TIME": " 0.5\n", "PATH": "/bin"})
-    assert recorded["mpi_fabric"] == {k: ("psm2" if k == "FI_PROVIDER" else None) for k in FABRIC_VARIABLES}
-    assert recorded["horovod_settings"] == {k: ("0.5" if k == "HOROVOD_CYCLE_TIME" else None)
-                                            for k in HOROVOD_VARIABLES}
+    recorded = communication(
+        {"FI_PROVIDER": "psm2", "HOROVOD_CYCLE_TIME": " 0.5\n", "PATH": "/bin"}
+    )
+    assert recorded["mpi_fabric"] == {
+        k: ("psm2" if k == "FI_PROVIDER" else None) for k in FABRIC_VARIABLES
+    }
+    assert recorded["horovod_settings"] == {
+        k: ("0.5" if k == "HOROVOD_CYCLE_TIME" else None) for k in HOROVOD_VARIABLES
+    }
     t = law("log", 1000.0, 10.0, 4)
     env = {"FI_PROVIDER": "psm2", "HOROVOD_FUSION_THRESHOLD": "67108864"}
     runs = load_results(_sweep(tmp_path, t, counts=(1, 2), repeats=1, env=env))
     assert runs[0].mpi_fabric == (("FI_PROVIDER", "psm2"),)
     [p], _ = predict_runs(runs)
-    assert p.calibration.stack == "Intel(R) MPI Library 2019; fabric: FI_PROVIDER=psm2; Horovod: " \
+    assert (
+        p.calibration.stack == "Intel(R) MPI Library 2019; fabric: FI_PROVIDER=psm2; Horovod: "
         "HOROVOD_FUSION_THRESHOLD=67108864"
+    )
     assert not any("predate" in w for w in p.warnings)
-    older = tmp_path / "older.json"  # a results file from before the fields: not refused, warned about
+    older = (
+        tmp_path / "older.json"
+    )  # a results file from before the fields: not refused, warned about
     record = json.loads(write_run(tmp_path / "n8.json", 8, t(8), env=env).read_text())
     del record["mpi_fabric"], record["horovod_settings"]
     older.write_text(json.dumps(record))
@@ -252,14 +311,26 @@ def test_series_of_one_count_are_left_out_or_refused(tmp_path):
 
 # -- the command ---------------------------------------------------------------------------------
 
+
 def test_cli_end_to_end_json_and_plot(tmp_path, capsys):
     t = law("straggler", 8000.0, 500.0, 4)
     results = tmp_path / "sweep" / "results"
     results.mkdir(parents=True)
     paths = _sweep(results, t)
     out = tmp_path / "plots"
-    argv = ["scale", "predict", "--results", *map(str, paths), "--nodes", "16,64", "--epochs", "10",
-            "--out", str(out), "--json"]
+    argv = [
+        "scale",
+        "predict",
+        "--results",
+        *map(str, paths),
+        "--nodes",
+        "16,64",
+        "--epochs",
+        "10",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == PREDICT_SCHEMA == CLI_SCHEMA
@@ -267,14 +338,19 @@ def test_cli_end_to_end_json_and_plot(tmp_path, capsys):
     assert series["model"]["estimate"] == "straggler"
     assert [f["nodes"] for f in series["forecasts"]] == [16, 64]
     assert series["forecasts"][1]["seconds_per_epoch"] == pytest.approx(t(64), rel=1e-6)
-    assert series["forecasts"][1]["node_hours_total"] == pytest.approx(10 * 64 * t(64) / 3600, rel=1e-6)
+    assert series["forecasts"][1]["node_hours_total"] == pytest.approx(
+        10 * 64 * t(64) / 3600, rel=1e-6
+    )
     assert (out / "predict.png").read_bytes()[:8] == PNG_MAGIC
     assert json.loads((out / "predict.json").read_text())["series"] == doc["series"]
     assert main(argv) == 0  # its own outputs are replaced
     capsys.readouterr()
     assert main(["scale", "predict", "--results", *map(str, paths)]) == 0  # the table
     text = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal's width
-    assert "estimate: the straggler shape" in text and "% of peak: of the fp32 theoretical peak" in text
+    assert (
+        "estimate: the straggler shape" in text
+        and "% of peak: of the fp32 theoretical peak" in text
+    )
 
 
 def test_cli_never_replaces_files_it_did_not_write(tmp_path, capsys):
@@ -311,10 +387,13 @@ def test_cli_backtest(capsys):
 
 
 @settings(max_examples=60, deadline=None)
-@given(times=st.lists(st.lists(st.floats(1e-3, 1e9), min_size=1, max_size=3), min_size=2, max_size=5),
-       rpn=st.integers(1, 8), target=st.integers(1, 10**6))
+@given(
+    times=st.lists(st.lists(st.floats(1e-3, 1e9), min_size=1, max_size=3), min_size=2, max_size=5),
+    rpn=st.integers(1, 8),
+    target=st.integers(1, 10**6),
+)
 def test_any_measurements_give_an_ordered_band_and_overhead_that_never_shrinks(times, rpn, target):
-    nodes = [2 ** i for i in range(len(times))]
+    nodes = [2**i for i in range(len(times))]
     model = fit_model(nodes, times, rpn)
     low, high = model.band(target)
     assert 0 <= low <= model.seconds(target) <= high and math.isfinite(high)
@@ -346,13 +425,35 @@ def test_cli_backtest_refuses_nodes(capsys):
 
 
 def test_calibration_plan_then_predict_on_the_sweep_directory(tmp_path, capsys):
-    """kit scale plan --calibrate, its runs' results where their jobs write them, kit scale predict DIR."""
+    """kit scale plan --calibrate, its runs' results where their jobs write them, kit scale predict
+    DIR.
+    """
     from kit.scale.plan import load_plan
     from kit.slurm.script import RunFiles
 
     sweep = tmp_path / "cal"
-    assert main(["scale", "plan", "--site", "supermuc-ng", "--calibrate", "--nodes", "2", "--ranks-per-node", "4",
-                 "--no-container", "--dir", str(sweep), "--", "--data", "/x"]) == 0
+    assert (
+        main(
+            [
+                "scale",
+                "plan",
+                "--site",
+                "supermuc-ng",
+                "--calibrate",
+                "--nodes",
+                "2",
+                "--ranks-per-node",
+                "4",
+                "--no-container",
+                "--dir",
+                str(sweep),
+                "--",
+                "--data",
+                "/x",
+            ]
+        )
+        == 0
+    )
     t = law("log", 9000.0, 300.0, 4)
     for i, run in enumerate(load_plan(sweep).runs):
         result = RunFiles(sweep.absolute(), run.run_id).result
@@ -370,15 +471,20 @@ def test_calibration_plan_then_predict_on_the_sweep_directory(tmp_path, capsys):
 
 
 @settings(max_examples=60, deadline=None)
-@given(times=st.lists(st.lists(st.floats(1e-3, 1e9), min_size=1, max_size=3), min_size=2, max_size=4),
-       rpn=st.integers(1, 8), targets=st.lists(st.integers(0, 20), min_size=1, max_size=4))
+@given(
+    times=st.lists(st.lists(st.floats(1e-3, 1e9), min_size=1, max_size=3), min_size=2, max_size=4),
+    rpn=st.integers(1, 8),
+    targets=st.lists(st.integers(0, 20), min_size=1, max_size=4),
+)
 def test_any_calibration_forecasts_finite_strict_json_or_refuses_in_one_line(times, rpn, targets):
     from kit.scale.predict import Calibration, predict, prediction_document
 
-    nodes = tuple(2 ** i for i in range(len(times)))
-    cal = Calibration("s", rpn, nodes, tuple(map(tuple, times)), 180_000, 8, 1e9, 1e12, "fp32 theoretical peak")
+    nodes = tuple(2**i for i in range(len(times)))
+    cal = Calibration(
+        "s", rpn, nodes, tuple(map(tuple, times)), 180_000, 8, 1e9, 1e12, "fp32 theoretical peak"
+    )
     try:
-        p = predict(cal, [2 ** k for k in targets], epochs=3)
+        p = predict(cal, [2**k for k in targets], epochs=3)
     except KitError as exc:
         assert "\n" not in str(exc)
         return
@@ -389,9 +495,13 @@ def test_any_calibration_forecasts_finite_strict_json_or_refuses_in_one_line(tim
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "[1, 2]", "NaN", '{"schema": "x"}'])
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000 + "]" * 100_000, "[1, 2]", "NaN", '{"schema": "x"}']
+)
 def test_a_predict_json_the_kit_did_not_write_is_kept_in_one_line(tmp_path, text):
-    """Deep nesting, another top-level type or another schema at OUT/predict.json: not ours, so kept."""
+    """Deep nesting, another top-level type or another schema at OUT/predict.json: not ours, so
+    kept.
+    """
     from kit.scale.predict import DOCUMENT_NAME, write_outputs
 
     (tmp_path / DOCUMENT_NAME).write_text(text)

@@ -1,6 +1,7 @@
 """kit.scale.report.report_sweep: which results a report covers and where it goes, decided by the
 library (kit scale report only prints what it returns). Real files, no Slurm needed: a report is
 made from the results on disk."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,16 +22,21 @@ def sweep(tmp_path) -> Path:
     return tmp_path / "sng-sweep"
 
 
-def test_a_failed_run_is_named_the_named_results_reported_into_the_sweeps_report_dir(sweep, tmp_path):
+def test_a_failed_run_is_named_the_named_results_reported_into_the_sweeps_report_dir(
+    sweep, tmp_path
+):
     (sweep / "results").mkdir()
-    (sweep / "results" / f"{RUN}.json").write_text('{"schema": "gan3d-run/1", "status": "failed", '
-                                                    '"error": "losses became NaN"}')
+    (sweep / "results" / f"{RUN}.json").write_text(
+        '{"schema": "gan3d-run/1", "status": "failed", "error": "losses became NaN"}'
+    )
     named = tmp_path / "other.json"
     write_run(named, 4, 100.0)
     failed: list[str] = []
     written = report_sweep(sweep, [named], failed=failed)
     assert len(failed) == 1 and "NaN" in failed[0]
-    assert {p.parent for p in written} >= {sweep / "report"} and sweep / "report" / "report.md" in written
+    assert {p.parent for p in written} >= {
+        sweep / "report"
+    } and sweep / "report" / "report.md" in written
     assert "scaling sweep sng-sweep" in (sweep / "report" / "report.md").read_text()
 
 
@@ -67,8 +73,10 @@ def test_a_report_never_replaces_files_it_did_not_write(tmp_path, capsys, theirs
     assert main(["scale", "report", "--results", str(result), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     name = "report.md" if theirs.startswith("report.md") else theirs
-    assert err == (f"kit: error: {out / name}: already there, and {out} holds no report kit scale report wrote, "
-                   "so it is not replaced; fix: give --out a new or empty directory\n")
+    assert err == (
+        f"kit: error: {out / name}: already there, and {out} holds no report kit scale report wrote, "
+        "so it is not replaced; fix: give --out a new or empty directory\n"
+    )
     assert {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()} == before
     assert elsewhere.read_text() == "mine\n"
 
@@ -86,8 +94,9 @@ def test_a_report_replaces_its_own_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("planted", ["link", "file"])
-def test_a_link_or_file_at_the_sweeps_report_dir_is_refused_and_nothing_written_through_it(sweep, tmp_path,
-                                                                                          capsys, planted):
+def test_a_link_or_file_at_the_sweeps_report_dir_is_refused_and_nothing_written_through_it(
+    sweep, tmp_path, capsys, planted
+):
     """SWEEP/report is the kit's: a link swapped in there (to an empty directory) is not written through;
     one line naming it and the fix, exit 1."""
     from kit.cli import main
@@ -103,5 +112,9 @@ def test_a_link_or_file_at_the_sweeps_report_dir_is_refused_and_nothing_written_
     assert main(["scale", "report", str(sweep)]) == 1
     err = capsys.readouterr().err
     kind = "a symlink" if planted == "link" else "a regular file"
-    assert err.count("\n") == 1 and f"{sweep / 'report'}: is {kind}, not the report directory" in err
-    assert list(elsewhere.iterdir()) == [] and (planted == "link" or (sweep / "report").read_text() == "mine\n")
+    assert (
+        err.count("\n") == 1 and f"{sweep / 'report'}: is {kind}, not the report directory" in err
+    )
+    assert list(elsewhere.iterdir()) == [] and (
+        planted == "link" or (sweep / "report").read_text() == "mine\n"
+    )

@@ -5,6 +5,7 @@ Nothing is mocked: each layout is a real Horovod training of the tiny preset. No
 beyond being positive and consistent (speed is bench/'s business): the recommendation must be the
 row with the most showers/s, whatever the machine made of them today.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,33 +44,60 @@ def showers(tmp_path_factory) -> list[Path]:
 
 
 def _train_args(files: list[Path]) -> list[str]:
-    return ["--data", f"{files[0]},{files[1]}", "--validation-data", str(files[2]), "--preset", "tiny",
-            "--batch-size", "4", "--seed", "3"]
+    return [
+        "--data",
+        f"{files[0]},{files[1]}",
+        "--validation-data",
+        str(files[2]),
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "4",
+        "--seed",
+        "3",
+    ]
 
 
 def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> dict:
-    """tune.yaml has a row per layout with positive figures and recommends the fastest; tune.png is drawn."""
+    """tune.yaml has a row per layout with positive figures and recommends the fastest; tune.png is
+    drawn.
+    """
     doc = yaml.safe_load((directory / tune.TUNE_NAME).read_text())
     rows = doc["layouts"]
     assert [(r["ranks_per_node"], r["threads_per_rank"]) for r in rows] == layouts
-    assert all(r["problem"] is None and r["showers_per_second"] > 0 and r["peak_rss_bytes_per_rank"] > 50 * 2**20
-               for r in rows), rows
+    assert all(
+        r["problem"] is None
+        and r["showers_per_second"] > 0
+        and r["peak_rss_bytes_per_rank"] > 50 * 2**20
+        for r in rows
+    ), rows
     # % of the measured fp32 peak: the runs measured it, and say that is the denominator; a peak measured
     # below the run's own rate (the other test worker's load on the cores) gives no % and its run says why
     for r in rows:
         if r["percent_of_peak"] is None:
             record = json.loads(Path(r["results"]).read_text())
-            assert r["percent_of_peak_denominator"] is None and "disturbed" in record["peak_fp32_measured_basis"]
+            assert (
+                r["percent_of_peak_denominator"] is None
+                and "disturbed" in record["peak_fp32_measured_basis"]
+            )
         else:
-            assert 0 < r["percent_of_peak"] <= 100 and r["percent_of_peak_denominator"] == "measured fp32 peak"
+            assert (
+                0 < r["percent_of_peak"] <= 100
+                and r["percent_of_peak_denominator"] == "measured fp32 peak"
+            )
     fastest = max(rows, key=lambda r: r["showers_per_second"])
-    assert (doc["best"]["ranks_per_node"], doc["best"]["threads_per_rank"]) == \
-        (fastest["ranks_per_node"], fastest["threads_per_rank"])
+    assert (doc["best"]["ranks_per_node"], doc["best"]["threads_per_rank"]) == (
+        fastest["ranks_per_node"],
+        fastest["threads_per_rank"],
+    )
     assert doc["site_name"] == site and doc["nodes"] == 1 and doc["cpu"]
     for row in rows:  # each row is its run's results JSON, not a copy that could drift
         record = json.loads(Path(row["results"]).read_text())
         assert record["showers_per_second"] == row["showers_per_second"]
-        assert (record["ranks_per_node"], record["threads_per_rank"]) == (row["ranks_per_node"], row["threads_per_rank"])
+        assert (record["ranks_per_node"], record["threads_per_rank"]) == (
+            row["ranks_per_node"],
+            row["threads_per_rank"],
+        )
     assert (directory / tune.PLOT_NAME).read_bytes()[:8] == PNG_MAGIC
     return doc
 
@@ -77,7 +105,18 @@ def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> d
 def test_candidates_split_the_nodes_cores_and_refuse_what_it_cannot_hold():
     sng = load_site("supermuc-ng")
     pairs = [(c.ranks_per_node, c.threads_per_rank) for c in tune.candidate_layouts(sng)]
-    assert pairs == [(1, 48), (2, 24), (3, 16), (4, 12), (6, 8), (8, 6), (12, 4), (16, 3), (24, 2), (48, 1)]
+    assert pairs == [
+        (1, 48),
+        (2, 24),
+        (3, 16),
+        (4, 12),
+        (6, 8),
+        (8, 6),
+        (12, 4),
+        (16, 3),
+        (24, 2),
+        (48, 1),
+    ]
     both = tune.candidate_layouts(load_site("laptop"), precisions=("fp32", "bf16"))
     assert [c.run_id for c in both] == ["r1-t2-fp32", "r2-t1-fp32", "r1-t2-bf16", "r2-t1-bf16"]
     with pytest.raises(KitError, match="layout 3x48: .* 96; fix"):
@@ -92,34 +131,74 @@ def test_candidates_split_the_nodes_cores_and_refuse_what_it_cannot_hold():
 
 def test_a_tune_file_of_another_site_or_a_damaged_one_is_one_line(tmp_path, capsys):
     path = tmp_path / tune.TUNE_NAME
-    path.write_text(yaml.safe_dump({"kit_tune": 1, "site_name": "laptop", "best": {"ranks_per_node": 4,
-                                                                                   "threads_per_rank": 12}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "kit_tune": 1,
+                "site_name": "laptop",
+                "best": {"ranks_per_node": 4, "threads_per_rank": 12},
+            }
+        )
+    )
     assert tune.load_best(path, load_site("laptop")) == (4, 12)
-    with pytest.raises(KitError, match="site_name is 'laptop', but the plan is for site supermuc-ng"):
+    with pytest.raises(
+        KitError, match="site_name is 'laptop', but the plan is for site supermuc-ng"
+    ):
         tune.load_best(path, load_site("supermuc-ng"))
-    path.write_text(yaml.safe_dump({"kit_tune": 1, "site_name": "laptop", "best": {"ranks_per_node": "4"}}))
-    with pytest.raises(KitError, match=r"tune.yaml:\d+: key best needs ranks_per_node and threads_per_rank"):
+    path.write_text(
+        yaml.safe_dump({"kit_tune": 1, "site_name": "laptop", "best": {"ranks_per_node": "4"}})
+    )
+    with pytest.raises(
+        KitError, match=r"tune.yaml:\d+: key best needs ranks_per_node and threads_per_rank"
+    ):
         tune.load_best(path, load_site("laptop"))
-    assert main(["scale", "plan", "--site", "supermuc-ng", "--nodes", "1", "--no-container", "--layout", "best",
-                 "--dir", str(tmp_path / "none")]) == 1
+    assert (
+        main(
+            [
+                "scale",
+                "plan",
+                "--site",
+                "supermuc-ng",
+                "--nodes",
+                "1",
+                "--no-container",
+                "--layout",
+                "best",
+                "--dir",
+                str(tmp_path / "none"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no tune file here" in err and "Traceback" not in err
-    mine = tmp_path / "mine"  # a user's tune.yaml is never overwritten: refused before anything runs
+    mine = (
+        tmp_path / "mine"
+    )  # a user's tune.yaml is never overwritten: refused before anything runs
     mine.mkdir()
     (mine / "tune.yaml").write_text("my notes\n")
     assert main(["scale", "tune", "--site", "laptop", "--dir", str(mine), "--dry-run"]) == 1
-    assert "tune.yaml: not a tune file kit scale tune wrote; fix: give kit scale tune a new --dir" in \
-        capsys.readouterr().err
+    assert (
+        "tune.yaml: not a tune file kit scale tune wrote; fix: give kit scale tune a new --dir"
+        in capsys.readouterr().err
+    )
     assert (mine / "tune.yaml").read_text() == "my notes\n"
 
 
-@pytest.mark.parametrize("flag, value", [("--steps", "1"), ("--timeout", "inf"), ("--peak-seconds", "nan"),
-                                         ("--nodes", "0")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--steps", "1"), ("--timeout", "inf"), ("--peak-seconds", "nan"), ("--nodes", "0")],
+)
 def test_bounds_of_a_tune_are_usage_errors(flag, value, tmp_path, capsys):
     """One timed step is none (the first traces the graph); an endless timeout could hang."""
     with pytest.raises(SystemExit) as exit_:
-        main(["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", flag, value])
-    assert exit_.value.code == 2 and f"argument {flag}: '{value}': give a number " in capsys.readouterr().err
+        main(
+            ["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", flag, value]
+        )
+    assert (
+        exit_.value.code == 2
+        and f"argument {flag}: '{value}': give a number " in capsys.readouterr().err
+    )
     assert not any(tmp_path.iterdir())
 
 
@@ -127,51 +206,152 @@ def test_a_peak_measurement_gan3d_train_would_refuse_is_a_usage_error(tmp_path, 
     """--peak-seconds 1e300 passed the dry run and every layout's training then stopped on
     --measure-peak (at most 600 s): refused before anything runs."""
     with pytest.raises(SystemExit) as exit_:
-        main(["scale", "tune", "--site", "laptop", "--dir", str(tmp_path), "--dry-run", "--peak-seconds", "1e300"])
+        main(
+            [
+                "scale",
+                "tune",
+                "--site",
+                "laptop",
+                "--dir",
+                str(tmp_path),
+                "--dry-run",
+                "--peak-seconds",
+                "1e300",
+            ]
+        )
     assert exit_.value.code == 2
-    assert "argument --peak-seconds: '1e300': give a number from 0.05 to 600" in capsys.readouterr().err
+    assert (
+        "argument --peak-seconds: '1e300': give a number from 0.05 to 600"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow
-def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(showers, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "250")  # rich folds table cells at 80 columns when not on a terminal
-    require(shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich"), "MPICH mpiexec (apt-get install mpich)")
+def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(
+    showers, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv(
+        "COLUMNS", "250"
+    )  # rich folds table cells at 80 columns when not on a terminal
+    require(
+        shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich"),
+        "MPICH mpiexec (apt-get install mpich)",
+    )
     require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
     out = tmp_path / "tune"
-    assert main(["scale", "tune", "--site", "laptop", "--dir", str(out), "--steps", "3", "--peak-seconds", "0.5",
-                 "--timeout", "400", "--", *_train_args(showers)]) == 0
+    assert (
+        main(
+            [
+                "scale",
+                "tune",
+                "--site",
+                "laptop",
+                "--dir",
+                str(out),
+                "--steps",
+                "3",
+                "--peak-seconds",
+                "0.5",
+                "--timeout",
+                "400",
+                "--",
+                *_train_args(showers),
+            ]
+        )
+        == 0
+    )
     printed = " ".join(capsys.readouterr().out.split())
     doc = _check_tune(out, "laptop", [(1, 2), (2, 1)])
     best = doc["best"]
     assert f"best: {best['ranks_per_node']}x{best['threads_per_rank']} fp32" in printed
     assert "% of measured fp32 peak" in printed and "ran on: " in printed
-    assert tune.load_best(out / tune.TUNE_NAME, load_site("laptop")) == (best["ranks_per_node"],
-                                                                       best["threads_per_rank"])
+    assert tune.load_best(out / tune.TUNE_NAME, load_site("laptop")) == (
+        best["ranks_per_node"],
+        best["threads_per_rank"],
+    )
     # a second tune into the same directory would mix two runs' figures: refused before running
     with pytest.raises(KitError, match="an earlier tune's result is there"):
-        tune.run_local(load_site("laptop"), tune.candidate_layouts(load_site("laptop")), out, train_args=(),
-                       steps=3, peak_seconds=0.5, timeout=60)
+        tune.run_local(
+            load_site("laptop"),
+            tune.candidate_layouts(load_site("laptop")),
+            out,
+            train_args=(),
+            steps=3,
+            peak_seconds=0.5,
+            timeout=60,
+        )
 
 
 @pytest.mark.slow
-def test_slurm_tune_submits_each_layout_and_the_plan_takes_the_best(slurm, showers, tmp_path, capsys):
+def test_slurm_tune_submits_each_layout_and_the_plan_takes_the_best(
+    slurm, showers, tmp_path, capsys
+):
     require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
     site = write_site(tmp_path, slurm_site_dict())
     out = tmp_path / "sweep"
-    assert main(["scale", "tune", "--site", str(site), "--no-container", "--python", sys.executable,
-                 "--walltime", "00:10:00", "--layouts", "1x2,2x1", "--steps", "3", "--peak-seconds", "0.5",
-                 "--poll", "2", "--timeout", str(WAIT), "--dir", str(out), "--", *_train_args(showers)]) == 0
+    assert (
+        main(
+            [
+                "scale",
+                "tune",
+                "--site",
+                str(site),
+                "--no-container",
+                "--python",
+                sys.executable,
+                "--walltime",
+                "00:10:00",
+                "--layouts",
+                "1x2,2x1",
+                "--steps",
+                "3",
+                "--peak-seconds",
+                "0.5",
+                "--poll",
+                "2",
+                "--timeout",
+                str(WAIT),
+                "--dir",
+                str(out),
+                "--",
+                *_train_args(showers),
+            ]
+        )
+        == 0
+    )
     doc = _check_tune(out, "localslurm", [(1, 2), (2, 1)])
     jobs = yaml.safe_load((out / "fp32" / "jobs.yaml").read_text())
     assert set(jobs) >= {"r1-t2-fp32", "r2-t1-fp32"}  # each layout was a Slurm job
     capsys.readouterr()
 
-    assert main(["scale", "plan", "--site", str(site), "--nodes", "1", "--no-container", "--python", sys.executable,
-                 "--layout", "best", "--dir", str(out), "--", *_train_args(showers)]) == 0
+    assert (
+        main(
+            [
+                "scale",
+                "plan",
+                "--site",
+                str(site),
+                "--nodes",
+                "1",
+                "--no-container",
+                "--python",
+                sys.executable,
+                "--layout",
+                "best",
+                "--dir",
+                str(out),
+                "--",
+                *_train_args(showers),
+            ]
+        )
+        == 0
+    )
     assert "layout from " in capsys.readouterr().out
     [run] = load_plan(out).runs
-    assert (run.ranks_per_node, run.threads_per_rank) == (doc["best"]["ranks_per_node"],
-                                                          doc["best"]["threads_per_rank"])
+    assert (run.ranks_per_node, run.threads_per_rank) == (
+        doc["best"]["ranks_per_node"],
+        doc["best"]["threads_per_rank"],
+    )
 
 
 @given(st.lists(st.tuples(st.integers(1, 10**4), st.integers(1, 10**4)), min_size=1, max_size=8))
@@ -189,20 +369,43 @@ def test_any_layouts_text_is_pairs_or_one_clean_error(text):
         assert pairs and all(r >= 0 and t >= 0 for r, t in pairs)
 
 
-def test_how_a_tune_runs_follows_the_site_and_a_request_that_does_not_fit_is_one_line(tmp_path, capsys):
-    """Slurm sites tune through jobs and must be told ch-run or bare; a local site tunes one node."""
+def test_how_a_tune_runs_follows_the_site_and_a_request_that_does_not_fit_is_one_line(
+    tmp_path, capsys
+):
+    """Slurm sites tune through jobs and must be told ch-run or bare; a local site tunes one
+    node.
+    """
     sng, laptop = load_site("supermuc-ng"), load_site("laptop")
-    assert tune.through_slurm(sng, 2, True) is True and tune.through_slurm(laptop, 1, False) is False
+    assert (
+        tune.through_slurm(sng, 2, True) is True and tune.through_slurm(laptop, 1, False) is False
+    )
     with pytest.raises(KitError, match="--image IMAGE .* or --no-container"):
         tune.through_slurm(sng, 1, False)
     with pytest.raises(KitError, match="--nodes 2: site laptop has no scheduler.*fix: --nodes 1"):
         tune.through_slurm(laptop, 2, False)
-    assert main(["scale", "tune", "--site", "laptop", "--nodes", "2", "--dir", str(tmp_path / "t"), "--dry-run"]) == 1
+    assert (
+        main(
+            [
+                "scale",
+                "tune",
+                "--site",
+                "laptop",
+                "--nodes",
+                "2",
+                "--dir",
+                str(tmp_path / "t"),
+                "--dry-run",
+            ]
+        )
+        == 1
+    )
     assert "fix: --nodes 1" in capsys.readouterr().err and not (tmp_path / "t").exists()
 
 
 def test_a_layout_log_swapped_for_a_link_is_refused_and_its_target_kept(tmp_path):
-    """The log is opened to append, never through a link: a planted link once truncated its target."""
+    """The log is opened to append, never through a link: a planted link once truncated its
+    target.
+    """
     from kit.errors import KitError
     from kit.scale.tune import _run_bounded
 
@@ -237,18 +440,24 @@ def test_a_tune_file_planted_while_the_layouts_trained_is_kept(tmp_path, planted
     else:
         (out / tune.PLOT_NAME).write_bytes(b"mine")
     results = tmp_path / "r.json"
-    results.write_text(json.dumps({"status": "ok", "showers_per_second": 2.0, "peak_rss_bytes_per_rank": [2**30]}))
+    results.write_text(
+        json.dumps({"status": "ok", "showers_per_second": 2.0, "peak_rss_bytes_per_rank": [2**30]})
+    )
     measured = [tune.read_measured(tune.Layout(2, 1), results)]
     before = {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()}
     with pytest.raises(KitError) as caught:
         tune.write_tune(load_site("laptop"), 1, measured, out)
-    assert "\n" not in str(caught.value) and "fix: give kit scale tune a new --dir" in str(caught.value)
+    assert "\n" not in str(caught.value) and "fix: give kit scale tune a new --dir" in str(
+        caught.value
+    )
     assert {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()} == before
     assert target.read_text() == "keep me\n"
 
 
 @pytest.mark.parametrize("sub", ["logs", "results"])
-def test_a_link_at_the_tunes_logs_or_results_is_refused_before_any_training(tmp_path, monkeypatch, sub):
+def test_a_link_at_the_tunes_logs_or_results_is_refused_before_any_training(
+    tmp_path, monkeypatch, sub
+):
     """The layouts' logs and results go in DIR/logs and DIR/results, made by the kit: a link there (left
     from an earlier tune, or planted) is refused in one line, nothing run, nothing written through it."""
     from kit.errors import KitError
@@ -260,7 +469,16 @@ def test_a_link_at_the_tunes_logs_or_results_is_refused_before_any_training(tmp_
     ran = []
     monkeypatch.setattr(tune, "_run_bounded", lambda cmd, log, timeout: ran.append(cmd) or 0)
     monkeypatch.setattr(tune, "local_launcher", lambda site: ["mpiexec"])
-    with pytest.raises(KitError, match=f"tune/{sub}: is a symlink, not the tune's {sub}/") as caught:
-        tune.run_local(load_site("laptop"), [tune.Layout(1, 1)], out, train_args=(), steps=1, peak_seconds=1.0,
-                       timeout=10)
+    with pytest.raises(
+        KitError, match=f"tune/{sub}: is a symlink, not the tune's {sub}/"
+    ) as caught:
+        tune.run_local(
+            load_site("laptop"),
+            [tune.Layout(1, 1)],
+            out,
+            train_args=(),
+            steps=1,
+            peak_seconds=1.0,
+            timeout=10,
+        )
     assert "\n" not in str(caught.value) and ran == [] and list(elsewhere.iterdir()) == []

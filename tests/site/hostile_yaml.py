@@ -2,6 +2,7 @@
 (keys deleted, types swapped, line breaks and control characters, huge numbers, deep nesting,
 shared values that YAML writes as aliases), then optionally spliced with raw YAML fragments
 (tags, recursive or undefined aliases, raw control characters) or bytes that are no UTF-8."""
+
 from __future__ import annotations
 
 import copy
@@ -14,13 +15,46 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[2]
 LAPTOP = yaml.safe_load((REPO / "site-configs" / "laptop.yaml").read_text())
 
-BREAKS = ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1e", "\x85", "\u2028", "\u2029", "\x00", "\x1b[2J", "\t"]
+BREAKS = [
+    "\n",
+    "\r",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x1e",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\x00",
+    "\x1b[2J",
+    "\t",
+]
 INJECTIONS = ["\n#SBATCH --uid=0", "\nrm -rf ~", "';touch /tmp/pwned;'", "$(id)", "`id`", "\n"]
 FRAGMENTS = [
-    "!!python/object/apply:os.system ['true']", "!!python/name:os.system ''", "!local x", "*undefined",
-    "&a [*a]", "!!binary Zm9v", "!!set {a, b}", "!!timestamp 2001-13-45", "[[[[[[[[[[[[1]]]]]]]]]]]]",
-    "{", "'unterminated", "\x01", "\x7f", "\ufeffx", "? [a]\n  : 1", "!!omap [a: 1]", "1e400", ".nan",
-    "0x" + "f" * 40, "9" * 5000, "<<: {a: 1}", "|\n  two\n  lines", "- a\n- b", "&x 1 *x",
+    "!!python/object/apply:os.system ['true']",
+    "!!python/name:os.system ''",
+    "!local x",
+    "*undefined",
+    "&a [*a]",
+    "!!binary Zm9v",
+    "!!set {a, b}",
+    "!!timestamp 2001-13-45",
+    "[[[[[[[[[[[[1]]]]]]]]]]]]",
+    "{",
+    "'unterminated",
+    "\x01",
+    "\x7f",
+    "\ufeffx",
+    "? [a]\n  : 1",
+    "!!omap [a: 1]",
+    "1e400",
+    ".nan",
+    "0x" + "f" * 40,
+    "9" * 5000,
+    "<<: {a: 1}",
+    "|\n  two\n  lines",
+    "- a\n- b",
+    "&x 1 *x",
 ]
 
 
@@ -50,17 +84,30 @@ def laughs(width: int, depth: int) -> list:
 
 hostile_text = st.one_of(
     st.text(max_size=20),
-    st.builds(lambda a, brk, b: a + brk + b, st.text(max_size=8), st.sampled_from(BREAKS + INJECTIONS),
-              st.text(max_size=8)),
+    st.builds(
+        lambda a, brk, b: a + brk + b,
+        st.text(max_size=8),
+        st.sampled_from(BREAKS + INJECTIONS),
+        st.text(max_size=8),
+    ),
     st.text(st.characters(categories=["Cc", "Zl", "Zp", "Cf", "Ll", "Nd", "Po"]), max_size=12),
 )
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=10**9, max_value=10**40).map(lambda i: -i if i % 2 else i),
-    st.floats(), hostile_text,
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**9, max_value=10**40).map(lambda i: -i if i % 2 else i),
+    st.floats(),
+    hostile_text,
 )
 values = st.one_of(
-    st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(hostile_text, inner, max_size=3),
-                 max_leaves=8),
+    st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(hostile_text, inner, max_size=3)
+        ),
+        max_leaves=8,
+    ),
     st.builds(nested, st.integers(20, 150)),
     st.builds(laughs, st.integers(2, 12), st.integers(1, 7)),
 )
@@ -99,7 +146,9 @@ def mutated_site(draw, base: dict | None = None, least: int = 1, most: int = 4) 
 @st.composite
 def site_bytes(draw, base: dict | None = None) -> bytes:
     """A mutated site as YAML bytes, sometimes with a raw fragment spliced in or broken UTF-8."""
-    text = yaml.safe_dump(draw(mutated_site(base)), sort_keys=False, allow_unicode=draw(st.booleans()))
+    text = yaml.safe_dump(
+        draw(mutated_site(base)), sort_keys=False, allow_unicode=draw(st.booleans())
+    )
     lines = text.split("\n")
     if draw(st.booleans()):
         candidates = [i for i, line in enumerate(lines) if ": " in line] or [0]
@@ -108,5 +157,9 @@ def site_bytes(draw, base: dict | None = None) -> bytes:
     data = "\n".join(lines).encode()
     if draw(st.integers(0, 9)) == 0:
         at = draw(st.integers(0, len(data)))
-        data = data[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xe9", b"\xed\xa0\x80"])) + data[at:]
+        data = (
+            data[:at]
+            + draw(st.sampled_from([b"\xff", b"\xc3", b"\xe9", b"\xed\xa0\x80"]))
+            + data[at:]
+        )
     return data

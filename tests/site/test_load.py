@@ -1,4 +1,5 @@
 """Loading and validating site configs: shipped files load, broken ones name file, line and key."""
+
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,11 @@ def test_paper_machines_have_the_papers_values():
     sng = load_site("supermuc-ng")
     assert (sng.node.sockets, sng.node.cores_per_socket, sng.node.cores) == (2, 24, 48)
     assert sng.node.memory_gb == 96 and sng.node.usable_memory_gb == 77
-    assert (sng.node.numa_domains, sng.node.numa_domains_snc, sng.node.threads_per_core) == (2, 4, 2)
+    assert (sng.node.numa_domains, sng.node.numa_domains_snc, sng.node.threads_per_core) == (
+        2,
+        4,
+        2,
+    )
     assert sng.network.island_nodes == 792 and sng.host_mpi.vendor == "intel"
     # The paper's own convention: 4.15 TFLOP/s per node = 48 x 2.7 GHz x 32 FP64 FLOP/cycle.
     assert sng.node.theoretical_peak_flops("fp64", clock="max") == pytest.approx(4.15e12, rel=1e-3)
@@ -47,7 +52,10 @@ def test_paper_machines_have_the_papers_values():
 def test_peaks_come_per_precision_from_the_config_and_bad_precision_is_refused():
     sng = load_site("supermuc-ng").node
     fp64 = sng.theoretical_peak("fp64")
-    assert fp64.flops == pytest.approx(48 * 2.3e9 * 32) and fp64.basis == "48 cores x 2.3 GHz (avx clock) x 32 FP64 FLOP/cycle"
+    assert (
+        fp64.flops == pytest.approx(48 * 2.3e9 * 32)
+        and fp64.basis == "48 cores x 2.3 GHz (avx clock) x 32 FP64 FLOP/cycle"
+    )
     # Skylake-SP has no bf16 arithmetic: the config says null, and the peak is unknown, not guessed
     bf16 = sng.theoretical_peak("bf16")
     assert bf16.flops is None and "bf16_flop_per_cycle_per_core" in bf16.basis
@@ -69,7 +77,11 @@ def test_laptop_claims_no_clock_so_every_theoretical_peak_is_unknown():
 
 def test_a_config_without_fp64_figures_gives_no_fp64_peak_rather_than_half_the_fp32_one(tmp_path):
     text = (REPO / "site-configs" / "supermuc-ng.yaml").read_text()
-    lines = [line for line in text.splitlines() if not line.strip().startswith("fp64_flop_per_cycle_per_core")]
+    lines = [
+        line
+        for line in text.splitlines()
+        if not line.strip().startswith("fp64_flop_per_cycle_per_core")
+    ]
     path = tmp_path / "sng.yaml"
     path.write_text("\n".join(lines).replace("name: supermuc-ng", "name: sng") + "\n")
     node = load_site(path).node
@@ -97,7 +109,9 @@ def test_wrong_type_names_file_line_key_and_expected_type(tmp_path):
     with pytest.raises(SiteError) as err:
         load_site(path)
     assert isinstance(err.value, KitError)
-    assert f"{path}:{line_of(text, 'sockets: two')}: node.sockets: expected an integer" in str(err.value)
+    assert f"{path}:{line_of(text, 'sockets: two')}: node.sockets: expected an integer" in str(
+        err.value
+    )
 
 
 def test_unknown_key_suggests_the_right_one(tmp_path):
@@ -106,7 +120,10 @@ def test_unknown_key_suggests_the_right_one(tmp_path):
     with pytest.raises(SiteError) as err:
         load_site(path)
     msg = str(err.value)
-    assert f"{path}:{line_of(text, 'numa_domain: 1')}: node.numa_domain: unknown key; did you mean 'numa_domains'?" in msg
+    assert (
+        f"{path}:{line_of(text, 'numa_domain: 1')}: node.numa_domain: unknown key; did you mean 'numa_domains'?"
+        in msg
+    )
     assert "node.numa_domains: missing required key" in msg
 
 
@@ -121,13 +138,26 @@ def test_missing_required_key_and_bad_choice(tmp_path):
     assert "allowed: local, slurm" in msg
 
 
-@pytest.mark.parametrize("old,new,key,words", [
-    ("  cores_per_socket: 2", "  cores_per_socket: -4", "node.cores_per_socket", "greater than 0"),
-    ("  usable_memory_gb: 20", "  usable_memory_gb: 30", "node.usable_memory_gb", "more than the node's memory_gb"),
-    ('max_walltime: "01:00:00"', "max_walltime: 1h", "scheduler.max_walltime", "HH:MM:SS"),
-    ("  port: 22", "  port: 70000", "transfer.port", "outside 1..65535"),
-    ("name: laptop", "name: Laptop Site", "name", "not a valid site name"),
-])
+@pytest.mark.parametrize(
+    "old,new,key,words",
+    [
+        (
+            "  cores_per_socket: 2",
+            "  cores_per_socket: -4",
+            "node.cores_per_socket",
+            "greater than 0",
+        ),
+        (
+            "  usable_memory_gb: 20",
+            "  usable_memory_gb: 30",
+            "node.usable_memory_gb",
+            "more than the node's memory_gb",
+        ),
+        ('max_walltime: "01:00:00"', "max_walltime: 1h", "scheduler.max_walltime", "HH:MM:SS"),
+        ("  port: 22", "  port: 70000", "transfer.port", "outside 1..65535"),
+        ("name: laptop", "name: Laptop Site", "name", "not a valid site name"),
+    ],
+)
 def test_impossible_values_are_errors(tmp_path, old, new, key, words):
     text = LAPTOP.replace(old, new)
     assert text != LAPTOP

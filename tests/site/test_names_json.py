@@ -1,4 +1,7 @@
-"""Site names users mistype get a did-you-mean; `kit site show --json` is the library's own answer."""
+"""Site names users mistype get a did-you-mean; `kit site show --json` is the library's own
+answer.
+"""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +28,15 @@ def one_line_error(capsys, argv: list[str]) -> str:
     return err
 
 
-@pytest.mark.parametrize("typed, meant", [("supermuc", "supermuc-ng"), ("stampede", "stampede2"),
-                                          ("laptp", "laptop"), ("intel_lab", "intel-lab")])
+@pytest.mark.parametrize(
+    "typed, meant",
+    [
+        ("supermuc", "supermuc-ng"),
+        ("stampede", "stampede2"),
+        ("laptp", "laptop"),
+        ("intel_lab", "intel-lab"),
+    ],
+)
 def test_a_mistyped_site_name_gets_a_did_you_mean(capsys, typed, meant):
     err = one_line_error(capsys, ["site", "show", typed])
     assert f"unknown site {typed!r}; did you mean {meant!r}?" in err
@@ -39,13 +49,19 @@ def test_a_name_like_none_names_the_known_sites_and_no_guess(capsys):
 
 
 def test_every_command_taking_a_site_suggests(capsys):
-    err = one_line_error(capsys, ["scale", "plan", "--site", "supermuc", "--nodes", "1", "--dry-run",
-                                  "--image", "x.sqfs"])
+    err = one_line_error(
+        capsys,
+        ["scale", "plan", "--site", "supermuc", "--nodes", "1", "--dry-run", "--image", "x.sqfs"],
+    )
     assert "did you mean 'supermuc-ng'?" in err
 
 
-def test_a_hostile_file_name_in_the_search_path_keeps_the_error_one_line(tmp_path, monkeypatch, capsys):
-    """A stem that is no valid site name can never be loaded by name: it is neither listed nor suggested."""
+def test_a_hostile_file_name_in_the_search_path_keeps_the_error_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """A stem that is no valid site name can never be loaded by name: it is neither listed nor
+    suggested.
+    """
     (tmp_path / "supermuc-nx\n\x1b[2Jkit: error: forged.yaml").write_text(LAPTOP)
     (tmp_path / "Supermuc.yaml").write_text(LAPTOP)
     monkeypatch.setenv("KIT_SITE_PATH", str(tmp_path))
@@ -102,12 +118,21 @@ def test_show_json_is_the_librarys_answer(capsys):
     assert doc["node"]["hardware_threads"] == 96
     peak = doc["peak_flops"]
     assert peak["per_node"] == {p: n.theoretical_peak_flops(p) for p in ("fp32", "bf16", "fp64")}
-    assert peak["per_node"]["bf16"] is None and "bf16_flop_per_cycle_per_core" in peak["basis"]["bf16"]
+    assert (
+        peak["per_node"]["bf16"] is None and "bf16_flop_per_cycle_per_core" in peak["basis"]["bf16"]
+    )
     assert peak["per_node_max_clock"]["fp64"] == pytest.approx(4.15e12, rel=1e-3)
-    assert peak["per_island"]["fp32"] == site.peak_per_island("fp32") == pytest.approx(5.60e15, rel=1e-3)
+    assert (
+        peak["per_island"]["fp32"]
+        == site.peak_per_island("fp32")
+        == pytest.approx(5.60e15, rel=1e-3)
+    )
     assert peak["at_max_nodes"]["fp32"] == site.scheduler.max_nodes * n.theoretical_peak_flops()
     assert doc["scheduler"]["max_nodes"] == site.scheduler.max_nodes
-    assert doc["host_mpi"]["vendor"] == "intel" and doc["host_mpi"]["library_dirs"] == site.host_mpi.lib_dirs
+    assert (
+        doc["host_mpi"]["vendor"] == "intel"
+        and doc["host_mpi"]["library_dirs"] == site.host_mpi.lib_dirs
+    )
     assert doc["transfer"]["port"] == site.transfer.port and doc["network"]["island_nodes"] == 792
 
 
@@ -115,7 +140,9 @@ def test_show_json_without_islands_or_max_clock_has_nulls(capsys):
     assert main(["site", "show", "laptop", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     site = load_site("laptop")
-    assert doc["peak_flops"]["per_island"] == (None if site.network.island_nodes is None else doc["peak_flops"]["per_island"])
+    assert doc["peak_flops"]["per_island"] == (
+        None if site.network.island_nodes is None else doc["peak_flops"]["per_island"]
+    )
     assert (doc["peak_flops"]["per_node_max_clock"] is None) == (site.node.clock_ghz_max is None)
     # a VM: no clock, so no theoretical peak at all, and each says why
     assert doc["peak_flops"]["per_node"] == {"fp32": None, "bf16": None, "fp64": None}
@@ -128,7 +155,9 @@ def test_show_json_error_is_one_line_and_nothing_on_stdout(capsys):
     assert "did you mean 'supermuc-ng'?" in err
 
 
-@settings(deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])  # capsys is read out each time
+@settings(
+    deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # capsys is read out each time
 @given(name=NAMES)
 @example(name="supermuc-ng")
 @example(name="~0")

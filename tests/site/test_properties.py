@@ -1,6 +1,7 @@
 """Property: any mutation of a real site config either loads into a Site whose every string is one
 line of printable text, or is refused with one short SiteError line -- through load_site and through
 `kit site validate` -- never a traceback, a hang, or an expanded value in the message."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,9 @@ MAX_MESSAGE = 2000  # characters besides the file name (which appears once per l
 
 
 def broken(text: str) -> bool:
-    """A control character or a line/paragraph separator: what splits a line of a script or a log."""
+    """A control character or a line/paragraph separator: what splits a line of a script or a
+    log.
+    """
     return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
 
 

@@ -1,5 +1,6 @@
 """container.runtime: udocker in a site config: its settings with their defaults, and each bad value
 an error naming the file, the line and the key."""
+
 import json
 import shutil
 import sys
@@ -35,25 +36,49 @@ def _line(path: Path, needle: str) -> int:
 def test_a_udocker_site_without_its_section_takes_the_defaults(tmp_path):
     site = load_site(_site(tmp_path))
     assert site.container.runtime == "udocker" and site.container.udocker is None
-    assert site.container.udocker_settings == Udocker("P1", "udocker", "/usr/bin/proot", None, "~/.udocker", False)
+    assert site.container.udocker_settings == Udocker(
+        "P1", "udocker", "/usr/bin/proot", None, "~/.udocker", False
+    )
 
 
 def test_every_setting_is_read(tmp_path):
-    site = load_site(_site(tmp_path, mode="P2", executable="/opt/ud/bin/udocker", proot=None,
-                           tarball="/scratch/udocker-englib-1.2.11.tar.gz", dir="/local/udocker", allow_root=True))
-    assert site.container.udocker_settings == Udocker("P2", "/opt/ud/bin/udocker", None,
-                                                       "/scratch/udocker-englib-1.2.11.tar.gz", "/local/udocker", True)
+    site = load_site(
+        _site(
+            tmp_path,
+            mode="P2",
+            executable="/opt/ud/bin/udocker",
+            proot=None,
+            tarball="/scratch/udocker-englib-1.2.11.tar.gz",
+            dir="/local/udocker",
+            allow_root=True,
+        )
+    )
+    assert site.container.udocker_settings == Udocker(
+        "P2",
+        "/opt/ud/bin/udocker",
+        None,
+        "/scratch/udocker-englib-1.2.11.tar.gz",
+        "/local/udocker",
+        True,
+    )
 
 
-@pytest.mark.parametrize("section, key, says", [
-    ({"mode": "F3"}, "container.udocker.mode", "'F3' is not allowed (allowed: P1, P2)"),
-    ({"proot": "bin/proot"}, "container.udocker.proot", "must be an absolute path"),
-    ({"proot": None}, "container.udocker.proot", "is null (udocker's own proot), but no tarball gives it; fix: "),
-    ({"dir": "udocker"}, "container.udocker.dir", "must be an absolute path"),
-    ({"executable": "ud ocker"}, "container.udocker.executable", "or a command name on PATH"),
-    ({"allow_root": "yes"}, "container.udocker.allow_root", "expected true or false"),
-    ({"modes": "P1"}, "container.udocker.modes", "unknown key; did you mean 'mode'?"),
-])
+@pytest.mark.parametrize(
+    "section, key, says",
+    [
+        ({"mode": "F3"}, "container.udocker.mode", "'F3' is not allowed (allowed: P1, P2)"),
+        ({"proot": "bin/proot"}, "container.udocker.proot", "must be an absolute path"),
+        (
+            {"proot": None},
+            "container.udocker.proot",
+            "is null (udocker's own proot), but no tarball gives it; fix: ",
+        ),
+        ({"dir": "udocker"}, "container.udocker.dir", "must be an absolute path"),
+        ({"executable": "ud ocker"}, "container.udocker.executable", "or a command name on PATH"),
+        ({"allow_root": "yes"}, "container.udocker.allow_root", "expected true or false"),
+        ({"modes": "P1"}, "container.udocker.modes", "unknown key; did you mean 'mode'?"),
+    ],
+)
 def test_a_bad_setting_names_its_key_and_line(tmp_path, section, key, says):
     path = _site(tmp_path, **section)
     with pytest.raises(SiteError) as err:
@@ -64,14 +89,20 @@ def test_a_bad_setting_names_its_key_and_line(tmp_path, section, key, says):
 
 def test_udocker_settings_for_another_runtime_are_refused(tmp_path):
     path = _site(tmp_path, "charliecloud", mode="P1")
-    with pytest.raises(SiteError, match="container.udocker: udocker settings for runtime charliecloud; fix: "
-                                        "remove them or set runtime: udocker"):
+    with pytest.raises(
+        SiteError,
+        match="container.udocker: udocker settings for runtime charliecloud; fix: "
+        "remove them or set runtime: udocker",
+    ):
         load_site(path)
 
 
 def test_an_unknown_runtime_lists_the_registered_ones(tmp_path):
-    with pytest.raises(SiteError, match=r"container.runtime: 'singularity' is not allowed .*\(allowed: "
-                                        r"charliecloud, udocker\)"):
+    with pytest.raises(
+        SiteError,
+        match=r"container.runtime: 'singularity' is not allowed .*\(allowed: "
+        r"charliecloud, udocker\)",
+    ):
         load_site(_site(tmp_path, "singularity"))
 
 
@@ -93,24 +124,37 @@ def test_probe_names_the_proot_in_use_and_its_limits():
     assert all(line.startswith("# ") for line in note.splitlines())
     text = " ".join(line[2:] for line in note.splitlines())
     assert f"proot: {proot} (version " in text and "version unknown" not in text
-    assert "without udocker's -k" in text and "20-28 times" in text and "statx is not translated" in text
+    assert (
+        "without udocker's -k" in text
+        and "20-28 times" in text
+        and "statx is not translated" in text
+    )
 
 
 def test_probe_drafts_a_udocker_site_where_only_udocker_is_installed(tmp_path, monkeypatch):
     from kit.site.probe import probe_host, probe_yaml
 
     proot = shutil.which("proot")
-    udocker = shutil.which("udocker") or shutil.which("udocker", path=str(Path(sys.executable).parent))
-    require(proot is not None and udocker is not None, "udocker and proot (pip install '.[udocker]', apt-get install proot)")
+    udocker = shutil.which("udocker") or shutil.which(
+        "udocker", path=str(Path(sys.executable).parent)
+    )
+    require(
+        proot is not None and udocker is not None,
+        "udocker and proot (pip install '.[udocker]', apt-get install proot)",
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "udocker").symlink_to(udocker)
     (bin_dir / "proot").symlink_to(proot)
     require(shutil.which("mpiexec") is not None, "an MPI's mpiexec (apt-get install mpich)")
-    (bin_dir / "mpiexec").symlink_to(shutil.which("mpiexec"))  # the probe describes the host MPI too
+    (bin_dir / "mpiexec").symlink_to(
+        shutil.which("mpiexec")
+    )  # the probe describes the host MPI too
     monkeypatch.setenv("PATH", str(bin_dir))
     container = probe_host("x")["container"]
-    assert container["runtime"] == "udocker" and container["udocker"] == {"proot": str(bin_dir / "proot")}
+    assert container["runtime"] == "udocker" and container["udocker"] == {
+        "proot": str(bin_dir / "proot")
+    }
     assert "\nname: x\n" in probe_yaml("x")  # validated against the schema on the way
     (bin_dir / "proot").unlink()
     proot_free = probe_host("x")["container"]["udocker"]

@@ -1,5 +1,6 @@
 """One table of how each MPI vendor's library names itself (kit.site.model.VENDOR_BANNERS): the
 ELF reader, the report's series and kit mpi check all read it."""
+
 from __future__ import annotations
 
 from hypothesis import given

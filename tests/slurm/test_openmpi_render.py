@@ -1,5 +1,6 @@
 """Batch scripts for an Open MPI site (the shipped openmpi-cluster, 128 nodes it is not): the
 rendered launch line is parsed back and its words checked; only the script is tested here."""
+
 from __future__ import annotations
 
 import shlex
@@ -23,9 +24,14 @@ OMPI = "/opt/openmpi/4.1.5"
 
 @pytest.fixture(scope="module")
 def ompi_pair(tmp_path_factory) -> Path:
-    """Debian's Open MPI 4.1.4 image converted for the site (host 4.1.5: same series, newer release)."""
-    return convert_paired(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), tmp_path_factory.mktemp("pair") / "gan3d.tar",
-                          SITE).pair_file
+    """Debian's Open MPI 4.1.4 image converted for the site (host 4.1.5: same series, newer
+    release).
+    """
+    return convert_paired(
+        debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES),
+        tmp_path_factory.mktemp("pair") / "gan3d.tar",
+        SITE,
+    ).pair_file
 
 
 def _launch(script: str) -> list[str]:
@@ -39,17 +45,31 @@ def test_mpirun_maps_ranks_per_node_binds_threads_and_exports_the_jobs_variables
     words = _launch(script)
     chrun = words.index("ch-run")
     head = words[:chrun]
-    assert head[:7] == [f"{OMPI}/bin/mpirun", "-n", "${NRANKS}", "--map-by",
-                        "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS}", "--bind-to", "core"]
+    assert head[:7] == [
+        f"{OMPI}/bin/mpirun",
+        "-n",
+        "${NRANKS}",
+        "--map-by",
+        "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS}",
+        "--bind-to",
+        "core",
+    ]
     exported = [head[i + 1] for i, w in enumerate(head) if w == "-x"]
     assert exported == ["OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KIT_RUN_ID", "KIT_IMAGE_DIGEST"]
     assert "--allow-run-as-root" not in words  # the site does not allow it
     # ch-run reads OMPI_COMM_WORLD_LOCAL_SIZE; the peer group is the job's own (a killed job's is never met)
-    assert words[chrun + 1:chrun + 4] == ["--join", "--join-tag=${KIT_JOIN_TAG}", "--set-env"]
+    assert words[chrun + 1 : chrun + 4] == ["--join", "--join-tag=${KIT_JOIN_TAG}", "--set-env"]
     # expanded by the batch script's shell before mpirun starts a rank: every rank gets the one value
     [first], [again] = join_tags(script, "9"), join_tags(script, "9")
-    assert first.startswith("--join-tag=kit-9-") and again.startswith("--join-tag=kit-9-") and first != again
-    assert f"--bind={OMPI}/lib:{TARGET}/lib0" in words and f"--bind=/opt/ucx/1.14.1/lib:{TARGET}/lib1" in words
+    assert (
+        first.startswith("--join-tag=kit-9-")
+        and again.startswith("--join-tag=kit-9-")
+        and first != again
+    )
+    assert (
+        f"--bind={OMPI}/lib:{TARGET}/lib0" in words
+        and f"--bind=/opt/ucx/1.14.1/lib:{TARGET}/lib1" in words
+    )
     assert f"--bind={OMPI}/lib/openmpi:{TARGET}/ompi-components" in words
     assert f"--set-env=OPAL_PKGLIBDIR={TARGET}/ompi-components" in words
     assert f"--set-env=OPAL_PKGDATADIR={TARGET}/ompi-help" in words
@@ -67,31 +87,70 @@ def test_hyperthreads_bind_hardware_threads(ompi_pair):
     assert run.hyperthreads
     words = _launch(render(SITE, run, RunFiles(Path("/scratch/me/ht"), "ht"), pair))
     i = words.index("--map-by")
-    assert words[i:i + 5] == ["--map-by", "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS}",
-                              "--use-hwthread-cpus", "--bind-to", "hwthread"]
+    assert words[i : i + 5] == [
+        "--map-by",
+        "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS}",
+        "--use-hwthread-cpus",
+        "--bind-to",
+        "hwthread",
+    ]
 
 
 def test_srun_with_pmix_starts_open_mpi_ranks_directly(ompi_pair, tmp_path):
-    text = (Path(SITE.path).read_text().replace("launcher: mpirun ", "launcher: srun   "))
+    text = Path(SITE.path).read_text().replace("launcher: mpirun ", "launcher: srun   ")
     site_file = tmp_path / "openmpi-cluster.yaml"
     site_file.write_text(text)
     site = load_site(site_file)
-    script = render(site, check_run(site, RunSpec("s", 2, 4, 32, "01:00:00")), RunFiles(Path("/scratch/s"), "s"),
-                    read_pair_file(ompi_pair, site))
+    script = render(
+        site,
+        check_run(site, RunSpec("s", 2, 4, 32, "01:00:00")),
+        RunFiles(Path("/scratch/s"), "s"),
+        read_pair_file(ompi_pair, site),
+    )
     words = _launch(script)
     assert words[:3] == ["srun", "--mpi=pmix", "ch-run"] and words[3] == "--join"
     assert "-x" not in words and "export SRUN_CPUS_PER_TASK=32" in script
 
 
 def test_cli_dry_run_renders_the_open_mpi_line(ompi_pair, capsys):
-    assert main(["slurm", "render", "--site", "openmpi-cluster", "--image", str(ompi_pair), "--nodes", "2",
-                 "--ranks-per-node", "4", "--threads", "32", "--dir", "/scratch/me/dry", "--dry-run", "--",
-                 "--data", "/scratch/me/calo"]) == 0
+    assert (
+        main(
+            [
+                "slurm",
+                "render",
+                "--site",
+                "openmpi-cluster",
+                "--image",
+                str(ompi_pair),
+                "--nodes",
+                "2",
+                "--ranks-per-node",
+                "4",
+                "--threads",
+                "32",
+                "--dir",
+                "/scratch/me/dry",
+                "--dry-run",
+                "--",
+                "--data",
+                "/scratch/me/calo",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith(f"{OMPI}/bin/mpirun "))
     words = shlex.split(line)
-    assert words[words.index("--") + 1:words.index("--") + 5] == ["python3", "-m", "gan3d", "train"]
-    assert words[words.index("--data") + 1] == "/scratch/me/calo" and not Path("/scratch/me/dry").exists()
+    assert words[words.index("--") + 1 : words.index("--") + 5] == [
+        "python3",
+        "-m",
+        "gan3d",
+        "train",
+    ]
+    assert (
+        words[words.index("--data") + 1] == "/scratch/me/calo"
+        and not Path("/scratch/me/dry").exists()
+    )
 
 
 def test_paired_where_the_host_open_mpi_is_absent_its_dirs_stay_on_the_loader_path(ompi_pair):
@@ -103,5 +162,8 @@ def test_paired_where_the_host_open_mpi_is_absent_its_dirs_stay_on_the_loader_pa
     assert doc["env"]["prepend"] == {"LD_LIBRARY_PATH": [f"{TARGET}/lib0", f"{TARGET}/lib1"]}
     assert not any("/compat/" in link for link in doc["links"])
     assert doc["verdict"]["status"] == "accepted with warnings"
-    assert any(w.startswith("the host's libmpi.so.40 is not in host_mpi.library_dirs on this machine")
-               and "fix: make the pair where the site's Open MPI is installed" in w for w in doc["verdict"]["warnings"])
+    assert any(
+        w.startswith("the host's libmpi.so.40 is not in host_mpi.library_dirs on this machine")
+        and "fix: make the pair where the site's Open MPI is installed" in w
+        for w in doc["verdict"]["warnings"]
+    )

@@ -1,5 +1,6 @@
 """Rendering a batch script reads the pair's run-time half (kit.mpi.launch, kit.mpi.pair_reader)
 only: the image readers (ELF, linker cache) stay unimported on a login node that renders many."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,13 @@ import pytest
 from kit.mpi import convert_paired
 from kit.site import load_site
 
-IMAGE_READERS = ("kit.mpi.elf", "kit.mpi.discover", "kit.mpi.ldcache", "kit.mpi.pair_builder", "elftools")
+IMAGE_READERS = (
+    "kit.mpi.elf",
+    "kit.mpi.discover",
+    "kit.mpi.ldcache",
+    "kit.mpi.pair_builder",
+    "elftools",
+)
 
 RENDER = """
 import json, sys
@@ -30,13 +37,19 @@ print(json.dumps({"last": script.rstrip().splitlines()[-1], "modules": sorted(sy
 @pytest.fixture(scope="module")
 def sng_pair(mpich_oci, tmp_path_factory) -> Path:
     """A real pair file: the test MPICH image converted for SuperMUC-NG."""
-    return convert_paired(mpich_oci, tmp_path_factory.mktemp("pair") / "gan3d.tar", load_site("supermuc-ng")).pair_file
+    return convert_paired(
+        mpich_oci, tmp_path_factory.mktemp("pair") / "gan3d.tar", load_site("supermuc-ng")
+    ).pair_file
 
 
 def test_rendering_a_script_does_not_import_the_image_readers(sng_pair):
-    done = subprocess.run([sys.executable, "-c", RENDER, str(sng_pair)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RENDER, str(sng_pair)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert " ch-run " in out["last"] and "~/images/gan3d.current" in out["last"]  # the pair was rendered
+    assert (
+        " ch-run " in out["last"] and "~/images/gan3d.current" in out["last"]
+    )  # the pair was rendered
     loaded = [m for m in out["modules"] if m.startswith(IMAGE_READERS)]
     assert loaded == [], f"rendering imported {loaded}"

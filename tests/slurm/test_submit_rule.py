@@ -1,5 +1,6 @@
 """kit.slurm.submit's one rule for a run that already has a result, for a single run and a sweep alike.
 No job is recorded here, so Slurm is never asked (sbatch itself: tests/slurm/test_jobs.py)."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ def _write_result(files: RunFiles, content) -> None:
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(RESULTS)), resubmit=st.booleans(), dry_run=st.booleans())
-def test_a_run_is_held_back_exactly_when_it_has_a_result_and_no_resubmit(tmp_path_factory, kind, resubmit, dry_run):
+def test_a_run_is_held_back_exactly_when_it_has_a_result_and_no_resubmit(
+    tmp_path_factory, kind, resubmit, dry_run
+):
     run_dir = tmp_path_factory.mktemp("runs")
     site = load_site(write_site(run_dir, slurm_site_dict()))
     checked = check_run(site, RunSpec("r1", 1, 1, 1, "00:10:00"))
@@ -43,7 +46,9 @@ def test_a_run_is_held_back_exactly_when_it_has_a_result_and_no_resubmit(tmp_pat
     content, counts = RESULTS[kind]
     _write_result(files, content)
     before = files.result.read_bytes() if content is not None else None
-    [done] = submit_runs(site, [checked], run_dir, None, resubmit=resubmit, dry_run=dry_run, queue=False)
+    [done] = submit_runs(
+        site, [checked], run_dir, None, resubmit=resubmit, dry_run=dry_run, queue=False
+    )
     held = counts and not resubmit
     assert done.held_back == held and done.job is None
     assert done.note == (HAS_RESULT if held else DRY_RUN if dry_run else WRITTEN)
@@ -56,7 +61,17 @@ def test_render_refuses_a_run_with_a_result_in_one_line(tmp_path, capsys):
     site = write_site(tmp_path, slurm_site_dict())
     runs = tmp_path / "runs"
     _write_result(RunFiles(runs.absolute(), "n1-r1-t1"), {"status": "ok"})
-    argv = ["slurm", "render", "--site", str(site), "--no-container", "--dir", str(runs), "--threads", "1"]
+    argv = [
+        "slurm",
+        "render",
+        "--site",
+        str(site),
+        "--no-container",
+        "--dir",
+        str(runs),
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"run n1-r1-t1 in {runs.absolute()}: has a result" in err
@@ -72,21 +87,42 @@ def test_render_writes_a_run_whose_result_does_not_count(tmp_path, kind):
     site = write_site(tmp_path, slurm_site_dict())
     runs = tmp_path / "runs"
     _write_result(RunFiles(runs.absolute(), "n1-r1-t1"), RESULTS[kind][0])
-    assert main(["slurm", "render", "--site", str(site), "--no-container", "--dir", str(runs), "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "slurm",
+                "render",
+                "--site",
+                str(site),
+                "--no-container",
+                "--dir",
+                str(runs),
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
 
 
-def test_a_run_submitted_again_trains_afresh_its_earlier_checkpoints_moved_aside(tmp_path, monkeypatch):
+def test_a_run_submitted_again_trains_afresh_its_earlier_checkpoints_moved_aside(
+    tmp_path, monkeypatch
+):
     """gan3d train refuses a fresh run into a directory holding another run's checkpoints: the kit's
     checkpoint directory of the run is renamed aside (never deleted) before sbatch queues the run."""
     import kit.slurm.submit as submit
 
     site = load_site(write_site(tmp_path, slurm_site_dict()))
-    checked = check_run(site, RunSpec("r1", 1, 1, 1, "00:10:00", ("--data", "/data/showers"), validate=True))
+    checked = check_run(
+        site, RunSpec("r1", 1, 1, 1, "00:10:00", ("--data", "/data/showers"), validate=True)
+    )
     files = RunFiles(tmp_path.absolute() / "runs", "r1")
     (files.checkpoints / "epoch-0002").mkdir(parents=True)
     (files.checkpoints / "epoch-0002" / "meta.json").write_text('{"epoch": 2}')
     seen = []
-    monkeypatch.setattr(submit, "sbatch", lambda script: seen.append(files.checkpoints.exists()) or "4242")
+    monkeypatch.setattr(
+        submit, "sbatch", lambda script: seen.append(files.checkpoints.exists()) or "4242"
+    )
     [done] = submit_runs(site, [checked], tmp_path / "runs", None)
     assert done.job == "4242" and seen == [False]
     aside = files.checkpoints.with_name("r1.before-job-unknown")

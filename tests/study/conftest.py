@@ -1,4 +1,5 @@
 """Shower files and study files for the study tests."""
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,38 @@ def showers(tmp_path_factory) -> list[Path]:
     return write_files(tmp_path_factory.mktemp("showers"), 3, 64, seed=5)
 
 
-def study_yaml(directory: Path, files: list[Path], strategy: str, evaluations: int, parameters: dict,
-               objective: str = "validation.g_loss", direction: str = "minimize", seed: int = 1,
-               file: str = "study.yaml", **fixed) -> Path:
+def study_yaml(
+    directory: Path,
+    files: list[Path],
+    strategy: str,
+    evaluations: int,
+    parameters: dict,
+    objective: str = "validation.g_loss",
+    direction: str = "minimize",
+    seed: int = 1,
+    file: str = "study.yaml",
+    **fixed,
+) -> Path:
     """A study of the tiny preset: one epoch of two steps of 4 showers per evaluation."""
-    doc = {"kit_study": 1, "parameters": parameters,
-           "fixed": {"data": f"{files[0]},{files[1]}", "validation-data": str(files[2]), "preset": "tiny",
-                     "batch-size": 4, "epochs": 1, "steps-per-epoch": 2, "validation-steps": 1, "seed": 3, **fixed},
-           "objective": {"metric": objective, "direction": direction},
-           "budget": {"evaluations": evaluations}, "strategy": {"type": strategy}, "seed": seed}
+    doc = {
+        "kit_study": 1,
+        "parameters": parameters,
+        "fixed": {
+            "data": f"{files[0]},{files[1]}",
+            "validation-data": str(files[2]),
+            "preset": "tiny",
+            "batch-size": 4,
+            "epochs": 1,
+            "steps-per-epoch": 2,
+            "validation-steps": 1,
+            "seed": 3,
+            **fixed,
+        },
+        "objective": {"metric": objective, "direction": direction},
+        "budget": {"evaluations": evaluations},
+        "strategy": {"type": strategy},
+        "seed": seed,
+    }
     for name in parameters:
         doc["fixed"].pop(name, None)
     path = directory / file

@@ -1,6 +1,7 @@
 """A config becomes `gan3d train` arguments (the study spec's) and a layout; the objective is read
 back from a results JSON, and anything else there is a failed evaluation named in one line (never a
 number made up)."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,13 @@ from hypothesis import strategies as st
 
 from gan3d.train import _check_args, build_parser
 from kit.site import load_site
-from kit.study.evaluate import EvaluationFailed, eval_run, local_commands, read_objective, validation_data
+from kit.study.evaluate import (
+    EvaluationFailed,
+    eval_run,
+    local_commands,
+    read_objective,
+    validation_data,
+)
 from kit.study.spec import load_study
 from tests.study.conftest import study_yaml
 
@@ -22,14 +29,27 @@ PARSER = build_parser()  # gan3d train's own: the words are read back as the job
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec")
-    return load_study(study_yaml(d, [d / "a.h5", d / "b.h5", d / "c.h5"], "random", 10, {
-        "lr": {"type": "float", "low": 1e-6, "high": 1.0, "log": True},
-        "batch-size": {"type": "int", "low": 1, "high": 512},
-        "optimizer": {"type": "choice", "values": ["adam", "rmsprop"]},
-        "flip-prob": {"type": "float", "low": 0.0, "high": 0.45},  # gan3d train takes [0, 0.5)
-        "deterministic": {"type": "choice", "values": [True, False]},
-        "ranks-per-node": {"type": "choice", "values": [1, 2]},
-        "threads": {"type": "choice", "values": [1, 2]}}))
+    return load_study(
+        study_yaml(
+            d,
+            [d / "a.h5", d / "b.h5", d / "c.h5"],
+            "random",
+            10,
+            {
+                "lr": {"type": "float", "low": 1e-6, "high": 1.0, "log": True},
+                "batch-size": {"type": "int", "low": 1, "high": 512},
+                "optimizer": {"type": "choice", "values": ["adam", "rmsprop"]},
+                "flip-prob": {
+                    "type": "float",
+                    "low": 0.0,
+                    "high": 0.45,
+                },  # gan3d train takes [0, 0.5)
+                "deterministic": {"type": "choice", "values": [True, False]},
+                "ranks-per-node": {"type": "choice", "values": [1, 2]},
+                "threads": {"type": "choice", "values": [1, 2]},
+            },
+        )
+    )
 
 
 @given(seed=st.integers(0, 2**32))
@@ -40,7 +60,9 @@ def test_a_config_reaches_gan3ds_parser_as_itself_and_the_layout_as_the_layout(s
     _check_args(args)  # gan3d train's own checks take every config the study can plan
     assert args.lr == config["lr"] and args.batch_size == config["batch-size"]
     assert args.optimizer == config["optimizer"] and args.flip_prob == config["flip-prob"]
-    assert args.deterministic is config["deterministic"] and args.preset == "tiny" and args.epochs == 1
+    assert (
+        args.deterministic is config["deterministic"] and args.preset == "tiny" and args.epochs == 1
+    )
     assert (run.ranks_per_node, run.threads) == (config["ranks-per-node"], config["threads"])
     # the layout is the runner's to pass (and the batch script's, which refuses a second --threads)
     assert not {"--threads", "--oversubscribe", "--ranks-per-node"} & set(run.train_args)
@@ -48,8 +70,16 @@ def test_a_config_reaches_gan3ds_parser_as_itself_and_the_layout_as_the_layout(s
 
 
 def test_the_layout_defaults_to_one_rank_on_every_core(tmp_path):
-    bare = load_study(study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 2,
-                                 {"lr": {"type": "float", "low": 0.001, "high": 0.01}}, objective="physics_score"))
+    bare = load_study(
+        study_yaml(
+            tmp_path,
+            [tmp_path / "a.h5"] * 3,
+            "random",
+            2,
+            {"lr": {"type": "float", "low": 0.001, "high": 0.01}},
+            objective="physics_score",
+        )
+    )
     run = eval_run("e0002", {"lr": 0.002}, bare, load_site("laptop"))
     assert (run.ranks_per_node, run.threads) == (1, 2) and run.validate
     assert validation_data(run.train_args) == str(tmp_path / "a.h5")
@@ -57,22 +87,39 @@ def test_the_layout_defaults_to_one_rank_on_every_core(tmp_path):
 
 
 def test_the_physics_score_validates_the_evaluations_own_checkpoint_and_showers(tmp_path):
-    """Generated showers (--synthetic) are kept in the evaluation's directory to validate against."""
+    """Generated showers (--synthetic) are kept in the evaluation's directory to validate
+    against.
+    """
     laptop = load_site("laptop")
-    spec = study_yaml(tmp_path, [tmp_path / "a.h5"] * 3, "random", 2, {"lr": {"type": "float", "low": 0.001,
-                      "high": 0.01}}, objective="physics_score", synthetic=64)
-    spec.write_text("\n".join(line for line in spec.read_text().splitlines() if "data:" not in line) + "\n")
+    spec = study_yaml(
+        tmp_path,
+        [tmp_path / "a.h5"] * 3,
+        "random",
+        2,
+        {"lr": {"type": "float", "low": 0.001, "high": 0.01}},
+        objective="physics_score",
+        synthetic=64,
+    )
+    spec.write_text(
+        "\n".join(line for line in spec.read_text().splitlines() if "data:" not in line) + "\n"
+    )
     run = eval_run("e0007", {"lr": 0.002}, load_study(spec), laptop)
     study = tmp_path / "study"
     train, validate = local_commands(run, study, laptop, ["mpiexec"], "py")
     e = (study / "evals" / "e0007").absolute()
-    args = PARSER.parse_args(train[train.index("train") + 1:])
+    args = PARSER.parse_args(train[train.index("train") + 1 :])
     assert args.synthetic == 64 and args.synthetic_dir == str(e / "synthetic")
-    assert args.checkpoint_dir == str(e / "checkpoints") and args.results == str(e / "results" / "e0007.json")
+    assert args.checkpoint_dir == str(e / "checkpoints") and args.results == str(
+        e / "results" / "e0007.json"
+    )
     assert validate[:4] == ["py", "-m", "gan3d", "validate"]
     v = dict(zip(validate[4::2], validate[5::2]))
-    assert v == {"--checkpoint": str(e / "checkpoints"), "--data": str(e / "synthetic"),
-                 "--out": str(e / "validation"), "--results": args.results}
+    assert v == {
+        "--checkpoint": str(e / "checkpoints"),
+        "--data": str(e / "synthetic"),
+        "--out": str(e / "validation"),
+        "--results": args.results,
+    }
 
 
 def _results(tmp_path, record):
@@ -82,8 +129,12 @@ def _results(tmp_path, record):
 
 
 def test_each_objective_is_read_from_its_place_in_the_results(tmp_path):
-    record = {"status": "ok", "showers_per_second": 4.5, "physics": {"score": 0.25},
-              "losses": [{"validation": {"g_loss": 9.0}}, {"validation": {"g_loss": 7.0, "d_loss": 3.0}}]}
+    record = {
+        "status": "ok",
+        "showers_per_second": 4.5,
+        "physics": {"score": 0.25},
+        "losses": [{"validation": {"g_loss": 9.0}}, {"validation": {"g_loss": 7.0, "d_loss": 3.0}}],
+    }
     path = _results(tmp_path, record)
     assert read_objective(path, "showers_per_second") == 4.5
     assert read_objective(path, "physics_score") == 0.25
@@ -91,21 +142,39 @@ def test_each_objective_is_read_from_its_place_in_the_results(tmp_path):
     assert read_objective(path, "validation.d_loss") == 3.0
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"status": "failed", "error": "losses became NaN at epoch 1"}, "the run failed: losses became NaN"),
-    ({"status": "ok", "physics": {"score": None, "score_reason": "too few showers"}}, "no physics score (too few"),
-    ({"status": "ok", "showers_per_second": "fast"}, "objective showers_per_second is 'fast', not a finite number"),
-    ({"status": "ok", "showers_per_second": True}, "is True, not a finite number"),
-    ({"status": "ok", "losses": "x"}, "validation.g_loss is None"),
-    ('{"status": "ok", "showers_', "not valid JSON"),
-    ("[1]", "not a gan3d results file"),
-])
-def test_a_results_file_without_the_objective_is_a_failed_evaluation_in_one_line(tmp_path, record, message):
-    objective = "physics_score" if "physics" in str(record) else \
-        "validation.g_loss" if "losses" in str(record) else "showers_per_second"
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (
+            {"status": "failed", "error": "losses became NaN at epoch 1"},
+            "the run failed: losses became NaN",
+        ),
+        (
+            {"status": "ok", "physics": {"score": None, "score_reason": "too few showers"}},
+            "no physics score (too few",
+        ),
+        (
+            {"status": "ok", "showers_per_second": "fast"},
+            "objective showers_per_second is 'fast', not a finite number",
+        ),
+        ({"status": "ok", "showers_per_second": True}, "is True, not a finite number"),
+        ({"status": "ok", "losses": "x"}, "validation.g_loss is None"),
+        ('{"status": "ok", "showers_', "not valid JSON"),
+        ("[1]", "not a gan3d results file"),
+    ],
+)
+def test_a_results_file_without_the_objective_is_a_failed_evaluation_in_one_line(
+    tmp_path, record, message
+):
+    objective = (
+        "physics_score"
+        if "physics" in str(record)
+        else "validation.g_loss"
+        if "losses" in str(record)
+        else "showers_per_second"
+    )
     with pytest.raises(EvaluationFailed) as err:
         read_objective(_results(tmp_path, record), objective)
     assert message in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(EvaluationFailed, match="no results file"):
         read_objective(tmp_path / "none.json", objective)
-

@@ -6,6 +6,7 @@ evaluation's directory or log). Each ends in one line (exit 1) or goes on; never
 
 Evaluations are real `kit study run` evaluations (kit.study.evalproc processes, locks, logs) whose
 command writes a chosen results file instead of training (tests/study/fakes.py)."""
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,20 @@ def _one_line_error(capsys, code: int) -> str:
 
 def _planned(tmp_path: Path, name: str = "study", evaluations: int = 2) -> Path:
     d = tmp_path / name
-    assert main(["study", "plan", str(spec_file(tmp_path, evaluations)), str(d), "--site", "laptop", "-q"]) == 0
+    assert (
+        main(
+            [
+                "study",
+                "plan",
+                str(spec_file(tmp_path, evaluations)),
+                str(d),
+                "--site",
+                "laptop",
+                "-q",
+            ]
+        )
+        == 0
+    )
     return d
 
 
@@ -43,59 +57,116 @@ def _edit_header(d: Path, **changes) -> None:
 
 # -- the study file ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("top, field", [
-    ({"seed": int(BIG)}, "seed"),
-    ({"parameters": {"lr": {"type": "float", "low": 0.0001, "high": int(BIG)}}}, "parameters.lr.high"),
-    ({"parameters": {"batch-size": {"type": "choice", "values": [4, int(BIG)]}}}, "parameters.batch-size.values[1]"),
-    ({"budget": {"evaluations": int(BIG)}}, "budget.evaluations"),
-    ({"strategy": {"type": "mbo", "trees": int(BIG)}}, "strategy.trees"),
-])
+
+@pytest.mark.parametrize(
+    "top, field",
+    [
+        ({"seed": int(BIG)}, "seed"),
+        (
+            {"parameters": {"lr": {"type": "float", "low": 0.0001, "high": int(BIG)}}},
+            "parameters.lr.high",
+        ),
+        (
+            {"parameters": {"batch-size": {"type": "choice", "values": [4, int(BIG)]}}},
+            "parameters.batch-size.values[1]",
+        ),
+        ({"budget": {"evaluations": int(BIG)}}, "budget.evaluations"),
+        ({"strategy": {"type": "mbo", "trees": int(BIG)}}, "strategy.trees"),
+    ],
+)
 def test_a_400_digit_number_in_a_study_file_is_one_line(tmp_path, capsys, top, field):
     spec = spec_file(tmp_path, **top)
-    err = _one_line_error(capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop",
-                                        "--dry-run"]))
+    err = _one_line_error(
+        capsys,
+        main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop", "--dry-run"]),
+    )
     assert f"{spec}:" in err and f" {field}: " in err and "<1326-bit integer>" in err
 
 
 def test_a_parameter_name_with_a_newline_is_one_line(tmp_path, capsys):
     spec = tmp_path / "nl.yaml"
     spec.write_text(spec_file(tmp_path).read_text().replace("  lr:", '  "l\\nr":'))
-    err = _one_line_error(capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"]))
+    err = _one_line_error(
+        capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"])
+    )
     assert f"{spec}:3: parameters.l\\nr: " in err and not (tmp_path / "d").exists()
 
 
 def test_a_duplicate_choice_value_is_refused_naming_the_file_and_line(tmp_path, capsys):
-    spec = spec_file(tmp_path, parameters={"optimizer": {"type": "choice", "values": ["adam", "rmsprop", "adam"]}})
-    err = _one_line_error(capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"]))
+    spec = spec_file(
+        tmp_path,
+        parameters={"optimizer": {"type": "choice", "values": ["adam", "rmsprop", "adam"]}},
+    )
+    err = _one_line_error(
+        capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"])
+    )
     assert f"{spec}:" in err and "parameters.optimizer.values: a choice lists a value twice" in err
 
 
 # -- the ledger, edited between two commands --------------------------------------------------------
 
-@pytest.mark.parametrize("key, value", [
-    ("parallel", 10**9), ("parallel", "2"), ("parallel", True), ("parallel", 0), ("parallel", int(BIG)),
-    ("pilot", 2.5), ("walltime", 5), ("walltime", "1:00\nx"), ("python", ["python3"]), ("direction", "up"),
-    ("site", None),
-])
-def test_a_ledger_header_edited_to_a_wrong_type_or_bound_is_one_line_for_every_command(tmp_path, capsys, key,
-                                                                                          value):
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("parallel", 10**9),
+        ("parallel", "2"),
+        ("parallel", True),
+        ("parallel", 0),
+        ("parallel", int(BIG)),
+        ("pilot", 2.5),
+        ("walltime", 5),
+        ("walltime", "1:00\nx"),
+        ("python", ["python3"]),
+        ("direction", "up"),
+        ("site", None),
+    ],
+)
+def test_a_ledger_header_edited_to_a_wrong_type_or_bound_is_one_line_for_every_command(
+    tmp_path, capsys, key, value
+):
     d = _planned(tmp_path)
     _edit_header(d, **{key: value})
     before = (d / ledger.NAME).read_bytes()
-    for command in (["run", "--poll", "0.05"], ["status"], ["status", "--json"], ["report"], ["cancel"]):
+    for command in (
+        ["run", "--poll", "0.05"],
+        ["status"],
+        ["status", "--json"],
+        ["report"],
+        ["cancel"],
+    ):
         err = _one_line_error(capsys, main(["study", command[0], str(d), *command[1:]]))
-        assert f"{d / ledger.NAME}:1: key {key} is " in err and "fix: restore the ledger.jsonl" in err, command
+        assert (
+            f"{d / ledger.NAME}:1: key {key} is " in err and "fix: restore the ledger.jsonl" in err
+        ), command
     assert (d / ledger.NAME).read_bytes() == before and not (d / "evals").exists()
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"site": "supermuc-ng", "pilot": 2}, "key walltime is None, but site supermuc-ng needs a walltime"),
-    ({"site": "supermuc-ng", "walltime": "3-00:00:00"}, "key walltime is '3-00:00:00', but site supermuc-ng"),
-    ({"site": "supermuc-ng", "walltime": "01:00:00", "pilot": 100_000}, "key pilot is 100000, but site supermuc-ng"),
-    ({"walltime": "01:00:00"}, "key walltime is '01:00:00', but site laptop runs evaluations on this machine"),
-    ({"pilot": 2}, "key pilot is 2, but site laptop runs evaluations on this machine"),
-])
-def test_a_ledger_header_that_no_longer_fits_its_site_is_one_line_before_any_job(tmp_path, capsys, changes, message):
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"site": "supermuc-ng", "pilot": 2},
+            "key walltime is None, but site supermuc-ng needs a walltime",
+        ),
+        (
+            {"site": "supermuc-ng", "walltime": "3-00:00:00"},
+            "key walltime is '3-00:00:00', but site supermuc-ng",
+        ),
+        (
+            {"site": "supermuc-ng", "walltime": "01:00:00", "pilot": 100_000},
+            "key pilot is 100000, but site supermuc-ng",
+        ),
+        (
+            {"walltime": "01:00:00"},
+            "key walltime is '01:00:00', but site laptop runs evaluations on this machine",
+        ),
+        ({"pilot": 2}, "key pilot is 2, but site laptop runs evaluations on this machine"),
+    ],
+)
+def test_a_ledger_header_that_no_longer_fits_its_site_is_one_line_before_any_job(
+    tmp_path, capsys, changes, message
+):
     """The header names the site file and what kit study plan chose for it: edited to a Slurm site without
     a walltime, a pilot on a machine without Slurm, or past the site's limits, kit study run stops in one
     line naming ledger.jsonl:1 before it renders a job (a pilot script with `--time=None` was submitted)."""
@@ -110,24 +181,50 @@ def test_a_ledger_header_that_no_longer_fits_its_site_is_one_line_before_any_job
     assert not (d / "evals").exists() and not (d / "pilot").exists() and not (d / "queue").exists()
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"event": "proposed", "eval": "e0001", "config": {"lr": int(BIG)}}, "not a flat mapping of numbers"),
-    ({"event": "proposed", "eval": "e0001", "config": {"lr": 0.001}, "prediction": {"mean": int(BIG)}},
-     "key prediction is"),
-    ({"event": "finished", "eval": "e0001", "objective": int(BIG)}, "key objective is <1326-bit integer>"),
-    ({"event": "finished", "eval": "e0001", "objective": 1e308}, "key objective is 1e+308"),
-    ({"event": "finished", "eval": "e0001", "objective": 1.0, "result": 5}, "key result is 5"),
-    ({"event": "failed", "eval": "e0001", "error": {"x": 1}}, "key error is {'x': 1}"),
-    ({"event": "submitted", "eval": "e0001", "how": "slurm", "job": 123}, "key job is 123"),
-    ({"event": "submitted", "eval": "e0001", "how": "local", "pid": int(BIG)}, "key pid is <1326-bit integer>"),
-    ({"event": "submitted", "eval": "e0001", "how": "local", "attached": "yes"}, "key attached is 'yes'"),
-    ({"event": "started", "t": int(BIG)}, "key t is <1326-bit integer>"),
-])
-def test_ledger_records_edited_to_wrong_types_or_huge_numbers_are_one_line(tmp_path, capsys, record, message):
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (
+            {"event": "proposed", "eval": "e0001", "config": {"lr": int(BIG)}},
+            "not a flat mapping of numbers",
+        ),
+        (
+            {
+                "event": "proposed",
+                "eval": "e0001",
+                "config": {"lr": 0.001},
+                "prediction": {"mean": int(BIG)},
+            },
+            "key prediction is",
+        ),
+        (
+            {"event": "finished", "eval": "e0001", "objective": int(BIG)},
+            "key objective is <1326-bit integer>",
+        ),
+        ({"event": "finished", "eval": "e0001", "objective": 1e308}, "key objective is 1e+308"),
+        ({"event": "finished", "eval": "e0001", "objective": 1.0, "result": 5}, "key result is 5"),
+        ({"event": "failed", "eval": "e0001", "error": {"x": 1}}, "key error is {'x': 1}"),
+        ({"event": "submitted", "eval": "e0001", "how": "slurm", "job": 123}, "key job is 123"),
+        (
+            {"event": "submitted", "eval": "e0001", "how": "local", "pid": int(BIG)},
+            "key pid is <1326-bit integer>",
+        ),
+        (
+            {"event": "submitted", "eval": "e0001", "how": "local", "attached": "yes"},
+            "key attached is 'yes'",
+        ),
+        ({"event": "started", "t": int(BIG)}, "key t is <1326-bit integer>"),
+    ],
+)
+def test_ledger_records_edited_to_wrong_types_or_huge_numbers_are_one_line(
+    tmp_path, capsys, record, message
+):
     d = _planned(tmp_path)
     with open(d / ledger.NAME, "a") as fh:
         if record.get("event") not in ("proposed", "started"):
-            fh.write(json.dumps({"event": "proposed", "eval": "e0001", "config": {"lr": 0.001}}) + "\n")
+            fh.write(
+                json.dumps({"event": "proposed", "eval": "e0001", "config": {"lr": 0.001}}) + "\n"
+            )
         fh.write(json.dumps(record) + "\n")
     line = len((d / ledger.NAME).read_text().splitlines())
     for command in (["status"], ["status", "--json"], ["report"], ["run", "--poll", "0.05"]):
@@ -142,21 +239,37 @@ def test_a_400_digit_value_is_outside_every_range_of_the_space():
     from kit.study.space import Space, integer, real
 
     space = Space([integer("steps-per-epoch", 1, 8), real("lr", 0.001, 0.1)])
-    for config in ({"steps-per-epoch": int(BIG), "lr": 0.01}, {"steps-per-epoch": 2, "lr": -int(BIG)}):
+    for config in (
+        {"steps-per-epoch": int(BIG), "lr": 0.01},
+        {"steps-per-epoch": 2, "lr": -int(BIG)},
+    ):
         with pytest.raises(KitError, match=r"is outside \["):
             space.validate(config)
 
 
 # -- results files with absurd objectives: the evaluation fails, the study goes on -------------------
 
-def test_absurd_objectives_fail_their_evaluation_and_the_study_goes_on(tmp_path, capsys, monkeypatch):
-    objectives = {"e0001": BIG, "e0002": "1e308", "e0003": "-" + BIG, "e0004": '"fast"', "e0005": "1e999"}
+
+def test_absurd_objectives_fail_their_evaluation_and_the_study_goes_on(
+    tmp_path, capsys, monkeypatch
+):
+    objectives = {
+        "e0001": BIG,
+        "e0002": "1e308",
+        "e0003": "-" + BIG,
+        "e0004": '"fast"',
+        "e0005": "1e999",
+    }
     fake_training(monkeypatch, lambda eval_id: results_text(objectives.get(eval_id, "2.5")))
     d = _planned(tmp_path, evaluations=6)
     assert main(["study", "run", str(d), "--poll", "0.05", "-q"]) == 0
     led = ledger.read(d)
     states = {e.eval_id: e.state for e in led.evaluations.values()}
-    assert states == {**{e: "failed" for e in objectives if e != "e0005"}, "e0005": "failed", "e0006": "finished"}
+    assert states == {
+        **{e: "failed" for e in objectives if e != "e0005"},
+        "e0005": "failed",
+        "e0006": "finished",
+    }
     assert "not a finite number of at most 1e+15" in led.evaluations["e0002"].error
     assert "<1326-bit integer>" in led.evaluations["e0001"].error
     assert led.evaluations["e0006"].objective == 2.5
@@ -167,39 +280,69 @@ def test_absurd_objectives_fail_their_evaluation_and_the_study_goes_on(tmp_path,
 
 # -- odd characters in a study's path ---------------------------------------------------------------
 
-ODD = "st" + os.fsdecode(b"\xff\xfe") + "udy"  # bytes that are not UTF-8: Python holds them as surrogates
+ODD = (
+    "st" + os.fsdecode(b"\xff\xfe") + "udy"
+)  # bytes that are not UTF-8: Python holds them as surrogates
 
 
 @pytest.mark.parametrize("name", ["st\nudy", ODD, "a b,c:d;e'f\"g$(x)"])
-def test_a_study_path_of_odd_characters_plans_runs_and_reports(tmp_path, capsysbinary, monkeypatch, name):
+def test_a_study_path_of_odd_characters_plans_runs_and_reports(
+    tmp_path, capsysbinary, monkeypatch, name
+):
     fake_training(monkeypatch)
     d = tmp_path / name
     assert main(["study", "plan", str(spec_file(tmp_path)), str(d), "--site", "laptop", "-q"]) == 0
     assert os.fsencode(d) in capsysbinary.readouterr().out  # printed as the bytes it is
     assert main(["study", "run", str(d), "--poll", "0.05", "-q"]) == 0
     led = ledger.read(d)
-    assert [e.state for e in led.evaluations.values()] == ["finished", "finished"], \
-        [e.error for e in led.evaluations.values()]
+    assert [e.state for e in led.evaluations.values()] == ["finished", "finished"], [
+        e.error for e in led.evaluations.values()
+    ]
     for command in (["status"], ["status", "--json"], ["report"]):
-        assert main(["study", *command[:1], str(d), *command[1:]]) == 0, (command, capsysbinary.readouterr().err)
+        assert main(["study", *command[:1], str(d), *command[1:]]) == 0, (
+            command,
+            capsysbinary.readouterr().err,
+        )
     md = (d / "report" / "report.md").read_bytes()
     assert md.decode("utf-8") and b"e0001" in md  # escaped where the path is not UTF-8
 
 
 def test_a_study_path_that_is_not_utf8_prints_under_a_utf8_locale(tmp_path):
-    """The command as a shell runs it: stdout a pipe, a UTF-8 locale (Python's stdout is then strict)."""
+    """The command as a shell runs it: stdout a pipe, a UTF-8 locale (Python's stdout is then
+    strict).
+    """
     import subprocess
     import sys
 
     d = tmp_path / ODD
-    env = {**os.environ, "LC_ALL": "C.UTF-8", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {
+        **os.environ,
+        "LC_ALL": "C.UTF-8",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
     env.pop("PYTHONIOENCODING", None)
-    done = subprocess.run([sys.executable, "-m", "kit", "study", "plan", str(spec_file(tmp_path)), os.fsencode(d),
-                           "--site", "laptop", "-q"], capture_output=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit",
+            "study",
+            "plan",
+            str(spec_file(tmp_path)),
+            os.fsencode(d),
+            "--site",
+            "laptop",
+            "-q",
+        ],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0 and os.fsencode(d) + b"/study.yaml" in done.stdout, done.stderr
 
 
 # -- links the kit did not make ---------------------------------------------------------------------
+
 
 def _user_dir(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     mine = tmp_path / "mine"
@@ -213,7 +356,9 @@ def _unchanged(mine: Path, before: dict[str, bytes]) -> None:
     assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
 
 
-def test_a_report_dir_or_report_file_swapped_for_a_link_is_never_written_through(tmp_path, capsys, monkeypatch):
+def test_a_report_dir_or_report_file_swapped_for_a_link_is_never_written_through(
+    tmp_path, capsys, monkeypatch
+):
     fake_training(monkeypatch)
     d = _planned(tmp_path)
     assert main(["study", "run", str(d), "--poll", "0.05", "-q"]) == 0
@@ -223,7 +368,9 @@ def test_a_report_dir_or_report_file_swapped_for_a_link_is_never_written_through
     assert f"{d / 'report'}: is a symlink, not the report directory" in err
     _unchanged(mine, before)
     (d / "report").unlink()
-    assert main(["study", "report", str(d)]) == 0 and main(["study", "report", str(d)]) == 0  # its own: replaced
+    assert (
+        main(["study", "report", str(d)]) == 0 and main(["study", "report", str(d)]) == 0
+    )  # its own: replaced
     report = d / "report" / "report.md"
     report.unlink()
     report.symlink_to(mine / "report.md")
@@ -242,8 +389,9 @@ def _proposed_not_started(d: Path, eval_id: str = "e0001") -> None:
 
 
 @pytest.mark.parametrize("plant", ["evals", "evaldir", "log", "results"])
-def test_an_evaluation_dir_or_log_swapped_for_a_link_fails_that_evaluation_only(tmp_path, capsys, monkeypatch,
-                                                                               plant):
+def test_an_evaluation_dir_or_log_swapped_for_a_link_fails_that_evaluation_only(
+    tmp_path, capsys, monkeypatch, plant
+):
     fake_training(monkeypatch)
     d = _planned(tmp_path, evaluations=3)
     _proposed_not_started(d)
@@ -253,11 +401,16 @@ def test_an_evaluation_dir_or_log_swapped_for_a_link_fails_that_evaluation_only(
         (d / "evals").symlink_to(mine)
     else:
         e.mkdir(parents=True)
-        {"evaldir": lambda: (e.rmdir(), e.symlink_to(mine)), "log": lambda: (e / "eval.log").symlink_to(
-            mine / "eval.log"), "results": lambda: (e / "results").symlink_to(mine)}[plant]()
+        {
+            "evaldir": lambda: (e.rmdir(), e.symlink_to(mine)),
+            "log": lambda: (e / "eval.log").symlink_to(mine / "eval.log"),
+            "results": lambda: (e / "results").symlink_to(mine),
+        }[plant]()
     code = main(["study", "run", str(d), "--poll", "0.05", "-q"])
     _unchanged(mine, before)
-    if plant == "evals":  # every evaluation would go through it: the study stops, in one line, until moved
+    if (
+        plant == "evals"
+    ):  # every evaluation would go through it: the study stops, in one line, until moved
         err = _one_line_error(capsys, code)
         assert f"{d / 'evals'}: is a symlink" in err
         (d / "evals").unlink()
@@ -265,7 +418,10 @@ def test_an_evaluation_dir_or_log_swapped_for_a_link_fails_that_evaluation_only(
     else:
         assert code == 0
         failed = ledger.read(d).evaluations["e0001"]
-        assert failed.state == "failed" and "kit study never writes through what it did not make" in failed.error
+        assert (
+            failed.state == "failed"
+            and "kit study never writes through what it did not make" in failed.error
+        )
     led = ledger.read(d)
     assert len(led.done()) == 3 and sum(e.state == "finished" for e in led.done()) >= 2
     _unchanged(mine, before)
@@ -291,8 +447,9 @@ def test_a_link_swapped_in_while_the_evaluation_runs_fails_it_when_polled(tmp_pa
     assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
 
 
-def test_a_lost_attempts_checkpoints_are_moved_aside_before_the_evaluation_starts_again(tmp_path, capsys,
-                                                                                          monkeypatch):
+def test_a_lost_attempts_checkpoints_are_moved_aside_before_the_evaluation_starts_again(
+    tmp_path, capsys, monkeypatch
+):
     """gan3d train refuses a fresh run into another run's checkpoints, and the kit deletes none: an
     evaluation started again (its earlier process lost, no exit status) finds its checkpoints directory
     free, the earlier attempt's kept beside it, untouched."""
@@ -305,4 +462,6 @@ def test_a_lost_attempts_checkpoints_are_moved_aside_before_the_evaluation_start
     kept = d / "evals" / "e0001" / "checkpoints.before-attempt-1" / "epoch-0001" / "meta.json"
     assert kept.read_text() == '{"run_id": "earlier"}'
     assert not (d / "evals" / "e0001" / "checkpoints").exists()
-    assert json.loads((d / "evals" / "e0001" / "results" / "e0001.json").read_text())["status"] == "ok"
+    assert (
+        json.loads((d / "evals" / "e0001" / "results" / "e0001.json").read_text())["status"] == "ok"
+    )

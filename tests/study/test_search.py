@@ -1,6 +1,7 @@
 """The searchers: never a config already evaluated or in flight, never one twice, deterministic for a
 seed and a history; grid in order then spent; mbo finds better points than its own random design
 and than random search on a cheap function (the benchmark, bench/study_search.py, measures how much)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,20 +18,38 @@ from kit.study.search import Observation, make_searcher
 from kit.study.space import Space, choice, integer, real
 from kit.study.spec import Budget, Objective, Strategy, StudySpec
 
-SPACE = Space([real("x", -5.0, 10.0), real("y", 0.0, 15.0), choice("c", ["a", "b", "c"]),
-               integer("k", 1, 4), real("m", 1e-3, 1.0, log=True, when={"c": ["b"]})])
+SPACE = Space(
+    [
+        real("x", -5.0, 10.0),
+        real("y", 0.0, 15.0),
+        choice("c", ["a", "b", "c"]),
+        integer("k", 1, 4),
+        real("m", 1e-3, 1.0, log=True, when={"c": ["b"]}),
+    ]
+)
 SMALL = Space([choice("c", ["a", "b"]), integer("k", 1, 3)])  # 6 configs: spent quickly
 
 
 def spec(kind: str, space: Space = SPACE, seed: int = 0, **settings) -> StudySpec:
-    return StudySpec("test", space, {}, Objective("validation.loss", "minimize"), Budget(evaluations=40),
-                     Strategy(kind, **settings), seed)
+    return StudySpec(
+        "test",
+        space,
+        {},
+        Objective("validation.loss", "minimize"),
+        Budget(evaluations=40),
+        Strategy(kind, **settings),
+        seed,
+    )
 
 
 def branin(config: dict) -> float:
     """Branin (minimum 0.397887) plus a penalty per category: a mixed space with a known optimum."""
     x, y = config["x"], config["y"]
-    value = (y - 5.1 / (4 * math.pi ** 2) * x ** 2 + 5 / math.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10
+    value = (
+        (y - 5.1 / (4 * math.pi**2) * x**2 + 5 / math.pi * x - 6) ** 2
+        + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x)
+        + 10
+    )
     return value + {"a": 0.0, "b": 5.0, "c": 20.0}[config["c"]] + (config["k"] - 2) ** 2
 
 
@@ -48,8 +67,18 @@ def run(searcher, f, evaluations: int, q: int, fail=lambda c: False) -> list[Obs
 @given(data=st.data())
 def test_never_proposes_what_was_evaluated_or_is_in_flight_nor_twice(kind, data):
     space = data.draw(st.sampled_from([SPACE, SMALL]))
-    searcher = make_searcher(spec(kind, space, seed=data.draw(st.integers(0, 99)), points=2, trees=10,
-                                  candidates=50, local=20, initial=3))
+    searcher = make_searcher(
+        spec(
+            kind,
+            space,
+            seed=data.draw(st.integers(0, 99)),
+            points=2,
+            trees=10,
+            candidates=50,
+            local=20,
+            initial=3,
+        )
+    )
     history: list[Observation] = []
     pending: list[dict] = []
     for _ in range(data.draw(st.integers(1, 6))):
@@ -63,8 +92,10 @@ def test_never_proposes_what_was_evaluated_or_is_in_flight_nor_twice(kind, data)
             space.validate(c)
         pending += batch
         finished = data.draw(st.integers(0, len(pending)))
-        history += [Observation(c, data.draw(st.one_of(st.none(), st.floats(-1e6, 1e6), st.just(math.inf))))
-                    for c in pending[:finished]]
+        history += [
+            Observation(c, data.draw(st.one_of(st.none(), st.floats(-1e6, 1e6), st.just(math.inf))))
+            for c in pending[:finished]
+        ]
         pending = pending[finished:]
 
 
@@ -110,13 +141,24 @@ def test_mbo_imputes_a_failed_evaluation_as_the_worst_value_seen():
     """A failed evaluation (None) or a non-finite value counts as the worst value seen."""
     searcher = make_searcher(spec("mbo"))
     configs = SPACE.grid(2)[:4]
-    history = [Observation(configs[0], 3.0), Observation(configs[1], None), Observation(configs[2], 7.0),
-               Observation(configs[3], math.nan)]
+    history = [
+        Observation(configs[0], 3.0),
+        Observation(configs[1], None),
+        Observation(configs[2], 7.0),
+        Observation(configs[3], math.nan),
+    ]
     _, losses = searcher._losses(history)
     assert sorted(losses) == [3.0, 7.0, 7.0, 7.0]
-    maximise = make_searcher(dataclasses.replace(spec("mbo"), objective=Objective("physics_score", "maximize")))
+    maximise = make_searcher(
+        dataclasses.replace(spec("mbo"), objective=Objective("physics_score", "maximize"))
+    )
     _, losses = maximise._losses(history)
-    assert sorted(losses) == [-7.0, -3.0, -3.0, -3.0]  # the worst of a maximised score is its lowest
+    assert sorted(losses) == [
+        -7.0,
+        -3.0,
+        -3.0,
+        -3.0,
+    ]  # the worst of a maximised score is its lowest
 
 
 def test_mbo_starts_with_the_random_design_then_uses_the_surrogate():
@@ -136,14 +178,18 @@ def test_mbo_improves_on_its_initial_design_and_beats_random_search():
         initial = min(o.value for o in history[:8])
         mbo_best.append(min(o.value for o in history))
         improved += mbo_best[-1] < initial
-        random_best.append(min(o.value for o in run(make_searcher(spec("random", seed=seed)), branin, 32, 4)))
+        random_best.append(
+            min(o.value for o in run(make_searcher(spec("random", seed=seed)), branin, 32, 4))
+        )
     assert improved >= 4, (mbo_best, random_best)
     assert statistics.median(mbo_best) < statistics.median(random_best), (mbo_best, random_best)
 
 
 def test_mbo_predicts_in_the_objectives_own_direction():
     """The report sets predictions beside observed values: a maximised score comes back positive."""
-    maximise = dataclasses.replace(spec("mbo", trees=20), objective=Objective("physics_score", "maximize"))
+    maximise = dataclasses.replace(
+        spec("mbo", trees=20), objective=Objective("physics_score", "maximize")
+    )
     searcher = make_searcher(maximise)
     history = run(searcher, lambda c: 100.0 - branin(c), 16, 4)
     predicted = searcher.predict(history, [o.config for o in history])
@@ -154,21 +200,27 @@ def test_mbo_predicts_in_the_objectives_own_direction():
 
 
 def test_mbo_without_scikit_learn_names_the_study_extra_in_one_line(tmp_path):
-    code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from tests.study.test_search import spec\n"
-            "from kit.study.search import make_searcher\n"
-            "from kit.errors import KitError\n"
-            "try:\n    make_searcher(spec('mbo'))\nexcept KitError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"
+        "from tests.study.test_search import spec\n"
+        "from kit.study.search import make_searcher\n"
+        "from kit.errors import KitError\n"
+        "try:\n    make_searcher(spec('mbo'))\nexcept KitError as e:\n    print(e)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.count("\n") == 1 and "pip install 'secure-site-kit[study]'" in done.stdout, done.stdout
+    assert done.stdout.count("\n") == 1 and "pip install 'secure-site-kit[study]'" in done.stdout, (
+        done.stdout
+    )
     assert "sklearn" in done.stdout
 
 
 def test_grid_and_random_need_no_numpy():
     """Only mbo needs numpy and scikit-learn: the grid and random searchers run without them."""
-    code = ("import sys; sys.modules['numpy'] = None; sys.modules['sklearn'] = None\n"
-            "from tests.study.test_search import spec, run, SPACE\n"
-            "from kit.study.search import make_searcher\n"
-            "for k in ('grid', 'random'): print(len(run(make_searcher(spec(k)), lambda c: 1.0, 5, 2)))\n")
+    code = (
+        "import sys; sys.modules['numpy'] = None; sys.modules['sklearn'] = None\n"
+        "from tests.study.test_search import spec, run, SPACE\n"
+        "from kit.study.search import make_searcher\n"
+        "for k in ('grid', 'random'): print(len(run(make_searcher(spec(k)), lambda c: 1.0, 5, 2)))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == "5\n5\n", done.stderr[-2000:]

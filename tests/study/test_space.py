@@ -1,6 +1,7 @@
 """The search space: every sample, grid point and perturbation is a valid config inside its bounds with
 its conditions respected; the grid enumerates exactly the distinct active combinations; the
 encoding has a fixed length and survives a ledger's YAML round trip."""
+
 from __future__ import annotations
 
 import itertools
@@ -23,10 +24,18 @@ def params(draw, name: str, earlier: list):
     when = {}
     if choices and draw(st.booleans()):
         ref = draw(st.sampled_from(choices))
-        when[ref.name] = draw(st.lists(st.sampled_from(ref.values), min_size=1, max_size=len(ref.values), unique=True))
+        when[ref.name] = draw(
+            st.lists(st.sampled_from(ref.values), min_size=1, max_size=len(ref.values), unique=True)
+        )
     if kind == "choice":
-        values = draw(st.one_of(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=4, unique=True),
-                                st.lists(st.integers(-3, 64), min_size=1, max_size=4, unique=True)))
+        values = draw(
+            st.one_of(
+                st.lists(
+                    st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=4, unique=True
+                ),
+                st.lists(st.integers(-3, 64), min_size=1, max_size=4, unique=True),
+            )
+        )
         return choice(name, values, when)
     log = draw(st.booleans())
     if kind == "int":
@@ -53,7 +62,9 @@ def check_point(space: Space, config: dict) -> None:
     assert list(config) == [p.name for p in space.params if p.name in config]
     partial: dict = {}
     for p in space.params:
-        active = all(o in partial and any(same_value(partial[o], v) for v in vs) for o, vs in p.when.items())
+        active = all(
+            o in partial and any(same_value(partial[o], v) for v in vs) for o, vs in p.when.items()
+        )
         assert (p.name in config) == active, (p.name, config)
         if not active:
             continue
@@ -92,7 +103,9 @@ def test_the_grid_is_every_distinct_active_combination_once(space, points):
     assert len(set(keys)) == len(keys)  # no duplicates
     axes = [p.axis(points) for p in space.params]
     # The oracle: the full product ignoring conditions, each cut to its active part, deduplicated.
-    expected = {_project(space, dict(zip(space.names, combo))) for combo in itertools.product(*axes)}
+    expected = {
+        _project(space, dict(zip(space.names, combo))) for combo in itertools.product(*axes)
+    }
     assert set(keys) == expected
     encodings = [tuple(space.encode(c)) for c in grid]
     assert len(set(encodings)) == len(encodings)  # the surrogate can tell every grid point apart
@@ -120,8 +133,14 @@ def test_a_log_axis_is_evenly_spaced_in_log_space(low, factor, points):
 
 def test_the_grid_count_of_a_conditioned_space():
     """optimizer sgd: 3 momenta; adam: none; 3 learning rates x 2 batch sizes in each branch."""
-    space = Space([real("lr", 1e-4, 1e-2, log=True), choice("bs", [8, 16]), choice("opt", ["adam", "sgd"]),
-                   real("momentum", 0.0, 0.9, when={"opt": "sgd"})])
+    space = Space(
+        [
+            real("lr", 1e-4, 1e-2, log=True),
+            choice("bs", [8, 16]),
+            choice("opt", ["adam", "sgd"]),
+            real("momentum", 0.0, 0.9, when={"opt": "sgd"}),
+        ]
+    )
     grid = space.grid(3)
     assert len(grid) == 3 * 2 * (1 + 3)
     assert sorted({c["lr"] for c in grid}) == [1e-4, 1e-3, 1e-2]
@@ -134,17 +153,23 @@ def test_encode_is_fixed_length_stable_and_survives_a_yaml_round_trip(space, see
     for _ in range(4):
         config = space.sample(rng)
         vector = space.encode(config)
-        assert len(vector) == sum(len(p.values) if p.kind == "choice" else 1 for p in space.params)  # one per number, one per choice value
+        assert len(vector) == sum(
+            len(p.values) if p.kind == "choice" else 1 for p in space.params
+        )  # one per number, one per choice value
         again = yaml.safe_load(yaml.safe_dump(config))  # as a ledger stores it
         assert space.encode(again) == vector and space.key(again) == space.key(config)
         i = 0
         for p in space.params:
             if p.kind == "choice":
-                part = vector[i:i + len(p.values)]
+                part = vector[i : i + len(p.values)]
                 assert sum(part) == (1.0 if p.name in config else 0.0) and set(part) <= {0.0, 1.0}
                 i += len(p.values)
             else:
-                assert vector[i] == INACTIVE if p.name not in config else 0.0 <= vector[i] <= 1.0 + 1e-12
+                assert (
+                    vector[i] == INACTIVE
+                    if p.name not in config
+                    else 0.0 <= vector[i] <= 1.0 + 1e-12
+                )
                 i += 1
 
 
@@ -154,19 +179,27 @@ def test_inactive_numbers_encode_apart_from_every_active_value():
     assert space.encode({"opt": "sgd", "m": 0.0}) == [0.0, 1.0, 0.0]
 
 
-@pytest.mark.parametrize("config, words", [
-    ({"lr": 0.1, "opt": "adam"}, "lr: 0.1 is outside"),
-    ({"lr": 1e-3}, "opt: missing"),
-    ({"lr": 1e-3, "opt": "adam", "m": 0.5}, "m: given, but inactive"),
-    ({"lr": 1e-3, "opt": "sgd"}, "m: missing"),
-    ({"lr": 1e-3, "opt": "nadam"}, "'nadam' is not one of"),
-    ({"lr": 1e-3, "opt": "adam", "x": 1}, "'x' is not in the space"),
-    ({"lr": True, "opt": "adam"}, "True is not a number"),
-    ({"lr": math.nan, "opt": "adam"}, "nan is outside"),
-])
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ({"lr": 0.1, "opt": "adam"}, "lr: 0.1 is outside"),
+        ({"lr": 1e-3}, "opt: missing"),
+        ({"lr": 1e-3, "opt": "adam", "m": 0.5}, "m: given, but inactive"),
+        ({"lr": 1e-3, "opt": "sgd"}, "m: missing"),
+        ({"lr": 1e-3, "opt": "nadam"}, "'nadam' is not one of"),
+        ({"lr": 1e-3, "opt": "adam", "x": 1}, "'x' is not in the space"),
+        ({"lr": True, "opt": "adam"}, "True is not a number"),
+        ({"lr": math.nan, "opt": "adam"}, "nan is outside"),
+    ],
+)
 def test_validate_names_the_parameter_and_the_problem(config, words):
-    space = Space([real("lr", 1e-4, 1e-2, log=True), choice("opt", ["adam", "sgd"]),
-                   real("m", 0.0, 0.9, when={"opt": "sgd"})])
+    space = Space(
+        [
+            real("lr", 1e-4, 1e-2, log=True),
+            choice("opt", ["adam", "sgd"]),
+            real("m", 0.0, 0.9, when={"opt": "sgd"}),
+        ]
+    )
     with pytest.raises(KitError, match=None) as err:
         space.validate(config)
     assert words in str(err.value), str(err.value)
@@ -178,15 +211,18 @@ def test_choice_values_are_typed_true_is_not_1():
     assert len(space.grid(2)) == 3
 
 
-@pytest.mark.parametrize("params, words", [
-    ([real("a", 1.0, 1.0)], "low 1.0 must be below high"),
-    ([real("a", 0.0, 1.0, log=True)], "log scale needs low > 0"),
-    ([choice("a", [])], "at least one value"),
-    ([choice("a", [1, 1.0])], "twice"),
-    ([real("a", 0, 1, when={"b": "x"}), choice("b", ["x"])], "not an earlier choice"),
-    ([choice("b", ["x"]), real("a", 0, 1, when={"b": "y"})], "not among its values"),
-    ([real("a", 0, 1), real("a", 0, 2)], "used twice"),
-])
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ([real("a", 1.0, 1.0)], "low 1.0 must be below high"),
+        ([real("a", 0.0, 1.0, log=True)], "log scale needs low > 0"),
+        ([choice("a", [])], "at least one value"),
+        ([choice("a", [1, 1.0])], "twice"),
+        ([real("a", 0, 1, when={"b": "x"}), choice("b", ["x"])], "not an earlier choice"),
+        ([choice("b", ["x"]), real("a", 0, 1, when={"b": "y"})], "not among its values"),
+        ([real("a", 0, 1), real("a", 0, 2)], "used twice"),
+    ],
+)
 def test_a_malformed_space_is_refused(params, words):
     with pytest.raises(KitError) as err:
         Space(params)

@@ -4,6 +4,7 @@ A root filesystem is built once per (suite, variant, package list) into
 ~/.cache/secure-site-kit/rootfs/ (override with $KIT_TEST_CACHE) and reused by later runs and
 by other test areas. Builds hold a lock so parallel sessions do not build the same tree twice.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,15 @@ def debian_rootfs_tar(packages: list[str], suite: str = "bookworm", variant: str
         if out.exists():
             return out
         part = out.with_name(out.stem + ".part.tar")  # mmdebstrap picks the format from the suffix
-        cmd = ["mmdebstrap", "--quiet", f"--variant={variant}", "--include=" + ",".join(packages),
-               "--dpkgopt=path-exclude=/usr/share/{doc,man,locale}/*", suite, str(part)]
+        cmd = [
+            "mmdebstrap",
+            "--quiet",
+            f"--variant={variant}",
+            "--include=" + ",".join(packages),
+            "--dpkgopt=path-exclude=/usr/share/{doc,man,locale}/*",
+            suite,
+            str(part),
+        ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         os.replace(part, out)
     return out

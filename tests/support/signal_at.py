@@ -2,6 +2,7 @@
 moment: the Nth Python audit event EVENT whose arguments mention NEEDLE (before that operation
 runs). Set by KIT_TEST_SIGNAL_AT="EVENT|NEEDLE|N|SIGNAME"; that it fired is written (one line) to
 the file KIT_TEST_SIGNAL_FIRED, so a test can tell a moment that never came from a clean run."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,13 @@ def _arm() -> None:
     state = {"seen": 0, "done": False}
 
     def hook(ev: str, args: tuple) -> None:
-        if state["done"] or ev != event or not any(needle in os.fsdecode(a) for a in args
-                                                   if isinstance(a, (str, bytes, os.PathLike))):
+        if (
+            state["done"]
+            or ev != event
+            or not any(
+                needle in os.fsdecode(a) for a in args if isinstance(a, (str, bytes, os.PathLike))
+            )
+        ):
             return
         state["seen"] += 1
         if state["seen"] == int(nth):
@@ -25,6 +31,7 @@ def _arm() -> None:
             with open(fired_file, "w") as fh:  # an "open" event too: done already
                 fh.write(f"{ev} {args!r}\n")
             os.kill(os.getpid(), getattr(signal, name))
+
     sys.addaudithook(hook)
 
 

@@ -4,6 +4,7 @@ Everything lives under `root` (munge key and socket, slurm.conf, state, spool, l
 ports, so it neither needs nor disturbs a system Slurm; clients find it through SLURM_CONF.
 Cgroup-free plugins (proctrack/linuxproc, task/none) let it run in a VM or container as root.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sinfo")
 
 
 def slurm_available() -> bool:
-    return all(shutil.which(d) or Path("/usr/sbin", d).exists() for d in DAEMONS) and os.geteuid() == 0
+    return (
+        all(shutil.which(d) or Path("/usr/sbin", d).exists() for d in DAEMONS) and os.geteuid() == 0
+    )
 
 
 @dataclass
@@ -37,7 +40,9 @@ class Slurm:
         return {"SLURM_CONF": str(self.conf)}
 
     def log(self) -> str:
-        return "\n".join(f"== {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.root.glob("*.log")))
+        return "\n".join(
+            f"== {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.root.glob("*.log"))
+        )
 
     def stop(self) -> None:
         for pid_file in reversed(self.pids):
@@ -56,7 +61,12 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
     """munged + slurmctld + slurmd with one partition `debug` on this host; waits until idle. Its job
     ids count from ``first_job_id``, as every fresh cluster's (and a controller's after a state reset)."""
     root.mkdir(parents=True, exist_ok=True)
-    for d in ("munge", "state", "spool", "tmp"):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
+    for d in (
+        "munge",
+        "state",
+        "spool",
+        "tmp",
+    ):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
         (root / d).mkdir(mode=0o700, exist_ok=True)
     key = root / "munge" / "munge.key"
     if not key.exists():
@@ -77,13 +87,23 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
         "AccountingStorageType=accounting_storage/none\nSelectType=select/cons_tres\n"
         "SelectTypeParameters=CR_Core\nMpiDefault=none\nReturnToService=2\n"
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n"
-        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4\n")
+        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4\n"
+    )
     cluster = Slurm(root, conf, node, cpus)
     env = dict(os.environ, SLURM_CONF=str(conf))
     starts = [
-        ([_sbin("munged"), f"--socket={sock}", f"--key-file={key}", f"--pid-file={root / 'munge' / 'munged.pid'}",
-          f"--log-file={root / 'munged.log'}", f"--seed-file={root / 'munge' / 'seed'}", "--force"],
-         root / "munge" / "munged.pid"),
+        (
+            [
+                _sbin("munged"),
+                f"--socket={sock}",
+                f"--key-file={key}",
+                f"--pid-file={root / 'munge' / 'munged.pid'}",
+                f"--log-file={root / 'munged.log'}",
+                f"--seed-file={root / 'munge' / 'seed'}",
+                "--force",
+            ],
+            root / "munge" / "munged.pid",
+        ),
         ([_sbin("slurmctld"), "-c", "-f", str(conf)], root / "slurmctld.pid"),
         ([_sbin("slurmd"), "-f", str(conf)], root / "slurmd.pid"),
     ]

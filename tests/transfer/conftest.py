@@ -1,4 +1,7 @@
-"""Fixtures of the transfer tests: a real OpenSSH sshd on loopback, a user's ~/.ssh, sites, images."""
+"""Fixtures of the transfer tests: a real OpenSSH sshd on loopback, a user's ~/.ssh, sites,
+images.
+"""
+
 from __future__ import annotations
 
 import errno
@@ -20,7 +23,9 @@ ALIAS = "kit-test"
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> Sshd:
-    require(sshd_available(), "OpenSSH server/client not installed (apt-get install openssh-server)")
+    require(
+        sshd_available(), "OpenSSH server/client not installed (apt-get install openssh-server)"
+    )
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()
@@ -46,15 +51,23 @@ def make_site(tmp_path, repo):
     """Write a site YAML (the laptop site, its transfer endpoint pointed at the test sshd)."""
     base = yaml.safe_load((repo / "site-configs" / "laptop.yaml").read_text())
 
-    def make(name: str = "sshtest", remote: Path | None = None, images: Path | None = None,
-             **transfer) -> Path:
+    def make(
+        name: str = "sshtest", remote: Path | None = None, images: Path | None = None, **transfer
+    ) -> Path:
         data = dict(base, name=name)
-        data["transfer"] = dict(base["transfer"], host=ALIAS, user=None, port=22,
-                                image_dir=str(remote or tmp_path / "remote"), **transfer)
+        data["transfer"] = dict(
+            base["transfer"],
+            host=ALIAS,
+            user=None,
+            port=22,
+            image_dir=str(remote or tmp_path / "remote"),
+            **transfer,
+        )
         data["container"] = dict(base["container"], image_dir=str(images or tmp_path / "images"))
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
+
     return make
 
 
@@ -88,6 +101,7 @@ def busybox_image(out: Path, extra: bytes = b"") -> Path:
 def random_image(out: Path, size: int, seed: int = 0) -> Path:
     """Incompressible bytes under an image name (the push does not look inside)."""
     import random
+
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(random.Random(seed).randbytes(size))
     write_sha256(out)
@@ -95,26 +109,35 @@ def random_image(out: Path, size: int, seed: int = 0) -> Path:
 
 
 def have_charliecloud() -> None:
-    require(shutil.which("ch-convert") is not None and shutil.which("ch-run") is not None,
-            "Charliecloud not installed (apt-get install charliecloud)")
+    require(
+        shutil.which("ch-convert") is not None and shutil.which("ch-run") is not None,
+        "Charliecloud not installed (apt-get install charliecloud)",
+    )
 
 
 def ch_run(image_dir: Path, *cmd: str) -> str:
     env = dict(os.environ, USER=os.environ.get("USER", "root"))
-    return subprocess.run(["ch-run", str(image_dir), "--", *cmd], capture_output=True, text=True,
-                          check=True, env=env).stdout
+    return subprocess.run(
+        ["ch-run", str(image_dir), "--", *cmd], capture_output=True, text=True, check=True, env=env
+    ).stdout
 
 
 def cached_bytes(path: Path) -> int:
     """How much of `path` sits in the page cache (fincore, util-linux)."""
     require(shutil.which("fincore") is not None, "fincore (util-linux) not installed")
-    out = subprocess.run(["fincore", "--raw", "--noheadings", "--bytes", "-o", "RES", str(path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["fincore", "--raw", "--noheadings", "--bytes", "-o", "RES", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout.split()[0])
 
 
 def direct_io_works(directory: Path) -> bool:
-    """Does the filesystem under `directory` take O_DIRECT opens (tmpfs before Linux 6.6 does not)?"""
+    """Does the filesystem under `directory` take O_DIRECT opens (tmpfs before Linux 6.6 does
+    not)?
+    """
     try:
         fd = os.open(directory / ".probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
     except OSError as exc:

@@ -3,6 +3,7 @@
 Everything it needs lives in one temp directory: its host key, the client key it
 authorizes, a known_hosts for the client and a ~/.ssh/config-style file naming it.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,11 @@ SSHD = "/usr/sbin/sshd"
 
 
 def sshd_available() -> bool:
-    return Path(SSHD).exists() and shutil.which("ssh-keygen") is not None and shutil.which("ssh") is not None
+    return (
+        Path(SSHD).exists()
+        and shutil.which("ssh-keygen") is not None
+        and shutil.which("ssh") is not None
+    )
 
 
 @dataclass
@@ -31,19 +36,21 @@ class Sshd:
     proc: subprocess.Popen
     client_key: Path
     known_hosts: Path
-    host_pub: str          # "ssh-ed25519 AAAA..." of the server
+    host_pub: str  # "ssh-ed25519 AAAA..." of the server
     user: str = "root"
     host: str = "127.0.0.1"
 
-    def write_ssh_config(self, path: Path, alias: str = "kit-test", known_hosts: Path | None = None,
-                         extra: str = "") -> Path:
+    def write_ssh_config(
+        self, path: Path, alias: str = "kit-test", known_hosts: Path | None = None, extra: str = ""
+    ) -> Path:
         """An ssh_config block for `alias`, as a user would have in ~/.ssh/config."""
         kh = known_hosts or self.known_hosts
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
             f"Host {alias}\n  HostName {self.host}\n  Port {self.port}\n  User {self.user}\n"
             f"  IdentityFile {self.client_key}\n  IdentitiesOnly yes\n"
-            f"  UserKnownHostsFile {kh}\n{extra}")
+            f"  UserKnownHostsFile {kh}\n{extra}"
+        )
         return path
 
     def known_hosts_line(self) -> str:
@@ -60,8 +67,9 @@ class Sshd:
 
     def kill_sessions(self) -> None:
         """Kill the per-connection sshd children (drops every live connection)."""
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True, text=True
+        ).stdout
         for pid in out.split():
             try:
                 os.kill(int(pid), 9)
@@ -77,7 +85,9 @@ def start_sshd(root: Path, extra_config: str = "") -> Sshd:
     host_key, client_key = root / "host_ed25519", root / "client_ed25519"
     for key in (host_key, client_key):
         if not key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
+            )
     auth = root / "authorized_keys"
     auth.write_text((root / "client_ed25519.pub").read_text())
     port = free_port()
@@ -88,12 +98,19 @@ def start_sshd(root: Path, extra_config: str = "") -> Sshd:
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
         "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nAllowTcpForwarding yes\n"
         "MaxStartups 50\nMaxSessions 50\nLogLevel ERROR\n"
-        "Subsystem sftp internal-sftp\n" + extra_config)
+        "Subsystem sftp internal-sftp\n" + extra_config
+    )
     log = open(root / "sshd.log", "ab")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stdout=log, stderr=log)
     host_pub = " ".join((root / "host_ed25519.pub").read_text().split()[:2])
-    server = Sshd(root=root, port=port, proc=proc, client_key=client_key,
-                  known_hosts=root / "known_hosts", host_pub=host_pub)
+    server = Sshd(
+        root=root,
+        port=port,
+        proc=proc,
+        client_key=client_key,
+        known_hosts=root / "known_hosts",
+        host_pub=host_pub,
+    )
     server.known_hosts.write_text(server.known_hosts_line())
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

@@ -1,4 +1,5 @@
 """kit transfer bundle|verify, and the bundle's own verify.sh (POSIX sh) and verify.py checkers."""
+
 from __future__ import annotations
 
 import os
@@ -37,16 +38,29 @@ def made(tmp_path):
 
 def test_bundle_contents_and_clean_verify(made, repo):
     names = sorted(p.name for p in made.iterdir())
-    assert names == sorted(["a.tar.gz", "a.tar.gz.sha256", "a.pair.yaml", "b.sqfs", "b.sqfs.sha256",
-                            "MANIFEST", "MANIFEST.json", "verify.sh", "verify.py", "SHA256SUMS"])
+    assert names == sorted(
+        [
+            "a.tar.gz",
+            "a.tar.gz.sha256",
+            "a.pair.yaml",
+            "b.sqfs",
+            "b.sqfs.sha256",
+            "MANIFEST",
+            "MANIFEST.json",
+            "verify.sh",
+            "verify.py",
+            "SHA256SUMS",
+        ]
+    )
     assert verify_bundle(made).ok and verify_bundle(made).files == 5
     for name, (code, text) in checkers(made, repo).items():
         assert code == 0, (name, text)
         assert "5 files, 0 problem(s)" in text, (name, text)
 
 
-@pytest.mark.parametrize("damage,kind", [("flip", "ALTERED"), ("truncate", "TRUNCATED"),
-                                         ("delete", "MISSING")])
+@pytest.mark.parametrize(
+    "damage,kind", [("flip", "ALTERED"), ("truncate", "TRUNCATED"), ("delete", "MISSING")]
+)
 def test_damaged_bundle_names_the_file(made, repo, damage, kind):
     target = made / "b.sqfs"
     if damage == "flip":
@@ -70,7 +84,9 @@ def test_bundle_is_written_whole(tmp_path):
     (tmp_path / "x.tar.sha256").write_text("f" * 64 + "  x.tar\n")  # damaged source
     with pytest.raises(KitError, match="does not match"):
         bundle([img], tmp_path / "out")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.tar", "x.tar.sha256"], "no partial bundle"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.tar", "x.tar.sha256"], (
+        "no partial bundle"
+    )
     (tmp_path / "x.tar.sha256").unlink()
     bundle([img], tmp_path / "out")
     with pytest.raises(KitError, match="already exists"):
@@ -82,12 +98,20 @@ def test_bundle_is_written_whole(tmp_path):
 def test_cli_bundle(tmp_path, repo):
     img = random_image(tmp_path / "one.tar", 50_000)
     out = tmp_path / "usb" / "b1"
-    res = subprocess.run([sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
-                         capture_output=True, text=True, cwd=repo)
+    res = subprocess.run(
+        [sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+    )
     assert res.returncode == 0, res.stderr
     assert "2 files" in res.stdout and (out / "verify.sh").exists()
-    again = subprocess.run([sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
-                           capture_output=True, text=True, cwd=repo)
+    again = subprocess.run(
+        [sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+    )
     assert again.returncode == 1 and "already exists" in again.stderr
 
 
@@ -104,7 +128,9 @@ def test_progress_and_verify_reads_the_medium_not_the_cache(tmp_path):
 
 
 def test_a_sidecar_two_images_share_goes_in_once(tmp_path, repo):
-    """a.tar.gz and a.sqfs both pick up a.pair.yaml (the stem's sidecar): one copy, both verified."""
+    """a.tar.gz and a.sqfs both pick up a.pair.yaml (the stem's sidecar): one copy, both
+    verified.
+    """
     a = busybox_image(tmp_path / "src" / "a.tar.gz", b"a")
     b = random_image(tmp_path / "src" / "a.sqfs", 20_000, seed=5)
     (tmp_path / "src" / "a.pair.yaml").write_text("verdict: compatible\n")
@@ -131,7 +157,9 @@ def test_a_directory_made_at_out_while_the_bundle_is_written_is_left_alone(tmp_p
     with pytest.raises(KitError, match="appeared while the bundle was written"):
         bundle([img], out)
     assert out.is_dir() and list(out.iterdir()) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "x.tar", "x.tar.sha256"], "no temp tree left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "x.tar", "x.tar.sha256"], (
+        "no temp tree left"
+    )
 
 
 @pytest.mark.timeout(120)
@@ -146,11 +174,18 @@ def test_every_entry_the_manifest_does_not_list_is_reported(made, repo, tmp_path
     (made / "we\nird").write_text("x")
     report = verify_bundle(made)
     assert [(name, kind) for name, kind, _ in report.problems] == [
-        ("'we\\nird'", "unlisted"), ("more", "unlisted"), ("passwd", "unlisted"), ("pipe", "unlisted"),
-        ("run-me.sh", "unlisted")]
+        ("'we\\nird'", "unlisted"),
+        ("more", "unlisted"),
+        ("passwd", "unlisted"),
+        ("pipe", "unlisted"),
+        ("run-me.sh", "unlisted"),
+    ]
     for name, (code, text) in checkers(made, repo).items():
         assert code == 1, (name, text)
         for shown in ("run-me.sh", "more", "passwd", "pipe"):
             assert f"UNLISTED: {shown} (" in text, (name, text)
         assert "deep" not in text and "ird" in text, (name, text)
-        assert "5 files, " in text and "problem(s)" in text and ", 0 problem(s)" not in text, (name, text)
+        assert "5 files, " in text and "problem(s)" in text and ", 0 problem(s)" not in text, (
+            name,
+            text,
+        )

@@ -1,5 +1,6 @@
 """Bundles that stock `sha256sum -c` verifies, and `kit transfer bundle --with-kit`, which carries the
 kit's own offline wheelhouse (a real wheel of the kit built by pip, with real SHA256SUMS)."""
+
 from __future__ import annotations
 
 import os
@@ -21,14 +22,25 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "bundle"
 
 
 def sha256sum_check(directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=directory,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["sha256sum", "--check", "--strict", "SHA256SUMS"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def kit(*args: str, cwd: Path, repo: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    return subprocess.run([sys.executable, "-m", "kit", "transfer", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kit", "transfer", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def files_under(directory: Path) -> set[str]:
@@ -39,10 +51,38 @@ def files_under(directory: Path) -> set[str]:
 def kit_wheel(tmp_path_factory, repo) -> Path:
     """The kit's wheel, built from a copy of the tree (setuptools writes build/ where it builds)."""
     src, out = tmp_path_factory.mktemp("src") / "kit", tmp_path_factory.mktemp("wheel")
-    shutil.copytree(repo, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "results", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(src)], check=True, timeout=300, capture_output=True)
+    shutil.copytree(
+        repo,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "dist",
+            "results",
+            "*.egg-info",
+            "__pycache__",
+            ".hypothesis",
+            ".pytest_cache",
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     (wheel,) = out.glob("secure_site_kit-*.whl")
     return wheel
 
@@ -60,7 +100,9 @@ def wheelhouse(tmp_path, kit_wheel, repo) -> Path:
     (wh / "horovod" / "BUILD.sh").write_text("#!/bin/sh\necho build\n")
     (wh / ".secure-site-kit-wheelhouse").touch()
     names = sorted(files_under(wh) - {".secure-site-kit-wheelhouse"})
-    sums = subprocess.run(["sha256sum", "--", *names], cwd=wh, capture_output=True, text=True, check=True)
+    sums = subprocess.run(
+        ["sha256sum", "--", *names], cwd=wh, capture_output=True, text=True, check=True
+    )
     (wh / "SHA256SUMS").write_text(sums.stdout)
     return wh
 
@@ -85,7 +127,9 @@ def test_sha256sum_checks_a_plain_bundle_and_sees_damage(tmp_path, image):
 
 def test_with_kit_carries_a_verified_wheelhouse(tmp_path, image, wheelhouse, kit_wheel, repo):
     out = tmp_path / "usb" / "b"
-    res = kit("bundle", str(image), str(out), "--with-kit", cwd=tmp_path, repo=repo)  # default dist/wheelhouse
+    res = kit(
+        "bundle", str(image), str(out), "--with-kit", cwd=tmp_path, repo=repo
+    )  # default dist/wheelhouse
     assert res.returncode == 0, res.stderr
     assert f"sh {out}/kit/install.sh" in res.stdout and "sha256sum -c SHA256SUMS" in res.stdout
     carried = {f"kit/{n}" for n in files_under(wheelhouse) - {".secure-site-kit-wheelhouse"}}
@@ -101,13 +145,17 @@ def test_with_kit_carries_a_verified_wheelhouse(tmp_path, image, wheelhouse, kit
 
     os.truncate(out / "kit" / "horovod" / "BUILD.sh", 3)
     assert sha256sum_check(out).returncode == 1
-    assert [(p[0], p[1]) for p in verify_bundle(out).problems] == [("kit/horovod/BUILD.sh", "truncated")]
+    assert [(p[0], p[1]) for p in verify_bundle(out).problems] == [
+        ("kit/horovod/BUILD.sh", "truncated")
+    ]
     for name, (code, text) in checkers(out, repo).items():
         assert code == 1 and "TRUNCATED: kit/horovod/BUILD.sh" in text, (name, text)
 
 
 def test_a_linked_kit_dir_in_a_bundle_is_not_followed(tmp_path, image, wheelhouse, repo):
-    """A `kit` link (off the medium) holding the very bytes listed is still no file of the bundle."""
+    """A `kit` link (off the medium) holding the very bytes listed is still no file of the
+    bundle.
+    """
     out = bundle([image], tmp_path / "usb" / "b", kit_wheelhouse=wheelhouse)
     (out / "kit").rename(tmp_path / "elsewhere")
     (out / "kit").symlink_to(tmp_path / "elsewhere")
@@ -140,39 +188,89 @@ def damage_linked_dir(wh: Path) -> None:
     (wh / "horovod").symlink_to(wh.parent / "hv")
 
 
-@pytest.mark.parametrize("damage,says", [
-    (lambda wh: shutil.rmtree(wh), "no wheelhouse there"),
-    (lambda wh: (wh / "SHA256SUMS").unlink(), "SHA256SUMS: cannot read it"),
-    (lambda wh: (wh / "EXTRAS").unlink(), "listed in SHA256SUMS but missing"),
-    (damage_flip, "does not match"),
-    (damage_link, "symlink"),
-    (damage_fifo, "FIFO"),
-    (damage_linked_dir, "horovod is a symlink"),
-    (lambda wh: (wh / "SHA256SUMS").write_text((wh / "SHA256SUMS").read_text().replace("secure_site_kit", "x")),
-     "lists no secure_site_kit-"),
-], ids=["missing", "no-sums", "listed-missing", "altered", "link", "fifo", "linked-dir", "not-the-kit"])
+@pytest.mark.parametrize(
+    "damage,says",
+    [
+        (lambda wh: shutil.rmtree(wh), "no wheelhouse there"),
+        (lambda wh: (wh / "SHA256SUMS").unlink(), "SHA256SUMS: cannot read it"),
+        (lambda wh: (wh / "EXTRAS").unlink(), "listed in SHA256SUMS but missing"),
+        (damage_flip, "does not match"),
+        (damage_link, "symlink"),
+        (damage_fifo, "FIFO"),
+        (damage_linked_dir, "horovod is a symlink"),
+        (
+            lambda wh: (wh / "SHA256SUMS").write_text(
+                (wh / "SHA256SUMS").read_text().replace("secure_site_kit", "x")
+            ),
+            "lists no secure_site_kit-",
+        ),
+    ],
+    ids=[
+        "missing",
+        "no-sums",
+        "listed-missing",
+        "altered",
+        "link",
+        "fifo",
+        "linked-dir",
+        "not-the-kit",
+    ],
+)
 def test_a_bad_wheelhouse_is_refused_in_one_line(tmp_path, image, wheelhouse, repo, damage, says):
     damage(wheelhouse)
     out = tmp_path / "usb" / "b"
-    res = kit("bundle", str(image), str(out), "--with-kit", "--kit-wheelhouse", str(wheelhouse),
-              cwd=tmp_path, repo=repo)
+    res = kit(
+        "bundle",
+        str(image),
+        str(out),
+        "--with-kit",
+        "--kit-wheelhouse",
+        str(wheelhouse),
+        cwd=tmp_path,
+        repo=repo,
+    )
     assert res.returncode == 1, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and says in res.stderr and "make wheelhouse" in res.stderr
-    assert not (tmp_path / "usb").exists() or not list((tmp_path / "usb").iterdir()), "nothing half-made"
+    assert (
+        len(res.stderr.strip().splitlines()) == 1
+        and says in res.stderr
+        and "make wheelhouse" in res.stderr
+    )
+    assert not (tmp_path / "usb").exists() or not list((tmp_path / "usb").iterdir()), (
+        "nothing half-made"
+    )
 
 
 ESCAPED = "\\" + "0" * 64 + "  a\\\\b.whl\n"  # what sha256sum writes for a name with a backslash
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sums=st.one_of(st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
-                      st.lists(st.builds(lambda h, sep, name: f"{h}{sep}{name}",
-                                         st.text("0123456789abcdef", min_size=63, max_size=65),
-                                         st.sampled_from(["  ", " *", " ", "\t"]),
-                                         st.sampled_from(["secure_site_kit-0.1.0-py3-none-any.whl", "../x.whl",
-                                                          "a/b/c/d.whl", "a b.whl", ".hidden", "SHA256SUMS",
-                                                          "EXTRAS", "EXTRAS/x", "/etc/passwd", "x\\y"])),
-                               max_size=4).map(lambda ls: "\n".join(ls) + "\n")))
+@given(
+    sums=st.one_of(
+        st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+        st.lists(
+            st.builds(
+                lambda h, sep, name: f"{h}{sep}{name}",
+                st.text("0123456789abcdef", min_size=63, max_size=65),
+                st.sampled_from(["  ", " *", " ", "\t"]),
+                st.sampled_from(
+                    [
+                        "secure_site_kit-0.1.0-py3-none-any.whl",
+                        "../x.whl",
+                        "a/b/c/d.whl",
+                        "a b.whl",
+                        ".hidden",
+                        "SHA256SUMS",
+                        "EXTRAS",
+                        "EXTRAS/x",
+                        "/etc/passwd",
+                        "x\\y",
+                    ]
+                ),
+            ),
+            max_size=4,
+        ).map(lambda ls: "\n".join(ls) + "\n"),
+    )
+)
 @example(sums=ESCAPED)
 @example(sums="0" * 64 + "  secure_site_kit-1.whl\n" + "0" * 64 + "  secure_site_kit-1.whl\n")
 def test_fuzzed_wheelhouse_sums_give_a_bundle_or_a_clean_error(tmp_path, image, sums):
@@ -192,21 +290,38 @@ def test_fuzzed_wheelhouse_sums_give_a_bundle_or_a_clean_error(tmp_path, image, 
 
 
 WHEEL = "secure_site_kit-0.1.0-py3-none-any.whl"
-GOOD_NAMES = ["install.sh", "EXTRAS", "horovod/BUILD.sh", "a/b/c.whl", "secure_site_kit-0.0.1.tar.gz"]
+GOOD_NAMES = [
+    "install.sh",
+    "EXTRAS",
+    "horovod/BUILD.sh",
+    "a/b/c.whl",
+    "secure_site_kit-0.0.1.tar.gz",
+]
 BAD_NAMES = ["a/b/c/d.whl", ".hidden", "a b.whl", "x\\y", "../up.whl"]
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(files=st.lists(st.tuples(st.sampled_from(GOOD_NAMES * 4 + BAD_NAMES), st.binary(max_size=64),
-                                st.sampled_from([True] * 5 + [False])),
-                      max_size=4, unique_by=lambda f: f[0]),
-       wheel=st.one_of(st.none(), st.tuples(st.just(WHEEL), st.binary(max_size=64),
-                                            st.sampled_from([True] * 5 + [False]))))
+@given(
+    files=st.lists(
+        st.tuples(
+            st.sampled_from(GOOD_NAMES * 4 + BAD_NAMES),
+            st.binary(max_size=64),
+            st.sampled_from([True] * 5 + [False]),
+        ),
+        max_size=4,
+        unique_by=lambda f: f[0],
+    ),
+    wheel=st.one_of(
+        st.none(),
+        st.tuples(st.just(WHEEL), st.binary(max_size=64), st.sampled_from([True] * 5 + [False])),
+    ),
+)
 @example(files=[("a/b/c/d.whl", b"", True)], wheel=(WHEEL, b"w", True))
 def test_a_wheelhouse_is_carried_exactly_when_it_verifies(tmp_path, image, files, wheel):
     """Model: the bundle is made iff every listed name is plain and shallow enough, every sum right
     and the kit's wheel listed; then kit/ holds those bytes and sha256sum -c agrees."""
     import hashlib
+
     files = files + ([wheel] if wheel else [])
     wh, usb = tmp_path / "wh", tmp_path / "usb"
     shutil.rmtree(wh, ignore_errors=True)
@@ -220,7 +335,9 @@ def test_a_wheelhouse_is_carried_exactly_when_it_verifies(tmp_path, image, files
         lines.append(("\\" if "\\" in name else "") + f"{sha}  {name}\n")
     wh.mkdir(exist_ok=True)
     (wh / "SHA256SUMS").write_text("".join(lines))
-    expect = wheel is not None and all(name in GOOD_NAMES + [WHEEL] and right for name, _, right in files)
+    expect = wheel is not None and all(
+        name in GOOD_NAMES + [WHEEL] and right for name, _, right in files
+    )
     event("carried" if expect else "refused")
     try:
         out = bundle([image], usb / "b", kit_wheelhouse=wh)

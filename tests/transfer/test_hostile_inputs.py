@@ -1,6 +1,7 @@
 """Hostile or broken inputs around a transfer: FIFOs, devices and garbage where the kit reads a
 checksum, a manifest or a pair file; a remote side that answers garbage or drops the SSH
 connection. Each gives one clean line (KitError, exit 1), quickly, never a traceback or a hang."""
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,14 @@ def limited_memory() -> None:
 
 
 def kit_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kit", *args], capture_output=True, text=True,
-                          timeout=BOUND, env=env, preexec_fn=limited_memory)
+    return subprocess.run(
+        [sys.executable, "-m", "kit", *args],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        env=env,
+        preexec_fn=limited_memory,
+    )
 
 
 def assert_clean_exit_1(res: subprocess.CompletedProcess, *words: str) -> None:
@@ -46,6 +53,7 @@ def assert_clean_exit_1(res: subprocess.CompletedProcess, *words: str) -> None:
 
 # ---------------------------------------------------------------- the image's own files
 
+
 @pytest.mark.timeout(2 * BOUND)
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dangling"])
 def test_a_checksum_file_that_is_no_file_is_refused(tmp_path, make_site, kind):
@@ -56,10 +64,14 @@ def test_a_checksum_file_that_is_no_file_is_refused(tmp_path, make_site, kind):
         os.mkfifo(sha_file)
     else:
         sha_file.symlink_to("/dev/zero" if kind == "dev-zero" else tmp_path / "nowhere")
-    with pytest.raises(KitError, match="a.tar.gz.sha256.*not a regular file|a.tar.gz.sha256.*dangling"):
+    with pytest.raises(
+        KitError, match="a.tar.gz.sha256.*not a regular file|a.tar.gz.sha256.*dangling"
+    ):
         push(img, make_site())
-    assert_clean_exit_1(kit_cli("transfer", "push", str(img), "--site", str(make_site()), "--dry-run"),
-                        "a.tar.gz.sha256")
+    assert_clean_exit_1(
+        kit_cli("transfer", "push", str(img), "--site", str(make_site()), "--dry-run"),
+        "a.tar.gz.sha256",
+    )
 
 
 @pytest.mark.timeout(2 * BOUND)
@@ -67,20 +79,30 @@ def test_a_fifo_or_device_as_the_image_is_refused(tmp_path, make_site):
     os.mkfifo(tmp_path / "f.tar.gz")
     (tmp_path / "z.tar.gz").symlink_to("/dev/zero")
     for name in ("f.tar.gz", "z.tar.gz"):
-        with pytest.raises(KitError, match=f"{name}: the image is a (FIFO|device), not a regular file"):
+        with pytest.raises(
+            KitError, match=f"{name}: the image is a (FIFO|device), not a regular file"
+        ):
             push(tmp_path / name, make_site())
-        assert_clean_exit_1(kit_cli("transfer", "bundle", str(tmp_path / name), str(tmp_path / "out")),
-                            "not a regular file")
+        assert_clean_exit_1(
+            kit_cli("transfer", "bundle", str(tmp_path / name), str(tmp_path / "out")),
+            "not a regular file",
+        )
     assert not (tmp_path / "out").exists()
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(content=st.one_of(st.binary(max_size=200),
-                         st.text(max_size=120).map(str.encode),
-                         st.builds(lambda h, sep, name: f"{h}{sep}{name}\n".encode(),
-                                   st.text("0123456789abcdefABCDEF", min_size=60, max_size=66),
-                                   st.sampled_from(["  ", " *", " ", "\t"]),
-                                   st.sampled_from(["s.tar.gz", "./s.tar.gz", "x/s.tar.gz", "s.tar"]))))
+@given(
+    content=st.one_of(
+        st.binary(max_size=200),
+        st.text(max_size=120).map(str.encode),
+        st.builds(
+            lambda h, sep, name: f"{h}{sep}{name}\n".encode(),
+            st.text("0123456789abcdefABCDEF", min_size=60, max_size=66),
+            st.sampled_from(["  ", " *", " ", "\t"]),
+            st.sampled_from(["s.tar.gz", "./s.tar.gz", "x/s.tar.gz", "s.tar"]),
+        ),
+    )
+)
 @example(content=b"\xff\xfe\x00garbage")
 @example(content=b"0" * 64 + b"  s.tar.gz\n\xff")
 @example(content=("٠" * 64 + "  s.tar.gz\n").encode())  # Arabic-Indic digits are no hex
@@ -97,11 +119,19 @@ def test_fuzzed_checksum_files_give_a_digest_or_a_clean_error(tmp_path, content)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(doc=st.one_of(st.binary(max_size=100),
-                     st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-                                  lambda kids: st.lists(kids, max_size=3)
-                                  | st.dictionaries(st.sampled_from(["site", "binds", "kit_pair"]), kids,
-                                                    max_size=3), max_leaves=8).map(lambda v: repr(v).encode())))
+@given(
+    doc=st.one_of(
+        st.binary(max_size=100),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+            lambda kids: (
+                st.lists(kids, max_size=3)
+                | st.dictionaries(st.sampled_from(["site", "binds", "kit_pair"]), kids, max_size=3)
+            ),
+            max_leaves=8,
+        ).map(lambda v: repr(v).encode()),
+    )
+)
 @example(doc=b"binds: 5\nsite: x\n")
 @example(doc=b"binds: {a: b}\n")
 @example(doc=b"- just\n- a list\n")
@@ -119,8 +149,15 @@ def test_fuzzed_pair_files_give_paths_or_a_warning(tmp_path, doc):
 def test_a_pair_file_that_is_not_utf8_is_a_warning(sshd, home, tmp_path, make_site):
     img = random_image(tmp_path / "u.tar.gz", 1000)
     (tmp_path / "u.tar.gz.pair.yaml").write_bytes(b"site: \xff\xfe\n")
-    res = kit_cli("transfer", "push", str(img), "--site", str(make_site()), "--dry-run",
-                  env=dict(os.environ, HOME=str(home)))
+    res = kit_cli(
+        "transfer",
+        "push",
+        str(img),
+        "--site",
+        str(make_site()),
+        "--dry-run",
+        env=dict(os.environ, HOME=str(home)),
+    )
     assert res.returncode == 0, res.stderr
     assert "warning: u.tar.gz.pair.yaml is not a pair file kit mpi pair wrote" in res.stdout
     assert "not UTF-8" in res.stdout
@@ -128,11 +165,18 @@ def test_a_pair_file_that_is_not_utf8_is_a_warning(sshd, home, tmp_path, make_si
 
 # ---------------------------------------------------------------- bundles
 
+
 def checkers(directory: Path) -> dict[str, subprocess.CompletedProcess]:
-    runs = {"py": ["python3", str(directory / "verify.py"), str(directory)],
-            "sh": ["sh", str(directory / "verify.sh"), str(directory)]}
-    return {name: subprocess.run(cmd, capture_output=True, text=True, timeout=BOUND, preexec_fn=limited_memory)
-            for name, cmd in runs.items()}
+    runs = {
+        "py": ["python3", str(directory / "verify.py"), str(directory)],
+        "sh": ["sh", str(directory / "verify.sh"), str(directory)],
+    }
+    return {
+        name: subprocess.run(
+            cmd, capture_output=True, text=True, timeout=BOUND, preexec_fn=limited_memory
+        )
+        for name, cmd in runs.items()
+    }
 
 
 @pytest.fixture
@@ -167,18 +211,28 @@ def test_a_bundle_file_that_is_a_link_is_not_followed(made, tmp_path):
     report = verify_bundle(made)
     assert [(p[0], p[1]) for p in report.problems] == [("b.sqfs", "missing")]
     for name, res in checkers(made).items():
-        assert res.returncode == 1 and "MISSING: b.sqfs" in res.stdout, (name, res.stdout, res.stderr)
+        assert res.returncode == 1 and "MISSING: b.sqfs" in res.stdout, (
+            name,
+            res.stdout,
+            res.stderr,
+        )
 
 
-MANIFEST_LINES = st.builds(lambda h, n, name: f"{h} {n} {name}",
-                           st.text("0123456789abcdef", min_size=63, max_size=65),
-                           st.one_of(st.integers(0, 10**6).map(str), st.text("0123456789", min_size=18, max_size=5000)),
-                           st.sampled_from(["b.sqfs", "b.sqfs.sha256", "../b.sqfs", ".b", "a b", "MANIFEST"]))
+MANIFEST_LINES = st.builds(
+    lambda h, n, name: f"{h} {n} {name}",
+    st.text("0123456789abcdef", min_size=63, max_size=65),
+    st.one_of(st.integers(0, 10**6).map(str), st.text("0123456789", min_size=18, max_size=5000)),
+    st.sampled_from(["b.sqfs", "b.sqfs.sha256", "../b.sqfs", ".b", "a b", "MANIFEST"]),
+)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(content=st.one_of(st.binary(max_size=300),
-                         st.lists(MANIFEST_LINES, max_size=4).map(lambda ls: ("\n".join(ls) + "\n").encode())))
+@given(
+    content=st.one_of(
+        st.binary(max_size=300),
+        st.lists(MANIFEST_LINES, max_size=4).map(lambda ls: ("\n".join(ls) + "\n").encode()),
+    )
+)
 @example(content=b"\xff\xfe")
 @example(content=b"0" * 64 + b" " + b"9" * 5000 + b" b.sqfs\n")
 @example(content=b"0" * 64 + b" 1 b.sqfs\n\n")
@@ -194,18 +248,26 @@ def test_fuzzed_manifests_give_a_report_or_a_clean_error(made, content):
 
 
 def test_the_regression_corpus_of_manifests(made):
-    """Every file under tests/corpus/transfer/manifest-* once broke a reader: now each is refused."""
+    """Every file under tests/corpus/transfer/manifest-* once broke a reader: now each is
+    refused.
+    """
     cases = sorted(CORPUS.glob("manifest-*"))
     assert cases
     for case in cases:
         (made / "MANIFEST").write_bytes(case.read_bytes())
         with pytest.raises(KitError, match="MANIFEST"):
             verify_bundle(made)
-        res = subprocess.run(["python3", str(made / "verify.py")], capture_output=True, text=True, timeout=BOUND)
-        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (case.name, res.stderr)
+        res = subprocess.run(
+            ["python3", str(made / "verify.py")], capture_output=True, text=True, timeout=BOUND
+        )
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (
+            case.name,
+            res.stderr,
+        )
 
 
 # ---------------------------------------------------------------- a remote side that lies or drops
+
 
 @pytest.fixture(scope="module")
 def liar(tmp_path_factory):
@@ -221,9 +283,13 @@ def liar(tmp_path_factory):
     server.stop()
 
 
-PROBES = [b'KIT-PROBE [1, 2]\n', b'KIT-PROBE {"dir": "/x", "free": "lots"}\n', b"KIT-PROBE \xff\xfe\n",
-          b'KIT-PROBE {"dir": "/x", "free": 1, "final_matches": false, "part_size": 0, "chunk_hashes": 5, '
-          b'"missing": []}\n']
+PROBES = [
+    b'KIT-PROBE [1, 2]\n',
+    b'KIT-PROBE {"dir": "/x", "free": "lots"}\n',
+    b"KIT-PROBE \xff\xfe\n",
+    b'KIT-PROBE {"dir": "/x", "free": 1, "final_matches": false, "part_size": 0, "chunk_hashes": 5, '
+    b'"missing": []}\n',
+]
 
 
 def says(liar, answer: bytes) -> None:
@@ -249,8 +315,20 @@ def test_a_push_to_a_remote_that_answers_garbage(liar, tmp_path, repo, said):
     with pytest.raises(KitError, match="unexpected answer|malformed probe") as err:
         push(img, site, host="liar", remote_dir=str(tmp_path / "remote"), ssh_config=liar.config)
     assert "\n" not in str(err.value)
-    assert_clean_exit_1(kit_cli("transfer", "push", str(img), "--site", str(site), "--host", "liar",
-                                "--remote-dir", str(tmp_path / "remote"), env=dict(os.environ, HOME=str(liar.home))))
+    assert_clean_exit_1(
+        kit_cli(
+            "transfer",
+            "push",
+            str(img),
+            "--site",
+            str(site),
+            "--host",
+            "liar",
+            "--remote-dir",
+            str(tmp_path / "remote"),
+            env=dict(os.environ, HOME=str(liar.home)),
+        )
+    )
 
 
 @pytest.mark.system  # an sshd of its own, logged in as root
@@ -259,27 +337,49 @@ def test_a_push_whose_connection_drops_after_the_upload(liar, tmp_path, repo):
     """The data stream completes, then the control connection dies while the siblings are copied."""
     flag = liar.answer.parent / "uploaded"
     flag.unlink(missing_ok=True)
-    liar.answer.write_text(f'if [ -e {flag} ]; then kill -9 $PPID; exit 1; fi\ntouch {flag}\n'
-                           'eval "$SSH_ORIGINAL_COMMAND"\n')
+    liar.answer.write_text(
+        f'if [ -e {flag} ]; then kill -9 $PPID; exit 1; fi\ntouch {flag}\n'
+        'eval "$SSH_ORIGINAL_COMMAND"\n'
+    )
     img = random_image(tmp_path / "d.tar.gz", 3000)
-    with pytest.raises(KitError, match="sibling files .* failed .* run the same command again") as err:
-        push(img, site_file(tmp_path, repo), host="liar", remote_dir=str(tmp_path / "remote"),
-             ssh_config=liar.config)
+    with pytest.raises(
+        KitError, match="sibling files .* failed .* run the same command again"
+    ) as err:
+        push(
+            img,
+            site_file(tmp_path, repo),
+            host="liar",
+            remote_dir=str(tmp_path / "remote"),
+            ssh_config=liar.config,
+        )
     assert "\n" not in str(err.value)
-    assert (tmp_path / "remote" / "d.tar.gz").read_bytes() == img.read_bytes(), "the upload itself landed"
+    assert (tmp_path / "remote" / "d.tar.gz").read_bytes() == img.read_bytes(), (
+        "the upload itself landed"
+    )
 
 
 @pytest.mark.system  # an sshd of its own, logged in as root
 @pytest.mark.timeout(2 * BOUND)
 def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, monkeypatch):
-    """The data stream's progress watchdog: a live connection on which nothing moves ends the push."""
+    """The data stream's progress watchdog: a live connection on which nothing moves ends the
+    push.
+    """
     liar.answer.write_text("sleep 20\n")  # longer than the stall; ends by itself after the test
-    monkeypatch.setattr(sys.modules["kit.transfer.push"], "STREAM_STALL", 2, raising=False)  # the module
+    monkeypatch.setattr(
+        sys.modules["kit.transfer.push"], "STREAM_STALL", 2, raising=False
+    )  # the module
     img = random_image(tmp_path / "w.tar.gz", 3000)
     (tmp_path / "w.tar.gz.sha256").unlink()
-    with pytest.raises(KitError, match="moved no byte for 2 s .* Run the same command again") as err:
-        push(img, site_file(tmp_path, repo), host="liar", remote_dir=str(tmp_path / "remote"),
-             ssh_config=liar.config)
+    with pytest.raises(
+        KitError, match="moved no byte for 2 s .* Run the same command again"
+    ) as err:
+        push(
+            img,
+            site_file(tmp_path, repo),
+            host="liar",
+            remote_dir=str(tmp_path / "remote"),
+            ssh_config=liar.config,
+        )
     assert "\n" not in str(err.value)
 
 
@@ -289,18 +389,33 @@ def test_a_push_whose_sftp_server_stops_answering_is_stopped(liar, tmp_path, rep
     """The upload completes; the SFTP session for the siblings then never answers: a timeout."""
     flag = liar.answer.parent / "uploaded"
     flag.unlink(missing_ok=True)
-    liar.answer.write_text(f'if [ -e {flag} ]; then sleep 20; exit 1; fi\ntouch {flag}\n'
-                           'eval "$SSH_ORIGINAL_COMMAND"\n')
+    liar.answer.write_text(
+        f'if [ -e {flag} ]; then sleep 20; exit 1; fi\ntouch {flag}\neval "$SSH_ORIGINAL_COMMAND"\n'
+    )
     monkeypatch.setattr(sys.modules["kit.transfer.push"], "SFTP_TIMEOUT", 2, raising=False)
     img = random_image(tmp_path / "t.tar.gz", 3000)
-    with pytest.raises(KitError, match="sibling files .* failed .* run the same command again") as err:
-        push(img, site_file(tmp_path, repo), host="liar", remote_dir=str(tmp_path / "remote"),
-             ssh_config=liar.config)
+    with pytest.raises(
+        KitError, match="sibling files .* failed .* run the same command again"
+    ) as err:
+        push(
+            img,
+            site_file(tmp_path, repo),
+            host="liar",
+            remote_dir=str(tmp_path / "remote"),
+            ssh_config=liar.config,
+        )
     assert "\n" not in str(err.value)
 
 
-LISTINGS = [b'[]', b'{"dir": 5}', b"[" * 100_000, b'{"dir": "/x", "current": null, "versions": [{"entry": 1}]}',
-            b'{"dir": "/x", "current": "a@1", "versions": "no"}', b'null', b'"text"']
+LISTINGS = [
+    b'[]',
+    b'{"dir": 5}',
+    b"[" * 100_000,
+    b'{"dir": "/x", "current": null, "versions": [{"entry": 1}]}',
+    b'{"dir": "/x", "current": "a@1", "versions": "no"}',
+    b'null',
+    b'"text"',
+]
 
 
 @pytest.mark.system  # an sshd of its own, logged in as root
@@ -314,4 +429,6 @@ def test_versions_from_a_remote_that_answers_garbage(liar, tmp_path, repo, said)
     assert "\n" not in str(err.value)
     env = dict(os.environ, HOME=str(liar.home))
     for cmd in (["versions", "app"], ["rollback", "app"]):
-        assert_clean_exit_1(kit_cli("transfer", *cmd, "--site", str(site), "--host", "liar", env=env), "app")
+        assert_clean_exit_1(
+            kit_cli("transfer", *cmd, "--site", str(site), "--host", "liar", env=env), "app"
+        )

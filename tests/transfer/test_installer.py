@@ -1,6 +1,7 @@
 """The remote installer (remote_script.py install/switch) run as the site runs it, with the real
 ch-convert: concurrent installs, SIGKILL at several points, a ch-convert that never ends, a
 FIFO for an image, and an image directory with other people's names in it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,15 +32,33 @@ def sha12(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
-def install_argv(src: Path, images: Path, *extra: str, keep: str = "2", fmt: str = "dir",
-                 version: str | None = None) -> list[str]:
-    return [sys.executable, str(SCRIPT), "install", str(src), str(images), "bb", version or sha12(src),
-            keep, "0", fmt, *extra]
+def install_argv(
+    src: Path,
+    images: Path,
+    *extra: str,
+    keep: str = "2",
+    fmt: str = "dir",
+    version: str | None = None,
+) -> list[str]:
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "install",
+        str(src),
+        str(images),
+        "bb",
+        version or sha12(src),
+        keep,
+        "0",
+        fmt,
+        *extra,
+    ]
 
 
 def run_install(src: Path, images: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(install_argv(src, images, *extra, **kw), capture_output=True, text=True,
-                          timeout=BOUND)
+    return subprocess.run(
+        install_argv(src, images, *extra, **kw), capture_output=True, text=True, timeout=BOUND
+    )
 
 
 def wait_until(condition, proc: subprocess.Popen) -> bool:
@@ -58,7 +77,9 @@ def kit_leftovers(images: Path) -> list[str]:
 def busy_work_dir(images: Path, prefix: str) -> bool:
     """Has an install begun writing into its temp dir (ch-convert is running)?"""
     try:
-        return any(p.name.startswith(prefix) and p.is_dir() and any(p.iterdir()) for p in images.iterdir())
+        return any(
+            p.name.startswith(prefix) and p.is_dir() and any(p.iterdir()) for p in images.iterdir()
+        )
     except FileNotFoundError:  # it was renamed or removed while being looked at
         return False
 
@@ -90,10 +111,15 @@ def test_two_installs_at_once_the_second_waits_and_both_succeed(tmp_path):
     have_charliecloud()
     src = slow_image(tmp_path / "up" / "bb.tar.gz", b"x")
     images = tmp_path / "images"
-    first = subprocess.Popen(install_argv(src, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    started = wait_until(lambda: images.is_dir() and any(p.name.startswith(".bb@") for p in images.iterdir()),
-                         first)
-    second = subprocess.Popen(install_argv(src, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        install_argv(src, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    started = wait_until(
+        lambda: images.is_dir() and any(p.name.startswith(".bb@") for p in images.iterdir()), first
+    )
+    second = subprocess.Popen(
+        install_argv(src, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     outs = [p.communicate(timeout=BOUND) for p in (first, second)]
     assert started, "the first install ended before the second began: the image is too small"
     assert [first.returncode, second.returncode] == [0, 0], outs
@@ -104,7 +130,9 @@ def test_two_installs_at_once_the_second_waits_and_both_succeed(tmp_path):
 
 
 @pytest.mark.parametrize("point", ["started", "converting"])
-def test_sigkill_of_the_installer_leaves_a_complete_current(sshd, user_home, make_site, tmp_path, point):
+def test_sigkill_of_the_installer_leaves_a_complete_current(
+    sshd, user_home, make_site, tmp_path, point
+):
     """The remote installer is killed as soon as its temp dir appears, or once ch-convert writes
     into it (the orphaned ch-convert may go on): NAME.current still names a complete image, and
     the next push --install (of another version) waits for the orphan, removes what the killed
@@ -116,8 +144,9 @@ def test_sigkill_of_the_installer_leaves_a_complete_current(sshd, user_home, mak
     v2 = slow_image(tmp_path / "v2" / "bb.tar.gz", b"two")
     push(v2, site)  # uploaded, not installed
     prefix = f".bb@{sha12(v2)}"
-    proc = subprocess.Popen(install_argv(remote / "bb.tar.gz", images), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        install_argv(remote / "bb.tar.gz", images), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     if point == "started":
         wait_until(lambda: any(p.name.startswith(prefix) for p in images.iterdir()), proc)
     else:
@@ -145,7 +174,9 @@ def test_a_stopped_installer_cleans_up_at_once(tmp_path, signum):
     v1 = busybox_image(tmp_path / "v1" / "bb.tar.gz", b"one")
     assert run_install(v1, images).returncode == 0
     v2 = slow_image(tmp_path / "v2" / "bb.tar.gz", b"two")
-    proc = subprocess.Popen(install_argv(v2, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        install_argv(v2, images), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert wait_until(lambda: busy_work_dir(images, f".bb@{sha12(v2)}"), proc)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=BOUND)
@@ -168,12 +199,17 @@ def test_a_ch_convert_that_never_ends_is_stopped(tmp_path):
     src = busybox_image(tmp_path / "up" / "bb.tar.gz", b"x")
     images = tmp_path / "images"
     env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}")
-    res = subprocess.run(install_argv(src, images, "2", "5"), capture_output=True, text=True, env=env,
-                         timeout=BOUND)
+    res = subprocess.run(
+        install_argv(src, images, "2", "5"), capture_output=True, text=True, env=env, timeout=BOUND
+    )
     assert res.returncode == 6, res.stderr
-    assert "read and wrote nothing for 2 s" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert (
+        "read and wrote nothing for 2 s" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    )
     assert not (images / "bb.current").is_symlink() and kit_leftovers(images) == []
-    assert live_processes(str(fake)) == [] and live_processes("sleep 3601") == [], "its group is gone"
+    assert live_processes(str(fake)) == [] and live_processes("sleep 3601") == [], (
+        "its group is gone"
+    )
 
 
 @pytest.mark.timeout(BOUND)
@@ -199,7 +235,9 @@ def test_prune_removes_only_the_kits_own_versions(tmp_path, planted):
         res = run_install(src, images, keep="0", fmt="squash")
         assert res.returncode == 0, res.stderr
     assert (images / planted / "mine").read_text() == "keep me"
-    assert sorted(p.name for p in images.iterdir()) == sorted([planted, "bb.current", f"bb@{sha12(src)}.sqfs"])
+    assert sorted(p.name for p in images.iterdir()) == sorted(
+        [planted, "bb.current", f"bb@{sha12(src)}.sqfs"]
+    )
 
 
 @pytest.mark.parametrize("planted", ["target-link", "current-file", "current-dir"])
@@ -211,8 +249,11 @@ def test_what_the_kit_did_not_make_is_refused_not_replaced(tmp_path, planted):
     elsewhere.mkdir()
     (elsewhere / "data").write_text("theirs")
     images.mkdir()
-    name = {"target-link": f"bb@{sha12(src)}.sqfs", "current-file": "bb.current",
-            "current-dir": "bb.current"}[planted]
+    name = {
+        "target-link": f"bb@{sha12(src)}.sqfs",
+        "current-file": "bb.current",
+        "current-dir": "bb.current",
+    }[planted]
     if planted == "target-link":
         (images / name).symlink_to(elsewhere / "data")
     elif planted == "current-file":
@@ -241,13 +282,19 @@ def test_a_replaced_upload_is_not_installed_under_the_old_version(tmp_path):
 
 # Names and versions as a hostile or confused sender could pass them: the installer either
 # refuses them (exit 5, one line) or creates entries only inside IMGDIR, under the kit's names.
-NAMES = st.one_of(st.sampled_from(["bb", "../bb", "a/b", "..", ".", "bb\n", ".bb", "bb@x", "-bb", ""]),
-                  st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=12))
+NAMES = st.one_of(
+    st.sampled_from(["bb", "../bb", "a/b", "..", ".", "bb\n", ".bb", "bb@x", "-bb", ""]),
+    st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=12),
+)
 HEX = st.text("0123456789abcdef", min_size=12, max_size=12)
 
 
-@given(name=NAMES, version=st.one_of(st.just("V"), HEX, st.sampled_from(["V/..", "../V", "V\n", "V.sqfs"]),
-                                     st.text(max_size=16)))
+@given(
+    name=NAMES,
+    version=st.one_of(
+        st.just("V"), HEX, st.sampled_from(["V/..", "../V", "V\n", "V.sqfs"]), st.text(max_size=16)
+    ),
+)
 @example(name="../bb", version="V")
 @example(name="bb", version="../../escape")
 @example(name="bb/../../x", version="V")
@@ -270,7 +317,9 @@ def test_names_and_versions_never_reach_outside_the_image_dir(name, version):
 
 
 def call(argv: list[str]) -> tuple[int, str]:
-    """remote_script.main in this process: (exit code, stderr); any other exception fails the test."""
+    """remote_script.main in this process: (exit code, stderr); any other exception fails the
+    test.
+    """
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         try:
@@ -317,8 +366,10 @@ def test_a_prune_cut_short_leaves_no_half_version_under_a_version_name(tmp_path,
     assert remote_script.versions(str(images), "bb") == [f"bb@{sha12(src)}.sqfs"]
     assert not old.exists() and kit_leftovers(images), "what is left of it sits under a temp name"
     assert run_install(src, images, keep="0", fmt="squash").returncode == 0
-    assert kit_leftovers(images) == [] and sorted(p.name for p in images.iterdir()) == \
-        ["bb.current", f"bb@{sha12(src)}.sqfs"]
+    assert kit_leftovers(images) == [] and sorted(p.name for p in images.iterdir()) == [
+        "bb.current",
+        f"bb@{sha12(src)}.sqfs",
+    ]
 
 
 def test_a_pruned_directory_version_with_closed_directories_goes_for_a_non_root_user():
@@ -340,9 +391,22 @@ def test_a_pruned_directory_version_with_closed_directories_goes_for_a_non_root_
         (old / "usr/locked").chmod(0o500)
         (old / "usr/readonly").chmod(0o555)
         code = "import runpy, sys; runpy.run_path(sys.argv[1])['retire'](sys.argv[2], sys.argv[3])"
-        done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
-                               "-c", code, remote_script.__file__, str(images), old.name],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                remote_script.__file__,
+                str(images),
+                old.name,
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert list(images.iterdir()) == []
     finally:

@@ -1,6 +1,7 @@
 """remote_script.py runs on the site with a bare python3, so it keeps its own copy of the artifact
 layout (kit.image_names): the names it accepts, NAME.current, the sha256 of a file. The copies
 must agree, or a push would install what the local side cannot name (or the reverse)."""
+
 from __future__ import annotations
 
 import os
@@ -27,11 +28,14 @@ def test_both_sides_accept_the_same_image_names(name):
     assert bool(remote_script.NAME_RE.fullmatch(name)) == bool(image_names.NAME_RE.fullmatch(name))
 
 
-@given(name=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,30}", fullmatch=True),
-       imgdir=st.sampled_from(["/images", "/images/", "~/images", "rel/dir"]))
+@given(
+    name=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,30}", fullmatch=True),
+    imgdir=st.sampled_from(["/images", "/images/", "~/images", "rel/dir"]),
+)
 def test_both_sides_name_the_current_link_alike(name, imgdir):
-    assert os.path.normpath(remote_script.current_path(imgdir, name)) == \
-        os.path.normpath(image_names.current_link(imgdir, name))
+    assert os.path.normpath(remote_script.current_path(imgdir, name)) == os.path.normpath(
+        image_names.current_link(imgdir, name)
+    )
 
 
 @given(data=st.binary(max_size=3 * remote_script.BUF + 7))
@@ -40,4 +44,6 @@ def test_both_sides_hash_a_file_alike(tmp_path_factory, data):
     path.write_bytes(data)
     remote = remote_script.file_sha256(os.open(path, os.O_RDONLY), len(data))
     assert remote == image_names.sha256_file(path)
-    assert image_names.recorded_digest(image_names.sha256_line(remote, path.name), path.name) == remote
+    assert (
+        image_names.recorded_digest(image_names.sha256_line(remote, path.name), path.name) == remote
+    )

@@ -1,5 +1,6 @@
 """kit transfer push against a real OpenSSH sshd on loopback (the remote dirs are local paths,
 so the tests can look at, damage and fill them directly)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +12,13 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import busybox_image, ch_run, direct_io_works, have_charliecloud, random_image
+from tests.transfer.conftest import (
+    busybox_image,
+    ch_run,
+    direct_io_works,
+    have_charliecloud,
+    random_image,
+)
 from tests.transfer.sshd import start_sshd
 
 pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
@@ -53,7 +60,9 @@ def test_push_install_and_versions(sshd, user_home, make_site, tmp_path):
 
 
 def _interrupted(sshd, site, img, after: int) -> None:
-    """Push `img` and drop every SSH connection (kill sshd's session processes) after `after` bytes."""
+    """Push `img` and drop every SSH connection (kill sshd's session processes) after `after`
+    bytes.
+    """
     sent = 0
 
     def cut(n: int) -> None:
@@ -104,10 +113,12 @@ def test_corrupted_byte_in_partial_is_resent(sshd, user_home, make_site, tmp_pat
 def small_fs(tmp_path):
     """An 8 MiB tmpfs: a remote filesystem that really runs out of space."""
     from tests.helpers import require
+
     mnt = tmp_path / "small"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     require(res.returncode == 0, f"cannot mount a tmpfs here: {res.stderr.strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
@@ -145,6 +156,7 @@ def test_out_of_space_keeps_previous_version(sshd, user_home, make_site, tmp_pat
                         fh.flush()
                 except OSError:
                     pass
+
     with pytest.raises(KitError, match="no space left"):
         push(mid, site, install=True, progress=fill, chunk_size=MiB)
     still_v1()
@@ -164,8 +176,12 @@ def test_unknown_host_key_refused_then_accepted(sshd, tmp_path, make_site, monke
     monkeypatch.setenv("HOME", str(home))
     site = make_site()
     img = random_image(tmp_path / "k.tar.gz", 1000)
-    fp = subprocess.run(["ssh-keygen", "-lf", str(sshd.root / "host_ed25519.pub")],
-                        capture_output=True, text=True, check=True).stdout.split()[1]
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", str(sshd.root / "host_ed25519.pub")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[1]
     with pytest.raises(KitError, match="unknown SSH host key") as err:
         push(img, site)
     assert fp in str(err.value) and "--accept-new-host-key" in str(err.value)
@@ -174,8 +190,9 @@ def test_unknown_host_key_refused_then_accepted(sshd, tmp_path, make_site, monke
     assert sshd.host_pub in known.read_text()
     push(img, site)  # now known: no opt-in needed
     # a different key recorded for the host is refused even with the opt-in
-    other = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")],
-                           check=True)
+    other = subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
+    )
     assert other.returncode == 0
     fake = " ".join((tmp_path / "other.pub").read_text().split()[:2])
     known.write_text(f"[127.0.0.1]:{sshd.port} {fake}\n")
@@ -208,23 +225,35 @@ def test_cli_push_and_errors(sshd, home, make_site, tmp_path, repo):
     img = random_image(tmp_path / "c.tar.gz", MiB)
     env = dict(os.environ, HOME=str(home))
     kit = [sys.executable, "-m", "kit", "transfer", "push"]
-    dry = subprocess.run(kit + [str(img), "--site", str(site), "--dry-run"], capture_output=True,
-                         text=True, env=env, cwd=repo)
+    dry = subprocess.run(
+        kit + [str(img), "--site", str(site), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=repo,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "would send 1048576 bytes" in dry.stdout and not (tmp_path / "remote").exists()
-    ok = subprocess.run(kit + [str(img), "--site", str(site)], capture_output=True, text=True,
-                        env=env, cwd=repo)
+    ok = subprocess.run(
+        kit + [str(img), "--site", str(site)], capture_output=True, text=True, env=env, cwd=repo
+    )
     assert ok.returncode == 0, ok.stderr
     assert sha(tmp_path / "remote" / "c.tar.gz") == sha(img)
     (tmp_path / "c.tar.gz.sha256").write_text("0" * 64 + "  c.tar.gz\n")
-    bad = subprocess.run(kit + [str(img), "--site", str(site), "--remote-dir", str(tmp_path / "r2")],
-                         capture_output=True, text=True, env=env, cwd=repo)
+    bad = subprocess.run(
+        kit + [str(img), "--site", str(site), "--remote-dir", str(tmp_path / "r2")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=repo,
+    )
     assert bad.returncode == 1 and "does not match" in bad.stderr
     assert not (tmp_path / "r2" / "c.tar.gz").exists()
 
 
 def test_concurrent_push_into_same_dir_is_refused(sshd, user_home, make_site, tmp_path):
     import fcntl
+
     site = make_site()
     remote_dir = tmp_path / "remote"
     remote_dir.mkdir()
@@ -256,8 +285,10 @@ def test_pair_file_is_checked_against_the_site(sshd, user_home, make_site, tmp_p
     present = tmp_path / "impi" / "lib"
     present.mkdir(parents=True)
     pair = tmp_path / "p.tar.gz.pair.yaml"
-    pair.write_text(f"kit_pair: 1\nsite: sshtest\nbinds:\n- {present}:/opt/hostmpi/lib0\n"
-                    f"- /nonexistent/impi/lib:/opt/hostmpi/lib1\n")
+    pair.write_text(
+        f"kit_pair: 1\nsite: sshtest\nbinds:\n- {present}:/opt/hostmpi/lib0\n"
+        f"- /nonexistent/impi/lib:/opt/hostmpi/lib1\n"
+    )
     dry = push(img, site, dry_run=True)
     assert len(dry.pair_warnings) == 1 and "/nonexistent/impi/lib" in dry.pair_warnings[0]
     assert str(present) not in dry.pair_warnings[0]
@@ -267,19 +298,26 @@ def test_pair_file_is_checked_against_the_site(sshd, user_home, make_site, tmp_p
 
     pair.write_text(f"kit_pair: 1\nsite: supermuc-ng\nbinds:\n- {present}:/opt/hostmpi/lib0\n")
     other = push(img, site)
-    assert other.pair_warnings == ["p.tar.gz.pair.yaml pairs the image with site 'supermuc-ng', not "
-                                   "'sshtest'; re-run kit image convert --site sshtest"]
+    assert other.pair_warnings == [
+        "p.tar.gz.pair.yaml pairs the image with site 'supermuc-ng', not "
+        "'sshtest'; re-run kit image convert --site sshtest"
+    ]
 
 
 def test_a_login_that_prints_before_the_command_does_not_break_the_push(tmp_path, repo):
     # Sites often echo a banner or module messages from the login files for every session;
     # ForceCommand makes this sshd do that before running what the client asked for.
-    noisy = start_sshd(tmp_path / "noisy", extra_config='ForceCommand echo "Welcome to the site"; '
-                       'echo "module: intel-mpi loaded"; eval "$SSH_ORIGINAL_COMMAND"\n')
+    noisy = start_sshd(
+        tmp_path / "noisy",
+        extra_config='ForceCommand echo "Welcome to the site"; '
+        'echo "module: intel-mpi loaded"; eval "$SSH_ORIGINAL_COMMAND"\n',
+    )
     try:
         cfg = noisy.write_ssh_config(tmp_path / "ssh_config", alias="noisy")
         img = random_image(tmp_path / "n.tar.gz", 2 * MiB + 3)
-        (tmp_path / "n.tar.gz.sha256").unlink()  # no sibling: SFTP would meet the forced command too
+        (
+            tmp_path / "n.tar.gz.sha256"
+        ).unlink()  # no sibling: SFTP would meet the forced command too
         site = tmp_path / "site.yaml"
         site.write_text((repo / "site-configs" / "laptop.yaml").read_text())
         report = push(img, site, host="noisy", remote_dir=str(tmp_path / "remote"), ssh_config=cfg)

@@ -1,5 +1,6 @@
 """The remote receiver of `kit transfer push` (remote_script.py push), driven over local pipes
 exactly as sshd drives it: probe line out, plan line in, then the bytes, then COMMIT."""
+
 from __future__ import annotations
 
 import errno
@@ -20,17 +21,36 @@ SCRIPT = Path(__file__).resolve().parents[2] / "kit" / "transfer" / "remote_scri
 MiB = 1 << 20
 
 
-def receive(directory: Path, data: bytes, chunk: int, *, send: bytes | None = None,
-            keep: str = "", direct: bool = True) -> subprocess.CompletedProcess:
+def receive(
+    directory: Path,
+    data: bytes,
+    chunk: int,
+    *,
+    send: bytes | None = None,
+    keep: str = "",
+    direct: bool = True,
+) -> subprocess.CompletedProcess:
     """Run the receiver for an image `data`, feeding it `send` (default: all of `data`)."""
     sha = hashlib.sha256(data).hexdigest()
     payload = data if send is None else send
     stdin = f"KEEP {keep}\n".encode() + payload
     if send is None:
         stdin += f"COMMIT {sha}\n".encode()
-    return subprocess.run([sys.executable, str(SCRIPT), "push", str(directory), "img.tar.gz",
-                           str(len(data)), sha, str(chunk), "1" if direct else "0"],
-                          input=stdin, capture_output=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "push",
+            str(directory),
+            "img.tar.gz",
+            str(len(data)),
+            sha,
+            str(chunk),
+            "1" if direct else "0",
+        ],
+        input=stdin,
+        capture_output=True,
+    )
 
 
 @pytest.mark.parametrize("chunk", [2 * MiB, 3000], ids=["aligned-direct", "unaligned-buffered"])
@@ -40,7 +60,9 @@ def test_odd_sizes_arrive_exactly(tmp_path, chunk):
     data = os.urandom(9 * MiB + 123)
     res = receive(tmp_path, data, chunk)
     assert res.returncode == 0, res.stderr.decode()
-    assert json.loads(res.stdout.splitlines()[-1])["direct_io"] is (chunk % 4096 == 0 and direct_io_works(tmp_path))
+    assert json.loads(res.stdout.splitlines()[-1])["direct_io"] is (
+        chunk % 4096 == 0 and direct_io_works(tmp_path)
+    )
     assert (tmp_path / "img.tar.gz").read_bytes() == data
     assert json.loads(res.stdout.splitlines()[-1])["sha256"] == hashlib.sha256(data).hexdigest()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.tar.gz"]
@@ -62,21 +84,36 @@ def test_direct_io_bypasses_the_page_cache(tmp_path, direct):
 def test_cut_stream_keeps_what_arrived_for_the_next_push(tmp_path):
     chunk = MiB
     data = os.urandom(6 * chunk + 777)
-    res = receive(tmp_path, data, chunk, send=data[:3 * chunk + 4097])
+    res = receive(tmp_path, data, chunk, send=data[: 3 * chunk + 4097])
     assert res.returncode == 3, res.stderr.decode()
     assert b"upload stream ended at offset" in res.stderr
     part = tmp_path / ".img.tar.gz.part"
-    assert part.read_bytes() == data[:3 * chunk + 4097]  # exactly what arrived: no O_DIRECT padding
+    assert (
+        part.read_bytes() == data[: 3 * chunk + 4097]
+    )  # exactly what arrived: no O_DIRECT padding
     assert not (tmp_path / "img.tar.gz").exists()
 
     # the next session's probe offers the three complete chunks; keep them, send the rest
     sha = hashlib.sha256(data).hexdigest()
-    probe = subprocess.run([sys.executable, str(SCRIPT), "probe", str(tmp_path), "img.tar.gz",
-                            str(len(data)), sha, str(chunk)], capture_output=True, check=True)
-    ours = [hashlib.sha256(data[i * chunk:(i + 1) * chunk]).hexdigest() for i in range(3)]
+    probe = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "probe",
+            str(tmp_path),
+            "img.tar.gz",
+            str(len(data)),
+            sha,
+            str(chunk),
+        ],
+        capture_output=True,
+        check=True,
+    )
+    ours = [hashlib.sha256(data[i * chunk : (i + 1) * chunk]).hexdigest() for i in range(3)]
     assert json.loads(probe.stdout)["chunk_hashes"][:3] == ours
-    res = receive(tmp_path, data, chunk, send=data[3 * chunk:] + f"COMMIT {sha}\n".encode(),
-                  keep="0,1,2")
+    res = receive(
+        tmp_path, data, chunk, send=data[3 * chunk :] + f"COMMIT {sha}\n".encode(), keep="0,1,2"
+    )
     assert res.returncode == 0, res.stderr.decode()
     assert (tmp_path / "img.tar.gz").read_bytes() == data
 
@@ -114,8 +151,8 @@ def _write_through(path: Path, data: bytes, monkeypatch, refuse: str) -> bool:
     writer = rs.Writer(str(path), True, MiB, True)
     for offset in range(0, len(data), rs.BLOCK):
         buf = writer.take()
-        piece = data[offset:offset + rs.BLOCK]
-        buf[:len(piece)] = piece
+        piece = data[offset : offset + rs.BLOCK]
+        buf[: len(piece)] = piece
         writer.put(buf, len(piece), offset)
     writer.finish(len(data))
     return writer.direct

@@ -1,6 +1,7 @@
 """The remote receiver in a shared, hostile upload directory: links planted at the names it
 writes, FIFOs where it expects files, garbage state files, names that climb out. Driven over
 local pipes exactly as sshd drives it (see test_receiver.receive)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,10 @@ def one_error_line(stderr: bytes) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("planted", [".img.tar.gz.part", ".img.tar.gz.part.state", "img.tar.gz",
-                                     ".img.tar.gz.part.state.tmp"])
+@pytest.mark.parametrize(
+    "planted",
+    [".img.tar.gz.part", ".img.tar.gz.part.state", "img.tar.gz", ".img.tar.gz.part.state.tmp"],
+)
 @pytest.mark.parametrize("target", ["canary", "missing"])
 def test_a_link_planted_at_a_receiver_name_is_not_followed(tmp_path, planted, target):
     up, canary = tmp_path / "up", tmp_path / target
@@ -37,12 +40,18 @@ def test_a_link_planted_at_a_receiver_name_is_not_followed(tmp_path, planted, ta
     if target == "canary":
         canary.write_bytes(b"canary")
     (up / planted).symlink_to(canary)
-    res = subprocess.run(receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND)
-    assert (up / planted).is_symlink() and os.readlink(up / planted) == str(canary), "the link stays"
+    res = subprocess.run(
+        receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND
+    )
+    assert (up / planted).is_symlink() and os.readlink(up / planted) == str(canary), (
+        "the link stays"
+    )
     if target == "canary":
         assert canary.read_bytes() == b"canary"
     else:
-        assert not canary.exists() and not canary.is_symlink(), "nothing is created through the link"
+        assert not canary.exists() and not canary.is_symlink(), (
+            "nothing is created through the link"
+        )
     if planted.endswith(".tmp"):  # not a name this receiver uses: the upload goes on beside it
         assert res.returncode == 0, res.stderr
         assert (up / "img.tar.gz").read_bytes() == DATA
@@ -62,8 +71,9 @@ def test_a_fifo_at_a_receiver_name_is_refused_without_blocking(tmp_path, planted
     assert sorted(p.name for p in tmp_path.iterdir()) == [planted]
 
 
-@pytest.mark.parametrize("name", ["../escape.tar.gz", "sub/x.tar.gz", "..", ".hidden.tar.gz", "x\n.tar.gz",
-                                  "x..tar.gz"])
+@pytest.mark.parametrize(
+    "name", ["../escape.tar.gz", "sub/x.tar.gz", "..", ".hidden.tar.gz", "x\n.tar.gz", "x..tar.gz"]
+)
 def test_a_name_that_leaves_the_directory_is_refused(tmp_path, name):
     up = tmp_path / "up"
     up.mkdir()
@@ -75,12 +85,24 @@ def test_a_name_that_leaves_the_directory_is_refused(tmp_path, name):
 
 
 @settings(max_examples=40)
-@given(state=st.one_of(st.binary(max_size=300),
-                       st.builds(lambda v: json.dumps(v).encode(),
-                                 st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                                              lambda kids: st.lists(kids, max_size=3)
-                                              | st.dictionaries(st.sampled_from(["sha256", "size", "chunk"]),
-                                                                kids, max_size=3), max_leaves=6))))
+@given(
+    state=st.one_of(
+        st.binary(max_size=300),
+        st.builds(
+            lambda v: json.dumps(v).encode(),
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                lambda kids: (
+                    st.lists(kids, max_size=3)
+                    | st.dictionaries(
+                        st.sampled_from(["sha256", "size", "chunk"]), kids, max_size=3
+                    )
+                ),
+                max_leaves=6,
+            ),
+        ),
+    )
+)
 @example(state=b"[]")
 @example(state=b'{"sha256": 5, "size": "x", "chunk": 0}')
 @example(state=b"\xff\xfe not json")
@@ -91,7 +113,9 @@ def test_garbage_state_file_means_a_fresh_upload(tmp_path_factory, state):
     (up / ".img.tar.gz.part.state").write_bytes(state)
     probe = subprocess.run(probe_argv(up), capture_output=True, timeout=BOUND)
     assert probe.returncode == 0, probe.stderr
-    res = subprocess.run(receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND)
+    res = subprocess.run(
+        receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND
+    )
     assert res.returncode == 0, res.stderr
     assert (up / "img.tar.gz").read_bytes() == DATA
     assert sorted(p.name for p in up.iterdir()) == ["img.tar.gz"]
@@ -99,8 +123,17 @@ def test_garbage_state_file_means_a_fresh_upload(tmp_path_factory, state):
 
 def receive_argv(directory: Path, chunk: int = MiB) -> list[str]:
     sha = hashlib.sha256(DATA).hexdigest()
-    return [sys.executable, str(SCRIPT), "push", str(directory), "img.tar.gz", str(len(DATA)), sha,
-            str(chunk), "0"]
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "push",
+        str(directory),
+        "img.tar.gz",
+        str(len(DATA)),
+        sha,
+        str(chunk),
+        "0",
+    ]
 
 
 def probe_argv(directory: Path) -> list[str]:
@@ -111,4 +144,3 @@ def probe_argv(directory: Path) -> list[str]:
 
 def stdin_for(data: bytes) -> bytes:
     return b"KEEP \n" + data + f"COMMIT {hashlib.sha256(data).hexdigest()}\n".encode()
-

@@ -1,6 +1,7 @@
 """kit transfer push --install into directories shared with other people and other pushes, over
 the loopback sshd: two pushes of one image at once, and links or files of someone else planted
 at the names a push writes (the receiver's, the sibling copies', the installer's)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,13 @@ NOBODY = 65534
 
 
 def leftovers(*dirs) -> list[str]:
-    return sorted(f"{d.name}/{p.name}" for d in dirs if d.exists() for p in d.iterdir() if p.name.startswith("."))
+    return sorted(
+        f"{d.name}/{p.name}"
+        for d in dirs
+        if d.exists()
+        for p in d.iterdir()
+        if p.name.startswith(".")
+    )
 
 
 def test_two_push_install_of_one_image_at_once(sshd, user_home, make_site, tmp_path):
@@ -50,9 +57,13 @@ def test_two_push_install_of_one_image_at_once(sshd, user_home, make_site, tmp_p
     assert leftovers(tmp_path / "remote", tmp_path / "images") == []
 
 
-@pytest.mark.parametrize("planted", ["sibling-temp-link", "sibling-link", "part-of-another-user",
-                                     "install-temp-of-another-user"])
-def test_what_others_planted_in_the_shared_dirs_is_left_alone(sshd, user_home, make_site, tmp_path, planted):
+@pytest.mark.parametrize(
+    "planted",
+    ["sibling-temp-link", "sibling-link", "part-of-another-user", "install-temp-of-another-user"],
+)
+def test_what_others_planted_in_the_shared_dirs_is_left_alone(
+    sshd, user_home, make_site, tmp_path, planted
+):
     have_charliecloud()
     site = make_site()
     img = busybox_image(tmp_path / "s.tar.gz", b"s")
@@ -62,10 +73,12 @@ def test_what_others_planted_in_the_shared_dirs_is_left_alone(sshd, user_home, m
     images.mkdir()
     canary = tmp_path / "canary"
     canary.write_text("canary")
-    path = {"sibling-temp-link": remote / ".s.tar.gz.sha256.tmp",  # the name an SFTP copy once used
-            "sibling-link": remote / "s.tar.gz.sha256",
-            "part-of-another-user": remote / ".s.tar.gz.part",
-            "install-temp-of-another-user": images / f".s@{version}.tmp"}[planted]
+    path = {
+        "sibling-temp-link": remote / ".s.tar.gz.sha256.tmp",  # the name an SFTP copy once used
+        "sibling-link": remote / "s.tar.gz.sha256",
+        "part-of-another-user": remote / ".s.tar.gz.part",
+        "install-temp-of-another-user": images / f".s@{version}.tmp",
+    }[planted]
     if planted == "part-of-another-user":
         path.write_text("their bytes")
         os.chown(path, NOBODY, NOBODY)

@@ -1,4 +1,5 @@
 """Endpoint resolution from a user's ~/.ssh/config (no server needed: pure config logic)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,10 +14,13 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_alias_port_user_keys_and_proxyjump(tmp_path):
-    cfg = write(tmp_path, "Host site\n  HostName login.site.example\n  Port 2222\n  User alice\n"
-                "  IdentityFile /keys/site\n  IdentitiesOnly yes\n  UserKnownHostsFile /kh/site\n"
-                "  ProxyJump gw\n"
-                "Host gw\n  HostName gw.site.example\n  User bob\n  UserKnownHostsFile /kh/gw\n")
+    cfg = write(
+        tmp_path,
+        "Host site\n  HostName login.site.example\n  Port 2222\n  User alice\n"
+        "  IdentityFile /keys/site\n  IdentitiesOnly yes\n  UserKnownHostsFile /kh/site\n"
+        "  ProxyJump gw\n"
+        "Host gw\n  HostName gw.site.example\n  User bob\n  UserKnownHostsFile /kh/gw\n",
+    )
     ep = resolve("site", ssh_config=cfg)
     assert (ep.hostname, ep.port, ep.user) == ("login.site.example", 2222, "alice")
     assert ep.identity_files == ["/keys/site"] and ep.identities_only
@@ -30,8 +34,11 @@ def test_alias_port_user_keys_and_proxyjump(tmp_path):
 
 
 def test_explicit_values_win_and_no_config(tmp_path):
-    cfg = write(tmp_path, "Host site\n  HostName login.site.example\n  Port 2222\n  User alice\n"
-                "  Ciphers chacha20-poly1305@openssh.com\n")
+    cfg = write(
+        tmp_path,
+        "Host site\n  HostName login.site.example\n  Port 2222\n  User alice\n"
+        "  Ciphers chacha20-poly1305@openssh.com\n",
+    )
     ep = resolve("site", user="carol", port=22022, jump="dave@gw2:2200", ssh_config=cfg)
     assert (ep.user, ep.port) == ("carol", 22022)
     assert (ep.jump.user, ep.jump.hostname, ep.jump.port) == ("dave", "gw2", 2200)
@@ -48,6 +55,7 @@ def test_unreachable_host_is_a_clear_error(tmp_path):
     from kit.errors import KitError
     from kit.transfer.ssh import connect
     from tests.helpers import free_port
+
     port = free_port()  # nothing listens there
     ep = resolve("127.0.0.1", port=port, ssh_config=tmp_path / "missing")
     with pytest.raises(KitError, match=f"cannot reach .*127.0.0.1:{port}"):

@@ -4,6 +4,7 @@ so it is simulated: strace delays the remote receiver's reads of the part (by 1 
 moving; or by 600 s: stuck), and a fake `ch-convert` on the remote PATH only sleeps (a stuck
 install). Each ends with a result or one clean KitError within the bounds the test sets; nothing
 is timed."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,7 @@ def partial_upload(img: Path, remote: Path) -> None:
     """What an interrupted push leaves: the first KEPT chunks in .NAME.part and its state file."""
     remote.mkdir(parents=True)
     data = img.read_bytes()
-    (remote / f".{img.name}.part").write_bytes(data[:KEPT * MiB])
+    (remote / f".{img.name}.part").write_bytes(data[: KEPT * MiB])
     state = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "chunk": MiB}
     (remote / f".{img.name}.part.state").write_text(json.dumps(state))
 
@@ -62,8 +63,9 @@ def descendants(pid: int) -> list[int]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                children.setdefault(int((proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[1]), []).append(
-                    int(proc.name))
+                children.setdefault(
+                    int((proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[1]), []
+                ).append(int(proc.name))
             except (OSError, IndexError, ValueError):
                 continue
     found, todo = [], [pid]
@@ -88,13 +90,34 @@ def slowed_reads(sshd: Sshd, remote: Path, part: Path, delay: str, first: int = 
     def attach() -> None:
         try:
             pid = receiver_pid(sshd)
-            tracers.append(subprocess.Popen(
-                ["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(pid), "-P", str(part), "-e", "trace=read",
-                 "-e", f"inject=read:delay_enter={delay}:when={first}+"], stderr=subprocess.DEVNULL))
-            while "TracerPid:\t0\n" in Path(f"/proc/{pid}/status").read_text() and tracers[0].poll() is None:
+            tracers.append(
+                subprocess.Popen(
+                    [
+                        "strace",
+                        "-f",
+                        "-qq",
+                        "-o",
+                        "/dev/null",
+                        "-p",
+                        str(pid),
+                        "-P",
+                        str(part),
+                        "-e",
+                        "trace=read",
+                        "-e",
+                        f"inject=read:delay_enter={delay}:when={first}+",
+                    ],
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            while (
+                "TracerPid:\t0\n" in Path(f"/proc/{pid}/status").read_text()
+                and tracers[0].poll() is None
+            ):
                 time.sleep(0.005)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
     thread = threading.Thread(target=attach, daemon=True)
     thread.start()
     try:
@@ -108,7 +131,9 @@ def slowed_reads(sshd: Sshd, remote: Path, part: Path, delay: str, first: int = 
 
 
 @pytest.mark.timeout(BOUND)
-def test_a_slow_rehash_of_the_kept_part_is_not_taken_for_a_hang(sshd, user_home, make_site, tmp_path):
+def test_a_slow_rehash_of_the_kept_part_is_not_taken_for_a_hang(
+    sshd, user_home, make_site, tmp_path
+):
     """Each 1 MiB read of the kept part takes 1 s: its re-hash (before the probe line, and again
     as the receiver reads the kept chunks) takes about 2 x STALL, but says after each chunk that
     it moves. Before, the watchdog stopped such a push after STALL s."""
@@ -123,7 +148,9 @@ def test_a_slow_rehash_of_the_kept_part_is_not_taken_for_a_hang(sshd, user_home,
 
 
 @pytest.mark.timeout(BOUND)
-def test_a_rehash_that_is_stuck_ends_the_push_and_keeps_the_part(sshd, user_home, make_site, tmp_path):
+def test_a_rehash_that_is_stuck_ends_the_push_and_keeps_the_part(
+    sshd, user_home, make_site, tmp_path
+):
     """The second read of the kept part never returns (within the test): the watchdog ends the
     push after STALL s with one line, and the part stays for the next push to resume from."""
     img = random_image(tmp_path / "stuck.tar.gz", 8 * MiB + 77)
@@ -135,7 +162,7 @@ def test_a_rehash_that_is_stuck_ends_the_push_and_keeps_the_part(sshd, user_home
     message = str(err.value)
     assert "\n" not in message and f"moved no byte for {STALL} s after 0 bytes" in message
     assert "no re-hash progress" in message and "Run the same command again" in message
-    assert part.read_bytes() == img.read_bytes()[:KEPT * MiB], "the next push resumes from it"
+    assert part.read_bytes() == img.read_bytes()[: KEPT * MiB], "the next push resumes from it"
 
 
 @pytest.fixture
@@ -146,26 +173,42 @@ def sshd_with_fake_ch_convert(tmp_path):
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\nexec sleep 3602\n")
     fake.chmod(0o755)
-    server = start_sshd(tmp_path / "stuck-sshd", extra_config=f"SetEnv PATH={fake.parent}:/usr/local/bin:/usr/bin:/bin\n")
+    server = start_sshd(
+        tmp_path / "stuck-sshd",
+        extra_config=f"SetEnv PATH={fake.parent}:/usr/local/bin:/usr/bin:/bin\n",
+    )
     yield server, server.write_ssh_config(tmp_path / "ssh_config", alias="stuck")
     server.stop()
 
 
 @pytest.mark.timeout(BOUND)
-def test_an_install_that_never_ends_is_stopped_by_the_local_timeout(sshd_with_fake_ch_convert, make_site, tmp_path):
+def test_an_install_that_never_ends_is_stopped_by_the_local_timeout(
+    sshd_with_fake_ch_convert, make_site, tmp_path
+):
     server, config = sshd_with_fake_ch_convert
     img = busybox_image(tmp_path / "bb.tar.gz")
     images = tmp_path / "images"
     with pytest.raises(KitError) as err:
-        push(img, make_site(images=images), host="stuck", ssh_config=config, install=True, install_timeout=3)
+        push(
+            img,
+            make_site(images=images),
+            host="stuck",
+            ssh_config=config,
+            install=True,
+            install_timeout=3,
+        )
     message = str(err.value)
     assert "\n" not in message and message.startswith("installing bb in ")
     assert f":{images}: no answer within 3 s" in message
     assert "--install-timeout" in message and "bb.current is unchanged" in message
-    assert (tmp_path / "remote" / "bb.tar.gz").read_bytes() == img.read_bytes(), "the upload is kept"
+    assert (tmp_path / "remote" / "bb.tar.gz").read_bytes() == img.read_bytes(), (
+        "the upload is kept"
+    )
+
     # The installer saw its session end: it stopped the fake ch-convert and removed its work dir.
     def leftovers() -> list[str]:
         return live_processes("sleep 3602") + (kit_leftovers(images) if images.exists() else [])
+
     deadline = time.monotonic() + 60  # a bound on the wait, not an assertion about speed
     while leftovers() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -174,7 +217,11 @@ def test_an_install_that_never_ends_is_stopped_by_the_local_timeout(sshd_with_fa
 
 
 @pytest.mark.parametrize("bounds", [{"stall": 0}, {"install_timeout": -1}])
-def test_a_bound_that_is_no_number_of_seconds_is_refused_before_connecting(make_site, tmp_path, bounds):
+def test_a_bound_that_is_no_number_of_seconds_is_refused_before_connecting(
+    make_site, tmp_path, bounds
+):
     img = random_image(tmp_path / "b.tar.gz", 1000)
-    with pytest.raises(KitError, match=r"--stall .* / --install-timeout .*: give a number of seconds > 0"):
+    with pytest.raises(
+        KitError, match=r"--stall .* / --install-timeout .*: give a number of seconds > 0"
+    ):
         push(img, make_site(), host="nowhere.invalid", **bounds)

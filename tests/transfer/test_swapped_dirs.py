@@ -3,6 +3,7 @@ for a symlink someone else made (another user of a shared tree): the receiver, t
 installer, the listing and the switch refuse it in one line and write, list or change nothing
 through it. A link of the user's own (or root's: a home on another filesystem) is followed, as
 before. Run as the site runs remote_script.py: a subprocess, driven over pipes."""
+
 from __future__ import annotations
 
 import os
@@ -36,26 +37,54 @@ def argv_for(mode: str, up: Path, images: Path) -> list[str]:
     if mode == "probe":
         return probe_argv(up)
     if mode == "install-src":
-        return [sys.executable, str(SCRIPT), "install", str(up / "img.tar.gz"), str(images), "img", VERSION,
-                "1", "0", "dir"]
+        return [
+            sys.executable,
+            str(SCRIPT),
+            "install",
+            str(up / "img.tar.gz"),
+            str(images),
+            "img",
+            VERSION,
+            "1",
+            "0",
+            "dir",
+        ]
     if mode == "install-imgdir":
-        return [sys.executable, str(SCRIPT), "install", str(images.parent / "img.tar.gz"), str(up), "img",
-                VERSION, "1", "0", "dir"]
+        return [
+            sys.executable,
+            str(SCRIPT),
+            "install",
+            str(images.parent / "img.tar.gz"),
+            str(up),
+            "img",
+            VERSION,
+            "1",
+            "0",
+            "dir",
+        ]
     if mode == "versions":
         return [sys.executable, str(SCRIPT), "versions", str(up), "img"]
     return [sys.executable, str(SCRIPT), "switch", str(up), "img", f"img@{VERSION}", "0"]
 
 
-@pytest.mark.parametrize("mode", ["push", "probe", "install-src", "install-imgdir", "versions", "switch"])
+@pytest.mark.parametrize(
+    "mode", ["push", "probe", "install-src", "install-imgdir", "versions", "switch"]
+)
 def test_a_directory_swapped_for_another_users_link_is_not_followed(tmp_path, mode):
     up, elsewhere, images = tmp_path / "up", tmp_path / "elsewhere", tmp_path / "images"
     up.mkdir()
     images.mkdir()
-    first = subprocess.run(receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND)
-    assert first.returncode == 0 and (up / "img.tar.gz").read_bytes() == DATA, first.stderr  # the first push
+    first = subprocess.run(
+        receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND
+    )
+    assert first.returncode == 0 and (up / "img.tar.gz").read_bytes() == DATA, (
+        first.stderr
+    )  # the first push
 
     elsewhere.mkdir()
-    (elsewhere / f"img@{VERSION}").mkdir()  # what a switch or listing there would take for a version
+    (
+        elsewhere / f"img@{VERSION}"
+    ).mkdir()  # what a switch or listing there would take for a version
     (elsewhere / "img.tar.gz").write_bytes(DATA)
     os.rename(up, tmp_path / "up.old")
     up.symlink_to(elsewhere)
@@ -63,7 +92,9 @@ def test_a_directory_swapped_for_another_users_link_is_not_followed(tmp_path, mo
     (tmp_path / "img.tar.gz").write_bytes(DATA)
     before = sorted(p.name for p in elsewhere.iterdir())
 
-    res = subprocess.run(argv_for(mode, up, images), input=stdin_for(DATA), capture_output=True, timeout=BOUND)
+    res = subprocess.run(
+        argv_for(mode, up, images), input=stdin_for(DATA), capture_output=True, timeout=BOUND
+    )
     assert res.returncode == EXIT_REFUSED, res.stderr
     line = one_error_line(res.stderr)
     assert f"{up} is a symlink of uid {NOBODY}, neither this user's nor root's" in line, line
@@ -72,5 +103,7 @@ def test_a_directory_swapped_for_another_users_link_is_not_followed(tmp_path, mo
     assert os.readlink(up) == str(elsewhere) and sorted(p.name for p in images.iterdir()) == []
 
     os.lchown(up, os.geteuid(), os.getegid())  # the user's own link: followed, as before
-    again = subprocess.run(receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND)
+    again = subprocess.run(
+        receive_argv(up), input=stdin_for(DATA), capture_output=True, timeout=BOUND
+    )
     assert again.returncode == 0 and (elsewhere / "img.tar.gz").read_bytes() == DATA, again.stderr

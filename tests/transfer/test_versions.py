@@ -1,4 +1,5 @@
 """`kit transfer versions|rollback` against the loopback sshd: the kept versions are a way back."""
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,10 @@ def test_rollback_walks_back_through_the_kept_versions(sshd, user_home, make_sit
     report = push(busybox_image(tmp_path / "bb.tar.gz", b"four"), site, install=True)
     assert report.pruned == [f"bb@{shas['two']}"]
     assert [v.entry for v in installed_versions("bb", site).versions] == [
-        f"bb@{report.sha256[:12]}", f"bb@{shas['three']}", f"bb@{shas['one']}"]
+        f"bb@{report.sha256[:12]}",
+        f"bb@{shas['three']}",
+        f"bb@{shas['one']}",
+    ]
 
 
 def test_cli_versions_and_rollback(sshd, home, make_site, tmp_path, repo):
@@ -57,24 +61,46 @@ def test_cli_versions_and_rollback(sshd, home, make_site, tmp_path, repo):
     kit = [sys.executable, "-m", "kit", "transfer"]
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(kit + list(args) + ["--site", str(site)], capture_output=True, text=True,
-                              env=env, cwd=repo)
+        return subprocess.run(
+            kit + list(args) + ["--site", str(site)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=repo,
+        )
 
     empty = run("versions", "app")
     assert empty.returncode == 0 and "no version of app installed" in empty.stdout
     for content in (b"a", b"b"):
-        subprocess.run(kit + ["push", str(busybox_image(tmp_path / "src" / "app.tar.gz", content)),
-                              "--site", str(site), "--install"], check=True, env=env, cwd=repo,
-                       capture_output=True)
+        subprocess.run(
+            kit
+            + [
+                "push",
+                str(busybox_image(tmp_path / "src" / "app.tar.gz", content)),
+                "--site",
+                str(site),
+                "--install",
+            ],
+            check=True,
+            env=env,
+            cwd=repo,
+            capture_output=True,
+        )
     listed = run("versions", "app")
     assert listed.returncode == 0
     rows = [line.split() for line in listed.stdout.splitlines() if "app@" in line]
-    assert len(rows) == 2 and rows[0][0] == "*" and rows[1][0].startswith("app@")  # newest is current
+    assert (
+        len(rows) == 2 and rows[0][0] == "*" and rows[1][0].startswith("app@")
+    )  # newest is current
     newest, older = rows[0][1], rows[1][0]
     current = tmp_path / "images" / "app.current"
     assert os.readlink(current) == newest
     dry = run("rollback", "app.tar.gz", "--dry-run")  # the pushed file's name names the image too
-    assert dry.returncode == 0 and "would point" in dry.stdout and f"at {older} (was {newest})" in dry.stdout
+    assert (
+        dry.returncode == 0
+        and "would point" in dry.stdout
+        and f"at {older} (was {newest})" in dry.stdout
+    )
     assert f"/images/app.current at {older}" in dry.stdout
     assert os.readlink(current) == newest
     done = run("rollback", "app")

@@ -1,4 +1,7 @@
-"""`kit transfer versions --json` against the loopback sshd: the library's answer, as one document."""
+"""`kit transfer versions --json` against the loopback sshd: the library's answer, as one
+document.
+"""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +28,10 @@ def test_versions_json_matches_installed_versions(sshd, user_home, make_site, tm
     doc = versions_json(capsys, site, "app.tar.gz")  # the pushed file's name names the image too
     found = installed_versions("app", site)
     assert doc["where"] == found.where and doc["current"] == found.current
-    assert doc["versions"] == [{"entry": v.entry, "current": v.current, "format": v.format,
-                                "installed": v.installed} for v in found.versions]
+    assert doc["versions"] == [
+        {"entry": v.entry, "current": v.current, "format": v.format, "installed": v.installed}
+        for v in found.versions
+    ]
     assert [v["current"] for v in doc["versions"]] == [True, False]
 
 
@@ -37,12 +42,24 @@ def test_versions_json_error_is_one_line_and_nothing_on_stdout(capsys):
 
 
 def test_the_document_is_built_by_the_library_newest_first():
-    """The CLI prints Versions.document(); a field renamed or dropped there would change the format."""
+    """The CLI prints Versions.document(); a field renamed or dropped there would change the
+    format.
+    """
     from kit.transfer.versions import Installed, Versions
 
-    found = Versions("app", "host:/images", "app@bbbb", [Installed("app@bbbb", True, "dir", 2.0),
-                                                          Installed("app@aaaa.sqfs", False, "squash", 1.0)])
+    found = Versions(
+        "app",
+        "host:/images",
+        "app@bbbb",
+        [Installed("app@bbbb", True, "dir", 2.0), Installed("app@aaaa.sqfs", False, "squash", 1.0)],
+    )
     doc = json.loads(json.dumps(found.document()))
-    assert doc == {"name": "app", "where": "host:/images", "current": "app@bbbb",
-                   "versions": [{"entry": "app@bbbb", "current": True, "format": "dir", "installed": 2.0},
-                                {"entry": "app@aaaa.sqfs", "current": False, "format": "squash", "installed": 1.0}]}
+    assert doc == {
+        "name": "app",
+        "where": "host:/images",
+        "current": "app@bbbb",
+        "versions": [
+            {"entry": "app@bbbb", "current": True, "format": "dir", "installed": 2.0},
+            {"entry": "app@aaaa.sqfs", "current": False, "format": "squash", "installed": 1.0},
+        ],
+    }

@@ -1,5 +1,6 @@
 """One 2-node virtual cluster for the run and fault tests (torn down even when they fail), the Intel
 MPI host and MPICH image of tests/mpi, and the showers of tests/slurm (session-scoped: built once)."""
+
 from __future__ import annotations
 
 import sys
@@ -15,7 +16,9 @@ from tests.support.vcluster import fresh_name, require_namespaces
 
 @pytest.fixture(scope="session")
 def vcluster_work(tmp_path_factory) -> Path:
-    """Data, images and sweeps: under a directory the cluster's site configs bind into containers."""
+    """Data, images and sweeps: under a directory the cluster's site configs bind into
+    containers.
+    """
     return tmp_path_factory.mktemp("vcwork")
 
 
@@ -27,7 +30,9 @@ def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
     from kit.vcluster import down, up
 
     base = Path(sys.base_prefix).resolve()
-    require(base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it")
+    require(
+        base not in (Path("/usr"), Path("/usr/local")), "venv on the system Python: cannot bind it"
+    )
     venv = Path(sys.prefix).resolve()  # a worktree's .venv may be a link to another checkout's
     binds = {f"{p}:{p}" for p in (REPO, base, venv, vcluster_work)}
     directory = tmp_path_factory.mktemp("vcluster")
@@ -46,7 +51,9 @@ def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
 
     from kit.mpi import convert_paired
 
-    require(shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)")
+    require(
+        shutil.which("ch-run") is not None, "ch-run not installed (Debian package charliecloud)"
+    )
     made: dict[str, Path] = {}
 
     def image(site_file: str) -> Path:
@@ -55,11 +62,14 @@ def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
 
             images = Path(load_site(str(Path(vcluster.directory) / site_file)).container.image_dir)
             images.mkdir(parents=True)
-            done = convert_paired(mpich_oci, images / "gan3d.sqfs", Path(vcluster.directory) / site_file)
+            done = convert_paired(
+                mpich_oci, images / "gan3d.sqfs", Path(vcluster.directory) / site_file
+            )
             assert not done.pair.missing, done.pair.missing
             (images / "gan3d.current").symlink_to("gan3d.sqfs")
             made[site_file] = images / "gan3d.sqfs"
         return made[site_file]
+
     return image
 
 
@@ -76,15 +86,22 @@ def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
     from tests.support.rootfs import debian_rootfs_tar
 
     site = Path(vcluster.directory) / "vcluster-openmpi.yaml"
-    require(site.is_file(), "no vcluster-openmpi.yaml: Debian's Open MPI missing (apt-get install openmpi-bin "
-                            "libopenmpi3 libpmix-dev; scripts/setup.sh)")
-    require(shutil.which("ch-run") is not None and shutil.which("mmdebstrap") is not None,
-            "ch-run or mmdebstrap not installed (scripts/setup.sh installs them)")
+    require(
+        site.is_file(),
+        "no vcluster-openmpi.yaml: Debian's Open MPI missing (apt-get install openmpi-bin "
+        "libopenmpi3 libpmix-dev; scripts/setup.sh)",
+    )
+    require(
+        shutil.which("ch-run") is not None and shutil.which("mmdebstrap") is not None,
+        "ch-run or mmdebstrap not installed (scripts/setup.sh installs them)",
+    )
     images = Path(load_site(str(site)).container.image_dir)
     images.mkdir(parents=True)
     done = convert_paired(debian_rootfs_tar(OPENMPI_IMAGE_PACKAGES), images / "ompi", site)
     assert not done.pair.missing, done.pair.missing
-    (images / "ompi.current").symlink_to("ompi")  # where the pair's launch line runs it (kit transfer's link)
+    (images / "ompi.current").symlink_to(
+        "ompi"
+    )  # where the pair's launch line runs it (kit transfer's link)
     return site, images / "ompi"
 
 
@@ -100,6 +117,8 @@ def vc_data(showers, vcluster_work) -> list[Path]:  # noqa: F811
 
 @pytest.fixture
 def on_vcluster(vcluster, monkeypatch):
-    """kit scale talks to the virtual cluster, not the one-node test Slurm other tests may have started."""
+    """kit scale talks to the virtual cluster, not the one-node test Slurm other tests may have
+    started.
+    """
     monkeypatch.setenv("SLURM_CONF", str(vcluster.conf))
     return vcluster

@@ -1,5 +1,6 @@
 """`kit vcluster up|down|status`: real namespaces, bridge, munged, slurmctld and one slurmd per node.
 Each test makes a cluster of its own name and subnet (seconds) and removes it, failing or not."""
+
 from __future__ import annotations
 
 import json
@@ -30,30 +31,45 @@ def cluster_dir(tmp_path):
 
 
 def _srun(state, *argv: str) -> list[str]:
-    done = subprocess.run(["srun", "-N", str(len(state.nodes)), "--ntasks-per-node=1", *argv], env=state.env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["srun", "-N", str(len(state.nodes)), "--ntasks-per-node=1", *argv],
+        env=state.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return sorted(done.stdout.split("\n"))[1:]
 
 
-def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exactly_them(cluster_dir, capsys):
+def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exactly_them(
+    cluster_dir, capsys
+):
     name = fresh_name()
     assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name]) == 0
     out = capsys.readouterr().out
     state = load_state(cluster_dir)
-    assert f"started virtual cluster {name}: 2 node(s)" in out and f"export SLURM_CONF={state.conf}" in out
+    assert (
+        f"started virtual cluster {name}: 2 node(s)" in out
+        and f"export SLURM_CONF={state.conf}" in out
+    )
     nodes = [n["name"] for n in state.nodes]
     assert nodes == [f"{name}-1", f"{name}-2"]
     assert _srun(state, "hostname") == nodes  # each slurmd in its own UTS namespace
     addresses = _srun(state, "sh", "-c", "ip -br -4 addr show dev vc0 | awk '{print $3}'")
     assert addresses == [f"{n['address']}/24" for n in state.nodes] and len(set(addresses)) == 2
     resolved = [line.split() for line in _srun(state, "getent", "hosts", f"{name}-2")]
-    assert resolved == [[state.nodes[1]["address"], f"{name}-2"]] * 2  # the cluster's hosts file, on every node
+    assert (
+        resolved == [[state.nodes[1]["address"], f"{name}-2"]] * 2
+    )  # the cluster's hosts file, on every node
 
     again = up(cluster_dir, 2, name)  # a no-op that reports the running cluster
     assert not again.started and again.state == state
     doc = status(cluster_dir)
-    assert doc["running"] and {n["slurm_state"] for n in doc["nodes"]} <= {"idle", "comp"}  # comp: srun's end
+    assert doc["running"] and {n["slurm_state"] for n in doc["nodes"]} <= {
+        "idle",
+        "comp",
+    }  # comp: srun's end
     with pytest.raises(VclusterError, match="runs cluster .* with 2 nodes; fix: kit vcluster down"):
         up(cluster_dir, 3, name)
 
@@ -62,16 +78,23 @@ def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exac
         assert site.scheduler.partition == name and site.scheduler.max_nodes == 2
     daemons = [m for m in state.made if m.kind == "daemon"]
     assert len(daemons) == 4 and all(recorded_pid(m) for m in daemons)
-    assert sorted(cluster_links(name)) == sorted([f"kvc-{name}", f"kvc-{name}-1", f"kvc-{name}-2",
-                                                  f"kvc-{name}-1", f"kvc-{name}-2"])  # 3 links, 2 namespaces
+    assert sorted(cluster_links(name)) == sorted(
+        [f"kvc-{name}", f"kvc-{name}-1", f"kvc-{name}-2", f"kvc-{name}-1", f"kvc-{name}-2"]
+    )  # 3 links, 2 namespaces
 
     assert main(["vcluster", "down", "--dir", str(cluster_dir)]) == 0
     assert "removed 9 thing(s)" in capsys.readouterr().out
     _gone(name, daemons)
-    assert not (cluster_dir / "state").exists() and (cluster_dir / "logs" / "slurmctld.log").is_file()
+    assert (
+        not (cluster_dir / "state").exists() and (cluster_dir / "logs" / "slurmctld.log").is_file()
+    )
     assert main(["vcluster", "status", "--dir", str(cluster_dir), "--json"]) == 1
     gone = json.loads(capsys.readouterr().out)
-    assert gone["schema"] == "kit-vcluster-status/1" and gone["running"] is False and gone["nodes"] == []
+    assert (
+        gone["schema"] == "kit-vcluster-status/1"
+        and gone["running"] is False
+        and gone["nodes"] == []
+    )
     assert down(cluster_dir) == []  # twice: nothing to do
 
 
@@ -88,8 +111,23 @@ def test_an_up_killed_half_way_is_refused_until_down_removes_what_it_made(cluste
     exist, the state says incomplete."""
     name = fresh_name()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.Popen([sys.executable, "-m", "kit", "vcluster", "up", "2", "--dir", str(cluster_dir),
-                             "--name", name], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kit",
+            "vcluster",
+            "up",
+            "2",
+            "--dir",
+            str(cluster_dir),
+            "--name",
+            name,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -103,7 +141,9 @@ def test_an_up_killed_half_way_is_refused_until_down_removes_what_it_made(cluste
         proc.wait(timeout=30)
     state = load_state(cluster_dir)
     assert state is not None and not state.complete
-    with pytest.raises(VclusterError, match=r"not whole \(its `up` did not finish\); fix: kit vcluster down"):
+    with pytest.raises(
+        VclusterError, match=r"not whole \(its `up` did not finish\); fix: kit vcluster down"
+    ):
         up(cluster_dir, 2, name)
     time.sleep(1)  # the killed up's last slurmd may still be starting: down must catch it too
     daemons = [m for m in load_state(cluster_dir).made if m.kind == "daemon"]
@@ -113,26 +153,34 @@ def test_an_up_killed_half_way_is_refused_until_down_removes_what_it_made(cluste
 
 
 def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
-    used = json.loads(subprocess.run(["ip", "-4", "-j", "addr"], capture_output=True, text=True).stdout)
+    used = json.loads(
+        subprocess.run(["ip", "-4", "-j", "addr"], capture_output=True, text=True).stdout
+    )
     lo = next(a["local"] for e in used for a in e["addr_info"] if a["local"].startswith("127."))
     for argv, message in (
-            (["--name", "Bad_Name"], "--name 'Bad_Name': 1-8 lower-case letters and digits"),
-            (["--subnet", "8.8.8.0/24"], "give a private IPv4 /24"),
-            (["--subnet", f"{lo.rsplit('.', 1)[0]}.0/24"], "overlaps 127.0.0.0/8 on this host"),
-            (["--intel-mpi", str(tmp_path)], "no lib/libmpi.so.12 there")):
+        (["--name", "Bad_Name"], "--name 'Bad_Name': 1-8 lower-case letters and digits"),
+        (["--subnet", "8.8.8.0/24"], "give a private IPv4 /24"),
+        (["--subnet", f"{lo.rsplit('.', 1)[0]}.0/24"], "overlaps 127.0.0.0/8 on this host"),
+        (["--intel-mpi", str(tmp_path)], "no lib/libmpi.so.12 there"),
+    ):
         for dry in ([], ["--dry-run"]):
             assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), *argv, *dry]) == 1
             err = capsys.readouterr().err
             assert err.startswith("kit: error: ") and message in err and err.count("\n") == 1
             assert load_state(cluster_dir) is None
-    for count in ("0", "17"):  # a usage error: the node count is checked as the command line is read
+    for count in (
+        "0",
+        "17",
+    ):  # a usage error: the node count is checked as the command line is read
         with pytest.raises(SystemExit) as done:
             main(["vcluster", "up", count, "--dir", str(cluster_dir)])
         assert done.value.code == 2 and "give a number from 1 to 16" in capsys.readouterr().err
     assert load_state(cluster_dir) is None
     cluster_dir.mkdir(exist_ok=True)
-    for garbage, message in (("{", "state:1: not valid JSON"), (json.dumps({"not": "ours"}), "not a virtual cluster "
-                                                                          "state kit wrote")):
+    for garbage, message in (
+        ("{", "state:1: not valid JSON"),
+        (json.dumps({"not": "ours"}), "not a virtual cluster state kit wrote"),
+    ):
         (cluster_dir / "state").write_text(garbage)
         assert main(["vcluster", "down", "--dir", str(cluster_dir)]) == 1
         err = capsys.readouterr().err
@@ -144,9 +192,16 @@ def test_the_script_is_the_kit_command_from_any_directory(tmp_path):
     """scripts/vcluster.sh runs `kit vcluster` with the checkout's Python, wherever it is called from:
     status of a directory without a cluster is exit 1 with the documented JSON, and nothing is made."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "vcluster.sh"
-    res = subprocess.run(["bash", str(script), "status", "--dir", str(tmp_path / "none"), "--json"],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    res = subprocess.run(
+        ["bash", str(script), "status", "--dir", str(tmp_path / "none"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert res.returncode == 1, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "kit-vcluster-status/1" and doc["running"] is False and doc["nodes"] == []
+    assert (
+        doc["schema"] == "kit-vcluster-status/1" and doc["running"] is False and doc["nodes"] == []
+    )
     assert not (tmp_path / "none").exists()

@@ -2,6 +2,7 @@
 on one node mid-run ends the job (no hang), collect names the node, --resubmit runs it again and
 nothing of the failed job is counted; a node drained before submission shows as pending with the
 admin's reason."""
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,33 @@ EPOCHS = "6"  # after rank 0 reports epoch 1 (tracing done), 5 more: time to kil
 
 
 def _plan(vc, sweep: Path, image: Path, data: list[Path], capsys) -> None:
-    assert main(["scale", "plan", "--site", str(Path(vc.directory) / "vcluster.yaml"), "--image", str(image),
-                 "--nodes", "2", "--ranks-per-node", "1", "--python", sys.executable, "--walltime", "00:15:00",
-                 "--dir", str(sweep), "--", *tiny_train_args(data), "--epochs", EPOCHS]) == 0
+    assert (
+        main(
+            [
+                "scale",
+                "plan",
+                "--site",
+                str(Path(vc.directory) / "vcluster.yaml"),
+                "--image",
+                str(image),
+                "--nodes",
+                "2",
+                "--ranks-per-node",
+                "1",
+                "--python",
+                sys.executable,
+                "--walltime",
+                "00:15:00",
+                "--dir",
+                str(sweep),
+                "--",
+                *tiny_train_args(data),
+                "--epochs",
+                EPOCHS,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
 
 
@@ -55,8 +80,9 @@ def _rank_on(netns: str) -> int:
 
 
 @pytest.mark.timeout(2400)  # two trainings; bounded waits inside
-def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(on_vcluster, vc_image, vc_data,
-                                                                        vcluster_work, capsys):
+def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(
+    on_vcluster, vc_image, vc_data, vcluster_work, capsys
+):
     vc = on_vcluster
     sweep = vcluster_work / "sweep-fault"
     _plan(vc, sweep, vc_image("vcluster.yaml"), vc_data, capsys)
@@ -65,25 +91,35 @@ def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(on_vclust
     log = sweep / "logs" / f"n2-r1-t2-{job}.out"
     deadline = time.monotonic() + 900  # start-up and tracing on a loaded machine
     checked = time.monotonic()
-    while f"epoch 1/{EPOCHS}" not in (log.read_text() if log.exists() else ""):  # rank 0 flushes each line
+    while f"epoch 1/{EPOCHS}" not in (
+        log.read_text() if log.exists() else ""
+    ):  # rank 0 flushes each line
         assert time.monotonic() < deadline, f"no epoch after 900 s: {log.read_text()}"
-        if time.monotonic() - checked > 15:  # a job that ended early fails here, not at the deadline
+        if (
+            time.monotonic() - checked > 15
+        ):  # a job that ended early fails here, not at the deadline
             assert sweep_jobs.collect(sweep)[0].active, log.read_text()
             checked = time.monotonic()
         time.sleep(0.2)
     victim = vc.nodes[1]
     os.kill(_rank_on(victim["netns"]), signal.SIGKILL)
 
-    code, run = _collect(sweep, capsys, "--wait", "--poll", "2", "--timeout", "300")  # bounded: no hang
+    code, run = _collect(
+        sweep, capsys, "--wait", "--poll", "2", "--timeout", "300"
+    )  # bounded: no hang
     assert code == 1 and run["state"] == "FAILED" and run["result"] is None
     # the node, in the log's end: "Killed", or ch-run's exit status for its killed child
-    assert re.search(rf"srun: error: {victim['name']}: task 1: (Killed|Exited with exit code)", run["problem"]), \
-        run["problem"]
+    assert re.search(
+        rf"srun: error: {victim['name']}: task 1: (Killed|Exited with exit code)", run["problem"]
+    ), run["problem"]
     assert f"epoch {EPOCHS}/{EPOCHS}" not in run["problem"]  # killed mid-run, not at the end
     capsys.readouterr()
     assert main(["scale", "collect", str(sweep)]) == 1
     out = " ".join(capsys.readouterr().out.split())
-    assert f"n2-r1-t2 (job {job}, FAILED) has no result; its log ends:" in out and victim["name"] in out
+    assert (
+        f"n2-r1-t2 (job {job}, FAILED) has no result; its log ends:" in out
+        and victim["name"] in out
+    )
     assert sweep_jobs.results(sweep) == []  # nothing of the failed job is counted
     assert main(["scale", "report", str(sweep)]) == 1
     assert "no results to report" in capsys.readouterr().err
@@ -99,8 +135,9 @@ def test_a_rank_killed_mid_run_ends_the_job_and_resubmit_runs_it_again(on_vclust
     assert sweep_jobs.results(sweep) == [Path(run["result"])]
 
 
-def test_a_node_drained_before_submission_shows_as_pending_with_the_reason(on_vcluster, vc_image, vc_data,
-                                                                           vcluster_work, capsys):
+def test_a_node_drained_before_submission_shows_as_pending_with_the_reason(
+    on_vcluster, vc_image, vc_data, vcluster_work, capsys
+):
     vc = on_vcluster
     node = vc.nodes[1]["name"]
     sweep = vcluster_work / "sweep-drained"
@@ -119,9 +156,13 @@ def test_a_node_drained_before_submission_shows_as_pending_with_the_reason(on_vc
                 break
             time.sleep(1)
         assert code == 0 and run["problem"] is None  # nothing failed: it waits
-        assert run["state"].startswith("PENDING (Nodes required for job are DOWN, DRAINED"), run["state"]
+        assert run["state"].startswith("PENDING (Nodes required for job are DOWN, DRAINED"), run[
+            "state"
+        ]
         assert f"{node} drained: kit-test: fan failure" in run["state"]
-        with pytest.raises(KitError, match=r"still queued or running after 3 s: n2-r1-t2 \(PENDING"):
+        with pytest.raises(
+            KitError, match=r"still queued or running after 3 s: n2-r1-t2 \(PENDING"
+        ):
             sweep_jobs.wait(sweep, poll_seconds=1, timeout=3)
     finally:
         main(["scale", "cancel", str(sweep)])

@@ -3,6 +3,7 @@ user's where the cluster keeps its logs, or a directory where munged's key goes 
 not start). The up removes what it made, and nothing else (a bystander interface, the user's
 file), then says why in one line; its directory records no cluster, so the next up just works.
 And `down` (or `down --dry-run`) where no cluster was ever made makes nothing there either."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,7 +27,9 @@ def bystander():
 
 
 @pytest.mark.parametrize("planted", ["logs", "munge/munge.key"])
-def test_an_up_that_fails_half_way_removes_what_it_made_and_nothing_else(cluster_dir, bystander, capsys, planted):
+def test_an_up_that_fails_half_way_removes_what_it_made_and_nothing_else(
+    cluster_dir, bystander, capsys, planted
+):
     name = fresh_name()
     at = cluster_dir / planted
     at.parent.mkdir(parents=True)
@@ -44,9 +47,16 @@ def test_an_up_that_fails_half_way_removes_what_it_made_and_nothing_else(cluster
     while cluster_links(name) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert cluster_links(name) == []
-    assert subprocess.run(["ip", "link", "show", "dev", bystander], capture_output=True, timeout=30).returncode == 0
+    assert (
+        subprocess.run(
+            ["ip", "link", "show", "dev", bystander], capture_output=True, timeout=30
+        ).returncode
+        == 0
+    )
     assert at.read_text() == "the user's own log\n" if planted == "logs" else at.is_dir()
-    assert not subprocess.run(["pgrep", "-f", f"{cluster_dir}/"], capture_output=True, text=True).stdout
+    assert not subprocess.run(
+        ["pgrep", "-f", f"{cluster_dir}/"], capture_output=True, text=True
+    ).stdout
 
 
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]])
@@ -54,17 +64,43 @@ def test_down_where_no_cluster_was_made_makes_nothing(tmp_path, capsys, dry):
     where = tmp_path / "never" / "up"
     assert main(["vcluster", "down", "--dir", str(where), *dry]) == 0
     out = capsys.readouterr().out
-    assert out == ("dry run: nothing recorded\n" if dry else f"no virtual cluster recorded in {where}: nothing to do\n")
+    assert out == (
+        "dry run: nothing recorded\n"
+        if dry
+        else f"no virtual cluster recorded in {where}: nothing to do\n"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("bind", ["relative:/data", "/data:/in:/image", "/data"])
-def test_a_bind_the_site_configs_would_refuse_is_refused_before_anything_is_made(cluster_dir, capsys, bind):
+def test_a_bind_the_site_configs_would_refuse_is_refused_before_anything_is_made(
+    cluster_dir, capsys, bind
+):
     """A bind the site configs would refuse is refused before `up` starts anything (the configs are
     written last, so a later refusal would leave a running cluster with no site config)."""
     name = fresh_name()
     for dry in ([], ["--dry-run"]):
-        assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name, "--bind", bind, *dry]) == 1
+        assert (
+            main(
+                [
+                    "vcluster",
+                    "up",
+                    "2",
+                    "--dir",
+                    str(cluster_dir),
+                    "--name",
+                    name,
+                    "--bind",
+                    bind,
+                    *dry,
+                ]
+            )
+            == 1
+        )
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("kit: error: --bind/--dir: bind ") and bind in err, err
+        assert (
+            err.count("\n") == 1
+            and err.startswith("kit: error: --bind/--dir: bind ")
+            and bind in err
+        ), err
         assert load_state(cluster_dir) is None and cluster_links(name) == []
