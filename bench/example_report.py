@@ -1,6 +1,7 @@
 """The example report in docs/example-report/, made by the current code from two sources:
 
-    .venv/bin/python bench/example_report.py [--out docs/example-report] [--paper-only] [--repeats 3] [--work DIR]
+    .venv/bin/python bench/example_report.py [--out docs/example-report] [--paper-only]
+        [--repeats 3] [--work DIR]
 
 paper/  the seed paper's Table 4 (4 ranks x 12 threads per node, host Intel MPI, 4-768 nodes) as
         results files, with Table 7's FLOP rates of the same set-up, reported with --reference
@@ -37,7 +38,8 @@ from kit.scale.tune import local_launcher
 from kit.site import load_site
 
 PAPER_BATCH_PER_RANK = 8  # not printed in the paper: only names the series
-PAPER_MPI = "Intel(R) MPI Library 2019 for Linux* OS"  # the host Intel MPI of Table 4 (vendor: the series key)
+# the host Intel MPI of Table 4 (vendor: the series key)
+PAPER_MPI = "Intel(R) MPI Library 2019 for Linux* OS"
 LAYOUTS = ((1, 2), (2, 1))  # ranks x threads on the laptop's 2 cores
 TRAIN = ("--preset", "tiny", "--batch-size", "4", "--epochs", "3", "--seed", "3")
 RUN_TIMEOUT = 1800  # seconds per training or validation on a loaded 2-core machine

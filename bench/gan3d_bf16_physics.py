@@ -1,7 +1,9 @@
 """Physics equivalence of bf16 training on the FULL preset (the test does the tiny one).
 
-    .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16] [--showers 640] [--generated 512]
-    .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64 --generated 128
+    .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16]
+        [--showers 640] [--generated 512]
+    .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64
+        --generated 128
 
 Trains fp32 seed A, fp32 seed B and bf16 seed A from the same simulated showers for the same
 steps (gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and the
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds=seconds,
     )
     print(
-        f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, {args.generated} generated showers) "
+        f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, "
+        f"{args.generated} generated showers) "
         "| fp32 seed A vs fp32 seed B | bf16 seed A vs fp32 seed A | bf16 within the fp32 spread |"
     )
     print("|---|---|---|---|")
@@ -79,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     c = out["cellsum_over_ep"]
     print(
-        f"\ncell sum / Ep (mean, std): fp32 A {c['fp32_a'][0]:.4g}, {c['fp32_a'][1]:.4g}; fp32 B {c['fp32_b'][0]:.4g}, "
+        f"\ncell sum / Ep (mean, std): fp32 A {c['fp32_a'][0]:.4g}, {c['fp32_a'][1]:.4g}; "
+        f"fp32 B {c['fp32_b'][0]:.4g}, "
         f"{c['fp32_b'][1]:.4g}; bf16 A {c['bf16_a'][0]:.4g}, {c['bf16_a'][1]:.4g}"
     )
     print(f"wall {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f} at the end")

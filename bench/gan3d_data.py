@@ -1,6 +1,7 @@
 """Benchmark of the gan3d data side: simulator speed, file writing, and the streaming reader.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/gan3d_data.py [--events 1024] [--files 4] [--events-per-file 2000]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/gan3d_data.py [--events 1024] [--files 4]
+        [--events-per-file 2000]
 
 Prints one JSON object. The reader is compared with the reference's way of reading
 (whole file into memory with h5py, threshold, then slice batches), run back to back on the

@@ -814,7 +814,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in ab["seconds"].items():
             rate = ab["flop"] / t
             print(
-                f"| {name} | {ab['showers'] / t:.2f} | {rate / 1e9:.1f} | {_of_theoretical(rate)} | {_load()} |"
+                f"| {name} | {ab['showers'] / t:.2f} | {rate / 1e9:.1f} | {_of_theoretical(rate)} "
+                f"| {_load()} |"
             )
     if args.profile:
         print_profile(args)
@@ -846,8 +847,10 @@ def floors(args) -> int:
     ref = "reference structure fp32"
     unit = cpu.bf16_support()
     print(
-        f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds × {args.steps} steps) "
-        f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) "
+        f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds "
+        f"× {args.steps} steps) "
+        f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) "
+        f"| × reference fp32 (median of rounds) "
         f"| × reference fp32 (CPU s/step, median of rounds) | floor |"
     )
     print("|---|---|---|---|---|---|---|---|")
@@ -889,7 +892,8 @@ def forms(args) -> int:
     f = run_worker("forms", args, 2)
     print(
         f"| convolution, fwd + both grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds "
-        f"× {args.steps}) | direct, best ms | frequency domain, best ms | × (best) | × (CPU s, median of rounds) "
+        f"× {args.steps}) | direct, best ms | frequency domain, best ms | × (best) "
+        "| × (CPU s, median of rounds) "
         "| in FFT_LAYERS |"
     )
     print("|---|---|---|---|---|---|")
@@ -909,14 +913,16 @@ def print_profile(args) -> None:
     rows, wall_ms = onednn_profile(args)
     total = sum(r[3] for r in rows)
     print(
-        f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}, {args.precision}) | op | calls | ms | share of oneDNN |"
+        f"\n| oneDNN primitive in one step (1×2, batch {args.batch_size}, {args.precision}) "
+        "| op | calls | ms | share of oneDNN |"
     )
     print("|---|---|---|---|---|")
     for name, op, calls, ms in rows:
         if ms >= 0.005 * total:
             print(f"| {name} | {op} | {calls} | {ms:.0f} | {100 * ms / total:.1f}% |")
     print(
-        f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} | {100 * total / wall_ms:.0f}% of the step |"
+        f"| all oneDNN primitives | | {sum(r[2] for r in rows)} | {total:.0f} "
+        f"| {100 * total / wall_ms:.0f}% of the step |"
     )
     print(
         f"| outside oneDNN (casts, Eigen elementwise, optimizer, TF) | | | {wall_ms - total:.0f} "

@@ -149,7 +149,8 @@ def main() -> int:
         "mbo: defaults (100 trees, 1000 random + 200 local candidates, initial max(4, 2 x parameters))\n"
     )
     print(
-        "| objective | strategy | regret median | quartiles (25%–75%) | seeds mbo better | CPU s per study |"
+        "| objective | strategy | regret median | quartiles (25%–75%) | seeds mbo better "
+        "| CPU s per study |"
     )
     print("|---|---|---|---|---|---|")
     for name in args.objectives.split(","):
@@ -168,7 +169,8 @@ def main() -> int:
         for kind in ("random", "mbo"):
             q1, q2, q3 = quartiles(regrets[kind])
             print(
-                f"| {name} | {kind} | {q2:.3f} | {q1:.3f}–{q3:.3f} | {f'{better}/{args.seeds}' if kind == 'mbo' else ''} "
+                f"| {name} | {kind} | {q2:.3f} | {q1:.3f}–{q3:.3f} "
+                f"| {f'{better}/{args.seeds}' if kind == 'mbo' else ''} "
                 f"| {seconds[kind]:.2f} |"
             )
     return 0

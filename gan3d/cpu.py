@@ -64,6 +64,7 @@ def describe(flags: frozenset[str] | None = None, path: Path = CPUINFO) -> str:
     flags = _flags(text) if flags is None else flags
     shown = [f for f in ("avx512f", *BF16_FLAGS) if f in flags]
     return (
-        f"{_first_cpu_field(text, 'model name') or 'unknown'}; bf16: {bf16_support(flags) or 'none (emulated)'}; "
+        f"{_first_cpu_field(text, 'model name') or 'unknown'}; "
+        f"bf16: {bf16_support(flags) or 'none (emulated)'}; "
         f"flags: {' '.join(shown) or 'none of avx512f/avx512_bf16/amx'}"
     )

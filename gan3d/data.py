@@ -443,7 +443,10 @@ def describe_held_out(held_out: dict, limit: int = 3) -> str:
     ]
     more = f" and {len(where) - limit} more range(s)" if len(where) > limit else ""
     if held_out["by"] == "validation-data":
-        return f"validation on {held_out['events']} events of --validation-data: {', '.join(where[:limit])}{more}"
+        return (
+            f"validation on {held_out['events']} events of --validation-data: "
+            f"{', '.join(where[:limit])}{more}"
+        )
     how = "whole files" if held_out["by"] == "files" else "an event range of every file"
     return (
         f"held out {held_out['events']} of {held_out['of_events']} events for validation "

@@ -146,7 +146,8 @@ def summary(record: dict, plots: Path | None, results: Path) -> Table:
     if last:
         table.add_row(
             "last epoch d_loss / g_loss (train)",
-            f"{last['train'].get('d_loss', float('nan')):.3f} / {last['train'].get('g_loss', float('nan')):.3f}",
+            f"{last['train'].get('d_loss', float('nan')):.3f} / "
+            f"{last['train'].get('g_loss', float('nan')):.3f}",
         )
     if "physics" in record:
         score = record["physics"].get("score")

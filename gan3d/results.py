@@ -1,4 +1,5 @@
-"""The run-result record (docs/architecture.md, "File contracts"): throughput, FLOP rate, peaks, memory, versions.
+"""The run-result record (docs/architecture.md, "File contracts"): throughput, FLOP rate, peaks,
+memory, versions.
 
 Conventions, so that a report can compare runs:
 - `flop_per_step.per_rank` is one rank's training step at its own batch (`gan3d.flops.step_flops`);

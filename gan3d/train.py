@@ -4,7 +4,8 @@ Launch one process per rank with the MPI's own launcher (`mpiexec -n R ...` or `
 uses `--threads` compute threads. Order of start-up matters, and `_run` calls one function per
 phase in that order, like Horovod's Keras examples (each distributed change is marked
 "# Horovod: ..."): MPI layout (mpi4py) -> the checkpoint directory -> thread checks and
-environment -> data, checked before TensorFlow starts -> TensorFlow and Horovod -> models -> broadcast of the initial (or resumed)
+environment -> data, checked before TensorFlow starts -> TensorFlow and Horovod -> models ->
+broadcast of the initial (or resumed)
 state from rank 0 -> epochs -> every rank's facts gathered. Rank 0 checkpoints every epoch,
 prints a heartbeat every --heartbeat-steps steps or --heartbeat-seconds seconds (whichever comes
 first) and writes the results JSON (built in gan3d.results, beside its conventions).

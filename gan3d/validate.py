@@ -81,10 +81,14 @@ PRINTED = (
     "plots",
     "definition",
 )
-PLOT_SOFTWARE = "python -m gan3d validate"  # each PNG's Software text: how a rerun knows the plots it may replace
+# each PNG's Software text: how a rerun knows the plots it may replace
+PLOT_SOFTWARE = "python -m gan3d validate"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PNG_HEAD = 64 * 1024  # read of a PNG: matplotlib writes its text chunks right after the header
-RESULTS_FIX = "fix: point --results at the results JSON gan3d train wrote (its --results), or leave --results out"
+RESULTS_FIX = (
+    "fix: point --results at the results JSON gan3d train wrote (its --results), "
+    "or leave --results out"
+)
 SCORE_MEANING = (
     "1 = as close to the data as held-out data showers, 0 = as far as empty showers, "
     "below 0 = farther; (raw_empty - raw) / (raw_empty - raw_data) of the raw scores"
@@ -325,7 +329,8 @@ def png_software(path: Path) -> str | None:
 
 def check_out(out: Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> None:
     """Refuse, before anything is written, a file at one of validate's plot names in OUT that validate
-    did not write (a user's plot, a link, another program's PNG): the kit never replaces what it did not make."""
+    did not write (a user's plot, a link, another program's PNG): the kit never replaces what it did
+    not make."""
     for name in plot_names(bins):
         path = out / name
         if not os.path.lexists(path):

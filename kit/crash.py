@@ -75,7 +75,9 @@ def report_bug(prog: str, exc: BaseException, debug: bool) -> int:
 # What the machine refuses, not what the kit got wrong: a read-only or full output directory, a
 # file the user may not read. Each is an expected error (one line, exit 1), not a bug.
 _ENVIRONMENT_FIXES = {
-    errno.EACCES: "check the permissions of that path and of the directories above it, or choose another path",
+    errno.EACCES: (
+        "check the permissions of that path and of the directories above it, or choose another path"
+    ),
     errno.EPERM: "check the permissions of that path and of the directories above it, or choose another path",
     errno.EROFS: "choose a path on a writable file system",
     errno.ENOSPC: "free space on that file system, or choose another path",

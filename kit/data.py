@@ -3,7 +3,8 @@ recipes, example study files, the pin list, and pyproject.toml + README.md (an i
 the kit's wheel).
 
 Their source of truth is the top of the source tree (site-configs/, slurm/, images/, studies/,
-constraints.txt, pyproject.toml, README.md); kit/_data/ links to them in a checkout and a built wheel carries copies
+constraints.txt, pyproject.toml, README.md); kit/_data/ links to them in a checkout and a built
+wheel carries copies
 there, so one lookup through the installed package finds them in a checkout, an editable
 install and a wheel installed anywhere, never relative to the current directory.
 """

@@ -347,7 +347,8 @@ def wheelhouse_line(misses: Sequence[Missing], other: str | None) -> str:
         f"pin {newest} in pyproject.toml and run scripts/lock.sh --upgrade-package {first.name}"
     )
     return (
-        f"wheelhouse: {first.name} {first.version} (constraints.txt) has no wheel for Python {first.python} on "
+        f"wheelhouse: {first.name} {first.version} (constraints.txt) has no wheel "
+        f"for Python {first.python} on "
         f"{first.platform}{also}; fix: {', or '.join(fixes)}"
     )
 

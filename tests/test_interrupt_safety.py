@@ -179,8 +179,8 @@ def test_a_stop_the_main_thread_cannot_hear_still_ends_the_process(sig):
         child.kill()
     assert child.returncode == 128 + sig
     assert (
-        err.strip().splitlines()[-1]
-        == f"kit: {signal.Signals(sig).name} not heard in 10 s (the program is stuck in native code); ending it now"
+        err.strip().splitlines()[-1] == f"kit: {signal.Signals(sig).name} not heard in 10 s "
+        "(the program is stuck in native code); ending it now"
     )
     assert not mine.exists()
 

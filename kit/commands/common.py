@@ -10,7 +10,10 @@ import math
 from pathlib import Path
 from typing import Callable
 
-SITE_HELP = "site name (looked up in KIT_SITE_PATH, ~/.config/kit/sites, then the shipped ones) or config file"
+SITE_HELP = (
+    "site name (looked up in KIT_SITE_PATH, ~/.config/kit/sites, then the shipped ones) "
+    "or config file"
+)
 
 
 def add_group(sub: argparse._SubParsersAction, name: str, text: str) -> argparse._SubParsersAction:

@@ -81,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
         final = run_study(args.dir, args.poll, show)
     best = "none" if final.best is None else f"{final.best:.6g} ({final.best_eval})"
     print(
-        f"{final.done} evaluation(s) done, {final.failed} failed; best {best}; next: kit study report {args.dir}"
+        f"{final.done} evaluation(s) done, {final.failed} failed; best {best}; "
+        f"next: kit study report {args.dir}"
     )
     return 0
 

@@ -227,7 +227,8 @@ def _bundle(args: argparse.Namespace) -> int:
     )
     if args.with_kit:
         print(
-            f"the kit's wheelhouse is in {out}/kit: on the login node, sh {out}/kit/install.sh [VENV] [EXTRAS]"
+            f"the kit's wheelhouse is in {out}/kit: on the login node, "
+            f"sh {out}/kit/install.sh [VENV] [EXTRAS]"
         )
     return 0
 

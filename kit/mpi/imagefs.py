@@ -244,7 +244,8 @@ def _extract_squash(
     if run.returncode == 2:  # non-fatal: some files could not be written (e.g. an overlong link)
         note(
             notes,
-            f"unsquashfs skipped some files of {image.name}: {one_line(run.stderr, tail=True) or '(no message)'}",
+            f"unsquashfs skipped some files of {image.name}: "
+            f"{one_line(run.stderr, tail=True) or '(no message)'}",
         )
     elif run.returncode != 0:
         raise KitError(

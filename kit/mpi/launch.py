@@ -3,7 +3,8 @@
 What a batch script needs once IMAGE.pair.yaml is decided: the launcher's words (a registry,
 name -> word builder), the site's container runtime with the pair's binds and environment (a
 registry too: kit.runtime), and host paths translated
-into the container's view (the file's name and format tag: kit.image_names). Kept apart from the pair builder so that rendering a script does not
+into the container's view (the file's name and format tag: kit.image_names). Kept apart from the
+pair builder so that rendering a script does not
 import the image readers (ELF, linker cache): a login node renders many.
 """
 
@@ -21,7 +22,9 @@ from kit.errors import KitError
 from kit.mpi.openmpi_launch import JOB_EXPORTS, is_openmpi_mpirun, mpirun_job_words, root_words
 from kit.runtime import runtime_of
 from kit.runtime.base import under
-from kit.runtime.charliecloud import CHARLIECLOUD, JOIN_TAG_LINE, JOIN_TAG_VAR  # noqa: F401 (their home before the registry)
+
+# their home before the registry
+from kit.runtime.charliecloud import CHARLIECLOUD, JOIN_TAG_LINE, JOIN_TAG_VAR  # noqa: F401
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"

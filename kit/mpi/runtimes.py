@@ -90,9 +90,12 @@ def runtime_links(
     ):  # e.g. converting outside the perimeter
         return Placement(
             problems=[
-                f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the libraries it needs "
-                "are unknown: its library dirs go on the loader's path whole (with whatever else they hold, e.g. "
-                f"a libc); fix: make the pair where the site's {runtime.name} is installed (kit mpi pair --prepare, or "
+                f"the host's {soname} is not in host_mpi.library_dirs on this machine, "
+                "so the libraries it needs "
+                "are unknown: its library dirs go on the loader's path whole "
+                "(with whatever else they hold, e.g. "
+                f"a libc); fix: make the pair where the site's {runtime.name} is installed "
+                "(kit mpi pair --prepare, or "
                 "kit image convert --site on the login node)"
             ]
         )

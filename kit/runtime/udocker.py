@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from kit.site.model import Udocker
 
 VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,127})\}|([A-Za-z_][A-Za-z0-9_]{0,127}))")
-FIX_INSTALL = "pip install 'secure-site-kit[udocker]' (udocker 1.3.17), or name it in container.udocker.executable"
+FIX_INSTALL = (
+    "pip install 'secure-site-kit[udocker]' (udocker 1.3.17), "
+    "or name it in container.udocker.executable"
+)
 FIX_PROOT = (
     "apt-get install proot (Debian's), or set container.udocker.proot to a proot executable "
     "(null with container.udocker.tarball: udocker's own)"

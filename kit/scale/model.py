@@ -17,7 +17,8 @@ The shape with the smallest residual (its standard error, so that a third parame
 place) is the estimate; every shape whose residual is within reach of the best spans the band,
 which is widened by a base margin, by half the repeats' spread and by a margin per doubling beyond
 the largest measured count. The per-epoch term (alone or with a shape) enters only where it halves
-the best residual of the shapes without it: it grows linearly in N, and a term the runs do not need would widen the band
+the best residual of the shapes without it: it grows linearly in N, and a term the runs do not
+need would widen the band
 far beyond them. Nothing here reads a network figure: the overhead is measured.
 """
 
@@ -46,7 +47,8 @@ TWO_COUNT_SHAPE = (
 BASE_MARGIN = 0.03  # the band's widening at a measured count
 MARGIN_PER_DOUBLING = 0.015  # and per doubling of N beyond the largest measured count
 KEEP_FACTOR = 3.0  # a shape spans the band while its residual is within 3x the best's...
-KEEP_FLOOR = 0.02  # ...or within 2% of the node-seconds: closer than repeats of one job differ on a shared machine
+# ...or within 2% of the node-seconds: closer than repeats of one job differ on a shared machine
+KEEP_FLOOR = 0.02
 PER_EPOCH_GAIN = 0.5  # the per-epoch term is kept only where it halves the best residual without it
 FLAT = "flat"  # no overhead that grows with the ranks: with the per-epoch term, that term alone
 MAX_NODES = 10**7  # bound on any node count the model is asked about

@@ -167,7 +167,8 @@ TABLES: dict[str, PaperTable] = {
             ),
             percent_of_peak=(66.17, 66.21, 67.01, 63.14, 65.17, 67.60, 66.39, 65.60, 65.29),
             notes=(
-                f"% of peak = PFLOP/s / (nodes x {SNG_NODE_PEAK_TFLOP_PER_SECOND} TFLOP/s); 128 nodes: printed "
+                f"% of peak = PFLOP/s / (nodes x {SNG_NODE_PEAK_TFLOP_PER_SECOND} TFLOP/s); "
+                "128 nodes: printed "
                 "67.60%, but 0.31878 PFLOP/s is 60.01% of 128 nodes' peak.",
             ),
         ),

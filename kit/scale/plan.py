@@ -213,7 +213,10 @@ def load_plan(sweep_dir: Path) -> Plan:
     key.
     """
     path = sweep_dir / PLAN_NAME
-    fix = f"fix: restore the plan.yaml kit scale plan wrote, or plan again with kit scale plan --dir {sweep_dir}"
+    fix = (
+        "fix: restore the plan.yaml kit scale plan wrote, "
+        f"or plan again with kit scale plan --dir {sweep_dir}"
+    )
     doc = load_tagged(
         path,
         "sweep plan",

@@ -179,11 +179,13 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
     if far:
         out.append(
             f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
-            f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, the shapes may still miss"
+            f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, "
+            "the shapes may still miss"
         )
     if cal.site_max_nodes and forecasts[-1].nodes > cal.site_max_nodes:
         out.append(
-            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} node(s): more than "
+            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} "
+            "node(s): more than "
             f"the site's jobs may hold ({cal.site_max_nodes}, scheduler.max_nodes)"
         )
     if cal.island_nodes and cal.nodes[-1] <= cal.island_nodes < forecasts[-1].nodes:
@@ -195,7 +197,8 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
     none = [f.nodes for f in forecasts if f.steps_per_epoch == 0]
     if none:
         out.append(
-            f"{', '.join(map(str, none))} node(s): the epoch's {cal.events_per_epoch:,} showers are fewer than "
+            f"{', '.join(map(str, none))} node(s): the epoch's {cal.events_per_epoch:,} showers "
+            "are fewer than "
             f"ranks x batch {cal.batch_per_rank}: gan3d train refuses such a run"
         )
     few_steps = [
@@ -255,7 +258,8 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
     unrecorded = sum(r.mpi_fabric is None or r.horovod_settings is None for r in runs)
     notes = (
         (
-            f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: whether they "
+            f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: "
+            "whether they "
             "ran on the others' fabric and Horovod settings is unknown",
         )
         if unrecorded

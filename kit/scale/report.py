@@ -290,7 +290,8 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
     )
     unit, scale = flop_unit(max(r.flop_per_second for r in rows))
     lines = [
-        f"## {key.site or 'no site'}: {key.ranks_per_node} ranks/node × {key.threads_per_rank} threads/rank, "
+        f"## {key.site or 'no site'}: {key.ranks_per_node} ranks/node × "
+        f"{key.threads_per_rank} threads/rank, "
         f"batch {key.batch_per_rank}/rank, MPI: {mpi}",
         "",
         f"Preset {key.preset or 'not recorded'}, {epoch}, {where}, {key.precision}. "
@@ -316,7 +317,8 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
         lines += [
             "",
             f"{unit} count model FLOP (the direct convolutions' multiply-adds, the paper's count): "
-            f"{', '.join(fft)} ran in the frequency domain, which does less arithmetic, so the rate and its % of peak are "
+            f"{', '.join(fft)} ran in the frequency domain, which does less arithmetic, "
+            "so the rate and its % of peak are "
             "effective figures, more than the arithmetic the CPU executed (docs/peaks.md).",
         ]
     if any(r.percent_of_peak_denominator is None for r in rows):
@@ -369,7 +371,8 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
             "",
             "Physics score (gan3d validate on the run's final checkpoint, docs/physics.md): 1 = as close to "
             "the data as held-out data showers, 0 = as far as empty showers; raw = the unscaled score "
-            "(lower is better), data / empty = the raw scores of held-out data and of empty showers. Each run's "
+            "(lower is better), data / empty = the raw scores of held-out data and of empty showers. "
+            "Each run's "
             "score plot and energy response (generated vs data) are copied under physics/RUN/; the "
             "validator's per-energy-bin comparisons stay beside its results, in RUN.physics/.",
             "",
@@ -393,7 +396,8 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
         plot = f"[losses/{names[i]}.png](losses/{names[i]}.png)" if run.losses else "-"
         lines.append(
             f"| {names[i]} | `{run.series.name}` | {run.nodes} | {run.global_batch} | {epochs or '-'} "
-            f"| {last['train']} | {last['validation']} | {_physics_score(run, names[i])} | {_physics_raw(run)} "
+            f"| {last['train']} | {last['validation']} | {_physics_score(run, names[i])} "
+            f"| {_physics_raw(run)} "
             f"| {plot} |"
         )
     return lines + [""]

@@ -547,7 +547,10 @@ def best_layout(
 def load_best(path: Path, site: Site) -> tuple[int, int]:
     """(ranks per node, threads per rank) recommended by a tune.yaml for this site; anything else
     (another site's tune, a damaged file) is one line naming the file and key."""
-    fix = f"fix: run kit scale tune --site {site.name} --dir DIR, then kit scale plan --layout best --tune DIR/{TUNE_NAME}"
+    fix = (
+        f"fix: run kit scale tune --site {site.name} --dir DIR, "
+        f"then kit scale plan --layout best --tune DIR/{TUNE_NAME}"
+    )
     doc = _load_tune(path, fix)
     value = doc.value
     if value.get("site_name") != site.name:

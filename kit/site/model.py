@@ -260,7 +260,10 @@ UDOCKER_SECTION = Section(
             required=False,
             default="P1",
             choices=UDOCKER_MODES,
-            doc="udocker execution mode: P1 (proot, seccomp-accelerated), P2 (proot without it: the fallback)",
+            doc=(
+                "udocker execution mode: P1 (proot, seccomp-accelerated), "
+                "P2 (proot without it: the fallback)"
+            ),
         ),
         "executable": Field(
             "str",

@@ -273,11 +273,17 @@ def _physics_step(spec: RunSpec, files: RunFiles, check: str) -> str:
     log = shlex.quote(before) + '"${SLURM_JOB_ID}"' + shlex.quote(after)
     return "\n" + "\n".join(
         [
-            "# Physics: gan3d validate on the final checkpoint, one rank on one node, through the same launcher.",
-            "# A failed validation marks only the run's physics (kit scale collect shows this log), not the run.",
+            (
+                "# Physics: gan3d validate on the final checkpoint, one rank on one node, "
+                "through the same launcher."
+            ),
+            (
+                "# A failed validation marks only the run's physics (kit scale collect shows this log), "
+                "not the run."
+            ),
             f"VALIDATE_LOG={log}",
-            "if ( export NRANKS=1 RANKS_PER_NODE=1 SLURM_NTASKS=1 SLURM_NPROCS=1 SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 "
-            "SLURM_NTASKS_PER_NODE=1",
+            "if ( export NRANKS=1 RANKS_PER_NODE=1 SLURM_NTASKS=1 SLURM_NPROCS=1 SLURM_NNODES=1 "
+            "SLURM_JOB_NUM_NODES=1 SLURM_NTASKS_PER_NODE=1",
             f"     {check} ) >\"$VALIDATE_LOG\" 2>&1; then",
             f"  echo \"kit: run {spec.run_id}: physics validated, score in the results\"",
             "else",

@@ -1,7 +1,8 @@
 """One evaluation of a study: a config turned into an ordinary kit run, and its objective read back.
 
 The evaluation's arguments are the study's (its fixed `gan3d train` arguments, then the config's:
-kit.study.spec), without the layout (`ranks-per-node`, `threads`), which the runner passes itself. Each evaluation has its own directory DIR/evals/eNNNN, which is, through Slurm, a
+kit.study.spec), without the layout (`ranks-per-node`, `threads`), which the runner passes itself.
+Each evaluation has its own directory DIR/evals/eNNNN, which is, through Slurm, a
 one-run `kit scale` sweep directory (plan.yaml, scripts/, logs/, results/, jobs.yaml): its
 submission, one-job-per-run lock, resubmission rules and log tails are `kit scale`'s own code.
 """

@@ -30,7 +30,8 @@ from kit.study.studydir import Terms, open_study
 
 REPORT_DIR = "report"
 TOP = 5
-SIGNATURE = "Every evaluation, with its configuration, is in report.csv (in the order they ended)."  # report.md's
+# report.md's
+SIGNATURE = "Every evaluation, with its configuration, is in report.csv (in the order they ended)."
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,10 @@ class DataCounts:
             return named + (f" and {len(entries) - 3} more file(s)" if len(entries) > 3 else "")
 
         if self.held_out is not None:
-            return f"data {files(self.data)} with validation-data {files(self.held_out)} (from their headers) have"
+            return (
+                f"data {files(self.data)} with validation-data {files(self.held_out)} "
+                "(from their headers) have"
+            )
         return f"data {files(self.data)} (from the header) with test-fraction {fraction:g} have"
 
 
@@ -647,7 +650,8 @@ class _Checker:
             )
             if source is None:
                 if not 0 < fraction < 1 or int(value["synthetic"]) > MAX_SPLIT_EVENTS:
-                    continue  # gan3d refuses such a fraction itself; a split this large is left to gan3d to count
+                    # gan3d refuses such a fraction itself; a split this large is left to gan3d to count
+                    continue
                 held_out, training = synthetic_split(int(value["synthetic"]), fraction)
                 what = f"synthetic {value['synthetic']} with test-fraction {fraction:g} has"
             else:

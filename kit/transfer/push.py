@@ -115,7 +115,10 @@ class PushReport:
     def lines(self) -> list[str]:
         verb = "would" if self.dry_run else "did"
         out = [
-            f"{self.image} ({self.size} bytes, sha256 {self.sha256[:16]}...) -> {self.endpoint}:{self.remote_path}",
+            (
+                f"{self.image} ({self.size} bytes, sha256 {self.sha256[:16]}...) -> "
+                f"{self.endpoint}:{self.remote_path}"
+            ),
             f"{verb} send {self.bytes_sent} bytes; {self.bytes_skipped} bytes already there and verified",
         ]
         if self.resent_chunks:

@@ -76,7 +76,10 @@ def load_state(directory: Path) -> ClusterState | None:
     line.
     """
     path = directory / STATE_NAME
-    fix = f"fix: restore the state file kit vcluster up wrote, or remove what it made by hand and delete {path}"
+    fix = (
+        "fix: restore the state file kit vcluster up wrote, "
+        f"or remove what it made by hand and delete {path}"
+    )
     try:
         doc = read_json(path, "virtual cluster state", fix, limit=1 << 20)
     except FileNotFoundError:

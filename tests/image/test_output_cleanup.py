@@ -57,7 +57,10 @@ def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp
     require(
         probe.returncode == 0, f"nobody cannot run this venv's Python here: {probe.stderr[-200:]}"
     )
-    code = "import sys; from pathlib import Path; from kit.atomic import remove_tree; remove_tree(Path(sys.argv[1]))"
+    code = (
+        "import sys; from pathlib import Path; from kit.atomic import remove_tree; "
+        "remove_tree(Path(sys.argv[1]))"
+    )
     done = subprocess.run(as_nobody + [code, str(work)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert not work.exists()

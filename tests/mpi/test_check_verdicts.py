@@ -55,7 +55,8 @@ def test_check_names_a_ucx_module_mapped_from_the_image(mpich_host_site, mpich_p
     assert len(result.ranks) == 2 and not result.ok, result.output[-2000:]
     for rank in (0, 1):
         assert (
-            f"rank {rank}: UCX transport module libuct_cma.so.0.0.0 mapped from {IMAGE_UCX_MODULES}, not from "
+            f"rank {rank}: UCX transport module libuct_cma.so.0.0.0 mapped from "
+            f"{IMAGE_UCX_MODULES}, not from "
             f"the host UCX's module dir {HOST_UCX_MODULES}; fix: re-make the pair where the site's MPI is "
             f"installed (it sets UCX_MODULE_DIR={HOST_UCX_MODULES})" in result.problems
         ), result.problems
@@ -89,7 +90,8 @@ def test_check_names_two_copies_of_one_library_in_a_rank(mpich_host_site, mpich_
         assert any(
             p.startswith(
                 f"rank {rank}: libhwloc.so.15 is mapped twice ({HOST_HWLOC}, "
-                f"/usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1); it should come once, from {HOST_HWLOC}; fix: "
+                f"/usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1); it should come once, from {HOST_HWLOC}; "
+                "fix: "
             )
             for p in result.problems
         ), result.problems
@@ -108,7 +110,8 @@ def test_check_names_open_mpi_components_from_a_foreign_dir(openmpi_site, openmp
     for rank in (0, 1):
         assert any(
             p.startswith(f"rank {rank}: Open MPI components (")
-            and f") mapped from {IMAGE_COMPONENTS}, not from the host's component dirs ({TARGET}/ompi-components, "
+            and f") mapped from {IMAGE_COMPONENTS}, not from the host's component dirs "
+            f"({TARGET}/ompi-components, "
             f"{TARGET}/pmix-components); "
             "fix: "
             in p
@@ -217,7 +220,8 @@ def test_a_rank_that_crashes_ends_the_check_with_one_line(
     [
         (
             "srun",
-            "site mpich-system: launcher 'srun' not found on PATH; fix: run the check where Slurm's clients are "
+            "site mpich-system: launcher 'srun' not found on PATH; fix: run the check where Slurm's "
+            "clients are "
             "installed (the site's login node)",
         ),
         (

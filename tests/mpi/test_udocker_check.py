@@ -21,9 +21,11 @@ from tests.mpi.conftest import SYSTEM, TARGET, impi_site_dict
 pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
 USER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-UDOCKER_SHIM = """#!/bin/sh
-PYTHONPATH={path} exec {python} -c 'import sys; from udocker.maincmd import main; sys.argv[0] = "udocker"; sys.exit(main())' "$@"
-"""
+UDOCKER_SHIM = (
+    "#!/bin/sh\n"
+    "PYTHONPATH={path} exec {python} -c 'import sys; from udocker.maincmd import main; "
+    "sys.argv[0] = \"udocker\"; sys.exit(main())' \"$@\"\n"
+)
 # a launcher that starts each of its -n N ranks as a job of its own (what a runtime that keeps the
 # launcher's PMI from its ranks makes of a launch)
 APART = """#!/bin/sh

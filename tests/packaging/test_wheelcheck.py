@@ -201,7 +201,8 @@ def test_a_wheelhouse_for_a_platform_without_the_wheels_fails_in_one_line_with_t
     assert re.fullmatch(
         rf"wheelhouse: [a-z0-9-]+ \S+ \(constraints\.txt\) has no wheel for Python {python} on "
         rf"manylinux1_x86_64.*; fix: PLATFORM=manylinux2014_x86_64 if the login node's glibc is "
-        rf">= 2\.17 \(ldd --version\), or pin .* in pyproject\.toml and run scripts/lock\.sh --upgrade-package "
+        rf">= 2\.17 \(ldd --version\), or pin .* in pyproject\.toml and run "
+        rf"scripts/lock\.sh --upgrade-package "
         rf"[a-z0-9-]+",
         line,
     ), line

@@ -232,7 +232,10 @@ def test_runs_of_one_series_naming_two_mpi_builds_are_refused(tmp_path):
     paths.append(write_run(tmp_path / "n8.json", 8, t(8), mpi="Intel(R) MPI Library 2021.6"))
     with pytest.raises(
         KitError,
-        match="mixes MPI libraries: .*n1-x0.json ran with 'Intel\\(R\\) MPI Library 2019', .*n8.json with 'Intel\\(R\\) MPI Library 2021.6'",
+        match=(
+            "mixes MPI libraries: .*n1-x0.json ran with 'Intel\\(R\\) MPI Library 2019', "
+            ".*n8.json with 'Intel\\(R\\) MPI Library 2021.6'"
+        ),
     ):
         predict_runs(load_results(paths))
 

@@ -411,7 +411,8 @@ def test_the_step_only_figure_is_taken_from_the_same_epochs_as_the_wall_clock(tm
 
 
 def test_rates_of_runs_with_fft_convolutions_are_said_to_count_model_flop(tmp_path):
-    """A float32 run whose convolutions ran in the frequency domain did less arithmetic than its FLOP count: the
+    """A float32 run whose convolutions ran in the frequency domain did less arithmetic than its FLOP
+    count: the
     report names the layers beside the rate; a run without them gets no such note."""
     fft = _edit(
         write_run(tmp_path / "fft.json", 8, 479.52),

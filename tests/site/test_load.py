@@ -121,8 +121,8 @@ def test_unknown_key_suggests_the_right_one(tmp_path):
         load_site(path)
     msg = str(err.value)
     assert (
-        f"{path}:{line_of(text, 'numa_domain: 1')}: node.numa_domain: unknown key; did you mean 'numa_domains'?"
-        in msg
+        f"{path}:{line_of(text, 'numa_domain: 1')}: node.numa_domain: unknown key; "
+        "did you mean 'numa_domains'?" in msg
     )
     assert "node.numa_domains: missing required key" in msg
 

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.mpi.conftest import impi_prefix, impi_srun_site, mpich_image, mpich_oci, mpich_system_oci  # noqa: F401  (fixtures)
+from tests.mpi.conftest import (  # noqa: F401  (fixtures)
+    impi_prefix,
+    impi_srun_site,
+    mpich_image,
+    mpich_oci,
+    mpich_system_oci,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -85,7 +85,8 @@ def test_a_line_break_in_any_pair_value_is_refused(tmp_path, capsys, change, key
     "text, words",
     [
         (
-            "kit_pair: 1\nsite: localslurm\nimage_ready: [1]\nbinds: []\nenv: {}\nverdict: {ok: true}\nsite_image: /x\n",
+            "kit_pair: 1\nsite: localslurm\nimage_ready: [1]\nbinds: []\nenv: {}\n"
+            "verdict: {ok: true}\nsite_image: /x\n",
             ("img.pair.yaml:3: key 'image_ready' is [1], expected a mapping",),
         ),
         (

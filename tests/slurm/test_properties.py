@@ -43,7 +43,8 @@ SHAPES = [
         r"export [A-Za-z_][A-Za-z0-9_]*=.*",
         r"RANKS_PER_NODE=[0-9]+",
         r"NRANKS=\$\(\( SLURM_JOB_NUM_NODES \* RANKS_PER_NODE \)\)",
-        r'echo "kit: run [A-Za-z0-9._-]+ job \$\{SLURM_JOB_ID\} on \$\{SLURM_JOB_NODELIST\}: \$\{NRANKS\} ranks"',
+        r'echo "kit: run [A-Za-z0-9._-]+ job \$\{SLURM_JOB_ID\} on \$\{SLURM_JOB_NODELIST\}: '
+        r'\$\{NRANKS\} ranks"',
     )
 ]
 

@@ -15,7 +15,9 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import ledger
 from kit.study.studydir import SPEC_NAME, plan_study
-from tests.mpi.conftest import mpich_system_oci  # noqa: F401  (fixture: an MPICH image for a site whose MPICH is the system one)
+
+# fixture: an MPICH image for a site whose MPICH is the system one
+from tests.mpi.conftest import mpich_system_oci  # noqa: F401
 from tests.slurm.conftest import slurm_site_dict, write_site
 from tests.study.conftest import study_yaml
 

@@ -20,7 +20,9 @@ from kit.cli import main
 from kit.slurm.jobs import is_active, job_states
 from kit.study import ledger
 from kit.study.run import run_study
-from tests.mpi.conftest import mpich_system_oci  # noqa: F401  (fixture: an MPICH image for a site whose MPICH is the system one)
+
+# fixture: an MPICH image for a site whose MPICH is the system one
+from tests.mpi.conftest import mpich_system_oci  # noqa: F401
 from tests.slurm.conftest import REPO, slurm_site_dict, write_site
 from tests.study.conftest import PNG_MAGIC, in_flight_over_time, study_yaml
 

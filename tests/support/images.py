@@ -36,7 +36,11 @@ def oci_image(
     out = (
         CACHE
         / "images"
-        / f"{tag}-{_key(rootfs.name, sorted((k, str(v)) for k, v in files.items()), sorted(links.items()))}.oci.tar"
+        / (
+            f"{tag}-"
+            f"{_key(rootfs.name, sorted((k, str(v)) for k, v in files.items()), sorted(links.items()))}"
+            ".oci.tar"
+        )
     )
     with _locked(out):
         if out.exists():
