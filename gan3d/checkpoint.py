@@ -31,7 +31,8 @@ from kit.excerpt import one_line
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
 MAX_EPOCH = 999_999_999  # the most a directory name holds
-TMP_TAG = ".tmp-"  # .epoch-NNNN.tmp-PID.RUNID: a save (or a removal) in progress, or killed, by process PID
+# .epoch-NNNN.tmp-PID.RUNID: a save (or a removal) in progress, or killed, by process PID
+TMP_TAG = ".tmp-"
 _TMP = re.compile(r"\.epoch-\d{4,9}\.tmp-(\d{1,10})\.([0-9a-f]{32})")
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_META_BYTES = 64 * 1024
@@ -127,8 +128,9 @@ class EpochCheckpoints:
         return mine[-1][1] if mine else self.restored
 
     def refuse_others(self) -> None:
-        """A run without --resume: refused (CheckpointError) if the directory already holds a checkpoint,
-        complete or not, or a save in progress: its epochs would mix with, or replace, another run's."""
+        """A run without --resume: refused (CheckpointError) if the directory already holds a
+        checkpoint, complete or not, or a save in progress: its epochs would mix with, or replace,
+        another run's."""
         if not self.directory.is_dir():
             return
         found = []

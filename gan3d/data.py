@@ -108,7 +108,8 @@ class EventSplit:
 
 
 def split_events(counts: Sequence[int], fraction: float, seed: int) -> EventSplit:
-    """Hold out `fraction` of the events, the same on every rank (a function of counts and seed only).
+    """Hold out `fraction` of the events, the same on every
+    rank (a function of counts and seed only).
 
     Whole files, picked in a seeded order, when some of them add up to within HELD_OUT_TOLERANCE
     of the asked count (so many files give the reference's file split); otherwise a contiguous
@@ -298,7 +299,8 @@ class ShowerFiles:
         self, file_index: int, start: int, stop: int, out: np.ndarray | None = None
     ) -> np.ndarray:
         """Raw ECAL cells (float32) of usable events [start, stop) of one file, into `out` without a
-        temporary copy when given; contiguous events are one HDF5 read. NaN/Inf cells are refused."""
+        temporary copy when given; contiguous events are one HDF5 read. NaN/Inf cells are
+        refused."""
         if out is None:
             out = np.empty((stop - start, GRID, GRID, GRID), np.float32)
         kept = self._kept[file_index]

@@ -38,8 +38,8 @@ def claim_build(build: Path) -> Path:
         )
     build.mkdir(parents=True, exist_ok=True)
     names = set(os.listdir(build))
-    # unmarked: empty, or a demo's from before the marker (its complete data set, nothing foreign); a
-    # lone "plots" or "ckpt" may be anybody's, and the demo replaces those
+    # unmarked: empty, or a demo's from before the marker (its complete data set, nothing foreign);
+    # a lone "plots" or "ckpt" may be anybody's, and the demo replaces those
     earlier = names <= OWN_ENTRIES and (not names or (build / "data" / MARKER).is_file())
     if OWNED not in names and not earlier:
         raise KitError(

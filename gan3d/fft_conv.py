@@ -1,4 +1,5 @@
-"""Stride-1 3D convolutions computed in the frequency domain, for a float32 model's few-channel layers.
+"""Stride-1 3D convolutions computed in the frequency
+domain, for a float32 model's few-channel layers.
 
 A 5^3 convolution costs 125 multiply-adds per output and channel pair; in the frequency domain it
 costs one complex multiply-add per frequency and channel pair plus the transforms, which on the
@@ -117,9 +118,10 @@ def _to_space(f: tf.Tensor, mats: list[tf.Tensor], n: Axes, size: Axes) -> tf.Te
 
 
 def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
-    """The per-frequency channel mixing of a kernel as real (re/im O, re/im I) matrices, (F, 2O, 2I):
-    the columns for an input's real part are the kernel's spectrum W, those for its imaginary part
-    i W (the transform of axis 0 times i); the kernel is flipped (the convolution's correlation)."""
+    """The per-frequency channel mixing of a kernel as real (re/im O, re/im I) matrices, (F, 2O,
+    2I): the columns for an input's real part are the kernel's spectrum W, those for its imaginary
+    part i W (the transform of axis 0 times i); the kernel is flipped (the convolution's
+    correlation)."""
     ksize = tuple(int(k) for k in kernel.shape[:3])
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
     flipped = tf.reshape(
@@ -142,8 +144,8 @@ def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
 
 
 def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
-    """tf.nn.conv3d(x, kernel, stride 1, padding) in float32 via DFTs. Every step is a product with a
-    constant matrix, a reshape or a transpose: both gradients are those steps' adjoints, as
+    """tf.nn.conv3d(x, kernel, stride 1, padding) in float32 via DFTs. Every step is a product with
+    a constant matrix, a reshape or a transpose: both gradients are those steps' adjoints, as
     TensorFlow derives them (the output gradient's DFT is the transposed inverse matrices')."""
     ksize = tuple(int(k) for k in kernel.shape[:3])
     spatial = tuple(int(d) for d in x.shape[1:4])

@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads {args.threads}: must be at least 1")
-    # NaN or inf seconds never reached the loop's deadline (a hang); a huge matrix is allocated whole.
+    # NaN or inf seconds never reached the loop's deadline
+    # (a hang); a huge matrix is allocated whole.
     if not (0 < args.seconds <= MAX_SECONDS and 1 <= args.matrix <= MAX_MATRIX):
         ap.error(
             f"--seconds {args.seconds:g}, --matrix {args.matrix}: give 0 < seconds <= {MAX_SECONDS:g} "

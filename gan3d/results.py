@@ -13,19 +13,20 @@ Conventions, so that a report can compare runs:
   VM), with `peak_<p>_theoretical_basis` saying how it was computed or why it is unknown;
   `peak_<p>_measured_flop_per_second` = the sum over ranks of a dense matmul rate in <p> measured by
   all ranks at once with their own thread count (`--measure-peak`), i.e. what this layout can reach;
-  `percent_of_peak_<p>_theoretical` and `percent_of_peak_<p>_measured` divide the run's FLOP/s by them.
-- `percent_of_peak_fp64_max_clock` is the seed paper's convention: of nodes x cores x the max clock x
-  FP64 FLOP/cycle (SuperMUC-NG: 4.15 TFLOP/s per node); null where the site lacks either fact.
+  `percent_of_peak_<p>_theoretical` and `percent_of_peak_<p>_measured` divide the run's FLOP/s by
+  them.
+- `percent_of_peak_fp64_max_clock` is the seed paper's convention: of nodes x cores x the max clock
+  x FP64 FLOP/cycle (SuperMUC-NG: 4.15 TFLOP/s per node); null where the site lacks either fact.
 - `percent_of_peak` is the headline figure and `percent_of_peak_denominator` names it: the run's
   precision, theoretical where the site states it, else measured.
 - `epoch_wall_times` are the paper's epoch times: wall clock from an epoch's first batch to the end
   of its closing all-reduces (loss means, BatchNorm statistics), data loading and the first
-  (tracing) step included; `epoch_times` stop before those all-reduces; `full_epoch_seconds_estimate`
-  is the step-only estimate (mean timed step x steps of a full epoch); `epoch_step_seconds` is each
-  epoch's steps alone (their wall times summed, the first step included), so that a report sets an
-  epoch's steps beside the same epoch's wall clock.
-- `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING; "udocker": udocker
-  sets container_execmode and container_root) or is null
+  (tracing) step included; `epoch_times` stop before those all-reduces;
+  `full_epoch_seconds_estimate` is the step-only estimate (mean timed step x steps of a full epoch);
+  `epoch_step_seconds` is each epoch's steps alone (their wall times summed, the first step
+  included), so that a report sets an epoch's steps beside the same epoch's wall clock.
+- `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING; "udocker":
+  udocker sets container_execmode and container_root) or is null
   for a bare run; a report compares the two.
 - `memory_available_bytes_min_per_rank`: each rank's lowest MemAvailable of its node, sampled at
   the end of every epoch (the paper's Table 9 compares free memory with and without the container).
@@ -85,7 +86,8 @@ if (
     from gan3d.train import Data, Host, Model, Progress
 
 SCHEMA = "gan3d-run/2"
-# The record grows by additions only: a reader takes every version listed (missing fields are unknown).
+# The record grows by additions only: a reader takes every
+# version listed (missing fields are unknown).
 READABLE_SCHEMAS = ("gan3d-run/1", SCHEMA)
 VERSIONED = {
     "tensorflow": "tensorflow",
@@ -104,8 +106,8 @@ def peak_rss_bytes() -> int:
 
 
 def memory_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """The node's MemAvailable now (the kernel's estimate of what can be allocated without swapping);
-    None where the kernel does not say (not Linux). Reads one small procfs file."""
+    """The node's MemAvailable now (the kernel's estimate of what can be allocated without
+    swapping); None where the kernel does not say (not Linux). Reads one small procfs file."""
     try:
         with open(meminfo, encoding="ascii", errors="replace") as fh:
             for line in fh.read(64 * 1024).splitlines():
@@ -145,8 +147,9 @@ MAX_SETTING_CHARS = 200
 
 
 def communication(environ: dict[str, str] | None = None) -> dict:
-    """`mpi_fabric` and `horovod_settings`: each variable's value (one line, at most 200 characters),
-    null where unset (the library's default), so runs on two fabrics or fusion settings are told apart."""
+    """`mpi_fabric` and `horovod_settings`: each variable's value (one line, at most 200
+    characters), null where unset (the library's default), so runs on two fabrics or fusion settings
+    are told apart."""
     environ = os.environ if environ is None else environ
 
     def value(name: str) -> str | None:
@@ -160,9 +163,10 @@ def communication(environ: dict[str, str] | None = None) -> dict:
 
 
 def container_runtime(environ: dict[str, str] | None = None) -> str | None:
-    """ "charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker" inside
-    udocker run (it exports container_execmode, e.g. P1, and container_root), else None: the run is
-    bare. Recorded so a report never merges container and bare runs, or two runtimes, into one series."""
+    """ "charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker"
+    inside udocker run (it exports container_execmode, e.g. P1, and container_root), else None: the
+    run is bare. Recorded so a report never merges container and bare runs, or two runtimes, into
+    one series."""
     environ = os.environ if environ is None else environ
     if "CH_RUNNING" in environ:
         return "charliecloud"
@@ -258,7 +262,8 @@ def peak_fields(
     """The peaks and % of peak of a run in `precision` (and fp64), each key naming its precision
     and denominator. `node_peaks` is gan3d.peak.site_peaks(site) for one node (None: no site);
     `measured` the job's measured peak per precision (absent: not measured)."""
-    out: dict = {}  # the run's own precision is the trainer's to record ("bf16-emulated" divides by fp32)
+    # the run's own precision is the trainer's to record ("bf16-emulated" divides by fp32)
+    out: dict = {}
     for p in dict.fromkeys((precision, "fp64")):
         theory = (
             node_peaks[p]
@@ -268,8 +273,8 @@ def peak_fields(
         peak = theory["flop_per_second"] * nodes if theory["flop_per_second"] else None
         basis = f"{nodes} nodes x {theory['basis']}" if peak and nodes > 1 else theory["basis"]
         mine = measured.get(p)
-        # A measured peak below the run's own rate was disturbed (other work on the cores while it ran):
-        # no percentage of it, and the basis says why.
+        # A measured peak below the run's own rate was disturbed (other work on the cores while it
+        # ran): no percentage of it, and the basis says why.
         disturbed = mine is not None and p == precision and flop_rate > mine
         out |= {
             f"peak_{p}_theoretical_flop_per_second": peak,

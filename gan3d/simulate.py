@@ -68,7 +68,8 @@ MAX_ENERGY_GEV = (
     10_000.0  # 20x the reference scans' 500 GeV; spots per event grow with E (memory, time)
 )
 MAX_FILES = 100_000
-GENERATOR = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"  # marks the files it wrote
+# marks the files it wrote
+GENERATOR = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"
 CHUNK_EVENTS = 64  # events simulated at once: temporaries stay cache-sized (faster than 256 here)
 
 

@@ -1,4 +1,5 @@
-"""Rank 0's D and G losses at logged steps, for the per-step loss curve, in a record of bounded size.
+"""Rank 0's D and G losses at logged steps, for the
+per-step loss curve, in a record of bounded size.
 
 The epoch's losses in `losses` are means over all steps and ranks; these are single steps of
 rank 0's own batch (noisier, not averaged over ranks), which show what happens inside an epoch.

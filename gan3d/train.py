@@ -267,7 +267,8 @@ def _defaults() -> dict[str, Any]:
 def refusal(dest: str, value: Any) -> str | None:
     """What gan3d train's own checks say of one option's value, every other option at its default
     (None: accepted). kit study plan asks it of each range end, choice and fixed value of a study,
-    so a study never plans a value every such evaluation would be refused for (one set of limits)."""
+    so a study never plans a value every such evaluation would be refused for (one set of
+    limits)."""
     args = argparse.Namespace(**{**_defaults(), dest: value})
     try:
         _check_args(args)
@@ -485,7 +486,8 @@ def _train_epoch(
     logged: StepLosses,
 ) -> tuple[dict, int, float]:
     """One epoch of `steps` updates; returns (loss sums, steps done, learning rate of the first).
-    Stops at the first step whose losses are not finite (LossDiverged). `beat`: rank 0's heartbeat."""
+    Stops at the first step whose losses are not finite (LossDiverged). `beat`: rank 0's
+    heartbeat."""
     sums: dict[str, float] = {}
     done, lr_first = 0, step.learning_rate
     for images, ep, cellsum in itertools.islice(stream.epoch(epoch), steps):  # reads no batch more
@@ -658,7 +660,8 @@ def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
 def _prepare_checkpoints(args: argparse.Namespace, layout: RankLayout) -> EpochCheckpoints | None:
     """The checkpoint directory, checked and made by rank 0 first, before the data and TensorFlow:
     one that cannot be written fails in seconds, and a run without --resume into a directory holding
-    another run's checkpoints is refused (its epochs would replace them, its results name theirs)."""
+    another run's checkpoints is refused (its epochs would replace them, its results name
+    theirs)."""
     if not args.checkpoint_dir:
         return None
     checkpoints = EpochCheckpoints(args.checkpoint_dir, args.keep_checkpoints)
@@ -714,8 +717,8 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
 
 
 def _peak_precision(args: argparse.Namespace) -> str:
-    """The peak to divide by is the one of the arithmetic the CPU runs: bf16 on a bf16 unit; emulated
-    bf16 runs on the fp32 units (results still say "bf16-emulated" under "precision")."""
+    """The peak to divide by is the one of the arithmetic the CPU runs: bf16 on a bf16 unit;
+    emulated bf16 runs on the fp32 units (results still say "bf16-emulated" under "precision")."""
     return "bf16" if args.precision == "bf16" else "fp32"
 
 
@@ -867,7 +870,8 @@ def _train(
                 raise SettingsError(
                     f"rank {layout.rank} got {done} batches in epoch {epoch + 1}, expected {steps}"
                 )
-            # Horovod: every rank reports the losses and BatchNorm statistics averaged over all ranks.
+            # Horovod: every rank reports the losses and
+            # BatchNorm statistics averaged over all ranks.
             train_losses = _mean_losses(sums, done, hvd)
             _average_statistics((model.gen, model.disc), hvd)
             run.wall_times.append(time.perf_counter() - t0)  # t0: the epoch's start, as above

@@ -309,7 +309,8 @@ def plot_names(bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> list[str]:
 
 def png_software(path: Path) -> str | None:
     """The Software text of the PNG at PATH, from the chunks before its image data (None: no PNG or
-    no such text). A link, a directory or a FIFO is an OSError: never followed, read or blocked on."""
+    no such text). A link, a directory or a FIFO is an OSError: never followed, read or blocked
+    on."""
     with os.fdopen(open_regular(path, follow_symlinks=False), "rb") as fh:
         head = fh.read(MAX_PNG_HEAD)
     if not head.startswith(PNG_SIGNATURE):
@@ -328,9 +329,9 @@ def png_software(path: Path) -> str | None:
 
 
 def check_out(out: Path, bins: Sequence[tuple[float, float]] = DEFAULT_BINS) -> None:
-    """Refuse, before anything is written, a file at one of validate's plot names in OUT that validate
-    did not write (a user's plot, a link, another program's PNG): the kit never replaces what it did
-    not make."""
+    """Refuse, before anything is written, a file at one of validate's plot names in OUT that
+    validate did not write (a user's plot, a link, another program's PNG): the kit never replaces
+    what it did not make."""
     for name in plot_names(bins):
         path = out / name
         if not os.path.lexists(path):
@@ -456,11 +457,12 @@ def plot_score(physics: dict, out_dir: str | Path, staged: dict[Path, bytes] | N
 
 
 def read_results(path: str | Path) -> dict:
-    """The record gan3d train wrote at PATH (a schema gan3d reads), else a KitError: validate adds its
-    physics to a training's results only, never to another JSON file or a new one (a link is refused,
-    not followed)."""
+    """The record gan3d train wrote at PATH (a schema gan3d reads), else a KitError: validate adds
+    its physics to a training's results only, never to another JSON file or a new one (a link is
+    refused, not followed)."""
     try:
-        # NaN and Infinity are no JSON gan3d train writes, and the record is written back without them
+        # NaN and Infinity are no JSON gan3d train writes, and
+        # the record is written back without them
         record = json.loads(
             read_regular(path, MAX_RESULTS_BYTES, follow_symlinks=False),
             parse_constant=_no_constant,

@@ -132,9 +132,10 @@ def exchange(dir_fd: int, a: str, b: str) -> None:
 
 
 def exchange_if(dir_fd: int, new: str, final: str, expected: int) -> bool:
-    """Exchange NEW and FINAL, keeping the swap only if what FINAL held is the inode EXPECTED (the one
-    the caller recognised as its own): else the swap is undone and False returned. Call with the stops
-    held (kit.interrupt.held): one between the two exchanges would leave a foreign tree at NEW."""
+    """Exchange NEW and FINAL, keeping the swap only if what FINAL held is the inode EXPECTED (the
+    one the caller recognised as its own): else the swap is undone and False returned. Call with the
+    stops held (kit.interrupt.held): one between the two exchanges would leave a foreign tree at
+    NEW."""
     exchange(dir_fd, new, final)
     if os.stat(new, dir_fd=dir_fd, follow_symlinks=False).st_ino == expected:
         return True
@@ -232,11 +233,11 @@ def remove_tree_if(
 
 
 def replace_tree(new: Path, final: Path, expected: int | None) -> None:
-    """Put the directory NEW (a sibling the caller built) at FINAL: the FINAL the caller recognised as
-    its own (inode EXPECTED; None: none) is exchanged with it in one step (renameat2), then that old
-    tree, now at NEW, is removed. A reader, or a process killed at any instant, sees the whole old or
-    the whole new tree; a stop during the removal leaves the old tree under NEW's temporary name.
-    FileExistsError if FINAL is not the one recognised (swapped meanwhile: put back, nothing
+    """Put the directory NEW (a sibling the caller built) at FINAL: the FINAL the caller recognised
+    as its own (inode EXPECTED; None: none) is exchanged with it in one step (renameat2), then that
+    old tree, now at NEW, is removed. A reader, or a process killed at any instant, sees the whole
+    old or the whole new tree; a stop during the removal leaves the old tree under NEW's temporary
+    name. FileExistsError if FINAL is not the one recognised (swapped meanwhile: put back, nothing
     removed); OSError(EINVAL) where the filesystem cannot exchange; nothing has moved then."""
     fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -299,8 +300,8 @@ def open_log(path: Path, what: str) -> IO[bytes]:
 
 def own_dir(path: Path, what: str) -> Path:
     """The kit's own directory at PATH (its parent exists or is made): made with mkdir, which never
-    follows a link, and checked with lstat, so a link or a file planted at its name is refused in one
-    line and nothing is written through it."""
+    follows a link, and checked with lstat, so a link or a file planted at its name is refused in
+    one line and nothing is written through it."""
     from kit.errors import KitError
     from kit.readfile import kind_name
 

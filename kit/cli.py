@@ -94,8 +94,9 @@ def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) ->
 
 
 def _paths_print_as_bytes() -> None:
-    """A path of bytes that are not UTF-8 (Python holds them as surrogates) prints as those bytes, as
-    in the C locale, instead of ending the command with UnicodeEncodeError under a UTF-8 locale."""
+    """A path of bytes that are not UTF-8 (Python holds them as surrogates) prints as those bytes,
+    as in the C locale, instead of ending the command with UnicodeEncodeError under a UTF-8
+    locale."""
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
         try:

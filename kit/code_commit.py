@@ -51,7 +51,8 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def from_checkout(package_dir: Path) -> tuple[str | None, str]:
     """(HEAD, "git checkout at DIR[ with uncommitted changes]"), or (None, why not)."""
     try:
-        # The package's own file must be tracked: a venv inside some other repository is not a checkout of it.
+        # The package's own file must be tracked: a venv inside
+        # some other repository is not a checkout of it.
         tracked = _git(["ls-files", "--error-unmatch", "--", "__init__.py"], package_dir)
         if tracked.returncode != 0:
             return (

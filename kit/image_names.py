@@ -1,4 +1,5 @@
-"""The artifact layout, in one place: an image OUT and the files beside it, and where it is installed.
+"""The artifact layout, in one place: an image OUT and the
+files beside it, and where it is installed.
 
 OUT (.tar.gz, .tar, .sqfs or a directory), written by `kit image convert`, has beside it
 OUT.sha256 (sha256sum format), OUT.manifest.json (the conversion's record, which proves OUT is

@@ -82,8 +82,9 @@ def _in_locking_code(frame: FrameType | None) -> bool:
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     global _deferred_since, _deferred_signal, _owed
     if signum == signal.SIGALRM and _deferred_since is None:
-        return  # a retry whose stop was raised meanwhile (a second Ctrl-C): re-arming it would end the
+        # a retry whose stop was raised meanwhile (a second Ctrl-C): re-arming it would end the
         # process with SIGALRM's default action once Python restores it at exit
+        return
     now = time.monotonic()
     _heard.add(signum)
     if signum in STOPPING and (_deferred_since is None or signum == signal.SIGTERM):
@@ -132,8 +133,9 @@ def install() -> None:
     os.register_at_fork(
         after_in_child=lambda: signal.set_wakeup_fd(-1)
     )  # a forked child's signals are its own
-    # started with the stops blocked, which it keeps: the kernel hands them to the main thread, whose
-    # blocking calls they must interrupt (a signal taken by another thread wakes nothing there)
+    # started with the stops blocked, which it keeps: the kernel hands them to the main thread,
+    # whose blocking calls they must interrupt (a signal taken by another thread wakes nothing
+    # there)
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {*STOPPING, signal.SIGALRM})
     try:
         threading.Thread(
@@ -164,8 +166,9 @@ def _watch(fd: int) -> None:
 
 
 def before_abandoning(clean_up: Callable[[], None]) -> None:
-    """Run ``clean_up`` (quick, never blocking on a peer) before the watcher ends a process whose main
-    thread never heard its stop: os._exit runs no atexit handler, which may hang there (MPI_Finalize)."""
+    """Run ``clean_up`` (quick, never blocking on a peer) before the watcher ends a process whose
+    main thread never heard its stop: os._exit runs no atexit handler, which may hang there
+    (MPI_Finalize)."""
     _last_words.append(clean_up)
 
 

@@ -153,8 +153,8 @@ def verify(pins: list[Pin], directory: Path, skip: list[str]) -> int:
 
 
 def replaced(pins: list[Pin], installed: list[str]) -> list[tuple[str, str]]:
-    """(old, new) for each installed distribution the pin list no longer names while it names another
-    of the same files: setup.sh uninstalls old BEFORE installing new, never after."""
+    """(old, new) for each installed distribution the pin list no longer names while it names
+    another of the same files: setup.sh uninstalls old BEFORE installing new, never after."""
     pinned = {normalize(p.name) for p in pins}
     have = {normalize(n) for n in installed}
     out = []

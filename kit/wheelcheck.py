@@ -59,9 +59,11 @@ CACHE_LINE = re.compile(r"(?P<name>[a-z0-9-]+)==(?P<version>[A-Za-z0-9.+!_-]+)")
 MAX_CACHE = 1 << 20  # a few hundred lines per pair
 MAX_REPORT = 64 << 20  # pip's report of ~100 pins is ~1 MB
 PIP_TIMEOUT = 900
-PIP_MAJOR = 24  # older pips judge a wheel's Requires-Python by the Python running them, not --python-version
+# older pips judge a wheel's Requires-Python by the Python running them, not --python-version
+PIP_MAJOR = 24
 # Reaching the index is pip's own business (a mirror, certificates, a proxy); nothing else of this
-# machine's pip set-up (find-links, extra indexes, constraints) may change what the lock is checked against.
+# machine's pip set-up (find-links, extra indexes, constraints) may change what the lock is checked
+# against.
 PIP_KEEP = (
     "PIP_INDEX_URL",
     "PIP_CERT",

@@ -22,7 +22,8 @@ from kit.readfile import MAX_BYTES, read_text
 
 MAX_DEPTH = 50
 EXPANSION = 16  # aliases may make a document weigh at most this many times its own text
-# Tags the safe constructor builds into plain values; anything else (!!python/..., !local) is refused.
+# Tags the safe constructor builds into plain values;
+# anything else (!!python/..., !local) is refused.
 ALLOWED_TAGS = frozenset(t for t in yaml.SafeLoader.yaml_constructors if t) | {
     "tag:yaml.org,2002:merge"
 }
@@ -190,8 +191,8 @@ def load_file(
     error: type[KitError] = KitError,
     limit: int = MAX_BYTES,
 ) -> Document:
-    """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded; FileNotFoundError
-    passes through so that callers can say what creates the file."""
+    """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded;
+    FileNotFoundError passes through so that callers can say what creates the file."""
     return parse(read_text(path, what, limit, error), path, error, fix)
 
 

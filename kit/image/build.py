@@ -82,7 +82,8 @@ def site_build_args(site: Site) -> dict[str, str]:
     if (
         FAMILY_OF_VENDOR[site.host_mpi.vendor] == "mpich"
     ):  # the libmpich.so.12 alias's target dir, if any:
-        # a host that names its library libmpich itself (Debian's MPICH) gets its own from the pair's links
+        # a host that names its library libmpich itself
+        # (Debian's MPICH) gets its own from the pair's links
         host_soname = site.host_mpi.soname or "libmpi.so.12"
         args["HOSTMPI_LIBDIR"] = "none" if host_soname.startswith("libmpich.") else "lib0"
     return args
@@ -235,7 +236,8 @@ def plan_build(
         )
         store = ["--root", f"{storage}/root", "--runroot", f"{storage}/run"] if storage else []
         store += ["--storage-driver", driver]
-        # --force-rm: a failed step's container (and its overlay mount) goes too, not only a good one's
+        # --force-rm: a failed step's container (and its
+        # overlay mount) goes too, not only a good one's
         commands = [
             [
                 "buildah",

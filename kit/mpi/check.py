@@ -1,5 +1,5 @@
-"""`kit mpi check`: prove a pair with 2 real ranks under the site's launcher, on this machine or, on a
-Slurm site, on 2 nodes (one rank each: the ranks then talk over the network)."""
+"""`kit mpi check`: prove a pair with 2 real ranks under the site's launcher, on this machine or, on
+a Slurm site, on 2 nodes (one rank each: the ranks then talk over the network)."""
 
 from __future__ import annotations
 
@@ -36,13 +36,14 @@ MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
 REPORT_LINE = re.compile(
     r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)"
 )  # rank 0's report, line I of N (rank_report.py)
-# a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY SIGNAL:
-# 11", mpirun's "exited on signal"), then an exit code or an error
+# a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY
+# SIGNAL: 11", mpirun's "exited on signal"), then an exit code or an error
 TELLING = (
     re.compile(r"\bsignal\b", re.IGNORECASE),
     re.compile(r"exit (?:code|status)|error|abort|killed|not found|refused|denied", re.IGNORECASE),
 )
-# srun's account of its own clean-up once a rank ended badly (--kill-on-bad-exit): the effect, never the cause
+# srun's account of its own clean-up once a rank ended badly
+# (--kill-on-bad-exit): the effect, never the cause
 AFTERMATH = re.compile(
     r"srun: (?:launch/slurm: _step_signal: Terminating|Job step aborted|"
     r"error: .*(?:STEP|JOB) \S+ (?:ON \S+ )?CANCELLED|Force Terminated)"
@@ -124,8 +125,8 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
 def run_check(
     pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1
 ) -> CheckResult:
-    """Launch RANKS ranks of mpi4py in the pair's image, each in the site's container runtime (ch-run,
-    udocker: kit.runtime), on `nodes` nodes and judge what they report."""
+    """Launch RANKS ranks of mpi4py in the pair's image, each in the site's container runtime
+    (ch-run, udocker: kit.runtime), on `nodes` nodes and judge what they report."""
     if timeout < 2 * STOP_GRACE:
         raise KitError(
             f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
@@ -179,9 +180,9 @@ def run_check(
 
 
 def _remove_join_group(join: list[str]) -> None:
-    """The files of this check's ch-run --join peer group on this node, once every process of the check
-    has ended: a rank stopped or crashed leaves them in /dev/shm, named by the check's tag (one per
-    check, never another's: launcher_command)."""
+    """The files of this check's ch-run --join peer group on this node, once every process of the
+    check has ended: a rank stopped or crashed leaves them in /dev/shm, named by the check's tag
+    (one per check, never another's: launcher_command)."""
     tag = next(w.split("=", 1)[1] for w in join if w.startswith("--join-tag="))
     for name in (f"ch-run_shm-{tag}", f"sem.ch-run_sem-{tag}"):
         try:
@@ -191,8 +192,8 @@ def _remove_join_group(join: list[str]) -> None:
 
 
 def _read_reports(result: CheckResult, view: Callable[[str], str] = lambda path: path) -> None:
-    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py), each mapped
-    file named by ``view`` as the rank sees it (the runtime's: kit.runtime)."""
+    """The ranks' reports from rank 0's numbered KITCHECK lines (kit/mpi/rank_report.py), each
+    mapped file named by ``view`` as the rank sees it (the runtime's: kit.runtime)."""
     parts: dict[int, str] = {}
     count = 0
     for line in result.output.splitlines():

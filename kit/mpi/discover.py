@@ -189,7 +189,8 @@ def _library(
 ) -> MPILibrary | None:
     """The MPI library a cache entry or scanned name points to; None if it is no MPI library.
     Each file (by inode: links and hard links alike) is read once, however many names lead to it:
-    a hostile cache listing one big library under thousands of names costs one read, not thousands."""
+    a hostile cache listing one big library under thousands of names costs one read, not
+    thousands."""
     found = tree.find(path)
     if found is None:
         return None

@@ -110,8 +110,9 @@ def components(dirs: Iterable[str | None]) -> list[Path]:
 
 def shadowed(lib_dirs: Iterable[str], image_has: set[str] | None, owned: re.Pattern) -> list[str]:
     """The libraries in the host dirs that, the dirs put on the loader's path whole, would be loaded
-    instead of the image's: a SONAME the image's linker cache lists that is not the MPI's (``owned``).
-    Without a cache nothing is known of the image but its loader's own C library, so that is looked for."""
+    instead of the image's: a SONAME the image's linker cache lists that is not the MPI's
+    (``owned``). Without a cache nothing is known of the image but its loader's own C library, so
+    that is looked for."""
     wanted = image_has if image_has is not None else {"libc.so.6"}
     found: set[str] = set()
     for directory in lib_dirs:

@@ -295,7 +295,8 @@ class WantedTree:
     def __init__(self, out: Path):
         from kit.image.writers import DirWriter
 
-        out.mkdir()  # a scratch directory (the caller's temporary one removes it): the tree is out/root
+        # a scratch directory (the caller's temporary one removes it): the tree is out/root
+        out.mkdir()
         self.writer, self.written = DirWriter(out), set()
 
     def offer(self, entry) -> bool:

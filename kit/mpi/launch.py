@@ -202,9 +202,10 @@ class Launch:
         """The line a batch script runs. ${NRANKS} and ${RANKS_PER_NODE} are left for the script's
         shell to expand; every other value is shell-quoted (``command`` is taken as shell words).
         ``hwthreads`` and ``exports`` matter to Open MPI's mpirun only (kit.mpi.openmpi_launch).
-        ``step``: srun options after the launcher's (a step of a running allocation, e.g. a pilot's);
-        ``group``: a suffix to the job's ch-run --join tag (JOIN_TAG_VAR, which the script sets with
-        JOIN_TAG_LINE) for steps that run side by side, each in a peer group of its own (a pilot's)."""
+        ``step``: srun options after the launcher's (a step of a running allocation, e.g. a
+        pilot's); ``group``: a suffix to the job's ch-run --join tag (JOIN_TAG_VAR, which the script
+        sets with JOIN_TAG_LINE) for steps that run side by side, each in a peer group of its own (a
+        pilot's)."""
         if group and not GROUP_RE.fullmatch(group):
             raise KitError(
                 f"peer group {group!r}: not 1 to 16 letters, digits and ._-",

@@ -50,7 +50,8 @@ def soname_of(path: str) -> str:
 
 def host_copy(pair: Pair, soname: str) -> str | None:
     """Where in the image the pair puts the host's ``soname`` on the loader's path: its link, or a
-    bound host library dir on LD_LIBRARY_PATH that holds it; None if the pair does not provide it."""
+    bound host library dir on LD_LIBRARY_PATH that holds it; None if the pair does not provide
+    it."""
     path_dirs = [d.rstrip("/") for d in pair.env_prepend.get("LD_LIBRARY_PATH", [])]
     for link, target in pair.links.items():
         if posixpath.basename(link) == soname and posixpath.dirname(link) in path_dirs:
@@ -66,8 +67,8 @@ def _bound(pair: Pair, path: str) -> bool:
 
 
 def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
-    """Two copies of one SONAME; a dependency the pair binds from the host but mapped from the image;
-    a UCX transport module from anywhere but the bound host UCX's module dir."""
+    """Two copies of one SONAME; a dependency the pair binds from the host but mapped from the
+    image; a UCX transport module from anywhere but the bound host UCX's module dir."""
     problems = []
     by_soname: dict[str, set[str]] = defaultdict(set)
     for lib in rank.libs:

@@ -243,7 +243,8 @@ def pair_from_root(
     prepend = ([f"{target}/{COMPAT_DIR}"] if links else []) + [
         dst for _s, dst in binds[: len(lib_dirs)]
     ]
-    # a shared system dir (the host's libc beside its MPI) is not put on the loader's path: links are
+    # a shared system dir (the host's libc beside its MPI)
+    # is not put on the loader's path: links are
     placed = runtime_links(
         site.host_mpi,
         host.family,

@@ -81,9 +81,10 @@ def runtime_links(
     link_dir: str,
     root: Path,
 ) -> Placement | None:
-    """The links in ``link_dir`` that alone go on the loader's path, or None where the host's library
-    dirs hold nothing the image has beyond the MPI (they then go on the path whole). Where the host's
-    MPI is not on this machine nothing can be judged: None, and why, in a Placement's problems."""
+    """The links in ``link_dir`` that alone go on the loader's path, or None where the host's
+    library dirs hold nothing the image has beyond the MPI (they then go on the path whole). Where
+    the host's MPI is not on this machine nothing can be judged: None, and why, in a Placement's
+    problems."""
     runtime = RUNTIMES[family]
     if not any(
         (Path(d) / soname).exists() for d in mpi.lib_dirs
@@ -125,8 +126,9 @@ UCS = "libucs.so.0"
 def ucx_module_env(links: dict[str, str], binds: list[tuple[str, str]]) -> dict[str, str]:
     """UCX_MODULE_DIR naming the host UCX's transport modules (libuct_*.so) as bound, where the pair
     links the host's libucs. Why: UCX looks for them in DIR/ucx beside the libucs it was loaded
-    through (the pair's link dir: nothing there), then in its compiled-in dir, which inside the image
-    is the image's own UCX's (Debian's /usr/lib/x86_64-linux-gnu/ucx): modules of another build."""
+    through (the pair's link dir: nothing there), then in its compiled-in dir, which inside the
+    image is the image's own UCX's (Debian's /usr/lib/x86_64-linux-gnu/ucx): modules of another
+    build."""
     for link, target in links.items():
         if posixpath.basename(link) != UCS:
             continue

@@ -63,8 +63,9 @@ class Charliecloud:
                 1, "--join-ct=${RANKS_PER_NODE}"
             )  # Hydra sets no variable ch-run --join reads
         if site.container.join:
-            # ch-run's default tag is SLURM_STEP_ID, the same "0" for every job's first step, and a job
-            # id repeats too: one tag per job start (JOIN_TAG_LINE), left for the shell to expand.
+            # ch-run's default tag is SLURM_STEP_ID, the same "0" for every job's first step, and a
+            # job id repeats too: one tag per job start (JOIN_TAG_LINE), left for the shell to
+            # expand.
             body.insert(2, f"--join-tag=${{{JOIN_TAG_VAR}}}" + (f"-{group}" if group else ""))
         return body + [shell_path(image), "--"]
 

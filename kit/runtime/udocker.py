@@ -118,7 +118,8 @@ def expand(value: str, env: dict[str, str]) -> str:
 def rank_environment(launch: Launch, image: str) -> dict[str, str]:
     """What each rank is given with --env: the image's environment, then the pair's settings (each
     expanded against what is set before it), then the pair's directories put in front (the image's
-    value after them; none: no empty entry, which the loader would read as the working directory)."""
+    value after them; none: no empty entry, which the loader would read as the working
+    directory)."""
     if not launch.image_env:
         env = {}
     else:  # as the pair read it, else from the image now
@@ -162,8 +163,8 @@ class UdockerRuntime:
         return [*self._head(launch.site), f"--location={image}", *self._options(launch, image), "-"]
 
     def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
-        """``image`` is the image as the site sees it (a ~/ path is the job's $HOME); its environment
-        is read now, from this machine's copy at that path."""
+        """``image`` is the image as the site sees it (a ~/ path is the job's $HOME); its
+        environment is read now, from this machine's copy at that path."""
         location = (
             '"--location=${HOME}"/' + shlex.quote(image[2:])
             if image.startswith("~/")

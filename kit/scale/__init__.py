@@ -1,4 +1,5 @@
-"""Scaling sweeps: plan, submit, collect, report them against the paper's tables, and forecast larger counts.
+"""Scaling sweeps: plan, submit, collect, report them against
+the paper's tables, and forecast larger counts.
 
 The names below are imported on first use (PEP 562): submitting or collecting a sweep does not
 import the report and its plots.

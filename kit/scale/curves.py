@@ -1,6 +1,6 @@
-"""The report's convergence and throughput figures: each run's loss curves, the sweep overlay of loss
-vs epoch across node counts (the global batch grows with the nodes: this shows whether scaling hurt
-convergence), showers/s vs nodes beside ideal scaling, and the physics score vs nodes.
+"""The report's convergence and throughput figures: each run's loss curves, the sweep overlay of
+loss vs epoch across node counts (the global batch grows with the nodes: this shows whether scaling
+hurt convergence), showers/s vs nodes beside ideal scaling, and the physics score vs nodes.
 
 Each figure is drawn from a `Band` list that the functions here return too, so what is plotted is
 what a test can check against the results files."""

@@ -1,4 +1,5 @@
-"""The scaling model behind `kit scale predict`, fitted on measured epoch times only (docs/predict.md).
+"""The scaling model behind `kit scale predict`, fitted on
+measured epoch times only (docs/predict.md).
 
 An epoch is a fixed number of showers split over P = N x ranks-per-node ranks, with a fixed batch
 per rank, so the compute of an epoch is the same at every node count and the node-seconds per
@@ -227,7 +228,8 @@ def fit_model(
 
 def next_count(model: Model, target: int, candidates: Sequence[int]) -> tuple[int, float] | None:
     """The node count, of `candidates`, whose measurement would narrow the band at `target` the most
-    if it came out as the estimate says (ties: the fewest nodes), with that band's relative width."""
+    if it came out as the estimate says (ties: the fewest nodes), with that band's relative
+    width."""
     measured = set(model.nodes)
     best: tuple[int, float] | None = None
     for n in sorted(c for c in candidates if c not in measured):

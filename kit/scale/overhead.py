@@ -1,4 +1,5 @@
-"""Container vs bare: the same layout run both ways, per node count, as the paper's section 5.4 asks.
+"""Container vs bare: the same layout run both ways, per
+node count, as the paper's section 5.4 asks.
 
 Overhead in % = 100 x (T_container - T_bare) / T_bare of the median wall epochs; its range pairs the
 extremes of the repeats (fastest container vs slowest bare .. slowest container vs fastest bare), so

@@ -142,7 +142,8 @@ def calibration_nodes(n0: int, max_nodes: int) -> list[int]:
 
 def calibration_train_args(train_args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """Short epochs for a calibration: --steps-per-epoch 20 and --epochs 2 unless given (the first
-    epoch traces the step; the report times the later ones). Returns the arguments and what was added."""
+    epoch traces the step; the report times the later ones). Returns the arguments and what was
+    added."""
     args, added = list(train_args), []
     words = {a.split("=")[0] for a in args}
     if "--epochs" in words:

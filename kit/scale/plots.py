@@ -1,6 +1,6 @@
-"""The report's figures: the paper's Figures 1-2 (time per epoch, measured vs linear), efficiency, FLOP
-rate, and container vs bare; throughput, losses and physics (kit.scale.curves). Error bars are the
-repeats' min-max around their median."""
+"""The report's figures: the paper's Figures 1-2 (time per epoch, measured vs linear), efficiency,
+FLOP rate, and container vs bare; throughput, losses and physics (kit.scale.curves). Error bars are
+the repeats' min-max around their median."""
 
 from __future__ import annotations
 

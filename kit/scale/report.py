@@ -1,7 +1,8 @@
-"""`kit scale report`: a sweep's results JSONs become the paper's scaling tables (md, csv) and plots (png).
+"""`kit scale report`: a sweep's results JSONs become the
+paper's scaling tables (md, csv) and plots (png).
 
-Definitions follow the paper (section 5): the base of a series is its smallest node count n0, linear time
-per epoch is T(n0) * n0 / n, and scaling efficiency is linear time / measured time.
+Definitions follow the paper (section 5): the base of a series is its smallest node count n0, linear
+time per epoch is T(n0) * n0 / n, and scaling efficiency is linear time / measured time.
 """
 
 from __future__ import annotations
@@ -179,8 +180,8 @@ def write_report(
     title: str | None = None,
 ) -> list[Path]:
     """report.md, report.csv and the PNGs in out_dir; everything is rendered before the first write,
-    so a bad input leaves out_dir untouched, and the files are replaced together (a stopped run leaves
-    the whole old report or the whole new one)."""
+    so a bad input leaves out_dir untouched, and the files are replaced together (a stopped run
+    leaves the whole old report or the whole new one)."""
     if not runs:
         raise KitError("no results to report", fix="pass the results JSONs of a sweep")
     ref = paper_table(reference) if reference else None
@@ -428,8 +429,8 @@ MAX_PNG_BYTES = 16 * 2**20
 
 def _physics_pngs(run: RunResult) -> list[Path]:
     """The summary plots gan3d validate drew for a run (generated vs data), from RUN.physics/ beside
-    its results; its per-energy-bin comparisons (about 100 kB each) stay there. None if the directory
-    is not there (results copied without it); links are not followed."""
+    its results; its per-energy-bin comparisons (about 100 kB each) stay there. None if the
+    directory is not there (results copied without it); links are not followed."""
     directory = physics_dir(run.path)
     return [
         directory / name

@@ -35,7 +35,8 @@ from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
 MAX_COUNT = 10**12  # nodes, ranks, batches, steps, events, bytes per rank: far past any machine
-MAX_RATE = 1e24  # FLOP/s, showers/s, % of peak, seconds: 1e24 is a thousand zettaFLOP/s; 1e308 overflows sums
+# FLOP/s, showers/s, % of peak, seconds: 1e24 is a thousand zettaFLOP/s; 1e308 overflows sums
+MAX_RATE = 1e24
 
 
 def _number(v: Any, limit: float) -> bool:
@@ -351,7 +352,8 @@ def _load_one(path: Path) -> RunResult:
         step_epoch_seconds=_step_only_seconds(record, path),
         showers_per_second=_value(record, path, "showers_per_second", _RATE),
         flop_per_second=_value(record, path, "flop_per_second", _RATE),
-        # Files from before per-precision peaks lack these three: loaded, their % of peak shown as "—".
+        # Files from before per-precision peaks lack these
+        # three: loaded, their % of peak shown as "—".
         percent_of_peak=get("percent_of_peak", _RATE),
         percent_of_peak_denominator=get("percent_of_peak_denominator", _NAME),
         percent_of_peak_fp64_max_clock=get("percent_of_peak_fp64_max_clock", _RATE),
@@ -505,9 +507,9 @@ def _physics(record: dict, path: Path) -> Physics | None:
 
 
 def _epoch_seconds(record: dict, path: Path) -> tuple[float, str]:
-    """Wall clock first (the paper's epoch time): the mean of the epochs after the first (which holds
-    the tf.function tracing) unless the first is all there is; an epoch capped by --steps-per-epoch is
-    scaled to the full epoch, and the source says so."""
+    """Wall clock first (the paper's epoch time): the mean of the epochs after the first (which
+    holds the tf.function tracing) unless the first is all there is; an epoch capped by
+    --steps-per-epoch is scaled to the full epoch, and the source says so."""
     for key, what in (
         ("epoch_wall_times", "epoch_wall_times"),
         ("epoch_times", "epoch_times (train loop only: no epoch_wall_times in this file)"),

@@ -95,7 +95,8 @@ def _physics(
     files: RunFiles, job: str | None, state: str, result: Path | None
 ) -> tuple[str | None, str]:
     """What became of a validated run's physics: gan3d validate adds its score to the results JSON,
-    so a run that ended with a result but without that key failed its validation (its log says why)."""
+    so a run that ended with a result but without that key failed its validation (its log says
+    why)."""
     if result is None or job is None:
         return None, ""
     physics = _recorded_physics(result, files.run_id)
@@ -162,8 +163,8 @@ def wait(
     timeout: float | None = None,
     on_poll: Callable[[list[RunStatus]], None] | None = None,
 ) -> list[RunStatus]:
-    """Collect until no submitted run is queued or running (bounded: a NaN, infinite or negative poll
-    or timeout would never end, or crash in time.sleep)."""
+    """Collect until no submitted run is queued or running (bounded: a NaN, infinite or negative
+    poll or timeout would never end, or crash in time.sleep)."""
     import math
 
     for name, value in (("poll", poll_seconds), ("timeout", timeout)):
@@ -194,9 +195,9 @@ def wait(
 
 
 def results(sweep_dir: Path, failed: list[str] | None = None) -> list[Path]:
-    """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made anywhere);
-    a damaged one is a KitError naming it, not a run silently left out of the report. Runs whose
-    result says they failed are left out and named in ``failed``."""
+    """The results JSONs of the plan's runs that have one (no Slurm needed: reports are made
+    anywhere); a damaged one is a KitError naming it, not a run silently left out of the report.
+    Runs whose result says they failed are left out and named in ``failed``."""
     jobs = read_jobs(sweep_dir)
     found = []
     for run in load_plan(sweep_dir).runs:
@@ -238,8 +239,8 @@ def unscored(sweep_dir: Path) -> dict[Path, Validation]:
 
 
 def _validation_error(log: Path) -> str:
-    """gan3d validate's own error line from the end of its log (the launcher's lines about ending the
-    step come after it), else the log's last line."""
+    """gan3d validate's own error line from the end of its log (the launcher's lines about ending
+    the step come after it), else the log's last line."""
     lines = [line for line in _log_tail(log).splitlines() if line.strip()]
     if not lines:
         return f"no validation log at {log}"

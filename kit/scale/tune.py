@@ -1,4 +1,5 @@
-"""`kit scale tune`: find the best ranks-per-node x threads-per-rank layout of a node by measuring it.
+"""`kit scale tune`: find the best ranks-per-node x
+threads-per-rank layout of a node by measuring it.
 
 The seed paper's key finding (4 ranks x 12 threads ran 3.5x faster than 1 x 48 on SuperMUC-NG) was
 found by hand; here each layout the node allows runs a short training of its own, and the one with
@@ -90,8 +91,8 @@ def candidate_layouts(
     site: Site, given: list[tuple[int, int]] | None = None, precisions: tuple[str, ...] = ("fp32",)
 ) -> list[Layout]:
     """`given` (ranks, threads) pairs, or every split of the node's cores into ranks x threads with
-    all cores busy (48 cores: 1x48, 2x24, 3x16, 4x12, ... 48x1), in each precision. A layout the node
-    cannot hold is an error naming it."""
+    all cores busy (48 cores: 1x48, 2x24, 3x16, 4x12, ... 48x1), in each precision. A layout the
+    node cannot hold is an error naming it."""
     cores = site.node.cores
     pairs = given or [(r, cores // r) for r in range(1, cores + 1) if cores % r == 0]
     for r, t in pairs:
@@ -232,7 +233,8 @@ def local_launcher(site: Site) -> list[str]:
 
 def _run_bounded(cmd: list[str], log: Path, timeout: float) -> int | None:
     """Run `cmd` in its own process group with its output in `log`; the whole group is killed
-    after `timeout` s (the launcher and every rank), so nothing outlives a hung layout. None: killed."""
+    after `timeout` s (the launcher and every rank), so nothing outlives a hung layout. None:
+    killed."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with open_log(
@@ -498,7 +500,8 @@ def plot(measured: list[Measured], top: Measured, title: str) -> bytes:
 
 def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
     """Whether the tune runs as Slurm jobs (a site with Slurm) or here; refused in one line where
-    the request does not fit the site: Slurm needs --image or --no-container, a local site one node."""
+    the request does not fit the site: Slurm needs --image or --no-container, a local site one
+    node."""
     if site.scheduler.type == "slurm":
         if not said_how:
             raise KitError(
@@ -530,9 +533,10 @@ def _load_tune(path: Path, fix: str):
 def best_layout(
     site: Site, sweep_dir: Path, tune_file: Path | None, layout_given: bool, asked: bool
 ) -> tuple[Path, tuple[int, int]]:
-    """`kit scale plan --layout best [--tune FILE]`: the tune file read (default DIR/tune.yaml) and its
-    best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were given too
-    (refused: the tune decides them); ``asked``: --layout best was (a --tune file alone is refused)."""
+    """`kit scale plan --layout best [--tune FILE]`: the tune file read (default DIR/tune.yaml) and
+    its best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were
+    given too (refused: the tune decides them); ``asked``: --layout best was (a --tune file alone is
+    refused)."""
     if not asked:
         raise KitError("--tune FILE is read with --layout best", fix="add --layout best")
     if layout_given:

@@ -359,8 +359,9 @@ SCHEMA = Section(
                     ),
                     "memory_gb": Field("float", positive=True),
                     "usable_memory_gb": Field("float", positive=True),
-                    # Peak facts: null (or absent) when unknown, e.g. a VM's clock. The kit then says the
-                    # theoretical peak is unknown and divides by a measured one, never by a guess.
+                    # Peak facts: null (or absent) when unknown, e.g. a VM's clock. The kit then
+                    # says the theoretical peak is unknown and divides by a measured one, never by a
+                    # guess.
                     "clock_ghz_avx": Field(
                         "float",
                         positive=True,
@@ -535,7 +536,8 @@ class Peak:
 
     precision: str
     flops: float | None  # FLOP/s; None when the site config lacks a fact it needs
-    basis: str  # how it was computed ("48 cores x 2.3 GHz x 64 FP32 FLOP/cycle"), or the reason it is unknown
+    # how it was computed ("48 cores x 2.3 GHz x 64 FP32 FLOP/cycle"), or the reason it is unknown
+    basis: str
 
     def times(self, nodes: int) -> Peak:
         """The same peak for `nodes` nodes."""

@@ -244,7 +244,8 @@ def probe_yaml(name: str | None = None) -> str:
 
 def write_probe(out: str | os.PathLike, name: str | None = None) -> Path:
     """A new file OUT, never one that is there: a site config, even a probed one, is edited by hand
-    (its header asks for it), so an existing OUT is the user's, and a second probe must not undo it."""
+    (its header asks for it), so an existing OUT is the user's, and a second probe must not undo
+    it."""
     out = Path(out)
     fix = "fix: remove it first if it is to go, or give another --out"
     if os.path.lexists(out):

@@ -27,10 +27,12 @@ TERMINAL = {
 JOB_ID_RE = re.compile(
     r"[0-9]{1,12}(?:[_+][0-9]{1,12})?"
 )  # 123, an array's 123_4, a het job's 123+0
-# Pending reasons that mean nodes are out of service (drained, down): the nodes are named beside them.
+# Pending reasons that mean nodes are out of service
+# (drained, down): the nodes are named beside them.
 NODES_UNAVAILABLE = ("Nodes required for job are DOWN", "ReqNodeNotAvail")
 UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
-# Why a job may pend that no waiting will clear: shown, and `kit scale collect --wait` stops on them.
+# Why a job may pend that no waiting will clear: shown,
+# and `kit scale collect --wait` stops on them.
 STUCK = {
     "PartitionNodeLimit",
     "PartitionTimeLimit",

@@ -24,8 +24,8 @@ LOCK = ".jobs.lock"
 
 
 def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
-    """The ledger; a file kit did not write this way is one line naming its line, not a guess: job ids
-    from it go to squeue and scancel."""
+    """The ledger; a file kit did not write this way is one line naming its line, not a guess: job
+    ids from it go to squeue and scancel."""
     path = run_dir / NAME
     fix = (
         "fix: restore the jobs.yaml kit wrote, or move it aside to start afresh "

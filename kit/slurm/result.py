@@ -16,8 +16,9 @@ class RunFailed(KitError):
 
 
 def run_result(files: RunFiles, job: str | None) -> Path | None:
-    """The run's results JSON if it was written by ``job`` (when it says which); None if there is none.
-    A file there that is no results JSON is a KitError naming it; one that says the run failed, RunFailed."""
+    """The run's results JSON if it was written by ``job`` (when it says which); None if there is
+    none. A file there that is no results JSON is a KitError naming it; one that says the run
+    failed, RunFailed."""
     fix = "fix: move it aside and kit scale submit --resubmit --only " + files.run_id
     try:
         record = read_json_object(files.result, "gan3d results file", fix)

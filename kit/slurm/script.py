@@ -221,7 +221,8 @@ def job_env(site: Site, pair: PairFile | None, threads_per_rank: int) -> list[st
     # The launcher (and Hydra's proxies) read the host MPI's settings on the host; inside, the
     # pair's --set-env values (host paths translated) win.
     env = [f"export {k}={shlex.quote(v)}" for k, v in site.host_mpi.launch_env.items()]
-    if srun:  # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
+    # Slurm >= 22.05: srun no longer reads SLURM_CPUS_PER_TASK (Hydra's own srun must not get it)
+    if srun:
         env.append(f"export SRUN_CPUS_PER_TASK={int(threads_per_rank)}")
     # A rank (or Hydra proxy) that dies ends the step: the others would wait in an allreduce until
     # the walltime (srun --kill-on-bad-exit; also read by the srun Hydra starts its proxies with).

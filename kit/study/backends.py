@@ -75,8 +75,8 @@ def _outcome(run_results: Path, objective: str, problem: str | None, log: Path) 
 
 
 class LocalBackend:
-    """Each evaluation is `python -m kit.study.evalproc EVALDIR` in a session of its own: it outlives
-    a killed driver, and its lock tells the next driver it still runs."""
+    """Each evaluation is `python -m kit.study.evalproc EVALDIR` in a session of its own: it
+    outlives a killed driver, and its lock tells the next driver it still runs."""
 
     how = "local"
 
@@ -139,7 +139,8 @@ class LocalBackend:
 
 def ended(d: Path) -> dict | str | None:
     """RUNNING while an evaluation's process holds its lock, else its exit.json (None: none, it was
-    lost); an exit file or lock that is not what the kit writes fails the evaluation, not the study."""
+    lost); an exit file or lock that is not what the kit writes fails the evaluation, not the
+    study."""
     try:
         return RUNNING if evalproc.is_running(d) else evalproc.exit_status(d)
     except EvaluationFailed:

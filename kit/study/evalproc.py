@@ -1,5 +1,6 @@
-"""`python -m kit.study.evalproc EVALDIR`: run one evaluation's commands (train, then validate if the
-objective needs it) with EVALDIR/.running locked for as long as they run, then write EVALDIR/exit.json.
+"""`python -m kit.study.evalproc EVALDIR`: run one evaluation's commands (train, then validate if
+the objective needs it) with EVALDIR/.running locked for as long as they run, then write
+EVALDIR/exit.json.
 
 Why a process of its own: the lock is the evaluation's liveness, for any process that looks. A
 driver killed mid-study, started again, tells "still running" (lock held: wait for it), "done"

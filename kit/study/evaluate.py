@@ -47,8 +47,8 @@ class EvalRun:
 
 
 EVALS = "evals"
-# What the kit makes inside an evaluation's directory (here, through kit scale's submission, or gan3d):
-# a link at one of these names was not made by the kit and is never written through.
+# What the kit makes inside an evaluation's directory (here, through kit scale's submission, or
+# gan3d): a link at one of these names was not made by the kit and is never written through.
 EVAL_ENTRIES = (
     "results",
     "logs",
@@ -74,8 +74,8 @@ class EvaluationFailed(KitError):
 
 
 class StudyDirRefused(KitError):
-    """A directory of the study itself (evals/, queue/) is not the one the kit made: the study stops,
-    in one line, until it is moved aside (every evaluation would fail on it)."""
+    """A directory of the study itself (evals/, queue/) is not the one the kit made: the study
+    stops, in one line, until it is moved aside (every evaluation would fail on it)."""
 
 
 class LinkedEvalDir(EvaluationFailed):
@@ -85,10 +85,11 @@ class LinkedEvalDir(EvaluationFailed):
 
 
 def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path:
-    """DIR/evals/eNNNN (absolute), made if ``create`` and missing, once DIR/evals, it and every entry
-    the kit makes in it are found to be what the kit makes (directories and files, never links):
-    one swapped for a link between two runs would send an evaluation's writes out of the study.
-    LinkedEvalDir names it; the driver records the evaluation as failed and the study goes on."""
+    """DIR/evals/eNNNN (absolute), made if ``create`` and missing, once DIR/evals, it and every
+    entry the kit makes in it are found to be what the kit makes (directories and files, never
+    links): one swapped for a link between two runs would send an evaluation's writes out of the
+    study. LinkedEvalDir names it; the driver records the evaluation as failed and the study goes
+    on."""
     d = eval_dir(study_dir, eval_id).absolute()
     for path in (d.parent, d):
         if create:
@@ -124,9 +125,9 @@ def _refused(path: Path, kind: str, what: str) -> LinkedEvalDir:
 
 
 def make_subdir(path: Path, then: str = "") -> Path:
-    """A directory the kit makes (in a checked evaluation directory, or a study's own: queue/); a link
-    found there is refused. ``then``: the command to run again once it is moved aside (an entry of the
-    study, not of one evaluation)."""
+    """A directory the kit makes (in a checked evaluation directory, or a study's own: queue/); a
+    link found there is refused. ``then``: the command to run again once it is moved aside (an entry
+    of the study, not of one evaluation)."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(path)
     mode = os.lstat(path).st_mode
@@ -164,8 +165,9 @@ def checkpoints_aside(run_dir: Path) -> Path | None:
 
 
 def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
-    """The run of ``config``: the study's `gan3d train` arguments (kit.study.spec.StudySpec.train_args,
-    the layout left out) and its layout, which defaults to one rank using every core."""
+    """The run of ``config``: the study's `gan3d train` arguments
+    (kit.study.spec.StudySpec.train_args, the layout left out) and its layout, which defaults to one
+    rank using every core."""
     ranks, threads = spec.layout(config)
     ranks = int(ranks or 1)
     threads = int(threads or max(1, site.node.cores // ranks))
@@ -176,8 +178,8 @@ def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> Eva
 
 def layout_args(run: EvalRun, site: Site) -> list[str]:
     """gan3d train's layout words for a run on this machine or in a pilot: its threads per rank, and
-    --oversubscribe where ranks x threads exceed a node's cores (a batch script decides the same from
-    kit.slurm.spec.check_run)."""
+    --oversubscribe where ranks x threads exceed a node's cores (a batch script decides the same
+    from kit.slurm.spec.check_run)."""
     return [
         "--threads",
         str(run.threads),

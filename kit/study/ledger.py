@@ -337,8 +337,9 @@ HEADER_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def check_header(path: Path, header: dict[str, Any]) -> None:
-    """Every key `kit study plan` writes, checked for its type and bounds when read: a header edited to
-    `"parallel": 10**9` would make the driver ask for a billion configs, a wrongly typed one crash it."""
+    """Every key `kit study plan` writes, checked for its type and bounds when read: a header edited
+    to `"parallel": 10**9` would make the driver ask for a billion configs, a wrongly typed one
+    crash it."""
     for key, (ok, want) in HEADER_CHECKS.items():
         if key in header and not ok(header[key]):
             raise KitError(f"{path}:1: key {key} is {shown(header[key])}, expected {want}; {FIX}")

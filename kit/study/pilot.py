@@ -1,4 +1,5 @@
-"""Pilot mode: one Slurm job of N nodes runs a study's evaluations back to back (the Swift/T pattern).
+"""Pilot mode: one Slurm job of N nodes runs a study's
+evaluations back to back (the Swift/T pattern).
 
 Queue waits dominate short evaluations on a busy machine; a pilot pays one. The proposing stays with
 the driver on the login node: for each new config it writes the evaluation's commands to
@@ -63,9 +64,9 @@ IDLE_SECONDS = 900.0  # a worker with nothing queued for this long ends (the dri
 def inside_commands(
     run: EvalRun, study_dir: Path, site: Site, python: str, pair: PairFile | None = None
 ) -> list[list[str]]:
-    """The evaluation's commands as steps of the pilot's allocation, through the site's launcher (srun
-    gives each step its ranks and cores): in the image with the pair's binds and environment, as a
-    batch script runs them (kit.slurm.script), or, without a pair, the site's own Python."""
+    """The evaluation's commands as steps of the pilot's allocation, through the site's launcher
+    (srun gives each step its ranks and cores): in the image with the pair's binds and environment,
+    as a batch script runs them (kit.slurm.script), or, without a pair, the site's own Python."""
     files = RunFiles(eval_dir(study_dir, run.eval_id).absolute(), run.eval_id)
     site_file = str(site.path) if pair is None else str(files.site_file)
     train = [
@@ -132,9 +133,9 @@ def render_pilot(
     python: str,
     join: bool = False,
 ) -> str:
-    """The pilot's batch script; every value checked or quoted (#SBATCH lines are read without a shell).
-    ``join``: its steps run ch-run --join, in peer groups named from the job start's tag, exported
-    for the `bash -c` of each step (kit.mpi.launch.JOIN_TAG_LINE)."""
+    """The pilot's batch script; every value checked or quoted (#SBATCH lines are read without a
+    shell). ``join``: its steps run ch-run --join, in peer groups named from the job start's tag,
+    exported for the `bash -c` of each step (kit.mpi.launch.JOIN_TAG_LINE)."""
     d = study_dir.absolute()
     if not SAFE_PATH.fullmatch(str(d)):
         raise KitError(

@@ -128,9 +128,10 @@ def write_report(study_dir: Path, out: Path | None = None) -> list[Path]:
 
 
 def _check_out(out: Path, names: list[str]) -> None:
-    """DIR/report is the kit's: made here (never through a link at its name), and files at the report's
-    names are replaced only where report.md is a regular file this command wrote (its last line). A link,
-    a directory, a FIFO or a user's file there is refused in one line and left alone."""
+    """DIR/report is the kit's: made here (never through a link at its name), and files at the
+    report's names are replaced only where report.md is a regular file this command wrote (its last
+    line). A link, a directory, a FIFO or a user's file there is refused in one line and left
+    alone."""
     fix = "fix: move it aside, then kit study report again"
     with contextlib.suppress(FileExistsError):
         os.mkdir(out)
@@ -264,9 +265,9 @@ def plot_objective(table: list[Row], t: Terms) -> bytes:
 def axis_values(
     table: list[Row], name: str, log: bool = False
 ) -> tuple[list[float | None], list[str]]:
-    """A parameter's values on [0, 1] for the plot: numbers scaled to the range tried, on a log scale
-    if the parameter is searched on one (labels: the lowest and highest), categories by their sorted
-    order (labels: the categories)."""
+    """A parameter's values on [0, 1] for the plot: numbers scaled to the range tried, on a log
+    scale if the parameter is searched on one (labels: the lowest and highest), categories by their
+    sorted order (labels: the categories)."""
     values = [r.config.get(name) for r in table]
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):

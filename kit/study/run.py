@@ -195,7 +195,8 @@ def run_study(
                 history = [Observation(e.config, e.objective) for e in led.done()]
                 pending = [e.config for e in in_flight]
                 configs = searcher.ask(history, pending, q)[:q]
-                # mbo: what its surrogate expects of each, kept for the report's predicted vs observed
+                # mbo: what its surrogate expects of each, kept
+                # for the report's predicted vs observed
                 guesses = searcher.predict(history, configs) if hasattr(searcher, "predict") else []
                 for i, config in enumerate(configs):
                     eid = led.next_id()
@@ -244,7 +245,8 @@ def _record(study_dir: Path, eval_id: str, outcome: Outcome) -> None:
 
 def cancel_study(study_dir: Path, dry_run: bool = False) -> list[str]:
     """Stop the study's evaluations in flight; the ledger marks them cancelled and the next
-    `kit study run` starts them again. Refused while a driver runs (it would propose replacements)."""
+    `kit study run` starts them again. Refused while a driver runs (it would propose
+    replacements)."""
     with driving(study_dir):
         spec, t, site, led = open_study(study_dir)
         in_flight = [e.eval_id for e in led.in_flight()]

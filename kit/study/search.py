@@ -1,5 +1,5 @@
-"""Search strategies: given what was evaluated (history) and what is in flight (pending), propose the
-next q configs. Stateless between calls: every answer is a function of the seed, the history and
+"""Search strategies: given what was evaluated (history) and what is in flight (pending), propose
+the next q configs. Stateless between calls: every answer is a function of the seed, the history and
 the pending configs, so a study resumed from its ledger proposes what it would have proposed.
 
 - grid: the space's grid in order, then nothing (fewer than q, then an empty list).
@@ -116,8 +116,8 @@ class MboSearcher(Searcher):
         self.initial = settings.initial or max(4, 2 * len(self.space.params))
 
     def _losses(self, history: list[Observation]) -> tuple[list[Mapping[str, Value]], list[float]]:
-        """Configs and losses to fit: failed evaluations (no value, or NaN/Inf) imputed as the worst loss
-        seen (a region that fails is as bad as the worst that ran, never better)."""
+        """Configs and losses to fit: failed evaluations (no value, or NaN/Inf) imputed as the worst
+        loss seen (a region that fails is as bad as the worst that ran, never better)."""
 
         def ok(o: Observation) -> bool:
             return o.value is not None and math.isfinite(o.value)
@@ -151,8 +151,8 @@ class MboSearcher(Searcher):
     def predict(
         self, history: Sequence[Observation], configs: Sequence[Mapping[str, Value]]
     ) -> list[tuple[float, float]]:
-        """The surrogate's (mean, sd) of the objective (in its own direction) at ``configs``, fitted on
-        ``history``: what a report sets beside the observed values. Empty without a surrogate."""
+        """The surrogate's (mean, sd) of the objective (in its own direction) at ``configs``, fitted
+        on ``history``: what a report sets beside the observed values. Empty without a surrogate."""
         import numpy as np
 
         forest = self.surrogate(history)

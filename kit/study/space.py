@@ -1,4 +1,5 @@
-"""The search space of a study: typed parameters, conditions, sampling, a grid, and a numeric encoding.
+"""The search space of a study: typed parameters,
+conditions, sampling, a grid, and a numeric encoding.
 
 Pure Python (``random.Random``, no numpy): grid and random studies need nothing beyond the kit's
 core, and every searcher draws from the same code. Values are snapped (floats to 6 significant
@@ -45,8 +46,8 @@ def same_value(a: Any, b: Any) -> bool:
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter: float or int in [low, high] (log: uniform in log space), or a choice of values.
-    ``when`` maps earlier choice parameters to the values under which this one is active."""
+    """One parameter: float or int in [low, high] (log: uniform in log space), or a choice of
+    values. ``when`` maps earlier choice parameters to the values under which this one is active."""
 
     name: str
     kind: str
@@ -87,8 +88,8 @@ class Param:
         return (v - lo) / (hi - lo)
 
     def from_unit(self, u: float) -> Value:
-        """The snapped value at ``u`` in [0, 1]: every whole number of an int axis gets an equal share
-        of it (of its log space when log)."""
+        """The snapped value at ``u`` in [0, 1]: every whole number of an int axis gets an equal
+        share of it (of its log space when log)."""
         u = min(max(u, 0.0), 1.0)
         if self.kind == "float":
             return _snap_float(self.exact(u), self.low, self.high)
@@ -217,9 +218,9 @@ class Space:
     def perturb(
         self, config: Mapping[str, Value], rng: random.Random, sigma: float = 0.1
     ) -> dict[str, Value]:
-        """A neighbour of ``config``: numeric values moved by a normal step of ``sigma`` of their axis,
-        each choice redrawn with probability 1/len(params); parameters a changed choice activates are
-        drawn afresh, those it deactivates dropped."""
+        """A neighbour of ``config``: numeric values moved by a normal step of ``sigma`` of their
+        axis, each choice redrawn with probability 1/len(params); parameters a changed choice
+        activates are drawn afresh, those it deactivates dropped."""
         out: dict[str, Value] = {}
         flip = 1.0 / len(self.params)
         for p in self.params:
@@ -234,8 +235,9 @@ class Space:
         return out
 
     def grid(self, points_per_axis: int) -> list[dict[str, Value]]:
-        """Every combination of the axes' values (choices: all values; numeric: ``points_per_axis``),
-        conditions respected: an inactive parameter is left out, so no config appears twice."""
+        """Every combination of the axes' values (choices: all values; numeric:
+        ``points_per_axis``), conditions respected: an inactive parameter is left out, so no config
+        appears twice."""
         if points_per_axis < 2:
             raise KitError(
                 f"a grid needs at least 2 points per axis (got {points_per_axis}); "

@@ -54,7 +54,8 @@ RUNNER_OWNED = (
     "keep-checkpoints",
 )  # the study runner sets these
 # The layout: ranks per node x threads per rank, which the runner passes itself (gan3d's --threads,
-# and --oversubscribe where they exceed a node's cores: kit.study.evaluate.layout_args); never in train_args.
+# and --oversubscribe where they exceed a node's cores: kit.study.evaluate.layout_args); never in
+# train_args.
 LAYOUT_WORDS = (LAYOUT, "threads")
 DECIDED = (
     "oversubscribe"  # follows from the layout and the site: the runner's, refused in a study file
@@ -161,9 +162,9 @@ def _text(value: Value) -> str:
 
 
 def synthetic_split(events: int, fraction: float) -> tuple[int, int]:
-    """(held out, training) showers of gan3d train --synthetic EVENTS --test-fraction FRACTION: the files
-    it generates (gan3d.train) split as it splits them (gan3d.data.split_events; equal files, so the
-    counts do not depend on the seed)."""
+    """(held out, training) showers of gan3d train --synthetic EVENTS --test-fraction FRACTION: the
+    files it generates (gan3d.train) split as it splits them (gan3d.data.split_events; equal files,
+    so the counts do not depend on the seed)."""
     from gan3d.data import split_events
     from gan3d.train import SYNTHETIC_EVENTS_PER_FILE
 
@@ -223,8 +224,9 @@ def gan3d_options() -> dict[str, argparse.Action]:
 def load_study(path: str | Path, data_files: bool = False, train_rules: bool = True) -> StudySpec:
     """The study file at ``path``, checked; KitError naming file:line and the field on any problem.
     ``data_files`` (kit study plan): fixed data files must also hold enough showers (their headers).
-    ``train_rules`` False: values are not put to gan3d train's number checks again (a planned study's
-    copy, checked at its plan: an older kit's study stays readable when gan3d's limits narrow)."""
+    ``train_rules`` False: values are not put to gan3d train's number checks again (a planned
+    study's copy, checked at its plan: an older kit's study stays readable when gan3d's limits
+    narrow)."""
     try:
         doc = load_file(path, "study file", f"fix: {FIX}", limit=MAX_STUDY_BYTES)
     except FileNotFoundError:
@@ -446,8 +448,9 @@ class _Checker:
     def check_train_rules(
         self, name: str, action: argparse.Action | None, value: Value, path: tuple
     ) -> None:
-        """Refuse a value gan3d train's own checks refuse (gan3d.train.refusal: its limits, not a copy):
-        a range end, choice or fixed value it refuses would fail, at run time, every evaluation given it."""
+        """Refuse a value gan3d train's own checks refuse (gan3d.train.refusal: its limits, not a
+        copy): a range end, choice or fixed value it refuses would fail, at run time, every
+        evaluation given it."""
         from gan3d.train import refusal
 
         if name in LOSS_PARTS:  # one part of --loss-weights, the others at gan3d's default
@@ -603,11 +606,11 @@ class _Checker:
         return out
 
     def showers(self, space: Space, fixed: Mapping[str, Value], data_files: bool) -> None:
-        """The showers held out (--test-fraction, or the --validation-data files) and those left to train
-        on must each give every rank one batch, or gan3d stops the evaluation at its start: refused
-        here for any config of the space (the worst: the largest ranks x batch size against the
-        smallest share). Generated showers (``synthetic``) are counted as gan3d generates them; data
-        files (fixed ``data``, with ``data_files``) by the events their headers declare."""
+        """The showers held out (--test-fraction, or the --validation-data files) and those left to
+        train on must each give every rank one batch, or gan3d stops the evaluation at its start:
+        refused here for any config of the space (the worst: the largest ranks x batch size against
+        the smallest share). Generated showers (``synthetic``) are counted as gan3d generates them;
+        data files (fixed ``data``, with ``data_files``) by the events their headers declare."""
         if "synthetic" in fixed or "synthetic" in space.by_name:
             if "validation-data" in fixed:
                 return
@@ -650,7 +653,8 @@ class _Checker:
             )
             if source is None:
                 if not 0 < fraction < 1 or int(value["synthetic"]) > MAX_SPLIT_EVENTS:
-                    # gan3d refuses such a fraction itself; a split this large is left to gan3d to count
+                    # gan3d refuses such a fraction itself; a split
+                    # this large is left to gan3d to count
                     continue
                 held_out, training = synthetic_split(int(value["synthetic"]), fraction)
                 what = f"synthetic {value['synthetic']} with test-fraction {fraction:g} has"
@@ -700,8 +704,9 @@ class _Checker:
             )
 
     def data_counts(self, fixed: Mapping[str, Value]) -> DataCounts | None:
-        """The events the fixed data (and validation-data) files declare in their headers; None where
-        there are more files than MAX_HEADER_FILES (gan3d counts them when an evaluation starts)."""
+        """The events the fixed data (and validation-data) files declare in their headers; None
+        where there are more files than MAX_HEADER_FILES (gan3d counts them when an evaluation
+        starts)."""
         from gan3d.data import DataError, expand_data_arg
         from gan3d.showerfile import declared_events
 

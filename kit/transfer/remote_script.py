@@ -631,7 +631,8 @@ def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
     print(json.dumps({"path": os.path.abspath(final), "sha256": got, "direct_io": writer.direct}))
 
 
-# ---------------------------------------------------------------- the installer (install, versions, switch)
+# ---------------------------------------------------------------- the installer (install, versions,
+# switch)
 
 
 def versions(imgdir, name):
@@ -717,7 +718,8 @@ def _open_up(func, name, exc_info):
 
 def _chmod_dir_nofollow(path):
     """chmod 700 the directory at PATH through an O_PATH|O_NOFOLLOW fd: a name swapped for a link
-    after the check (an image's /tmp is world-writable) fails here instead of opening up its target."""
+    after the check (an image's /tmp is world-writable) fails here instead of opening up its
+    target."""
     fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.chmod("/proc/self/fd/%d" % fd, 0o700)

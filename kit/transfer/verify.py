@@ -178,7 +178,8 @@ def _shown(name):
 def unlisted(directory, names):
     """[(name, "unlisted", what)] for every entry of the bundle that `names` (MANIFEST) and OWN do
     not account for: files, links, FIFOs, directories (named once, not walked). Only directories on
-    the way to a listed name are walked, never through a link; at most WALK_MAX entries are looked at."""
+    the way to a listed name are walked, never through a link; at most WALK_MAX entries are looked
+    at."""
     dirs = set()
     for name in names:
         parts = name.split("/")

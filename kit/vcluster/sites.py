@@ -155,9 +155,9 @@ def intel_sites(state: ClusterState, prefix: Path, binds: list[str]) -> dict[str
 def openmpi_site(state: ClusterState, binds: list[str]) -> dict | None:
     """Debian's Open MPI 4.1 under srun --mpi=pmix. All of it is bound into the image: its MCA
     components and help files (found with ompi_info, as Debian moves them) and its external PMIx's
-    components. Its TCP transport is pinned to the nodes' veth (vc0); its runtime channel (oob) to the
-    cluster's subnet, which an mpirun on the login node also reaches, by its bridge, not a vc0, and
-    without which it may pick the host's other interfaces. ob1 + tcp, as UCX would pick its own
+    components. Its TCP transport is pinned to the nodes' veth (vc0); its runtime channel (oob) to
+    the cluster's subnet, which an mpirun on the login node also reaches, by its bridge, not a vc0,
+    and without which it may pick the host's other interfaces. ob1 + tcp, as UCX would pick its own
     transport. mpirun as root: the cluster is root's own (kit vcluster needs root)."""
     version = _version(["mpirun.openmpi", "--version"], r"\((?:Open MPI|OpenRTE)\) (\d[\w.]*)")
     libs = sorted(Path("/usr/lib/x86_64-linux-gnu").glob("libmpi.so.40.*"))
@@ -197,7 +197,8 @@ def openmpi_site(state: ClusterState, binds: list[str]) -> dict | None:
 
 def check_binds(directory: Path, binds: list[str]) -> None:
     """The binds every config gets (the cluster directory, and --bind), checked by the site schema's
-    rule before anything is made: a config refused after the cluster is up would leave it useless."""
+    rule before anything is made: a config refused after the cluster is up would leave it
+    useless."""
     if problem := binds_problem([f"{directory}:{directory}", *binds]):
         raise VclusterError(
             f"--bind/--dir: {problem}", fix="name directories without ':' as absolute paths SRC:DST"
