@@ -334,7 +334,7 @@ def _forecast_table(
     title: str, prediction, epochs: int | None, measured: dict[int, float] | None = None
 ) -> Table:
     """One row per asked node count; a backtest adds the paper's time and the error."""
-    from kit.scale.report import flop_unit
+    from kit.scale.rows import flop_unit
 
     table = Table(title=title)
     columns = [

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from kit.scale.runs import Series
 
 if TYPE_CHECKING:
-    from kit.scale.report import Row
+    from kit.scale.rows import Row
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
+from kit.scale.axes import node_axis
 from kit.scale.overhead import Overhead
 from kit.scale.paper import OverheadTable, PaperTable, Reference
+from kit.scale.rows import comparable_with_paper, flop_unit
 from kit.scale.runs import Series
 
 if TYPE_CHECKING:
-    from kit.scale.report import Row
+    from kit.scale.rows import Row
 
 
 def plots(
@@ -20,8 +22,6 @@ def plots(
 ) -> dict[str, bytes]:
     """PNG bytes by file name; container_overhead.png only when some layout ran both ways."""
     from matplotlib.figure import Figure
-
-    from kit.scale.report import comparable_with_paper, flop_unit
 
     time_fig, eff_fig, flop_fig = (
         Figure(figsize=(7, 4.5)),
@@ -209,27 +209,6 @@ def _say(ax, text: str, y: float) -> None:
         fontsize="small",
         color="0.3",
     )
-
-
-def node_axis(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) -> None:
-    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(
-        FixedLocator(ticks)
-    )  # node counts are whole numbers: the ones measured
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    if len(ticks) == 1:
-        ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize="medium")
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
 
 
 def png(fig) -> bytes:

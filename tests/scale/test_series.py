@@ -15,7 +15,8 @@ from kit.cli import main
 from kit.scale import load_results, paper_table, write_report
 from kit.scale.overhead import container_overhead
 from kit.scale.plan import make_plan
-from kit.scale.report import flop_unit, group_series
+from kit.scale.report import group_series
+from kit.scale.rows import flop_unit
 from tests.scale.builders import GiB, write_run
 
 KEY_FIELDS = {  # a second value for every field of the series key, as gan3d train would record it
