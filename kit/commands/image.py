@@ -12,8 +12,8 @@ from kit.commands.progress import byte_bar
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.flatten import NOTE_CAP
-from kit.image.inspect import inspect_image
 from kit.image.writers import FORMATS
+from kit.mpi.inspect import inspect_image
 from kit.sizes import parse_size
 from kit.verbosity import quiet, verbose
 
