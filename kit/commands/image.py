@@ -196,12 +196,12 @@ def _convert(args: argparse.Namespace) -> int:
                 args.out,
                 args.site,
                 mode=args.mpi_mode,
-                progress=bar and bar.update,
+                progress=bar.update if bar else None,
                 **options,
             )
             report = paired.report
         else:
-            report = convert(args.src, args.out, progress=bar and bar.update, **options)
+            report = convert(args.src, args.out, progress=bar.update if bar else None, **options)
     _print_report(report)
     if paired:
         pair = paired.pair
