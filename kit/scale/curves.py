@@ -80,7 +80,7 @@ def throughput(rows: Sequence[Row]) -> tuple[Band, Band]:
 
 def physics(rows: Sequence[Row]) -> Band | None:
     """The physics score per node count over the repeats that have one; None if no run has one."""
-    points = {
+    points: dict[float, list[float]] = {
         row.nodes: [r.physics.score for r in row.runs if r.physics and r.physics.score is not None]
         for row in rows
     }

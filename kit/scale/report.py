@@ -10,7 +10,7 @@ import csv
 import io
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from statistics import median
@@ -28,7 +28,7 @@ from kit.scale.paper import (
     Reference,
     paper_table,
 )
-from kit.scale.rows import Row, comparable_with_paper, flop_unit
+from kit.scale.rows import UNNAMED_PEAK, Row, comparable_with_paper, flop_unit
 from kit.scale.runs import RunResult, Series, load_results, settings_text
 from kit.slurm.script import physics_dir
 
@@ -74,7 +74,7 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
                 _median([r.percent_of_peak for r in group]),
                 " / ".join(
                     dict.fromkeys(
-                        r.percent_of_peak_denominator
+                        r.percent_of_peak_denominator or UNNAMED_PEAK
                         for r in group
                         if r.percent_of_peak is not None
                     )
@@ -172,7 +172,7 @@ SIGNATURE = (
 )
 
 
-def _check_out(out: Path, names: Sequence[str]) -> None:
+def _check_out(out: Path, names: Iterable[str]) -> None:
     """Refuse to replace files in OUT unless OUT holds a report this command wrote (its report.md,
     a regular file, carries the signature): a user's own report.md, notes or plots at these names
     in a shared --out are never overwritten."""

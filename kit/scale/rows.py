@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from kit.scale.paper import PAPER_EPOCH_EVENTS, PAPER_PRESET
 from kit.scale.runs import RunResult, Series
 
+# A results file may give a percentage of peak without naming the peak it is of.
+UNNAMED_PEAK = "an unnamed peak"
+
 
 @dataclass(frozen=True)
 class Row:
