@@ -329,7 +329,8 @@ class ShowerFiles:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first n events (all when None) across the files, preprocessed (for validation)."""
         n = self.num_events if n is None else min(n, self.num_events)
-        parts, energies = [], []
+        parts: list[np.ndarray] = []
+        energies: list[np.ndarray] = []
         for k, count in enumerate(self.counts):
             take = min(count, n - sum(len(e) for e in energies))
             if take <= 0:
@@ -400,14 +401,14 @@ def open_split(
     """(training set, validation set, what was held out): `validation_paths` when given, else
     `fraction` of the events of `paths` (split_events). The record is the same on every rank."""
     if validation_paths is not None:
-        train, test = ShowerFiles(paths, skip_bad_events=skip_bad_events), None
+        given = ShowerFiles(paths, skip_bad_events=skip_bad_events)
         try:
-            test = ShowerFiles(validation_paths, skip_bad_events=skip_bad_events)
-        finally:
-            if test is None:
-                train.close()
-        source = [{"file": str(p), "events": n} for p, n in zip(test.paths, test.counts)]
-        return train, test, {"by": "validation-data", "events": test.num_events, "source": source}
+            held = ShowerFiles(validation_paths, skip_bad_events=skip_bad_events)
+        except BaseException:
+            given.close()
+            raise
+        source = [{"file": str(p), "events": n} for p, n in zip(held.paths, held.counts)]
+        return given, held, {"by": "validation-data", "events": held.num_events, "source": source}
     files = ShowerFiles(paths, skip_bad_events=skip_bad_events)
     try:
         split = split_events(files.counts, fraction, seed)
@@ -471,7 +472,7 @@ class ShowerStream:
 
     def __init__(
         self,
-        files: ShowerFiles,
+        files: ShowerFiles | EventRanges,
         *,
         batch_size: int,
         rank: int = 0,
@@ -527,7 +528,7 @@ class ShowerStream:
     def plan(self, epoch: int) -> list[tuple[int, int, int]]:
         """This rank's (file, start, stop) reads for an epoch, in reading order."""
         rng = np.random.default_rng([self.seed, epoch])
-        blocks = []
+        blocks: list[tuple[int, int, int]] = []
         for k, count in enumerate(self.files.counts):
             phase = int(rng.integers(self.block_events)) if self.shuffle else 0
             edges = (

@@ -165,7 +165,7 @@ def summary(record: dict, plots: Path | None, results: Path) -> Table:
 def peak_rows(record: dict) -> list[tuple[str, str, str | None]]:
     """(label, value, why unknown) for each peak of the run: its precision's and fp64's, theoretical
     and measured, and the seed paper's FP64 at max clock; a peak the site does not state says so."""
-    rows = []
+    rows: list[tuple[str, str, str | None]] = []
     for p in dict.fromkeys((record["precision"], "fp64")):
         for kind, what in (
             ("theoretical", "theoretical (site config)"),

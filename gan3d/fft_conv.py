@@ -32,6 +32,12 @@ import tensorflow as tf
 Axes = tuple[int, int, int]
 
 
+def _axes(dims) -> Axes:
+    """Three spatial sizes (of a TensorShape slice) as ints."""
+    d0, d1, d2 = (int(d) for d in dims)
+    return d0, d1, d2
+
+
 def _geometry(spatial: Axes, ksize: Axes, padding: str):
     """Per axis: (transform length, output offset s, output length) for a stride-1 conv."""
     n, s, out = [], [], []
@@ -122,7 +128,7 @@ def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
     2I): the columns for an input's real part are the kernel's spectrum W, those for its imaginary
     part i W (the transform of axis 0 times i); the kernel is flipped (the convolution's
     correlation)."""
-    ksize = tuple(int(k) for k in kernel.shape[:3])
+    ksize = _axes(kernel.shape[:3])
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
     flipped = tf.reshape(
         tf.transpose(tf.reverse(kernel, axis=(0, 1, 2)), (0, 1, 2, 4, 3)), (ksize[0], -1)
@@ -147,8 +153,8 @@ def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
     """tf.nn.conv3d(x, kernel, stride 1, padding) in float32 via DFTs. Every step is a product with
     a constant matrix, a reshape or a transpose: both gradients are those steps' adjoints, as
     TensorFlow derives them (the output gradient's DFT is the transposed inverse matrices')."""
-    ksize = tuple(int(k) for k in kernel.shape[:3])
-    spatial = tuple(int(d) for d in x.shape[1:4])
+    ksize = _axes(kernel.shape[:3])
+    spatial = _axes(x.shape[1:4])
     n, s, out = _geometry(spatial, ksize, padding)
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
     freqs = (n[0] // 2 + 1) * n[1] * n[2]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # HPAI's values on SuperMUC-NG (see docs/3dgan reference); an environment value wins.
@@ -67,7 +68,7 @@ NO_MPI = "none (one process, mpi4py not installed)"
 WORLD_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
-def discover_layout(environ: dict[str, str] | None = None) -> RankLayout:
+def discover_layout(environ: Mapping[str, str] | None = None) -> RankLayout:
     """Ask MPI (through mpi4py, before TensorFlow starts) for ranks, nodes and ranks per node.
 
     Horovod initialized afterwards reuses this MPI instance (it checks MPI_Initialized). Without
@@ -100,7 +101,7 @@ def discover_layout(environ: dict[str, str] | None = None) -> RankLayout:
     return layout
 
 
-def check_world_size(size: int, environ: dict[str, str]) -> None:
+def check_world_size(size: int, environ: Mapping[str, str]) -> None:
     """Refuse a rank whose MPI world is not the job its launcher started: a runtime that keeps the
     launcher's PMI variables from the rank (udocker without --hostenv) leaves every rank a 1-rank
     job of its own, each training alone and ending with status 0. The launcher that started this
@@ -119,7 +120,7 @@ def check_world_size(size: int, environ: dict[str, str]) -> None:
         return
 
 
-def _one_process_layout(environ: dict[str, str]) -> RankLayout:
+def _one_process_layout(environ: Mapping[str, str]) -> RankLayout:
     for key in LAUNCHER_SIZE_ENV:
         value = environ.get(key, "1")
         if value != "1":
@@ -142,7 +143,7 @@ def _one_process_layout(environ: dict[str, str]) -> RankLayout:
     )
 
 
-def default_threads(local_size: int, cores: int, environ: dict[str, str] | None = None) -> int:
+def default_threads(local_size: int, cores: int, environ: Mapping[str, str] | None = None) -> int:
     """Threads per rank when --threads is not given: Slurm's --cpus-per-task, else an even share."""
     environ = os.environ if environ is None else environ
     cpus = environ.get("SLURM_CPUS_PER_TASK", "")
@@ -185,7 +186,7 @@ class ThreadSettings:
 
 
 def thread_settings(
-    threads: int, inter_op: int, environ: dict[str, str] | None = None
+    threads: int, inter_op: int, environ: Mapping[str, str] | None = None
 ) -> ThreadSettings:
     """OMP_NUM_THREADS follows --threads; KMP_* take HPAI's defaults unless the environment sets
     them.
@@ -235,7 +236,7 @@ def configure_tensorflow(settings: ThreadSettings) -> list[str]:
     return warnings
 
 
-def settings_in_force(environ: dict[str, str] | None = None) -> dict:
+def settings_in_force(environ: Mapping[str, str] | None = None) -> dict:
     """The thread settings TensorFlow and the environment actually hold now (for print and
     results).
     """

@@ -178,7 +178,7 @@ def _write_file(
     import h5py
 
     n = len(energy_gev)
-    opts = {"compression": compression, "shuffle": compression is not None}
+    opts: dict[str, object] = {"compression": compression, "shuffle": compression is not None}
     if compression == "gzip":
         opts["compression_opts"] = 1
     target = np.stack(

@@ -25,7 +25,8 @@ class StepLosses:
         """`global_step` counts from 0 over the whole run (resumed runs continue the count)."""
         if global_step % self.stride or not all(n in losses for n in NAMES):
             return
-        self.points.append((global_step, epoch, step, *(float(losses[n]) for n in NAMES)))
+        d_loss, g_loss = (float(losses[n]) for n in NAMES)
+        self.points.append((global_step, epoch, step, d_loss, g_loss))
         if len(self.points) > self._max:
             self.stride *= 2
             self.points = [p for p in self.points if p[0] % self.stride == 0]

@@ -185,14 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _loss_weights(text: str) -> tuple[float, float, float]:
     try:
-        weights = tuple(float(x) for x in text.split(","))
+        real, aux, ecal = (float(x) for x in text.split(","))  # ValueError: not three numbers
     except ValueError:
-        weights = ()
-    if len(weights) != 3:
         raise SettingsError(
             f"--loss-weights {text!r}: give three comma-separated numbers, e.g. 8,0.2,0.1"
-        )
-    return weights  # type: ignore[return-value]
+        ) from None
+    return real, aux, ecal
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -784,6 +782,8 @@ def _restore_and_broadcast(
     Returns the number of epochs already trained."""
     start_epoch, latest = 0, None
     if args.resume and layout.rank == 0:
+        if checkpoints is None:  # _check_args refuses this before any work
+            raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
         latest = checkpoints.latest()
         if latest is None:
             raise CheckpointError(

@@ -47,7 +47,7 @@ _LOCKING = frozenset(
 )
 STOPPING = (signal.SIGINT, signal.SIGTERM)
 _deferred_since: float | None = None
-_deferred_signal = signal.SIGINT  # the stopping signal a deferred interrupt raises
+_deferred_signal: int = signal.SIGINT  # the stopping signal a deferred interrupt raises
 _held = 0  # depth of held() blocks
 _owed = False  # a stop arrived while held: raised when the outermost block ends
 _heard: set[int] = set()  # stopping signals whose handler has run in the main thread

@@ -146,10 +146,10 @@ def evaluate(marker: str, env: dict[str, str]) -> bool:
     def atom() -> bool:
         if pos < len(tokens) and tokens[pos] == "(":
             take()
-            value = either()
+            inner = either()
             if take() != ")":
                 raise fail()
-            return value
+            return inner
         var, op = take(), take()
         if op == "not":
             if take() != "in":

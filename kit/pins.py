@@ -90,14 +90,13 @@ def read_pins(path: Path) -> list[Pin]:
             and match["marker"] is not None
             and not MARKER.fullmatch(match["marker"])
         )
-        if not match or not hashes or not all(hashes) or bad_marker:
+        hexes = tuple(h["hex"] for h in hashes if h is not None)
+        if not match or not hashes or len(hexes) < len(hashes) or bad_marker:
             raise PinError(
                 f"{path}: entry {entry[:80]!r} is not NAME==VERSION [; MARKER] --hash=sha256:HEX...",
                 fix="regenerate it with scripts/lock.sh",
             )
-        pins.append(
-            Pin(match["name"], match["version"], match["marker"], tuple(h["hex"] for h in hashes))
-        )
+        pins.append(Pin(match["name"], match["version"], match["marker"], hexes))
     return pins
 
 
@@ -126,7 +125,7 @@ def sha256(path: Path) -> str:
 
 def verify(pins: list[Pin], directory: Path, skip: list[str]) -> int:
     """Every wheel and sdist in ``directory`` is a pinned version with one of its pinned hashes."""
-    by_pin = {}
+    by_pin: dict[tuple[str, str], set[str]] = {}
     for pin in pins:
         by_pin.setdefault((normalize(pin.name), pin.version), set()).update(pin.hashes)
     skipped = {normalize(n) for n in skip}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import Iterable
-from typing import IO
+from typing import Protocol
 
 MAX_META = 1 << 20  # bytes of one pax header or GNU long name/link record
 _META_TYPES = (
@@ -110,10 +110,21 @@ def parse_pax(buf: bytes, where: int) -> dict[bytes, bytes]:
     return records
 
 
-def open_tar(fileobj: IO[bytes], compressed: bool = False) -> tarfile.TarFile:
+class Readable(Protocol):
+    """What tarfile's reading modes use of a file object: a file, or a view of a layer's bytes."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def seek(self, pos: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
+def open_tar(fileobj: Readable, compressed: bool = False) -> tarfile.TarFile:
     """A reading TarFile over FILEOBJ whose headers are bounds-checked; ``compressed`` also takes
     gzip, bzip2 and xz (tarfile's own detection: a Charliecloud ``.tar.gz``)."""
-    return tarfile.open(
+    # Reading, tarfile calls read, seek and tell only; its stub asks write and close too.
+    return tarfile.open(  # type: ignore[call-overload]
         fileobj=fileobj, mode="r:*" if compressed else "r:", tarinfo=CheckedInfo, errorlevel=2
     )
 
@@ -130,3 +141,10 @@ def first_nonzero(chunks: Iterable[bytes], start: int) -> int | None:
             return pos + len(chunk) - len(chunk.lstrip(b"\0"))
         pos += len(chunk)
     return None
+
+
+def forget_members(tf: tarfile.TarFile) -> None:
+    """Drop the headers a TarFile keeps of every member ``next()`` has read, so that reading an
+    archive of a million members costs no memory (tarfile offers no public way to)."""
+    # TarFile.members is tarfile's own list of the headers read, absent from typeshed's stubs.
+    tf.members.clear()  # type: ignore[attr-defined]

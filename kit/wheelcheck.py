@@ -125,8 +125,9 @@ def platform_tags(platform: str) -> list[str]:
 
 def newer_platforms(platform: str) -> list[str]:
     """The README's platforms for the same machine that need a newer glibc than all of PLATFORM."""
-    matches = [TAG.fullmatch(tag) for tag in platform.split(",")]
-    if not all(matches) or len({m["arch"] for m in matches}) != 1:
+    tags = platform.split(",")
+    matches = [m for m in (TAG.fullmatch(tag) for tag in tags) if m]
+    if len(matches) < len(tags) or len({m["arch"] for m in matches}) != 1:
         return []
     floor = max(glibc_minor(m.group(0)) or 0 for m in matches)
     arch = matches[0]["arch"]
@@ -282,8 +283,7 @@ def check_pair(
             fast = False  # a pip without range requests: it reads the whole wheels instead
             continue
         lines = done.stderr.splitlines()
-        gone = [MISSING.fullmatch(line.strip()) for line in lines]
-        gone = [m for m in gone if m]
+        gone = [m for m in (MISSING.fullmatch(line.strip()) for line in lines) if m]
         if "no such option" in done.stderr:
             raise CheckError(
                 f"pip is too old to check Python {python} on {platform} (it lacks --dry-run/--report)",

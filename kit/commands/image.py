@@ -12,8 +12,8 @@ from kit.commands.progress import byte_bar
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.flatten import NOTE_CAP
-from kit.image.inspect import inspect_image
 from kit.image.writers import FORMATS
+from kit.mpi.inspect import inspect_image
 from kit.sizes import parse_size
 from kit.verbosity import quiet, verbose
 
@@ -196,12 +196,12 @@ def _convert(args: argparse.Namespace) -> int:
                 args.out,
                 args.site,
                 mode=args.mpi_mode,
-                progress=bar and bar.update,
+                progress=bar.update if bar else None,
                 **options,
             )
             report = paired.report
         else:
-            report = convert(args.src, args.out, progress=bar and bar.update, **options)
+            report = convert(args.src, args.out, progress=bar.update if bar else None, **options)
     _print_report(report)
     if paired:
         pair = paired.pair

@@ -41,5 +41,5 @@ class ByteBar:
 
 def byte_bar(stack: ExitStack, label: str, total: int | None = None) -> ByteBar | None:
     """A bar when stderr is a terminal and -q was not given, else None (callers pass
-    `bar and bar.update`)."""
+    `bar.update if bar else None`)."""
     return ByteBar(stack, label, total) if sys.stderr.isatty() and not quiet() else None

@@ -8,6 +8,7 @@ import argparse
 import sys
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
@@ -32,6 +33,9 @@ from kit.site import load_site
 from kit.slurm.spec import walltime
 from kit.verbosity import quiet
 
+if TYPE_CHECKING:
+    from kit.scale.predict import Prediction
+
 
 def _ints(text: str) -> list[int]:
     try:
@@ -48,12 +52,12 @@ def _ints(text: str) -> list[int]:
 def _plan(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     ranks, threads = args.ranks_per_node or [1], args.threads
-    nodes, repeats, extra, added = (
+    nodes, repeats, extra = (
         args.nodes,
         1 if args.repeats is None else args.repeats,
         train_args(args),
-        [],
     )
+    added: list[str] = []
     if args.calibrate:
         from kit.scale.plan import CALIBRATION_REPEATS, calibration_nodes, calibration_train_args
 
@@ -331,10 +335,10 @@ def _band(low: float, high: float, fmt: str = "{:.3g}") -> str:
 
 
 def _forecast_table(
-    title: str, prediction, epochs: int | None, measured: dict[int, float] | None = None
+    title: str, prediction: Prediction, epochs: int | None, measured: dict[int, float] | None = None
 ) -> Table:
     """One row per asked node count; a backtest adds the paper's time and the error."""
-    from kit.scale.report import flop_unit
+    from kit.scale.rows import flop_unit
 
     table = Table(title=title)
     columns = [
@@ -352,8 +356,8 @@ def _forecast_table(
     ]
     for col in columns:
         table.add_column(col, overflow="fold")
-    fs = [f for f in prediction.forecasts if f.flop_per_second]
-    unit, scale = flop_unit(max(f.flop_per_second for f in fs)) if fs else ("FLOP/s", 1.0)
+    rates = [rate for f in prediction.forecasts if (rate := f.flop_per_second)]
+    unit, scale = flop_unit(max(rates)) if rates else ("FLOP/s", 1.0)
     for f in prediction.forecasts:
         paper = []
         if measured:
@@ -423,8 +427,8 @@ def _predict(args: argparse.Namespace) -> int:
                 fix="leave out DIR, --results and --nodes",
             )
         backtest = pr.backtest(args.reference, args.calibrate_on, args.epochs)
-        predictions, skipped = [backtest.prediction], []
-        document = {"backtest": pr.backtest_document(backtest)}
+        predictions, skipped = [backtest.prediction], list[str]()
+        document: dict[str, object] = {"backtest": pr.backtest_document(backtest)}
         unseen = {
             backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]
         }

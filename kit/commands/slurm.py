@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
     files = RunFiles(args.dir.absolute(), name)
     if not (submit and quiet()):  # with -q a submission's result is the job id alone
         console.print(f"wrote {files.script}")
-    if submit:
+    if submit and done.job is not None:  # None: refused above
         if not quiet():
             console.print(
                 f"submitted job {done.job}: log {files.log(done.job)}, result {files.result}"

@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         task = progress.add_task("evaluations", total=None, detail="") if progress else None
 
         def show(p) -> None:
-            if progress:
+            if progress and task is not None:  # both or neither
                 best = "-" if p.best is None else f"{p.best:.6g} ({p.best_eval})"
                 progress.update(
                     task,

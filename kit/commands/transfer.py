@@ -212,7 +212,7 @@ def _bundle(args: argparse.Namespace) -> int:
         out = _transfer().bundle(
             args.images,
             args.dir,
-            progress=bar and bar.update,
+            progress=bar.update if bar else None,
             kit_wheelhouse=args.kit_wheelhouse if args.with_kit else None,
         )
     with ExitStack() as stack:  # read back from the medium (the copies left the page cache)

@@ -36,10 +36,10 @@ def _up(args: argparse.Namespace) -> int:
         return 0
     report = up(args.dir, args.nodes, args.name, args.subnet, intel, tuple(args.bind))
     s = report.state
-    nodes = ", ".join(f"{n['name']} {n['address']}" for n in s.nodes)
+    named = ", ".join(f"{n['name']} {n['address']}" for n in s.nodes)
     print(
         f"{'started' if report.started else 'already running:'} virtual cluster {s.name}: {len(s.nodes)} "
-        f"node(s) ({nodes}) on bridge {s.bridge}, {s.subnet}"
+        f"node(s) ({named}) on bridge {s.bridge}, {s.subnet}"
     )
     for path in report.sites:
         print(f"site config {path}")

@@ -19,7 +19,7 @@ from kit.atomic import remove_tree
 from kit.code_commit import record_commit
 from kit.data import shipped
 from kit.errors import KitError
-from kit.mpi.openmpi_abi import openmpi_rule
+from kit.openmpi_abi import openmpi_rule
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
 

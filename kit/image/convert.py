@@ -92,7 +92,7 @@ def convert(
     flat = Flattener(img, limits, counter(total, progress))
     result = ConversionReport(src, None if dry_run else out, fmt, img, dry_run=dry_run)
     threads = threads or max(1, min(4, os.cpu_count() or 1))
-    stream = flat.entries(mount_points, links, tap and tap.extras)
+    stream = flat.entries(mount_points, links, tap.extras if tap else None)
     if dry_run:
         for entry in stream:
             if tap:

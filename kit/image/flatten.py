@@ -24,10 +24,10 @@ import tarfile
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Callable
+from typing import Callable
 
 from kit.errors import KitError
-from kit.image.layers import Budget, LayerError, Limits, iter_members, safe_name
+from kit.image.layers import Budget, Data, LayerError, Limits, iter_members, safe_name
 from kit.image.sources import Image, Layer
 
 DIR, REG, SYM, LNK, OTHER = "directory", "file", "symlink", "hard link", "device or FIFO"
@@ -76,7 +76,7 @@ class Entry:
     """One output member; ``data`` is readable only until the next entry is requested."""
 
     info: tarfile.TarInfo
-    data: IO[bytes] | None = None
+    data: Data | None = None
 
 
 def kind_of(info: tarfile.TarInfo) -> str:
@@ -430,9 +430,9 @@ class Flattener:
         for li in sorted(wanted):
             todo = wanted[li]
             for m in iter_members(self.image.layers[li], Budget(self.limits)):
-                name = todo.pop(m.ordinal, None)
-                if name is None:
+                if m.ordinal not in todo:
                     continue
+                name = todo.pop(m.ordinal)
                 first, *links = self.waiting.pop(name)
                 first.info.type, first.info.size = tarfile.REGTYPE, m.info.size
                 yield Entry(first.info, m.open())

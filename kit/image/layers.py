@@ -8,6 +8,7 @@ hashed when the layer is only known by its uncompressed digest (docker-archive d
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import math
@@ -18,7 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Protocol
 
 import zstandard
 from isal import igzip_threaded
@@ -27,13 +28,14 @@ from isal.igzip_lib import IsalError
 from kit.errors import KitError
 from kit.image.regular import kind_name, open_regular
 from kit.image.sources import Layer
-from kit.tarsafe import first_nonzero, open_tar
+from kit.tarsafe import first_nonzero, forget_members, open_tar
 
 CHUNK = 1 << 20
 MAX_PATH = 4095
 MAX_COMPONENT = 255
 MAX_MTIME = 1 << 32  # SquashFS keeps 32-bit unsigned times (until 2106)
-READ_ERRORS = (
+# IsalError is a class; isal's stub declares it an instance (`IsalError: Exception`).
+READ_ERRORS: tuple[type[BaseException], ...] = (  # type: ignore[assignment]
     tarfile.TarError,
     EOFError,
     OSError,
@@ -63,6 +65,14 @@ class Budget:
         self.members = 0
 
 
+class Data(Protocol):
+    """A member's data as the writers read it: read() to the end, then close()."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class LayerError(KitError):
     """A layer is unsafe, corrupt or past a limit; the message names layer and member."""
 
@@ -74,6 +84,9 @@ class _HashingReader:
     algo: str
     want: str
     hash: hashlib._Hash | None
+
+    def read(self, n: int = -1) -> bytes:
+        raise NotImplementedError
 
     def readinto(self, buf) -> int:
         data = self.read(len(buf))
@@ -260,7 +273,7 @@ class Member:
 
     ordinal: int
     info: tarfile.TarInfo
-    open: Callable[[], IO[bytes]]
+    open: Callable[[], Data]
 
 
 @contextlib.contextmanager
@@ -277,12 +290,16 @@ def _tar_stream(
             stack.callback(plain.close)
         elif comp == "zstd":
             plain = zstandard.ZstdDecompressor().stream_reader(
-                raw, read_across_frames=True, closefd=False
+                raw,  # type: ignore[arg-type]  # it calls read() only, as igzip's reader does
+                read_across_frames=True,
+                closefd=False,
             )
         else:
             plain = raw
         counted = _CountingReader(plain, budget, blob.size, layer.diff_id, layer)
-        buffered = io.BufferedReader(counted, CHUNK)
+        # BufferedReader calls readinto, readable and closed only, which it has; the stub asks
+        # for a whole raw stream (seek, tell, truncate, flush, close).
+        buffered = io.BufferedReader(counted, CHUNK)  # type: ignore[type-var]
         stream = _Forward(buffered)
         tf = open_tar(stream) if buffered.peek(1) else None  # a zero-length layer holds nothing
 
@@ -365,7 +382,7 @@ def iter_members(
         ):
             ordinal = 0
             while tf is not None and (info := tf.next()) is not None:
-                tf.members.clear()  # stream mode would otherwise keep every header
+                forget_members(tf)  # stream mode would otherwise keep every header
                 last = info.name
                 budget.members += 1
                 if budget.members > budget.limits.max_members:
@@ -375,9 +392,7 @@ def iter_members(
                         fix="raise --max-members if the image is genuine",
                     )
                 _check_member(info, layer, budget.limits)
-                yield Member(
-                    ordinal, info, lambda i=info: _Guarded(tf.extractfile(i), layer, i.name)
-                )
+                yield Member(ordinal, info, functools.partial(_member_data, tf, info, layer))
                 ordinal += 1
             if tf is not None:
                 _check_end(tf.offset, stream, layer, last)
@@ -432,6 +447,13 @@ def _check_end(offset: int, stream: _Forward | _Window, layer: Layer, last: str)
         )
 
 
+def _member_data(tf: tarfile.TarFile, info: tarfile.TarInfo, layer: Layer) -> Data:
+    data = tf.extractfile(info)
+    if data is None:  # a link or special file: only a regular file's data is ever asked for
+        raise LayerError(f"{layer.label}: member {info.name!r} has no data to read")
+    return _Guarded(data, layer, info.name)
+
+
 class _Guarded:
     """A member's data whose read errors name the layer and member (the writer only reads)."""
 
@@ -483,7 +505,7 @@ def _walk_dir(layer: Layer, budget: Budget) -> Iterator[Member]:
                     f"{layer.label}: {root} is past --max-members/--max-size at {name!r}",
                     fix="raise the limit if the tree is genuine",
                 )
-            yield Member(ordinal, info, lambda p=entry.path, n=name: _open_file(p, n, layer))
+            yield Member(ordinal, info, functools.partial(_open_file, entry.path, name, layer))
             ordinal += 1
             if info.isdir():
                 pending.append(iter(_sorted_dir(root, name)))

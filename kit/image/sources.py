@@ -17,10 +17,11 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from kit.errors import KitError
 from kit.image.regular import open_regular
-from kit.tarsafe import first_nonzero, open_tar
+from kit.tarsafe import first_nonzero, forget_members, open_tar
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -113,7 +114,7 @@ def _scan(src: Path) -> Iterator[tarfile.TarInfo]:
         try:
             tf = open_tar(fh)
             while (info := tf.next()) is not None:
-                tf.members.clear()
+                forget_members(tf)
                 count += 1
                 if count > MAX_ARCHIVE_MEMBERS:
                     raise KitError(
@@ -152,13 +153,16 @@ def _type_name(value: object) -> str:
     }.get(type(value), "a number")
 
 
+T = TypeVar("T")
+
+
 class _Doc:
     """Typed access to a parsed JSON document; a wrong type is a KitError naming the field."""
 
     def __init__(self, where: str, fix: str):
         self.where, self.fix = where, fix
 
-    def want(self, value: object, typ: type, field: str, optional: bool = False):
+    def want(self, value: object, typ: type[T], field: str, optional: bool = False) -> T:
         if value is None and optional:
             return typ()
         if not isinstance(value, typ) or isinstance(value, bool) and typ is int:

@@ -127,8 +127,9 @@ class TarWriter(Writer):
             if gzip
             else None
         )
-        self.tar = tarfile.open(
-            fileobj=_TellingFile(self.gz or self.hashed),
+        self.tar = tarfile.TarFile(  # what tarfile.open(mode="w") makes; its stubs lack copybufsize
+            # tarfile writes with write() and tell() only; its stubs ask a readable, seekable file
+            fileobj=_TellingFile(self.gz or self.hashed),  # type: ignore[arg-type]
             mode="w",
             format=tarfile.PAX_FORMAT,
             copybufsize=CHUNK,
@@ -208,8 +209,11 @@ class SquashWriter(Writer):
             process_group=0,
             pass_fds=tuple(keep_fds),
         )
-        self.tar = tarfile.open(
-            fileobj=_TellingFile(self.proc.stdin),
+        if self.proc.stdin is None:  # stdin=PIPE always gives one: typeshed's Popen cannot tell
+            raise RuntimeError("mksquashfs started without its input pipe")
+        self.stdin = self.proc.stdin
+        self.tar = tarfile.TarFile(
+            fileobj=_TellingFile(self.stdin),  # type: ignore[arg-type]  # as in TarWriter
             mode="w",
             format=tarfile.PAX_FORMAT,
             copybufsize=CHUNK,
@@ -247,7 +251,7 @@ class SquashWriter(Writer):
     def finish(self) -> Path:
         try:
             self.tar.close()
-            self.proc.stdin.close()
+            self.stdin.close()
         except BrokenPipeError:
             pass
         try:

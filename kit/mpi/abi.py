@@ -4,7 +4,7 @@ MPICH family (libmpi.so.12; Debian names it libmpich.so.12): MPICH >= 3.1, Intel
 Cray MPT >= 7.0, MVAPICH2 >= 2.0, ParaStation. Open MPI is its own family. Same family and
 SONAME major always; minor: `major` ignores it, `full` (default) warns when the host's is
 older than the image's, `strict` demands equality. Open MPI has rules of its own, from its
-release versions (kit.mpi.openmpi_abi; sources in docs/mpi-abi.md).
+release versions (kit.openmpi_abi; sources in docs/mpi-abi.md).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kit.mpi.openmpi_abi import openmpi_rule, release_series
+from kit.openmpi_abi import openmpi_rule, release_series
 from kit.site.model import FAMILY_OF_VENDOR
 
 MODES = ("major", "full", "strict")

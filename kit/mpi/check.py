@@ -243,6 +243,8 @@ def _run_bounded(
     known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
     deadline = time.monotonic() + timeout - STOP_GRACE
     timed_out = False
+    stdout: str | bytes | None  # bytes or None: what a timed-out communicate had read (_text)
+    stderr: str | bytes | None
     try:
         while True:
             _note(known, proc.pid)

@@ -100,6 +100,8 @@ def convert_paired(
 
         def finished() -> Pair:
             pair = tap.pair
+            if pair is None:  # convert calls tap.extras once the last layer is through
+                raise RuntimeError(f"{src}: converted without the image's MPI read")
             pair.image, pair.missing = str(out), []  # convert created each one or raised
             pair.image_env = True  # the converter always writes /ch/environment
             if tap.environment is not None and pair.environment is None:

@@ -27,7 +27,7 @@ from kit.excerpt import one_line
 from kit.image_names import SQUASH
 from kit.readfile import NotRegularFile, open_regular_fd
 from kit.rootfs import Root, RootError, show
-from kit.tarsafe import first_nonzero, open_tar
+from kit.tarsafe import first_nonzero, forget_members, open_tar
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
 WANTED_WORDS = ("mpi", "fabric", "psm")
@@ -129,7 +129,7 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
         try:
             with fh, open_tar(fh, compressed=True) as tar:
                 while (member := tar.next()) is not None:
-                    tar.members.clear()  # a million members cost no memory
+                    forget_members(tar)  # a million members cost no memory
                     rel = _safe_rel(member.name)
                     if rel is None or not kept(rel, member.isdir(), member.issym()):
                         continue
@@ -158,17 +158,18 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tre
         tree.symlink(
             rel, member.linkname, through_links=True, make_parents=0o755
         )  # read via Root only
-    elif member.isfile():
+    elif member.isfile() and (src := tar.extractfile(member)) is not None:  # None: not a file
         out = tree.create(
             rel, through_links=True, make_parents=0o755, replace=True
         )  # a later member wins
-        with tar.extractfile(member) as src, out:
+        with src, out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
     elif member.islnk():
         link = _safe_rel(member.linkname)
-        if link and tree.is_file(link):
-            tree.hardlink(rel, tree.resolve(link), through_links=True, make_parents=0o755)
+        target = tree.resolve(link) if link and tree.is_file(link) else None
+        if target is not None:
+            tree.hardlink(rel, target, through_links=True, make_parents=0o755)
     # devices and FIFOs are never made
 
 
@@ -297,7 +298,7 @@ class WantedTree:
 
         # a scratch directory (the caller's temporary one removes it): the tree is out/root
         out.mkdir()
-        self.writer, self.written = DirWriter(out), set()
+        self.writer, self.written = DirWriter(out), set[str]()
 
     def offer(self, entry) -> bool:
         """Keep `entry` if wanted (its data is then consumed); True if kept."""

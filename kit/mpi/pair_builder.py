@@ -231,7 +231,7 @@ def pair_from_root(
     if host.family == "openmpi":  # its components and help files too: none of the image's may load
         more, extra_env = openmpi_binds(site.host_mpi.ompi, target)
         binds += more
-    binds += [tuple(b.split(":", 1)) for b in site.container.binds]
+    binds += [(src, dst) for src, _, dst in (b.partition(":") for b in site.container.binds)]
     host_lib_dir = next(
         (dst for src, dst in binds[: len(lib_dirs)] if (Path(src) / host.soname).exists()),
         binds[0][1],
@@ -342,7 +342,8 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
     with _directory(path) as dir_fd:
         old = _pair_file_at(dir_fd, path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-        name = os.path.basename(tmp)
+        part = os.path.basename(tmp)
+        name: str | None = part  # what is left to remove: None once renamed or swapped in
         try:
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
@@ -356,16 +357,21 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
             with interrupt.held():
                 if old is None:
                     try:
-                        rename_noreplace(dir_fd, name, path.name)
+                        rename_noreplace(dir_fd, part, path.name)
                         name = None
                     except (
                         FileExistsError
                     ):  # another run wrote it meanwhile: replaced if it is a pair
                         old = _pair_file_at(dir_fd, path)
-                if name is not None:
-                    _swap_in(dir_fd, name, path, old)
+                        if old is None:  # and removed it again
+                            raise KitError(
+                                f"{path}: changed while the pair was written; nothing was replaced",
+                                fix="run again",
+                            ) from None
+                if name is not None and old is not None:
+                    _swap_in(dir_fd, part, path, old)
                     with contextlib.suppress(FileNotFoundError):  # renamed, where no exchange
-                        os.unlink(name, dir_fd=dir_fd)  # the old pair file, swapped out
+                        os.unlink(part, dir_fd=dir_fd)  # the old pair file, swapped out
                     name = None
                 fsync_dir(dir_fd)
         except OSError as exc:
@@ -380,7 +386,7 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
     return path
 
 
-def _swap_in(dir_fd: int, name: str, path: Path, old: int | None) -> None:
+def _swap_in(dir_fd: int, name: str, path: Path, old: int) -> None:
     """Exchange the new file NAME with the pair file (inode OLD) at PATH; the new file's name
     then holds the old one, which the caller removes. Where the filesystem cannot exchange (NFS),
     a check then a rename: one system call's window."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -36,10 +37,10 @@ class Runtime:
     dlopened: tuple[
         str, ...
     ]  # loaded by name, so in no DT_NEEDED (taken from the host where it has them)
-    component_dirs: Callable[[HostMPI], list[str | None]]  # shared objects dlopen'ed by path
+    component_dirs: Callable[[HostMPI], Sequence[str | None]]  # shared objects dlopen'ed by path
 
 
-def _fabric_providers(mpi: HostMPI) -> list[str | None]:
+def _fabric_providers(mpi: HostMPI) -> list[str]:
     """libfabric's provider dir(s), as the site names them to the ranks (FI_PROVIDER_PATH)."""
     return mpi.env.get("FI_PROVIDER_PATH", "").split(":")
 

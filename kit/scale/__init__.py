@@ -13,7 +13,7 @@ _HOME = {
     "OverheadTable": "paper",
     "PaperTable": "paper",
     "paper_table": "paper",
-    "Row": "report",
+    "Row": "rows",
     "scaling_table": "report",
     "write_report": "report",
     "RunResult": "runs",

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING
 
+from kit.scale.axes import node_axis
 from kit.scale.runs import LOSS_KINDS, LOSS_NAMES, RunResult, Series
 
 if TYPE_CHECKING:
-    from kit.scale.report import Row
+    from kit.scale.rows import Row
 
 LOSS_TITLES = {"d_loss": "discriminator (D) loss", "g_loss": "generator (G) loss"}
 MAX_OVERLAY_SERIES = 12  # rows of the overlay figure; more series are named in report.md instead
@@ -79,7 +80,7 @@ def throughput(rows: Sequence[Row]) -> tuple[Band, Band]:
 
 def physics(rows: Sequence[Row]) -> Band | None:
     """The physics score per node count over the repeats that have one; None if no run has one."""
-    points = {
+    points: dict[float, list[float]] = {
         row.nodes: [r.physics.score for r in row.runs if r.physics and r.physics.score is not None]
         for row in rows
     }
@@ -166,8 +167,6 @@ def throughput_figure(series: dict[Series, list[Row]]):
     """Showers/s vs nodes per series, median with min-max error bars, beside its ideal scaling."""
     from matplotlib.figure import Figure
 
-    from kit.scale.plots import node_axis
-
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     ticks: set[int] = set()
@@ -197,8 +196,6 @@ def throughput_figure(series: dict[Series, list[Row]]):
 def physics_figure(series: dict[Series, list[Row]]):
     """The physics score vs nodes (1 = like held-out data, 0 = like empty showers), or None."""
     from matplotlib.figure import Figure
-
-    from kit.scale.plots import node_axis
 
     drawn = [
         (key, band, sum(r.physics_status == "failed" for row in rows for r in row.runs))

@@ -28,13 +28,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import numpy as np
 
 from kit.errors import KitError
 
-SHAPES: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
+# f(P) over an array of rank counts, or one count (the smallest, P0).
+Counts = Union[np.ndarray, np.floating]
+ShapeFunction = Callable[[Counts], Counts]
+SHAPES: dict[str, tuple[ShapeFunction, str]] = {
     "bandwidth": (
         lambda p: 1 - 1 / p,
         "1 - 1/P: a ring all-reduce's bytes per rank, which saturate",
@@ -116,9 +119,17 @@ class Model:
         return min(values) / (1 + w), max(values) * (1 + w)
 
 
-def shape_function(shape: str) -> Callable[[np.ndarray], np.ndarray]:
+def shape_function(shape: str) -> ShapeFunction:
     """f of a shape; FLAT's is 0 at every P (no b term)."""
     return (lambda p: np.zeros_like(np.asarray(p, float))) if shape == FLAT else SHAPES[shape][0]
+
+
+def _residual(fit: Fit) -> float:
+    """The error of a fit with more node counts than parameters: every fit compared by it (two
+    parameters from three counts, three from four)."""
+    if fit.error is None:
+        raise ValueError(f"{fit.name}: as many parameters as node counts leave no residual")
+    return fit.error
 
 
 def fit_shape(
@@ -198,7 +209,7 @@ def fit_model(
     if (
         len(counts) >= 3
     ):  # a per-epoch cost grows linearly in N: only where it halves the best residual
-        plain = min(f.error for f in fits)
+        plain = min(_residual(f) for f in fits)
         trial = [
             FLAT,
             *(SHAPES if len(counts) >= 4 else ()),
@@ -206,15 +217,15 @@ def fit_model(
         fits += [
             f
             for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in trial)
-            if f.error < PER_EPOCH_GAIN * plain
+            if _residual(f) < PER_EPOCH_GAIN * plain
         ]
     if len(counts) == 2:
         best = next(f for f in fits if f.shape == TWO_COUNT_SHAPE)
         kept = tuple(fits)
     else:
-        best = min(fits, key=lambda f: (f.error, f.per_epoch))
-        reach = max(KEEP_FACTOR * best.error, KEEP_FLOOR, spread / 2)
-        kept = tuple(f for f in fits if f.error <= reach)
+        best = min(fits, key=lambda f: (_residual(f), f.per_epoch))
+        reach = max(KEEP_FACTOR * _residual(best), KEEP_FLOOR, spread / 2)
+        kept = tuple(f for f in fits if _residual(f) <= reach)
     return Model(
         ranks_per_node,
         tuple(int(n) for n in counts),

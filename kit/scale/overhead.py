@@ -9,7 +9,7 @@ MemAvailable a node had at an epoch's end (medians over the repeats).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kit.scale.runs import Series
 
 if TYPE_CHECKING:
-    from kit.scale.report import Row
+    from kit.scale.rows import Row
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def _memory(row: Row, field: str) -> float | None:
     return median(values) if values else None
 
 
-def container_overhead(series: dict[Series, Sequence[Row]]) -> list[Overhead]:
+def container_overhead(series: Mapping[Series, Sequence[Row]]) -> list[Overhead]:
     """Every (container series, bare series) pair whose keys differ only in the container, at each
     node count both have; runs of different images are compared with the bare runs one by one."""
     bare = {key: rows for key, rows in series.items() if key.container is None}

@@ -5,14 +5,17 @@ the repeats' min-max around their median."""
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
+from kit.scale.axes import node_axis
 from kit.scale.overhead import Overhead
 from kit.scale.paper import OverheadTable, PaperTable, Reference
+from kit.scale.rows import UNNAMED_PEAK, comparable_with_paper, flop_unit
 from kit.scale.runs import Series
 
 if TYPE_CHECKING:
-    from kit.scale.report import Row
+    from kit.scale.rows import Row
 
 
 def plots(
@@ -20,8 +23,6 @@ def plots(
 ) -> dict[str, bytes]:
     """PNG bytes by file name; container_overhead.png only when some layout ran both ways."""
     from matplotlib.figure import Figure
-
-    from kit.scale.report import comparable_with_paper, flop_unit
 
     time_fig, eff_fig, flop_fig = (
         Figure(figsize=(7, 4.5)),
@@ -34,7 +35,8 @@ def plots(
     unit, scale = flop_unit(max(r.flop_per_second for rows in series.values() for r in rows))
     nodes_seen: set[int] = set()
     for i, (key, rows) in enumerate(series.items()):
-        style, name, nodes = {"color": f"C{i % 10}"}, key.name, [r.nodes for r in rows]
+        style: dict[str, Any] = {"color": f"C{i % 10}"}
+        name, nodes = key.name, [r.nodes for r in rows]
         nodes_seen.update(nodes)
         median = [r.seconds_per_epoch for r in rows]
         spread = [
@@ -45,15 +47,18 @@ def plots(
             nodes, median, yerr=spread, fmt="o-", capsize=3, label=f"{name} measured", **style
         )
         t_ax.plot(nodes, [r.linear_seconds for r in rows], ":", label=f"{name} linear", **style)
-        if len(rows) > 1:
-            eff = [r.efficiency_percent for r in rows[1:]]
-            ranges = [r.efficiency_range for r in rows[1:]]
+        later = [  # every row after the base has an efficiency and its range
+            (r.nodes, e, span)
+            for r in rows[1:]
+            if (e := r.efficiency_percent) is not None and (span := r.efficiency_range) is not None
+        ]
+        if later:
             e_ax.errorbar(
-                nodes[1:],
-                eff,
+                [n for n, _, _ in later],
+                [e for _, e, _ in later],
                 yerr=[
-                    [e - lo for e, (lo, _) in zip(eff, ranges)],
-                    [hi - e for e, (_, hi) in zip(eff, ranges)],
+                    [e - lo for _, e, (lo, _) in later],
+                    [hi - e for _, e, (_, hi) in later],
                 ],
                 fmt="o-",
                 capsize=3,
@@ -64,7 +69,8 @@ def plots(
         for denominator in dict.fromkeys(
             r.percent_of_peak_denominator for r in rows if r.percent_of_peak is not None
         ):
-            denominators.add(denominator)  # one line per denominator, named in the legend
+            named = denominator or UNNAMED_PEAK
+            denominators.add(named)  # one line per denominator, named in the legend
             c_ax.plot(
                 *zip(
                     *[
@@ -75,7 +81,7 @@ def plots(
                     ]
                 ),
                 "o-",
-                label=f"{name}, of {denominator}",
+                label=f"{name}, of {named}",
                 **style,
             )
         paper = [
@@ -90,7 +96,12 @@ def plots(
             t_ax.plot(ref.nodes, ref.seconds_per_epoch, "k--", label=ref.label)
         else:
             _say(t_ax, f"{ref.label}: not drawn, another preset or epoch size (report.md)", y=0.04)
-        e_ax.plot(ref.nodes[1:], ref.efficiency_percent[1:], "k--", label=ref.label)
+        e_ax.plot(  # the paper's "-" (None) is its base row only
+            ref.nodes[1:],
+            [math.nan if e is None else e for e in ref.efficiency_percent[1:]],
+            "k--",
+            label=ref.label,
+        )
         nodes_seen.update(ref.nodes)
     elif isinstance(ref, PaperTable):
         p_ax.plot(
@@ -209,27 +220,6 @@ def _say(ax, text: str, y: float) -> None:
         fontsize="small",
         color="0.3",
     )
-
-
-def node_axis(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) -> None:
-    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(
-        FixedLocator(ticks)
-    )  # node counts are whole numbers: the ones measured
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    if len(ticks) == 1:
-        ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize="medium")
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
 
 
 def png(fig) -> bytes:

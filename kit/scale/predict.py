@@ -279,7 +279,7 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
     per_shower = [
         r.flop_per_second / r.showers_per_second for r in runs if r.showers_per_second > 0
     ]
-    peaks = [r for r in runs if r.percent_of_peak]
+    peaks = [(r, percent) for r in runs if (percent := r.percent_of_peak)]
     return Calibration(
         series.name,
         series.ranks_per_node,
@@ -288,10 +288,10 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
         series.events_per_epoch,
         series.batch_per_rank,
         median(per_shower) if per_shower else None,
-        median(r.flop_per_second * 100 / r.percent_of_peak / r.nodes for r in peaks)
+        median(r.flop_per_second * 100 / percent / r.nodes for r, percent in peaks)
         if peaks
         else None,
-        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r in peaks)) or None,
+        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r, _ in peaks)) or None,
         stack,
         notes,
         *_site_limits(series.site),

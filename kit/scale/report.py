@@ -11,8 +11,8 @@ import csv
 import io
 import os
 import stat
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from statistics import median
 
@@ -29,44 +29,11 @@ from kit.scale.paper import (
     Reference,
     paper_table,
 )
+from kit.scale.rows import UNNAMED_PEAK, Row, comparable_with_paper, flop_unit
 from kit.scale.runs import RunResult, Series, load_results, settings_text
 from kit.slurm.script import physics_dir
 
 __all__ = ["Row", "RunResult", "Series", "load_results", "scaling_table", "write_report"]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One node count of a series: the median over its repeats, with their spread."""
-
-    nodes: int
-    seconds_per_epoch: float  # median wall time of a full epoch
-    seconds_min: float
-    seconds_max: float
-    step_seconds: float | None  # median step-only estimate
-    data_stall_percent: float | None  # median share of the wall epoch the steps leave unexplained
-    linear_seconds: float
-    efficiency_percent: float | None  # None for the base row (the paper's "-")
-    showers_per_second: float
-    flop_per_second: float
-    percent_of_peak: float | None
-    percent_of_peak_denominator: str | None
-    percent_of_peak_fp64_max_clock: float | None
-    runs: tuple[RunResult, ...]
-
-    @property
-    def repeats(self) -> int:
-        return len(self.runs)
-
-    @property
-    def efficiency_range(self) -> tuple[float, float] | None:
-        """Efficiency at this row's slowest and fastest repeat (the base row's median held)."""
-        if self.efficiency_percent is None:
-            return None
-        return (
-            100 * self.linear_seconds / self.seconds_max,
-            100 * self.linear_seconds / self.seconds_min,
-        )
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -108,7 +75,7 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
                 _median([r.percent_of_peak for r in group]),
                 " / ".join(
                     dict.fromkeys(
-                        r.percent_of_peak_denominator
+                        r.percent_of_peak_denominator or UNNAMED_PEAK
                         for r in group
                         if r.percent_of_peak is not None
                     )
@@ -206,7 +173,7 @@ SIGNATURE = (
 )
 
 
-def _check_out(out: Path, names: Sequence[str]) -> None:
+def _check_out(out: Path, names: Iterable[str]) -> None:
     """Refuse to replace files in OUT unless OUT holds a report this command wrote (its report.md,
     a regular file, carries the signature): a user's own report.md, notes or plots at these names
     in a shared --out are never overwritten."""
@@ -535,11 +502,6 @@ def _reference_markdown(ref: PaperTable, series: dict[Series, list[Row]]) -> lis
     return lines
 
 
-def comparable_with_paper(key: Series) -> bool:
-    """Absolute epoch times mean the same as the paper's only for its model and epoch size."""
-    return key.preset == PAPER_PRESET and key.events_per_epoch == PAPER_EPOCH_EVENTS
-
-
 def _overhead_reference_markdown(ref: OverheadTable) -> list[str]:
     lines = [
         f"## Reference: {ref.label}",
@@ -570,14 +532,6 @@ def _overhead_reference_markdown(ref: OverheadTable) -> list[str]:
         + [f"> Note: {note}" for note in ref.notes]
         + [""]
     )
-
-
-def flop_unit(largest: float) -> tuple[str, float]:
-    """GFLOP/s, TFLOP/s or PFLOP/s, whichever shows the largest value of a table as 1..999."""
-    for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12)):
-        if largest >= scale:
-            return unit, scale
-    return "GFLOP/s", 1e9
 
 
 def _pct(value: float | None) -> str:

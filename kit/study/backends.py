@@ -109,7 +109,7 @@ class LocalBackend:
             return RUNNING
         d = checked_eval_dir(self.study_dir, eval_id, create=False)
         status = ended(d)
-        if status == RUNNING:
+        if isinstance(status, str):  # RUNNING, the one text ended() returns
             return RUNNING
         self.procs.pop(eval_id, None)
         if status is None:
@@ -135,6 +135,14 @@ class LocalBackend:
                 os.killpg(pgid, signal.SIGTERM)
                 done.append(eval_id)
         return done
+
+
+def site_config(site: Site) -> Path:
+    """The site's config file, which an evaluation's job reads (kit study plan refuses a site
+    without one)."""
+    if site.path is None:
+        raise KitError(f"site {site.name}: a study needs a site config file (its runs read it)")
+    return site.path
 
 
 def ended(d: Path) -> dict | str | None:
@@ -204,7 +212,7 @@ class SlurmBackend:
         )
         write_plan(
             Plan(
-                str(Path(self.site.path).resolve()),
+                str(site_config(self.site).resolve()),
                 self.walltime,
                 [spec],
                 self.pair,

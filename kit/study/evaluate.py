@@ -288,7 +288,7 @@ def read_objective(results: Path, objective: str) -> float:
         value = last.get(objective[len(VALIDATION_PREFIX) :]) if isinstance(last, dict) else None
     else:
         value = record.get(objective)
-    if not bounded_number(value, MAX_OBJECTIVE):
+    if value is None or not bounded_number(value, MAX_OBJECTIVE):
         raise EvaluationFailed(
             f"{results}: objective {objective} is {shown(value)}, not a finite number of at "
             f"most {MAX_OBJECTIVE:g} in size"

@@ -44,7 +44,7 @@ from kit.slurm.script import (
     scheduler_directives,
 )
 from kit.study import evalproc
-from kit.study.backends import LOST, RUNNING, Outcome, _outcome, ended
+from kit.study.backends import LOST, RUNNING, Outcome, _outcome, ended, site_config
 from kit.study.evaluate import (
     EvalRun,
     checked_eval_dir,
@@ -234,7 +234,7 @@ class PilotBackend:
                 make_subdir(files.site_file.parent)
                 atomic_write_text(
                     files.site_file,
-                    read_text(self.site.path, "site config", MAX_SITE_BYTES, SiteError),
+                    read_text(site_config(self.site), "site config", MAX_SITE_BYTES, SiteError),
                 )
             atomic_write_text(
                 d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n"
@@ -246,7 +246,7 @@ class PilotBackend:
     def poll(self, eval_id: str) -> Outcome | str:
         d = checked_eval_dir(self.study_dir, eval_id, create=False)
         status = ended(d)
-        if status == RUNNING:
+        if isinstance(status, str):  # RUNNING, the one text ended() returns
             return RUNNING
         if status is None:
             if (self.study_dir / QUEUE / eval_id).exists():

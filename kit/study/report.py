@@ -52,7 +52,8 @@ def rows(led: ledger.Ledger, direction: str) -> list[Row]:
     best.
     """
     better = min if direction == "minimize" else max
-    best, out = None, []
+    best: float | None = None
+    out: list[Row] = []
     for ev in sorted(led.done(), key=lambda e: _ended_at(led, e.eval_id)):
         if ev.objective is not None:
             best = ev.objective if best is None else better(best, ev.objective)
@@ -78,13 +79,15 @@ def _ended_at(led: ledger.Ledger, eval_id: str) -> int:
 
 def best_configs(table: list[Row], direction: str, top: int = TOP) -> list[dict[str, Any]]:
     """Configs ranked by their median objective; repeats of a config give its spread."""
-    groups: dict[str, list[Row]] = {}
+    groups: dict[str, list[tuple[str, float]]] = {}  # config -> (eval, objective) of its repeats
     for row in table:
         if row.objective is not None:
-            groups.setdefault(json.dumps(row.config, sort_keys=True), []).append(row)
+            groups.setdefault(json.dumps(row.config, sort_keys=True), []).append(
+                (row.eval_id, row.objective)
+            )
     ranked = []
     for key, members in groups.items():
-        values = [r.objective for r in members]
+        values = [value for _, value in members]
         ranked.append(
             {
                 "config": json.loads(key),
@@ -92,7 +95,7 @@ def best_configs(table: list[Row], direction: str, top: int = TOP) -> list[dict[
                 "min": min(values),
                 "max": max(values),
                 "n": len(values),
-                "evals": [r.eval_id for r in members],
+                "evals": [eval_id for eval_id, _ in members],
             }
         )
     ranked.sort(key=lambda g: g["median"], reverse=direction == "maximize")
@@ -249,8 +252,9 @@ def plot_objective(table: list[Row], t: Terms) -> bytes:
         label="running best",
     )
     bad = [r for r in table if r.objective is None]
-    if bad and ok:
-        floor = min(r.objective for r in ok)
+    values = [r.objective for r in table if r.objective is not None]
+    if bad and values:
+        floor = min(values)
         ax.plot(
             [r.order for r in bad], [floor] * len(bad), "x", color="C3", label="failed (no value)"
         )
@@ -288,15 +292,13 @@ def plot_space(
     """Parallel coordinates: one line per evaluation across the parameters, coloured by
     objective.
     """
-    from matplotlib import cm, colors
+    from matplotlib import cm, colormaps, colors
 
     fig = _figure(max(6.0, 1.6 * len(names) + 2), 4.5)
     ax = fig.subplots()
-    ok = [r for r in table if r.objective is not None]
-    norm = colors.Normalize(
-        min((r.objective for r in ok), default=0), max((r.objective for r in ok), default=1)
-    )
-    cmap = cm.viridis if t.direction == "maximize" else cm.viridis_r
+    values = [r.objective for r in table if r.objective is not None]
+    norm = colors.Normalize(min(values, default=0), max(values, default=1))
+    cmap = colormaps["viridis" if t.direction == "maximize" else "viridis_r"]
     columns = {n: axis_values(table, n, n in logs) for n in names}
     for i, r in enumerate(table):
         ys = [columns[n][0][i] for n in names]
@@ -337,6 +339,7 @@ def surrogate_pairs(led: ledger.Ledger) -> list[tuple[str, float, float]]:
         (e.eval_id, float(e.prediction["mean"]), e.objective)
         for e in led.evaluations.values()
         if e.state == "finished"
+        and e.objective is not None  # a finished evaluation always has one
         and e.prediction
         and isinstance(e.prediction.get("mean"), (int, float))
     ]

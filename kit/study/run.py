@@ -48,11 +48,14 @@ class Progress:
 
 def best_of(led: ledger.Ledger, direction: str) -> tuple[str | None, float | None]:
     """The best finished evaluation (id, value) for the study's direction."""
-    finished = [e for e in led.evaluations.values() if e.state == "finished"]
+    finished = [
+        (e.eval_id, e.objective)
+        for e in led.evaluations.values()
+        if e.state == "finished" and e.objective is not None  # a finished one always has it
+    ]
     if not finished:
         return None, None
-    pick = (min if direction == "minimize" else max)(finished, key=lambda e: e.objective)
-    return pick.eval_id, pick.objective
+    return (min if direction == "minimize" else max)(finished, key=lambda pair: pair[1])
 
 
 def progress(led: ledger.Ledger, t: Terms) -> Progress:

@@ -88,7 +88,7 @@ class GridSearcher(Searcher):
         return len(self.points)
 
     def _propose(self, history: list[Observation], count: int, seen: set, q: int) -> list[dict]:
-        out = []
+        out: list[dict] = []
         for config in self.points:
             if len(out) == q:
                 break
@@ -122,7 +122,11 @@ class MboSearcher(Searcher):
         def ok(o: Observation) -> bool:
             return o.value is not None and math.isfinite(o.value)
 
-        done = [(o.config, self.spec.objective.loss(float(o.value))) for o in history if ok(o)]
+        done = [
+            (o.config, self.spec.objective.loss(o.value))
+            for o in history
+            if o.value is not None and ok(o)
+        ]
         if not done:
             return [], []
         worst = max(loss for _, loss in done)

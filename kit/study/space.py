@@ -57,6 +57,13 @@ class Param:
     values: tuple[Value, ...] = ()
     when: Mapping[str, tuple[Value, ...]] = field(default_factory=dict)
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """low and high of a float or int parameter (problem() names one without them)."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"parameter {self.name}: a {self.kind} parameter needs low and high")
+        return self.low, self.high
+
     def problem(self) -> str | None:
         """What is wrong with this parameter's own definition (None: nothing)."""
         if self.kind not in KINDS:
@@ -74,15 +81,19 @@ class Param:
             if any(same_value(a, b) for a, b in itertools.combinations(self.values, 2)):
                 return "a choice lists a value twice"
             return None
-        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low >= self.high:
-            return f"low {self.low!r} must be below high {self.high!r} (both finite)"
-        if self.log and self.low <= 0:
-            return f"a log scale needs low > 0 (low is {self.low!r})"
+        if self.low is None or self.high is None:
+            return f"a {self.kind} parameter needs low and high"
+        low, high = self.bounds
+        if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+            return f"low {low!r} must be below high {high!r} (both finite)"
+        if self.log and low <= 0:
+            return f"a log scale needs low > 0 (low is {low!r})"
         return None
 
     def unit(self, value: Value) -> float:
         """A numeric value mapped to [0, 1] (log-scaled when log)."""
-        lo, hi, v = float(self.low), float(self.high), float(value)
+        low, high = self.bounds
+        lo, hi, v = float(low), float(high), float(value)
         if self.log:
             lo, hi, v = math.log(lo), math.log(hi), math.log(v)
         return (v - lo) / (hi - lo)
@@ -91,19 +102,21 @@ class Param:
         """The snapped value at ``u`` in [0, 1]: every whole number of an int axis gets an equal
         share of it (of its log space when log)."""
         u = min(max(u, 0.0), 1.0)
+        low, high = self.bounds
         if self.kind == "float":
-            return _snap_float(self.exact(u), self.low, self.high)
+            return _snap_float(self.exact(u), low, high)
         if self.log:
-            v = math.exp(math.log(self.low) + u * (math.log(self.high + 1) - math.log(self.low)))
+            v = math.exp(math.log(low) + u * (math.log(high + 1) - math.log(low)))
         else:
-            v = self.low + u * (self.high - self.low + 1)
-        return min(max(int(math.floor(v)), int(self.low)), int(self.high))
+            v = low + u * (high - low + 1)
+        return min(max(int(math.floor(v)), int(low)), int(high))
 
     def exact(self, u: float) -> float:
         """The real number at ``u`` of [low, high] (log-spaced when log), not snapped."""
+        low, high = self.bounds
         if self.log:
-            return math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
-        return self.low + u * (self.high - self.low)
+            return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
+        return low + u * (high - low)
 
     def axis(self, points: int) -> list[Value]:
         """The grid values of this parameter: every choice, or ``points`` evenly spaced from low to
@@ -111,10 +124,12 @@ class Param:
         if self.kind == "choice":
             return list(self.values)
         raw = [self.exact(i / (points - 1)) for i in range(points)]
+        low, high = self.bounds
+        snapped: set[int] | set[float]
         if self.kind == "int":
-            snapped = {min(max(_round_half_up(v), int(self.low)), int(self.high)) for v in raw}
+            snapped = {min(max(_round_half_up(v), int(low)), int(high)) for v in raw}
         else:
-            snapped = {_snap_float(v, self.low, self.high) for v in raw}
+            snapped = {_snap_float(v, low, high) for v in raw}
         return sorted(snapped)
 
     def canonical(self, value: Any) -> Value:
@@ -138,7 +153,8 @@ class Param:
             )
         if self.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
             raise KitError(f"parameter {self.name}: {shown(value)} is not a whole number")
-        if not math.isfinite(value) or not self.low <= value <= self.high:
+        low, high = self.bounds
+        if not math.isfinite(value) or not low <= value <= high:
             raise KitError(
                 f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]"
             )
@@ -313,7 +329,7 @@ class Space:
     def key(self, config: Mapping[str, Any]) -> tuple:
         """A hashable identity: two configs with the same key are the same training (a choice by its
         position, a number to 12 significant digits, so a ledger's round trip keeps the key)."""
-        out = []
+        out: list[tuple[str, float]] = []  # (name, choice index or number)
         for name, v in self.canonical(config).items():
             p = self.by_name[name]
             if p.kind == "choice":

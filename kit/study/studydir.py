@@ -98,7 +98,15 @@ def plan_study(
         [first] = make_searcher(spec).ask([], [], 1) or [{}]
         run = eval_run("e0001", first, spec, site)
         check_run(
-            site, RunSpec("e0001", 1, run.ranks_per_node, run.threads, walltime, run.train_args)
+            site,
+            RunSpec(
+                "e0001",
+                1,
+                run.ranks_per_node,
+                run.threads,
+                walltime or site.scheduler.max_walltime,
+                run.train_args,
+            ),
         )
         if (
             pilot is not None and paired is not None

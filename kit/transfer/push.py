@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 import fabric
 import paramiko
@@ -134,8 +134,12 @@ class PushReport:
             out.append(f"{verb} prune old versions: {', '.join(self.pruned)}")
         if not self.dry_run and self.seconds:
             rate = self.bytes_sent / self.seconds / 1e6
-            how = {True: ", written with O_DIRECT", False: ", buffered writes"}.get(
-                self.direct_io, ""
+            how = (
+                ""
+                if self.direct_io is None
+                else ", written with O_DIRECT"
+                if self.direct_io
+                else ", buffered writes"
             )
             out.append(f"took {self.seconds:.1f} s ({rate:.0f} MB/s sent{how})")
         return out
@@ -206,35 +210,36 @@ def _stream(
     proc = subprocess.Popen(
         ssh_argv(ep) + [cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
+    to_ssh, from_ssh, ssh_err = _pipes(proc)
     try:  # a 1 MiB pipe into ssh: fewer wake-ups per byte on a busy machine
-        fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+        fcntl.fcntl(to_ssh.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
     except OSError:
         pass
     dog = Watchdog(proc, stall)
     err: list[bytes] = []
-    drain = threading.Thread(target=lambda: err.append(_drain(proc.stderr, dog.tick)), daemon=True)
+    drain = threading.Thread(target=lambda: err.append(_drain(ssh_err, dog.tick)), daemon=True)
     drain.start()
     sent, broken, plan = 0, False, None
     try:
-        first, lines = proc.stdout.readline(1 << 20), 1
+        first, lines = from_ssh.readline(1 << 20), 1
         while first and not first.startswith(PROBE_MARK.encode()) and lines < BANNER_LINES:
-            first, lines = proc.stdout.readline(1 << 20), lines + 1  # what a login shell printed
+            first, lines = from_ssh.readline(1 << 20), lines + 1  # what a login shell printed
         dog.tick()
         if first.startswith(PROBE_MARK.encode()):
             probe = remote.parse(
                 first[len(PROBE_MARK) :].decode(errors="replace"), "", 0, f"checking {where}", PROBE
             )
             plan = _plan(probe, img, chunk, where)
-            proc.stdin.write(
+            to_ssh.write(
                 b"SKIP\n"
                 if plan.skip
                 else f"KEEP {','.join(map(str, sorted(plan.keep)))}\n".encode()
             )
-            proc.stdin.flush()
+            to_ssh.flush()
             if not plan.skip:
-                sent = _send_chunks(proc, img, chunk, plan.keep, _both(progress, dog.tick))
-                proc.stdin.write(f"COMMIT {sha}\n".encode())
-        proc.stdin.close()
+                sent = _send_chunks(to_ssh, img, chunk, plan.keep, _both(progress, dog.tick))
+                to_ssh.write(f"COMMIT {sha}\n".encode())
+        to_ssh.close()
     except BrokenPipeError:
         broken = True
     except BaseException:
@@ -242,7 +247,7 @@ def _stream(
         proc.wait()
         dog.stop()
         raise
-    stdout = _tail(proc.stdout).decode(errors="replace")
+    stdout = _tail(from_ssh).decode(errors="replace")
     code = proc.wait()
     dog.stop()
     drain.join()
@@ -271,7 +276,20 @@ def _stream(
                 "damaged; re-run kit image convert (nothing was installed)"
             ) from exc
         raise
+    if plan is None:  # an answer without the probe line that the plan answers
+        raise KitError(
+            f"upload of {img.path.name} to {where}: the receiver answered without first saying "
+            "what it has; nothing it reported was checked",
+            fix="run the same command again",
+        )
     return answer, plan, sent
+
+
+def _pipes(proc: subprocess.Popen) -> tuple[IO[bytes], IO[bytes], IO[bytes]]:
+    """ssh's stdin, stdout and stderr: pipes, as Popen was asked (its types allow None)."""
+    if proc.stdin is None or proc.stdout is None or proc.stderr is None:
+        raise RuntimeError("ssh started without its pipes")
+    return proc.stdin, proc.stdout, proc.stderr
 
 
 def _tail(stream) -> bytes:
@@ -306,7 +324,7 @@ def _both(
 
 
 def _send_chunks(
-    proc: subprocess.Popen,
+    to_ssh: IO[bytes],
     img: LocalImage,
     chunk: int,
     keep: set[int],
@@ -314,7 +332,7 @@ def _send_chunks(
 ) -> int:
     """sendfile() the chunks not in `keep`, in order, into ssh's stdin."""
     size, sent = img.size, 0
-    pipe = proc.stdin.fileno()
+    pipe = to_ssh.fileno()
     with open(img.path, "rb") as fh:
         for index in range((size + chunk - 1) // chunk):
             if index in keep:

@@ -64,7 +64,12 @@ def _list(conn, site, name: str) -> tuple[str, Versions]:
     answer = remote.run(
         conn, "versions", imgdir, name, what=what, schema=LISTED, timeout=CALL_TIMEOUT
     )
-    item = {"entry": str, "current": bool, "format": str, "installed": (int, float)}
+    item: dict[str, type | tuple[type, ...]] = {
+        "entry": str,
+        "current": bool,
+        "format": str,
+        "installed": (int, float),
+    }
     if not all(
         isinstance(v, dict)
         and set(v) == set(item)

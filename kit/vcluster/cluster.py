@@ -166,7 +166,7 @@ def up(
         return Report(state, True, sites)
 
 
-def _create(state: ClusterState, made: Made, create: Callable[[], None]) -> None:
+def _create(state: ClusterState, made: Made, create: Callable[[], object]) -> None:
     """Record MADE, then make it. If making it fails, nothing was made (e.g. another took the name
     after the check): its record goes, so that no undo or `down` removes what someone else made."""
     state.record(made)
@@ -178,7 +178,7 @@ def _create(state: ClusterState, made: Made, create: Callable[[], None]) -> None
         raise
 
 
-def _undone(state: ClusterState, exc: BaseException) -> VclusterError:
+def _undone(state: ClusterState, exc: KitError | OSError) -> VclusterError:
     """Remove what a failed `up` recorded, and its state file (its config and logs stay): the error
     to raise, saying so, or naming `down` if removing failed too."""
     reason = (

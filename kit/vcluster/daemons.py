@@ -146,6 +146,8 @@ def wait_idle(state: ClusterState, timeout: float = IDLE_TIMEOUT) -> None:
 
 def recorded_pid(made: Made) -> int | None:
     """The pid in a daemon's pid file, if that process still runs the command recorded for it."""
+    if made.pid_file is None:  # not a daemon's record: no process of its own
+        return None
     try:
         pid = int(Path(made.pid_file).read_text().strip())
         cmdline = (

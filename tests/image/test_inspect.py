@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kit.image.inspect import inspect_image, mpi_libraries
 from kit.mpi.elf import ElfError, open_elf
+from kit.mpi.inspect import inspect_image, mpi_libraries
 from tests.helpers import require
 from tests.image.builders import oci_layout, tar_bytes
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kit.mpi.abi import AbiId, decide
-from kit.mpi.openmpi_abi import release_series
+from kit.openmpi_abi import release_series
 
 
 def ompi(version: str, soname: str = "libmpi.so.40") -> AbiId:

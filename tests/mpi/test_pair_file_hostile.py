@@ -93,3 +93,24 @@ def test_a_pair_for_an_image_replaced_before_the_write_is_not_written(tmp_path):
         write_pair(pair)
     assert not (tmp_path / "img.pair.yaml").exists()
     assert write_pair(make_pair(site, image)) == tmp_path / "img.pair.yaml"  # paired again: written
+
+
+def test_a_pair_file_written_and_removed_by_another_run_meanwhile_is_not_raced(
+    tmp_path, monkeypatch
+):
+    """Another run writes the pair file between the check and the rename (so the rename finds
+    a file there) and removes it before it is read: nothing is replaced, one line says so."""
+    from kit.mpi import pair_builder
+
+    image, site = mpich_tree(tmp_path / "img"), site_file(tmp_path)
+    pair = make_pair(site, image)
+
+    def taken_then_gone(dir_fd: int, src: str, dst: str) -> None:
+        raise FileExistsError(dst)
+
+    monkeypatch.setattr(pair_builder, "rename_noreplace", taken_then_gone)
+    with pytest.raises(
+        KitError, match=r"img.pair.yaml: changed while the pair was written; nothing was replaced"
+    ):
+        write_pair(pair)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img", "site.yaml"]

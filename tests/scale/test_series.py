@@ -12,10 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kit.cli import main
-from kit.scale import load_results, paper_table, write_report
+from kit.scale import load_results, paper_table, scaling_table, write_report
 from kit.scale.overhead import container_overhead
 from kit.scale.plan import make_plan
-from kit.scale.report import flop_unit, group_series
+from kit.scale.report import group_series
+from kit.scale.rows import flop_unit
 from tests.scale.builders import GiB, write_run
 
 KEY_FIELDS = {  # a second value for every field of the series key, as gan3d train would record it
@@ -205,3 +206,22 @@ def test_plan_repeats_each_run(tmp_path, capsys):
     assert paper_table("8").overhead_percent() == pytest.approx(
         (100 * (1973 / 1968 - 1), 100 * (74 / 75 - 1))
     )
+
+
+def test_a_percentage_of_peak_without_its_peak_named_is_reported(tmp_path):
+    """A results file may state % of peak with a null denominator: the row says its peak is
+    unnamed (beside the named one of another repeat) instead of the report failing."""
+    paths = [
+        write_run(tmp_path / "a.json", 2, 50.0, percent_of_peak=40.0),
+        write_run(
+            tmp_path / "b.json", 2, 52.0, percent_of_peak=42.0, percent_of_peak_denominator=None
+        ),
+    ]
+    runs = load_results(paths)
+    named = runs[0].percent_of_peak_denominator
+    assert named and runs[1].percent_of_peak_denominator is None
+    (row,) = scaling_table(runs)
+    assert row.percent_of_peak == 41.0
+    assert row.percent_of_peak_denominator == f"{named} / an unnamed peak"
+    write_report(runs, tmp_path / "out")
+    assert "an unnamed peak" in (tmp_path / "out" / "report.md").read_text()

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kit.errors import KitError
-from kit.study.space import INACTIVE, Space, choice, integer, real, same_value
+from kit.study.space import INACTIVE, Param, Space, choice, integer, real, same_value
 
 
 @st.composite
@@ -233,3 +233,14 @@ def test_a_grid_past_the_bound_is_refused_not_built():
     space = Space([integer(f"n{i}", 0, 1000) for i in range(6)])
     with pytest.raises(KitError, match="more than 100000 points"):
         space.grid(10)
+
+
+@pytest.mark.parametrize("kind", ["float", "int"])
+def test_a_range_without_its_ends_is_a_problem_not_a_crash(kind):
+    for low, high in ((None, 1.0), (0.0, None), (None, None)):
+        param = Param("lr", kind, low, high)
+        assert param.problem() == f"a {kind} parameter needs low and high"
+        with pytest.raises(
+            ValueError, match=f"parameter lr: a {kind} parameter needs low and high"
+        ):
+            param.unit(0.5)

@@ -4,7 +4,9 @@ Open MPI states its promises in release numbers, not in the SONAME (libmpi.so.40
 5.0): within a major series a newer minor runs programs built with an older one (backward
 compatibility, never forward); a new major breaks it (4.0 removed the MPI-1 functions such as
 MPI_Address), except that 5.x keeps the C ABI of 4.x; the release number C is bug fixes only.
-Sources and the reasoning per case: docs/mpi-abi.md.
+Sources and the reasoning per case: docs/mpi-abi.md. A module of its own below the parts (only
+the standard library): kit.mpi.abi judges a pair by it, and kit image build (kit.image, a layer
+below kit.mpi) refuses a recipe whose default Open MPI the site's host MPI cannot replace by it.
 """
 
 from __future__ import annotations

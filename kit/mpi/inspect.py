@@ -2,7 +2,8 @@
 
 The MPI is kit.mpi's answer (the image's linker cache, else its standard library directories;
 ELF headers read, nothing executed): the libraries `kit mpi pair` decides from, so the two
-commands cannot disagree about an image's MPI.
+commands cannot disagree about an image's MPI. It joins kit.image's reading of the image (config,
+layers) with kit.mpi's reading of its MPI, so it sits in kit.mpi, the layer above kit.image.
 """
 
 from __future__ import annotations
