@@ -21,6 +21,7 @@ from kit.commands.common import (
     add_site,
     add_train_args,
     number,
+    numbers,
     train_args,
 )
 from kit.errors import KitError
@@ -32,17 +33,7 @@ from kit.site import load_site
 from kit.slurm.spec import walltime
 from kit.verbosity import quiet
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give comma-separated whole numbers, e.g. 1,2,4,8"
-        )
-    return values
+COUNTS = numbers(1, int, 10**6)  # node counts, ranks per node, threads per rank
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -491,12 +482,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--nodes",
-        type=_ints,
+        type=COUNTS,
         help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)",
     )
-    p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
+    p.add_argument("--ranks-per-node", type=COUNTS, help="e.g. 1,2,4 (default 1)")
     p.add_argument(
-        "--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)"
+        "--threads", type=COUNTS, help="per rank, e.g. 12,24 (default: cores shared evenly)"
     )
     p.add_argument(
         "--repeats",
@@ -655,7 +646,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--nodes",
-        type=_ints,
+        type=COUNTS,
         help="node counts to forecast (default 4x, 16x, 64x the largest measured)",
     )
     p.add_argument(
