@@ -9,6 +9,13 @@ import json
 FIX = "; fix: "  # how the one line joins what went wrong and what to do about it
 
 
+def error_line(what: str, *, fix: str | None = None, where: str | None = None) -> str:
+    """The one line of an error: "WHERE: WHAT; fix: FIX". Also for a problem a report lists
+    rather than raises (a pair's or a check's problems), so every fix reads the same."""
+    head = f"{where}: {what}" if where else what
+    return f"{head}{FIX}{fix}" if fix else head
+
+
 class KitError(Exception):
     """A user-facing error: ``what`` went wrong, ``where`` (a file, file:line or field) and the
     ``fix``. A message given as one string "WHAT; fix: FIX" is read into the same parts."""
@@ -21,8 +28,7 @@ class KitError(Exception):
 
     def line(self) -> str:
         """The one line the CLI prints after "kit: error: "."""
-        head = f"{self.where}: {self.what}" if self.where else self.what
-        return f"{head}{FIX}{self.fix}" if self.fix else head
+        return error_line(self.what, fix=self.fix, where=self.where)
 
     def document(self, exit_code: int) -> dict[str, dict[str, str | int | None]]:
         """What a command run with --json prints on stderr: the parts (``where`` and ``fix``

@@ -9,8 +9,8 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kit import cli, crash
-from kit.errors import KitError
+from kit import cli, crash, pins
+from kit.errors import KitError, error_line
 
 PART = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60).filter(
     lambda t: "; fix: " not in t
@@ -120,3 +120,15 @@ def test_json_is_asked_by_the_commands_option_only():
     assert not cli._wants_json(Namespace(json=False), ["x", "--", "--json"])
     assert not cli._wants_json(None, ["site", "show", "--", "--json"])
     assert cli._wants_json(Namespace(words=["--json"]), ["scale", "predict", "--json"])
+
+
+@given(what=PART, fix=st.none() | PART, where=st.none() | PART)
+def test_a_reported_problem_reads_as_the_error_would(what, fix, where):
+    """error_line: a problem a report lists (not raised) has the raised error's line."""
+    assert error_line(what, fix=fix, where=where) == KitError(what, fix=fix, where=where).line()
+
+
+@given(what=PART, fix=st.none() | PART)
+def test_the_pin_lists_own_error_reads_as_kit_errors(what, fix):
+    """kit/pins.py runs without the kit, so PinError formats its line itself: the same line."""
+    assert str(pins.PinError(what, fix=fix)) == KitError(what, fix=fix).line()

@@ -434,7 +434,7 @@ def _predict(args: argparse.Namespace) -> int:
         predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
         document = {
             "series": [pr.prediction_document(p) for p in predictions],
-            "left_out": skipped,
+            "left_out": [s.line() for s in skipped],
             "epochs": args.epochs,
         }
         unseen = None
