@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else argv)
     _paths_print_as_bytes()
     interrupt.install()
+    args: argparse.Namespace | None = None
     try:
         args = build_parser(argv).parse_args(argv)
         with applied(args):
@@ -119,11 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if error is None:
             return report_bug("kit", exc, debug)
-        return _failed(error)
+        return _failed(error, _wants_json(args, argv))
     except KitError as exc:
         if debug:  # where it was raised, for a report on a message that names the wrong fix
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-        return _failed(exc)
+        return _failed(exc, _wants_json(args, argv))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.interrupt.Terminated)
         # Outputs are renamed into place only when complete; what an interrupted command
         # leaves is temporary files with the kit's own names, which its next run removes.
@@ -136,12 +137,23 @@ def main(argv: list[str] | None = None) -> int:
         problem = environment_problem(exc)
         if problem is None:
             return report_bug("kit", exc, debug)
-        return _failed(KitError(problem))
+        return _failed(problem, _wants_json(args, argv))
 
 
-def _failed(error: KitError) -> int:
-    """The one line on stderr (with --json too: stdout stays empty)."""
-    print(f"kit: error: {error}", file=sys.stderr)
+def _wants_json(args: argparse.Namespace | None, argv: list[str]) -> bool:
+    """Whether the command was run with --json: its parsed option, or, for a command whose group
+    could not be loaded (a missing extra takes its words unparsed), --json among its words."""
+    if args is not None and isinstance(getattr(args, "json", None), bool):
+        return args.json
+    end = argv.index("--") if "--" in argv else len(argv)
+    return "--json" in argv[:end]
+
+
+def _failed(error: KitError, as_json: bool = False) -> int:
+    """The one line on stderr: "kit: error: ..." or, with --json, one JSON object (documented
+    in README.md, "Scripting with --json"); stdout stays empty either way."""
+    line = error.json_line(EXIT_ERROR) if as_json else f"kit: error: {error}"
+    print(line, file=sys.stderr)
     return EXIT_ERROR
 
 

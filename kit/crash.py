@@ -15,6 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
+from kit.errors import KitError
+
 EXIT_ERROR = 1  # an expected failure: the message names the file, the field and the fix
 EXIT_BUG = 70  # EX_SOFTWARE: an internal error, the traceback is in the named file
 
@@ -89,7 +91,7 @@ _ENVIRONMENT_FIXES = {
 }
 
 
-def environment_problem(exc: BaseException) -> str | None:
+def environment_problem(exc: BaseException) -> KitError | None:
     """The one-line error of an OSError the machine raised on a path (permissions, a read-only or
     full file system), or None for anything else, which stays a bug. A rename names its target
     (the path the user gave); a name the kit was creating is shown as the directory it was to go
@@ -98,17 +100,13 @@ def environment_problem(exc: BaseException) -> str | None:
         return None
     name = exc.filename2 if exc.filename2 is not None else exc.filename
     path = os.fsdecode(name) if isinstance(name, (str, bytes)) else str(name)
-    what = exc.strerror or os.strerror(exc.errno)
-    if exc.errno in (
-        errno.EACCES,
-        errno.EPERM,
-        errno.EROFS,
-        errno.ENOSPC,
-        errno.EDQUOT,
-    ) and not os.path.lexists(path):
-        where = (
-            f"{os.path.dirname(path) or '.'}: cannot create {os.path.basename(path)} in it ({what})"
+    refused = exc.strerror or os.strerror(exc.errno)
+    fix = _ENVIRONMENT_FIXES[exc.errno]
+    creating = errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT
+    if exc.errno in creating and not os.path.lexists(path):
+        return KitError(
+            f"cannot create {os.path.basename(path)} in it ({refused})",
+            where=os.path.dirname(path) or ".",
+            fix=fix,
         )
-    else:
-        where = f"{path}: {what}"
-    return f"{where}; fix: {_ENVIRONMENT_FIXES[exc.errno]}"
+    return KitError(refused, where=path, fix=fix)

@@ -321,18 +321,21 @@ def check_pair(
     return len(wanted) - len(missing), missing
 
 
-def lock_line(miss: Missing) -> str:
+def lock_problem(miss: Missing) -> KitError:
+    """A pin without a wheel, and how to lock another version (printed after "lock: ")."""
     newest = f" (the newest with one: {miss.newest})" if miss.newest else ""
     cap = f"{miss.name}<={miss.newest}" if miss.newest else f"a {miss.name} version that has one"
-    return (
-        f"lock: {miss.name} {miss.version} has no wheel for Python {miss.python} on {miss.platform}{newest}; "
-        f"fix: require {cap} in pyproject.toml (with a python_version marker only if some Pythons need "
-        f"another) and run scripts/lock.sh --upgrade-package {miss.name}"
+    return KitError(
+        f"{miss.name} {miss.version} has no wheel for Python {miss.python} on {miss.platform}"
+        f"{newest}",
+        fix=f"require {cap} in pyproject.toml (with a python_version marker only if some Pythons "
+        f"need another) and run scripts/lock.sh --upgrade-package {miss.name}",
     )
 
 
-def wheelhouse_line(misses: Sequence[Missing], other: str | None) -> str:
-    """One line: the first pin pip stopped at, the others it would stop at next, and the fixes."""
+def wheelhouse_problem(misses: Sequence[Missing], other: str | None) -> KitError:
+    """The first pin pip stopped at, the others it would stop at next, and the fixes (printed
+    after "wheelhouse: ")."""
     first = misses[0]
     also = f" (nor {', '.join(f'{m.name} {m.version}' for m in misses[1:])})" if misses[1:] else ""
     fixes = []
@@ -348,10 +351,10 @@ def wheelhouse_line(misses: Sequence[Missing], other: str | None) -> str:
     fixes.append(
         f"pin {newest} in pyproject.toml and run scripts/lock.sh --upgrade-package {first.name}"
     )
-    return (
-        f"wheelhouse: {first.name} {first.version} (constraints.txt) has no wheel "
-        f"for Python {first.python} on "
-        f"{first.platform}{also}; fix: {', or '.join(fixes)}"
+    return KitError(
+        f"{first.name} {first.version} (constraints.txt) has no wheel for Python {first.python} "
+        f"on {first.platform}{also}",
+        fix=", or ".join(fixes),
     )
 
 
@@ -362,10 +365,10 @@ def diagnose(
     pip: Sequence[str],
     cache: Path,
     pip_log: str,
-) -> str:
-    """Why `make wheelhouse`'s download failed, in one line. The pins without a wheel that pip's
-    log names come first (pip stops at those the chosen extras need); a newer platform of the
-    README's that has wheels for all of them is offered."""
+) -> KitError:
+    """Why `make wheelhouse`'s download failed, in one line (printed after "wheelhouse: "). The
+    pins without a wheel that pip's log names come first (pip stops at those the chosen extras
+    need); a newer platform of the README's that has wheels for all of them is offered."""
     words = {
         pins.normalize(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", pip_log[-200000:])
     }
@@ -383,9 +386,10 @@ def diagnose(
             ),
             "no error line",
         )
-        return (
-            f"wheelhouse: pip download failed for Python {python} on {platform} although every pin has a "
-            f"wheel there ({last[:200]}); fix: run make lock (pyproject.toml changed since constraints.txt?)"
+        return KitError(
+            f"pip download failed for Python {python} on {platform} although every pin has a "
+            f"wheel there ({last[:200]})",
+            fix="run make lock (pyproject.toml changed since constraints.txt?)",
         )
     other = None
     for candidate in newer_platforms(platform):
@@ -397,7 +401,7 @@ def diagnose(
         if not check_pair(pinned, python, candidate, pip, cache, isolated=False)[1]:
             other = candidate
             break
-    return wheelhouse_line(named, other)
+    return wheelhouse_problem(named, other)
 
 
 def require_pip(pip: Sequence[str]) -> None:
@@ -457,12 +461,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"Python {args.python!r} is not 3.N", fix="give the site's Python version"
                 )
             log = args.pip_log.read_bytes()[-(1 << 20) :].decode("utf-8", "replace")
-            print(
-                diagnose(
-                    pins.read_pins(args.lock), args.python, args.platform, pip, args.cache, log
-                ),
-                file=sys.stderr,
+            why = diagnose(
+                pins.read_pins(args.lock), args.python, args.platform, pip, args.cache, log
             )
+            print(f"wheelhouse: {why}", file=sys.stderr)
             return 1
         all_pins = pins.read_pins(args.lock)
         require_pip(pip)
@@ -471,16 +473,18 @@ def main(argv: list[str] | None = None) -> int:
             for platform in args.platform or PLATFORMS:
                 ok, misses = check_pair(all_pins, python, platform, pip, args.cache)
                 for miss in misses:
-                    print(lock_line(miss), file=sys.stderr)
+                    print(f"lock: {lock_problem(miss)}", file=sys.stderr)
                 bad += len(misses)
                 state = "ok" if not misses else f"{len(misses)} without a wheel"
                 print(f"lock: Python {python} on {platform}: {ok} pins have wheels, {state}")
         return 1 if bad else 0
     except OSError as exc:
-        print(
-            f"wheelcheck: error: {exc.filename}: {exc.strerror}; fix: give the pin list (constraints.txt)",
-            file=sys.stderr,
+        refused = KitError(
+            str(exc.strerror),
+            where=None if exc.filename is None else str(exc.filename),
+            fix="give the pin list (constraints.txt)",
         )
+        print(f"wheelcheck: error: {refused}", file=sys.stderr)
         return 1
     except (CheckError, pins.PinError, markers.MarkerError) as exc:
         print(

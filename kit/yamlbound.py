@@ -205,13 +205,15 @@ def load_tagged(
     *,
     missing: str,
     wrote: str,
+    missing_fix: str | None = None,
 ) -> Document:
     """A YAML file the kit wrote, recognised by ``tag: version`` at its top: a missing file is
-    ``missing``, any other content is not ``wrote``; one line each, naming the file (and line)."""
+    ``missing`` (with ``missing_fix``), any other content is not ``wrote``; one line each, naming
+    the file (and line)."""
     try:
         doc = load_file(path, what, fix)
     except FileNotFoundError:
-        raise KitError(f"{path}: {missing}") from None
+        raise KitError(missing, where=str(path), fix=missing_fix) from None
     if not isinstance(doc.value, dict) or doc.value.get(tag) != version:
         raise KitError(f"{doc.where(tag)}: key {tag} is not {version}: not {wrote}; {fix}")
     return doc

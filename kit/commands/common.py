@@ -101,8 +101,41 @@ def number(minimum: float, kind: type = int, maximum: float = math.inf) -> Calla
         except ValueError:
             value = None
         if value is None or not (minimum <= value <= maximum and math.isfinite(value)):
-            bound = f">= {minimum:g}" if maximum == math.inf else f"from {minimum:g} to {maximum:g}"
+            low, high = _shown(minimum), _shown(maximum)
+            bound = f">= {low}" if maximum == math.inf else f"from {low} to {high}"
             raise argparse.ArgumentTypeError(f"{text!r}: give a number {bound}")
         return value
+
+    return parse
+
+
+def _shown(bound: float) -> str:
+    """A bound as a user types it: 1000000, not 1e+06."""
+    return str(int(bound)) if math.isfinite(bound) and float(bound).is_integer() else f"{bound:g}"
+
+
+def numbers(
+    minimum: float, kind: type = int, maximum: float = math.inf, most: int = 64
+) -> Callable[[str], list]:
+    """An argparse type: comma-separated numbers (e.g. node counts 1,2,4,8), each through
+    number(minimum, kind, maximum); at most ``most`` of them."""
+    one = number(minimum, kind, maximum)
+    kinds = "whole numbers" if kind is int else "numbers"
+    bound = (
+        f">= {_shown(minimum)}"
+        if maximum == math.inf
+        else f"from {_shown(minimum)} to {_shown(maximum)}"
+    )
+
+    def parse(text: str) -> list:
+        words = [w.strip() for w in text.split(",") if w.strip()] if len(text) <= 16 * most else []
+        try:
+            if 0 < len(words) <= most:
+                return [one(w) for w in words]
+        except argparse.ArgumentTypeError:
+            pass
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: give comma-separated {kinds} {bound} (at most {most}), e.g. 1,2,4,8"
+        )
 
     return parse

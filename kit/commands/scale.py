@@ -22,6 +22,7 @@ from kit.commands.common import (
     add_site,
     add_train_args,
     number,
+    numbers,
     train_args,
 )
 from kit.errors import KitError
@@ -36,17 +37,7 @@ from kit.verbosity import quiet
 if TYPE_CHECKING:
     from kit.scale.predict import Prediction
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give comma-separated whole numbers, e.g. 1,2,4,8"
-        )
-    return values
+COUNTS = numbers(1, int, 10**6)  # node counts, ranks per node, threads per rank
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -427,7 +418,7 @@ def _predict(args: argparse.Namespace) -> int:
                 fix="leave out DIR, --results and --nodes",
             )
         backtest = pr.backtest(args.reference, args.calibrate_on, args.epochs)
-        predictions, skipped = [backtest.prediction], list[str]()
+        predictions, skipped = [backtest.prediction], list[KitError]()
         document: dict[str, object] = {"backtest": pr.backtest_document(backtest)}
         unseen = {
             backtest.prediction.calibration.label: [(r.nodes, r.measured) for r in backtest.rows]
@@ -447,7 +438,7 @@ def _predict(args: argparse.Namespace) -> int:
         predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
         document = {
             "series": [pr.prediction_document(p) for p in predictions],
-            "left_out": skipped,
+            "left_out": [s.line() for s in skipped],
             "epochs": args.epochs,
         }
         unseen = None
@@ -460,8 +451,8 @@ def _predict(args: argparse.Namespace) -> int:
         emit(PREDICT_SCHEMA, {**document, "written": [str(p) for p in written]})
         return 0
     console = Console()
-    for problem in skipped:
-        console.print(f"[yellow]left out[/yellow] {problem}", highlight=False)
+    for left in skipped:
+        console.print(f"[yellow]left out[/yellow] {left.line()}", highlight=False)
     for p in predictions:
         if args.reference:
             rows = {r.nodes: r.measured for r in backtest.rows}
@@ -495,12 +486,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--nodes",
-        type=_ints,
+        type=COUNTS,
         help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)",
     )
-    p.add_argument("--ranks-per-node", type=_ints, help="e.g. 1,2,4 (default 1)")
+    p.add_argument("--ranks-per-node", type=COUNTS, help="e.g. 1,2,4 (default 1)")
     p.add_argument(
-        "--threads", type=_ints, help="per rank, e.g. 12,24 (default: cores shared evenly)"
+        "--threads", type=COUNTS, help="per rank, e.g. 12,24 (default: cores shared evenly)"
     )
     p.add_argument(
         "--repeats",
@@ -659,7 +650,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--nodes",
-        type=_ints,
+        type=COUNTS,
         help="node counts to forecast (default 4x, 16x, 64x the largest measured)",
     )
     p.add_argument(

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from kit.errors import KitError
+from kit.errors import KitError, error_line
 from kit.excerpt import clipped
 from kit.mpi.imagefs import image_kind
 from kit.mpi.launch import FIX_MISSING, launcher_now
@@ -402,13 +402,14 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
         RANKS
     ]:  # what each rank then reports, and how many do, follows from this one cause
         result.problems.append(
-            f"the ranks ran in MPI worlds of {'/'.join(map(str, sizes))} rank(s), "
-            f"not in one of {RANKS}: they "
-            "did not reach their launcher (its PMI variables or descriptor kept from them: "
-            "a runtime that cleans "
-            "the environment), or the launcher and the image's MPI disagree on PMI; fix: pass the launcher's "
-            "environment to the ranks (udocker: run --hostenv, which the kit gives) and bind the MPI the "
-            "launcher belongs to"
+            error_line(
+                f"the ranks ran in MPI worlds of {'/'.join(map(str, sizes))} rank(s), not in one of "
+                f"{RANKS}: they did not reach their launcher (its PMI variables or descriptor kept "
+                "from them: a runtime that cleans the environment), or the launcher and the image's "
+                "MPI disagree on PMI",
+                fix="pass the launcher's environment to the ranks (udocker: run --hostenv, which the "
+                "kit gives) and bind the MPI the launcher belongs to",
+            )
         )
     elif len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")

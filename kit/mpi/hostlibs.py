@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.errors import error_line
 from kit.mpi.elf import ElfError, elf_facts
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 from kit.rootfs import Root, RootError
@@ -166,8 +167,10 @@ def place(
             return
         if found is None:
             out.problems.append(
-                f"{name}, needed by {label}, is neither in the image nor found on the host; "
-                "fix: add its directory to host_mpi.library_dirs"
+                error_line(
+                    f"{name}, needed by {label}, is neither in the image nor found on the host",
+                    fix="add its directory to host_mpi.library_dirs",
+                )
             )
             return
         real = found.resolve()
@@ -177,8 +180,10 @@ def place(
         )
         if inside is None:
             out.problems.append(
-                f"{name} ({real}), needed by {label}, is outside host_mpi.library_dirs; "
-                "fix: add its directory to host_mpi.library_dirs"
+                error_line(
+                    f"{name} ({real}), needed by {label}, is outside host_mpi.library_dirs",
+                    fix="add its directory to host_mpi.library_dirs",
+                )
             )
             return
         out.links[f"{link_dir.rstrip('/')}/{name}"] = inside
@@ -196,8 +201,10 @@ def place(
         reads += 1
         if reads > MAX_LIBRARIES:
             out.problems.append(
-                f"more than {MAX_LIBRARIES} files in the closure: not followed further; "
-                "fix: check host_mpi.library_dirs and the component dirs"
+                error_line(
+                    f"more than {MAX_LIBRARIES} files in the closure: not followed further",
+                    fix="check host_mpi.library_dirs and the component dirs",
+                )
             )
             break
         try:

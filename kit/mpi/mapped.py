@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kit.errors import error_line
 from kit.mpi.launch import translate, under
 from kit.mpi.runtimes import UCS
 
@@ -36,7 +37,7 @@ UCT_MODULE = re.compile(
 )  # UCX's transports, dlopen'ed from its module dir
 SONAME = re.compile(r"(.+?\.so(?:\.\d+)?)(?:\.[\d.]+)?")  # libfabric.so.1.20.0 -> libfabric.so.1
 FIX_IMAGE_FIRST = (
-    "fix: let nothing in the image load it ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, "
+    "let nothing in the image load it ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, "
     "an image binary's RPATH, a dlopen by full path), or remove the image's copy"
 )
 
@@ -77,8 +78,11 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
         if len(paths) > 1:
             want = host_copy(pair, soname)
             problems.append(
-                f"rank {rank.rank}: {soname} is mapped twice ({', '.join(sorted(paths))}); it should come "
-                f"once, from {want or 'one place'}; {FIX_IMAGE_FIRST}"
+                error_line(
+                    f"rank {rank.rank}: {soname} is mapped twice ({', '.join(sorted(paths))}); it "
+                    f"should come once, from {want or 'one place'}",
+                    fix=FIX_IMAGE_FIRST,
+                )
             )
             continue
         path = next(iter(paths))
@@ -88,8 +92,11 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
             and (want := host_copy(pair, soname))
         ):
             problems.append(
-                f"rank {rank.rank}: {soname} mapped from {path} (the image's), but the pair binds the "
-                f"host's ({want}); {FIX_IMAGE_FIRST}"
+                error_line(
+                    f"rank {rank.rank}: {soname} mapped from {path} (the image's), but the pair "
+                    f"binds the host's ({want})",
+                    fix=FIX_IMAGE_FIRST,
+                )
             )
     ucs = host_copy(pair, UCS)
     if ucs is not None:
@@ -98,9 +105,12 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
             name = lib.rsplit("/", 1)[-1]
             if UCT_MODULE.fullmatch(name) and posixpath.dirname(lib) != module_dir:
                 problems.append(
-                    f"rank {rank.rank}: UCX transport module {name} mapped from {posixpath.dirname(lib)}, "
-                    f"not from the host UCX's module dir {module_dir}; fix: re-make the pair where the "
-                    f"site's MPI is installed (it sets UCX_MODULE_DIR={module_dir})"
+                    error_line(
+                        f"rank {rank.rank}: UCX transport module {name} mapped from "
+                        f"{posixpath.dirname(lib)}, not from the host UCX's module dir {module_dir}",
+                        fix="re-make the pair where the site's MPI is installed (it sets "
+                        f"UCX_MODULE_DIR={module_dir})",
+                    )
                 )
     return problems
 
@@ -134,9 +144,11 @@ def judge_components(pair: Pair, rank: RankReport) -> list[str]:
             )
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             problems.append(
-                f"rank {rank.rank}: Open MPI components ({shown}) mapped from {directory}, not from the "
-                f"host's component dirs ({', '.join(sorted(allowed)) or 'none bound'}); fix: drop what "
-                "points Open MPI elsewhere (OMPI_MCA_mca_base_component_path, ~/.openmpi/components) "
-                "and bind host_mpi.openmpi.components (kit mpi pair)"
+                error_line(
+                    f"rank {rank.rank}: Open MPI components ({shown}) mapped from {directory}, not "
+                    f"from the host's component dirs ({', '.join(sorted(allowed)) or 'none bound'})",
+                    fix="drop what points Open MPI elsewhere (OMPI_MCA_mca_base_component_path, "
+                    "~/.openmpi/components) and bind host_mpi.openmpi.components (kit mpi pair)",
+                )
             )
     return problems

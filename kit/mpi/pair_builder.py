@@ -189,7 +189,7 @@ def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: st
     with open_image_tree(image) as tree:
         pair = pair_from_root(site, tree.root, str(image), mode, tree.notes)
     if _identity(image) != seen:
-        raise KitError(_replaced(image))
+        raise _replaced(image)
     pair.image_id = seen
     return pair
 
@@ -204,10 +204,11 @@ def _identity(image: str | os.PathLike) -> tuple[int, ...] | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _replaced(image: str | os.PathLike) -> str:
-    return (
-        f"{image}: was replaced or changed while it was being paired; no pair file was written; "
-        "fix: run kit mpi pair again once it is in place"
+def _replaced(image: str | os.PathLike) -> KitError:
+    return KitError(
+        "was replaced or changed while it was being paired; no pair file was written",
+        where=str(image),
+        fix="run kit mpi pair again once it is in place",
     )
 
 
@@ -351,7 +352,7 @@ def write_pair(pair: Pair, out: str | os.PathLike | None = None) -> Path:
                 os.fchmod(fh.fileno(), 0o644)
                 os.fsync(fh.fileno())
             if pair.image_id is not None and _identity(pair.image) != pair.image_id:
-                raise KitError(_replaced(pair.image))
+                raise _replaced(pair.image)
             # Ctrl-C and SIGTERM wait for the swap, its check and the removal of what it swapped
             # out: cut between them, the cleanup below removed whatever the swap had put at NAME.
             with interrupt.held():
@@ -435,25 +436,26 @@ def _pair_file_at(dir_fd: int, path: Path) -> int | None:
         return None
     except OSError as exc:
         kind = "a symlink" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror})"
-        raise KitError(_not_ours(path, kind)) from None
+        raise _not_ours(path, kind) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise KitError(
-                _not_ours(path, "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+            raise _not_ours(
+                path, "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             )
         data = os.read(fd, PAIR_MAX + 1)
     finally:
         os.close(fd)
     if len(data) > PAIR_MAX or not is_pair_document(data, path):
-        raise KitError(_not_ours(path, "a file that is not a pair file (no kit_pair: 1)"))
+        raise _not_ours(path, "a file that is not a pair file (no kit_pair: 1)")
     return st.st_ino
 
 
-def _not_ours(path: Path, kind: str) -> str:
-    return (
-        f"{path}: is {kind}, which kit mpi pair did not write; it is left alone; fix: move it away "
-        "or name another file with --out"
+def _not_ours(path: Path, kind: str) -> KitError:
+    return KitError(
+        f"is {kind}, which kit mpi pair did not write; it is left alone",
+        where=str(path),
+        fix="move it away or name another file with --out",
     )
 
 
@@ -464,7 +466,7 @@ def prepare_image_dir(pair: Pair, rootfs: str | os.PathLike) -> list[str]:
     Preparing the image that was paired keeps its identity current for write_pair."""
     ours = pair.image_id is not None and os.path.abspath(rootfs) == os.path.abspath(pair.image)
     if ours and _identity(rootfs) != pair.image_id:
-        raise KitError(_replaced(rootfs))
+        raise _replaced(rootfs)
     made = []
     with Root(rootfs) as tree:
         for dst in pair.mount_points:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kit.errors import error_line
 from kit.mpi.hostlibs import Placement, components, image_sonames, place, shadowed
 from kit.mpi.launch import under
 from kit.rootfs import Root
@@ -92,13 +93,13 @@ def runtime_links(
     ):  # e.g. converting outside the perimeter
         return Placement(
             problems=[
-                f"the host's {soname} is not in host_mpi.library_dirs on this machine, "
-                "so the libraries it needs "
-                "are unknown: its library dirs go on the loader's path whole "
-                "(with whatever else they hold, e.g. "
-                f"a libc); fix: make the pair where the site's {runtime.name} is installed "
-                "(kit mpi pair --prepare, or "
-                "kit image convert --site on the login node)"
+                error_line(
+                    f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the "
+                    "libraries it needs are unknown: its library dirs go on the loader's path whole "
+                    "(with whatever else they hold, e.g. a libc)",
+                    fix=f"make the pair where the site's {runtime.name} is installed (kit mpi pair "
+                    "--prepare, or kit image convert --site on the login node)",
+                )
             ]
         )
     with Root(root) as tree:

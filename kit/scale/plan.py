@@ -224,7 +224,8 @@ def load_plan(sweep_dir: Path) -> Plan:
         "kit_plan",
         PLAN_FORMAT,
         fix,
-        missing=f"no plan here; fix: kit scale plan --dir {sweep_dir} ...",
+        missing="no plan here",
+        missing_fix=f"kit scale plan --dir {sweep_dir} ...",
         wrote="a plan kit scale plan wrote",
     )
     plan = doc.value

@@ -17,7 +17,7 @@ from pathlib import Path
 from statistics import median
 
 from kit.atomic import write_together
-from kit.errors import KitError
+from kit.errors import KitError, error_line
 from kit.readfile import read_bytes
 from kit.scale.model import MARGIN_PER_DOUBLING, MAX_NODES, Model, fit_model, next_count
 from kit.scale.paper import PAPER_EPOCH_EVENTS, TABLES, PaperTable
@@ -172,8 +172,11 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
     few = [n for n, s in zip(cal.nodes, cal.seconds) if len(s) < MIN_REPEATS]
     if few:
         out.append(
-            f"{', '.join(map(str, few))} node(s): one run each, so the band holds no run-to-run spread; "
-            "fix: kit scale plan --repeats 3"
+            error_line(
+                f"{', '.join(map(str, few))} node(s): one run each, so the band holds no "
+                "run-to-run spread",
+                fix="kit scale plan --repeats 3",
+            )
         )
     far = [f.nodes for f in forecasts if f.nodes > EXTRAPOLATION_WARN * cal.nodes[-1]]
     if far:
@@ -313,28 +316,33 @@ def _site_limits(name: str | None) -> tuple[int | None, int | None]:
 
 def predict_runs(
     runs: Sequence[RunResult], targets: Sequence[int] | None = None, epochs: int | None = None
-) -> tuple[list[Prediction], list[str]]:
-    """A prediction per series that has two or more node counts; the series left out, and why.
-    Refuses when no series can be predicted."""
+) -> tuple[list[Prediction], list[KitError]]:
+    """A prediction per series that has two or more node counts; the series left out, and why
+    (each an error not raised: what, and the fix). Refuses when no series can be predicted."""
     groups: dict[Series, list[RunResult]] = {}
     for run in runs:
         groups.setdefault(run.series, []).append(run)
-    out, skipped = [], []
+    out: list[Prediction] = []
+    skipped: list[KitError] = []
     for key in sorted(groups, key=Series.sort_key):
         cal = calibration_from_runs(key, groups[key])
         if len(cal.nodes) < 2:
             skipped.append(
-                f"series {key.name}: one node count ({cal.nodes[0]}) cannot show how the overhead grows; "
-                "fix: measure at least two (kit scale plan --nodes N0,2N0,8N0 --repeats 3)"
+                KitError(
+                    f"series {key.name}: one node count ({cal.nodes[0]}) cannot show how the "
+                    "overhead grows",
+                    fix="measure at least two (kit scale plan --nodes N0,2N0,8N0 --repeats 3)",
+                )
             )
             continue
         out.append(predict(cal, targets, epochs))
+    if len(skipped) == 1 and not out:
+        raise skipped[0]
     if not out:
         raise KitError(
-            skipped[0]
-            if len(skipped) == 1
-            else f"no series has two node counts ({len(skipped)} series, each of one count); fix: measure at "
-            "least two node counts of one layout (kit scale plan --nodes N0,2N0,8N0 --repeats 3)"
+            f"no series has two node counts ({len(skipped)} series, each of one count)",
+            fix="measure at least two node counts of one layout (kit scale plan --nodes "
+            "N0,2N0,8N0 --repeats 3)",
         )
     return out, skipped
 

@@ -119,8 +119,9 @@ def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path
 
 def _refused(path: Path, kind: str, what: str) -> LinkedEvalDir:
     return LinkedEvalDir(
-        f"{path}: is {kind}, not {what}: kit study never writes through what it did not make; "
-        "fix: move it aside (this evaluation is counted as failed; the study goes on)"
+        f"is {kind}, not {what}: kit study never writes through what it did not make",
+        where=str(path),
+        fix="move it aside (this evaluation is counted as failed; the study goes on)",
     )
 
 

@@ -74,15 +74,15 @@ def plan_study(
     if not 1 <= parallel <= 1000:
         raise KitError(f"--parallel {parallel}: give 1..1000 evaluations in flight")
     slurm = site.scheduler.type == "slurm"
-    if pilot is not None and not (slurm and 1 <= pilot <= site.scheduler.max_nodes):
+    if pilot is not None and not slurm:
         raise KitError(
-            f"--pilot {pilot}: "
-            + (
-                f"site {site.name} allows 1..{site.scheduler.max_nodes} nodes"
-                if slurm
-                else f"site {site.name} has no Slurm (scheduler.type local): a pilot job needs "
-                "one; fix: drop --pilot"
-            )
+            f"--pilot {pilot}: site {site.name} has no Slurm (scheduler.type local): a pilot job "
+            "needs one",
+            fix="drop --pilot",
+        )
+    if pilot is not None and not 1 <= pilot <= site.scheduler.max_nodes:
+        raise KitError(
+            f"--pilot {pilot}: site {site.name} allows 1..{site.scheduler.max_nodes} nodes"
         )
     if not slurm and (image or walltime):
         raise KitError(

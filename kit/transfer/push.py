@@ -649,9 +649,10 @@ def _install(
         schema=INSTALLED,
         timeout=timeout,
         on_timeout=f"the install (sha256 check, ch-convert, switch of {img.stem}.current) was "
-        f"stopped there, {img.stem}.current is unchanged; fix: check that host (load, a hung "
-        "filesystem, a stuck ch-convert), or allow more with --install-timeout SECONDS, then "
-        "run the same command again (the upload is kept: nothing is sent twice)",
+        f"stopped there, {img.stem}.current is unchanged",
+        timeout_fix="check that host (load, a hung filesystem, a stuck ch-convert), or allow more "
+        "with --install-timeout SECONDS, then run the same command again (the upload is kept: "
+        "nothing is sent twice)",
     )
     report.installed, report.current, report.pruned = (
         answer["target"],

@@ -99,10 +99,12 @@ def run(
     schema: Schema | None = None,
     timeout: float | None = None,
     on_timeout: str | None = None,
+    timeout_fix: str | None = None,
 ) -> dict:
     """Run a mode over the control connection; a dropped connection or no answer within
-    `timeout` seconds is a KitError, never a hang or a traceback. The session's stdin stays
-    open until the answer or the timeout: a mode may watch it to stop when the sender gives up."""
+    `timeout` seconds is a KitError (``on_timeout``: what that left, ``timeout_fix``: its fix),
+    never a hang or a traceback. The session's stdin stays open until the answer or the timeout:
+    a mode may watch it to stop when the sender gives up."""
     try:
         result = conn.run(
             command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout
@@ -116,7 +118,8 @@ def run(
                     "the remote side was stopped. Check the host (load, hung filesystem) and run the same "
                     "command again"
                 )
-            )
+            ),
+            fix=timeout_fix,
         ) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
         raise KitError(

@@ -138,8 +138,8 @@ def wait_idle(state: ClusterState, timeout: float = IDLE_TIMEOUT) -> None:
         if time.monotonic() > deadline:
             raise VclusterError(
                 f"nodes not idle after {timeout:.0f} s: "
-                + ", ".join(f"{n} {s}" for n, s in states.items())
-                + f"; fix: see {Path(state.directory) / 'logs'}"
+                + ", ".join(f"{n} {s}" for n, s in states.items()),
+                fix=f"see {Path(state.directory) / 'logs'}",
             )
         time.sleep(0.3)
 

@@ -89,8 +89,10 @@ def test_a_pair_for_an_image_replaced_before_the_write_is_not_written(tmp_path):
         KitError,
         match=r"img: was replaced or changed while it was being paired; no pair "
         r"file was written; fix: run kit mpi pair again",
-    ):
+    ) as refused:
         write_pair(pair)
+    assert refused.value.where == str(image)
+    assert refused.value.fix == "run kit mpi pair again once it is in place"
     assert not (tmp_path / "img.pair.yaml").exists()
     assert write_pair(make_pair(site, image)) == tmp_path / "img.pair.yaml"  # paired again: written
 

@@ -250,3 +250,21 @@ def test_only_a_well_formed_pip_report_counts_as_found():
         {"install": [1, {"metadata": []}, {"metadata": {"name": 3}}]},
     ):
         assert wheelcheck.reported(bad) == set()
+
+
+def test_a_pin_without_a_wheel_is_what_went_wrong_and_how_to_lock_another():
+    """The lines `lock` and `wheelhouse` print, as parts: a script or a test reads the fix alone."""
+    miss = wheelcheck.Missing("pillow", "13.0.0", "3.11", "manylinux2014_x86_64", "12.1.0")
+    problem = wheelcheck.lock_problem(miss)
+    assert problem.what == (
+        "pillow 13.0.0 has no wheel for Python 3.11 on manylinux2014_x86_64 "
+        "(the newest with one: 12.1.0)"
+    )
+    assert problem.fix is not None and problem.fix.startswith("require pillow<=12.1.0 in ")
+    house = wheelcheck.wheelhouse_problem([miss], "manylinux_2_28_x86_64")
+    assert house.what.startswith("pillow 13.0.0 (constraints.txt) has no wheel for Python 3.11")
+    assert house.fix == (
+        "PLATFORM=manylinux_2_28_x86_64 if the login node's glibc is >= 2.28 (ldd --version), "
+        "or pin pillow 12.1.0, the newest with such a wheel, in pyproject.toml and run "
+        "scripts/lock.sh --upgrade-package pillow"
+    )

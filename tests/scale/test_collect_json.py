@@ -67,9 +67,8 @@ def test_a_result_and_a_damaged_result_are_in_the_document(sweep, capsys):
     assert doc["problems"] == 1
 
 
-def test_a_sweep_dir_without_a_plan_is_one_line_and_nothing_on_stdout(tmp_path, capsys):
+def test_a_sweep_dir_without_a_plan_is_one_json_error_and_nothing_on_stdout(tmp_path, capsys):
     assert main(["scale", "collect", str(tmp_path), "--json"]) == 1
     out, err = capsys.readouterr()
-    assert (
-        out == "" and err.count("\n") == 1 and err.startswith("kit: error: ") and "plan.yaml" in err
-    )
+    assert out == "" and err.count("\n") == 1
+    assert json.loads(err)["error"]["where"] == str(tmp_path / "plan.yaml")

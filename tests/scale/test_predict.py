@@ -307,9 +307,11 @@ def test_series_of_one_count_are_left_out_or_refused(tmp_path):
     t = law("log", 1000.0, 10.0, 4)
     lone = [write_run(tmp_path / "lone.json", 4, 100.0, ranks_per_node=2)]
     predictions, skipped = predict_runs(load_results(_sweep(tmp_path, t) + lone))
-    assert len(predictions) == 1 and len(skipped) == 1 and "one node count (4)" in skipped[0]
-    with pytest.raises(KitError, match="one node count"):
+    assert len(predictions) == 1 and len(skipped) == 1 and "one node count (4)" in skipped[0].what
+    assert skipped[0].fix == "measure at least two (kit scale plan --nodes N0,2N0,8N0 --repeats 3)"
+    with pytest.raises(KitError, match="one node count") as refused:
         predict_runs(load_results(lone))
+    assert refused.value.fix == skipped[0].fix
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -150,9 +150,11 @@ def test_show_json_without_islands_or_max_clock_has_nulls(capsys):
     assert all(b.startswith("unknown clock") for b in doc["peak_flops"]["basis"].values())
 
 
-def test_show_json_error_is_one_line_and_nothing_on_stdout(capsys):
-    err = one_line_error(capsys, ["site", "show", "supermuc", "--json"])
-    assert "did you mean 'supermuc-ng'?" in err
+def test_show_json_error_is_one_json_line_and_nothing_on_stdout(capsys):
+    assert main(["site", "show", "supermuc", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "did you mean 'supermuc-ng'?" in json.loads(err)["error"]["message"]
 
 
 @settings(
@@ -169,4 +171,4 @@ def test_show_json_is_a_document_or_one_line_error(capsys, name):
     if code == 0:
         assert json.loads(out)["schema"] == "kit-site-show/1" and err == ""
     else:
-        assert out == "" and err.count("\n") == 1 and err.startswith("kit: error: "), err
+        assert out == "" and err.count("\n") == 1 and json.loads(err)["error"]["exit"] == 1, err

@@ -22,9 +22,13 @@ from tests.study.fakes import fake_training, results_text, spec_file
 BIG = "1" * 400  # a 400-digit number: JSON and YAML read it as an int no float holds
 
 
-def _one_line_error(capsys, code: int) -> str:
+def _one_line_error(capsys, code: int, as_json: bool = False) -> str:
+    """The one error line (with --json: one JSON object on stderr, its message)."""
     err = capsys.readouterr().err
-    assert code == 1 and err.startswith("kit: error: ") and err.count("\n") == 1, (code, err)
+    assert code == 1 and err.count("\n") == 1, (code, err)
+    if as_json:
+        return json.loads(err)["error"]["message"]
+    assert err.startswith("kit: error: "), err
     return err
 
 
@@ -135,7 +139,8 @@ def test_a_ledger_header_edited_to_a_wrong_type_or_bound_is_one_line_for_every_c
         ["report"],
         ["cancel"],
     ):
-        err = _one_line_error(capsys, main(["study", command[0], str(d), *command[1:]]))
+        code = main(["study", command[0], str(d), *command[1:]])
+        err = _one_line_error(capsys, code, "--json" in command)
         assert (
             f"{d / ledger.NAME}:1: key {key} is " in err and "fix: restore the ledger.jsonl" in err
         ), command
@@ -228,7 +233,8 @@ def test_ledger_records_edited_to_wrong_types_or_huge_numbers_are_one_line(
         fh.write(json.dumps(record) + "\n")
     line = len((d / ledger.NAME).read_text().splitlines())
     for command in (["status"], ["status", "--json"], ["report"], ["run", "--poll", "0.05"]):
-        err = _one_line_error(capsys, main(["study", *command[:1], str(d), *command[1:]]))
+        code = main(["study", *command[:1], str(d), *command[1:]])
+        err = _one_line_error(capsys, code, "--json" in command)
         assert f"{d / ledger.NAME}:{line}: " in err and message in err, (command, err)
 
 
