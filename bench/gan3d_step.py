@@ -230,15 +230,17 @@ def worker_fused_ab(args) -> dict:
 
     from gan3d import flops, model, step
 
-    def reference(x, filters, pad, i):
-        x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+    direct = dict.fromkeys(model.LAYER_FORMS, "direct")
 
-    def plain_same(x, filters, pad, i):
+    def reference(x, filters, pad, i, forms):
+        x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
+        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", direct)(x)
+
+    def plain_same(x, filters, pad, i, forms):
         return (
-            model._conv(filters, (5, 5, 5), "same", f"d_conv{i}")(x)
+            model._conv(filters, (5, 5, 5), "same", f"d_conv{i}", direct)(x)
             if pad == 2
-            else reference(x, filters, pad, i)
+            else reference(x, filters, pad, i, forms)
         )
 
     fused = model._padded_conv
@@ -258,8 +260,8 @@ def worker_fused_ab(args) -> dict:
             model._padded_conv = conv
             tf.keras.utils.set_random_seed(1)
             s = step.TrainStep(
-                model.generator(args.preset),
-                model.discriminator(args.preset),
+                model.generator(args.preset, fft=False),
+                model.discriminator(args.preset, fft=False),
                 config=step.StepConfig(seed=1),
             )
             runs[name] = (s, s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4))))
@@ -281,27 +283,29 @@ def worker_fused_ab(args) -> dict:
 
 @contextlib.contextmanager
 def reference_structure():
-    """Build the models as CERN's Keras code has them: plain Conv3D layers and D's
-    ZeroPadding3D + VALID Conv3D pairs (gan3d.model swaps in gan3d.conv_forms' faster forms)."""
+    """Build the models as CERN's Keras code has them: D's ZeroPadding3D + VALID Conv3D pairs
+    (gan3d.model fuses the pad-2 pairs); build them with forms=REFERENCE_FORMS (plain Conv3D)."""
     import tensorflow as tf
 
     from gan3d import model
 
-    def padded(x, filters, pad, i, fft):
+    def padded(x, filters, pad, i, forms):
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", forms)(x)
 
-    saved = model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS
-    model._padded_conv, model.ImageConv3D, model.PackedConv3D = (
-        padded,
-        tf.keras.layers.Conv3D,
-        tf.keras.layers.Conv3D,
-    )
-    model.FFT_LAYERS = frozenset()
+    saved = model._padded_conv
+    model._padded_conv = padded
     try:
         yield
     finally:
-        model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS = saved
+        model._padded_conv = saved
+
+
+def reference_forms() -> dict:
+    """Every convolution as Keras' own Conv3D (oneDNN's kernels), as the reference has them."""
+    from gan3d import model
+
+    return dict.fromkeys(model.LAYER_FORMS, "direct")
 
 
 def _interleaved(runs: dict, steps: int, repeat: int) -> tuple[dict, dict]:
@@ -334,9 +338,10 @@ def _random_batch(s, b: int, seed: int):
     return s._inputs(images, rng.uniform(0.1, 5.0, b).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
 
 
-FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT convolutions in fp32?)
+FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT_LAYERS in fp32?, or "probe")
     "reference structure fp32": (True, "fp32", False),
     "kit fp32": (False, "fp32", True),
+    "kit fp32, forms probed here": (False, "fp32", "probe"),
     "kit fp32, direct convolutions": (False, "fp32", False),
     "kit bf16": (False, "bf16", True),
     "reference structure bf16": (True, "bf16", False),
@@ -348,13 +353,19 @@ def worker_floors(args) -> dict:
     tf = _tf(args.threads, args.inter_op_threads)
     from gan3d import flops, model, step
 
-    runs = {}
+    runs, probed = {}, {}
     for name, (reference, precision, fft) in FLOOR_VARIANTS.items():
+        if reference:
+            forms = reference_forms()
+        elif fft == "probe":
+            forms = probed[precision] = _probe_forms(args, precision)
+        else:
+            forms = model.fixed_forms(precision, fft)
         tf.keras.utils.set_random_seed(1)
         with reference_structure() if reference else contextlib.nullcontext():
             s = step.TrainStep(
-                model.generator(args.preset, precision, fft=fft),
-                model.discriminator(args.preset, precision, fft=fft),
+                model.generator(args.preset, precision, forms=forms),
+                model.discriminator(args.preset, precision, forms=forms),
                 config=step.StepConfig(seed=1),
             )
         runs[name] = (s, _random_batch(s, args.batch_size, 0))
@@ -364,7 +375,17 @@ def worker_floors(args) -> dict:
         "showers": args.batch_size,
         "rounds": rounds,
         "cpu_rounds": cpu_rounds,
+        "probed_forms": probed,
     }
+
+
+def _probe_forms(args, precision: str) -> dict:
+    """The forms `gan3d train --forms probe` would choose here (gan3d.formprobe), not cached."""
+    from gan3d import formprobe, model
+
+    candidates = formprobe.tf_candidates(args.preset, precision, args.batch_size)
+    first = {name: forms[0] for name, forms in model.candidate_forms(precision).items()}
+    return formprobe.probe(candidates, first).forms
 
 
 def worker_forms(args) -> dict:
@@ -863,6 +884,8 @@ def floors(args) -> int:
             f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
             f"| {per_round:.2f} | {per_cpu:.2f} | {floor.get(name, '')} |"
         )
+    for precision, forms in f.get("probed_forms", {}).items():
+        print(f"\nforms probed here ({precision}): {forms}")
     print(f"\nload {_load()} at the end of the one-process run")
     a = run_worker("allreduce", args, 1, ranks=2)
     print(
