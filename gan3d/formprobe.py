@@ -13,6 +13,7 @@ they are tested without TensorFlow or real timings; `tf_candidates` builds the r
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -114,9 +115,17 @@ def probe(
 ) -> Probe:
     """Time `candidates` (`time_forms`) and choose each layer's form (`choose`)."""
     t0 = clock()
-    times, rounds = time_forms(
-        candidates, min_rounds=min_rounds, max_rounds=max_rounds, budget=budget, clock=clock
-    )
+    tf_log = logging.getLogger("tensorflow")
+    level = tf_log.level
+    tf_log.setLevel(
+        logging.ERROR
+    )  # not "N calls triggered tf.function retracing": 20 first calls do
+    try:
+        times, rounds = time_forms(
+            candidates, min_rounds=min_rounds, max_rounds=max_rounds, budget=budget, clock=clock
+        )
+    finally:
+        tf_log.setLevel(level)
     return Probe(choose(times, first), times, rounds, clock() - t0)
 
 

@@ -14,7 +14,6 @@ default of `--forms` (the test suite sets `fft`, whose forms do not depend on ti
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -119,16 +118,10 @@ def choose_forms(
 
         def run_probe():
             first = {name: forms[0] for name, forms in allowed.items()}
-            tf_log = logging.getLogger("tensorflow")
-            level = tf_log.level
-            tf_log.setLevel(logging.ERROR)  # not "N calls triggered tf.function retracing": 20 do
-            try:
-                candidates = formprobe.tf_candidates(
-                    shape.preset, shape.precision, shape.batch_per_rank
-                )
-                return formprobe.probe(candidates, first)
-            finally:
-                tf_log.setLevel(level)
+            candidates = formprobe.tf_candidates(
+                shape.preset, shape.precision, shape.batch_per_rank
+            )
+            return formprobe.probe(candidates, first)
 
     measured = run_probe()
     forms = model.check_forms(share(measured.forms), shape.precision)
