@@ -14,6 +14,7 @@ default of `--forms` (the test suite sets `fft`, whose forms do not depend on ti
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ ENV = "GAN3D_FORMS"
 
 
 def default_mode(environ: Mapping[str, str] | None = None) -> str:
-    """`GAN3D_FORMS` where it names a mode, else auto (a bad value is refused by --forms' choices)."""
+    """`GAN3D_FORMS`, else auto (gan3d train refuses a value that names no mode in one line)."""
     return (os.environ if environ is None else environ).get(ENV, "") or "auto"
 
 
@@ -63,8 +64,6 @@ class RunShape:
 
 def cache_key(shape: RunShape, allowed: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
     """The CPU (model and every flag), the TensorFlow version, the run's shape and the candidates."""
-    import hashlib
-
     import tensorflow as tf
 
     from gan3d import cpu
