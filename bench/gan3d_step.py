@@ -22,8 +22,9 @@ which a loaded machine disturbs least); and, with 2 ranks under mpiexec, the bf1
 gradients all-reduced in fp32 against fp16 compression. `--profile` breaks one step down by
 oneDNN primitive (ONEDNN_VERBOSE) and by TensorFlow op type (tf.profiler: casts, elementwise
 ops, BatchNorm, dropout's random numbers, optimizer). `--forms` times every convolution of the
-fp32 model (forward + both gradients) direct and in the frequency domain (gan3d.fft_conv) in one
-process, the table gan3d.model.FFT_LAYERS is chosen from.
+model (forward + both gradients) in every form it can take (oneDNN's own, packed, col2im, the
+frequency domain in fp32) in one process, interleaved: what `gan3d train --forms auto` probes at
+start, and what the fixed table gan3d.model.FFT_LAYERS (`--forms fft`) was chosen from.
 """
 
 from __future__ import annotations
@@ -230,15 +231,17 @@ def worker_fused_ab(args) -> dict:
 
     from gan3d import flops, model, step
 
-    def reference(x, filters, pad, i):
-        x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+    direct = dict.fromkeys(model.LAYER_FORMS, "direct")
 
-    def plain_same(x, filters, pad, i):
+    def reference(x, filters, pad, i, forms):
+        x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
+        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", direct)(x)
+
+    def plain_same(x, filters, pad, i, forms):
         return (
-            model._conv(filters, (5, 5, 5), "same", f"d_conv{i}")(x)
+            model._conv(filters, (5, 5, 5), "same", f"d_conv{i}", direct)(x)
             if pad == 2
-            else reference(x, filters, pad, i)
+            else reference(x, filters, pad, i, forms)
         )
 
     fused = model._padded_conv
@@ -258,8 +261,8 @@ def worker_fused_ab(args) -> dict:
             model._padded_conv = conv
             tf.keras.utils.set_random_seed(1)
             s = step.TrainStep(
-                model.generator(args.preset),
-                model.discriminator(args.preset),
+                model.generator(args.preset, fft=False),
+                model.discriminator(args.preset, fft=False),
                 config=step.StepConfig(seed=1),
             )
             runs[name] = (s, s._inputs(images, ep, images.sum(axis=(1, 2, 3, 4))))
@@ -281,27 +284,29 @@ def worker_fused_ab(args) -> dict:
 
 @contextlib.contextmanager
 def reference_structure():
-    """Build the models as CERN's Keras code has them: plain Conv3D layers and D's
-    ZeroPadding3D + VALID Conv3D pairs (gan3d.model swaps in gan3d.conv_forms' faster forms)."""
+    """Build the models as CERN's Keras code has them: D's ZeroPadding3D + VALID Conv3D pairs
+    (gan3d.model fuses the pad-2 pairs); build them with forms=REFERENCE_FORMS (plain Conv3D)."""
     import tensorflow as tf
 
     from gan3d import model
 
-    def padded(x, filters, pad, i, fft):
+    def padded(x, filters, pad, i, forms):
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}")(x)
+        return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", forms)(x)
 
-    saved = model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS
-    model._padded_conv, model.ImageConv3D, model.PackedConv3D = (
-        padded,
-        tf.keras.layers.Conv3D,
-        tf.keras.layers.Conv3D,
-    )
-    model.FFT_LAYERS = frozenset()
+    saved = model._padded_conv
+    model._padded_conv = padded
     try:
         yield
     finally:
-        model._padded_conv, model.ImageConv3D, model.PackedConv3D, model.FFT_LAYERS = saved
+        model._padded_conv = saved
+
+
+def reference_forms() -> dict:
+    """Every convolution as Keras' own Conv3D (oneDNN's kernels), as the reference has them."""
+    from gan3d import model
+
+    return dict.fromkeys(model.LAYER_FORMS, "direct")
 
 
 def _interleaved(runs: dict, steps: int, repeat: int) -> tuple[dict, dict]:
@@ -334,9 +339,10 @@ def _random_batch(s, b: int, seed: int):
     return s._inputs(images, rng.uniform(0.1, 5.0, b).astype("f4"), images.sum(axis=(1, 2, 3, 4)))
 
 
-FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT convolutions in fp32?)
+FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT_LAYERS in fp32?, or "probe")
     "reference structure fp32": (True, "fp32", False),
     "kit fp32": (False, "fp32", True),
+    "kit fp32, forms probed here": (False, "fp32", "probe"),
     "kit fp32, direct convolutions": (False, "fp32", False),
     "kit bf16": (False, "bf16", True),
     "reference structure bf16": (True, "bf16", False),
@@ -348,13 +354,21 @@ def worker_floors(args) -> dict:
     tf = _tf(args.threads, args.inter_op_threads)
     from gan3d import flops, model, step
 
-    runs = {}
+    runs, probed = {}, {}
     for name, (reference, precision, fft) in FLOOR_VARIANTS.items():
+        if reference:
+            forms = reference_forms()
+        elif fft == "probe":
+            t0 = time.perf_counter()
+            forms = _probe_forms(args, precision)
+            probed[precision] = {"forms": forms, "seconds": time.perf_counter() - t0}
+        else:
+            forms = model.fixed_forms(precision, fft)
         tf.keras.utils.set_random_seed(1)
         with reference_structure() if reference else contextlib.nullcontext():
             s = step.TrainStep(
-                model.generator(args.preset, precision, fft=fft),
-                model.discriminator(args.preset, precision, fft=fft),
+                model.generator(args.preset, precision, forms=forms),
+                model.discriminator(args.preset, precision, forms=forms),
                 config=step.StepConfig(seed=1),
             )
         runs[name] = (s, _random_batch(s, args.batch_size, 0))
@@ -364,60 +378,44 @@ def worker_floors(args) -> dict:
         "showers": args.batch_size,
         "rounds": rounds,
         "cpu_rounds": cpu_rounds,
+        "probed_forms": probed,
     }
+
+
+def _probe_forms(args, precision: str) -> dict:
+    """The forms `gan3d train --forms probe` would choose here (gan3d.formprobe), not cached."""
+    from gan3d import formprobe, model
+
+    candidates = formprobe.tf_candidates(args.preset, precision, args.batch_size)
+    first = {name: forms[0] for name, forms in model.candidate_forms(precision).items()}
+    return formprobe.probe(candidates, first).forms
 
 
 def worker_forms(args) -> dict:
-    """Every convolution of the fp32 model, forward + both gradients at the step's shapes, as its
-    direct form (the model with fft=False) and in the frequency domain (gan3d.fft_conv), in
-    interleaved rounds: what gan3d.model.FFT_LAYERS is chosen from."""
-    tf = _tf(args.threads, args.inter_op_threads)
-    from gan3d import fft_conv, model
+    """Every convolution of the model in every form it can take (gan3d.model.LAYER_FORMS), forward
+    + both gradients at the step's shapes (gan3d.formprobe's callables), in interleaved rounds:
+    what gan3d.model.FFT_LAYERS was chosen from, and what `gan3d train --forms auto` probes."""
+    _tf(args.threads, args.inter_op_threads)
+    from gan3d import formprobe
 
-    nets = {
-        "d": model.discriminator(args.preset, fft=False),
-        "g": model.generator(args.preset, fft=False),
-    }
+    runs = formprobe.tf_candidates(args.preset, args.precision, args.batch_size)
+    for forms in runs.values():
+        for fn in forms.values():
+            fn()
     rounds: dict[str, dict[str, list]] = {}
     cpu_rounds: dict[str, dict[str, list]] = {}
-    runs = {}
-    for net in nets.values():
-        for layer in (lyr for lyr in net.layers if isinstance(lyr, tf.keras.layers.Conv3D)):
-            x = tf.random.stateless_normal(
-                (args.batch_size,) + tuple(layer.input_shape[1:]), [1, 2]
-            )
-            forms = {
-                "direct": lambda a, w, layer=layer: layer.convolution_op(a, w),
-                "frequency domain": lambda a, w, layer=layer: fft_conv.fft_conv3d(
-                    a, w, layer.padding.upper()
-                ),
-            }
-            for form, conv in forms.items():
-
-                def fwd_bwd(a, w, conv=conv):
-                    with tf.GradientTape() as tape:
-                        tape.watch([a, w])
-                        y = conv(a, w)
-                    return tape.gradient(y, [a, w], output_gradients=tf.ones_like(y))
-
-                runs[(layer.name, form)] = (
-                    tf.function(fwd_bwd),
-                    (x, tf.convert_to_tensor(layer.kernel)),
-                )
-    for fn, inputs in runs.values():
-        fn(*inputs)[0].numpy()
     for _ in range(args.repeat):
-        for (name, form), (fn, inputs) in runs.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            for _ in range(args.steps):
-                out = fn(*inputs)
-            out[0].numpy()
-            rounds.setdefault(name, {}).setdefault(form, []).append(
-                (time.perf_counter() - t0) / args.steps
-            )
-            cpu_rounds.setdefault(name, {}).setdefault(form, []).append(
-                (time.process_time() - c0) / args.steps
-            )
+        for name, forms in runs.items():
+            for form, fn in forms.items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(args.steps):
+                    fn()
+                rounds.setdefault(name, {}).setdefault(form, []).append(
+                    (time.perf_counter() - t0) / args.steps
+                )
+                cpu_rounds.setdefault(name, {}).setdefault(form, []).append(
+                    (time.process_time() - c0) / args.steps
+                )
     return {"rounds": rounds, "cpu_rounds": cpu_rounds}
 
 
@@ -711,8 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--forms",
         action="store_true",
-        help="only every convolution (fp32, fwd + both grads) direct vs in the frequency domain, "
-        "one process, interleaved: what gan3d.model.FFT_LAYERS is chosen from",
+        help="only every convolution (fwd + both grads) in each of its forms (direct, packed, "
+        "col2im, frequency domain), one process, interleaved: what gan3d train --forms auto probes",
     )
     ap.add_argument(
         "--precision",
@@ -866,6 +864,8 @@ def floors(args) -> int:
             f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
             f"| {per_round:.2f} | {per_cpu:.2f} | {floor.get(name, '')} |"
         )
+    for precision, probed in f.get("probed_forms", {}).items():
+        print(f"\nforms probed here ({precision}, {probed['seconds']:.1f} s): {probed['forms']}")
     print(f"\nload {_load()} at the end of the one-process run")
     a = run_worker("allreduce", args, 1, ranks=2)
     print(
@@ -885,26 +885,26 @@ def floors(args) -> int:
 
 
 def forms(args) -> int:
-    """Print each convolution's direct and frequency-domain times and the ratio (> 1: the frequency
-    domain is faster), marking the layers gan3d.model.FFT_LAYERS computes that way."""
-    from gan3d.model import FFT_LAYERS
+    """Print each convolution's best time in every form, the fastest form by the median of rounds
+    (wall and CPU time), and the form of the fixed table (gan3d.model.fixed_forms: --forms fft)."""
+    from gan3d.model import fixed_forms
 
     f = run_worker("forms", args, 2)
+    fixed = fixed_forms(args.precision)
+    names = ("direct", "packed", "col2im", "fft")
     print(
-        f"| convolution, fwd + both grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds "
-        f"× {args.steps}) | direct, best ms | frequency domain, best ms | × (best) "
-        "| × (CPU s, median of rounds) "
-        "| in FFT_LAYERS |"
+        f"| convolution, fwd + both grads, {args.precision}, batch {args.batch_size}, 1×2 "
+        f"({args.repeat} interleaved rounds × {args.steps}) | "
+        + " | ".join(f"{n}, best ms" for n in names)
+        + " | fastest (median wall) | fastest (median CPU s) | --forms fft |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---" * (len(names) + 4) + "|")
     for name, r in f["rounds"].items():
         c = f["cpu_rounds"][name]
-        direct, freq = min(r["direct"]), min(r["frequency domain"])
-        per_cpu = statistics.median(a / b for a, b in zip(c["direct"], c["frequency domain"]))
-        print(
-            f"| {name} | {1e3 * direct:.1f} | {1e3 * freq:.1f} | {direct / freq:.2f} | {per_cpu:.2f} "
-            f"| {'yes' if name in FFT_LAYERS else 'no'} |"
-        )
+        cells = [f"{1e3 * min(r[n]):.1f}" if n in r else "–" for n in names]
+        wall = min(r, key=lambda n: statistics.median(r[n]))
+        cpu_s = min(c, key=lambda n: statistics.median(c[n]))
+        print(f"| {name} | {' | '.join(cells)} | {wall} | {cpu_s} | {fixed[name]} |")
     print(f"\nload {_load()} at the end")
     return 0
 

@@ -8,6 +8,7 @@ tests finish in seconds.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,11 +78,72 @@ def _policy(precision: str):
         tf.keras.mixed_precision.set_global_policy(before)
 
 
-# Layers computed in the frequency domain in a float32 model (gan3d.fft_conv): those where it
-# measured faster than the direct convolution, forward and both gradients (docs/benchmarks.md).
+# Layers computed in the frequency domain by `--forms fft` (a float32 model's fixed table): those
+# where it measured faster than the direct convolution on one CPU family (Zen 4, docs/benchmarks.md).
+# `--forms auto` measures every layer's forms on the machine that runs instead (gan3d.formprobe).
 FFT_LAYERS = frozenset(
     {"d_conv1", "d_conv2", "d_conv3", "d_conv4", "g_conv1", "g_conv2", "g_conv3"}
 )
+
+# The classes of the forms a convolution can run in (the same variables and outputs in each):
+# oneDNN's own ("direct"), two output positions packed into the channel blocks ("packed"), the
+# 1-channel input's gradient as matmul + col2im ("col2im"), the frequency domain ("fft", float32).
+FORM_CLASSES: dict[str, type] = {
+    "direct": tf.keras.layers.Conv3D,
+    "packed": PackedConv3D,
+    "col2im": ImageConv3D,
+    "fft": FFTConv3D,
+}
+# Every convolution of the model and the forms it can take; the first is the form where none is
+# chosen (what `fft=False` builds), and the one a measurement keeps unless another is clearly faster.
+LAYER_FORMS: dict[str, tuple[str, ...]] = {
+    "g_conv1": ("direct", "fft"),
+    "g_conv2": ("packed", "direct", "fft"),
+    "g_conv3": ("packed", "direct", "fft"),
+    "g_conv4": ("direct", "fft"),
+    "d_conv1": ("col2im", "direct", "fft"),
+    "d_conv2": ("packed", "direct", "fft"),
+    "d_conv3": ("packed", "direct", "fft"),
+    "d_conv4": ("packed", "direct", "fft"),
+}
+
+
+def candidate_forms(precision: str) -> dict[str, tuple[str, ...]]:
+    """The forms each layer can take in `precision` (the frequency domain is float32 only)."""
+    check_precision(precision)
+    return {
+        name: tuple(f for f in forms if precision == "fp32" or f != "fft")
+        for name, forms in LAYER_FORMS.items()
+    }
+
+
+def fixed_forms(precision: str, fft: bool = True) -> dict[str, str]:
+    """The kit's built-in forms: each layer's first form, and with `fft` in float32 FFT_LAYERS in
+    the frequency domain."""
+    return {
+        name: "fft" if fft and precision == "fp32" and name in FFT_LAYERS else forms[0]
+        for name, forms in candidate_forms(precision).items()
+    }
+
+
+def check_forms(forms: Mapping[str, str], precision: str) -> dict[str, str]:
+    """`forms` as a plain dict, every layer named once with a form it can take in `precision`;
+    ValueError naming the first layer that is not."""
+    allowed = candidate_forms(precision)
+    if set(forms) != set(allowed):
+        raise ValueError(
+            f"layer forms name {sorted(forms)}; expected exactly the layers {sorted(allowed)}"
+        )
+    for name, form in forms.items():
+        if form not in allowed[name]:
+            raise ValueError(
+                f"layer {name} cannot run as {form!r} in {precision}; it can as {allowed[name]}"
+            )
+    return {name: forms[name] for name in allowed}
+
+
+def _resolve_forms(precision: str, fft: bool, forms: Mapping[str, str] | None) -> dict[str, str]:
+    return fixed_forms(precision, fft) if forms is None else check_forms(forms, precision)
 
 
 def _conv(
@@ -89,33 +151,24 @@ def _conv(
     kernel: tuple[int, int, int],
     padding: str,
     name: str,
-    direct: type = tf.keras.layers.Conv3D,
-    fft: bool = False,
+    forms: Mapping[str, str],
     **kw,
 ) -> tf.keras.layers.Layer:
-    """A Conv3D; with `fft`, in float32, in the frequency domain where that pays (FFT_LAYERS), else
-    its `direct` form (gan3d.conv_forms' packed or image forms, or Keras' own)."""
-    cls = direct
-    if (
-        fft
-        and name in FFT_LAYERS
-        and tf.keras.mixed_precision.global_policy().compute_dtype == "float32"
-    ):
-        cls = FFTConv3D
+    """A Conv3D in the form `forms` names for it (gan3d.conv_forms, gan3d.fft_conv, or Keras' own)."""
+    cls = FORM_CLASSES[forms[name]]
     return cls(filters, kernel, padding=padding, data_format="channels_last", name=name, **kw)
 
 
-def _padded_conv(x, filters: int, pad: int, i: int, fft: bool):
+def _padded_conv(x, filters: int, pad: int, i: int, forms: Mapping[str, str]):
     """The reference's ZeroPadding3D(pad) + VALID 5^3 Conv3D, fused when that is a SAME conv.
 
     With pad 2 the pair equals one SAME convolution of the unpadded input (same kernel, same
-    output); with pad 1 (output shrinks by 2) the pad stays a layer. Either way the conv is packed
-    (or, in float32, in the frequency domain).
+    output); with pad 1 (output shrinks by 2) the pad stays a layer.
     """
     if pad == 2:
-        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", direct=PackedConv3D, fft=fft)(x)
+        return _conv(filters, (5, 5, 5), "same", f"d_conv{i}", forms)(x)
     x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
-    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", direct=PackedConv3D, fft=fft)(x)
+    return _conv(filters, (5, 5, 5), "valid", f"d_conv{i}", forms)(x)
 
 
 # The elementwise layers between convolutions (LeakyReLU, BatchNorm, Dropout) compute in float32
@@ -141,26 +194,31 @@ def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
 
 
 def generator(
-    preset: str | Preset = "full", precision: str = "fp32", fft: bool = True
+    preset: str | Preset = "full",
+    precision: str = "fp32",
+    fft: bool = True,
+    forms: Mapping[str, str] | None = None,
 ) -> tf.keras.Model:
     """Latent vector (already multiplied by Ep) -> shower image (25, 25, 25, 1), float32.
 
     With precision "bf16" every layer computes in bfloat16 except the final ReLU, which
     hands the image on in float32 (the cell-sum target and the physics check read it).
-    `fft=False` keeps a float32 model's FFT_LAYERS direct convolutions (the same model).
+    `forms` names each convolution's form (LAYER_FORMS; e.g. gan3d.formprobe's choice); without it
+    the built-in ones (`fixed_forms`), and `fft=False` keeps FFT_LAYERS direct (the same model).
     """
     p = get_preset(preset)
+    chosen = _resolve_forms(precision, fft, forms)
     with _policy(precision):
-        return _generator(p, fft)
+        return _generator(p, chosen)
 
 
-def _generator(p: Preset, fft: bool) -> tf.keras.Model:
+def _generator(p: Preset, forms: Mapping[str, str]) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2, f3 = p.g_filters
     z = L.Input(shape=(p.latent_dim,), name="latent")
     x = L.Dense(7 * 7 * 8 * p.g_dense_channels, name="g_dense")(z)
     x = L.Reshape((7, 7, 8, p.g_dense_channels), name="g_reshape")(x)
-    x = _conv(f1, (6, 6, 8), "same", "g_conv1", fft=fft, kernel_initializer="he_uniform")(x)
+    x = _conv(f1, (6, 6, 8), "same", "g_conv1", forms, kernel_initializer="he_uniform")(x)
     x = _lrelu("g_lrelu1")(x)
     x = _bn("g_bn1")(x)
     x = L.UpSampling3D((2, 2, 2), name="g_up1")(x)
@@ -170,8 +228,7 @@ def _generator(p: Preset, fft: bool) -> tf.keras.Model:
         (6, 5, 8),
         "valid",
         "g_conv2",
-        direct=PackedConv3D,
-        fft=fft,
+        forms,
         kernel_initializer="he_uniform",
     )(x)
     x = _lrelu("g_lrelu2")(x)
@@ -183,43 +240,44 @@ def _generator(p: Preset, fft: bool) -> tf.keras.Model:
         (3, 3, 8),
         "valid",
         "g_conv3",
-        direct=PackedConv3D,
-        fft=fft,
+        forms,
         kernel_initializer="he_uniform",
     )(x)
     x = _lrelu("g_lrelu3")(x)
-    x = _conv(1, (2, 2, 2), "valid", "g_conv4", use_bias=False, kernel_initializer="glorot_normal")(
-        x
-    )
+    x = _conv(
+        1, (2, 2, 2), "valid", "g_conv4", forms, use_bias=False, kernel_initializer="glorot_normal"
+    )(x)
     image = L.ReLU(name="g_relu", dtype="float32")(x)
     return tf.keras.Model(z, image, name="generator")
 
 
 def discriminator(
-    preset: str | Preset = "full", precision: str = "fp32", fft: bool = True
+    preset: str | Preset = "full",
+    precision: str = "fp32",
+    fft: bool = True,
+    forms: Mapping[str, str] | None = None,
 ) -> tf.keras.Model:
     """Image -> [real/fake probability, Ep regression, cell sum of the input image].
 
     With precision "bf16" the convolutions compute in bfloat16; the two heads and the cell
     sum are float32 layers, so the losses (and the sigmoid before them) are computed in float32.
-    `fft=False` keeps a float32 model's FFT_LAYERS direct convolutions (the same model).
+    `forms` and `fft`: as for `generator`.
     """
     p = get_preset(preset)
+    chosen = _resolve_forms(precision, fft, forms)
     with _policy(precision):
-        return _discriminator(p, fft)
+        return _discriminator(p, chosen)
 
 
-def _discriminator(p: Preset, fft: bool) -> tf.keras.Model:
+def _discriminator(p: Preset, forms: Mapping[str, str]) -> tf.keras.Model:
     L = tf.keras.layers
     f1, f2 = p.d_filters
     image = L.Input(shape=IMAGE_SHAPE, name="image")
-    x = _conv(f1, (5, 5, 5), "same", "d_conv1", direct=ImageConv3D, fft=fft)(
-        image
-    )  # faster input-gradient
+    x = _conv(f1, (5, 5, 5), "same", "d_conv1", forms)(image)
     x = _lrelu("d_lrelu1")(x)
     x = _dropout(p.dropout, "d_drop1")(x)
     for i, pad in enumerate((2, 2, 1), start=2):
-        x = _padded_conv(x, f2, pad, i, fft)
+        x = _padded_conv(x, f2, pad, i, forms)
         x = _lrelu(f"d_lrelu{i}")(x)
         x = _bn(f"d_bn{i}")(x)
         x = _dropout(p.dropout, f"d_drop{i}")(x)

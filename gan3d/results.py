@@ -38,6 +38,10 @@ Conventions, so that a report can compare runs:
   arithmetic is several times less than the direct convolution's count in `flop_per_step`, so with
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
   the paper's count), more than the arithmetic the CPU executed.
+- `layer_forms` (may be absent: not recorded) is how each convolution ran (`gan3d.layerforms`):
+  `forms` (layer -> "direct", "packed", "col2im" or "fft"), `source` ("probe", "cache", or a fixed
+  table named by its --forms), `cache_file` (where the choice is kept, null if nowhere), and `probe`
+  (this run's measurement: rounds, seconds, median ms per layer and form; null when none ran).
 - Provenance (since gan3d-run/2): `started_utc`, `ended_utc` (ISO 8601, UTC) of rank 0's
   run, `command_line` (the process's argv as Python received it, a list; the launcher's own words
   are not part of it), `kit_version` (the installed distribution), `git_commit` with
@@ -406,6 +410,7 @@ def run_record(
     in_force: dict,
     peaks_measured: dict[str, float],
     peak_precision: str,
+    layer_forms: dict | None = None,
     start_epoch: int,
     checkpoint: Path | None,
 ) -> dict:
@@ -469,6 +474,7 @@ def run_record(
         "bf16_unit": host.bf16_unit,
         "allreduce_dtype": args.allreduce_dtype,
         "fft_convolutions": fft_layer_names(model.gen, model.disc),
+        "layer_forms": layer_forms,
         "learning_rate": {
             "per_rank": args.lr,
             "scaled": model.step.config.learning_rate,

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gan3d import peak, runtime
+from gan3d import layerforms, peak, runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.heartbeat import Heartbeat
 from gan3d.runtime import RankLayout, SettingsError
@@ -175,6 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue after the last checkpoint in --checkpoint-dir",
     )
     ap.add_argument(
+        "--forms",
+        choices=layerforms.MODES,
+        default=layerforms.default_mode(),
+        help="each convolution's form (direct, packed, col2im, frequency domain): auto (default, "
+        f"else ${layerforms.ENV}) takes this machine's cached choice or measures it in a few "
+        "seconds at start and caches it; probe measures again; fft is the fixed table of one CPU "
+        "family; direct puts no layer in the frequency domain",
+    )
+    ap.add_argument(
         "--itex",
         choices=["on", "off"],
         default="off",
@@ -209,6 +218,11 @@ def _check_args(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.heartbeat_seconds) and args.heartbeat_seconds > 0):
         raise SettingsError(
             f"--heartbeat-seconds {args.heartbeat_seconds:g}: must be a number of seconds above 0"
+        )
+    if args.forms not in layerforms.MODES:  # a default from the environment skips argparse's check
+        raise SettingsError(
+            f"--forms {args.forms!r} (from ${layerforms.ENV}): choose one of "
+            f"{', '.join(layerforms.MODES)}; fix: set {layerforms.ENV} to one, or unset it"
         )
     if args.resume and not args.checkpoint_dir:
         raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
@@ -735,7 +749,44 @@ def _measure_peaks(args: argparse.Namespace, host: Host, hvd) -> dict[str, float
     return peaks
 
 
-def _build_model(args: argparse.Namespace, layout: RankLayout, host: Host, hvd) -> Model:
+def _choose_forms(args: argparse.Namespace, layout: RankLayout, host: Host, hvd):
+    """Each convolution's form (--forms): cached or probed on this machine, or a fixed table;
+    rank 0's choice is every rank's."""
+    from gan3d.layerforms import RunShape, choose_forms
+    from gan3d.precision import model_precision
+
+    shape = RunShape(
+        args.preset,
+        model_precision(args.precision),
+        args.batch_size,
+        host.threads,
+        args.inter_op_threads,
+        layout.ranks_per_node,
+    )
+    # Horovod: every rank builds the model with rank 0's forms.
+    choice = choose_forms(
+        args.forms,
+        shape,
+        rank=layout.rank,
+        share=lambda value: hvd.broadcast_object(value, root_rank=0),
+    )
+    for w in choice.warnings:
+        _say(layout, f"gan3d train: warning: {w}")
+    by_form: dict[str, list[str]] = {}
+    for name, form in choice.forms.items():
+        by_form.setdefault(form, []).append(name)
+    took = f", {choice.probe['seconds']:.1f} s" if choice.probe else ""
+    _say(
+        layout,
+        f"gan3d train: layer forms ({choice.source}{took}): "
+        + "; ".join(f"{form} {','.join(names)}" for form, names in sorted(by_form.items())),
+    )
+    return choice
+
+
+def _build_model(
+    args: argparse.Namespace, layout: RankLayout, host: Host, hvd, forms: dict[str, str]
+) -> Model:
     """Generator, discriminator and the step that trains them (its optimizers all-reduce
     gradients).
     """
@@ -746,7 +797,10 @@ def _build_model(args: argparse.Namespace, layout: RankLayout, host: Host, hvd) 
     from gan3d.step import StepConfig, TrainStep
 
     compute = model_precision(args.precision)
-    gen, disc = generator(args.preset, compute), discriminator(args.preset, compute)
+    # seeded again here: the initial weights are the seed's whatever ran before (a probe, a peak)
+    tf.keras.utils.set_random_seed(args.seed)
+    gen = generator(args.preset, compute, forms=forms)
+    disc = discriminator(args.preset, compute, forms=forms)
     if args.precision != "fp32":
         _say(
             layout,
@@ -958,7 +1012,8 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
     data = _open_data(args, layout)
     hvd, in_force = _start_horovod(args, layout, host)
     peaks = _measure_peaks(args, host, hvd)
-    model = _build_model(args, layout, host, hvd)
+    forms = _choose_forms(args, layout, host, hvd)
+    model = _build_model(args, layout, host, hvd, forms.forms)
     start_epoch = _restore_and_broadcast(args, layout, hvd, model, checkpoints)
     try:
         run = _train(args, layout, hvd, model, data, start_epoch, checkpoints)
@@ -985,6 +1040,7 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             in_force=in_force,
             peaks_measured=peaks,
             peak_precision=_peak_precision(args),
+            layer_forms=forms.record(),
             start_epoch=start_epoch,
             checkpoint=checkpoints.latest_own() if checkpoints else None,
         )

@@ -209,6 +209,7 @@ def _tune(args: argparse.Namespace) -> int:
     console.print(table)
     if top.cpu:
         console.print(f"ran on: {top.cpu}", highlight=False)
+    console.print(f"layer forms of {top.layout.name}: {tune.forms_line(top)}", highlight=False)
     console.print(
         f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ..."
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -85,6 +86,8 @@ class Measured:
     percent_of_peak_denominator: str | None = None
     cpu: str | None = None
     problem: str = ""
+    forms: dict[str, str] | None = None  # each convolution's form, as the run's results say
+    forms_source: str | None = None  # where the run's forms came from: probe, cache, a fixed table
 
 
 def candidate_layouts(
@@ -370,6 +373,14 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
                 path,
                 problem=f"{path}: key {key!r} is {shown(value)}, expected {want}; {fix}",
             )
+    forms = record.get("layer_forms")  # absent in results of kits before it: unknown
+    if forms is not None and not _layer_forms_ok(forms):
+        return Measured(
+            layout,
+            path,
+            problem=f"{path}: key 'layer_forms' is {shown(forms)}, expected the forms per layer "
+            f"and their source; {fix}",
+        )
     return Measured(
         layout,
         path,
@@ -378,6 +389,44 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
         None if percent is None else float(percent),
         None if percent is None else f"measured {layout.precision} peak",
         cpu,
+        forms=dict(forms["forms"]) if forms else None,
+        forms_source=forms["source"] if forms else None,
+    )
+
+
+_FORM_WORD = re.compile(r"[a-z0-9_]{1,32}")
+_SOURCE = re.compile(r"[a-z0-9 ()-]{1,64}")
+
+
+def _layer_forms_ok(value: object) -> bool:
+    """A results file's `layer_forms`: a few layer names to form names, and a short source."""
+    if not isinstance(value, dict):
+        return False
+    forms, source = value.get("forms"), value.get("source")
+    return (
+        isinstance(forms, dict)
+        and 0 < len(forms) <= 64
+        and all(
+            isinstance(k, str)
+            and isinstance(v, str)
+            and _FORM_WORD.fullmatch(k)
+            and _FORM_WORD.fullmatch(v)
+            for k, v in forms.items()
+        )
+        and isinstance(source, str)
+        and _SOURCE.fullmatch(source) is not None
+    )
+
+
+def forms_line(m: Measured) -> str:
+    """ "fft d_conv1,d_conv2; packed g_conv2 (probe)": a layout's forms in one line."""
+    if not m.forms:
+        return "not recorded"
+    by_form: dict[str, list[str]] = {}
+    for layer, form in m.forms.items():
+        by_form.setdefault(form, []).append(layer)
+    return "; ".join(f"{f} {','.join(names)}" for f, names in sorted(by_form.items())) + (
+        f" ({m.forms_source})"
     )
 
 
@@ -430,6 +479,8 @@ def write_tune(
             "threads_per_rank": top.layout.threads_per_rank,
             "precision": top.layout.precision,
             "showers_per_second": top.showers_per_second,
+            "forms": top.forms,
+            "forms_source": top.forms_source,
         },
         "layouts": [
             {
@@ -440,6 +491,8 @@ def write_tune(
                 "peak_rss_bytes_per_rank": m.peak_rss_bytes_per_rank,
                 "percent_of_peak": m.percent_of_peak,
                 "percent_of_peak_denominator": m.percent_of_peak_denominator,
+                "forms": m.forms,
+                "forms_source": m.forms_source,
                 "results": str(m.results),
                 "problem": m.problem or None,
             }

@@ -94,6 +94,14 @@ def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> d
     for row in rows:  # each row is its run's results JSON, not a copy that could drift
         record = json.loads(Path(row["results"]).read_text())
         assert record["showers_per_second"] == row["showers_per_second"]
+        # the layer forms each layout's run chose (the suite fixes them: GAN3D_FORMS=fft)
+        assert (row["forms"], row["forms_source"]) == (
+            record["layer_forms"]["forms"],
+            record["layer_forms"]["source"],
+        )
+        assert (
+            row["forms_source"] == "fixed table (--forms fft)" and row["forms"]["d_conv1"] == "fft"
+        )
         assert (record["ranks_per_node"], record["threads_per_rank"]) == (
             row["ranks_per_node"],
             row["threads_per_rank"],
@@ -265,6 +273,11 @@ def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(
     best = doc["best"]
     assert f"best: {best['ranks_per_node']}x{best['threads_per_rank']} fp32" in printed
     assert "% of measured fp32 peak" in printed and "ran on: " in printed
+    assert best["forms"] == next(
+        r["forms"] for r in doc["layouts"] if r["showers_per_second"] == best["showers_per_second"]
+    )
+    assert f"layer forms of {best['ranks_per_node']}x{best['threads_per_rank']} fp32: " in printed
+    assert "fft d_conv1,d_conv2,d_conv3,d_conv4,g_conv1,g_conv2,g_conv3" in printed
     assert tune.load_best(out / tune.TUNE_NAME, load_site("laptop")) == (
         best["ranks_per_node"],
         best["threads_per_rank"],
@@ -420,6 +433,32 @@ def test_a_layout_log_swapped_for_a_link_is_refused_and_its_target_kept(tmp_path
     assert _run_bounded(["sh", "-c", "echo one"], log, 10) == 0
     assert _run_bounded(["sh", "-c", "echo two"], log, 10) == 0
     assert log.read_text() == "one\ntwo\n"  # appended, an earlier run's lines kept
+
+
+def _record(**extra) -> dict:
+    return {"status": "ok", "showers_per_second": 2.0, "peak_rss_bytes_per_rank": [2**30], **extra}
+
+
+def test_a_layouts_forms_are_read_from_its_results_and_edited_ones_refused(tmp_path):
+    results = tmp_path / "r.json"
+    forms = {"d_conv1": "fft", "g_conv4": "direct", "d_conv2": "packed"}
+    results.write_text(json.dumps(_record(layer_forms={"forms": forms, "source": "cache"})))
+    m = tune.read_measured(tune.Layout(1, 2), results)
+    assert (m.problem, m.forms, m.forms_source) == ("", forms, "cache")
+    assert tune.forms_line(m) == "direct g_conv4; fft d_conv1; packed d_conv2 (cache)"
+    results.write_text(json.dumps(_record()))  # a kit's results before forms were recorded
+    m = tune.read_measured(tune.Layout(1, 2), results)
+    assert m.problem == "" and m.forms is None and tune.forms_line(m) == "not recorded"
+    for bad in (
+        {"forms": {"d_conv1": "fft\n"}, "source": "cache"},
+        {"forms": {"d_conv1": "fft"}, "source": "\x1b[2J"},
+        {"forms": dict.fromkeys((f"l{i}" for i in range(100)), "fft"), "source": "probe"},
+        ["fft"],
+    ):
+        results.write_text(json.dumps(_record(layer_forms=bad)))
+        m = tune.read_measured(tune.Layout(1, 2), results)
+        assert "'layer_forms'" in m.problem and m.showers_per_second is None, bad
+        assert "\n" not in m.problem and "\x1b" not in m.problem
 
 
 @pytest.mark.parametrize("planted", ["link", "file", "png"])

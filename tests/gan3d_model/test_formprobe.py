@@ -1,0 +1,112 @@
+"""The layer-form probe times injected callables on a clock they advance themselves: which form
+it keeps, how long it runs, and which forms it stops timing. Nothing here measures real time."""
+
+from __future__ import annotations
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from gan3d import formprobe
+
+
+class FakeClock:
+    """A clock that only the timed callables move: each call costs what the test says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.calls: dict[tuple[str, str], int] = {}
+
+    def __call__(self) -> float:
+        return self.now
+
+    def costing(self, layer: str, form: str, seconds: float):
+        def call() -> None:
+            self.calls[(layer, form)] = self.calls.get((layer, form), 0) + 1
+            self.now += seconds
+
+        return call
+
+
+def _candidates(clock: FakeClock, costs: dict[str, dict[str, float]]):
+    return {
+        layer: {form: clock.costing(layer, form, s) for form, s in forms.items()}
+        for layer, forms in costs.items()
+    }
+
+
+def test_the_probe_keeps_the_form_made_slower_out_whichever_it_is():
+    costs = {
+        "d_conv1": {"col2im": 0.03, "direct": 0.09, "fft": 0.01},
+        "g_conv4": {"direct": 0.01, "fft": 0.03},
+    }
+    first = {"d_conv1": "col2im", "g_conv4": "direct"}
+    clock = FakeClock()
+    chosen = formprobe.probe(_candidates(clock, costs), first, clock=clock)
+    assert chosen.forms == {"d_conv1": "fft", "g_conv4": "direct"}
+    # the same layers with the frequency domain made the slow one
+    costs["d_conv1"]["fft"], costs["g_conv4"]["fft"] = 0.5, 0.002
+    clock = FakeClock()
+    chosen = formprobe.probe(_candidates(clock, costs), first, clock=clock)
+    assert chosen.forms == {"d_conv1": "col2im", "g_conv4": "fft"}
+    assert chosen.median_ms()["g_conv4"]["fft"] == 2.0
+
+
+def test_a_tie_within_the_margin_keeps_the_layers_first_form():
+    clock = FakeClock()
+    costs = {"d_conv3": {"packed": 0.100, "direct": 0.097, "fft": 0.2}}
+    assert formprobe.probe(_candidates(clock, costs), {"d_conv3": "packed"}, clock=clock).forms == {
+        "d_conv3": "packed"
+    }
+    clock = FakeClock()
+    costs["d_conv3"]["direct"] = 0.090  # 10% faster: beyond the margin
+    assert formprobe.probe(_candidates(clock, costs), {"d_conv3": "packed"}, clock=clock).forms == {
+        "d_conv3": "direct"
+    }
+
+
+def test_rounds_stop_at_the_budget_and_a_far_slower_form_stops_being_timed():
+    costs = {"g_conv2": {"packed": 1.0, "direct": 5.0, "fft": 0.6}}
+    clock = FakeClock()
+    p = formprobe.probe(
+        _candidates(clock, costs),
+        {"g_conv2": "packed"},
+        min_rounds=2,
+        max_rounds=3,
+        budget=2.0,
+        clock=clock,
+    )
+    # round 1 took 6.6 s (> the budget), but two rounds are the least; "direct" (more than twice
+    # the best) was timed once and called twice (its untimed warm-up call and round 1)
+    assert p.rounds == 2 and p.forms == {"g_conv2": "fft"}
+    assert clock.calls == {
+        ("g_conv2", "packed"): 3,
+        ("g_conv2", "direct"): 2,
+        ("g_conv2", "fft"): 3,
+    }
+    assert [len(t) for t in p.seconds["g_conv2"].values()] == [2, 1, 2]
+    clock = FakeClock()
+    cheap = {"g_conv2": {"packed": 0.01, "fft": 0.02}}
+    p = formprobe.probe(_candidates(clock, cheap), {"g_conv2": "packed"}, budget=2.0, clock=clock)
+    assert p.rounds == formprobe.MAX_ROUNDS
+    assert p.record()["median_ms"] == {"g_conv2": {"packed": 10.0, "fft": 20.0}}
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["direct", "packed", "col2im", "fft"]),
+        st.integers(1, 10_000),
+        min_size=1,
+    ),
+    st.data(),
+)
+def test_the_choice_is_the_fastest_form_or_the_first_within_the_margin(costs_ms, data):
+    first = data.draw(st.sampled_from(sorted(costs_ms)))
+    clock = FakeClock()
+    costs = {"layer": {form: ms / 1e3 for form, ms in costs_ms.items()}}
+    got = formprobe.probe(_candidates(clock, costs), {"layer": first}, clock=clock).forms["layer"]
+    fastest = min(costs_ms.values())
+    assume(abs(costs_ms[first] * (1 - formprobe.MARGIN) - fastest) > 1e-3)  # not on the edge
+    if costs_ms[first] * (1 - formprobe.MARGIN) <= fastest:
+        assert got == first
+    else:
+        assert costs_ms[got] == fastest
