@@ -440,7 +440,7 @@ def run_record(
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "run_id": os.environ.get("KIT_RUN_ID"),
         },
-        "software": software_versions(itex_loaded=host.itex_installed),
+        "software": software_versions(itex_loaded=host.itex.loaded),
         "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
         "mpi_library_version": layout.mpi_library_version,
         "mpi_library_version_full": layout.mpi_library_version_full,
@@ -453,7 +453,7 @@ def run_record(
         "thread_env": in_force["env"],
         "oversubscribed": layout.ranks_per_node * host.threads > host.cores,
         "cores_per_node": host.cores,
-        "itex": {"requested": args.itex == "on", "installed": host.itex_installed},
+        "itex": {"requested": args.itex == "on", **host.itex.record()},
         "deterministic": args.deterministic,
         "preset": args.preset,
         "seed": args.seed,

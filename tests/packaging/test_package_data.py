@@ -20,6 +20,7 @@ SHIPPED = (
     "images",
     "studies",
     "constraints.txt",
+    "constraints-itex.txt",
     "pyproject.toml",
     "README.md",
 )
@@ -78,7 +79,8 @@ def test_the_wheel_carries_every_shipped_file_byte_for_byte(wheel):
         sources += list(REPO.joinpath("images").iterdir()) + list(
             REPO.joinpath("studies").iterdir()
         )
-        sources += [REPO / "constraints.txt", REPO / "pyproject.toml", REPO / "README.md"]
+        sources += [REPO / "constraints.txt", REPO / "constraints-itex.txt"]
+        sources += [REPO / "pyproject.toml", REPO / "README.md"]
         for source in sources:
             name = f"kit/_data/{source.relative_to(REPO)}"
             assert name in names, name
@@ -275,6 +277,7 @@ def test_the_staged_context_lives_only_during_the_build(tmp_path):
     )
     assert set(seen.read_text().split()) == {
         "constraints.txt",
+        "constraints-itex.txt",
         "gan3d",
         "kit",
         "site-configs",
