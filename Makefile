@@ -1,6 +1,10 @@
-.PHONY: setup demo test check bench wheelhouse lock
+.PHONY: setup demo test check bench wheelhouse lock itex
 setup:
 	bash scripts/setup.sh
+# The Intel Extension for TensorFlow stack, beside the main one: .venv-itex from constraints-itex.txt
+# (not part of make test: about 1.1 GB more; its tests skip, naming why, where it is missing).
+itex:
+	bash scripts/setup.sh --itex
 demo: setup
 	.venv/bin/python -m gan3d demo --site laptop
 test: setup

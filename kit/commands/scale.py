@@ -192,7 +192,7 @@ def _tune(args: argparse.Namespace) -> int:
                 steps=args.steps,
                 peak_seconds=args.peak_seconds,
                 timeout=args.timeout,
-                itex_python=args.itex_python or tune.checkout_itex_python(),
+                itex_python=args.itex_python or tune.sibling_itex_python(),
                 on_start=None
                 if status is None
                 else lambda layout: status.update(
@@ -219,8 +219,10 @@ def _tune(args: argparse.Namespace) -> int:
     console.print(table)
     if top.cpu:
         console.print(f"ran on: {top.cpu}", highlight=False)
+    itex = " (the best ran with ITEX: give the plan its Python and `-- ... --itex on`)"
     console.print(
         f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ..."
+        + (itex if top.layout.itex == "on" else "")
     )
     return 0
 
@@ -566,8 +568,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--itex-python",
-        help="the ITEX stack's Python for --itex on layouts (default: .venv-itex/bin/python of "
-        "this checkout where there is one, else --python / this Python)",
+        help="the ITEX stack's Python for --itex on layouts (default on this machine: "
+        ".venv-itex/bin/python beside the running venv, where there is one; on Slurm: --python)",
     )
     p.add_argument(
         "--steps",

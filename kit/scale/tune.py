@@ -235,11 +235,12 @@ def run_local(
     return measured
 
 
-def checkout_itex_python() -> str | None:
-    """The ITEX stack's Python beside this checkout (scripts/setup.sh --itex: .venv-itex), if any:
-    the default for this machine's ITEX-on layouts."""
-    path = Path(__file__).resolve().parents[2] / ".venv-itex" / "bin" / "python"
-    return str(path) if path.is_file() else None
+def sibling_itex_python(python: str = sys.executable) -> str | None:
+    """The ITEX stack's Python beside the running venv (scripts/setup.sh makes .venv, --itex
+    .venv-itex beside it), if there is one: the default for this machine's ITEX-on layouts."""
+    venv = Path(python).absolute().parent.parent  # not resolved: .venv may be a link elsewhere
+    path = venv.with_name(".venv-itex") / "bin" / "python"
+    return str(path) if path.is_file() and venv.name != ".venv-itex" else None
 
 
 def itex_refusal(python: str) -> str:

@@ -131,6 +131,15 @@ def test_tune_itex_is_one_more_dimension():
         tune.check_train_args(("--itex", "on"))
 
 
+def test_tune_finds_the_itex_venv_beside_the_running_one(tmp_path):
+    main_python = tmp_path / ".venv" / "bin" / "python"
+    assert tune.sibling_itex_python(str(main_python)) is None
+    itex_python = tmp_path / ".venv-itex" / "bin" / "python"
+    itex_python.parent.mkdir(parents=True)
+    itex_python.write_text("")
+    assert tune.sibling_itex_python(str(main_python)) == str(itex_python)
+
+
 def test_tune_reports_an_itex_candidate_that_cannot_load_as_refused(tmp_path, monkeypatch):
     """The on candidate is never launched: it gets ITEX's reason; the off one runs and is the best."""
     body = 'echo "E itex: CPU feature check failed" >&2\nexit 1\n'

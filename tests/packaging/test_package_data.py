@@ -168,7 +168,7 @@ def test_no_module_finds_files_by_the_checkout_path():
 def test_kit_image_build_stages_what_the_recipe_copies_from_the_installed_kit(tmp_path):
     """No --context: the context is assembled from the installed kit (a wheel installed anywhere
     builds the same image), beside OUT under the kit's own name."""
-    from kit.image.build import RECIPES, plan_build, stage_context
+    from kit.image.build import ITEX_LOCK, RECIPES, plan_build, stage_context
 
     plan = plan_build("supermuc-ng", tmp_path / "gan3d.tar", builder="buildah")
     assert plan.staged == tmp_path / ".gan3d.tar.context" and str(plan.staged) in plan.commands[0]
@@ -176,8 +176,10 @@ def test_kit_image_build_stages_what_the_recipe_copies_from_the_installed_kit(tm
     for recipe in RECIPES.glob("*.Dockerfile"):
         for line in recipe.read_text().splitlines():
             if line.startswith("COPY ") and not line.startswith("COPY --from="):
-                for source in line.split()[1:-1]:
-                    assert (context / source).exists(), f"{recipe.name}: {line}"
+                for source in line.split()[1:-1]:  # ${LOCK}: either pin list
+                    for lock in ("constraints.txt", ITEX_LOCK):
+                        path = context / source.replace("${LOCK}", lock)
+                        assert path.exists(), f"{recipe.name}: {line}"
     assert (context / "site-configs" / "supermuc-ng.yaml").read_bytes() == (
         REPO / "site-configs" / "supermuc-ng.yaml"
     ).read_bytes()
