@@ -32,6 +32,10 @@ Conventions, so that a report can compare runs:
   "bf16" (bfloat16 on the CPU's bf16 unit, `bf16_unit` "amx" or "avx512_bf16") or
   "bf16-emulated" (bf16 numerics on a CPU without one: no bf16 peak applies). The FLOP per
   step are the same in every precision; `allreduce_dtype` is the gradients' type on the wire.
+- `itex`: Intel Extension for TensorFlow, `requested` (--itex on), `installed`, `loaded` (its kernel
+  library, e.g. `libitex_cpu_internal_avx512.so`, mapped in rank 0's process: gan3d.itex; with
+  --itex off too, as TensorFlow loads an installed plugin by itself), `version`, `backend` ("CPU
+  AVX512"), `library`, `reason` (why not loaded). Older records hold `requested` and `installed`.
 - `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; float32 only). Their
   arithmetic is several times less than the direct convolution's count in `flop_per_step`, so with
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
