@@ -187,9 +187,10 @@ def probe(python: str = sys.executable, timeout: float = PROBE_TIMEOUT) -> ItexS
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gan3d.itex [--json]`: one line, loaded or why not; exit 0 only when loaded."""
+    """`python -m gan3d.itex [--json] [--probe]`: one line, loaded or why not; exit 0 only when
+    loaded. --probe: asked of a child (an abort is a reason; TensorFlow's log stays the child's)."""
     argv = sys.argv[1:] if argv is None else argv
-    state = load_here()
+    state = probe() if "--probe" in argv else load_here()
     if "--json" in argv:
         print(json.dumps(state.record()), flush=True)
     elif state.loaded:

@@ -169,7 +169,7 @@ fi
 # 5. ITEX: installed is not loaded (its library refuses CPUs it was not built for); say which, in
 # one line, without failing: `gan3d train --itex on` refuses the same way, and the tests skip.
 if [ "$ITEX" = 1 ]; then
-  if why=$(PYTHONPATH=$ROOT "$VENV/bin/python" -m gan3d.itex 2>&1); then
+  if why=$(PYTHONPATH=$ROOT "$VENV/bin/python" -m gan3d.itex --probe); then
     log "ITEX loads: $why"
   else
     log "ITEX is installed but does not load here: $why"

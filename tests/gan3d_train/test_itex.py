@@ -93,6 +93,19 @@ def test_without_itex_installed_the_reason_names_the_itex_stack():
     assert itex.main([]) == 1
 
 
+def test_the_probe_command_answers_in_one_line_whatever_the_child_did(tmp_path):
+    """setup.sh --itex prints `python -m gan3d.itex --probe`'s line: an aborting plugin too."""
+    env = dict(_env(), PATH=f"{tmp_path}:{os.environ['PATH']}")
+    fake_python(tmp_path, 'echo "E itex: no AVX2" >&2\nkill -ABRT $$\n')
+    code = "import sys; from gan3d import itex; sys.exit(itex.main(['--probe']))"
+    script = f"import gan3d.itex as m; m.probe.__defaults__ = ({str(tmp_path / 'python')!r}, 60.0); {code}"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and done.stderr == ""
+    assert done.stdout == "importing ITEX was killed by signal 6: E itex: no AVX2\n"
+
+
 def _env() -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=tempfile.gettempdir())
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -214,3 +227,30 @@ def test_a_two_rank_itex_run_records_the_plugin_loaded(tmp_path):
     assert record["ranks"] == 2 and record["status"] == "ok"
     assert record["itex"] == {"requested": True, **state.record()}
     assert record["software"]["itex"] == state.version
+
+
+@pytest.mark.slow
+def test_itex_off_in_the_itex_stack_records_the_plugin_tensorflow_loaded_anyway(tmp_path):
+    """TensorFlow loads an installed plugin at its import: --itex off there is no plain run, and the
+    record says so (the plain stack is the main venv)."""
+    state = _itex_state()
+    results = tmp_path / "off.json"
+    cmd = [str(ITEX_PYTHON), "-m", "gan3d", "train", "--synthetic", "256", "--preset", "tiny"]
+    cmd += [
+        "--batch-size",
+        "4",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "2",
+        "--validation-steps",
+        "1",
+    ]
+    cmd += ["--threads", "1", "--itex", "off", "--results", str(results)]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--itex off, but TensorFlow loads an installed ITEX plugin" in proc.stdout + proc.stderr
+    record = json.loads(results.read_text())
+    assert record["itex"] == {"requested": False, **state.record()}
