@@ -34,6 +34,10 @@ Conventions, so that a report can compare runs:
   "bf16" (bfloat16 on the CPU's bf16 unit, `bf16_unit` "amx" or "avx512_bf16") or
   "bf16-emulated" (bf16 numerics on a CPU without one: no bf16 peak applies). The FLOP per
   step are the same in every precision; `allreduce_dtype` is the gradients' type on the wire.
+- `itex`: Intel Extension for TensorFlow, `requested` (--itex on), `installed`, `loaded` (its kernel
+  library, e.g. `libitex_cpu_internal_avx512.so`, mapped in rank 0's process: gan3d.itex; with
+  --itex off too, as TensorFlow loads an installed plugin by itself), `version`, `backend` ("CPU
+  AVX512"), `library`, `reason` (why not loaded). Older records hold `requested` and `installed`.
 - `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; float32 only). Their
   arithmetic is several times less than the direct convolution's count in `flop_per_step`, so with
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
@@ -451,7 +455,7 @@ def run_record(
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "run_id": os.environ.get("KIT_RUN_ID"),
         },
-        "software": software_versions(itex_loaded=host.itex_installed),
+        "software": software_versions(itex_loaded=host.itex.loaded),
         "cpu": describe(),  # what ran: model, bf16 unit, ISA flags (the machines change between days)
         "mpi_library_version": layout.mpi_library_version,
         "mpi_library_version_full": layout.mpi_library_version_full,
@@ -464,7 +468,7 @@ def run_record(
         "thread_env": in_force["env"],
         "oversubscribed": layout.ranks_per_node * host.threads > host.cores,
         "cores_per_node": host.cores,
-        "itex": {"requested": args.itex == "on", "installed": host.itex_installed},
+        "itex": {"requested": args.itex == "on", **host.itex.record()},
         "deterministic": args.deterministic,
         "preset": args.preset,
         "seed": args.seed,

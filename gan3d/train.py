@@ -22,8 +22,6 @@ import argparse
 import atexit
 import functools
 import hashlib
-import importlib
-import importlib.util
 import itertools
 import math
 import os
@@ -36,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from gan3d import itex as gan3d_itex
 from gan3d import layerforms, peak, runtime
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.heartbeat import Heartbeat
@@ -45,7 +44,6 @@ from gan3d.steptimes import StepTimes
 from kit.atomic import remove_tree
 from kit.errors import KitError
 
-ITEX_MODULE = "intel_extension_for_tensorflow"
 SYNTHETIC_EVENTS_PER_FILE = 512
 MAX_EPOCHS = 1_000_000
 MAX_SEED = 2**32 - 1  # numpy's and TensorFlow's seeds alike
@@ -187,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--itex",
         choices=["on", "off"],
         default="off",
-        help="Intel Extension for TensorFlow (installed by the site, not by the kit: README, Requirements)",
+        help="Intel Extension for TensorFlow: on needs the ITEX stack's Python (scripts/setup.sh "
+        "--itex: .venv-itex) and a CPU ITEX loads on; refused in one line otherwise",
     )
     return ap
 
@@ -544,7 +543,7 @@ class Host:
     threads: int
     settings: runtime.ThreadSettings
     bf16_unit: str | None
-    itex_installed: bool
+    itex: gan3d_itex.ItexState  # installed, and loaded (--itex on: probed before TensorFlow)
     warnings: list[str]
 
 
@@ -606,21 +605,20 @@ def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
     runtime.check_capacity(
         layout.ranks_per_node, threads, args.inter_op_threads, cores, where, args.oversubscribe
     )
-    if args.itex == "on" and importlib.util.find_spec(ITEX_MODULE) is None:  # before any slow work
-        raise SettingsError(
-            "--itex on: intel-extension-for-tensorflow is not installed (not in the kit's pin "
-            "list: it requires the full tensorflow build, which clashes with the pinned "
-            "tensorflow-cpu; README, Requirements); fix: run with --itex off"
-        )
+    if args.itex == "on":  # before the data and TensorFlow: a child Python survives an ITEX abort
+        itex = gan3d_itex.probe()
+        if not itex.loaded:
+            raise SettingsError(f"--itex on: ITEX does not load: {itex.reason}")
+    else:
+        itex = gan3d_itex.ItexState(gan3d_itex.installed(), False)
     settings = runtime.thread_settings(threads, args.inter_op_threads)
     warnings = runtime.apply_environment(settings)
-    itex_installed = importlib.util.find_spec(ITEX_MODULE) is not None
-    if args.itex == "off" and itex_installed:
+    if args.itex == "off" and itex.installed:
         warnings.append(
             "--itex off, but TensorFlow loads an installed ITEX plugin by itself; "
             "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow"
         )
-    return Host(site, cores, threads, settings, bf16_unit, itex_installed, warnings)
+    return Host(site, cores, threads, settings, bf16_unit, itex, warnings)
 
 
 def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
@@ -691,8 +689,12 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
     import tensorflow as tf
 
     host.warnings += runtime.configure_tensorflow(host.settings)
-    if args.itex == "on":
-        importlib.import_module(ITEX_MODULE)  # registers its CPU kernels with TensorFlow
+    if args.itex == "on":  # its kernels are mapped with TensorFlow's import; the probe said so
+        host.itex = gan3d_itex.load_here()
+        if not host.itex.loaded:
+            raise SettingsError(f"--itex on: ITEX does not load: {host.itex.reason}")
+    elif host.itex.installed:  # --itex off: TensorFlow loads an installed plugin by itself
+        host.itex = gan3d_itex.seen_here()
     try:
         import horovod.tensorflow as hvd
     except ImportError:

@@ -10,6 +10,7 @@
 #
 # Template values (--build-arg):
 #   BASE            base image (Debian bookworm: python3.11, MPICH 4.0.2)
+#   LOCK            the pin list of the Python stack (constraints.txt; constraints-itex.txt: --itex)
 #   HOSTMPI_TARGET  the site's container.mpi_target (default /opt/hostmpi)
 #   HOSTMPI_LIBDIR  the libN dir holding the host's libmpi.so.12: N = index of that dir in the
 #                   site's host_mpi.library_dirs (lib0 for all shipped site configs); "none" for a
@@ -34,7 +35,11 @@ RUN apt-get update \
 
 # The stack from the kit's one pin list (constraints.txt: every version, hashes checked by pip);
 # Horovod from its pinned sdist, built against the container's MPICH like mpi4py.
-COPY constraints.txt /opt/gan3d/constraints.txt
+# LOCK: the pin list the stack comes from: constraints.txt, or constraints-itex.txt for the image
+# variant with Intel Extension for TensorFlow (`kit image build --itex`: the full tensorflow build
+# ITEX requires, in place of tensorflow-cpu; the two cannot share one venv).
+ARG LOCK=constraints.txt
+COPY ${LOCK} /opt/gan3d/constraints.txt
 COPY kit/pins.py /opt/gan3d/pins.py
 RUN python3 -m venv /opt/venv \
  && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --exclude horovod ${TEST_ONLY} > /tmp/stack.txt \

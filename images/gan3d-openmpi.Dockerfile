@@ -12,6 +12,7 @@
 #
 # Template values (--build-arg):
 #   BASE            base image (Debian bookworm: python3.11, Open MPI 4.1.4)
+#   LOCK            the pin list of the Python stack (constraints.txt; constraints-itex.txt: --itex)
 #   OPENMPI_VERSION empty: Debian's Open MPI; A.B.C: that release built into /opt/openmpi
 #   OPENMPI_SHA256  the release tarball's sha256 (required with OPENMPI_VERSION; Open MPI
 #                   publishes it on its download page)
@@ -59,7 +60,11 @@ ENV PATH=/opt/openmpi/bin:$PATH
 
 # The stack from the kit's one pin list (constraints.txt: every version, hashes checked by pip);
 # Horovod from its pinned sdist, built against the container's Open MPI like mpi4py.
-COPY constraints.txt /opt/gan3d/constraints.txt
+# LOCK: the pin list the stack comes from: constraints.txt, or constraints-itex.txt for the image
+# variant with Intel Extension for TensorFlow (`kit image build --itex`: the full tensorflow build
+# ITEX requires, in place of tensorflow-cpu; the two cannot share one venv).
+ARG LOCK=constraints.txt
+COPY ${LOCK} /opt/gan3d/constraints.txt
 COPY kit/pins.py /opt/gan3d/pins.py
 RUN python3 -m venv /opt/venv \
  && python3 /opt/gan3d/pins.py requirements /opt/gan3d/constraints.txt --exclude horovod ${TEST_ONLY} > /tmp/stack.txt \

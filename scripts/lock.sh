@@ -8,6 +8,8 @@
 # naming package, version and platform, when one has none.
 # Run after changing a requirement in pyproject.toml; commit both. Needs the network.
 #   scripts/lock.sh --check   only the check, of the current constraints.txt
+#   scripts/lock.sh --itex    constraints-itex.txt, the ITEX stack's pin list (Python 3.11, x86_64
+#                             Linux: the developer set-up's; setup.sh --itex installs it)
 #   scripts/lock.sh --upgrade-package NAME ...   other arguments go to `uv pip compile`: NAME to the
 #                             newest version pyproject.toml allows (else the current pins are kept)
 set -euo pipefail
@@ -30,6 +32,20 @@ UV=$(command -v uv || true)
 if [ -z "$UV" ]; then  # a private venv for the resolver: nothing installed into the project's
   [ -x "$TOOLS/bin/uv" ] || "$TOOLS/bin/python" -m pip install -q uv
   UV=$TOOLS/bin/uv
+fi
+if [ "${1:-}" = --itex ]; then  # the second pin list (constraints-itex.in says why there are two)
+  shift
+  # Preferences: its own earlier pins, else the main list's, so the two stacks differ only where ITEX
+  # needs it. tensorflow-cpu (the train extra's) is dropped by an override with a marker never true.
+  [ -f constraints-itex.txt ] && cp constraints-itex.txt constraints-itex.txt.part \
+    || cp constraints.txt constraints-itex.txt.part
+  "$UV" pip compile pyproject.toml constraints-itex.in --extra train --extra horovod \
+    --override <(echo "tensorflow-cpu ; sys_platform == 'never'") \
+    --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-python-downloads \
+    --custom-compile-command "scripts/lock.sh --itex" -o constraints-itex.txt.part --quiet "$@"
+  mv constraints-itex.txt.part constraints-itex.txt
+  echo "lock: constraints-itex.txt ($(grep -c '^[a-z]' constraints-itex.txt) pins, Python 3.11 on x86_64 Linux)"
+  exit
 fi
 # The current pins are the resolver's preferences: a new requirement adds its packages and moves
 # nothing else (uv keeps an output file's versions where they still satisfy pyproject.toml).

@@ -5,13 +5,27 @@
 # network, and Python 3.11 (Debian's python3.11, or PYTHON=/path/to/python3.11 on Ubuntu 24.04).
 # --user (make check): no apt and nothing outside the venv, as any user; a missing Debian package
 # is named, not installed, and Horovod and mpi4py are built only where an MPI compiler is present.
+# --itex: the same steps for the Intel Extension for TensorFlow stack, from its own pin list
+# (constraints-itex.txt: the full tensorflow build ITEX requires, which cannot share a venv with
+# constraints.txt's tensorflow-cpu) into a venv of its own, .venv-itex (or KIT_VENV).
 set -euo pipefail
-USER_MODE=0
-[ "${1:-}" != --user ] || USER_MODE=1
+USER_MODE=0 ITEX=0
+for arg in "$@"; do
+  case "$arg" in
+    --user) USER_MODE=1 ;;
+    --itex) ITEX=1 ;;
+    *) echo "setup: unknown option $arg; fix: use --user and/or --itex" >&2; exit 1 ;;
+  esac
+done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-VENV=${KIT_VENV:-$ROOT/.venv}
 CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
-LOCK=$ROOT/constraints.txt  # the one pin list (scripts/lock.sh): every version, with hashes
+if [ "$ITEX" = 1 ]; then
+  VENV=${KIT_VENV:-$ROOT/.venv-itex}
+  LOCK=$ROOT/constraints-itex.txt  # the ITEX stack's pin list (scripts/lock.sh --itex)
+else
+  VENV=${KIT_VENV:-$ROOT/.venv}
+  LOCK=$ROOT/constraints.txt  # the one pin list (scripts/lock.sh): every version, with hashes
+fi
 mkdir -p "$CACHE"
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
@@ -110,31 +124,55 @@ if [ "$USER_MODE" = 1 ] && ! command -v mpicc >/dev/null 2>&1; then
 fi
 stamp="$VENV/.kit-deps-$WITH_MPI-$(cat "$ROOT/pyproject.toml" "$LOCK" "$0" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  log "installing the pinned Python stack (constraints.txt: tensorflow, ...)"
+  log "installing the pinned Python stack ($(basename "$LOCK"): tensorflow, ...)"
   "$VENV/bin/python" "$ROOT/kit/pins.py" requirements "$LOCK" "${SKIP[@]}" > "$VENV/.kit-requirements.txt"
   "${PIP[@]}" --require-hashes --no-deps -r "$VENV/.kit-requirements.txt"
   "${PIP[@]}" --no-deps -e "$ROOT"
-  "$VENV/bin/pip" check >/dev/null || die "the pin list misses a requirement ($("$VENV/bin/pip" check | head -n1)); fix: run scripts/lock.sh and commit constraints.txt"
+  "$VENV/bin/pip" check >/dev/null || die "the pin list misses a requirement ($("$VENV/bin/pip" check | head -n1)); fix: run scripts/lock.sh$([ "$ITEX" = 0 ] || echo ' --itex') and commit $(basename "$LOCK")"
   rm -f "$VENV"/.kit-deps-* && touch "$stamp"
 else
   log "Python stack up to date"
 fi
 
-# 4. Horovod from its pinned sdist against MPI; the built wheel is cached across clones.
+# 4. Horovod from its pinned sdist against MPI; the built wheel is cached across clones. Horovod's
+# TensorFlow ops link TensorFlow's C++ library, so a wheel serves a venv whose TensorFlow has the
+# same version: the ITEX stack reuses the main stack's (full tensorflow and tensorflow-cpu 2.15.1 are
+# one build) and builds its own, into wheels/tensorflow-VERSION/, only where the versions differ or
+# the reused wheel does not import.
 hvd_ok() { TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c "import horovod.tensorflow as h; assert h.mpi_built()" >/dev/null 2>&1; }
+WHEELS=$CACHE/wheels
+if [ "$ITEX" = 1 ]; then
+  tf_itex=$("$VENV/bin/python" "$ROOT/kit/pins.py" version "$LOCK" tensorflow)
+  tf_main=$("$VENV/bin/python" "$ROOT/kit/pins.py" version "$ROOT/constraints.txt" tensorflow-cpu)
+  [ "$tf_itex" = "$tf_main" ] || WHEELS=$CACHE/wheels/tensorflow-$tf_itex
+fi
 if [ "$WITH_MPI" = 1 ] && ! hvd_ok; then
   hv=$("$VENV/bin/python" "$ROOT/kit/pins.py" version "$LOCK" horovod)
-  whl=$(ls "$CACHE"/wheels/horovod-"$hv"-*.whl 2>/dev/null | head -n1 || true)
+  whl=$(ls "$WHEELS"/horovod-"$hv"-*.whl 2>/dev/null | head -n1 || true)
+  if [ -n "$whl" ] && [ "$ITEX" = 1 ]; then
+    "${PIP[@]}" --no-deps --force-reinstall "$whl"
+    hvd_ok || { log "the cached $(basename "$whl") does not import with tensorflow $tf_itex: building one for it"; WHEELS=$CACHE/wheels/tensorflow-$tf_itex; whl=; }
+  fi
   if [ -z "$whl" ]; then
+    mkdir -p "$WHEELS"
     log "building horovod $hv against MPICH (about 3 minutes on 2 cores)"
     "$VENV/bin/python" "$ROOT/kit/pins.py" requirements "$LOCK" --only horovod > "$VENV/.kit-horovod.txt"
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
     HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1 MAKEFLAGS=-j2 \
       "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps --no-binary horovod --require-hashes \
-      -w "$CACHE/wheels" -r "$VENV/.kit-horovod.txt"
-    whl=$(ls "$CACHE"/wheels/horovod-"$hv"-*.whl | head -n1)
+      -w "$WHEELS" -r "$VENV/.kit-horovod.txt"
+    whl=$(ls "$WHEELS"/horovod-"$hv"-*.whl | head -n1)
   fi
   "${PIP[@]}" --no-deps --force-reinstall "$whl"
-  hvd_ok || { echo "setup: horovod does not import with MPI support; fix: rm -r $CACHE/wheels and rerun" >&2; exit 1; }
+  hvd_ok || { echo "setup: horovod does not import with MPI support; fix: rm -r $WHEELS and rerun" >&2; exit 1; }
+fi
+# 5. ITEX: installed is not loaded (its library refuses CPUs it was not built for); say which, in
+# one line, without failing: `gan3d train --itex on` refuses the same way, and the tests skip.
+if [ "$ITEX" = 1 ]; then
+  if why=$(PYTHONPATH=$ROOT "$VENV/bin/python" -m gan3d.itex --probe); then
+    log "ITEX loads: $why"
+  else
+    log "ITEX is installed but does not load here: $why"
+  fi
 fi
 log "ready: $VENV"

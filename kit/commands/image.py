@@ -130,6 +130,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="buildah's storage (DIR/root, DIR/run; default: buildah's own)",
     )
+    bld.add_argument(
+        "--itex",
+        action="store_true",
+        help="the variant with Intel Extension for TensorFlow: its stack from constraints-itex.txt "
+        "(full tensorflow in place of tensorflow-cpu), tagged gan3d-itex:latest unless --tag",
+    )
     add_dry_run(bld, "print the commands; build nothing")
     bld.set_defaults(func=_build)
 
@@ -155,6 +161,7 @@ def _build(args: argparse.Namespace) -> int:
         extra_args=extra,
         storage=args.storage,
         storage_driver=args.storage_driver,
+        itex=args.itex,
         **options,
     )
     if not quiet():

@@ -139,7 +139,10 @@ def _tune(args: argparse.Namespace) -> int:
     extra = train_args(args)
     tune.check_train_args(extra)
     layouts = tune.candidate_layouts(
-        site, tune.parse_layouts(args.layouts) if args.layouts else None, tuple(args.precision)
+        site,
+        tune.parse_layouts(args.layouts) if args.layouts else None,
+        tuple(args.precision),
+        tuple(args.itex),
     )
     slurm = tune.through_slurm(site, args.nodes, bool(args.image or args.no_container))
     console = Console()
@@ -167,6 +170,7 @@ def _tune(args: argparse.Namespace) -> int:
                 nodes=args.nodes,
                 pair=pair,
                 python=args.python,
+                itex_python=args.itex_python,
                 poll_seconds=args.poll,
                 on_poll=None
                 if status is None
@@ -183,6 +187,7 @@ def _tune(args: argparse.Namespace) -> int:
                 steps=args.steps,
                 peak_seconds=args.peak_seconds,
                 timeout=args.timeout,
+                itex_python=args.itex_python or tune.sibling_itex_python(),
                 on_start=None
                 if status is None
                 else lambda layout: status.update(
@@ -210,14 +215,21 @@ def _tune(args: argparse.Namespace) -> int:
     if top.cpu:
         console.print(f"ran on: {top.cpu}", highlight=False)
     console.print(f"layer forms of {top.layout.name}: {tune.forms_line(top)}", highlight=False)
+    itex = " (the best ran with ITEX: give the plan its Python and `-- ... --itex on`)"
     console.print(
         f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ..."
+        + (itex if top.layout.itex == "on" else "")
     )
     return 0
 
 
 def _precisions(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()] or ["fp32"]
+
+
+def _precisions_or(default: str):
+    """A comma list's words (empty: ``default``); tune.candidate_layouts judges them."""
+    return lambda text: [w.strip() for w in text.split(",") if w.strip()] or [default]
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -542,6 +554,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--layouts",
         help="RANKSxTHREADS list, e.g. 1x48,4x12 (default: every split of the node's cores)",
+    )
+    p.add_argument(
+        "--itex",
+        type=_precisions_or("off"),
+        default=["off"],
+        help="comma list of off, on: Intel Extension for TensorFlow as one more dimension (default "
+        "off; an on layout where ITEX does not load is reported refused, with ITEX's reason)",
+    )
+    p.add_argument(
+        "--itex-python",
+        help="the ITEX stack's Python for --itex on layouts (default on this machine: "
+        ".venv-itex/bin/python beside the running venv, where there is one; on Slurm: --python)",
     )
     p.add_argument(
         "--steps",

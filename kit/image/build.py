@@ -29,6 +29,7 @@ CONTEXT_PACKAGES = ("kit", "gan3d")
 SHIPPED_FOLDERS = ("site-configs", "slurm", "images")
 SHIPPED_FILES = (
     "constraints.txt",
+    "constraints-itex.txt",  # the ITEX variant's pin list (--itex: the recipes' LOCK)
     "pyproject.toml",
     "README.md",
 )  # the wheel's build needs the last two
@@ -39,6 +40,11 @@ STORAGE_DRIVERS = ("overlay", "vfs")
 DEFAULT_GRAPH_ROOT = Path("/var/lib/containers/storage")
 PROBE_TIMEOUT = 60  # seconds: `buildah info` answers in well under one
 STOP_GRACE = 30  # seconds a builder has, after SIGTERM, to stop its step and unmount its storage
+ITEX_LOCK = (
+    "constraints-itex.txt"  # the recipes' LOCK for the ITEX variant (scripts/lock.sh --itex)
+)
+DEFAULT_TAG = "gan3d:latest"
+ITEX_TAG = "gan3d-itex:latest"  # the variant's own name in the builder's store
 DEBIAN_OPENMPI = "4.1.4"  # gan3d-openmpi.Dockerfile's Open MPI without OPENMPI_VERSION (bookworm's)
 
 
@@ -199,19 +205,29 @@ def plan_build(
     context: str | os.PathLike | None = None,
     builder: str | None = None,
     fmt: str = "docker-archive",
-    tag: str = "gan3d:latest",
+    tag: str = DEFAULT_TAG,
     extra_args: dict[str, str] | None = None,
     storage: str | os.PathLike | None = None,
     storage_driver: str | None = None,
+    itex: bool = False,
 ) -> BuildPlan:
-    """The builder's commands for ``site``; user ``extra_args`` override the site's."""
+    """The builder's commands for ``site``; user ``extra_args`` override the site's. ``itex``: the
+    variant whose stack comes from constraints-itex.txt (full tensorflow and Intel Extension for
+    TensorFlow in place of tensorflow-cpu), tagged gan3d-itex unless a tag is given."""
     site = load_site(site)
     recipe = Path(recipe) if recipe else recipe_for(site)
     if not recipe.is_file():
         raise KitError(f"--recipe {recipe}: no such file")
     if fmt not in FORMATS:
         raise KitError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
-    args = {**site_build_args(site), **(extra_args or {})}
+    args = {**site_build_args(site), **({"LOCK": ITEX_LOCK} if itex else {}), **(extra_args or {})}
+    if itex and args["LOCK"] != ITEX_LOCK:
+        raise KitError(
+            f"--itex with --build-arg LOCK={args['LOCK']}: --itex builds from {ITEX_LOCK}",
+            fix="drop one of them",
+        )
+    if itex and tag == DEFAULT_TAG:
+        tag = ITEX_TAG
     if (
         recipe.resolve() == (RECIPES / "gan3d-openmpi.Dockerfile").resolve()
     ):  # its default MPI is known

@@ -40,6 +40,7 @@ TUNE_FORMAT = 1
 TUNE_NAME = "tune.yaml"
 PLOT_NAME = "tune.png"
 PRECISIONS = ("fp32", "bf16")  # what gan3d train computes in; fp32 is its default
+ITEX = ("off", "on")  # gan3d train --itex: Intel Extension for TensorFlow (its own stack's Python)
 # The tuner sets these for every layout's run (a short, bounded, measured training); a user's value
 # would make the layouts' runs incomparable or unbounded.
 TUNE_FLAGS = (
@@ -53,25 +54,29 @@ TUNE_FLAGS = (
     "--threads",
     "--results",
     "--site",
+    "--itex",
 )
 LOG_TAIL_BYTES = 4096
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One candidate: ranks per node x threads per rank, in one precision."""
+    """One candidate: ranks per node x threads per rank, in one precision, with ITEX or without."""
 
     ranks_per_node: int
     threads_per_rank: int
     precision: str = "fp32"
+    itex: str = "off"
 
     @property
     def run_id(self) -> str:
-        return f"r{self.ranks_per_node}-t{self.threads_per_rank}-{self.precision}"
+        on = "-itex" if self.itex == "on" else ""
+        return f"r{self.ranks_per_node}-t{self.threads_per_rank}-{self.precision}{on}"
 
     @property
     def name(self) -> str:
-        return f"{self.ranks_per_node}x{self.threads_per_rank} {self.precision}"
+        on = " itex" if self.itex == "on" else ""
+        return f"{self.ranks_per_node}x{self.threads_per_rank} {self.precision}{on}"
 
 
 @dataclass(frozen=True)
@@ -91,11 +96,14 @@ class Measured:
 
 
 def candidate_layouts(
-    site: Site, given: list[tuple[int, int]] | None = None, precisions: tuple[str, ...] = ("fp32",)
+    site: Site,
+    given: list[tuple[int, int]] | None = None,
+    precisions: tuple[str, ...] = ("fp32",),
+    itex: tuple[str, ...] = ("off",),
 ) -> list[Layout]:
     """`given` (ranks, threads) pairs, or every split of the node's cores into ranks x threads with
-    all cores busy (48 cores: 1x48, 2x24, 3x16, 4x12, ... 48x1), in each precision. A layout the
-    node cannot hold is an error naming it."""
+    all cores busy (48 cores: 1x48, 2x24, 3x16, 4x12, ... 48x1), in each precision, ITEX off and/or
+    on. A layout the node cannot hold is an error naming it."""
     cores = site.node.cores
     pairs = given or [(r, cores // r) for r in range(1, cores + 1) if cores % r == 0]
     for r, t in pairs:
@@ -110,7 +118,15 @@ def candidate_layouts(
         raise KitError(
             f"--precision {','.join(bad)}: gan3d train computes in {' or '.join(PRECISIONS)}"
         )
-    return [Layout(r, t, p) for p in dict.fromkeys(precisions) for r, t in dict.fromkeys(pairs)]
+    bad = [i for i in itex if i not in ITEX]
+    if bad or not itex:
+        raise KitError(f"--itex {','.join(itex)}: give off, on or off,on", fix="e.g. --itex off,on")
+    return [
+        Layout(r, t, p, i)
+        for p in dict.fromkeys(precisions)
+        for r, t in dict.fromkeys(pairs)
+        for i in dict.fromkeys(itex)
+    ]
 
 
 def parse_layouts(text: str) -> list[tuple[int, int]]:
@@ -142,6 +158,7 @@ def tune_args(layout: Layout, steps: int, peak_seconds: float) -> tuple[str, ...
         "--measure-peak",
         f"{peak_seconds:g}",
     )
+    args += ("--itex", "on") if layout.itex == "on" else ()
     return args + (("--precision", layout.precision) if layout.precision != "fp32" else ())
 
 
@@ -164,11 +181,12 @@ def run_local(
     peak_seconds: float,
     timeout: float,
     python: str = sys.executable,
+    itex_python: str | None = None,
     on_start: Callable[[Layout], None] | None = None,
 ) -> list[Measured]:
     """Each layout in turn under the site's MPI launcher on this machine (one node, nothing
-    queued).
-    """
+    queued). ITEX-on layouts run with ``itex_python`` (the ITEX stack's; default ``python``), asked
+    first whether ITEX loads there: where it does not, they are refused with its reason, not run."""
     launcher = local_launcher(site)
     done = [
         f.result
@@ -181,17 +199,21 @@ def run_local(
             fix="tune into a new --dir (nothing was run)",
         )
     measured = []
+    refused = itex_refusal(itex_python or python) if any(x.itex == "on" for x in layouts) else ""
     for layout in layouts:
+        files = RunFiles(out_dir.absolute(), layout.run_id)
+        if layout.itex == "on" and refused:
+            measured.append(Measured(layout, files.result, problem=refused))
+            continue
         if on_start:
             on_start(layout)
-        files = RunFiles(out_dir.absolute(), layout.run_id)
         log = own_dir(files.run_dir / "logs", "the tune's logs/") / f"{layout.run_id}.out"
         own_dir(files.result.parent, "the tune's results/")  # gan3d train writes the result there
         cmd = [
             *launcher,
             "-n",
             str(layout.ranks_per_node),
-            python,
+            (itex_python or python) if layout.itex == "on" else python,
             "-m",
             "gan3d",
             "train",
@@ -215,6 +237,22 @@ def run_local(
         )
         measured.append(read_measured(layout, files.result, problem))
     return measured
+
+
+def sibling_itex_python(python: str = sys.executable) -> str | None:
+    """The ITEX stack's Python beside the running venv (scripts/setup.sh makes .venv, --itex
+    .venv-itex beside it), if there is one: the default for this machine's ITEX-on layouts."""
+    venv = Path(python).absolute().parent.parent  # not resolved: .venv may be a link elsewhere
+    path = venv.with_name(".venv-itex") / "bin" / "python"
+    return str(path) if path.is_file() and venv.name != ".venv-itex" else None
+
+
+def itex_refusal(python: str) -> str:
+    """ "" where ITEX loads in ``python``, else the refusal the ITEX-on layouts get: ITEX's reason."""
+    from gan3d.itex import probe
+
+    state = probe(python)
+    return "" if state.loaded else f"refused: ITEX does not load in {python}: {state.reason}"
 
 
 def local_launcher(site: Site) -> list[str]:
@@ -276,14 +314,16 @@ def run_slurm(
     nodes: int = 1,
     pair: str | None = None,
     python: str = "python3",
+    itex_python: str | None = None,
     poll_seconds: float = 5.0,
     on_poll: Callable[[list[sweep_jobs.RunStatus]], None] | None = None,
 ) -> list[Measured]:
-    """One plan per precision (a plan's runs share their training arguments) in OUT/PRECISION,
-    submitted and waited for with kit scale submit's and collect's code."""
+    """One plan per precision and ITEX setting (a plan's runs share their training arguments) in
+    OUT/PRECISION (OUT/PRECISION-itex), submitted and waited for with kit scale submit's and
+    collect's code; ITEX-on plans run ``itex_python`` (the site's ITEX stack)."""
     measured = []
-    for precision in dict.fromkeys(layout.precision for layout in layouts):
-        group = [layout for layout in layouts if layout.precision == precision]
+    for precision, itex in dict.fromkeys((x.precision, x.itex) for x in layouts):
+        group = [x for x in layouts if (x.precision, x.itex) == (precision, itex)]
         args = tuple(train_args) + tune_args(group[0], steps, peak_seconds)
         runs = [
             RunSpec(
@@ -293,8 +333,9 @@ def run_slurm(
         ]
         for spec in runs:
             check_run(site, spec)
-        sweep = out_dir / precision
-        write_plan(Plan(str(Path(site.path).resolve()), walltime, runs, pair, python, args), sweep)
+        sweep = out_dir / (precision + ("-itex" if itex == "on" else ""))
+        py = (itex_python or python) if itex == "on" else python
+        write_plan(Plan(str(Path(site.path).resolve()), walltime, runs, pair, py, args), sweep)
         submitted = sweep_jobs.submit(sweep)
         refused = [s for s in submitted if s.note.startswith("not submitted")]
         if refused:
@@ -478,6 +519,7 @@ def write_tune(
             "ranks_per_node": top.layout.ranks_per_node,
             "threads_per_rank": top.layout.threads_per_rank,
             "precision": top.layout.precision,
+            "itex": top.layout.itex,
             "showers_per_second": top.showers_per_second,
             "forms": top.forms,
             "forms_source": top.forms_source,
@@ -487,6 +529,7 @@ def write_tune(
                 "ranks_per_node": m.layout.ranks_per_node,
                 "threads_per_rank": m.layout.threads_per_rank,
                 "precision": m.layout.precision,
+                "itex": m.layout.itex,
                 "showers_per_second": m.showers_per_second,
                 "peak_rss_bytes_per_rank": m.peak_rss_bytes_per_rank,
                 "percent_of_peak": m.percent_of_peak,

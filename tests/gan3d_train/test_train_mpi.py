@@ -308,7 +308,8 @@ def test_itex_on_without_the_extra_is_a_clear_error(data, tmp_path):
     )
     assert (
         proc.returncode == 1
-        and "not in the kit's pin list" in proc.stderr
+        and "ITEX does not load" in proc.stderr
+        and "scripts/setup.sh --itex" in proc.stderr
         and "--itex off" in proc.stderr
     )
 

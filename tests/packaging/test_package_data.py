@@ -20,6 +20,7 @@ SHIPPED = (
     "images",
     "studies",
     "constraints.txt",
+    "constraints-itex.txt",
     "pyproject.toml",
     "README.md",
 )
@@ -78,7 +79,8 @@ def test_the_wheel_carries_every_shipped_file_byte_for_byte(wheel):
         sources += list(REPO.joinpath("images").iterdir()) + list(
             REPO.joinpath("studies").iterdir()
         )
-        sources += [REPO / "constraints.txt", REPO / "pyproject.toml", REPO / "README.md"]
+        sources += [REPO / "constraints.txt", REPO / "constraints-itex.txt"]
+        sources += [REPO / "pyproject.toml", REPO / "README.md"]
         for source in sources:
             name = f"kit/_data/{source.relative_to(REPO)}"
             assert name in names, name
@@ -166,7 +168,7 @@ def test_no_module_finds_files_by_the_checkout_path():
 def test_kit_image_build_stages_what_the_recipe_copies_from_the_installed_kit(tmp_path):
     """No --context: the context is assembled from the installed kit (a wheel installed anywhere
     builds the same image), beside OUT under the kit's own name."""
-    from kit.image.build import RECIPES, plan_build, stage_context
+    from kit.image.build import ITEX_LOCK, RECIPES, plan_build, stage_context
 
     plan = plan_build("supermuc-ng", tmp_path / "gan3d.tar", builder="buildah")
     assert plan.staged == tmp_path / ".gan3d.tar.context" and str(plan.staged) in plan.commands[0]
@@ -174,8 +176,10 @@ def test_kit_image_build_stages_what_the_recipe_copies_from_the_installed_kit(tm
     for recipe in RECIPES.glob("*.Dockerfile"):
         for line in recipe.read_text().splitlines():
             if line.startswith("COPY ") and not line.startswith("COPY --from="):
-                for source in line.split()[1:-1]:
-                    assert (context / source).exists(), f"{recipe.name}: {line}"
+                for source in line.split()[1:-1]:  # ${LOCK}: either pin list
+                    for lock in ("constraints.txt", ITEX_LOCK):
+                        path = context / source.replace("${LOCK}", lock)
+                        assert path.exists(), f"{recipe.name}: {line}"
     assert (context / "site-configs" / "supermuc-ng.yaml").read_bytes() == (
         REPO / "site-configs" / "supermuc-ng.yaml"
     ).read_bytes()
@@ -275,6 +279,7 @@ def test_the_staged_context_lives_only_during_the_build(tmp_path):
     )
     assert set(seen.read_text().split()) == {
         "constraints.txt",
+        "constraints-itex.txt",
         "gan3d",
         "kit",
         "site-configs",
