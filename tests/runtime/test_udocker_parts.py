@@ -196,6 +196,21 @@ def test_rank_view_names_host_paths_as_the_rank_sees_them(tmp_path):
     assert REGISTRY["charliecloud"].rank_view(launch, str(root))("/x/libc.so.6") == "/x/libc.so.6"
 
 
+def test_rank_view_reads_the_image_through_a_bind_that_holds_it(tmp_path):
+    """A site that binds a directory holding the image directory (a work tree with images/ in it):
+    a library in the image is the image's, not one the bind brings in from the host."""
+    root = _image(tmp_path, None)
+    holder = os.path.realpath(tmp_path)
+    launch = Launch(LAPTOP, [(holder, holder)], {}, {})
+    view = REGISTRY["udocker"].rank_view(launch, str(root))
+    real = os.path.realpath(root)
+    assert (
+        view(f"{real}/usr/lib/x86_64-linux-gnu/libc.so.6") == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    )
+    assert view(real) == "/"
+    assert view(f"{holder}/data/x.h5") == f"{holder}/data/x.h5"  # beside the image: the bind's
+
+
 def test_a_run_records_udocker_as_its_container():
     """udocker run exports container_execmode and container_root to the contained process: the
     results name the runtime, so a report keeps udocker, ch-run and bare runs apart."""
