@@ -222,3 +222,16 @@ def test_a_run_records_udocker_as_its_container():
     )
     assert container_runtime({"CH_RUNNING": "Weird Al Yankovic"}) == "charliecloud"
     assert container_runtime({"container_execmode": "P1"}) is None and container_runtime({}) is None
+
+
+def test_each_runtime_names_how_an_image_is_installed_for_it():
+    """kit transfer push --install asks the site's runtime: ch-convert's form for Charliecloud, the
+    installer's own unpack for udocker, which runs no SquashFS image (refused before any upload)."""
+    ch, ud = REGISTRY["charliecloud"], REGISTRY["udocker"]
+    assert ch.install_format(LAPTOP, "dir", "g.tar.gz") == "dir"
+    assert ch.install_format(LAPTOP, "squash", "g.tar.gz") == "squash"
+    assert ud.install_format(LAPTOP, "dir", "g.tar.gz") == "unpack"
+    for install_as, source in (("squash", "g.tar.gz"), ("dir", "g.sqfs"), ("dir", "g.squashfs")):
+        with pytest.raises(KitError, match="udocker runs a directory image") as err:
+            ud.install_format(LAPTOP, install_as, source)
+        assert err.value.fix and "OUT.tar.gz" in err.value.fix
