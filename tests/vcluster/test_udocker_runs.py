@@ -26,16 +26,10 @@ import yaml
 from tests.helpers import require
 from tests.mpi.conftest import TARGET
 from tests.slurm.conftest import REPO
+from tests.support.udocker import USER, write_shim
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
-USER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 PYTHON = f"/usr/bin/python3.{sys.version_info.minor}"  # the user's (the venv's base is root's)
-# udocker from the venv's packages, put on sys.path inside: the job's PYTHONPATH is left as it is
-# (udocker --hostenv gives it to the ranks)
-UDOCKER_SHIM = """#!/bin/sh
-exec {python} -c 'import sys; sys.path.insert(0, "{path}"); from udocker.maincmd import main; \\
-sys.argv[0] = "udocker"; sys.exit(main())' "$@"
-"""
 WAIT = 2400  # seconds: TensorFlow starting under proot on 2 nodes that share 2 loaded cores
 
 
@@ -71,9 +65,7 @@ def udocker_site(vcluster, impi_prefix, public) -> Path:
     text = (Path(vcluster.directory) / "vcluster.yaml").read_text()
     doc = yaml.safe_load(text.replace(str(impi_prefix), str(public / "impi")))
     doc["name"] = f"{doc['name']}-udocker"
-    shim = public / "udocker"
-    shim.write_text(UDOCKER_SHIM.format(path=_site_packages(), python=PYTHON))
-    shim.chmod(0o755)
+    shim = write_shim(public / "udocker", PYTHON, _site_packages())
     doc["container"] = {
         "runtime": "udocker",
         "image_dir": str(public / "images"),
