@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--install",
         action="store_true",
-        help="unpack with the site's ch-convert into container.image_dir as NAME@SHA "
-        "and point NAME.current at it",
+        help="unpack into container.image_dir as NAME@SHA (with the site's ch-convert; a "
+        "udocker site: by the installer itself) and point NAME.current at it",
     )
     p.add_argument(
         "--install-as",

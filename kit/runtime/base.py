@@ -57,3 +57,9 @@ class Runtime(Protocol):
 
     def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:
         """A path a rank reads in its /proc/self/maps -> the path as the rank sees it."""
+
+    def install_format(self, site: Site, install_as: str, source: str) -> str:
+        """How `kit transfer push --install` installs the image file ``source`` wanted as
+        ``install_as`` (dir|squash) on the site: the remote installer's FMT (kit.transfer.
+        remote_script: ch-convert's dir or squash, or unpack, in the installer's own Python).
+        KitError, one line naming the fix, where this runtime could not run the result."""

@@ -90,6 +90,10 @@ class Charliecloud:
     def check_env(self, site: Site) -> dict[str, str]:
         return {}
 
+    def install_format(self, site: Site, install_as: str, source: str) -> str:
+        """The site's ch-convert makes either form."""
+        return install_as
+
     def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:
         """ch-run's mounts: the kernel names every mapped file by its path in the container."""
         return same_path

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
+from kit.image_names import SQUASH
 from kit.runtime.base import under
 from kit.runtime.imageenv import image_environment
 
@@ -241,22 +242,35 @@ class UdockerRuntime:
     def check_env(self, site: Site) -> dict[str, str]:
         return self.environment(site, self.prepare(site))
 
+    def install_format(self, site: Site, install_as: str, source: str) -> str:
+        """A directory, unpacked by the installer itself (a udocker site has no ch-convert):
+        udocker runs no SquashFS image."""
+        if install_as != "dir" or source.endswith(SQUASH):
+            raise KitError(
+                f"site {site.name}: udocker runs a directory image; {source} cannot be installed "
+                f"as {install_as} there",
+                fix="push the image as a tarball (kit image convert SRC OUT.tar.gz) with "
+                "--install-as dir",
+            )
+        return "unpack"
+
     def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:
         """proot translates the paths a rank asks for, not the kernel's own texts: /proc/self/maps
-        names each file by its host path. A host path under a bind is its mount point's, one in the
-        image root the image's; any other stays as the host names it."""
+        names each file by its host path. A host path is read through the deepest of the binds
+        and the image root that holds it (a bind may hold the image directory itself: a path in the
+        image is the image's); any other stays as the host names it."""
         root = os.path.realpath(os.path.expanduser(image))
-        binds = sorted(
-            ((os.path.realpath(src), dst) for src, dst in launch.binds), key=lambda b: -len(b[0])
-        )
+        mounts = [(os.path.realpath(src), dst) for src, dst in launch.binds]
+        if root != "/":
+            mounts.append((root, "/"))
+        mounts.sort(key=lambda m: -len(m[0].rstrip("/")))
 
         def view(path: str) -> str:
-            for src, dst in binds:
+            for src, dst in mounts:
                 if under(path, src):
-                    return dst.rstrip("/") + path[len(src.rstrip("/")) :]
-            return (
-                "/" + path[len(root) :].lstrip("/") if under(path, root) and root != "/" else path
-            )
+                    rest = path[len(src.rstrip("/")) :]
+                    return dst.rstrip("/") + rest if dst != "/" else rest or "/"
+            return path
 
         return view
 

@@ -44,6 +44,7 @@ from kit.image_names import (
     sha256_file,
     sidecar,
 )
+from kit.runtime import runtime_of
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, recorded_sha256
@@ -542,6 +543,8 @@ def push(
         raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
     if install_as not in ("dir", "squash"):
         raise KitError(f"install format {install_as!r}: use dir or squash")
+    # what the site's runtime runs decides how it is installed (before any byte is sent)
+    install_fmt = runtime_of(site).install_format(site, install_as, img.path.name)
     stall = STREAM_STALL if stall is None else stall
     install_timeout = INSTALL_TIMEOUT if install_timeout is None else install_timeout
     if stall <= 0 or install_timeout <= 0:
@@ -608,7 +611,7 @@ def push(
         report.pair_warnings = pair_warnings + _missing_warning(plan.missing, ep.hostname)
         if install:
             _install(
-                opening.result(), site, img, report, keep_n, dry_run, install_as, install_timeout
+                opening.result(), site, img, report, keep_n, dry_run, install_fmt, install_timeout
             )
     finally:
         pool.shutdown(wait=True)
@@ -625,10 +628,11 @@ def _install(
     report: PushReport,
     keep_n: int,
     dry_run: bool,
-    install_as: str,
+    install_fmt: str,
     timeout: float,
 ) -> None:
-    """Unpack on the site with its Charliecloud as NAME@<sha12>, switch NAME.current, prune.
+    """Unpack on the site as NAME@<sha12> (``install_fmt``: the runtime's, kit.runtime: with the
+    site's ch-convert, or by the installer itself), switch NAME.current, prune.
     After `timeout` s the session is closed; the installer sees its stdin end (WATCH 1), stops
     ch-convert and removes its work dir: NAME.current still names the previous version."""
     imgdir = remote.remote_path(site.container.image_dir)
@@ -641,7 +645,7 @@ def _install(
         report.sha256[:12],
         keep_n,
         "1" if dry_run else "0",
-        install_as,
+        install_fmt,
         INSTALL_STALL,
         INSTALL_WAIT,
         "1",

@@ -16,7 +16,9 @@ Modes:
                                                   it re-hashes what is there it prints
                                                   "KIT-HASHED <bytes>" on stderr after each chunk
   install SRC IMGDIR NAME VERSION KEEPN DRY FMT [STALL [WAIT [WATCH]]]
-                                          ch-convert to FMT (dir|squash) as NAME@VERSION,
+                                          ch-convert to FMT (dir|squash) as NAME@VERSION, or
+                                          with FMT unpack the tarball unpacked here (a
+                                          directory; no Charliecloud: a udocker site),
                                           switch NAME.current, prune; ch-convert is killed after
                                           STALL seconds without I/O, the lock is waited for WAIT s;
                                           WATCH 1: stop (and clean up) when stdin closes, which
@@ -42,8 +44,10 @@ import signal
 import stat
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+import zlib
 
 BUF = 1 << 20
 ALIGN = 4096  # O_DIRECT: buffer address, length and offset
@@ -56,6 +60,9 @@ EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 2
 EXIT_REFUSED, EXIT_BUG, EXIT_STOPPED = 8, 9, 10
 STALL, INSTALL_WAIT, PUSH_WAIT = 900, 300, 5  # seconds (install's defaults; push.py passes its own)
 STATE_MAX, LINE_MAX = 4096, 1 << 20  # bytes a state file / a control line may have
+FORMATS = ("dir", "squash", "unpack")  # install's FMT: ch-convert's two, or unpacked here
+# unpack's bounds (kit.image.layers' for a layer): members, a name, a name's part, a pax record
+MAX_MEMBERS, MAX_PATH, MAX_COMPONENT, MAX_META = 2000000, 4096, 255, 1 << 20
 NOFOLLOW, CLOEXEC = os.O_NOFOLLOW, getattr(os, "O_CLOEXEC", 0)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a mode like Ctrl-C
 
@@ -872,6 +879,11 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
     the image whose sha256 starts with VERSION."""
     is_sqfs = src.endswith(SQUASH_SUFFIXES)
     suffix = source_suffix(src, is_sqfs)
+    if is_sqfs and fmt == "unpack":
+        raise Usage(
+            "SRC %r: a SquashFS image is not unpacked without Charliecloud; push the image as "
+            "a tarball (kit image convert SRC OUT.tar.gz)" % src
+        )
     entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
     if dry:
         plan(imgdir, name, entry, keep_n, True)
@@ -944,6 +956,8 @@ def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
         out = os.path.join(imgdir, work, "image" + (".sqfs" if entry.endswith(".sqfs") else ""))
         if suffix in SQUASH_SUFFIXES:
             copy_fd(fd, out)
+        elif fmt == "unpack":
+            unpack(fd, out, free_bytes(imgdir))
         else:
             # ch-convert reads the very file checked above, through this process's fd
             link = os.path.join(imgdir, work, "source" + suffix)
@@ -981,11 +995,156 @@ def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
                 "host; install Charliecloud there (or put it on PATH in the login files); "
                 "the image itself was uploaded and verified",
             )
-        fail(EXIT_INSTALL, "ch-convert of %s failed; nothing changed: %s" % (src, text))
+        tool = "the unpack" if fmt == "unpack" else "ch-convert"
+        fail(EXIT_INSTALL, "%s of %s failed; nothing changed: %s" % (tool, src, text))
     finally:
         os.close(fd)
         if made:
             remove_ours(imgdir, work)
+
+
+class BoundedInfo(tarfile.TarInfo):
+    """Refuses, before tarfile acts on it, a header that would move its reader backwards (a
+    negative size), an extended header larger than MAX_META (read into memory and parsed whole)
+    and GNU sparse files (kit.tarsafe's checks that Python 3.6's tarfile allows)."""
+
+    def _proc_member(self, tarfile_):
+        if self.size < 0 or (self.type in META_TYPES and self.size > MAX_META):
+            raise RuntimeError("tar header at byte %d: size %d refused" % (self.offset, self.size))
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise RuntimeError("tar header at byte %d: a GNU sparse file" % self.offset)
+        member = super(BoundedInfo, self)._proc_member(tarfile_)
+        if member.size < 0 or any(k.startswith("GNU.sparse.") for k in member.pax_headers):
+            raise RuntimeError("tar member at byte %d refused (size, sparse)" % member.offset)
+        return member
+
+
+META_TYPES = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
+
+
+def member_name(raw, what):
+    """A member's path relative to the image root ('' for the root itself): no '..', no NUL, not
+    overlong (kit.image.layers.safe_name's rules)."""
+    parts = [p for p in raw.split("/") if p not in ("", ".")]
+    encoded = raw.encode("utf-8", "surrogateescape")
+    if "\0" in raw or ".." in parts:
+        raise RuntimeError(
+            "%s %r: a '..' or NUL in its name; the image is unsafe" % (what, raw[:200])
+        )
+    if len(encoded) > MAX_PATH or any(
+        len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts
+    ):
+        raise RuntimeError("%s %r...: an overlong name" % (what, raw[:80]))
+    return "/".join(parts)
+
+
+def real_parent(root, rel):
+    """ROOT/REL's parent, made as directories where absent; every step on the way must be a real
+    directory the unpack made, never a symlink (a member is never written through a link an
+    earlier member planted)."""
+    path = root
+    for part in rel.split("/")[:-1]:
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            os.mkdir(path, 0o700)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise RuntimeError(
+                "member %r: %s on its way is not a directory" % (rel, path[len(root) :])
+            )
+    return path
+
+
+def clear(path, is_dir):
+    """Make room for a member that repeats a name (a later member wins, as tar extracts): what
+    is there is the unpack's own; a directory stays for a directory, is refused for anything else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if stat.S_ISDIR(st.st_mode):
+        if is_dir:
+            return False
+        raise RuntimeError("member %r would replace a directory" % path)
+    os.unlink(path)
+    return True
+
+
+def unpack(fd, out, budget):
+    """`unpack_tar`, its archive's faults (tarfile's, gzip's) as RuntimeError: one line each."""
+    try:
+        unpack_tar(fd, out, budget)
+    except (tarfile.TarError, EOFError, zlib.error, UnicodeError) as exc:
+        raise RuntimeError("not a readable image tarball: %s" % exc) from None
+
+
+def unpack_tar(fd, out, budget):
+    """Unpack the tarball FD (gzip or not) as the directory OUT, in Python alone: no member
+    outside OUT, none written through a symlink, hard links only to regular files unpacked
+    before, no devices or FIFOs (skipped, as ch-convert skips them unprivileged), no setuid or
+    setgid bits, at most MAX_MEMBERS members and `budget` bytes; owner read/write kept on all."""
+    os.mkdir(out, 0o700)
+    modes, total = [], 0
+    with os.fdopen(os.dup(fd), "rb") as raw:
+        raw.seek(0)
+        with tarfile.open(fileobj=raw, mode="r:*", tarinfo=BoundedInfo, errorlevel=2) as tar:
+            for count, info in enumerate(tar, 1):
+                if count > MAX_MEMBERS:
+                    raise RuntimeError("more than %d members: refused" % MAX_MEMBERS)
+                rel = member_name(info.name, "member")
+                if not rel:
+                    modes.append((out, info.mode))
+                    continue
+                path = os.path.join(real_parent(out, rel), rel.rsplit("/", 1)[-1])
+                mode = info.mode & 0o777
+                if info.isdir():
+                    if clear(path, True):
+                        os.mkdir(path, 0o700)
+                    modes.append((path, mode))
+                elif info.isreg():
+                    total += info.size
+                    if total > budget:
+                        raise OSError(errno.ENOSPC, "the image unpacks to more than the free space")
+                    clear(path, False)
+                    src = tar.extractfile(info)
+                    dst = create_new(path, (mode | 0o600) & 0o777)
+                    try:
+                        left = info.size
+                        while left:
+                            data = src.read(min(BUF, left))
+                            if not data:
+                                raise RuntimeError("member %r: the archive ends inside it" % rel)
+                            view = memoryview(data)
+                            while len(view):
+                                view = view[os.write(dst, view) :]
+                            left -= len(data)
+                    finally:
+                        os.close(dst)
+                elif info.issym():
+                    if "\0" in info.linkname or len(info.linkname) > MAX_PATH:
+                        raise RuntimeError("symlink %r: a NUL or overlong target" % rel)
+                    clear(path, False)
+                    os.symlink(info.linkname, path)  # read inside the image; never followed here
+                elif info.islnk():
+                    target = member_name(info.linkname, "hard link %r target" % rel)
+                    source = os.path.join(real_parent(out, target), target.rsplit("/", 1)[-1])
+                    st = os.lstat(source) if target and os.path.lexists(source) else None
+                    if st is None or not stat.S_ISREG(st.st_mode):
+                        raise RuntimeError(
+                            "hard link %r: %r is no file unpacked before" % (rel, target)
+                        )
+                    clear(path, False)
+                    os.link(source, path, follow_symlinks=False)
+    for path, mode in reversed(modes):  # deepest first; an unreadable directory stays openable
+        os.chmod(path, (mode & 0o777) | 0o700)  # directories the unpack made, never links
 
 
 def copy_fd(fd, out):
@@ -1125,8 +1284,8 @@ def main(argv):
             else:
                 push(directory, name, size, sha, chunk, args[5] == "1", args[6:])
         elif mode == "install":
-            if args[6] not in ("dir", "squash"):
-                raise Usage("install format %s: use dir or squash" % args[6])
+            if args[6] not in FORMATS:
+                raise Usage("install format %s: use dir, squash or unpack" % args[6])
             stall = number(args[7], "STALL", 1) if len(args) > 7 else STALL
             wait = number(args[8], "WAIT") if len(args) > 8 else INSTALL_WAIT
             if len(args) > 9 and args[9] == "1":

@@ -17,15 +17,10 @@ import yaml
 
 from tests.helpers import require
 from tests.mpi.conftest import SYSTEM, TARGET, impi_site_dict
+from tests.support.udocker import USER, write_shim
 
 pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
-USER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-UDOCKER_SHIM = (
-    "#!/bin/sh\n"
-    "PYTHONPATH={path} exec {python} -c 'import sys; from udocker.maincmd import main; "
-    "sys.argv[0] = \"udocker\"; sys.exit(main())' \"$@\"\n"
-)
 # a launcher that starts each of its -n N ranks as a job of its own (what a runtime that keeps the
 # launcher's PMI from its ranks makes of a launch)
 APART = """#!/bin/sh
@@ -97,8 +92,7 @@ def python(public) -> str:
 def _site(public: Path, python: str, name: str, launcher: str = "mpiexec", **udocker) -> Path:
     shim = public / "udocker"
     if not shim.exists():
-        shim.write_text(UDOCKER_SHIM.format(path=_packages(), python=python))
-        shim.chmod(0o755)
+        write_shim(shim, python, _packages())
     site = impi_site_dict(Path("/usr"))
     site["name"] = name
     site["host_mpi"] = {

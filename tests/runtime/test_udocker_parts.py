@@ -196,6 +196,21 @@ def test_rank_view_names_host_paths_as_the_rank_sees_them(tmp_path):
     assert REGISTRY["charliecloud"].rank_view(launch, str(root))("/x/libc.so.6") == "/x/libc.so.6"
 
 
+def test_rank_view_reads_the_image_through_a_bind_that_holds_it(tmp_path):
+    """A site that binds a directory holding the image directory (a work tree with images/ in it):
+    a library in the image is the image's, not one the bind brings in from the host."""
+    root = _image(tmp_path, None)
+    holder = os.path.realpath(tmp_path)
+    launch = Launch(LAPTOP, [(holder, holder)], {}, {})
+    view = REGISTRY["udocker"].rank_view(launch, str(root))
+    real = os.path.realpath(root)
+    assert (
+        view(f"{real}/usr/lib/x86_64-linux-gnu/libc.so.6") == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    )
+    assert view(real) == "/"
+    assert view(f"{holder}/data/x.h5") == f"{holder}/data/x.h5"  # beside the image: the bind's
+
+
 def test_a_run_records_udocker_as_its_container():
     """udocker run exports container_execmode and container_root to the contained process: the
     results name the runtime, so a report keeps udocker, ch-run and bare runs apart."""
@@ -207,3 +222,16 @@ def test_a_run_records_udocker_as_its_container():
     )
     assert container_runtime({"CH_RUNNING": "Weird Al Yankovic"}) == "charliecloud"
     assert container_runtime({"container_execmode": "P1"}) is None and container_runtime({}) is None
+
+
+def test_each_runtime_names_how_an_image_is_installed_for_it():
+    """kit transfer push --install asks the site's runtime: ch-convert's form for Charliecloud, the
+    installer's own unpack for udocker, which runs no SquashFS image (refused before any upload)."""
+    ch, ud = REGISTRY["charliecloud"], REGISTRY["udocker"]
+    assert ch.install_format(LAPTOP, "dir", "g.tar.gz") == "dir"
+    assert ch.install_format(LAPTOP, "squash", "g.tar.gz") == "squash"
+    assert ud.install_format(LAPTOP, "dir", "g.tar.gz") == "unpack"
+    for install_as, source in (("squash", "g.tar.gz"), ("dir", "g.sqfs"), ("dir", "g.squashfs")):
+        with pytest.raises(KitError, match="udocker runs a directory image") as err:
+            ud.install_format(LAPTOP, install_as, source)
+        assert err.value.fix and "OUT.tar.gz" in err.value.fix

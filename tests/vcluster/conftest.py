@@ -3,7 +3,9 @@ MPI host and MPICH image of tests/mpi, and the showers of tests/slurm (session-s
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ def vcluster_work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
+def vcluster(impi_prefix, vcluster_work):  # noqa: F811
     """Two nodes with Intel MPI (impi-rt) as host MPI. The image carries MPICH but no TensorFlow, so
     the configs also bind this checkout and the venv's Python (as tests/slurm does)."""
     require_namespaces()
@@ -35,12 +37,17 @@ def vcluster(tmp_path_factory, impi_prefix, vcluster_work):  # noqa: F811
     )
     venv = Path(sys.prefix).resolve()  # a worktree's .venv may be a link to another checkout's
     binds = {f"{p}:{p}" for p in (REPO, base, venv, vcluster_work)}
-    directory = tmp_path_factory.mktemp("vcluster")
+    # Searchable by every user (not under pytest's own 0700 directory): an ordinary user's srun
+    # reads slurm.conf and reaches munged's socket here (test_udocker_runs.py). The munge key stays
+    # root's alone (0400).
+    directory = Path(tempfile.mkdtemp(prefix="kit-vcluster-", dir="/tmp"))
+    directory.chmod(0o755)
     try:
         report = up(directory, 2, fresh_name(), intel_mpi=impi_prefix, binds=tuple(sorted(binds)))
         yield report.state
     finally:
-        down(directory)
+        down(directory)  # raises where it could not stop a daemon: the directory is kept then
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
