@@ -1,4 +1,6 @@
-"""Suite-wide settings. Area fixtures live in tests/<area>/conftest.py."""
+"""Suite-wide settings. Fixtures of one area live in tests/<area>/conftest.py; fixtures several
+areas share live in tests/support/*_fixtures.py, registered here once (pytest_plugins), so that a
+session fixture is made once for the whole run."""
 
 import os
 import re
@@ -8,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
+pytest_plugins = ("tests.support.mpi_fixtures",)
 
 try:  # property tests: a bounded run by default (CI's budget); long locally
     # (--hypothesis-profile=long, or KIT_HYPOTHESIS_PROFILE=long)

@@ -19,7 +19,7 @@ from kit.site.load import available_sites
 from kit.verbosity import quiet, verbose
 from tests.image.builders import oci_layout
 from tests.image.test_conventions import busybox_root
-from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.support.sites import slurm_site_dict, write_site
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,7 @@ import yaml
 
 from kit.cli import main
 from tests.mpi.hostile import mpich_tree, site_file
-from tests.study.conftest import study_yaml
+from tests.support.studies import study_yaml
 
 ROOT = Path(__file__).parents[1]
 LIMIT = 300  # seconds: a bound only a hung run reaches, never a speed assertion

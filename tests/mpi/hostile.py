@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from tests.helpers import require
-from tests.mpi.conftest import impi_site_dict
+from tests.support.hostmpi import impi_site_dict
 
 SYSTEM_MPICH = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2")
 LIB_DIR = "usr/lib/x86_64-linux-gnu"

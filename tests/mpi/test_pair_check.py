@@ -13,7 +13,7 @@ from kit.errors import KitError
 from kit.image_names import pair_path
 from kit.mpi import make_pair, prepare_image_dir, run_check, write_pair
 from tests.helpers import require, stale_join_group
-from tests.mpi.conftest import TARGET
+from tests.support.hostmpi import TARGET
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.helpers import require
-from tests.mpi.conftest import SYSTEM, TARGET, impi_site_dict
+from tests.support.hostmpi import SYSTEM, TARGET, impi_site_dict
 
 pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,9 @@ from kit.scale import sweep_jobs
 from kit.scale.plan import load_plan, make_plan, write_plan
 from kit.slurm.ledger import read_jobs
 from tests.helpers import require
-from tests.slurm.conftest import REPO, tiny_train_args, write_site
+from tests.support.paths import REPO
+from tests.support.sites import write_site
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 420  # seconds: two tiny trainings sharing two cores, TensorFlow start-up included

@@ -22,9 +22,11 @@ from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.study import ledger
 from tests.helpers import require, stale_join_group
-from tests.slurm.conftest import REPO, paired_container_site, tiny_train_args
-from tests.study.conftest import study_yaml
+from tests.support.paths import REPO
+from tests.support.sites import paired_container_site
 from tests.support.slurm import slurm_available, start_slurm
+from tests.support.studies import study_yaml
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 600  # seconds: a tiny training and its validation

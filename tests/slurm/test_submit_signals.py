@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from kit.slurm.ledger import read_jobs
-from tests.slurm.conftest import tiny_train_args
 from tests.slurm.test_jobs import _plan
+from tests.support.training import tiny_train_args
 from tests.test_interrupt_commands import ROOT, _env
 
 LIMIT = 120  # seconds: a bound only a hung command reaches

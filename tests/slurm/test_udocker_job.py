@@ -18,7 +18,9 @@ from kit.cli import main
 from kit.mpi import convert_paired
 from kit.slurm.jobs import is_active, job_states
 from tests.helpers import require
-from tests.slurm.conftest import REPO, slurm_site_dict, tiny_train_args, write_site
+from tests.support.paths import REPO
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 900  # seconds: TensorFlow starting under proot, then 2 epochs of 3 steps

@@ -15,9 +15,8 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import ledger
 from kit.study.studydir import SPEC_NAME, plan_study
-from tests.mpi.conftest import mpich_system_oci  # noqa: F401  (fixture: an MPICH image for a site whose MPICH is the system one)
-from tests.slurm.conftest import slurm_site_dict, write_site
-from tests.study.conftest import study_yaml
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.studies import study_yaml
 
 PARAMS = {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
 
