@@ -20,7 +20,7 @@ from kit.transfer import bundle, installed_versions, push, verify_bundle
 from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.push import _read_pair
-from tests.transfer.conftest import random_image
+from tests.support.transfer import random_image
 from tests.transfer.sshd import start_sshd
 
 BOUND = 60  # s: a reader that blocks is stopped here (and the test fails); nothing is timed

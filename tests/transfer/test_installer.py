@@ -21,8 +21,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kit.transfer import push, remote_script
-from tests.transfer.conftest import busybox_image, ch_run, have_charliecloud
-from tests.transfer.test_receiver import SCRIPT
+from tests.support.receiver import SCRIPT
+from tests.support.transfer import (
+    busybox_image,
+    ch_run,
+    have_charliecloud,
+    kit_leftovers,
+    live_processes,
+)
 
 MiB = 1 << 20
 BOUND = 300  # s: an installer that blocks is stopped here (and the test fails); nothing is timed
@@ -70,10 +76,6 @@ def wait_until(condition, proc: subprocess.Popen) -> bool:
     return True
 
 
-def kit_leftovers(images: Path) -> list[str]:
-    return sorted(p.name for p in images.iterdir() if p.name.startswith("."))
-
-
 def busy_work_dir(images: Path, prefix: str) -> bool:
     """Has an install begun writing into its temp dir (ch-convert is running)?"""
     try:
@@ -82,20 +84,6 @@ def busy_work_dir(images: Path, prefix: str) -> bool:
         )
     except FileNotFoundError:  # it was renamed or removed while being looked at
         return False
-
-
-def live_processes(text: str) -> list[str]:
-    """Command lines holding `text` of processes that are not zombies."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            state = (proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if text in cmdline and state not in (b"Z", b"X"):
-            found.append(cmdline)
-    return found
 
 
 def slow_image(path: Path, label: bytes) -> Path:

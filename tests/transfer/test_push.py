@@ -12,7 +12,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import (
+from tests.support.transfer import (
     busybox_image,
     ch_run,
     direct_io_works,
