@@ -248,9 +248,7 @@ def test_fuzzed_manifests_give_a_report_or_a_clean_error(made, content):
 
 
 def test_the_regression_corpus_of_manifests(made):
-    """Every file under tests/corpus/transfer/manifest-* once broke a reader: now each is
-    refused.
-    """
+    """Every file under tests/corpus/transfer/manifest-* (hostile manifests, kept) is refused."""
     cases = sorted(CORPUS.glob("manifest-*"))
     assert cases
     for case in cases:
