@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.training import MPIEXEC, horovod_with_mpi
 
 

@@ -26,8 +26,8 @@ from gan3d.heartbeat import Heartbeat
 from gan3d.steplosses import StepLosses
 from gan3d.steptimes import PERCENTILES, StepTimes
 from kit.scale import load_results, write_report
-from tests.helpers import require
 from tests.scale.builders import write_run
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.training import MPIEXEC, horovod_with_mpi, train_env
 

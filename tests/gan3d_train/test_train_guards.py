@@ -205,7 +205,7 @@ def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
     """Both ranks see the NaN (gradients are all-reduced), so the job ends at once, not in a
     hang.
     """
-    from tests.helpers import require
+    from tests.support.parts import require
     from tests.support.training import MPIEXEC, horovod_with_mpi
 
     require(MPIEXEC is not None and horovod_with_mpi(), "MPICH mpiexec and horovod built with MPI")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gan3d import runtime
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.training import MPIEXEC, tiny_run_args, train_env
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
 from tests.image.builders import RECIPE, buildah_image, busybox_rootfs, cached, rich_image
 from tests.image.chtools import need
+from tests.support.parts import require
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ from kit.errors import KitError
 from kit.image import convert
 from kit.image.build import RECIPES, plan_build, recipe_for, run_build, site_build_args
 from kit.site import load_site
-from tests.helpers import require
 from tests.image.builders import RECIPE
+from tests.support.parts import require
 
 
 def test_the_site_decides_the_build_arguments_and_the_image_carries_them(context, tmp_path):

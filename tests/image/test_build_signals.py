@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
 from tests.image.builders import RECIPE
 from tests.support.interrupts import signalled_env, tagged
+from tests.support.parts import require
 from tests.support.paths import REPO
 
 LIMIT = 300  # seconds: a bound only a hung build reaches

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require
 from tests.support.hostmpi import (
     HOST_OMPI_LIBS,
     OPENMPI_IMAGE_PACKAGES,
@@ -23,6 +22,7 @@ from tests.support.hostmpi import (
     openmpi_site_dict,
     require_tools,
 )
+from tests.support.parts import require
 from tests.support.rootfs import _locked, debian_rootfs_dir, debian_rootfs_tar
 
 

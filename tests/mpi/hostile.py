@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from kit.mpi.ldcache import NEW_ENTRY, NEW_HEADER, NEW_MAGIC
-from tests.helpers import require
 from tests.support.hostmpi import impi_site_dict
+from tests.support.parts import require
 
 SYSTEM_MPICH = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2")
 LIB_DIR = "usr/lib/x86_64-linux-gnu"

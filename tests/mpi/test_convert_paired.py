@@ -12,8 +12,8 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.image.convert import convert
 from kit.mpi import convert_paired, make_pair, run_check
-from tests.helpers import require
 from tests.support.hostmpi import TARGET
+from tests.support.parts import require
 
 pytestmark = pytest.mark.slow
 LINK = f"{TARGET}/compat/libmpich.so.12"

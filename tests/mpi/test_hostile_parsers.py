@@ -18,8 +18,8 @@ from kit.errors import KitError
 from kit.mpi import find_image_mpi
 from kit.mpi.elf import elf_facts, open_elf
 from kit.mpi.ldcache import NEW_ENTRY, NEW_HEADER, NEW_MAGIC, LdCacheError, parse_ld_cache
-from tests.helpers import require
 from tests.mpi.hostile import LIB_DIR, SYSTEM_MPICH, cache_bytes, mpich_tree
+from tests.support.parts import require
 
 FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require
 from tests.support.hostmpi import SYSTEM, TARGET, impi_site_dict
+from tests.support.parts import require
 
 pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]

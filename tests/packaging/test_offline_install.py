@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
 from tests.support.installs import (
     build_wheelhouse,
     floor_python,
@@ -24,6 +23,7 @@ from tests.support.installs import (
     results_json,
     run,
 )
+from tests.support.parts import require
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from kit.errors import KitError
 from kit.scale import tune
 from kit.scale.plan import load_plan
 from kit.site import load_site
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.sites import slurm_site_dict, write_site
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -19,7 +19,7 @@ from kit.mpi import convert_paired
 from kit.scale import sweep_jobs
 from kit.scale.plan import load_plan
 from kit.slurm.ledger import read_jobs
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.sites import write_site
 from tests.support.sweeps import plan_sweep

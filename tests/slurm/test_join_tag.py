@@ -21,7 +21,8 @@ from kit.cli import main
 from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.study import ledger
-from tests.helpers import require, stale_join_group
+from tests.support.chrun_join import stale_join_group
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.sites import paired_container_site
 from tests.support.slurm import slurm_available, start_slurm

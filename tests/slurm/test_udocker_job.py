@@ -17,7 +17,7 @@ import yaml
 from kit.cli import main
 from kit.mpi import convert_paired
 from kit.slurm.jobs import is_active, job_states
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.sites import slurm_site_dict, write_site
 from tests.support.training import tiny_train_args

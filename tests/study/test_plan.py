@@ -217,7 +217,7 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     from kit.study.evaluate import eval_run
     from kit.study.pilot import inside_commands, render_pilot
     from kit.study.spec import load_study
-    from tests.helpers import join_tags
+    from tests.support.chrun_join import join_tags
 
     work = tmp_path / "work"
     work.mkdir()

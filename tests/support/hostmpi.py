@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.helpers import require
+from tests.support.parts import require
 
 IMPI_VERSION = "2021.18.1"  # bundles libfabric; 2021.19 needs a libfabric wheel PyPI lacks here
 

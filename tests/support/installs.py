@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.paths import REPO
 
 CACHE = Path(os.environ.get("KIT_CACHE") or Path.home() / ".cache" / "secure-site-kit")

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require
 from tests.support.hostmpi import (
     IMPI_VERSION,
     MPICH_PACKAGES,
@@ -21,6 +20,7 @@ from tests.support.hostmpi import (
     impi_site_dict,
     require_tools,
 )
+from tests.support.parts import require
 from tests.support.rootfs import CACHE, _locked
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.paths import REPO
 
 

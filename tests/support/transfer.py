@@ -12,7 +12,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from tests.helpers import require
+from tests.support.parts import require
 
 
 def write_sha256(path: Path) -> Path:

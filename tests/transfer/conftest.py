@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require
+from tests.support.parts import require
 from tests.transfer.sshd import Sshd, sshd_available, start_sshd
 
 ALIAS = "kit-test"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.receiver import SCRIPT
 from tests.support.transfer import cached_bytes, direct_io_works
 

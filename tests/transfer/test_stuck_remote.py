@@ -22,7 +22,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.transfer import busybox_image, kit_leftovers, live_processes, random_image
 from tests.transfer.sshd import Sshd, start_sshd
 

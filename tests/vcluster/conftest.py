@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.showers import tiny_showers
 from tests.support.vcluster import fresh_name, require_namespaces

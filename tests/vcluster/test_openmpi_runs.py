@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from kit.cli import main
-from tests.helpers import join_tags, require
+from tests.support.chrun_join import join_tags
+from tests.support.parts import require
 from tests.support.paths import REPO
 from tests.support.training import tiny_train_args
 
