@@ -41,7 +41,9 @@ def forbidden_imports(source: str) -> list[str]:
 
 
 def _python_files() -> list[Path]:
-    return sorted(p for p in TESTS.rglob("*.py") if "corpus" not in p.relative_to(TESTS).parts)
+    """The test suite's files and the benchmarks', which reuse its parts."""
+    tests = [p for p in TESTS.rglob("*.py") if "corpus" not in p.relative_to(TESTS).parts]
+    return sorted([*tests, *(TESTS.parent / "bench").rglob("*.py")])
 
 
 @pytest.mark.parametrize(
@@ -62,7 +64,7 @@ def test_the_check_finds_every_spelling_of_such_an_import(source, expected):
     assert forbidden_imports(source) == expected
 
 
-def test_no_file_under_tests_imports_a_conftest_or_a_test_module():
+def test_no_test_or_benchmark_imports_a_conftest_or_a_test_module():
     found = [
         f"{path.relative_to(TESTS.parent)}: {line}"
         for path in _python_files()
