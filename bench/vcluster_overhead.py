@@ -16,7 +16,7 @@ libmpich.so.12, so the bare site config puts a libmpich.so.12 -> Intel's libmpi.
 on LD_LIBRARY_PATH (what the image's compat link does inside, and what a site's MPI module does for
 its own Python); its name stays the container config's, so the report pairs the two series.
 
-The image and the Intel MPI prefix are the tests' cached fixtures (tests.mpi.conftest,
+The image and the Intel MPI prefix are the tests' cached parts (tests.support.hostmpi,
 tests.support.images): a bench script may import them; the kit itself never does.
 """
 

@@ -37,7 +37,7 @@ WAIT = 600  # seconds: a tiny training and its validation
 def container_site(
     mpich_system_oci, showers, tmp_path, monkeypatch
 ) -> tuple[Path, Path, list[Path]]:
-    """(site, installed image, showers): tests/slurm/conftest.py's paired_container_site."""
+    """(site, installed image, showers): tests/support/sites.py's paired_container_site."""
     require(
         slurm_available(), "Slurm daemons or munge not installed, or not root (scripts/setup.sh)"
     )

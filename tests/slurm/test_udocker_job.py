@@ -1,6 +1,6 @@
 """A tiny 2-rank gan3d train submitted with `kit slurm submit` to this machine's one-node Slurm, each
 rank in `udocker run` (Debian's proot through the kit's wrapper) on the MPICH test image with the
-host's MPICH bound in, the venv's Python and this checkout bound in as tests/slurm/conftest.py's
+host's MPICH bound in, the venv's Python and this checkout bound in as tests/support/sites.py's
 paired_container_site does. Slurm runs the job as root here, so the site allows udocker root."""
 
 from __future__ import annotations

@@ -9,14 +9,8 @@ from pathlib import Path
 from tests.support.parts import require
 
 IMPI_VERSION = "2021.18.1"  # bundles libfabric; 2021.19 needs a libfabric wheel PyPI lacks here
-
-
 MPICH_PACKAGES = ["python3", "mpich"]
-
-
 OPENMPI_PACKAGES = ["libopenmpi3"]  # Debian's Open MPI runtime, nothing else
-
-
 TARGET = "/opt/hostmpi"
 
 
@@ -60,8 +54,6 @@ def impi_site_dict(prefix: Path) -> dict:
 
 
 OPENMPI_IMAGE_PACKAGES = ["python3", "python3-mpi4py"]  # Debian's mpi4py pulls in Open MPI 4.1.4
-
-
 HOST_OMPI_LIBS = Path("/usr/lib/x86_64-linux-gnu")
 
 

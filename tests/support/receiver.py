@@ -11,11 +11,7 @@ from tests.support.paths import REPO
 
 SCRIPT = REPO / "kit" / "transfer" / "remote_script.py"
 MiB = 1 << 20
-
-
 DATA = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4 bytes: two chunks of 1 MiB
-
-
 BOUND = 60  # s: a receiver that blocks is stopped here (and the test fails), no timing is asserted
 
 
