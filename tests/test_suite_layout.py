@@ -59,6 +59,17 @@ def _python_files() -> list[Path]:
         ("from kit.study import test_like_name", []),  # the kit's own modules are not the tests'
         ("import pytest\nfrom tests.mpi.hostile import mpich_tree", []),
     ],
+    ids=[
+        "from-conftest",
+        "import-conftest",
+        "in-a-function",
+        "module-as-name",
+        "relative",
+        "relative-module",
+        "support",
+        "kit-module",
+        "area-helper",
+    ],
 )
 def test_the_check_finds_every_spelling_of_such_an_import(source, expected):
     assert forbidden_imports(source) == expected
