@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from kit.image.convert import convert  # noqa: E402
 from kit.mpi import convert_paired, make_pair  # noqa: E402
-from tests.mpi import conftest as mpi_tests  # noqa: E402
+from tests.support import hostmpi as mpi_tests  # noqa: E402
 from tests.support.images import mpi4py_from_venv, oci_image  # noqa: E402
+from tests.support.rootfs import CACHE  # noqa: E402
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
         links={f"{mpi_tests.TARGET}/compat/libmpich.so.12": "../lib0/libmpi.so.12"},
         tag="mpich",
     )
-    prefix = mpi_tests.CACHE / "impi" / mpi_tests.IMPI_VERSION
+    prefix = CACHE / "impi" / mpi_tests.IMPI_VERSION
     if not (prefix / "lib" / "libmpi.so.12").is_file():
         sys.exit(f"{prefix}: run the MPI tests once first (they install impi-rt there)")
     work = Path(tempfile.mkdtemp(prefix="kit-bench-site-"))

@@ -48,7 +48,8 @@ from kit.scale.model import Fit  # noqa: E402
 from kit.scale.plan import calibration_nodes, load_plan  # noqa: E402
 from kit.scale.runs import load_results  # noqa: E402
 from kit.vcluster import up  # noqa: E402
-from tests.mpi import conftest as mpi_tests  # noqa: E402
+from tests.support import hostmpi as mpi_tests  # noqa: E402
+from tests.support.rootfs import CACHE  # noqa: E402
 
 
 def _counts(text: str) -> list[int]:
@@ -148,7 +149,7 @@ def table(
 def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
     binds = tuple(sorted({f"{p}:{p}" for p in (ROOT, base, venv, work)}))
-    impi = mpi_tests.CACHE / "impi" / mpi_tests.IMPI_VERSION
+    impi = CACHE / "impi" / mpi_tests.IMPI_VERSION
     if not (impi / "lib" / "libmpi.so.12").is_file():
         raise SystemExit(
             f"no Intel MPI runtime in {impi}: run tests/mpi once (its impi_prefix fixture installs it)"

@@ -11,7 +11,7 @@ Two measurements, each a 2-rank MPI job started by the host's MPICH (`mpiexec -n
 
 The three ways run in interleaved rounds (round r: bare, ch-run, udocker, rotated by r, so a
 drift in the machine's load falls on all three alike); each figure is the median of the repeats
-with [min-max]. The image is the MPI pair tests' MPICH image (cached; tests.mpi.conftest), as a
+with [min-max]. The image is the MPI pair tests' MPICH image (cached; tests/support/mpi_fixtures.py), as a
 directory, paired for this machine's Debian MPICH; the venv's Python, TensorFlow and Horovod and
 this checkout are bound in (as tests/slurm does), so only the runtime differs. udocker runs as root
 here (the bench's site allows it), with Debian's proot through the kit's wrapper. The CPU and the
@@ -41,7 +41,7 @@ from gan3d.simulate import write_files  # noqa: E402
 from kit.image.convert import convert  # noqa: E402
 from kit.mpi import make_pair, prepare_image_dir  # noqa: E402
 from kit.mpi.launch import launcher_now  # noqa: E402
-from tests.mpi import conftest as mpi_tests  # noqa: E402
+from tests.support.hostmpi import MPICH_PACKAGES  # noqa: E402
 from tests.support.images import mpi4py_from_venv, oci_image  # noqa: E402
 
 WAYS = ("bare", "ch-run", "udocker")
@@ -80,7 +80,7 @@ def site_file(work: Path, runtime: str) -> Path:
 def prepare(work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Per way: the words before the rank's command, and the environment it runs in."""
     src = oci_image(
-        mpi_tests.MPICH_PACKAGES,
+        MPICH_PACKAGES,
         files={"/usr/local/lib/python3.11/dist-packages/mpi4py": mpi4py_from_venv()},
         tag="mpich-system",
     )

@@ -16,7 +16,7 @@ libmpich.so.12, so the bare site config puts a libmpich.so.12 -> Intel's libmpi.
 on LD_LIBRARY_PATH (what the image's compat link does inside, and what a site's MPI module does for
 its own Python); its name stays the container config's, so the report pairs the two series.
 
-The image and the Intel MPI prefix are the tests' cached fixtures (tests.mpi.conftest,
+The image and the Intel MPI prefix are the tests' cached parts (tests.support.hostmpi,
 tests.support.images): a bench script may import them; the kit itself never does.
 """
 
@@ -40,8 +40,9 @@ from kit.mpi import convert_paired  # noqa: E402
 from kit.scale.plan import load_plan  # noqa: E402
 from kit.site import load_site  # noqa: E402
 from kit.vcluster import down, up  # noqa: E402
-from tests.mpi import conftest as mpi_tests  # noqa: E402
+from tests.support import hostmpi as mpi_tests  # noqa: E402
 from tests.support.images import mpi4py_from_venv, oci_image  # noqa: E402
+from tests.support.rootfs import CACHE  # noqa: E402
 
 WATCHED_FLAGS = (
     "avx2",
@@ -151,7 +152,7 @@ def run(argv: list[str]) -> None:
 def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
     binds = tuple(sorted({f"{p}:{p}" for p in (ROOT, base, venv)}))
-    impi = mpi_tests.CACHE / "impi" / mpi_tests.IMPI_VERSION
+    impi = CACHE / "impi" / mpi_tests.IMPI_VERSION
     if not (impi / "lib" / "libmpi.so.12").is_file():
         raise SystemExit(
             f"no Intel MPI runtime in {impi}: run tests/mpi once (its impi_prefix fixture installs it)"

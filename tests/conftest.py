@@ -1,4 +1,6 @@
-"""Suite-wide settings. Area fixtures live in tests/<area>/conftest.py."""
+"""Suite-wide settings. Fixtures of one area live in tests/<area>/conftest.py; fixtures several
+areas share live in tests/support/*_fixtures.py, registered here once (pytest_plugins), so that a
+session fixture is made once for the whole run."""
 
 import os
 import re
@@ -8,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
+pytest_plugins = ("tests.support.mpi_fixtures", "tests.support.slurm_fixtures")
 
 try:  # property tests: a bounded run by default (CI's budget); long locally
     # (--hypothesis-profile=long, or KIT_HYPOTHESIS_PROFILE=long)
@@ -125,28 +129,6 @@ def pytest_make_collect_report(collector):
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
-
-
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    """A real one-node Slurm (munged + slurmctld + slurmd) for this test session; SLURM_CONF is
-    set.
-    """
-    from tests.helpers import require
-    from tests.support.slurm import slurm_available, start_slurm
-
-    require(
-        slurm_available(), "Slurm daemons or munge not installed, or not root (scripts/setup.sh)"
-    )
-    cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
-    before = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)
-    yield cluster
-    cluster.stop()
-    if before is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = before
 
 
 # Files that take minutes, longest first: pytest-xdist starts them before the rest (a long one

@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 from kit.cli import build_parser, leaves, main
 from kit.site.load import available_sites
 from kit.verbosity import quiet, verbose
-from tests.image.builders import oci_layout
-from tests.image.test_conventions import busybox_root
-from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.image.builders import busybox_root, oci_layout
+from tests.support.sites import slurm_site_dict, write_site
 
 REPO = Path(__file__).resolve().parents[1]
 

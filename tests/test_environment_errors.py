@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kit import cli
-from tests.helpers import require
+from tests.support.parts import require
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,7 +23,8 @@ import yaml
 
 from kit.cli import main
 from tests.mpi.hostile import mpich_tree, site_file
-from tests.study.conftest import study_yaml
+from tests.support.interrupts import signalled_env, tagged
+from tests.support.studies import study_yaml
 
 ROOT = Path(__file__).parents[1]
 LIMIT = 300  # seconds: a bound only a hung run reaches, never a speed assertion
@@ -106,7 +106,7 @@ def _report_old(area: Path, argv: list[str]) -> None:
 
 
 def _bundle_inputs(tmp: Path, showers: list[Path]) -> list[str]:
-    from tests.transfer.conftest import random_image
+    from tests.support.transfer import random_image
 
     return [
         "kit",
@@ -138,7 +138,7 @@ def _validate_inputs(tmp: Path, showers: list[Path]) -> list[str]:
     )
     made = subprocess.run(
         [sys.executable, "-c", code, str(tmp / "ckpt")],
-        env=_env(),
+        env=signalled_env(),
         capture_output=True,
         text=True,
         timeout=LIMIT,
@@ -167,7 +167,7 @@ def _validate_old(area: Path, argv: list[str]) -> None:
     (area / "r.json").write_text(json.dumps({"schema": "gan3d-run/1", "ranks": 1}))
     run = subprocess.run(
         [sys.executable, "-m", *argv[:-1], "1"],
-        env=_env(),
+        env=signalled_env(),
         capture_output=True,
         text=True,
         timeout=LIMIT,
@@ -215,7 +215,7 @@ def _simulate_inputs(tmp: Path, showers: list[Path]) -> list[str]:
 def _simulate_old(area: Path, argv: list[str]) -> None:
     run = subprocess.run(
         [sys.executable, "-m", *argv[:-3], "1", *argv[-2:]],
-        env=_env(),
+        env=signalled_env(),
         capture_output=True,
         text=True,
         timeout=LIMIT,
@@ -304,17 +304,6 @@ def showers(tmp_path_factory) -> list[Path]:
     return write_files(tmp_path_factory.mktemp("showers"), 3, 64, seed=5)
 
 
-def _env(**more: str) -> dict:
-    # TMPDIR: the run's own (tests/conftest.py): what a stopped process leaves goes with the run
-    return dict(
-        os.environ,
-        PYTHONPATH=str(ROOT),
-        TF_CPP_MIN_LOG_LEVEL="2",
-        TMPDIR=tempfile.gettempdir(),
-        **more,
-    )  # TensorFlow's start-up notes
-
-
 def snapshot(area: Path, volatile: Callable[[str, bytes], bytes]) -> dict:
     """Every entry under AREA: kind, and a file's bytes (a link's target)."""
     found = {}
@@ -327,19 +316,6 @@ def snapshot(area: Path, volatile: Callable[[str, bytes], bytes]) -> dict:
         else:
             found[rel] = ("file", volatile(rel, path.read_bytes()))
     return found
-
-
-def tagged(tag: str) -> list[int]:
-    """Processes whose environment carries TAG: the run's own and any child it started."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if tag.encode() in (entry / "environ").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
 
 
 def _fresh(tmp: Path, case: Case, argv: list[str]) -> dict:
@@ -359,7 +335,11 @@ def test_a_signal_leaves_old_or_new_and_nothing_else(tmp_path, showers, name, si
     area = tmp_path / "area"
     _fresh(tmp_path, case, argv)
     done = subprocess.run(
-        [sys.executable, "-m", *argv], env=_env(), capture_output=True, text=True, timeout=LIMIT
+        [sys.executable, "-m", *argv],
+        env=signalled_env(),
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
     )
     assert done.returncode == 0, done.stderr
     new = snapshot(area, case.volatile)
@@ -373,7 +353,7 @@ def test_a_signal_leaves_old_or_new_and_nothing_else(tmp_path, showers, name, si
         capture_output=True,
         text=True,
         timeout=LIMIT,
-        env=_env(
+        env=signalled_env(
             **{
                 tag: "1",
                 "KIT_TEST_SIGNAL_AT": f"{event}|{needle}|{nth}|{sig}",
@@ -411,7 +391,11 @@ def test_a_signal_leaves_old_or_new_and_nothing_else(tmp_path, showers, name, si
     if case.new_only and now == new:
         return
     again = subprocess.run(
-        [sys.executable, "-m", *argv], env=_env(), capture_output=True, text=True, timeout=LIMIT
+        [sys.executable, "-m", *argv],
+        env=signalled_env(),
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
     )
     assert again.returncode == 0, again.stderr
     assert snapshot(area, case.volatile) == new

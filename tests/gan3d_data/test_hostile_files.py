@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gan3d.data import DataError, ShowerFiles, ShowerStream
-from tests.gan3d_data.conftest import write_id_files
+from tests.support.showers import write_id_files
 
 
 def _refused(path: Path, *words: str) -> str:

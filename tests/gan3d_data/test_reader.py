@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gan3d.data import DataError, ShowerFiles, ShowerStream, expand_data_arg
-from tests.gan3d_data.conftest import write_id_files
+from tests.support.showers import write_id_files
 
 
 def _ids(stream: ShowerStream, epoch: int) -> list[np.ndarray]:

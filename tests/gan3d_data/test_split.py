@@ -19,7 +19,7 @@ from gan3d.data import (
     open_split,
     split_events,
 )
-from tests.gan3d_data.conftest import write_id_files
+from tests.support.showers import write_id_files
 
 POOL_SIZES = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233]
 

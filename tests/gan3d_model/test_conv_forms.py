@@ -9,15 +9,7 @@ tf = pytest.importorskip("tensorflow")
 
 from gan3d import conv_forms, model  # noqa: E402
 from gan3d.fft_conv import FFTConv3D  # noqa: E402
-
-
-def _value_and_grads(conv, x, w, upstream):
-    """Output and both gradients of sum(conv(x, w) * upstream): what a layer's backprop sees."""
-    with tf.GradientTape() as tape:
-        tape.watch([x, w])
-        y = conv(x, w)
-        loss = tf.reduce_sum(y * upstream)
-    return (y,) + tuple(tape.gradient(loss, [x, w]))
+from tests.support.convs import value_and_grads  # noqa: E402
 
 
 @pytest.mark.parametrize("ksize,cout", [((5, 5, 5), 4), ((3, 4, 5), 3)])
@@ -26,8 +18,8 @@ def test_image_conv3d_matches_tf_conv3d_and_its_gradients(ksize, cout):
     w = tf.random.stateless_normal(ksize + (1, cout), [3, 4])
     upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
 
-    ours = _value_and_grads(conv_forms.image_conv3d, x, w, upstream)
-    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), x, w, upstream)
+    ours = value_and_grads(conv_forms.image_conv3d, x, w, upstream)
+    ref = value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), x, w, upstream)
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
 
@@ -76,8 +68,8 @@ def test_packed_conv3d_is_tf_conv3d_with_its_gradients(ksize, cin, cout, extra, 
     out_shape = tf.nn.conv3d(x, w, [1] * 5, padding).shape
     upstream = tf.random.stateless_normal(out_shape, [seed, 3])
 
-    ours = _value_and_grads(lambda a, b: conv_forms.packed_conv3d(a, b, padding), x, w, upstream)
-    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, padding), x, w, upstream)
+    ours = value_and_grads(lambda a, b: conv_forms.packed_conv3d(a, b, padding), x, w, upstream)
+    ref = value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, padding), x, w, upstream)
     assert ours[0].shape == out_shape
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
@@ -90,8 +82,8 @@ def test_packed_same_conv3d_is_zero_padding_then_valid_conv_with_its_gradients(k
     upstream = tf.random.stateless_normal((2, 9, 8, 7, cout), [5, 6])
     pads = [[0, 0]] + [[(k - 1) // 2] * 2 for k in ksize] + [[0, 0]]
 
-    ours = _value_and_grads(lambda a, b: conv_forms.packed_conv3d(a, b, "SAME"), x, w, upstream)
-    ref = _value_and_grads(
+    ours = value_and_grads(lambda a, b: conv_forms.packed_conv3d(a, b, "SAME"), x, w, upstream)
+    ref = value_and_grads(
         lambda a, b: tf.nn.conv3d(tf.pad(a, pads), b, [1] * 5, "VALID"), x, w, upstream
     )
     for a, b in zip(ours, ref):
@@ -213,13 +205,13 @@ def test_image_conv3d_input_gradient_is_col2im_except_bf16_on_amx(monkeypatch, u
     x = tf.cast(tf.random.stateless_normal((2, 9, 8, 7, 1), [1, 2]), dtype)
     w = tf.cast(tf.random.stateless_normal((5, 5, 5, 1, 4), [3, 4]), dtype)
     upstream = tf.cast(tf.random.stateless_normal((2, 9, 8, 7, 4), [5, 6]), dtype)
-    fn = tf.function(lambda a, b: _value_and_grads(conv_forms.image_conv3d, a, b, upstream))
+    fn = tf.function(lambda a, b: value_and_grads(conv_forms.image_conv3d, a, b, upstream))
     ops = {op.type for op in fn.get_concrete_function(x, w).graph.get_operations()}
     assert ("MatMul" in ops or "BatchMatMulV2" in ops) == col2im
     assert ("Conv3DBackpropInputV2" in ops) == (not col2im)
     ours = fn(x, w)
     f32 = [tf.cast(t, tf.float32) for t in (x, w, upstream)]
-    truth = _value_and_grads(
+    truth = value_and_grads(
         lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), f32[0], f32[1], f32[2]
     )
     share = 1e-5 if dtype == tf.float32 else 0.03

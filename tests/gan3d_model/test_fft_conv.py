@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 tf = pytest.importorskip("tensorflow")
 
 from gan3d import fft_conv, model  # noqa: E402
-from tests.gan3d_model.test_conv_forms import _value_and_grads  # noqa: E402
+from tests.support.convs import value_and_grads  # noqa: E402
 
 
 def _assert_same_as_tf_conv3d(x, w, padding):
     out_shape = tf.nn.conv3d(x, w, [1] * 5, padding).shape
     upstream = tf.random.stateless_normal(out_shape, [5, 6])
-    ours = _value_and_grads(lambda a, b: fft_conv.fft_conv3d(a, b, padding), x, w, upstream)
-    ref = _value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, padding), x, w, upstream)
+    ours = value_and_grads(lambda a, b: fft_conv.fft_conv3d(a, b, padding), x, w, upstream)
+    ref = value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, padding), x, w, upstream)
     for name, a, b in zip(("output", "input-gradient", "weight-gradient"), ours, ref):
         assert a.shape == b.shape, name
         scale = float(tf.reduce_max(tf.abs(b))) or 1.0

@@ -55,7 +55,7 @@ def test_laptop_states_its_theoretical_peak_is_unknown(capsys):
 
 def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process(monkeypatch):
     tf = pytest.importorskip("tensorflow")
-    tf.constant(1.0) + 1  # the runtime is up: its thread pool can no longer change
+    tf.constant(1.0) + 1  # the runtime is up: its thread pool is fixed from here on
     current = tf.config.threading.get_intra_op_parallelism_threads()
     launched = []
     real_run = peak.subprocess.run

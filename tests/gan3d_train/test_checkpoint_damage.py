@@ -12,23 +12,15 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gan3d.checkpoint import META, META_BOUNDS, CheckpointError, EpochCheckpoints
+from tests.support.checkpoints import generator_state
 
 DATA = "state.data-00000-of-00001"
-
-
-def _state():
-    import tensorflow as tf
-
-    from gan3d.model import generator
-
-    gen = generator("tiny")
-    return gen, tf.train.Checkpoint(generator=gen, epoch=tf.Variable(0))
 
 
 @pytest.fixture
 def saved(tmp_path: Path):
     """A real directory of two checkpoints (epochs 1 and 2) and the state they restore into."""
-    gen, state = _state()
+    gen, state = generator_state()
     ckpts = EpochCheckpoints(tmp_path / "ckpt", keep=3)
     for epoch in (1, 2):
         ckpts.save(state, gen, epoch, {"preset": "tiny", "seed": 0})

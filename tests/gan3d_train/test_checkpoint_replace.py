@@ -15,22 +15,14 @@ import pytest
 
 from gan3d.checkpoint import META, CheckpointError, EpochCheckpoints, new_run_id
 from kit.atomic import remove_tree_if
+from tests.support.checkpoints import generator_state
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _state():
-    import tensorflow as tf
-
-    from gan3d.model import generator
-
-    gen = generator("tiny")
-    return gen, tf.train.Checkpoint(generator=gen, epoch=tf.Variable(0))
-
-
 @pytest.fixture(scope="module")
 def state():
-    return _state()
+    return generator_state()
 
 
 def test_resaving_an_epoch_replaces_it_whole(tmp_path, state):
@@ -234,9 +226,9 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
             textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from tests.gan3d_train.test_checkpoint_replace import _state
+        from tests.support.checkpoints import generator_state
         from gan3d.checkpoint import EpochCheckpoints
-        gen, ckpt = _state()
+        gen, ckpt = generator_state()
         ckpts = EpochCheckpoints({str(directory)!r}, keep=2)
         seed = 0
         while True:
@@ -264,7 +256,7 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
         child.kill()
     assert looks > 1000
     assert (final / META).is_file() and (final / "state.index").is_file()
-    gen, ckpt = _state()
+    gen, ckpt = generator_state()
     # the run going on (a resume takes over its id) cleans the killed save's tree
     EpochCheckpoints(directory, run_id=run_id).save(ckpt, gen, 1, {"preset": "tiny"})
     assert sorted(p.name for p in directory.iterdir()) == ["epoch-0001", "epoch-0002"]

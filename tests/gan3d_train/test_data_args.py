@@ -4,7 +4,7 @@ start-up.
 
 from pathlib import Path
 
-from tests.gan3d_train.test_train_mpi import train
+from tests.support.training import train
 
 
 def test_a_missing_data_path_is_not_found(tmp_path: Path):

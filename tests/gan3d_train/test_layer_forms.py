@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from gan3d.model import candidate_forms
-from tests.gan3d_train.test_train_mpi import REPO, _env, _tiny
+from tests.support.paths import REPO
+from tests.support.training import tiny_run_args, train_env
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def data(tmp_path_factory):
 
 
 def _train(args: list[str], cache, forms: str = "auto") -> subprocess.CompletedProcess:
-    env = dict(_env(), GAN3D_FORMS=forms, XDG_CACHE_HOME=str(cache))
+    env = dict(train_env(), GAN3D_FORMS=forms, XDG_CACHE_HOME=str(cache))
     return subprocess.run(
         [sys.executable, "-m", "gan3d", "train", *args],
         cwd=REPO,
@@ -33,7 +34,7 @@ def _train(args: list[str], cache, forms: str = "auto") -> subprocess.CompletedP
 
 def test_auto_forms_are_probed_once_then_taken_from_the_cache_and_recorded(data, tmp_path):
     cache = tmp_path / "xdg"
-    first = _train(_tiny(data, tmp_path / "r1.json", "--epochs", "1"), cache)
+    first = _train(tiny_run_args(data, tmp_path / "r1.json", "--epochs", "1"), cache)
     assert first.returncode == 0, first.stderr[-3000:]
     r1 = json.loads((tmp_path / "r1.json").read_text())["layer_forms"]
     allowed = candidate_forms("fp32")
@@ -47,7 +48,7 @@ def test_auto_forms_are_probed_once_then_taken_from_the_cache_and_recorded(data,
     assert r1["cache_file"] == str(cached)
     assert "layer forms (probe" in first.stdout
 
-    second = _train(_tiny(data, tmp_path / "r2.json", "--epochs", "1"), cache)
+    second = _train(tiny_run_args(data, tmp_path / "r2.json", "--epochs", "1"), cache)
     assert second.returncode == 0, second.stderr[-3000:]
     record = json.loads((tmp_path / "r2.json").read_text())
     r2 = record["layer_forms"]
@@ -58,7 +59,7 @@ def test_auto_forms_are_probed_once_then_taken_from_the_cache_and_recorded(data,
 
 
 def test_a_bad_forms_default_from_the_environment_is_one_line(data, tmp_path):
-    done = _train(_tiny(data, tmp_path / "r.json"), tmp_path / "xdg", forms="fastest")
+    done = _train(tiny_run_args(data, tmp_path / "r.json"), tmp_path / "xdg", forms="fastest")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "GAN3D_FORMS" in done.stderr and "fix:" in done.stderr
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "xdg").exists()

@@ -11,7 +11,8 @@ import pytest
 
 from gan3d import runtime
 from gan3d.runtime import NO_MPI
-from tests.gan3d_train.test_train_mpi import REPO, _env, _tiny
+from tests.support.paths import REPO
+from tests.support.training import tiny_run_args, train_env
 
 WITHOUT_MPI = (
     "import sys; sys.modules['mpi4py'] = sys.modules['horovod'] = None; "
@@ -30,7 +31,7 @@ def _train(args: list[str], **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", WITHOUT_MPI, *args],
         cwd=REPO,
-        env=dict(_env(), **env),
+        env=dict(train_env(), **env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -38,7 +39,7 @@ def _train(args: list[str], **env: str) -> subprocess.CompletedProcess:
 
 
 def test_one_process_trains_without_mpi4py_and_horovod(data, tmp_path):
-    done = _train(_tiny(data, tmp_path / "r.json", "--epochs", "2"))
+    done = _train(tiny_run_args(data, tmp_path / "r.json", "--epochs", "2"))
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["ranks"] == 1 and record["mpi_library_version"] == NO_MPI
@@ -51,7 +52,7 @@ def test_one_process_trains_without_mpi4py_and_horovod(data, tmp_path):
 
 
 def test_a_launchers_second_rank_without_mpi4py_is_refused_in_one_line(data, tmp_path):
-    done = _train(_tiny(data, tmp_path / "r.json"), PMI_SIZE="2")
+    done = _train(tiny_run_args(data, tmp_path / "r.json"), PMI_SIZE="2")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     lines = [ln for ln in done.stderr.splitlines() if "error" in ln]
     assert (

@@ -26,9 +26,10 @@ from gan3d.heartbeat import Heartbeat
 from gan3d.steplosses import StepLosses
 from gan3d.steptimes import PERCENTILES, StepTimes
 from kit.scale import load_results, write_report
-from tests.gan3d_train.test_train_mpi import MPIEXEC, REPO, _env, _horovod_with_mpi
-from tests.helpers import require
 from tests.scale.builders import write_run
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.training import MPIEXEC, horovod_with_mpi, train_env
 
 EPOCHS, STEPS = 2, 3
 BEAT = re.compile(
@@ -81,7 +82,7 @@ def _cmd(data, results_path: Path, ranks: int | None) -> list[str]:
 
 def _run(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        cmd, cwd=REPO, env=env or _env(), capture_output=True, text=True, timeout=400
+        cmd, cwd=REPO, env=env or train_env(), capture_output=True, text=True, timeout=400
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -96,7 +97,7 @@ def one_rank(data, tmp_path_factory):
     proc = _run(
         cmd,
         dict(
-            _env(),
+            train_env(),
             KIT_IMAGE_DIGEST=DIGEST,
             OMPI_MCA_btl="self,vader",
             HOROVOD_CACHE_CAPACITY="1024",
@@ -108,7 +109,7 @@ def one_rank(data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_ranks(data, tmp_path_factory):
     require(MPIEXEC is not None, "MPICH mpiexec (apt-get install mpich)")
-    require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
+    require(horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
     path = tmp_path_factory.mktemp("two") / "r.json"
     cmd = _cmd(data, path, 2)
     proc = _run(cmd)
@@ -342,7 +343,7 @@ def test_a_bad_heartbeat_option_is_one_line(data, tmp_path):
             "0",
         ],
         cwd=REPO,
-        env=_env(),
+        env=train_env(),
         capture_output=True,
         text=True,
         timeout=120,

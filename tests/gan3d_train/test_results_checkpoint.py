@@ -10,6 +10,7 @@ from gan3d import results
 from gan3d.checkpoint import CheckpointError, EpochCheckpoints
 from gan3d.peak import site_peaks
 from kit.site import load_site
+from tests.support.checkpoints import generator_state
 
 
 def test_throughput_is_consistent_with_flop_per_shower():
@@ -117,17 +118,8 @@ def test_results_file_is_written_whole(tmp_path):
     assert results.peak_rss_bytes() > 10 * 2**20
 
 
-def _state():
-    import tensorflow as tf
-
-    from gan3d.model import generator
-
-    gen = generator("tiny")
-    return gen, tf.train.Checkpoint(generator=gen, epoch=tf.Variable(0))
-
-
 def test_checkpoints_keep_the_last_n_and_restore_exactly(tmp_path):
-    gen, state = _state()
+    gen, state = generator_state()
     ckpts = EpochCheckpoints(tmp_path, keep=2)
     assert ckpts.latest() is None
     saved = {}

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gan3d import cpu
-from tests.gan3d_train.test_train_mpi import REPO, _env, train
+from tests.support.paths import REPO
+from tests.support.training import train, train_env
 
 PRECISION = "bf16" if cpu.bf16_support() else "bf16-emulated"
 
@@ -73,7 +74,7 @@ def _dtypes(fields: list[str]) -> dict[str, str]:
 def bf16_runs(data, tmp_path_factory):
     """Two epochs straight (with oneDNN's verbose log), and one epoch + a resumed second."""
     out = tmp_path_factory.mktemp("bf16")
-    env = dict(_env(), ONEDNN_VERBOSE="1")
+    env = dict(train_env(), ONEDNN_VERBOSE="1")
     straight = subprocess.run(
         [sys.executable, "-m", "gan3d", "train", *_args(data, out / "a.json", "--epochs", "2")],
         cwd=REPO,
@@ -176,7 +177,7 @@ def test_bf16_is_refused_on_a_cpu_without_bf16(data, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", probe, *args],
         cwd=REPO,
-        env=_env(),
+        env=train_env(),
         capture_output=True,
         text=True,
         timeout=120,

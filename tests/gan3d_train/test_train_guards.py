@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.gan3d_train.test_train_mpi import train
+from tests.support.training import train
 
 
 def _strict(path: Path) -> dict:
@@ -205,10 +205,10 @@ def test_two_ranks_stop_together_on_nan_losses(data, tmp_path):
     """Both ranks see the NaN (gradients are all-reduced), so the job ends at once, not in a
     hang.
     """
-    from tests.gan3d_train.test_train_mpi import MPIEXEC, _horovod_with_mpi
-    from tests.helpers import require
+    from tests.support.parts import require
+    from tests.support.training import MPIEXEC, horovod_with_mpi
 
-    require(MPIEXEC is not None and _horovod_with_mpi(), "MPICH mpiexec and horovod built with MPI")
+    require(MPIEXEC is not None and horovod_with_mpi(), "MPICH mpiexec and horovod built with MPI")
     results = tmp_path / "r.json"
     proc = train(
         _args(
@@ -255,7 +255,8 @@ def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
     import subprocess
     import sys
 
-    from tests.gan3d_train.test_train_mpi import REPO, _env
+    from tests.support.paths import REPO
+    from tests.support.training import train_env
 
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -283,7 +284,7 @@ def test_a_failed_synthetic_run_leaves_no_temporary_showers(tmp_path):
             "1e30",
         ],
         cwd=REPO,
-        env={**_env(), "TMPDIR": str(temp)},
+        env={**train_env(), "TMPDIR": str(temp)},
         capture_output=True,
         text=True,
         timeout=240,

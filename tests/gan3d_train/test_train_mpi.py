@@ -4,19 +4,15 @@ Nothing is mocked: real MPI processes, Horovod all-reduces, HDF5 files from the 
 """
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
+from tests.support.paths import REPO
+from tests.support.training import tiny_run_args, train, train_env
 
-REPO = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich")
 CONTRACT = [
     "site",
     "image_digest",
@@ -57,72 +53,6 @@ CONTRACT = [
 ]
 
 
-def _horovod_with_mpi() -> bool:
-    probe = "import horovod.tensorflow as h, sys; sys.exit(0 if h.mpi_built() else 1)"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
-
-
-@pytest.fixture(scope="module")
-def parts():
-    require(MPIEXEC is not None, "MPICH mpiexec (apt-get install mpich)")
-    require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from gan3d.simulate import write_files
-
-    return write_files(tmp_path_factory.mktemp("showers"), 3, 64, seed=5)
-
-
-def _env() -> dict:
-    # TMPDIR: the run's own (tests/conftest.py): what a stopped or aborted rank leaves goes with the run
-    env = dict(
-        os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), TMPDIR=tempfile.gettempdir()
-    )
-    for key in [k for k in env if k.startswith(("SLURM_", "OMPI_", "PMI_"))]:
-        del env[key]
-    return env
-
-
-def train(
-    args: list[str],
-    ranks: int | None = None,
-    timeout: int = 240,
-    python_flags: tuple[str, ...] = (),
-) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, *python_flags, "-m", "gan3d", "train", *args]
-    if ranks is not None:
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
-    return subprocess.run(
-        cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout
-    )
-
-
-def _tiny(data, results: Path, *extra: str) -> list[str]:
-    return [
-        "--data",
-        f"{data[0]},{data[1]}",
-        "--validation-data",
-        str(data[2]),
-        "--preset",
-        "tiny",
-        "--batch-size",
-        "4",
-        "--steps-per-epoch",
-        "3",
-        "--validation-steps",
-        "2",
-        "--threads",
-        "1",
-        "--seed",
-        "11",
-        "--results",
-        str(results),
-        *extra,
-    ]
-
-
 @pytest.fixture(scope="module")
 def two_rank_run(parts, tmp_path_factory):
     """`python -m gan3d demo` with the tiny preset: simulate, 2-rank mpiexec training, physics
@@ -149,7 +79,9 @@ def two_rank_run(parts, tmp_path_factory):
         "--results",
         str(out / "r.json"),
     ]
-    env = dict(_env(), COLUMNS="250")  # rich wraps long paths at 80 columns when not on a terminal
+    env = dict(
+        train_env(), COLUMNS="250"
+    )  # rich wraps long paths at 80 columns when not on a terminal
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "r.json").read_text()), out, proc
@@ -247,12 +179,16 @@ def test_results_carry_the_contract_with_plausible_values(two_rank_run):
 
 def test_resume_gives_bit_identical_weights(parts, data, tmp_path):
     """2 ranks: per-rank noise streams and BatchNorm statistics must also continue exactly."""
-    straight = train(_tiny(data, tmp_path / "a.json", "--epochs", "2", "--deterministic"), ranks=2)
+    straight = train(
+        tiny_run_args(data, tmp_path / "a.json", "--epochs", "2", "--deterministic"), ranks=2
+    )
     assert straight.returncode == 0, straight.stderr[-3000:]
     ckpt = ["--checkpoint-dir", str(tmp_path / "ckpt"), "--deterministic"]
-    part1 = train(_tiny(data, tmp_path / "b1.json", "--epochs", "1", *ckpt), ranks=2)
+    part1 = train(tiny_run_args(data, tmp_path / "b1.json", "--epochs", "1", *ckpt), ranks=2)
     assert part1.returncode == 0, part1.stderr[-3000:]
-    part2 = train(_tiny(data, tmp_path / "b2.json", "--epochs", "2", "--resume", *ckpt), ranks=2)
+    part2 = train(
+        tiny_run_args(data, tmp_path / "b2.json", "--epochs", "2", "--resume", *ckpt), ranks=2
+    )
     assert part2.returncode == 0, part2.stderr[-3000:]
     a, b1, b2 = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b1.json", "b2.json"))
     assert b2["start_epoch"] == 1 and "resumed from" in part2.stdout
@@ -266,7 +202,9 @@ def test_resume_gives_bit_identical_weights(parts, data, tmp_path):
 
 def test_impossible_ranks_times_threads_is_refused(parts, data, tmp_path):
     proc = train(
-        _tiny(data, tmp_path / "r.json", "--site", "laptop", "--threads", "2"), ranks=2, timeout=60
+        tiny_run_args(data, tmp_path / "r.json", "--site", "laptop", "--threads", "2"),
+        ranks=2,
+        timeout=60,
     )
     assert proc.returncode != 0
     assert "2 rank(s) per node x --threads 2 = 4 threads" in proc.stderr

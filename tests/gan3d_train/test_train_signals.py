@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.gan3d_train.test_train_mpi import MPIEXEC, REPO, _env, _tiny, data, parts  # noqa: F401 (fixtures)
-from tests.test_interrupt_commands import tagged
+from tests.support.interrupts import tagged
+from tests.support.paths import REPO
+from tests.support.training import MPIEXEC, tiny_run_args, train_env
 
 LIMIT = 300  # seconds: a bound only a hung run reaches
 STATUS = {"SIGINT": 130, "SIGTERM": 143}
@@ -32,7 +33,7 @@ def _signalled(
     if ranks is not None:
         cmd = [MPIEXEC, "-n", str(ranks), *cmd]
     env = dict(
-        _env(),
+        train_env(),
         **{
             tag: "1",
             "KIT_TEST_SIGNAL_AT": f"tempfile.mkstemp|epoch-0002.tmp-|1|{sig}",
@@ -50,7 +51,7 @@ def test_a_stop_during_a_checkpoint_save_leaves_complete_checkpoints_and_resumes
 ):
     ckpt = tmp_path / "ckpt"
     run, tag = _signalled(
-        _tiny(data, tmp_path / "r.json", "--epochs", "2", "--checkpoint-dir", str(ckpt)),
+        tiny_run_args(data, tmp_path / "r.json", "--epochs", "2", "--checkpoint-dir", str(ckpt)),
         sig,
         ranks,
         tmp_path / "fired",
@@ -77,7 +78,7 @@ def test_a_stop_during_a_checkpoint_save_leaves_complete_checkpoints_and_resumes
             "-m",
             "gan3d",
             "train",
-            *_tiny(
+            *tiny_run_args(
                 data,
                 tmp_path / "r.json",
                 "--epochs",
@@ -88,7 +89,7 @@ def test_a_stop_during_a_checkpoint_save_leaves_complete_checkpoints_and_resumes
             ),
         ],
         cwd=REPO,
-        env=_env(),
+        env=train_env(),
         capture_output=True,
         text=True,
         timeout=LIMIT,

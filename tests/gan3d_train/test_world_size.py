@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from gan3d import runtime
-from tests.gan3d_train.test_train_mpi import MPIEXEC, REPO, _env, _tiny
-from tests.helpers import require
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.training import MPIEXEC, tiny_run_args, train_env
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,9 @@ def test_a_singleton_rank_of_a_two_rank_launch_is_refused_in_one_line(data, tmp_
     """
     require(_mpi4py(), "mpi4py (scripts/setup.sh)")
     done = subprocess.run(
-        [sys.executable, "-m", "gan3d", "train", *_tiny(data, tmp_path / "r.json")],
+        [sys.executable, "-m", "gan3d", "train", *tiny_run_args(data, tmp_path / "r.json")],
         cwd=REPO,
-        env=dict(_env(), PMI_SIZE="2", PMI_RANK="1"),
+        env=dict(train_env(), PMI_SIZE="2", PMI_RANK="1"),
         capture_output=True,
         text=True,
         timeout=300,
@@ -65,9 +66,11 @@ def test_ranks_cut_off_from_mpiexec_each_refuse(data, tmp_path):
         "-m",
         "gan3d",
         "train",
-        *_tiny(data, tmp_path / "r.json"),
+        *tiny_run_args(data, tmp_path / "r.json"),
     ]
-    done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        cmd, cwd=REPO, env=train_env(), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = _errors(done.stderr)
     assert len(lines) == 2 and all(

@@ -311,3 +311,50 @@ def layer_blob(root: Path, index: int) -> Path:
     mpath = root / "blobs/sha256" / idx["manifests"][0]["digest"].split(":")[1]
     layer = json.loads(mpath.read_text())["layers"][index]
     return root / "blobs/sha256" / layer["digest"].split(":")[1]
+
+
+RECIPE = """FROM scratch
+ADD rootfs.tar /
+ARG HOSTMPI_TARGET=/nowhere
+ARG HOSTMPI_DIRS=0
+ARG HOSTMPI_LIBDIR=none
+RUN i=0; while [ "$i" -lt "$HOSTMPI_DIRS" ]; do mkdir -p "$HOSTMPI_TARGET/lib$i"; i=$((i+1)); done; \\
+    echo "$HOSTMPI_LIBDIR" > /libdir
+"""
+
+
+def layer(members: list[tuple]) -> bytes:
+    """A layer tar; members are (name, kind, payload, mode) with kind f, d, l (symlink), c (char
+    device).
+    """
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for name, kind, payload, mode in members:
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            info.type = {
+                "f": tarfile.REGTYPE,
+                "d": tarfile.DIRTYPE,
+                "l": tarfile.SYMTYPE,
+                "c": tarfile.CHRTYPE,
+            }[kind]
+            if kind == "l":
+                info.linkname = payload
+            if kind == "f":
+                info.size = len(payload)
+            tf.addfile(info, io.BytesIO(payload) if kind == "f" else None)
+    return buf.getvalue()
+
+
+def busybox_root(*extra: tuple) -> bytes:
+    """A runnable root with no /etc/passwd or /etc/group unless EXTRA adds them."""
+    busybox = Path("/bin/busybox").read_bytes()
+    return layer(
+        [
+            ("bin", "d", None, 0o755),
+            ("bin/busybox", "f", busybox, 0o755),
+            ("bin/sh", "l", "busybox", 0o777),
+            ("etc", "d", None, 0o755),
+            *extra,
+        ]
+    )

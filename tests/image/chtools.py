@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.helpers import require
+from tests.support.parts import require
 
 
 def need(*tools: str) -> None:

@@ -21,28 +21,8 @@ from kit.errors import KitError
 from kit.image import convert
 from kit.image.build import RECIPES, plan_build, recipe_for, run_build, site_build_args
 from kit.site import load_site
-from tests.helpers import require
-from tests.image.builders import busybox_rootfs
-
-RECIPE = """FROM scratch
-ADD rootfs.tar /
-ARG HOSTMPI_TARGET=/nowhere
-ARG HOSTMPI_DIRS=0
-ARG HOSTMPI_LIBDIR=none
-RUN i=0; while [ "$i" -lt "$HOSTMPI_DIRS" ]; do mkdir -p "$HOSTMPI_TARGET/lib$i"; i=$((i+1)); done; \\
-    echo "$HOSTMPI_LIBDIR" > /libdir
-"""
-
-
-@pytest.fixture
-def context(tmp_path):
-    ctx = tmp_path / "ctx"
-    busybox_rootfs(ctx / "rootfs")
-    subprocess.run(
-        ["tar", "-C", str(ctx / "rootfs"), "-cf", str(ctx / "rootfs.tar"), "."], check=True
-    )
-    (ctx / "Dockerfile").write_text(RECIPE)
-    return ctx
+from tests.image.builders import RECIPE
+from tests.support.parts import require
 
 
 def test_the_site_decides_the_build_arguments_and_the_image_carries_them(context, tmp_path):

@@ -14,8 +14,8 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.image import convert
 from kit.image.build import ITEX_LOCK, RECIPES, plan_build, stage_context
-from tests.helpers import require
 from tests.image.builders import busybox_rootfs
+from tests.support.parts import require
 
 RECIPE = """FROM scratch
 ADD rootfs.tar /

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
-from tests.image.test_build import RECIPE, context  # noqa: F401 (fixture)
-from tests.test_interrupt_commands import ROOT, _env, tagged
+from tests.image.builders import RECIPE
+from tests.support.interrupts import signalled_env, tagged
+from tests.support.parts import require
+from tests.support.paths import REPO
 
 LIMIT = 300  # seconds: a bound only a hung build reaches
 NAP = "3517"  # the RUN step's sleep, found by its command line
@@ -66,8 +67,8 @@ def test_a_stopped_build_leaves_no_builder_no_step_and_no_output(
     tag = f"KIT_TEST_RUN_{uuid.uuid4().hex}"
     proc = subprocess.Popen(
         [*argv, "--build-arg", f"NAP={NAP}"],
-        cwd=ROOT,
-        env=_env(**{tag: "1"}),
+        cwd=REPO,
+        env=signalled_env(**{tag: "1"}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -90,6 +91,6 @@ def test_a_stopped_build_leaves_no_builder_no_step_and_no_output(
     )
 
     again = subprocess.run(
-        argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=LIMIT
+        argv, cwd=REPO, env=signalled_env(), capture_output=True, text=True, timeout=LIMIT
     )
     assert again.returncode == 0 and out.is_file(), again.stderr

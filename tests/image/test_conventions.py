@@ -3,59 +3,19 @@ them), an image's own are kept as they are, and `kit image convert` prints a sho
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
-import tarfile
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kit.image import convert
-from tests.image.builders import oci_layout
+from tests.image.builders import busybox_root, oci_layout
 from tests.image.chtools import ch_run
 
 ACCOUNTS = ("etc/passwd", "etc/group")
-
-
-def layer(members: list[tuple]) -> bytes:
-    """A layer tar; members are (name, kind, payload, mode) with kind f, d, l (symlink), c (char
-    device).
-    """
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
-        for name, kind, payload, mode in members:
-            info = tarfile.TarInfo(name)
-            info.mode = mode
-            info.type = {
-                "f": tarfile.REGTYPE,
-                "d": tarfile.DIRTYPE,
-                "l": tarfile.SYMTYPE,
-                "c": tarfile.CHRTYPE,
-            }[kind]
-            if kind == "l":
-                info.linkname = payload
-            if kind == "f":
-                info.size = len(payload)
-            tf.addfile(info, io.BytesIO(payload) if kind == "f" else None)
-    return buf.getvalue()
-
-
-def busybox_root(*extra: tuple) -> bytes:
-    """A runnable root with no /etc/passwd or /etc/group unless EXTRA adds them."""
-    busybox = Path("/bin/busybox").read_bytes()
-    return layer(
-        [
-            ("bin", "d", None, 0o755),
-            ("bin/busybox", "f", busybox, 0o755),
-            ("bin/sh", "l", "busybox", 0o777),
-            ("etc", "d", None, 0o755),
-            *extra,
-        ]
-    )
 
 
 @pytest.mark.system  # ch-run as root (a squashfs needs /dev/fuse)

@@ -292,7 +292,7 @@ def mutate(data: bytes, ops: list[tuple]) -> bytes:
     which=st.sampled_from(["docker.tar", "oci.tar", "rootfs.tar"]),
     ops=st.lists(mutation, min_size=1, max_size=4),
 )
-@example(which="rootfs.tar", ops=[("flip", 1685, 1)])  # a's header checksum: a, h, s were lost
+@example(which="rootfs.tar", ops=[("flip", 1685, 1)])  # a's header checksum: a, h, s kept
 def test_mutated_archives_end_in_success_or_kit_error(seeds, which, ops):
     assume(which in seeds)
     convert_bytes(mutate(seeds[which], ops), which)
@@ -337,7 +337,7 @@ def test_arbitrary_index_json_ends_in_success_or_kit_error(tmp_path_factory, ind
             assert "\n" not in str(exc)
 
 
-# -- the regression corpus -------------------------------------------------------------------
+# -- the kept corpus of archives -------------------------------------------------------------
 
 
 def corpus_files() -> list[Path]:

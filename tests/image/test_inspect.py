@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from kit.mpi.elf import ElfError, open_elf
 from kit.mpi.inspect import inspect_image, mpi_libraries
-from tests.helpers import require
 from tests.image.builders import oci_layout, tar_bytes
+from tests.support.parts import require
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 MPICH = LIBDIR / "libmpich.so.12.2.2"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
+from tests.support.parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from kit.errors import KitError
 from kit.image.flatten import Entry
 from kit.image.writers import DirWriter
 from kit.rootfs import Root, RootError
-from tests.helpers import require
+from tests.support.parts import require
 
 
 def snapshot(path: Path) -> dict[str, tuple[int, int]]:

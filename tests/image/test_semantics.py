@@ -227,8 +227,8 @@ def test_hard_link_sees_the_version_of_its_own_layer(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["img", "img.tar"])
 def test_hard_link_to_a_symlink_elsewhere_stays_inside(tmp_path, fmt):
-    """b/e -> /a becomes b/e -> ../a; a hard link e to it shared that text, and from the
-    image root ../a points out of the image. It is now a symlink of its own: e -> a."""
+    """b/e -> /a becomes b/e -> ../a; a hard link e to it would share that text, and from the
+    image root ../a points out of the image. The conversion makes e a symlink of its own: e -> a."""
     src = oci_layout(
         tmp_path / "src",
         [
@@ -258,7 +258,7 @@ def test_hard_link_to_a_symlink_elsewhere_stays_inside(tmp_path, fmt):
 
 def test_parents_of_removed_members_are_kept_but_not_under_dev(tmp_path):
     """Unpacking layer 0 makes a/ and dev/x/; layer 1 removes only a/b and dev/x/y: a/
-    stays (it was lost), dev/x/ is under /dev, which conversion drops."""
+    stays, dev/x/ is under /dev, which conversion drops."""
     img, _ = flat(
         tmp_path,
         [

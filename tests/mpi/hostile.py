@@ -12,8 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import require
-from tests.mpi.conftest import impi_site_dict
+from kit.mpi.ldcache import NEW_ENTRY, NEW_HEADER, NEW_MAGIC
+from tests.support.hostmpi import impi_site_dict
+from tests.support.parts import require
 
 SYSTEM_MPICH = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.2")
 LIB_DIR = "usr/lib/x86_64-linux-gnu"
@@ -84,3 +85,17 @@ def snapshot(path: Path) -> dict[str, tuple[int, int, int]]:
             st = os.lstat(full)
             out[os.path.relpath(full, path)] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return out
+
+
+# -- ld.so.cache --------------------------------------------------------------------------
+def cache_bytes(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """A glibc ld.so.cache (new format only, as ldconfig writes today) listing ``entries``."""
+    strings, offsets = bytearray(), []
+    table_end = NEW_HEADER.size + len(entries) * NEW_ENTRY.size
+    for key, value in entries:
+        offsets.append((table_end + len(strings), table_end + len(strings) + len(key) + 1))
+        strings += key + b"\0" + value + b"\0"
+    out = bytearray(NEW_HEADER.pack(NEW_MAGIC, len(entries), len(strings), 0, 0))
+    for key_at, value_at in offsets:
+        out += NEW_ENTRY.pack(0x0303, key_at, value_at, 0, 0)
+    return bytes(out + strings)

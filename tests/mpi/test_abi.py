@@ -10,7 +10,7 @@ from kit.mpi.abi import AbiId, decide
 from kit.mpi.elf import elf_facts, open_elf
 from kit.mpi.ldcache import LdCacheError, parse_ld_cache
 from kit.site.probe import ldconfig
-from tests.helpers import require
+from tests.support.parts import require
 
 INTEL = AbiId("intel", "2021.19.0", "libmpi.so.12", "12.0.0")
 MPICH_DEBIAN = AbiId("mpich", "4.0.2", "libmpich.so.12", "12.2.2")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_interrupt_commands import ROOT, _env, tagged
+from tests.support.interrupts import signalled_env, tagged
+from tests.support.paths import REPO
 
 LIMIT = 120  # seconds: a bound only a hung check reaches
 
@@ -40,8 +41,8 @@ def test_a_stopped_check_leaves_no_launcher_or_rank(impi_site, mpich_image, sig,
     argv = [sys.executable, "-m", "kit", "mpi", "check", "--site", str(impi_site), str(mpich_image)]
     proc = subprocess.Popen(
         argv,
-        cwd=ROOT,
-        env=_env(**{tag: "1"}),
+        cwd=REPO,
+        env=signalled_env(**{tag: "1"}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -60,6 +61,6 @@ def test_a_stopped_check_leaves_no_launcher_or_rank(impi_site, mpich_image, sig,
     assert not tagged(tag), "processes of the check outlived it"
 
     again = subprocess.run(
-        argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=LIMIT
+        argv, cwd=REPO, env=signalled_env(), capture_output=True, text=True, timeout=LIMIT
     )
     assert again.returncode == 0, again.stderr

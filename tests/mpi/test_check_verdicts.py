@@ -16,7 +16,7 @@ import yaml
 
 from kit.cli import main
 from kit.mpi import make_pair, run_check
-from tests.mpi.conftest import TARGET
+from tests.support.hostmpi import TARGET
 
 pytestmark = pytest.mark.slow
 HOST_HWLOC = f"{TARGET}/lib0/libhwloc.so.15.6.1"  # the host's libhwloc as the pair binds it

@@ -12,8 +12,8 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.image.convert import convert
 from kit.mpi import convert_paired, make_pair, run_check
-from tests.helpers import require
-from tests.mpi.conftest import TARGET
+from tests.support.hostmpi import TARGET
+from tests.support.parts import require
 
 pytestmark = pytest.mark.slow
 LINK = f"{TARGET}/compat/libmpich.so.12"
@@ -130,7 +130,7 @@ def test_mount_points_outside_mpi_named_dirs_are_found_in_tarballs_and_squashfs(
 ):
     # a site whose bind target has no "mpi" in its path: the pair must still see the mount points
     # (empty directories) inside a tarball or SquashFS image, which are read in part only
-    from tests.mpi.conftest import impi_site_dict
+    from tests.support.hostmpi import impi_site_dict
 
     doc = impi_site_dict(impi_prefix)
     doc["container"]["mpi_target"] = "/opt/host"

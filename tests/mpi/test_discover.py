@@ -9,7 +9,7 @@ import pytest
 from kit.errors import KitError
 from kit.mpi import find_image_mpi, make_pair
 from kit.mpi.imagefs import open_image_tree
-from tests.helpers import require
+from tests.support.parts import require
 
 pytestmark = pytest.mark.slow
 

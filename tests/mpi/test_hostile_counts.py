@@ -10,8 +10,7 @@ import os
 
 from kit.mpi import find_image_mpi, make_pair
 from kit.mpi.discover import MAX_MPI_NAMES
-from tests.mpi.hostile import LIB_DIR, mpich_tree, site_file
-from tests.mpi.test_hostile_parsers import cache_bytes
+from tests.mpi.hostile import LIB_DIR, cache_bytes, mpich_tree, site_file
 
 
 def test_a_cache_listing_the_library_under_hundreds_of_names_is_bounded(tmp_path):

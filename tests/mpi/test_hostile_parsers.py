@@ -18,8 +18,8 @@ from kit.errors import KitError
 from kit.mpi import find_image_mpi
 from kit.mpi.elf import elf_facts, open_elf
 from kit.mpi.ldcache import NEW_ENTRY, NEW_HEADER, NEW_MAGIC, LdCacheError, parse_ld_cache
-from tests.helpers import require
-from tests.mpi.hostile import LIB_DIR, SYSTEM_MPICH, mpich_tree
+from tests.mpi.hostile import LIB_DIR, SYSTEM_MPICH, cache_bytes, mpich_tree
+from tests.support.parts import require
 
 FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -152,20 +152,6 @@ def test_mutated_mpi_library_in_an_image_is_read_or_skipped(tmp_path_factory, fl
         assert (
             any(SYSTEM_MPICH.name in note for note in found.notes) or found.source == "library scan"
         )
-
-
-# -- ld.so.cache --------------------------------------------------------------------------
-def cache_bytes(entries: list[tuple[bytes, bytes]]) -> bytes:
-    """A glibc ld.so.cache (new format only, as ldconfig writes today) listing ``entries``."""
-    strings, offsets = bytearray(), []
-    table_end = NEW_HEADER.size + len(entries) * NEW_ENTRY.size
-    for key, value in entries:
-        offsets.append((table_end + len(strings), table_end + len(strings) + len(key) + 1))
-        strings += key + b"\0" + value + b"\0"
-    out = bytearray(NEW_HEADER.pack(NEW_MAGIC, len(entries), len(strings), 0, 0))
-    for key_at, value_at in offsets:
-        out += NEW_ENTRY.pack(0x0303, key_at, value_at, 0, 0)
-    return bytes(out + strings)
 
 
 NAMES = st.one_of(

@@ -17,7 +17,7 @@ from kit.errors import KitError
 from kit.mpi import launch
 from kit.mpi.check import _no_report, launcher_command
 from kit.site.load import load_site
-from tests.mpi.conftest import impi_site_dict
+from tests.support.hostmpi import impi_site_dict
 
 
 def _site(

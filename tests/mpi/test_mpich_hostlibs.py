@@ -11,7 +11,7 @@ from kit.mpi import make_pair, run_check
 from kit.mpi.hostlibs import image_sonames, shadowed
 from kit.mpi.runtimes import MPICH, OPENMPI
 from kit.rootfs import Root
-from tests.mpi.conftest import SYSTEM, TARGET
+from tests.support.hostmpi import SYSTEM, TARGET
 
 pytestmark = pytest.mark.slow
 IMAGE_LIBC = (

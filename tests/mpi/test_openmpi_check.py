@@ -11,8 +11,8 @@ import yaml
 from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import make_pair, run_check
-from tests.helpers import require
-from tests.mpi.conftest import TARGET, openmpi_site_dict
+from tests.support.hostmpi import TARGET, openmpi_site_dict
+from tests.support.parts import require
 
 pytestmark = pytest.mark.slow
 COMPONENTS = f"{TARGET}/ompi-components/"

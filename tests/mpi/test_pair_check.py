@@ -12,8 +12,9 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.image_names import pair_path
 from kit.mpi import make_pair, prepare_image_dir, run_check, write_pair
-from tests.helpers import require, stale_join_group
-from tests.mpi.conftest import TARGET
+from tests.support.chrun_join import stale_join_group
+from tests.support.hostmpi import TARGET
+from tests.support.parts import require
 
 pytestmark = pytest.mark.slow
 

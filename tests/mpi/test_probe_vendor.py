@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kit.site.probe import probe_mpi
-from tests.helpers import require
+from tests.support.parts import require
 
 SYSTEM_PATH = "/usr/sbin:/sbin"  # ldconfig, and nothing that names an MPI
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require
-from tests.mpi.conftest import SYSTEM, TARGET, impi_site_dict
+from tests.support.hostmpi import SYSTEM, TARGET, impi_site_dict
+from tests.support.parts import require
 from tests.support.udocker import USER, write_shim
 
 pytestmark = pytest.mark.system

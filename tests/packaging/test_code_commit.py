@@ -13,8 +13,9 @@ import zipfile
 import pytest
 
 from kit.code_commit import RECORD, source_commit
-from tests.helpers import require
-from tests.packaging.conftest import REPO, outside_env, run
+from tests.support.installs import outside_env, run
+from tests.support.parts import require
+from tests.support.paths import REPO
 
 
 def _package(tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.packaging.conftest import outside_env, run
+from tests.support.installs import outside_env, run
 
 OPTIONAL = (
     "matplotlib",
@@ -67,7 +67,7 @@ def test_a_command_without_its_extra_names_the_extra_in_one_line(args, extra, tm
 
 
 def test_scale_report_without_matplotlib_names_report(tmp_path):
-    from tests.packaging.test_offline_install import results_json
+    from tests.support.installs import results_json
 
     result = results_json(tmp_path / "n1.json", 1, 100.0)
     code, out, err = kit(

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.packaging.conftest import REPO, outside_env
-from tests.packaging.test_wheelhouse_output import fake_wheel
+from tests.support.installs import fake_wheel, outside_env
+from tests.support.paths import REPO
 
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]
 THIS_PYTHON = "{}.{}".format(*sys.version_info[:2])

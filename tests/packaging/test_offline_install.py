@@ -6,7 +6,6 @@ unprivileged user on the system Python with `make wheelhouse`'s defaults (manyli
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
-from tests.packaging.conftest import (
-    REPO,
+from tests.support.installs import (
     build_wheelhouse,
     floor_python,
     machine_platform,
     outside_env,
+    results_json,
     run,
 )
+from tests.support.parts import require
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 NOBODY = 65534
@@ -51,33 +51,6 @@ def public_dir():
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def results_json(path: Path, nodes: int, seconds: float) -> Path:
-    """A run result as gan3d train writes it (the keys kit scale report reads)."""
-    peak = nodes * 2 * 1.7e12
-    path.write_text(
-        json.dumps(
-            {
-                "schema": "gan3d-run/1",
-                "site": "supermuc-ng",
-                "mpi_library_version": "Intel(R) MPI Library 2019",
-                "nodes": nodes,
-                "ranks": 4 * nodes,
-                "ranks_per_node": 4,
-                "threads_per_rank": 12,
-                "batch_per_rank": 8,
-                "global_batch": 32 * nodes,
-                "epoch_times": [seconds * 1.3, seconds],
-                "full_epoch_seconds_estimate": seconds,
-                "showers_per_second": 2e5 / seconds,
-                "flop_per_second": 2.7e12 * nodes,
-                "peak_flop_per_second_theoretical": peak,
-                "percent_of_peak_theoretical": 100 * 2.7e12 * nodes / peak,
-            }
-        )
-    )
-    return path
 
 
 def in_netns(netns: str, cmd: list[str], cwd: Path, env: dict[str, str], user: int | None = None):

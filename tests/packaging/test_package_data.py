@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import REPO, outside_env, run
+from tests.support.installs import outside_env, run
+from tests.support.paths import REPO
 
 SHIPPED = (
     "site-configs",

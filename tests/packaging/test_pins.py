@@ -14,7 +14,8 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.packaging.conftest import REPO, outside_env, run
+from tests.support.installs import outside_env, run
+from tests.support.paths import REPO
 
 PINS = [sys.executable, str(REPO / "kit" / "pins.py")]
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")

@@ -12,7 +12,7 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.packaging.conftest import REPO
+from tests.support.paths import REPO
 
 ENV = {
     "python_version": "3.11",

@@ -9,7 +9,7 @@ import sys
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.packaging.conftest import REPO
+from tests.support.paths import REPO
 
 sys.path.insert(0, str(REPO / "kit"))
 import pins  # noqa: E402  (a script beside the package: stdlib only, run before anything is installed)

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from tests.packaging.conftest import REPO, floor_python, run
+from tests.support.installs import floor_python, run
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,9 @@ import zipfile
 from pathlib import Path
 
 from kit.code_commit import RECORD
-from tests.helpers import require
-from tests.packaging.conftest import REPO, outside_env, run
+from tests.support.installs import outside_env, run
+from tests.support.parts import require
+from tests.support.paths import REPO
 
 
 def _git(*args: str) -> str:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from packaging.markers import Marker
 
 from kit import markers, pins, wheelcheck
-from tests.packaging.conftest import CACHE, REPO, require_pypi, run
+from tests.support.installs import CACHE, require_pypi, run
+from tests.support.paths import REPO
 
 HASH = "--hash=sha256:" + "0" * 64
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import shutil
 import sys
-import zipfile
-from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import REPO, outside_env, run
+from tests.support.installs import fake_wheel, outside_env, run
+from tests.support.paths import REPO
 
 
 def test_an_out_dir_the_script_did_not_make_is_left_alone(tmp_path):
@@ -42,29 +40,6 @@ def test_bad_extras_or_platform_are_refused_before_any_download(tmp_path):
             done.stderr
         )
         assert not any(tmp_path.iterdir())
-
-
-def fake_wheel(directory: Path, name: str, init: str, package: str = "tensorflow") -> Path:
-    """A pure-Python wheel of `name` 2.15.1 whose only module file is PACKAGE/__init__.py: for
-    tensorflow, the layout TensorFlow's full and CPU builds share (the real ones are ~200 MB each)."""
-    dist, version = name.replace("-", "_"), "2.15.1"
-    info = f"{dist}-{version}.dist-info"
-    files = {
-        f"{package}/__init__.py": init.encode(),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-        f"{len(data)}"
-        for path, data in files.items()
-    ] + [f"{info}/RECORD,,"]
-    path = directory / f"{dist}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as whl:
-        for name_in_zip, data in files.items():
-            whl.writestr(name_in_zip, data)
-        whl.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return path
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 
 from kit.cli import main
 from kit.scale import load_results
-from tests.helpers import require
+from tests.support.parts import require
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
-from tests.helpers import require
+from tests.support.parts import require
 
 RUN = "n4-r4-t12"
 

@@ -24,8 +24,8 @@ from kit.errors import KitError
 from kit.scale import tune
 from kit.scale.plan import load_plan
 from kit.site import load_site
-from tests.helpers import require
-from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.support.parts import require
+from tests.support.sites import slurm_site_dict, write_site
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WAIT = 420  # seconds for the Slurm tune's two jobs (TensorFlow start-up included, two shared cores)

@@ -11,7 +11,7 @@ import pytest
 from kit.atomic import atomic_open
 from kit.cli import main
 from kit.site import load_site
-from tests.helpers import require
+from tests.support.parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import yaml
 from kit.cli import main
 from kit.site import SiteError, load_site
 from kit.site.model import Udocker
-from tests.helpers import require
+from tests.support.parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 LAPTOP = yaml.safe_load((REPO / "site-configs" / "laptop.yaml").read_text())

@@ -17,34 +17,22 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.mpi import convert_paired
 from kit.scale import sweep_jobs
-from kit.scale.plan import load_plan, make_plan, write_plan
+from kit.scale.plan import load_plan
 from kit.slurm.ledger import read_jobs
-from tests.helpers import require
-from tests.slurm.conftest import REPO, tiny_train_args, write_site
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.sites import write_site
+from tests.support.sweeps import plan_sweep
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 420  # seconds: two tiny trainings sharing two cores, TensorFlow start-up included
 
 
-def _plan(site, sweep: Path, train_args, **kw) -> Path:
-    plan = make_plan(
-        site,
-        [1],
-        kw.pop("ranks_per_node", [1, 2]),
-        kw.pop("threads", None),
-        "00:10:00",
-        python=sys.executable,
-        train_args=train_args,
-        **kw,
-    )
-    write_plan(plan, sweep)
-    return sweep
-
-
 def test_sweep_is_submitted_once_collected_and_reported(
     slurm, slurm_site, showers, tmp_path, capsys
 ):
-    sweep = _plan(
+    sweep = plan_sweep(
         slurm_site, tmp_path / "sweep", tiny_train_args(showers), ranks_per_node=[1, 2, 4]
     )
     plan = load_plan(sweep)
@@ -97,7 +85,7 @@ def test_a_failed_job_is_named_with_the_end_of_its_log(
     slurm, slurm_site, showers, tmp_path, capsys
 ):
     missing = tmp_path / "no-such-showers.h5"
-    sweep = _plan(
+    sweep = plan_sweep(
         slurm_site,
         tmp_path / "sweep",
         ("--data", str(missing), "--validation-data", str(showers[2]), "--preset", "tiny"),
@@ -185,7 +173,7 @@ def test_containerized_job_runs_horovod_on_the_host_intel_mpi(
     (images / "gan3d.current").symlink_to("gan3d.sqfs")  # what `kit transfer push --install` leaves
     data = [shutil.copy(f, work / f.name) for f in showers]
 
-    sweep = _plan(
+    sweep = plan_sweep(
         site_path,
         work / "sweep",
         tiny_train_args([Path(p) for p in data]),
@@ -217,7 +205,7 @@ def test_cancel_stops_the_queued_and_running_jobs_of_a_plan(
     slurm, slurm_site, showers, tmp_path, capsys
 ):
     long = tiny_train_args(showers) + ("--epochs", "500")  # the later --epochs wins: hours of work
-    sweep = _plan(slurm_site, tmp_path / "sweep", long, ranks_per_node=[1, 2])
+    sweep = plan_sweep(slurm_site, tmp_path / "sweep", long, ranks_per_node=[1, 2])
     jobs = {s.run_id: s.job for s in sweep_jobs.submit(sweep)}
     assert main(["scale", "cancel", str(sweep), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("would cancel") == 2
@@ -243,7 +231,7 @@ def test_a_run_held_in_the_queue_is_shown_with_its_reason_and_waiting_stops(
             ["scontrol", *args], check=True, capture_output=True
         )  # SLURM_CONF: the fixture
 
-    sweep = _plan(slurm_site, tmp_path / "sweep", tiny_train_args(showers), ranks_per_node=[2])
+    sweep = plan_sweep(slurm_site, tmp_path / "sweep", tiny_train_args(showers), ranks_per_node=[2])
     scontrol(
         "update", f"NodeName={slurm.node}", "State=DRAIN", "Reason=kit-test"
     )  # nothing may start yet

@@ -21,10 +21,13 @@ from kit.cli import main
 from kit.scale import sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.study import ledger
-from tests.helpers import require, stale_join_group
-from tests.slurm.conftest import REPO, paired_container_site, tiny_train_args
-from tests.study.conftest import study_yaml
+from tests.support.chrun_join import stale_join_group
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.sites import paired_container_site
 from tests.support.slurm import slurm_available, start_slurm
+from tests.support.studies import study_yaml
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 600  # seconds: a tiny training and its validation
@@ -34,7 +37,7 @@ WAIT = 600  # seconds: a tiny training and its validation
 def container_site(
     mpich_system_oci, showers, tmp_path, monkeypatch
 ) -> tuple[Path, Path, list[Path]]:
-    """(site, installed image, showers): tests/slurm/conftest.py's paired_container_site."""
+    """(site, installed image, showers): tests/support/sites.py's paired_container_site."""
     require(
         slurm_available(), "Slurm daemons or munge not installed, or not root (scripts/setup.sh)"
     )

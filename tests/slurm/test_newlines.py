@@ -12,7 +12,7 @@ import yaml
 from kit.errors import KitError
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render
-from tests.slurm.conftest import slurm_site_dict
+from tests.support.sites import slurm_site_dict
 
 BREAKS = ("\n", "\n#SBATCH --uid=0", "\r", "\u2028", "\x85")
 

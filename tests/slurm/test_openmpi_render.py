@@ -14,8 +14,8 @@ from kit.mpi import convert_paired
 from kit.mpi.pair_reader import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render
-from tests.helpers import join_tags
-from tests.mpi.conftest import OPENMPI_IMAGE_PACKAGES, TARGET
+from tests.support.chrun_join import join_tags
+from tests.support.hostmpi import OPENMPI_IMAGE_PACKAGES, TARGET
 from tests.support.rootfs import debian_rootfs_tar
 
 SITE = load_site("openmpi-cluster")

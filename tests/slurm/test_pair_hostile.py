@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kit.cli import main
-from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.support.sites import slurm_site_dict, write_site
 
 GOOD = {
     "kit_pair": 1,

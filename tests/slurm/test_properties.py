@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from kit.cli import main
 from tests.site.hostile_yaml import INJECTIONS, hostile_text, mutated_site
-from tests.slurm.conftest import slurm_site_dict
+from tests.support.sites import slurm_site_dict
 
 BASE = slurm_site_dict("prop")
 BASE["scheduler"].update(account="pr1", constraint="skx")

@@ -14,7 +14,7 @@ from kit.cli import main
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run
 from kit.slurm.submit import DRY_RUN, HAS_RESULT, WRITTEN, submit_runs
-from tests.slurm.conftest import slurm_site_dict, write_site
+from tests.support.sites import slurm_site_dict, write_site
 
 # What may lie at RUN's result path, and whether it counts as the run's result.
 RESULTS = {

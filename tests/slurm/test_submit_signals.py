@@ -11,9 +11,10 @@ import uuid
 import pytest
 
 from kit.slurm.ledger import read_jobs
-from tests.slurm.conftest import tiny_train_args
-from tests.slurm.test_jobs import _plan
-from tests.test_interrupt_commands import ROOT, _env
+from tests.support.interrupts import signalled_env
+from tests.support.paths import REPO
+from tests.support.sweeps import plan_sweep
+from tests.support.training import tiny_train_args
 
 LIMIT = 120  # seconds: a bound only a hung command reaches
 
@@ -36,16 +37,16 @@ def test_a_stop_after_sbatch_still_records_the_job_and_the_next_submit_queues_no
         "--epochs",
         "500",
     )  # stays queued or running while the test looks
-    sweep = _plan(slurm_site, tmp_path / "sweep", long, ranks_per_node=[1])
+    sweep = plan_sweep(slurm_site, tmp_path / "sweep", long, ranks_per_node=[1])
     tag = f"KIT_TEST_RUN_{uuid.uuid4().hex}"
     try:
         run = subprocess.run(
             [sys.executable, "-m", "tests.support.signal_at", "kit", "scale", "submit", str(sweep)],
-            cwd=ROOT,
+            cwd=REPO,
             capture_output=True,
             text=True,
             timeout=LIMIT,
-            env=_env(
+            env=signalled_env(
                 **{
                     tag: "1",
                     "KIT_TEST_SIGNAL_AT": f"tempfile.mkstemp|jobs.yaml|1|{sig}",
@@ -61,11 +62,11 @@ def test_a_stop_after_sbatch_still_records_the_job_and_the_next_submit_queues_no
         assert read_jobs(sweep) and [e["job"] for e in read_jobs(sweep)["n1-r1-t2"]] == [job]
         again = subprocess.run(
             [sys.executable, "-m", "kit", "scale", "submit", str(sweep)],
-            cwd=ROOT,
+            cwd=REPO,
             capture_output=True,
             text=True,
             timeout=LIMIT,
-            env=_env(),
+            env=signalled_env(),
         )
         assert again.returncode == 0, again.stderr
         assert _queued(sweep) == [job], "the run was queued twice"

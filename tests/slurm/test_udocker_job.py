@@ -1,6 +1,6 @@
 """A tiny 2-rank gan3d train submitted with `kit slurm submit` to this machine's one-node Slurm, each
 rank in `udocker run` (Debian's proot through the kit's wrapper) on the MPICH test image with the
-host's MPICH bound in, the venv's Python and this checkout bound in as tests/slurm/conftest.py's
+host's MPICH bound in, the venv's Python and this checkout bound in as tests/support/sites.py's
 paired_container_site does. Slurm runs the job as root here, so the site allows udocker root."""
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import yaml
 from kit.cli import main
 from kit.mpi import convert_paired
 from kit.slurm.jobs import is_active, job_states
-from tests.helpers import require
-from tests.slurm.conftest import REPO, slurm_site_dict, tiny_train_args, write_site
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 900  # seconds: TensorFlow starting under proot, then 2 epochs of 3 steps

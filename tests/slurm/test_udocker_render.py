@@ -15,8 +15,9 @@ from kit.mpi import convert_paired
 from kit.mpi.pair_reader import read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, render, write_run
-from tests.mpi.conftest import TARGET
-from tests.slurm.conftest import slurm_site_dict, tiny_train_args, write_site
+from tests.support.hostmpi import TARGET
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.training import tiny_train_args
 
 
 @pytest.fixture(scope="module")

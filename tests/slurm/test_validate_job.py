@@ -18,7 +18,7 @@ from kit.cli import main
 from kit.scale import load_results, sweep_jobs
 from kit.scale.plan import make_plan, write_plan
 from kit.slurm import RunFiles
-from tests.slurm.conftest import tiny_train_args
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = 600  # seconds: two tiny trainings and their validations, one after the other on two cores
@@ -126,7 +126,8 @@ def test_a_container_run_is_validated_inside_the_same_container(
     tests/scale/test_container_pair.py does; validation goes the same way."""
     import yaml
 
-    from tests.slurm.conftest import REPO, paired_container_site
+    from tests.support.paths import REPO
+    from tests.support.sites import paired_container_site
 
     site, image, data = paired_container_site(tmp_path, mpich_system_oci, showers)
     work = data[0].parent

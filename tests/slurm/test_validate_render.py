@@ -16,8 +16,9 @@ from kit.mpi.pair_reader import read_pair_file
 from kit.scale.plan import load_plan, make_plan, write_plan
 from kit.site import load_site
 from kit.slurm import RunFiles, check_run, render
-from tests.helpers import join_tags
-from tests.slurm.conftest import slurm_site_dict, tiny_train_args, write_site
+from tests.support.chrun_join import join_tags
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.training import tiny_train_args
 
 
 def _steps(script: str) -> tuple[list[str], list[str]]:

@@ -21,7 +21,7 @@ from kit.study.evaluate import (
     validation_data,
 )
 from kit.study.spec import load_study
-from tests.study.conftest import study_yaml
+from tests.support.studies import study_yaml
 
 PARSER = build_parser()  # gan3d train's own: the words are read back as the job will read them
 

@@ -2,7 +2,7 @@
 ledger's header and records edited between two commands, results files with absurd objectives, study
 paths of odd characters, and links swapped in for what the study made (its report directory, an
 evaluation's directory or log). Each ends in one line (exit 1) or goes on; never an internal error
-(exit 70), never a study that can no longer go on, and nothing outside the study is written.
+(exit 70), never a study that cannot go on, and nothing outside the study is written.
 
 Evaluations are real `kit study run` evaluations (kit.study.evalproc processes, locks, logs) whose
 command writes a chosen results file instead of training (tests/study/fakes.py)."""

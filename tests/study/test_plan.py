@@ -15,11 +15,8 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import ledger
 from kit.study.studydir import SPEC_NAME, plan_study
-
-# fixture: an MPICH image for a site whose MPICH is the system one
-from tests.mpi.conftest import mpich_system_oci  # noqa: F401
-from tests.slurm.conftest import slurm_site_dict, write_site
-from tests.study.conftest import study_yaml
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.studies import study_yaml
 
 PARAMS = {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
 
@@ -220,7 +217,7 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     from kit.study.evaluate import eval_run
     from kit.study.pilot import inside_commands, render_pilot
     from kit.study.spec import load_study
-    from tests.helpers import join_tags
+    from tests.support.chrun_join import join_tags
 
     work = tmp_path / "work"
     work.mkdir()

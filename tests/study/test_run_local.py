@@ -26,8 +26,8 @@ from kit.cli import main
 from kit.errors import KitError
 from kit.study import evalproc, ledger
 from kit.study.run import run_study
-from tests.helpers import require
-from tests.study.conftest import PNG_MAGIC, in_flight_over_time, study_yaml
+from tests.support.parts import require
+from tests.support.studies import PNG_MAGIC, in_flight_over_time, study_yaml
 
 WAIT = 900  # seconds for a whole study on two shared, loaded cores
 

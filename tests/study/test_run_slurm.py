@@ -20,11 +20,9 @@ from kit.cli import main
 from kit.slurm.jobs import is_active, job_states
 from kit.study import ledger
 from kit.study.run import run_study
-
-# fixture: an MPICH image for a site whose MPICH is the system one
-from tests.mpi.conftest import mpich_system_oci  # noqa: F401
-from tests.slurm.conftest import REPO, slurm_site_dict, write_site
-from tests.study.conftest import PNG_MAGIC, in_flight_over_time, study_yaml
+from tests.support.paths import REPO
+from tests.support.sites import slurm_site_dict, write_site
+from tests.support.studies import PNG_MAGIC, in_flight_over_time, study_yaml
 
 WAIT = 900
 
@@ -292,7 +290,7 @@ def test_pilot_runs_each_evaluation_in_the_image_through_the_pair(
     MPICH bound in (the pair), as a batch script's; the venv's Python and this checkout are bound in
     (PYTHONPATH reaches the ranks through sbatch and ch-run), as tests/slurm/test_validate_job.py does.
     Two evaluations side by side in one allocation, each its own ch-run peer group."""
-    from tests.slurm.conftest import paired_container_site
+    from tests.support.sites import paired_container_site
 
     site, image, data = paired_container_site(tmp_path, mpich_system_oci, showers)
     work = data[0].parent

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers import free_port
+from tests.support.ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sinfo")
 

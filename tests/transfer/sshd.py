@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import free_port
+from tests.support.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 

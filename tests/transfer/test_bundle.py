@@ -10,21 +10,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import bundle, verify_bundle
-from tests.transfer.conftest import busybox_image, cached_bytes, random_image
-
-
-def checkers(bundle_dir, repo):
-    """Run all three checkers; return {name: (exit code, output)}."""
-    runs = {
-        "kit": [sys.executable, "-m", "kit", "transfer", "verify", str(bundle_dir)],
-        "sh": ["sh", str(bundle_dir / "verify.sh")],
-        "py": ["python3", str(bundle_dir / "verify.py")],
-    }
-    out = {}
-    for name, cmd in runs.items():
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=repo)
-        out[name] = (res.returncode, res.stdout + res.stderr)
-    return out
+from tests.support.transfer import busybox_image, cached_bytes, checkers, random_image
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from kit.errors import KitError
 from kit.transfer import bundle, verify_bundle
-from tests.transfer.conftest import random_image
-from tests.transfer.test_bundle import checkers
+from tests.support.transfer import checkers, random_image
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "bundle"
 

@@ -20,7 +20,7 @@ from kit.transfer import bundle, installed_versions, push, verify_bundle
 from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.push import _read_pair
-from tests.transfer.conftest import random_image
+from tests.support.transfer import random_image
 from tests.transfer.sshd import start_sshd
 
 BOUND = 60  # s: a reader that blocks is stopped here (and the test fails); nothing is timed
@@ -248,9 +248,7 @@ def test_fuzzed_manifests_give_a_report_or_a_clean_error(made, content):
 
 
 def test_the_regression_corpus_of_manifests(made):
-    """Every file under tests/corpus/transfer/manifest-* once broke a reader: now each is
-    refused.
-    """
+    """Every file under tests/corpus/transfer/manifest-* (hostile manifests, kept) is refused."""
     cases = sorted(CORPUS.glob("manifest-*"))
     assert cases
     for case in cases:

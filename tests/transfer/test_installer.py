@@ -5,7 +5,6 @@ FIFO for an image, and an image directory with other people's names in it."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import shutil
@@ -21,38 +20,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kit.transfer import push, remote_script
-from tests.transfer.conftest import busybox_image, ch_run, have_charliecloud
-from tests.transfer.test_receiver import SCRIPT
+from tests.support.installer import install_argv, sha12
+from tests.support.transfer import (
+    busybox_image,
+    ch_run,
+    have_charliecloud,
+    kit_leftovers,
+    live_processes,
+)
 
 MiB = 1 << 20
 BOUND = 300  # s: an installer that blocks is stopped here (and the test fails); nothing is timed
-
-
-def sha12(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-
-
-def install_argv(
-    src: Path,
-    images: Path,
-    *extra: str,
-    keep: str = "2",
-    fmt: str = "dir",
-    version: str | None = None,
-) -> list[str]:
-    return [
-        sys.executable,
-        str(SCRIPT),
-        "install",
-        str(src),
-        str(images),
-        "bb",
-        version or sha12(src),
-        keep,
-        "0",
-        fmt,
-        *extra,
-    ]
 
 
 def run_install(src: Path, images: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
@@ -70,10 +48,6 @@ def wait_until(condition, proc: subprocess.Popen) -> bool:
     return True
 
 
-def kit_leftovers(images: Path) -> list[str]:
-    return sorted(p.name for p in images.iterdir() if p.name.startswith("."))
-
-
 def busy_work_dir(images: Path, prefix: str) -> bool:
     """Has an install begun writing into its temp dir (ch-convert is running)?"""
     try:
@@ -82,20 +56,6 @@ def busy_work_dir(images: Path, prefix: str) -> bool:
         )
     except FileNotFoundError:  # it was renamed or removed while being looked at
         return False
-
-
-def live_processes(text: str) -> list[str]:
-    """Command lines holding `text` of processes that are not zombies."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            state = (proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if text in cmdline and state not in (b"Z", b"X"):
-            found.append(cmdline)
-    return found
 
 
 def slow_image(path: Path, label: bytes) -> Path:

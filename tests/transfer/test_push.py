@@ -12,7 +12,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import (
+from tests.support.transfer import (
     busybox_image,
     ch_run,
     direct_io_works,
@@ -112,7 +112,7 @@ def test_corrupted_byte_in_partial_is_resent(sshd, user_home, make_site, tmp_pat
 @pytest.fixture
 def small_fs(tmp_path):
     """An 8 MiB tmpfs: a remote filesystem that really runs out of space."""
-    from tests.helpers import require
+    from tests.support.parts import require
 
     mnt = tmp_path / "small"
     mnt.mkdir()

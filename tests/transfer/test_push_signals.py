@@ -12,8 +12,9 @@ import uuid
 
 import pytest
 
-from tests.test_interrupt_commands import ROOT, _env, tagged
-from tests.transfer.conftest import random_image
+from tests.support.interrupts import signalled_env, tagged
+from tests.support.paths import REPO
+from tests.support.transfer import random_image
 
 MiB = 1 << 20
 LIMIT = 300  # seconds: a bound only a hung run reaches
@@ -36,11 +37,11 @@ def test_a_stopped_push_leaves_no_ssh_behind_and_the_next_resumes(
     tag, fired = f"KIT_TEST_RUN_{uuid.uuid4().hex}", tmp_path / "fired"
     run = subprocess.run(
         [sys.executable, "-m", "tests.support.signal_at", *argv],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=LIMIT,
-        env=_env(
+        env=signalled_env(
             **{
                 tag: "1",
                 "KIT_TEST_SIGNAL_AT": f"{moment}|{sig}",
@@ -60,11 +61,11 @@ def test_a_stopped_push_leaves_no_ssh_behind_and_the_next_resumes(
 
     again = subprocess.run(
         [sys.executable, "-m", *argv],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=LIMIT,
-        env=_env(),
+        env=signalled_env(),
     )
     assert again.returncode == 0, again.stderr
     assert (

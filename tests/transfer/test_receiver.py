@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
-from tests.transfer.conftest import cached_bytes, direct_io_works
+from tests.support.parts import require
+from tests.support.receiver import SCRIPT
+from tests.support.transfer import cached_bytes, direct_io_works
 
-SCRIPT = Path(__file__).resolve().parents[2] / "kit" / "transfer" / "remote_script.py"
 MiB = 1 << 20
 
 

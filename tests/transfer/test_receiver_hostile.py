@@ -4,29 +4,24 @@ local pipes exactly as sshd drives it (see test_receiver.receive)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.transfer.test_receiver import SCRIPT
+from tests.support.receiver import (
+    BOUND,
+    DATA,
+    one_error_line,
+    probe_argv,
+    receive_argv,
+    stdin_for,
+)
 
-MiB = 1 << 20
 EXIT_REFUSED = 8
-DATA = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4 bytes: two chunks of 1 MiB
-BOUND = 60  # s: a receiver that blocks is stopped here (and the test fails), no timing is asserted
-
-
-def one_error_line(stderr: bytes) -> str:
-    lines = stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("KIT-ERROR "), stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -119,28 +114,3 @@ def test_garbage_state_file_means_a_fresh_upload(tmp_path_factory, state):
     assert res.returncode == 0, res.stderr
     assert (up / "img.tar.gz").read_bytes() == DATA
     assert sorted(p.name for p in up.iterdir()) == ["img.tar.gz"]
-
-
-def receive_argv(directory: Path, chunk: int = MiB) -> list[str]:
-    sha = hashlib.sha256(DATA).hexdigest()
-    return [
-        sys.executable,
-        str(SCRIPT),
-        "push",
-        str(directory),
-        "img.tar.gz",
-        str(len(DATA)),
-        sha,
-        str(chunk),
-        "0",
-    ]
-
-
-def probe_argv(directory: Path) -> list[str]:
-    argv = receive_argv(directory)[:-1]  # no DIRECT flag
-    argv[argv.index("push")] = "probe"
-    return argv
-
-
-def stdin_for(data: bytes) -> bytes:
-    return b"KEEP \n" + data + f"COMMIT {hashlib.sha256(data).hexdigest()}\n".encode()

@@ -11,7 +11,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push, rollback
-from tests.transfer.conftest import random_image
+from tests.support.transfer import random_image
 
 MiB = 1 << 20
 

@@ -12,7 +12,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import busybox_image, ch_run, have_charliecloud, random_image
+from tests.support.transfer import busybox_image, ch_run, have_charliecloud, random_image
 
 MiB = 1 << 20
 NOBODY = 65534

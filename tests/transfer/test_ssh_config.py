@@ -54,7 +54,7 @@ def test_unreachable_host_is_a_clear_error(tmp_path):
 
     from kit.errors import KitError
     from kit.transfer.ssh import connect
-    from tests.helpers import free_port
+    from tests.support.ports import free_port
 
     port = free_port()  # nothing listens there
     ep = resolve("127.0.0.1", port=port, ssh_config=tmp_path / "missing")

@@ -13,7 +13,7 @@ import yaml
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import random_image
+from tests.support.transfer import random_image
 
 MiB = 1 << 20
 

@@ -22,10 +22,9 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.helpers import require
-from tests.transfer.conftest import busybox_image, random_image
+from tests.support.parts import require
+from tests.support.transfer import busybox_image, kit_leftovers, live_processes, random_image
 from tests.transfer.sshd import Sshd, start_sshd
-from tests.transfer.test_installer import kit_leftovers, live_processes
 
 pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
 

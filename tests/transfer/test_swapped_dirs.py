@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.transfer.test_receiver import SCRIPT
-from tests.transfer.test_receiver_hostile import (
+from tests.support.receiver import (
     BOUND,
     DATA,
+    SCRIPT,
     one_error_line,
     probe_argv,
     receive_argv,

@@ -18,9 +18,9 @@ import yaml
 
 from kit.errors import KitError
 from kit.transfer import push
-from tests.transfer.conftest import ALIAS, busybox_image, random_image, write_sha256
+from tests.support.installer import install_argv, sha12
+from tests.support.transfer import ALIAS, busybox_image, random_image, write_sha256
 from tests.transfer.sshd import start_sshd
-from tests.transfer.test_installer import install_argv, sha12
 
 pytestmark = pytest.mark.system  # an sshd of its own: root
 BOUND = 300
@@ -196,7 +196,7 @@ def test_the_unpack_needs_only_python_3_6():
     """The remote side runs on a site's stock python3 (>= 3.6)."""
     import ast
 
-    from tests.transfer.test_receiver import SCRIPT
+    from tests.support.receiver import SCRIPT
 
     ast.parse(SCRIPT.read_text(), feature_version=(3, 6))
     assert sys.version_info >= (3, 6)

@@ -10,7 +10,7 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import installed_versions, push, rollback
-from tests.transfer.conftest import busybox_image, ch_run, have_charliecloud
+from tests.support.transfer import busybox_image, ch_run, have_charliecloud
 
 
 def test_rollback_walks_back_through_the_kept_versions(sshd, user_home, make_site, tmp_path):

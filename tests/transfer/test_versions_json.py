@@ -8,7 +8,7 @@ import json
 
 from kit.cli import main
 from kit.transfer import installed_versions, push
-from tests.transfer.conftest import busybox_image, have_charliecloud
+from tests.support.transfer import busybox_image, have_charliecloud
 
 
 def versions_json(capsys, site, name: str) -> dict:

@@ -1,5 +1,6 @@
-"""One 2-node virtual cluster for the run and fault tests (torn down even when they fail), the Intel
-MPI host and MPICH image of tests/mpi, and the showers of tests/slurm (session-scoped: built once)."""
+"""One 2-node virtual cluster for the run and fault tests (torn down even when they fail), on the
+Intel MPI host and with the MPICH image of tests/support/mpi_fixtures.py, and the tiny showers
+(session-scoped: built once)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
-from tests.mpi.conftest import impi_prefix, mpich_oci  # noqa: F401  (fixtures)
-from tests.slurm.conftest import REPO, showers  # noqa: F401  (fixtures)
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.showers import tiny_showers
 from tests.support.vcluster import fresh_name, require_namespaces
 
 
@@ -25,7 +26,7 @@ def vcluster_work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vcluster(impi_prefix, vcluster_work):  # noqa: F811
+def vcluster(impi_prefix, vcluster_work):
     """Two nodes with Intel MPI (impi-rt) as host MPI. The image carries MPICH but no TensorFlow, so
     the configs also bind this checkout and the venv's Python (as tests/slurm does)."""
     require_namespaces()
@@ -51,7 +52,7 @@ def vcluster(impi_prefix, vcluster_work):  # noqa: F811
 
 
 @pytest.fixture(scope="session")
-def vc_image(vcluster, mpich_oci, vcluster_work):  # noqa: F811
+def vc_image(vcluster, mpich_oci, vcluster_work):
     """IMAGE.sqfs paired with one of the cluster's site configs (converted once per config), with the
     .current link `kit transfer push --install` would leave."""
     import shutil
@@ -89,7 +90,7 @@ def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
 
     from kit.mpi import convert_paired
     from kit.site import load_site
-    from tests.mpi.conftest import OPENMPI_IMAGE_PACKAGES
+    from tests.support.hostmpi import OPENMPI_IMAGE_PACKAGES
     from tests.support.rootfs import debian_rootfs_tar
 
     site = Path(vcluster.directory) / "vcluster-openmpi.yaml"
@@ -113,7 +114,12 @@ def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def vc_data(showers, vcluster_work) -> list[Path]:  # noqa: F811
+def showers(tmp_path_factory) -> list[Path]:
+    return tiny_showers(tmp_path_factory.mktemp("showers"))
+
+
+@pytest.fixture(scope="session")
+def vc_data(showers, vcluster_work) -> list[Path]:
     """The showers where the containers see them (a directory the site configs bind)."""
     import shutil
 
@@ -129,3 +135,14 @@ def on_vcluster(vcluster, monkeypatch):
     """
     monkeypatch.setenv("SLURM_CONF", str(vcluster.conf))
     return vcluster
+
+
+@pytest.fixture
+def cluster_dir(tmp_path):
+    """A cluster directory that is cleaned up whatever the test did to it."""
+    require_namespaces()
+    from kit.vcluster import down
+
+    directory = tmp_path / "vc"
+    yield directory
+    down(directory)

@@ -18,16 +18,7 @@ from kit.site import load_site
 from kit.vcluster import VclusterError, down, status, up
 from kit.vcluster.daemons import recorded_pid
 from kit.vcluster.state import load_state
-from tests.support.vcluster import cluster_links, fresh_name, require_namespaces
-
-
-@pytest.fixture
-def cluster_dir(tmp_path):
-    """A cluster directory that is cleaned up whatever the test did to it."""
-    require_namespaces()
-    directory = tmp_path / "vc"
-    yield directory
-    down(directory)
+from tests.support.vcluster import cluster_links, fresh_name
 
 
 def _srun(state, *argv: str) -> list[str]:

@@ -21,7 +21,7 @@ from kit.errors import KitError
 from kit.scale import sweep_jobs
 from kit.slurm.ledger import read_jobs
 from kit.vcluster.net import netns_pids
-from tests.slurm.conftest import tiny_train_args
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 EPOCHS = "6"  # after rank 0 reports epoch 1 (tracing done), 5 more: time to kill a rank mid-run

@@ -17,7 +17,7 @@ import yaml
 from kit import mpi
 from kit.cli import main
 from kit.mpi import make_pair, run_check
-from tests.mpi.conftest import TARGET
+from tests.support.hostmpi import TARGET
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 COMPONENTS = f"{TARGET}/ompi-components/"

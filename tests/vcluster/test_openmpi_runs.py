@@ -21,8 +21,10 @@ import pytest
 import yaml
 
 from kit.cli import main
-from tests.helpers import join_tags, require
-from tests.slurm.conftest import REPO, tiny_train_args
+from tests.support.chrun_join import join_tags
+from tests.support.parts import require
+from tests.support.paths import REPO
+from tests.support.training import tiny_train_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 WAIT = "2400"  # seconds for one tiny training on 2 nodes of a loaded 2-core machine

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
-from tests.slurm.conftest import tiny_train_args
+from tests.support.training import tiny_train_args
 
 pytestmark = pytest.mark.slow
 WAIT = "2000"  # seconds: four tiny trainings (up to 4 ranks), one after another on a loaded 2-core machine

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require
-from tests.mpi.conftest import TARGET
-from tests.slurm.conftest import REPO
+from tests.support.hostmpi import TARGET
+from tests.support.parts import require
+from tests.support.paths import REPO
 from tests.support.udocker import USER, write_shim
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]

@@ -14,7 +14,6 @@ import pytest
 from kit.cli import main
 from kit.vcluster.state import load_state
 from tests.support.vcluster import cluster_links, fresh_name
-from tests.vcluster.test_cluster import cluster_dir  # noqa: F401  (fixture: down whatever happened)
 
 
 @pytest.fixture

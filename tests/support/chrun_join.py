@@ -1,34 +1,16 @@
-"""Helpers shared by the test areas: `from tests.helpers import require`."""
+"""ch-run --join in batch scripts: the tags a script's lines expand to, and the stale peer group a
+killed job leaves on a node."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
-
-
-def require(condition: bool, reason: str) -> None:
-    """Skip outside CI when a real part is missing; in CI a missing part is a failure."""
-    if condition:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"required part missing in CI: {reason}")
-    pytest.skip(reason)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (for the test daemons)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def join_tags(script: str, job_id: str, lines: str | None = None) -> list[str]:

@@ -1,19 +1,24 @@
-"""Helpers for the packaging tests: environments without the checkout, and Pythons to install on."""
+"""Installs for the packaging tests: environments without the checkout, Pythons to install on,
+wheelhouses and wheels to put in them, and the results files an install is checked with."""
 
 from __future__ import annotations
 
+import base64
 import glob
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import require
+from tests.support.parts import require
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KIT_CACHE") or Path.home() / ".cache" / "secure-site-kit")
 
 
@@ -91,3 +96,53 @@ def require_pypi() -> None:
     except subprocess.TimeoutExpired:
         reached, why = False, "no answer in 120 s"
     require(reached, f"PyPI unreachable through pip: {why}")
+
+
+def results_json(path: Path, nodes: int, seconds: float) -> Path:
+    """A run result as gan3d train writes it (the keys kit scale report reads)."""
+    peak = nodes * 2 * 1.7e12
+    path.write_text(
+        json.dumps(
+            {
+                "schema": "gan3d-run/1",
+                "site": "supermuc-ng",
+                "mpi_library_version": "Intel(R) MPI Library 2019",
+                "nodes": nodes,
+                "ranks": 4 * nodes,
+                "ranks_per_node": 4,
+                "threads_per_rank": 12,
+                "batch_per_rank": 8,
+                "global_batch": 32 * nodes,
+                "epoch_times": [seconds * 1.3, seconds],
+                "full_epoch_seconds_estimate": seconds,
+                "showers_per_second": 2e5 / seconds,
+                "flop_per_second": 2.7e12 * nodes,
+                "peak_flop_per_second_theoretical": peak,
+                "percent_of_peak_theoretical": 100 * 2.7e12 * nodes / peak,
+            }
+        )
+    )
+    return path
+
+
+def fake_wheel(directory: Path, name: str, init: str, package: str = "tensorflow") -> Path:
+    """A pure-Python wheel of `name` 2.15.1 whose only module file is PACKAGE/__init__.py: for
+    tensorflow, the layout TensorFlow's full and CPU builds share (the real ones are ~200 MB each)."""
+    dist, version = name.replace("-", "_"), "2.15.1"
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        f"{package}/__init__.py": init.encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}"
+        for path, data in files.items()
+    ] + [f"{info}/RECORD,,"]
+    path = directory / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name_in_zip, data in files.items():
+            whl.writestr(name_in_zip, data)
+        whl.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return path
