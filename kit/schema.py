@@ -22,7 +22,7 @@ import yaml
 
 from kit.errors import FIX, KitError
 from kit.excerpt import control_character, shown
-from kit.yamlbound import compose, reason
+from kit.yamlbound import Document, compose, reason
 
 INT_MAX = 10**9  # no machine counts past a billion of anything a schema counts
 MAX_LISTED = 5  # problems spelled out in the one-line error; the rest are counted
@@ -133,20 +133,33 @@ class _Yaml:
 
 
 class _Value:
-    """A value already built (JSON): no lines, the key path names where."""
+    """A value already built: JSON, where the key path names where, or a parsed YAML document
+    whose nodes give each value's line (``lines``: yamlbound.Document.line)."""
 
-    line: int | None = None
+    def __init__(
+        self,
+        value: Any,
+        path: tuple[Any, ...] = (),
+        lines: Callable[..., int] | None = None,
+    ):
+        self.value, self.path, self.lines = value, path, lines
 
-    def __init__(self, value: Any):
-        self.value = value
+    @property
+    def line(self) -> int | None:
+        return self.lines(*self.path) if self.lines else None
 
     def entries(self) -> list[tuple[_Value, _Value]] | None:
         if not isinstance(self.value, dict):
             return None
-        return [(_Value(k), _Value(v)) for k, v in self.value.items()]
+        return [
+            (_Value(k, (*self.path, k), self.lines), _Value(v, (*self.path, k), self.lines))
+            for k, v in self.value.items()
+        ]
 
     def items(self) -> list[_Value] | None:
-        return [_Value(v) for v in self.value] if isinstance(self.value, list) else None
+        if not isinstance(self.value, list):
+            return None
+        return [_Value(v, (*self.path, i), self.lines) for i, v in enumerate(self.value)]
 
     def is_null(self) -> bool:
         return self.value is None
@@ -465,6 +478,19 @@ def check_value(
     """A value already built (a JSON document) checked against ``schema``; problems are named by
     their key path."""
     return check_node(_Value(value), str(file), schema, what, fix=fix, error=error)
+
+
+def check_doc(
+    doc: Document,
+    schema: Section,
+    what: str,
+    *,
+    fix: str | None = None,
+    error: type[KitError] = KitError,
+) -> dict[str, Any]:
+    """A YAML document already parsed (yamlbound.load_file, load_tagged) checked against
+    ``schema``; problems are named by file, line and key path."""
+    return check_node(_Value(doc.value, (), doc.line), doc.file, schema, what, fix=fix, error=error)
 
 
 def check_node(
