@@ -531,7 +531,7 @@ def field_of(hint: Any) -> Field:
         return dataclasses.replace(field_of(rest[0]), nullable=True)
     if hint in _SCALARS:
         return Field(_SCALARS[hint])
-    if hint is Any:
+    if hint is Any or hint in (list, dict):
         return Field("any")
     if dataclasses.is_dataclass(hint):
         return Field(section_of(hint))  # type: ignore[arg-type]
@@ -573,14 +573,13 @@ def section_of(
 
 
 def record(cls: type, data: dict[str, Any], **more: Any) -> Any:
-    """A dataclass built from a checked section: lists become tuples where the field is one."""
+    """A dataclass built from a checked section (``more``: fields given here instead); lists
+    become tuples where the field is one."""
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
-        if f.name in more:
-            values[f.name] = more[f.name]
-        elif f.name in data:
-            value = data[f.name]
+        if f.name in more or f.name in data:
+            value = more[f.name] if f.name in more else data[f.name]
             is_tuple = typing.get_origin(hints[f.name]) is tuple
             values[f.name] = tuple(value) if is_tuple and isinstance(value, list) else value
     return cls(**values)
