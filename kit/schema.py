@@ -70,6 +70,7 @@ class Field:
     default: Any = None
     choices: tuple[Any, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
     positive: bool = False
     check: Check | None = None
     doc: str = ""
@@ -405,8 +406,10 @@ def _type_error(spec: Field, value: Any) -> Bad | None:
             return bad
     if kind == "int" and value > INT_MAX:
         return Bad(f"{shown(value)} is more than {INT_MAX}", "give the real count")
-    if kind == "float" and not math.isfinite(value):
-        return Bad(f"{value} is not a finite number")
+    if kind == "float" and (
+        isinstance(value, int) and value.bit_length() > 1000 or not math.isfinite(value)
+    ):
+        return Bad(f"{shown(value)} is not a finite number")
     if spec.choices and value not in spec.choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in spec.choices], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -416,6 +419,8 @@ def _type_error(spec: Field, value: Any) -> Bad | None:
         return Bad(f"must be greater than 0, got {shown(value)}")
     if spec.minimum is not None and value < spec.minimum:
         return Bad(f"must be at least {spec.minimum}, got {shown(value)}")
+    if spec.maximum is not None and value > spec.maximum:
+        return Bad(f"must be at most {spec.maximum:g}, got {shown(value)}")
     return None
 
 
