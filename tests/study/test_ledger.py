@@ -90,10 +90,10 @@ def test_a_torn_last_line_is_ignored_then_cut_by_the_next_append(tmp_path):
         ),
         (
             b'{"event":"proposed","eval":"../../etc","config":{}}',
-            "key eval is '../../etc', expected an id like e0001",
+            "eval: '../../etc' is not an id like e0001",
         ),
         (b'{"event":"proposed","eval":"e0001","config":{"a":{"b":1}}}', "not a flat mapping"),
-        (b'{"event":"rm -rf","eval":"e0001"}', "key event is 'rm -rf'"),
+        (b'{"event":"rm -rf","eval":"e0001"}', "event: 'rm -rf' is not allowed"),
         (b'[1,2]', "an array, not a ledger record (an object)"),
         (b'{"event":"proposed","eval":"e0001","config":{"lr":NaN}}', "not a JSON record"),
         (b"[" * 5000 + b"]" * 5000, "nested deeper than 6"),
