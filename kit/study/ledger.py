@@ -17,10 +17,10 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kit.errors import KitError
-from kit.excerpt import control_character, shown
+from kit.excerpt import shown
 from kit.readfile import json_kind, read_bytes
 from kit.schema import Bad, Field, Names, Section, check_value
 from kit.site.model import WALLTIME_RE
@@ -306,45 +306,44 @@ def _checked(where: str, rec: dict[str, Any]) -> dict[str, Any]:
     return check_value(rec, where, RECORDS[rec["event"]], "ledger record", fix=fix)
 
 
-def _text(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 4096 and control_character(value) is None
+def _line_of_text(value: str) -> Bad | None:
+    return None if len(value) <= 4096 else Bad("is longer than 4096 characters")
 
 
-HEADER_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "site": (_text, "the site config's path"),
-    "site_name": (_text, "a site name"),
-    "parallel": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PARALLEL,
-        f"a whole number from 1 to {MAX_PARALLEL}",
-    ),
-    "pilot": (
-        lambda v: (
-            v is None
-            or isinstance(v, int)
-            and not isinstance(v, bool)
-            and 1 <= v <= MAX_PILOT_NODES
+def _walltime(value: str) -> Bad | None:
+    return None if WALLTIME_RE.fullmatch(value) else Bad(f"{shown(value)} is not HH:MM:SS")
+
+
+def _text_field(nullable: bool = False) -> Field:
+    return Field("str", nullable=nullable, required=False, check=_line_of_text)
+
+
+# The keys `kit study plan` writes in the header, checked for type and bounds when read: a header
+# edited to "parallel": 10**9 would make the driver ask for a billion configs, a wrongly typed one
+# crash it. The study's options beside them pass.
+HEADER = Section(
+    {
+        "site": _text_field(),
+        "site_name": _text_field(),
+        "parallel": Field("int", required=False, positive=True, maximum=MAX_PARALLEL),
+        "pilot": Field(
+            "int", nullable=True, required=False, positive=True, maximum=MAX_PILOT_NODES
         ),
-        f"null or a whole number of nodes from 1 to {MAX_PILOT_NODES}",
-    ),
-    "walltime": (
-        lambda v: v is None or isinstance(v, str) and WALLTIME_RE.fullmatch(v) is not None,
-        "null or HH:MM:SS",
-    ),
-    "pair": (lambda v: v is None or _text(v), "null or the pair file's path"),
-    "python": (lambda v: v is None or _text(v), "null or a Python command"),
-    "objective": (_text, "the study's objective"),
-    "direction": (lambda v: v in ("minimize", "maximize"), "minimize or maximize"),
-    "strategy": (_text, "grid, random or mbo"),
-    "created": (_text, "a date"),
-}
+        "walltime": Field("str", nullable=True, required=False, check=_walltime),
+        "pair": _text_field(nullable=True),
+        "python": _text_field(nullable=True),
+        "objective": _text_field(),
+        "direction": Field("str", required=False, choices=("minimize", "maximize")),
+        "strategy": _text_field(),
+        "created": _text_field(),
+    },
+    open=True,
+)
 
 
 def check_header(path: Path, header: dict[str, Any]) -> None:
-    """Every key `kit study plan` writes, checked for its type and bounds when read: a header edited to
-    `"parallel": 10**9` would make the driver ask for a billion configs, a wrongly typed one crash it."""
-    for key, (ok, want) in HEADER_CHECKS.items():
-        if key in header and not ok(header[key]):
-            raise KitError(f"{path}:1: key {key} is {shown(header[key])}, expected {want}; {FIX}")
+    """The header's keys as `kit study plan` wrote them; one line naming ledger line 1 otherwise."""
+    check_value(header, f"{path}:1", HEADER, "study header", fix=FIX.removeprefix("fix: "))
 
 
 def _encode(record: dict[str, Any]) -> bytes:
