@@ -5,13 +5,62 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kit.errors import KitError
-from kit.excerpt import clipped, control_character, shown
+from kit.excerpt import clipped, shown
 from kit.image_names import PAIR, SHA256, load_pair_document, pair_path, read_recorded_digest
 from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch
+from kit.schema import Bad, Field, Items, Names, Section, check_doc
 from kit.site import Site
+
+
+def _bind(value: str) -> Bad | None:
+    return None if ":" in value else Bad(f"{shown(value)} is not SRC:DST")
+
+
+# What a job's ch-run needs of the pair file `kit image convert` writes; its other keys (the two
+# MPIs, the links, the launch line shown) are for people and `kit mpi check`.
+PAIR_SCHEMA = Section(
+    {
+        "site": Field("str"),
+        "site_image": Field("str"),
+        "binds": Field(Items(Field("str", check=_bind))),
+        "env": Field(
+            Section(
+                {
+                    "set": Field("map[str,str]", nullable=True, required=False, default={}),
+                    "prepend": Field(
+                        Names(Field("list[str]")), nullable=True, required=False, default={}
+                    ),
+                },
+                open=True,
+            )
+        ),
+        "image_environment": Field("bool", required=False, default=True),  # True before the key
+        "verdict": Field(
+            Section(
+                {
+                    "ok": Field("bool", required=False, default=False),
+                    "reasons": Field("any", required=False),
+                    "warnings": Field(
+                        Items(Field("any")), nullable=True, required=False, default=[]
+                    ),
+                },
+                open=True,
+            )
+        ),
+        "image_ready": Field(
+            Section(
+                {
+                    "ok": Field("bool", required=False, default=False),
+                    "missing": Field("any", required=False, default=[]),
+                },
+                open=True,
+            )
+        ),
+    },
+    open=True,
+)
 
 FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
 
@@ -43,79 +92,48 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
     path = Path(path)
     fix = FIX.format(site=site.name)
     doc = load_pair_document(path, fix, missing=f"no such pair file; {fix}")
-    pair = doc.value
-    if pair.get("site") != site.name:
+    if doc.value.get("site") != site.name:
         raise KitError(
-            f"{doc.where('site')}: key site is {shown(pair.get('site'))}, but the job runs at "
-            f"{site.name!r}; {fix}"
+            f"key site is {shown(doc.value.get('site'))}, but the job runs at {site.name!r}",
+            fix=fix,
+            where=doc.where("site"),
         )
-
-    def bad(key: tuple[str | int, ...], problem: str) -> KitError:
-        name = ".".join(map(str, key))
-        return KitError(f"{doc.where(*key)}: key {name!r} {problem}; {fix}")
-
-    def text(value: Any, *key: str | int) -> str:
-        """A string that goes into a batch script: one line."""
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise bad(
-                key, "is missing" if value is None else f"is {shown(value)}, expected a string"
-            )
-        if char := control_character(str(value)):
-            raise bad(key, f"holds a control character ({char}): a batch script line would break")
-        return str(value)
-
-    def mapping(value: Any, *key: str) -> dict:
-        if not isinstance(value, dict):
-            raise bad(
-                key, "is missing" if value is None else f"is {shown(value)}, expected a mapping"
-            )
-        return value
-
-    binds = pair.get("binds")
-    if not isinstance(binds, list):
-        raise bad(("binds",), "is missing or malformed (expected a list of SRC:DST)")
-    pairs = [tuple(text(b, "binds", i).split(":", 1)) for i, b in enumerate(binds)]
-    if any(len(b) != 2 for b in pairs):
-        raise bad(("binds",), "holds an entry that is not SRC:DST")
-    env = mapping(pair.get("env"), "env")
-    env_set = {
-        text(k, "env", "set"): text(v, "env", "set", k)
-        for k, v in mapping(env.get("set") or {}, "env", "set").items()
-    }
-    env_prepend = {}
-    for k, dirs in mapping(env.get("prepend") or {}, "env", "prepend").items():
-        if not isinstance(dirs, list):
-            raise bad(("env", "prepend", k), f"is {shown(dirs)}, expected a list of directories")
-        env_prepend[text(k, "env", "prepend")] = [text(d, "env", "prepend", k) for d in dirs]
+    pair = check_doc(doc, PAIR_SCHEMA, "pair file", fix=fix)
+    env = pair["env"]
+    env_set = {k: str(v) for k, v in (env["set"] or {}).items()}
+    env_prepend = env["prepend"] or {}
+    pairs = [tuple(b.split(":", 1)) for b in pair["binds"]]
     launch = Launch(
         site,
         pairs,
         env_set,
         env_prepend,  # type: ignore[arg-type]
-        bool(pair.get("image_environment", True)),
-    )  # before the key: converted, so True
-    verdict, ready = (
-        mapping(pair.get("verdict"), "verdict"),
-        mapping(pair.get("image_ready"), "image_ready"),
+        pair["image_environment"],
     )
-    site_image = text(pair.get("site_image"), "site_image")
+    verdict, ready = pair["verdict"], pair["image_ready"]
+    site_image = pair["site_image"]
     if not site_image.startswith(("/", "~/")):  # the job may start anywhere
         site_image = str((path.parent / site_image).absolute())
-    warnings = verdict.get("warnings") or []
-    if not verdict.get("ok"):
-        raise bad(("verdict",), f"says the pair was refused ({shown(verdict.get('reasons'), 200)})")
-    if not ready.get("ok", False):
-        missing = ready.get("missing") if isinstance(ready.get("missing"), list) else []
+    warnings = verdict["warnings"] or []
+    if not verdict["ok"]:
         raise KitError(
-            f"{doc.where('image_ready')}: key image_ready: the image lacks "
-            f"{clipped(', '.join(map(str, missing[:20])), 300)}, so its ch-run --bind would fail; "
-            f"{FIX_MISSING}"
+            f"verdict: says the pair was refused ({shown(verdict['reasons'], 200)})",
+            fix=fix,
+            where=doc.where("verdict"),
+        )
+    if not ready["ok"]:
+        missing = ready["missing"] if isinstance(ready["missing"], list) else []
+        raise KitError(
+            f"key image_ready: the image lacks {clipped(', '.join(map(str, missing[:20])), 300)}, "
+            "so its ch-run --bind would fail",
+            fix=FIX_MISSING,
+            where=doc.where("image_ready"),
         )
     return PairFile(
         path,
         site_image,
         launch,
-        [str(w) for w in warnings] if isinstance(warnings, list) else [],
+        [str(w) for w in warnings],
         _digest(path),
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -13,6 +12,7 @@ from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
+from kit.schema import Bad, Field, Items, check_doc, record, section_of
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render, validation_data
 from kit.slurm.spec import RUN_ID_RE, RunSpec, check_run, default_threads, matching, run_id, seconds
@@ -41,6 +41,34 @@ class Plan:
 
     def pair_file(self, site: Site) -> PairFile | None:
         return read_pair_file(self.pair, site) if self.pair else None
+
+
+def _run_id(value: str) -> Bad | None:
+    """A run id names the run's files: never a path out of DIR."""
+    if RUN_ID_RE.fullmatch(value):
+        return None
+    return Bad(f"{shown(value)} is not a run id (letters, digits, '.', '_', '-', at most 64)")
+
+
+# A run as plan.yaml holds it: what every run shares is written once at the top.
+RUN_SECTION = section_of(
+    RunSpec,
+    skip=("walltime", "train_args", "validate"),
+    fields={
+        "run_id": Field("str", check=_run_id),
+        **{k: Field("int", positive=True) for k in ("nodes", "ranks_per_node", "threads_per_rank")},
+    },
+)
+PLAN_SCHEMA = section_of(
+    Plan,
+    fields={
+        "kit_plan": Field("int", choices=(PLAN_FORMAT,)),
+        "train_args": Field(Items(Field("str"))),
+        "python": Field("str"),
+        "runs": Field(Items(Field(RUN_SECTION), min_len=1)),
+        "refused": Field(Items(Field("any")), nullable=True, required=False, default=[]),
+    },
+)
 
 
 def make_plan(
@@ -228,90 +256,7 @@ def load_plan(sweep_dir: Path) -> Plan:
         missing_fix=f"kit scale plan --dir {sweep_dir} ...",
         wrote="a plan kit scale plan wrote",
     )
-    plan = doc.value
-
-    def need(value: Any, ok: bool, expected: str, *key: str | int) -> Any:
-        if not ok:
-            name = ".".join(f"[{k}]" if isinstance(k, int) else k for k in key).replace(".[", "[")
-            got = "missing" if value is _MISSING else f"{shown(value)}"
-            raise KitError(f"{doc.where(*key)}: key {name} is {got}, expected {expected}; {fix}")
-        return value
-
-    def text(value: Any, *key: str | int, nullable: bool = False) -> str | None:
-        return need(
-            value,
-            isinstance(value, str) or (nullable and value is None),
-            "a string" + (" or null" if nullable else ""),
-            *key,
-        )
-
-    def count(value: Any, *key: str | int) -> int:
-        return need(
-            value,
-            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10**9,
-            "a whole number >= 1",
-            *key,
-        )
-
-    args = need(
-        plan.get("train_args", _MISSING),
-        isinstance(plan.get("train_args"), list),
-        "a list of strings",
-        "train_args",
-    )
-    train_args = tuple(text(a, "train_args", i) for i, a in enumerate(args))
-    walltime = text(plan.get("walltime", _MISSING), "walltime")
-    validate = need(
-        plan.get("validate", False),
-        isinstance(plan.get("validate", False), bool),
-        "true or false",
-        "validate",
-    )  # absent in plans from before --validate
-    runs_doc = need(
-        plan.get("runs", _MISSING),
-        isinstance(plan.get("runs"), list) and bool(plan.get("runs")),
-        "a list of runs",
-        "runs",
-    )
-    runs = []
-    for i, r in enumerate(runs_doc):
-        need(r, isinstance(r, dict), "a mapping", "runs", i)
-        name = r.get("run_id", _MISSING)  # names the run's files: never a path out of DIR
-        need(
-            name,
-            isinstance(name, str) and RUN_ID_RE.fullmatch(name) is not None,
-            "a run id (letters, digits, '.', '_', '-', at most 64)",
-            "runs",
-            i,
-            "run_id",
-        )
-        runs.append(
-            RunSpec(
-                name,
-                *(
-                    count(r.get(k, _MISSING), "runs", i, k)
-                    for k in ("nodes", "ranks_per_node", "threads_per_rank")
-                ),
-                walltime,
-                train_args,
-                text(r.get("partition"), "runs", i, "partition", nullable=True),
-                text(r.get("account"), "runs", i, "account", nullable=True),
-                validate,
-            )
-        )
-    refused = need(
-        plan.get("refused") or [], isinstance(plan.get("refused") or [], list), "a list", "refused"
-    )
-    return Plan(
-        text(plan.get("site", _MISSING), "site"),
-        walltime,
-        runs,
-        text(plan.get("pair"), "pair", nullable=True),
-        text(plan.get("python", _MISSING), "python"),
-        train_args,
-        list(refused),
-        validate,
-    )
-
-
-_MISSING = object()
+    data = check_doc(doc, PLAN_SCHEMA, "sweep plan", fix=fix.removeprefix("fix: "))
+    shared = {k: data[k] for k in ("walltime", "train_args", "validate")}
+    runs = [record(RunSpec, run, **shared) for run in data["runs"]]
+    return record(Plan, data, runs=runs, refused=list(data["refused"] or []))

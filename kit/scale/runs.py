@@ -31,6 +31,7 @@ from gan3d.results import READABLE_SCHEMAS
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
 from kit.readfile import json_kind, read_json
+from kit.schema import Bad, Field, Section, check_value
 from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
@@ -318,61 +319,84 @@ def _load_one(path: Path) -> RunResult:
             f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",
             fix="leave this file out, or re-run the job",
         )
-    counts = {
-        k: _value(record, path, k, _COUNT)
-        for k in (
-            "nodes",
-            "ranks",
-            "ranks_per_node",
-            "threads_per_rank",
-            "batch_per_rank",
-            "global_batch",
-        )
-    }
+    fig = check_value(record, path, RESULTS, "gan3d results file", fix=_RERUN.removeprefix("fix: "))
+    counts = {k: fig[k] for k in _COUNTS}
     seconds, source = _epoch_seconds(record, path)
-    get = lambda key, check: (
-        _value(record, path, key, check, nullable=True) if key in record else None
-    )
-    digest = get("image_digest", _NAME)
+    digest = fig["image_digest"]
     container, container_from = (
-        (get("container", _NAME), "recorded")
+        (fig["container"], "recorded")
         if "container" in record
         else ("charliecloud" if digest else None, "inferred from image_digest")
     )
-    rss, available = (
-        get("peak_rss_bytes_per_rank", _BYTES_LIST),
-        get("memory_available_bytes_min_per_rank", _BYTES_LIST),
-    )
+    rss, available = fig["peak_rss_bytes_per_rank"], fig["memory_available_bytes_min_per_rank"]
     return RunResult(
         path=path,
-        site=_value(record, path, "site", _NAME, nullable=True),
+        site=fig["site"],
         **counts,
         epoch_seconds=seconds,
         epoch_seconds_from=source,
         step_epoch_seconds=_step_only_seconds(record, path),
-        showers_per_second=_value(record, path, "showers_per_second", _RATE),
-        flop_per_second=_value(record, path, "flop_per_second", _RATE),
-        # Files from before per-precision peaks lack these
-        # three: loaded, their % of peak shown as "—".
-        percent_of_peak=get("percent_of_peak", _RATE),
-        percent_of_peak_denominator=get("percent_of_peak_denominator", _NAME),
-        percent_of_peak_fp64_max_clock=get("percent_of_peak_fp64_max_clock", _RATE),
-        mpi_library_version=_value(record, path, "mpi_library_version", _TEXT, nullable=True),
-        preset=get("preset", _NAME),
-        events_per_epoch=get("train_events", _COUNT),
+        showers_per_second=fig["showers_per_second"],
+        flop_per_second=fig["flop_per_second"],
+        percent_of_peak=fig["percent_of_peak"],
+        percent_of_peak_denominator=fig["percent_of_peak_denominator"],
+        percent_of_peak_fp64_max_clock=fig["percent_of_peak_fp64_max_clock"],
+        mpi_library_version=fig["mpi_library_version"],
+        preset=fig["preset"],
+        events_per_epoch=fig["train_events"],
         container=container,
         container_from=container_from,
-        precision=get("precision", _NAME) or "fp32",
-        fft_convolutions=tuple(get("fft_convolutions", _NAMES) or ()),
+        precision=fig["precision"] or "fp32",
+        fft_convolutions=tuple(fig["fft_convolutions"] or ()),
         image_digest=digest,
-        mpi_fabric=_settings(get("mpi_fabric", _SETTINGS)),
-        horovod_settings=_settings(get("horovod_settings", _SETTINGS)),
+        mpi_fabric=_settings(fig["mpi_fabric"]),
+        horovod_settings=_settings(fig["horovod_settings"]),
         peak_rss_bytes=max((x for x in rss or [] if x), default=None),
         memory_available_bytes=min((x for x in available or [] if x), default=None),
         losses=_losses(record, path),
         step_losses=_step_losses(record, path),
         physics=_physics(record, path),
     )
+
+
+def _checked(check: tuple[Callable[[Any], bool], str], **how: Any) -> Field:
+    """A results key whose value passes ``check`` (a predicate and what it wants)."""
+    ok, want = check
+    return Field(
+        "any",
+        check=lambda v: None if ok(v) else Bad(f"{shown(v)} is not {want}"),
+        **how,
+    )
+
+
+_COUNTS = ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")
+_OPTIONAL = {"nullable": True, "required": False}
+# The flat figures of a results file the report reads; the loss curves, the physics and the
+# epoch times are read by their own functions below.
+RESULTS = Section(
+    {
+        **{k: _checked(_COUNT) for k in _COUNTS},
+        "site": _checked(_NAME, nullable=True),
+        "showers_per_second": _checked(_RATE),
+        "flop_per_second": _checked(_RATE),
+        "mpi_library_version": _checked(_TEXT, nullable=True),
+        # Files from before per-precision peaks lack these three: loaded, their % of peak shown as "-".
+        "percent_of_peak": _checked(_RATE, **_OPTIONAL),
+        "percent_of_peak_denominator": _checked(_NAME, **_OPTIONAL),
+        "percent_of_peak_fp64_max_clock": _checked(_RATE, **_OPTIONAL),
+        "image_digest": _checked(_NAME, **_OPTIONAL),
+        "container": _checked(_NAME, **_OPTIONAL),
+        "preset": _checked(_NAME, **_OPTIONAL),
+        "train_events": _checked(_COUNT, **_OPTIONAL),
+        "precision": _checked(_NAME, **_OPTIONAL),
+        "fft_convolutions": _checked(_NAMES, **_OPTIONAL),
+        "mpi_fabric": _checked(_SETTINGS, **_OPTIONAL),
+        "horovod_settings": _checked(_SETTINGS, **_OPTIONAL),
+        "peak_rss_bytes_per_rank": _checked(_BYTES_LIST, **_OPTIONAL),
+        "memory_available_bytes_min_per_rank": _checked(_BYTES_LIST, **_OPTIONAL),
+    },
+    open=True,
+)
 
 
 def _settings(recorded: dict | None) -> tuple[tuple[str, str], ...] | None:

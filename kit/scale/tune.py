@@ -26,11 +26,12 @@ import yaml
 
 from kit.atomic import atomic_write_bytes, atomic_write_text, open_log, own_dir
 from kit.errors import KitError
-from kit.excerpt import control_character, one_line, shown
+from kit.excerpt import one_line, shown
 from kit.readfile import read_json, read_tail
 from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
-from kit.scale.runs import MAX_RATE, is_byte_counts, is_rate
+from kit.scale.runs import MAX_RATE, is_byte_counts
+from kit.schema import Bad, Field, Section, check_doc, check_value
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec, check_run, matching
@@ -352,6 +353,35 @@ def run_slurm(
     return measured
 
 
+def _bytes(value: object) -> Bad | None:
+    return (
+        None
+        if is_byte_counts(value) and any(value)
+        else Bad("expected a list of byte counts per rank")
+    )
+
+
+def _cpu(value: str) -> Bad | None:
+    return (
+        None
+        if len(value) <= 200
+        else Bad("expected one line of at most 200 characters naming the CPU")
+    )
+
+
+def _measured_section(percent_key: str) -> Section:
+    """The figures of a results file a tune reads (the rest of the file is the report's)."""
+    return Section(
+        {
+            "showers_per_second": Field("float", positive=True, maximum=MAX_RATE),
+            "peak_rss_bytes_per_rank": Field("any", check=_bytes),
+            percent_key: Field("float", nullable=True, required=False, minimum=0, maximum=MAX_RATE),
+            "cpu": Field("str", nullable=True, required=False, check=_cpu),
+        },
+        open=True,
+    )
+
+
 def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     """The figures of one layout's results JSON (problem: the run's, or what is wrong with the
     file).
@@ -375,53 +405,18 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     # Each figure bounded as it is read: the file may have been edited, and 1e308 showers/s or an
     # infinite byte count would be the recommendation (or crash the plot).
     percent_key = f"percent_of_peak_{layout.precision}_measured"
+    try:
+        figures = check_value(record, path, _measured_section(percent_key), "gan3d results file")
+    except KitError as exc:
+        return Measured(layout, path, problem=KitError(exc.what, fix=fix, where=exc.where).line())
     rate, rss, percent, cpu = (
-        record.get(k) for k in ("showers_per_second", "peak_rss_bytes_per_rank", percent_key, "cpu")
+        figures[k] for k in ("showers_per_second", "peak_rss_bytes_per_rank", percent_key, "cpu")
     )
-    checks = (
-        (
-            "showers_per_second",
-            rate,
-            is_rate(rate) and rate > 0,
-            f"a number > 0 of at most {MAX_RATE:g}",
-        ),
-        (
-            "peak_rss_bytes_per_rank",
-            rss,
-            is_byte_counts(rss) and any(rss),
-            "a list of byte counts per rank",
-        ),
-        (
-            percent_key,
-            percent,
-            percent is None or is_rate(percent),
-            f"null or a number of at most {MAX_RATE:g}",
-        ),
-        (
-            "cpu",
-            cpu,
-            cpu is None
-            or isinstance(cpu, str)
-            and control_character(cpu) is None
-            and len(cpu) <= 200,
-            "null or one line naming the CPU",
-        ),
-    )
-    for key, value, ok, want in checks:
-        if not ok:
-            return Measured(
-                layout,
-                path,
-                problem=f"{path}: key {key!r} is {shown(value)}, expected {want}; {fix}",
-            )
     forms = record.get("layer_forms")  # absent in results of kits before it: unknown
     if forms is not None and not _layer_forms_ok(forms):
-        return Measured(
-            layout,
-            path,
-            problem=f"{path}: key 'layer_forms' is {shown(forms)}, expected the forms per layer "
-            f"and their source; {fix}",
-        )
+        what = f"key 'layer_forms' is {shown(forms)}, expected the forms per layer and their source"
+        problem = KitError(what, fix=fix.removeprefix("fix: "), where=str(path)).line()
+        return Measured(layout, path, problem=problem)
     return Measured(
         layout,
         path,
@@ -614,6 +609,24 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
     return False
 
 
+# What `--layout best` reads of a tune file; the layouts' figures are for people and the plot.
+TUNE_SCHEMA = Section(
+    {
+        "site_name": Field("str"),
+        "best": Field(
+            Section(
+                {
+                    "ranks_per_node": Field("int", positive=True, maximum=10**6),
+                    "threads_per_rank": Field("int", positive=True, maximum=10**6),
+                },
+                open=True,
+            )
+        ),
+    },
+    open=True,
+)
+
+
 def _load_tune(path: Path, fix: str):
     return load_tagged(
         path,
@@ -652,26 +665,15 @@ def load_best(path: Path, site: Site) -> tuple[int, int]:
         f"then kit scale plan --layout best --tune DIR/{TUNE_NAME}"
     )
     doc = _load_tune(path, fix)
-    value = doc.value
-    if value.get("site_name") != site.name:
+    if doc.value.get("site_name") != site.name:
         raise KitError(
-            f"{doc.where('site_name')}: key site_name is {shown(value.get('site_name'))}, but the plan "
-            f"is for site {site.name}: a layout tuned on another machine; {fix}"
+            f"key site_name is {shown(doc.value.get('site_name'))}, but the plan is for site "
+            f"{site.name}: a layout tuned on another machine",
+            fix=fix.removeprefix("fix: "),
+            where=doc.where("site_name"),
         )
-    chosen = value.get("best")
-    pair = (
-        tuple(chosen.get(k) for k in ("ranks_per_node", "threads_per_rank"))
-        if isinstance(chosen, dict)
-        else ()
-    )
-    if len(pair) != 2 or not all(
-        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10**6 for v in pair
-    ):
-        raise KitError(
-            f"{doc.where('best')}: key best needs ranks_per_node and threads_per_rank, whole numbers "
-            f">= 1; {fix}"
-        )
-    return pair[0], pair[1]
+    best = check_doc(doc, TUNE_SCHEMA, "layout tune file", fix=fix.removeprefix("fix: "))["best"]
+    return best["ranks_per_node"], best["threads_per_rank"]
 
 
 def site_of(name: str) -> Site:

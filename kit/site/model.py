@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.excerpt import shown
-from kit.site.schema import Field, Section
+from kit.schema import Bad, Field, Section
 
 # Whole-value patterns (fullmatch: `$` would let a trailing newline through), ASCII digits only.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -58,125 +58,129 @@ def vendor_named_in(data: bytes | bytearray | mmap.mmap) -> str | None:
     return next((vendor for vendor, marker in VENDOR_MARKERS if data.find(marker) >= 0), None)
 
 
-def _name(value: str) -> str | None:
+def _name(value: str) -> Bad | None:
     if not NAME_RE.fullmatch(value):
-        return f"{shown(value)} is not a valid site name: use lower-case letters, digits, '.', '_', '-'"
+        return Bad(
+            f"{shown(value)} is not a valid site name",
+            "use lower-case letters, digits, '.', '_', '-'",
+        )
     return None
 
 
-def _walltime(value: str) -> str | None:
+def _walltime(value: str) -> Bad | None:
     if not WALLTIME_RE.fullmatch(value):
-        return f"{shown(value)} is not a walltime: write HH:MM:SS or D-HH:MM:SS, quoted"
+        return Bad(f"{shown(value)} is not a walltime", "write HH:MM:SS or D-HH:MM:SS, quoted")
     return None
 
 
-def _slurm_word(value: str) -> str | None:
+def _slurm_word(value: str) -> Bad | None:
     if not SLURM_WORD_RE.fullmatch(value):
-        return f"{shown(value)} is not a Slurm name: use letters, digits and ._,:+- only"
+        return Bad(f"{shown(value)} is not a Slurm name", "use letters, digits and ._,:+- only")
     return None
 
 
-def _launcher(value: str) -> str | None:
+def _launcher(value: str) -> Bad | None:
     """Split now as the batch script will, so an unbalanced quote is found before a job is
     queued.
     """
     try:
         words = shlex.split(value)
     except ValueError as exc:
-        return f"{shown(value)} is not shell words ({exc}); fix: balance its quotes"
-    return (
-        None if words else "is empty; fix: name the command that starts ranks, e.g. srun or mpiexec"
-    )
+        return Bad(f"{shown(value)} is not shell words ({exc})", "balance its quotes")
+    if words:
+        return None
+    return Bad("is empty", "name the command that starts ranks, e.g. srun or mpiexec")
 
 
-def _command(value: str) -> str | None:
+def _command(value: str) -> Bad | None:
     """A command name on PATH or an absolute path: one word, no shell."""
-    if not re.fullmatch(r"[A-Za-z0-9._+-]{1,255}", value) and (message := _absolute(value)):
-        return f"{message}, or a command name on PATH"
+    if not re.fullmatch(r"[A-Za-z0-9._+-]{1,255}", value) and (bad := _absolute(value)):
+        return Bad(f"{bad.what}, or a command name on PATH")
     return None
 
 
-def _absolute(value: str) -> str | None:
+def _absolute(value: str) -> Bad | None:
     if not value.startswith(("/", "~")):
-        return f"{shown(value)} must be an absolute path (or start with ~)"
+        return Bad(f"{shown(value)} must be an absolute path (or start with ~)")
     return None
 
 
-def _library_dirs(values: list[str]) -> str | None:
+def _library_dirs(values: list[str]) -> Bad | None:
     """Each is bound with ch-run's --bind=SRC:DST, which cannot carry a ':' in SRC."""
     for value in values:
-        if message := _absolute(value):
-            return message
+        if bad := _absolute(value):
+            return bad
         if ":" in value:
-            return (
-                f"{shown(value)} holds a ':', which ch-run's --bind=SRC:DST cannot carry; fix: name the "
-                "directory by a path without one (e.g. a symlink to it)"
+            return Bad(
+                f"{shown(value)} holds a ':', which ch-run's --bind=SRC:DST cannot carry",
+                "name the directory by a path without one (e.g. a symlink to it)",
             )
     return None
 
 
-def _image_dir(value: str) -> str | None:
+def _image_dir(value: str) -> Bad | None:
     if not IMAGE_DIR_RE.fullmatch(value):
-        return (
-            f"{shown(value)} is not a directory inside the image below / (components of letters, digits "
-            "and ._+-, none starting with '.'; no ':', which splits --bind and LD_LIBRARY_PATH); "
-            "fix: e.g. /opt/hostmpi"
+        return Bad(
+            f"{shown(value)} is not a directory inside the image below / (components of letters, "
+            "digits and ._+-, none starting with '.'; no ':', which splits --bind and "
+            "LD_LIBRARY_PATH)",
+            "e.g. /opt/hostmpi",
         )
     return None
 
 
-def binds_problem(values: list[str]) -> str | None:
+def binds_problem(values: list[str]) -> Bad | None:
     """container.binds: each SRC:DST, two absolute paths (kit vcluster checks its --bind with
     this).
     """
     for value in values:
         src, sep, dst = value.partition(":")
         if not sep or not src.startswith("/") or not dst.startswith("/") or ":" in dst:
-            return (
+            return Bad(
                 f"bind {shown(value)} must be SRC:DST with two absolute paths and no other ':' "
                 "(ch-run's --bind cannot carry one)"
             )
     return None
 
 
-def _env_names(env: dict) -> str | None:
+def _env_names(env: dict) -> Bad | None:
     bad = [k for k in env if not ENV_NAME_RE.fullmatch(k)]
-    return f"{shown(bad)}: not environment variable names (letters, digits, _)" if bad else None
-
-
-def _mca_names(mca: dict) -> str | None:
-    bad = [k for k in mca if not MCA_NAME_RE.fullmatch(k)]
     return (
-        f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), e.g. btl_tcp_if_include"
-        if bad
-        else None
+        Bad(f"{shown(bad)}: not environment variable names (letters, digits, _)") if bad else None
     )
 
 
-def _host_mpi_check(mpi: dict) -> list[tuple[str, str]]:
+def _mca_names(mca: dict) -> Bad | None:
+    bad = [k for k in mca if not MCA_NAME_RE.fullmatch(k)]
+    if bad:
+        return Bad(
+            f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), e.g. "
+            "btl_tcp_if_include"
+        )
+    return None
+
+
+def _host_mpi_check(mpi: dict) -> list[tuple[str, Bad]]:
     if mpi["openmpi"] is not None and mpi["vendor"] != "openmpi":
-        return [
-            (
-                "openmpi",
-                f"Open MPI settings for a host MPI of vendor {mpi['vendor']}; fix: remove them "
-                "or set vendor: openmpi",
-            )
-        ]
+        what = f"Open MPI settings for a host MPI of vendor {mpi['vendor']}"
+        return [("openmpi", Bad(what, "remove them or set vendor: openmpi"))]
     return []
 
 
-def _port(value: int) -> str | None:
-    return None if 1 <= value <= 65535 else f"port {value} is outside 1..65535"
+def _port(value: int) -> Bad | None:
+    return None if 1 <= value <= 65535 else Bad(f"port {value} is outside 1..65535")
 
 
-def _node_check(node: dict) -> list[tuple[str, str]]:
+def _node_check(node: dict) -> list[tuple[str, Bad]]:
     problems = []
     if node["usable_memory_gb"] > node["memory_gb"]:
         problems.append(
             (
                 "usable_memory_gb",
-                f"usable memory {node['usable_memory_gb']} GB is more "
-                f"than the node's memory_gb {node['memory_gb']} GB",
+                Bad(
+                    f"usable memory {node['usable_memory_gb']} GB is more "
+                    f"than the node's memory_gb {node['memory_gb']} GB"
+                ),
             )
         )
     cores = node["sockets"] * node["cores_per_socket"]
@@ -184,15 +188,15 @@ def _node_check(node: dict) -> list[tuple[str, str]]:
         value = node[key]
         if value is not None and value > cores:
             problems.append(
-                (key, f"{value} NUMA domains cannot exceed the {cores} cores of a node")
+                (key, Bad(f"{value} NUMA domains cannot exceed the {cores} cores of a node"))
             )
     return problems
 
 
-def _network_check(net: dict) -> list[tuple[str, str]]:
+def _network_check(net: dict) -> list[tuple[str, Bad]]:
     if (net["islands"] is None) != (net["island_nodes"] is None):
         key = "islands" if net["islands"] is None else "island_nodes"
-        return [(key, "give both islands and island_nodes, or neither")]
+        return [(key, Bad("give both islands and island_nodes, or neither"))]
     return []
 
 
@@ -241,13 +245,16 @@ RUNTIMES = ("charliecloud", "udocker")
 UDOCKER_MODES = ("P1", "P2")  # proot with seccomp acceleration, and without (the fallback)
 
 
-def _udocker_check(section: dict) -> list[tuple[str, str]]:
+def _udocker_check(section: dict) -> list[tuple[str, Bad]]:
     if section["proot"] is None and section["tarball"] is None:
         return [
             (
                 "proot",
-                "is null (udocker's own proot), but no tarball gives it; fix: name a proot "
-                "executable (Debian's: /usr/bin/proot, apt-get install proot) or udocker's tools tarball",
+                Bad(
+                    "is null (udocker's own proot), but no tarball gives it",
+                    "name a proot executable (Debian's: /usr/bin/proot, apt-get install proot) "
+                    "or udocker's tools tarball",
+                ),
             )
         ]
     return []
@@ -307,15 +314,10 @@ UDOCKER_SECTION = Section(
 )
 
 
-def _container_check(container: dict) -> list[tuple[str, str]]:
+def _container_check(container: dict) -> list[tuple[str, Bad]]:
     if container["udocker"] is not None and container["runtime"] != "udocker":
-        return [
-            (
-                "udocker",
-                f"udocker settings for runtime {container['runtime']}; fix: remove them or set "
-                "runtime: udocker",
-            )
-        ]
+        what = f"udocker settings for runtime {container['runtime']}"
+        return [("udocker", Bad(what, "remove them or set runtime: udocker"))]
     return []
 
 

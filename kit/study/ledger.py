@@ -17,11 +17,12 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kit.errors import KitError
-from kit.excerpt import control_character, shown
+from kit.excerpt import shown
 from kit.readfile import json_kind, read_bytes
+from kit.schema import Bad, Field, Names, Section, check_value
 from kit.site.model import WALLTIME_RE
 from kit.slurm.jobs import JOB_ID_RE
 
@@ -164,36 +165,17 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
     evals: dict[str, Evaluation] = {}
     started: list[float] = []
     end_order: dict[str, int] = {}
-    for n, rec in enumerate(records[1:], start=2):
-        event = rec.get("event")
-        where = f"{path}:{n}"
-        if event not in KINDS[1:]:
-            raise KitError(
-                f"{where}: key event is {shown(event)}, expected one of {', '.join(KINDS[1:])}; {FIX}"
-            )
+    for n, raw in enumerate(records[1:], start=2):
+        rec = _checked(f"{path}:{n}", raw)
+        event, eid, where = rec["event"], rec.get("eval"), f"{path}:{n}"
         if event == "started":
-            started.append(_number(where, rec, "t"))
+            started.append(rec["t"])
             continue
-        eid = rec.get("eval")
-        if not isinstance(eid, str) or not EVAL_RE.fullmatch(eid):
-            raise KitError(f"{where}: key eval is {shown(eid)}, expected an id like e0001; {FIX}")
+        assert isinstance(eid, str)
         if event == "proposed":
-            config = rec.get("config")
-            if (
-                eid in evals
-                or not isinstance(config, dict)
-                or not all(
-                    isinstance(v, (str, int, float, bool))
-                    and not (isinstance(v, float) and not math.isfinite(v))
-                    for v in config.values()
-                )
-            ):
-                raise KitError(
-                    f"{where}: {eid} proposed twice or its config is not a flat mapping of "
-                    f"numbers, strings and booleans; {FIX}"
-                )
-            _check_config(where, eid, config)
-            evals[eid] = Evaluation(eid, config, _prediction(where, rec.get("prediction")), line=n)
+            if eid in evals:
+                raise KitError(f"{where}: {eid} proposed twice", fix=FIX.removeprefix("fix: "))
+            evals[eid] = Evaluation(eid, rec["config"], rec["prediction"], line=n)
             continue
         if eid not in evals:
             raise KitError(f"{where}: {eid} has a {event} record before it was proposed; {FIX}")
@@ -204,25 +186,13 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
                 f"no evaluation is counted twice; {FIX}"
             )
         if event == "submitted":
-            how = rec.get("how")
-            if how not in ("local", "slurm", "pilot"):
-                raise KitError(
-                    f"{where}: key how is {shown(how)}, expected local, slurm or pilot; {FIX}"
-                )
-            _check_submission(where, rec)
-            ev.submissions.append({k: rec.get(k) for k in ("how", "job", "pid", "attached", "t")})
+            ev.submissions.append({k: raw.get(k) for k in ("how", "job", "pid", "attached", "t")})
             ev.state = "submitted"
         elif event == "finished":
-            result = _optional(where, rec, "result", str, "a path")
-            ev.state, ev.objective, ev.result = (
-                "finished",
-                _number(where, rec, "objective", MAX_OBJECTIVE),
-                result,
-            )
+            ev.state, ev.objective, ev.result = "finished", rec["objective"], rec["result"]
             end_order[eid] = n
         elif event == "failed":
-            error = _optional(where, rec, "error", str, "the reason, as text")
-            ev.state, ev.error = "failed", error
+            ev.state, ev.error = "failed", rec["error"]
             end_order[eid] = n
         elif event == "cancelled" and not ev.done:
             ev.state = "cancelled"
@@ -239,110 +209,141 @@ def bounded_number(value: Any, limit: float) -> bool:
     return math.isfinite(value) and abs(value) <= limit
 
 
-def _number(where: str, rec: dict, key: str, limit: float = MAX_TIME) -> float:
-    value = rec.get(key)
-    if not bounded_number(value, limit):
-        raise KitError(
-            f"{where}: key {key} is {shown(value)}, expected a finite number of at most {limit:g} in "
-            f"size; {FIX}"
-        )
-    return float(value)
+def _eval_id(value: str) -> Bad | None:
+    return None if EVAL_RE.fullmatch(value) else Bad(f"{shown(value)} is not an id like e0001")
 
 
-def _optional(where: str, rec: dict, key: str, kind: type, what: str) -> Any:
-    """rec[key] if it is None or of ``kind`` (what the driver writes), else a one-line refusal."""
-    value = rec.get(key)
-    if value is None or isinstance(value, kind) and (kind is bool) == isinstance(value, bool):
-        return value
-    raise KitError(f"{where}: key {key} is {shown(value)}, expected {what}; {FIX}")
+def _job(value: str) -> Bad | None:
+    return (
+        None
+        if JOB_ID_RE.fullmatch(value)
+        else Bad(f"{shown(value)} is not a Slurm job id like \"123\"")
+    )
 
 
-def _check_config(where: str, eid: str, config: Any) -> None:
-    """A proposal's config: a flat mapping of names to strings, booleans and bounded numbers."""
-    if (
-        not isinstance(config, dict)
-        or len(config) > MAX_CONFIG_KEYS
-        or not all(
-            isinstance(v, (str, bool)) or bounded_number(v, MAX_VALUE) for v in config.values()
-        )
-    ):
-        raise KitError(
-            f"{where}: {eid}'s config is not a flat mapping of numbers (at most {MAX_VALUE:g} in size), "
-            f"strings and booleans; {FIX}"
-        )
-
-
-def _prediction(where: str, value: Any) -> dict[str, float] | None:
-    """mbo's guess recorded at proposal time: null, or {"mean", "sd"} as bounded numbers."""
-    if value is None:
+def _config_value(value: Any) -> Bad | None:
+    if isinstance(value, (str, bool)) or bounded_number(value, MAX_VALUE):
         return None
-    if not (
-        isinstance(value, dict)
-        and set(value) <= {"mean", "sd"}
-        and all(bounded_number(v, MAX_OBJECTIVE) for v in value.values())
-    ):
-        raise KitError(
-            f"{where}: key prediction is {shown(value)}, expected null or mean and sd as finite "
-            f"numbers; {FIX}"
-        )
-    return value
+    return Bad(
+        f"is {shown(value)}: not a flat mapping of numbers (at most {MAX_VALUE:g} in size), "
+        "strings and booleans"
+    )
 
 
-def _check_submission(where: str, rec: dict) -> None:
-    """How an evaluation was started: a Slurm job id, a process id, whether it was re-attached."""
-    job = rec.get("job")
-    if job is not None and not (isinstance(job, str) and JOB_ID_RE.fullmatch(job)):
-        raise KitError(
-            f"{where}: key job is {shown(job)}, expected a Slurm job id like \"123\"; {FIX}"
-        )
-    pid = rec.get("pid")
-    if pid is not None and not (
-        isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31
-    ):
-        raise KitError(f"{where}: key pid is {shown(pid)}, expected a process id; {FIX}")
-    _optional(where, rec, "attached", bool, "true or false")
+def _config(config: dict) -> Bad | None:
+    return None if len(config) <= MAX_CONFIG_KEYS else Bad(f"has more than {MAX_CONFIG_KEYS} keys")
 
 
-def _text(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 4096 and control_character(value) is None
+def _any_text(value: Any) -> Bad | None:
+    """Free text (a failure's log tail holds line breaks): shown escaped wherever it is printed."""
+    if isinstance(value, str):
+        return None
+    return Bad(f"expected a string or null, got {type(value).__name__} {shown(value)}")
 
 
-HEADER_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "site": (_text, "the site config's path"),
-    "site_name": (_text, "a site name"),
-    "parallel": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PARALLEL,
-        f"a whole number from 1 to {MAX_PARALLEL}",
+def _bounded(limit: float, **more: Any) -> Field:
+    """A finite number no larger than ``limit`` in size (JSON has no bound on digits)."""
+    return Field("float", minimum=-limit, maximum=limit, **more)
+
+
+_EVENT = {"event": Field("str", choices=KINDS[1:])}
+_EVAL = {"eval": Field("str", check=_eval_id)}
+# Each record kind's keys, as the driver writes them; other keys (a time stamp) pass.
+RECORDS = {
+    "started": Section({**_EVENT, "t": _bounded(MAX_TIME)}, open=True),
+    "proposed": Section(
+        {
+            **_EVENT,
+            **_EVAL,
+            "config": Field(Names(Field("any", check=_config_value)), check=_config),
+            "prediction": Field(
+                Section(
+                    {
+                        "mean": _bounded(MAX_OBJECTIVE, required=False),
+                        "sd": _bounded(MAX_OBJECTIVE, required=False),
+                    }
+                ),
+                nullable=True,
+                required=False,
+            ),
+        },
+        open=True,
     ),
-    "pilot": (
-        lambda v: (
-            v is None
-            or isinstance(v, int)
-            and not isinstance(v, bool)
-            and 1 <= v <= MAX_PILOT_NODES
-        ),
-        f"null or a whole number of nodes from 1 to {MAX_PILOT_NODES}",
+    "submitted": Section(
+        {
+            **_EVENT,
+            **_EVAL,
+            "how": Field("str", choices=("local", "slurm", "pilot")),
+            "job": Field("str", nullable=True, required=False, check=_job),
+            "pid": Field("int", nullable=True, required=False, positive=True, maximum=2**31 - 1),
+            "attached": Field("bool", nullable=True, required=False),
+        },
+        open=True,
     ),
-    "walltime": (
-        lambda v: v is None or isinstance(v, str) and WALLTIME_RE.fullmatch(v) is not None,
-        "null or HH:MM:SS",
+    "finished": Section(
+        {
+            **_EVENT,
+            **_EVAL,
+            "objective": _bounded(MAX_OBJECTIVE),
+            "result": Field("any", nullable=True, required=False, check=_any_text),
+        },
+        open=True,
     ),
-    "pair": (lambda v: v is None or _text(v), "null or the pair file's path"),
-    "python": (lambda v: v is None or _text(v), "null or a Python command"),
-    "objective": (_text, "the study's objective"),
-    "direction": (lambda v: v in ("minimize", "maximize"), "minimize or maximize"),
-    "strategy": (_text, "grid, random or mbo"),
-    "created": (_text, "a date"),
+    "failed": Section(
+        {**_EVENT, **_EVAL, "error": Field("any", nullable=True, required=False, check=_any_text)},
+        open=True,
+    ),
+    "cancelled": Section({**_EVENT, **_EVAL}, open=True),
 }
+_KIND_ONLY = Section(_EVENT, open=True)
+
+
+def _checked(where: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """A record after its header, checked by its kind's section; one line naming the ledger line,
+    the key and the fix otherwise."""
+    fix = FIX.removeprefix("fix: ")
+    check_value(rec, where, _KIND_ONLY, "ledger record", fix=fix)
+    return check_value(rec, where, RECORDS[rec["event"]], "ledger record", fix=fix)
+
+
+def _line_of_text(value: str) -> Bad | None:
+    return None if len(value) <= 4096 else Bad("is longer than 4096 characters")
+
+
+def _walltime(value: str) -> Bad | None:
+    return None if WALLTIME_RE.fullmatch(value) else Bad(f"{shown(value)} is not HH:MM:SS")
+
+
+def _text_field(nullable: bool = False) -> Field:
+    return Field("str", nullable=nullable, required=False, check=_line_of_text)
+
+
+# The keys `kit study plan` writes in the header, checked for type and bounds when read: a header
+# edited to "parallel": 10**9 would make the driver ask for a billion configs, a wrongly typed one
+# crash it. The study's options beside them pass.
+HEADER = Section(
+    {
+        "site": _text_field(),
+        "site_name": _text_field(),
+        "parallel": Field("int", required=False, positive=True, maximum=MAX_PARALLEL),
+        "pilot": Field(
+            "int", nullable=True, required=False, positive=True, maximum=MAX_PILOT_NODES
+        ),
+        "walltime": Field("str", nullable=True, required=False, check=_walltime),
+        "pair": _text_field(nullable=True),
+        "python": _text_field(nullable=True),
+        "objective": _text_field(),
+        "direction": Field("str", required=False, choices=("minimize", "maximize")),
+        "strategy": _text_field(),
+        "created": _text_field(),
+    },
+    open=True,
+)
 
 
 def check_header(path: Path, header: dict[str, Any]) -> None:
-    """Every key `kit study plan` writes, checked for its type and bounds when read: a header edited
-    to `"parallel": 10**9` would make the driver ask for a billion configs, a wrongly typed one
-    crash it."""
-    for key, (ok, want) in HEADER_CHECKS.items():
-        if key in header and not ok(header[key]):
-            raise KitError(f"{path}:1: key {key} is {shown(header[key])}, expected {want}; {FIX}")
+    """The header's keys as `kit study plan` wrote them; one line naming ledger line 1 otherwise."""
+    check_value(header, f"{path}:1", HEADER, "study header", fix=FIX.removeprefix("fix: "))
 
 
 def _encode(record: dict[str, Any]) -> bytes:

@@ -469,7 +469,7 @@ class _Checker:
         if problem is not None:
             raise self.fail(
                 path,
-                f"{shown(value)} is refused by gan3d train ({problem.partition('; fix: ')[0]})",
+                f"{shown(value)} is refused by gan3d train ({KitError(problem).what})",
                 "keep every range end, choice and fixed value within what gan3d train takes",
             )
 
@@ -721,8 +721,8 @@ class _Checker:
                     return None
                 counts.append(tuple((path, declared_events(path)) for path in paths))
             except DataError as exc:  # gan3d train would stop every evaluation at its start
-                problem, _, fix = str(exc).partition("; fix: ")
-                raise self.fail(("fixed", key), problem, fix or FIX) from None
+                said = KitError(str(exc))  # its what and its fix, as gan3d wrote them
+                raise self.fail(("fixed", key), said.what, said.fix or FIX) from None
         return DataCounts(counts[0], counts[1])
 
     def objective(self, node: Any) -> Objective:

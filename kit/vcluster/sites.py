@@ -201,7 +201,8 @@ def check_binds(directory: Path, binds: list[str]) -> None:
     useless."""
     if problem := binds_problem([f"{directory}:{directory}", *binds]):
         raise VclusterError(
-            f"--bind/--dir: {problem}", fix="name directories without ':' as absolute paths SRC:DST"
+            f"--bind/--dir: {problem.what}",
+            fix="name directories without ':' as absolute paths SRC:DST",
         )
 
 

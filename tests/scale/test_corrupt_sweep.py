@@ -52,33 +52,42 @@ def line_of(path: Path, needle: str) -> int:
         (
             lambda p: p["runs"][0].update(nodes="four"),
             "nodes: four",
-            "key runs[0].nodes is 'four', expected a whole number",
+            "runs[0].nodes: expected an integer, got str 'four'",
         ),
         (
             lambda p: p["runs"][0].update(partition=["a", "b"]),
             "partition:",
-            "key runs[0].partition is ['a', 'b'], expected a string",
+            "runs[0].partition: expected a string or null, got list ['a', 'b']",
         ),
-        (lambda p: p["runs"][0].pop("run_id"), "nodes: 4", "key runs[0].run_id is missing"),
+        (
+            lambda p: p["runs"][0].pop("run_id"),
+            "nodes: 4",
+            "runs[0].run_id: missing required key (a string)",
+        ),
         (
             lambda p: p.update(runs={"a": 1}),
             "runs:",
-            "key runs is {'a': 1}, expected a list of runs",
+            "runs: expected a list of mappings",
         ),
         (
             lambda p: p["runs"][0].update(run_id="../../../outside"),
             "run_id:",
-            "key runs[0].run_id is '../../../outside', expected a run id",
+            "runs[0].run_id: '../../../outside' is not a run id",
         ),  # its results, log and scripts would be files outside DIR
         (
             lambda p: p["runs"][0].update(run_id="a\nb"),
             "run_id:",
-            "key runs[0].run_id is 'a\\nb', expected a run id",
+            "runs[0].run_id: 'a\\nb' contains a control character",
         ),
+        (
+            lambda p: p["runs"][0].update(threads_per_rnak=2),
+            "threads_per_rnak:",
+            "runs[0].threads_per_rnak: unknown key; did you mean 'threads_per_rank'?",
+        ),  # a plan edited by hand: the key meant is named, not passed over
         (
             lambda p: p.update(train_args="--epochs 2"),
             "train_args:",
-            "key train_args is '--epochs 2', expected a list",
+            "train_args: expected a list of strings",
         ),
     ],
 )
@@ -263,7 +272,9 @@ def test_numbers_past_any_machine_in_a_results_file_are_one_line(tmp_path, capsy
     )
     err = capsys.readouterr().err
     assert (
-        err.count("\n") == 1 and f"{bad}: key {key!r} is " in err and not (tmp_path / "r").exists()
+        err.count("\n") == 1
+        and (f"{bad}: key {key!r} is " in err or f"{bad}: {key}: " in err)
+        and not (tmp_path / "r").exists()
     )
 
 

@@ -48,7 +48,7 @@ def test_a_plan_is_written_once_and_never_replaced_by_another(tmp_path):
     assert load_plan(tmp_path) == plan
     path.write_text("kit_plan: 1\nsite: x\n")
     with pytest.raises(
-        KitError, match=r"plan.yaml:1: key train_args is missing, expected a list of strings"
+        KitError, match=r"plan.yaml:1: train_args: missing required key \(a list of strings\)"
     ):
         load_plan(tmp_path)
     with pytest.raises(KitError, match="no plan here; fix: kit scale plan --dir"):

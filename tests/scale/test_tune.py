@@ -157,7 +157,9 @@ def test_a_tune_file_of_another_site_or_a_damaged_one_is_one_line(tmp_path, caps
         yaml.safe_dump({"kit_tune": 1, "site_name": "laptop", "best": {"ranks_per_node": "4"}})
     )
     with pytest.raises(
-        KitError, match=r"tune.yaml:\d+: key best needs ranks_per_node and threads_per_rank"
+        KitError,
+        match=r"invalid layout tune file \(2 problem\(s\)\): \S*tune.yaml:\d+: best.ranks_per_node: "
+        r"expected an integer, got str '4'; \S*tune.yaml:\d+: best.threads_per_rank: missing required key",
     ):
         tune.load_best(path, load_site("laptop"))
     assert (

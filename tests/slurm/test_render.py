@@ -236,7 +236,11 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_syst
     ):
         read_pair_file(pair_file, SNG)
     pair_file.write_text("kit_pair: 1\nsite: boundslurm\n")
-    with pytest.raises(KitError, match=r"img.tar.pair.yaml:1: key 'binds' is missing"):
+    with pytest.raises(
+        KitError,
+        match=r"img.tar.pair.yaml: invalid pair file \(5 problem\(s\)\): "
+        r".*img.tar.pair.yaml:1: binds: missing required key",
+    ):
         read_pair_file(pair_file, site)
 
 
@@ -315,7 +319,7 @@ def test_a_pair_whose_image_lacks_the_mount_points_is_refused_before_queueing(
     with pytest.raises(
         KitError,
         match=r"key image_ready: the image lacks /opt/hostmpi/lib1, /opt/hostmpi/lib2, "
-        r"/hppfs, so its ch-run --bind would fail; convert the source image",
+        r"/hppfs, so its ch-run --bind would fail; fix: convert the source image",
     ):
         read_pair_file(pair_file, SNG)
 

@@ -141,9 +141,9 @@ def test_a_ledger_header_edited_to_a_wrong_type_or_bound_is_one_line_for_every_c
     ):
         code = main(["study", command[0], str(d), *command[1:]])
         err = _one_line_error(capsys, code, "--json" in command)
-        assert (
-            f"{d / ledger.NAME}:1: key {key} is " in err and "fix: restore the ledger.jsonl" in err
-        ), command
+        assert f"{d / ledger.NAME}:1: {key}: " in err and "; fix: restore the ledger" in err, (
+            command
+        )
     assert (d / ledger.NAME).read_bytes() == before and not (d / "evals").exists()
 
 
@@ -200,25 +200,37 @@ def test_a_ledger_header_that_no_longer_fits_its_site_is_one_line_before_any_job
                 "config": {"lr": 0.001},
                 "prediction": {"mean": int(BIG)},
             },
-            "key prediction is",
+            "prediction.mean: <1326-bit integer> is not a finite number",
         ),
         (
             {"event": "finished", "eval": "e0001", "objective": int(BIG)},
-            "key objective is <1326-bit integer>",
+            "objective: <1326-bit integer> is not a finite number",
         ),
-        ({"event": "finished", "eval": "e0001", "objective": 1e308}, "key objective is 1e+308"),
-        ({"event": "finished", "eval": "e0001", "objective": 1.0, "result": 5}, "key result is 5"),
-        ({"event": "failed", "eval": "e0001", "error": {"x": 1}}, "key error is {'x': 1}"),
-        ({"event": "submitted", "eval": "e0001", "how": "slurm", "job": 123}, "key job is 123"),
+        (
+            {"event": "finished", "eval": "e0001", "objective": 1e308},
+            "objective: must be at most 1e+15, got 1e+308",
+        ),
+        (
+            {"event": "finished", "eval": "e0001", "objective": 1.0, "result": 5},
+            "result: expected a string or null, got int 5",
+        ),
+        (
+            {"event": "failed", "eval": "e0001", "error": {"x": 1}},
+            "error: expected a string or null, got dict {'x': 1}",
+        ),
+        (
+            {"event": "submitted", "eval": "e0001", "how": "slurm", "job": 123},
+            "job: expected a string or null, got int 123",
+        ),
         (
             {"event": "submitted", "eval": "e0001", "how": "local", "pid": int(BIG)},
-            "key pid is <1326-bit integer>",
+            "pid: <1326-bit integer> is more than",
         ),
         (
             {"event": "submitted", "eval": "e0001", "how": "local", "attached": "yes"},
-            "key attached is 'yes'",
+            "attached: expected true or false or null, got str 'yes'",
         ),
-        ({"event": "started", "t": int(BIG)}, "key t is <1326-bit integer>"),
+        ({"event": "started", "t": int(BIG)}, "t: <1326-bit integer> is not a finite number"),
     ],
 )
 def test_ledger_records_edited_to_wrong_types_or_huge_numbers_are_one_line(

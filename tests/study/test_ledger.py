@@ -90,10 +90,10 @@ def test_a_torn_last_line_is_ignored_then_cut_by_the_next_append(tmp_path):
         ),
         (
             b'{"event":"proposed","eval":"../../etc","config":{}}',
-            "key eval is '../../etc', expected an id like e0001",
+            "eval: '../../etc' is not an id like e0001",
         ),
         (b'{"event":"proposed","eval":"e0001","config":{"a":{"b":1}}}', "not a flat mapping"),
-        (b'{"event":"rm -rf","eval":"e0001"}', "key event is 'rm -rf'"),
+        (b'{"event":"rm -rf","eval":"e0001"}', "event: 'rm -rf' is not allowed"),
         (b'[1,2]', "an array, not a ledger record (an object)"),
         (b'{"event":"proposed","eval":"e0001","config":{"lr":NaN}}', "not a JSON record"),
         (b"[" * 5000 + b"]" * 5000, "nested deeper than 6"),
@@ -171,3 +171,24 @@ def test_configs_written_are_read_back_equal(tmp_path_factory, configs):
     for i, config in enumerate(configs, 1):
         ledger.append(d, "proposed", eval=f"e{i:04d}", config=config)
     assert [e.config for e in ledger.read(d).evaluations.values()] == configs
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ({"parallel": 10**9}, ":1: parallel: must be at most 1000, got 1000000000"),
+        (
+            {"direction": "maximise"},
+            ":1: direction: 'maximise' is not allowed; did you mean 'maximize'?",
+        ),
+        ({"walltime": "1h"}, ":1: walltime: '1h' is not HH:MM:SS"),
+    ],
+)
+def test_a_header_edited_out_of_bounds_is_named_by_key_with_the_fix(tmp_path, header, message):
+    d = tmp_path / "s"
+    d.mkdir()
+    ledger.create(d, {"site": "/x.yaml", "site_name": "x", "parallel": 2, **header})
+    with pytest.raises(KitError) as err:
+        ledger.read(d)
+    text = str(err.value)
+    assert f"{d / ledger.NAME}{message}" in text and "; fix: restore the ledger.jsonl" in text

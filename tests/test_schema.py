@@ -1,0 +1,143 @@
+"""kit.schema: one mechanism for the kit's YAML and JSON files (lines for YAML, key paths for JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kit.errors import KitError
+from kit.schema import (
+    MAX_PROBLEMS,
+    Bad,
+    Field,
+    Items,
+    Names,
+    Section,
+    check_value,
+    check_yaml,
+    record,
+    section_of,
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    nodes: int
+    note: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+RUN = section_of(Run, fields={"nodes": Field("int", positive=True)})
+SWEEP = Section(
+    {
+        "runs": Field(Items(Field(RUN), min_len=1)),
+        "env": Field(Names(Field("str")), required=False, default={}),
+        "mode": Field("str", choices=("fast", "slow")),
+        "even": Field(
+            "int",
+            required=False,
+            default=0,
+            check=lambda v: Bad("is odd", "give 2, 4, ...") if v % 2 else None,
+        ),
+    },
+    check=lambda d: (
+        [("mode", Bad("slow needs env", "name one"))]
+        if d["mode"] == "slow" and not d["env"]
+        else []
+    ),
+)
+
+
+def test_a_section_derived_from_a_dataclass_builds_the_record():
+    data = check_yaml("name: a\nnodes: 2\ntags: [x, y]\n", "r.yaml", RUN, "run")
+    assert record(Run, data) == Run("a", 2, None, ("x", "y"))
+    assert RUN.fields["note"].nullable and not RUN.fields["note"].required
+    assert RUN.fields["name"].required and RUN.fields["nodes"].positive
+
+
+def test_a_yaml_problem_names_file_line_key_path_and_the_checks_fix():
+    text = "mode: fast\neven: 3\nruns:\n  - {name: a, nodes: 1}\n"
+    with pytest.raises(KitError) as err:
+        check_yaml(text, "s.yaml", SWEEP, "sweep", fix="see the docs")
+    assert str(err.value) == "s.yaml:2: even: is odd; fix: give 2, 4, ..."
+    assert err.value.where == "s.yaml:2" and err.value.fix == "give 2, 4, ..."
+
+
+def test_a_nested_list_entry_is_named_by_its_index_and_line():
+    text = "mode: fast\nruns:\n  - {name: a, nodes: 1}\n  - name: b\n    nodes: 0\n"
+    with pytest.raises(
+        KitError, match=r"^s.yaml:5: runs\[1\]\.nodes: must be greater than 0, got 0; fix: redo$"
+    ):
+        check_yaml(text, "s.yaml", SWEEP, "sweep", fix="redo")
+
+
+def test_json_problems_are_named_by_key_path_without_a_line():
+    doc = {"mode": "fats", "runs": [{"name": "a", "nodes": 1, "nodez": 2}], "env": {"A": 1}}
+    with pytest.raises(KitError) as err:
+        check_value(doc, "r.json", SWEEP, "results", fix="rerun")
+    text = str(err.value)
+    assert text.startswith("r.json: invalid results (3 problem(s)): ") and text.endswith(
+        "; fix: rerun"
+    )
+    assert "r.json: runs[0].nodez: unknown key; did you mean 'nodes'?" in text
+    assert "r.json: env.A: expected a string, got int 1" in text
+    assert "r.json: mode: 'fats' is not allowed; did you mean 'fast'?" in text
+
+
+def test_a_cross_field_problem_is_named_by_its_key_line():
+    text = "runs: [{name: a, nodes: 1}]\n[1]: 2\nmode: slow\n"
+    with pytest.raises(KitError) as err:
+        check_yaml(text, "s.yaml", SWEEP, "sweep")
+    assert "s.yaml:2: [1]: keys must be strings" in str(err.value)
+    with pytest.raises(KitError, match=r"^s.yaml:2: mode: slow needs env; fix: name one$"):
+        check_yaml("runs: [{name: a, nodes: 1}]\nmode: slow\n", "s.yaml", SWEEP, "sweep")
+
+
+def test_an_open_section_passes_over_keys_it_does_not_declare():
+    sec = Section({"a": Field("int")}, open=True)
+    assert check_value({"a": 1, "written_by_a_newer_kit": [1]}, "f.json", sec, "file") == {"a": 1}
+
+
+def test_problems_are_bounded_however_many_the_file_holds():
+    text = "mode: fast\nruns:\n" + "".join(f"  - {{name: r{i}, nodes: -1}}\n" for i in range(5000))
+    with pytest.raises(KitError) as err:
+        check_yaml(text, "s.yaml", SWEEP, "sweep")
+    assert f"({MAX_PROBLEMS}+ problem(s))" in str(err.value) and len(str(err.value)) < 2000
+
+
+# Any YAML tree: scalars of every kind YAML writes, lists and mappings with any keys.
+_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+_trees = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["runs", "env", "mode", "even", "name", "nodes", "x"]) | _scalars,
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_trees)
+def test_any_tree_gives_a_record_or_one_bounded_line(tree):
+    try:
+        text = yaml.safe_dump(tree)
+    except yaml.YAMLError:
+        return
+    for check, doc in ((check_yaml, text), (check_value, tree)):
+        try:
+            data = check(doc, "t.yaml", SWEEP, "sweep", fix="fix it")
+        except KitError as exc:
+            line = str(exc)
+            assert "\n" not in line and len(line) < 5000 and line.startswith("t.yaml")
+        else:
+            assert set(data) == set(SWEEP.fields) and data["runs"]
