@@ -141,9 +141,7 @@ def test_a_ledger_header_edited_to_a_wrong_type_or_bound_is_one_line_for_every_c
     ):
         code = main(["study", command[0], str(d), *command[1:]])
         err = _one_line_error(capsys, code, "--json" in command)
-        assert f"{d / ledger.NAME}:1: {key}: " in err and "; fix: restore the ledger" in err, (
-            command
-        )
+        assert f"{d / ledger.NAME}:1: {key}: " in err and "; fix: " in err, command
     assert (d / ledger.NAME).read_bytes() == before and not (d / "evals").exists()
 
 
