@@ -107,7 +107,7 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
         site,
         pairs,
         env_set,
-        env_prepend,  # type: ignore[arg-type]
+        env_prepend,
         pair["image_environment"],
     )
     verdict, ready = pair["verdict"], pair["image_ready"]

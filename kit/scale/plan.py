@@ -105,7 +105,8 @@ def make_plan(
     pair = str(pair_file_for(image).absolute()) if image else None
     if pair:
         read_pair_file(pair, site)  # refuse a wrong pair now, not at submission
-    runs, refused = [], []
+    runs: list[RunSpec] = []
+    refused: list[dict[str, object]] = []
     for n, r in itertools.product(sorted(set(nodes)), sorted(set(ranks_per_node))):
         for t in sorted(set(threads)) if threads else [default_threads(site, r)]:
             spec = RunSpec(
@@ -124,7 +125,7 @@ def make_plan(
                 else [replace(spec, run_id=run_id(n, r, t, i)) for i in range(1, repeats + 1)]
             )
     if not runs:
-        reasons = "; ".join(sorted({r["reason"] for r in refused}))
+        reasons = "; ".join(sorted({str(r["reason"]) for r in refused}))
         raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")
     shared = matching(tuple(train_args), PER_RUN_FLAGS)
     if shared and len(runs) > 1:

@@ -59,7 +59,9 @@ def _hwloc_count(kind: str) -> int | None:
 
 
 def _meminfo_gb() -> tuple[float, float]:
-    fields = dict(re.findall(r"^(\w+):\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M))
+    fields: dict[str, str] = dict(
+        re.findall(r"^(\w+):\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+    )
     total = int(fields["MemTotal"]) / 2**20
     return round(total, 1), round(int(fields.get("MemAvailable", fields["MemTotal"])) / 2**20, 1)
 
