@@ -80,10 +80,11 @@ import platform
 import resource
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kit import __version__ as kit_version
 from kit.atomic import atomic_write_text
@@ -154,14 +155,14 @@ HOROVOD_VARIABLES = (
 MAX_SETTING_CHARS = 200
 
 
-def communication(environ: dict[str, str] | None = None) -> dict:
+def communication(environ: Mapping[str, str] | None = None) -> dict:
     """`mpi_fabric` and `horovod_settings`: each variable's value (one line, at most 200
     characters), null where unset (the library's default), so runs on two fabrics or fusion settings
     are told apart."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
 
     def value(name: str) -> str | None:
-        text = environ.get(name)
+        text = env.get(name)
         return None if text is None else " ".join(text.split())[:MAX_SETTING_CHARS]
 
     return {
@@ -170,15 +171,15 @@ def communication(environ: dict[str, str] | None = None) -> dict:
     }
 
 
-def container_runtime(environ: dict[str, str] | None = None) -> str | None:
+def container_runtime(environ: Mapping[str, str] | None = None) -> str | None:
     """ "charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker"
     inside udocker run (it exports container_execmode, e.g. P1, and container_root), else None: the
     run is bare. Recorded so a report never merges container and bare runs, or two runtimes, into
     one series."""
-    environ = os.environ if environ is None else environ
-    if "CH_RUNNING" in environ:
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    if "CH_RUNNING" in env:
         return "charliecloud"
-    return "udocker" if "container_execmode" in environ and "container_root" in environ else None
+    return "udocker" if "container_execmode" in env and "container_root" in env else None
 
 
 def epochs(
@@ -230,10 +231,10 @@ def software_versions(itex_loaded: bool = False) -> dict[str, str | None]:
     return versions
 
 
-def image_digest(environ: dict[str, str] | None = None) -> str | None:
+def image_digest(environ: Mapping[str, str] | None = None) -> str | None:
     """The container image digest the launcher exported (KIT_IMAGE_DIGEST), if any."""
-    environ = os.environ if environ is None else environ
-    return environ.get("KIT_IMAGE_DIGEST") or None
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    return env.get("KIT_IMAGE_DIGEST") or None
 
 
 def throughput(
@@ -273,7 +274,7 @@ def peak_fields(
     # the run's own precision is the trainer's to record ("bf16-emulated" divides by fp32)
     out: dict = {}
     for p in dict.fromkeys((precision, "fp64")):
-        theory = (
+        theory: dict[str, Any] = (
             node_peaks[p]
             if node_peaks
             else {"flop_per_second": None, "basis": "unknown: no --site given"}
@@ -299,7 +300,7 @@ def peak_fields(
             f"percent_of_peak_{p}_theoretical": _percent(flop_rate, peak),
             f"percent_of_peak_{p}_measured": None if disturbed else _percent(flop_rate, mine),
         }
-    paper = (
+    paper: dict[str, Any] = (
         node_peaks["paper_convention"]
         if node_peaks
         else {"flop_per_second": None, "basis": "unknown: no --site given"}

@@ -145,11 +145,18 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _site_file(site: Site) -> str:
+    """The site config's file, which the sweep's jobs and tune.yaml name."""
+    if site.path is None:
+        raise KitError(f"site {site.name} has no file", fix="give --site a site name or a file")
+    return str(Path(site.path).resolve())
+
+
 def tune_args(layout: Layout, steps: int, peak_seconds: float) -> tuple[str, ...]:
     """The training arguments every layout gets: one short epoch, peaks measured in its
     precision.
     """
-    args = (
+    args: tuple[str, ...] = (
         "--epochs",
         "1",
         "--steps-per-epoch",
@@ -336,7 +343,7 @@ def run_slurm(
             check_run(site, spec)
         sweep = out_dir / (precision + ("-itex" if itex == "on" else ""))
         py = (itex_python or python) if itex == "on" else python
-        write_plan(Plan(str(Path(site.path).resolve()), walltime, runs, pair, py, args), sweep)
+        write_plan(Plan(_site_file(site), walltime, runs, pair, py, args), sweep)
         submitted = sweep_jobs.submit(sweep)
         refused = [s for s in submitted if s.note.startswith("not submitted")]
         if refused:
@@ -356,7 +363,7 @@ def run_slurm(
 def _bytes(value: object) -> Bad | None:
     return (
         None
-        if is_byte_counts(value) and any(value)
+        if isinstance(value, list) and is_byte_counts(value) and any(value)
         else Bad("expected a list of byte counts per rank")
     )
 
@@ -474,7 +481,7 @@ def best(measured: list[Measured]) -> Measured:
             "no layout produced figures: "
             + "; ".join(f"{m.layout.name}: {one_line(m.problem, 600)}" for m in measured)
         )
-    return max(ran, key=lambda m: m.showers_per_second)
+    return max(ran, key=lambda m: m.showers_per_second or 0.0)  # ran: all have a figure
 
 
 def check_outputs(out_dir: Path) -> None:
@@ -506,7 +513,7 @@ def write_tune(
     top = best(measured)
     doc = {
         "kit_tune": TUNE_FORMAT,
-        "site": str(Path(site.path).resolve()),
+        "site": _site_file(site),
         "site_name": site.name,
         "nodes": nodes,
         "cpu": top.cpu,
