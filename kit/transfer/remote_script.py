@@ -294,7 +294,7 @@ def lock_dir(directory, wait, what):
             time.sleep(0.1)
 
 
-# ---------------------------------------------------------------- the receiver (probe, push)
+# ------------------------------------------------------------------ the receiver (probe, push)
 
 
 def names(directory, name):
@@ -638,8 +638,7 @@ def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
     print(json.dumps({"path": os.path.abspath(final), "sha256": got, "direct_io": writer.direct}))
 
 
-# ---------------------------------------------------------------- the installer (install, versions,
-# switch)
+# ------------------------------------------------------- the installer (install, versions, switch)
 
 
 def versions(imgdir, name):
