@@ -19,7 +19,11 @@ def _actions():
 
 
 # Types that take no number, or a size: kit.sizes.parse_size bounds its own text (tests/test_sizes.py).
-NOT_NUMBERS = {("kit.commands.scale", "_precisions"), ("kit.commands.image", "_size")}
+NOT_NUMBERS = {
+    ("kit.commands.scale", "_precisions"),
+    ("kit.commands.scale", "_precisions_or.<locals>.words"),  # --itex off,on: words
+    ("kit.commands.image", "_size"),
+}
 BOUNDED = {"number.<locals>.parse", "numbers.<locals>.parse"}
 
 

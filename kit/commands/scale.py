@@ -229,7 +229,11 @@ def _precisions(text: str) -> list[str]:
 
 def _precisions_or(default: str):
     """A comma list's words (empty: ``default``); tune.candidate_layouts judges them."""
-    return lambda text: [w.strip() for w in text.split(",") if w.strip()] or [default]
+
+    def words(text: str) -> list[str]:
+        return [w.strip() for w in text.split(",") if w.strip()] or [default]
+
+    return words
 
 
 def _submit(args: argparse.Namespace) -> int:

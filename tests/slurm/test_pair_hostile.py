@@ -62,8 +62,8 @@ def test_a_fifo_or_dev_zero_as_pair_file_is_refused_without_blocking(tmp_path, c
 @pytest.mark.parametrize(
     "change, key",
     [
-        (lambda p: p["binds"].append("/data:/data\n#SBATCH --uid=0"), "binds.1"),
-        (lambda p: p["env"]["set"].update(FI_PROVIDER="psm2\nrm -rf ~"), "env.set.FI_PROVIDER"),
+        (lambda p: p["binds"].append("/data:/data\n#SBATCH --uid=0"), "binds[1]"),
+        (lambda p: p["env"]["set"].update(FI_PROVIDER="psm2\nrm -rf ~"), "env.set"),
         (lambda p: p["env"]["prepend"].update(PATH=["/bin\r"]), "env.prepend.PATH"),
         (lambda p: p.update(site_image="/images/gan3d\u2028x"), "site_image"),
     ],
@@ -78,7 +78,7 @@ def test_a_line_break_in_any_pair_value_is_refused(tmp_path, capsys, change, key
     pair = yaml.safe_load(path.read_text())
     change(pair)
     path.write_text(yaml.safe_dump(pair))
-    refused(tmp_path, capsys, path, f"{path}:", f"key '{key}' holds a control character")
+    refused(tmp_path, capsys, path, f"{path}:", f" {key}: ", "contains a control character")
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_a_line_break_in_any_pair_value_is_refused(tmp_path, capsys, change, key
         (
             "kit_pair: 1\nsite: localslurm\nimage_ready: [1]\nbinds: []\nenv: {}\n"
             "verdict: {ok: true}\nsite_image: /x\n",
-            ("img.pair.yaml:3: key 'image_ready' is [1], expected a mapping",),
+            ("img.pair.yaml:3: image_ready: expected a mapping",),
         ),
         (
             "kit_pair: 1\nsite: localslurm\nbinds: " + "[" * 5000 + "]" * 5000 + "\n",

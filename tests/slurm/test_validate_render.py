@@ -200,9 +200,7 @@ def test_a_plan_without_the_validate_key_loads_as_not_validated(slurm_site, tmp_
     )
     assert not load_plan(tmp_path).validate
     path.write_text(path.read_text().replace("walltime:", "validate: 'yes'\nwalltime:"))
-    with pytest.raises(
-        KitError, match=r"plan.yaml:\d+: key validate is 'yes', expected true or false"
-    ):
+    with pytest.raises(KitError, match=r"plan.yaml:\d+: validate: .*expected true or false"):
         load_plan(tmp_path)
 
 
