@@ -9,10 +9,12 @@ from the frozen dataclass a reader returns (`section_of`), so a field is declare
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import math
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -521,6 +523,37 @@ def yaml_node(loader: yaml.SafeLoader, node: yaml.Node) -> Node:
 
 # --- sections derived from dataclasses ---
 
+
+class _Unions(ast.NodeTransformer):
+    """`A | B` in an annotation as `Union[A, B]`, which Python 3.9 can evaluate."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.BitOr):
+            return node
+        pair = ast.Tuple([node.left, node.right], ast.Load())
+        return ast.Subscript(ast.Name("_Union", ast.Load()), pair, ast.Load())
+
+
+def type_hints(cls: type) -> dict[str, Any]:
+    """typing.get_type_hints of a kit dataclass, also on the Python 3.9 of a login node (the kit
+    core's floor), which cannot evaluate the `X | None` of its string annotations."""
+    return typing.get_type_hints(cls) if sys.version_info >= (3, 10) else evaluated_hints(cls)
+
+
+def evaluated_hints(cls: type) -> dict[str, Any]:
+    """The annotations of `cls` and its bases evaluated with each `|` as typing.Union."""
+    namespace = {**vars(sys.modules[cls.__module__]), "_Union": Union}
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for name, text in vars(klass).get("__annotations__", {}).items():
+            if isinstance(text, str):
+                tree = ast.fix_missing_locations(_Unions().visit(ast.parse(text, mode="eval")))
+                text = eval(compile(tree, "<annotation>", "eval"), namespace)  # the kit's own code
+            hints[name] = text
+    return hints
+
+
 _SCALARS = {str: "str", int: "int", float: "float", bool: "bool"}
 
 
@@ -529,7 +562,7 @@ def field_of(hint: Any) -> Field:
     list[X] / tuple[X, ...], dict[str, X]."""
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType) and type(None) in args:
+    if origin in (Union, getattr(types, "UnionType", Union)) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
         if len(rest) != 1:
             raise TypeError(f"no schema field for {hint!r}")
@@ -561,7 +594,7 @@ def section_of(
     """The Section of a frozen dataclass: each field's type from its annotation, required unless
     it has a default. ``only``/``skip`` pick the fields a file holds; ``fields`` replaces or
     adds a key's Field (its checks, bounds, choices)."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     out: dict[str, Field] = {}
     for f in dataclasses.fields(cls):
         if f.name in skip or (only is not None and f.name not in only):
@@ -580,7 +613,7 @@ def section_of(
 def record(cls: type, data: dict[str, Any], **more: Any) -> Any:
     """A dataclass built from a checked section (``more``: fields given here instead); lists
     become tuples where the field is one."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in more or f.name in data:

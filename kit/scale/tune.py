@@ -468,7 +468,7 @@ def forms_line(m: Measured) -> str:
     by_form: dict[str, list[str]] = {}
     for layer, form in m.forms.items():
         by_form.setdefault(form, []).append(layer)
-    return "; ".join(f"{f} {','.join(names)}" for f, names in sorted(by_form.items())) + (
+    return "; ".join(f"{f} {','.join(sorted(names))}" for f, names in sorted(by_form.items())) + (
         f" ({m.forms_source})"
     )
 
@@ -523,7 +523,7 @@ def write_tune(
             "precision": top.layout.precision,
             "itex": top.layout.itex,
             "showers_per_second": top.showers_per_second,
-            "forms": top.forms,
+            "forms": dict(top.forms) if top.forms else None,  # a copy: no YAML alias
             "forms_source": top.forms_source,
         },
         "layouts": [
