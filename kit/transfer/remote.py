@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import shlex
+import time
 from pathlib import Path
 
 import fabric
@@ -105,12 +106,9 @@ def run(
     `timeout` seconds is a KitError (``on_timeout``: what that left, ``timeout_fix``: its fix),
     never a hang or a traceback. The session's stdin stays open until the answer or the timeout:
     a mode may watch it to stop when the sender gives up."""
-    try:
-        result = conn.run(
-            command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout
-        )
-    except CommandTimedOut as exc:
-        raise KitError(
+
+    def timed_out() -> KitError:
+        return KitError(
             f"{what}: no answer within {timeout:g} s; "
             + (
                 on_timeout
@@ -120,10 +118,22 @@ def run(
                 )
             ),
             fix=timeout_fix,
-        ) from exc
+        )
+
+    start = time.monotonic()
+    try:
+        result = conn.run(
+            command(mode, *args), hide=True, warn=True, in_stream=False, timeout=timeout
+        )
+    except CommandTimedOut as exc:
+        raise timed_out() from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
         raise KitError(
             f"{what}: the SSH connection failed ({one_line(exc, tail=True) or type(exc).__name__}); "
             "run the same command again"
         ) from exc
+    # The session closed without an exit status once the timeout was due: Fabric stopped it (the
+    # timeout and the remote side's end can race, and then no CommandTimedOut is raised).
+    if timeout is not None and result.exited == -1 and time.monotonic() - start >= timeout:
+        raise timed_out()
     return parse(result.stdout, result.stderr, result.exited, what, schema)
