@@ -660,7 +660,7 @@ def run_worker(
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"bench worker {kind} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-    # under mpiexec every rank prints a line; only rank 0's is not empty, and it may come first
+    # under mpiexec only rank 0 prints its line (main)
     outs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     return next((o for o in reversed(outs) if o), {})
 
@@ -724,7 +724,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hvd", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(WORKERS[args.worker](args)), flush=True)
+        out = WORKERS[args.worker](args)
+        if out or not args.hvd:  # one line from rank 0 only: mpiexec may join the ranks' lines
+            print(json.dumps(out), flush=True)
         return 0
     print(f"CPU: {cpu.describe()}; load {_load()} at start\n")
     if args.floors:
