@@ -489,30 +489,33 @@ def check_value(
 
 def check_doc(
     doc: Document,
-    schema: Section,
+    schema: Section | Field,
     what: str,
     *,
     fix: str | None = None,
     error: type[KitError] = KitError,
-) -> dict[str, Any]:
+) -> Any:
     """A YAML document already parsed (yamlbound.load_file, load_tagged) checked against
-    ``schema``; problems are named by file, line and key path."""
+    ``schema`` (a Field: a top level that is not a fixed set of keys, e.g. a map of free names);
+    problems are named by file, line and key path."""
     return check_node(_Value(doc.value, (), doc.line), doc.file, schema, what, fix=fix, error=error)
 
 
 def check_node(
     node: Node,
     file: str,
-    schema: Section,
+    schema: Section | Field,
     what: str,
     *,
     fix: str | None = None,
     error: type[KitError] = KitError,
-) -> dict[str, Any]:
+) -> Any:
     walker = _Walker()
-    data = walker.section(schema, node, "")
-    _raise(walker, file, what, fix, error)
-    assert data is not None
+    if isinstance(schema, Field):
+        data = walker.field(schema, node, "")
+    else:
+        data = walker.section(schema, node, "")
+    _raise(walker, file, what, fix, error)  # a None section or a _BAD field recorded a problem
     return data
 
 

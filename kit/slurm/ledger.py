@@ -10,12 +10,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kit.atomic import atomic_write_text, open_lock_file
-from kit.errors import KitError
 from kit.excerpt import shown
+from kit.schema import Bad, Field, Items, Names, Section, check_doc
 from kit.slurm.jobs import JOB_ID_RE
 from kit.yamlbound import load_file
 
@@ -23,37 +24,36 @@ NAME = "jobs.yaml"
 LOCK = ".jobs.lock"
 
 
+def _job_id(value: Any) -> Bad | None:
+    """A job id goes to squeue and scancel: Slurm's digits (or array/het form), nothing else."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return Bad(f"{shown(value)} is not a Slurm job id")
+    if not JOB_ID_RE.fullmatch(str(value)):
+        return Bad(f"{shown(value)} is not a Slurm job id")
+    return None
+
+
+ENTRY = Section(
+    {"job": Field("any", check=_job_id), "submitted": Field("str", required=False)}, open=True
+)
+LEDGER = Field(Names(Field(Items(Field(ENTRY)))))
+
+
 def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
     """The ledger; a file kit did not write this way is one line naming its line, not a guess: job
     ids from it go to squeue and scancel."""
     path = run_dir / NAME
     fix = (
-        "fix: restore the jobs.yaml kit wrote, or move it aside to start afresh "
+        "restore the jobs.yaml kit wrote, or move it aside to start afresh "
         "(queued jobs are then forgotten)"
     )
     try:
-        doc = load_file(path, "job ledger", fix)
+        doc = load_file(path, "job ledger", f"fix: {fix}")
     except FileNotFoundError:
         return {}
-    data = {} if doc.value is None else doc.value
-    entries = "a list of {job: ID, submitted: TIME}"
-    if not isinstance(data, dict):
-        raise KitError(f"{doc.where()}: not a job ledger (expected run id -> {entries}); {fix}")
-    for run, history in data.items():
-        if not isinstance(run, str) or not isinstance(history, list):
-            raise KitError(f"{doc.where(run)}: run {shown(run)}: expected {entries}; {fix}")
-        for i, entry in enumerate(history):
-            job = entry.get("job") if isinstance(entry, dict) else None
-            if (
-                isinstance(job, bool)
-                or not isinstance(job, (str, int))
-                or not JOB_ID_RE.fullmatch(str(job))
-            ):
-                raise KitError(
-                    f"{doc.where(run, i)}: run {shown(run)} entry {i}: job {shown(job)} is not a Slurm "
-                    f"job id; {fix}"
-                )
-    return data
+    if doc.value is None:
+        return {}
+    return check_doc(doc, LEDGER, "job ledger", fix=fix)
 
 
 def record_job(run_dir: Path, run_id: str, job_id: str) -> None:

@@ -98,6 +98,14 @@ def test_a_malformed_plan_names_line_and_key(sweep, capsys, change, key, expecte
         one_line_error(capsys, argv, f"{sweep}/plan.yaml:{line}: {expected}", "fix: ")
 
 
+def test_a_ledger_with_several_bad_entries_names_each_in_one_line(sweep, capsys):
+    path = sweep / "jobs.yaml"
+    path.write_text(yaml.safe_dump({RUN: [{"job": "1;x"}], "n8-r4-t12": [{"job": True}]}))
+    err = one_line_error(capsys, ["scale", "collect", str(sweep)], "(2 problem(s))")
+    assert f"{path}:{line_of(path, '1;x')}: {RUN}[0].job: '1;x' is not a Slurm job id" in err
+    assert f"{path}:{line_of(path, 'true')}: n8-r4-t12[0].job: True is not a Slurm job id" in err
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "text, expected",
@@ -152,9 +160,9 @@ def test_fifos_in_place_of_plan_ledger_or_result_do_not_block(sweep, capsys):
         (
             {RUN: [{"job": "12"}], "n8-r4-t12": "12"},
             "n8-r4-t12",
-            "run 'n8-r4-t12': expected a list",
+            "n8-r4-t12: expected a list of mappings",
         ),
-        ({RUN: [{"submitted": "x"}]}, "submitted", "job None is not a Slurm job id"),
+        ({RUN: [{"submitted": "x"}]}, "submitted", "[0].job: missing required key"),
         ({RUN: [{"job": [[[[[1]]]]] * 20}]}, "job:", "is not a Slurm job id"),
     ],
 )
