@@ -6,16 +6,24 @@ noise and energies; their cell-sum/Ep (mean and spread) and mean longitudinal an
 profiles are compared. The yardstick is how far the two fp32 runs land from each other: bf16
 is equivalent if it lands no farther from fp32 A than fp32 B does. Used by the test (tiny
 preset) and by bench/gan3d_bf16_physics.py (full preset).
+
+Another stack (Intel Extension for TensorFlow, in a venv of its own) is compared the same way: its
+Python runs `python -m gan3d.equivalence --showers NPZ`, one training on the same showers, and
+prints its statistics as one JSON line with whether ITEX's kernels were mapped.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from gan3d import model, step
+from gan3d import itex, model, step
 from gan3d.validate import shower_features
 
 STATISTICS = ("cellsum_over_ep", "profile_z", "profile_x", "profile_y")
@@ -129,3 +137,53 @@ def compare(
             "bf16_a": bf16_a["cellsum_over_ep"].tolist(),
         },
     }
+
+
+def trained_statistics(
+    preset: str, precision: str, seed: int, *, showers, steps: int, batch: int, generated: int
+) -> dict[str, list[float]]:
+    """One training's shower statistics as JSON values: what another process's stack reports."""
+    s = new_step(preset, precision)
+    train_from_seed(
+        s,
+        preset=preset,
+        precision=precision,
+        seed=seed,
+        showers=showers,
+        steps=steps,
+        batch=batch,
+    )
+    stats = shower_statistics(s.generator, model.PRESETS[preset].latent_dim, generated)
+    return {k: np.asarray(v).tolist() for k, v in stats.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m gan3d.equivalence",
+        description="One training's shower statistics in this Python's stack, as one JSON line.",
+    )
+    ap.add_argument("--showers", type=Path, required=True, help="npz: images, ep, cellsum")
+    ap.add_argument("--preset", choices=tuple(model.PRESETS), default="tiny")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--generated", type=int, default=128)
+    args = ap.parse_args(argv)
+    with np.load(args.showers) as f:
+        showers = (f["images"], f["ep"], f["cellsum"])
+    stats = trained_statistics(
+        args.preset,
+        args.precision,
+        args.seed,
+        showers=showers,
+        steps=args.steps,
+        batch=args.batch,
+        generated=args.generated,
+    )
+    print(json.dumps({"statistics": stats, "itex": itex.seen_here().record()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -254,3 +254,40 @@ def test_itex_off_in_the_itex_stack_records_the_plugin_tensorflow_loaded_anyway(
     assert "--itex off, but TensorFlow loads an installed ITEX plugin" in proc.stdout + proc.stderr
     record = json.loads(results.read_text())
     assert record["itex"] == {"requested": False, **state.record()}
+
+
+@pytest.mark.slow
+def test_itex_trained_showers_lie_within_the_fp32_seed_spread(tmp_path):
+    """Physics equivalence of the ITEX stack (gan3d.equivalence): its fp32 generator, seed A, lands
+    no farther from this stack's seed A than this stack's seed B does, statistic by statistic."""
+    import numpy as np
+
+    from gan3d import equivalence
+    from gan3d.data import preprocess
+    from gan3d.simulate import simulate_showers
+
+    state = _itex_state()
+    raw, energy = simulate_showers(64, np.random.default_rng(7), emin=50.0, emax=450.0)
+    images, ep, cellsum = preprocess(raw, energy, 1.0)
+    np.savez(tmp_path / "showers.npz", images=images, ep=ep, cellsum=cellsum)
+    run = dict(steps=16, batch=4, generated=128)
+    cmd = [str(ITEX_PYTHON), "-m", "gan3d.equivalence", "--showers", str(tmp_path / "showers.npz")]
+    cmd += ["--preset", "tiny", "--seed", "3"] + [f"--{k}={v}" for k, v in run.items()]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["itex"] == state.record()  # the plugin's kernels ran the ITEX training
+    showers = (images, ep, cellsum)
+    a, b = (
+        equivalence.trained_statistics("tiny", "fp32", seed, showers=showers, **run)
+        for seed in (3, 4)
+    )
+    on = out["statistics"]
+    here_a, here_b, itex_a = ({k: np.asarray(v) for k, v in x.items()} for x in (a, b, on))
+    spread = equivalence.distances(here_b, here_a)
+    diff = equivalence.distances(itex_a, here_a)
+    assert all(v > 0 for v in spread.values()), spread  # the seeds made a difference
+    for key in spread:
+        assert diff[key] <= spread[key], (
+            f"{key}: ITEX vs fp32 {diff[key]:.4g} > fp32 seed spread {spread[key]:.4g}"
+        )
