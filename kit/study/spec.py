@@ -27,10 +27,11 @@ import yaml
 
 from kit.errors import KitError
 from kit.excerpt import clipped, control_character, shown
-from kit.schema import Bad, Field, Items, Names, Section, check_doc
+from kit.readfile import read_text
+from kit.schema import Bad, Field, Items, Names, Section, check_node, yaml_node
 from kit.study import missing_study_extra
 from kit.study.space import KINDS, Param, Space, Value, same_value
-from kit.yamlbound import Document, load_file
+from kit.yamlbound import Document, compose
 
 STUDY_FORMAT = 1
 TAG = "kit_study"
@@ -130,20 +131,13 @@ def _whole(value: float) -> Bad | None:
 
 
 def _format(value: int) -> Bad | None:
-    if value == STUDY_FORMAT:
-        return None
-    return Bad(
-        f"{value} is not {STUDY_FORMAT}, the study file format", f"put '{TAG}: 1' at the top"
-    )
+    what = f"{value} is not {STUDY_FORMAT}, the study file format"
+    return None if value == STUDY_FORMAT else Bad(what, f"put '{TAG}: {STUDY_FORMAT}' at the top")
 
 
 def _metric(value: str) -> Bad | None:
-    if METRIC_RE.fullmatch(value):
-        return None
-    return Bad(
-        f"{shown(value)} is not physics_score, showers_per_second or validation.<loss key> "
-        "(e.g. validation.g_loss)"
-    )
+    what = f"{shown(value)} is not physics_score, showers_per_second or validation.<loss key>"
+    return None if METRIC_RE.fullmatch(value) else Bad(f"{what} (e.g. validation.g_loss)")
 
 
 def seconds(value: Any) -> int | None:
@@ -160,15 +154,12 @@ def seconds(value: Any) -> int | None:
 
 
 def _duration(value: Any) -> Bad | None:
-    if seconds(value) is not None:
-        return None
-    return Bad(
-        f"{shown(value)} is not a duration of 1 second to 366 days: 90m, 2h, 1h30m or seconds"
-    )
+    what = f"{shown(value)} is not a duration of 1 second to 366 days: 90m, 2h, 1h30m or seconds"
+    return None if seconds(value) is not None else Bad(what)
 
 
 def _range_or_choice(param: dict[str, Any]) -> list[tuple[str, Bad]]:
-    """A choice lists values; a float or int range has low and high (whole for an int), no values."""
+    """A choice lists values; a float or int range has low and high (whole for an int)."""
     kind = param["type"]
     if kind == "choice":
         wrong = [k for k in ("low", "high", "log") if param[k] is not None]
@@ -212,15 +203,14 @@ def _setting(low: int, high: int, kind: str = "int") -> Field:
     return Field(kind, required=False, nullable=True, minimum=low, maximum=high)
 
 
-def _number() -> Field:
-    return Field("float", required=False, minimum=-MAX_MAGNITUDE, maximum=MAX_MAGNITUDE)
+NUMBER = Field("float", required=False, minimum=-MAX_MAGNITUDE, maximum=MAX_MAGNITUDE)
 
 
 PARAMETER = Section(
     {
         "type": Field("str", choices=KINDS),
-        "low": _number(),
-        "high": _number(),
+        "low": NUMBER,
+        "high": NUMBER,
         "log": Field("bool", required=False),
         "values": Field(Items(Field("any", check=_plain), 1, MAX_CHOICES), required=False),
         "when": Field(Names(Field("any")), required=False, nullable=True),
@@ -235,8 +225,10 @@ OBJECTIVE = Section(
 )
 BUDGET = Section(
     {
-        "evaluations": Field("int", False, True, minimum=1, maximum=MAX_EVALUATIONS),
-        "wall_time": Field("any", False, True, check=_duration),
+        "evaluations": Field(
+            "int", required=False, nullable=True, minimum=1, maximum=MAX_EVALUATIONS
+        ),
+        "wall_time": Field("any", required=False, nullable=True, check=_duration),
     }
 )
 STRATEGY = Section(
@@ -267,11 +259,15 @@ def schema(options: Mapping[str, argparse.Action]) -> Section:
         {
             TAG: Field("int", check=_format),
             "parameters": Field(Names(Field(PARAMETER), name=name), check=count),
-            "fixed": Field(Names(Field("any", check=_plain), name=name), False, True, default={}),
+            "fixed": Field(
+                Names(Field("any", check=_plain), name=name), required=False, nullable=True
+            ),
             "objective": Field(OBJECTIVE),
             "budget": Field(BUDGET, required=False, nullable=True),
             "strategy": Field(STRATEGY),
-            "seed": Field("float", False, default=0, minimum=0, maximum=2**32 - 1, check=_whole),
+            "seed": Field(
+                "float", required=False, default=0, maximum=2**32 - 1, minimum=0, check=_whole
+            ),
         },
         check=_needs_budget,
     )
@@ -333,8 +329,7 @@ class StudySpec:
 
     def layout(self, config: Mapping[str, Value]) -> tuple[int | None, int | None]:
         """(ranks per node, threads per rank) a config asks for; None where neither it nor fixed
-        says.
-        """
+        says."""
         values = {**self.fixed, **self.space.canonical(config)}
         ranks, threads = (values.get(name) for name in LAYOUT_WORDS)
         return (None if ranks is None else int(ranks), None if threads is None else int(threads))
@@ -350,13 +345,10 @@ def _ends(param: Param) -> Param:
 
 
 def _text(value: Value) -> str:
-    return (
-        repr(value)
-        if isinstance(value, float)
-        else str(value).lower()
-        if isinstance(value, bool)
-        else str(value)
-    )
+    """A value as gan3d's command line takes it (floats exactly, flags' values as YAML writes)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def synthetic_split(events: int, fraction: float) -> tuple[int, int]:
@@ -426,40 +418,32 @@ def load_study(path: str | Path, data_files: bool = False, train_rules: bool = T
     study's copy, checked at its plan: an older kit's study stays readable when gan3d's limits
     narrow)."""
     try:
-        doc = load_file(path, "study file", f"fix: {FIX}", limit=MAX_STUDY_BYTES)
+        text = read_text(path, "study file", MAX_STUDY_BYTES)
     except FileNotFoundError:
         raise KitError(
             f"{path}: no such study file",
             fix="write one (an example: kit/_data/studies/tiny-mbo.yaml, docs/study.md)",
         ) from None
-    _refuse_duplicate_keys(doc)
+    loader, root = compose(text, path, KitError, f"fix: {FIX}")
+    if root is None:
+        raise KitError("the file is empty; expected a study file", fix=FIX, where=str(path))
+    _short_strategy(root)
     options = gan3d_options()
-    top = doc.value
-    if isinstance(top, dict) and isinstance(top.get("strategy"), str):  # short for {type: ...}
-        doc = dataclasses.replace(doc, value={**top, "strategy": {"type": top["strategy"]}})
-    data = check_doc(doc, schema(options), "study file", fix=FIX)
+    data = check_node(yaml_node(loader, root), str(path), schema(options), "study file", fix=FIX)
+    doc = Document(str(path), root, None)  # the lines the checks after the walk name
     return _Meaning(doc, options, train_rules).study(data, data_files)
 
 
-def _refuse_duplicate_keys(doc: Document) -> None:
-    """YAML lets a repeated key silently replace the first: in a study file that hides a typo'd
-    edit. (kit.schema walks the built value, where the first is already gone.)"""
-    todo = [doc.root] if doc.root is not None else []
-    while todo:  # the composer bounded the depth and the node count
-        node = todo.pop()
-        if isinstance(node, yaml.SequenceNode):
-            todo.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            names = [getattr(key, "value", None) for key, _ in node.value]
-            for (key, value), name in zip(node.value, names):
-                if names.count(name) > 1 and key is not node.value[names.index(name)][0]:
-                    raise KitError(
-                        f"{clipped(str(name))}: the key appears twice in one mapping (YAML would "
-                        "keep only the last)",
-                        fix=FIX,
-                        where=f"{doc.file}:{key.start_mark.line + 1}",
-                    )
-                todo.append(value)
+def _short_strategy(root: yaml.Node) -> None:
+    """``strategy: random`` is short for ``strategy: {type: random}``."""
+    for i, (key, value) in enumerate(root.value if isinstance(root, yaml.MappingNode) else []):
+        if getattr(key, "value", None) == "strategy" and value.tag == "tag:yaml.org,2002:str":
+            marks = value.start_mark, value.end_mark
+            name = yaml.ScalarNode("tag:yaml.org,2002:str", "type", *marks)
+            root.value[i] = (
+                key,
+                yaml.MappingNode("tag:yaml.org,2002:map", [(name, value)], *marks),
+            )
 
 
 class _Meaning:
@@ -597,7 +581,8 @@ class _Meaning:
             raise self.fail(
                 ("fixed",),
                 "gan3d train needs exactly one of data and synthetic",
-                "add e.g. 'synthetic: 256' (generated showers) or 'data: /path/to/showers' to fixed:",
+                "add e.g. 'synthetic: 256' (generated showers) or 'data: /path/to/showers' "
+                "to fixed:",
             )
         return fixed
 
@@ -624,10 +609,8 @@ class _Meaning:
         try:
             converted = convert(str(value))
         except (TypeError, ValueError):
-            raise self.fail(
-                path,
-                f"{shown(value)} is not a {getattr(convert, '__name__', 'value')} as --{name} takes",
-            ) from None
+            what = getattr(convert, "__name__", "value")
+            raise self.fail(path, f"{shown(value)} is not a {what} as --{name} takes") from None
         if name == LAYOUT and not (float(converted).is_integer() and converted >= 1):
             raise self.fail(path, f"{shown(value)} is not a whole number of ranks, 1 or more")
         if action is not None and action.choices and converted not in action.choices:

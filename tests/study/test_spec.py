@@ -220,7 +220,7 @@ REFUSALS = [
     ),
     (_swap("seed: 3", "seed: -1"), 2, "seed: must be at least 0, got -1"),
     (_swap("seed: 3", "sead: 3"), 2, "did you mean 'seed'"),
-    (GOOD + "parameters: {}\n", 15, "parameters: the key appears twice"),
+    (GOOD + "parameters: {}\n", 15, "parameters: duplicate key (first given on line 3)"),
     ("kit_study: 1\nparameters: [\n", 3, "not valid YAML"),
 ]
 
@@ -545,13 +545,13 @@ def test_any_yaml_tree_under_the_study_keys_loads_or_is_one_line(tmp_path_factor
 
 
 def test_every_structural_problem_of_a_study_file_is_in_its_one_line(tmp_path):
-    """A misspelt top key, a bad bound, a strategy setting of another strategy, an unknown gan3d
-    option and a bad metric: one refusal listing each with its line, field and fix."""
+    """A misspelt top key, an unknown gan3d option, a key given twice, a bad metric and a setting
+    of another strategy: one refusal listing each with its line, field and fix."""
     text = (
         _swap("seed: 3", "sead: 3")
         .replace("  lr:", "  lrr:")
+        .replace("  synthetic: 640", "  synthetic: 640\n  preset: full")
         .replace("validation.g_loss", "accuracy")
-        .replace("evaluations: 5", "evaluations: 0")
         .replace("strategy: random", "strategy: {type: random, trees: 5}")
     )
     path = write(tmp_path, text)
@@ -564,11 +564,12 @@ def test_every_structural_problem_of_a_study_file_is_in_its_one_line(tmp_path):
     for line, words in (
         (2, "sead: unknown key; did you mean 'seed'?"),
         (4, "parameters.lrr: 'lrr' is not an option of gan3d train; fix: did you mean 'lr'?"),
-        (11, "objective.metric: 'accuracy' is not physics_score"),
-        (13, "budget.evaluations: must be at least 1, got 0"),
-        (14, "strategy.trees: not a setting of the random strategy; fix: settings of random: none"),
+        (10, "fixed.preset: duplicate key (first given on line 8)"),
+        (12, "objective.metric: 'accuracy' is not physics_score"),
+        (15, "strategy.trees: not a setting of the random strategy; fix: settings of random: none"),
     ):
         assert f"{path}:{line}: {words}" in message, (line, message)
+    assert message.endswith("; fix: fix the study file (docs/study.md)"), message
 
 
 def test_the_showers_check_tries_only_configs_the_conditions_allow(tmp_path):
