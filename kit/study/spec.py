@@ -30,6 +30,7 @@ from kit.excerpt import clipped, control_character, shown
 from kit.readfile import read_text
 from kit.schema import Bad, Field, Items, Names, Section, check_node, yaml_node
 from kit.study import missing_study_extra
+from kit.study.showers import LAYOUT, check_steps
 from kit.study.space import KINDS, Param, Space, Value, same_value
 from kit.yamlbound import Document, compose
 
@@ -43,9 +44,6 @@ MAX_WALL_S = 366 * 86400
 MAX_MAGNITUDE = (
     1e15  # any number of a study file (seeds are below 2**32, rates and losses far below)
 )
-MAX_HEADER_FILES = 2000  # data files whose headers kit study plan reads (~1 ms each); more: gan3d's
-MAX_SPLIT_EVENTS = 10**7  # generated showers split as gan3d would (bounded work: ~20,000 files)
-LAYOUT = "ranks-per-node"  # the kit's layout option: not gan3d's, it shapes the job around it
 LOSS_PARTS = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal")  # joined into --loss-weights
 DEFAULT_LOSS_WEIGHTS = ("8", "0.2", "0.1")  # gan3d train's default --loss-weights
 RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints")  # one per evaluation
@@ -335,69 +333,11 @@ class StudySpec:
         return (None if ranks is None else int(ranks), None if threads is None else int(threads))
 
 
-def _ends(param: Param) -> Param:
-    """A range as the choice of its two ends: the worst cases for the showers a step needs."""
-    if param.kind == "choice":
-        return param
-    low, high = param.bounds
-    ends = (int(low), int(high)) if param.kind == "int" else (low, high)
-    return Param(param.name, "choice", values=ends, when=param.when)
-
-
 def _text(value: Value) -> str:
     """A value as gan3d's command line takes it (floats exactly, flags' values as YAML writes)."""
     if isinstance(value, bool):
         return str(value).lower()
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def synthetic_split(events: int, fraction: float) -> tuple[int, int]:
-    """(held out, training) showers of gan3d train --synthetic EVENTS --test-fraction FRACTION: the
-    files it generates (gan3d.train) split as it splits them (gan3d.data.split_events; equal files,
-    so the counts do not depend on the seed)."""
-    from gan3d.data import split_events
-    from gan3d.train import SYNTHETIC_EVENTS_PER_FILE
-
-    files = max(2, math.ceil(events / SYNTHETIC_EVENTS_PER_FILE))
-    counts = [math.ceil(events / files)] * files
-    held_out = sum(b - a for _, a, b in split_events(counts, fraction, 0).test)
-    return held_out, sum(counts) - held_out
-
-
-@dataclass(frozen=True)
-class DataCounts:
-    """Shower files and the events each declares: the training data and, if given, the
-    --validation-data (else --test-fraction of the data is held out, as gan3d.data.split_events)."""
-
-    data: tuple[tuple[Path, int], ...]
-    held_out: tuple[tuple[Path, int], ...] | None
-
-    def split(self, fraction: float, seed: int) -> tuple[int, int]:
-        """(held out, training) showers of one config."""
-        from gan3d.data import DataError, split_events
-
-        counts = [n for _, n in self.data]
-        if self.held_out is not None:
-            return sum(n for _, n in self.held_out), sum(counts)
-        try:
-            held = sum(b - a for _, a, b in split_events(counts, fraction, seed).test)
-        except DataError:  # fewer than 2 events: nothing to hold out
-            return 0, sum(counts)
-        return held, sum(counts) - held
-
-    def describe(self, fraction: float) -> str:
-        """The files, their declared events and the share held out, for a refusal."""
-
-        def files(entries: tuple[tuple[Path, int], ...]) -> str:
-            named = ", ".join(f"{path} ({n} events)" for path, n in entries[:3])
-            return named + (f" and {len(entries) - 3} more file(s)" if len(entries) > 3 else "")
-
-        if self.held_out is not None:
-            return (
-                f"data {files(self.data)} with validation-data {files(self.held_out)} "
-                "(from their headers) have"
-            )
-        return f"data {files(self.data)} (from the header) with test-fraction {fraction:g} have"
 
 
 def gan3d_options() -> dict[str, argparse.Action]:
@@ -466,7 +406,7 @@ class _Meaning:
     def study(self, data: dict[str, Any], data_files: bool) -> StudySpec:
         space = self.space(data["parameters"])
         fixed = self.fixed(data["fixed"] or {}, space)
-        self.showers(space, fixed, data_files)
+        check_steps(space, fixed, self.options, data_files, self.fail)
         objective = data["objective"]
         metric = objective["metric"]
         default = "minimize" if metric.startswith("validation.") else "maximize"
@@ -648,95 +588,3 @@ class _Meaning:
                 f"{shown(value)} is refused by gan3d train ({KitError(problem).what})",
                 "keep every range end, choice and fixed value within what gan3d train takes",
             )
-
-    def showers(self, space: Space, fixed: Mapping[str, Value], data_files: bool) -> None:
-        """The showers held out (--test-fraction, or the --validation-data files) and those left to
-        train on must each give every rank one batch, or gan3d stops the evaluation at its start:
-        refused here for any config of the space (the worst: the largest ranks x batch size against
-        the smallest share). Generated showers (``synthetic``) are counted as gan3d generates them;
-        data files (fixed ``data``, with ``data_files``) by the events their headers declare."""
-        if "synthetic" in fixed or "synthetic" in space.by_name:
-            if "validation-data" in fixed:
-                return
-            source = None
-        elif data_files and "data" in fixed:
-            source = self.data_counts(fixed)
-            if source is None:
-                return
-        else:
-            return
-        option = self.options
-        default: dict[str, Any] = {
-            "batch-size": option["batch-size"].default,
-            LAYOUT: 1,
-            "test-fraction": option["test-fraction"].default,
-            **({"synthetic": None} if source is None else {"seed": option["seed"].default}),
-        }
-        worst = [_ends(p) for p in map(space.by_name.get, default) if p is not None]
-        needed = {c for p in worst for c in p.when}
-        reduced = [p for p in space.params if p.name in needed and p.name not in default] + worst
-        try:
-            configs = Space(reduced).grid(2) if reduced else [{}]
-        except KitError:  # too many combinations to try: gan3d checks each evaluation
-            return
-        for config in configs:
-            value = {**default, **{k: v for k, v in fixed.items() if k in default}, **config}
-            ranks, batch = int(value[LAYOUT]), int(value["batch-size"])
-            fraction = float(value["test-fraction"])
-            if source is None:
-                # gan3d refuses such a fraction itself; a split this large is left to it to count
-                if not 0 < fraction < 1 or int(value["synthetic"]) > MAX_SPLIT_EVENTS:
-                    continue
-                held_out, training = synthetic_split(int(value["synthetic"]), fraction)
-                what = f"synthetic {value['synthetic']} with test-fraction {fraction:g} has"
-            else:
-                if source.held_out is None and not 0 < fraction < 1:
-                    continue
-                held_out, training = source.split(fraction, int(value["seed"]))
-                what = source.describe(fraction)
-            step = ranks * batch
-            if min(held_out, training) >= step:
-                continue
-            which, count = (
-                ("held out", held_out) if held_out < step else ("left to train on", training)
-            )
-            varied = [n for n in default if n in config]
-            if varied:
-                path = ("parameters", varied[0])
-            elif source is None:
-                path = ("fixed", "batch-size" if "batch-size" in fixed else "synthetic")
-            else:
-                path = ("fixed", "data")
-            if source is None:
-                more = "raise synthetic (or test-fraction, for the held-out showers)"
-            elif source.held_out:
-                more = f"give more {'validation-data' if which == 'held out' else 'data'} showers"
-            else:
-                more = "give more data showers (or raise test-fraction, for the held-out showers)"
-            raise self.fail(
-                path,
-                f"with batch-size {batch} and {ranks} rank(s) per node a step needs {step} "
-                f"showers (ranks x batch size), but {what} {count} {which}",
-                f"lower batch-size or ranks-per-node, or {more}",
-            )
-
-    def data_counts(self, fixed: Mapping[str, Value]) -> DataCounts | None:
-        """The events the fixed data (and validation-data) files declare in their headers; None
-        where there are more files than MAX_HEADER_FILES (gan3d counts them when an evaluation
-        starts)."""
-        from gan3d.data import DataError, expand_data_arg
-        from gan3d.showerfile import declared_events
-
-        found: dict[str, tuple[tuple[Path, int], ...]] = {}
-        for key in ("data", "validation-data"):
-            if key not in fixed:
-                continue
-            try:
-                paths = expand_data_arg(str(fixed[key]))
-                if len(paths) > MAX_HEADER_FILES:
-                    return None
-                found[key] = tuple((path, declared_events(path)) for path in paths)
-            except DataError as exc:  # gan3d train would stop every evaluation at its start
-                said = KitError(str(exc))  # its what and its fix, as gan3d wrote them
-                raise self.fail(("fixed", key), said.what, said.fix or FIX) from None
-        return DataCounts(found["data"], found.get("validation-data"))

@@ -615,7 +615,7 @@ def test_the_showers_check_refuses_exactly_the_spaces_with_a_config_gan3d_would_
 ):
     """Against every config of the space, tried one by one: refused iff one of them needs more showers
     per step (ranks x batch size) than the held-out or the training share of gan3d's split."""
-    from kit.study.spec import synthetic_split
+    from kit.study.showers import synthetic_split
 
     batch = (
         f"{{type: choice, values: [{low}, {low + span}]}}"
