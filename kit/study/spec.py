@@ -41,9 +41,8 @@ MAX_PARAMETERS = 64
 MAX_CHOICES = 1000
 MAX_EVALUATIONS = 100_000
 MAX_WALL_S = 366 * 86400
-MAX_MAGNITUDE = (
-    1e15  # any number of a study file (seeds are below 2**32, rates and losses far below)
-)
+# Any number of a study file (seeds are below 2**32, rates and losses far below).
+MAX_MAGNITUDE = 1e15
 LOSS_PARTS = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal")  # joined into --loss-weights
 DEFAULT_LOSS_WEIGHTS = ("8", "0.2", "0.1")  # gan3d train's default --loss-weights
 RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints")  # one per evaluation
@@ -167,10 +166,10 @@ def _range_or_choice(param: dict[str, Any]) -> list[tuple[str, Bad]]:
         ]
     out = []
     if param["values"] is not None:
-        out.append(("values", Bad(f"a {kind} parameter takes low and high, not values")))
+        out.append(("values", Bad(f"type {kind} takes low and high, not values")))
     for key in ("low", "high"):
         if param[key] is None:
-            out.append((key, Bad(f"a {kind} parameter needs {key}")))
+            out.append((key, Bad(f"type {kind} needs {key}")))
         elif kind == "int" and not float(param[key]).is_integer():
             out.append((key, Bad(f"{shown(param[key])} is not a whole number (type: int)")))
     return out

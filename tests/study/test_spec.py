@@ -219,6 +219,16 @@ REFUSALS = [
         "budget: the random strategy needs a budget; fix: give budget: {evaluations: N}",
     ),
     (_swap("seed: 3", "seed: -1"), 2, "seed: must be at least 0, got -1"),
+    (
+        _swap("high: 1.0e-2, log: true}", "log: true}"),
+        4,
+        "parameters.lr.high: type float needs high",
+    ),
+    (
+        _swap("values: [rmsprop, adam]}", "values: [rmsprop, adam], log: true}"),
+        5,
+        "parameters.optimizer.log: a choice takes values: [..], not low, high or log",
+    ),
     (_swap("seed: 3", "sead: 3"), 2, "did you mean 'seed'"),
     (GOOD + "parameters: {}\n", 15, "parameters: duplicate key (first given on line 3)"),
     ("kit_study: 1\nparameters: [\n", 3, "not valid YAML"),
