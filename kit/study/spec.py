@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -245,12 +246,13 @@ STRATEGY = Section(
 def schema(options: Mapping[str, argparse.Action]) -> Section:
     """The study file's structure; parameter and fixed names are gan3d train's ``options``."""
 
-    def name(key: str) -> Bad | None:
-        return _option_name(options, key)
+    name = functools.partial(_option_name, options)
 
     def count(params: dict[str, Any]) -> Bad | None:
         n = len(params)
-        return None if 1 <= n <= MAX_PARAMETERS else Bad(f"{n} parameters, expected 1 to 64")
+        return (
+            None if 1 <= n <= MAX_PARAMETERS else Bad(f"{n} given, expected 1 to {MAX_PARAMETERS}")
+        )
 
     return Section(
         {
@@ -263,7 +265,7 @@ def schema(options: Mapping[str, argparse.Action]) -> Section:
             "budget": Field(BUDGET, required=False, nullable=True),
             "strategy": Field(STRATEGY),
             "seed": Field(
-                "float", required=False, default=0, maximum=2**32 - 1, minimum=0, check=_whole
+                "float", required=False, default=0, minimum=0, maximum=2**32 - 1, check=_whole
             ),
         },
         check=_needs_budget,

@@ -220,6 +220,11 @@ REFUSALS = [
     ),
     (_swap("seed: 3", "seed: -1"), 2, "seed: must be at least 0, got -1"),
     (
+        re.sub(r"parameters:\n(  .*\n)+", "parameters: {}\n", GOOD),
+        3,
+        "parameters: 0 given, expected 1 to 64",
+    ),
+    (
         _swap("high: 1.0e-2, log: true}", "log: true}"),
         4,
         "parameters.lr.high: type float needs high",
