@@ -93,7 +93,8 @@ def test_a_parameter_name_with_a_newline_is_one_line(tmp_path, capsys):
     err = _one_line_error(
         capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"])
     )
-    assert f"{spec}:3: parameters.l\\nr: " in err and not (tmp_path / "d").exists()
+    assert f"{spec}:3: parameters.'l\\nr': 'l\\nr' is not an option of gan3d train; fix: " in err
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_duplicate_choice_value_is_refused_naming_the_file_and_line(tmp_path, capsys):

@@ -99,13 +99,21 @@ def _swap(old: str, new: str) -> str:
 
 # (the file's text, the line the error must name, words the message must hold)
 REFUSALS = [
-    (_swap("kit_study: 1", "kit_study: 2"), 1, "kit_study: is 2"),
+    (_swap("kit_study: 1", "kit_study: 2"), 1, "kit_study: 2 is not 1, the study file format"),
     (_swap("  lr:", "  learning-rate:"), 4, "'learning-rate' is not an option of gan3d train"),
     (_swap("  lr:", "  lrr:"), 4, "did you mean 'lr'"),
     (_swap("rmsprop, adam", "rmsprop, sgd"), 5, "'sgd' is not one of gan3d's rmsprop, adam"),
     (_swap("low: 1.0e-4", "low: 1.0e-1"), 4, "low 0.1 must be below high 0.01"),
-    (_swap("log: true}", "log: yes please}"), 4, "parameters.lr.log: is 'yes please'"),
-    (_swap("type: float, low: 1.0e-4", "type: int, low: 1.0e-4"), 4, "parameters.lr.low"),
+    (
+        _swap("log: true}", "log: yes please}"),
+        4,
+        "parameters.lr.log: expected true or false, got str 'yes please'",
+    ),
+    (
+        _swap("float, low: 1.0e-4, high: 1.0e-2", "int, low: 1.5, high: 8"),
+        4,
+        "parameters.lr.low: 1.5 is not a whole number (type: int)",
+    ),
     (
         _swap("{optimizer: [adam]}", "{optimizer: [sgd]}"),
         6,
@@ -170,29 +178,64 @@ REFUSALS = [
         "(ranks x batch "
         "size), but synthetic 640 with test-fraction 0.1 has 64 held out",
     ),
-    (_swap("metric: validation.g_loss", "metric: accuracy"), 11, "objective.metric: is 'accuracy'"),
+    (
+        _swap("metric: validation.g_loss", "metric: accuracy"),
+        11,
+        "objective.metric: 'accuracy' is not physics_score, showers_per_second or validation.",
+    ),
     (
         _swap("metric: validation.g_loss", "metric: physics_score\n  direction: up"),
         12,
-        "objective.direction: is 'up'",
+        "objective.direction: 'up' is not allowed (allowed: minimize, maximize)",
     ),
-    (_swap("evaluations: 5", "evaluations: 0"), 13, "budget.evaluations: is 0"),
-    (_swap("evaluations: 5", "wall_time: 2 hours"), 13, "budget.wall_time: is '2 hours'"),
+    (
+        _swap("evaluations: 5", "evaluations: 0"),
+        13,
+        "budget.evaluations: must be at least 1, got 0",
+    ),
+    (
+        _swap("evaluations: 5", "wall_time: 2 hours"),
+        13,
+        "budget.wall_time: '2 hours' is not a duration",
+    ),
     (
         _swap("strategy: random", "strategy: bayes"),
         14,
-        "strategy: is 'bayes', expected one of grid, random, mbo",
+        "strategy.type: 'bayes' is not allowed (allowed: grid, random, mbo)",
     ),
-    (_swap("strategy: random", "strategy: {type: grid, points: 1}"), 14, "strategy.points: is 1"),
+    (
+        _swap("strategy: random", "strategy: {type: grid, points: 1}"),
+        14,
+        "strategy.points: must be at least 2, got 1",
+    ),
     (
         _swap("strategy: random", "strategy: {type: random, trees: 5}"),
         14,
-        "trees is not a setting of the random",
+        "strategy.trees: not a setting of the random strategy; fix: settings of random: none",
     ),
-    (_swap("budget:\n  evaluations: 5\n", ""), 1, "key budget is missing"),
-    (_swap("seed: 3", "seed: -1"), 2, "seed: is -1"),
+    (
+        _swap("budget:\n  evaluations: 5\n", ""),
+        1,
+        "budget: the random strategy needs a budget; fix: give budget: {evaluations: N}",
+    ),
+    (_swap("seed: 3", "seed: -1"), 2, "seed: must be at least 0, got -1"),
+    (
+        re.sub(r"parameters:\n(  .*\n)+", "parameters: {}\n", GOOD),
+        3,
+        "parameters: 0 given, expected 1 to 64",
+    ),
+    (
+        _swap("high: 1.0e-2, log: true}", "log: true}"),
+        4,
+        "parameters.lr.high: type float needs high",
+    ),
+    (
+        _swap("values: [rmsprop, adam]}", "values: [rmsprop, adam], log: true}"),
+        5,
+        "parameters.optimizer.log: a choice takes values: [..], not low, high or log",
+    ),
     (_swap("seed: 3", "sead: 3"), 2, "did you mean 'seed'"),
-    (GOOD + "parameters: {}\n", 15, "parameters: the key appears twice"),
+    (GOOD + "parameters: {}\n", 15, "parameters: duplicate key (first given on line 3)"),
     ("kit_study: 1\nparameters: [\n", 3, "not valid YAML"),
 ]
 
@@ -484,13 +527,64 @@ def test_any_document_loads_or_is_refused_in_one_line_naming_its_file_and_line(
 
     path = tmp_path_factory.mktemp("fuzz") / "study.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
+    _loads_or_one_line(path)
+
+
+def _loads_or_one_line(path: Path) -> None:
+    """A StudySpec whose space can be drawn from, or one KitError line naming the file and the line
+    of each problem: FILE:LINE: ..., or FILE: invalid study file (N problem(s)): FILE:LINE: ..."""
     try:
         spec = load_study(path)
     except KitError as exc:
-        message = str(exc)
-        assert "\n" not in message and re.match(rf"{re.escape(str(path))}:\d+: ", message), message
+        message, file = str(exc), re.escape(str(path))
+        listed = rf"{file}: invalid study file \(\d+\+? problem\(s\)\): {file}:\d+: "
+        assert "\n" not in message and re.match(rf"{file}:\d+: |{listed}", message), message
+        assert "Traceback" not in message and "; fix: " in message, message
     else:
         spec.space.grid(2) if spec.strategy.kind == "grid" else spec.space.sample(random.Random(0))
+
+
+_TOP_KEYS = ["kit_study", "parameters", "fixed", "objective", "budget", "strategy", "seed"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from([*_TOP_KEYS, "sead"]), _VALUES, max_size=8))
+def test_any_yaml_tree_under_the_study_keys_loads_or_is_one_line(tmp_path_factory, document):
+    """Any tree of YAML values under the study file's keys (and a misspelt one): never a
+    traceback, whatever type sits where a mapping, a list or a number belongs."""
+    import yaml
+
+    path = tmp_path_factory.mktemp("tree") / "study.yaml"
+    path.write_text(yaml.safe_dump({"kit_study": 1, **document}, sort_keys=False))
+    _loads_or_one_line(path)
+
+
+def test_every_structural_problem_of_a_study_file_is_in_its_one_line(tmp_path):
+    """A misspelt top key, an unknown gan3d option, a key given twice, a bad metric and a setting
+    of another strategy: one refusal listing each with its line, field and fix."""
+    text = (
+        _swap("seed: 3", "sead: 3")
+        .replace("  lr:", "  lrr:")
+        .replace("  synthetic: 640", "  synthetic: 640\n  preset: full")
+        .replace("validation.g_loss", "accuracy")
+        .replace("strategy: random", "strategy: {type: random, trees: 5}")
+    )
+    path = write(tmp_path, text)
+    with pytest.raises(KitError) as err:
+        load_study(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(
+        f"{path}: invalid study file (5 problem(s)): "
+    )
+    for line, words in (
+        (2, "sead: unknown key; did you mean 'seed'?"),
+        (4, "parameters.lrr: 'lrr' is not an option of gan3d train; fix: did you mean 'lr'?"),
+        (10, "fixed.preset: duplicate key (first given on line 8)"),
+        (12, "objective.metric: 'accuracy' is not physics_score"),
+        (15, "strategy.trees: not a setting of the random strategy; fix: settings of random: none"),
+    ):
+        assert f"{path}:{line}: {words}" in message, (line, message)
+    assert message.endswith("; fix: fix the study file (docs/study.md)"), message
 
 
 def test_the_showers_check_tries_only_configs_the_conditions_allow(tmp_path):
@@ -536,7 +630,7 @@ def test_the_showers_check_refuses_exactly_the_spaces_with_a_config_gan3d_would_
 ):
     """Against every config of the space, tried one by one: refused iff one of them needs more showers
     per step (ranks x batch size) than the held-out or the training share of gan3d's split."""
-    from kit.study.spec import synthetic_split
+    from kit.study.showers import synthetic_split
 
     batch = (
         f"{{type: choice, values: [{low}, {low + span}]}}"
