@@ -30,6 +30,7 @@ INT_MAX = 10**9  # no machine counts past a billion of anything a schema counts
 MAX_LISTED = 5  # problems spelled out in the one-line error; the rest are counted
 MAX_PROBLEMS = 100  # a walk stops recording here: the error stays bounded however bad the file
 MAX_ITEMS = 100_000  # entries of one list or mapping
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *x` copies keys a reader then cannot place by line
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,9 @@ class _Walker:
 
     def key(self, key_node: Node, path: str, seen: dict[str, int | None]) -> str | None:
         """A mapping's key: a string given once, else None with the problem recorded."""
+        if isinstance(key_node, _Yaml) and key_node.node.tag == MERGE_TAG:
+            self.fail(path, key_node, Bad("a YAML merge key (<<)", "write the merged keys out"))
+            return None
         key = self.value(key_node, path)
         if key is _BAD:
             return None

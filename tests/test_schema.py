@@ -76,6 +76,16 @@ def test_a_nested_list_entry_is_named_by_its_index_and_line():
         check_yaml(text, "s.yaml", SWEEP, "sweep", fix="redo")
 
 
+def test_a_yaml_merge_key_is_named_with_its_line_and_the_fix():
+    """`<<: *x` would copy keys with no line of their own: the kit's files spell their keys out."""
+    text = "mode: fast\nbase: &b {name: a, nodes: 1}\nruns:\n  - <<: *b\n    nodes: 2\n"
+    with pytest.raises(KitError) as err:
+        check_yaml(text, "s.yaml", SWEEP, "sweep")
+    assert "s.yaml:4: runs[0]: a YAML merge key (<<); fix: write the merged keys out" in str(
+        err.value
+    )
+
+
 def test_json_problems_are_named_by_key_path_without_a_line():
     doc = {"mode": "fats", "runs": [{"name": "a", "nodes": 1, "nodez": 2}], "env": {"A": 1}}
     with pytest.raises(KitError) as err:
