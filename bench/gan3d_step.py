@@ -356,6 +356,8 @@ def worker_floors(args) -> dict:
 
     runs, probed = {}, {}
     for name, (reference, precision, fft) in FLOOR_VARIANTS.items():
+        if precision == "bf16" and _isa_unit() is None:
+            continue
         if reference:
             forms = reference_forms()
         elif fft == "probe":
@@ -657,6 +659,8 @@ def run_worker(
         PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
     env.update(extra_env or {})
+    if args.isa:
+        env["ONEDNN_MAX_CPU_ISA"] = args.isa
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"bench worker {kind} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
@@ -718,6 +722,12 @@ def main(argv: list[str] | None = None) -> int:
         default="fp32",
         help="precision of the whole-step rows, --profile and the all-reduce A/B",
     )
+    ap.add_argument(
+        "--isa",
+        choices=ISA_UNITS,
+        help="cap oneDNN's instruction set (ONEDNN_MAX_CPU_ISA) in the workers: a stand-in for a "
+        "CPU family this machine is not (same cores, caches and clocks; only the kernels change)",
+    )
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -728,7 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         if out or not args.hvd:  # one line from rank 0 only: mpiexec may join the ranks' lines
             print(json.dumps(out), flush=True)
         return 0
-    print(f"CPU: {cpu.describe()}; load {_load()} at start\n")
+    capped = f"; oneDNN capped at {args.isa} (ONEDNN_MAX_CPU_ISA)" if args.isa else ""
+    print(f"CPU: {cpu.describe()}{capped}; load {_load()} at start\n")
     if args.floors:
         return floors(args)
     if args.forms:
@@ -837,6 +848,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 FLOORS = {"amx": 3.0, "avx512_bf16": 1.6}  # bf16 step / reference fp32 step, per bf16 unit
+# oneDNN's ISA caps (--isa) -> the bf16 unit the kernels may use under the cap
+ISA_UNITS = {
+    "AVX2": None,
+    "AVX512_CORE": None,
+    "AVX512_CORE_VNNI": None,
+    "AVX512_CORE_BF16": "avx512_bf16",
+    "AVX512_CORE_AMX": "amx",
+}
+
+
+def _isa_unit(isa: str | None = None) -> str | None:
+    """The bf16 unit the kernels may use: this CPU's, below the ISA cap (the workers see it in
+    ONEDNN_MAX_CPU_ISA)."""
+    isa = isa or os.environ.get("ONEDNN_MAX_CPU_ISA")
+    here = cpu.bf16_support()
+    if not isa or here is None:
+        return here
+    capped = ISA_UNITS.get(isa.upper())
+    return "avx512_bf16" if (capped, here) == ("amx", "avx512_bf16") else capped
+
+
 FP32_FLOOR = 2.0  # fp32 step / reference fp32 step, on every CPU family
 
 
@@ -845,7 +877,7 @@ def floors(args) -> int:
     f = run_worker("floors", args, 2)
     best = {k: min(v) for k, v in f["rounds"].items()}
     ref = "reference structure fp32"
-    unit = cpu.bf16_support()
+    unit = _isa_unit(args.isa)
     print(
         f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds "
         f"× {args.steps} steps) "
