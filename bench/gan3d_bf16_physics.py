@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     out = equivalence.compare(
         args.preset,
         preprocess(raw, energy, 1.0),
-        args.steps,
-        args.batch_size,
-        args.generated,
+        steps=args.steps,
+        batch=args.batch_size,
+        generated=args.generated,
         seconds=seconds,
     )
     print(

@@ -296,7 +296,7 @@ class ShowerFiles:
         return {"first": int(kept[start]), "stop": int(kept[stop - 1]) + 1}
 
     def read(
-        self, file_index: int, start: int, stop: int, out: np.ndarray | None = None
+        self, file_index: int, start: int, stop: int, *, out: np.ndarray | None = None
     ) -> np.ndarray:
         """Raw ECAL cells (float32) of usable events [start, stop) of one file, into `out` without a
         temporary copy when given; contiguous events are one HDF5 read. NaN/Inf cells are
@@ -371,9 +371,11 @@ class EventRanges:
         self.energies = [files.energies[k][a:b] for k, a, b in self.ranges]
         self.num_events = sum(self.counts)
 
-    def read(self, index: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+    def read(
+        self, index: int, start: int, stop: int, *, out: np.ndarray | None = None
+    ) -> np.ndarray:
         k, a, _ = self.ranges[index]
-        return self.files.read(k, a + start, a + stop, out)
+        return self.files.read(k, a + start, a + stop, out=out)
 
     @property
     def skipped_events(self) -> int:
@@ -394,6 +396,7 @@ class EventRanges:
 def open_split(
     paths: Sequence[Path],
     validation_paths: Sequence[Path] | None,
+    *,
     fraction: float,
     seed: int,
     skip_bad_events: bool = False,

@@ -41,6 +41,7 @@ def train_from_seed(
     s: step.TrainStep,
     preset: str,
     precision: str,
+    *,
     seed: int,
     showers,
     steps: int,
@@ -79,7 +80,7 @@ def train_from_seed(
 
 
 def shower_statistics(
-    generator: tf.keras.Model, latent_dim: int, showers: int, seed: int = 11
+    generator: tf.keras.Model, latent_dim: int, showers: int, *, seed: int = 11
 ) -> dict:
     """Cell-sum/Ep (mean, spread) and unit-sum mean profiles of showers from fixed noise and
     energies.
@@ -105,6 +106,7 @@ def distances(a: dict, b: dict) -> dict[str, float]:
 def compare(
     preset: str,
     showers,
+    *,
     steps: int,
     batch: int,
     generated: int,
@@ -118,12 +120,21 @@ def compare(
     seed_a, seed_b = seeds
     latent = model.PRESETS[preset].latent_dim
     fp32 = new_step(preset, "fp32")
-    steps = train_from_seed(fp32, preset, "fp32", seed_a, showers, steps, batch, seconds)
+    steps = train_from_seed(
+        fp32,
+        preset,
+        "fp32",
+        seed=seed_a,
+        showers=showers,
+        steps=steps,
+        batch=batch,
+        seconds=seconds,
+    )
     fp32_a = shower_statistics(fp32.generator, latent, generated)
-    train_from_seed(fp32, preset, "fp32", seed_b, showers, steps, batch)
+    train_from_seed(fp32, preset, "fp32", seed=seed_b, showers=showers, steps=steps, batch=batch)
     fp32_b = shower_statistics(fp32.generator, latent, generated)
     bf16 = new_step(preset, "bf16")
-    train_from_seed(bf16, preset, "bf16", seed_a, showers, steps, batch)
+    train_from_seed(bf16, preset, "bf16", seed=seed_a, showers=showers, steps=steps, batch=batch)
     bf16_a = shower_statistics(bf16.generator, latent, generated)
     spread, diff = distances(fp32_b, fp32_a), distances(bf16_a, fp32_a)
     return {

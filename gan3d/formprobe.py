@@ -154,7 +154,7 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
         for form in forms:
             op = getattr(model.FORM_CLASSES[form], "convolution_op")  # noqa: B009 (a Keras class)
 
-            def fwd_bwd(a, k, op=op, layer=layer):
+            def fwd_bwd(a, k, *, op=op, layer=layer):
                 with tf.GradientTape() as tape:
                     tape.watch([a, k])
                     y = op(layer, a, k)

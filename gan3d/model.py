@@ -196,6 +196,7 @@ def _dropout(rate: float, name: str) -> tf.keras.layers.Layer:
 def generator(
     preset: str | Preset = "full",
     precision: str = "fp32",
+    *,
     fft: bool = True,
     forms: Mapping[str, str] | None = None,
 ) -> tf.keras.Model:
@@ -254,6 +255,7 @@ def _generator(p: Preset, forms: Mapping[str, str]) -> tf.keras.Model:
 def discriminator(
     preset: str | Preset = "full",
     precision: str = "fp32",
+    *,
     fft: bool = True,
     forms: Mapping[str, str] | None = None,
 ) -> tf.keras.Model:

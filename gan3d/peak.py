@@ -73,7 +73,7 @@ def _matmul():
 
 
 def measure_peak_flops(
-    threads: int | None = None, seconds: float = 1.0, n: int = MATRIX, precision: str = "fp32"
+    threads: int | None = None, *, seconds: float = 1.0, n: int = MATRIX, precision: str = "fp32"
 ) -> float:
     """Best FLOP/s of an n x n matmul loop in `precision` in TensorFlow over about `seconds`.
 
@@ -157,7 +157,9 @@ def site_peaks(site, cores_used: int | None = None) -> dict:
     return out
 
 
-def report(precisions: list[str], threads: int | None, seconds: float, n: int, site=None) -> dict:
+def report(
+    precisions: list[str], *, threads: int | None, seconds: float, n: int, site=None
+) -> dict:
     """The `gan3d peak` document: what ran where, and per precision measured vs theoretical."""
     theory = site_peaks(site, threads) if site else None
     out: dict = {
@@ -168,7 +170,7 @@ def report(precisions: list[str], threads: int | None, seconds: float, n: int, s
         "precisions": {},
     }
     for precision in precisions:
-        measured = measure_peak_flops(threads, seconds, n, precision)
+        measured = measure_peak_flops(threads, seconds=seconds, n=n, precision=precision)
         entry = {
             "measured_flop_per_second": measured,
             "kernel": f"tf.linalg.matmul {DTYPES[precision]}, up to {n}x{n}",
@@ -233,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gan3d peak: error: {exc}", file=sys.stderr)
             return 1
     json.dump(
-        report(args.precision, args.threads, args.seconds, args.matrix, site), sys.stdout, indent=2
+        report(
+            args.precision, threads=args.threads, seconds=args.seconds, n=args.matrix, site=site
+        ),
+        sys.stdout,
+        indent=2,
     )
     print()
     return 0

@@ -156,6 +156,7 @@ def check_capacity(
     ranks_per_node: int,
     threads: int,
     inter_op: int,
+    *,
     cores: int,
     where: str,
     oversubscribe: bool = False,

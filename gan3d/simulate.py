@@ -137,6 +137,7 @@ def simulate_showers(
     n: int,
     rng: np.random.Generator,
     energies: np.ndarray | None = None,
+    *,
     emin: float = 10.0,
     emax: float = 500.0,
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -152,7 +152,7 @@ class TrainStep:
         return self._train(*self._inputs(real_images, real_ep, real_cellsum))
 
     def evaluate(
-        self, real_images, real_ep, real_cellsum, batch_index: int = 0
+        self, real_images, real_ep, real_cellsum, *, batch_index: int = 0
     ) -> dict[str, tf.Tensor]:
         """Validation losses without any update, in inference mode.
 

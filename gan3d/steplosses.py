@@ -21,7 +21,7 @@ class StepLosses:
         ] = []  # (global step, epoch, step, d, g)
         self._max = max(2, max_points)
 
-    def add(self, global_step: int, epoch: int, step: int, losses: dict[str, float]) -> None:
+    def add(self, global_step: int, epoch: int, step: int, *, losses: dict[str, float]) -> None:
         """`global_step` counts from 0 over the whole run (resumed runs continue the count)."""
         if global_step % self.stride or not all(n in losses for n in NAMES):
             return

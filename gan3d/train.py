@@ -301,7 +301,9 @@ class LossDiverged(KitError):
         ] = []  # the epochs completed before, all finite (the epoch loop fills it in)
 
 
-def check_losses(losses: dict[str, float], epoch: int, step: int | None, lr: float, args) -> None:
+def check_losses(
+    losses: dict[str, float], epoch: int, step: int | None, *, lr: float, args
+) -> None:
     """Raise LossDiverged if any loss is NaN or Inf (`step` None: the epoch's validation losses)."""
     bad = sorted(k for k, v in losses.items() if not math.isfinite(v))
     if bad:
@@ -465,7 +467,7 @@ def _mean_losses(sums: dict[str, float], count: int, hvd) -> dict[str, float]:
     return {k: float(v) for k, v in zip(keys, mean)}
 
 
-def warmup_lr(lr: float, scaled_lr: float, global_step: int, warmup_steps: int) -> float:
+def warmup_lr(lr: float, scaled_lr: float, global_step: int, *, warmup_steps: int) -> float:
     """Linear warm-up (Goyal et al. 2017): from the one-rank rate to the rank-scaled one."""
     return lr + (scaled_lr - lr) * min(1.0, (global_step + 1) / warmup_steps)
 
@@ -511,8 +513,8 @@ def _train_epoch(
             k: float(v) for k, v in step(images, ep, cellsum).items()
         }  # float() waits for the step
         times.add(time.perf_counter() - ts, epoch + 1, done + 1)
-        check_losses(losses, epoch + 1, done + 1, step.learning_rate, args)
-        logged.add(epoch * steps + done, epoch + 1, done + 1, losses)
+        check_losses(losses, epoch + 1, done + 1, lr=step.learning_rate, args=args)
+        logged.add(epoch * steps + done, epoch + 1, done + 1, losses=losses)
         for k, v in losses.items():
             sums[k] = sums.get(k, 0.0) + v
         done += 1
@@ -603,7 +605,12 @@ def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
 
     bf16_unit = check_supported(args.precision)  # from the CPU flags, before any slow work
     runtime.check_capacity(
-        layout.ranks_per_node, threads, args.inter_op_threads, cores, where, args.oversubscribe
+        layout.ranks_per_node,
+        threads,
+        args.inter_op_threads,
+        cores=cores,
+        where=where,
+        oversubscribe=args.oversubscribe,
     )
     if args.itex == "on":  # before the data and TensorFlow: a child Python survives an ITEX abort
         itex = gan3d_itex.probe()
@@ -629,7 +636,11 @@ def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
 
     train_paths, val_paths, temp_dir = _data_files(args, layout)
     train_files, val_files, held_out = open_split(
-        train_paths, val_paths, args.test_fraction, args.seed, args.skip_bad_events
+        train_paths,
+        val_paths,
+        fraction=args.test_fraction,
+        seed=args.seed,
+        skip_bad_events=args.skip_bad_events,
     )
     _say(layout, f"gan3d train: {describe_held_out(held_out)}")
     skipped = {"train": train_files.skipped_events, "validation": val_files.skipped_events}
@@ -745,7 +756,7 @@ def _measure_peaks(args: argparse.Namespace, host: Host, hvd) -> dict[str, float
         for p in dict.fromkeys(
             (_peak_precision(args), "fp64")
         ):  # all ranks at once: what this layout reaches
-            mine = measure_peak_flops(host.threads, args.measure_peak, precision=p)
+            mine = measure_peak_flops(host.threads, seconds=args.measure_peak, precision=p)
             # Horovod: the job's peak is the sum of every rank's.
             peaks[p] = float(sum(hvd.allgather_object(mine)))
     return peaks
@@ -891,7 +902,7 @@ def _train(
     base_lr = step.config.learning_rate
     warmup_steps = int(round(args.warmup_epochs * steps))
     lr_at = (
-        (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps))
+        (lambda global_step: warmup_lr(args.lr, base_lr, global_step, warmup_steps=warmup_steps))
         if warmup_steps
         else None
     )
@@ -942,8 +953,8 @@ def _train(
                 {**train_losses, **{f"validation {k}": v for k, v in val_losses.items()}},
                 epoch + 1,
                 None,
-                step.learning_rate,
-                args,
+                lr=step.learning_rate,
+                args=args,
             )
             check_weights(
                 (model.gen, model.disc), epoch + 1, args

@@ -17,7 +17,7 @@ from kit import interrupt
 
 @contextlib.contextmanager
 def atomic_open(
-    path: str | os.PathLike[str], mode: str = "wb", perm: int = 0o644, replace: bool = True
+    path: str | os.PathLike[str], mode: str = "wb", *, perm: int = 0o644, replace: bool = True
 ) -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path``; rename it into place only if the block succeeds.
     ``replace`` False: a file that appeared at ``path`` meanwhile is kept (FileExistsError)."""
@@ -45,14 +45,14 @@ def atomic_open(
 
 
 def atomic_write_text(
-    path: str | os.PathLike[str], text: str, perm: int = 0o644, replace: bool = True
+    path: str | os.PathLike[str], text: str, *, perm: int = 0o644, replace: bool = True
 ) -> None:
-    with atomic_open(path, "w", perm, replace) as fh:
+    with atomic_open(path, "w", perm=perm, replace=replace) as fh:
         fh.write(text)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, perm: int = 0o644) -> None:
-    with atomic_open(path, "wb", perm) as fh:
+    with atomic_open(path, "wb", perm=perm) as fh:
         fh.write(data)
 
 
@@ -131,7 +131,7 @@ def exchange(dir_fd: int, a: str, b: str) -> None:
     _renameat2(dir_fd, a, b, _RENAME_EXCHANGE)
 
 
-def exchange_if(dir_fd: int, new: str, final: str, expected: int) -> bool:
+def exchange_if(dir_fd: int, new: str, final: str, *, expected: int) -> bool:
     """Exchange NEW and FINAL, keeping the swap only if what FINAL held is the inode EXPECTED (the
     one the caller recognised as its own): else the swap is undone and False returned. Call with the
     stops held (kit.interrupt.held): one between the two exchanges would leave a foreign tree at
@@ -244,7 +244,7 @@ def replace_tree(new: Path, final: Path, expected: int | None) -> None:
         with interrupt.held():
             if expected is None:
                 rename_noreplace(fd, new.name, final.name)
-            elif not exchange_if(fd, new.name, final.name, expected):
+            elif not exchange_if(fd, new.name, final.name, expected=expected):
                 raise FileExistsError(
                     errno.EEXIST, "changed while it was being replaced", str(final)
                 )

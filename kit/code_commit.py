@@ -93,7 +93,10 @@ def source_commit(package_dir: Path | None = None) -> dict:
         }
     try:
         found = read_json(
-            record, "build commit record", "fix: rebuild the image with `kit image build`", 4096
+            record,
+            "build commit record",
+            "fix: rebuild the image with `kit image build`",
+            limit=4096,
         )
         if not (
             isinstance(found, dict)

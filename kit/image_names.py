@@ -106,8 +106,8 @@ def load_pair_document(path: str | os.PathLike, fix: str, missing: str) -> Docum
         path,
         "pair file",
         PAIR_TAG,
-        PAIR_FORMAT,
-        fix,
+        version=PAIR_FORMAT,
+        fix=fix,
         missing=missing,
         wrote="a pair file this kit wrote",
     )

@@ -34,6 +34,7 @@ def openmpi_rule(
     host_version: str | None,
     image_version: str | None,
     mode: str,
+    *,
     reason: Callable[[str], None],
     warn: Callable[[str], None],
     refuse: Callable[[str], None],

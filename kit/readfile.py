@@ -87,6 +87,7 @@ def read_bytes(
     path: str | os.PathLike,
     what: str,
     limit: int = MAX_BYTES,
+    *,
     error: type[KitError] = KitError,
     follow_symlinks: bool = True,
 ) -> bytes:
@@ -110,7 +111,7 @@ def read_tail(path: str | os.PathLike, limit: int, what: str = "log") -> bytes:
 
 
 def decode(
-    data: bytes, path: str | os.PathLike, what: str, error: type[KitError] = KitError
+    data: bytes, path: str | os.PathLike, what: str, *, error: type[KitError] = KitError
 ) -> str:
     """UTF-8 text; a bad byte is named by its line."""
     try:
@@ -126,7 +127,7 @@ def decode(
 def read_text(
     path: str | os.PathLike, what: str, limit: int = MAX_BYTES, error: type[KitError] = KitError
 ) -> str:
-    return decode(read_bytes(path, what, limit, error), path, what, error)
+    return decode(read_bytes(path, what, limit, error=error), path, what, error=error)
 
 
 _JSON_KINDS = (
@@ -147,7 +148,7 @@ def json_kind(value: Any) -> str:
 
 def read_json_object(path: str | os.PathLike, what: str, fix: str, limit: int = MAX_BYTES) -> dict:
     """A JSON document whose top level is an object; any other is one line naming the file."""
-    doc = read_json(path, what, fix, limit)
+    doc = read_json(path, what, fix, limit=limit)
     if not isinstance(doc, dict):
         raise KitError(
             f"{path}: the top level is {json_kind(doc)}, not the object a {what} is; {fix}"
@@ -155,7 +156,7 @@ def read_json_object(path: str | os.PathLike, what: str, fix: str, limit: int = 
     return doc
 
 
-def read_json(path: str | os.PathLike, what: str, fix: str, limit: int = MAX_BYTES) -> Any:
+def read_json(path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES) -> Any:
     """A JSON document; truncated, malformed or absurdly nested JSON is one line naming the line."""
     text = read_text(path, what, limit)
     try:

@@ -252,6 +252,7 @@ def check_pair(
     all_pins: Sequence[pins.Pin],
     python: str,
     platform: str,
+    *,
     pip: Sequence[str],
     cache: Path,
     isolated: bool = True,
@@ -362,6 +363,7 @@ def diagnose(
     all_pins: Sequence[pins.Pin],
     python: str,
     platform: str,
+    *,
     pip: Sequence[str],
     cache: Path,
     pip_log: str,
@@ -374,8 +376,8 @@ def diagnose(
     }
     mentioned = [p for p in all_pins if pins.normalize(p.name) in words]
     named = (
-        check_pair(mentioned, python, platform, pip, cache, isolated=False)[1]
-        or check_pair(all_pins, python, platform, pip, cache, isolated=False)[1]
+        check_pair(mentioned, python, platform, pip=pip, cache=cache, isolated=False)[1]
+        or check_pair(all_pins, python, platform, pip=pip, cache=cache, isolated=False)[1]
     )
     if not named:
         last = next(
@@ -398,7 +400,7 @@ def diagnose(
             for p in all_pins
             if (pins.normalize(p.name), p.version) in {(m.name, m.version) for m in named}
         ]
-        if not check_pair(pinned, python, candidate, pip, cache, isolated=False)[1]:
+        if not check_pair(pinned, python, candidate, pip=pip, cache=cache, isolated=False)[1]:
             other = candidate
             break
     return wheelhouse_problem(named, other)
@@ -462,7 +464,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
             log = args.pip_log.read_bytes()[-(1 << 20) :].decode("utf-8", "replace")
             why = diagnose(
-                pins.read_pins(args.lock), args.python, args.platform, pip, args.cache, log
+                pins.read_pins(args.lock),
+                args.python,
+                args.platform,
+                pip=pip,
+                cache=args.cache,
+                pip_log=log,
             )
             print(f"wheelhouse: {why}", file=sys.stderr)
             return 1
@@ -471,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = 0
         for python in args.python or PYTHONS:
             for platform in args.platform or PLATFORMS:
-                ok, misses = check_pair(all_pins, python, platform, pip, args.cache)
+                ok, misses = check_pair(all_pins, python, platform, pip=pip, cache=args.cache)
                 for miss in misses:
                     print(f"lock: {lock_problem(miss)}", file=sys.stderr)
                 bad += len(misses)

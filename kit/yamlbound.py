@@ -125,6 +125,7 @@ def construct(
     loader: BoundedLoader,
     node: yaml.Node,
     file: str | os.PathLike,
+    *,
     error: type[KitError] = KitError,
     fix: str = "fix the file",
 ) -> Any:
@@ -177,10 +178,14 @@ class Document:
 
 
 def parse(
-    text: str, file: str | os.PathLike, error: type[KitError] = KitError, fix: str = "fix the file"
+    text: str,
+    file: str | os.PathLike,
+    *,
+    error: type[KitError] = KitError,
+    fix: str = "fix the file",
 ) -> Document:
     loader, root = compose(text, file, error, fix)
-    value = None if root is None else construct(loader, root, file, error, fix)
+    value = None if root is None else construct(loader, root, file, error=error, fix=fix)
     return Document(str(file), root, value)
 
 
@@ -188,21 +193,22 @@ def load_file(
     path: str | os.PathLike,
     what: str,
     fix: str,
+    *,
     error: type[KitError] = KitError,
     limit: int = MAX_BYTES,
 ) -> Document:
     """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded;
     FileNotFoundError passes through so that callers can say what creates the file."""
-    return parse(read_text(path, what, limit, error), path, error, fix)
+    return parse(read_text(path, what, limit, error), path, error=error, fix=fix)
 
 
 def load_tagged(
     path: str | os.PathLike,
     what: str,
     tag: str,
+    *,
     version: int,
     fix: str,
-    *,
     missing: str,
     wrote: str,
     missing_fix: str | None = None,

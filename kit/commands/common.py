@@ -115,7 +115,7 @@ def _shown(bound: float) -> str:
 
 
 def numbers(
-    minimum: float, kind: type = int, maximum: float = math.inf, most: int = 64
+    minimum: float, kind: type = int, *, maximum: float = math.inf, most: int = 64
 ) -> Callable[[str], list]:
     """An argparse type: comma-separated numbers (e.g. node counts 1,2,4,8), each through
     number(minimum, kind, maximum); at most ``most`` of them."""

@@ -37,7 +37,7 @@ from kit.verbosity import quiet
 if TYPE_CHECKING:
     from kit.scale.predict import Prediction
 
-COUNTS = numbers(1, int, 10**6)  # node counts, ranks per node, threads per rank
+COUNTS = numbers(1, int, maximum=10**6)  # node counts, ranks per node, threads per rank
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -70,9 +70,9 @@ def _plan(args: argparse.Namespace) -> int:
         tune_file, (rpn, tpr) = best_layout(
             site,
             args.dir,
-            args.tune,
-            bool(args.ranks_per_node or args.threads),
-            args.layout == "best",
+            tune_file=args.tune,
+            layout_given=bool(args.ranks_per_node or args.threads),
+            asked=args.layout == "best",
         )
         ranks, threads = [rpn], [tpr]
         Console().print(
@@ -82,8 +82,8 @@ def _plan(args: argparse.Namespace) -> int:
         site,
         nodes,
         ranks,
-        threads,
-        walltime(args.walltime, site.scheduler.max_walltime),
+        threads=threads,
+        walltime=walltime(args.walltime, site.scheduler.max_walltime),
         image=None if args.no_container else args.image,
         python=args.python,
         train_args=extra,
@@ -141,8 +141,8 @@ def _tune(args: argparse.Namespace) -> int:
     layouts = tune.candidate_layouts(
         site,
         tune.parse_layouts(args.layouts) if args.layouts else None,
-        tuple(args.precision),
-        tuple(args.itex),
+        precisions=tuple(args.precision),
+        itex=tuple(args.itex),
     )
     slurm = tune.through_slurm(site, args.nodes, bool(args.image or args.no_container))
     console = Console()
@@ -194,7 +194,7 @@ def _tune(args: argparse.Namespace) -> int:
                     f"training layout {layout.name} ({layouts.index(layout) + 1} of {len(layouts)})"
                 ),
             )
-    tune_file, png = tune.write_tune(site, args.nodes, measured, args.dir)
+    tune_file, png = tune.write_tune(site, args.nodes, measured, out_dir=args.dir)
     top = tune.best(measured)
     table = Table(title=f"layouts of a {site.name} node (best: {top.layout.name})")
     for col in ("layout", "showers/s", "peak memory/rank", "% of peak (denominator)", "problem"):
@@ -329,7 +329,9 @@ def _report(args: argparse.Namespace) -> int:
 
     failed: list[str] = []
     try:
-        written = report_sweep(args.dir, args.results, args.out, args.reference, failed)
+        written = report_sweep(
+            args.dir, args.results, out=args.out, reference=args.reference, failed=failed
+        )
     finally:  # named even when nothing else is left to report
         for problem in failed:
             print(f"left out (failed run): {problem}", file=sys.stderr)

@@ -40,7 +40,9 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
         console.print(f"[yellow]warning[/yellow]: {warning}")
     if args.dry_run:
         sys.stdout.write(
-            render(site, checked, RunFiles(args.dir.absolute(), name), pair, args.python)
+            render(
+                site, checked, RunFiles(args.dir.absolute(), name), pair=pair, python=args.python
+            )
         )
         if not quiet():
             console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))

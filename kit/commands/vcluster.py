@@ -20,7 +20,12 @@ def _up(args: argparse.Namespace) -> int:
     intel = args.intel_mpi or default_intel_mpi()
     if args.dry_run:
         subnet, nodes = preview(
-            args.name, args.nodes, args.subnet, intel, directory=args.dir, binds=tuple(args.bind)
+            args.name,
+            args.nodes,
+            args.subnet,
+            intel_mpi=intel,
+            directory=args.dir,
+            binds=tuple(args.bind),
         )
         print(
             f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, bridge kvc-{args.name} "
@@ -34,7 +39,9 @@ def _up(args: argparse.Namespace) -> int:
             else "  host MPI: no Intel MPI found (see --intel-mpi)"
         )
         return 0
-    report = up(args.dir, args.nodes, args.name, args.subnet, intel, tuple(args.bind))
+    report = up(
+        args.dir, args.nodes, args.name, subnet=args.subnet, intel_mpi=intel, binds=tuple(args.bind)
+    )
     s = report.state
     named = ", ".join(f"{n['name']} {n['address']}" for n in s.nodes)
     print(

@@ -106,9 +106,9 @@ def check_image_mpi(site: Site, args: dict[str, str]) -> None:
         site.host_mpi.version,
         DEBIAN_OPENMPI,
         "full",
-        lambda _r: None,
-        lambda _w: None,
-        refused.append,
+        reason=lambda _r: None,
+        warn=lambda _w: None,
+        refuse=refused.append,
     )
     if refused:
         raise KitError(

@@ -82,7 +82,7 @@ def convert(
     conversion, so that they go into place with the image.
     """
     src, out = Path(src), Path(out)
-    target = plan(src, out, fmt, force)  # refuses before any work; decides the form
+    target = plan(src, out, fmt=fmt, force=force)  # refuses before any work; decides the form
     fmt = target.fmt
     lo, hi = LEVELS.get(fmt, (level, level))
     if not lo <= level <= hi:
@@ -102,7 +102,9 @@ def convert(
         return result
     with claim(target) as work:
         try:
-            writer = open_writer(work.path, fmt, level, threads, keep_fds=(work.lock_fd,))
+            writer = open_writer(
+                work.path, fmt, level=level, threads=threads, keep_fds=(work.lock_fd,)
+            )
             try:
                 for entry in stream:
                     if tap:

@@ -63,7 +63,7 @@ class Report:
         if len(self.dropped) < NOTE_CAP:
             self.dropped.append(Note(path, layer, reason))
 
-    def change(self, path: str, layer: int | None, reason: str, rule: str | None = None) -> None:
+    def change(self, path: str, layer: int | None, reason: str, *, rule: str | None = None) -> None:
         """Counted under RULE (default REASON): a reason that names the path's own details
         would otherwise make one count per path, and the summary as long as the list."""
         self.counts["changed: " + (rule or reason)] += 1
@@ -185,11 +185,11 @@ class Flattener:
         user_links = self._link_names(links)
         budget = Budget(self.limits)
         for layer in self.image.layers[1:]:
-            for m in iter_members(layer, budget, self.progress, headers_only=True):
+            for m in iter_members(layer, budget, progress=self.progress, headers_only=True):
                 self.index.add(layer.index, m.info)
         budget = Budget(self.limits)
         for layer in self.image.layers:
-            for m in iter_members(layer, budget, self.progress):
+            for m in iter_members(layer, budget, progress=self.progress):
                 yield from self._member(layer, m.info, m.ordinal, m.open)
             yield from self._write_copies(layer)
         if extras:
@@ -244,7 +244,7 @@ class Flattener:
                 name,
                 i,
                 f"hard link to a symlink (-> {raw}) stored as a symlink",
-                "hard link to a symlink stored as a symlink",
+                rule="hard link to a symlink stored as a symlink",
             )
         out = self._normal(info, layer)
         data = None
@@ -361,7 +361,7 @@ class Flattener:
                 name,
                 layer.index,
                 f"absolute symlink {target} made relative",
-                "absolute symlink made relative",
+                rule="absolute symlink made relative",
             )
             return rel
         if not _contained(link_dir, target):
@@ -415,7 +415,7 @@ class Flattener:
             name,
             layer.index,
             f"hard link to {target} (removed later) stored as a copy",
-            "hard link to a file removed later stored as a copy",
+            rule="hard link to a file removed later stored as a copy",
         )
         self.copies[hidden] = name
         self.emitted[name] = REG

@@ -359,7 +359,7 @@ def _seekable_tar(
 
 
 def iter_members(
-    layer: Layer, budget: Budget, progress=None, headers_only: bool = False
+    layer: Layer, budget: Budget, *, progress=None, headers_only: bool = False
 ) -> Iterator[Member]:
     """Yield the layer's members in tar order, then verify the digest.
 

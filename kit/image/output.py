@@ -76,7 +76,7 @@ class Work:
                 ) from None
         elif t.fmt == "dir":
             if not exchange_if(
-                self.dir_fd, inner, t.name, t.existing["inode"]
+                self.dir_fd, inner, t.name, expected=t.existing["inode"]
             ):  # old image: WORK/root
                 raise KitError(
                     f"{t.out}: changed while converting; nothing was replaced", fix="run again"

@@ -162,7 +162,7 @@ class _Doc:
     def __init__(self, where: str, fix: str):
         self.where, self.fix = where, fix
 
-    def want(self, value: object, typ: type[T], field: str, optional: bool = False) -> T:
+    def want(self, value: object, typ: type[T], field: str, *, optional: bool = False) -> T:
         if value is None and optional:
             return typ()
         if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
@@ -173,7 +173,7 @@ class _Doc:
         return value
 
     def strings(self, value: object, field: str, optional: bool = True) -> list[str]:
-        items = self.want(value, list, field, optional)
+        items = self.want(value, list, field, optional=optional)
         for n, item in enumerate(items):
             self.want(item, str, f"{field}[{n}]")
         return items
@@ -315,7 +315,7 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
         return out
     found: list[Candidate] = []
 
-    def walk(desc: object, names: tuple[str, ...], doc: _Doc, field: str, depth: int) -> None:
+    def walk(desc: object, names: tuple[str, ...], doc: _Doc, *, field: str, depth: int) -> None:
         desc = doc.want(desc, dict, field)
         digest = doc.digest(desc.get("digest"), f"{field}.digest")
         if desc.get("mediaType") in (OCI_INDEX, DOCKER_LIST):
@@ -326,8 +326,10 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
                 )
             sub = _Doc(f"{src}: {_digest_path(digest)}", _FIX)
             index = _verified_json(store, digest)
-            for n, item in enumerate(sub.want(index.get("manifests"), list, "manifests", True)):
-                walk(item, names, sub, f"manifests[{n}]", depth + 1)
+            for n, item in enumerate(
+                sub.want(index.get("manifests"), list, "manifests", optional=True)
+            ):
+                walk(item, names, sub, field=f"manifests[{n}]", depth=depth + 1)
             return
         plat = doc.want(desc.get("platform"), dict, f"{field}.platform", optional=True)
         if plat.get("os", "linux") != "linux" or plat.get("architecture", "amd64") != "amd64":
@@ -347,7 +349,7 @@ def candidates(src: Path, kind: str | None = None) -> list[Candidate]:
         ref = top.want(
             notes.get(REF_NAME), str, f"{field}.annotations[{REF_NAME!r}]", optional=True
         )
-        walk(desc, (ref,) if ref else (), top, field, 0)
+        walk(desc, (ref,) if ref else (), top, field=field, depth=0)
     return found
 
 
@@ -408,7 +410,9 @@ def _docker_image(src: Path, store: _Store, cand: Candidate) -> Image:
     rootfs = cdoc.want(config.get("rootfs"), dict, "rootfs", optional=True)
     diff_ids = [
         cdoc.digest(d, f"rootfs.diff_ids[{n}]")
-        for n, d in enumerate(cdoc.want(rootfs.get("diff_ids"), list, "rootfs.diff_ids", True))
+        for n, d in enumerate(
+            cdoc.want(rootfs.get("diff_ids"), list, "rootfs.diff_ids", optional=True)
+        )
     ]
     names = doc.strings(entry.get("Layers"), "Layers")
     if len(diff_ids) != len(names):

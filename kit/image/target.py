@@ -49,10 +49,10 @@ class Target:
 
     def recheck(self) -> Target:
         """The same checks again (under the run's lock: OUT may have changed since)."""
-        return plan(self.src, self.out, self.fmt, self.force)
+        return plan(self.src, self.out, fmt=self.fmt, force=self.force)
 
 
-def plan(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None, force: bool) -> Target:
+def plan(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None, force: bool) -> Target:
     """Check OUT against SRC and what is on disk; raise KitError (one line, nothing touched)."""
     src, out = Path(src), Path(out)
     name = out.name

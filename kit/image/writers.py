@@ -339,7 +339,7 @@ def _open_dir(root_fd: int, rel: str) -> int:
 
 
 def open_writer(
-    work: Path, fmt: str, level: int, threads: int, keep_fds: Sequence[int] = ()
+    work: Path, fmt: str, *, level: int, threads: int, keep_fds: Sequence[int] = ()
 ) -> Writer:
     """The writer for FMT, building inside WORK; ``keep_fds`` stay open in its subprocess."""
     if fmt == "tar.gz":

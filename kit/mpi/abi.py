@@ -115,7 +115,14 @@ def decide(host: AbiId, image: AbiId, mode: str = "full") -> Verdict:
             f"on the host): the image's {image.soname} is served by the host's {host.soname}"
         )
     if v.ok and host.family == "openmpi":
-        openmpi_rule(host.version, image.version, mode, v.reasons.append, v.warnings.append, refuse)
+        openmpi_rule(
+            host.version,
+            image.version,
+            mode,
+            reason=v.reasons.append,
+            warn=v.warnings.append,
+            refuse=refuse,
+        )
     elif v.ok and mode != "major":
         _minor_rule(host, image, mode, v, refuse)
     if not v.ok:

@@ -123,7 +123,7 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
 
 
 def run_check(
-    pair: Pair, python: str = "python3", timeout: float = 120.0, nodes: int = 1
+    pair: Pair, *, python: str = "python3", timeout: float = 120.0, nodes: int = 1
 ) -> CheckResult:
     """Launch RANKS ranks of mpi4py in the pair's image, each in the site's container runtime
     (ch-run, udocker: kit.runtime), on `nodes` nodes and judge what they report."""

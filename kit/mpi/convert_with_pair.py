@@ -69,7 +69,7 @@ class _PairTap:
 
     def extras(self) -> tuple[Sequence[str], Mapping[str, str]]:
         self.close()
-        self.pair = pair_from_root(self.site, self.tree.commit(), self.label, self.mode)
+        self.pair = pair_from_root(self.site, self.tree.commit(), self.label, mode=self.mode)
         return self.pair.mount_points, self.pair.links
 
     def close(self) -> None:

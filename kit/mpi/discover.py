@@ -80,7 +80,7 @@ class ImageMPI:
 
 
 def best_version(
-    real_name: str, soname: str | None, siblings: Iterable[str], same: Callable[[str], bool]
+    real_name: str, soname: str | None, siblings: Iterable[str], *, same: Callable[[str], bool]
 ) -> str | None:
     """12.2.2 from libmpich.so.12.2.2; for a plain libmpi.so.12 copy, its longest sibling
     (``same(name)``: is that sibling the same file?)."""
@@ -111,7 +111,7 @@ def file_version_of(real: Path, soname: str | None) -> str | None:
         except (OSError, RuntimeError):  # dangling or looping links beside it
             return False
 
-    return best_version(real.name, soname, sorted(p.name for p in real.parent.iterdir()), same)
+    return best_version(real.name, soname, sorted(p.name for p in real.parent.iterdir()), same=same)
 
 
 def _image_file_version(tree: Root, real_rel: str, size: int, soname: str | None) -> str | None:
@@ -124,7 +124,7 @@ def _image_file_version(tree: Root, real_rel: str, size: int, soname: str | None
             return False
         return found is not None and (found[0] == real_rel or found[1].st_size == size)
 
-    return best_version(name, soname, tree.listdir(directory), same)
+    return best_version(name, soname, tree.listdir(directory), same=same)
 
 
 def _utf8(path: str) -> bool:

@@ -133,6 +133,7 @@ def place(
     needed: list[str],
     components: list[Path],
     lib_dirs: list[str],
+    *,
     binds: list[tuple[str, str]],
     link_dir: str,
     owned: re.Pattern,

@@ -194,6 +194,7 @@ class Launch:
         self,
         image: str,
         command: str = DEFAULT_COMMAND,
+        *,
         hwthreads: bool = False,
         exports: Sequence[str] = JOB_EXPORTS,
         step: Sequence[str] = (),
@@ -213,7 +214,9 @@ class Launch:
             )
         head, srun = launcher_words(self.site, hwthreads, exports)
         head = head + [shlex.quote(w) for w in step]
-        return " ".join(head + self.runtime.script_words(self, image, srun, group) + [command])
+        return " ".join(
+            head + self.runtime.script_words(self, image, srun=srun, group=group) + [command]
+        )
 
 
 def translate(value: str, binds: list[tuple[str, str]]) -> str:

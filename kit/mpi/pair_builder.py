@@ -187,7 +187,7 @@ def make_pair(site: Site | str | os.PathLike, image: str | os.PathLike, mode: st
     site = load_site(site)
     seen = _identity(image)
     with open_image_tree(image) as tree:
-        pair = pair_from_root(site, tree.root, str(image), mode, tree.notes)
+        pair = pair_from_root(site, tree.root, str(image), mode=mode, notes=tree.notes)
     if _identity(image) != seen:
         raise _replaced(image)
     pair.image_id = seen
@@ -213,7 +213,7 @@ def _replaced(image: str | os.PathLike) -> KitError:
 
 
 def pair_from_root(
-    site: Site, root: Path, image: str, mode: str = "full", notes: Sequence[str] = ()
+    site: Site, root: Path, image: str, *, mode: str = "full", notes: Sequence[str] = ()
 ) -> Pair:
     """The pair for the image tree at ``root`` (all of it, or at least its MPI files)."""
     found = inspect_root(root, image, notes)
@@ -250,9 +250,9 @@ def pair_from_root(
         site.host_mpi,
         host.family,
         host.soname,
-        binds[: len(lib_dirs)],
-        f"{target}/{COMPAT_DIR}",
-        root,
+        lib_binds=binds[: len(lib_dirs)],
+        link_dir=f"{target}/{COMPAT_DIR}",
+        root=root,
     )
     if placed is not None:
         verdict.warnings.extend(placed.problems)
@@ -392,7 +392,7 @@ def _swap_in(dir_fd: int, name: str, path: Path, old: int) -> None:
     then holds the old one, which the caller removes. Where the filesystem cannot exchange (NFS),
     a check then a rename: one system call's window."""
     try:
-        swapped = exchange_if(dir_fd, name, path.name, old)
+        swapped = exchange_if(dir_fd, name, path.name, expected=old)
     except OSError as exc:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS):
             raise

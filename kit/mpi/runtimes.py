@@ -79,6 +79,7 @@ def runtime_links(
     mpi: HostMPI,
     family: str,
     soname: str,
+    *,
     lib_binds: list[tuple[str, str]],
     link_dir: str,
     root: Path,
@@ -112,10 +113,10 @@ def runtime_links(
         [soname],
         found,
         mpi.lib_dirs,
-        lib_binds,
-        link_dir,
-        runtime.libs,
-        image_has,
+        binds=lib_binds,
+        link_dir=link_dir,
+        owned=runtime.libs,
+        image_has=image_has,
         dlopened=runtime.dlopened,
     )
     placed.shadowed = overridden

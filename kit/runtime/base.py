@@ -36,7 +36,7 @@ class Runtime(Protocol):
     def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
         """argv that runs a command in ``image`` now (the command follows), values expanded."""
 
-    def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
+    def script_words(self, launch: Launch, image: str, *, srun: bool, group: str) -> list[str]:
         """A batch script's words up to the command, shell-quoted (``image`` as the site sees it;
         ``srun``: Slurm starts the ranks; ``group``: a step's suffix for peer groups)."""
 

@@ -53,7 +53,7 @@ class Charliecloud:
     def run_args(self, launch: Launch, image: str, join: list[str] | None = None) -> list[str]:
         return self.options(launch, join) + [image, "--"]
 
-    def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
+    def script_words(self, launch: Launch, image: str, *, srun: bool, group: str) -> list[str]:
         site = launch.site
         # Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE, which ch-run --join reads
         join = ["--join"] if (srun or is_openmpi_mpirun(site)) and site.container.join else []

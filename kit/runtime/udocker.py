@@ -163,7 +163,7 @@ class UdockerRuntime:
         """``join`` is Charliecloud's and ignored."""
         return [*self._head(launch.site), f"--location={image}", *self._options(launch, image), "-"]
 
-    def script_words(self, launch: Launch, image: str, srun: bool, group: str) -> list[str]:
+    def script_words(self, launch: Launch, image: str, *, srun: bool, group: str) -> list[str]:
         """``image`` is the image as the site sees it (a ~/ path is the job's $HOME); its
         environment is read now, from this machine's copy at that path."""
         location = (

@@ -4,7 +4,7 @@ ticks on a base-2 log scale (kit.scale.plots and kit.scale.curves alike)."""
 from __future__ import annotations
 
 
-def node_axis(ax, ylabel: str, title: str, ticks: list[int], log_y: bool = False) -> None:
+def node_axis(ax, ylabel: str, title: str, *, ticks: list[int], log_y: bool = False) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     ax.set_xscale("log", base=2)

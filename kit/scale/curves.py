@@ -187,7 +187,7 @@ def throughput_figure(series: dict[Series, list[Row]]):
         ax,
         "showers/s (job)",
         "Throughput: showers/s (median, min-max) vs ideal scaling",
-        sorted(ticks),
+        ticks=sorted(ticks),
         log_y=True,
     )
     return fig
@@ -223,7 +223,7 @@ def physics_figure(series: dict[Series, list[Row]]):
         ax,
         "physics score (fixed scale)",
         "Physics score of the final checkpoint (median, min-max)",
-        sorted({int(x) for _, band, _ in drawn for x in band.x}),
+        ticks=sorted({int(x) for _, band, _ in drawn for x in band.x}),
     )
     return fig
 

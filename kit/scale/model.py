@@ -133,7 +133,7 @@ def _residual(fit: Fit) -> float:
 
 
 def fit_shape(
-    shape: str, nodes: np.ndarray, ranks_per_node: int, u: np.ndarray, per_epoch: bool = False
+    shape: str, nodes: np.ndarray, ranks_per_node: int, *, u: np.ndarray, per_epoch: bool = False
 ) -> Fit:
     """Least squares with a, b, c >= 0: a coefficient that would come out negative (overhead that
     shrinks with scale, or no time at the smallest count) is held at 0 and the rest refitted."""
@@ -205,7 +205,7 @@ def fit_model(
     medians = np.array([np.median(r) for r in repeats])
     u = counts * medians
     spread = max(float((r.max() - r.min()) / np.median(r)) for r in repeats)
-    fits = [fit_shape(s, counts, ranks_per_node, u) for s in SHAPES]
+    fits = [fit_shape(s, counts, ranks_per_node, u=u) for s in SHAPES]
     if (
         len(counts) >= 3
     ):  # a per-epoch cost grows linearly in N: only where it halves the best residual
@@ -216,7 +216,7 @@ def fit_model(
         ]  # alone from 3 counts, with a shape from 4
         fits += [
             f
-            for f in (fit_shape(s, counts, ranks_per_node, u, per_epoch=True) for s in trial)
+            for f in (fit_shape(s, counts, ranks_per_node, u=u, per_epoch=True) for s in trial)
             if _residual(f) < PER_EPOCH_GAIN * plain
         ]
     if len(counts) == 2:

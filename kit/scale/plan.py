@@ -75,9 +75,9 @@ def make_plan(
     site: Site | str,
     nodes: list[int],
     ranks_per_node: list[int],
+    *,
     threads: list[int] | None,
     walltime: str,
-    *,
     image: str | None = None,
     python: str = "python3",
     train_args: tuple[str, ...] = (),
@@ -122,7 +122,9 @@ def make_plan(
             runs += (
                 [spec]
                 if repeats == 1
-                else [replace(spec, run_id=run_id(n, r, t, i)) for i in range(1, repeats + 1)]
+                else [
+                    replace(spec, run_id=run_id(n, r, t, repeat=i)) for i in range(1, repeats + 1)
+                ]
             )
     if not runs:
         reasons = "; ".join(sorted({str(r["reason"]) for r in refused}))
@@ -216,8 +218,8 @@ def write_plan(plan: Plan, sweep_dir: Path) -> Path:
         site,
         check_run(site, plan.runs[0]),
         RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),
-        plan.pair_file(site),
-        plan.python,
+        pair=plan.pair_file(site),
+        python=plan.python,
     )
     doc = {
         "kit_plan": PLAN_FORMAT,
@@ -251,8 +253,8 @@ def load_plan(sweep_dir: Path) -> Plan:
         path,
         "sweep plan",
         "kit_plan",
-        PLAN_FORMAT,
-        fix,
+        version=PLAN_FORMAT,
+        fix=fix,
         missing="no plan here",
         missing_fix=f"kit scale plan --dir {sweep_dir} ...",
         wrote="a plan kit scale plan wrote",

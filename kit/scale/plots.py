@@ -116,20 +116,24 @@ def plots(
         t_ax,
         "time per epoch (s, wall clock)",
         "Time per epoch: measured (median, min-max) vs linear",
-        ticks,
+        ticks=ticks,
         log_y=True,
     )
-    node_axis(e_ax, "scaling efficiency (%)", "Scaling efficiency: linear / measured time", ticks)
-    node_axis(p_ax, f"achieved {unit}", "Achieved FLOP rate", ticks, log_y=True)
+    node_axis(
+        e_ax, "scaling efficiency (%)", "Scaling efficiency: linear / measured time", ticks=ticks
+    )
+    node_axis(p_ax, f"achieved {unit}", "Achieved FLOP rate", ticks=ticks, log_y=True)
     node_axis(
         c_ax,
         {0: "% of peak (no run has a denominator)", 1: f"% of {next(iter(denominators), '')}"}.get(
             len(denominators), "% of peak: denominators differ, see legend"
         ),
         "% of peak, each of its named denominator",
-        ticks,
+        ticks=ticks,
     )
-    node_axis(f_ax, "% of FP64 peak at max clock", "The paper's convention (its Table 7)", ticks)
+    node_axis(
+        f_ax, "% of FP64 peak at max clock", "The paper's convention (its Table 7)", ticks=ticks
+    )
     out = {
         "time_per_epoch.png": png(time_fig),
         "efficiency.png": png(eff_fig),
@@ -278,13 +282,13 @@ def prediction_plot(
         t_ax,
         "time per epoch (s, wall clock)",
         "Predicted time per epoch (band shaded) and measured runs",
-        sorted(ticks),
+        ticks=sorted(ticks),
         log_y=True,
     )
     node_axis(
         e_ax,
         "scaling efficiency (%)",
         "Predicted scaling efficiency vs the smallest measured count",
-        sorted(ticks),
+        ticks=sorted(ticks),
     )
     return png(fig)

@@ -110,6 +110,7 @@ def group_series(runs: Sequence[RunResult]) -> dict[Series, list[Row]]:
 def report_sweep(
     sweep_dir: Path | None,
     results: Sequence[Path] = (),
+    *,
     out: Path | None = None,
     reference: str | None = None,
     failed: list[str] | None = None,
@@ -143,6 +144,7 @@ def report_sweep(
 def write_report(
     runs: Sequence[RunResult],
     out_dir: str | os.PathLike,
+    *,
     reference: str | None = None,
     title: str | None = None,
 ) -> list[Path]:

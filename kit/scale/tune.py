@@ -99,6 +99,7 @@ class Measured:
 def candidate_layouts(
     site: Site,
     given: list[tuple[int, int]] | None = None,
+    *,
     precisions: tuple[str, ...] = ("fp32",),
     itex: tuple[str, ...] = ("off",),
 ) -> list[Layout]:
@@ -505,7 +506,7 @@ def check_outputs(out_dir: Path) -> None:
 
 
 def write_tune(
-    site: Site, nodes: int, measured: list[Measured], out_dir: Path
+    site: Site, nodes: int, measured: list[Measured], *, out_dir: Path
 ) -> tuple[Path, Path]:
     """DIR/tune.yaml (the recommendation and every layout's figures) and DIR/tune.png,
     atomically.
@@ -639,15 +640,15 @@ def _load_tune(path: Path, fix: str):
         path,
         "layout tune file",
         "kit_tune",
-        TUNE_FORMAT,
-        fix,
+        version=TUNE_FORMAT,
+        fix=fix,
         missing=f"no tune file here; {fix}",
         wrote="a file kit scale tune wrote",
     )
 
 
 def best_layout(
-    site: Site, sweep_dir: Path, tune_file: Path | None, layout_given: bool, asked: bool
+    site: Site, sweep_dir: Path, *, tune_file: Path | None, layout_given: bool, asked: bool
 ) -> tuple[Path, tuple[int, int]]:
     """`kit scale plan --layout best [--tune FILE]`: the tune file read (default DIR/tune.yaml) and
     its best ranks per node x threads per rank. ``layout_given``: --ranks-per-node/--threads were

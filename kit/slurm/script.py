@@ -122,7 +122,7 @@ def scheduler_directives(
 
 
 def render(
-    site: Site, run: Checked, files: RunFiles, pair: PairFile | None, python: str = "python3"
+    site: Site, run: Checked, files: RunFiles, *, pair: PairFile | None, python: str = "python3"
 ) -> str:
     """The batch script text. ``pair`` None runs the host's Python without a container."""
     spec = run.spec
@@ -347,14 +347,14 @@ def container_view(pair: PairFile, run_dir: Path, train_args: tuple[str, ...]):
 
 
 def write_run(
-    site: Site, run: Checked, run_dir: Path, pair: PairFile | None, python: str = "python3"
+    site: Site, run: Checked, run_dir: Path, *, pair: PairFile | None, python: str = "python3"
 ) -> RunFiles:
     """Script, site copy and the log/result dirs, written atomically; the job reads the same
     site config the script was rendered from."""
     files = RunFiles(run_dir.absolute(), run.spec.run_id)
     if site.path is None:
         raise KitError(f"site {site.name}: no config file behind it to give the job")
-    text = render(site, run, files, pair, python)
+    text = render(site, run, files, pair=pair, python=python)
     if pair is not None:
         runtime_of(site).prepare(
             site

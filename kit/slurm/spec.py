@@ -58,7 +58,7 @@ def matching(train_args: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
     ]
 
 
-def run_id(nodes: int, ranks_per_node: int, threads: int, repeat: int | None = None) -> str:
+def run_id(nodes: int, ranks_per_node: int, threads: int, *, repeat: int | None = None) -> str:
     """`n4-r4-t12`; repeats of one run are `n4-r4-t12-x1`, `-x2`, ... (each its own job and
     result).
     """

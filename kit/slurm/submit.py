@@ -93,10 +93,11 @@ def submit_runs(
             if held:
                 out.append(Submission(files.run_id, files.script, None, held, held_back=True))
             elif dry_run:
-                render(site, checked, files, pair, python)  # every check, nothing written
+                # every check, nothing written
+                render(site, checked, files, pair=pair, python=python)
                 out.append(Submission(files.run_id, files.script, None, DRY_RUN))
             elif not queue:
-                write_run(site, checked, run_dir, pair, python)
+                write_run(site, checked, run_dir, pair=pair, python=python)
                 out.append(Submission(files.run_id, files.script, None, WRITTEN))
             else:
                 out.append(_submit(site, checked, run_dir, pair, python, files, old))
@@ -145,7 +146,7 @@ def _submit(
     files: RunFiles,
     old: str | None,
 ) -> Submission:
-    write_run(site, checked, run_dir, pair, python)
+    write_run(site, checked, run_dir, pair=pair, python=python)
     _checkpoints_aside(files, old)
     with interrupt.held():  # a job queued but not recorded would be queued again by the next submit
         try:

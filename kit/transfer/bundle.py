@@ -140,6 +140,7 @@ def _copy_wheelhouse(
 def bundle(
     images: list[Path],
     out_dir: Path,
+    *,
     progress: Callable[[int, int], None] | None = None,
     kit_wheelhouse: Path | None = None,
 ) -> Path:

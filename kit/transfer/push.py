@@ -228,7 +228,11 @@ def _stream(
         dog.tick()
         if first.startswith(PROBE_MARK.encode()):
             probe = remote.parse(
-                first[len(PROBE_MARK) :].decode(errors="replace"), "", 0, f"checking {where}", PROBE
+                first[len(PROBE_MARK) :].decode(errors="replace"),
+                "",
+                0,
+                what=f"checking {where}",
+                schema=PROBE,
             )
             plan = _plan(probe, img, chunk, where)
             to_ssh.write(
@@ -269,7 +273,9 @@ def _stream(
             "it resumes from the last verified chunk",
         )
     try:
-        answer = remote.parse(stdout, stderr, code, f"upload of {img.path.name} to {where}", PUSHED)
+        answer = remote.parse(
+            stdout, stderr, code, what=f"upload of {img.path.name} to {where}", schema=PUSHED
+        )
     except remote.RemoteError as exc:
         if exc.code == EXIT_MISMATCH and img.sha_file:
             raise KitError(

@@ -60,7 +60,9 @@ def fits(value: object, types: type | tuple) -> bool:
     return bool in types if isinstance(value, bool) else isinstance(value, types)
 
 
-def parse(stdout: str, stderr: str, exited: int, what: str, schema: Schema | None = None) -> dict:
+def parse(
+    stdout: str, stderr: str, exited: int, *, what: str, schema: Schema | None = None
+) -> dict:
     """The script's JSON answer (a dict whose keys have the types in `schema`), or a
     RemoteError naming what failed and why, in one line."""
     if exited == 0:
@@ -136,4 +138,4 @@ def run(
     # timeout and the remote side's end can race, and then no CommandTimedOut is raised).
     if timeout is not None and result.exited == -1 and time.monotonic() - start >= timeout:
         raise timed_out()
-    return parse(result.stdout, result.stderr, result.exited, what, schema)
+    return parse(result.stdout, result.stderr, result.exited, what=what, schema=schema)

@@ -347,11 +347,11 @@ def file_sha256(fd, size, progress=None):
     return h.hexdigest()
 
 
-def probe(directory, name, size, sha, chunk, paths):
-    print(json.dumps(inspect(directory, name, size, sha, chunk, paths)))
+def probe(directory, name, size, *, sha, chunk, paths):
+    print(json.dumps(inspect(directory, name, size, sha=sha, chunk=chunk, paths=paths)))
 
 
-def inspect(directory, name, size, sha, chunk, paths, progress=None):
+def inspect(directory, name, size, *, sha, chunk, paths, progress=None):
     final, part, state_path = names(directory, name)
     final_st, part_st = own_file(final), own_file(part)
     own_file(state_path)
@@ -408,7 +408,7 @@ def parse_keep(plan, count):
     return keep
 
 
-def push(directory, name, size, sha, chunk, direct, paths):
+def push(directory, name, size, *, sha, chunk, direct, paths):
     widen_pipe(sys.stdin.fileno())
     lock_dir(
         directory,
@@ -419,13 +419,19 @@ def push(directory, name, size, sha, chunk, direct, paths):
     clean_receiver_leftovers(directory, name)
     beat = Heartbeat(sys.stderr, chunk)
     sys.stdout.write(
-        PROBE_MARK + json.dumps(inspect(directory, name, size, sha, chunk, paths, beat)) + "\n"
+        PROBE_MARK
+        + json.dumps(
+            inspect(directory, name, size, sha=sha, chunk=chunk, paths=paths, progress=beat)
+        )
+        + "\n"
     )
     sys.stdout.flush()
     plan = sys.stdin.buffer.readline(LINE_MAX).decode("ascii", "replace").split()
     if plan[:1] == ["KEEP"]:
         keep = parse_keep(plan, (size + chunk - 1) // chunk)
-        receive(directory, name, size, sha, chunk, keep, direct, beat)
+        receive(
+            directory, name, size, sha=sha, chunk=chunk, keep=keep, direct=direct, progress=beat
+        )
     elif plan[:1] == ["SKIP"]:
         print(json.dumps({"path": os.path.abspath(names(directory, name)[0]), "sha256": sha}))
     else:
@@ -575,7 +581,7 @@ def fill(stream, view):
     return got
 
 
-def receive(directory, name, size, sha, chunk, keep, direct, progress=None):
+def receive(directory, name, size, *, sha, chunk, keep, direct, progress=None):
     """Walk the file chunk by chunk: kept chunks are read back from disk, the others come
     from stdin; the full sha256 is computed over the bytes in file order, as they are written."""
     final, part, state_path = names(directory, name)
@@ -807,7 +813,7 @@ def listing(imgdir, name):
     print(json.dumps({"dir": os.path.abspath(imgdir), "current": current, "versions": out}))
 
 
-def switch(imgdir, name, entry, dry, wait):
+def switch(imgdir, name, entry, *, dry, wait):
     if not entry_re(name).fullmatch(entry):
         raise Usage("ENTRY %r is not a version of %s (NAME@<hex>[.sqfs])" % (entry, name))
     lock = (
@@ -871,7 +877,7 @@ def stop_when_stdin_closes():
     threading.Thread(target=watch, daemon=True).start()
 
 
-def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
+def install(src, imgdir, name, *, version, keep_n, dry, fmt, stall, wait):
     """Unpack SRC as IMGDIR/NAME@VERSION (a directory, or with FMT squash a .sqfs; a .sqfs
     SRC is copied), point NAME.current at it (symlink made aside then renamed over the old
     one), prune to KEEPN previous versions. All under the imgdir lock; SRC must still be
@@ -885,7 +891,7 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
         )
     entry = name + "@" + version + (".sqfs" if is_sqfs or fmt == "squash" else "")
     if dry:
-        plan(imgdir, name, entry, keep_n, True)
+        plan(imgdir, name, entry, keep_n=keep_n, dry=True)
         return
     lock = lock_dir(
         imgdir,
@@ -896,9 +902,19 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
     try:
         clean_install_leftovers(imgdir, name)
         check_current(imgdir, name)
-        out = plan(imgdir, name, entry, keep_n, False)
+        out = plan(imgdir, name, entry, keep_n=keep_n, dry=False)
         if not out["exists"]:
-            build(src, suffix, imgdir, entry, version, fmt, stall, lock, out["previous"])
+            build(
+                src,
+                suffix,
+                imgdir,
+                entry=entry,
+                version=version,
+                fmt=fmt,
+                stall=stall,
+                lock=lock,
+                previous=out["previous"],
+            )
         point_current(imgdir, name, entry)
         for old in out["prune"]:
             retire(imgdir, old)
@@ -907,7 +923,7 @@ def install(src, imgdir, name, version, keep_n, dry, fmt, stall, wait):
     print(json.dumps(out))
 
 
-def plan(imgdir, name, entry, keep_n, dry):
+def plan(imgdir, name, entry, *, keep_n, dry):
     """What an install does: the entry, the version current until now, what is pruned."""
     previous = current_entry(imgdir, name)
     # the version current until now is kept first (after a rollback it is not the newest)
@@ -942,7 +958,7 @@ def check_source(fd, src, version):
         )
 
 
-def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
+def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
     """Make IMGDIR/ENTRY in a private directory (mkdir: nobody else's files in it), then rename it
     into place: the entry exists only once complete. The work dir goes on any failure."""
     fd = open_regular(src)
@@ -966,7 +982,7 @@ def build(src, suffix, imgdir, entry, version, fmt, stall, lock, previous):
                 else os.path.abspath(src),
                 link,
             )
-            convert(link, out, fmt, os.path.join(imgdir, work), stall, lock)
+            convert(link, out, fmt, work=os.path.join(imgdir, work), stall=stall, lock=lock)
         os.rename(out, os.path.join(imgdir, entry))
     except (OSError, RuntimeError) as exc:
         text = str(exc)
@@ -1211,7 +1227,7 @@ def stop_group(proc):
         time.sleep(0.05)
 
 
-def convert(src, out, fmt, work, stall, lock):
+def convert(src, out, fmt, *, work, stall, lock):
     """ch-convert SRC to OUT under a watchdog: killed (with its children) after `stall` seconds
     in which its process group read and wrote nothing, or when this installer is stopped."""
     log_path = os.path.join(work, "ch-convert.log")
@@ -1279,9 +1295,17 @@ def main(argv):
             if not SHA_RE.fullmatch(sha):
                 raise Usage("SHA %r: 64 lowercase hex digits" % sha)
             if mode == "probe":
-                probe(directory, name, size, sha, chunk, args[5:])
+                probe(directory, name, size, sha=sha, chunk=chunk, paths=args[5:])
             else:
-                push(directory, name, size, sha, chunk, args[5] == "1", args[6:])
+                push(
+                    directory,
+                    name,
+                    size,
+                    sha=sha,
+                    chunk=chunk,
+                    direct=args[5] == "1",
+                    paths=args[6:],
+                )
         elif mode == "install":
             if args[6] not in FORMATS:
                 raise Usage("install format %s: use dir, squash or unpack" % args[6])
@@ -1295,12 +1319,12 @@ def main(argv):
                 args[0],
                 args[1],
                 check_name(args[2], "NAME"),
-                check_version(args[3]),
-                number(args[4], "KEEPN"),
-                args[5] == "1",
-                args[6],
-                stall,
-                wait,
+                version=check_version(args[3]),
+                keep_n=number(args[4], "KEEPN"),
+                dry=args[5] == "1",
+                fmt=args[6],
+                stall=stall,
+                wait=wait,
             )
         elif mode == "versions":
             trusted_dir(args[0])
@@ -1308,7 +1332,7 @@ def main(argv):
         elif mode == "switch":
             wait = number(args[4], "WAIT") if len(args) > 4 else INSTALL_WAIT
             trusted_dir(args[0])
-            switch(args[0], check_name(args[1], "NAME"), args[2], args[3] == "1", wait)
+            switch(args[0], check_name(args[1], "NAME"), args[2], dry=args[3] == "1", wait=wait)
         else:
             raise Usage("unknown mode %s" % mode)
     except IndexError:

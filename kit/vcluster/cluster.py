@@ -81,8 +81,8 @@ def preview(
     name: str,
     count: int,
     subnet: str | None = None,
-    intel_mpi: Path | None = None,
     *,
+    intel_mpi: Path | None = None,
     directory: Path,
     binds: tuple[str, ...],
 ) -> tuple[str, list[dict]]:
@@ -111,6 +111,7 @@ def up(
     directory: Path,
     count: int,
     name: str = "vc",
+    *,
     subnet: str | None = None,
     intel_mpi: Path | None = None,
     binds: tuple[str, ...] = (),
@@ -210,7 +211,9 @@ def _make(state: ClusterState) -> None:
             Made("veth", node["veth"]),
             functools.partial(net.add_veth, node["netns"], node["veth"]),
         )
-        net.configure_node(node["netns"], node["veth"], state.bridge, node["address"], prefixlen)
+        net.configure_node(
+            node["netns"], node["veth"], state.bridge, address=node["address"], prefixlen=prefixlen
+        )
     per_node = [
         f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes
     ]  # tmp: slurm.conf's TmpFS
@@ -232,13 +235,13 @@ def _make(state: ClusterState) -> None:
         slurm_conf(
             state.name,
             d,
-            state.controller,
-            state.host_address,
-            state.nodes,
-            state.partition,
-            os.cpu_count() or 1,
-            _free_port(),
-            _free_port(),
+            controller=state.controller,
+            host_address=state.host_address,
+            nodes=state.nodes,
+            partition=state.partition,
+            cpus=os.cpu_count() or 1,
+            ctld_port=_free_port(),
+            slurmd_port=_free_port(),
         ),
     )
     atomic_write_text(d / "hosts", hosts_file(state.controller, state.host_address, state.nodes))

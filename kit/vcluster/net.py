@@ -128,7 +128,7 @@ def add_veth(netns: str, veth: str) -> None:
     ip("link", "add", veth, "type", "veth", "peer", "name", NODE_IFACE, "netns", netns)
 
 
-def configure_node(netns: str, veth: str, bridge: str, address: str, prefixlen: int) -> None:
+def configure_node(netns: str, veth: str, bridge: str, *, address: str, prefixlen: int) -> None:
     ip("link", "set", veth, "master", bridge, "up")
     ip("-n", netns, "addr", "add", f"{address}/{prefixlen}", "dev", NODE_IFACE)
     ip("-n", netns, "link", "set", NODE_IFACE, "up")

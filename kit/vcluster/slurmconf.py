@@ -8,6 +8,7 @@ from pathlib import Path
 def slurm_conf(
     name: str,
     directory: Path,
+    *,
     controller: str,
     host_address: str,
     nodes: list[dict],

@@ -54,9 +54,9 @@ def test_the_split_is_a_partition_of_the_events_and_the_rank_shards_too(
     total = sum(counts)
     if total < 2:
         with pytest.raises(DataError, match="too few to hold out"):
-            open_split(paths, None, fraction, seed)
+            open_split(paths, None, fraction=fraction, seed=seed)
         return
-    train, test, record = open_split(paths, None, fraction, seed)
+    train, test, record = open_split(paths, None, fraction=fraction, seed=seed)
     everything = {(k, u) for k, c in enumerate(counts) for u in range(c)}
     train_ids, test_ids = _ids(train), _ids(test)
     assert len(set(train_ids)) == len(train_ids) and len(set(test_ids)) == len(test_ids)
@@ -69,7 +69,9 @@ def test_the_split_is_a_partition_of_the_events_and_the_rank_shards_too(
         assert abs(len(test_ids) - target) <= HELD_OUT_TOLERANCE * target
         assert train.num_events > 0
     assert record["events"] == len(test_ids) and record["of_events"] == total
-    again = open_split(paths, None, fraction, seed)  # another rank, opening the same files
+    again = open_split(
+        paths, None, fraction=fraction, seed=seed
+    )  # another rank, opening the same files
     assert again[2] == record and again[0].ranges == train.ranges
     if train.num_events < ranks:
         return
@@ -96,7 +98,7 @@ def test_the_split_is_a_partition_of_the_events_and_the_rank_shards_too(
 def test_two_files_hold_out_a_tenth_of_their_events_not_a_file(tmp_path: Path):
     """`--synthetic 256` writes two files of 128 showers: 26 are held out, from both files."""
     paths = write_id_files(tmp_path, [128, 128])
-    train, test, record = open_split(paths, None, 0.1, seed=0)
+    train, test, record = open_split(paths, None, fraction=0.1, seed=0)
     assert (
         record["by"] == "events"
         and record["events"] == test.num_events == 26
@@ -122,7 +124,7 @@ def test_two_files_hold_out_a_tenth_of_their_events_not_a_file(tmp_path: Path):
         assert set(ids) <= described
     assert not set(held[0]) & set(held[1]) and not set(trained[0]) & set(trained[1])
     assert not (set(trained[0]) | set(trained[1])) & described
-    other = open_split(paths, None, 0.1, seed=1)[2]
+    other = open_split(paths, None, fraction=0.1, seed=1)[2]
     assert (
         other["events"] == 26 and other["source"] != record["source"]
     )  # the seed picks the ranges
@@ -132,7 +134,7 @@ def test_ten_files_hold_out_one_whole_file_picked_by_the_seed(tmp_path: Path):
     paths = write_id_files(tmp_path, [40] * 10)
     picked = set()
     for seed in range(5):
-        train, test, record = open_split(paths, None, 0.1, seed)
+        train, test, record = open_split(paths, None, fraction=0.1, seed=seed)
         assert record["by"] == "files" and record["events"] == 40 and len(record["source"]) == 1
         source = record["source"][0]
         assert (source["first"], source["stop"]) == (0, 40)
@@ -146,7 +148,7 @@ def test_skipped_bad_events_are_shared_out_and_spans_name_stored_events(tmp_path
     with h5py.File(paths[0], "r+") as h5:
         for event in (0, 17, 18, 59):
             h5["ECAL"][event, 12, 12, 3] = np.nan
-    train, test, record = open_split(paths, None, 0.3, seed=4, skip_bad_events=True)
+    train, test, record = open_split(paths, None, fraction=0.3, seed=4, skip_bad_events=True)
     assert train.skipped_events + test.skipped_events == 4
     assert record["by"] == "events" and record["events"] == 35  # round(0.3 x 116)
     for index, source in enumerate(record["source"]):
@@ -160,7 +162,7 @@ def test_skipped_bad_events_are_shared_out_and_spans_name_stored_events(tmp_path
 
 def test_validation_data_is_used_whole_and_said_so(tmp_path: Path):
     paths = write_id_files(tmp_path, [30, 20])
-    train, test, record = open_split(paths[:1], paths[1:], 0.1, seed=0)
+    train, test, record = open_split(paths[:1], paths[1:], fraction=0.1, seed=0)
     assert (train.num_events, test.num_events) == (30, 20)
     assert record == {
         "by": "validation-data",
@@ -184,7 +186,7 @@ def test_fractions_outside_zero_and_one_are_refused():
 
 
 def test_too_few_held_out_events_for_the_ranks_name_the_fraction(tmp_path: Path):
-    train, test, _ = open_split(write_id_files(tmp_path, [24, 24]), None, 0.1, seed=0)
+    train, test, _ = open_split(write_id_files(tmp_path, [24, 24]), None, fraction=0.1, seed=0)
     assert test.num_events == 5
     with pytest.raises(
         DataError,

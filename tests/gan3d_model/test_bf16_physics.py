@@ -41,9 +41,14 @@ def test_a_time_budget_stops_the_run_early_and_says_after_how_many_steps():
     showers = preprocess(raw, energy, 1.0)
     s = equivalence.new_step("tiny", "fp32")
     assert (
-        equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=5, batch=4, seconds=0.0)
+        equivalence.train_from_seed(
+            s, "tiny", "fp32", seed=3, showers=showers, steps=5, batch=4, seconds=0.0
+        )
         == 1
     )
     after_one = [w.copy() for w in s.generator.get_weights()]
-    assert equivalence.train_from_seed(s, "tiny", "fp32", 3, showers, steps=3, batch=4) == 3
+    assert (
+        equivalence.train_from_seed(s, "tiny", "fp32", seed=3, showers=showers, steps=3, batch=4)
+        == 3
+    )
     assert any(not np.array_equal(a, b) for a, b in zip(after_one, s.generator.get_weights()))

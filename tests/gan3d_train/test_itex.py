@@ -192,7 +192,7 @@ def test_tune_reports_an_itex_candidate_that_cannot_load_as_refused(tmp_path, mo
         f"refused: ITEX does not load in {python}: importing ITEX ended with exit 1: "
         "E itex: CPU feature check failed"
     )
-    tune.write_tune(laptop, 1, measured, out)
+    tune.write_tune(laptop, 1, measured, out_dir=out)
     doc = yaml.safe_load((out / tune.TUNE_NAME).read_text())
     assert doc["best"]["itex"] == "off"
     assert [(r["itex"], r["problem"]) for r in doc["layouts"]] == [

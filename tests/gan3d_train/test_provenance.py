@@ -237,7 +237,7 @@ def test_logged_step_losses_stay_bounded_and_evenly_strided(n, keep):
     power-of-two stride, and no larger stride than the bound needs."""
     logged = StepLosses(keep)
     for g in range(n):
-        logged.add(g, g // 7 + 1, g % 7 + 1, {"d_loss": g * 0.5, "g_loss": -g, "other": 1.0})
+        logged.add(g, g // 7 + 1, g % 7 + 1, losses={"d_loss": g * 0.5, "g_loss": -g, "other": 1.0})
     rows = logged.record()["points"]
     stride = logged.stride
     assert stride & (stride - 1) == 0 and len(rows) <= keep

@@ -26,9 +26,11 @@ def test_thread_settings_use_hpai_defaults_but_let_the_environment_override():
 
 
 def test_too_many_threads_per_node_is_refused_with_the_fix():
-    runtime.check_capacity(4, 12, 2, 48, "'supermuc-ng' site")  # HPAI's layout fits exactly
+    runtime.check_capacity(
+        4, 12, 2, cores=48, where="'supermuc-ng' site"
+    )  # HPAI's layout fits exactly
     with pytest.raises(SettingsError) as err:
-        runtime.check_capacity(2, 2, 2, 2, "'laptop' site")
+        runtime.check_capacity(2, 2, 2, cores=2, where="'laptop' site")
     text = str(err.value)
     assert (
         "--threads 2" in text
@@ -36,6 +38,6 @@ def test_too_many_threads_per_node_is_refused_with_the_fix():
         and "--threads 1" in text
         and "--oversubscribe" in text
     )
-    runtime.check_capacity(2, 2, 2, 2, "'laptop' site", oversubscribe=True)
+    runtime.check_capacity(2, 2, 2, cores=2, where="'laptop' site", oversubscribe=True)
     with pytest.raises(SettingsError, match="--threads 0"):
-        runtime.check_capacity(1, 0, 2, 2, "x")
+        runtime.check_capacity(1, 0, 2, cores=2, where="x")

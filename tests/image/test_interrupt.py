@@ -220,10 +220,10 @@ def test_next_run_finishes_a_commit_cut_between_image_and_sidecars(sources, tmp_
     old_src, new_src, _ = sources
     out = tmp_path / "img"
     convert(old_src, out)
-    target = plan(new_src, out, None, True)
+    target = plan(new_src, out, fmt=None, force=True)
     with pytest.raises(Killed):
         with claim(target) as work:
-            writer = open_writer(work.path, "dir", 5, 1)
+            writer = open_writer(work.path, "dir", level=5, threads=1)
             (writer.root / "ch").mkdir()
             (writer.root / "ch" / "metadata.json").write_text("{}\n")
             built = writer.finish()

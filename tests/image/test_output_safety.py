@@ -100,7 +100,7 @@ def test_dot_and_dotdot_are_refused(rich, tmp_path, out):
 def test_root_is_refused_before_any_work(rich, out):
     """Only the checks run (plan, and convert's dry run): nothing here can write to /."""
     with pytest.raises(KitError, match="'.', '..' or '/'"):
-        plan(rich / "docker.tar", out, "dir", True)
+        plan(rich / "docker.tar", out, fmt="dir", force=True)
     with pytest.raises(KitError, match="'.', '..' or '/'"):
         convert(rich / "docker.tar", out, fmt="dir", force=True, dry_run=True)
 

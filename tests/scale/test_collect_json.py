@@ -16,7 +16,9 @@ from kit.scale.plan import make_plan, write_plan
 
 @pytest.fixture
 def sweep(tmp_path) -> Path:
-    write_plan(make_plan("supermuc-ng", [1, 2, 4], [1, 4], None, "02:00:00"), tmp_path)
+    write_plan(
+        make_plan("supermuc-ng", [1, 2, 4], [1, 4], threads=None, walltime="02:00:00"), tmp_path
+    )
     return tmp_path
 
 

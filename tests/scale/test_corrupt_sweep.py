@@ -22,7 +22,7 @@ RUN = "n4-r4-t12"
 
 @pytest.fixture
 def sweep(tmp_path) -> Path:
-    write_plan(make_plan("supermuc-ng", [4], [4], None, "02:00:00"), tmp_path)
+    write_plan(make_plan("supermuc-ng", [4], [4], threads=None, walltime="02:00:00"), tmp_path)
     return tmp_path
 
 
@@ -296,8 +296,8 @@ def test_a_result_replaced_by_an_array_after_it_was_checked_is_the_runs_physics_
             "supermuc-ng",
             [4],
             [4],
-            None,
-            "02:00:00",
+            threads=None,
+            walltime="02:00:00",
             train_args=("--synthetic-dir", "s"),
             validate=True,
         ),

@@ -16,8 +16,8 @@ def _sng_plan(**kw):
         "supermuc-ng",
         kw.pop("nodes", [4, 8, 768, 1024]),
         kw.pop("ranks_per_node", [1, 2, 4]),
-        kw.pop("threads", None),
-        "02:00:00",
+        threads=kw.pop("threads", None),
+        walltime="02:00:00",
         **kw,
     )
 
@@ -140,10 +140,16 @@ def test_the_same_sweep_named_by_a_relative_or_absolute_site_path_is_the_same_pl
 
     monkeypatch.chdir(SHIPPED_DIR.parent)
     write_plan(
-        make_plan("site-configs/supermuc-ng.yaml", [1024, 4], [4], None, "01:00:00"), tmp_path
+        make_plan(
+            "site-configs/supermuc-ng.yaml", [1024, 4], [4], threads=None, walltime="01:00:00"
+        ),
+        tmp_path,
     )
     write_plan(
-        make_plan(str(SHIPPED_DIR / "supermuc-ng.yaml"), [1024, 4], [4], None, "01:00:00"), tmp_path
+        make_plan(
+            str(SHIPPED_DIR / "supermuc-ng.yaml"), [1024, 4], [4], threads=None, walltime="01:00:00"
+        ),
+        tmp_path,
     )
 
 

@@ -106,9 +106,9 @@ def test_cores_time_shared_by_every_node_give_a_flat_epoch_inside_the_band(tmp_p
 
 
 def test_overhead_that_shrinks_with_scale_is_held_at_zero():
-    fitted = fit_shape("log", np.array([1.0, 2.0, 4.0]), 4, np.array([100.0, 99.0, 98.0]))
+    fitted = fit_shape("log", np.array([1.0, 2.0, 4.0]), 4, u=np.array([100.0, 99.0, 98.0]))
     assert fitted.b == 0.0 and fitted.a == pytest.approx(99.0)
-    steep = fit_shape("bandwidth", np.array([1.0, 2.0, 4.0]), 1, np.array([1.0, 2.0, 12.0]))
+    steep = fit_shape("bandwidth", np.array([1.0, 2.0, 4.0]), 1, u=np.array([1.0, 2.0, 12.0]))
     assert steep.a >= 0 and steep.b > 0  # never less than no time at the smallest count
 
 

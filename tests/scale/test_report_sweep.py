@@ -18,7 +18,10 @@ RUN = "n4-r4-t12"
 
 @pytest.fixture
 def sweep(tmp_path) -> Path:
-    write_plan(make_plan("supermuc-ng", [4], [4], None, "02:00:00"), tmp_path / "sng-sweep")
+    write_plan(
+        make_plan("supermuc-ng", [4], [4], threads=None, walltime="02:00:00"),
+        tmp_path / "sng-sweep",
+    )
     return tmp_path / "sng-sweep"
 
 
@@ -51,7 +54,7 @@ def test_results_without_a_sweep_go_to_the_out_dir_untitled(tmp_path):
     named = tmp_path / "one.json"
     write_run(named, 1, 50.0)
     out = tmp_path / "out"
-    written = report_sweep(None, [named], out)
+    written = report_sweep(None, [named], out=out)
     assert out / "report.md" in written and "scaling sweep" not in (out / "report.md").read_text()
 
 

@@ -174,7 +174,7 @@ def test_flop_unit_follows_the_magnitude():
 
 
 def test_plan_repeats_each_run(tmp_path, capsys):
-    plan = make_plan("supermuc-ng", [4, 8], [4], None, "02:00:00", repeats=3)
+    plan = make_plan("supermuc-ng", [4, 8], [4], threads=None, walltime="02:00:00", repeats=3)
     assert [r.run_id for r in plan.runs][:4] == [
         "n4-r4-t12-x1",
         "n4-r4-t12-x2",

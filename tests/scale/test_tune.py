@@ -487,7 +487,7 @@ def test_a_tune_file_planted_while_the_layouts_trained_is_kept(tmp_path, planted
     measured = [tune.read_measured(tune.Layout(2, 1), results)]
     before = {p.name: (p.is_symlink(), p.read_bytes()) for p in out.iterdir()}
     with pytest.raises(KitError) as caught:
-        tune.write_tune(load_site("laptop"), 1, measured, out)
+        tune.write_tune(load_site("laptop"), 1, measured, out_dir=out)
     assert "\n" not in str(caught.value) and "fix: give kit scale tune a new --dir" in str(
         caught.value
     )

@@ -77,7 +77,7 @@ def _script(tmp_path: Path, site: dict, **run) -> str:
         loaded,
         check_run(loaded, spec),
         RunFiles(Path(run.get("run_dir", "/scratch/runs")), spec.run_id),
-        None,
+        pair=None,
         python=run.get("python", "python3"),
     )
 

@@ -41,7 +41,7 @@ def _launch(script: str) -> list[str]:
 def test_mpirun_maps_ranks_per_node_binds_threads_and_exports_the_jobs_variables(ompi_pair):
     pair = read_pair_file(ompi_pair, SITE)
     run = check_run(SITE, RunSpec("n64", 64, 4, 32, "02:00:00"))
-    script = render(SITE, run, RunFiles(Path("/scratch/me/run1"), "n64"), pair)
+    script = render(SITE, run, RunFiles(Path("/scratch/me/run1"), "n64"), pair=pair)
     words = _launch(script)
     chrun = words.index("ch-run")
     head = words[:chrun]
@@ -85,7 +85,7 @@ def test_hyperthreads_bind_hardware_threads(ompi_pair):
     pair = read_pair_file(ompi_pair, SITE)
     run = check_run(SITE, RunSpec("ht", 2, 4, 64, "01:00:00"))  # 4 x 64 = 256 hardware threads
     assert run.hyperthreads
-    words = _launch(render(SITE, run, RunFiles(Path("/scratch/me/ht"), "ht"), pair))
+    words = _launch(render(SITE, run, RunFiles(Path("/scratch/me/ht"), "ht"), pair=pair))
     i = words.index("--map-by")
     assert words[i : i + 5] == [
         "--map-by",
@@ -105,7 +105,7 @@ def test_srun_with_pmix_starts_open_mpi_ranks_directly(ompi_pair, tmp_path):
         site,
         check_run(site, RunSpec("s", 2, 4, 32, "01:00:00")),
         RunFiles(Path("/scratch/s"), "s"),
-        read_pair_file(ompi_pair, site),
+        pair=read_pair_file(ompi_pair, site),
     )
     words = _launch(script)
     assert words[:3] == ["srun", "--mpi=pmix", "ch-run"] and words[3] == "--join"

@@ -45,7 +45,7 @@ def _last_line(script: str) -> list[str]:
 def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_path):
     pair = read_pair_file(sng_pair, SNG)
     files = RunFiles(Path("/hppfs/work/pr/run1"), "n768")
-    script = render(SNG, check_run(SNG, _spec(768, 4, 12, run_id="n768")), files, pair)
+    script = render(SNG, check_run(SNG, _spec(768, 4, 12, run_id="n768")), files, pair=pair)
     assert (
         "#SBATCH --nodes=768\n#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=12\n" in script
     )
@@ -102,7 +102,7 @@ def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_pat
 def test_hyperthreads_are_allowed_up_to_the_hardware_threads_and_then_refused():
     run = check_run(SNG, _spec(8, 2, 48))  # the paper's Table 2 layout
     assert run.hyperthreads and "hyperthreads" in run.warnings[0]
-    script = render(SNG, run, RunFiles(Path("/scratch/r"), "n8"), None)
+    script = render(SNG, run, RunFiles(Path("/scratch/r"), "n8"), pair=None)
     assert "#SBATCH --hint=multithread" in script and "--oversubscribe" in _last_line(script)
     assert not check_run(SNG, _spec(8, 4, 12)).hyperthreads
     with pytest.raises(
@@ -151,7 +151,9 @@ def test_hostile_values_stay_single_words(tmp_path):
     site = load_site(write_site(tmp_path, slurm_site_dict()))
     evil = "/data/$(touch /tmp/pwned) x;y"
     run = check_run(site, _spec(1, 2, 1, walltime="00:10:00", train_args=("--data", evil)))
-    script = render(site, run, RunFiles(tmp_path, "r"), None, python="/opt/my python/bin/python")
+    script = render(
+        site, run, RunFiles(tmp_path, "r"), pair=None, python="/opt/my python/bin/python"
+    )
     words = _last_line(script)
     assert words[:2] == ["srun", "--mpi=pmi2"] and words[2] == "/opt/my python/bin/python"
     assert (
@@ -159,7 +161,7 @@ def test_hostile_values_stay_single_words(tmp_path):
     )  # 1 thread per core here
     assert words[words.index("--data") + 1] == evil
     with pytest.raises(KitError, match="use an absolute path of letters"):
-        render(site, run, RunFiles(tmp_path / "my runs", "r"), None)
+        render(site, run, RunFiles(tmp_path / "my runs", "r"), pair=None)
     bad = slurm_site_dict("badpart")
     bad["scheduler"]["partition"] = "debug\n#SBATCH --uid=0"
     with pytest.raises(
@@ -173,7 +175,7 @@ def test_hostile_values_stay_single_words(tmp_path):
             site,
             check_run(site, _spec(1, 2, 1, walltime="00:10:00", partition="debug#x")),
             RunFiles(tmp_path, "r"),
-            None,
+            pair=None,
         )
 
 
@@ -193,7 +195,7 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_syst
             train_args=tiny_train_args([tmp_path / "work" / f"f{i}.h5" for i in range(3)]),
         ),
     )
-    script = render(site, run, RunFiles(tmp_path / "work" / "sweep", "r"), pair)
+    script = render(site, run, RunFiles(tmp_path / "work" / "sweep", "r"), pair=pair)
     words = _last_line(script)
     train = words[words.index("--") + 1 :]
     assert train[train.index("--data") + 1] == "/work/f0.h5,/work/f1.h5"
@@ -210,7 +212,7 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_syst
             ),
         ),
         RunFiles(tmp_path / "work" / "sweep", "r"),
-        pair,
+        pair=pair,
     )
     assert "--validation-data=/work/v.h5" in _last_line(option)
     assert train[train.index("--results") + 1] == "/work/sweep/results/r.json"
@@ -225,12 +227,12 @@ def test_container_paths_are_translated_and_the_run_dir_must_be_bound(mpich_syst
                 site,
                 check_run(site, _spec(1, 1, 1, walltime="00:10:00", train_args=("--data", data))),
                 RunFiles(tmp_path / "work" / "sweep", "r"),
-                pair,
+                pair=pair,
             )
     with pytest.raises(
         KitError, match=r"run dir .* is not under any directory img.tar.pair.yaml binds"
     ):
-        render(site, run, RunFiles(tmp_path / "elsewhere", "r"), pair)
+        render(site, run, RunFiles(tmp_path / "elsewhere", "r"), pair=pair)
     with pytest.raises(
         KitError, match=r"key site is 'boundslurm', but the job runs at 'supermuc-ng'"
     ):
@@ -250,7 +252,7 @@ def test_write_run_gives_the_job_the_site_it_was_rendered_from(slurm_site, tmp_p
         site,
         check_run(site, _spec(1, 1, 2, run_id="one", walltime="00:10:00")),
         tmp_path / "d",
-        None,
+        pair=None,
     )
     assert (
         files.script.stat().st_mode & 0o111
@@ -267,7 +269,7 @@ def test_a_link_at_a_run_directorys_subdirectory_is_refused_and_nothing_written_
     in at one of them between two submits is refused in one line, its target left empty."""
     site = load_site(slurm_site)
     run = check_run(site, _spec(1, 1, 2, run_id="one", walltime="00:10:00"))
-    write_run(site, run, tmp_path / "d", None)
+    write_run(site, run, tmp_path / "d", pair=None)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for p in (tmp_path / "d" / sub).iterdir():
@@ -277,7 +279,7 @@ def test_a_link_at_a_run_directorys_subdirectory_is_refused_and_nothing_written_
     with pytest.raises(
         KitError, match=f"d/{sub}: is a symlink, not the run directory's {sub}/"
     ) as caught:
-        write_run(site, run, tmp_path / "d", None)
+        write_run(site, run, tmp_path / "d", pair=None)
     assert "\n" not in str(caught.value) and list(elsewhere.iterdir()) == []
 
 

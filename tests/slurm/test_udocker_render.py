@@ -59,7 +59,7 @@ def test_each_rank_is_udocker_run_on_the_image_with_everything_spelled_out(
     run = check_run(
         site, _spec(train_args=tiny_train_args([base / "work" / f"f{i}.h5" for i in range(3)]))
     )
-    script = render(site, run, RunFiles(base / "work" / "sweep", "r"), pair)
+    script = render(site, run, RunFiles(base / "work" / "sweep", "r"), pair=pair)
     words = _last_line(script)
     image = str(base / "images" / "gan3d")
     assert words[:8] == [
@@ -100,7 +100,7 @@ def test_each_rank_is_udocker_run_on_the_image_with_everything_spelled_out(
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     # render writes nothing; write_run writes the wrapper the script names
     assert not wrapper.exists()
-    write_run(site, run, base / "work" / "sweep", pair)
+    write_run(site, run, base / "work" / "sweep", pair=pair)
     named = Path(exports[2].split("=", 1)[1])
     assert named.is_file() and named.stat().st_mode & 0o777 == 0o755
 
@@ -118,7 +118,7 @@ def test_an_image_under_home_is_the_jobs_home(paired, tmp_path, monkeypatch):
         site,
         check_run(site, _spec()),
         RunFiles(base / "work" / "s2", "r"),
-        read_pair_file(moved, site),
+        pair=read_pair_file(moved, site),
     )
     line = script.rstrip("\n").splitlines()[-1]
     assert " \"--location=${HOME}\"/images/gan3d " in line

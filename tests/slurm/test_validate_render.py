@@ -39,8 +39,8 @@ def test_the_plan_records_validate_and_each_script_validates_its_own_checkpoint(
             slurm_site,
             [1],
             [1, 2],
-            None,
-            "00:10:00",
+            threads=None,
+            walltime="00:10:00",
             train_args=tiny_train_args(files) + ("--xscale", "2"),
             validate=True,
         ),
@@ -51,7 +51,7 @@ def test_the_plan_records_validate_and_each_script_validates_its_own_checkpoint(
     site = plan.load_site()
     for spec in plan.runs:
         run = RunFiles(sweep.absolute(), spec.run_id)
-        script = render(site, check_run(site, spec), run, None)
+        script = render(site, check_run(site, spec), run, pair=None)
         train, check = _steps(script)
         assert train[train.index("--checkpoint-dir") + 1] == str(run.checkpoints)
         assert check[check.index("validate") + 1 :] == [
@@ -76,11 +76,16 @@ def test_the_plan_records_validate_and_each_script_validates_its_own_checkpoint(
 
 def test_without_validate_the_script_has_no_physics_step(slurm_site, tmp_path):
     plan = make_plan(
-        slurm_site, [1], [1], None, "00:10:00", train_args=tiny_train_args([tmp_path / "f.h5"] * 3)
+        slurm_site,
+        [1],
+        [1],
+        threads=None,
+        walltime="00:10:00",
+        train_args=tiny_train_args([tmp_path / "f.h5"] * 3),
     )
     site = plan.load_site()
     script = render(
-        site, check_run(site, plan.runs[0]), RunFiles(tmp_path, plan.runs[0].run_id), None
+        site, check_run(site, plan.runs[0]), RunFiles(tmp_path, plan.runs[0].run_id), pair=None
     )
     assert "gan3d validate" not in script and "--checkpoint-dir" not in script
     assert " gan3d train " in script.rstrip("\n").splitlines()[-1]  # the launch stays the last line
@@ -95,10 +100,19 @@ def test_validation_runs_in_the_container_with_its_paths_translated(mpich_system
     )
     data = [tmp_path / "work" / f"f{i}.h5" for i in range(3)]
     plan = make_plan(
-        site, [1], [2], None, "00:10:00", train_args=tiny_train_args(data), validate=True
+        site,
+        [1],
+        [2],
+        threads=None,
+        walltime="00:10:00",
+        train_args=tiny_train_args(data),
+        validate=True,
     )
     script = render(
-        site, check_run(site, plan.runs[0]), RunFiles(tmp_path / "work" / "sweep", "n1-r2-t1"), pair
+        site,
+        check_run(site, plan.runs[0]),
+        RunFiles(tmp_path / "work" / "sweep", "n1-r2-t1"),
+        pair=pair,
     )
     train, check = _steps(script)
     assert (
@@ -158,7 +172,13 @@ def test_validate_without_data_is_refused_before_anything_is_written(slurm_site,
         "--synthetic-dir",
     ):
         make_plan(
-            slurm_site, [1], [1], None, "00:10:00", train_args=("--synthetic", "64"), validate=True
+            slurm_site,
+            [1],
+            [1],
+            threads=None,
+            walltime="00:10:00",
+            train_args=("--synthetic", "64"),
+            validate=True,
         )
     assert (
         main(
@@ -189,7 +209,7 @@ def test_validate_without_data_is_refused_before_anything_is_written(slurm_site,
 
 
 def test_a_plan_without_the_validate_key_loads_as_not_validated(slurm_site, tmp_path):
-    write_plan(make_plan(slurm_site, [1], [1], None, "00:10:00"), tmp_path)
+    write_plan(make_plan(slurm_site, [1], [1], threads=None, walltime="00:10:00"), tmp_path)
     path = tmp_path / "plan.yaml"
     path.write_text(
         "".join(

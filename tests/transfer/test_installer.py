@@ -321,7 +321,17 @@ def test_a_prune_cut_short_leaves_no_half_version_under_a_version_name(tmp_path,
 
     monkeypatch.setattr(remote_script.os, "unlink", cut)
     with pytest.raises(KeyboardInterrupt):
-        remote_script.install(str(src), str(images), "bb", sha12(src), 0, False, "squash", 0, 0)
+        remote_script.install(
+            str(src),
+            str(images),
+            "bb",
+            version=sha12(src),
+            keep_n=0,
+            dry=False,
+            fmt="squash",
+            stall=0,
+            wait=0,
+        )
     monkeypatch.undo()
     assert remote_script.versions(str(images), "bb") == [f"bb@{sha12(src)}.sqfs"]
     assert not old.exists() and kit_leftovers(images), "what is left of it sits under a temp name"
