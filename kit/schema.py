@@ -333,8 +333,8 @@ def _join(path: str, key: str) -> str:
 
 
 def _key(key: Any) -> str:
-    """A key as a path element: itself when it is a short printable string."""
-    if isinstance(key, str) and len(key) <= 40 and key.isprintable():
+    """A key as a path element: itself when it is a short printable string (an empty one quoted)."""
+    if isinstance(key, str) and 0 < len(key) <= 40 and key.isprintable():
         return key
     return shown(key, 40)
 
