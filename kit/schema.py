@@ -406,7 +406,7 @@ def _type_error(spec: Field, value: Any) -> Bad | None:
     for text in _strings(value):
         if bad := _text_error(text):
             return bad
-    if kind == "int" and value > INT_MAX:
+    if kind == "int" and spec.maximum is None and value > INT_MAX:  # a count, unless bounded
         return Bad(f"{shown(value)} is more than {INT_MAX}", "give the real count")
     if kind == "float" and (
         isinstance(value, int) and value.bit_length() > 1000 or not math.isfinite(value)
@@ -422,7 +422,8 @@ def _type_error(spec: Field, value: Any) -> Bad | None:
     if spec.minimum is not None and value < spec.minimum:
         return Bad(f"must be at least {spec.minimum}, got {shown(value)}")
     if spec.maximum is not None and value > spec.maximum:
-        return Bad(f"must be at most {spec.maximum:g}, got {shown(value)}")
+        most = spec.maximum if isinstance(spec.maximum, int) else f"{spec.maximum:g}"
+        return Bad(f"must be at most {most}, got {shown(value)}")
     return None
 
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable, NamedTuple
 
-from gan3d.results import READABLE_SCHEMAS
+from gan3d.results import TAGGED
 from kit.errors import KitError
 from kit.excerpt import control_character, shown
-from kit.readfile import json_kind, read_json
+from kit.readfile import read_json
 from kit.schema import Bad, Field, Items, Names, Section, check_value, section_of
 from kit.schema import record as record_of
 from kit.site.model import vendor_named_in
@@ -297,17 +297,8 @@ def _load_one(path: Path) -> RunResult:
         raise KitError(
             f"{path}: no such file", fix="pass the results JSON of a finished job"
         ) from None
-    if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
-        found = (
-            f"schema {shown(record.get('schema'))}"
-            if isinstance(record, dict)
-            else f"the top level is {json_kind(record)}"
-        )
-        known = " or ".join(map(repr, READABLE_SCHEMAS))
-        raise KitError(
-            f"{path}: not a gan3d results file ({found}, expected schema {known})",
-            fix="pass the JSON written by `python -m gan3d train --results FILE`",
-        )
+    fix = "pass the JSON written by `python -m gan3d train --results FILE`"
+    check_value(record, path, TAGGED, "gan3d results file", fix=fix)
     if record.get("status") == "failed":
         raise KitError(
             f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",

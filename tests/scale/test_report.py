@@ -332,7 +332,10 @@ def test_truncated_json_names_the_file(tmp_path):
             lambda r: (r.pop("epoch_step_seconds"), r.update(full_epoch_seconds_estimate=0)),
             "full_epoch_seconds_estimate: 0 is not a number of seconds from 1e-06",
         ),
-        (lambda r: r.update(schema="other/2"), "not a gan3d results file"),
+        (
+            lambda r: r.update(schema="other/2"),
+            "schema: 'other/2' is not allowed .allowed: gan3d-run/1, gan3d-run/2.; fix: pass the JSON",
+        ),
         (
             lambda r: r.update(site="sng\n## injected heading"),
             r"site: 'sng\\n## injected heading' is not one line",
