@@ -20,17 +20,16 @@ says which clock it used:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from gan3d.results import TAGGED
 from kit.errors import KitError
-from kit.excerpt import control_character, shown
+from kit.excerpt import shown
 from kit.readfile import read_json
 from kit.schema import Bad, Field, Items, Names, Section, check_value, section_of
 from kit.schema import record as record_of
@@ -42,69 +41,25 @@ MAX_COUNT = 10**12  # nodes, ranks, batches, steps, events, bytes per rank: far 
 MAX_RATE = 1e24
 
 
-def _number(v: Any, limit: float) -> bool:
-    """A JSON number (not a boolean) of at most ``limit`` in size; a 400-digit int converts to no
-    float.
-    """
-    return (
-        isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and (not isinstance(v, int) or v.bit_length() <= 96)
-        and math.isfinite(v)
-        and abs(v) <= limit
-    )
-
-
-_COUNT = (
-    lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT,
-    f"a whole number from 1 to {MAX_COUNT:.0e}",
-)
-_RATE = (lambda v: _number(v, MAX_RATE) and v >= 0, f"a number from 0 to {MAX_RATE:g}")
-_FINITE = (
-    lambda v: _number(v, MAX_RATE),
-    f"a finite number of at most {MAX_RATE:g} in size",
-)  # may be negative
 MIN_SECONDS = (
     1e-6  # an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
 )
-_SECONDS = (
-    lambda v: _RATE[0](v) and v >= MIN_SECONDS,
-    f"a number of seconds from {MIN_SECONDS:g} to {MAX_RATE:g}",
-)
-_TEXT = (lambda v: isinstance(v, str), "a string")
-_NAME = (
-    lambda v: isinstance(v, str) and control_character(v) is None and 0 < len(v) <= 200,
-    "one line of text",
-)  # headings, labels
-_BYTES_LIST = (
-    lambda v: (
-        isinstance(v, list)
-        and 0 < len(v) <= 10**6
-        and all(
-            x is None or isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**62
-            for x in v
-        )
-    ),
-    "a list of byte counts",
-)
-_NAMES = (
-    lambda v: isinstance(v, list) and len(v) <= 64 and all(_NAME[0](x) for x in v),
-    "a list of layer names",
-)
+MAX_TEXT = 200  # a heading, label or setting a report shows
 
 
-def is_rate(value: Any) -> bool:
-    """A rate, percentage or byte count a results file may hold: a JSON number from 0 to
-    MAX_RATE.
-    """
-    return _RATE[0](value)
+def _one_line(text: str) -> Bad | None:
+    """A name a report shows as it is (a heading, a label): no control character (the "str"
+    kind's own check), not empty and not long."""
+    return None if 0 < len(text) <= MAX_TEXT else Bad(f"{shown(text)} is not 1 to 200 characters")
 
 
-def is_byte_counts(value: Any) -> bool:
-    """A per-rank list of byte counts (null for a rank that did not say), bounded in length and
-    size.
-    """
-    return _BYTES_LIST[0](value)
+COUNT = Field("int", minimum=1, maximum=MAX_COUNT)  # nodes, ranks, batches, steps, events
+RATE = Field("float", minimum=0, maximum=MAX_RATE)  # FLOP/s, showers/s, % of peak
+FINITE = Field("float", minimum=-MAX_RATE, maximum=MAX_RATE)  # a loss, a score: may be negative
+SECONDS = Field("float", minimum=MIN_SECONDS, maximum=MAX_RATE)
+NAME = Field("str", check=_one_line)
+# per rank, null for a rank that did not say
+BYTE_COUNTS = Field(Items(Field("int", nullable=True, minimum=1, maximum=2**62), 1, 10**6))
 
 
 LOSS_NAMES = ("d_loss", "g_loss")  # the discriminator's and the generator's total losses
@@ -344,24 +299,18 @@ def _load_one(path: Path) -> RunResult:
     )
 
 
-def _checked(check: tuple[Callable[[Any], bool], str], **how: Any) -> Field:
-    """A results key whose value passes ``check`` (a predicate and what it wants)."""
-    ok, want = check
-    return Field(
-        "any",
-        check=lambda v: None if ok(v) else Bad(f"{shown(v)} is not {want}"),
-        **how,
-    )
-
-
 def _step_row(row: Any) -> Bad | None:
     """A `step_losses` point: [global_step, epoch, step, d_loss, g_loss]."""
     if (
         isinstance(row, list)
         and len(row) == len(STEP_COLUMNS)
-        and _COUNT[0](row[1])
-        and _COUNT[0](row[2])
-        and all(map(_FINITE[0], row[3:]))
+        and all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_COUNT for x in row[1:3]
+        )
+        and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) <= MAX_RATE
+            for x in row[3:]
+        )
     ):
         return None
     return Bad(f"{shown(row)} is not a row of {', '.join(STEP_COLUMNS)} (epoch and step from 1)")
@@ -370,7 +319,7 @@ def _step_row(row: Any) -> Bad | None:
 _COUNTS = ("nodes", "ranks", "ranks_per_node", "threads_per_rank", "batch_per_rank", "global_batch")
 _OPTIONAL: dict[str, Any] = {"nullable": True, "required": False}
 STEP_COLUMNS = ["global_step", "epoch", "step", *LOSS_NAMES]
-_LOSS = Field("float", required=False, minimum=-MAX_RATE, maximum=MAX_RATE)
+_LOSS = dataclasses.replace(FINITE, required=False)
 # gan3d train's history: one entry per epoch; an entry and its losses may hold more keys
 _EPOCH_LOSSES = Section(
     {
@@ -392,28 +341,24 @@ _STEP_LOSSES = Section(
     },
     open=True,
 )
-_SCORE = Field("float", minimum=-MAX_RATE, maximum=MAX_RATE, **_OPTIONAL)
+_SCORE = dataclasses.replace(FINITE, **_OPTIONAL)
 PHYSICS = section_of(
     Physics,
     fields={f.name: _SCORE for f in dataclasses.fields(Physics) if f.name != "score_null_reason"},
     open=True,
 )
 # epoch_wall_times, epoch_times, epoch_step_seconds: one entry per epoch of the run
-_SECONDS_LIST = Items(Field("float", minimum=MIN_SECONDS, maximum=MAX_RATE), 1, 10**6)
+_SECONDS_LIST = Items(SECONDS, 1, 10**6)
 MAX_SETTINGS = 64
 
 
-def _setting(value: str) -> Bad | None:
-    return Bad(f"{shown(value)} is longer than 200 characters") if len(value) > 200 else None
+def _short(text: str) -> Bad | None:
+    return None if len(text) <= MAX_TEXT else Bad(f"{shown(text)} is longer than 200 characters")
 
 
-def _variable(name: str) -> Bad | None:
-    return None if _NAME[0](name) else Bad(f"{shown(name)} is not {_NAME[1]}")
-
-
-# mpi_fabric, horovod_settings: variable -> value, null where unset
+# mpi_fabric, horovod_settings: variable -> value (set to "" counts), null where unset
 _SETTINGS = Field(
-    Names(Field("str", nullable=True, check=_setting), name=_variable),
+    Names(Field("str", nullable=True, check=_short), name=_one_line),
     check=lambda v: (
         Bad(f"holds {len(v)} variables, at most {MAX_SETTINGS}") if len(v) > MAX_SETTINGS else None
     ),
@@ -435,33 +380,37 @@ def _check_results(fig: dict[str, Any]) -> list[tuple[str, Bad]]:
 
 
 # The figures of a results file the report reads (gan3d.results writes more: passed over).
+def _optional(spec: Field) -> Field:
+    return dataclasses.replace(spec, **_OPTIONAL)
+
+
 RESULTS = Section(
     {
-        **{k: _checked(_COUNT) for k in _COUNTS},
-        "site": _checked(_NAME, nullable=True),
-        "showers_per_second": _checked(_RATE),
-        "flop_per_second": _checked(_RATE),
-        "mpi_library_version": _checked(_TEXT, nullable=True),
+        **{k: COUNT for k in _COUNTS},
+        "site": dataclasses.replace(NAME, nullable=True),
+        "showers_per_second": RATE,
+        "flop_per_second": RATE,
+        "mpi_library_version": Field("str", nullable=True),
         # Files from before per-precision peaks lack these three: loaded, their % of peak shown as "-".
-        "percent_of_peak": _checked(_RATE, **_OPTIONAL),
-        "percent_of_peak_denominator": _checked(_NAME, **_OPTIONAL),
-        "percent_of_peak_fp64_max_clock": _checked(_RATE, **_OPTIONAL),
-        "image_digest": _checked(_NAME, **_OPTIONAL),
-        "container": _checked(_NAME, **_OPTIONAL),
-        "preset": _checked(_NAME, **_OPTIONAL),
-        "train_events": _checked(_COUNT, **_OPTIONAL),
-        "precision": _checked(_NAME, **_OPTIONAL),
-        "fft_convolutions": _checked(_NAMES, **_OPTIONAL),
+        "percent_of_peak": _optional(RATE),
+        "percent_of_peak_denominator": _optional(NAME),
+        "percent_of_peak_fp64_max_clock": _optional(RATE),
+        "image_digest": _optional(NAME),
+        "container": _optional(NAME),
+        "preset": _optional(NAME),
+        "train_events": _optional(COUNT),
+        "precision": _optional(NAME),
+        "fft_convolutions": Field(Items(NAME, max_len=64), **_OPTIONAL),  # layer names
         "mpi_fabric": _SETTINGS,
         "horovod_settings": _SETTINGS,
-        "peak_rss_bytes_per_rank": _checked(_BYTES_LIST, **_OPTIONAL),
-        "memory_available_bytes_min_per_rank": _checked(_BYTES_LIST, **_OPTIONAL),
-        "steps_per_epoch": _checked(_COUNT, required=False),
-        "full_epoch_steps": _checked(_COUNT, required=False),
+        "peak_rss_bytes_per_rank": _optional(BYTE_COUNTS),
+        "memory_available_bytes_min_per_rank": _optional(BYTE_COUNTS),
+        "steps_per_epoch": dataclasses.replace(COUNT, required=False),
+        "full_epoch_steps": dataclasses.replace(COUNT, required=False),
         "epoch_wall_times": Field(_SECONDS_LIST, required=False),
         "epoch_times": Field(_SECONDS_LIST, required=False),
         "epoch_step_seconds": Field(_SECONDS_LIST, **_OPTIONAL),
-        "full_epoch_seconds_estimate": _checked(_SECONDS, **_OPTIONAL),
+        "full_epoch_seconds_estimate": _optional(SECONDS),
         "losses": Field(Items(Field(_EPOCH_LOSSES), max_len=MAX_EPOCHS), **_OPTIONAL),
         "step_losses": Field(_STEP_LOSSES, **_OPTIONAL),
         "physics": Field(PHYSICS, **_OPTIONAL),

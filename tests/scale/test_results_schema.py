@@ -118,7 +118,7 @@ def test_several_bad_nested_values_are_all_named_in_one_line(tmp_path):
         (("step_losses", "columns"), ["epoch"], "step_losses.columns: ['epoch'] is not"),
         (("step_losses", "points", 0, 2), 3, "step_losses: a step is past steps_per_epoch (2)"),
         (("physics", "score_null_reason"), "a\nb", r"physics.score_null_reason: 'a\nb' contains"),
-        (("horovod_settings",), {"": "1"}, "horovod_settings.'': '' is not one line of text"),
+        (("horovod_settings",), {"": "1"}, "horovod_settings.'': '' is not 1 to 200 characters"),
     ],
 )
 def test_one_bad_nested_value_is_named_by_its_key_path(tmp_path, where, value, named):
