@@ -340,8 +340,3 @@ class EpochCheckpoints:
             self.run_id = meta["run_id"]  # the resumed run goes on as the run that wrote it
         self.restored = path
         return meta
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

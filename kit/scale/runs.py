@@ -36,14 +36,11 @@ from kit.schema import record as record_of
 from kit.site.model import vendor_named_in
 
 _RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
-MAX_COUNT = 10**12  # nodes, ranks, batches, steps, events, bytes per rank: far past any machine
+MAX_COUNT = 10**12  # nodes, ranks, batches, steps, events: far past any machine
 # FLOP/s, showers/s, % of peak, seconds: 1e24 is a thousand zettaFLOP/s; 1e308 overflows sums
 MAX_RATE = 1e24
-
-
-MIN_SECONDS = (
-    1e-6  # an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
-)
+# an epoch or its steps: shorter is no measurement (5e-324 made the stall share -inf)
+MIN_SECONDS = 1e-6
 MAX_TEXT = 200  # a heading, label or setting a report shows
 
 
@@ -379,11 +376,11 @@ def _check_results(fig: dict[str, Any]) -> list[tuple[str, Bad]]:
     return out
 
 
-# The figures of a results file the report reads (gan3d.results writes more: passed over).
 def _optional(spec: Field) -> Field:
     return dataclasses.replace(spec, **_OPTIONAL)
 
 
+# The figures of a results file the report reads (gan3d.results writes more: passed over).
 RESULTS = Section(
     {
         **{k: COUNT for k in _COUNTS},
