@@ -27,7 +27,9 @@ from pathlib import Path
 
 from gan3d.files import NotRegularFile, read_regular
 from kit.atomic import atomic_write_text, fsync_path, remove_tree, remove_tree_if, replace_tree
-from kit.excerpt import one_line
+from kit.errors import KitError
+from kit.excerpt import one_line, shown
+from kit.schema import Bad, Field, Section, check_value
 
 _NAME = re.compile(r"epoch-(\d{4,9})")
 MAX_EPOCH = 999_999_999  # the most a directory name holds
@@ -38,15 +40,6 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_META_BYTES = 64 * 1024
 MAX_ENTRIES = 64  # files in one checkpoint directory (the kit writes four)
 MAX_SCAN = 100_000  # entries of --checkpoint-dir looked at for another run's checkpoints
-META_TYPES = {
-    "preset": str,
-    "seed": int,
-    "ranks": int,
-    "batch_size": int,
-    "steps_per_epoch": int,
-    "precision": str,
-    "run_id": str,
-}
 # Numbers a meta.json may hold (it may have been edited since the trainer wrote it): each bounded
 # when it is read, as gan3d train bounds its options.
 META_BOUNDS = {
@@ -55,6 +48,26 @@ META_BOUNDS = {
     "batch_size": (1, 1 << 24),
     "steps_per_epoch": (1, 1 << 40),
 }
+
+
+def _run_id(value: str) -> Bad | None:
+    return None if RUN_ID.fullmatch(value) else Bad(f"{shown(value)} is not 32 hex digits")
+
+
+# meta.json as gan3d train writes it (EpochCheckpoints.save: the epoch, the run's settings, its id)
+META_SCHEMA = Section(
+    {
+        "epoch": Field("int", minimum=1, maximum=MAX_EPOCH),
+        "preset": Field("str", required=False),
+        "precision": Field("str", required=False),
+        "run_id": Field("str", required=False, check=_run_id),
+        **{
+            k: Field("int", required=False, minimum=lo, maximum=hi)
+            for k, (lo, hi) in META_BOUNDS.items()
+        },
+    },
+    open=True,
+)
 
 
 def new_run_id() -> str:
@@ -246,33 +259,16 @@ class EpochCheckpoints:
             raise CheckpointError(
                 f"{file}: unreadable checkpoint metadata ({one_line(exc)}); {fix}"
             ) from None
-        if not isinstance(meta, dict):
-            raise CheckpointError(
-                f"{file}: holds a JSON {type(meta).__name__}, expected an object; {fix}"
+        try:
+            check_value(
+                meta, file, META_SCHEMA, "checkpoint metadata", fix=fix.removeprefix("fix: ")
             )
-        epoch = meta.get("epoch")
-        if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:
-            raise CheckpointError(
-                f"{file}: field 'epoch' is {_short(epoch)}, expected an int in 1..{MAX_EPOCH}; {fix}"
-            )
+        except KitError as exc:
+            raise CheckpointError(str(exc)) from None
         match = _NAME.fullmatch(path.name)
-        if match and int(match.group(1)) != epoch:
+        if match and int(match.group(1)) != meta["epoch"]:
             raise CheckpointError(
-                f"{file}: field 'epoch' is {epoch} but the directory is {path.name}; {fix}"
-            )
-        for key, kind in META_TYPES.items():
-            if key in meta and type(meta[key]) is not kind:
-                raise CheckpointError(
-                    f"{file}: field {key!r} is {_short(meta[key])}, expected {kind.__name__}; {fix}"
-                )
-        for key, (low, high) in META_BOUNDS.items():
-            if key in meta and not low <= meta[key] <= high:
-                raise CheckpointError(
-                    f"{file}: field {key!r} is {_short(meta[key])}, expected {low}..{high}; {fix}"
-                )
-        if "run_id" in meta and not RUN_ID.fullmatch(meta["run_id"]):
-            raise CheckpointError(
-                f"{file}: field 'run_id' is {_short(meta['run_id'])}, expected 32 hex digits; {fix}"
+                f"{file}: epoch: {meta['epoch']} but the directory is {path.name}; {fix}"
             )
         return meta
 
@@ -344,8 +340,3 @@ class EpochCheckpoints:
             self.run_id = meta["run_id"]  # the resumed run goes on as the run that wrote it
         self.restored = path
         return meta
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

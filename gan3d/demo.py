@@ -7,7 +7,6 @@ full-size 3DGAN launched with MPICH's mpiexec -> the physics check -> a summary 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -18,8 +17,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from gan3d.results import TAGGED
 from kit.atomic import remove_tree
 from kit.errors import KitError
+from kit.readfile import read_json_object
+from kit.schema import check_value
 
 DATA_FILES, EVENTS_PER_FILE = 3, 256  # 2 files to train on, 1 for validation
 MARKER = ".complete"  # written after the last file: a half-simulated set is redone
@@ -238,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         return proc.returncode
     console.print(f"[dim]training job took {time.time() - t0:.0f} s[/dim]")
     plots = run_validation(args, data, console)
-    record = json.loads(args.results.read_text())
+    record = read_json_object(args.results, "gan3d results file", "fix: run the demo again")
+    check_value(record, args.results, TAGGED, "gan3d results file", fix="run the demo again")
     console.print(summary(record, plots, args.results))
     return 0
 

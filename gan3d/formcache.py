@@ -20,8 +20,8 @@ from pathlib import Path
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
-from kit.excerpt import shown
 from kit.readfile import read_json_object
+from kit.schema import Field, Section, check_value
 
 FORMAT = "gan3d-forms/1"
 MAX_BYTES = 64 * 1024  # a forms file is under 2 kB
@@ -42,32 +42,34 @@ def cache_path(directory: Path, key: Mapping) -> Path:
     return directory / f"{digest}.json"
 
 
+def schema(allowed: Mapping[str, tuple[str, ...]]) -> Section:
+    """A forms file whose forms name each layer once, in a form that layer can take (its key is
+    compared whole, and its probe's times are for people)."""
+    forms = Section({name: Field("str", choices=tuple(ok)) for name, ok in allowed.items()})
+    return Section(
+        {"format": Field("str", choices=(FORMAT,)), "key": Field("any"), "forms": Field(forms)},
+        open=True,
+    )
+
+
 def read(
     path: Path, key: Mapping, allowed: Mapping[str, tuple[str, ...]]
 ) -> tuple[dict | None, str]:
     """(the cached forms, "") or (None, why not: "" where there is no file, else a warning)."""
-    fix = "it is measured again"
+    fix = "none needed, it is measured again"
     try:
-        doc = read_json_object(
-            path, "layer forms cache file", f"fix: none needed, {fix}", MAX_BYTES
-        )
+        doc = read_json_object(path, "layer forms cache file", f"fix: {fix}", MAX_BYTES)
+        doc = check_value(doc, path, schema(allowed), "layer forms cache file", fix=fix)
     except FileNotFoundError:
         return None, ""
     except (KitError, OSError) as exc:
         return None, f"layer forms cache {path} not used: {exc}"
-    where = f"layer forms cache {path}"
-    if doc.get("format") != FORMAT:
-        return None, f"{where}: format is {shown(doc.get('format'))}, not {FORMAT}; not used, {fix}"
-    if doc.get("key") != dict(key):
-        return None, f"{where}: made for another machine or run (its key differs); not used, {fix}"
-    forms = doc.get("forms")
-    if (
-        not isinstance(forms, dict)
-        or set(forms) != set(allowed)
-        or not all(forms[name] in allowed[name] for name in allowed)
-    ):
-        return None, f"{where}: forms {shown(forms)} are not a form per layer; not used, {fix}"
-    return {name: forms[name] for name in allowed}, ""
+    if doc["key"] != dict(key):
+        return None, (
+            f"layer forms cache {path}: made for another machine or run (its key differs); "
+            f"not used, {fix.removeprefix('none needed, ')}"
+        )
+    return {name: doc["forms"][name] for name in allowed}, ""
 
 
 def is_ours(path: Path) -> bool:

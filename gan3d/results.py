@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 from kit import __version__ as kit_version
 from kit.atomic import atomic_write_text
+from kit.schema import Field, Section
 
 if (
     TYPE_CHECKING
@@ -98,6 +99,8 @@ SCHEMA = "gan3d-run/2"
 # The record grows by additions only: a reader takes every
 # version listed (missing fields are unknown).
 READABLE_SCHEMAS = ("gan3d-run/1", SCHEMA)
+# A file a reader takes as a gan3d train record: its tag (each reader checks the keys it uses).
+TAGGED = Section({"schema": Field("str", choices=READABLE_SCHEMAS)}, open=True)
 VERSIONED = {
     "tensorflow": "tensorflow",
     "keras": "keras",

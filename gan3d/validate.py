@@ -50,10 +50,11 @@ from pathlib import Path
 import numpy as np
 
 from gan3d.files import NotRegularFile, open_regular, read_regular
-from gan3d.results import READABLE_SCHEMAS
+from gan3d.results import TAGGED
 from kit.atomic import atomic_write_bytes, write_together
 from kit.errors import KitError
-from kit.excerpt import one_line, shown
+from kit.excerpt import one_line
+from kit.schema import check_value
 
 DEFAULT_BINS: tuple[tuple[float, float], ...] = ((10, 100), (100, 200), (200, 300), (300, 500))
 PROFILES = ("z", "x", "y")
@@ -473,16 +474,8 @@ def read_results(path: str | Path) -> dict:
         raise KitError(f"{path}: is {exc.kind}, not a regular file; {RESULTS_FIX}") from None
     except (ValueError, RecursionError) as exc:
         raise KitError(f"{path}: not valid JSON ({one_line(exc)}); {RESULTS_FIX}") from None
-    if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS:
-        found = (
-            f"schema {shown(record.get('schema'))}"
-            if isinstance(record, dict)
-            else type(record).__name__
-        )
-        raise KitError(
-            f"{path}: not a results file of gan3d train ({found}, expected schema "
-            f"{' or '.join(map(repr, READABLE_SCHEMAS))}), so no physics is added; {RESULTS_FIX}"
-        )
+    fix = RESULTS_FIX.removeprefix("fix: ")
+    check_value(record, path, TAGGED, "results file of gan3d train", fix=fix)
     return record
 
 

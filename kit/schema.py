@@ -337,8 +337,8 @@ def _join(path: str, key: str) -> str:
 
 
 def _key(key: Any) -> str:
-    """A key as a path element: itself when it is a short printable string."""
-    if isinstance(key, str) and len(key) <= 40 and key.isprintable():
+    """A key as a path element: itself when it is a short printable string (an empty one quoted)."""
+    if isinstance(key, str) and 0 < len(key) <= 40 and key.isprintable():
         return key
     return shown(key, 40)
 
@@ -410,7 +410,7 @@ def _type_error(spec: Field, value: Any) -> Bad | None:
     for text in _strings(value):
         if bad := _text_error(text):
             return bad
-    if kind == "int" and value > INT_MAX:
+    if kind == "int" and spec.maximum is None and value > INT_MAX:  # a count, unless bounded
         return Bad(f"{shown(value)} is more than {INT_MAX}", "give the real count")
     if kind == "float" and (
         isinstance(value, int) and value.bit_length() > 1000 or not math.isfinite(value)
@@ -426,7 +426,8 @@ def _type_error(spec: Field, value: Any) -> Bad | None:
     if spec.minimum is not None and value < spec.minimum:
         return Bad(f"must be at least {spec.minimum}, got {shown(value)}")
     if spec.maximum is not None and value > spec.maximum:
-        return Bad(f"must be at most {spec.maximum:g}, got {shown(value)}")
+        most = spec.maximum if isinstance(spec.maximum, int) else f"{spec.maximum:g}"
+        return Bad(f"must be at most {most}, got {shown(value)}")
     return None
 
 

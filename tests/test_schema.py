@@ -151,3 +151,22 @@ def test_any_tree_gives_a_record_or_one_bounded_line(tree):
             assert "\n" not in line and len(line) < 5000 and line.startswith("t.yaml")
         else:
             assert set(data) == set(SWEEP.fields) and data["runs"]
+
+
+def test_an_int_field_with_its_own_maximum_takes_counts_past_a_billion_and_names_it_exactly():
+    """INT_MAX bounds a count without a maximum; a field that states one (a 32-bit seed, a byte
+    count) is bounded by it instead, and its refusal gives the maximum digit for digit."""
+    seed = Section({"seed": Field("int", maximum=2**32 - 1)})
+    assert check_value({"seed": 3_000_000_000}, "m.json", seed, "meta")["seed"] == 3_000_000_000
+    with pytest.raises(KitError) as exc:
+        check_value({"seed": 2**32}, "m.json", seed, "meta")
+    assert str(exc.value) == "m.json: seed: must be at most 4294967295, got 4294967296"
+    with pytest.raises(KitError, match="more than 1000000000"):
+        check_value({"n": 2 * 10**9}, "m.json", Section({"n": Field("int")}), "meta")
+
+
+def test_an_empty_key_is_shown_quoted_in_its_key_path():
+    names = Section({"env": Field("map[str,str]"), "vars": Field(Names(Field("int")))})
+    with pytest.raises(KitError) as exc:
+        check_value({"env": {}, "vars": {"": "x"}}, "f.json", names, "file")
+    assert str(exc.value).startswith("f.json: vars.'': expected an integer, got str 'x'")

@@ -379,7 +379,7 @@ def _physics_score(run: RunResult, name: str) -> str:
             return "-"  # not validated
         return f"{run.validation.status}: {run.validation.reason}".replace("|", "\\|")
     score = (
-        f"no scale: {run.physics.null_reason or 'not given'}"
+        f"no scale: {run.physics.score_null_reason or 'not given'}"
         if run.physics.score is None
         else f"{run.physics.score:.3f}"
     )
@@ -424,9 +424,9 @@ def _physics_plots(series: dict[Series, list[Row]]) -> dict[str, bytes]:
 
 def _physics_raw(run: RunResult) -> str:
     p = run.physics
-    if p is None or p.raw is None:
+    if p is None or p.score_raw is None:
         return "-"
-    return f"{p.raw:.3g} ({_opt3(p.reference_data)} / {_opt3(p.reference_empty)})"
+    return f"{p.score_raw:.3g} ({_opt3(p.score_reference_data)} / {_opt3(p.score_reference_empty)})"
 
 
 def _opt3(value: float | None) -> str:
@@ -558,9 +558,9 @@ def _physics_columns(run: RunResult) -> dict:
         "physics_status": run.physics_status,
         "physics_problem": run.validation and run.validation.reason,
         "physics_score": p and p.score,
-        "physics_score_raw": p and p.raw,
-        "physics_reference_data": p and p.reference_data,
-        "physics_reference_empty": p and p.reference_empty,
+        "physics_score_raw": p and p.score_raw,
+        "physics_reference_data": p and p.score_reference_data,
+        "physics_reference_empty": p and p.score_reference_empty,
     }
 
 

@@ -11,7 +11,8 @@ from kit.errors import KitError
 from kit.excerpt import one_line
 from kit.readfile import read_json_object, read_tail
 from kit.scale.plan import Plan, load_plan
-from kit.scale.runs import Validation
+from kit.scale.runs import PHYSICS, Validation
+from kit.schema import Field, Section, check_value
 from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
 from kit.slurm.jobs import wait_gone
 from kit.slurm.ledger import all_jobs, latest_job, read_jobs
@@ -100,7 +101,7 @@ def _physics(
     if result is None or job is None:
         return None, ""
     physics = _recorded_physics(result, files.run_id)
-    if isinstance(physics, dict):
+    if physics is not None:
         return ("scored" if physics.get("score") is not None else "no scale"), ""
     if job and is_active(state):
         return "pending", ""
@@ -108,12 +109,15 @@ def _physics(
     return "failed", _log_tail(log) or f"no validation log at {log}"
 
 
-def _recorded_physics(result: Path, run_id: str) -> object:
+_PHYSICS = Section({"physics": Field(PHYSICS, nullable=True, required=False)}, open=True)
+
+
+def _recorded_physics(result: Path, run_id: str) -> dict | None:
     """The `physics` key of a run's results file, read again (a file replaced since run_result read
-    it is named in one line, whatever its top level holds)."""
-    return read_json_object(
-        result, "gan3d results file", f"fix: kit scale submit --resubmit --only {run_id}"
-    ).get("physics")
+    it is named in one line, whatever it holds)."""
+    fix = f"kit scale submit --resubmit --only {run_id}"
+    record = read_json_object(result, "gan3d results file", "fix: " + fix)
+    return check_value(record, result, _PHYSICS, "gan3d results file", fix=fix)["physics"]
 
 
 def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:

@@ -10,6 +10,7 @@ on a `local` site (the laptop) they run one after another under the site's MPI l
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -30,8 +31,8 @@ from kit.excerpt import one_line, shown
 from kit.readfile import read_json, read_tail
 from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
-from kit.scale.runs import MAX_RATE, is_byte_counts
-from kit.schema import Bad, Field, Section, check_doc, check_value
+from kit.scale.runs import BYTE_COUNTS, MAX_RATE
+from kit.schema import Bad, Field, Names, Section, check_doc, check_value
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec, check_run, matching
@@ -361,14 +362,6 @@ def run_slurm(
     return measured
 
 
-def _bytes(value: object) -> Bad | None:
-    return (
-        None
-        if isinstance(value, list) and is_byte_counts(value) and any(value)
-        else Bad("expected a list of byte counts per rank")
-    )
-
-
 def _cpu(value: str) -> Bad | None:
     return (
         None
@@ -377,14 +370,39 @@ def _cpu(value: str) -> Bad | None:
     )
 
 
+def _some_rank(counts: list) -> Bad | None:
+    return None if any(counts) else Bad("no rank gave its peak memory")
+
+
+def _word(pattern: str, what: str) -> Callable[[str], Bad | None]:
+    rule = re.compile(pattern)
+    return lambda text: None if rule.fullmatch(text) else Bad(f"{shown(text)} is not {what}")
+
+
+_FORM_WORD = _word(r"[a-z0-9_]{1,32}", "a layer or form name")
+# gan3d.layerforms' record: how each convolution ran, and where the choice came from
+LAYER_FORMS = Section(
+    {
+        "forms": Field(
+            Names(Field("str", check=_FORM_WORD), name=_FORM_WORD),
+            check=lambda forms: None if 0 < len(forms) <= 64 else Bad("expected 1 to 64 layers"),
+        ),
+        "source": Field("str", check=_word(r"[a-z0-9 ()-]{1,64}", "a source of forms")),
+    },
+    open=True,
+)
+
+
 def _measured_section(percent_key: str) -> Section:
     """The figures of a results file a tune reads (the rest of the file is the report's)."""
     return Section(
         {
             "showers_per_second": Field("float", positive=True, maximum=MAX_RATE),
-            "peak_rss_bytes_per_rank": Field("any", check=_bytes),
+            "peak_rss_bytes_per_rank": dataclasses.replace(BYTE_COUNTS, check=_some_rank),
             percent_key: Field("float", nullable=True, required=False, minimum=0, maximum=MAX_RATE),
             "cpu": Field("str", nullable=True, required=False, check=_cpu),
+            # absent in results of kits before it: unknown
+            "layer_forms": Field(LAYER_FORMS, nullable=True, required=False),
         },
         open=True,
     )
@@ -417,14 +435,16 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
         figures = check_value(record, path, _measured_section(percent_key), "gan3d results file")
     except KitError as exc:
         return Measured(layout, path, problem=KitError(exc.what, fix=fix, where=exc.where).line())
-    rate, rss, percent, cpu = (
-        figures[k] for k in ("showers_per_second", "peak_rss_bytes_per_rank", percent_key, "cpu")
+    rate, rss, percent, cpu, forms = (
+        figures[k]
+        for k in (
+            "showers_per_second",
+            "peak_rss_bytes_per_rank",
+            percent_key,
+            "cpu",
+            "layer_forms",
+        )
     )
-    forms = record.get("layer_forms")  # absent in results of kits before it: unknown
-    if forms is not None and not _layer_forms_ok(forms):
-        what = f"key 'layer_forms' is {shown(forms)}, expected the forms per layer and their source"
-        problem = KitError(what, fix=fix.removeprefix("fix: "), where=str(path)).line()
-        return Measured(layout, path, problem=problem)
     return Measured(
         layout,
         path,
@@ -435,30 +455,6 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
         cpu,
         forms=dict(forms["forms"]) if forms else None,
         forms_source=forms["source"] if forms else None,
-    )
-
-
-_FORM_WORD = re.compile(r"[a-z0-9_]{1,32}")
-_SOURCE = re.compile(r"[a-z0-9 ()-]{1,64}")
-
-
-def _layer_forms_ok(value: object) -> bool:
-    """A results file's `layer_forms`: a few layer names to form names, and a short source."""
-    if not isinstance(value, dict):
-        return False
-    forms, source = value.get("forms"), value.get("source")
-    return (
-        isinstance(forms, dict)
-        and 0 < len(forms) <= 64
-        and all(
-            isinstance(k, str)
-            and isinstance(v, str)
-            and _FORM_WORD.fullmatch(k)
-            and _FORM_WORD.fullmatch(v)
-            for k, v in forms.items()
-        )
-        and isinstance(source, str)
-        and _SOURCE.fullmatch(source) is not None
     )
 
 

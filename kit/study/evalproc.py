@@ -19,12 +19,37 @@ from pathlib import Path
 
 from kit.atomic import atomic_write_text, open_lock_file, open_log
 from kit.errors import KitError
+from kit.excerpt import shown
 from kit.readfile import read_json
+from kit.schema import Bad, Field, Items, Section, check_value
 
 PLAN = "eval.json"
 EXIT = "exit.json"
 LOCK = ".running"
 LOG = "eval.log"
+MAX_STEPS = 8  # commands of one evaluation: train, then validate
+
+
+def _word(word: object) -> Bad | None:
+    """An argv word: any string (a study's path may hold a line break or bytes not UTF-8)."""
+    return None if isinstance(word, str) else Bad(f"expected a string, got {shown(word)}")
+
+
+# EVALDIR/eval.json (written by kit.study.backends and pilot) and exit.json (written by run below)
+PLAN_SCHEMA = Section(
+    {
+        "commands": Field(
+            Items(Field(Items(Field("any", check=_word), min_len=1)), max_len=MAX_STEPS)
+        )
+    },
+    open=True,
+)
+EXIT_SCHEMA = Section(
+    {
+        "code": Field("int", minimum=-255, maximum=255),
+        "step": Field("int", nullable=True, required=False, minimum=0, maximum=MAX_STEPS - 1),
+    }
+)
 
 
 def lock_fd(eval_dir: Path) -> int:
@@ -59,21 +84,11 @@ def run(eval_dir: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         return 75
-    plan = read_json(
-        eval_dir / PLAN, "evaluation plan", "fix: kit study run writes it; plan the study again"
-    )
-    commands = plan.get("commands") if isinstance(plan, dict) else None
-    if not (
-        isinstance(commands, list)
-        and len(commands) <= 8
-        and all(
-            isinstance(argv, list) and argv and all(isinstance(w, str) for w in argv)
-            for argv in commands
-        )
-    ):
-        raise KitError(
-            f"{eval_dir / PLAN}: not an evaluation plan kit study wrote", fix="move it aside"
-        )
+    fix = "kit study run writes it; move it aside and run the study again"
+    plan = read_json(eval_dir / PLAN, "evaluation plan", f"fix: {fix}")
+    commands = check_value(plan, eval_dir / PLAN, PLAN_SCHEMA, "evaluation plan", fix=fix)[
+        "commands"
+    ]
     env = dict(
         os.environ,
         TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
@@ -103,18 +118,13 @@ def exit_status(eval_dir: Path) -> dict | None:
         doc = read_json(eval_dir / EXIT, "evaluation exit file", "fix: kit study run writes it")
     except FileNotFoundError:
         return None
-    code = doc.get("code") if isinstance(doc, dict) else None
-    if not (
-        isinstance(code, int)
-        and not isinstance(code, bool)
-        and -256 < code < 256
-        and (doc.get("step") is None or isinstance(doc.get("step"), int) and 0 <= doc["step"] < 8)
-    ):
-        raise KitError(
-            f"{eval_dir / EXIT}: not an exit file kit study wrote",
-            fix="move it aside to run it again",
-        )
-    return doc
+    return check_value(
+        doc,
+        eval_dir / EXIT,
+        EXIT_SCHEMA,
+        "evaluation exit file",
+        fix="move it aside to run it again",
+    )
 
 
 def main(eval_dir: Path) -> int:

@@ -10,6 +10,7 @@ submission, one-job-per-run lock, resubmission rules and log tails are `kit scal
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import sys
@@ -18,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import KitError
-from kit.excerpt import one_line, shown
-from kit.readfile import kind_name, read_json
+from kit.excerpt import one_line
+from kit.readfile import kind_name, read_json_object
+from kit.scale.runs import MAX_EPOCHS
+from kit.scale.runs import PHYSICS as RESULT_PHYSICS
+from kit.schema import Field, Items, Section, check_value
 from kit.site import Site
 from kit.slurm.script import RunFiles
-from kit.study.ledger import MAX_OBJECTIVE, bounded_number
+from kit.study.ledger import MAX_OBJECTIVE
 
 PHYSICS = "physics_score"
 THROUGHPUT = "showers_per_second"
@@ -259,39 +263,56 @@ def validation_data(train_args: tuple[str, ...]) -> str | None:
     return None
 
 
+def _objective_section(objective: str) -> Section:
+    """The keys of a results file an objective is read from, each bounded as an objective is."""
+    number = Field("float", minimum=-MAX_OBJECTIVE, maximum=MAX_OBJECTIVE)
+    if objective == PHYSICS:
+        score = dataclasses.replace(number, nullable=True, required=False)
+        physics = dataclasses.replace(
+            RESULT_PHYSICS, fields={**RESULT_PHYSICS.fields, "score": score}
+        )
+        where = {"physics": Field(physics)}
+    elif objective.startswith(VALIDATION_PREFIX):
+        name = objective[len(VALIDATION_PREFIX) :]
+        loss = Section({name: dataclasses.replace(number, required=False)}, open=True)
+        epoch = Section({"validation": Field(loss, nullable=True, required=False)}, open=True)
+        where = {"losses": Field(Items(Field(epoch), min_len=1, max_len=MAX_EPOCHS))}
+    else:
+        where = {objective: number}
+    return Section({**_STATUS, **where}, open=True)
+
+
+_STATUS = {
+    "status": Field("str", required=False, choices=("ok", "failed")),
+    "error": Field("any", nullable=True, required=False),
+}
+
+
 def read_objective(results: Path, objective: str) -> float:
     """The objective's value in a run's results JSON (after validation for the physics score)."""
     fix = "the evaluation is recorded as failed"
     try:
-        record = read_json(results, "gan3d results file", fix)
+        record = read_json_object(results, "gan3d results file", f"fix: {fix}")
     except FileNotFoundError:
         raise EvaluationFailed(f"{results}: no results file") from None
     except KitError as exc:
         raise EvaluationFailed(str(exc)) from None
-    if not isinstance(record, dict):
-        raise EvaluationFailed(f"{results}: not a gan3d results file")
-    if record.get("status") != "ok":
+    if record.get("status") == "failed":
         raise EvaluationFailed(f"{results}: the run failed: {one_line(record.get('error'), 300)}")
+    section = _objective_section(objective)
+    read = check_value(
+        record, results, section, "gan3d results file", fix=fix, error=EvaluationFailed
+    )
     if objective == PHYSICS:
-        physics = record.get("physics")
-        value = physics.get("score") if isinstance(physics, dict) else None
-        if value is None and isinstance(physics, dict):
-            raise EvaluationFailed(
-                f"{results}: no physics score ({one_line(physics.get('score_reason'), 200)})"
-            )
-    elif objective.startswith(VALIDATION_PREFIX):
-        losses = record.get("losses")
-        last = (
-            losses[-1].get("validation")
-            if isinstance(losses, list) and losses and isinstance(losses[-1], dict)
-            else None
-        )
-        value = last.get(objective[len(VALIDATION_PREFIX) :]) if isinstance(last, dict) else None
-    else:
-        value = record.get(objective)
-    if value is None or not bounded_number(value, MAX_OBJECTIVE):
-        raise EvaluationFailed(
-            f"{results}: objective {objective} is {shown(value)}, not a finite number of at "
-            f"most {MAX_OBJECTIVE:g} in size"
-        )
-    return float(value)
+        physics = read["physics"]
+        if physics["score"] is None:
+            reason = one_line(physics["score_null_reason"] or "gan3d validate gave none", 200)
+            raise EvaluationFailed(f"{results}: no physics score ({reason})")
+        return physics["score"]
+    if objective.startswith(VALIDATION_PREFIX):
+        name = objective[len(VALIDATION_PREFIX) :]
+        value = (read["losses"][-1]["validation"] or {}).get(name)
+        if value is None:
+            raise EvaluationFailed(f"{results}: losses[-1].validation holds no {name}", fix=fix)
+        return value
+    return read[objective]

@@ -125,7 +125,7 @@ def test_a_damaged_checkpoint_meta_json_is_refused(sim_dir, ckpt, tmp_path, caps
         _args(sim_dir / "EleEscan_1_2.h5", tmp_path, "--checkpoint", str(damaged)),
         capsys,
         str(damaged / "epoch-0001" / "meta.json"),
-        "field 'epoch'",
+        "meta.json: epoch: expected an integer, got str '1'",
     )
 
 
@@ -281,12 +281,21 @@ def test_its_own_plots_are_replaced_by_the_next_run(sim_dir, ckpt, own_plots, tm
     )  # another seed, new plots
 
 
-NOT_TRAIN_RESULTS = {
-    "a JSON object of another program": '{"name": "my settings", "threads": 4}\n',
-    "another kit file's schema": '{"schema": "kit-scale-collect/1", "runs": []}\n',
-    "a JSON list": '[{"schema": "gan3d-run/2"}]\n',
-    "no file": None,
-    "a link to a results file": "link",
+NOT_TRAIN_RESULTS = {  # what is there, and how the one line names it
+    "a JSON object of another program": (
+        '{"name": "my settings", "threads": 4}\n',
+        "schema: missing required key (one of gan3d-run/1, gan3d-run/2)",
+    ),
+    "another kit file's schema": (
+        '{"schema": "kit-scale-collect/1", "runs": []}\n',
+        "schema: 'kit-scale-collect/1' is not allowed",
+    ),
+    "a JSON list": (
+        '[{"schema": "gan3d-run/2"}]\n',
+        "(top level): expected a mapping with keys schema",
+    ),
+    "no file": (None, "no such results file"),
+    "a link to a results file": ("link", "is a symlink, not a regular file"),
 }
 
 
@@ -298,7 +307,7 @@ def test_results_that_gan3d_train_did_not_write_get_no_physics(
     written (no plots either): no physics key added to another JSON object, no missing file created,
     no link replaced with a file."""
     results = tmp_path / "settings.json"
-    content = NOT_TRAIN_RESULTS[what]
+    content, words = NOT_TRAIN_RESULTS[what]
     if content == "link":
         real = tmp_path / "run.json"
         real.write_text(json.dumps({"schema": SCHEMA, "ranks": 1}))
@@ -306,9 +315,6 @@ def test_results_that_gan3d_train_did_not_write_get_no_physics(
     elif content is not None:
         results.write_text(content)
     before = _tree(tmp_path)
-    words = {None: "no such results file", "link": "is a symlink, not a regular file"}.get(
-        content, "not a results file of gan3d train"
-    )
     _fails(
         _args(
             sim_dir / "EleEscan_1_2.h5",

@@ -21,6 +21,8 @@ ALLOWED = {
     "kit.site",
     "kit.code_commit",
     "kit.scratch",
+    "kit.schema",
+    "kit.yamlbound",
 }
 
 

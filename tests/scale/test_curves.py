@@ -149,7 +149,7 @@ def test_bad_step_losses_are_one_line_naming_the_file_and_key(tmp_path, points):
     path.write_text(json.dumps(record))
     with pytest.raises(KitError) as exc:
         load_results([path])
-    assert str(exc.value).startswith(f"{path}: key 'step_losses'") and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(f"{path}: step_losses") and "\n" not in str(exc.value)
 
 
 @settings(max_examples=25, deadline=None)
@@ -304,12 +304,15 @@ def test_bad_losses_are_one_line_naming_the_file_and_key(tmp_path, losses, key):
     path.write_text(json.dumps({**record, "losses": losses}))
     with pytest.raises(KitError) as exc:
         load_results([path])
-    assert str(exc.value).startswith(f"{path}: key '{key}'") and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(f"{path}: {key}") and "\n" not in str(exc.value)
 
 
 def test_bad_physics_names_its_key(tmp_path):
     path = write_run(tmp_path / "r.json", 1, 10.0, physics={"score": "high"})
-    with pytest.raises(KitError, match=r"r\.json: key 'physics\.score' is 'high'"):
+    with pytest.raises(
+        KitError,
+        match=r"r\.json: physics\.score: expected a number or null, got str 'high'; fix: re-run",
+    ):
         load_results([path])
 
 

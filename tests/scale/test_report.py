@@ -321,35 +321,42 @@ def test_truncated_json_names_the_file(tmp_path):
             lambda r: [
                 r.pop(k) for k in ("epoch_wall_times", "epoch_times", "full_epoch_seconds_estimate")
             ],
-            "'epoch_wall_times' is missing, and so are",
+            "epoch_wall_times: missing, and so are epoch_times and full_epoch_seconds_estimate",
         ),
         (lambda r: r.pop("nodes"), r"bad.json: nodes: missing required key"),
         (
             lambda r: r.update(ranks_per_node="4"),
-            "ranks_per_node: '4' is not a whole number",
+            "ranks_per_node: expected an integer, got str '4'",
         ),
         (
             lambda r: (r.pop("epoch_step_seconds"), r.update(full_epoch_seconds_estimate=0)),
-            "'full_epoch_seconds_estimate' is 0",
+            "full_epoch_seconds_estimate: must be at least 1e-06, got 0",
         ),
-        (lambda r: r.update(schema="other/2"), "not a gan3d results file"),
+        (
+            lambda r: r.update(schema="other/2"),
+            "schema: 'other/2' is not allowed .allowed: gan3d-run/1, gan3d-run/2.; fix: pass the JSON",
+        ),
         (
             lambda r: r.update(site="sng\n## injected heading"),
-            r"site: 'sng\\n## injected heading' is not one line",
+            r"site: 'sng\\n## injected heading' contains a control character .\\n.; fix: one line",
         ),
-        (lambda r: r.update(container="ch\n# x"), r"container: 'ch\\n# x' is not one line"),
-        (lambda r: r.update(train_events=0), "train_events: 0 is not a whole number"),
+        (
+            lambda r: r.update(container="ch\n# x"),
+            r"container: 'ch\\n# x' contains a control character",
+        ),
+        (lambda r: r.update(train_events=0), "train_events: must be at least 1, got 0"),
         (
             lambda r: r.update(peak_rss_bytes_per_rank="3G"),
-            "peak_rss_bytes_per_rank: '3G' is not a list",
+            "peak_rss_bytes_per_rank: expected a list of integers or null",
         ),
         (
             lambda r: r.update(fft_convolutions="d_conv2"),
-            "fft_convolutions: 'd_conv2' is not a list of layer",
+            "fft_convolutions: expected a list of strings or null",
         ),
         (
             lambda r: r.update(epoch_wall_times=[0.0] * 100_000),  # not repr'd whole
-            r"'epoch_wall_times' is \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, \.\.\.\]",
+            r"\(100\+ problem\(s\)\): \S*bad.json: epoch_wall_times\[0\]: must be at least 1e-06, "
+            r"got 0.0; .* and 95 more; fix: re-run",
         ),
     ],
 )

@@ -459,7 +459,7 @@ def test_a_layouts_forms_are_read_from_its_results_and_edited_ones_refused(tmp_p
     ):
         results.write_text(json.dumps(_record(layer_forms=bad)))
         m = tune.read_measured(tune.Layout(1, 2), results)
-        assert "'layer_forms'" in m.problem and m.showers_per_second is None, bad
+        assert f"{results}: layer_forms" in m.problem and m.showers_per_second is None, bad
         assert "\n" not in m.problem and "\x1b" not in m.problem
 
 

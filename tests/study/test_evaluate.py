@@ -150,17 +150,17 @@ def test_each_objective_is_read_from_its_place_in_the_results(tmp_path):
             "the run failed: losses became NaN",
         ),
         (
-            {"status": "ok", "physics": {"score": None, "score_reason": "too few showers"}},
+            {"status": "ok", "physics": {"score": None, "score_null_reason": "too few showers"}},
             "no physics score (too few",
         ),
         (
             {"status": "ok", "showers_per_second": "fast"},
-            "objective showers_per_second is 'fast', not a finite number",
+            "showers_per_second: expected a number, got str 'fast'",
         ),
-        ({"status": "ok", "showers_per_second": True}, "is True, not a finite number"),
-        ({"status": "ok", "losses": "x"}, "validation.g_loss is None"),
+        ({"status": "ok", "showers_per_second": True}, "expected a number, got bool True"),
+        ({"status": "ok", "losses": "x"}, "losses: expected a list of mappings"),
         ('{"status": "ok", "showers_', "not valid JSON"),
-        ("[1]", "not a gan3d results file"),
+        ("[1]", "not the object a gan3d results file is"),
     ],
 )
 def test_a_results_file_without_the_objective_is_a_failed_evaluation_in_one_line(
@@ -178,3 +178,35 @@ def test_a_results_file_without_the_objective_is_a_failed_evaluation_in_one_line
     assert message in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(EvaluationFailed, match="no results file"):
         read_objective(tmp_path / "none.json", objective)
+
+
+def test_a_physics_score_gan3d_could_not_scale_names_the_reason_validate_wrote(tmp_path):
+    reason = "held-out data scores 4 against data, not well below the 5 of empty showers"
+    record = {"status": "ok", "physics": {"score": None, "score_null_reason": reason}}
+    with pytest.raises(EvaluationFailed) as err:
+        read_objective(_results(tmp_path, record), "physics_score")
+    assert str(err.value) == f"{tmp_path / 'r.json'}: no physics score ({reason})"
+
+
+def test_every_bad_key_an_objective_reads_is_named_in_one_line(tmp_path):
+    path = _results(
+        tmp_path, {"status": "done", "showers_per_second": 1e300, "physics": {"score": 0.5}}
+    )
+    with pytest.raises(EvaluationFailed) as err:
+        read_objective(path, "showers_per_second")
+    line = str(err.value)
+    assert line.startswith(f"{path}: invalid gan3d results file (2 problem(s)): ")
+    assert f"{path}: status: 'done' is not allowed" in line
+    assert f"{path}: showers_per_second: must be at most 1e+15, got 1e+300" in line
+    assert line.endswith("; fix: the evaluation is recorded as failed") and "\n" not in line
+
+
+def test_a_validation_loss_is_the_last_epochs_and_checked_in_every_epoch(tmp_path):
+    losses = [{"epoch": 1, "validation": {}}, {"epoch": 2, "validation": {"gen_aux": 0.5}}]
+    path = _results(tmp_path, {"status": "ok", "losses": losses})
+    assert read_objective(path, "validation.gen_aux") == 0.5
+    with pytest.raises(EvaluationFailed, match=r"losses\[-1\]\.validation holds no g_loss; fix"):
+        read_objective(path, "validation.g_loss")
+    losses[0]["validation"] = {"gen_aux": "x"}
+    with pytest.raises(EvaluationFailed, match=r"losses\[0\]\.validation\.gen_aux: expected a"):
+        read_objective(_results(tmp_path, {"status": "ok", "losses": losses}), "validation.gen_aux")
