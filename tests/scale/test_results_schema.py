@@ -32,7 +32,7 @@ def _full_run(path: Path) -> Path:
     """A run whose record holds every nested part as gan3d's writers make it."""
     logged = StepLosses()
     for g in range(4):
-        logged.add(g, 1 + g // 2, 1 + g % 2, {"d_loss": 1.0 + g, "g_loss": 3.0 - g / 2})
+        logged.add(g, 1 + g // 2, 1 + g % 2, losses={"d_loss": 1.0 + g, "g_loss": 3.0 - g / 2})
     history = [
         {
             "epoch": e,
