@@ -125,7 +125,7 @@ def decode(
 
 
 def read_text(
-    path: str | os.PathLike, what: str, limit: int = MAX_BYTES, error: type[KitError] = KitError
+    path: str | os.PathLike, what: str, *, limit: int = MAX_BYTES, error: type[KitError] = KitError
 ) -> str:
     return decode(read_bytes(path, what, limit, error=error), path, what, error=error)
 
@@ -158,7 +158,7 @@ def read_json_object(path: str | os.PathLike, what: str, fix: str, limit: int = 
 
 def read_json(path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES) -> Any:
     """A JSON document; truncated, malformed or absurdly nested JSON is one line naming the line."""
-    text = read_text(path, what, limit)
+    text = read_text(path, what, limit=limit)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -199,7 +199,7 @@ def load_file(
 ) -> Document:
     """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded;
     FileNotFoundError passes through so that callers can say what creates the file."""
-    return parse(read_text(path, what, limit, error), path, error=error, fix=fix)
+    return parse(read_text(path, what, limit=limit, error=error), path, error=error, fix=fix)
 
 
 def load_tagged(

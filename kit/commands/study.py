@@ -25,12 +25,12 @@ def _plan(args: argparse.Namespace) -> int:
         args.spec,
         args.site,
         args.dir,
-        args.parallel,
-        args.pilot,
-        args.walltime,
-        args.image,
-        args.python,
-        args.dry_run,
+        parallel=args.parallel,
+        pilot=args.pilot,
+        walltime=args.walltime,
+        image=args.image,
+        python=args.python,
+        dry_run=args.dry_run,
     )
     how = (
         f"a pilot job of {args.pilot} node(s)"

@@ -91,7 +91,7 @@ def load_site(name_or_path: str | os.PathLike | Site) -> Site:
         return name_or_path
     path = resolve_site(name_or_path)
     try:
-        text = read_text(path, "site config", MAX_SITE_BYTES, SiteError)
+        text = read_text(path, "site config", limit=MAX_SITE_BYTES, error=SiteError)
     except FileNotFoundError:
         raise SiteError(f"{path}: no such site config file") from None
     return Site.from_dict(check_document(text, path, SCHEMA), path=path)

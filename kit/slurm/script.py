@@ -362,7 +362,7 @@ def write_run(
     for sub in ("scripts", "logs", "results"):  # the job writes into them too: never through a link
         own_dir(files.run_dir / sub, f"the run directory's {sub}/")
     atomic_write_text(
-        files.site_file, read_text(site.path, "site config", MAX_SITE_BYTES, SiteError)
+        files.site_file, read_text(site.path, "site config", limit=MAX_SITE_BYTES, error=SiteError)
     )
     atomic_write_text(files.script, text, perm=0o755)
     return files

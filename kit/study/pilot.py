@@ -62,7 +62,7 @@ IDLE_SECONDS = 900.0  # a worker with nothing queued for this long ends (the dri
 
 
 def inside_commands(
-    run: EvalRun, study_dir: Path, site: Site, python: str, pair: PairFile | None = None
+    run: EvalRun, study_dir: Path, site: Site, *, python: str, pair: PairFile | None = None
 ) -> list[list[str]]:
     """The evaluation's commands as steps of the pilot's allocation, through the site's launcher
     (srun gives each step its ranks and cores): in the image with the pair's binds and environment,
@@ -127,6 +127,7 @@ def _container_step(
 def render_pilot(
     site: Site,
     study_dir: Path,
+    *,
     nodes: int,
     workers: int,
     walltime: str,
@@ -208,11 +209,11 @@ class PilotBackend:
                 render_pilot(
                     self.site,
                     self.study_dir,
-                    self.nodes,
-                    self.workers,
-                    self.walltime,
-                    self.python,
-                    self.pair is not None and runtime_of(self.site).job_tag(self.site),
+                    nodes=self.nodes,
+                    workers=self.workers,
+                    walltime=self.walltime,
+                    python=self.python,
+                    join=self.pair is not None and runtime_of(self.site).job_tag(self.site),
                 ),
                 perm=0o755,
             )
@@ -225,7 +226,9 @@ class PilotBackend:
         if not (evalproc.is_running(d) or evalproc.exit_status(d) is not None):
             checkpoints_aside(d)  # a lost attempt's (gan3d train refuses a fresh run into them)
             make_subdir(d / "results")
-            commands = inside_commands(run, self.study_dir, self.site, self.python, self.pair)
+            commands = inside_commands(
+                run, self.study_dir, self.site, python=self.python, pair=self.pair
+            )
             if (
                 self.pair is not None
             ):  # the container reads the site config from the evaluation's dir
@@ -234,7 +237,9 @@ class PilotBackend:
                 make_subdir(files.site_file.parent)
                 atomic_write_text(
                     files.site_file,
-                    read_text(site_config(self.site), "site config", MAX_SITE_BYTES, SiteError),
+                    read_text(
+                        site_config(self.site), "site config", limit=MAX_SITE_BYTES, error=SiteError
+                    ),
                 )
             atomic_write_text(
                 d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n"

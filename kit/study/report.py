@@ -111,7 +111,7 @@ def write_report(study_dir: Path, out: Path | None = None) -> list[Path]:
     logs = frozenset(p.name for p in spec.space.params if p.log)
     pngs = {
         "objective.png": plot_objective(table, t),
-        "space.png": plot_space(table, names, t, logs),
+        "space.png": plot_space(table, names, t, logs=logs),
     }
     if t.strategy == "mbo":
         pairs = surrogate_pairs(led)
@@ -119,7 +119,7 @@ def write_report(study_dir: Path, out: Path | None = None) -> list[Path]:
             pngs["surrogate.png"] = plot_surrogate(pairs, t)
     # A study path may hold bytes that are not UTF-8 (they reach the text as surrogates): escaped
     texts = {
-        "report.md": to_markdown(study_dir, t, table, best, list(pngs)),
+        "report.md": to_markdown(study_dir, t, table, best=best, pngs=list(pngs)),
         "report.csv": to_csv(table, names),
     }
     outputs = {
@@ -186,7 +186,7 @@ def _cell(value: Any) -> str:
 
 
 def to_markdown(
-    study_dir: Path, t: Terms, table: list[Row], best: list[dict], pngs: list[str]
+    study_dir: Path, t: Terms, table: list[Row], *, best: list[dict], pngs: list[str]
 ) -> str:
     failed = [r for r in table if r.state == "failed"]
     budget = [f"{t.evaluations} evaluations"] if t.evaluations else []
@@ -287,7 +287,7 @@ def axis_values(
 
 
 def plot_space(
-    table: list[Row], names: list[str], t: Terms, logs: frozenset = frozenset()
+    table: list[Row], names: list[str], t: Terms, *, logs: frozenset = frozenset()
 ) -> bytes:
     """Parallel coordinates: one line per evaluation across the parameters, coloured by
     objective.

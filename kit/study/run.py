@@ -114,7 +114,7 @@ def check_header_fits_site(path: Path, site: Site, header: dict[str, Any]) -> No
         )
 
 
-def backend_for(study_dir: Path, site: Site, header: dict[str, Any], t: Terms):
+def backend_for(study_dir: Path, site: Site, header: dict[str, Any], *, t: Terms):
     check_header_fits_site(study_dir / ledger.NAME, site, header)
     if site.scheduler.type != "slurm":
         return LocalBackend(study_dir, site, t.objective)
@@ -149,7 +149,7 @@ def run_study(
         spec, t, site, led = open_study(study_dir)
         header = led.header
         parallel = int(header.get("parallel") or 1)
-        backend = backend_for(study_dir, site, header, t)
+        backend = backend_for(study_dir, site, header, t=t)
         searcher = make_searcher(spec)
         ledger.append(study_dir, "started")
         first_start = (led.started or [time.time()])[0]
@@ -255,7 +255,7 @@ def cancel_study(study_dir: Path, dry_run: bool = False) -> list[str]:
         in_flight = [e.eval_id for e in led.in_flight()]
         if dry_run or not in_flight:
             return in_flight
-        stopped = backend_for(study_dir, site, led.header, t).cancel(in_flight)
+        stopped = backend_for(study_dir, site, led.header, t=t).cancel(in_flight)
         for eid in in_flight:
             ledger.append(study_dir, "cancelled", eval=eid, stopped=eid in stopped)
         return in_flight

@@ -83,6 +83,7 @@ def check_steps(
     space: Space,
     fixed: Mapping[str, Value],
     options: Mapping[str, argparse.Action],
+    *,
     data_files: bool,
     fail: Fail,
 ) -> None:

@@ -161,11 +161,11 @@ class Param:
         return int(value) if self.kind == "int" else float(value)
 
 
-def real(name: str, low: float, high: float, log: bool = False, when=None) -> Param:
+def real(name: str, low: float, high: float, *, log: bool = False, when=None) -> Param:
     return Param(name, "float", float(low), float(high), log, (), _when(when))
 
 
-def integer(name: str, low: int, high: int, log: bool = False, when=None) -> Param:
+def integer(name: str, low: int, high: int, *, log: bool = False, when=None) -> Param:
     return Param(name, "int", int(low), int(high), log, (), _when(when))
 
 

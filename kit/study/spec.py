@@ -359,7 +359,7 @@ def load_study(path: str | Path, data_files: bool = False, train_rules: bool = T
     study's copy, checked at its plan: an older kit's study stays readable when gan3d's limits
     narrow)."""
     try:
-        text = read_text(path, "study file", MAX_STUDY_BYTES)
+        text = read_text(path, "study file", limit=MAX_STUDY_BYTES)
     except FileNotFoundError:
         raise KitError(
             f"{path}: no such study file",
@@ -407,7 +407,7 @@ class _Meaning:
     def study(self, data: dict[str, Any], data_files: bool) -> StudySpec:
         space = self.space(data["parameters"])
         fixed = self.fixed(data["fixed"] or {}, space)
-        check_steps(space, fixed, self.options, data_files, self.fail)
+        check_steps(space, fixed, self.options, data_files=data_files, fail=self.fail)
         objective = data["objective"]
         metric = objective["metric"]
         default = "minimize" if metric.startswith("validation.") else "maximize"
@@ -454,7 +454,7 @@ class _Meaning:
         if kind == "choice":
             values = spec["values"]
             for i, v in enumerate(values):
-                self.value(name, action, v, (*path, "values", i))
+                self.value(name, action, v, path=(*path, "values", i))
             param = Param(name, kind, values=tuple(values))
         else:
             if action is not None and (action.nargs == 0 or action.choices):
@@ -470,8 +470,8 @@ class _Meaning:
                     f"use type: {want}",
                 )
             low, high = (int(spec[k]) if kind == "int" else spec[k] for k in ("low", "high"))
-            self.value(name, action, low, (*path, "low"))
-            self.value(name, action, high, (*path, "high"))
+            self.value(name, action, low, path=(*path, "low"))
+            self.value(name, action, high, path=(*path, "high"))
             param = Param(name, kind, low, high, bool(spec["log"]))
         problem = param.problem()
         if problem and kind == "choice":
@@ -517,7 +517,7 @@ class _Meaning:
                 raise self.fail(
                     ("fixed", name), f"{name} is also a parameter", "keep it in one of the two"
                 )
-            self.value(name, self.action(name), value, ("fixed", name))
+            self.value(name, self.action(name), value, path=("fixed", name))
         if ("data" in fixed) == ("synthetic" in fixed):
             raise self.fail(
                 ("fixed",),
@@ -528,7 +528,12 @@ class _Meaning:
         return fixed
 
     def value(
-        self, name: str, action: argparse.Action | None, value: Value, path: tuple[str | int, ...]
+        self,
+        name: str,
+        action: argparse.Action | None,
+        value: Value,
+        *,
+        path: tuple[str | int, ...],
     ) -> None:
         """Refuse a value (a plain one: the schema checked) that gan3d would not take for --name."""
         flag = action is not None and action.nargs == 0
@@ -565,10 +570,15 @@ class _Meaning:
                 path, f"{shown(value)} is not three comma-separated numbers (BCE, Ep, cell sum)"
             )
         if self.train_rules:
-            self.train_rule(name, action, converted, path)
+            self.train_rule(name, action, converted, path=path)
 
     def train_rule(
-        self, name: str, action: argparse.Action | None, value: Value, path: tuple[str | int, ...]
+        self,
+        name: str,
+        action: argparse.Action | None,
+        value: Value,
+        *,
+        path: tuple[str | int, ...],
     ) -> None:
         """Refuse a value gan3d train's own checks refuse (gan3d.train.refusal: its limits, not a
         copy): a range end, choice or fixed value it refuses would fail, at run time, every

@@ -57,6 +57,7 @@ def plan_study(
     spec_path: Path,
     site_name: str,
     study_dir: Path,
+    *,
     parallel: int = 2,
     pilot: int | None = None,
     walltime: str | None = None,
@@ -113,7 +114,9 @@ def plan_study(
         ):  # its paths as the container sees them: bound, or refused
             from kit.study.pilot import inside_commands
 
-            inside_commands(run, study_dir.absolute(), site, python or "python3", paired)
+            inside_commands(
+                run, study_dir.absolute(), site, python=python or "python3", pair=paired
+            )
     header = {
         "site": str(Path(site.path).resolve()),
         "site_name": site.name,

@@ -254,7 +254,8 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     site = load_site(site_file)
     runs = [eval_run(e, {"ranks-per-node": 2}, load_study(spec), site) for e in ("e0001", "e0002")]
     [train, validate], [other, _] = (
-        inside_commands(r, work / "s", site, "py", read_pair_file(pair_file, site)) for r in runs
+        inside_commands(r, work / "s", site, python="py", pair=read_pair_file(pair_file, site))
+        for r in runs
     )
     for step, ranks in ((train, 2), (validate, 1)):
         assert step[:2] == ["bash", "-c"]
@@ -280,7 +281,9 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     assert "gan3d validate" in validate[2] and "--data /work/f2.h5" in validate[2]
     # the pilot's start draws the tag and exports it; each step's bash expands it with its suffix: the
     # steps of one evaluation share a peer group, two side by side do not, a second start of job 31 differs
-    pilot = render_pilot(site, work / "s", 1, 2, "00:10:00", "py", join=True)
+    pilot = render_pilot(
+        site, work / "s", nodes=1, workers=2, walltime="00:10:00", python="py", join=True
+    )
     steps = "\n".join(c[2] for c in (train, validate, other))
     (train_tag, validate_tag, other_tag), again = (
         join_tags(pilot, "31", steps),
@@ -289,7 +292,7 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     assert train_tag == validate_tag == other_tag.removesuffix("-e0002") + "-e0001" != again[0]
     assert train_tag.startswith("--join-tag=kit-31-") and again[0].endswith("-e0001")
     assert "KIT_JOIN_TAG" not in render_pilot(
-        site, work / "s", 1, 2, "00:10:00", "py"
+        site, work / "s", nodes=1, workers=2, walltime="00:10:00", python="py"
     )  # bare steps: no join
 
 
@@ -302,7 +305,9 @@ def test_the_pilot_job_asks_for_the_same_nodes_as_a_run_and_refuses_a_bad_constr
     site_dict = slurm_site_dict()
     site_dict["scheduler"] |= {"account": "proj42", "constraint": "skylake"}
     site = load_site(str(write_site(tmp_path, site_dict)))
-    script = render_pilot(site, tmp_path / "study", 1, 2, "00:10:00", "python3")
+    script = render_pilot(
+        site, tmp_path / "study", nodes=1, workers=2, walltime="00:10:00", python="python3"
+    )
     assert {
         "#SBATCH --partition=debug",
         "#SBATCH --account=proj42",
@@ -310,7 +315,9 @@ def test_the_pilot_job_asks_for_the_same_nodes_as_a_run_and_refuses_a_bad_constr
     } <= set(script.splitlines())
     bad = dataclasses.replace(site, scheduler=dataclasses.replace(site.scheduler, constraint="a b"))
     with pytest.raises(KitError, match="scheduler.constraint 'a b'"):
-        render_pilot(bad, tmp_path / "study", 1, 2, "00:10:00", "python3")
+        render_pilot(
+            bad, tmp_path / "study", nodes=1, workers=2, walltime="00:10:00", python="python3"
+        )
 
 
 def test_a_fifo_planted_at_the_studys_lock_is_refused_without_hanging(showers, tmp_path, capsys):

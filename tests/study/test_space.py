@@ -40,12 +40,14 @@ def params(draw, name: str, earlier: list):
     log = draw(st.booleans())
     if kind == "int":
         low = draw(st.integers(1 if log else -20, 50))
-        return integer(name, low, low + draw(st.integers(1, 200)), log, when)
+        return integer(name, low, low + draw(st.integers(1, 200)), log=log, when=when)
     if log:
         low = draw(st.sampled_from([1e-5, 1e-3, 0.02, 1.0, 3.0]))
-        return real(name, low, low * draw(st.sampled_from([2.0, 10.0, 1000.0])), True, when)
+        return real(
+            name, low, low * draw(st.sampled_from([2.0, 10.0, 1000.0])), log=True, when=when
+        )
     low = draw(st.integers(-100, 100)) / 8
-    return real(name, low, low + draw(st.integers(4, 800)) / 8, False, when)
+    return real(name, low, low + draw(st.integers(4, 800)) / 8, log=False, when=when)
 
 
 @st.composite
@@ -115,7 +117,7 @@ def test_the_grid_is_every_distinct_active_combination_once(space, points):
 def test_an_int_axis_has_min_points_and_range_values_ends_included(low, width, points, log):
     if log:
         low = abs(low) + 1
-    axis = integer("n", low, low + width, log).axis(points)
+    axis = integer("n", low, low + width, log=log).axis(points)
     assert axis[0] == low and axis[-1] == low + width and axis == sorted(set(axis))
     if not log:
         assert len(axis) == min(points, width + 1)
