@@ -76,7 +76,9 @@ def paper_results(out: Path) -> list[Path]:
             "full_epoch_seconds_estimate": None,  # the paper gives no step-only time
             "showers_per_second": PAPER_EPOCH_EVENTS / seconds,
             "flop_per_second": rate,
-            **res.peak_fields(rate, "fp32", nodes, site_peaks(site), {}, ""),
+            **res.peak_fields(
+                rate, "fp32", nodes, node_peaks=site_peaks(site), measured={}, measured_basis=""
+            ),
             "source": f"seed paper Table 4 (time per epoch) and Table 7 (PFLOP/s), {nodes} nodes",
         }
         paths.append(res.write_results(out / f"n{nodes}.json", record))

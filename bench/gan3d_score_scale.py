@@ -25,7 +25,7 @@ from gan3d.validate import reference_halves, scaled_score, shower_features, take
 def _features(
     directory: str, files: int, events: int, seed: int
 ) -> tuple[dict, np.ndarray, np.ndarray]:
-    write_files(directory, files, events, seed)
+    write_files(directory, files, events, seed=seed)
     with ShowerFiles(expand_data_arg(directory)) as data:
         images, ep, _ = data.load()
     return shower_features(images, ep), images, ep

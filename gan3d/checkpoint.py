@@ -170,7 +170,7 @@ class EpochCheckpoints:
                 f"({exc.strerror}); fix: give a directory path that can be written"
             ) from None
 
-    def save(self, checkpoint, generator, epoch: int, meta: dict) -> Path:
+    def save(self, checkpoint, generator, epoch: int, *, meta: dict) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) and the generator's weights for epoch `epoch`.
 
         Built in a temporary sibling and put in place in one step (an existing checkpoint of the
@@ -230,7 +230,10 @@ class EpochCheckpoints:
                 continue
             if self.owner(old) == self.run_id:
                 remove_tree_if(
-                    old, self._tmp_name(epoch), ino, lambda tree: self.owner(tree) == self.run_id
+                    old,
+                    self._tmp_name(epoch),
+                    ino,
+                    owned=lambda tree: self.owner(tree) == self.run_id,
                 )
 
     def _remove_leftovers(self) -> None:
@@ -261,7 +264,7 @@ class EpochCheckpoints:
             ) from None
         try:
             check_value(
-                meta, file, META_SCHEMA, "checkpoint metadata", fix=fix.removeprefix("fix: ")
+                meta, file, META_SCHEMA, what="checkpoint metadata", fix=fix.removeprefix("fix: ")
             )
         except KitError as exc:
             raise CheckpointError(str(exc)) from None

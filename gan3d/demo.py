@@ -72,7 +72,7 @@ def ensure_data(directory: Path, seed: int, console: Console) -> list[Path]:
         return sorted(directory.glob("*.h5"))
     remove_tree(directory)  # inside the demo's own --build (claim_build): a half-simulated set
     with console.status(f"simulating {DATA_FILES * EVENTS_PER_FILE} showers into {directory}"):
-        paths = write_files(directory, DATA_FILES, EVENTS_PER_FILE, seed)
+        paths = write_files(directory, DATA_FILES, EVENTS_PER_FILE, seed=seed)
     (directory / MARKER).write_text("done\n")
     return paths
 
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[dim]training job took {time.time() - t0:.0f} s[/dim]")
     plots = run_validation(args, data, console)
     record = read_json_object(args.results, "gan3d results file", "fix: run the demo again")
-    check_value(record, args.results, TAGGED, "gan3d results file", fix="run the demo again")
+    check_value(record, args.results, TAGGED, what="gan3d results file", fix="run the demo again")
     console.print(summary(record, plots, args.results))
     return 0
 

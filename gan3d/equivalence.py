@@ -88,7 +88,9 @@ def shower_statistics(
     ep = np.random.default_rng(seed).uniform(0.5, 4.5, (showers, 1)).astype(np.float32)
     parts = []
     for lo in range(0, showers, 64):
-        z = model.sample_latent(len(ep[lo : lo + 64]), ep[lo : lo + 64], latent_dim, seed + lo)
+        z = model.sample_latent(
+            len(ep[lo : lo + 64]), ep[lo : lo + 64], latent_dim, rng_or_seed=seed + lo
+        )
         parts.append(generator(z, training=False).numpy())
     f = shower_features(np.concatenate(parts), ep)
     stats = {"cellsum_over_ep": np.array([f["cellsum_over_ep"].mean(), f["cellsum_over_ep"].std()])}

@@ -58,8 +58,8 @@ def read(
     """(the cached forms, "") or (None, why not: "" where there is no file, else a warning)."""
     fix = "none needed, it is measured again"
     try:
-        doc = read_json_object(path, "layer forms cache file", f"fix: {fix}", MAX_BYTES)
-        doc = check_value(doc, path, schema(allowed), "layer forms cache file", fix=fix)
+        doc = read_json_object(path, "layer forms cache file", f"fix: {fix}", limit=MAX_BYTES)
+        doc = check_value(doc, path, schema(allowed), what="layer forms cache file", fix=fix)
     except FileNotFoundError:
         return None, ""
     except (KitError, OSError) as exc:
@@ -80,14 +80,14 @@ def is_ours(path: Path) -> bool:
     if path.is_symlink() or not path.is_file():
         return False
     try:
-        doc = read_json_object(path, "layer forms cache file", "", MAX_BYTES)
+        doc = read_json_object(path, "layer forms cache file", "", limit=MAX_BYTES)
     except (KitError, OSError):
         return False
     tag = doc.get("format")
     return isinstance(tag, str) and tag.startswith("gan3d-forms/")
 
 
-def write(path: Path, key: Mapping, forms: Mapping[str, str], probe: Mapping) -> str:
+def write(path: Path, key: Mapping, forms: Mapping[str, str], *, probe: Mapping) -> str:
     """Write the forms atomically; returns a warning ("" when written). An unwritable cache
     directory costs the next run a probe, not this run."""
     if not is_ours(path):

@@ -126,7 +126,7 @@ def choose_forms(
     forms = model.check_forms(share(measured.forms), shape.precision)
     written = None
     if rank == 0:
-        why = formcache.write(path, key, forms, measured.record())
+        why = formcache.write(path, key, forms, probe=measured.record())
         if why:
             warnings.append(why)
         else:

@@ -304,7 +304,7 @@ def _as_generator(rng_or_seed: tf.random.Generator | int) -> tf.random.Generator
 
 
 def sample_latent(
-    batch: int, ep: tf.Tensor | None, latent_dim: int, rng_or_seed: tf.random.Generator | int
+    batch: int, ep: tf.Tensor | None, latent_dim: int, *, rng_or_seed: tf.random.Generator | int
 ) -> tf.Tensor:
     """Generator input z ~ N(0, 1) multiplied by Ep (shape (batch, 1)); Ep=None leaves z as is."""
     z = _as_generator(rng_or_seed).normal((batch, latent_dim), dtype=tf.float32)

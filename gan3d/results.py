@@ -188,6 +188,7 @@ def container_runtime(environ: Mapping[str, str] | None = None) -> str | None:
 def epochs(
     train_seconds: list[float],
     wall_seconds: list[float],
+    *,
     timed_steps: int,
     timed_seconds: float,
     full_epoch_steps: int,
@@ -242,6 +243,7 @@ def image_digest(environ: Mapping[str, str] | None = None) -> str | None:
 
 def throughput(
     flop_per_rank_step: dict[str, float],
+    *,
     batch_per_rank: int,
     ranks: int,
     steps: int,
@@ -267,6 +269,7 @@ def peak_fields(
     flop_rate: float,
     precision: str,
     nodes: int,
+    *,
     node_peaks: dict | None,
     measured: dict[str, float],
     measured_basis: str,
@@ -383,7 +386,7 @@ def provenance(started: RunClock, code: dict) -> dict:
 
 
 def failure_record(
-    args, layout, exc, history: list, checkpoints, started: RunClock, code: dict
+    args, layout, exc, *, history: list, checkpoints, started: RunClock, code: dict
 ) -> dict:
     """The record of a diverged run: says it failed and why; no throughput, no NaN."""
     last = checkpoints.latest_own() if checkpoints else None  # this run's, never another's
@@ -408,11 +411,11 @@ def run_record(
     args,
     layout,
     host: Host,
+    *,
     data: Data,
     model: Model,
     run: Progress,
     per_rank: list[dict],
-    *,
     started: RunClock,
     code: dict,
     in_force: dict,
@@ -434,18 +437,18 @@ def run_record(
     flops = step_flops(args.preset, args.batch_size)
     perf = throughput(
         {k: float(v) for k, v in flops.items()},
-        args.batch_size,
-        layout.size,
-        times.steps,
-        times.seconds,
+        batch_per_rank=args.batch_size,
+        ranks=layout.size,
+        steps=times.steps,
+        seconds=times.seconds,
     )
     perf |= peak_fields(
         perf["flop_per_second"],
         peak_precision,
         layout.nodes,
-        site_peaks(site) if site else None,
-        peaks_measured,
-        f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
+        node_peaks=site_peaks(site) if site else None,
+        measured=peaks_measured,
+        measured_basis=f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
         f"loop run by all at once ({args.measure_peak or 0:g} s each)",
     )
     usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
@@ -509,10 +512,10 @@ def run_record(
         **epochs(
             run.epoch_times,
             run.wall_times,
-            times.steps,
-            times.seconds,
-            data.stream.batches_per_epoch,
-            run.step_sums,
+            timed_steps=times.steps,
+            timed_seconds=times.seconds,
+            full_epoch_steps=data.stream.batches_per_epoch,
+            step_seconds=run.step_sums,
         ),
         "step_times": times.summary(),
         **perf,

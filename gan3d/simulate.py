@@ -262,6 +262,7 @@ def write_files(
     out_dir: str | Path,
     files: int,
     events_per_file: int,
+    *,
     seed: int,
     emin: float = 10.0,
     emax: float = 500.0,
@@ -321,15 +322,21 @@ def main(argv: list[str] | None = None) -> int:
                     args.out,
                     args.files,
                     args.events_per_file,
-                    args.seed,
-                    args.emin,
-                    args.emax,
-                    comp,
+                    seed=args.seed,
+                    emin=args.emin,
+                    emax=args.emax,
+                    compression=comp,
                     progress=lambda k: bar.advance(task, k),
                 )
         else:
             paths = write_files(
-                args.out, args.files, args.events_per_file, args.seed, args.emin, args.emax, comp
+                args.out,
+                args.files,
+                args.events_per_file,
+                seed=args.seed,
+                emin=args.emin,
+                emax=args.emax,
+                compression=comp,
             )
     except ValueError as exc:  # bad arguments
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)

@@ -216,7 +216,7 @@ class TrainStep:
 
     def _g_step(self, batch) -> dict[str, tf.Tensor]:
         ep = sample_energies(batch, self.rng)
-        z = sample_latent(batch, ep, self.latent_dim, self.rng)
+        z = sample_latent(batch, ep, self.latent_dim, rng_or_seed=self.rng)
         saved = [v.read_value() for v in self._d_moving]
         with tf.GradientTape() as tape:
             fakes = self.generator(z, training=True)
@@ -234,7 +234,7 @@ class TrainStep:
         p = self.config.flip_prob
         fake_ep = sample_energies(batch, self.rng)
         fakes = self.generator(
-            sample_latent(batch, fake_ep, self.latent_dim, self.rng), training=False
+            sample_latent(batch, fake_ep, self.latent_dim, rng_or_seed=self.rng), training=False
         )
         results = {
             "d_real": self._d_step(

@@ -424,7 +424,7 @@ def _data_files(
                 atexit.register(remove_tree, temp)  # ours; also when the run ends in an error
             files = max(2, math.ceil(args.synthetic / SYNTHETIC_EVENTS_PER_FILE))
             try:
-                write_files(target, files, math.ceil(args.synthetic / files), args.seed)
+                write_files(target, files, math.ceil(args.synthetic / files), seed=args.seed)
             except (
                 ValueError
             ) as exc:  # a file there that the simulator did not write, too many showers
@@ -967,7 +967,7 @@ def _train(
                     model.state,
                     model.gen,
                     epoch + 1,
-                    {
+                    meta={
                         "preset": args.preset,
                         "seed": args.seed,
                         "ranks": layout.size,
@@ -1034,7 +1034,15 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
         if layout.rank == 0 and args.results:
             res.write_results(
                 args.results,
-                res.failure_record(args, layout, exc, exc.history, checkpoints, started, code),
+                res.failure_record(
+                    args,
+                    layout,
+                    exc,
+                    history=exc.history,
+                    checkpoints=checkpoints,
+                    started=started,
+                    code=code,
+                ),
             )
         raise
     per_rank = _gather_ranks(hvd, layout, model, run)
@@ -1044,10 +1052,10 @@ def _run(args: argparse.Namespace, layout: RankLayout) -> int:
             args,
             layout,
             host,
-            data,
-            model,
-            run,
-            per_rank,
+            data=data,
+            model=model,
+            run=run,
+            per_rank=per_rank,
             started=started,
             code=code,
             in_force=in_force,

@@ -253,6 +253,7 @@ def scaled_score(
     reference: dict[str, np.ndarray],
     held_out: dict[str, np.ndarray],
     fake: dict[str, np.ndarray],
+    *,
     bins: Sequence[tuple[float, float]] = DEFAULT_BINS,
 ) -> dict:
     """The score on the fixed scale: generated showers `fake` (made at the energies of `held_out`),
@@ -352,6 +353,7 @@ def plot_features(
     real: dict[str, np.ndarray],
     fake: dict[str, np.ndarray],
     out_dir: str | Path,
+    *,
     bins: Sequence[tuple[float, float]] = DEFAULT_BINS,
     fake_label: str = "generated",
     staged: dict[Path, bytes] | None = None,
@@ -475,7 +477,7 @@ def read_results(path: str | Path) -> dict:
     except (ValueError, RecursionError) as exc:
         raise KitError(f"{path}: not valid JSON ({one_line(exc)}); {RESULTS_FIX}") from None
     fix = RESULTS_FIX.removeprefix("fix: ")
-    check_value(record, path, TAGGED, "results file of gan3d train", fix=fix)
+    check_value(record, path, TAGGED, what="results file of gan3d train", fix=fix)
     return record
 
 
@@ -516,7 +518,7 @@ def _generated_features(generator, latent_dim: int, ep: np.ndarray, seed: int, b
     parts = []
     for start in range(0, len(ep), batch):
         e = ep[start : start + batch].astype(np.float32)
-        z = sample_latent(len(e), e.reshape(-1, 1), latent_dim, rng)
+        z = sample_latent(len(e), e.reshape(-1, 1), latent_dim, rng_or_seed=rng)
         images = generator(z, training=False).numpy()
         if not np.isfinite(images).all():  # a score of NaN would look like a number in the results
             raise ValueError(

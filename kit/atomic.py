@@ -203,7 +203,7 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
 
 
 def remove_tree_if(
-    path: Path, aside: str, expected: int, owned: Callable[[Path], bool] = lambda tree: True
+    path: Path, aside: str, expected: int, *, owned: Callable[[Path], bool] = lambda tree: True
 ) -> bool:
     """Remove the directory PATH only if it is still the inode EXPECTED (the tree the caller checked
     as its own) and ``owned`` still says so of it: it is first renamed to the sibling ASIDE (a name

@@ -146,7 +146,9 @@ def json_kind(value: Any) -> str:
     return next((name for kind, name in _JSON_KINDS if isinstance(value, kind)), "null")
 
 
-def read_json_object(path: str | os.PathLike, what: str, fix: str, limit: int = MAX_BYTES) -> dict:
+def read_json_object(
+    path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES
+) -> dict:
     """A JSON document whose top level is an object; any other is one line naming the file."""
     doc = read_json(path, what, fix, limit=limit)
     if not isinstance(doc, dict):

@@ -258,9 +258,9 @@ class _Walker:
             got = self.section(spec.kind, node, path)
             return _BAD if got is None else got
         if isinstance(spec.kind, Items):
-            return self.items(spec, spec.kind, node, path)
+            return self.items(spec, node, path)
         if isinstance(spec.kind, Names):
-            return self.names(spec, spec.kind, node, path)
+            return self.names(spec, node, path)
         value = self.value(node, path)
         if value is _BAD:
             return _BAD
@@ -277,7 +277,9 @@ class _Walker:
             return _BAD
         return float(value) if spec.kind == "float" else value
 
-    def items(self, spec: Field, kind: Items, node: Node, path: str) -> Any:
+    def items(self, spec: Field, node: Node, path: str) -> Any:
+        kind = spec.kind
+        assert isinstance(kind, Items)
         entries: list[Node] | None = node.items()  # type: ignore[assignment]
         if entries is None:
             self.fail(path, node, f"expected {_describe(spec)}")
@@ -290,9 +292,11 @@ class _Walker:
         out = [self.field(kind.of, item, f"{path}[{i}]") for i, item in enumerate(entries)]
         if any(v is _BAD for v in out):
             return _BAD
-        return self.checked(spec, out, node, path)
+        return self.checked(spec, out, node, path=path)
 
-    def names(self, spec: Field, kind: Names, node: Node, path: str) -> Any:
+    def names(self, spec: Field, node: Node, path: str) -> Any:
+        kind = spec.kind
+        assert isinstance(kind, Names)
         entries = node.entries()
         if entries is None:
             self.fail(path, node, f"expected {_describe(spec)}")
@@ -313,9 +317,9 @@ class _Walker:
             got = self.field(kind.of, value_node, _join(path, key))
             bad = bad or got is _BAD
             out[key] = got
-        return _BAD if bad else self.checked(spec, out, node, path)
+        return _BAD if bad else self.checked(spec, out, node, path=path)
 
-    def checked(self, spec: Field, value: Any, node: Node, path: str) -> Any:
+    def checked(self, spec: Field, value: Any, node: Node, *, path: str) -> Any:
         if spec.check and (bad := spec.check(value)):
             self.fail(path, node, bad)
             return _BAD
@@ -464,32 +468,32 @@ def check_yaml(
     text: str,
     file: str | os.PathLike,
     schema: Section,
-    what: str,
     *,
+    what: str,
     fix: str | None = None,
     error: type[KitError] = KitError,
 ) -> dict[str, Any]:
     """Parse ``text`` (bounded: depth, aliases, tags) and validate it against ``schema``; one
     ``error`` line lists the problems with their lines and fixes (``fix``: where a problem has
     none of its own)."""
-    loader, root = compose(text, file, error, "fix: correct the YAML at that line")
+    loader, root = compose(text, file, error=error, fix="fix: correct the YAML at that line")
     if root is None:
         raise error(f"{file}: the file is empty; expected a {what} mapping", fix=fix)
-    return check_node(_Yaml(loader, root), str(file), schema, what, fix=fix, error=error)
+    return check_node(_Yaml(loader, root), str(file), schema, what=what, fix=fix, error=error)
 
 
 def check_value(
     value: Any,
     file: str | os.PathLike,
     schema: Section,
-    what: str,
     *,
+    what: str,
     fix: str | None = None,
     error: type[KitError] = KitError,
 ) -> dict[str, Any]:
     """A value already built (a JSON document) checked against ``schema``; problems are named by
     their key path."""
-    return check_node(_Value(value), str(file), schema, what, fix=fix, error=error)
+    return check_node(_Value(value), str(file), schema, what=what, fix=fix, error=error)
 
 
 def check_doc(
@@ -503,15 +507,17 @@ def check_doc(
     """A YAML document already parsed (yamlbound.load_file, load_tagged) checked against
     ``schema`` (a Field: a top level that is not a fixed set of keys, e.g. a map of free names);
     problems are named by file, line and key path."""
-    return check_node(_Value(doc.value, (), doc.line), doc.file, schema, what, fix=fix, error=error)
+    return check_node(
+        _Value(doc.value, (), doc.line), doc.file, schema, what=what, fix=fix, error=error
+    )
 
 
 def check_node(
     node: Node,
     file: str,
     schema: Section | Field,
-    what: str,
     *,
+    what: str,
     fix: str | None = None,
     error: type[KitError] = KitError,
 ) -> Any:

@@ -106,7 +106,11 @@ def problem_of(text: str, file: str | os.PathLike, exc: yaml.YAMLError) -> str:
 
 
 def compose(
-    text: str, file: str | os.PathLike, error: type[KitError] = KitError, fix: str = "fix the file"
+    text: str,
+    file: str | os.PathLike,
+    *,
+    error: type[KitError] = KitError,
+    fix: str = "fix the file",
 ) -> tuple[BoundedLoader, yaml.Node | None]:
     """The node tree of a single-document YAML text (None if empty), and the loader to build
     values.
@@ -184,7 +188,7 @@ def parse(
     error: type[KitError] = KitError,
     fix: str = "fix the file",
 ) -> Document:
-    loader, root = compose(text, file, error, fix)
+    loader, root = compose(text, file, error=error, fix=fix)
     value = None if root is None else construct(loader, root, file, error=error, fix=fix)
     return Document(str(file), root, value)
 

@@ -134,7 +134,7 @@ def _validate_inputs(tmp: Path, showers: list[Path]) -> list[str]:
         "import sys, tensorflow as tf\nfrom gan3d.checkpoint import EpochCheckpoints\n"
         "from gan3d.model import generator\ntf.keras.utils.set_random_seed(3)\nmodel = generator('tiny')\n"
         "EpochCheckpoints(sys.argv[1]).save(tf.train.Checkpoint(generator=model), model, 1, "
-        "{'preset': 'tiny'})\n"
+        "meta={'preset': 'tiny'})\n"
     )
     made = subprocess.run(
         [sys.executable, "-c", code, str(tmp / "ckpt")],

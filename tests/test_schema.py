@@ -54,7 +54,7 @@ SWEEP = Section(
 
 
 def test_a_section_derived_from_a_dataclass_builds_the_record():
-    data = check_yaml("name: a\nnodes: 2\ntags: [x, y]\n", "r.yaml", RUN, "run")
+    data = check_yaml("name: a\nnodes: 2\ntags: [x, y]\n", "r.yaml", RUN, what="run")
     assert record(Run, data) == Run("a", 2, None, ("x", "y"))
     assert RUN.fields["note"].nullable and not RUN.fields["note"].required
     assert RUN.fields["name"].required and RUN.fields["nodes"].positive
@@ -63,7 +63,7 @@ def test_a_section_derived_from_a_dataclass_builds_the_record():
 def test_a_yaml_problem_names_file_line_key_path_and_the_checks_fix():
     text = "mode: fast\neven: 3\nruns:\n  - {name: a, nodes: 1}\n"
     with pytest.raises(KitError) as err:
-        check_yaml(text, "s.yaml", SWEEP, "sweep", fix="see the docs")
+        check_yaml(text, "s.yaml", SWEEP, what="sweep", fix="see the docs")
     assert str(err.value) == "s.yaml:2: even: is odd; fix: give 2, 4, ..."
     assert err.value.where == "s.yaml:2" and err.value.fix == "give 2, 4, ..."
 
@@ -73,14 +73,14 @@ def test_a_nested_list_entry_is_named_by_its_index_and_line():
     with pytest.raises(
         KitError, match=r"^s.yaml:5: runs\[1\]\.nodes: must be greater than 0, got 0; fix: redo$"
     ):
-        check_yaml(text, "s.yaml", SWEEP, "sweep", fix="redo")
+        check_yaml(text, "s.yaml", SWEEP, what="sweep", fix="redo")
 
 
 def test_a_yaml_merge_key_is_named_with_its_line_and_the_fix():
     """`<<: *x` would copy keys with no line of their own: the kit's files spell their keys out."""
     text = "mode: fast\nbase: &b {name: a, nodes: 1}\nruns:\n  - <<: *b\n    nodes: 2\n"
     with pytest.raises(KitError) as err:
-        check_yaml(text, "s.yaml", SWEEP, "sweep")
+        check_yaml(text, "s.yaml", SWEEP, what="sweep")
     assert "s.yaml:4: runs[0]: a YAML merge key (<<); fix: write the merged keys out" in str(
         err.value
     )
@@ -89,7 +89,7 @@ def test_a_yaml_merge_key_is_named_with_its_line_and_the_fix():
 def test_json_problems_are_named_by_key_path_without_a_line():
     doc = {"mode": "fats", "runs": [{"name": "a", "nodes": 1, "nodez": 2}], "env": {"A": 1}}
     with pytest.raises(KitError) as err:
-        check_value(doc, "r.json", SWEEP, "results", fix="rerun")
+        check_value(doc, "r.json", SWEEP, what="results", fix="rerun")
     text = str(err.value)
     assert text.startswith("r.json: invalid results (3 problem(s)): ") and text.endswith(
         "; fix: rerun"
@@ -102,21 +102,23 @@ def test_json_problems_are_named_by_key_path_without_a_line():
 def test_a_cross_field_problem_is_named_by_its_key_line():
     text = "runs: [{name: a, nodes: 1}]\n[1]: 2\nmode: slow\n"
     with pytest.raises(KitError) as err:
-        check_yaml(text, "s.yaml", SWEEP, "sweep")
+        check_yaml(text, "s.yaml", SWEEP, what="sweep")
     assert "s.yaml:2: [1]: keys must be strings" in str(err.value)
     with pytest.raises(KitError, match=r"^s.yaml:2: mode: slow needs env; fix: name one$"):
-        check_yaml("runs: [{name: a, nodes: 1}]\nmode: slow\n", "s.yaml", SWEEP, "sweep")
+        check_yaml("runs: [{name: a, nodes: 1}]\nmode: slow\n", "s.yaml", SWEEP, what="sweep")
 
 
 def test_an_open_section_passes_over_keys_it_does_not_declare():
     sec = Section({"a": Field("int")}, open=True)
-    assert check_value({"a": 1, "written_by_a_newer_kit": [1]}, "f.json", sec, "file") == {"a": 1}
+    assert check_value({"a": 1, "written_by_a_newer_kit": [1]}, "f.json", sec, what="file") == {
+        "a": 1
+    }
 
 
 def test_problems_are_bounded_however_many_the_file_holds():
     text = "mode: fast\nruns:\n" + "".join(f"  - {{name: r{i}, nodes: -1}}\n" for i in range(5000))
     with pytest.raises(KitError) as err:
-        check_yaml(text, "s.yaml", SWEEP, "sweep")
+        check_yaml(text, "s.yaml", SWEEP, what="sweep")
     assert f"({MAX_PROBLEMS}+ problem(s))" in str(err.value) and len(str(err.value)) < 2000
 
 
@@ -145,7 +147,7 @@ def test_any_tree_gives_a_record_or_one_bounded_line(tree):
         return
     for check, doc in ((check_yaml, text), (check_value, tree)):
         try:
-            data = check(doc, "t.yaml", SWEEP, "sweep", fix="fix it")
+            data = check(doc, "t.yaml", SWEEP, what="sweep", fix="fix it")
         except KitError as exc:
             line = str(exc)
             assert "\n" not in line and len(line) < 5000 and line.startswith("t.yaml")
@@ -157,16 +159,18 @@ def test_an_int_field_with_its_own_maximum_takes_counts_past_a_billion_and_names
     """INT_MAX bounds a count without a maximum; a field that states one (a 32-bit seed, a byte
     count) is bounded by it instead, and its refusal gives the maximum digit for digit."""
     seed = Section({"seed": Field("int", maximum=2**32 - 1)})
-    assert check_value({"seed": 3_000_000_000}, "m.json", seed, "meta")["seed"] == 3_000_000_000
+    assert (
+        check_value({"seed": 3_000_000_000}, "m.json", seed, what="meta")["seed"] == 3_000_000_000
+    )
     with pytest.raises(KitError) as exc:
-        check_value({"seed": 2**32}, "m.json", seed, "meta")
+        check_value({"seed": 2**32}, "m.json", seed, what="meta")
     assert str(exc.value) == "m.json: seed: must be at most 4294967295, got 4294967296"
     with pytest.raises(KitError, match="more than 1000000000"):
-        check_value({"n": 2 * 10**9}, "m.json", Section({"n": Field("int")}), "meta")
+        check_value({"n": 2 * 10**9}, "m.json", Section({"n": Field("int")}), what="meta")
 
 
 def test_an_empty_key_is_shown_quoted_in_its_key_path():
     names = Section({"env": Field("map[str,str]"), "vars": Field(Names(Field("int")))})
     with pytest.raises(KitError) as exc:
-        check_value({"env": {}, "vars": {"": "x"}}, "f.json", names, "file")
+        check_value({"env": {}, "vars": {"": "x"}}, "f.json", names, what="file")
     assert str(exc.value).startswith("f.json: vars.'': expected an integer, got str 'x'")

@@ -238,7 +238,7 @@ def _precisions_or(default: str):
 
 def _submit(args: argparse.Namespace) -> int:
     console = Console()
-    done = sweep_jobs.submit(args.dir, args.dry_run, args.only, args.resubmit)
+    done = sweep_jobs.submit(args.dir, dry_run=args.dry_run, only=args.only, resubmit=args.resubmit)
     for s in done:
         job = f"job {s.job}" if s.job else "-"
         console.print(f"{s.run_id:<16} {job:<12} {s.note}  {s.script}", highlight=False)
@@ -274,7 +274,7 @@ PREDICT_SCHEMA = (
 def _collect(args: argparse.Namespace) -> int:
     if args.json:  # no live table: the document is all that goes to stdout
         status = (
-            sweep_jobs.wait(args.dir, args.poll, args.timeout)
+            sweep_jobs.wait(args.dir, poll_seconds=args.poll, timeout=args.timeout)
             if args.wait
             else sweep_jobs.collect(args.dir)
         )
@@ -285,13 +285,13 @@ def _collect(args: argparse.Namespace) -> int:
         with Live(console=console, auto_refresh=False) as live:
             status = sweep_jobs.wait(
                 args.dir,
-                args.poll,
-                args.timeout,
+                poll_seconds=args.poll,
+                timeout=args.timeout,
                 on_poll=lambda st: live.update(_status_table(st), refresh=True),
             )
     else:
         status = (
-            sweep_jobs.wait(args.dir, args.poll, args.timeout)
+            sweep_jobs.wait(args.dir, poll_seconds=args.poll, timeout=args.timeout)
             if args.wait
             else sweep_jobs.collect(args.dir)
         )
@@ -315,7 +315,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    active = sweep_jobs.cancel(args.dir, args.only, args.dry_run)
+    active = sweep_jobs.cancel(args.dir, only=args.only, dry_run=args.dry_run)
     verb = "would cancel" if args.dry_run else "cancelled"
     for run, job in active:
         print(f"{verb} {run} (job {job})")

@@ -48,7 +48,13 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
             console.print("dry run: nothing written" + (", nothing submitted" if submit else ""))
         return 0
     [done] = submit_runs(
-        site, [checked], args.dir, pair, args.python, resubmit=args.resubmit, queue=submit
+        site,
+        [checked],
+        args.dir,
+        pair=pair,
+        python=args.python,
+        resubmit=args.resubmit,
+        queue=submit,
     )
     if done.held_back:
         raise KitError(

@@ -250,13 +250,15 @@ def _load_one(path: Path) -> RunResult:
             f"{path}: no such file", fix="pass the results JSON of a finished job"
         ) from None
     fix = "pass the JSON written by `python -m gan3d train --results FILE`"
-    check_value(record, path, TAGGED, "gan3d results file", fix=fix)
+    check_value(record, path, TAGGED, what="gan3d results file", fix=fix)
     if record.get("status") == "failed":
         raise KitError(
             f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",
             fix="leave this file out, or re-run the job",
         )
-    fig = check_value(record, path, RESULTS, "gan3d results file", fix=_RERUN.removeprefix("fix: "))
+    fig = check_value(
+        record, path, RESULTS, what="gan3d results file", fix=_RERUN.removeprefix("fix: ")
+    )
     counts = {k: fig[k] for k in _COUNTS}
     seconds, source = _epoch_seconds(fig)
     digest = fig["image_digest"]

@@ -48,7 +48,7 @@ class RunStatus:
 
 
 def submit(
-    sweep_dir: Path, dry_run: bool = False, only: list[str] | None = None, resubmit: bool = False
+    sweep_dir: Path, *, dry_run: bool = False, only: list[str] | None = None, resubmit: bool = False
 ) -> list[Submission]:
     """Render and sbatch each of the plan's runs (or ``only`` these) under kit.slurm.submit's rule:
     a run with a result or a job still queued is skipped unless ``resubmit`` (which never runs
@@ -57,7 +57,13 @@ def submit(
     site = plan.load_site()
     runs = [check_run(site, spec) for spec in _select(plan, only)]
     return submit_runs(
-        site, runs, sweep_dir, plan.pair_file(site), plan.python, resubmit=resubmit, dry_run=dry_run
+        site,
+        runs,
+        sweep_dir,
+        pair=plan.pair_file(site),
+        python=plan.python,
+        resubmit=resubmit,
+        dry_run=dry_run,
     )
 
 
@@ -117,7 +123,7 @@ def _recorded_physics(result: Path, run_id: str) -> dict | None:
     it is named in one line, whatever it holds)."""
     fix = f"kit scale submit --resubmit --only {run_id}"
     record = read_json_object(result, "gan3d results file", "fix: " + fix)
-    return check_value(record, result, _PHYSICS, "gan3d results file", fix=fix)["physics"]
+    return check_value(record, result, _PHYSICS, what="gan3d results file", fix=fix)["physics"]
 
 
 def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
@@ -144,7 +150,7 @@ def collect_document(sweep_dir: Path, status: list[RunStatus]) -> dict:
 
 
 def cancel(
-    sweep_dir: Path, only: list[str] | None = None, dry_run: bool = False, wait: bool = True
+    sweep_dir: Path, *, only: list[str] | None = None, dry_run: bool = False, wait: bool = True
 ) -> list[tuple[str, str]]:
     """scancel the plan's queued and running jobs: (run id, job id) of each one cancelled. With
     ``wait``, returns once Slurm has let them go: a job still COMPLETING would otherwise pass for
@@ -163,6 +169,7 @@ def cancel(
 
 def wait(
     sweep_dir: Path,
+    *,
     poll_seconds: float = 5.0,
     timeout: float | None = None,
     on_poll: Callable[[list[RunStatus]], None] | None = None,

@@ -350,7 +350,12 @@ def run_slurm(
         refused = [s for s in submitted if s.note.startswith("not submitted")]
         if refused:
             raise KitError(f"{sweep}: {refused[0].run_id} {refused[0].note}")
-        status = {s.run_id: s for s in sweep_jobs.wait(sweep, poll_seconds, timeout, on_poll)}
+        status = {
+            s.run_id: s
+            for s in sweep_jobs.wait(
+                sweep, poll_seconds=poll_seconds, timeout=timeout, on_poll=on_poll
+            )
+        }
         for layout in group:
             s = status[layout.run_id]
             problem = (
@@ -432,7 +437,9 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     # infinite byte count would be the recommendation (or crash the plot).
     percent_key = f"percent_of_peak_{layout.precision}_measured"
     try:
-        figures = check_value(record, path, _measured_section(percent_key), "gan3d results file")
+        figures = check_value(
+            record, path, _measured_section(percent_key), what="gan3d results file"
+        )
     except KitError as exc:
         return Measured(layout, path, problem=KitError(exc.what, fix=fix, where=exc.where).line())
     rate, rss, percent, cpu, forms = (

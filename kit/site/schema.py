@@ -20,4 +20,4 @@ class SiteError(KitError):
 def check_document(text: str, file: str | Path, schema: Section) -> dict[str, Any]:
     """Parse ``text`` (bounded: depth, aliases, tags) and validate it; one SiteError line lists the
     problems with their lines."""
-    return check_yaml(text, file, schema, "site config", fix=FIX, error=SiteError)
+    return check_yaml(text, file, schema, what="site config", fix=FIX, error=SiteError)

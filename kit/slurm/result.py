@@ -40,7 +40,7 @@ def run_result(files: RunFiles, job: str | None) -> Path | None:
         record = read_json_object(files.result, "gan3d results file", "fix: " + fix)
     except FileNotFoundError:
         return None
-    written = check_value(record, files.result, WRITTEN, "gan3d results file", fix=fix)
+    written = check_value(record, files.result, WRITTEN, what="gan3d results file", fix=fix)
     written_by = (written["job"] or {}).get("slurm_job_id")
     if written_by is not None and written_by != job:
         return None

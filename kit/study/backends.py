@@ -91,7 +91,9 @@ class LocalBackend:
             return {"how": self.how, "attached": True}
         checkpoints_aside(d)  # a lost attempt's (gan3d train refuses a fresh run into them)
         make_subdir(d / "results")
-        commands = local_commands(run, self.study_dir, self.site, self.launcher, self.python)
+        commands = local_commands(
+            run, self.study_dir, self.site, launcher=self.launcher, python=self.python
+        )
         atomic_write_text(d / evalproc.PLAN, json.dumps({"commands": commands}, indent=1) + "\n")
         with open_log(d / evalproc.LOG, "the evaluation's log") as log:
             proc = subprocess.Popen(

@@ -86,7 +86,7 @@ def run(eval_dir: Path) -> int:
         return 75
     fix = "kit study run writes it; move it aside and run the study again"
     plan = read_json(eval_dir / PLAN, "evaluation plan", f"fix: {fix}")
-    commands = check_value(plan, eval_dir / PLAN, PLAN_SCHEMA, "evaluation plan", fix=fix)[
+    commands = check_value(plan, eval_dir / PLAN, PLAN_SCHEMA, what="evaluation plan", fix=fix)[
         "commands"
     ]
     env = dict(
@@ -122,7 +122,7 @@ def exit_status(eval_dir: Path) -> dict | None:
         doc,
         eval_dir / EXIT,
         EXIT_SCHEMA,
-        "evaluation exit file",
+        what="evaluation exit file",
         fix="move it aside to run it again",
     )
 

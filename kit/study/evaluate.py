@@ -169,7 +169,7 @@ def checkpoints_aside(run_dir: Path) -> Path | None:
     )
 
 
-def eval_run(eval_id: str, config: dict[str, Any], spec: Any, site: Site) -> EvalRun:
+def eval_run(eval_id: str, config: dict[str, Any], spec: Any, *, site: Site) -> EvalRun:
     """The run of ``config``: the study's `gan3d train` arguments
     (kit.study.spec.StudySpec.train_args, the layout left out) and its layout, which defaults to one
     rank using every core."""
@@ -193,7 +193,7 @@ def layout_args(run: EvalRun, site: Site) -> list[str]:
 
 
 def local_commands(
-    run: EvalRun, study_dir: Path, site: Site, launcher: list[str], python: str = sys.executable
+    run: EvalRun, study_dir: Path, site: Site, *, launcher: list[str], python: str = sys.executable
 ) -> list[list[str]]:
     """Training under the site's MPI launcher on this machine, then validation if the objective
     needs it.
@@ -214,11 +214,11 @@ def local_commands(
         str(files.result),
         *run.train_args,
     ]
-    return with_validation(run, files, python, train)
+    return with_validation(run, files, python=python, train=train)
 
 
 def with_validation(
-    run: EvalRun, files: RunFiles, python: str, train: list[str]
+    run: EvalRun, files: RunFiles, *, python: str, train: list[str]
 ) -> list[list[str]]:
     """``train``, and for the physics score `gan3d validate` of its last checkpoint after it (one
     process: validation is not distributed), adding its score to the evaluation's results."""
@@ -301,7 +301,7 @@ def read_objective(results: Path, objective: str) -> float:
         raise EvaluationFailed(f"{results}: the run failed: {one_line(record.get('error'), 300)}")
     section = _objective_section(objective)
     read = check_value(
-        record, results, section, "gan3d results file", fix=fix, error=EvaluationFailed
+        record, results, section, what="gan3d results file", fix=fix, error=EvaluationFailed
     )
     if objective == PHYSICS:
         physics = read["physics"]

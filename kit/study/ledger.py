@@ -302,8 +302,8 @@ def _checked(where: str, rec: dict[str, Any]) -> dict[str, Any]:
     """A record after its header, checked by its kind's section; one line naming the ledger line,
     the key and the fix otherwise."""
     fix = FIX.removeprefix("fix: ")
-    check_value(rec, where, _KIND_ONLY, "ledger record", fix=fix)
-    return check_value(rec, where, RECORDS[rec["event"]], "ledger record", fix=fix)
+    check_value(rec, where, _KIND_ONLY, what="ledger record", fix=fix)
+    return check_value(rec, where, RECORDS[rec["event"]], what="ledger record", fix=fix)
 
 
 def _line_of_text(value: str) -> Bad | None:
@@ -343,7 +343,7 @@ HEADER = Section(
 
 def check_header(path: Path, header: dict[str, Any]) -> None:
     """The header's keys as `kit study plan` wrote them; one line naming ledger line 1 otherwise."""
-    check_value(header, f"{path}:1", HEADER, "study header", fix=FIX.removeprefix("fix: "))
+    check_value(header, f"{path}:1", HEADER, what="study header", fix=FIX.removeprefix("fix: "))
 
 
 def _encode(record: dict[str, Any]) -> bytes:

@@ -81,7 +81,7 @@ def inside_commands(
         str(files.result),
         *run.train_args,
     ]
-    commands = with_validation(run, files, python, train)
+    commands = with_validation(run, files, python=python, train=train)
     if pair is None:
         return [_bare_step(site, run.ranks_per_node, run.threads) + commands[0], *commands[1:]]
     return [

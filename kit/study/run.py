@@ -225,7 +225,7 @@ def _start(study_dir: Path, backend, ev: ledger.Evaluation, spec: Any, site: Sit
     study.
     """
     try:
-        run = eval_run(ev.eval_id, ev.config, spec, site)
+        run = eval_run(ev.eval_id, ev.config, spec, site=site)
         submission = backend.start(run)
     except StudyDirRefused:  # the study's own directory, not this evaluation: stop in one line
         raise

@@ -365,12 +365,14 @@ def load_study(path: str | Path, data_files: bool = False, train_rules: bool = T
             f"{path}: no such study file",
             fix="write one (an example: kit/_data/studies/tiny-mbo.yaml, docs/study.md)",
         ) from None
-    loader, root = compose(text, path, KitError, f"fix: {FIX}")
+    loader, root = compose(text, path, fix=f"fix: {FIX}")
     if root is None:
         raise KitError("the file is empty; expected a study file", fix=FIX, where=str(path))
     _short_strategy(root)
     options = gan3d_options()
-    data = check_node(yaml_node(loader, root), str(path), schema(options), "study file", fix=FIX)
+    data = check_node(
+        yaml_node(loader, root), str(path), schema(options), what="study file", fix=FIX
+    )
     doc = Document(str(path), root, None)  # the lines the checks after the walk name
     return _Meaning(doc, options, train_rules).study(data, data_files)
 

@@ -97,7 +97,7 @@ def plan_study(
         from kit.study.search import make_searcher
 
         [first] = make_searcher(spec).ask([], [], 1) or [{}]
-        run = eval_run("e0001", first, spec, site)
+        run = eval_run("e0001", first, spec, site=site)
         check_run(
             site,
             RunSpec(

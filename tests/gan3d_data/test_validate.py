@@ -23,7 +23,7 @@ def physics_score(real, real_ep, fake, fake_ep) -> dict:
 def plot_comparison(real, real_ep, fake, fake_ep, out_dir, bins):
     """gan3d validate's comparison plots of two image sets."""
     return plot_features(
-        shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins
+        shower_features(real, real_ep), shower_features(fake, fake_ep), out_dir, bins=bins
     )
 
 
@@ -110,7 +110,7 @@ def test_cli_with_a_real_tiny_generator(sim_dir: Path, tmp_path: Path, capsys):
     tf.keras.utils.set_random_seed(3)
     model = generator("tiny")
     ckpt = EpochCheckpoints(tmp_path / "ckpt").save(
-        tf.train.Checkpoint(generator=model), model, 1, {"preset": "tiny"}
+        tf.train.Checkpoint(generator=model), model, 1, meta={"preset": "tiny"}
     )
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"schema": "gan3d-run/1", "ranks": 2, "flop_per_second": 1.5e9}))

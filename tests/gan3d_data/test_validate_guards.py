@@ -26,7 +26,9 @@ def ckpt(tmp_path_factory) -> Path:
     tf.keras.utils.set_random_seed(3)
     model = generator("tiny")
     out = tmp_path_factory.mktemp("ckpt")
-    EpochCheckpoints(out).save(tf.train.Checkpoint(generator=model), model, 1, {"preset": "tiny"})
+    EpochCheckpoints(out).save(
+        tf.train.Checkpoint(generator=model), model, 1, meta={"preset": "tiny"}
+    )
     return out
 
 

@@ -20,7 +20,7 @@ def _write(tmp_path, **doc):
 def test_a_forms_file_is_read_back_as_written(tmp_path):
     path = tmp_path / "b.json"
     forms = {"g_conv1": "fft", "d_conv2": "packed"}
-    assert formcache.write(path, KEY, forms, {"rounds": 3}) == ""
+    assert formcache.write(path, KEY, forms, probe={"rounds": 3}) == ""
     assert formcache.read(path, KEY, ALLOWED) == (forms, "")
     assert formcache.read(path, {**KEY, "preset": "full"}, ALLOWED)[1].endswith(
         "made for another machine or run (its key differs); not used, it is measured again"

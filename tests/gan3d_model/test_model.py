@@ -71,7 +71,7 @@ def test_layer_settings_follow_keras2_reference():
 def test_tiny_runs_same_code_and_is_much_cheaper():
     g, d = model.generator("tiny"), model.discriminator("tiny")
     assert g.input_shape[-1] == model.PRESETS["tiny"].latent_dim
-    z = model.sample_latent(3, tf.fill((3, 1), 2.0), g.input_shape[-1], 5)
+    z = model.sample_latent(3, tf.fill((3, 1), 2.0), g.input_shape[-1], rng_or_seed=5)
     images = g(z, training=False)
     assert images.shape == (3, 25, 25, 25, 1)
     assert float(tf.reduce_min(images)) >= 0.0  # ReLU output
@@ -94,8 +94,10 @@ def test_latent_and_energy_sampling():
     ep = model.sample_energies(20_000, rng).numpy()
     assert ep.shape == (20_000, 1) and ep.min() >= 0.1 and ep.max() <= 5.0
     assert abs(ep.mean() - 2.55) < 0.05
-    z = model.sample_latent(4, np.array([[1.0], [2.0], [3.0], [4.0]], np.float32), 200, 7).numpy()
-    z1 = model.sample_latent(4, None, 200, 7).numpy()  # same seed: same N(0,1) draws
+    z = model.sample_latent(
+        4, np.array([[1.0], [2.0], [3.0], [4.0]], np.float32), 200, rng_or_seed=7
+    ).numpy()
+    z1 = model.sample_latent(4, None, 200, rng_or_seed=7).numpy()  # same seed: same N(0,1) draws
     np.testing.assert_allclose(z, z1 * np.arange(1, 5)[:, None], rtol=1e-6)
 
 

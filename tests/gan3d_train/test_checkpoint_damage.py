@@ -23,7 +23,7 @@ def saved(tmp_path: Path):
     gen, state = generator_state()
     ckpts = EpochCheckpoints(tmp_path / "ckpt", keep=3)
     for epoch in (1, 2):
-        ckpts.save(state, gen, epoch, {"preset": "tiny", "seed": 0})
+        ckpts.save(state, gen, epoch, meta={"preset": "tiny", "seed": 0})
     return ckpts, state
 
 

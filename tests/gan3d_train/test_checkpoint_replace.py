@@ -28,8 +28,8 @@ def state():
 def test_resaving_an_epoch_replaces_it_whole(tmp_path, state):
     gen, ckpt = state
     ckpts = EpochCheckpoints(tmp_path / "ckpt", keep=3)
-    ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 1})
-    ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 7})
+    ckpts.save(ckpt, gen, 2, meta={"preset": "tiny", "seed": 1})
+    ckpts.save(ckpt, gen, 2, meta={"preset": "tiny", "seed": 7})
     assert EpochCheckpoints.read_meta(tmp_path / "ckpt" / "epoch-0002")["seed"] == 7
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]
 
@@ -48,7 +48,7 @@ def test_what_the_trainer_did_not_write_is_refused_and_left(tmp_path, state, pla
         target.mkdir()
         (target / "notes.txt").write_text("keep me")
     with pytest.raises(CheckpointError, match="not one the trainer wrote"):
-        EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 3, {"preset": "tiny"})
+        EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 3, meta={"preset": "tiny"})
     assert (target / "notes.txt").read_text() == "keep me" and (
         mine / "notes.txt"
     ).read_text() == "keep me"
@@ -63,7 +63,7 @@ def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_r
 
     gen, ckpt = state
     ckpts = EpochCheckpoints(tmp_path / "ckpt", keep=3)
-    final = ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 1})
+    final = ckpts.save(ckpt, gen, 2, meta={"preset": "tiny", "seed": 1})
     theirs = tmp_path / "theirs"
     (theirs / "data").mkdir(parents=True)
     (theirs / META).write_text("not the trainer's\n")
@@ -77,7 +77,7 @@ def test_a_checkpoint_swapped_for_a_users_tree_during_the_save_is_put_back_not_r
 
     monkeypatch.setattr(module, "fsync_path", swap_then_fsync)
     with pytest.raises(CheckpointError, match="changed while epoch 2's checkpoint was saved"):
-        ckpts.save(ckpt, gen, 2, {"preset": "tiny", "seed": 7})
+        ckpts.save(ckpt, gen, 2, meta={"preset": "tiny", "seed": 7})
     assert (final / "data" / "keep.txt").read_text() == "mine\n"  # theirs, whole, at its name
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
         "epoch-0002"
@@ -105,7 +105,7 @@ def test_leftovers_of_this_runs_gone_saves_are_removed_and_every_other_kept(tmp_
     for leftover in (gone, running, theirs, unnamed):
         (leftover / "sub").mkdir(parents=True)
     (gone / "sub").chmod(0o500)  # as an interrupted TensorFlow write may leave it
-    ckpts.save(ckpt, gen, 1, {"preset": "tiny"})
+    ckpts.save(ckpt, gen, 1, meta={"preset": "tiny"})
     assert not gone.exists() and running.is_dir() and theirs.is_dir() and unnamed.is_dir()
 
 
@@ -132,7 +132,7 @@ def test_a_run_removes_and_names_only_its_own_checkpoints(tmp_path, state):
     before = {p: sorted(q.read_bytes() for q in p.iterdir()) for p in theirs}
     ckpts = EpochCheckpoints(directory, keep=2)
     for epoch in (1, 2, 3):
-        ckpts.save(ckpt, gen, epoch, {"preset": "tiny"})
+        ckpts.save(ckpt, gen, epoch, meta={"preset": "tiny"})
         assert ckpts.latest_own() == directory / f"epoch-{epoch:04d}"
     assert sorted(p.name for p in directory.iterdir()) == [
         "epoch-0002",
@@ -154,7 +154,7 @@ def test_another_runs_checkpoint_of_the_same_epoch_is_refused_not_replaced(tmp_p
         CheckpointError,
         match="is another run's checkpoint .* --resume, or give a new --checkpoint-dir",
     ):
-        EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 2, {"preset": "tiny"})
+        EpochCheckpoints(tmp_path / "ckpt").save(ckpt, gen, 2, meta={"preset": "tiny"})
     assert (theirs / "state.index").read_bytes() == b"theirs"
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0002"]
 
@@ -166,12 +166,12 @@ def test_a_resumed_run_goes_on_as_the_run_it_resumed(tmp_path, state):
     directory = tmp_path / "ckpt"
     first = EpochCheckpoints(directory, keep=2)
     for epoch in (1, 2):
-        first.save(ckpt, gen, epoch, {"preset": "tiny"})
+        first.save(ckpt, gen, epoch, meta={"preset": "tiny"})
     again = EpochCheckpoints(directory, keep=2)
     assert again.run_id != first.run_id and again.latest_own() is None
     again.restore(ckpt, again.latest(), {"preset": "tiny"})
     assert again.run_id == first.run_id and again.latest_own() == directory / "epoch-0002"
-    again.save(ckpt, gen, 3, {"preset": "tiny"})
+    again.save(ckpt, gen, 3, meta={"preset": "tiny"})
     assert sorted(p.name for p in directory.iterdir()) == ["epoch-0002", "epoch-0003"]
 
 
@@ -204,7 +204,7 @@ def test_a_tree_with_the_checked_inode_that_is_no_longer_owned_is_put_back(tmp_p
         seen.append(tree.name)
         return json.loads((tree / "meta.json").read_text())["run_id"] == "mine"
 
-    assert remove_tree_if(old, ".epoch-0001.tmp-1.x", checked, ours) is False
+    assert remove_tree_if(old, ".epoch-0001.tmp-1.x", checked, owned=ours) is False
     assert seen == [".epoch-0001.tmp-1.x"]  # asked of the tree as moved aside, not by its old name
     assert (
         json.loads((old / "meta.json").read_text())["run_id"] == "another"
@@ -232,7 +232,7 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
         ckpts = EpochCheckpoints({str(directory)!r}, keep=2)
         seed = 0
         while True:
-            ckpts.save(ckpt, gen, 2, {{"preset": "tiny", "seed": seed}})
+            ckpts.save(ckpt, gen, 2, meta={{"preset": "tiny", "seed": seed}})
             seed += 1
             print(seed, ckpts.run_id, flush=True)
         """),
@@ -258,5 +258,5 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
     assert (final / META).is_file() and (final / "state.index").is_file()
     gen, ckpt = generator_state()
     # the run going on (a resume takes over its id) cleans the killed save's tree
-    EpochCheckpoints(directory, run_id=run_id).save(ckpt, gen, 1, {"preset": "tiny"})
+    EpochCheckpoints(directory, run_id=run_id).save(ckpt, gen, 1, meta={"preset": "tiny"})
     assert sorted(p.name for p in directory.iterdir()) == ["epoch-0001", "epoch-0002"]

@@ -367,7 +367,13 @@ def test_a_diverged_runs_record_names_its_start_end_command_and_commit():
     started = results.RunClock.start()
     code = {"git_commit": "c" * 40, "git_commit_basis": "git checkout at /src"}
     record = results.failure_record(
-        args, layout, LossDiverged("losses became NaN", 2, 1), [], None, started, code
+        args,
+        layout,
+        LossDiverged("losses became NaN", 2, 1),
+        history=[],
+        checkpoints=None,
+        started=started,
+        code=code,
     )
     assert record["status"] == "failed" and "showers_per_second" not in record
     assert (

@@ -28,7 +28,12 @@ def test_supermuc_ng_peaks_follow_the_papers_convention():
     """4 nodes at 24 TFLOP/s: fp32 at the 2.3 GHz AVX clock, and the paper's FP64 at 2.7 GHz
     (4.15 TFLOP/s per node), not half the fp32 figure (which was 1.17x off)."""
     fields = results.peak_fields(
-        24e12, "fp32", 4, site_peaks(load_site("supermuc-ng")), {"fp32": 20e12}, "m"
+        24e12,
+        "fp32",
+        4,
+        node_peaks=site_peaks(load_site("supermuc-ng")),
+        measured={"fp32": 20e12},
+        measured_basis="m",
     )
     assert fields["peak_fp32_theoretical_flop_per_second"] == pytest.approx(4 * 48 * 2.3e9 * 64)
     assert (
@@ -55,7 +60,12 @@ def test_supermuc_ng_peaks_follow_the_papers_convention():
 
 def test_laptop_divides_by_the_measured_peak_and_says_so():
     fields = results.peak_fields(
-        10e9, "bf16", 1, site_peaks(load_site("laptop")), {"bf16": 80e9, "fp64": 20e9}, "m"
+        10e9,
+        "bf16",
+        1,
+        node_peaks=site_peaks(load_site("laptop")),
+        measured={"bf16": 80e9, "fp64": 20e9},
+        measured_basis="m",
     )
     assert fields["peak_bf16_theoretical_flop_per_second"] is None
     assert fields["peak_bf16_theoretical_basis"].startswith("unknown clock")
@@ -68,7 +78,7 @@ def test_laptop_divides_by_the_measured_peak_and_says_so():
         "bf16 measured peak",
     )
     assert fields["percent_of_peak_fp64_measured"] == pytest.approx(50.0)
-    nothing = results.peak_fields(10e9, "fp32", 1, None, {}, "m")
+    nothing = results.peak_fields(10e9, "fp32", 1, node_peaks=None, measured={}, measured_basis="m")
     assert nothing["percent_of_peak"] is None and nothing["percent_of_peak_denominator"] is None
 
 
@@ -85,7 +95,14 @@ _RATE = st.floats(1e3, 1e18, allow_nan=False)
 def test_every_percent_is_the_rate_over_the_peak_its_key_names(
     rate, nodes, measured, precision, site
 ):
-    fields = results.peak_fields(rate, precision, nodes, site_peaks(load_site(site)), measured, "m")
+    fields = results.peak_fields(
+        rate,
+        precision,
+        nodes,
+        node_peaks=site_peaks(load_site(site)),
+        measured=measured,
+        measured_basis="m",
+    )
     for key, percent in fields.items():
         if not key.startswith("percent_of_peak_") or key == "percent_of_peak_denominator":
             continue
@@ -127,7 +144,7 @@ def test_checkpoints_keep_the_last_n_and_restore_exactly(tmp_path):
         for v in gen.trainable_variables:
             v.assign(v + 0.5)
         saved[epoch] = [v.numpy().copy() for v in gen.variables]
-        ckpts.save(state, gen, epoch, {"preset": "tiny"})
+        ckpts.save(state, gen, epoch, meta={"preset": "tiny"})
     assert [e for e, _ in ckpts.complete()] == [2, 3]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0002", "epoch-0003"]
     assert (ckpts.latest() / "generator.weights.h5").is_file()

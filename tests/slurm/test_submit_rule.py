@@ -47,7 +47,7 @@ def test_a_run_is_held_back_exactly_when_it_has_a_result_and_no_resubmit(
     _write_result(files, content)
     before = files.result.read_bytes() if content is not None else None
     [done] = submit_runs(
-        site, [checked], run_dir, None, resubmit=resubmit, dry_run=dry_run, queue=False
+        site, [checked], run_dir, pair=None, resubmit=resubmit, dry_run=dry_run, queue=False
     )
     held = counts and not resubmit
     assert done.held_back == held and done.job is None
@@ -123,7 +123,7 @@ def test_a_run_submitted_again_trains_afresh_its_earlier_checkpoints_moved_aside
     monkeypatch.setattr(
         submit, "sbatch", lambda script: seen.append(files.checkpoints.exists()) or "4242"
     )
-    [done] = submit_runs(site, [checked], tmp_path / "runs", None)
+    [done] = submit_runs(site, [checked], tmp_path / "runs", pair=None)
     assert done.job == "4242" and seen == [False]
     aside = files.checkpoints.with_name("r1.before-job-unknown")
     assert (aside / "epoch-0002" / "meta.json").read_text() == '{"epoch": 2}'

@@ -27,7 +27,7 @@ def fake_training(
 ) -> None:
     """Every evaluation started from now on writes ``results(eval_id)`` as its results file."""
 
-    def commands(run, study_dir, site, launcher, python=sys.executable):
+    def commands(run, study_dir, site, *, launcher, python=sys.executable):
         return [
             [sys.executable, "-c", WRITE, str(run.files(study_dir).result), results(run.eval_id)]
         ]

@@ -55,7 +55,7 @@ def spec(tmp_path_factory):
 @given(seed=st.integers(0, 2**32))
 def test_a_config_reaches_gan3ds_parser_as_itself_and_the_layout_as_the_layout(spec, seed):
     config = spec.space.sample(random.Random(seed))
-    run = eval_run("e0001", config, spec, load_site("laptop"))
+    run = eval_run("e0001", config, spec, site=load_site("laptop"))
     args = PARSER.parse_args(list(run.train_args))
     _check_args(args)  # gan3d train's own checks take every config the study can plan
     assert args.lr == config["lr"] and args.batch_size == config["batch-size"]
@@ -80,7 +80,7 @@ def test_the_layout_defaults_to_one_rank_on_every_core(tmp_path):
             objective="physics_score",
         )
     )
-    run = eval_run("e0002", {"lr": 0.002}, bare, load_site("laptop"))
+    run = eval_run("e0002", {"lr": 0.002}, bare, site=load_site("laptop"))
     assert (run.ranks_per_node, run.threads) == (1, 2) and run.validate
     assert validation_data(run.train_args) == str(tmp_path / "a.h5")
     assert validation_data(("--data", "a.h5", "--validation-data=b.h5")) == "b.h5"
@@ -103,9 +103,9 @@ def test_the_physics_score_validates_the_evaluations_own_checkpoint_and_showers(
     spec.write_text(
         "\n".join(line for line in spec.read_text().splitlines() if "data:" not in line) + "\n"
     )
-    run = eval_run("e0007", {"lr": 0.002}, load_study(spec), laptop)
+    run = eval_run("e0007", {"lr": 0.002}, load_study(spec), site=laptop)
     study = tmp_path / "study"
-    train, validate = local_commands(run, study, laptop, ["mpiexec"], "py")
+    train, validate = local_commands(run, study, laptop, launcher=["mpiexec"], python="py")
     e = (study / "evals" / "e0007").absolute()
     args = PARSER.parse_args(train[train.index("train") + 1 :])
     assert args.synthetic == 64 and args.synthetic_dir == str(e / "synthetic")

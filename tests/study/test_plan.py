@@ -252,7 +252,9 @@ def test_a_pilot_in_an_image_runs_each_step_through_the_pair_and_needs_its_dirs_
     assert not (tmp_path / "elsewhere").exists()
     plan_study(spec, str(site_file), work / "s", pilot=1, image=str(image), walltime="00:10:00")
     site = load_site(site_file)
-    runs = [eval_run(e, {"ranks-per-node": 2}, load_study(spec), site) for e in ("e0001", "e0002")]
+    runs = [
+        eval_run(e, {"ranks-per-node": 2}, load_study(spec), site=site) for e in ("e0001", "e0002")
+    ]
     [train, validate], [other, _] = (
         inside_commands(r, work / "s", site, python="py", pair=read_pair_file(pair_file, site))
         for r in runs
