@@ -30,7 +30,7 @@ from kit.slurm import RunFiles, RunSpec, check_run, render
 site = load_site("supermuc-ng")
 pair = read_pair_file(sys.argv[1], site)
 run = check_run(site, RunSpec("n2", 2, 4, 12, "01:00:00"))
-script = render(site, run, RunFiles(Path("/hppfs/work/r"), "n2"), pair)
+script = render(site, run, RunFiles(Path("/hppfs/work/r"), "n2"), pair=pair)
 print(json.dumps({"last": script.rstrip().splitlines()[-1], "modules": sorted(sys.modules)}))
 """
 
