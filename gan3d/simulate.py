@@ -41,6 +41,7 @@ Per event (all vectorized over events and energy deposits; no Python loop over e
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -311,6 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     comp = None if args.compression == "none" else args.compression
     total = args.files * args.events_per_file
+    write = functools.partial(
+        write_files,
+        args.out,
+        args.files,
+        args.events_per_file,
+        seed=args.seed,
+        emin=args.emin,
+        emax=args.emax,
+        compression=comp,
+    )
     try:
         if sys.stderr.isatty():
             from rich.console import Console
@@ -318,26 +329,9 @@ def main(argv: list[str] | None = None) -> int:
 
             with Progress(console=Console(stderr=True)) as bar:
                 task = bar.add_task(f"simulating {total} showers", total=total)
-                paths = write_files(
-                    args.out,
-                    args.files,
-                    args.events_per_file,
-                    seed=args.seed,
-                    emin=args.emin,
-                    emax=args.emax,
-                    compression=comp,
-                    progress=lambda k: bar.advance(task, k),
-                )
+                paths = write(progress=lambda k: bar.advance(task, k))
         else:
-            paths = write_files(
-                args.out,
-                args.files,
-                args.events_per_file,
-                seed=args.seed,
-                emin=args.emin,
-                emax=args.emax,
-                compression=comp,
-            )
+            paths = write()
     except ValueError as exc:  # bad arguments
         print(f"gan3d simulate: error: {exc}", file=sys.stderr)
         return 1

@@ -26,11 +26,10 @@ LOCK = ".jobs.lock"
 
 def _job_id(value: Any) -> Bad | None:
     """A job id goes to squeue and scancel: Slurm's digits (or array/het form), nothing else."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return Bad(f"{shown(value)} is not a Slurm job id")
-    if not JOB_ID_RE.fullmatch(str(value)):
-        return Bad(f"{shown(value)} is not a Slurm job id")
-    return None
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        if JOB_ID_RE.fullmatch(str(value)):
+            return None
+    return Bad(f"{shown(value)} is not a Slurm job id")
 
 
 ENTRY = Section(
