@@ -3,6 +3,7 @@
     .venv/bin/python bench/gan3d_step.py [--batch-size 16] [--steps 4] [--repeat 3] [--layers] [--fused-ab]
     .venv/bin/python bench/gan3d_step.py --floors [--repeat 5] [--steps 2] [--profile --precision bf16]
     .venv/bin/python bench/gan3d_step.py --forms [--repeat 5] [--steps 3]
+    .venv/bin/python bench/gan3d_step.py --elementwise [--repeat 5] [--steps 3]
 
 Prints a markdown table: the measured matmul peak (2048^2 float32), the paper's "single
 convolution kernel" (forward + backward of D's 32->8 channel 5^3 convolution, batch 16), and
@@ -25,6 +26,8 @@ ops, BatchNorm, dropout's random numbers, optimizer). `--forms` times every conv
 model (forward + both gradients) in every form it can take (oneDNN's own, packed, col2im, the
 frequency domain in fp32) in one process, interleaved: what `gan3d train --forms auto` probes at
 start, and what the fixed table gan3d.model.FFT_LAYERS (`--forms fft`) was chosen from.
+`--elementwise` times every BatchNorm and Dropout layer (forward + gradients) as Keras has it
+(the reference structure's) and as gan3d.fast_layers has it (the kit's), interleaved.
 """
 
 from __future__ import annotations
@@ -285,7 +288,8 @@ def worker_fused_ab(args) -> dict:
 @contextlib.contextmanager
 def reference_structure():
     """Build the models as CERN's Keras code has them: D's ZeroPadding3D + VALID Conv3D pairs
-    (gan3d.model fuses the pad-2 pairs); build them with forms=REFERENCE_FORMS (plain Conv3D)."""
+    (gan3d.model fuses the pad-2 pairs), Keras' own BatchNormalization and Dropout (gan3d.model
+    uses gan3d.fast_layers'); build them with forms=REFERENCE_FORMS (plain Conv3D)."""
     import tensorflow as tf
 
     from gan3d import model
@@ -294,12 +298,13 @@ def reference_structure():
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", forms)(x)
 
-    saved = model._padded_conv
+    saved = model._padded_conv, model.BATCH_NORM, model.DROPOUT
     model._padded_conv = padded
+    model.BATCH_NORM, model.DROPOUT = tf.keras.layers.BatchNormalization, tf.keras.layers.Dropout
     try:
         yield
     finally:
-        model._padded_conv = saved
+        model._padded_conv, model.BATCH_NORM, model.DROPOUT = saved
 
 
 def reference_forms() -> dict:
@@ -419,6 +424,54 @@ def worker_forms(args) -> dict:
                     (time.process_time() - c0) / args.steps
                 )
     return {"rounds": rounds, "cpu_rounds": cpu_rounds}
+
+
+def worker_elementwise(args) -> dict:
+    """Every BatchNorm and Dropout layer of the model, forward + gradients at its input shape, as
+    Keras has it (the reference) and as gan3d.fast_layers has it, in interleaved rounds."""
+    tf = _tf(args.threads, args.inter_op_threads)
+    from gan3d import model
+
+    def timed(layer, shape):
+        x = tf.random.stateless_uniform(shape, seed=(1, 2))
+        dy = tf.random.stateless_uniform(shape, seed=(3, 4))
+
+        @tf.function
+        def run():
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True)
+            return tape.gradient(y, [x, *layer.trainable_variables], output_gradients=dy)
+
+        return lambda: run()[0].numpy()
+
+    runs = {}
+    for m in (model.generator(args.preset), model.discriminator(args.preset)):
+        for layer in m.layers:
+            if isinstance(layer, (model.BATCH_NORM, model.DROPOUT)):
+                keras_cls = (
+                    tf.keras.layers.BatchNormalization
+                    if isinstance(layer, model.BATCH_NORM)
+                    else tf.keras.layers.Dropout
+                )
+                config = {k: v for k, v in layer.get_config().items() if k != "name"}
+                shape = (args.batch_size, *layer.input.shape[1:])
+                runs[f"{layer.name} {'×'.join(map(str, shape[1:]))}"] = {
+                    "keras": timed(keras_cls.from_config(config), shape),
+                    "kit": timed(type(layer).from_config(config), shape),
+                }
+    for forms in runs.values():
+        for fn in forms.values():
+            fn()
+    rounds: dict[str, dict[str, list]] = {name: {"keras": [], "kit": []} for name in runs}
+    for _ in range(args.repeat):
+        for name, forms in runs.items():
+            for form, fn in forms.items():
+                t0 = time.perf_counter()
+                for _ in range(args.steps):
+                    fn()
+                rounds[name][form].append((time.perf_counter() - t0) / args.steps)
+    return {"rounds": rounds}
 
 
 def worker_allreduce(args) -> dict:
@@ -620,6 +673,7 @@ WORKERS = {
     "fused_ab": worker_fused_ab,
     "floors": worker_floors,
     "forms": worker_forms,
+    "elementwise": worker_elementwise,
     "allreduce": worker_allreduce,
 }
 
@@ -717,6 +771,12 @@ def main(argv: list[str] | None = None) -> int:
         "col2im, frequency domain), one process, interleaved: what gan3d train --forms auto probes",
     )
     ap.add_argument(
+        "--elementwise",
+        action="store_true",
+        help="only every BatchNorm and Dropout layer (fwd + grads) as Keras has it and as "
+        "gan3d.fast_layers has it, one process, interleaved",
+    )
+    ap.add_argument(
         "--precision",
         choices=["fp32", "bf16"],
         default="fp32",
@@ -744,6 +804,8 @@ def main(argv: list[str] | None = None) -> int:
         return floors(args)
     if args.forms:
         return forms(args)
+    if args.elementwise:
+        return elementwise(args)
 
     peak = run_worker("peak", args, 2)["flop_per_second"]
     rows = [("dense matmul 2048² fp32 (measured peak)", "1×2", None, peak, _load())]
@@ -939,6 +1001,22 @@ def forms(args) -> int:
         wall = min(r, key=lambda n: statistics.median(r[n]))
         cpu_s = min(c, key=lambda n: statistics.median(c[n]))
         print(f"| {name} | {' | '.join(cells)} | {wall} | {cpu_s} | {fixed[name]} |")
+    print(f"\nload {_load()} at the end")
+    return 0
+
+
+def elementwise(args) -> int:
+    """Print each BatchNorm and Dropout layer's best time as Keras has it and as the kit has it,
+    and the median of the rounds' ratios."""
+    e = run_worker("elementwise", args, 2)
+    print(
+        f"| layer, fwd + grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds × "
+        f"{args.steps}) | Keras, best ms | kit (gan3d.fast_layers), best ms | × (median of rounds) |"
+    )
+    print("|---|---|---|---|")
+    for name, r in e["rounds"].items():
+        ratio = statistics.median(k / f for k, f in zip(r["keras"], r["kit"]))
+        print(f"| {name} | {1e3 * min(r['keras']):.1f} | {1e3 * min(r['kit']):.1f} | {ratio:.2f} |")
     print(f"\nload {_load()} at the end")
     return 0
 
