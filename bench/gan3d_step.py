@@ -350,6 +350,7 @@ FLOOR_VARIANTS = {  # name: (reference structure?, precision, FFT_LAYERS in fp32
     "kit fp32, forms probed here": (False, "fp32", "probe"),
     "kit fp32, direct convolutions": (False, "fp32", False),
     "kit bf16": (False, "bf16", True),
+    "kit bf16, forms probed here": (False, "bf16", "probe"),
     "reference structure bf16": (True, "bf16", False),
 }
 
@@ -956,6 +957,7 @@ def floors(args) -> int:
             "kit fp32": f"≥ {FP32_FLOOR}",
             "kit bf16": f"≥ {FLOORS[unit]} ({unit})" if unit else "n/a (no bf16 unit)",
         }
+        floor["kit bf16, forms probed here"] = floor["kit bf16"]  # gan3d train's default: auto
         print(
             f"| {name} | {t:.3f} | {f['showers'] / t:.2f} | {f['flop'] / t / 1e9:.1f} | {best[ref] / t:.2f} "
             f"| {per_round:.2f} | {per_cpu:.2f} | {floor.get(name, '')} |"

@@ -1,5 +1,6 @@
 """Stride-1 3D convolutions computed in the frequency
-domain, for a float32 model's few-channel layers.
+domain, for the model's few-channel layers (in float32, in a bf16 model too: they take its bfloat16
+activations, and give float32 to the float32 layers after them).
 
 A 5^3 convolution costs 125 multiply-adds per output and channel pair; in the frequency domain it
 costs one complex multiply-add per frequency and channel pair plus the transforms, which on the

@@ -140,6 +140,7 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
     precision = model.check_precision(precision)
     direct = dict.fromkeys(model.LAYER_FORMS, "direct")
     dtype = tf.float32 if precision == "fp32" else tf.bfloat16
+    # the frequency domain computes in float32 in a bf16 model too: its layer casts the input
     nets = (
         model.generator(preset, precision, forms=direct),
         model.discriminator(preset, precision, forms=direct),
@@ -149,15 +150,16 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
     for seed, (name, forms) in enumerate(model.candidate_forms(precision).items()):
         layer = layers[name]
         x = tf.cast(tf.random.stateless_normal((batch, *layer.input_shape[1:]), [seed, 1]), dtype)
-        w = tf.cast(tf.convert_to_tensor(layer.kernel), dtype)
         out[name] = {}
         for form in forms:
             op = getattr(model.FORM_CLASSES[form], "convolution_op")  # noqa: B009 (a Keras class)
+            compute = tf.float32 if form == "fft" else dtype
+            w = tf.cast(tf.convert_to_tensor(layer.kernel), compute)
 
-            def fwd_bwd(a, k, *, op=op, layer=layer):
+            def fwd_bwd(a, k, *, op=op, layer=layer, compute=compute):
                 with tf.GradientTape() as tape:
                     tape.watch([a, k])
-                    y = op(layer, a, k)
+                    y = op(layer, tf.cast(a, compute), k)
                 return tape.gradient(y, [a, k], output_gradients=tf.ones_like(y))
 
             fn = tf.function(fwd_bwd)

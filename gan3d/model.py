@@ -88,7 +88,8 @@ FFT_LAYERS = frozenset(
 
 # The classes of the forms a convolution can run in (the same variables and outputs in each):
 # oneDNN's own ("direct"), two output positions packed into the channel blocks ("packed"), the
-# 1-channel input's gradient as matmul + col2im ("col2im"), the frequency domain ("fft", float32).
+# 1-channel input's gradient as matmul + col2im ("col2im"), the frequency domain ("fft": in float32,
+# in a bf16 model too, where it takes bfloat16 and gives float32 to the float32 layers after it).
 FORM_CLASSES: dict[str, type] = {
     "direct": tf.keras.layers.Conv3D,
     "packed": PackedConv3D,
@@ -110,12 +111,10 @@ LAYER_FORMS: dict[str, tuple[str, ...]] = {
 
 
 def candidate_forms(precision: str) -> dict[str, tuple[str, ...]]:
-    """The forms each layer can take in `precision` (the frequency domain is float32 only)."""
+    """The forms each layer can take in `precision`: every form in either (a bf16 model's
+    frequency-domain layers compute in float32; on a CPU without AMX they beat bf16 convolutions)."""
     check_precision(precision)
-    return {
-        name: tuple(f for f in forms if precision == "fp32" or f != "fft")
-        for name, forms in LAYER_FORMS.items()
-    }
+    return dict(LAYER_FORMS)
 
 
 def fixed_forms(precision: str, fft: bool = True) -> dict[str, str]:
@@ -157,6 +156,8 @@ def _conv(
 ) -> tf.keras.layers.Layer:
     """A Conv3D in the form `forms` names for it (gan3d.conv_forms, gan3d.fft_conv, or Keras' own)."""
     cls = FORM_CLASSES[forms[name]]
+    if cls is FFTConv3D:  # float32 whatever the model's precision (gan3d.fft_conv)
+        kw["dtype"] = "float32"
     return cls(filters, kernel, padding=padding, data_format="channels_last", name=name, **kw)
 
 

@@ -38,7 +38,8 @@ Conventions, so that a report can compare runs:
   library, e.g. `libitex_cpu_internal_avx512.so`, mapped in rank 0's process: gan3d.itex; with
   --itex off too, as TensorFlow loads an installed plugin by itself), `version`, `backend` ("CPU
   AVX512"), `library`, `reason` (why not loaded). Older records hold `requested` and `installed`.
-- `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; float32 only). Their
+- `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; in float32, in a bf16
+  run too, whose other layers compute in bfloat16). Their
   arithmetic is several times less than the direct convolution's count in `flop_per_step`, so with
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
   the paper's count), more than the arithmetic the CPU executed.

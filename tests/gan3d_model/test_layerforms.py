@@ -176,7 +176,7 @@ def test_a_model_is_built_in_the_forms_named_and_refuses_forms_a_layer_cannot_ta
         assert type(net.get_layer(name)) is model.FORM_CLASSES[form], name
     with pytest.raises(ValueError, match="g_conv1 cannot run as 'packed'"):
         model.generator("tiny", forms={**forms, "g_conv1": "packed"})
-    with pytest.raises(ValueError, match="d_conv2 cannot run as 'fft' in bf16"):
-        model.discriminator("tiny", "bf16", forms={**model.fixed_forms("bf16"), "d_conv2": "fft"})
+    with pytest.raises(ValueError, match="g_conv1 cannot run as 'col2im' in bf16"):
+        model.generator("tiny", "bf16", forms={**model.fixed_forms("bf16"), "g_conv1": "col2im"})
     with pytest.raises(ValueError, match="expected exactly the layers"):
         model.generator("tiny", forms={"g_conv1": "direct"})

@@ -76,3 +76,22 @@ def test_bf16_needs_a_bf16_unit_unless_emulated():
     assert precision.check_supported("bf16", frozenset({"avx512_bf16"})) == "avx512_bf16"
     assert precision.check_supported("bf16", frozenset({"amx_bf16", "amx_tile"})) == "amx"
     assert precision.model_precision("bf16-emulated") == "bf16"
+
+
+def test_a_bf16_models_frequency_domain_layer_computes_in_float32():
+    """`fft` in a bf16 model (what a probe may choose where it beats bf16 convolutions): the layer
+    computes in float32 (within float32 rounding of the float32 convolution, which bfloat16 is not)
+    and hands float32 on; the model's other convolutions stay bfloat16."""
+    tf.keras.utils.set_random_seed(3)
+    forms = {**model.fixed_forms("bf16"), "d_conv2": "fft"}
+    d = model.discriminator("tiny", "bf16", forms=forms)
+    fft, direct = d.get_layer("d_conv2"), d.get_layer("d_conv3")
+    assert (fft.compute_dtype, fft.kernel.dtype) == ("float32", tf.float32)
+    assert direct.compute_dtype == "bfloat16"
+    x = tf.random.stateless_normal((2, *fft.input_shape[1:]), seed=(4, 5))
+    y = fft(x)
+    want = tf.nn.conv3d(x, fft.kernel, [1] * 5, "SAME") + fft.bias
+    assert y.dtype == tf.float32
+    np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+    fake, aux, _ = d(tf.random.stateless_uniform((2, 25, 25, 25, 1), seed=(6, 7)), training=True)
+    assert np.isfinite(fake.numpy()).all() and np.isfinite(aux.numpy()).all()

@@ -117,7 +117,7 @@ def test_results_and_checkpoint_say_bf16(bf16_runs):
     assert r["precision"] == PRECISION and r["bf16_unit"] == cpu.bf16_support()
     assert (
         r["fft_convolutions"] == []
-    )  # FFTs are float32 only: a bf16 model keeps its direct convolutions
+    )  # the fixed table (GAN3D_FORMS=fft) keeps a bf16 model's convolutions direct
     assert r["allreduce_dtype"] == "fp32"
     meta = json.loads((out / "ckpt" / "epoch-0002" / "meta.json").read_text())
     assert meta["precision"] == PRECISION
