@@ -47,6 +47,7 @@ def train_for(args: argparse.Namespace, data: Path, ckpt: Path, precision: str) 
         str(args.steps_per_epoch),
     ]
     cmd += ["--batch-size", str(args.batch_size), "--threads", str(args.threads), "--seed", "1"]
+    cmd += ["--forms", args.forms]
     cmd += [
         "--checkpoint-dir",
         str(ckpt),
@@ -89,6 +90,12 @@ def main() -> None:
     ap.add_argument("--steps-per-epoch", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--forms",
+        default="auto",
+        choices=["auto", "probe", "fft", "direct"],
+        help="gan3d train --forms (fft: every bf16 convolution in bfloat16)",
+    )
     ap.add_argument("--showers", type=int, default=2000, help="training showers (2 files)")
     ap.add_argument("--events", type=int, default=1000, help="held-out showers scored")
     ap.add_argument("--work", type=Path, default=None, help="keep data and checkpoints here")
