@@ -935,6 +935,11 @@ def _isa_unit(isa: str | None = None) -> str | None:
 FP32_FLOOR = 2.0  # fp32 step / reference fp32 step, on every CPU family
 
 
+def _verdict(ratio: float, floor: float, unit: str) -> str:
+    """The floor and whether the median of rounds meets it."""
+    return f"≥ {floor}{unit}: {'met' if ratio >= floor else 'NOT met'}"
+
+
 def floors(args) -> int:
     """Print the floor table (ratios within one process) and the all-reduce A/B."""
     f = run_worker("floors", args, 2)
@@ -954,8 +959,10 @@ def floors(args) -> int:
         per_round = statistics.median(r / v for r, v in zip(f["rounds"][ref], f["rounds"][name]))
         per_cpu = statistics.median(r / v for r, v in zip(cpu_rounds[ref], cpu_rounds[name]))
         floor = {
-            "kit fp32": f"≥ {FP32_FLOOR}",
-            "kit bf16": f"≥ {FLOORS[unit]} ({unit})" if unit else "n/a (no bf16 unit)",
+            "kit fp32": _verdict(per_round, FP32_FLOOR, ""),
+            "kit bf16": _verdict(per_round, FLOORS[unit], f" ({unit})")
+            if unit
+            else "n/a (no bf16 unit)",
         }
         floor["kit bf16, forms probed here"] = floor["kit bf16"]  # gan3d train's default: auto
         print(

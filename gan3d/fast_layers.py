@@ -1,9 +1,9 @@
 """Keras' BatchNormalization and Dropout as the 3DGAN's discriminator uses them, in the forms
 TensorFlow's CPU kernels run fastest: same variables, same checkpoints, same statistics.
 
-- TensorFlow's fused batch norm on 5D (NDHWC) tensors is Eigen code about 6x slower, forward and
-  gradient, than the 4D (NHWC) kernels. The statistics are per channel, so folding H and W into
-  one axis changes nothing but the speed.
+- TensorFlow's fused batch norm on 5D (NDHWC) tensors is Eigen code, 4 to 5 times slower, forward
+  and gradients, than the 4D (NHWC) kernels oneDNN takes. The statistics are per channel, so
+  folding H and W into one axis changes nothing but the speed.
 - Dropout's mask needs only a comparison with the rate: 16 random bits per value, half the
   Philox work of a float32 uniform; applied as a product (Keras selects), it costs about 0.6x
   Keras' forward and gradient.

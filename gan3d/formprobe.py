@@ -140,7 +140,6 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
     precision = model.check_precision(precision)
     direct = dict.fromkeys(model.LAYER_FORMS, "direct")
     dtype = tf.float32 if precision == "fp32" else tf.bfloat16
-    # the frequency domain computes in float32 in a bf16 model too: its layer casts the input
     nets = (
         model.generator(preset, precision, forms=direct),
         model.discriminator(preset, precision, forms=direct),
@@ -153,6 +152,7 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
         out[name] = {}
         for form in forms:
             op = getattr(model.FORM_CLASSES[form], "convolution_op")  # noqa: B009 (a Keras class)
+            # the frequency domain computes in float32 in a bf16 model too (its layer casts)
             compute = tf.float32 if form == "fft" else dtype
             w = tf.cast(tf.convert_to_tensor(layer.kernel), compute)
 
