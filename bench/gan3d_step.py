@@ -298,13 +298,13 @@ def reference_structure():
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", forms)(x)
 
-    saved = model._padded_conv, model.BATCH_NORM, model.DROPOUT
-    model._padded_conv = padded
-    model.BATCH_NORM, model.DROPOUT = tf.keras.layers.BatchNormalization, tf.keras.layers.Dropout
+    saved = model._padded_conv, model.DROPOUT
+    model._padded_conv, model.DROPOUT = padded, tf.keras.layers.Dropout
     try:
-        yield
+        with model.batch_norm_class(tf.keras.layers.BatchNormalization):
+            yield
     finally:
-        model._padded_conv, model.BATCH_NORM, model.DROPOUT = saved
+        model._padded_conv, model.DROPOUT = saved
 
 
 def reference_forms() -> dict:

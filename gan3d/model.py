@@ -184,6 +184,64 @@ BATCH_NORM: type[tf.keras.layers.BatchNormalization] = FoldedBatchNormalization
 DROPOUT: type[tf.keras.layers.Dropout] = BitsDropout
 
 
+@contextlib.contextmanager
+def batch_norm_class(cls: type[tf.keras.layers.BatchNormalization]):
+    """Build models with `cls` as their BatchNorm layers (Keras' own, for the reference structure
+    or a weights file saved with it)."""
+    global BATCH_NORM
+    saved, BATCH_NORM = BATCH_NORM, cls
+    try:
+        yield
+    finally:
+        BATCH_NORM = saved
+
+
+# How a `.weights.h5` file names a layer's weights: by its class in snake case (Keras' saving_lib:
+# layers/fft_conv3d_1/vars/0), numbered per class in the model's order.
+_SAVED_CONV_FORMS = {
+    "conv3d": "direct",
+    "fft_conv3d": "fft",
+    "packed_conv3d": "packed",
+    "image_conv3d": "col2im",
+}
+_SAVED_BATCH_NORMS = {
+    "batch_normalization": tf.keras.layers.BatchNormalization,
+    "folded_batch_normalization": FoldedBatchNormalization,
+}
+MAX_SAVED_LAYERS = 64  # the generator has 14 layers; more in a file is not one of its files
+
+
+def generator_for_weights(path: str, preset: str | Preset, precision: str) -> tf.keras.Model:
+    """The generator built in the classes a `.weights.h5` file was saved from, so that it loads:
+    Keras names the weights there by layer class, so a file loads only into a model whose
+    convolutions have the forms (and whose BatchNorms the class) of the one that saved it. Each
+    convolution's form is told by its kernel's shape (the generator's are all different); a file
+    that tells nothing gives the built-in forms, and load_weights then says what does not fit."""
+    import h5py
+
+    saved_forms: dict[tuple[int, ...], str] = {}
+    batch_norm = BATCH_NORM
+    with h5py.File(path, "r") as f:
+        layers = f.get("layers")
+        names = list(layers) if isinstance(layers, h5py.Group) else []
+        for name in names[:MAX_SAVED_LAYERS]:
+            kind = name.rsplit("_", 1)[0] if name.rsplit("_", 1)[-1].isdigit() else name
+            kernel = layers.get(f"{name}/vars/0")
+            if kind in _SAVED_CONV_FORMS and isinstance(kernel, h5py.Dataset):
+                saved_forms[tuple(kernel.shape)] = _SAVED_CONV_FORMS[kind]
+            batch_norm = _SAVED_BATCH_NORMS.get(kind, batch_norm)
+    built = generator(preset, precision)
+    forms = fixed_forms(precision)
+    for name in forms:
+        if name.startswith("g_"):
+            shape = tuple(built.get_layer(name).kernel.shape)
+            forms[name] = saved_forms.get(shape, forms[name])
+    if forms == fixed_forms(precision) and batch_norm is BATCH_NORM:
+        return built
+    with batch_norm_class(batch_norm):
+        return generator(preset, precision, forms=forms)
+
+
 def _lrelu(name: str) -> tf.keras.layers.Layer:
     return tf.keras.layers.LeakyReLU(LEAKY_SLOPE, name=name, dtype=ELEMENTWISE_DTYPE)
 

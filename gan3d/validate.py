@@ -632,10 +632,10 @@ def main(argv: list[str] | None = None) -> int:
         with ShowerFiles(expand_data_arg(args.data), skip_bad_events=args.skip_bad_events) as files:
             real = _data_features(files, args.events, args.xscale)
             skipped = files.skipped_events
-        from gan3d.model import PRESETS, generator
+        from gan3d.model import PRESETS, generator_for_weights
 
-        model = generator(preset, precision)
         try:
+            model = generator_for_weights(str(weights), preset, precision)
             model.load_weights(str(weights))
         except (ValueError, OSError) as exc:
             raise ValueError(

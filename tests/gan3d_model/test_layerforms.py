@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")
 
 from gan3d import formcache, formprobe, layerforms, model  # noqa: E402
 
@@ -180,3 +181,31 @@ def test_a_model_is_built_in_the_forms_named_and_refuses_forms_a_layer_cannot_ta
         model.generator("tiny", "bf16", forms={**model.fixed_forms("bf16"), "g_conv1": "col2im"})
     with pytest.raises(ValueError, match="expected exactly the layers"):
         model.generator("tiny", forms={"g_conv1": "direct"})
+
+
+@pytest.mark.parametrize(
+    "precision, forms, keras_batch_norm",
+    [
+        ("fp32", {"g_conv1": "direct", "g_conv2": "direct", "g_conv4": "fft"}, False),
+        ("bf16", {"g_conv1": "fft", "g_conv2": "fft", "g_conv3": "fft"}, False),
+        ("fp32", {}, True),  # a file saved before BatchNorm was folded (Keras' own class)
+    ],
+)
+def test_a_generator_weights_file_loads_whatever_forms_saved_it(
+    tmp_path, precision, forms, keras_batch_norm
+):
+    """Keras names a .weights.h5 file's weights by layer class, so a run whose probe chose other
+    forms than the built-in ones wrote a file the built-in model cannot load; gan3d validate builds
+    the generator in the forms the file was saved from (model.generator_for_weights)."""
+    tf.keras.utils.set_random_seed(4)
+    cls = tf.keras.layers.BatchNormalization if keras_batch_norm else model.BATCH_NORM
+    with model.batch_norm_class(cls):
+        saved = model.generator("tiny", precision, forms={**model.fixed_forms(precision), **forms})
+    path = str(tmp_path / "generator.weights.h5")
+    saved.save_weights(path)
+    with pytest.raises(ValueError):
+        model.generator("tiny", precision).load_weights(path)  # the built-in forms do not fit
+    loaded = model.generator_for_weights(path, "tiny", precision)
+    loaded.load_weights(path)
+    z = tf.random.stateless_normal((2, model.get_preset("tiny").latent_dim), seed=(1, 2))
+    np.testing.assert_array_equal(loaded(z).numpy(), saved(z).numpy())
