@@ -8,6 +8,7 @@ tests finish in seconds.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -223,8 +224,8 @@ def generator_for_weights(path: str, preset: str | Preset, precision: str) -> tf
     batch_norm = BATCH_NORM
     with h5py.File(path, "r") as f:
         layers = f.get("layers")
-        names = list(layers) if isinstance(layers, h5py.Group) else []
-        for name in names[:MAX_SAVED_LAYERS]:
+        names = itertools.islice(layers, MAX_SAVED_LAYERS) if isinstance(layers, h5py.Group) else ()
+        for name in names:
             kind = name.rsplit("_", 1)[0] if name.rsplit("_", 1)[-1].isdigit() else name
             kernel = layers.get(f"{name}/vars/0")
             if kind in _SAVED_CONV_FORMS and isinstance(kernel, h5py.Dataset):
