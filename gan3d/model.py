@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
+from keras.src.utils.generic_utils import to_snake_case
 
 from gan3d.conv_forms import ImageConv3D, PackedConv3D
 from gan3d.fast_layers import BitsDropout, FoldedBatchNormalization
@@ -197,17 +198,12 @@ def batch_norm_class(cls: type[tf.keras.layers.BatchNormalization]):
         BATCH_NORM = saved
 
 
-# How a `.weights.h5` file names a layer's weights: by its class in snake case (Keras' saving_lib:
-# layers/fft_conv3d_1/vars/0), numbered per class in the model's order.
-_SAVED_CONV_FORMS = {
-    "conv3d": "direct",
-    "fft_conv3d": "fft",
-    "packed_conv3d": "packed",
-    "image_conv3d": "col2im",
-}
+# How a `.weights.h5` file names a layer's weights: by its class in snake case, numbered per class
+# in the model's order (layers/fft_conv3d_1/vars/0), by the function Keras' saving_lib names it with.
+_SAVED_CONV_FORMS = {to_snake_case(cls.__name__): form for form, cls in FORM_CLASSES.items()}
 _SAVED_BATCH_NORMS = {
-    "batch_normalization": tf.keras.layers.BatchNormalization,
-    "folded_batch_normalization": FoldedBatchNormalization,
+    to_snake_case(cls.__name__): cls
+    for cls in (tf.keras.layers.BatchNormalization, FoldedBatchNormalization)
 }
 MAX_SAVED_LAYERS = 64  # the generator has 14 layers; more in a file is not one of its files
 

@@ -95,3 +95,15 @@ def test_a_bf16_models_frequency_domain_layer_computes_in_float32():
     np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
     fake, aux, _ = d(tf.random.stateless_uniform((2, 25, 25, 25, 1), seed=(6, 7)), training=True)
     assert np.isfinite(fake.numpy()).all() and np.isfinite(aux.numpy()).all()
+
+
+def test_the_bf16_probe_times_the_frequency_domain_in_float32():
+    """`--forms auto` in bf16 measures each layer's frequency-domain form as the model runs it:
+    float32 kernel and compute (its kernel gradient is float32), beside the bfloat16 forms."""
+    from gan3d import formprobe
+
+    candidates = formprobe.tf_candidates("tiny", "bf16", 2)
+    assert all("fft" in forms and len(forms) > 1 for forms in candidates.values())
+    for layer in ("g_conv2", "d_conv2"):
+        assert candidates[layer]["fft"]().dtype == np.float32
+        assert candidates[layer]["direct"]().dtype.name == "bfloat16"
