@@ -18,7 +18,7 @@ from keras.src.utils.generic_utils import to_snake_case
 
 from gan3d.conv_forms import ImageConv3D, PackedConv3D
 from gan3d.fast_layers import BitsDropout, FoldedBatchNormalization
-from gan3d.fft_conv import FFTConv3D
+from gan3d.fft_conv import BF16FFTConv3D, FFTConv3D
 
 LEAKY_SLOPE = 0.3  # Keras-2 LeakyReLU default, as in the reference
 BN_MOMENTUM = 0.99
@@ -91,12 +91,14 @@ FFT_LAYERS = frozenset(
 # The classes of the forms a convolution can run in (the same variables and outputs in each):
 # oneDNN's own ("direct"), two output positions packed into the channel blocks ("packed"), the
 # 1-channel input's gradient as matmul + col2im ("col2im"), the frequency domain ("fft": in float32,
-# in a bf16 model too, where it takes bfloat16 and gives float32 to the float32 layers after it).
+# in a bf16 model too, where it takes bfloat16 and gives float32 to the float32 layers after it;
+# "fft_bf16": in bfloat16, a bf16 model only).
 FORM_CLASSES: dict[str, type] = {
     "direct": tf.keras.layers.Conv3D,
     "packed": PackedConv3D,
     "col2im": ImageConv3D,
     "fft": FFTConv3D,
+    "fft_bf16": BF16FFTConv3D,
 }
 # Every convolution of the model and the forms it can take; the first is the form where none is
 # chosen (what `fft=False` builds), and the one a measurement keeps unless another is clearly faster.
@@ -113,10 +115,12 @@ LAYER_FORMS: dict[str, tuple[str, ...]] = {
 
 
 def candidate_forms(precision: str) -> dict[str, tuple[str, ...]]:
-    """The forms each layer can take in `precision`: every form in either (a bf16 model's
-    frequency-domain layers compute in float32; on a CPU without AMX they beat bf16 convolutions)."""
-    check_precision(precision)
-    return dict(LAYER_FORMS)
+    """The forms each layer can take in `precision`: LAYER_FORMS, and in bf16 the frequency domain
+    in bfloat16 too (a bf16 model's "fft" layers compute in float32, which on a CPU without AMX
+    beats bf16 convolutions; in bfloat16 the transforms' matrix products run at the bf16 rate)."""
+    if check_precision(precision) == "fp32":
+        return dict(LAYER_FORMS)
+    return {name: forms + ("fft_bf16",) for name, forms in LAYER_FORMS.items()}
 
 
 def fixed_forms(precision: str, fft: bool = True) -> dict[str, str]:
@@ -208,6 +212,10 @@ _SAVED_BATCH_NORMS = {
 MAX_SAVED_LAYERS = 64  # the generator has 14 layers; more in a file is not one of its files
 
 
+class PrecisionMismatch(ValueError):
+    """A weights file saved from layers that a model of the asked precision cannot have."""
+
+
 def generator_for_weights(path: str, preset: str | Preset, precision: str) -> tf.keras.Model:
     """The generator built in the classes a `.weights.h5` file was saved from, so that it loads:
     Keras names the weights there by layer class, so a file loads only into a model whose
@@ -229,10 +237,16 @@ def generator_for_weights(path: str, preset: str | Preset, precision: str) -> tf
             batch_norm = _SAVED_BATCH_NORMS.get(kind, batch_norm)
     built = generator(preset, precision)
     forms = fixed_forms(precision)
+    allowed = candidate_forms(precision)
     for name in forms:
         if name.startswith("g_"):
             shape = tuple(built.get_layer(name).kernel.shape)
             forms[name] = saved_forms.get(shape, forms[name])
+            if forms[name] not in allowed[name]:
+                raise PrecisionMismatch(
+                    f"{name} was saved computing in form {forms[name]!r}, which a {precision} "
+                    "model cannot take"
+                )
     if forms == fixed_forms(precision) and batch_norm is BATCH_NORM:
         return built
     with batch_norm_class(batch_norm):
