@@ -1,16 +1,17 @@
 """Physics equivalence of bf16 training on the FULL preset (the test does the tiny one).
 
     .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16]
-        [--showers 640] [--generated 512]
+        [--showers 640] [--generated 512] [--bf16 fixed,fft_bf16]
     .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64
         --generated 128
 
-Trains fp32 seed A, fp32 seed B and bf16 seed A from the same simulated showers for the same
-steps (gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and the
+Trains fp32 seed A, fp32 seed B and bf16 seed A (once per --bf16 forms: bfloat16 convolutions,
+the bfloat16 frequency domain) from the same simulated showers for the same steps
+(gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and each
 bf16-to-fp32 distance as a markdown table. bf16 is equivalent where its distance is not larger.
-Cost on 2 cores: about 3 x steps full-size steps (~3 s each in fp32 when idle) plus 2 traces.
-`--minutes M` fits a loaded machine: the first run stops after M/3 minutes (or --steps) and
-the other two take as many steps as it did; the table says how many.
+Cost on 2 cores: about 4 x steps full-size steps (~1 s each when idle) plus the traces.
+`--minutes M` fits a loaded machine: the first run stops after its share of M (M over the number
+of runs) or --steps, and the others take as many steps as it did; the table says how many.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         default="full",
         help="tiny: the test's setting (--steps 16 --batch-size 4 --showers 64 --generated 128)",
     )
+    ap.add_argument(
+        "--bf16",
+        default="fixed,fft_bf16",
+        help="the bf16 runs, by their forms (gan3d.equivalence.BF16_FORMS), comma-separated",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
@@ -58,9 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu.describe()}; load {os.getloadavg()[0]:.1f} at start")
     t0 = time.perf_counter()
     raw, energy = simulate_showers(args.showers, np.random.default_rng(7), emin=50.0, emax=450.0)
-    seconds = (
-        None if args.minutes is None else 20.0 * args.minutes
-    )  # a third of the budget, in seconds
+    runs = 2 + len(args.bf16.split(","))
+    seconds = None if args.minutes is None else 60.0 * args.minutes / runs  # the first run's share
     out = equivalence.compare(
         args.preset,
         preprocess(raw, energy, 1.0),
@@ -68,26 +73,33 @@ def main(argv: list[str] | None = None) -> int:
         batch=args.batch_size,
         generated=args.generated,
         seconds=seconds,
+        bf16=args.bf16.split(","),
     )
+    runs = out["bf16"]
     print(
         f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, "
-        f"{args.generated} generated showers) "
-        "| fp32 seed A vs fp32 seed B | bf16 seed A vs fp32 seed A | bf16 within the fp32 spread |"
+        f"{args.generated} generated showers) | fp32 seed A vs fp32 seed B | "
+        + " | ".join(f"bf16 ({name}) seed A vs fp32 seed A, within the spread" for name in runs)
+        + " |"
     )
-    print("|---|---|---|---|")
+    print("|---" * (2 + len(runs)) + "|")
     for key in equivalence.STATISTICS:
-        print(
-            f"| {key} | {out['fp32_seed_spread'][key]:.4g} | {out['bf16_vs_fp32'][key]:.4g} "
-            f"| {'yes' if out['within'][key] else '**no**'} |"
-        )
+        cells = [
+            f"{run['vs_fp32'][key]:.4g}, {'yes' if run['within'][key] else '**no**'}"
+            for run in runs.values()
+        ]
+        print(f"| {key} | {out['fp32_seed_spread'][key]:.4g} | " + " | ".join(cells) + " |")
     c = out["cellsum_over_ep"]
     print(
         f"\ncell sum / Ep (mean, std): fp32 A {c['fp32_a'][0]:.4g}, {c['fp32_a'][1]:.4g}; "
-        f"fp32 B {c['fp32_b'][0]:.4g}, "
-        f"{c['fp32_b'][1]:.4g}; bf16 A {c['bf16_a'][0]:.4g}, {c['bf16_a'][1]:.4g}"
+        f"fp32 B {c['fp32_b'][0]:.4g}, {c['fp32_b'][1]:.4g}; "
+        + "; ".join(
+            f"bf16 ({name}) A {run['cellsum_over_ep'][0]:.4g}, {run['cellsum_over_ep'][1]:.4g}"
+            for name, run in runs.items()
+        )
     )
     print(f"wall {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f} at the end")
-    return 0 if all(out["within"].values()) else 1
+    return 0 if all(all(run["within"].values()) for run in runs.values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Is a bf16-trained generator physically the same as an fp32 one? Compared against seed noise.
 
-Three trainings on the same showers, same batches, same number of steps: fp32 with seed A,
-fp32 with seed B, bf16 with seed A. Each generator then makes showers from the same latent
+Trainings on the same showers, same batches, same number of steps: fp32 with seed A, fp32 with
+seed B, and bf16 with seed A in each set of layer forms asked for (`BF16_FORMS`: bfloat16
+convolutions, the bfloat16 frequency domain). Each generator then makes showers from the same latent
 noise and energies; their cell-sum/Ep (mean and spread) and mean longitudinal and transverse
 profiles are compared. The yardstick is how far the two fp32 runs land from each other: bf16
 is equivalent if it lands no farther from fp32 A than fp32 B does. Used by the test (tiny
@@ -18,6 +19,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +31,22 @@ from gan3d.validate import shower_features
 STATISTICS = ("cellsum_over_ep", "profile_z", "profile_x", "profile_y")
 
 
-def new_step(preset: str, precision: str) -> step.TrainStep:
+# The bf16 runs a comparison can make: the built-in forms (bfloat16 convolutions), and the fixed
+# table's layers in the bfloat16 frequency domain (what a probe chooses on a CPU with a bf16 unit
+# and no AMX, docs/benchmarks.md).
+BF16_FORMS: dict[str, dict[str, str]] = {
+    "fixed": model.fixed_forms("bf16"),
+    "fft_bf16": {
+        **model.fixed_forms("bf16"),
+        **dict.fromkeys(sorted(model.FFT_LAYERS), "fft_bf16"),
+    },
+}
+
+
+def new_step(preset: str, precision: str, forms: Mapping[str, str] | None = None) -> step.TrainStep:
     return step.TrainStep(
-        model.generator(preset, precision),
-        model.discriminator(preset, precision),
+        model.generator(preset, precision, forms=forms),
+        model.discriminator(preset, precision, forms=forms),
         config=step.StepConfig(seed=0),
     )
 
@@ -47,17 +61,18 @@ def train_from_seed(
     steps: int,
     batch: int,
     seconds: float | None = None,
+    forms: Mapping[str, str] | None = None,
 ) -> int:
-    """Train `s` for `steps` steps (fewer if `seconds` run out first; returns how many it took)
-    from the initial state of `seed`: the weights Keras draws for
-    that seed, zeroed optimizer slots, noise and dropout streams keyed by the seed; batches in
-    order from `showers` = (images, ep, cellsum). Reusing one step for several seeds spares a
+    """Train `s` (built in `forms`) for `steps` steps (fewer if `seconds` run out first; returns
+    how many it took) from the initial state of `seed`: the weights Keras draws for that seed,
+    zeroed optimizer slots, noise and dropout streams keyed by the seed; batches in order from
+    `showers` = (images, ep, cellsum). Reusing one step for several seeds spares a
     trace of the step function, most of the cost of a short run."""
     images, ep, cellsum = showers
     tf.keras.utils.set_random_seed(seed)
     for mine, fresh in (
-        (s.generator, model.generator(preset, precision)),
-        (s.discriminator, model.discriminator(preset, precision)),
+        (s.generator, model.generator(preset, precision, forms=forms)),
+        (s.discriminator, model.discriminator(preset, precision, forms=forms)),
     ):
         mine.set_weights(fresh.get_weights())
     for var in (
@@ -114,11 +129,14 @@ def compare(
     generated: int,
     seeds=(3, 4),
     seconds: float | None = None,
+    bf16: Sequence[str] = ("fixed",),
 ) -> dict:
-    """Run the three trainings and return the fp32 seed spread, bf16's distance, and the verdict.
+    """Run the fp32 trainings and a bf16 one per name in `bf16` (BF16_FORMS), and return the fp32
+    seed spread and per bf16 run its distance and the verdict (under "bf16": name -> vs_fp32,
+    within, cellsum_over_ep).
 
-    With `seconds`, the first run (fp32 seed A) stops when they run out, and the other two
-    take the same number of steps (returned as "steps")."""
+    With `seconds`, the first run (fp32 seed A) stops when they run out, and the others take the
+    same number of steps (returned as "steps")."""
     seed_a, seed_b = seeds
     latent = model.PRESETS[preset].latent_dim
     fp32 = new_step(preset, "fp32")
@@ -135,19 +153,28 @@ def compare(
     fp32_a = shower_statistics(fp32.generator, latent, generated)
     train_from_seed(fp32, preset, "fp32", seed=seed_b, showers=showers, steps=steps, batch=batch)
     fp32_b = shower_statistics(fp32.generator, latent, generated)
-    bf16 = new_step(preset, "bf16")
-    train_from_seed(bf16, preset, "bf16", seed=seed_a, showers=showers, steps=steps, batch=batch)
-    bf16_a = shower_statistics(bf16.generator, latent, generated)
-    spread, diff = distances(fp32_b, fp32_a), distances(bf16_a, fp32_a)
+    spread = distances(fp32_b, fp32_a)
+    runs = {}
+    for name in bf16:
+        forms = BF16_FORMS[name]
+        s = new_step(preset, "bf16", forms)
+        train_from_seed(
+            s, preset, "bf16", seed=seed_a, showers=showers, steps=steps, batch=batch, forms=forms
+        )
+        bf16_a = shower_statistics(s.generator, latent, generated)
+        diff = distances(bf16_a, fp32_a)
+        runs[name] = {
+            "vs_fp32": diff,
+            "within": {k: diff[k] <= spread[k] for k in STATISTICS},
+            "cellsum_over_ep": bf16_a["cellsum_over_ep"].tolist(),
+        }
     return {
         "steps": steps,
         "fp32_seed_spread": spread,
-        "bf16_vs_fp32": diff,
-        "within": {k: diff[k] <= spread[k] for k in STATISTICS},
+        "bf16": runs,
         "cellsum_over_ep": {
             "fp32_a": fp32_a["cellsum_over_ep"].tolist(),
             "fp32_b": fp32_b["cellsum_over_ep"].tolist(),
-            "bf16_a": bf16_a["cellsum_over_ep"].tolist(),
         },
     }
 
