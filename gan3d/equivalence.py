@@ -31,14 +31,17 @@ from gan3d.validate import shower_features
 STATISTICS = ("cellsum_over_ep", "profile_z", "profile_x", "profile_y")
 
 
-# The bf16 runs a comparison can make: the built-in forms (bfloat16 convolutions), and the fixed
-# table's layers in the bfloat16 frequency domain (what a probe chooses on a CPU with a bf16 unit
-# and no AMX, docs/benchmarks.md).
+# The bf16 runs a comparison can make: the built-in forms (bfloat16 convolutions), and what a probe
+# chooses on a CPU with a bf16 unit and no AMX (docs/benchmarks.md): the fixed table's layers in the
+# frequency domain, in bfloat16 where a bf16 model may (BF16_FFT_LAYERS), else in float32.
 BF16_FORMS: dict[str, dict[str, str]] = {
     "fixed": model.fixed_forms("bf16"),
     "fft_bf16": {
         **model.fixed_forms("bf16"),
-        **dict.fromkeys(sorted(model.FFT_LAYERS), "fft_bf16"),
+        **{
+            name: "fft_bf16" if name in model.BF16_FFT_LAYERS else "fft"
+            for name in sorted(model.FFT_LAYERS)
+        },
     },
 }
 

@@ -632,16 +632,11 @@ def main(argv: list[str] | None = None) -> int:
         with ShowerFiles(expand_data_arg(args.data), skip_bad_events=args.skip_bad_events) as files:
             real = _data_features(files, args.events, args.xscale)
             skipped = files.skipped_events
-        from gan3d.model import PRESETS, PrecisionMismatch, generator_for_weights
+        from gan3d.model import PRESETS, generator_for_weights
 
         try:
             model = generator_for_weights(str(weights), preset, precision)
             model.load_weights(str(weights))
-        except PrecisionMismatch as exc:
-            raise ValueError(
-                f"generator weights {weights}: {exc}; fix: pass --precision bf16, the precision "
-                "it was trained in"
-            ) from None
         except (ValueError, OSError) as exc:
             raise ValueError(
                 f"generator weights {weights} do not fit preset {preset!r} ({one_line(exc)}); "

@@ -74,7 +74,7 @@ def test_fft_conv3d_layer_rejects_what_it_does_not_implement():
         fft_conv.BF16FFTConv3D(4, 3)(tf.zeros((1, 5, 5, 5, 2)))
 
 
-@pytest.mark.parametrize("name", ["d_conv2", "d_conv4", "g_conv2"])
+@pytest.mark.parametrize("name", sorted(model.BF16_FFT_LAYERS))
 def test_in_bfloat16_the_error_is_a_few_times_a_bfloat16_convolutions(name):
     """The bfloat16 form (every transform a bfloat16 product accumulated in float32) at the full
     model's shapes: output and both gradients in bfloat16, each within four times the error of

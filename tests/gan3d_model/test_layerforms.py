@@ -188,7 +188,6 @@ def test_a_model_is_built_in_the_forms_named_and_refuses_forms_a_layer_cannot_ta
     [
         ("fp32", {"g_conv1": "direct", "g_conv2": "direct", "g_conv4": "fft"}, False),
         ("bf16", {"g_conv1": "fft", "g_conv2": "fft", "g_conv3": "fft"}, False),
-        ("bf16", {"g_conv1": "fft_bf16", "g_conv2": "fft", "g_conv3": "fft_bf16"}, False),
         ("fp32", {}, True),  # a file saved before BatchNorm was folded (Keras' own class)
     ],
 )
@@ -210,19 +209,3 @@ def test_a_generator_weights_file_loads_whatever_forms_saved_it(
     loaded.load_weights(path)
     z = tf.random.stateless_normal((2, model.get_preset("tiny").latent_dim), seed=(1, 2))
     np.testing.assert_array_equal(loaded(z).numpy(), saved(z).numpy())
-
-
-def test_a_weights_file_with_bfloat16_transforms_is_refused_in_fp32_saying_which_precision(
-    tmp_path,
-):
-    """A bf16 run's generator with layers in the bfloat16 frequency domain cannot be built in fp32
-    (the form is bf16's alone): the error says so, and gan3d validate's fix names --precision."""
-    forms = {**model.fixed_forms("bf16"), "g_conv2": "fft_bf16"}
-    path = str(tmp_path / "generator.weights.h5")
-    model.generator("tiny", "bf16", forms=forms).save_weights(path)
-    with pytest.raises(model.PrecisionMismatch, match="g_conv2 .* 'fft_bf16', which a fp32 model"):
-        model.generator_for_weights(path, "tiny", "fp32")
-    assert (
-        type(model.generator_for_weights(path, "tiny", "bf16").get_layer("g_conv2"))
-        is (model.FORM_CLASSES["fft_bf16"])
-    )

@@ -116,18 +116,27 @@ def test_a_bf16_models_bfloat16_frequency_domain_layer_computes_in_bfloat16():
         model.discriminator(
             "tiny", "fp32", forms={**model.fixed_forms("fp32"), "d_conv2": "fft_bf16"}
         )
+    # the generator's and the image's convolutions do not: bfloat16 transforms fill empty cells
+    bf16 = model.fixed_forms("bf16")
+    with pytest.raises(ValueError, match="d_conv1 cannot run as 'fft_bf16' in bf16"):
+        model.discriminator("tiny", "bf16", forms={**bf16, "d_conv1": "fft_bf16"})
+    with pytest.raises(ValueError, match="g_conv2 cannot run as 'fft_bf16' in bf16"):
+        model.generator("tiny", "bf16", forms={**bf16, "g_conv2": "fft_bf16"})
 
 
 def test_the_bf16_probe_times_the_frequency_domain_in_float32_and_in_bfloat16():
     """`--forms auto` in bf16 measures each layer's frequency-domain forms as the model runs them:
-    `fft` with float32 kernel and compute (its kernel gradient is float32), `fft_bf16` in bfloat16,
-    beside the bfloat16 convolutions; an fp32 probe offers no bfloat16 form."""
+    `fft` with float32 kernel and compute (its kernel gradient is float32), `fft_bf16` in bfloat16
+    (the discriminator's layers past the first), beside the bfloat16 convolutions; an fp32 probe
+    offers no bfloat16 form."""
     from gan3d import formprobe
 
     candidates = formprobe.tf_candidates("tiny", "bf16", 2)
-    assert all({"fft", "fft_bf16"} < set(forms) for forms in candidates.values())
+    assert all("fft" in forms and len(forms) > 1 for forms in candidates.values())
+    with_bf16 = {name for name, forms in candidates.items() if "fft_bf16" in forms}
+    assert with_bf16 == {"d_conv2", "d_conv3", "d_conv4"}
     for layer in ("g_conv2", "d_conv2"):
         assert candidates[layer]["fft"]().dtype == np.float32
-        assert candidates[layer]["fft_bf16"]().dtype.name == "bfloat16"
         assert candidates[layer]["direct"]().dtype.name == "bfloat16"
+    assert candidates["d_conv4"]["fft_bf16"]().dtype.name == "bfloat16"
     assert not any("fft_bf16" in forms for forms in model.candidate_forms("fp32").values())
