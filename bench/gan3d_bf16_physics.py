@@ -1,12 +1,12 @@
 """Physics equivalence of bf16 training on the FULL preset (the test does the tiny one).
 
     .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16]
-        [--showers 640] [--generated 512] [--bf16 fixed,fft_bf16]
+        [--showers 640] [--generated 512] [--bf16 fixed,fft]
     .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64
         --generated 128
 
 Trains fp32 seed A, fp32 seed B and bf16 seed A (once per --bf16 forms: bfloat16 convolutions,
-the bfloat16 frequency domain) from the same simulated showers for the same steps
+the float32 frequency domain) from the same simulated showers for the same steps
 (gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and each
 bf16-to-fp32 distance as a markdown table. bf16 is equivalent where its distance is not larger.
 Cost on 2 cores: about 4 x steps full-size steps (~1 s each when idle) plus the traces.
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--bf16",
-        default="fixed,fft_bf16",
+        default="fixed,fft",
         help="the bf16 runs, by their forms (gan3d.equivalence.BF16_FORMS), comma-separated",
     )
     args = ap.parse_args(argv)

@@ -992,12 +992,11 @@ def floors(args) -> int:
 def forms(args) -> int:
     """Print each convolution's best time in every form, the fastest form by the median of rounds
     (wall and CPU time), and the form of the fixed table (gan3d.model.fixed_forms: --forms fft)."""
-    from gan3d.model import FORM_CLASSES, candidate_forms, fixed_forms
+    from gan3d.model import fixed_forms
 
     f = run_worker("forms", args, 2)
     fixed = fixed_forms(args.precision)
-    offered = {form for forms in candidate_forms(args.precision).values() for form in forms}
-    names = tuple(form for form in FORM_CLASSES if form in offered)
+    names = ("direct", "packed", "col2im", "fft")
     print(
         f"| convolution, fwd + both grads, {args.precision}, batch {args.batch_size}, 1×2 "
         f"({args.repeat} interleaved rounds × {args.steps}) | "

@@ -2,7 +2,7 @@
 
 Trainings on the same showers, same batches, same number of steps: fp32 with seed A, fp32 with
 seed B, and bf16 with seed A in each set of layer forms asked for (`BF16_FORMS`: bfloat16
-convolutions, the bfloat16 frequency domain). Each generator then makes showers from the same latent
+convolutions, the float32 frequency domain). Each generator then makes showers from the same latent
 noise and energies; their cell-sum/Ep (mean and spread) and mean longitudinal and transverse
 profiles are compared. The yardstick is how far the two fp32 runs land from each other: bf16
 is equivalent if it lands no farther from fp32 A than fp32 B does. Used by the test (tiny
@@ -31,18 +31,12 @@ from gan3d.validate import shower_features
 STATISTICS = ("cellsum_over_ep", "profile_z", "profile_x", "profile_y")
 
 
-# The bf16 runs a comparison can make: the built-in forms (bfloat16 convolutions), and what a probe
-# chooses on a CPU with a bf16 unit and no AMX (docs/benchmarks.md): the fixed table's layers in the
-# frequency domain, in bfloat16 where a bf16 model may (BF16_FFT_LAYERS), else in float32.
+# The bf16 runs a comparison can make: the built-in forms (bfloat16 convolutions), and the fixed
+# table's layers in the float32 frequency domain (what a probe chooses on a CPU with a bf16 unit and
+# no AMX, docs/benchmarks.md).
 BF16_FORMS: dict[str, dict[str, str]] = {
     "fixed": model.fixed_forms("bf16"),
-    "fft_bf16": {
-        **model.fixed_forms("bf16"),
-        **{
-            name: "fft_bf16" if name in model.BF16_FFT_LAYERS else "fft"
-            for name in sorted(model.FFT_LAYERS)
-        },
-    },
+    "fft": {**model.fixed_forms("bf16"), **dict.fromkeys(sorted(model.FFT_LAYERS), "fft")},
 }
 
 

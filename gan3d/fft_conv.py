@@ -1,9 +1,6 @@
 """Stride-1 3D convolutions computed in the frequency
-domain, for the model's few-channel layers: in float32 (`FFTConv3D`, in a bf16 model too: it takes
-its bfloat16 activations, and gives float32 to the float32 layers after it), or in bfloat16
-(`BF16FFTConv3D`, a bf16 model only: every transform a bfloat16 matrix product accumulated in
-float32, about twice the float32 rate on a CPU with a bf16 unit, with about 2.6 times a bfloat16
-direct convolution's rounding: 7.5e-3 against 2.9e-3 relative, tests/gan3d_model/test_fft_conv.py).
+domain, for the model's few-channel layers (in float32, in a bf16 model too: they take its bfloat16
+activations, and give float32 to the float32 layers after them).
 
 A 5^3 convolution costs 125 multiply-adds per output and channel pair; in the frequency domain it
 costs one complex multiply-add per frequency and channel pair plus the transforms, which on the
@@ -55,7 +52,7 @@ def _geometry(spatial: Axes, ksize: Axes, padding: str):
 
 
 def _forward_matrices(
-    n: Axes, length: Axes, offset: Axes, dtype: tf.DType, times_i: bool = False
+    n: Axes, length: Axes, offset: Axes, times_i: bool = False
 ) -> list[tf.Tensor]:
     """The DFT along each axis of `length` values placed at `offset` in a length-n transform.
     Axis 0 takes real values and keeps the n//2+1 frequencies a real signal needs, rows
@@ -71,11 +68,11 @@ def _forward_matrices(
         else:
             block = np.array([[e.real, -e.imag], [e.imag, e.real]])  # [re/im out, re/im in, k, j]
             m = block.transpose(2, 0, 1, 3).reshape(2 * len(freqs), 2 * length[a])
-        mats.append(tf.cast(tf.constant(m, tf.float32), dtype))
+        mats.append(tf.constant(m, tf.float32))
     return mats
 
 
-def _inverse_matrices(n: Axes, start: Axes, size: Axes, dtype: tf.DType) -> list[tf.Tensor]:
+def _inverse_matrices(n: Axes, start: Axes, size: Axes) -> list[tf.Tensor]:
     """The inverse DFT along each axis, giving only the positions [start, start+size). Axes 2 and 1
     take columns (frequency, re/im) to rows (re/im, position); axis 0 takes the n//2+1 kept
     frequencies to real values (the others are the conjugates of these)."""
@@ -98,7 +95,7 @@ def _inverse_matrices(n: Axes, start: Axes, size: Axes, dtype: tf.DType) -> list
         else:
             block = np.array([[g.real, -g.imag], [g.imag, g.real]])  # [re/im out, re/im in, p, k]
             m = block.transpose(0, 2, 3, 1).reshape(2 * size[a], 2 * kept)
-        mats.append(tf.cast(tf.constant(m, tf.float32), dtype))
+        mats.append(tf.constant(m, tf.float32))
     return mats
 
 
@@ -138,8 +135,8 @@ def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
         tf.transpose(tf.reverse(kernel, axis=(0, 1, 2)), (0, 1, 2, 4, 3)), (ksize[0], -1)
     )
     mats, times_i = (
-        _forward_matrices(n, ksize, (0, 0, 0), kernel.dtype),
-        _forward_matrices(n, ksize, (0, 0, 0), kernel.dtype, times_i=True),
+        _forward_matrices(n, ksize, (0, 0, 0)),
+        _forward_matrices(n, ksize, (0, 0, 0), times_i=True),
     )
     half = n[0] // 2 + 1
     parts = [
@@ -154,26 +151,19 @@ def _mixing(kernel: tf.Tensor, n: Axes) -> tf.Tensor:
 
 
 def fft_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
-    """tf.nn.conv3d(x, kernel, stride 1, padding) via DFTs, in x's dtype (float32 or bfloat16).
-    Every step is a product with a constant matrix, a reshape or a transpose: both gradients are
-    those steps' adjoints, as TensorFlow derives them (the output gradient's DFT is the transposed
-    inverse matrices')."""
-    kernel = tf.cast(
-        kernel, x.dtype
-    )  # a mixed-precision layer's kernel reads as its float32 variable
+    """tf.nn.conv3d(x, kernel, stride 1, padding) in float32 via DFTs. Every step is a product with
+    a constant matrix, a reshape or a transpose: both gradients are those steps' adjoints, as
+    TensorFlow derives them (the output gradient's DFT is the transposed inverse matrices')."""
     ksize = _axes(kernel.shape[:3])
     spatial = _axes(x.shape[1:4])
     n, s, out = _geometry(spatial, ksize, padding)
     ci, co = int(kernel.shape[3]), int(kernel.shape[4])
     freqs = (n[0] // 2 + 1) * n[1] * n[2]
     xf = _to_freq(
-        tf.transpose(x, (1, 2, 3, 4, 0)),
-        _forward_matrices(n, spatial, (0, 0, 0), x.dtype),
-        n,
-        spatial,
+        tf.transpose(x, (1, 2, 3, 4, 0)), _forward_matrices(n, spatial, (0, 0, 0)), n, spatial
     )
     yf = tf.matmul(_mixing(kernel, n), tf.reshape(xf, (freqs, 2 * ci, -1)))  # (F, re/im O, B)
-    y = _to_space(yf, _inverse_matrices(n, s, out, x.dtype), n, out)  # (o0, o1, o2, O B)
+    y = _to_space(yf, _inverse_matrices(n, s, out), n, out)  # (o0, o1, o2, O B)
     return tf.transpose(tf.reshape(y, out + (co, -1)), (4, 0, 1, 2, 3))
 
 
@@ -181,8 +171,6 @@ class FFTConv3D(tf.keras.layers.Conv3D):
     """`Conv3D` (stride 1, 'valid' or 'same', float32) run as `fft_conv3d`: same variables, same
     outputs.
     """
-
-    COMPUTE_DTYPE = "float32"
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -192,22 +180,15 @@ class FFTConv3D(tf.keras.layers.Conv3D):
             or tuple(self.dilation_rate) != (1, 1, 1)
             or self.data_format != "channels_last"
             or self.groups != 1
-            or self.compute_dtype != self.COMPUTE_DTYPE
+            or self.compute_dtype != "float32"
         ):
             raise ValueError(
-                f"{self.name}: {type(self).__name__} needs padding='valid' or 'same', stride 1, "
-                f"no dilation, one group, channels_last and {self.COMPUTE_DTYPE} compute"
+                f"{self.name}: FFTConv3D needs padding='valid' or 'same', stride 1, no dilation, "
+                "one group, channels_last and float32 compute"
             )
 
     def convolution_op(self, inputs, kernel):
         return fft_conv3d(inputs, kernel, self.padding.upper())
-
-
-class BF16FFTConv3D(FFTConv3D):
-    """`FFTConv3D` computing in bfloat16 (a layer of a bf16 model): its own class, so that a weights
-    file names the form it was trained in."""
-
-    COMPUTE_DTYPE = "bfloat16"
 
 
 def fft_layer_names(*models: tf.keras.Model) -> list[str]:

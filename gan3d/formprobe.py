@@ -152,7 +152,7 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
         out[name] = {}
         for form in forms:
             op = getattr(model.FORM_CLASSES[form], "convolution_op")  # noqa: B009 (a Keras class)
-            # "fft" computes in float32 in a bf16 model too (its layer casts), "fft_bf16" in bfloat16
+            # the frequency domain computes in float32 in a bf16 model too (its layer casts)
             compute = tf.float32 if form == "fft" else dtype
             w = tf.cast(tf.convert_to_tensor(layer.kernel), compute)
 

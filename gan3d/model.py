@@ -18,7 +18,7 @@ from keras.src.utils.generic_utils import to_snake_case
 
 from gan3d.conv_forms import ImageConv3D, PackedConv3D
 from gan3d.fast_layers import BitsDropout, FoldedBatchNormalization
-from gan3d.fft_conv import BF16FFTConv3D, FFTConv3D
+from gan3d.fft_conv import FFTConv3D
 
 LEAKY_SLOPE = 0.3  # Keras-2 LeakyReLU default, as in the reference
 BN_MOMENTUM = 0.99
@@ -91,14 +91,12 @@ FFT_LAYERS = frozenset(
 # The classes of the forms a convolution can run in (the same variables and outputs in each):
 # oneDNN's own ("direct"), two output positions packed into the channel blocks ("packed"), the
 # 1-channel input's gradient as matmul + col2im ("col2im"), the frequency domain ("fft": in float32,
-# in a bf16 model too, where it takes bfloat16 and gives float32 to the float32 layers after it;
-# "fft_bf16": in bfloat16, BF16_FFT_LAYERS of a bf16 model only).
+# in a bf16 model too, where it takes bfloat16 and gives float32 to the float32 layers after it).
 FORM_CLASSES: dict[str, type] = {
     "direct": tf.keras.layers.Conv3D,
     "packed": PackedConv3D,
     "col2im": ImageConv3D,
     "fft": FFTConv3D,
-    "fft_bf16": BF16FFTConv3D,
 }
 # Every convolution of the model and the forms it can take; the first is the form where none is
 # chosen (what `fft=False` builds), and the one a measurement keeps unless another is clearly faster.
@@ -114,25 +112,11 @@ LAYER_FORMS: dict[str, tuple[str, ...]] = {
 }
 
 
-# The layers a bf16 model may compute in the frequency domain in bfloat16: the discriminator's past
-# the first, whose inputs and outputs are dense features. A bfloat16 transform's rounding is a
-# floor relative to the whole volume's norm, not to each cell (a convolution rounds each output to
-# its own size): in the generator it puts energy into empty cells, and on the image (d_conv1) it
-# hides the shower's tails from the discriminator (a full-preset run with those layers in bfloat16
-# transforms lay outside the fp32 seed-to-seed spread on 3 statistics of 4, docs/benchmarks.md).
-BF16_FFT_LAYERS = frozenset({"d_conv2", "d_conv3", "d_conv4"})
-
-
 def candidate_forms(precision: str) -> dict[str, tuple[str, ...]]:
-    """The forms each layer can take in `precision`: LAYER_FORMS, and in bf16 the frequency domain
-    in bfloat16 too for BF16_FFT_LAYERS (a bf16 model's "fft" layers compute in float32, which on
-    a CPU without AMX beats bf16 convolutions; in bfloat16 the transforms run at the bf16 rate)."""
-    if check_precision(precision) == "fp32":
-        return dict(LAYER_FORMS)
-    return {
-        name: forms + ("fft_bf16",) if name in BF16_FFT_LAYERS else forms
-        for name, forms in LAYER_FORMS.items()
-    }
+    """The forms each layer can take in `precision`: every form in either (a bf16 model's
+    frequency-domain layers compute in float32; on a CPU without AMX they beat bf16 convolutions)."""
+    check_precision(precision)
+    return dict(LAYER_FORMS)
 
 
 def fixed_forms(precision: str, fft: bool = True) -> dict[str, str]:

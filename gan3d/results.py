@@ -38,13 +38,13 @@ Conventions, so that a report can compare runs:
   library, e.g. `libitex_cpu_internal_avx512.so`, mapped in rank 0's process: gan3d.itex; with
   --itex off too, as TensorFlow loads an installed plugin by itself), `version`, `backend` ("CPU
   AVX512"), `library`, `reason` (why not loaded). Older records hold `requested` and `installed`.
-- `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; in float32, or in a
-  bf16 run in bfloat16 where `layer_forms` says "fft_bf16"). Their
+- `fft_convolutions` names the layers computed through FFTs (gan3d.fft_conv; in float32, in a bf16
+  run too, whose other layers compute in bfloat16). Their
   arithmetic is several times less than the direct convolution's count in `flop_per_step`, so with
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
   the paper's count), more than the arithmetic the CPU executed.
 - `layer_forms` (may be absent: not recorded) is how each convolution ran (`gan3d.layerforms`):
-  `forms` (layer -> "direct", "packed", "col2im", "fft" or "fft_bf16"), `source` ("probe", "cache", or a fixed
+  `forms` (layer -> "direct", "packed", "col2im" or "fft"), `source` ("probe", "cache", or a fixed
   table named by its --forms), `cache_file` (where the choice is kept, null if nowhere), and `probe`
   (this run's measurement: rounds, seconds, median ms per layer and form; null when none ran).
 - Provenance (since gan3d-run/2): `started_utc`, `ended_utc` (ISO 8601, UTC) of rank 0's

@@ -815,15 +815,11 @@ def _build_model(
     gen = generator(args.preset, compute, forms=forms)
     disc = discriminator(args.preset, compute, forms=forms)
     if args.precision != "fp32":
-        domains = [
-            f"; {dtype} in the frequency domain: {','.join(names)}"
-            for dtype, form in (("float32", "fft"), ("bfloat16", "fft_bf16"))
-            if (names := sorted(name for name, f in forms.items() if f == form))
-        ]
+        fft = sorted(name for name, form in forms.items() if form == "fft")
+        in_fp32 = f"; float32 in the frequency domain: {','.join(fft)}" if fft else ""
         _say(
             layout,
-            f"gan3d train: precision {args.precision} (bfloat16 compute, float32 weights"
-            f"{''.join(domains)}); "
+            f"gan3d train: precision {args.precision} (bfloat16 compute, float32 weights{in_fp32}); "
             f"CPU bf16 unit: {host.bf16_unit or 'none, emulated'}",
         )
     loss_weights = _loss_weights(args.loss_weights)
