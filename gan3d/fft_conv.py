@@ -22,7 +22,9 @@ k shifts). The kernel is transformed flipped and unshifted; the output is then t
 offset s = pad_after of the circular result, which the inverse matrices compute alone.
 
 The results equal `tf.nn.conv3d` and its gradients up to float32 rounding (relative 1e-6;
-tests/gan3d_model/test_fft_conv.py).
+tests/gan3d_model/test_fft_conv.py). Always float32: bfloat16 transforms were faster, but their
+rounding is relative to the whole volume's norm, not to each cell, and the full preset's showers
+left the fp32 seed spread with them (docs/benchmarks.md).
 """
 
 from __future__ import annotations
