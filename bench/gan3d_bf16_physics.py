@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu.describe()}; load {os.getloadavg()[0]:.1f} at start")
     t0 = time.perf_counter()
     raw, energy = simulate_showers(args.showers, np.random.default_rng(7), emin=50.0, emax=450.0)
-    runs = 2 + len(args.bf16.split(","))
-    seconds = None if args.minutes is None else 60.0 * args.minutes / runs  # the first run's share
+    names = args.bf16.split(",")
+    if unknown := sorted(set(names) - set(equivalence.BF16_FORMS)):
+        ap.error(f"--bf16 {','.join(unknown)}: choose from {','.join(equivalence.BF16_FORMS)}")
+    share = 2 + len(names)  # the fp32 pair, then one bf16 run per set of forms
+    seconds = None if args.minutes is None else 60.0 * args.minutes / share
     out = equivalence.compare(
         args.preset,
         preprocess(raw, energy, 1.0),
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         batch=args.batch_size,
         generated=args.generated,
         seconds=seconds,
-        bf16=args.bf16.split(","),
+        bf16=names,
     )
     runs = out["bf16"]
     print(
