@@ -58,18 +58,17 @@ def train_from_seed(
     steps: int,
     batch: int,
     seconds: float | None = None,
-    forms: Mapping[str, str] | None = None,
 ) -> int:
-    """Train `s` (built in `forms`) for `steps` steps (fewer if `seconds` run out first; returns
-    how many it took) from the initial state of `seed`: the weights Keras draws for that seed,
-    zeroed optimizer slots, noise and dropout streams keyed by the seed; batches in order from
-    `showers` = (images, ep, cellsum). Reusing one step for several seeds spares a
-    trace of the step function, most of the cost of a short run."""
+    """Train `s` for `steps` steps (fewer if `seconds` run out first; returns how many it took)
+    from the initial state of `seed`: the weights Keras draws for that seed (the same in any layer
+    forms, so `s` may be built in any), zeroed optimizer slots, noise and dropout streams keyed by
+    the seed; batches in order from `showers` = (images, ep, cellsum). Reusing one step for several
+    seeds spares a trace of the step function, most of the cost of a short run."""
     images, ep, cellsum = showers
     tf.keras.utils.set_random_seed(seed)
     for mine, fresh in (
-        (s.generator, model.generator(preset, precision, forms=forms)),
-        (s.discriminator, model.discriminator(preset, precision, forms=forms)),
+        (s.generator, model.generator(preset, precision)),
+        (s.discriminator, model.discriminator(preset, precision)),
     ):
         mine.set_weights(fresh.get_weights())
     for var in (
@@ -153,11 +152,8 @@ def compare(
     spread = distances(fp32_b, fp32_a)
     runs = {}
     for name in bf16:
-        forms = BF16_FORMS[name]
-        s = new_step(preset, "bf16", forms)
-        train_from_seed(
-            s, preset, "bf16", seed=seed_a, showers=showers, steps=steps, batch=batch, forms=forms
-        )
+        s = new_step(preset, "bf16", BF16_FORMS[name])
+        train_from_seed(s, preset, "bf16", seed=seed_a, showers=showers, steps=steps, batch=batch)
         bf16_a = shower_statistics(s.generator, latent, generated)
         diff = distances(bf16_a, fp32_a)
         runs[name] = {
