@@ -1,17 +1,19 @@
 """Physics equivalence of bf16 training on the FULL preset (the test does the tiny one).
 
     .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16]
-        [--showers 640] [--generated 512] [--bf16 fixed,fft]
+        [--showers 640] [--generated 512] [--bf16 fixed,fft] [--fp32-seeds 3] [--bf16-seeds 2]
     .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64
         --generated 128
 
-Trains fp32 seed A, fp32 seed B and bf16 seed A (once per --bf16 forms: bfloat16 convolutions,
-the float32 frequency domain) from the same simulated showers for the same steps
-(gan3d.equivalence), then prints, per statistic, the fp32 seed-to-seed distance and each
-bf16-to-fp32 distance as a markdown table. bf16 is equivalent where its distance is not larger.
-Cost on 2 cores: about 4 x steps full-size steps (~1 s each when idle) plus the traces.
-`--minutes M` fits a loaded machine: the first run stops after its share of M (M over the number
-of runs) or --steps, and the others take as many steps as it did; the table says how many.
+Trains fp32 once per seed (--fp32-seeds of them) and bf16 from the first --bf16-seeds of those
+seeds, once per --bf16 forms (bfloat16 convolutions, the float32 frequency domain), from the same
+simulated showers for the same steps (gan3d.equivalence), then prints, per statistic, the fp32 seed
+spread (the largest distance between two fp32 runs) and each bf16 run's distance to the fp32 run of
+its seed as a markdown table. bf16 is equivalent where no run of it is farther than the spread.
+Cost on 2 cores: (fp32 seeds + bf16 seeds x forms) x steps full-size steps (~1 s each when idle)
+plus the traces. `--minutes M` fits a loaded machine: the first run stops after its share of M (M
+over the number of runs) or --steps, and the others take as many steps as it did; the table says
+how many.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--minutes",
         type=float,
-        help="time budget: the first run gets a third, the others its steps",
+        help="time budget: the first run gets its share, the others its steps",
     )
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--showers", type=int, default=640, help="simulated training showers")
@@ -50,7 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         default="fixed,fft",
         help="the bf16 runs, by their forms (gan3d.equivalence.BF16_FORMS), comma-separated",
     )
+    ap.add_argument(
+        "--fp32-seeds", type=int, default=2, help="fp32 runs, the yardstick (at least 2)"
+    )
+    ap.add_argument("--bf16-seeds", type=int, default=1, help="bf16 runs per set of forms")
     args = ap.parse_args(argv)
+    if args.fp32_seeds < 2:
+        ap.error(f"--fp32-seeds {args.fp32_seeds}: the yardstick needs at least 2 fp32 runs")
+    if not 1 <= args.bf16_seeds <= args.fp32_seeds:
+        ap.error(f"--bf16-seeds {args.bf16_seeds}: choose 1 to --fp32-seeds ({args.fp32_seeds})")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
     import tensorflow as tf
@@ -67,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.bf16.split(",")
     if unknown := sorted(set(names) - set(equivalence.BF16_FORMS)):
         ap.error(f"--bf16 {','.join(unknown)}: choose from {','.join(equivalence.BF16_FORMS)}")
-    share = 2 + len(names)  # the fp32 pair, then one bf16 run per set of forms
+    share = args.fp32_seeds + args.bf16_seeds * len(names)
     seconds = None if args.minutes is None else 60.0 * args.minutes / share
     out = equivalence.compare(
         args.preset,
@@ -77,30 +87,36 @@ def main(argv: list[str] | None = None) -> int:
         generated=args.generated,
         seconds=seconds,
         bf16=names,
+        seeds=[3 + i for i in range(args.fp32_seeds)],
+        bf16_seeds=args.bf16_seeds,
     )
     runs = out["bf16"]
+    fp32 = out["fp32_cellsum_over_ep"]
+    bf16_seeds = sorted(next(iter(runs.values()))["per_seed"]) if runs else []
     print(
         f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, "
-        f"{args.generated} generated showers) | fp32 seed A vs fp32 seed B | "
-        + " | ".join(f"bf16 ({name}) seed A vs fp32 seed A, within the spread" for name in runs)
+        f"{args.generated} generated showers) | fp32 seed spread ({len(fp32)} seeds) | "
+        + " | ".join(
+            f"bf16 ({name}) vs fp32, seed{'s' if len(bf16_seeds) > 1 else ''} "
+            f"{', '.join(map(str, bf16_seeds))} | within"
+            for name in runs
+        )
         + " |"
     )
-    print("|---" * (2 + len(runs)) + "|")
+    print("|---" * (2 + 2 * len(runs)) + "|")
     for key in equivalence.STATISTICS:
         cells = [
-            f"{run['vs_fp32'][key]:.4g}, {'yes' if run['within'][key] else '**no**'}"
+            ", ".join(f"{d[key]:.4g}" for d in run["per_seed"].values())
+            + f" | {'yes' if run['within'][key] else '**no**'}"
             for run in runs.values()
         ]
         print(f"| {key} | {out['fp32_seed_spread'][key]:.4g} | " + " | ".join(cells) + " |")
-    c = out["cellsum_over_ep"]
-    print(
-        f"\ncell sum / Ep (mean, std): fp32 A {c['fp32_a'][0]:.4g}, {c['fp32_a'][1]:.4g}; "
-        f"fp32 B {c['fp32_b'][0]:.4g}, {c['fp32_b'][1]:.4g}; "
-        + "; ".join(
-            f"bf16 ({name}) A {run['cellsum_over_ep'][0]:.4g}, {run['cellsum_over_ep'][1]:.4g}"
-            for name, run in runs.items()
-        )
-    )
+    print("\ncell sum / Ep (mean, std):")
+    for seed, (mean, std) in fp32.items():
+        print(f"  fp32 seed {seed}: {mean:.4g}, {std:.4g}")
+    for name, run in runs.items():
+        for seed, (mean, std) in run["cellsum_over_ep"].items():
+            print(f"  bf16 ({name}) seed {seed}: {mean:.4g}, {std:.4g}")
     print(f"wall {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f} at the end")
     return 0 if all(all(run["within"].values()) for run in runs.values()) else 1
 

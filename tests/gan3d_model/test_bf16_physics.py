@@ -1,8 +1,8 @@
 """Physics equivalence of bf16 training, tiny preset (gan3d.equivalence; the full preset is
 bench/gan3d_bf16_physics.py): the bf16 generator's showers lie within the fp32 seed-to-seed spread.
 
-The tolerance is not a number written here: it is how far two fp32 runs with different seeds
-land from each other, measured in the same test.
+The tolerance is not a number written here: it is how far fp32 runs with different seeds land
+from each other (the largest distance between two of three), measured in the same test.
 """
 
 import numpy as np
@@ -21,8 +21,8 @@ from gan3d.simulate import simulate_showers  # noqa: E402
 )
 def test_bf16_showers_lie_within_the_fp32_seed_spread():
     """In bfloat16 convolutions (the built-in forms) and with the fixed table's layers in the float32
-    frequency domain (the forms a probe chooses on a CPU with a bf16 unit and no AMX), the same fp32
-    runs the yardstick."""
+    frequency domain (the forms a probe chooses on a CPU with a bf16 unit and no AMX), two seeds
+    each, the same three fp32 runs the yardstick."""
     raw, energy = simulate_showers(64, np.random.default_rng(7), emin=50.0, emax=450.0)
     out = equivalence.compare(
         "tiny",
@@ -31,17 +31,59 @@ def test_bf16_showers_lie_within_the_fp32_seed_spread():
         batch=4,
         generated=128,
         bf16=("fixed", "fft"),
+        seeds=(3, 4, 5),
+        bf16_seeds=2,
     )
     spread = out["fp32_seed_spread"]
     # the seeds made a difference, so the spread is a real yardstick
     assert all(v > 0 for v in spread.values()), spread
+    assert set(out["fp32_cellsum_over_ep"]) == {3, 4, 5}
     assert set(out["bf16"]) == {"fixed", "fft"}
     for forms, run in out["bf16"].items():
-        for key in spread:
-            assert run["vs_fp32"][key] <= spread[key], (
-                f"{key}: bf16 ({forms}) vs fp32 {run['vs_fp32'][key]:.4g} > fp32 seed spread "
-                f"{spread[key]:.4g}"
-            )
+        assert set(run["per_seed"]) == {3, 4}
+        for seed, diff in run["per_seed"].items():
+            for key in spread:
+                assert diff[key] <= spread[key], (
+                    f"{key}: bf16 ({forms}) seed {seed} vs fp32 {diff[key]:.4g} > fp32 seed "
+                    f"spread {spread[key]:.4g}"
+                )
+
+
+def test_the_seed_spread_is_the_largest_pairwise_distance():
+    """Three runs whose statistics are known: the spread per statistic is the farthest pair's
+    distance, whichever pair that is."""
+    profile = np.array([0.5, 0.5])
+    runs = {
+        seed: {
+            "cellsum_over_ep": np.array([mean, 0.1]),
+            "profile_z": profile,
+            "profile_x": profile,
+            "profile_y": np.array([y, 1 - y]),
+        }
+        for seed, mean, y in ((3, 1.0, 0.5), (4, 1.4, 0.2), (5, 0.9, 0.4))
+    }
+    spread = equivalence.seed_spread(runs)
+    assert spread["cellsum_over_ep"] == pytest.approx(0.5)  # seeds 4 and 5
+    assert spread["profile_y"] == pytest.approx(0.6)  # seeds 3 and 4
+    assert spread["profile_z"] == spread["profile_x"] == 0.0
+    with pytest.raises(ValueError, match="at least two runs"):
+        equivalence.seed_spread({3: runs[3]})
+
+
+@pytest.mark.parametrize(
+    "seeds, bf16_seeds, message",
+    [
+        ((3,), 1, "at least two different"),
+        ((3, 3), 1, "at least two different"),
+        ((3, 4), 3, "between 1 and 2"),
+        ((3, 4), 0, "between 1 and 2"),
+    ],
+)
+def test_compare_refuses_a_yardstick_it_cannot_make(seeds, bf16_seeds, message):
+    with pytest.raises(ValueError, match=message):
+        equivalence.compare(
+            "tiny", None, steps=1, batch=1, generated=1, seeds=seeds, bf16_seeds=bf16_seeds
+        )
 
 
 def test_a_time_budget_stops_the_run_early_and_says_after_how_many_steps():
