@@ -2,14 +2,17 @@
 
     .venv/bin/python bench/gan3d_bf16_physics.py [--steps 40] [--minutes M] [--batch-size 16]
         [--showers 640] [--generated 512] [--bf16 fixed,fft] [--fp32-seeds 3] [--bf16-seeds 2]
+        [--json FILE]
     .venv/bin/python bench/gan3d_bf16_physics.py --preset tiny --steps 16 --batch-size 4 --showers 64
         --generated 128
 
 Trains fp32 once per seed (--fp32-seeds of them) and bf16 from the first --bf16-seeds of those
 seeds, once per --bf16 forms (bfloat16 convolutions, the float32 frequency domain), from the same
-simulated showers for the same steps (gan3d.equivalence), then prints, per statistic, the fp32 seed
-spread (the largest distance between two fp32 runs) and each bf16 run's distance to the fp32 run of
-its seed as a markdown table. bf16 is equivalent where no run of it is farther than the spread.
+simulated showers for the same steps (gan3d.equivalence), then prints, per statistic and seed, the
+fp32 seed spread (the farthest other fp32 run) and each bf16 run's distance to the fp32 run of its
+seed as a markdown table; `--json FILE` keeps every run's statistics. A bf16 run is equivalent
+where it is not farther; one that is just another sample misses a statistic with probability
+1/(fp32 seeds).
 Cost on 2 cores: (fp32 seeds + bf16 seeds x forms) x steps full-size steps (~1 s each when idle)
 plus the traces. `--minutes M` fits a loaded machine: the first run stops after its share of M (M
 over the number of runs) or --steps, and the others take as many steps as it did; the table says
@@ -19,6 +22,7 @@ how many.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fp32-seeds", type=int, default=2, help="fp32 runs, the yardstick (at least 2)"
     )
     ap.add_argument("--bf16-seeds", type=int, default=1, help="bf16 runs per set of forms")
+    ap.add_argument("--json", type=Path, help="write every run's statistics and verdicts here")
     args = ap.parse_args(argv)
     if args.fp32_seeds < 2:
         ap.error(f"--fp32-seeds {args.fp32_seeds}: the yardstick needs at least 2 fp32 runs")
@@ -91,32 +96,39 @@ def main(argv: list[str] | None = None) -> int:
         bf16_seeds=args.bf16_seeds,
     )
     runs = out["bf16"]
-    fp32 = out["fp32_cellsum_over_ep"]
-    bf16_seeds = sorted(next(iter(runs.values()))["per_seed"]) if runs else []
+    spread = out["fp32_seed_spread"]
     print(
-        f"\n| statistic ({args.preset} preset, {out['steps']} steps × batch {args.batch_size}, "
-        f"{args.generated} generated showers) | fp32 seed spread ({len(fp32)} seeds) | "
-        + " | ".join(
-            f"bf16 ({name}) vs fp32, seed{'s' if len(bf16_seeds) > 1 else ''} "
-            f"{', '.join(map(str, bf16_seeds))} | within"
-            for name in runs
-        )
+        f"\n{args.preset} preset, {out['steps']} steps × batch {args.batch_size}, "
+        f"{args.generated} generated showers; per seed: the fp32 seed spread (farthest other fp32 "
+        "run), then each bf16 run's distance to the fp32 run of its seed\n"
+    )
+    names = list(runs)
+    print(
+        "| statistic | seed | fp32 seed spread | "
+        + " | ".join(f"bf16 ({name}) | within" for name in names)
         + " |"
     )
-    print("|---" * (2 + 2 * len(runs)) + "|")
+    print("|---" * (3 + 2 * len(names)) + "|")
     for key in equivalence.STATISTICS:
-        cells = [
-            ", ".join(f"{d[key]:.4g}" for d in run["per_seed"].values())
-            + f" | {'yes' if run['within'][key] else '**no**'}"
-            for run in runs.values()
-        ]
-        print(f"| {key} | {out['fp32_seed_spread'][key]:.4g} | " + " | ".join(cells) + " |")
+        for seed in sorted({seed for run in runs.values() for seed in run["per_seed"]}):
+            cells = [
+                f"{r['vs_fp32'][key]:.4g} | {'yes' if r['within'][key] else '**no**'}"
+                if (r := runs[name]["per_seed"].get(seed))
+                else "- | -"
+                for name in names
+            ]
+            print(f"| {key} | {seed} | {spread[seed][key]:.4g} | " + " | ".join(cells) + " |")
     print("\ncell sum / Ep (mean, std):")
-    for seed, (mean, std) in fp32.items():
-        print(f"  fp32 seed {seed}: {mean:.4g}, {std:.4g}")
+    for seed, stats in out["fp32"].items():
+        print(f"  fp32 seed {seed}: " + ", ".join(f"{v:.4g}" for v in stats["cellsum_over_ep"]))
     for name, run in runs.items():
-        for seed, (mean, std) in run["cellsum_over_ep"].items():
-            print(f"  bf16 ({name}) seed {seed}: {mean:.4g}, {std:.4g}")
+        for seed, r in run["per_seed"].items():
+            cellsum = r["statistics"]["cellsum_over_ep"]
+            print(f"  bf16 ({name}) seed {seed}: " + ", ".join(f"{v:.4g}" for v in cellsum))
+    if args.json:
+        tmp = args.json.with_name(f".{args.json.name}.tmp")
+        tmp.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, **out}))
+        tmp.replace(args.json)
     print(f"wall {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f} at the end")
     return 0 if all(all(run["within"].values()) for run in runs.values()) else 1
 
