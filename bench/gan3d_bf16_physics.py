@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.generated} generated showers; per seed: the fp32 seed spread (farthest other fp32 "
         "run), then each bf16 run's distance to the fp32 run of its seed\n"
     )
-    names = list(runs)
+    bf16_seeds = sorted(next(iter(runs.values()))["per_seed"])  # the same seeds in every set
     print(
         "| statistic | seed | fp32 seed spread | "
         + " | ".join(f"bf16 ({name}) | within" for name in names)
@@ -110,12 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---" * (3 + 2 * len(names)) + "|")
     for key in equivalence.STATISTICS:
-        for seed in sorted({seed for run in runs.values() for seed in run["per_seed"]}):
+        for seed in bf16_seeds:
             cells = [
                 f"{r['vs_fp32'][key]:.4g} | {'yes' if r['within'][key] else '**no**'}"
-                if (r := runs[name]["per_seed"].get(seed))
-                else "- | -"
-                for name in names
+                for r in (runs[name]["per_seed"][seed] for name in names)
             ]
             print(f"| {key} | {seed} | {spread[seed][key]:.4g} | " + " | ".join(cells) + " |")
     print("\ncell sum / Ep (mean, std):")
