@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -181,7 +182,7 @@ def compare(
     runs = {}
     for name in bf16:
         s = new_step(preset, "bf16", BF16_FORMS[name])
-        per_seed = {}
+        per_seed: dict[int, dict[str, Any]] = {}
         for seed in seeds[:bf16_seeds]:
             train(s, "bf16", seed)
             stats = shower_statistics(s.generator, latent, generated)
