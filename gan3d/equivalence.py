@@ -161,7 +161,7 @@ def compare(
         raise ValueError(f"bf16_seeds must be between 1 and {len(seeds)}, got {bf16_seeds}")
     latent = model.PRESETS[preset].latent_dim
 
-    def train(s: step.TrainStep, precision: str, seed: int, seconds: float | None = None) -> int:
+    def train(s: step.TrainStep, precision: str, seed: int, *, seconds: float | None = None) -> int:
         return train_from_seed(
             s,
             preset,
@@ -176,7 +176,7 @@ def compare(
     fp32_step = new_step(preset, "fp32")
     fp32: dict[int, dict] = {}
     for seed in seeds:
-        steps = train(fp32_step, "fp32", seed, seconds if not fp32 else None)
+        steps = train(fp32_step, "fp32", seed, seconds=seconds if not fp32 else None)
         fp32[seed] = shower_statistics(fp32_step.generator, latent, generated)
     spread = seed_spread(fp32)
     runs = {}
