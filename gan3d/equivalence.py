@@ -127,13 +127,8 @@ def seed_spread(runs: Mapping[int, dict]) -> dict[int, dict[str, float]]:
     farthest of len(runs) exchangeable runs)."""
     if len(runs) < 2:
         raise ValueError(f"a seed spread needs at least two runs, got seeds {sorted(runs)}")
-    return {
-        seed: {
-            k: max(distances(runs[other], runs[seed])[k] for other in runs if other != seed)
-            for k in STATISTICS
-        }
-        for seed in runs
-    }
+    to_others = {seed: [distances(runs[o], runs[seed]) for o in runs if o != seed] for seed in runs}
+    return {seed: {k: max(d[k] for d in ds) for k in STATISTICS} for seed, ds in to_others.items()}
 
 
 def compare(
