@@ -194,14 +194,16 @@ def test_a_rank_that_crashes_ends_the_check_with_one_line(
     site = _site_with_launcher(mpich_host_site, tmp_path, "sh -c 'kill -SEGV $$'")
     result = run_check(make_pair(site, mpich_paired), timeout=120)
     assert len(result.problems) == 1 and not result.ranks, result.problems
-    # hydra's status is the signal's number; its own words name the signal
-    assert result.problems[0].startswith(
-        "no rank reported (launcher exit status 11): 0 of 2 ranks finished "
-        "MPI_Init; the launcher says: "
-    ), result.problems
-    assert (
-        "signal 11" in result.problems[0].lower() or "signal: 11" in result.problems[0].lower()
-    ), result.problems
+    # hydra's status is the signal's number, or 255 when its wait on the dead ranks fails first
+    # (a race inside hydra, seen under load); either way the line carries the launcher's words
+    verdict = re.fullmatch(
+        r"no rank reported \(launcher exit status (11|255)\): 0 of 2 ranks finished "
+        r"MPI_Init; the launcher says: (\S.*)",
+        result.problems[0],
+    )
+    assert verdict, result.problems
+    if verdict[1] == "11":  # hydra saw the signal: its words name it
+        assert "signal 11" in verdict[2].lower() or "signal: 11" in verdict[2].lower(), verdict[2]
     assert not _ours(f"kitcheck-{os.getpid()}-")
     assert not list(
         Path("/dev/shm").glob(f"*kitcheck-{os.getpid()}-*")
