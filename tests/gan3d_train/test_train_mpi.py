@@ -4,6 +4,7 @@ Nothing is mocked: real MPI processes, Horovod all-reduces, HDF5 files from the 
 """
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,26 +179,43 @@ def test_results_carry_the_contract_with_plausible_values(two_rank_run):
 
 
 def test_resume_gives_bit_identical_weights(parts, data, tmp_path):
-    """2 ranks: per-rank noise streams and BatchNorm statistics must also continue exactly."""
+    """2 ranks: per-rank noise streams and BatchNorm statistics must also continue exactly. The run
+    stopped after epoch 1 is the straight run's own epoch-1 checkpoint, alone in a directory."""
     straight = train(
-        tiny_run_args(data, tmp_path / "a.json", "--epochs", "2", "--deterministic"), ranks=2
+        tiny_run_args(
+            data,
+            tmp_path / "a.json",
+            "--epochs",
+            "2",
+            "--deterministic",
+            "--checkpoint-dir",
+            str(tmp_path / "a"),
+        ),
+        ranks=2,
     )
     assert straight.returncode == 0, straight.stderr[-3000:]
-    ckpt = ["--checkpoint-dir", str(tmp_path / "ckpt"), "--deterministic"]
-    part1 = train(tiny_run_args(data, tmp_path / "b1.json", "--epochs", "1", *ckpt), ranks=2)
-    assert part1.returncode == 0, part1.stderr[-3000:]
-    part2 = train(
-        tiny_run_args(data, tmp_path / "b2.json", "--epochs", "2", "--resume", *ckpt), ranks=2
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "epoch-0001", tmp_path / "b" / "epoch-0001")
+    resumed = train(
+        tiny_run_args(
+            data,
+            tmp_path / "b.json",
+            "--epochs",
+            "2",
+            "--resume",
+            "--checkpoint-dir",
+            str(tmp_path / "b"),
+            "--deterministic",
+        ),
+        ranks=2,
     )
-    assert part2.returncode == 0, part2.stderr[-3000:]
-    a, b1, b2 = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b1.json", "b2.json"))
-    assert b2["start_epoch"] == 1 and "resumed from" in part2.stdout
-    assert b1["weights_sha256_per_rank"] != a["weights_sha256_per_rank"]  # epoch 1 alone differs...
-    assert (
-        b2["weights_sha256_per_rank"] == a["weights_sha256_per_rank"]
-    )  # ...resumed epoch 2 is identical
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert b["start_epoch"] == 1 and "resumed from" in resumed.stdout
+    assert len(b["losses"]) == 1 and b["losses"][0]["train"] == a["losses"][1]["train"]
+    assert a["losses"][0]["train"] != a["losses"][1]["train"]  # epoch 2 moved the weights...
+    assert b["weights_sha256_per_rank"] == a["weights_sha256_per_rank"]  # ...the same way
     assert len(set(a["weights_sha256_per_rank"])) == 1
-    assert b2["losses"][0]["train"] == a["losses"][1]["train"]
 
 
 def test_impossible_ranks_times_threads_is_refused(parts, data, tmp_path):
