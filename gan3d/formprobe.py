@@ -162,6 +162,6 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
                     y = op(layer, tf.cast(a, compute), k)
                 return tape.gradient(y, [a, k], output_gradients=tf.ones_like(y))
 
-            fn = tf.function(fwd_bwd)
+            fn = tf.function(fwd_bwd, autograph=False)  # plain ops: nothing to convert
             out[name][form] = lambda fn=fn, x=x, w=w: fn(x, w)[1].numpy()
     return out

@@ -118,8 +118,10 @@ class TrainStep:
         self.d_optimizer.build(discriminator.trainable_variables)
         self.g_optimizer.build(generator.trainable_variables)
         self._d_moving = [v for v in discriminator.non_trainable_variables if "moving" in v.name]
-        self._train = tf.function(self._train_impl)
-        self._evaluate = tf.function(self._evaluate_impl)
+        # No autograph: the step has no Python control flow on tensors, and converting the source of
+        # every layer and of Horovod's gradient code was a third of a run's first step (tracing)
+        self._train = tf.function(self._train_impl, autograph=False)
+        self._evaluate = tf.function(self._evaluate_impl, autograph=False)
 
     # -- state the trainer checkpoints and steers -------------------------------------------
     def variables_to_checkpoint(self) -> dict:
