@@ -274,10 +274,12 @@ def peak_fields(
     node_peaks: dict | None,
     measured: dict[str, float],
     measured_basis: str,
+    effective: bool = False,
 ) -> dict:
     """The peaks and % of peak of a run in `precision` (and fp64), each key naming its precision
     and denominator. `node_peaks` is gan3d.peak.site_peaks(site) for one node (None: no site);
-    `measured` the job's measured peak per precision (absent: not measured)."""
+    `measured` the job's measured peak per precision (absent: not measured); `effective`: some
+    layers ran in the frequency domain, so `flop_rate` counts more than the arithmetic done."""
     # the run's own precision is the trainer's to record ("bf16-emulated" divides by fp32)
     out: dict = {}
     for p in dict.fromkeys((precision, "fp64")):
@@ -289,9 +291,10 @@ def peak_fields(
         peak = theory["flop_per_second"] * nodes if theory["flop_per_second"] else None
         basis = f"{nodes} nodes x {theory['basis']}" if peak and nodes > 1 else theory["basis"]
         mine = measured.get(p)
-        # A measured peak below the run's own rate was disturbed (other work on the cores while it
-        # ran): no percentage of it, and the basis says why.
-        disturbed = mine is not None and p == precision and flop_rate > mine
+        # A measured peak below the rate of the arithmetic the run did was disturbed (other work on
+        # the cores while it ran): no percentage of it, and the basis says why. An effective rate
+        # may pass a true peak (docs/peaks.md), so it tells nothing of the measurement.
+        disturbed = not effective and mine is not None and p == precision and flop_rate > mine
         out |= {
             f"peak_{p}_theoretical_flop_per_second": peak,
             f"peak_{p}_theoretical_basis": basis,
@@ -451,6 +454,7 @@ def run_record(
         measured=peaks_measured,
         measured_basis=f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
         f"loop run by all at once ({args.measure_peak or 0:g} s each)",
+        effective=bool(fft_layer_names(model.gen, model.disc)),
     )
     usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
     train_files, val_files = data.train_files, data.val_files

@@ -9,6 +9,7 @@ row with the most showers/s, whatever the machine made of them today.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -72,17 +73,19 @@ def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> d
         for r in rows
     ), rows
     # % of the measured fp32 peak: the runs measured it, and say that is the denominator; a peak measured
-    # below the run's own rate (the other test worker's load on the cores) gives no % and its run says why
+    # below the run's own rate (the other test worker's load on the cores) gives no % and its run says
+    # why, unless frequency-domain layers made the rate an effective one, which may pass the peak
     for r in rows:
+        record = json.loads(Path(r["results"]).read_text())
         if r["percent_of_peak"] is None:
-            record = json.loads(Path(r["results"]).read_text())
             assert (
-                r["percent_of_peak_denominator"] is None
+                not record["fft_convolutions"]
+                and r["percent_of_peak_denominator"] is None
                 and "disturbed" in record["peak_fp32_measured_basis"]
             )
         else:
             assert (
-                0 < r["percent_of_peak"] <= 100
+                0 < r["percent_of_peak"] <= (math.inf if record["fft_convolutions"] else 100)
                 and r["percent_of_peak_denominator"] == "measured fp32 peak"
             )
     fastest = max(rows, key=lambda r: r["showers_per_second"])
