@@ -438,6 +438,7 @@ def run_record(
     from gan3d.peak import site_peaks
 
     site, times = host.site, run.times
+    fft = fft_layer_names(model.gen, model.disc)
     flops = step_flops(args.preset, args.batch_size)
     perf = throughput(
         {k: float(v) for k, v in flops.items()},
@@ -454,7 +455,7 @@ def run_record(
         measured=peaks_measured,
         measured_basis=f"sum over {layout.size} rank(s) x {host.threads} thread(s) of a tf.linalg.matmul "
         f"loop run by all at once ({args.measure_peak or 0:g} s each)",
-        effective=bool(fft_layer_names(model.gen, model.disc)),
+        effective=bool(fft),
     )
     usable = site.node.usable_memory_gb * 1e9 / layout.ranks_per_node if site else None
     train_files, val_files = data.train_files, data.val_files
@@ -489,7 +490,7 @@ def run_record(
         "precision": args.precision,
         "bf16_unit": host.bf16_unit,
         "allreduce_dtype": args.allreduce_dtype,
-        "fft_convolutions": fft_layer_names(model.gen, model.disc),
+        "fft_convolutions": fft,
         "layer_forms": layer_forms,
         "learning_rate": {
             "per_rank": args.lr,
