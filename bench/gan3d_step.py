@@ -23,8 +23,9 @@ which a loaded machine disturbs least); and, with 2 ranks under mpiexec, the bf1
 gradients all-reduced in fp32 against fp16 compression. `--profile` breaks one step down by
 oneDNN primitive (ONEDNN_VERBOSE) and by TensorFlow op type (tf.profiler: casts, elementwise
 ops, BatchNorm, dropout's random numbers, optimizer). `--forms` times every convolution of the
-model (forward + both gradients) in every form it can take (oneDNN's own, packed, col2im, the
-frequency domain in fp32) in one process, interleaved: what `gan3d train --forms auto` probes at
+model (its passes of one step: forward and gradients as often as the step runs them, D's halved)
+in every form it can take (oneDNN's own, packed, col2im, depth-folded, the frequency domain in
+fp32) in one process, interleaved: what `gan3d train --forms auto` probes at
 start, and what the fixed table gan3d.model.FFT_LAYERS (`--forms fft`) was chosen from.
 `--elementwise` times every BatchNorm and Dropout layer (forward + gradients) as Keras has it
 (the reference structure's) and as gan3d.fast_layers has it (the kit's), interleaved.
@@ -288,8 +289,9 @@ def worker_fused_ab(args) -> dict:
 @contextlib.contextmanager
 def reference_structure():
     """Build the models as CERN's Keras code has them: D's ZeroPadding3D + VALID Conv3D pairs
-    (gan3d.model fuses the pad-2 pairs), Keras' own BatchNormalization and Dropout (gan3d.model
-    uses gan3d.fast_layers'); build them with forms=REFERENCE_FORMS (plain Conv3D)."""
+    (gan3d.model fuses the pad-2 pairs), Keras' own BatchNormalization, Dropout and Conv3D
+    (gan3d.model uses gan3d.fast_layers' and, in bf16, adds the bias in float32); build them with
+    forms=reference_forms() (plain Conv3D)."""
     import tensorflow as tf
 
     from gan3d import model
@@ -298,13 +300,14 @@ def reference_structure():
         x = tf.keras.layers.ZeroPadding3D(pad, name=f"d_pad{i}")(x)
         return model._conv(filters, (5, 5, 5), "valid", f"d_conv{i}", forms)(x)
 
-    saved = model._padded_conv, model.DROPOUT
+    saved = model._padded_conv, model.DROPOUT, model.FORM_CLASSES["direct"]
     model._padded_conv, model.DROPOUT = padded, tf.keras.layers.Dropout
+    model.FORM_CLASSES["direct"] = tf.keras.layers.Conv3D
     try:
         with model.batch_norm_class(tf.keras.layers.BatchNormalization):
             yield
     finally:
-        model._padded_conv, model.DROPOUT = saved
+        model._padded_conv, model.DROPOUT, model.FORM_CLASSES["direct"] = saved
 
 
 def reference_forms() -> dict:
@@ -396,12 +399,13 @@ def _probe_forms(args, precision: str) -> dict:
 
     candidates = formprobe.tf_candidates(args.preset, precision, args.batch_size)
     first = {name: forms[0] for name, forms in model.candidate_forms(precision).items()}
-    return formprobe.probe(candidates, first).forms
+    steps = formprobe.tf_steps(args.preset, precision, args.batch_size)
+    return formprobe.check_by_steps(formprobe.probe(candidates, first), steps).forms
 
 
 def worker_forms(args) -> dict:
-    """Every convolution of the model in every form it can take (gan3d.model.LAYER_FORMS), forward
-    + both gradients at the step's shapes (gan3d.formprobe's callables), in interleaved rounds:
+    """Every convolution of the model in every form it can take (gan3d.model.LAYER_FORMS), its
+    passes of one step at the step's shapes (gan3d.formprobe's callables), in interleaved rounds:
     what gan3d.model.FFT_LAYERS was chosen from, and what `gan3d train --forms auto` probes."""
     _tf(args.threads, args.inter_op_threads)
     from gan3d import formprobe
@@ -768,8 +772,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--forms",
         action="store_true",
-        help="only every convolution (fwd + both grads) in each of its forms (direct, packed, "
-        "col2im, frequency domain), one process, interleaved: what gan3d train --forms auto probes",
+        help="only every convolution (its passes of one step, gan3d.formprobe.step_passes) in each "
+        "of its forms (direct, packed, col2im, folded, frequency domain), one process, "
+        "interleaved: what gan3d train --forms auto probes",
     )
     ap.add_argument(
         "--elementwise",
@@ -996,9 +1001,9 @@ def forms(args) -> int:
 
     f = run_worker("forms", args, 2)
     fixed = fixed_forms(args.precision)
-    names = ("direct", "packed", "col2im", "fft")
+    names = ("direct", "packed", "col2im", "folded", "fft")
     print(
-        f"| convolution, fwd + both grads, {args.precision}, batch {args.batch_size}, 1×2 "
+        f"| convolution, one step's passes (D's halved), {args.precision}, batch {args.batch_size}, 1×2 "
         f"({args.repeat} interleaved rounds × {args.steps}) | "
         + " | ".join(f"{n}, best ms" for n in names)
         + " | fastest (median wall) | fastest (median CPU s) | --forms fft |"

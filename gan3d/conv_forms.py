@@ -16,6 +16,15 @@ positions side by side in 16 (or 12) channels (`packed_forward`): forward passes
 faster in fp32 and up to 2.7x in bf16 on an Intel AMX machine (the bf16 32 -> 8 layer a tie;
 docs/benchmarks.md), and both gradients with TensorFlow's own kernels.
 
+On AMX the first layer's 1-channel input also leaves oneDNN's bf16 kernels idle, forward and
+weight-gradient as well: `FoldedImageConv3D` stacks the image's 5 depth-shifted copies as 5 input
+channels and convolves them with a 1 x 5 x 5 kernel (the 5^3 kernel's depth moved into its input
+channels), 1.4-1.7x faster in bf16 on a Xeon with AMX (docs/benchmarks.md), slower in float32.
+
+In a bf16 model every convolution hands its output on in float32 and adds its bias there: the
+layers after it compute in float32 anyway (gan3d.model.ELEMENTWISE_DTYPE), and TensorFlow's bias
+add and its gradient in float32 cost less than in bfloat16 (the cast moves before the bias add).
+
 Parameters and outputs of these layers are those of `tf.keras.layers.Conv3D` (they subclass
 it), so the model is the reference model.
 """
@@ -103,6 +112,68 @@ def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return conv(x, tf.convert_to_tensor(kernel))
 
 
+def _fold_depth(x: tf.Tensor, kd: int) -> tf.Tensor:
+    """(b, d, h, w, 1) -> (b, d, h, w, kd): channel i holds the SAME-padded volume shifted by i
+    along depth, so a depth-1 convolution over these channels sums the kd depth taps."""
+    before = (kd - 1) // 2
+    d = int(x.shape[1])
+    padded = tf.pad(x, [[0, 0], [before, kd - 1 - before], [0, 0], [0, 0], [0, 0]])
+    return tf.concat([padded[:, i : i + d] for i in range(kd)], axis=-1)
+
+
+def _unfold_depth(dxd: tf.Tensor, kd: int) -> tf.Tensor:
+    """The gradient of `_fold_depth`: channel i's gradient added back at its depth shift, in
+    float32 (as col2im_input_grad sums its taps), then cut to the unpadded volume."""
+    before = (kd - 1) // 2
+    d = int(dxd.shape[1])
+    g = tf.cast(dxd, tf.float32)
+    full = tf.add_n(
+        [
+            tf.pad(g[..., i : i + 1], [[0, 0], [i, kd - 1 - i], [0, 0], [0, 0], [0, 0]])
+            for i in range(kd)
+        ]
+    )
+    return tf.cast(full[:, before : before + d], dxd.dtype)
+
+
+def folded_image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """Stride-1 SAME conv3d of a 1-channel volume with the depth taps as input channels.
+
+    y[q] = sum_{i,j,k} x[q + (i,j,k) - pad] W[i,j,k] = sum_{j,k} sum_i xd_i[q + (0,j,k) - pad] W[i,j,k]
+    with xd_i the volume shifted by i along depth: one (1, kh, kw) convolution of kd channels.
+    Both gradients are the backprop kernels of that convolution (the weight-gradient's taps moved
+    back), so forward, input- and weight-gradient all run with kd input channels instead of 1."""
+    kd = int(kernel.shape[0])
+    strides = [1, 1, 1, 1, 1]
+
+    @tf.custom_gradient
+    def conv(x, kernel):
+        xd = _fold_depth(x, kd)
+        wd = tf.transpose(kernel, (3, 1, 2, 0, 4))  # (1, kh, kw, kd, cout): depth taps as channels
+        y = tf.nn.conv3d(xd, wd, strides, "SAME")
+
+        def grad(dy):
+            dwd = tf.raw_ops.Conv3DBackpropFilterV2(
+                input=xd,
+                filter_sizes=tf.shape(wd),
+                out_backprop=dy,
+                strides=strides,
+                padding="SAME",
+            )
+            dxd = tf.raw_ops.Conv3DBackpropInputV2(
+                input_sizes=tf.shape(xd),
+                filter=wd,
+                out_backprop=dy,
+                strides=strides,
+                padding="SAME",
+            )
+            return _unfold_depth(dxd, kd), tf.transpose(dwd, (3, 1, 2, 0, 4))
+
+        return y, grad
+
+    return conv(x, tf.convert_to_tensor(kernel))
+
+
 def paired_kernel(kernel: tf.Tensor) -> tf.Tensor:
     """(kd, kh, kw, ci, co) -> (kd, kh, kw+1, ci, 2co): W at w-offset 0 in the first co output
     channels, W at w-offset 1 in the next co, so one stride-2 step along w computes 2 outputs."""
@@ -163,7 +234,28 @@ def packed_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
     return conv(x, tf.convert_to_tensor(kernel))
 
 
-class PackedConv3D(tf.keras.layers.Conv3D):
+class Conv3D(tf.keras.layers.Conv3D):
+    """`tf.keras.layers.Conv3D` whose output leaves in the layer's variable dtype (float32) with
+    the bias added there; in a float32 model it is Keras' own. It keeps Keras' class name: a
+    `.weights.h5` file names a layer's weights by its class (gan3d.model.generator_for_weights)."""
+
+    def add_weight(self, name=None, *args, **kwargs):
+        if name == "bias":  # a float32 bias inside a bfloat16 call, not cast down to bfloat16
+            kwargs["experimental_autocast"] = False
+        return super().add_weight(name, *args, **kwargs)
+
+    def convolution_op(self, inputs, kernel):
+        return _in_variable_dtype(self, tf.keras.layers.Conv3D.convolution_op(self, inputs, kernel))
+
+
+def _in_variable_dtype(layer: tf.keras.layers.Layer, y: tf.Tensor) -> tf.Tensor:
+    """The convolution's output as the bias add takes it: float32 (a no-op in a float32 model).
+    The probe (gan3d.formprobe) calls the forms' `convolution_op` on a layer of another form, so
+    these methods name their functions, not `super()`."""
+    return tf.cast(y, layer.dtype)
+
+
+class PackedConv3D(Conv3D):
     """`Conv3D` (stride 1, 'valid' or 'same' with an odd kernel) run as `packed_conv3d`.
 
     With padding 'same' it is also the reference's ZeroPadding3D((K-1)/2) + VALID pair fused."""
@@ -185,10 +277,10 @@ class PackedConv3D(tf.keras.layers.Conv3D):
             )
 
     def convolution_op(self, inputs, kernel):
-        return packed_conv3d(inputs, kernel, self.padding.upper())
+        return _in_variable_dtype(self, packed_conv3d(inputs, kernel, self.padding.upper()))
 
 
-class ImageConv3D(tf.keras.layers.Conv3D):
+class ImageConv3D(Conv3D):
     """`Conv3D` (stride 1, 'same') on a 1-channel image with the faster input-gradient."""
 
     def build(self, input_shape):
@@ -206,4 +298,11 @@ class ImageConv3D(tf.keras.layers.Conv3D):
             )
 
     def convolution_op(self, inputs, kernel):
-        return image_conv3d(inputs, kernel)
+        return _in_variable_dtype(self, image_conv3d(inputs, kernel))
+
+
+class FoldedImageConv3D(ImageConv3D):
+    """`ImageConv3D` computed as `folded_image_conv3d`: faster where the bf16 kernels are AMX."""
+
+    def convolution_op(self, inputs, kernel):
+        return _in_variable_dtype(self, folded_image_conv3d(inputs, kernel))

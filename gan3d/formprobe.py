@@ -1,9 +1,10 @@
 """Which form each convolution runs fastest in on this machine, measured in a few seconds.
 
 Which form of a convolution wins (oneDNN's own, packed channels, the col2im input-gradient, the
-frequency domain) depends on the CPU family, the thread count and the batch: a table measured on
-one machine chose wrongly on another. The probe times every form of every layer, forward and both
-gradients at the step's shapes, in interleaved rounds (a change of load hits all forms alike), and
+depth-folded first layer, the frequency domain) depends on the CPU family, the thread count and
+the batch: a table measured on one machine chose wrongly on another. The probe times every form of
+every layer, its passes of one training step (forward and gradients, as often as the step runs
+them) at the step's shapes, in interleaved rounds (a change of load hits all forms alike), and
 keeps the form with the lowest median time; the layer's first form (`gan3d.model.LAYER_FORMS`)
 stays unless another is faster by more than `MARGIN`, so that noise does not flip a tie.
 
@@ -13,6 +14,7 @@ they are tested without TensorFlow or real timings; `tf_candidates` builds the r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -35,6 +37,9 @@ class Probe:
     seconds: dict[str, dict[str, list[float]]]
     rounds: int
     wall_seconds: float  # the whole probe, warm-up (tracing) included
+    steps: dict | None = (
+        None  # `check_by_steps`: seconds per step of each set of forms, and the kept
+    )
 
     def median_ms(self) -> dict[str, dict[str, float]]:
         return {
@@ -48,6 +53,7 @@ class Probe:
             "rounds": self.rounds,
             "seconds": round(self.wall_seconds, 3),
             "median_ms": self.median_ms(),
+            "steps": self.steps,
         }
 
 
@@ -129,10 +135,111 @@ def probe(
     return Probe(choose(times, first), times, rounds, clock() - t0)
 
 
+# The sets of forms `check_by_steps` times as whole steps: the probe's choice, and the same without
+# the frequency domain (each such layer in its fastest other form).
+CHOSEN, WITHOUT_FFT = "probe's choice", "without the frequency domain"
+STEP_ROUNDS = 3
+
+
+def without_frequency_domain(probe: Probe) -> dict[str, str]:
+    """The probe's choice with each frequency-domain layer in its fastest other form."""
+    out = {}
+    for layer, form in probe.forms.items():
+        others = {
+            f: statistics.median(t) for f, t in probe.seconds[layer].items() if t and f != "fft"
+        }
+        out[layer] = min(others, key=others.__getitem__) if form == "fft" and others else form
+    return out
+
+
+def check_by_steps(
+    probe: Probe,
+    steps: Callable[[Mapping[str, Mapping[str, str]]], Mapping[str, Callable[[], object]]],
+    *,
+    rounds: int = STEP_ROUNDS,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Probe:
+    """Settle the frequency domain by whole training steps: `steps(sets)` gives one step's callable
+    per set of forms, timed in interleaved rounds; the probe's choice stays unless the set without
+    the frequency domain is faster by more than MARGIN. The layer probe times each layer alone with
+    its data in cache, which favours the memory-bound transforms: on a Xeon with AMX in bf16 it
+    chose them for layers where whole steps ran 8% slower with them (docs/benchmarks.md)."""
+    alternative = without_frequency_domain(probe)
+    if alternative == probe.forms:
+        return probe
+    t0 = clock()
+    sets = {CHOSEN: probe.forms, WITHOUT_FFT: alternative}
+    times, _ = time_forms(
+        {"step": steps(sets)},
+        min_rounds=rounds,
+        max_rounds=rounds,
+        budget=0.0,
+        drop_above=float("inf"),
+        clock=clock,
+    )
+    kept = choose(times, {"step": CHOSEN})["step"]
+    record = {name: [round(t, 4) for t in times["step"][name]] for name in sets} | {"kept": kept}
+    return dataclasses.replace(
+        probe,
+        forms=dict(sets[kept]),
+        wall_seconds=probe.wall_seconds + clock() - t0,
+        steps=record,
+    )
+
+
+def tf_steps(
+    preset: str, precision: str, batch: int
+) -> Callable[[Mapping[str, Mapping[str, str]]], dict[str, Callable[[], object]]]:
+    """`check_by_steps`'s `steps`: per set of forms a training step (gan3d.step, no Horovod) of
+    the run's shape on a random batch."""
+
+    def build(sets: Mapping[str, Mapping[str, str]]) -> dict[str, Callable[[], object]]:
+        import numpy as np
+
+        from gan3d import model, step
+
+        rng = np.random.default_rng(0)
+        images = rng.gamma(0.3, 0.05, (batch, *model.IMAGE_SHAPE)).astype("f4")
+        out = {}
+        for name, forms in sets.items():
+            s = step.TrainStep(
+                model.generator(preset, precision, forms=forms),
+                model.discriminator(preset, precision, forms=forms),
+            )
+            inputs = (
+                images,
+                rng.uniform(0.1, 5.0, batch).astype("f4"),
+                images.sum(axis=(1, 2, 3, 4)),
+            )
+            out[name] = lambda s=s, inputs=inputs: s(*inputs)["g_loss"].numpy()
+        return out
+
+    return build
+
+
+# What one training step (gan3d.step) asks of each convolution, as passes of (the gradients each
+# needs): D runs forward and both gradients for its two updates and forward and the input-gradient
+# for the two G updates (the first layer's input is data: no input-gradient in D's updates), halved
+# here; G runs forward once for the fakes and forward and both gradients for its two updates. A
+# form's time for this mix is its share of the step, so a form with a fast backward but a slow
+# forward is weighed as the step weighs it. Each ends with a kernel gradient (what a call returns).
+D_PASSES = (("input",), ("input", "kernel"))
+D_FIRST_PASSES = (("input",), ("kernel",))
+G_PASSES = ((), ("input", "kernel"), ("input", "kernel"))
+
+
+def step_passes(layer: str) -> tuple[tuple[str, ...], ...]:
+    """The passes of `layer` in one step (halved for D): see D_PASSES, D_FIRST_PASSES, G_PASSES."""
+    if layer == "d_conv1":
+        return D_FIRST_PASSES
+    return D_PASSES if layer.startswith("d_") else G_PASSES
+
+
 def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str, Callable]]:
-    """Per layer and form one forward + both gradients of that convolution at the step's shapes
-    (random input, the layer's initial kernel), as the model runs it: the form's class's own
-    convolution op, traced once as a tf.function."""
+    """Per layer and form the layer's passes of one step (`step_passes`) at the step's shapes and
+    dtypes (random inputs, the layer's initial kernel), as the model runs them: the form's class's
+    own convolution op, traced once as a tf.function. Each pass has its own input, so that no pass
+    is another's common subexpression."""
     import tensorflow as tf
 
     from gan3d import model
@@ -147,8 +254,16 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
     layers = {layer.name: layer for net in nets for layer in net.layers}
     out: dict[str, dict[str, Callable]] = {}
     for seed, (name, forms) in enumerate(model.candidate_forms(precision).items()):
-        layer = layers[name]
-        x = tf.cast(tf.random.stateless_normal((batch, *layer.input_shape[1:]), [seed, 1]), dtype)
+        layer, passes = layers[name], step_passes(name)
+        # in the dtype the model hands the layer (float32 after the float32 elementwise layers,
+        # bfloat16 after a bf16 padding or upsampling), so a form pays the cast the step pays
+        xs = [
+            tf.cast(
+                tf.random.stateless_normal((batch, *layer.input_shape[1:]), [seed, i]),
+                layer.input.dtype,
+            )
+            for i in range(len(passes))
+        ]
         out[name] = {}
         for form in forms:
             op = getattr(model.FORM_CLASSES[form], "convolution_op")  # noqa: B009 (a Keras class)
@@ -156,12 +271,20 @@ def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str
             compute = tf.float32 if form == "fft" else dtype
             w = tf.cast(tf.convert_to_tensor(layer.kernel), compute)
 
-            def fwd_bwd(a, k, *, op=op, layer=layer, compute=compute):
-                with tf.GradientTape() as tape:
-                    tape.watch([a, k])
-                    y = op(layer, tf.cast(a, compute), k)
-                return tape.gradient(y, [a, k], output_gradients=tf.ones_like(y))
+            def step_share(inputs, k, *, op=op, layer=layer, compute=compute, passes=passes):
+                results = []
+                for a, wrt in zip(inputs, passes):
+                    with tf.GradientTape() as tape:
+                        tape.watch([a, k])
+                        y = op(layer, tf.cast(a, compute), k)
+                    sources = [{"input": a, "kernel": k}[g] for g in wrt]
+                    results += (
+                        tape.gradient(y, sources, output_gradients=tf.ones_like(y))
+                        if sources
+                        else [y]
+                    )
+                return results
 
-            fn = tf.function(fwd_bwd, autograph=False)  # plain ops: nothing to convert
-            out[name][form] = lambda fn=fn, x=x, w=w: fn(x, w)[1].numpy()
+            fn = tf.function(step_share, autograph=False)  # plain ops: nothing to convert
+            out[name][form] = lambda fn=fn, xs=xs, w=w: fn(xs, w)[-1].numpy()
     return out

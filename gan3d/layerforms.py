@@ -1,7 +1,8 @@
 """`gan3d train --forms`: the form each convolution of a run computes in, and where it came from.
 
 - `auto` (the default): this machine's cached choice (gan3d.formcache) for the same key, else a
-  probe (gan3d.formprobe), whose choice is then cached;
+  probe (gan3d.formprobe: each layer's forms, then the frequency domain settled by timing whole
+  steps with and without it), whose choice is then cached;
 - `probe`: a probe whatever the cache holds (the cache is then replaced);
 - `fft`: the fixed table (`gan3d.model.FFT_LAYERS` in the frequency domain in float32, measured on
   one CPU family), the same forms on every machine;
@@ -120,7 +121,8 @@ def choose_forms(
             candidates = formprobe.tf_candidates(
                 shape.preset, shape.precision, shape.batch_per_rank
             )
-            return formprobe.probe(candidates, first)
+            steps = formprobe.tf_steps(shape.preset, shape.precision, shape.batch_per_rank)
+            return formprobe.check_by_steps(formprobe.probe(candidates, first), steps)
 
     measured = run_probe()
     forms = model.check_forms(share(measured.forms), shape.precision)

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.utils.generic_utils import to_snake_case
 
-from gan3d.conv_forms import ImageConv3D, PackedConv3D
+from gan3d.conv_forms import Conv3D, FoldedImageConv3D, ImageConv3D, PackedConv3D
 from gan3d.fast_layers import BitsDropout, FoldedBatchNormalization
 from gan3d.fft_conv import FFTConv3D
 
@@ -90,12 +90,14 @@ FFT_LAYERS = frozenset(
 
 # The classes of the forms a convolution can run in (the same variables and outputs in each):
 # oneDNN's own ("direct"), two output positions packed into the channel blocks ("packed"), the
-# 1-channel input's gradient as matmul + col2im ("col2im"), the frequency domain ("fft": in float32,
-# in a bf16 model too, where it takes bfloat16 and gives float32 to the float32 layers after it).
+# 1-channel input's gradient as matmul + col2im ("col2im"), the 1-channel input's depth taps as
+# input channels ("folded"), the frequency domain ("fft": in float32, in a bf16 model too). In a
+# bf16 model each takes bfloat16 and gives float32 to the float32 layers after it.
 FORM_CLASSES: dict[str, type] = {
-    "direct": tf.keras.layers.Conv3D,
+    "direct": Conv3D,
     "packed": PackedConv3D,
     "col2im": ImageConv3D,
+    "folded": FoldedImageConv3D,
     "fft": FFTConv3D,
 }
 # Every convolution of the model and the forms it can take; the first is the form where none is
@@ -105,7 +107,7 @@ LAYER_FORMS: dict[str, tuple[str, ...]] = {
     "g_conv2": ("packed", "direct", "fft"),
     "g_conv3": ("packed", "direct", "fft"),
     "g_conv4": ("direct", "fft"),
-    "d_conv1": ("col2im", "direct", "fft"),
+    "d_conv1": ("col2im", "direct", "folded", "fft"),
     "d_conv2": ("packed", "direct", "fft"),
     "d_conv3": ("packed", "direct", "fft"),
     "d_conv4": ("packed", "direct", "fft"),

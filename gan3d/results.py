@@ -44,7 +44,7 @@ Conventions, so that a report can compare runs:
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
   the paper's count), more than the arithmetic the CPU executed.
 - `layer_forms` (may be absent: not recorded) is how each convolution ran (`gan3d.layerforms`):
-  `forms` (layer -> "direct", "packed", "col2im" or "fft"), `source` ("probe", "cache", or a fixed
+  `forms` (layer -> "direct", "packed", "col2im", "folded" or "fft"), `source` ("probe", "cache", or a fixed
   table named by its --forms), `cache_file` (where the choice is kept, null if nowhere), and `probe`
   (this run's measurement: rounds, seconds, median ms per layer and form; null when none ran).
 - Provenance (since gan3d-run/2): `started_utc`, `ended_utc` (ISO 8601, UTC) of rank 0's

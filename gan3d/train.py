@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--forms",
         choices=layerforms.MODES,
         default=layerforms.default_mode(),
-        help="each convolution's form (direct, packed, col2im, frequency domain): auto (default, "
+        help="each convolution's form (direct, packed, col2im, folded, frequency domain): auto (default, "
         f"else ${layerforms.ENV}) takes this machine's cached choice or measures it in a few "
         "seconds at start and caches it; probe measures again; fft is the fixed table of one CPU "
         "family; direct puts no layer in the frequency domain",

@@ -265,3 +265,48 @@ def test_col2im_input_grad_of_bf16_operands_accumulates_in_float32():
     assert got.dtype == tf.bfloat16
     err = np.abs(up(got).numpy() - exact)
     assert np.sqrt((err**2).mean() / (magnitude**2).mean()) < 2.0**-12
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    ksize=_KERNEL,
+    cout=st.integers(1, 9),
+    extra=st.tuples(*[st.integers(0, 4)] * 3),
+    batch=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_folded_image_conv3d_is_tf_conv3d_with_its_gradients(ksize, cout, extra, batch, seed):
+    """Any kernel (even depths pad as TensorFlow's SAME does: the odd pad after), any volume
+    down to one cell per axis: values and both gradients equal tf.nn.conv3d's."""
+    shape = (batch,) + tuple(1 + e for e in extra) + (1,)
+    x = tf.random.stateless_normal(shape, [seed, 1])
+    w = tf.random.stateless_normal(ksize + (1, cout), [seed, 2])
+    upstream = tf.random.stateless_normal(shape[:-1] + (cout,), [seed, 3])
+
+    ours = value_and_grads(conv_forms.folded_image_conv3d, x, w, upstream)
+    ref = value_and_grads(lambda a, b: tf.nn.conv3d(a, b, [1] * 5, "SAME"), x, w, upstream)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_folded_forward_runs_one_conv_with_the_depth_taps_as_channels():
+    """What makes it fast: one convolution with 5 input channels and a depth-1 kernel."""
+    x, w = tf.zeros((1, 9, 9, 9, 1)), tf.zeros((5, 5, 5, 1, 32))
+    graph = tf.function(conv_forms.folded_image_conv3d).get_concrete_function(x, w).graph
+    convs = [op for op in graph.get_operations() if op.type == "Conv3D"]
+    assert len(convs) == 1
+    assert convs[0].inputs[0].shape[-1] == 5 and convs[0].inputs[1].shape[:4] == (1, 5, 5, 5)
+
+
+@pytest.mark.parametrize("form", sorted(set(model.FORM_CLASSES) - {"fft"}))
+def test_a_bf16_convolution_adds_its_bias_in_float32(form):
+    """In a bf16 model every form hands its output on in float32 with the bias added there: a
+    bias that bfloat16 cannot hold (1 + 2^-12) comes out whole, where a bfloat16 add gives 1."""
+    name = "d_conv1" if form in ("col2im", "folded") else "d_conv2"  # a layer that has the form
+    forms = {**model.fixed_forms("bf16"), name: form}
+    layer = model.discriminator("tiny", "bf16", forms=forms).get_layer(name)
+    assert type(layer) is model.FORM_CLASSES[form]
+    layer.bias.assign(tf.fill(layer.bias.shape, 1 + 2**-12))
+    out = layer(tf.zeros((1, *layer.input_shape[1:])))
+    assert out.dtype == tf.float32 and layer.compute_dtype == "bfloat16"
+    np.testing.assert_array_equal(out.numpy(), np.float32(1 + 2**-12))

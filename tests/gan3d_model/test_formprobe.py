@@ -110,3 +110,60 @@ def test_the_choice_is_the_fastest_form_or_the_first_within_the_margin(costs_ms,
         assert got == first
     else:
         assert costs_ms[got] == fastest
+
+
+def _step_costs(clock: FakeClock, per_set: dict[str, float], asked: list):
+    """`check_by_steps`'s `steps`: a step per set of forms, costing by the set's name."""
+
+    def steps(sets):
+        asked.append({name: dict(forms) for name, forms in sets.items()})
+        return {name: clock.costing("step", name, per_set[name]) for name in sets}
+
+    return steps
+
+
+def _probed(clock: FakeClock, costs: dict[str, dict[str, float]], first: dict[str, str]):
+    return formprobe.probe(_candidates(clock, costs), first, clock=clock)
+
+
+def test_whole_steps_settle_the_frequency_domain_the_layer_probe_chose():
+    """The layer probe chose the frequency domain for d_conv3; whole steps without it are 8%
+    faster, so its fastest other form (direct, not the first form packed) takes its place."""
+    costs = {
+        "d_conv3": {"packed": 0.017, "direct": 0.016, "fft": 0.013},
+        "d_conv1": {"col2im": 0.02, "folded": 0.01},
+    }
+    first = {"d_conv3": "packed", "d_conv1": "col2im"}
+    clock, asked = FakeClock(), []
+    probed = _probed(clock, costs, first)
+    assert probed.forms == {"d_conv3": "fft", "d_conv1": "folded"}
+    per_set = {formprobe.CHOSEN: 0.75, formprobe.WITHOUT_FFT: 0.69}
+    checked = formprobe.check_by_steps(probed, _step_costs(clock, per_set, asked), clock=clock)
+    assert asked == [
+        {
+            formprobe.CHOSEN: probed.forms,
+            formprobe.WITHOUT_FFT: {"d_conv3": "direct", "d_conv1": "folded"},
+        }
+    ]
+    assert checked.forms == {"d_conv3": "direct", "d_conv1": "folded"}
+    assert checked.steps["kept"] == formprobe.WITHOUT_FFT
+    assert checked.steps[formprobe.CHOSEN] == [0.75] * formprobe.STEP_ROUNDS
+    # each set once untimed (tracing), then STEP_ROUNDS timed steps
+    assert clock.calls[("step", formprobe.CHOSEN)] == formprobe.STEP_ROUNDS + 1
+    assert checked.wall_seconds > probed.wall_seconds
+    assert checked.record()["steps"] == checked.steps
+
+
+def test_whole_steps_within_the_margin_keep_the_probes_choice():
+    clock, asked = FakeClock(), []
+    probed = _probed(clock, {"g_conv1": {"direct": 0.012, "fft": 0.008}}, {"g_conv1": "direct"})
+    per_set = {formprobe.CHOSEN: 0.70, formprobe.WITHOUT_FFT: 0.68}  # 3% faster: a tie
+    checked = formprobe.check_by_steps(probed, _step_costs(clock, per_set, asked), clock=clock)
+    assert checked.forms == {"g_conv1": "fft"} and checked.steps["kept"] == formprobe.CHOSEN
+
+
+def test_no_step_is_timed_when_no_layer_chose_the_frequency_domain():
+    clock, asked = FakeClock(), []
+    probed = _probed(clock, {"d_conv2": {"packed": 0.01, "fft": 0.03}}, {"d_conv2": "packed"})
+    checked = formprobe.check_by_steps(probed, _step_costs(clock, {}, asked), clock=clock)
+    assert checked == probed and asked == [] and checked.record()["steps"] is None

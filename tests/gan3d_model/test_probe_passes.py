@@ -1,0 +1,53 @@
+"""The probe weighs each convolution's forms by the passes one training step runs of it
+(gan3d.formprobe.step_passes): counted here in the step's own traced graph, where the gradients
+no update needs are left out as TensorFlow's graph pruning leaves them out."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from gan3d import formprobe, model, step  # noqa: E402
+
+KINDS = {"Conv3D": None, "Conv3DBackpropInputV2": "input", "Conv3DBackpropFilterV2": "kernel"}
+
+
+def _live_ops(graph) -> list:
+    """The ops the step's outputs or its variable updates depend on (what runs)."""
+    roots = [t.op for t in graph.outputs] + [
+        op for op in graph.get_operations() if op.type.startswith(("Assign", "ResourceApply"))
+    ]
+    seen, stack = set(), list(roots)
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack += [t.op for t in op.inputs] + list(op.control_inputs)
+    return [op for op in graph.get_operations() if op.name in seen]
+
+
+def test_step_passes_count_the_convolutions_one_step_runs():
+    direct = dict.fromkeys(model.LAYER_FORMS, "direct")  # TensorFlow's own gradients: named ops
+    s = step.TrainStep(
+        model.generator("tiny", forms=direct),
+        model.discriminator("tiny", forms=direct),
+        config=step.StepConfig(seed=1),
+    )
+    counted: collections.Counter = collections.Counter()
+    for op in _live_ops(s.concrete_train_function(2).graph):
+        if op.type in KINDS:
+            layer = next(part for part in op.name.split("/") if "_conv" in part)
+            counted[layer, KINDS[op.type]] += 1
+    for layer in model.LAYER_FORMS:
+        passes = formprobe.step_passes(layer)
+        times = 2 if layer.startswith("d_") else 1  # D's passes are the step's halved
+        want = {
+            None: times * len(passes),
+            "input": times * sum("input" in p for p in passes),
+            "kernel": times * sum("kernel" in p for p in passes),
+        }
+        assert {kind: counted[layer, kind] for kind in want} == want, layer
