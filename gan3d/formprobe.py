@@ -15,6 +15,7 @@ they are tested without TensorFlow or real timings; `tf_candidates` builds the r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import statistics
 import time
@@ -187,6 +188,10 @@ def check_by_steps(
     )
 
 
+def _one_step(s, inputs) -> object:
+    return s(*inputs)["g_loss"].numpy()
+
+
 def tf_steps(
     preset: str, precision: str, batch: int
 ) -> Callable[[Mapping[str, Mapping[str, str]]], dict[str, Callable[[], object]]]:
@@ -200,7 +205,7 @@ def tf_steps(
 
         rng = np.random.default_rng(0)
         images = rng.gamma(0.3, 0.05, (batch, *model.IMAGE_SHAPE)).astype("f4")
-        out = {}
+        out: dict[str, Callable[[], object]] = {}
         for name, forms in sets.items():
             s = step.TrainStep(
                 model.generator(preset, precision, forms=forms),
@@ -211,7 +216,7 @@ def tf_steps(
                 rng.uniform(0.1, 5.0, batch).astype("f4"),
                 images.sum(axis=(1, 2, 3, 4)),
             )
-            out[name] = lambda s=s, inputs=inputs: s(*inputs)["g_loss"].numpy()
+            out[name] = functools.partial(_one_step, s, inputs)
         return out
 
     return build
