@@ -64,16 +64,18 @@ class RunShape:
 
 
 def cache_key(shape: RunShape, allowed: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
-    """The CPU (model and every flag), the TensorFlow version, the run's shape and the candidates."""
+    """The CPU (model and every flag), the TensorFlow version and whether ITEX's kernels run it
+    (they replace oneDNN's, so a form's speed is theirs), the run's shape and the candidates."""
     import tensorflow as tf
 
-    from gan3d import cpu
+    from gan3d import cpu, itex
 
     flags = " ".join(sorted(cpu.cpu_flags()))
     return {
         "cpu_model": cpu.cpu_model(),
         "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest(),
         "tensorflow": tf.__version__,
+        "itex": itex.seen_here().library,
         **vars(shape),
         "candidates": {name: list(forms) for name, forms in allowed.items()},
     }
