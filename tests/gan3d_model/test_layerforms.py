@@ -79,7 +79,6 @@ def test_another_batch_threads_or_precision_is_another_key(tmp_path):
     assert got.source == "probe" and bf16.calls == 1 and "fft" not in got.forms.values()
 
 
-
 def test_itex_kernels_running_the_model_are_another_key(tmp_path, monkeypatch):
     """ITEX's kernels replace oneDNN's: forms measured without them are not reused with them."""
     from gan3d import itex
@@ -93,6 +92,7 @@ def test_itex_kernels_running_the_model_are_another_key(tmp_path, monkeypatch):
     keys = [json.loads(f.read_text())["key"]["itex"] for f in (tmp_path / "cache").iterdir()]
     assert sorted(keys, key=str) == sorted([None, library], key=str)
     assert _choose(tmp_path, probe).source == "cache" and probe.calls == 2
+
 
 def test_a_cache_file_with_another_key_is_refused_with_a_warning_and_measured_again(tmp_path):
     probe = CountingProbe(_measured())
