@@ -6,7 +6,8 @@ whether ITEX's kernels run the model, the preset, precision, batch per rank, thr
 inter-op threads, ranks per node, and the forms each layer could take. The file is named by the
 key's digest and holds the key itself: a file whose key differs (a hash collision, an edited or
 copied file), that is damaged or names a form the layer cannot take is not used (a warning says
-why, and the probe runs again); one that is not a forms file at all (no `format` of gan3d-forms) is left as it is, and nothing is cached there.
+why, and the probe runs again); one that is not a forms file at all (no `format` of gan3d-forms)
+is left as it is, and nothing is cached there.
 """
 
 from __future__ import annotations
