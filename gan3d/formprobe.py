@@ -140,6 +140,22 @@ def probe(
 # the frequency domain (each such layer in its fastest other form).
 CHOSEN, WITHOUT_FFT = "probe's choice", "without the frequency domain"
 STEP_ROUNDS = 3
+# Whole steps are timed only where the layer probe finds the frequency domain saves less than this
+# share of the convolutions' time: a larger saving (2-3x per layer in float32) no step misjudges.
+CHECK_BELOW = 0.15
+
+
+def predicted_saving(probe: Probe, other: Mapping[str, str]) -> float:
+    """The share of one step's convolution time the probe's choice saves against `other`, from the
+    probe's medians (D's passes counted twice: they are the step's halved)."""
+
+    def total(forms: Mapping[str, str]) -> float:
+        return sum(
+            (2 if layer.startswith("d_") else 1) * statistics.median(probe.seconds[layer][form])
+            for layer, form in forms.items()
+        )
+
+    return 1 - total(probe.forms) / total(other)
 
 
 def without_frequency_domain(probe: Probe) -> dict[str, str]:
@@ -164,9 +180,10 @@ def check_by_steps(
     per set of forms, timed in interleaved rounds; the probe's choice stays unless the set without
     the frequency domain is faster by more than MARGIN. The layer probe times each layer alone with
     its data in cache, which favours the memory-bound transforms: on a Xeon with AMX in bf16 it
-    chose them for layers where whole steps ran 8% slower with them (docs/benchmarks.md)."""
+    chose them for layers where whole steps ran 6-8% slower with them (docs/benchmarks.md). Where
+    the probe finds them saving CHECK_BELOW or more, no step is timed."""
     alternative = without_frequency_domain(probe)
-    if alternative == probe.forms:
+    if alternative == probe.forms or predicted_saving(probe, alternative) >= CHECK_BELOW:
         return probe
     t0 = clock()
     sets = {CHOSEN: probe.forms, WITHOUT_FFT: alternative}
