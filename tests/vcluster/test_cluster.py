@@ -17,6 +17,7 @@ from kit.cli import main
 from kit.site import load_site
 from kit.vcluster import VclusterError, down, status, up
 from kit.vcluster.daemons import recorded_pid
+from kit.vcluster.sites import default_intel_mpi
 from kit.vcluster.state import load_state
 from tests.support.vcluster import cluster_links, fresh_name
 
@@ -34,8 +35,11 @@ def _srun(state, *argv: str) -> list[str]:
 
 
 def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exactly_them(
-    cluster_dir, capsys
+    cluster_dir, capsys, impi_prefix
 ):
+    # the command line finds the Intel MPI in the kit's cache: the fixture puts it there first (on a
+    # fresh machine this test may be the run's first to need it)
+    assert impi_prefix.is_dir() and default_intel_mpi() is not None
     name = fresh_name()
     assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name]) == 0
     out = capsys.readouterr().out
