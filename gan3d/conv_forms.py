@@ -19,7 +19,8 @@ docs/benchmarks.md), and both gradients with TensorFlow's own kernels.
 On AMX the first layer's 1-channel input also leaves oneDNN's bf16 kernels idle, forward and
 weight-gradient as well: `FoldedImageConv3D` stacks the image's 5 depth-shifted copies as 5 input
 channels and convolves them with a 1 x 5 x 5 kernel (the 5^3 kernel's depth moved into its input
-channels), 1.4-1.7x faster in bf16 on a Xeon with AMX (docs/benchmarks.md), slower in float32.
+channels), 1.4-1.7x faster in bf16 on a Xeon with AMX (docs/benchmarks.md); in float32 its
+forward and weight-gradient are slower, and the frequency domain is faster than any of them.
 
 In a bf16 model every convolution hands its output on in float32 and adds its bias there: the
 layers after it compute in float32 anyway (gan3d.model.ELEMENTWISE_DTYPE), and TensorFlow's bias
@@ -38,6 +39,20 @@ from gan3d import cpu
 
 def _same_pads(kernel_size: tuple[int, ...]) -> list[int]:
     return [(k - 1) // 2 for k in kernel_size]  # TF's SAME: the odd pad goes after
+
+
+def _input_grad(x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor, padding: str) -> tf.Tensor:
+    """TensorFlow's own input-gradient of a stride-1 conv3d (oneDNN's backward-data kernel)."""
+    return tf.raw_ops.Conv3DBackpropInputV2(
+        input_sizes=tf.shape(x), filter=kernel, out_backprop=dy, strides=[1] * 5, padding=padding
+    )
+
+
+def _kernel_grad(x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor, padding: str) -> tf.Tensor:
+    """TensorFlow's own weight-gradient of a stride-1 conv3d (oneDNN's backward-weights kernel)."""
+    return tf.raw_ops.Conv3DBackpropFilterV2(
+        input=x, filter_sizes=tf.shape(kernel), out_backprop=dy, strides=[1] * 5, padding=padding
+    )
 
 
 def col2im_input_grad(dy: tf.Tensor, kernel: tf.Tensor, input_shape) -> tf.Tensor:
@@ -89,23 +104,10 @@ def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         y = tf.nn.conv3d(x, kernel, strides, "SAME")
 
         def grad(dy):
-            dw = tf.raw_ops.Conv3DBackpropFilterV2(
-                input=x,
-                filter_sizes=tf.shape(kernel),
-                out_backprop=dy,
-                strides=strides,
-                padding="SAME",
-            )
+            dw = _kernel_grad(x, kernel, dy, "SAME")
             if col2im:
                 return col2im_input_grad(dy, kernel, x.shape), dw
-            dx = tf.raw_ops.Conv3DBackpropInputV2(
-                input_sizes=tf.shape(x),
-                filter=kernel,
-                out_backprop=dy,
-                strides=strides,
-                padding="SAME",
-            )
-            return dx, dw
+            return _input_grad(x, kernel, dy, "SAME"), dw
 
         return y, grad
 
@@ -153,20 +155,7 @@ def folded_image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         y = tf.nn.conv3d(xd, wd, strides, "SAME")
 
         def grad(dy):
-            dwd = tf.raw_ops.Conv3DBackpropFilterV2(
-                input=xd,
-                filter_sizes=tf.shape(wd),
-                out_backprop=dy,
-                strides=strides,
-                padding="SAME",
-            )
-            dxd = tf.raw_ops.Conv3DBackpropInputV2(
-                input_sizes=tf.shape(xd),
-                filter=wd,
-                out_backprop=dy,
-                strides=strides,
-                padding="SAME",
-            )
+            dxd, dwd = _input_grad(xd, wd, dy, "SAME"), _kernel_grad(xd, wd, dy, "SAME")
             return _unfold_depth(dxd, kd), tf.transpose(dwd, (3, 1, 2, 0, 4))
 
         return y, grad
@@ -208,26 +197,11 @@ def packed_forward(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
 def packed_conv3d(x: tf.Tensor, kernel: tf.Tensor, padding: str) -> tf.Tensor:
     """Stride-1 conv3d ("SAME" with an odd kernel, or "VALID"): forward as `packed_forward`,
     input- and weight-gradient as TensorFlow's own backprop kernels for that padding."""
-    strides = [1, 1, 1, 1, 1]
 
     @tf.custom_gradient
     def conv(x, kernel):
         def grad(dy):
-            dx = tf.raw_ops.Conv3DBackpropInputV2(
-                input_sizes=tf.shape(x),
-                filter=kernel,
-                out_backprop=dy,
-                strides=strides,
-                padding=padding,
-            )
-            dw = tf.raw_ops.Conv3DBackpropFilterV2(
-                input=x,
-                filter_sizes=tf.shape(kernel),
-                out_backprop=dy,
-                strides=strides,
-                padding=padding,
-            )
-            return dx, dw
+            return _input_grad(x, kernel, dy, padding), _kernel_grad(x, kernel, dy, padding)
 
         return packed_forward(x, kernel, padding), grad
 

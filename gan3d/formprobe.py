@@ -38,9 +38,8 @@ class Probe:
     seconds: dict[str, dict[str, list[float]]]
     rounds: int
     wall_seconds: float  # the whole probe, warm-up (tracing) included
-    steps: dict | None = (
-        None  # `check_by_steps`: seconds per step of each set of forms, and the kept
-    )
+    # `check_by_steps`: seconds per step of each set of forms timed, and the set kept
+    steps: dict | None = None
 
     def median_ms(self) -> dict[str, dict[str, float]]:
         return {

@@ -44,9 +44,11 @@ Conventions, so that a report can compare runs:
   any named, `flop_per_second` and every % of peak are model FLOP per second (an effective rate,
   the paper's count), more than the arithmetic the CPU executed.
 - `layer_forms` (may be absent: not recorded) is how each convolution ran (`gan3d.layerforms`):
-  `forms` (layer -> "direct", "packed", "col2im", "folded" or "fft"), `source` ("probe", "cache", or a fixed
-  table named by its --forms), `cache_file` (where the choice is kept, null if nowhere), and `probe`
-  (this run's measurement: rounds, seconds, median ms per layer and form; null when none ran).
+  `forms` (layer -> "direct", "packed", "col2im", "folded" or "fft"), `source` ("probe", "cache",
+  or a fixed table named by its --forms), `cache_file` (where the choice is kept, null if
+  nowhere), and `probe` (this run's measurement: rounds, seconds, median ms per layer and form,
+  and `steps`: seconds of each whole step timed with and without the frequency domain and the set
+  kept, null when no step was timed; `probe` is null when none ran).
 - Provenance (since gan3d-run/2): `started_utc`, `ended_utc` (ISO 8601, UTC) of rank 0's
   run, `command_line` (the process's argv as Python received it, a list; the launcher's own words
   are not part of it), `kit_version` (the installed distribution), `git_commit` with
