@@ -146,11 +146,11 @@ CHECK_BELOW = 0.15
 
 def predicted_saving(probe: Probe, other: Mapping[str, str]) -> float:
     """The share of one step's convolution time the probe's choice saves against `other`, from the
-    probe's medians (D's passes counted twice: they are the step's halved)."""
+    probe's medians, each layer's as often as one step runs its passes (`step_share_times`)."""
 
     def total(forms: Mapping[str, str]) -> float:
         return sum(
-            (2 if layer.startswith("d_") else 1) * statistics.median(probe.seconds[layer][form])
+            step_share_times(layer) * statistics.median(probe.seconds[layer][form])
             for layer, form in forms.items()
         )
 
@@ -254,6 +254,11 @@ def step_passes(layer: str) -> tuple[tuple[str, ...], ...]:
     if layer == "d_conv1":
         return D_FIRST_PASSES
     return D_PASSES if layer.startswith("d_") else G_PASSES
+
+
+def step_share_times(layer: str) -> int:
+    """How many times `step_passes(layer)` one step runs (D's are the step's halved)."""
+    return 2 if layer.startswith("d_") else 1
 
 
 def tf_candidates(preset: str, precision: str, batch: int) -> dict[str, dict[str, Callable]]:
