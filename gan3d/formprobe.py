@@ -1,4 +1,4 @@
-"""Which form each convolution runs fastest in on this machine, measured in a few seconds.
+"""Which form each convolution runs fastest in on this machine, measured at the start of a run.
 
 Which form of a convolution wins (oneDNN's own, packed channels, the col2im input-gradient, the
 depth-folded first layer, the frequency domain) depends on the CPU family, the thread count and

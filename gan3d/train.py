@@ -176,10 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--forms",
         choices=layerforms.MODES,
         default=layerforms.default_mode(),
-        help="each convolution's form (direct, packed, col2im, folded, frequency domain): auto (default, "
-        f"else ${layerforms.ENV}) takes this machine's cached choice or measures it in a few "
-        "seconds at start and caches it; probe measures again; fft is the fixed table of one CPU "
-        "family; direct puts no layer in the frequency domain",
+        help="each convolution's form (direct, packed, col2im, folded, frequency domain): auto "
+        f"(default, else ${layerforms.ENV}) takes this machine's cached choice or measures it at "
+        "start (seconds; whole steps too where the frequency domain's saving is small) and caches "
+        "it; probe measures again; fft is the fixed table of one CPU family; direct puts no layer "
+        "in the frequency domain",
     )
     ap.add_argument(
         "--itex",
