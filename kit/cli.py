@@ -8,20 +8,50 @@ import sys
 import traceback
 
 from kit import __version__, interrupt
+from kit.commands.common import HelpFormatter, TopHelpFormatter, require_extra
 from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
 from kit.errors import KitError
 from kit.extras import missing_extra
 from kit.verbosity import add_flags, applied
 
+DESCRIPTION = """\
+Deploy AI training to an air-gapped HPC site and measure how it scales: build and convert the
+container image, pair it with the site's MPI, move it in, run Slurm sweeps, forecast node-hours."""
+
+EXAMPLES = """\
+examples:
+  kit site probe --out mysite.yaml                 describe this machine as a site
+  kit image convert gan3d.tar gan3d.sqfs --site mysite
+  kit mpi check gan3d.sqfs --site mysite           2 ranks with the host MPI bound in
+  kit transfer push gan3d.sqfs --site mysite --install
+  kit scale plan --site mysite --image gan3d.sqfs --nodes 1,2,4 --dir sweep -- --data DATA
+  kit scale submit sweep; kit scale collect sweep --wait; kit scale report sweep
+
+documentation: `kit docs` lists the topics, `kit docs TOPIC` prints one (e.g. kit docs howto/deploy);
+`kit COMMAND --help` for each command."""
+
 # Each module defines register(subparsers) adding one command group whose leaf
 # parsers set `func(args) -> int`.
-GROUPS = ["site", "mpi", "image", "transfer", "slurm", "scale", "study", "vcluster", "completion"]
+GROUPS = [
+    "site",
+    "mpi",
+    "image",
+    "transfer",
+    "slurm",
+    "scale",
+    "study",
+    "vcluster",
+    "completion",
+    "docs",
+]
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """With a group named first in `argv`, only that group is imported: its libraries (Fabric,
     the MPI probes, ...) are what a command's start-up time is made of."""
-    parser = argparse.ArgumentParser(prog="kit", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="kit", description=DESCRIPTION, epilog=EXAMPLES, formatter_class=TopHelpFormatter
+    )
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -29,16 +59,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version)
     add_flags(parser, leaf=False)
+    # `kit completion` needs the parser of every group (the commands never import kit.cli)
+    parser.set_defaults(whole_tree=build_parser)
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     first = next((a for a in argv or [] if not a.startswith("-")), None)
     for name in [first] if first in GROUPS else GROUPS:
-        try:
-            importlib.import_module(f"kit.commands.{name}").register(sub)
-        except ImportError as exc:
-            error = missing_extra(exc, f"kit {name}")
-            if error is None:
-                raise
-            _unavailable(sub, name, error)
+        # a group registers without its extra: the extras are imported when a command runs
+        importlib.import_module(f"kit.commands.{name}").register(sub)
+    for child in parsers(parser)[1:]:
+        child.formatter_class = HelpFormatter
     for leaf in leaves(parser):
         add_flags(leaf, leaf=True)
     return parser
@@ -81,16 +110,14 @@ def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return found if found or parser.get_default("func") is None else [parser]
 
 
-def _unavailable(sub: argparse._SubParsersAction, name: str, error: KitError) -> None:
-    """A group whose optional dependencies are not installed still shows in --help, and any of
-    its commands ends with the one line that names the extra to install."""
-    group = sub.add_parser(name, help=f"(not installed: {error.fix or error.what})", add_help=False)
-    group.add_argument("words", nargs=argparse.REMAINDER)
-
-    def fail(args: argparse.Namespace) -> int:
-        raise error
-
-    group.set_defaults(func=fail)
+def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """This parser and every one below it (groups and leaves), depth first."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += parsers(child)
+    return found
 
 
 def _paths_print_as_bytes() -> None:
@@ -112,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser(argv).parse_args(argv)
+        require_extra(args)
         with applied(args):
             return int(args.func(args) or 0)
     except ImportError as exc:
@@ -141,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _wants_json(args: argparse.Namespace | None, argv: list[str]) -> bool:
-    """Whether the command was run with --json: its parsed option, or, for a command whose group
-    could not be loaded (a missing extra takes its words unparsed), --json among its words."""
+    """Whether the command was run with --json: its parsed option, or, where the words could not
+    be parsed into a command, --json among them."""
     if args is not None and isinstance(getattr(args, "json", None), bool):
         return args.json
     end = argv.index("--") if "--" in argv else len(argv)
@@ -151,7 +179,7 @@ def _wants_json(args: argparse.Namespace | None, argv: list[str]) -> bool:
 
 def _failed(error: KitError, as_json: bool = False) -> int:
     """The one line on stderr: "kit: error: ..." or, with --json, one JSON object (documented
-    in README.md, "Scripting with --json"); stdout stays empty either way."""
+    in kit.commands.common.CONVENTIONS); stdout stays empty either way."""
     line = error.json_line(EXIT_ERROR) if as_json else f"kit: error: {error}"
     print(line, file=sys.stderr)
     return EXIT_ERROR

@@ -6,6 +6,7 @@ stdout (its one-line error goes to stderr) and a script never parses half an ans
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -18,9 +19,19 @@ def emit(schema: str, document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def add_json_flag(parser, schema: str) -> None:
+class JsonFlag(argparse._StoreTrueAction):
+    """--json, knowing the schema of the document its command prints (for the docs and tests)."""
+
+    def __init__(self, *args: Any, schema: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.schema = schema
+
+
+def add_json(parser: argparse.ArgumentParser, schema: str) -> None:
+    """The one way a command takes --json: the flag, and the schema name its document carries."""
     parser.add_argument(
         "--json",
-        action="store_true",
+        action=JsonFlag,
+        schema=schema,
         help=f"print one JSON document (schema {schema}) on stdout instead of text",
     )

@@ -43,7 +43,7 @@ def add_flags(parser: argparse.ArgumentParser, leaf: bool) -> None:
         "--verbose",
         action="store_true",
         default=default,
-        help="details, e.g. every path dropped or changed (default: counts)",
+        help="details, e.g. every path dropped or changed, not only their counts",
     )
 
 

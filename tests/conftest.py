@@ -135,6 +135,7 @@ def repo() -> Path:
 # started last would leave the other worker idle at the end). Figures: `make test`'s durations.
 LONGEST_FIRST = (
     "tests/vcluster/",
+    "tests/gan3d_train/test_tutorial_laptop.py",
     "tests/slurm/test_jobs.py",
     "tests/gan3d_train/test_train_mpi.py",
     "tests/study/test_run_slurm.py",
@@ -189,6 +190,7 @@ def _rank(item) -> int:
 # Minutes of TensorFlow (a test id, or a whole file), `make test`'s only: `make check` keeps one real
 # 2-rank training (the demo's, tests/gan3d_train/test_train_mpi.py) and the 1-rank one without MPI.
 SLOW = (
+    "tests/gan3d_train/test_tutorial_laptop.py",
     "tests/gan3d_train/test_train_mpi.py::test_resume_gives_bit_identical_weights",
     "tests/gan3d_train/test_train_mpi.py::test_synthetic_showers_are_simulated_once",
     "tests/gan3d_train/test_train_guards.py",

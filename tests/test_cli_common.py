@@ -62,7 +62,18 @@ def test_every_command_group_parses_its_subcommand_into_name_command():
 
 def test_study_takes_the_shared_site_and_dry_run_arguments():
     args = build_parser().parse_args(
-        ["study", "plan", "spec.yaml", "dir", "--site", "laptop", "--dry-run", "--parallel", "3"]
+        [
+            "study",
+            "plan",
+            "spec.yaml",
+            "--dir",
+            "d",
+            "--site",
+            "laptop",
+            "--dry-run",
+            "--parallel",
+            "3",
+        ]
     )
     assert (args.site, args.dry_run, args.parallel) == ("laptop", True, 3)
     with pytest.raises(SystemExit):

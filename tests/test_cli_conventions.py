@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kit.cli import build_parser, leaves, main
+from kit.cli import GROUPS, build_parser, leaves, main
 from kit.site.load import available_sites
 from kit.verbosity import quiet, verbose
 from tests.image.builders import busybox_root, oci_layout
@@ -153,20 +153,10 @@ def test_completion_script_registers_for_kit(bash_completion):
 @pytest.mark.parametrize(
     "words, offered",
     [
-        (
-            ["kit", ""],
-            [
-                "site",
-                "mpi",
-                "image",
-                "transfer",
-                "slurm",
-                "scale",
-                "study",
-                "vcluster",
-                "completion",
-            ],
-        ),
+        (["kit", ""], GROUPS),
+        (["kit", "scale", "report", "--reference", "t"], [f"table{i}" for i in range(1, 10)]),
+        (["kit", "scale", "predict", "--reference", ""], [f"table{i}" for i in range(1, 7)]),
+        (["kit", "scale", "tune", "--precision", ""], ["fp32", "bf16"]),
         (["kit", "im"], ["image"]),
         (["kit", "image", ""], ["convert", "build", "inspect"]),
         (["kit", "-q", "image", "co"], ["convert"]),

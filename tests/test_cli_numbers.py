@@ -20,8 +20,8 @@ def _actions():
 
 # Types that take no number, or a size: kit.sizes.parse_size bounds its own text (tests/test_sizes.py).
 NOT_NUMBERS = {
-    ("kit.commands.scale", "_precisions"),
-    ("kit.commands.scale", "_precisions_or.<locals>.words"),  # --itex off,on: words
+    ("kit.commands.common", "comma_words"),  # --precision fp32,bf16, --itex off,on: words
+    ("kit.commands.scale", "_table"),  # --reference table4 (or 4): a name
     ("kit.commands.image", "_size"),
 }
 BOUNDED = {"number.<locals>.parse", "numbers.<locals>.parse"}

@@ -73,7 +73,7 @@ def one_line(done: subprocess.CompletedProcess, prefix: str) -> str:
 @pytest.mark.parametrize(
     "argv, names",
     [
-        (["transfer", "bundle", "img.tar.gz", "ro/bundle"], "ro: cannot create "),
+        (["transfer", "bundle", "img.tar.gz", "--dir", "ro/bundle"], "ro: cannot create "),
         (
             [
                 "scale",

@@ -113,6 +113,7 @@ def _bundle_inputs(tmp: Path, showers: list[Path]) -> list[str]:
         "transfer",
         "bundle",
         str(random_image(tmp / "one.tar", 3 << 20)),
+        "--dir",
         str(tmp / "area" / "b1"),
     ]
 
@@ -189,7 +190,16 @@ def _study_inputs(tmp: Path, showers: list[Path]) -> list[str]:
     spec = study_yaml(
         tmp, showers, "random", 3, {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
     )
-    return ["kit", "study", "plan", str(spec), str(tmp / "area" / "study"), "--site", "laptop"]
+    return [
+        "kit",
+        "study",
+        "plan",
+        str(spec),
+        "--dir",
+        str(tmp / "area" / "study"),
+        "--site",
+        "laptop",
+    ]
 
 
 def _probe_keys(rel: str, data: bytes) -> bytes:

@@ -9,9 +9,7 @@ from kit.completion import SHELLS, script
 
 
 def _print(args: argparse.Namespace) -> int:
-    from kit.cli import build_parser  # the whole tree, every group imported
-
-    sys.stdout.write(script(args.shell, build_parser()))
+    sys.stdout.write(script(args.shell, args.whole_tree()))
     return 0
 
 

@@ -1,9 +1,9 @@
-"""`kit image build|convert|inspect`: thin CLI over kit.image."""
+"""`kit image build|convert|inspect`: thin CLI over kit.image (whose codecs, the [convert] extra,
+are imported when a command runs, not for --help)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -13,9 +13,12 @@ from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.flatten import NOTE_CAP
 from kit.image.writers import FORMATS
+from kit.jsonout import add_json, emit
 from kit.mpi.inspect import inspect_image
 from kit.sizes import parse_size
 from kit.verbosity import quiet, verbose
+
+INSPECT_SCHEMA = "kit-image-inspect/1"
 
 
 def _size(text: str) -> int:
@@ -26,18 +29,24 @@ def _size(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    leaves = add_group(sub, "image", "convert and inspect container images offline")
+    leaves = add_group(sub, "image", "build, convert and inspect container images, offline")
 
     conv = leaves.add_parser(
         "convert",
+        extra="convert",
         help="docker-archive / OCI / rootfs -> Charliecloud image",
         description="Convert SRC into a Charliecloud image OUT without a "
         "daemon; writes OUT.sha256 and OUT.manifest.json beside it.",
     )
     conv.add_argument(
-        "src", type=Path, help="docker-archive, OCI layout dir/archive, rootfs tar/dir"
+        "src",
+        type=Path,
+        metavar="SRC",
+        help="docker-archive, OCI layout dir/archive, rootfs tar/dir",
     )
-    conv.add_argument("out", type=Path, help="OUT.tar.gz, OUT.tar, OUT.sqfs or a directory")
+    conv.add_argument(
+        "out", type=Path, metavar="OUT", help="OUT.tar.gz, OUT.tar, OUT.sqfs or a directory"
+    )
     conv.add_argument(
         "--format", choices=FORMATS, help="output format (default: from OUT's suffix)"
     )
@@ -53,20 +62,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--level",
         type=number(0, int, 9),
         default=DEFAULT_LEVEL,
-        help=f"compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9; "
-        f"default {DEFAULT_LEVEL})",
+        help="compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9)",
     )
     conv.add_argument(
         "--max-size",
         type=_size,
-        default=Limits.max_size,
-        help="stop past this many uncompressed bytes (default 64G)",
+        default=f"{Limits.max_size >> 30}G",  # argparse parses a text default with _size
+        metavar="SIZE",
+        help="stop past this many uncompressed bytes (e.g. 500M, 64G)",
     )
     conv.add_argument(
         "--max-members",
         type=number(1, int, 10**9),
         default=Limits.max_members,
-        help="stop past this many tar members (default 2000000)",
+        help="stop past this many tar members",
     )
     add_site(
         conv,
@@ -92,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "can replace, pass the site's build arguments, build with buildah (or podman, "
         "docker) and write a docker-archive/oci-archive ready for `kit image convert`.",
     )
-    bld.add_argument("out", type=Path, help="the archive to write, e.g. gan3d.tar")
+    bld.add_argument("out", type=Path, metavar="OUT", help="the archive to write, e.g. gan3d.tar")
     add_site(bld)
     bld.add_argument(
         "--recipe",
@@ -105,12 +114,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="build context (default: the installed kit's files, staged beside OUT)",
     )
     bld.add_argument(
-        "--builder", choices=("buildah", "podman", "docker"), help="default: the first installed"
+        "--builder",
+        choices=("buildah", "podman", "docker"),
+        help="the image builder (default: the first installed)",
     )
     bld.add_argument(
-        "--format", dest="fmt", choices=("docker-archive", "oci-archive"), default="docker-archive"
+        "--format",
+        dest="fmt",
+        choices=("docker-archive", "oci-archive"),
+        default="docker-archive",
+        help="the archive's form (both are what kit image convert reads)",
     )
-    bld.add_argument("--tag", default="gan3d:latest")
+    bld.add_argument(
+        "--tag", default="gan3d:latest", help="the image's name in the builder's storage"
+    )
     bld.add_argument(
         "--build-arg",
         action="append",
@@ -139,10 +156,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(bld, "print the commands; build nothing")
     bld.set_defaults(func=_build)
 
-    insp = leaves.add_parser("inspect", help="config, layers and MPI libraries of an image")
-    insp.add_argument("src", type=Path)
-    insp.add_argument("--image", metavar="TAG|DIGEST")
-    insp.add_argument("--json", action="store_true", help="machine-readable output")
+    insp = leaves.add_parser(
+        "inspect", extra="convert", help="config, layers and MPI libraries of an image"
+    )
+    insp.add_argument(
+        "src",
+        type=Path,
+        metavar="SRC",
+        help="docker-archive, OCI layout dir/archive, rootfs tar/dir",
+    )
+    insp.add_argument("--image", metavar="TAG|DIGEST", help="which image, if SRC holds several")
+    add_json(insp, INSPECT_SCHEMA)
     insp.set_defaults(func=_inspect)
 
 
@@ -273,7 +297,7 @@ def _layer(index: int | None) -> str:
 def _inspect(args: argparse.Namespace) -> int:
     info = inspect_image(args.src, args.image)
     if args.json:
-        print(json.dumps(info, indent=2))
+        emit(INSPECT_SCHEMA, info)
         return 0
     print(f"{info['source']}: {info['kind']} {info['ref'] or ''}".rstrip())
     print(f"  architecture: {info['architecture']}  os: {info['os']}")

@@ -11,7 +11,7 @@ from rich.table import Table
 import kit.mpi as mpi  # its names import on first use: the ELF reader only when a command runs
 from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
 from kit.image_names import pair_path
-from kit.jsonout import add_json_flag, emit
+from kit.jsonout import add_json, emit
 from kit.verbosity import quiet, verbose
 
 PAIR_SCHEMA = "kit-mpi-pair/1"
@@ -129,21 +129,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_mpi_mode(p)
         p.set_defaults(func=func)
         if name == "pair":
-            p.add_argument("--out", help="pair file (default IMAGE.pair.yaml)")
+            p.add_argument("--out", metavar="FILE", help="pair file (default: IMAGE.pair.yaml)")
             p.add_argument(
                 "--prepare",
                 action="store_true",
                 help="create the mount points and alias links in a writable directory image",
             )
             add_dry_run(p, "print the pair file, write nothing")
-            add_json_flag(p, PAIR_SCHEMA)
+            add_json(p, PAIR_SCHEMA)
         else:
             p.add_argument("--python", default="python3", help="python inside the image")
-            p.add_argument("--timeout", type=number(0.1, float, 86400), default=120.0)
+            p.add_argument(
+                "--timeout",
+                type=number(0.1, float, 86400),
+                default=120.0,
+                help="seconds the 2-rank run may take",
+            )
             p.add_argument(
                 "--nodes",
                 type=number(1, int, 2),
                 choices=(1, 2),
                 default=1,
-                help="2: one rank on each of 2 nodes (a Slurm site; salloc's, or the job's)",
+                metavar="N",
+                help="1 or 2: 2 puts one rank on each of 2 nodes (a Slurm site; salloc's, or the "
+                "job's)",
             )

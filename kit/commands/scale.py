@@ -1,5 +1,5 @@
-"""`kit scale tune|plan|submit|collect|cancel|report`: a scaling sweep from the best layout to the
-paper's tables.
+"""`kit scale tune|plan|submit|collect|cancel|report|predict`: a scaling sweep from the best layout
+to the paper's tables and a forecast of node-hours.
 """
 
 from __future__ import annotations
@@ -16,20 +16,26 @@ from rich.table import Table
 
 from gan3d.peak import MAX_SECONDS
 from kit.commands.common import (
+    Words,
     add_dry_run,
     add_group,
+    add_made_dir,
+    add_read_dir,
     add_run_args,
     add_site,
     add_train_args,
+    comma_words,
     number,
     numbers,
     train_args,
 )
 from kit.errors import KitError
-from kit.jsonout import add_json_flag, emit
+from kit.jsonout import add_json, emit
 from kit.mpi.pair_reader import pair_file_for
 from kit.scale import sweep_jobs
+from kit.scale.paper import OVERHEAD_TABLES, TABLES
 from kit.scale.plan import make_plan, write_plan
+from kit.scale.tune import ITEX, PRECISIONS
 from kit.site import load_site
 from kit.slurm.spec import walltime
 from kit.verbosity import quiet
@@ -38,6 +44,13 @@ if TYPE_CHECKING:
     from kit.scale.predict import Prediction
 
 COUNTS = numbers(1, int, maximum=10**6)  # node counts, ranks per node, threads per rank
+EPOCH_TABLES = [name for name, table in TABLES.items() if table.seconds_per_epoch]
+
+
+def _table(text: str) -> str:
+    """A paper table as --reference takes it: table4, or just 4."""
+    key = text.strip().lower()
+    return f"table{key}" if key.isdigit() else key
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -223,19 +236,6 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _precisions(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()] or ["fp32"]
-
-
-def _precisions_or(default: str):
-    """A comma list's words (empty: ``default``); tune.candidate_layouts judges them."""
-
-    def words(text: str) -> list[str]:
-        return [w.strip() for w in text.split(",") if w.strip()] or [default]
-
-    return words
-
-
 def _submit(args: argparse.Namespace) -> int:
     console = Console()
     done = sweep_jobs.submit(args.dir, dry_run=args.dry_run, only=args.only, resubmit=args.resubmit)
@@ -409,7 +409,7 @@ def _print_prediction(
         f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
         f"estimate: the {model.best.name} shape; band: {fits}, widened "
         f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and "
-        f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (docs/predict.md)",
+        f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (kit docs predict)",
         highlight=False,
     )
     if cal.stack:
@@ -495,7 +495,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    leaves = add_group(sub, "scale", "scaling sweeps: plan, submit, collect, report")
+    leaves = add_group(sub, "scale", "scaling studies: tune a node, sweep node counts, forecast")
 
     p = leaves.add_parser(
         "plan",
@@ -506,11 +506,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--nodes",
         type=COUNTS,
-        help="e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)",
+        metavar="N[,N...]",
+        help="node counts, e.g. 1,2,4,8 (with --calibrate: the smallest count n0, default 1)",
     )
-    p.add_argument("--ranks-per-node", type=COUNTS, help="e.g. 1,2,4 (default 1)")
     p.add_argument(
-        "--threads", type=COUNTS, help="per rank, e.g. 12,24 (default: cores shared evenly)"
+        "--ranks-per-node", type=COUNTS, metavar="R[,R...]", help="e.g. 1,2,4 (default 1)"
+    )
+    p.add_argument(
+        "--threads",
+        type=COUNTS,
+        metavar="T[,T...]",
+        help="per rank, e.g. 12,24 (default: cores shared evenly)",
     )
     p.add_argument(
         "--repeats",
@@ -550,12 +556,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
         "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.",
     )
-    p.add_argument("--nodes", type=number(1), default=1, help="nodes per tuning run (default 1)")
+    p.add_argument("--nodes", type=number(1), default=1, metavar="N", help="nodes per tuning run")
     p.add_argument(
         "--precision",
-        type=_precisions,
-        default=["fp32"],
-        help="comma list of fp32, bf16 (default fp32)",
+        type=comma_words,
+        choices=Words(PRECISIONS),
+        default=PRECISIONS[:1],
+        metavar=f"{{{','.join(PRECISIONS)}}}[,...]",
+        help="what gan3d train computes in: a comma list",
     )
     p.add_argument(
         "--layouts",
@@ -563,10 +571,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--itex",
-        type=_precisions_or("off"),
-        default=["off"],
-        help="comma list of off, on: Intel Extension for TensorFlow as one more dimension (default "
-        "off; an on layout where ITEX does not load is reported refused, with ITEX's reason)",
+        type=comma_words,
+        choices=Words(ITEX),
+        default=ITEX[:1],
+        metavar=f"{{{','.join(ITEX)}}}[,...]",
+        help="Intel Extension for TensorFlow as one more dimension, a comma list (an on layout "
+        "where ITEX does not load is reported refused, with ITEX's reason)",
     )
     p.add_argument(
         "--itex-python",
@@ -577,13 +587,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--steps",
         type=number(2),
         default=6,
-        help="optimizer steps per layout; the first is not timed (default 6)",
+        help="optimizer steps per layout; the first is not timed",
     )
     p.add_argument(
         "--peak-seconds",
         type=number(0.05, float, MAX_SECONDS),
         default=1.0,
-        help=f"dense-matmul peak measurement per precision (at most {MAX_SECONDS:g} s: gan3d train's bound)",
+        help=f"seconds of dense-matmul peak measurement per precision (at most {MAX_SECONDS:g}: "
+        "gan3d train's bound)",
     )
     p.add_argument(
         "--timeout",
@@ -602,11 +613,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument(
         "--no-container", action="store_true", help="Slurm sites: the site's own Python"
     )
-    p.add_argument("--walltime", help="HH:MM:SS per job on a Slurm site")
+    p.add_argument("--walltime", metavar="HH:MM:SS", help="per job on a Slurm site")
     p.add_argument("--python", default="python3", help="Slurm sites: the Python that runs gan3d")
-    p.add_argument(
-        "--dir", type=Path, default=Path("tune"), help="where runs, tune.yaml and tune.png go"
-    )
+    add_made_dir(p, "where runs, tune.yaml and tune.png go", Path("tune"))
     add_dry_run(p, "list the layouts; run nothing")
     add_train_args(
         p,
@@ -616,7 +625,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_tune)
 
     p = leaves.add_parser("submit", help="sbatch the plan's runs (skips runs done or still queued)")
-    p.add_argument("dir", type=Path, help="the sweep directory (holds plan.yaml)")
+    add_read_dir(p, "the sweep directory (kit scale plan wrote its plan.yaml)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
     p.add_argument(
         "--resubmit", action="store_true", help="also runs that have a result or a queued job"
@@ -625,7 +634,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_submit)
 
     p = leaves.add_parser("collect", help="the state of every run; the log of a run that failed")
-    p.add_argument("dir", type=Path)
+    add_read_dir(p, "the sweep directory")
     p.add_argument("--wait", action="store_true", help="until no run is queued or running")
     p.add_argument(
         "--poll",
@@ -638,19 +647,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=number(0, float, 366 * 86400),
         help="give up waiting after this many seconds",
     )
-    add_json_flag(p, COLLECT_SCHEMA)
+    add_json(p, COLLECT_SCHEMA)
     p.set_defaults(func=_collect)
 
     p = leaves.add_parser("cancel", help="scancel the plan's queued and running jobs")
-    p.add_argument("dir", type=Path)
+    add_read_dir(p, "the sweep directory")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
     add_dry_run(p, "say which jobs; cancel nothing")
     p.set_defaults(func=_cancel)
 
     p = leaves.add_parser(
-        "report", help="tables (md, csv) and plots (png) of a sweep, as in the paper"
+        "report",
+        extra="report",
+        help="tables (md, csv) and plots (png) of a sweep, as in the paper",
     )
-    p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")
+    add_read_dir(p, "the sweep directory", optional=True)
     p.add_argument(
         "--results",
         type=Path,
@@ -662,26 +673,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="where to write (default DIR/report)")
     p.add_argument(
         "--reference",
-        help="a table of the paper to compare with: table1..table7 (scaling, "
-        "FLOP rate), table8|table9 (container vs bare throughput, free memory)",
+        type=_table,
+        choices=[*TABLES, *OVERHEAD_TABLES],
+        metavar="TABLE",
+        help=f"a table of the paper to compare with: {', '.join(TABLES)} (scaling, FLOP rate), "
+        f"{', '.join(OVERHEAD_TABLES)} (container vs bare throughput, free memory)",
     )
     p.set_defaults(func=_report)
 
     p = leaves.add_parser(
         "predict",
+        extra="report",
         help="forecast epoch time, efficiency and node-hours at N nodes from a few runs",
         description="Fits how the node-seconds per epoch grow with the ranks on each series of "
         "measured runs (two node counts or more; three tell the shapes apart) and forecasts the "
-        "asked node counts with a band (docs/predict.md). --reference backtests the model on a "
+        "asked node counts with a band (kit docs predict). --reference backtests the model on a "
         "paper table instead.",
     )
-    p.add_argument("dir", type=Path, nargs="?", help="the sweep directory")
+    add_read_dir(p, "the sweep directory", optional=True)
     p.add_argument(
         "--results", type=Path, nargs="+", default=[], metavar="JSON", help="further results files"
     )
     p.add_argument(
         "--nodes",
         type=COUNTS,
+        metavar="N[,N...]",
         help="node counts to forecast (default 4x, 16x, 64x the largest measured)",
     )
     p.add_argument(
@@ -691,14 +707,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, metavar="PLOTDIR", help="write predict.png and predict.json there"
     )
     p.add_argument(
-        "--reference", metavar="TABLE", help="backtest on a paper table (table1..table6) instead"
+        "--reference",
+        type=_table,
+        choices=EPOCH_TABLES,
+        metavar="TABLE",
+        help=f"backtest on a paper table instead: {', '.join(EPOCH_TABLES)}",
     )
     p.add_argument(
         "--calibrate-on",
         type=number(2, int, 100),
         default=3,
         metavar="K",
-        help="with --reference: fit on the table's first K rows (default 3)",
+        help="with --reference: fit on the table's first K rows",
     )
-    add_json_flag(p, PREDICT_SCHEMA)
+    add_json(p, PREDICT_SCHEMA)
     p.set_defaults(func=_predict)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kit.commands.common import add_group
-from kit.jsonout import add_json_flag, emit
+from kit.commands.common import SITE_HELP, add_group
+from kit.jsonout import add_json, emit
 from kit.site import load_site
 from kit.site.probe import probe_yaml, write_probe
 from kit.site.schema import SiteError
@@ -45,15 +45,17 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    leaves = add_group(sub, "site", "validate, show or probe site configs")
+    leaves = add_group(
+        sub, "site", "describe a site: its nodes, scheduler, host MPI, container runtime"
+    )
     p = leaves.add_parser("validate", help="check site config files (or names) against the schema")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="a site config file or a site name")
     p.set_defaults(func=_validate)
     p = leaves.add_parser(
         "show", help="summary of a site, with theoretical peak per node and island"
     )
-    p.add_argument("site", metavar="NAME_OR_FILE")
-    add_json_flag(p, JSON_SCHEMA)
+    p.add_argument("site", metavar="SITE", help=SITE_HELP)
+    add_json(p, JSON_SCHEMA)
     p.set_defaults(func=_show)
     p = leaves.add_parser("probe", help="write a site config describing this host")
     p.add_argument("--out", metavar="FILE", help="write here (atomically) instead of stdout")

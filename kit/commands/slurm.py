@@ -75,17 +75,26 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    leaves = add_group(sub, "slurm", "batch scripts for one training run")
+    leaves = add_group(sub, "slurm", "one training run as a checked Slurm batch script")
     for name, submit, text in (
         ("render", False, "write the run's batch script (and the site config it reads)"),
         ("submit", True, "render, then sbatch it and record the job in DIR/jobs.yaml"),
     ):
         p = leaves.add_parser(name, help=text, description=text)
-        p.add_argument("--nodes", type=number(1, int, 10**6), default=1)
-        p.add_argument("--ranks-per-node", type=number(1, int, 10**6), default=1)
+        p.add_argument(
+            "--nodes", type=number(1, int, 10**6), default=1, metavar="N", help="nodes of the job"
+        )
+        p.add_argument(
+            "--ranks-per-node",
+            type=number(1, int, 10**6),
+            default=1,
+            metavar="R",
+            help="MPI ranks on each node",
+        )
         p.add_argument(
             "--threads",
             type=number(1, int, 10**6),
+            metavar="T",
             help="per rank (default: the node's cores shared evenly)",
         )
         p.add_argument("--run-id", help="name of the run (default nN-rR-tT)")

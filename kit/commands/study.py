@@ -11,8 +11,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kit.commands.common import add_dry_run, add_group, add_site, number
-from kit.jsonout import add_json_flag, emit
+from kit.commands.common import (
+    add_dry_run,
+    add_group,
+    add_made_dir,
+    add_read_dir,
+    add_site,
+    new_spelling,
+    number,
+)
+from kit.errors import KitError
+from kit.jsonout import add_json, emit
 from kit.verbosity import quiet
 
 STATUS_SCHEMA = "kit-study-status/1"
@@ -21,6 +30,9 @@ STATUS_SCHEMA = "kit-study-status/1"
 def _plan(args: argparse.Namespace) -> int:
     from kit.study.studydir import plan_study
 
+    args.dir = new_spelling(args, "dir", "kit study plan SPEC DIR", "kit study plan SPEC --dir DIR")
+    if args.dir is None:
+        raise KitError("kit study plan: no study directory", fix="give --dir DIR (a new directory)")
     header = plan_study(
         args.spec,
         args.site,
@@ -166,7 +178,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    leaves = add_group(sub, "study", "hyperparameter studies: plan, run, status, report, cancel")
+    leaves = add_group(sub, "study", "hyperparameter studies on the kit's runs")
 
     p = leaves.add_parser(
         "plan",
@@ -175,16 +187,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "new or empty. Nothing runs.",
     )
     p.add_argument(
-        "spec", type=Path, help="the study YAML (parameters, fixed, objective, budget, strategy)"
+        "spec",
+        type=Path,
+        metavar="SPEC",
+        help="the study YAML (parameters, fixed, objective, budget, strategy)",
     )
-    p.add_argument("dir", type=Path, help="the study directory")
+    p.add_argument("old_dir", type=Path, nargs="?", help=argparse.SUPPRESS)  # SPEC DIR: old
+    add_made_dir(p, "the study directory to make (new or empty); required")
     add_site(p, more="where the evaluations run")
     p.add_argument(
         "--parallel",
         type=number(1),
         default=2,
         metavar="K",
-        help="evaluations in flight (default 2)",
+        help="evaluations in flight",
     )
     p.add_argument(
         "--pilot",
@@ -193,7 +209,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Slurm sites: one job of N nodes runs the evaluations back to back",
     )
     p.add_argument(
-        "--walltime", help="Slurm sites: HH:MM:SS per evaluation job (or of the pilot job)"
+        "--walltime",
+        metavar="HH:MM:SS",
+        help="Slurm sites: per evaluation job (or of the pilot job)",
     )
     p.add_argument(
         "--image",
@@ -204,27 +222,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_plan)
 
     p = leaves.add_parser("run", help="run the study to its budget (resumes where it stopped)")
-    p.add_argument("dir", type=Path)
+    add_read_dir(p, "the study directory (kit study plan made it)")
     p.add_argument(
         "--poll",
         type=number(0.05, float, 3600),
         default=5.0,
-        help="seconds between checks (default 5)",
+        help="seconds between checks",
     )
     p.set_defaults(func=_run)
 
     p = leaves.add_parser("status", help="every evaluation's state and objective; the best so far")
-    p.add_argument("dir", type=Path)
-    add_json_flag(p, STATUS_SCHEMA)
+    add_read_dir(p, "the study directory")
+    add_json(p, STATUS_SCHEMA)
     p.set_defaults(func=_status)
 
     p = leaves.add_parser("report", help="DIR/report: report.md, report.csv and plots")
-    p.add_argument("dir", type=Path)
+    add_read_dir(p, "the study directory")
     p.set_defaults(func=_report)
 
     p = leaves.add_parser(
         "cancel", help="stop the evaluations in flight (kit study run starts them again)"
     )
-    p.add_argument("dir", type=Path)
+    add_read_dir(p, "the study directory")
     add_dry_run(p, "say which; stop nothing")
     p.set_defaults(func=_cancel)

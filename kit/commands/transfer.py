@@ -7,9 +7,18 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from kit.commands.common import add_dry_run, add_group, add_site, number
+from kit.commands.common import (
+    add_dry_run,
+    add_group,
+    add_made_dir,
+    add_read_dir,
+    add_site,
+    deprecated,
+    number,
+)
 from kit.commands.progress import byte_bar
-from kit.jsonout import add_json_flag, emit
+from kit.errors import KitError
+from kit.jsonout import add_json, emit
 from kit.verbosity import quiet
 
 VERSIONS_SCHEMA = "kit-transfer-versions/1"
@@ -28,13 +37,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = leaves.add_parser(
         "push",
+        extra="transfer",
         help="resumable, verified upload to the site (optionally install)",
         description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings "
         "to the site's transfer host over SSH (your ~/.ssh/config, agent and keys). "
         "An interrupted push resumes; the remote checks sha256 before renaming "
         "into place.",
     )
-    p.add_argument("image", type=Path, help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs")
+    p.add_argument(
+        "image", type=Path, metavar="IMAGE", help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs"
+    )
     _add_endpoint_args(p)
     p.add_argument("--remote-dir", help="upload directory (default: transfer.image_dir)")
     p.add_argument(
@@ -47,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--install-as",
         choices=("dir", "squash"),
         default="dir",
-        help="installed form: unpacked directory (default) or SquashFS file",
+        help="installed form: unpacked directory or SquashFS file",
     )
     p.add_argument(
         "--keep",
@@ -82,7 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("versions", _versions, "list the installed versions of an image on the site"),
         ("rollback", _rollback, "point NAME.current back at the version before it"),
     ):
-        r = leaves.add_parser(name, help=text)
+        r = leaves.add_parser(name, extra="transfer", help=text)
         r.add_argument(
             "name", metavar="NAME", help="image name (gan3d), or the image file pushed (gan3d.sqfs)"
         )
@@ -96,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             )
             add_dry_run(r, "say what would happen; change nothing")
         else:
-            add_json_flag(r, VERSIONS_SCHEMA)
+            add_json(r, VERSIONS_SCHEMA)
         r.set_defaults(func=func)
 
     b = leaves.add_parser(
@@ -105,8 +117,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Copy images (+ siblings) into the new directory DIR with a "
         "MANIFEST, verify.sh / verify.py checkers and SHA256SUMS (sha256sum -c).",
     )
-    b.add_argument("images", type=Path, nargs="+", metavar="IMAGE")
-    b.add_argument("dir", type=Path, metavar="DIR", help="new bundle directory")
+    b.add_argument(
+        "images",
+        type=Path,
+        nargs="+",
+        metavar="IMAGE",
+        help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs; its .sha256, .manifest.json and .pair.yaml "
+        "come along",
+    )
+    add_made_dir(b, "the new bundle directory; required")
     b.add_argument(
         "--with-kit",
         action="store_true",
@@ -118,7 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=Path("dist/wheelhouse"),
         metavar="PATH",
-        help="the wheelhouse `make wheelhouse` wrote (default: dist/wheelhouse)",
+        help="the wheelhouse `make wheelhouse` wrote",
     )
     b.set_defaults(func=_bundle)
 
@@ -127,7 +146,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check a bundle: names missing, truncated, altered files and every file "
         "its manifest does not list",
     )
-    v.add_argument("dir", type=Path)
+    add_read_dir(v, "the bundle directory (kit transfer bundle wrote it)")
     v.set_defaults(func=_verify)
 
 
@@ -207,6 +226,11 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
+    if args.dir is None:  # `kit transfer bundle IMAGE... DIR`, the old spelling
+        if len(args.images) < 2:
+            raise KitError("kit transfer bundle: no bundle directory", fix="give --dir DIR")
+        deprecated("kit transfer bundle IMAGE... DIR", "kit transfer bundle IMAGE... --dir DIR")
+        args.dir = args.images.pop()
     with ExitStack() as stack:
         bar = byte_bar(stack, f"copying into {args.dir.name}")
         out = _transfer().bundle(

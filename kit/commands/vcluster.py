@@ -1,12 +1,21 @@
-"""`kit vcluster up N|down|status`: a virtual multi-node Slurm cluster on this machine (root)."""
+"""`kit vcluster up --nodes N|down|status`: a virtual multi-node Slurm cluster on this machine
+(root)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from kit.commands.common import add_dry_run, add_group, number
-from kit.jsonout import add_json_flag, emit
+from kit.commands.common import (
+    add_dry_run,
+    add_group,
+    add_made_dir,
+    add_read_dir,
+    new_spelling,
+    number,
+)
+from kit.errors import KitError
+from kit.jsonout import add_json, emit
 from kit.vcluster import down, status, up
 from kit.vcluster.cluster import MAX_NODES, preview
 from kit.vcluster.sites import default_intel_mpi
@@ -17,6 +26,9 @@ DEFAULT_DIR = Path("build/vcluster")
 
 
 def _up(args: argparse.Namespace) -> int:
+    args.nodes = new_spelling(args, "nodes", "kit vcluster up N", "kit vcluster up --nodes N")
+    if args.nodes is None:
+        raise KitError("kit vcluster up: how many nodes?", fix="give --nodes N, e.g. --nodes 2")
     intel = args.intel_mpi or default_intel_mpi()
     if args.dry_run:
         subnet, nodes = preview(
@@ -60,7 +72,7 @@ def _up(args: argparse.Namespace) -> int:
             f"  kit scale plan --site {first} --image {image} --nodes 1,2 "
             f"--ranks-per-node 1,2 --dir {s.directory}/sweep -- --preset tiny --data ...\n"
             f"  kit scale submit {s.directory}/sweep && kit scale collect {s.directory}/sweep --wait\n"
-            f"stop it: kit vcluster down --dir {s.directory}"
+            f"stop it: kit vcluster down {s.directory}"
         )
         if not intel:
             print(
@@ -70,7 +82,15 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _old_dir(args: argparse.Namespace, verb: str) -> None:
+    """`kit vcluster down|status --dir D`, the old spelling of `... D`."""
+    args.dir = new_spelling(
+        args, "dir", f"kit vcluster {verb} --dir DIR", f"kit vcluster {verb} DIR", DEFAULT_DIR
+    )
+
+
 def _down(args: argparse.Namespace) -> int:
+    _old_dir(args, "down")
     removed = down(args.dir, args.dry_run)
     if args.dry_run:
         print("\n".join(f"would stop/remove {r}" for r in removed) or "dry run: nothing recorded")
@@ -84,6 +104,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    _old_dir(args, "status")
     doc = status(args.dir)
     if args.json:
         emit(JSON_SCHEMA, doc)
@@ -98,32 +119,33 @@ def _status(args: argparse.Namespace) -> int:
     for n in doc["nodes"]:
         print(f"  {n['name']:<12} {n['address']:<15} {n['slurm_state'] or '-'}")
     for p in doc["problems"]:
-        print(f"  problem: {p} (fix: kit vcluster down --dir {doc['dir']}, then up)")
+        print(f"  problem: {p} (fix: kit vcluster down {doc['dir']}, then up)")
     return 1 if doc["problems"] else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "vcluster", "a virtual multi-node Slurm cluster on this machine (root)")
 
+    what = "the cluster's state, slurm.conf, site configs and logs"
+
     def with_dir(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--dir",
-            type=Path,
-            default=DEFAULT_DIR,
-            help=f"the cluster's state, slurm.conf, site configs and logs (default {DEFAULT_DIR})",
-        )
+        """DIR, the cluster up made; --dir DIR, its old spelling, still works."""
+        add_read_dir(p, what, DEFAULT_DIR)
+        p.add_argument("--dir", dest="old_dir", type=Path, help=argparse.SUPPRESS)
 
     p = leaves.add_parser(
         "up",
         help="start N nodes (namespaces with slurmd), slurmctld and munged; write site "
         "configs; a running cluster is reported, not restarted",
     )
-    p.add_argument("nodes", type=number(1, int, MAX_NODES), metavar="N")
-    with_dir(p)
+    nodes = number(1, int, MAX_NODES)
+    p.add_argument("--nodes", type=nodes, metavar="N", help="how many nodes; required")
+    p.add_argument("old_nodes", type=nodes, nargs="?", help=argparse.SUPPRESS)  # `up N`: old
+    add_made_dir(p, what, DEFAULT_DIR)
     p.add_argument(
         "--name",
         default="vc",
-        help="cluster name: nodes NAME-1..N, interfaces kvc-NAME* (default vc)",
+        help="cluster name: nodes NAME-1..N, interfaces kvc-NAME*",
     )
     p.add_argument("--subnet", help="a private /24 (default: the first free one in 10.213.0.0/16)")
     p.add_argument(
@@ -150,5 +172,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_down)
     p = leaves.add_parser("status", help="the cluster's nodes, addresses and Slurm states")
     with_dir(p)
-    add_json_flag(p, JSON_SCHEMA)
+    add_json(p, JSON_SCHEMA)
     p.set_defaults(func=_status)

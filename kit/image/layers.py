@@ -21,10 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Protocol
 
-import zstandard
-from isal import igzip_threaded
-from isal.igzip_lib import IsalError
-
 from kit.errors import KitError
 from kit.image.regular import kind_name, open_regular
 from kit.image.sources import Layer
@@ -34,16 +30,25 @@ CHUNK = 1 << 20
 MAX_PATH = 4095
 MAX_COMPONENT = 255
 MAX_MTIME = 1 << 32  # SquashFS keeps 32-bit unsigned times (until 2106)
-# IsalError is a class; isal's stub declares it an instance (`IsalError: Exception`).
-READ_ERRORS: tuple[type[BaseException], ...] = (  # type: ignore[assignment]
-    tarfile.TarError,
-    EOFError,
-    OSError,
-    zlib.error,
-    zstandard.ZstdError,
-    IsalError,
-    ValueError,
-)
+
+
+@functools.cache
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What a damaged layer raises when read. The codecs ([convert] extra) are imported here, not
+    with the module: `kit image --help` reads Limits without them."""
+    import zstandard
+    from isal.igzip_lib import IsalError
+
+    # IsalError is a class; isal's stub declares it an instance (`IsalError: Exception`).
+    return (  # type: ignore[return-value]
+        tarfile.TarError,
+        EOFError,
+        OSError,
+        zlib.error,
+        zstandard.ZstdError,
+        IsalError,
+        ValueError,
+    )
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,9 @@ class Member:
 def _tar_stream(
     layer: Layer, budget: Budget, progress
 ) -> Iterator[tuple[tarfile.TarFile | None, _Forward, Callable]]:
+    import zstandard
+    from isal import igzip_threaded
+
     blob = layer.blob
     comp = _compression(layer)
     with contextlib.ExitStack() as stack:
@@ -399,7 +407,7 @@ def iter_members(
             finish()
     except KitError:
         raise
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         raise LayerError(
             f"{layer.label}: truncated or corrupt near member {last!r}: {exc}",
             fix="export the image again",
@@ -465,7 +473,7 @@ class _Guarded:
             return self.inner.read(n)
         except KitError:
             raise
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise LayerError(
                 f"{self.layer.label}: member {self.name!r}: truncated or corrupt data ({exc})",
                 fix="export the image again",

@@ -18,9 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from isal import igzip_threaded
-from zlib_ng import gzip_ng_threaded
-
 from kit.atomic import sync_filesystem
 from kit.errors import KitError
 from kit.image.flatten import Entry
@@ -120,6 +117,9 @@ class TarWriter(Writer):
         self.path = self.tmp / "out"
         self.raw = open(self.path, "xb")
         self.hashed = _HashingFile(self.raw)
+        from isal import igzip_threaded  # the [convert] extra: imported when used
+        from zlib_ng import gzip_ng_threaded
+
         # ISA-L is fastest (levels 0-3); zlib-ng at 4-9 is within ~1% of gzip -6's size.
         module = igzip_threaded if level <= 3 else gzip_ng_threaded
         self.gz = (

@@ -289,7 +289,7 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
             f"{unit} count model FLOP (the direct convolutions' multiply-adds, the paper's count): "
             f"{', '.join(fft)} ran in the frequency domain, which does less arithmetic, "
             "so the rate and its % of peak are "
-            "effective figures, more than the arithmetic the CPU executed (docs/peaks.md).",
+            "effective figures, more than the arithmetic the CPU executed (`kit docs peaks`).",
         ]
     if any(r.percent_of_peak_denominator is None for r in rows):
         lines += [
@@ -339,7 +339,8 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
         lines += [
             "![physics score vs nodes](physics.png)",
             "",
-            "Physics score (gan3d validate on the run's final checkpoint, docs/physics.md): 1 = as close to "
+            "Physics score (gan3d validate on the run's final checkpoint, `kit docs physics`): "
+            "1 = as close to "
             "the data as held-out data showers, 0 = as far as empty showers; raw = the unscaled score "
             "(lower is better), data / empty = the raw scores of held-out data and of empty showers. "
             "Each run's "

@@ -140,7 +140,7 @@ def read(study_dir: Path) -> Ledger:
         data = read_bytes(path, "study ledger", MAX_BYTES)
     except FileNotFoundError:
         raise KitError(
-            f"{path}: no study here", fix=f"kit study plan SPEC --site S {study_dir}"
+            f"{path}: no study here", fix=f"kit study plan SPEC --site S --dir {study_dir}"
         ) from None
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty, or a record a killed driver did not finish

@@ -63,7 +63,7 @@ SETTINGS = {
 STRATEGIES = tuple(SETTINGS)
 DIRECTIONS = ("minimize", "maximize")
 _WEIGHT = r"\s*(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)\s*"  # one of --loss-weights' three
-FIX = "fix the study file (docs/study.md)"
+FIX = "fix the study file (`kit docs study` describes it)"
 
 
 @dataclass(frozen=True)
@@ -363,7 +363,7 @@ def load_study(path: str | Path, data_files: bool = False, train_rules: bool = T
     except FileNotFoundError:
         raise KitError(
             f"{path}: no such study file",
-            fix="write one (an example: kit/_data/studies/tiny-mbo.yaml, docs/study.md)",
+            fix="write one (`kit docs study` describes it; an example: kit/_data/studies/tiny-mbo.yaml)",
         ) from None
     loader, root = compose(text, path, fix=f"fix: {FIX}")
     if root is None:

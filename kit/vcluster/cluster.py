@@ -140,7 +140,7 @@ def up(
                     raise VclusterError(
                         f"{', '.join(taken)} already exist(s) on this host and {directory} records "
                         "no cluster that made them",
-                        fix="--name OTHER, or kit vcluster down --dir THE_DIR_THAT_MADE_THEM",
+                        fix="--name OTHER, or kit vcluster down THE_DIR_THAT_MADE_THEM",
                     )
                 state = ClusterState(
                     name,
@@ -192,7 +192,7 @@ def _undone(state: ClusterState, exc: KitError | OSError) -> VclusterError:
     except (KitError, OSError) as again:
         return VclusterError(
             f"{reason}; removing what this up made failed too ({again})",
-            fix=f"kit vcluster down --dir {state.directory}",
+            fix=f"kit vcluster down {state.directory}",
         )
     return VclusterError(f"{reason} (this up removed what it had made)")
 
@@ -257,12 +257,12 @@ def _running(state: ClusterState, count: int, name: str) -> Report:
     if problems:
         raise VclusterError(
             f"{state.path}: a cluster was made here but is not whole ({'; '.join(problems)})",
-            fix=f"kit vcluster down --dir {state.directory}, then up again",
+            fix=f"kit vcluster down {state.directory}, then up again",
         )
     if (len(state.nodes), state.name) != (count, name):
         raise VclusterError(
             f"{state.directory} runs cluster {state.name} with {len(state.nodes)} nodes",
-            fix=f"kit vcluster down --dir {state.directory} first, or use another --dir",
+            fix=f"kit vcluster down {state.directory} first, or use another --dir",
         )
     written = [Path(state.directory) / f for f in SITE_FILES]
     return Report(state, False, [p for p in written if p.is_file()])

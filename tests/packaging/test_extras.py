@@ -7,41 +7,7 @@ import sys
 
 import pytest
 
-from tests.support.installs import outside_env, run
-
-OPTIONAL = (
-    "matplotlib",
-    "numpy",
-    "isal",
-    "zlib_ng",
-    "zstandard",
-    "fabric",
-    "paramiko",
-    "invoke",
-    "tensorflow",
-    "keras",
-    "h5py",
-    "mpi4py",
-    "horovod",
-    "sklearn",
-    "scipy",
-)
-
-
-def kit(args: list[str], blocked: tuple[str, ...], cwd) -> tuple[int, str, str]:
-    """`kit ARGS` in a Python where the ``blocked`` modules cannot be imported (as if not
-    installed).
-    """
-    code = (
-        "import sys\nfor m in sys.argv[1].split(','): sys.modules[m] = None\n"
-        "from kit.cli import main\nsys.exit(main(sys.argv[2:]))"
-    )
-    done = run(
-        [sys.executable, "-c", code, ",".join(blocked), *args],
-        cwd=cwd,
-        env=outside_env(PYTHONPATH=sys.path[0] if sys.path[0] else ".", KIT_CRASH_DIR=str(cwd)),
-    )
-    return done.returncode, done.stdout, done.stderr
+from tests.support.installs import OPTIONAL, kit_without, outside_env, run
 
 
 @pytest.mark.parametrize(
@@ -60,7 +26,7 @@ def kit(args: list[str], blocked: tuple[str, ...], cwd) -> tuple[int, str, str]:
     ids=lambda v: v if isinstance(v, str) else " ".join(v[:2]) if isinstance(v, list) else str(v),
 )
 def test_a_command_without_its_extra_names_the_extra_in_one_line(args, extra, tmp_path):
-    code, out, err = kit(args, OPTIONAL, tmp_path)
+    code, out, err = kit_without(args, OPTIONAL, tmp_path)
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     if extra:
         assert f"pip install 'secure-site-kit[{extra}]'" in err, err
@@ -70,7 +36,7 @@ def test_scale_report_without_matplotlib_names_report(tmp_path):
     from tests.support.installs import results_json
 
     result = results_json(tmp_path / "n1.json", 1, 100.0)
-    code, out, err = kit(
+    code, out, err = kit_without(
         ["scale", "report", "--results", str(result), "--out", str(tmp_path / "r")],
         ("matplotlib",),
         tmp_path,
@@ -79,7 +45,7 @@ def test_scale_report_without_matplotlib_names_report(tmp_path):
 
 
 def test_help_lists_every_group_even_without_the_extras(tmp_path):
-    code, out, err = kit(["--help"], OPTIONAL, tmp_path)
+    code, out, err = kit_without(["--help"], OPTIONAL, tmp_path)
     assert code == 0, err
     for group in ("site", "mpi", "image", "transfer", "slurm", "scale"):
         assert group in out
@@ -127,7 +93,7 @@ def test_the_core_commands_run_with_no_extra_installed(tmp_path):
         ["scale", "submit", str(tmp_path / "sweep"), "--dry-run"],
         ["transfer", "verify", str(tmp_path / "no-bundle")],
     ):
-        code, out, err = kit(args, OPTIONAL, tmp_path)
+        code, out, err = kit_without(args, OPTIONAL, tmp_path)
         expected = 1 if args[:2] == ["transfer", "verify"] else 0  # no bundle there: a clean error
         assert code == expected and "Traceback" not in err and "not installed" not in err, (
             args,
@@ -141,7 +107,7 @@ def test_version_is_the_installed_distributions(tmp_path):
     """
     from importlib import metadata
 
-    code, out, err = kit(["--version"], (), tmp_path)
+    code, out, err = kit_without(["--version"], (), tmp_path)
     assert (
         code == 0
         and out.splitlines()[0] == f"kit (secure-site-kit) {metadata.version('secure-site-kit')}"

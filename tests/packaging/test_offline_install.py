@@ -98,6 +98,11 @@ def check_offline(netns: str, wheelhouse: Path, python: str, home: Path, user: i
         env=env,
     ).stdout.strip()
     assert ok("--version").splitlines()[0] == f"kit (secure-site-kit) {version}"
+    # The documentation ships in the wheel: listed, printed and found outside any checkout.
+    topics = ok("docs")
+    assert "  reference/site-config " in topics and "  security " in topics
+    assert ok("docs", "security").startswith("# Security")
+    assert ok("docs", "--path", "reference/cli").startswith(str(venv))
     shown = ok("site", "show", "supermuc-ng")
     assert "SuperMUC-NG" in shown and str(REPO) not in shown
     script = ok(

@@ -24,6 +24,7 @@ SHIPPED = (
     "constraints-itex.txt",
     "pyproject.toml",
     "README.md",
+    "docs",
 )
 
 
@@ -82,11 +83,15 @@ def test_the_wheel_carries_every_shipped_file_byte_for_byte(wheel):
         )
         sources += [REPO / "constraints.txt", REPO / "constraints-itex.txt"]
         sources += [REPO / "pyproject.toml", REPO / "README.md"]
+        sources += sorted(REPO.joinpath("docs").rglob("*.md"))  # `kit docs`
         for source in sources:
             name = f"kit/_data/{source.relative_to(REPO)}"
             assert name in names, name
             assert whl.read(name) == source.read_bytes(), name
         assert "kit/pins.py" in names and "gan3d/train.py" in names
+        assert "kit/_data/docs/reference/cli.md" in names and not [
+            n for n in names if n.startswith("kit/_data/docs/") and not n.endswith(".md")
+        ]  # the pages, not the example report's figures
 
 
 def test_the_wheel_installed_outside_the_checkout_finds_its_sites_template_and_recipes(
@@ -116,18 +121,20 @@ def test_the_wheel_installed_outside_the_checkout_finds_its_sites_template_and_r
     probe = (
         "import kit.site.load as l, kit.slurm.script as s, kit.image.build as b, kit.data as d;"
         "print(l.available_sites()); print(s._template().template[:9]); print(b.RECIPES);"
-        "print(d.shipped('constraints.txt').read_text()[:1])"
+        "print(d.shipped('constraints.txt').read_text()[:1]);"
+        "import kit.docs as k; print(k.topics()['security'], k.title('security'))"
     )
     paths = f"{target}:{':'.join(p for p in sys.path if p.endswith('site-packages'))}"
     done = run([sys.executable, "-c", probe], cwd=work, env=outside_env(PYTHONPATH=paths))
     assert done.returncode == 0, done.stderr
-    sites, template, recipes, _ = done.stdout.splitlines()
+    sites, template, recipes, _, security = done.stdout.splitlines()
     assert sites == str(["intel-lab", "laptop", "openmpi-cluster", "stampede2", "supermuc-ng"])
     assert (
         template.startswith("#!")
         and recipes.startswith(str(target))
         and str(REPO) not in done.stdout
     )
+    assert security.startswith(f"{target}/kit/_data/docs/security.md Security")
 
 
 def test_an_editable_install_reads_the_top_level_sources(tmp_path):

@@ -375,8 +375,10 @@ def test_cli_refusals_are_one_line(tmp_path, capsys):
     assert main(["scale", "predict", "--results", str(lone)]) == 1
     err = capsys.readouterr().err
     assert "one node count (4)" in err and len(err.strip().splitlines()) == 1
-    assert main(["scale", "predict", "--reference", "table8"]) == 1
-    assert "table1..table6" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:  # a usage error: table8 is no epoch-time table
+        main(["scale", "predict", "--reference", "table8"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "(choose from 'table1'," in err and "'table6')" in err
 
 
 def test_cli_backtest(capsys):

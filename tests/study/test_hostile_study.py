@@ -40,6 +40,7 @@ def _planned(tmp_path: Path, name: str = "study", evaluations: int = 2) -> Path:
                 "study",
                 "plan",
                 str(spec_file(tmp_path, evaluations)),
+                "--dir",
                 str(d),
                 "--site",
                 "laptop",
@@ -82,7 +83,18 @@ def test_a_400_digit_number_in_a_study_file_is_one_line(tmp_path, capsys, top, f
     spec = spec_file(tmp_path, **top)
     err = _one_line_error(
         capsys,
-        main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop", "--dry-run"]),
+        main(
+            [
+                "study",
+                "plan",
+                str(spec),
+                "--dir",
+                str(tmp_path / "d"),
+                "--site",
+                "laptop",
+                "--dry-run",
+            ]
+        ),
     )
     assert f"{spec}:" in err and f" {field}: " in err and "<1326-bit integer>" in err
 
@@ -91,7 +103,7 @@ def test_a_parameter_name_with_a_newline_is_one_line(tmp_path, capsys):
     spec = tmp_path / "nl.yaml"
     spec.write_text(spec_file(tmp_path).read_text().replace("  lr:", '  "l\\nr":'))
     err = _one_line_error(
-        capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"])
+        capsys, main(["study", "plan", str(spec), "--dir", str(tmp_path / "d"), "--site", "laptop"])
     )
     assert f"{spec}:3: parameters.'l\\nr': 'l\\nr' is not an option of gan3d train; fix: " in err
     assert not (tmp_path / "d").exists()
@@ -103,7 +115,7 @@ def test_a_duplicate_choice_value_is_refused_naming_the_file_and_line(tmp_path, 
         parameters={"optimizer": {"type": "choice", "values": ["adam", "rmsprop", "adam"]}},
     )
     err = _one_line_error(
-        capsys, main(["study", "plan", str(spec), str(tmp_path / "d"), "--site", "laptop"])
+        capsys, main(["study", "plan", str(spec), "--dir", str(tmp_path / "d"), "--site", "laptop"])
     )
     assert f"{spec}:" in err and "parameters.optimizer.values: a choice lists a value twice" in err
 
@@ -308,7 +320,10 @@ def test_a_study_path_of_odd_characters_plans_runs_and_reports(
 ):
     fake_training(monkeypatch)
     d = tmp_path / name
-    assert main(["study", "plan", str(spec_file(tmp_path)), str(d), "--site", "laptop", "-q"]) == 0
+    assert (
+        main(["study", "plan", str(spec_file(tmp_path)), "--dir", str(d), "--site", "laptop", "-q"])
+        == 0
+    )
     assert os.fsencode(d) in capsysbinary.readouterr().out  # printed as the bytes it is
     assert main(["study", "run", str(d), "--poll", "0.05", "-q"]) == 0
     led = ledger.read(d)
@@ -346,6 +361,7 @@ def test_a_study_path_that_is_not_utf8_prints_under_a_utf8_locale(tmp_path):
             "study",
             "plan",
             str(spec_file(tmp_path)),
+            "--dir",
             os.fsencode(d),
             "--site",
             "laptop",

@@ -24,9 +24,12 @@ PARAMS = {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
 def test_plan_copies_the_spec_and_starts_an_empty_ledger(showers, tmp_path):
     spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
     d = tmp_path / "s"
-    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--dry-run"]) == 0
+    assert main(["study", "plan", str(spec), "--dir", str(d), "--site", "laptop", "--dry-run"]) == 0
     assert not d.exists()
-    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "3"]) == 0
+    assert (
+        main(["study", "plan", str(spec), "--dir", str(d), "--site", "laptop", "--parallel", "3"])
+        == 0
+    )
     assert (d / SPEC_NAME).read_bytes() == spec.read_bytes()
     led = ledger.read(d)
     assert (
@@ -40,7 +43,7 @@ def test_plan_never_writes_into_a_directory_it_did_not_make(showers, tmp_path, c
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    assert main(["study", "plan", str(spec), str(mine), "--site", "laptop"]) == 1
+    assert main(["study", "plan", str(spec), "--dir", str(mine), "--site", "laptop"]) == 1
     err = capsys.readouterr().err
     assert "holds notes.txt, which kit study did not make" in err and err.count("\n") == 1
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
@@ -329,7 +332,9 @@ def test_a_fifo_planted_at_the_studys_lock_is_refused_without_hanging(showers, t
     from kit.study.run import DRIVER_LOCK
 
     spec = study_yaml(tmp_path, showers, "random", 3, PARAMS)
-    assert main(["study", "plan", str(spec), str(tmp_path / "st"), "--site", "laptop"]) == 0
+    assert (
+        main(["study", "plan", str(spec), "--dir", str(tmp_path / "st"), "--site", "laptop"]) == 0
+    )
     os.mkfifo(tmp_path / "st" / DRIVER_LOCK)
     capsys.readouterr()
     assert main(["study", "run", str(tmp_path / "st")]) == 1
@@ -362,7 +367,7 @@ def test_data_files_too_small_for_a_config_are_refused_at_plan_naming_the_file_a
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     held = sum(b - a for _, a, b in split_events([events], 0.1, doc["fixed"]["seed"]).test)
     assert 4 <= held < 4 * 4 <= events - held  # with 4 ranks the share held out is what is short
-    assert main(["study", "plan", str(spec), str(tmp_path / "a"), "--site", "laptop"]) == 1
+    assert main(["study", "plan", str(spec), "--dir", str(tmp_path / "a"), "--site", "laptop"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "a").exists()
     assert re.search(

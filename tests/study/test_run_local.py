@@ -56,7 +56,10 @@ def test_grid_of_4_with_a_bad_setting_two_in_flight_and_its_report(showers, tmp_
         },
     )  # 1e15 (the largest a study file takes): the losses are NaN after one step
     d = tmp_path / "study"
-    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "2"]) == 0
+    assert (
+        main(["study", "plan", str(spec), "--dir", str(d), "--site", "laptop", "--parallel", "2"])
+        == 0
+    )
     assert main(["study", "run", str(d), "--poll", "0.5"]) == 0
     led = ledger.read(d)
     assert len(led.evaluations) == 4 and len(led.done()) == 4
@@ -111,7 +114,10 @@ def test_mbo_study_driver_killed_midway_resumes_to_exactly_6_none_run_twice(show
         },
     )
     d = tmp_path / "study"
-    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "2"]) == 0
+    assert (
+        main(["study", "plan", str(spec), "--dir", str(d), "--site", "laptop", "--parallel", "2"])
+        == 0
+    )
     driver = subprocess.Popen(
         [sys.executable, "-m", "kit", "study", "run", str(d), "--poll", "0.5"],
         stdout=subprocess.DEVNULL,
@@ -175,7 +181,10 @@ def test_physics_objective_validates_each_evaluation_and_wall_time_stops_new_pro
     )
     spec.write_text(spec.read_text().replace("  evaluations: 10", "  wall_time: 3s"))
     d = tmp_path / "study"
-    assert main(["study", "plan", str(spec), str(d), "--site", "laptop", "--parallel", "2"]) == 0
+    assert (
+        main(["study", "plan", str(spec), "--dir", str(d), "--site", "laptop", "--parallel", "2"])
+        == 0
+    )
     assert main(["study", "run", str(d), "--poll", "0.5"]) == 0
     led = ledger.read(d)
     assert len(led.evaluations) == 2 and all(

@@ -584,7 +584,7 @@ def test_every_structural_problem_of_a_study_file_is_in_its_one_line(tmp_path):
         (15, "strategy.trees: not a setting of the random strategy; fix: settings of random: none"),
     ):
         assert f"{path}:{line}: {words}" in message, (line, message)
-    assert message.endswith("; fix: fix the study file (docs/study.md)"), message
+    assert message.endswith("; fix: fix the study file (`kit docs study` describes it)"), message
 
 
 def test_the_showers_check_tries_only_configs_the_conditions_allow(tmp_path):

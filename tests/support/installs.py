@@ -146,3 +146,38 @@ def fake_wheel(directory: Path, name: str, init: str, package: str = "tensorflow
             whl.writestr(name_in_zip, data)
         whl.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return path
+
+
+OPTIONAL = (
+    "matplotlib",
+    "numpy",
+    "isal",
+    "zlib_ng",
+    "zstandard",
+    "fabric",
+    "paramiko",
+    "invoke",
+    "tensorflow",
+    "keras",
+    "h5py",
+    "mpi4py",
+    "horovod",
+    "sklearn",
+    "scipy",
+)
+
+
+def kit_without(args: list[str], blocked: tuple[str, ...], cwd) -> tuple[int, str, str]:
+    """`kit ARGS` in a Python where the ``blocked`` modules cannot be imported (as if not
+    installed).
+    """
+    code = (
+        "import sys\nfor m in sys.argv[1].split(','): sys.modules[m] = None\n"
+        "from kit.cli import main\nsys.exit(main(sys.argv[2:]))"
+    )
+    done = run(
+        [sys.executable, "-c", code, ",".join(blocked), *args],
+        cwd=cwd,
+        env=outside_env(PYTHONPATH=sys.path[0] if sys.path[0] else ".", KIT_CRASH_DIR=str(cwd)),
+    )
+    return done.returncode, done.stdout, done.stderr

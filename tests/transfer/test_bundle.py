@@ -85,7 +85,7 @@ def test_cli_bundle(tmp_path, repo):
     img = random_image(tmp_path / "one.tar", 50_000)
     out = tmp_path / "usb" / "b1"
     res = subprocess.run(
-        [sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
+        [sys.executable, "-m", "kit", "transfer", "bundle", str(img), "--dir", str(out)],
         capture_output=True,
         text=True,
         cwd=repo,
@@ -93,7 +93,7 @@ def test_cli_bundle(tmp_path, repo):
     assert res.returncode == 0, res.stderr
     assert "2 files" in res.stdout and (out / "verify.sh").exists()
     again = subprocess.run(
-        [sys.executable, "-m", "kit", "transfer", "bundle", str(img), str(out)],
+        [sys.executable, "-m", "kit", "transfer", "bundle", str(img), "--dir", str(out)],
         capture_output=True,
         text=True,
         cwd=repo,

@@ -127,7 +127,7 @@ def test_sha256sum_checks_a_plain_bundle_and_sees_damage(tmp_path, image):
 def test_with_kit_carries_a_verified_wheelhouse(tmp_path, image, wheelhouse, kit_wheel, repo):
     out = tmp_path / "usb" / "b"
     res = kit(
-        "bundle", str(image), str(out), "--with-kit", cwd=tmp_path, repo=repo
+        "bundle", str(image), "--dir", str(out), "--with-kit", cwd=tmp_path, repo=repo
     )  # default dist/wheelhouse
     assert res.returncode == 0, res.stderr
     assert f"sh {out}/kit/install.sh" in res.stdout and "sha256sum -c SHA256SUMS" in res.stdout
@@ -221,6 +221,7 @@ def test_a_bad_wheelhouse_is_refused_in_one_line(tmp_path, image, wheelhouse, re
     res = kit(
         "bundle",
         str(image),
+        "--dir",
         str(out),
         "--with-kit",
         "--kit-wheelhouse",

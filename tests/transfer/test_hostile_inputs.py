@@ -84,7 +84,7 @@ def test_a_fifo_or_device_as_the_image_is_refused(tmp_path, make_site):
         ):
             push(tmp_path / name, make_site())
         assert_clean_exit_1(
-            kit_cli("transfer", "bundle", str(tmp_path / name), str(tmp_path / "out")),
+            kit_cli("transfer", "bundle", str(tmp_path / name), "--dir", str(tmp_path / "out")),
             "not a regular file",
         )
     assert not (tmp_path / "out").exists()

@@ -41,7 +41,7 @@ def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exac
     # fresh machine this test may be the run's first to need it)
     assert impi_prefix.is_dir() and default_intel_mpi() is not None
     name = fresh_name()
-    assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name]) == 0
+    assert main(["vcluster", "up", "--nodes", "2", "--dir", str(cluster_dir), "--name", name]) == 0
     out = capsys.readouterr().out
     state = load_state(cluster_dir)
     assert (
@@ -77,13 +77,13 @@ def test_up_makes_nodes_with_their_own_names_and_addresses_and_down_removes_exac
         [f"kvc-{name}", f"kvc-{name}-1", f"kvc-{name}-2", f"kvc-{name}-1", f"kvc-{name}-2"]
     )  # 3 links, 2 namespaces
 
-    assert main(["vcluster", "down", "--dir", str(cluster_dir)]) == 0
+    assert main(["vcluster", "down", str(cluster_dir)]) == 0
     assert "removed 9 thing(s)" in capsys.readouterr().out
     _gone(name, daemons)
     assert (
         not (cluster_dir / "state").exists() and (cluster_dir / "logs" / "slurmctld.log").is_file()
     )
-    assert main(["vcluster", "status", "--dir", str(cluster_dir), "--json"]) == 1
+    assert main(["vcluster", "status", str(cluster_dir), "--json"]) == 1
     gone = json.loads(capsys.readouterr().out)
     assert (
         gone["schema"] == "kit-vcluster-status/1"
@@ -113,6 +113,7 @@ def test_an_up_killed_half_way_is_refused_until_down_removes_what_it_made(cluste
             "kit",
             "vcluster",
             "up",
+            "--nodes",
             "2",
             "--dir",
             str(cluster_dir),
@@ -159,7 +160,10 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
         (["--intel-mpi", str(tmp_path)], "no lib/libmpi.so.12 there"),
     ):
         for dry in ([], ["--dry-run"]):
-            assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), *argv, *dry]) == 1
+            assert (
+                main(["vcluster", "up", "--nodes", "2", "--dir", str(cluster_dir), *argv, *dry])
+                == 1
+            )
             err = capsys.readouterr().err
             assert err.startswith("kit: error: ") and message in err and err.count("\n") == 1
             assert load_state(cluster_dir) is None
@@ -168,7 +172,7 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
         "17",
     ):  # a usage error: the node count is checked as the command line is read
         with pytest.raises(SystemExit) as done:
-            main(["vcluster", "up", count, "--dir", str(cluster_dir)])
+            main(["vcluster", "up", "--nodes", count, "--dir", str(cluster_dir)])
         assert done.value.code == 2 and "give a number from 1 to 16" in capsys.readouterr().err
     assert load_state(cluster_dir) is None
     cluster_dir.mkdir(exist_ok=True)
@@ -177,7 +181,7 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
         (json.dumps({"not": "ours"}), "not a virtual cluster state kit wrote"),
     ):
         (cluster_dir / "state").write_text(garbage)
-        assert main(["vcluster", "down", "--dir", str(cluster_dir)]) == 1
+        assert main(["vcluster", "down", str(cluster_dir)]) == 1
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
     (cluster_dir / "state").unlink()
@@ -188,7 +192,7 @@ def test_the_script_is_the_kit_command_from_any_directory(tmp_path):
     status of a directory without a cluster is exit 1 with the documented JSON, and nothing is made."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "vcluster.sh"
     res = subprocess.run(
-        ["bash", str(script), "status", "--dir", str(tmp_path / "none"), "--json"],
+        ["bash", str(script), "status", str(tmp_path / "none"), "--json"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

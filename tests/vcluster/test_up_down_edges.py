@@ -36,7 +36,7 @@ def test_an_up_that_fails_half_way_removes_what_it_made_and_nothing_else(
         at.write_text("the user's own log\n")
     else:
         at.mkdir()
-    assert main(["vcluster", "up", "2", "--dir", str(cluster_dir), "--name", name]) == 1
+    assert main(["vcluster", "up", "--nodes", "2", "--dir", str(cluster_dir), "--name", name]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("kit: error: "), err
     assert "(this up removed what it had made)" in err
@@ -61,7 +61,7 @@ def test_an_up_that_fails_half_way_removes_what_it_made_and_nothing_else(
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]])
 def test_down_where_no_cluster_was_made_makes_nothing(tmp_path, capsys, dry):
     where = tmp_path / "never" / "up"
-    assert main(["vcluster", "down", "--dir", str(where), *dry]) == 0
+    assert main(["vcluster", "down", str(where), *dry]) == 0
     out = capsys.readouterr().out
     assert out == (
         "dry run: nothing recorded\n"
@@ -84,6 +84,7 @@ def test_a_bind_the_site_configs_would_refuse_is_refused_before_anything_is_made
                 [
                     "vcluster",
                     "up",
+                    "--nodes",
                     "2",
                     "--dir",
                     str(cluster_dir),

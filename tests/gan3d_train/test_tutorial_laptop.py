@@ -1,0 +1,32 @@
+"""docs/tutorial/laptop.md, run as a reader runs it (tests/support/tutorial.py): every command of
+the page, in one shell, in a fresh home directory, with the output the page shows. Minutes of
+TensorFlow (the demo, a tune of two layouts, four sweep runs): `make test`'s, not `make check`'s."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO
+from tests.support.training import train_env
+from tests.support.tutorial import run_page
+
+PAGE = REPO / "docs" / "tutorial" / "laptop.md"
+
+
+@pytest.mark.timeout(2400)
+def test_the_laptop_tutorial_runs_as_written(parts, tmp_path):
+    env = dict(
+        train_env(),
+        PATH=f"{Path(sys.executable).parent}:{train_env()['PATH']}",  # as `. .venv/bin/activate`
+        HOME=str(tmp_path),
+        COLUMNS="120",  # rich folds table cells to the terminal's width: one fixed for the page
+    )
+    env.pop("TF_CPP_MIN_LOG_LEVEL")  # the page sets it
+    run_page(PAGE, tmp_path, env, timeout=2100)
+    work = tmp_path / "kit-tutorial"
+    # what the page tells the reader to look at, beyond what the commands print
+    assert sorted(p.name for p in (work / "build" / "demo" / "plots").glob("*.png"))
+    assert (work / "tune" / "tune.png").stat().st_size > 0
+    shown = ("time_per_epoch.png", "showers_per_second.png", "loss_overlay.png", "report.md")
+    assert all((work / "report" / name).stat().st_size > 0 for name in shown)
