@@ -166,7 +166,7 @@ def summary(record: dict, plots: Path | None, results: Path) -> tuple[Table, lis
     return table, notes
 
 
-def print_summary(console: Console, record: dict, plots: Path | None, results: Path) -> None:
+def print_summary(console: Console, record: dict, *, plots: Path | None, results: Path) -> None:
     table, notes = summary(record, plots, results)
     console.print(table)
     for note in notes:  # one line each: the terminal wraps it, not rich into the table's width
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     plots = run_validation(args, data, console)
     record = read_json_object(args.results, "gan3d results file", "fix: run the demo again")
     check_value(record, args.results, TAGGED, what="gan3d results file", fix="run the demo again")
-    print_summary(console, record, plots, args.results)
+    print_summary(console, record, plots=plots, results=args.results)
     return 0
 
 

@@ -29,7 +29,7 @@ OTHER_GROUP = "Explanation"
 TOPIC_WORD = r"[a-z0-9/-]+"
 # How a page names another: a relative link to it, or the command that prints it.
 _NAMED = re.compile(rf"\]\(([A-Za-z0-9_./-]+?)\.md(?:#[^)]*)?\)|kit docs ({TOPIC_WORD})")
-_HEADING = re.compile(r"#{1,6} +(.+?) *#* *$")
+_HEADING = re.compile(r"#{1,6} +(.+?) *#* *")
 FIX = "`kit docs` lists the topics"
 
 

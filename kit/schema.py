@@ -4,7 +4,8 @@
 jsonschema would lose the YAML marks; walking `yaml.compose` nodes keeps the file, line and key
 path of each value and lets unknown keys get a did-you-mean. A JSON value (or any built Python
 value) is walked the same way, with the key path alone naming where. A section can be derived
-from the frozen dataclass a reader returns (`section_of`), so a field is declared once.
+from the frozen dataclass a reader returns (`section_of`), so a field is declared once: its type
+and default by the dataclass, its doc, checks and bounds by `about` in the field's metadata.
 """
 
 from __future__ import annotations
@@ -596,6 +597,57 @@ def field_of(hint: Any) -> Field:
     raise TypeError(f"no schema field for {hint!r}")
 
 
+ABOUT = "kit.schema"  # the dataclass field metadata key `about` fills and section_of reads
+
+
+@dataclass(frozen=True)
+class About:
+    """What a dataclass field adds to the Field its annotation and default give."""
+
+    doc: str
+    check: Check | None = None
+    choices: tuple[Any, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    positive: bool = False
+    kind: str | None = None  # a scalar kind in place of the annotation's, e.g. "map[str,str]"
+    section_check: SectionCheck | None = None  # a dataclass-valued field: its cross-field check
+
+
+def about(
+    doc: str,
+    *,
+    check: Check | None = None,
+    choices: tuple[Any, ...] = (),
+    minimum: float | None = None,
+    maximum: float | None = None,
+    positive: bool = False,
+    kind: str | None = None,
+    section_check: SectionCheck | None = None,
+) -> dict[str, About]:
+    """Metadata declaring a key where its dataclass field is, so the schema and the record cannot
+    drift apart: ``port: int = field(default=22, metadata=about("SSH port", check=_port))``."""
+    return {ABOUT: About(doc, check, choices, minimum, maximum, positive, kind, section_check)}
+
+
+def _with_about(spec: Field, extra: About) -> Field:
+    kind: str | Section | Items | Names = extra.kind or spec.kind
+    if extra.section_check is not None:
+        if not isinstance(kind, Section):
+            raise TypeError(f"a section check on a {kind!r} field")
+        kind = dataclasses.replace(kind, check=extra.section_check)
+    return dataclasses.replace(
+        spec,
+        kind=kind,
+        doc=extra.doc,
+        check=extra.check,
+        choices=extra.choices,
+        minimum=extra.minimum,
+        maximum=extra.maximum,
+        positive=extra.positive,
+    )
+
+
 def section_of(
     cls: type,
     *,
@@ -604,10 +656,13 @@ def section_of(
     fields: dict[str, Field] | None = None,
     check: SectionCheck | None = None,
     open: bool = False,
+    first: tuple[str, ...] = (),
 ) -> Section:
     """The Section of a frozen dataclass: each field's type from its annotation, required unless
-    it has a default. ``only``/``skip`` pick the fields a file holds; ``fields`` replaces or
-    adds a key's Field (its checks, bounds, choices)."""
+    it has a default, with what its `about` metadata adds. ``only``/``skip`` pick the fields a
+    file holds; ``fields`` replaces or adds a key's Field (its checks, bounds, choices);
+    ``first``: keys listed first, in a file's reading order (a dataclass puts its required
+    fields before those with defaults)."""
     hints = type_hints(cls)
     out: dict[str, Field] = {}
     for f in dataclasses.fields(cls):
@@ -618,20 +673,39 @@ def section_of(
             spec = dataclasses.replace(spec, required=False, default=f.default)
         elif f.default_factory is not dataclasses.MISSING:
             spec = dataclasses.replace(spec, required=False, default=f.default_factory())
+        if ABOUT in f.metadata:
+            spec = _with_about(spec, f.metadata[ABOUT])
         out[f.name] = spec
     for name, spec in (fields or {}).items():
         out[name] = spec
+    out = {**{name: out[name] for name in first}, **out}
     return Section(out, check=check, open=open)
 
 
 def record(cls: type, data: dict[str, Any], **more: Any) -> Any:
-    """A dataclass built from a checked section (``more``: fields given here instead); lists
-    become tuples where the field is one."""
+    """A dataclass built from a checked section (``more``: fields given here instead), each value
+    as its field's type says: a nested section as its dataclass, a list as a tuple, a mapping's
+    values as strings for a dict[str, str] (a "map[str,str]" key takes numbers too)."""
     hints = type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in more or f.name in data:
             value = more[f.name] if f.name in more else data[f.name]
-            is_tuple = typing.get_origin(hints[f.name]) is tuple
-            values[f.name] = tuple(value) if is_tuple and isinstance(value, list) else value
+            values[f.name] = _typed(hints[f.name], value)
     return cls(**values)
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    """A checked value as the type ``hint`` names (record's conversions)."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (Union, getattr(types, "UnionType", Union)) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return value if value is None or len(rest) != 1 else _typed(rest[0], value)
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return record(hint, value)  # type: ignore[arg-type]
+    if origin is tuple and isinstance(value, list):
+        return tuple(value)
+    if origin is dict and args == (str, str) and isinstance(value, dict):
+        return {k: str(v) for k, v in value.items()}
+    return value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import yaml
@@ -17,6 +17,7 @@ from kit.schema import (
     Items,
     Names,
     Section,
+    about,
     check_value,
     check_yaml,
     record,
@@ -51,6 +52,55 @@ SWEEP = Section(
         else []
     ),
 )
+
+
+@dataclass(frozen=True)
+class Limits:
+    cores: int = field(metadata=about("cores per node", positive=True))
+    spare: int = field(default=0, metadata=about("cores left idle", maximum=8))
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str = field(metadata=about("the host's name"))
+    limits: Limits = field(
+        metadata=about(
+            "what the host has",
+            section_check=lambda d: (
+                [("spare", Bad("leaves no core"))] if d["spare"] >= d["cores"] else []
+            ),
+        )
+    )
+    note: str = field(default="", metadata=about("a line on it"))
+    env: dict[str, str] = field(
+        default_factory=dict, metadata=about("set for the job", kind="map[str,str]")
+    )
+    backup: Limits | None = None
+
+
+HOST = section_of(Host, first=("name", "note"))
+
+
+def test_about_metadata_declares_a_keys_doc_checks_and_kind_where_its_field_is():
+    assert list(HOST.fields) == ["name", "note", "limits", "env", "backup"]
+    limits = HOST.fields["limits"].kind
+    assert isinstance(limits, Section) and limits.check is not None
+    assert limits.fields["cores"].positive and limits.fields["cores"].doc == "cores per node"
+    assert limits.fields["spare"].maximum == 8 and limits.fields["spare"].default == 0
+    assert HOST.fields["env"].kind == "map[str,str]" and HOST.fields["env"].default == {}
+    assert HOST.fields["backup"].nullable and not HOST.fields["backup"].required
+    with pytest.raises(KitError, match=r"h.yaml:4: limits.spare: leaves no core"):
+        check_yaml("name: a\nlimits:\n  cores: 2\n  spare: 2\n", "h.yaml", HOST, what="host")
+    with pytest.raises(KitError, match=r"limits.spare: must be at most 8, got 9"):
+        check_yaml("name: a\nlimits: {cores: 20, spare: 9}\n", "h.yaml", HOST, what="host")
+
+
+def test_record_builds_nested_sections_and_a_string_maps_numbers_as_strings():
+    text = "name: a\nlimits: {cores: 4}\nenv: {N: 4, X: 1.5, Y: b}\nbackup: null\n"
+    host = record(Host, check_yaml(text, "h.yaml", HOST, what="host"))
+    assert host == Host("a", Limits(4, 0), "", {"N": "4", "X": "1.5", "Y": "b"}, None)
+    text = text.replace("backup: null", "backup: {cores: 2, spare: 1}")
+    assert record(Host, check_yaml(text, "h.yaml", HOST, what="host")).backup == Limits(2, 1)
 
 
 def test_a_section_derived_from_a_dataclass_builds_the_record():

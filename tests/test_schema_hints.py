@@ -11,13 +11,14 @@ import pytest
 from kit.mpi import pair_reader
 from kit.scale import plan
 from kit.schema import evaluated_hints, section_of
+from kit.site import model
 from kit.slurm import spec
 from kit.study import ledger
 
 
 def _dataclasses() -> list[type]:
     found = []
-    for module in (plan, spec, pair_reader, ledger):
+    for module in (plan, spec, pair_reader, ledger, model):
         for value in vars(module).values():
             if (
                 dataclasses.is_dataclass(value)
@@ -39,3 +40,12 @@ def test_a_plan_section_derives_the_same_from_either_evaluation(monkeypatch):
     want = section_of(plan.RunSpec)
     monkeypatch.setattr(schema, "type_hints", evaluated_hints)
     assert section_of(plan.RunSpec) == want
+
+
+def test_the_site_schema_derives_the_same_from_either_evaluation(monkeypatch):
+    from kit import schema
+
+    want = section_of(model.Site, skip=("path",), first=("name", "description"))
+    assert want == model.SCHEMA
+    monkeypatch.setattr(schema, "type_hints", evaluated_hints)
+    assert section_of(model.Site, skip=("path",), first=("name", "description")) == want

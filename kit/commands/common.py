@@ -158,7 +158,7 @@ def deprecated(old: str, new: str) -> None:
 
 
 def add_read_dir(
-    p: argparse.ArgumentParser, text: str, default: Path | None = None, optional: bool = False
+    p: argparse.ArgumentParser, text: str, *, default: Path | None = None, optional: bool = False
 ) -> None:
     """DIR, a directory an earlier command made and this one reads (positional, by the rule)."""
     p.add_argument(
@@ -177,7 +177,7 @@ def add_made_dir(p: argparse.ArgumentParser, text: str, default: Path | None = N
 
 
 def new_spelling(
-    args: argparse.Namespace, dest: str, old: str, new: str, default: Any = None
+    args: argparse.Namespace, dest: str, *, old: str, new: str, default: Any = None
 ) -> Any:
     """The value of ``dest``, or of its old spelling (dest ``old_DEST``, hidden from --help) with
     the note; both at once is refused."""

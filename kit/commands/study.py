@@ -30,7 +30,9 @@ STATUS_SCHEMA = "kit-study-status/1"
 def _plan(args: argparse.Namespace) -> int:
     from kit.study.studydir import plan_study
 
-    args.dir = new_spelling(args, "dir", "kit study plan SPEC DIR", "kit study plan SPEC --dir DIR")
+    args.dir = new_spelling(
+        args, "dir", old="kit study plan SPEC DIR", new="kit study plan SPEC --dir DIR"
+    )
     if args.dir is None:
         raise KitError("kit study plan: no study directory", fix="give --dir DIR (a new directory)")
     header = plan_study(

@@ -26,7 +26,9 @@ DEFAULT_DIR = Path("build/vcluster")
 
 
 def _up(args: argparse.Namespace) -> int:
-    args.nodes = new_spelling(args, "nodes", "kit vcluster up N", "kit vcluster up --nodes N")
+    args.nodes = new_spelling(
+        args, "nodes", old="kit vcluster up N", new="kit vcluster up --nodes N"
+    )
     if args.nodes is None:
         raise KitError("kit vcluster up: how many nodes?", fix="give --nodes N, e.g. --nodes 2")
     intel = args.intel_mpi or default_intel_mpi()
@@ -85,7 +87,11 @@ def _up(args: argparse.Namespace) -> int:
 def _old_dir(args: argparse.Namespace, verb: str) -> None:
     """`kit vcluster down|status --dir D`, the old spelling of `... D`."""
     args.dir = new_spelling(
-        args, "dir", f"kit vcluster {verb} --dir DIR", f"kit vcluster {verb} DIR", DEFAULT_DIR
+        args,
+        "dir",
+        old=f"kit vcluster {verb} --dir DIR",
+        new=f"kit vcluster {verb} DIR",
+        default=DEFAULT_DIR,
     )
 
 
@@ -130,7 +136,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def with_dir(p: argparse.ArgumentParser) -> None:
         """DIR, the cluster up made; --dir DIR, its old spelling, still works."""
-        add_read_dir(p, what, DEFAULT_DIR)
+        add_read_dir(p, what, default=DEFAULT_DIR)
         p.add_argument("--dir", dest="old_dir", type=Path, help=argparse.SUPPRESS)
 
     p = leaves.add_parser(

@@ -1,4 +1,5 @@
-"""Typed site config (docs/architecture.md, "File contracts") and the schema that guards it."""
+"""Typed site config: each key declared once, in its dataclass field (type, default, doc, checks),
+and the schema that guards it derived from them (`kit docs reference/site-config` lists it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.excerpt import shown
-from kit.schema import Bad, Field, Section
+from kit.schema import Bad, about, record, section_of
 
 # Whole-value patterns (fullmatch: `$` would let a trailing newline through), ASCII digits only.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -200,45 +201,6 @@ def _network_check(net: dict) -> list[tuple[str, Bad]]:
     return []
 
 
-OPENMPI_SECTION = Section(
-    {
-        "components": Field(
-            "str",
-            nullable=True,
-            required=False,
-            check=_absolute,
-            doc="the host's MCA component dir (ompi_info --path pkglibdir); default PREFIX/lib/openmpi",
-        ),
-        "help_files": Field(
-            "str",
-            nullable=True,
-            required=False,
-            check=_absolute,
-            doc="the host's help-file dir (ompi_info --path pkgdatadir); default PREFIX/share/openmpi",
-        ),
-        "pmix_components": Field(
-            "str",
-            nullable=True,
-            required=False,
-            check=_absolute,
-            doc="an external PMIx's component dir, bound too; null: PMIx inside Open MPI",
-        ),
-        "mca": Field(
-            "map[str,str]",
-            required=False,
-            default={},
-            check=_mca_names,
-            doc="MCA parameters, exported as OMPI_MCA_<name> to mpirun and the ranks",
-        ),
-        "allow_run_as_root": Field(
-            "bool",
-            required=False,
-            default=False,
-            doc="mpirun --allow-run-as-root (containers and CI run as root; clusters should not)",
-        ),
-    }
-)
-
 # The container runtimes a site may name; each is one module in kit/runtime/ (its registry checks
 # that the two agree).
 RUNTIMES = ("charliecloud", "udocker")
@@ -260,60 +222,6 @@ def _udocker_check(section: dict) -> list[tuple[str, Bad]]:
     return []
 
 
-UDOCKER_SECTION = Section(
-    {
-        "mode": Field(
-            "str",
-            required=False,
-            default="P1",
-            choices=UDOCKER_MODES,
-            doc=(
-                "udocker execution mode: P1 (proot, seccomp-accelerated), "
-                "P2 (proot without it: the fallback)"
-            ),
-        ),
-        "executable": Field(
-            "str",
-            required=False,
-            default="udocker",
-            check=_command,
-            doc="the udocker command: a name on PATH or an absolute path",
-        ),
-        "proot": Field(
-            "str",
-            nullable=True,
-            required=False,
-            default="/usr/bin/proot",
-            check=_absolute,
-            doc="the proot executable (Debian's: the kit runs it through a wrapper that drops udocker's -k); "
-            "null: udocker's own, from the tools tarball",
-        ),
-        "tarball": Field(
-            "str",
-            nullable=True,
-            required=False,
-            default=None,
-            check=_absolute,
-            doc="udocker's tools tarball, installed from this file (never downloaded); null: none",
-        ),
-        "dir": Field(
-            "str",
-            required=False,
-            default="~/.udocker",
-            check=_absolute,
-            doc="udocker's repository (UDOCKER_DIR), per user: on a shared filesystem or node-local",
-        ),
-        "allow_root": Field(
-            "bool",
-            required=False,
-            default=False,
-            doc="udocker --allow-root: let root run ranks (udocker refuses root otherwise)",
-        ),
-    },
-    check=_udocker_check,
-)
-
-
 def _container_check(container: dict) -> list[tuple[str, Bad]]:
     if container["udocker"] is not None and container["runtime"] != "udocker":
         what = f"udocker settings for runtime {container['runtime']}"
@@ -321,212 +229,54 @@ def _container_check(container: dict) -> list[tuple[str, Bad]]:
     return []
 
 
-SCHEMA = Section(
-    {
-        "name": Field("str", check=_name, doc="short name used on the command line"),
-        "description": Field("str", required=False, default=""),
-        "scheduler": Field(
-            Section(
-                {
-                    "type": Field("str", choices=("local", "slurm")),
-                    "partition": Field("str", nullable=True, required=False, check=_slurm_word),
-                    "account": Field("str", nullable=True, required=False, check=_slurm_word),
-                    "max_nodes": Field("int", positive=True),
-                    "max_walltime": Field("str", check=_walltime),
-                    "mpi_plugin": Field(
-                        "str",
-                        nullable=True,
-                        required=False,
-                        choices=("pmi2", "pmix", "none"),
-                        doc="srun --mpi=VALUE",
-                    ),
-                    "constraint": Field("str", nullable=True, required=False, check=_slurm_word),
-                }
-            )
-        ),
-        "node": Field(
-            Section(
-                {
-                    "cpu_model": Field("str"),
-                    "sockets": Field("int", positive=True),
-                    "cores_per_socket": Field("int", positive=True),
-                    "threads_per_core": Field("int", positive=True),
-                    "numa_domains": Field("int", positive=True),
-                    "numa_domains_snc": Field(
-                        "int",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="NUMA domains with sub-NUMA clustering enabled",
-                    ),
-                    "memory_gb": Field("float", positive=True),
-                    "usable_memory_gb": Field("float", positive=True),
-                    # Peak facts: null (or absent) when unknown, e.g. a VM's clock. The kit then
-                    # says the theoretical peak is unknown and divides by a measured one, never by a
-                    # guess.
-                    "clock_ghz_avx": Field(
-                        "float",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="sustained all-core clock under AVX-512 load: the clock of the fp32/bf16/fp64 "
-                        "peaks; null when unknown",
-                    ),
-                    "clock_ghz_max": Field(
-                        "float",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="clock used for the vendor/Top500 peak (the seed paper's FP64 convention)",
-                    ),
-                    "fp32_flop_per_cycle_per_core": Field(
-                        "int",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="e.g. 64 = 2 AVX-512 FMA units x 16 lanes x 2",
-                    ),
-                    "fp64_flop_per_cycle_per_core": Field(
-                        "int",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="e.g. 32 = 2 AVX-512 FMA units x 8 lanes x 2",
-                    ),
-                    "bf16_flop_per_cycle_per_core": Field(
-                        "int",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="with AVX512_BF16 or AMX; null where the CPU has no bf16 "
-                        "arithmetic (TensorFlow then computes bf16 in fp32)",
-                    ),
-                },
-                check=_node_check,
-            )
-        ),
-        "host_mpi": Field(
-            Section(
-                {
-                    "vendor": Field("str", choices=MPI_VENDORS),
-                    "version": Field("str"),
-                    "prefix": Field("str", check=_absolute),
-                    "library_dirs": Field(
-                        "list[str]", required=False, default=[], check=_library_dirs
-                    ),
-                    "launcher": Field(
-                        "str",
-                        check=_launcher,
-                        doc="command that starts ranks, e.g. 'srun' or 'mpiexec'",
-                    ),
-                    "env": Field(
-                        "map[str,str]",
-                        required=False,
-                        default={},
-                        check=_env_names,
-                        doc="set for the launcher and, translated into the container, for the ranks",
-                    ),
-                    "soname": Field(
-                        "str",
-                        nullable=True,
-                        required=False,
-                        doc="the host library's SONAME, e.g. libmpi.so.12",
-                    ),
-                    "library_version": Field(
-                        "str",
-                        nullable=True,
-                        required=False,
-                        doc="the host libmpi file's version suffix, e.g. 12.0.0",
-                    ),
-                    "openmpi": Field(
-                        OPENMPI_SECTION,
-                        nullable=True,
-                        required=False,
-                        doc="what binding and starting an Open MPI host needs (vendor openmpi only)",
-                    ),
-                },
-                check=_host_mpi_check,
-            )
-        ),
-        "container": Field(
-            Section(
-                {
-                    "runtime": Field(
-                        "str",
-                        choices=RUNTIMES,
-                        doc="what starts each rank in the image (kit/runtime/)",
-                    ),
-                    "image_dir": Field("str", check=_absolute),
-                    "binds": Field("list[str]", required=False, default=[], check=binds_problem),
-                    "join": Field("bool", required=False, default=True),
-                    "mpi_target": Field(
-                        "str",
-                        required=False,
-                        default="/opt/hostmpi",
-                        check=_image_dir,
-                        doc="in-image directory the host MPI library dirs are bound under",
-                    ),
-                    "udocker": Field(
-                        UDOCKER_SECTION,
-                        nullable=True,
-                        required=False,
-                        doc="runtime udocker only: how udocker runs (absent: the defaults)",
-                    ),
-                },
-                check=_container_check,
-            )
-        ),
-        "modules": Field("list[str]", required=False, default=[]),
-        "transfer": Field(
-            Section(
-                {
-                    "host": Field("str"),
-                    "user": Field("str", nullable=True, required=False),
-                    "port": Field("int", required=False, default=22, check=_port),
-                    "image_dir": Field("str", check=_absolute),
-                    "jump_host": Field("str", nullable=True, required=False),
-                    "keep_versions": Field("int", required=False, default=2, positive=True),
-                    "direct_io": Field(
-                        "bool",
-                        required=False,
-                        default=True,
-                        doc="write uploads with O_DIRECT where the filesystem allows it "
-                        "(no page cache to fill and flush); false for buffered writes",
-                    ),
-                }
-            )
-        ),
-        "network": Field(
-            Section(
-                {
-                    "fabric": Field("str", nullable=True, required=False),
-                    "latency_us": Field("float", positive=True),
-                    "bandwidth_gbps": Field("float", positive=True),
-                    "islands": Field("int", positive=True, nullable=True, required=False),
-                    "island_nodes": Field(
-                        "int",
-                        positive=True,
-                        nullable=True,
-                        required=False,
-                        doc="nodes per island (full bisection inside an island)",
-                    ),
-                },
-                check=_network_check,
-            )
-        ),
-    }
-)
+# Each key is declared once, in its dataclass field: the type and default there, the doc, checks
+# and bounds in its `about` metadata. SCHEMA, the key tree every reader checks against (and the
+# reference `kit docs reference/site-config` lists), is derived from them below.
 
 
 @dataclass(frozen=True)
 class Scheduler:
-    type: str
-    max_nodes: int
-    max_walltime: str
-    partition: str | None = None
-    account: str | None = None
-    mpi_plugin: str | None = None
-    constraint: str | None = None
+    type: str = field(
+        metadata=about(
+            "local: ranks start on this machine, no queue; slurm: jobs go through sbatch",
+            choices=("local", "slurm"),
+        )
+    )
+    max_nodes: int = field(
+        metadata=about("the most nodes one job may ask for (the partition's limit)", positive=True)
+    )
+    max_walltime: str = field(
+        metadata=about(
+            "the longest walltime one job may ask for: HH:MM:SS or D-HH:MM:SS, quoted",
+            check=_walltime,
+        )
+    )
+    partition: str | None = field(
+        default=None,
+        metadata=about(
+            "Slurm partition (#SBATCH --partition); null: the cluster's default", check=_slurm_word
+        ),
+    )
+    account: str | None = field(
+        default=None,
+        metadata=about(
+            "Slurm account charged (#SBATCH --account; --account overrides it); null: none",
+            check=_slurm_word,
+        ),
+    )
+    mpi_plugin: str | None = field(
+        default=None,
+        metadata=about(
+            "srun --mpi=VALUE, when the launcher is srun; null: Slurm's default",
+            choices=("pmi2", "pmix", "none"),
+        ),
+    )
+    constraint: str | None = field(
+        default=None,
+        metadata=about(
+            "Slurm node features (#SBATCH --constraint); null: any node", check=_slurm_word
+        ),
+    )
 
 
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -550,19 +300,70 @@ class Peak:
 
 @dataclass(frozen=True)
 class Node:
-    cpu_model: str
-    sockets: int
-    cores_per_socket: int
-    threads_per_core: int
-    numa_domains: int
-    memory_gb: float
-    usable_memory_gb: float
-    clock_ghz_avx: float | None = None
-    fp32_flop_per_cycle_per_core: int | None = None
-    fp64_flop_per_cycle_per_core: int | None = None
-    bf16_flop_per_cycle_per_core: int | None = None
-    numa_domains_snc: int | None = None
-    clock_ghz_max: float | None = None
+    """One compute node (all of a site's nodes are alike). Peak facts are null when unknown, e.g. a
+    VM's clock: the kit then says the theoretical peak is unknown and divides by a measured one,
+    never by a guess."""
+
+    cpu_model: str = field(metadata=about("the CPU as its vendor names it (shown, not parsed)"))
+    sockets: int = field(metadata=about("CPU sockets per node", positive=True))
+    cores_per_socket: int = field(metadata=about("physical cores per socket", positive=True))
+    threads_per_core: int = field(
+        metadata=about("hardware threads per core (2 with hyper-threading)", positive=True)
+    )
+    numa_domains: int = field(
+        metadata=about("NUMA domains per node, as the nodes are normally booted", positive=True)
+    )
+    memory_gb: float = field(metadata=about("memory per node, GB", positive=True))
+    usable_memory_gb: float = field(
+        metadata=about("memory per node a job may use, GB (at most memory_gb)", positive=True)
+    )
+    clock_ghz_avx: float | None = field(
+        default=None,
+        metadata=about(
+            "sustained all-core clock under AVX-512 load, GHz: the clock of the fp32/bf16/fp64 "
+            "peaks; null when unknown",
+            positive=True,
+        ),
+    )
+    fp32_flop_per_cycle_per_core: int | None = field(
+        default=None,
+        metadata=about(
+            "FP32 FLOP per cycle per core, e.g. 64 = 2 AVX-512 FMA units x 16 lanes x 2; "
+            "null when unknown",
+            positive=True,
+        ),
+    )
+    fp64_flop_per_cycle_per_core: int | None = field(
+        default=None,
+        metadata=about(
+            "FP64 FLOP per cycle per core, e.g. 32 = 2 AVX-512 FMA units x 8 lanes x 2; "
+            "null when unknown",
+            positive=True,
+        ),
+    )
+    bf16_flop_per_cycle_per_core: int | None = field(
+        default=None,
+        metadata=about(
+            "BF16 FLOP per cycle per core, with AVX512_BF16 or AMX; null where the CPU has no "
+            "bf16 arithmetic (TensorFlow then computes bf16 in fp32)",
+            positive=True,
+        ),
+    )
+    numa_domains_snc: int | None = field(
+        default=None,
+        metadata=about(
+            "NUMA domains per node with sub-NUMA clustering enabled; null: no such mode",
+            positive=True,
+        ),
+    )
+    clock_ghz_max: float | None = field(
+        default=None,
+        metadata=about(
+            "clock of the vendor/Top500 peak (the seed paper's FP64 convention), GHz; "
+            "null when unknown",
+            positive=True,
+        ),
+    )
 
     @property
     def cores(self) -> int:
@@ -619,24 +420,96 @@ class OpenMPI:
     """Open MPI's own needs: its dlopen'ed components and help files are found through compiled-in
     paths, so they are bound too and named by OPAL_PKGLIBDIR/OPAL_PKGDATADIR inside the image."""
 
-    components: str | None = None
-    help_files: str | None = None
-    pmix_components: str | None = None
-    mca: dict[str, str] = field(default_factory=dict)
-    allow_run_as_root: bool = False
+    components: str | None = field(
+        default=None,
+        metadata=about(
+            "the host's MCA component dir (ompi_info --path pkglibdir); null: PREFIX/lib/openmpi",
+            check=_absolute,
+        ),
+    )
+    help_files: str | None = field(
+        default=None,
+        metadata=about(
+            "the host's help-file dir (ompi_info --path pkgdatadir); null: PREFIX/share/openmpi",
+            check=_absolute,
+        ),
+    )
+    pmix_components: str | None = field(
+        default=None,
+        metadata=about(
+            "an external PMIx's component dir, bound too; null: PMIx inside Open MPI",
+            check=_absolute,
+        ),
+    )
+    mca: dict[str, str] = field(
+        default_factory=dict,
+        metadata=about(
+            "MCA parameters, exported as OMPI_MCA_<name> to mpirun and the ranks",
+            check=_mca_names,
+            kind="map[str,str]",
+        ),
+    )
+    allow_run_as_root: bool = field(
+        default=False,
+        metadata=about(
+            "mpirun --allow-run-as-root (containers and CI run as root; clusters should not)"
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class HostMPI:
-    vendor: str
-    version: str
-    prefix: str
-    launcher: str
-    library_dirs: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    soname: str | None = None
-    library_version: str | None = None
-    openmpi: OpenMPI | None = None
+    """The host's MPI, bound into the image in place of the image's own (same ABI family)."""
+
+    vendor: str = field(
+        metadata=about(
+            "who made the host MPI; its ABI family is the one the image's MPI must share",
+            choices=MPI_VENDORS,
+        )
+    )
+    version: str = field(metadata=about("the host MPI's version, e.g. \"2019\" (quoted)"))
+    prefix: str = field(
+        metadata=about(
+            "the host MPI's install directory (PREFIX/bin/mpiexec, PREFIX/lib)", check=_absolute
+        )
+    )
+    launcher: str = field(
+        metadata=about("command that starts ranks, e.g. 'srun' or 'mpiexec'", check=_launcher)
+    )
+    library_dirs: list[str] = field(
+        default_factory=list,
+        metadata=about(
+            "host dirs of the MPI's libraries (and its fabric's), bound under "
+            "container.mpi_target; empty: PREFIX/lib",
+            check=_library_dirs,
+            kind="list[str]",
+        ),
+    )
+    env: dict[str, str] = field(
+        default_factory=dict,
+        metadata=about(
+            "set for the launcher and, translated into the container, for the ranks",
+            check=_env_names,
+            kind="map[str,str]",
+        ),
+    )
+    soname: str | None = field(
+        default=None,
+        metadata=about(
+            "the host library's SONAME, e.g. libmpich.so.12 (Debian's MPICH); null: libmpi.so.12"
+        ),
+    )
+    library_version: str | None = field(
+        default=None,
+        metadata=about("the host libmpi file's version suffix, e.g. 12.0.0; null: unknown"),
+    )
+    openmpi: OpenMPI | None = field(
+        default=None,
+        metadata=about(
+            "what binding and starting an Open MPI host needs (vendor openmpi only; "
+            "absent: the defaults)",
+        ),
+    )
 
     @property
     def lib_dirs(self) -> list[str]:
@@ -669,24 +542,88 @@ class HostMPI:
 
 @dataclass(frozen=True)
 class Udocker:
-    """How udocker runs a rank (runtime udocker); every field has the schema's default."""
+    """How udocker runs a rank (runtime udocker); every field has a default."""
 
-    mode: str = "P1"
-    executable: str = "udocker"
-    proot: str | None = "/usr/bin/proot"
-    tarball: str | None = None
-    dir: str = "~/.udocker"
-    allow_root: bool = False
+    mode: str = field(
+        default="P1",
+        metadata=about(
+            "udocker execution mode: P1 (proot, seccomp-accelerated), P2 (proot without it: "
+            "the fallback)",
+            choices=UDOCKER_MODES,
+        ),
+    )
+    executable: str = field(
+        default="udocker",
+        metadata=about("the udocker command: a name on PATH or an absolute path", check=_command),
+    )
+    proot: str | None = field(
+        default="/usr/bin/proot",
+        metadata=about(
+            "the proot executable (Debian's: the kit runs it through a wrapper that drops "
+            "udocker's -k); null: udocker's own, from the tools tarball",
+            check=_absolute,
+        ),
+    )
+    tarball: str | None = field(
+        default=None,
+        metadata=about(
+            "udocker's tools tarball, installed from this file (never downloaded); null: none",
+            check=_absolute,
+        ),
+    )
+    dir: str = field(
+        default="~/.udocker",
+        metadata=about(
+            "udocker's repository (UDOCKER_DIR), per user: on a shared filesystem or node-local",
+            check=_absolute,
+        ),
+    )
+    allow_root: bool = field(
+        default=False,
+        metadata=about("udocker --allow-root: let root run ranks (udocker refuses root otherwise)"),
+    )
 
 
 @dataclass(frozen=True)
 class Container:
-    runtime: str
-    image_dir: str
-    binds: list[str] = field(default_factory=list)
-    join: bool = True
-    mpi_target: str = "/opt/hostmpi"
-    udocker: Udocker | None = None
+    """The runtime that starts each rank in its image, and what it binds."""
+
+    runtime: str = field(
+        metadata=about(
+            "what starts each rank in its image: charliecloud (ch-run) or udocker", choices=RUNTIMES
+        )
+    )
+    image_dir: str = field(
+        metadata=about(
+            "where images are installed on the site (IMAGE_DIR/NAME.current); ~: your home",
+            check=_absolute,
+        )
+    )
+    binds: list[str] = field(
+        default_factory=list,
+        metadata=about(
+            "more host dirs bound into every rank's container, each SRC:DST (two absolute paths)",
+            check=binds_problem,
+            kind="list[str]",
+        ),
+    )
+    join: bool = field(
+        default=True,
+        metadata=about("ch-run --join: the ranks on one node share one container (Charliecloud)"),
+    )
+    mpi_target: str = field(
+        default="/opt/hostmpi",
+        metadata=about(
+            "in-image directory the host MPI library dirs are bound under", check=_image_dir
+        ),
+    )
+    udocker: Udocker | None = field(
+        default=None,
+        metadata=about(
+            "runtime udocker only: how udocker runs (absent: the defaults)",
+            section_check=_udocker_check,
+        ),
+    )
 
     @property
     def udocker_settings(self) -> Udocker:
@@ -696,60 +633,121 @@ class Container:
 
 @dataclass(frozen=True)
 class Transfer:
-    host: str
-    image_dir: str
-    user: str | None = None
-    port: int = 22
-    jump_host: str | None = None
-    keep_versions: int = 2
-    direct_io: bool = True
+    """Where `kit transfer` uploads images: the site's login host, over SSH."""
+
+    host: str = field(metadata=about("the login host images are uploaded to over SSH"))
+    image_dir: str = field(
+        metadata=about(
+            "where uploads land on that host (kit transfer push --remote-dir overrides it); "
+            "~: your home there",
+            check=_absolute,
+        )
+    )
+    user: str | None = field(
+        default=None, metadata=about("SSH user on the host; null: as your SSH config says")
+    )
+    port: int = field(default=22, metadata=about("SSH port of the host, 1..65535", check=_port))
+    jump_host: str | None = field(
+        default=None,
+        metadata=about(
+            "[user@]host[:port] to reach the host through (SSH ProxyJump); null: direct"
+        ),
+    )
+    keep_versions: int = field(
+        default=2,
+        metadata=about(
+            "installed versions of an image kept besides the current one (kit transfer push --keep)",
+            positive=True,
+        ),
+    )
+    direct_io: bool = field(
+        default=True,
+        metadata=about(
+            "write uploads with O_DIRECT where the filesystem allows it (no page cache to fill "
+            "and flush); false for buffered writes"
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class Network:
-    latency_us: float
-    bandwidth_gbps: float
-    fabric: str | None = None
-    islands: int | None = None
-    island_nodes: int | None = None
+    """The interconnect between nodes."""
+
+    latency_us: float = field(
+        metadata=about("node-to-node latency of the fabric, microseconds", positive=True)
+    )
+    bandwidth_gbps: float = field(
+        metadata=about("node-to-node bandwidth of the fabric, Gbit/s", positive=True)
+    )
+    fabric: str | None = field(
+        default=None,
+        metadata=about("the fabric's name, e.g. omni-path or infiniband-hdr; null: unnamed"),
+    )
+    islands: int | None = field(
+        default=None,
+        metadata=about(
+            "islands of nodes (full bisection inside one, less between); null: one network, no islands",
+            positive=True,
+        ),
+    )
+    island_nodes: int | None = field(
+        default=None,
+        metadata=about(
+            "nodes per island (full bisection inside an island); null: no islands", positive=True
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class Site:
-    name: str
-    scheduler: Scheduler
-    node: Node
-    host_mpi: HostMPI
-    container: Container
-    transfer: Transfer
-    network: Network
-    description: str = ""
-    modules: list[str] = field(default_factory=list)
-    path: Path | None = None
+    """A machine as the kit deploys to it: one site config file, checked against SCHEMA."""
+
+    name: str = field(
+        metadata=about(
+            "short name used on the command line (--site NAME) and as the file's name",
+            check=_name,
+        )
+    )
+    scheduler: Scheduler = field(metadata=about("how jobs are queued and their limits"))
+    node: Node = field(
+        metadata=about(
+            "one compute node: CPU, NUMA, memory and the facts of its peak FLOP/s",
+            section_check=_node_check,
+        )
+    )
+    host_mpi: HostMPI = field(
+        metadata=about(
+            "the host's MPI, which every rank uses in place of the image's",
+            section_check=_host_mpi_check,
+        )
+    )
+    container: Container = field(
+        metadata=about(
+            "the container runtime, where images live and what is bound into them",
+            section_check=_container_check,
+        )
+    )
+    transfer: Transfer = field(metadata=about("where kit transfer uploads images, over SSH"))
+    network: Network = field(
+        metadata=about("the interconnect between nodes", section_check=_network_check)
+    )
+    description: str = field(
+        default="", metadata=about("one line on the machine, shown by kit site show")
+    )
+    modules: list[str] = field(
+        default_factory=list,
+        metadata=about(
+            "environment modules a job loads (module load NAME...) before it starts ranks",
+            kind="list[str]",
+        ),
+    )
+    path: Path | None = None  # the file it was loaded from; not a key
 
     @classmethod
     def from_dict(cls, data: dict, path: Path | None = None) -> Site:
         """Build from a dict that already passed SCHEMA."""
-        data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
-        data["host_mpi"]["env"] = {k: str(v) for k, v in data["host_mpi"]["env"].items()}
-        if data["host_mpi"]["openmpi"] is not None:
-            ompi = dict(data["host_mpi"]["openmpi"])
-            ompi["mca"] = {k: str(v) for k, v in ompi["mca"].items()}
-            data["host_mpi"]["openmpi"] = OpenMPI(**ompi)
-        if data["container"]["udocker"] is not None:
-            data["container"]["udocker"] = Udocker(**data["container"]["udocker"])
-        return cls(
-            name=data["name"],
-            description=data["description"],
-            modules=list(data["modules"]),
-            scheduler=Scheduler(**data["scheduler"]),
-            node=Node(**data["node"]),
-            host_mpi=HostMPI(**data["host_mpi"]),
-            container=Container(**data["container"]),
-            transfer=Transfer(**data["transfer"]),
-            network=Network(**data["network"]),
-            path=path,
-        )
+        site: Site = record(cls, data, path=path)
+        return site
 
     def peak_per_island(self, precision: str = "fp32") -> float | None:
         """The island's peak at the AVX clock; None without islands or without the node's peak."""
@@ -757,6 +755,10 @@ class Site:
         if self.network.island_nodes is None or node_peak is None:
             return None
         return self.network.island_nodes * node_peak
+
+
+# The key tree, derived: `path` is where a Site came from, not a key of the file.
+SCHEMA = section_of(Site, skip=("path",), first=("name", "description"))
 
 
 def is_openmpi_mpirun(site: Site) -> bool:

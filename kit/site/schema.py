@@ -10,7 +10,7 @@ from kit.schema import INT_MAX, MAX_LISTED, Bad, Field, Section, check_yaml
 
 __all__ = ["INT_MAX", "MAX_LISTED", "Bad", "Field", "Section", "SiteError", "check_document"]
 
-FIX = "correct the site config at that line (docs/architecture.md, \"File contracts\", lists its keys)"
+FIX = "correct the site config at that line (`kit docs reference/site-config` lists every key)"
 
 
 class SiteError(KitError):

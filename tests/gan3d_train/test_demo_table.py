@@ -52,7 +52,7 @@ def labels(rec: dict) -> list[str]:
 
 def text(rec: dict, width: int = 250) -> str:
     console = Console(record=True, width=width)
-    print_summary(console, rec, None, Path("r.json"))
+    print_summary(console, rec, plots=None, results=Path("r.json"))
     return console.export_text()
 
 
