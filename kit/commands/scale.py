@@ -42,6 +42,7 @@ from kit.verbosity import quiet
 
 if TYPE_CHECKING:
     from kit.scale.predict import Prediction
+    from kit.slurm.submit import Submission
 
 COUNTS = numbers(1, int, maximum=10**6)  # node counts, ranks per node, threads per rank
 EPOCH_TABLES = [name for name, table in TABLES.items() if table.seconds_per_epoch]
@@ -236,13 +237,41 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _submit_line(console: Console, s: Submission) -> None:
+    job = f"job {s.job}" if s.job else "-"
+    console.print(
+        f"{s.run_id:<16} {job:<12} {s.note}  {s.script}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,  # one line per run, its path whole
+    )
+
+
 def _submit(args: argparse.Namespace) -> int:
     console = Console()
-    done = sweep_jobs.submit(args.dir, dry_run=args.dry_run, only=args.only, resubmit=args.resubmit)
+    shown: set[str] = set()  # runs that trained here are printed as each ends
+
+    def ended(s: Submission) -> None:
+        _submit_line(console, s)
+        shown.add(s.run_id)
+
+    with nullcontext() if quiet() or args.dry_run else console.status("starting") as status:
+        done = sweep_jobs.submit(
+            args.dir,
+            dry_run=args.dry_run,
+            only=args.only,
+            resubmit=args.resubmit,
+            on_start=None
+            if status is None
+            else lambda run: status.update(f"training {run.run_id} on this machine"),
+            on_done=ended,
+        )
     for s in done:
-        job = f"job {s.job}" if s.job else "-"
-        console.print(f"{s.run_id:<16} {job:<12} {s.note}  {s.script}", highlight=False)
-    return 1 if any(s.note.startswith("not submitted") for s in done) else 0
+        if s.run_id not in shown:
+            _submit_line(console, s)
+    if any(s.job and s.job.startswith("local-") for s in done):
+        console.print(f"next: kit scale collect {args.dir}", highlight=False)
+    return 1 if any(s.failed or s.note.startswith("not submitted") for s in done) else 0
 
 
 def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
@@ -315,6 +344,15 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from kit.scale.plan import load_plan
+
+    site = load_plan(args.dir).load_site()
+    if sweep_jobs.runs_here(site):
+        print(
+            f"site {site.name} has no scheduler (scheduler.type local): nothing is queued; "
+            "Ctrl-C stops a running kit scale submit"
+        )
+        return 0
     active = sweep_jobs.cancel(args.dir, only=args.only, dry_run=args.dry_run)
     verb = "would cancel" if args.dry_run else "cancelled"
     for run, job in active:
@@ -624,7 +662,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_tune)
 
-    p = leaves.add_parser("submit", help="sbatch the plan's runs (skips runs done or still queued)")
+    p = leaves.add_parser(
+        "submit",
+        help="sbatch the plan's runs (skips runs done or still queued)",
+        description="On a Slurm site each run becomes a batch job. On a site without a scheduler "
+        "(scheduler.type local) the runs train here, one after another, each bounded by the "
+        "walltime; Ctrl-C stops the one running and keeps the results of those done.",
+    )
     add_read_dir(p, "the sweep directory (kit scale plan wrote its plan.yaml)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
     p.add_argument(

@@ -12,10 +12,20 @@ from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
+from kit.scale.local import command
 from kit.schema import Bad, Field, Items, check_doc, record, section_of
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles, render, validation_data
-from kit.slurm.spec import RUN_ID_RE, RunSpec, check_run, default_threads, matching, run_id, seconds
+from kit.slurm.spec import (
+    RUN_ID_RE,
+    RunSpec,
+    check_run,
+    default_threads,
+    matching,
+    one_machine,
+    run_id,
+    seconds,
+)
 from kit.yamlbound import load_tagged
 
 PLAN_FORMAT = 1
@@ -102,6 +112,8 @@ def make_plan(
     site = load_site(site)
     if site.path is None:
         raise KitError(f"site {site.name}: a plan needs a site config file")
+    if site.scheduler.type == "local":
+        _here(site, nodes, image, validate)
     pair = str(pair_file_for(image).absolute()) if image else None
     if pair:
         read_pair_file(pair, site)  # refuse a wrong pair now, not at submission
@@ -113,7 +125,7 @@ def make_plan(
                 run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account, validate
             )
             try:
-                check_run(site, spec)
+                check_run(site, spec, here=True)
             except KitError as exc:
                 refused.append(
                     {"nodes": n, "ranks_per_node": r, "threads_per_rank": t, "reason": str(exc)}
@@ -146,6 +158,22 @@ def make_plan(
         refused,
         validate,
     )
+
+
+def _here(site: Site, nodes: list[int], image: str | None, validate: bool) -> None:
+    """What a sweep on a site without a batch system cannot do: its runs train one after another
+    on this machine, with this machine's Python, and nothing else."""
+    one_machine(site, nodes)
+    why = (
+        f"site {site.name} has no scheduler (scheduler.type local): its runs train on this machine"
+    )
+    if image:
+        raise KitError(f"--image: {why}, with its own Python", fix="--no-container")
+    if validate:
+        raise KitError(
+            f"--validate: {why}, without the physics step of a batch job",
+            fix="drop --validate; score a run with python -m gan3d validate",
+        )
 
 
 CALIBRATION_FACTORS = (
@@ -214,13 +242,14 @@ def write_plan(plan: Plan, sweep_dir: Path) -> Path:
             fix="use a new directory, or remove it if none of its jobs matter",
         )
     site = plan.load_site()  # the first run rendered now: a run dir the jobs cannot use fails here
-    render(
-        site,
-        check_run(site, plan.runs[0]),
+    first, files = (
+        check_run(site, plan.runs[0], here=True),
         RunFiles(sweep_dir.absolute(), plan.runs[0].run_id),
-        pair=plan.pair_file(site),
-        python=plan.python,
     )
+    if site.scheduler.type == "local":
+        command(site, first, files, python=plan.python)  # the launcher is there
+    else:
+        render(site, first, files, pair=plan.pair_file(site), python=plan.python)
     doc = {
         "kit_plan": PLAN_FORMAT,
         "site": plan.site,

@@ -10,10 +10,21 @@ from typing import Callable
 from kit.errors import KitError
 from kit.excerpt import one_line
 from kit.readfile import read_json_object, read_tail
+from kit.scale import local
 from kit.scale.plan import Plan, load_plan
 from kit.scale.runs import PHYSICS, Validation
 from kit.schema import Field, Section, check_value
-from kit.slurm import UNKNOWN, RunFiles, check_run, is_active, is_stuck, job_states, scancel
+from kit.site import Site
+from kit.slurm import (
+    UNKNOWN,
+    RunFiles,
+    RunSpec,
+    check_run,
+    is_active,
+    is_stuck,
+    job_states,
+    scancel,
+)
 from kit.slurm.jobs import wait_gone
 from kit.slurm.ledger import all_jobs, latest_job, read_jobs
 from kit.slurm.result import RunFailed, run_result
@@ -48,14 +59,33 @@ class RunStatus:
 
 
 def submit(
-    sweep_dir: Path, *, dry_run: bool = False, only: list[str] | None = None, resubmit: bool = False
+    sweep_dir: Path,
+    *,
+    dry_run: bool = False,
+    only: list[str] | None = None,
+    resubmit: bool = False,
+    on_start: Callable[[RunSpec], None] | None = None,
+    on_done: Callable[[Submission], None] | None = None,
 ) -> list[Submission]:
     """Render and sbatch each of the plan's runs (or ``only`` these) under kit.slurm.submit's rule:
     a run with a result or a job still queued is skipped unless ``resubmit`` (which never runs
-    beside a job of the same run), so submitting twice queues nothing twice."""
+    beside a job of the same run), so submitting twice queues nothing twice. On a site without a
+    batch system the runs train here, one after another (kit.scale.local; ``on_start`` and
+    ``on_done`` hear of each)."""
     plan = load_plan(sweep_dir)
     site = plan.load_site()
-    runs = [check_run(site, spec) for spec in _select(plan, only)]
+    runs = [check_run(site, spec, here=True) for spec in _select(plan, only)]
+    if runs_here(site):
+        return local.submit_here(
+            site,
+            runs,
+            sweep_dir,
+            python=plan.python,
+            resubmit=resubmit,
+            dry_run=dry_run,
+            on_start=on_start,
+            on_done=on_done,
+        )
     return submit_runs(
         site,
         runs,
@@ -72,7 +102,7 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
     plan = load_plan(sweep_dir)
     jobs = read_jobs(sweep_dir)
     latest = {r.run_id: latest_job(jobs, r.run_id) for r in plan.runs}
-    states = job_states([j for j in latest.values() if j])
+    states = {**job_states([j for j in latest.values() if j]), **local.recorded_states(jobs)}
     out = []
     for spec in plan.runs:
         files = RunFiles(sweep_dir.absolute(), spec.run_id)
@@ -258,6 +288,11 @@ def _validation_error(log: Path) -> str:
     return one_line(
         next((line for line in reversed(lines) if "gan3d validate: error:" in line), lines[-1])
     )
+
+
+def runs_here(site: Site) -> bool:
+    """Whether the site's runs train on this machine (no batch system): nothing is ever queued."""
+    return site.scheduler.type == "local"
 
 
 def _select(plan: Plan, only: list[str] | None) -> list:

@@ -12,12 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import re
-import shlex
-import shutil
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,17 +20,19 @@ from typing import Callable
 
 import yaml
 
-from kit.atomic import atomic_write_bytes, atomic_write_text, open_log, own_dir
+from kit.atomic import atomic_write_bytes, atomic_write_text, own_dir
 from kit.errors import KitError
 from kit.excerpt import one_line, shown
 from kit.readfile import read_json, read_tail
 from kit.scale import sweep_jobs
+from kit.scale.local import local_launcher
+from kit.scale.local import run_bounded as _run_bounded  # by this name: tests stand in for it
 from kit.scale.plan import Plan, write_plan
 from kit.scale.runs import BYTE_COUNTS, MAX_RATE
 from kit.schema import Bad, Field, Names, Section, check_doc, check_value
 from kit.site import Site, load_site
 from kit.slurm.script import RunFiles
-from kit.slurm.spec import RunSpec, check_run, matching
+from kit.slurm.spec import RunSpec, check_run, matching, one_machine
 from kit.yamlbound import load_tagged
 
 TUNE_FORMAT = 1
@@ -263,43 +260,6 @@ def itex_refusal(python: str) -> str:
 
     state = probe(python)
     return "" if state.loaded else f"refused: ITEX does not load in {python}: {state.reason}"
-
-
-def local_launcher(site: Site) -> list[str]:
-    """The site's launcher; for MPICH its hydra by name (Debian's plain mpiexec may be Open
-    MPI's).
-    """
-    names = ("mpiexec.hydra", "mpiexec.mpich") if site.host_mpi.vendor == "mpich" else ()
-    for name in names:
-        if path := shutil.which(name):
-            return [path]
-    words = shlex.split(site.host_mpi.launcher)
-    if not shutil.which(words[0]):
-        raise KitError(
-            f"site {site.name}: host_mpi.launcher {shown(words[0])} is not on PATH",
-            fix="load the site's MPI (or apt-get install mpich)",
-        )
-    return words
-
-
-def _run_bounded(cmd: list[str], log: Path, timeout: float) -> int | None:
-    """Run `cmd` in its own process group with its output in `log`; the whole group is killed
-    after `timeout` s (the launcher and every rank), so nothing outlives a hung layout. None:
-    killed."""
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with open_log(
-        log, "the layout's log"
-    ) as out:  # a link planted there is refused, never truncated
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
 
 
 def _tail(log: Path) -> str:
@@ -611,12 +571,7 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
                 "host MPI) or --no-container (the site's own Python)"
             )
         return True
-    if nodes != 1:
-        raise KitError(
-            f"--nodes {nodes}: site {site.name} has no scheduler (scheduler.type local): "
-            "it tunes this one machine",
-            fix="--nodes 1",
-        )
+    one_machine(site, [nodes])
     return False
 
 

@@ -27,6 +27,10 @@ TERMINAL = {
 JOB_ID_RE = re.compile(
     r"[0-9]{1,12}(?:[_+][0-9]{1,12})?"
 )  # 123, an array's 123_4, a het job's 123+0
+# A run kit scale submit ran on a site without a batch system (kit.scale.local): never queued, its end
+# state is in the job ledger, and no Slurm command is asked about it.
+LOCAL_JOB_RE = re.compile(r"local-[0-9]{1,20}")
+LOCAL_ENDS = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")  # how a local job can end
 # Pending reasons that mean nodes are out of service
 # (drained, down): the nodes are named beside them.
 NODES_UNAVAILABLE = ("Nodes required for job are DOWN", "ReqNodeNotAvail")
@@ -90,9 +94,10 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
     """Each job's state. A failing query is an error, never a guess: taking a queued job for a
     forgotten one would queue its run twice."""
     states = {j: UNKNOWN for j in job_ids}
-    if not job_ids:
+    queued = [j for j in job_ids if JOB_ID_RE.fullmatch(j)]  # a local job: the ledger's state
+    if not queued:
         return states
-    done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"])
+    done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(queued), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
         raise KitError(
             f"squeue failed: {one_line(done.stderr, 400)}; try again when slurmctld answers"

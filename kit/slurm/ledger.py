@@ -17,7 +17,7 @@ import yaml
 from kit.atomic import atomic_write_text, open_lock_file
 from kit.excerpt import shown
 from kit.schema import Bad, Field, Items, Names, Section, check_doc
-from kit.slurm.jobs import JOB_ID_RE
+from kit.slurm.jobs import JOB_ID_RE, LOCAL_ENDS, LOCAL_JOB_RE
 from kit.yamlbound import load_file
 
 NAME = "jobs.yaml"
@@ -27,13 +27,29 @@ LOCK = ".jobs.lock"
 def _job_id(value: Any) -> Bad | None:
     """A job id goes to squeue and scancel: Slurm's digits (or array/het form), nothing else."""
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        if JOB_ID_RE.fullmatch(str(value)):
+        if JOB_ID_RE.fullmatch(str(value)) or LOCAL_JOB_RE.fullmatch(str(value)):
             return None
     return Bad(f"{shown(value)} is not a Slurm job id")
 
 
 ENTRY = Section(
-    {"job": Field("any", check=_job_id), "submitted": Field("str", required=False)}, open=True
+    {
+        "job": Field("any", check=_job_id),
+        "submitted": Field("str", required=False),
+        "state": Field(
+            "str",
+            required=False,
+            choices=LOCAL_ENDS,
+            doc="how a run on a site without a scheduler ended (kit scale submit ran it here)",
+        ),
+        "exit": Field(
+            "int",
+            nullable=True,
+            required=False,
+            doc="that run's exit status (none: stopped at its walltime or by Ctrl-C)",
+        ),
+    },
+    open=True,
 )
 LEDGER = Field(Names(Field(Items(Field(ENTRY)))))
 
@@ -55,12 +71,15 @@ def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
     return check_doc(doc, LEDGER, "job ledger", fix=fix)
 
 
-def record_job(run_dir: Path, run_id: str, job_id: str) -> None:
+def record_job(run_dir: Path, run_id: str, job_id: str, **fields: object) -> None:
     jobs = read_jobs(run_dir)
     jobs.setdefault(run_id, []).append(
-        {"job": job_id, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        {"job": job_id, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **fields}
     )
-    atomic_write_text(run_dir / NAME, yaml.safe_dump(jobs, sort_keys=True))
+    kept = {
+        run: [{k: v for k, v in e.items() if v is not None} for e in es] for run, es in jobs.items()
+    }
+    atomic_write_text(run_dir / NAME, yaml.safe_dump(kept, sort_keys=True))
 
 
 def latest_job(jobs: dict[str, list[dict]], run_id: str) -> str | None:

@@ -143,28 +143,8 @@ def render(
         site.node.threads_per_core > 1
     ):  # Slurm counts hardware threads: one rank's threads on whole cores
         directives.append("#SBATCH --hint=nomultithread")
-    checkpoints = dict(path_arguments(spec.train_args)).get("--checkpoint-dir") or str(
-        files.checkpoints
-    )
-    train = [
-        python,
-        "-m",
-        "gan3d",
-        "train",
-        "--site",
-        str(files.site_file),
-        "--threads",
-        str(spec.threads_per_rank),
-        "--results",
-        str(files.result),
-        *(["--oversubscribe"] if run.hyperthreads else []),
-        *spec.train_args,
-        *(
-            ["--checkpoint-dir", checkpoints]
-            if spec.validate and checkpoints == str(files.checkpoints)
-            else []
-        ),
-    ]
+    checkpoints = _checkpoints(spec, files)
+    train = train_words(run, files, python=python, site_file=files.site_file)
     validate = _validate_words(spec, files, python, checkpoints) if spec.validate else []
     exports = job_exports(pair)
     head, _ = launcher_words(site, run.hyperthreads, exports)
@@ -208,6 +188,36 @@ def render(
         join_tag=JOIN_TAG_LINE if pair is not None and runtime_of(site).job_tag(site) else "",
         physics=_physics_step(spec, files, check) if spec.validate else "",
     )
+
+
+def _checkpoints(spec: RunSpec, files: RunFiles) -> str:
+    return dict(path_arguments(spec.train_args)).get("--checkpoint-dir") or str(files.checkpoints)
+
+
+def train_words(run: Checked, files: RunFiles, *, python: str, site_file: Path) -> list[str]:
+    """The run's `gan3d train` command line, one rank's: what its job launches (and what a run on
+    a site without a batch system launches under mpiexec)."""
+    spec = run.spec
+    checkpoints = _checkpoints(spec, files)
+    return [
+        python,
+        "-m",
+        "gan3d",
+        "train",
+        "--site",
+        str(site_file),
+        "--threads",
+        str(spec.threads_per_rank),
+        "--results",
+        str(files.result),
+        *(["--oversubscribe"] if run.hyperthreads else []),
+        *spec.train_args,
+        *(
+            ["--checkpoint-dir", checkpoints]
+            if spec.validate and checkpoints == str(files.checkpoints)
+            else []
+        ),
+    ]
 
 
 def job_exports(pair: PairFile | None) -> list[str]:

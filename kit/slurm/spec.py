@@ -84,14 +84,30 @@ def default_threads(site: Site, ranks_per_node: int) -> int:
     return max(1, site.node.cores // max(1, ranks_per_node))
 
 
-def check_run(site: Site, spec: RunSpec) -> Checked:
-    """Refuse what the site cannot run, naming the field and the fix, before anything is queued."""
+def one_machine(site: Site, nodes: list[int]) -> None:
+    """A site without a batch system (scheduler.type local) runs everything on this one machine."""
+    more = sorted({n for n in nodes if n != 1})
+    if more:
+        raise KitError(
+            f"--nodes {','.join(map(str, more))}: site {site.name} has no scheduler "
+            "(scheduler.type local): its runs run on this one machine",
+            fix="--nodes 1",
+        )
+
+
+def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
+    """Refuse what the site cannot run, naming the field and the fix, before anything is queued.
+    ``here``: the run may run on this machine when the site has no batch system (kit scale
+    submit); without it such a site is refused (a batch script needs Slurm)."""
     where = f"site {site.name}" + (f" ({Path(site.path).resolve()})" if site.path else "")
-    if site.scheduler.type != "slurm":
+    if site.scheduler.type != "slurm" and not here:
         raise KitError(
             f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
-            "system to submit to; run `python -m gan3d train` directly (e.g. `make demo`)"
+            "system to submit to; `kit scale plan` and `kit scale submit` run sweeps on this "
+            "machine (kit docs howto/scaling-study)"
         )
+    if site.scheduler.type == "local":
+        one_machine(site, [spec.nodes])
     if not RUN_ID_RE.fullmatch(spec.run_id):
         raise KitError(
             f"run id {shown(spec.run_id)}: use letters, digits, '.', '_', '-' (at most 64)"

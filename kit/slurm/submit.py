@@ -47,10 +47,11 @@ HAS_RESULT = "has a result (--resubmit to run again)"
 
 @dataclass(frozen=True)
 class Submission:
-    """What became of one run: its job id if it was queued, else why not (``note``)."""
+    """What became of one run: its job id if it was queued (or ran here), else why not
+    (``note``)."""
 
     run_id: str
-    script: Path
+    script: Path  # the batch script; for a run on this machine, its log
     job: (
         str | None
     )  # None: not submitted (dry run, held back by the rule, written only, or refused)
@@ -58,6 +59,7 @@ class Submission:
     held_back: bool = (
         False  # the rule kept the run back (a job still there, or a result): ``note`` says which
     )
+    failed: bool = False  # it ran on this machine and ended without success: ``note`` says how
 
 
 def submit_runs(
@@ -83,12 +85,12 @@ def submit_runs(
         for checked in runs:
             files = RunFiles(run_dir.absolute(), checked.spec.run_id)
             old = latest_job(jobs, files.run_id)
-            held = _held_back(
+            held = held_back(
                 files,
                 old,
-                [j for j in history[files.run_id] if is_active(states[j])],
-                states,
-                resubmit,
+                active=[j for j in history[files.run_id] if is_active(states[j])],
+                states=states,
+                resubmit=resubmit,
             )
             if held:
                 out.append(Submission(files.run_id, files.script, None, held, held_back=True))
@@ -104,8 +106,8 @@ def submit_runs(
     return out
 
 
-def _held_back(
-    files: RunFiles, old: str | None, active: list[str], states: dict[str, str], resubmit: bool
+def held_back(
+    files: RunFiles, old: str | None, *, active: list[str], states: dict[str, str], resubmit: bool
 ) -> str:
     """Why the rule keeps the run from being submitted now; empty if it may go."""
     if not resubmit and usable_result(files, old):
@@ -154,6 +156,11 @@ def _submit(
         except KitError as exc:
             return Submission(files.run_id, files.script, None, f"{NOT_SUBMITTED}{exc}")
         record_job(run_dir, files.run_id, job)
-    if files.result.exists():  # the old numbers must not pass for the new job's
-        files.result.rename(files.result.with_name(f"{files.run_id}.before-job-{old}.json"))
+    result_aside(files, old)
     return Submission(files.run_id, files.script, job, SUBMITTED)
+
+
+def result_aside(files: RunFiles, old: str | None) -> None:
+    """The old numbers must not pass for the new job's: kept as RUN.before-job-OLDJOB.json."""
+    if files.result.exists():
+        files.result.rename(files.result.with_name(f"{files.run_id}.before-job-{old}.json"))

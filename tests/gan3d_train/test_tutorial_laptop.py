@@ -1,6 +1,7 @@
 """docs/tutorial/laptop.md, run as a reader runs it (tests/support/tutorial.py): every command of
 the page, in one shell, in a fresh home directory, with the output the page shows. Minutes of
-TensorFlow (the demo, a tune of two layouts, four sweep runs): `make test`'s, not `make check`'s."""
+TensorFlow (the demo, a tune of two layouts, a sweep of four runs on this machine): `make test`'s,
+not `make check`'s."""
 
 import sys
 from pathlib import Path
@@ -29,4 +30,4 @@ def test_the_laptop_tutorial_runs_as_written(parts, tmp_path):
     assert sorted(p.name for p in (work / "build" / "demo" / "plots").glob("*.png"))
     assert (work / "tune" / "tune.png").stat().st_size > 0
     shown = ("time_per_epoch.png", "showers_per_second.png", "loss_overlay.png", "report.md")
-    assert all((work / "report" / name).stat().st_size > 0 for name in shown)
+    assert all((work / "sweep" / "report" / name).stat().st_size > 0 for name in shown)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,14 +25,10 @@ from kit.scale.plan import load_plan
 from kit.site import load_site
 from tests.support.parts import require
 from tests.support.sites import slurm_site_dict, write_site
+from tests.support.training import horovod_with_mpi
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WAIT = 420  # seconds for the Slurm tune's two jobs (TensorFlow start-up included, two shared cores)
-
-
-def _horovod_with_mpi() -> bool:
-    probe = "import horovod.tensorflow as h, sys; sys.exit(0 if h.mpi_built() else 1)"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +245,7 @@ def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(
         shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich"),
         "MPICH mpiexec (apt-get install mpich)",
     )
-    require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
+    require(horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
     out = tmp_path / "tune"
     assert (
         main(
@@ -304,7 +299,7 @@ def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(
 def test_slurm_tune_submits_each_layout_and_the_plan_takes_the_best(
     slurm, showers, tmp_path, capsys
 ):
-    require(_horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
+    require(horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
     site = write_site(tmp_path, slurm_site_dict())
     out = tmp_path / "sweep"
     assert (
@@ -431,7 +426,7 @@ def test_a_layout_log_swapped_for_a_link_is_refused_and_its_target_kept(tmp_path
     target.write_text("keep me")
     log = tmp_path / "r1-t2-fp32.out"
     log.symlink_to(target)
-    with pytest.raises(KitError, match="cannot open the layout's log"):
+    with pytest.raises(KitError, match="cannot open the run's log"):
         _run_bounded(["true"], log, 10)
     assert target.read_text() == "keep me"
     log.unlink()

@@ -142,9 +142,13 @@ def test_what_the_site_cannot_run_is_refused_with_the_field(spec, message):
         check_run(SNG, spec)
 
 
-def test_a_site_without_slurm_is_refused():
-    with pytest.raises(KitError, match="scheduler.type is 'local', not slurm.*make demo"):
-        check_run(load_site("laptop"), _spec(1, 1, 1))
+def test_a_site_without_slurm_has_no_batch_script_but_its_sweeps_run_here():
+    laptop = load_site("laptop")
+    with pytest.raises(KitError, match="scheduler.type is 'local', not slurm.*`kit scale plan`"):
+        check_run(laptop, _spec(1, 1, 1))
+    assert check_run(laptop, _spec(1, 1, 2, walltime="00:10:00"), here=True).spec.ranks == 1
+    with pytest.raises(KitError, match="--nodes 2: site laptop has no scheduler.*fix: --nodes 1"):
+        check_run(laptop, _spec(2, 1, 1, walltime="00:10:00"), here=True)
 
 
 def test_hostile_values_stay_single_words(tmp_path):
