@@ -3,6 +3,7 @@ the page, in one shell, in a fresh home directory, with the output the page show
 TensorFlow (the demo, a tune of two layouts, a sweep of four runs on this machine): `make test`'s,
 not `make check`'s."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -31,3 +32,10 @@ def test_the_laptop_tutorial_runs_as_written(parts, tmp_path):
     assert (work / "tune" / "tune.png").stat().st_size > 0
     shown = ("time_per_epoch.png", "showers_per_second.png", "loss_overlay.png", "report.md")
     assert all((work / "sweep" / "report" / name).stat().st_size > 0 for name in shown)
+    runs = sorted((work / "sweep" / "results").glob("n1-*.json"))
+    assert [r.stem for r in runs] == ["n1-r1-t2-x1", "n1-r1-t2-x2", "n1-r2-t1-x1", "n1-r2-t1-x2"]
+    for run in runs:
+        record = json.loads(run.read_text())
+        assert record["status"] == "ok" and record["showers_per_second"] > 0, run
+    report = (work / "sweep" / "report" / "report.md").read_text()
+    assert "1 ranks/node × 2 threads/rank" in report and "2 ranks/node × 1 threads/rank" in report

@@ -4,7 +4,8 @@ read what it recorded.
 
 The fast tests launch a stand-in for Python (a shell script given as the plan's --python) through
 the real mpiexec: what is under test is the kit's runner (ledger, states, logs, bounds, Ctrl-C),
-and the stand-in fails, hangs or succeeds on request. The slow test trains the GAN for real.
+and the stand-in fails, hangs or succeeds on request. The laptop tutorial's test
+(tests/gan3d_train/test_tutorial_laptop.py) runs the same cycle with real trainings.
 """
 
 from __future__ import annotations
@@ -229,34 +230,6 @@ def test_what_a_local_site_cannot_run_is_refused_in_one_line(extra, message, tmp
     err = capsys.readouterr().err
     assert message in err and "scheduler.type local" in err and "fix: " in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
-
-
-@pytest.mark.slow
-def test_a_real_laptop_sweep_trains_both_layouts_and_reports_them(tmp_path, capsys, monkeypatch):
-    """The cycle a newcomer runs: plan, submit, collect, report, with real trainings."""
-    from gan3d.simulate import write_files
-    from tests.support.training import horovod_with_mpi
-
-    require(horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
-    monkeypatch.setenv("COLUMNS", "250")
-    data = write_files(tmp_path / "data", 2, 64, seed=5)
-    sweep = tmp_path / "sweep"
-    train = ["--data", ",".join(map(str, data)), "--preset", "tiny", "--batch-size", "4"]
-    train += ["--epochs", "1", "--steps-per-epoch", "2", "--validation-steps", "1"]
-    plan = ["scale", "plan", "--site", SITE, "--nodes", "1", "--ranks-per-node", "1,2"]
-    plan += ["--no-container", "--python", sys.executable, "--dir", str(sweep), "--", *train]
-    assert main(plan) == 0
-    capsys.readouterr()
-    assert main(["scale", "submit", str(sweep)]) == 0
-    assert capsys.readouterr().out.count("COMPLETED after") == 2
-    rc, runs = _collect(sweep, capsys)
-    assert rc == 0 and sorted(runs) == ["n1-r1-t2", "n1-r2-t1"]
-    for run in runs.values():
-        record = json.loads(Path(run["result"]).read_text())
-        assert record["status"] == "ok" and record["showers_per_second"] > 0
-    assert main(["scale", "report", str(sweep)]) == 0
-    report = (sweep / "report" / "report.md").read_text()
-    assert "1 ranks/node × 2 threads/rank" in report and "2 ranks/node × 1 threads/rank" in report
 
 
 def test_a_local_jobs_end_the_kit_did_not_write_is_refused_in_one_line(tmp_path, capsys):

@@ -7,6 +7,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -59,27 +61,37 @@ def test_push_install_and_versions(sshd, user_home, make_site, tmp_path):
     assert r.pruned == [f"bb@{versions[0]}"]
 
 
-def _interrupted(sshd, site, img, after: int) -> None:
+def _interrupted(sshd, site, img, *, after: int, part: Path) -> None:
     """Push `img` and drop every SSH connection (kill sshd's session processes) after `after`
-    bytes.
-    """
+    bytes, once the site holds at least `after` - 4 MiB of them: on a loaded machine the bytes
+    sent may still sit in the pipes, and a cut then would leave nothing to resume from."""
     sent = 0
 
     def cut(n: int) -> None:
         nonlocal sent
         sent += n
         if sent >= after:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _size(part) < after - 4 * MiB:
+                time.sleep(0.05)
             sshd.kill_sessions()
 
     with pytest.raises(KitError, match="connection .* was lost"):
         push(img, site, chunk_size=MiB, progress=cut)
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def test_interrupted_push_resumes(sshd, user_home, make_site, tmp_path):
     site = make_site(direct_io=False)  # buffered writes here; the next test takes O_DIRECT
     img = random_image(tmp_path / "blob.tar.gz", 12 * MiB + 123)
-    _interrupted(sshd, site, img, after=8 * MiB)
     part = tmp_path / "remote" / ".blob.tar.gz.part"
+    _interrupted(sshd, site, img, after=8 * MiB, part=part)
     assert part.exists() and not (tmp_path / "remote" / "blob.tar.gz").exists()
     report = push(img, site, chunk_size=MiB)
     assert report.bytes_skipped >= 2 * MiB, "the verified prefix must not be sent again"
@@ -93,8 +105,8 @@ def test_interrupted_push_resumes(sshd, user_home, make_site, tmp_path):
 def test_corrupted_byte_in_partial_is_resent(sshd, user_home, make_site, tmp_path):
     site = make_site()
     img = random_image(tmp_path / "blob.tar.gz", 12 * MiB, seed=7)
-    _interrupted(sshd, site, img, after=8 * MiB)
     part = tmp_path / "remote" / ".blob.tar.gz.part"
+    _interrupted(sshd, site, img, after=8 * MiB, part=part)
     assert part.stat().st_size >= 3 * MiB
     with open(part, "r+b") as fh:  # flip one byte inside chunk 1
         fh.seek(MiB + 4321)
