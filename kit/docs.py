@@ -9,6 +9,7 @@ checkout's docs/ through its link, a wheel's copy when installed.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,12 +49,18 @@ def root() -> Path:
 
 def topics() -> dict[str, Path]:
     """Every topic and its page, sorted by topic."""
-    base = root()
+    return dict(_scan(root()))
+
+
+@functools.lru_cache(maxsize=4)
+def _scan(base: Path) -> tuple[tuple[str, Path], ...]:
+    """The pages under ``base``, walked once per process (`kit docs` names each topic's title,
+    which reads through topics(): one walk, not one per topic)."""
     found = {}
     for path in base.rglob("*.md"):
         rel = path.relative_to(base).with_suffix("").as_posix()
         found[rel[: -len("/README")] if rel.endswith("/README") else rel] = path
-    return dict(sorted(found.items()))
+    return tuple(sorted(found.items()))
 
 
 def page(topic: str) -> str:
@@ -117,7 +124,8 @@ def groups() -> list[Group]:
     rest: dict[str, tuple[str, ...]] = {}
     for topic in known:
         if topic not in seen:
-            rest[_folder_group(topic)] = (*rest.get(_folder_group(topic), ()), topic)
+            group = _folder_group(topic)
+            rest[group] = (*rest.get(group, ()), topic)
     for name in [name for _, name in FOLDER_GROUPS] + [OTHER_GROUP]:
         if name in rest:  # the pages the index does not name join the group of their kind
             at = next((i for i, g in enumerate(listed) if g.title == name), len(listed))

@@ -30,7 +30,6 @@ def render() -> str:
     with _plain_environment():
         kit = _kit_parser()
         gan3d = _gan3d_parsers()
-    conventions = getattr(common, "CONVENTIONS", None)
     parts = [
         "# Command reference\n",
         paragraph(GENERATED),
@@ -39,8 +38,7 @@ def render() -> str:
             "image). Each command's own `--help` says the same; `kit docs` lists the guides."
         ),
     ]
-    if conventions:
-        parts += ["## Conventions", conventions.strip()]  # the CLI's own text, as written
+    parts += ["## Conventions", common.CONVENTIONS.strip()]  # the CLI's own text, as written
     parts += [
         "## Options of every command",
         paragraph(
@@ -219,14 +217,13 @@ def _value(action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
+    """The default as `--help` shows it (one formatter for both), or "required"."""
+    from kit.commands.common import shown_default
+
     if action.required and action.option_strings:
         return "required"
-    default = action.default
-    if default in (None, argparse.SUPPRESS) or action.nargs == 0 and isinstance(default, bool):
-        return ""
-    if isinstance(default, (list, tuple)):
-        return keys.value(",".join(map(str, default)))
-    return keys.value(str(default))
+    shown = None if action.nargs == 0 else shown_default(action.default)
+    return "" if shown is None else keys.value(shown)
 
 
 def _choices(action: argparse.Action) -> str:
