@@ -121,13 +121,13 @@ def submit_here(
         for run in runs:
             files = RunFiles(run_dir.absolute(), run.spec.run_id)
             old = latest_job(jobs, files.run_id)
-            cmd = command(site, run, files, python=python)
-            held = held_back(
-                files, old, active=[], states={}, resubmit=resubmit
-            )  # a local job is never still queued
+            # a local job is never still queued: only a result holds a run back
+            held = held_back(files, old, active=[], states={}, resubmit=resubmit)
             if held:
                 out.append(Submission(files.run_id, files.result, None, held, held_back=True))
-            elif dry_run:
+                continue
+            cmd = command(site, run, files, python=python)
+            if dry_run:
                 out.append(
                     Submission(files.run_id, files.result, None, f"dry run: {shlex.join(cmd)}")
                 )
