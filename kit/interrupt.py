@@ -24,7 +24,10 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import subprocess
 
 RETRY = 0.005  # seconds between attempts
 PATIENCE = 2.0  # seconds after which a deferred interrupt is raised wherever the main thread is
@@ -69,6 +72,23 @@ def exit_status(exc: KeyboardInterrupt) -> int:
 def signal_name(exc: KeyboardInterrupt) -> str:
     """The word a command's one line uses for how it was stopped."""
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+def reap(proc: subprocess.Popen) -> int:
+    """Wait for ``proc`` after a stop: ``Popen.wait`` is interrupted inside its ``_waitpid_lock``
+    section now and then (between the acquire and the ``try``), and the next ``wait`` then hangs
+    on the lock forever; ``os.waitpid`` takes no lock."""
+    while proc.returncode is None:
+        try:
+            _, status = os.waitpid(proc.pid, 0)
+        except ChildProcessError:  # reaped meanwhile: its status is lost, as Popen then says too
+            if proc.returncode is None:
+                proc.returncode = 0
+            break
+        except InterruptedError:
+            continue
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode
 
 
 def _in_locking_code(frame: FrameType | None) -> bool:

@@ -19,6 +19,7 @@ from typing import Callable
 
 from kit.errors import KitError, error_line
 from kit.excerpt import clipped
+from kit.interrupt import reap
 from kit.mpi.imagefs import image_kind
 from kit.mpi.launch import FIX_MISSING, launcher_now
 from kit.mpi.mapped import judge_components, judge_libraries
@@ -31,6 +32,7 @@ STOP_GRACE = (
     5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
 )
 WATCH = 1.0  # s between two looks at the launcher's processes
+RUN_MARK = "KIT_CHECK_RUN"  # the variable whose value marks one check's processes
 SHM = Path("/dev/shm")  # where ch-run --join keeps a peer group's segment and semaphore
 MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
 REPORT_LINE = re.compile(
@@ -220,14 +222,19 @@ def _run_bounded(
     cmd: list[str], env: dict[str, str], timeout: float, cwd: str | None = None
 ) -> tuple[int, str, bool]:
     """(status, stdout + stderr, timed out). Every WATCH seconds the launcher's processes are noted:
-    its descendants, by parent links, and its session's. At the timeout every one of them still
-    alive is stopped (a salloc then gives its allocation back, an mpirun its daemons; hydra's proxy
-    and ranks, each in a session of its own, and a rank's child in a process group of its own go
-    too), and so is whatever the launcher left behind when it ended. Ends within ``timeout`` s."""
+    its descendants, by parent links, its session's, and those whose environment carries the run's
+    mark (a rank forked as its parent is stopped is reparented, in a session of its own, before
+    either link is seen; the environment it inherits says whose it is). At the timeout every one
+    of them still alive is stopped (a salloc then gives its allocation back, an mpirun its
+    daemons; hydra's proxy and ranks, each in a session of its own, and a rank's child in a process
+    group of its own go too), and so is whatever the launcher left behind when it ended. Ends
+    within ``timeout`` s."""
+    token = uuid.uuid4().hex
+    mark = f"{RUN_MARK}={token}"
     try:
         proc = subprocess.Popen(
             cmd,
-            env=env,
+            env={**env, RUN_MARK: token},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -247,7 +254,7 @@ def _run_bounded(
     stderr: str | bytes | None
     try:
         while True:
-            _note(known, proc.pid)
+            _note(known, proc.pid, mark)
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
@@ -262,18 +269,18 @@ def _run_bounded(
     except (
         BaseException
     ):  # Ctrl-C or SIGTERM: the launcher's own session never sees them, so stop it
-        _stop(known, proc.pid)
-        proc.wait()
+        _stop(known, proc.pid, mark)
+        reap(proc)
         raise
     if timed_out:
-        _stop(known, proc.pid)
+        _stop(known, proc.pid, mark)
         try:
             stdout, stderr = proc.communicate(timeout=1)
         except subprocess.TimeoutExpired as late:  # a process born after the last look holds a pipe
             stdout, stderr = late.stdout, late.stderr
             proc.kill()
-            proc.wait()
-    _stop(known, proc.pid)  # what outlived the launcher
+            reap(proc)
+    _stop(known, proc.pid, mark)  # what outlived the launcher
     return proc.returncode, _text(stdout) + _text(stderr), timed_out
 
 
@@ -290,9 +297,10 @@ def _processes() -> dict[int, tuple[int, int, str, str]]:
     return table
 
 
-def _note(known: dict[int, str], root: int) -> dict[int, tuple[int, int, str, str]]:
-    """Add to ``known`` the live processes below ``root`` or below one already known, and those of
-    root's session (started with start_new_session, so its id is root's pid)."""
+def _note(known: dict[int, str], root: int, mark: str) -> dict[int, tuple[int, int, str, str]]:
+    """Add to ``known`` the live processes below ``root`` or below one already known, those of
+    root's session (started with start_new_session, so its id is root's pid), and those whose
+    environment holds ``mark``."""
     table = _processes()
     grew = True
     while grew:
@@ -305,16 +313,28 @@ def _note(known: dict[int, str], root: int) -> dict[int, tuple[int, int, str, st
             ):
                 known[pid] = start
                 grew = True
+    needle = b"\0" + mark.encode() + b"\0"
+    for pid, (_, _, start, state) in table.items():
+        if pid not in known and state != "Z" and needle in _environ(pid):
+            known[pid] = start
     return table
 
 
-def _stop(known: dict[int, str], root: int) -> None:
+def _environ(pid: int) -> bytes:
+    """The process's environment, framed by NULs (empty: ended, or not ours to read)."""
+    try:
+        return b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def _stop(known: dict[int, str], root: int, mark: str) -> None:
     """SIGTERM every known process still alive, SIGKILL what is left STOP_GRACE - 1 seconds
     later.
     """
     for sig, grace in ((signal.SIGTERM, STOP_GRACE - 1), (signal.SIGKILL, 1.0)):
         deadline = time.monotonic() + grace
-        alive = _alive(known, _note(known, root))
+        alive = _alive(known, _note(known, root, mark))
         for pid in alive:
             try:
                 os.kill(pid, sig)
@@ -322,7 +342,7 @@ def _stop(known: dict[int, str], root: int) -> None:
                 pass
         while alive and time.monotonic() < deadline:
             time.sleep(0.1)
-            alive = _alive(known, _note(known, root))
+            alive = _alive(known, _note(known, root, mark))
         if not alive:
             return
 

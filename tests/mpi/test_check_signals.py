@@ -64,3 +64,17 @@ def test_a_stopped_check_leaves_no_launcher_or_rank(impi_site, mpich_image, sig,
         argv, cwd=REPO, env=signalled_env(), capture_output=True, text=True, timeout=LIMIT
     )
     assert again.returncode == 0, again.stderr
+
+
+def test_a_process_that_left_the_launchers_tree_and_session_is_stopped_by_its_mark():
+    """A rank forked just before its parent ends is reparented, in a session of its own, before the
+    next look: only the environment it inherited says it is the check's."""
+    from kit.mpi.check import _run_bounded
+
+    tag = f"KIT_TEST_RUN_{uuid.uuid4().hex}"
+    escapee = "sleep 0.3; (setsid sleep 300 >/dev/null 2>&1 &); echo started"
+    status, output, timed_out = _run_bounded(
+        ["sh", "-c", escapee], signalled_env(**{tag: "1"}), timeout=30
+    )
+    assert (status, output, timed_out) == (0, "started\n", False)
+    assert not tagged(tag), "the reparented process outlived the check"
