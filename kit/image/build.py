@@ -19,6 +19,7 @@ from kit.atomic import remove_tree
 from kit.code_commit import record_commit
 from kit.data import shipped
 from kit.errors import KitError
+from kit.interrupt import reap
 from kit.openmpi_abi import openmpi_rule
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
@@ -318,7 +319,7 @@ def _stop_builder(proc: subprocess.Popen) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            reap(proc)
 
 
 def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Path:

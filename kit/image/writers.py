@@ -23,6 +23,7 @@ from kit.errors import KitError
 from kit.image.flatten import Entry
 from kit.image.sqfs_root import set_root_mtime
 from kit.image_names import SQUASH, TAR, TAR_GZ, sha256_file
+from kit.interrupt import reap
 from kit.rootfs import Root
 
 FORMATS = ("tar.gz", "tar", "sqfs", "dir")
@@ -268,7 +269,7 @@ class SquashWriter(Writer):
 
     def _close_quietly(self) -> None:
         self.proc.kill()
-        self.proc.wait()
+        reap(self.proc)
         self.errlog.close()
 
 

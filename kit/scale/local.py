@@ -85,7 +85,7 @@ def _stop(proc: subprocess.Popen) -> None:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        proc.wait()
+        interrupt.reap(proc)
 
 
 def command(site: Site, run: Checked, files: RunFiles, *, python: str) -> list[str]:

@@ -44,6 +44,7 @@ from kit.image_names import (
     sha256_file,
     sidecar,
 )
+from kit.interrupt import reap
 from kit.runtime import runtime_of
 from kit.site import load_site
 from kit.transfer import remote
@@ -249,7 +250,7 @@ def _stream(
         broken = True
     except BaseException:
         proc.kill()
-        proc.wait()
+        reap(proc)
         dog.stop()
         raise
     stdout = _tail(from_ssh).decode(errors="replace")
