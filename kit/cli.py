@@ -9,7 +9,14 @@ import traceback
 
 from kit import __version__, interrupt
 from kit.commands.common import HelpFormatter, TopHelpFormatter, require_extra
-from kit.crash import EXIT_ERROR, debug_requested, environment_problem, report_bug
+from kit.crash import (
+    EXIT_ERROR,
+    EXIT_READER_GONE,
+    debug_requested,
+    environment_problem,
+    reader_gone,
+    report_bug,
+)
 from kit.errors import KitError
 from kit.extras import missing_extra
 from kit.verbosity import add_flags, applied
@@ -162,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return interrupt.exit_status(exc)
     except Exception as exc:  # a bug: one line here, the traceback in a file
+        if reader_gone(exc):
+            return EXIT_READER_GONE
         problem = environment_problem(exc)
         if problem is None:
             return report_bug("kit", exc, debug)

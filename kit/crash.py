@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from kit.errors import KitError
 
 EXIT_ERROR = 1  # an expected failure: the message names the file, the field and the fix
 EXIT_BUG = 70  # EX_SOFTWARE: an internal error, the traceback is in the named file
+EXIT_READER_GONE = 128 + 13  # as a shell reports a command SIGPIPE ended (`kit docs | head`)
 
 
 def debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
@@ -72,6 +74,23 @@ def report_bug(prog: str, exc: BaseException, debug: bool) -> int:
         flush=True,
     )
     return EXIT_BUG
+
+
+def reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is the kit's standard output closed by its reader (a pager quit, ``| head``):
+    the command's output is no longer wanted, which is no error. Standard output then goes to
+    /dev/null, so that the interpreter's last flush at exit says nothing either."""
+    if not isinstance(exc, BrokenPipeError):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        gone = any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no standard output at all
+        return False
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return gone
 
 
 # What the machine refuses, not what the kit got wrong: a read-only or full output directory, a

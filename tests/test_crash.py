@@ -6,7 +6,10 @@ meant to crash, so there is no real one to call.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,19 @@ def test_expected_errors_exit_1_with_one_line(capsys):
 def test_debug_flag_is_taken_only_before_the_passthrough(monkeypatch, argv, debug, rest):
     monkeypatch.delenv("KIT_DEBUG", raising=False)
     assert debug_requested(argv) == (debug, rest)
+
+
+def test_a_reader_that_quit_ends_the_command_quietly(tmp_path):
+    """`kit docs | head`: the reader is gone, which is no bug (exit 141 as for SIGPIPE, nothing on
+    stderr, no crash file)."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    env = {**os.environ, "KIT_CRASH_DIR": str(tmp_path / "crashes")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "kit", "docs"], stdout=writer, stderr=subprocess.PIPE, env=env
+        )
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, b"")
+    assert not (tmp_path / "crashes").exists()
