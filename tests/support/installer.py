@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import sys
 from pathlib import Path
 
+from kit.transfer import remote_script
 from tests.support.receiver import SCRIPT
 
 
@@ -34,3 +37,17 @@ def install_argv(
         fmt,
         *extra,
     ]
+
+
+def call(argv: list[str]) -> tuple[int, str]:
+    """remote_script.main in this process: (exit code, stderr); any other exception fails the
+    test.
+    """
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            remote_script.main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, err.getvalue()

@@ -4,8 +4,6 @@ FIFO for an image, and an image directory with other people's names in it."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import signal
@@ -20,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kit.transfer import push, remote_script
-from tests.support.installer import install_argv, sha12
+from tests.support.installer import call, install_argv, sha12
 from tests.support.transfer import (
     busybox_image,
     ch_run,
@@ -274,20 +272,6 @@ def test_names_and_versions_never_reach_outside_the_image_dir(name, version):
         assert sorted(str(p) for p in root.rglob("*") if images not in p.parents) == outside
         made = sorted(p.name for p in images.iterdir())
         assert made == ([] if code else sorted([f"{name}.current", f"{name}@{version}.sqfs"]))
-
-
-def call(argv: list[str]) -> tuple[int, str]:
-    """remote_script.main in this process: (exit code, stderr); any other exception fails the
-    test.
-    """
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            remote_script.main(argv)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-    return code, err.getvalue()
 
 
 def test_switch_only_names_installed_versions(tmp_path):

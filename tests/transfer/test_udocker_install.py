@@ -9,7 +9,6 @@ import io
 import os
 import stat
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -17,10 +16,13 @@ import pytest
 import yaml
 
 from kit.errors import KitError
+from kit.image import convert
 from kit.transfer import push
 from tests.support.installer import install_argv, sha12
 from tests.support.transfer import ALIAS, busybox_image, random_image, write_sha256
+from tests.support.unpacked import assert_same_tree
 from tests.transfer.sshd import start_sshd
+from tests.transfer.unpack_driver import describe
 
 pytestmark = pytest.mark.system  # an sshd of its own: root
 BOUND = 300
@@ -140,10 +142,15 @@ HOSTILE = {  # each: the members, given a directory outside the image
     "a hard link through '..'": lambda out: [
         _member("x", tarfile.LNKTYPE, linkname="../outside/y")
     ],
-    "a hard link to a symlink": lambda out: [
-        _member("s", tarfile.SYMTYPE, linkname=f"{out}/y"),
-        _member("x", tarfile.LNKTYPE, linkname="s"),
+    "a symlink out of the image": lambda out: [
+        _member("s", tarfile.SYMTYPE, linkname="../../outside/y"),
     ],
+    "a hard link to a symlink that leads out from the link's place": lambda out: [
+        _member("d", tarfile.DIRTYPE, mode=0o755),
+        _member("d/s", tarfile.SYMTYPE, linkname="../outside"),
+        _member("x", tarfile.LNKTYPE, linkname="d/s"),
+    ],
+    "a name twice": lambda out: [_member("x", data=b"one"), _member("x", data=b"two")],
     "a directory replaced by a file": lambda out: [
         _member("d", tarfile.DIRTYPE, mode=0o755),
         _member("d", data=b"x"),
@@ -168,14 +175,13 @@ def test_a_hostile_archive_is_refused_and_nothing_is_written_outside(tmp_path, c
 
 
 @pytest.mark.timeout(BOUND)
-def test_setuid_bits_and_devices_are_dropped_and_later_members_win(tmp_path):
+def test_setuid_bits_and_devices_are_dropped(tmp_path):
     members = [
         _member("bin", tarfile.DIRTYPE, mode=0o555),
         _member("bin/su", data=b"su", mode=0o4755),
         _member("bin/g", data=b"g", mode=0o2755),
         _member("dev/null", tarfile.CHRTYPE, devmajor=1, devminor=3),
         _member("fifo", tarfile.FIFOTYPE),
-        _member("etc/motd", data=b"first"),
         _member("etc/motd", data=b"second"),
         _member("etc/issue", tarfile.LNKTYPE, linkname="etc/motd"),
     ]
@@ -192,11 +198,58 @@ def test_setuid_bits_and_devices_are_dropped_and_later_members_win(tmp_path):
     assert (tree / "etc" / "issue").stat().st_ino == (tree / "etc" / "motd").stat().st_ino
 
 
-def test_the_unpack_needs_only_python_3_6():
-    """The remote side runs on a site's stock python3 (>= 3.6)."""
-    import ast
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
-    from tests.support.receiver import SCRIPT
 
-    ast.parse(SCRIPT.read_text(), feature_version=(3, 6))
-    assert sys.version_info >= (3, 6)
+# Pushed over the loopback sshd to the real installer (the unpack's equivalence with kit image
+# convert over generated archives: tests/transfer/test_installer_unpack.py).
+TAKEN = [  # what kit image convert takes, with what it changes (modes, links, dropped members)
+    ("./", tarfile.DIRTYPE, b"", 0o777),
+    ("tmp", tarfile.DIRTYPE, b"", 0o1777),
+    ("open", tarfile.DIRTYPE, b"", 0o777),
+    ("open/tool", tarfile.REGTYPE, b"#!/bin/sh\n", 0o4777),
+    ("open/abs", tarfile.SYMTYPE, b"", 0o777, "/etc/kit-version"),
+    ("open/also", tarfile.LNKTYPE, b"", 0o644, "open/abs"),
+    ("etc/kit-version", tarfile.REGTYPE, b"one", 0o644),
+    ("etc/.wh.gone", tarfile.REGTYPE, b"", 0o644),
+    ("dev/null", tarfile.REGTYPE, b"n", 0o644),
+    ("fifo", tarfile.FIFOTYPE, b"", 0o644),
+]
+
+
+def _taken(path: Path) -> Path:
+    members = []
+    for name, kind, data, mode, *link in TAKEN:
+        info, payload = _member(name, kind, data, mode=mode, linkname=link[0] if link else "")
+        members.append((info, payload))
+    return _tar(path, members)
+
+
+@pytest.mark.timeout(BOUND)
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_push_installs_what_kit_image_convert_takes_as_it_unpacks_it(
+    udocker_site, tmp_path, damaged
+):
+    """The real installer over SSH: the image convert takes lands as convert unpacks it (but for
+    the mount points and /ch files convert adds); with a bad gzip CRC nothing is installed."""
+    src = _taken(tmp_path / "up" / "bb.tar.gz")
+    images = tmp_path / "images"
+    if damaged:
+        data = src.read_bytes()
+        src.write_bytes(data[:-8] + bytes([data[-8] ^ 1]) + data[-7:])
+        write_sha256(src)
+        with pytest.raises(KitError):
+            convert(src, tmp_path / "converted", fmt="dir")
+        with pytest.raises(KitError, match="the unpack of .* failed; nothing changed"):
+            push(src, udocker_site(), install=True)
+        assert sorted(images.iterdir()) == []
+        return
+    converted = convert(src, tmp_path / "converted", fmt="dir")
+    report = push(src, udocker_site(), install=True)
+    tree = images / f"bb@{report.sha256[:12]}"
+    made = {p.lstrip("/") for p in converted.mount_points}
+    assert_same_tree(describe(str(tree)), describe(str(tmp_path / "converted")), made, _umask())
+    assert os.readlink(tree / "open" / "also") == "/etc/kit-version"  # a symlink of its own
