@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from vcluster_overhead import _repeat, image_for, on_own_cluster, run  # noqa: E402
 
 from kit.scale import sweep_jobs  # noqa: E402
-from kit.scale.model import Fit  # noqa: E402
+from kit.scale.model import fit_model  # noqa: E402
 from kit.scale.plan import calibration_nodes, load_plan  # noqa: E402
 from kit.scale.runs import load_results  # noqa: E402
 from kit.vcluster import up  # noqa: E402
@@ -87,7 +87,10 @@ def run_sweep(sweep: Path, deadline: float) -> None:
 def measured(sweep: Path) -> dict[int, list[float]]:
     """Epoch seconds per node count, as the report and predict read them."""
     failed: list[str] = []
-    paths = sweep_jobs.results(sweep, failed)
+    if (sweep / "plan.yaml").exists():
+        paths = sweep_jobs.results(sweep, failed)
+    else:  # a calibration reused with --calibration: its results alone
+        paths = sorted((sweep / "results").glob("*.json"))
     for problem in failed:
         print(f"failed run: {problem}", flush=True)
     out: dict[int, list[float]] = {}
@@ -96,20 +99,28 @@ def measured(sweep: Path) -> dict[int, list[float]]:
     return out
 
 
-def shape_alone(prediction: dict, nodes: int) -> str:
-    """The forecast of the best fit without the per-epoch term, from the fits predict.json lists."""
-    plain = [f for f in prediction["model"]["fits"] if "per-epoch" not in f["shape"]]
-    best = min(plain, key=lambda f: f["error"] if f["error"] is not None else 0.0)
-    fit = Fit(
-        best["shape"],
-        False,
-        best["a"],
-        best["b"],
-        0.0,
-        best["error"],
-        prediction["measured"][0]["nodes"],
+def fitted_whole(calibration: dict[int, list[float]], ranks_per_node: int, nodes: int) -> str:
+    """What the calibration's wall epochs fitted whole forecast (as results without step times
+    are fitted), beside the forecast of the parts fitted apart."""
+    counts = sorted(calibration)
+    model = fit_model(counts, [calibration[n] for n in counts], ranks_per_node)
+    return f"{model.seconds(nodes):.2f} ({model.best.name})"
+
+
+def band_shapes(model: dict) -> str:
+    parts = [model["step"]] + ([model["per_epoch"]] if model["per_epoch"] else [])
+    return "; ".join(f"{p['fitted']}: {', '.join(p['band_shapes'])}" for p in parts)
+
+
+def drivers(forecast: dict) -> str:
+    """steps / per-epoch shares of the forecast epoch, and the step's overhead."""
+    if forecast["steps_seconds"] is None:
+        return "- (fitted whole)"
+    t = forecast["seconds_per_epoch"]
+    return (
+        f"{100 * forecast['steps_seconds'] / t:.0f}% / {100 * forecast['per_epoch_seconds'] / t:.0f}%, "
+        f"step {forecast['step_overhead_percent']:+.0f}%"
     )
-    return f"{fit.node_seconds([nodes], prediction['ranks_per_node'])[0] / nodes:.2f} ({best['shape']})"
 
 
 def table(
@@ -117,14 +128,14 @@ def table(
 ) -> str:
     lines = [
         "| nodes | role | predicted s/epoch [band] | measured s/epoch (repeats) | median | spread | inside | "
-        "a saturating shape alone |",
-        "|---:|---|---:|---|---:|---:|---|---:|",
+        "steps / per-epoch | the epoch fitted whole |",
+        "|---:|---|---:|---|---:|---:|---|---|---:|",
     ]
     for n, times in sorted(calibration.items()):
         med = statistics.median(times)
         lines.append(
             f"| {n} | calibration | - | {', '.join(f'{t:.2f}' for t in times)} | {med:.2f} | "
-            f"{100 * (max(times) - min(times)) / med:.0f}% | - | - |"
+            f"{100 * (max(times) - min(times)) / med:.0f}% | - | - | - |"
         )
     for f in prediction["forecasts"]:
         n, (low, high) = f["nodes"], f["seconds_band"]
@@ -132,7 +143,7 @@ def table(
         if not times:
             lines.append(
                 f"| {n} | check | {f['seconds_per_epoch']:.2f} [{low:.2f}-{high:.2f}] | no run | - | - | - | "
-                f"{shape_alone(prediction, n)} |"
+                f"{drivers(f)} | {fitted_whole(calibration, prediction['ranks_per_node'], n)} |"
             )
             continue
         med = statistics.median(times)
@@ -141,7 +152,8 @@ def table(
             f"| {n} | check | {f['seconds_per_epoch']:.2f} [{low:.2f}-{high:.2f}] | "
             f"{', '.join(f'{t:.2f}' for t in times)} | {med:.2f} | "
             f"{100 * (max(times) - min(times)) / med:.0f}% | median {'yes' if low <= med <= high else 'NO'}, "
-            f"{inside} of {len(times)} runs | {shape_alone(prediction, n)} |"
+            f"{inside} of {len(times)} runs | {drivers(f)} | "
+            f"{fitted_whole(calibration, prediction['ranks_per_node'], n)} |"
         )
     return "\n".join(lines)
 
@@ -196,26 +208,42 @@ def measure(args: argparse.Namespace, work: Path, cluster: Path) -> None:
     ]
     deadline = time.monotonic() + args.timeout
     cal, check = work / "calibration", work / "check"
+    if args.calibration:  # a finished calibration of an earlier run: its results, not its jobs
+        (cal / "results").mkdir(parents=True)
+        for result in (args.calibration / "results").glob("*.json"):
+            (cal / "results" / result.name).write_bytes(result.read_bytes())
+    else:
+        run(
+            [
+                "scale",
+                "plan",
+                *common,
+                "--calibrate",
+                "--nodes",
+                "1",
+                "--repeats",
+                str(args.repeats),
+                "--dir",
+                str(cal),
+                "--",
+                *train,
+            ]
+        )
+        run_sweep(cal, deadline)
+    targets = ",".join(map(str, args.targets))
+    results = [str(p) for p in sorted((cal / "results").glob("*.json"))]
     run(
         [
             "scale",
-            "plan",
-            *common,
-            "--calibrate",
+            "predict",
+            "--results",
+            *results,
             "--nodes",
-            "1",
-            "--repeats",
-            str(args.repeats),
-            "--dir",
-            str(cal),
-            "--",
-            *train,
+            targets,
+            "--out",
+            str(cal / "predict"),
         ]
     )
-    run_sweep(cal, deadline)
-    run(["scale", "report", str(cal)])
-    targets = ",".join(map(str, args.targets))
-    run(["scale", "predict", str(cal), "--nodes", targets, "--out", str(cal / "predict")])
     doc = json.loads((cal / "predict" / "predict.json").read_text())
     if len(doc["series"]) != 1:
         raise SystemExit(
@@ -248,7 +276,7 @@ def tabulate(work: Path) -> None:
     prediction = json.loads((cal / "predict" / "predict.json").read_text())["series"][0]
     print(
         f"\nseries {prediction['series']}; estimate {prediction['model']['estimate']}, band "
-        f"{', '.join(prediction['model']['band_shapes'])}; stack: {prediction['stack']}"
+        f"{band_shapes(prediction['model'])}; stack: {prediction['stack']}"
     )
     for w in prediction["warnings"]:
         print(f"warning: {w}")
@@ -290,6 +318,13 @@ def main() -> None:
         help="a fresh run directory is made under it",
     )
     ap.add_argument("--timeout", type=float, default=5400, help="seconds for all jobs together")
+    ap.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DIR",
+        help="reuse the calibration sweep DIR of an earlier run (its results/*.json): only the "
+        "check runs run",
+    )
     ap.add_argument(
         "--tabulate",
         type=Path,

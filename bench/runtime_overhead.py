@@ -1,4 +1,5 @@
-"""Benchmark: bare vs `ch-run` vs udocker (P1) on one node, 2 ranks under MPICH's mpiexec.
+"""Benchmark: bare vs `ch-run` vs udocker (P1) vs Apptainer (SIF) on one node, 2 ranks under
+MPICH's mpiexec.
 
 Run (root): .venv/bin/python bench/runtime_overhead.py [--repeats 3] [--epochs 3] [--steps 12]
 
@@ -9,13 +10,15 @@ Two measurements, each a 2-rank MPI job started by the host's MPICH (`mpiexec -n
 - training: `gan3d train`, tiny preset, --epochs E; seconds per epoch (the epochs' train times
   from the results JSON, the first left out: it traces the graph).
 
-The three ways run in interleaved rounds (round r: bare, ch-run, udocker, rotated by r, so a
-drift in the machine's load falls on all three alike); each figure is the median of the repeats
+The four ways run in interleaved rounds (round r: bare, ch-run, udocker, apptainer, rotated by
+r, so a drift in the machine's load falls on all alike); each figure is the median of the repeats
 with [min-max]. The image is the MPI pair tests' MPICH image (cached; tests/support/mpi_fixtures.py), as a
 directory, paired for this machine's Debian MPICH; the venv's Python, TensorFlow and Horovod and
 this checkout are bound in (as tests/slurm does), so only the runtime differs. udocker runs as root
-here (the bench's site allows it), with Debian's proot through the kit's wrapper. The CPU and the
-load average are printed before and after.
+here (the bench's site allows it), with Debian's proot through the kit's wrapper. Apptainer (the
+one scripts/apptainer.sh installs, or one on PATH) runs the same tree as a SIF of the kit's
+writer (an lz4 SquashFS partition: quick to make), as root. The CPU and the load average are
+printed before and after.
 """
 
 from __future__ import annotations
@@ -38,13 +41,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench.vcluster_overhead import machine  # noqa: E402
 from gan3d.simulate import write_files  # noqa: E402
+from kit.image import sif  # noqa: E402
 from kit.image.convert import convert  # noqa: E402
+from kit.image_names import sha256_file  # noqa: E402
 from kit.mpi import make_pair, prepare_image_dir  # noqa: E402
 from kit.mpi.launch import launcher_now  # noqa: E402
+from tests.support.apptainer import INSTALLED  # noqa: E402
 from tests.support.hostmpi import MPICH_PACKAGES  # noqa: E402
 from tests.support.images import mpi4py_from_venv, oci_image  # noqa: E402
 
-WAYS = ("bare", "ch-run", "udocker")
+WAYS = ("bare", "ch-run", "udocker", "apptainer")
 TAG = "@JOIN-TAG@"
 STARTUP = (
     "import tensorflow, horovod.tensorflow as hvd; hvd.init(); "
@@ -64,6 +70,10 @@ def site_file(work: Path, runtime: str) -> Path:
         "binds": [f"{p}:{p}" for p in sorted({str(ROOT), str(base), str(venv), str(work)})],
         "join": True,
     }
+    if runtime == "apptainer":
+        doc["container"].pop("join")
+        found = str(INSTALLED) if INSTALLED.is_file() else "apptainer"  # else: on PATH
+        doc["container"]["apptainer"] = {"executable": found}
     if runtime == "udocker":
         doc["container"].pop("join")
         doc["container"]["udocker"] = {
@@ -77,6 +87,29 @@ def site_file(work: Path, runtime: str) -> Path:
     return path
 
 
+def sif_of(image: Path) -> Path:
+    """The paired directory image as IMAGE.sif, its partition an lz4 SquashFS of the tree."""
+    part, out = image.with_name(image.name + ".part"), image.with_name(image.name + ".sif")
+    subprocess.run(
+        [*("mksquashfs", str(image), str(part)), *("-noappend", "-no-xattrs", "-comp", "lz4")]
+        + ["-quiet", "-no-progress"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    with open(out, "xb") as fh:
+        sif.write(
+            fh,
+            part,
+            sha256_file(part),
+            definition=sif.definition_text(None),
+            labels=sif.labels_json({}, "amd64", None),
+            arch=sif.arch_code("amd64"),
+            mtime=0,
+        )
+    part.unlink()
+    return out
+
+
 def prepare(work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Per way: the words before the rank's command, and the environment it runs in."""
     src = oci_image(
@@ -87,8 +120,9 @@ def prepare(work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     image = work / "images" / "gan3d"
     image.parent.mkdir(parents=True)
     convert(src, image, fmt="dir")
-    sites = {w: site_file(work, w) for w in ("charliecloud", "udocker")}
+    sites = {w: site_file(work, w) for w in ("charliecloud", "udocker", "apptainer")}
     prepare_image_dir(make_pair(sites["charliecloud"], image), image)
+    images = {"charliecloud": image, "udocker": image, "apptainer": sif_of(image)}
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -98,14 +132,15 @@ def prepare(work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     }
     launch_words, _ = launcher_now(make_pair(sites["charliecloud"], image).site, 2, 1)
     ways = {"bare": (launch_words, env)}
-    for way, runtime in (("ch-run", "charliecloud"), ("udocker", "udocker")):
-        pair = make_pair(sites[runtime], image)
+    for way, runtime in (("ch-run", "charliecloud"), ("udocker", "udocker"), ("apptainer",) * 2):
+        path = images[runtime]
+        pair = make_pair(sites[runtime], path)
         if pair.missing:
             raise SystemExit(f"the image's pair for {runtime} misses {pair.missing}")
         rt = pair.launch.runtime
-        rt.ready(pair.site, str(image), "dir")
+        rt.ready(pair.site, str(path), "sif" if runtime == "apptainer" else "dir")
         join = ["--join-ct=2", f"--join-tag={TAG}"]  # a new tag for each run: fresh()
-        words = [*launch_words, *pair.launch.run_args(str(image), join)]
+        words = [*launch_words, *pair.launch.run_args(str(path), join)]
         ways[way] = (words, {**env, **rt.check_env(pair.site)})
     return ways
 
@@ -150,7 +185,7 @@ def main() -> None:
     start: dict[str, list[float]] = {w: [] for w in WAYS}
     epoch: dict[str, list[float]] = {w: [] for w in WAYS}
     for r in range(args.repeats):
-        order = WAYS[r % 3 :] + WAYS[: r % 3]
+        order = WAYS[r % len(WAYS) :] + WAYS[: r % len(WAYS)]
         for way in order:
             words, env = ways[way]
             start[way].append(timed([*words, sys.executable, "-c", STARTUP], env, run_dir, 900))

@@ -24,12 +24,15 @@ import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
+from kit.boundedrun import run_bounded
 from kit.excerpt import one_line
 
 MODULE = "intel_extension_for_tensorflow"
 DISTRIBUTION = "intel-extension-for-tensorflow"
 PROBE_TIMEOUT = 600.0  # seconds: importing TensorFlow and ITEX on a loaded node takes 10-60 s
-MAX_PROBE_OUTPUT = 64 << 10  # bytes of the child's output read: one JSON line, or ITEX's last words
+MAX_PROBE_OUTPUT = (
+    64 << 10
+)  # bytes kept of each stream of the child: one JSON line, ITEX's last words
 MAX_MAPS = (
     8 << 20
 )  # bytes of /proc/self/maps read (a TensorFlow process maps ~1,500 lines, ~200 KB)
@@ -136,9 +139,12 @@ def _itex_said(err: str) -> str:
     return one_line(" | ".join(lines[-3:]), 400, tail=True) if lines else ""
 
 
-def parse_probe(code: int | None, out: str, err: str) -> ItexState:
+def parse_probe(
+    code: int | None, out: str, err: str, *, waited: float = PROBE_TIMEOUT
+) -> ItexState:
     """The child's answer: its JSON line when it has one (a refusal with ITEX's own log lines
-    added), else why it ended (exit or signal, and its last words)."""
+    added), else why it ended (exit or signal, or None: not within ``waited`` s; and its last
+    words)."""
     texts = ("version", "backend", "library", "reason")
     for line in reversed(out.splitlines()):
         try:
@@ -156,7 +162,7 @@ def parse_probe(code: int | None, out: str, err: str) -> ItexState:
                 values["reason"] = f"{values['reason']}; ITEX said: {said}"
             return ItexState(doc.get("installed") is True, doc["loaded"], **values)
     if code is None:
-        how = f"did not answer in {PROBE_TIMEOUT:g} s"
+        how = f"did not answer in {waited:g} s"
     elif code < 0:
         how = f"was killed by signal {-code}"
     else:
@@ -170,20 +176,18 @@ def probe(python: str = sys.executable, timeout: float = PROBE_TIMEOUT) -> ItexS
     if python == sys.executable and not installed():
         return ItexState(False, False, reason=NOT_INSTALLED)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # ITEX's own lines, whatever their level
+    cmd = [python, "-m", "gan3d.itex", "--json"]
     try:
-        done = subprocess.run(
-            [python, "-m", "gan3d.itex", "--json"],
-            capture_output=True,
-            timeout=timeout,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return parse_probe(None, "", "")
+        done = run_bounded(cmd, timeout=timeout, limit=MAX_PROBE_OUTPUT, env=env)
+    except subprocess.TimeoutExpired as exc:
+        return parse_probe(None, _text(exc.output), _text(exc.stderr), waited=timeout)
     except OSError as exc:
         return ItexState(False, False, reason=f"{python}: {exc.strerror}")
-    out = done.stdout[-MAX_PROBE_OUTPUT:].decode(errors="replace")
-    err = done.stderr[-MAX_PROBE_OUTPUT:].decode(errors="replace")
-    return parse_probe(done.returncode, out, err)
+    return parse_probe(done.returncode, done.out, done.err)
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode(errors="replace")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from kit.boundedrun import run_bounded
+
 MATRIX = 2048
 PRECISIONS = ("fp32", "bf16", "fp64")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp64": "float64"}
@@ -127,15 +129,10 @@ def _measure_in_subprocess(threads: int | None, seconds: float, n: int, precisio
     if threads is not None:
         cmd += ["--threads", str(threads)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    out = subprocess.run(
-        cmd,
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=SUBPROCESS_GRACE_S + 4 * seconds,
-    ).stdout
-    return float(json.loads(out)["precisions"][precision]["measured_flop_per_second"])
+    ran = run_bounded(cmd, env=env, timeout=SUBPROCESS_GRACE_S + 4 * seconds)
+    if ran.returncode:
+        raise subprocess.CalledProcessError(ran.returncode, cmd, ran.out, ran.err)
+    return float(json.loads(ran.out)["precisions"][precision]["measured_flop_per_second"])
 
 
 def site_peaks(site, cores_used: int | None = None) -> dict:

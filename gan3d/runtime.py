@@ -68,16 +68,21 @@ NO_MPI = "none (one process, mpi4py not installed)"
 WORLD_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
-def discover_layout(environ: Mapping[str, str] | None = None) -> RankLayout:
+def discover_layout(
+    environ: Mapping[str, str] | None = None, started: int | None = None
+) -> RankLayout:
     """Ask MPI (through mpi4py, before TensorFlow starts) for ranks, nodes and ranks per node.
 
     Horovod initialized afterwards reuses this MPI instance (it checks MPI_Initialized). Without
-    mpi4py the job is this one process, unless a launcher says it started more.
+    mpi4py the job is this one process, unless a launcher says it started more. ``started``: the
+    ranks the launcher started, as its command line says (gan3d train --ranks).
     """
     try:
         from mpi4py import MPI
     except ImportError:
-        return _one_process_layout(os.environ if environ is None else environ)
+        alone = _one_process_layout(os.environ if environ is None else environ)
+        check_world_size(alone.size, {}, started)
+        return alone
 
     world = MPI.COMM_WORLD
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
@@ -97,26 +102,50 @@ def discover_layout(environ: Mapping[str, str] | None = None) -> RankLayout:
         mpi_library_version_full=version,
     )
     node.Free()
-    check_world_size(layout.size, os.environ if environ is None else environ)
+    check_world_size(layout.size, os.environ if environ is None else environ, started)
     return layout
 
 
-def check_world_size(size: int, environ: Mapping[str, str]) -> None:
-    """Refuse a rank whose MPI world is not the job its launcher started: a runtime that keeps the
-    launcher's PMI variables from the rank (udocker without --hostenv) leaves every rank a 1-rank
-    job of its own, each training alone and ending with status 0. The launcher that started this
-    process says how many it started (WORLD_SIZE_ENV, the first one set)."""
+RANKS_FLAG = "--ranks"  # gan3d train's: the ranks its launcher starts, on every line the kit writes
+ALONE_FIX = (
+    "let the launcher's environment reach the ranks (Apptainer: no --cleanenv or --containall, "
+    "nor APPTAINER_CLEANENV or APPTAINER_CONTAINALL set; udocker: run --hostenv, which the kit "
+    "gives) and use the MPI the launcher belongs to (the host's, bound in; mpi4py built on it)"
+)
+
+
+def world_size_refusal(sizes: list[int], started: int, source: str) -> str | None:
+    """The one rule, for gan3d train and kit mpi check alike: one line refusing ranks whose MPI
+    worlds (``sizes``) are not the one of ``started`` ranks their launcher started (``source``
+    says who said so), else None. Why: a runtime that keeps the launcher's PMI variables or
+    descriptor from the ranks (Apptainer --cleanenv or --containall, udocker without --hostenv)
+    leaves every rank a job of its own, each alone, and the launcher still exits 0."""
+    if set(sizes) <= {started}:
+        return None
+    worlds = "/".join(str(s) for s in sorted(set(sizes)))
+    return (
+        f"MPI world of {worlds} rank(s), but the launcher started {started} ({source}): the "
+        "ranks did not reach their launcher (its PMI variables or descriptor kept from them), or "
+        f"the launcher and the ranks' MPI disagree on PMI; fix: {ALONE_FIX}"
+    )
+
+
+def check_world_size(size: int, environ: Mapping[str, str], started: int | None = None) -> None:
+    """Refuse a rank whose MPI world is not the job its launcher started (world_size_refusal).
+    How many it started: ``started`` (the command line's --ranks, which survives a runtime that
+    cleans the environment), else the launcher's size variable (WORLD_SIZE_ENV, the first set)."""
+    if started is not None:
+        refusal = world_size_refusal([size], started, RANKS_FLAG)
+        if refusal:
+            raise SettingsError(refusal)
+        return
     for key in WORLD_SIZE_ENV:
         value = environ.get(key)
         if value is None:
             continue
-        if value.isascii() and value.isdigit() and int(value) != size:
-            raise SettingsError(
-                f"MPI world of {size} rank(s), but the launcher started {value[:20]} ({key}): this "
-                "rank would train alone; fix: let the launcher's PMI variables reach the ranks (a "
-                "container runtime that cleans the environment: udocker run --hostenv) and use "
-                "mpi4py built against the launcher's MPI"
-            )
+        if value.isascii() and value.isdigit() and len(value) <= 9:
+            if refusal := world_size_refusal([size], int(value), key):
+                raise SettingsError(refusal)
         return
 
 

@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--inter-op-threads", type=int, default=2, help="TensorFlow inter-op threads per rank"
     )
     ap.add_argument(
+        runtime.RANKS_FLAG,
+        type=int,
+        metavar="N",
+        help="the ranks the launcher starts (the kit's lines give it): an MPI world of another "
+        "size is refused, where a runtime that cleans the environment left each rank alone",
+    )
+    ap.add_argument(
         "--oversubscribe",
         action="store_true",
         help="allow ranks per node x threads > cores of a node (laptops)",
@@ -212,6 +219,7 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--heartbeat-steps", args.heartbeat_steps),
         ("--threads", args.threads),
         ("--inter-op-threads", args.inter_op_threads),
+        (runtime.RANKS_FLAG, args.ranks),
     ):
         if value is not None and value < 1:
             raise SettingsError(f"{flag} {value}: must be at least 1")
@@ -346,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = None
     try:
         _check_args(args)
-        layout = runtime.discover_layout()
+        layout = runtime.discover_layout(started=args.ranks)
         return _run(args, layout)
     except Exception as exc:  # every failure ends the whole job with one clear line, never a hang
         from gan3d.data import DataError

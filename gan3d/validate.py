@@ -669,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
             staged[Path(args.results)] = _with_physics(args.results, physics).encode()
         write_together(staged)
     except (DataError, ValueError, OSError, KitError) as exc:
-        print(f"gan3d validate: error: {exc}", file=sys.stderr)
+        # one line, escaped: the message may quote a checkpoint's or a data file's values
+        print(f"gan3d validate: error: {one_line(exc, 2000)}", file=sys.stderr)
         return 1
     print(json.dumps({k: physics[k] for k in PRINTED}, indent=2))
     return 0

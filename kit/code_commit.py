@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from kit.atomic import atomic_write_text
+from kit.boundedrun import run_bounded
 from kit.errors import KitError
 from kit.excerpt import one_line
 from kit.readfile import read_json
@@ -26,6 +27,9 @@ RECORD = (
 )
 FORMAT = "kit-build-commit/1"
 GIT_TIMEOUT_S = 10  # a hung network filesystem must not hold a run
+GIT_OUTPUT = (
+    64 << 10
+)  # bytes kept of git's stdout and stderr: a commit, or whether anything changed
 
 
 def _installed() -> Path:
@@ -37,15 +41,8 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("GIT_")
     }  # the tree's own repository
-    return subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=GIT_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
+    ran = run_bounded(["git", *args], cwd=cwd, env=env, timeout=GIT_TIMEOUT_S, limit=GIT_OUTPUT)
+    return subprocess.CompletedProcess(["git", *args], ran.returncode, ran.out, ran.err)
 
 
 def from_checkout(package_dir: Path) -> tuple[str | None, str]:

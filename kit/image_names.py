@@ -1,7 +1,7 @@
 """The artifact layout, in one place: an image OUT and the
 files beside it, and where it is installed.
 
-OUT (.tar.gz, .tar, .sqfs or a directory), written by `kit image convert`, has beside it
+OUT (.tar.gz, .tar, .sqfs, .sif or a directory), written by `kit image convert`, has beside it
 OUT.sha256 (sha256sum format), OUT.manifest.json (the conversion's record, which proves OUT is
 the kit's) and, with --site, OUT.pair.yaml (the MPI pair). `kit transfer push --install` puts
 it on the site as IMAGE_DIR/NAME@<sha12> with the link IMAGE_DIR/NAME.current naming the
@@ -23,6 +23,7 @@ from kit.readfile import decode, read_bytes
 from kit.yamlbound import Document, load_tagged, parse
 
 TAR_GZ, TAR, SQUASH = (".tar.gz", ".tgz"), (".tar",), (".sqfs", ".squashfs", ".squash")
+SIF = (".sif",)  # Apptainer's single-file image (kit.image.sif): bundled, not yet pushed
 SUFFIXES = TAR_GZ + SQUASH + TAR  # what kit image convert writes and kit transfer moves
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")  # \Z: also safe under .match()
 SHA256, PAIR, MANIFEST = ".sha256", ".pair.yaml", ".manifest.json"
@@ -36,20 +37,21 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 BUF = 8 << 20
 
 
-def stem(name: str) -> str:
-    """gan3d for gan3d.tar.gz / gan3d.sqfs / gan3d.tar."""
-    for suffix in SUFFIXES:
+def stem(name: str, suffixes: tuple[str, ...] = SUFFIXES) -> str:
+    """gan3d for gan3d.tar.gz / gan3d.sqfs / gan3d.tar (and, where ``suffixes`` has it, .sif)."""
+    for suffix in suffixes:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
     raise KitError(
-        f"{name}: not an image file; expected one of {', '.join(SUFFIXES)} "
+        f"{name}: not an image file; expected one of {', '.join(suffixes)} "
         "(as written by kit image convert)"
     )
 
 
 def image_name(text: str) -> str:
     """The installed name of an image given as NAME, an image file name or its path."""
-    name = stem(Path(text).name) if text.endswith(SUFFIXES) else text
+    base = Path(text).name
+    name = next((base[: -len(s)] for s in SUFFIXES + SIF if base.endswith(s)), text)
     if not NAME_RE.fullmatch(name):
         raise KitError(
             f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kit import markers, pins, readfile
 from kit.atomic import atomic_write_text
+from kit.boundedrun import run_bounded
 from kit.errors import KitError
 
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")  # README: the core on Python 3.9-3.12
@@ -216,12 +217,13 @@ def _pip(
         for tag in platform_tags(platform):
             cmd += ["--platform", tag]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT, env=env)
+            ran = run_bounded(cmd, timeout=PIP_TIMEOUT, env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CheckError(
                 f"{' '.join(pip)} did not answer for Python {python} on {platform} ({exc})",
                 fix="check the network and pip",
             ) from None
+        done = subprocess.CompletedProcess(cmd, ran.returncode, ran.out, ran.err)
         data = None
         if done.returncode == 0:
             try:
@@ -409,15 +411,15 @@ def diagnose(
 def require_pip(pip: Sequence[str]) -> None:
     """The lock check asks about every Python from one: its pip must honour --python-version."""
     try:
-        done = subprocess.run([*pip, "--version"], capture_output=True, text=True, timeout=120)
+        done = run_bounded([*pip, "--version"], timeout=120, limit=64 << 10)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CheckError(
             f"{' '.join(pip)} --version did not answer ({exc})", fix="install pip"
         ) from None
-    match = re.match(r"pip ([0-9]+)\.", done.stdout)
+    match = re.match(r"pip ([0-9]+)\.", done.out)
     if done.returncode or not match:
         raise CheckError(
-            f"{' '.join(pip)} is no pip ({(done.stderr or done.stdout).strip()[:200]})",
+            f"{' '.join(pip)} is no pip ({(done.err or done.out).strip()[:200]})",
             fix="install pip",
         )
     if int(match[1]) < PIP_MAJOR:

@@ -4,12 +4,12 @@ session fixture is made once for the whole run."""
 
 import os
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.support import tmpdirs
 from tests.support.paths import REPO
 
 pytest_plugins = ("tests.support.mpi_fixtures", "tests.support.slurm_fixtures")
@@ -46,7 +46,6 @@ os.environ.setdefault("USER", "root")  # ch-run refuses to start without $USER
 # load of the moment); tests/gan3d_train/test_layer_forms.py runs the measured ones
 os.environ.setdefault("GAN3D_FORMS", "fft")
 _PRIVATE_TMP = "KIT_TEST_TMPDIR"
-_LITTER = re.compile(r"__autograph_generated_file\w*\.py|gan3d-\d+-\w+")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest reads --basetemp
@@ -56,14 +55,17 @@ def pytest_configure(config):
     its end unless a test failed; pytest-xdist workers take a directory inside their controller's.
     TMPDIR is left as it is: ch-run binds $TMPDIR at the container's /tmp, and the jobs' binds of
     tmp_path directories need the host's /tmp there; the tests that stop TensorFlow processes give
-    them this directory as TMPDIR (what a killed process leaves goes with the run)."""
+    them this directory as TMPDIR (what a killed process leaves goes with the run). An ordinary
+    user's buildah and podman get XDG_RUNTIME_DIR inside it (else they make theirs in /tmp)."""
     parent = os.environ.get(_PRIVATE_TMP)
     if parent is None:
-        config._kit_litter = (tempfile.gettempdir(), _litter(tempfile.gettempdir()))
-    path = tempfile.mkdtemp(prefix="kit-tests-", dir=parent)
+        config._kit_litter = (tmpdirs.system_tmp(), set(tmpdirs.litter(tmpdirs.system_tmp())))
+    path = tempfile.mkdtemp(prefix=tmpdirs.run_dir_name_prefix(), dir=parent)
     os.chmod(path, 0o1777)  # as /tmp: the tests that run commands as `nobody` write there too
     config._kit_tmp = (path, parent is None)
     os.environ[_PRIVATE_TMP] = tempfile.tempdir = path
+    if parent is None and os.geteuid() != 0:
+        os.environ["XDG_RUNTIME_DIR"] = tmpdirs.private_runtime_dir(path)
     if (
         parent is None and not config.option.basetemp
     ):  # as short as pytest's own (sockets live below it)
@@ -72,33 +74,68 @@ def pytest_configure(config):
         config.pluginmanager.register(_FileOrGroupScheduling(), "kit-xdist-scheduling")
 
 
-def _litter(directory: str) -> set[str]:
-    """What TensorFlow processes leave in the system's temporary directory: AutoGraph's modules, or
-    (python -m gan3d, kit.scratch) the directory of a process that was SIGKILLed."""
-    return {name for name in os.listdir(directory) if _LITTER.fullmatch(name)}
+_LEFT_BY = "left_in_tmp"  # a report's user property: what its test left in the system's tmp
 
 
-def pytest_unconfigure(config):
-    system_tmp, before = getattr(config, "_kit_litter", (None, set()))
-    if (
-        system_tmp is not None
-    ):  # a report, not a verdict: other programs on the machine may add some
-        left = sorted(_litter(system_tmp) - before)
-        if left:
-            print(
-                f"\nleft in {system_tmp} while the tests ran: {len(left)} ({', '.join(left[:5])}"
-                f"{', ...' if len(left) > 5 else ''})"
-            )
-    path, owner = getattr(config, "_kit_tmp", (None, False))
-    failed = getattr(config, "_kit_failed", False)
-    if path and owner and not failed:
-        shutil.rmtree(path, ignore_errors=True)
-    elif path and owner:
-        print(f"\ntemporary files of this run kept for a look: {path}")
+def pytest_runtest_setup(item):
+    item._kit_tmp_before = set(tmpdirs.litter(tmpdirs.system_tmp()))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test's teardown report names what appeared in the system's temporary directory while it
+    ran (with pytest-xdist, maybe another worker's test's: the end of the run says which ran)."""
+    outcome = yield
+    if call.when == "teardown" and hasattr(item, "_kit_tmp_before"):
+        new = set(tmpdirs.left_behind(tmpdirs.system_tmp(), item._kit_tmp_before))
+        if new:
+            outcome.get_result().user_properties.append((_LEFT_BY, sorted(new)))
+
+
+_SEEN_LEFT: dict[str, list[str]] = {}  # test id -> what appeared while it ran (the controller's)
+
+
+def pytest_runtest_logreport(report):
+    for key, names in getattr(report, "user_properties", ()):
+        if key == _LEFT_BY:
+            _SEEN_LEFT.setdefault(report.nodeid, names)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's workers have ended
 def pytest_sessionfinish(session, exitstatus):
-    session.config._kit_failed = exitstatus not in (0, 5)
+    """The run's directory goes (kept for a look when a test failed), then what the run left in the
+    system's temporary directory fails it: a user cannot always remove that (rootless buildah's
+    files belong to subordinate ids), and ten runs make it hundreds of MB."""
+    config = session.config
+    path, owner = getattr(config, "_kit_tmp", (None, False))
+    if not (path and owner):
+        return
+    failed = exitstatus in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERNAL_ERROR)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter else print
+    if failed:  # rootless buildah's files in it are removed in its user namespace
+        unshare = "" if os.geteuid() == 0 else f" (remove it with: buildah unshare rm -rf {path})"
+        say(f"temporary files of this run kept for a look: {path}{unshare}")
+    elif not tmpdirs.remove_tree(path):
+        say(f"could not remove the run's temporary files: {path}")
+    system_tmp, before = config._kit_litter
+    if os.geteuid() != 0:
+        tmpdirs.remove_tool_runtime_dirs(system_tmp, before)
+    left = [
+        name
+        for name in tmpdirs.left_behind(system_tmp, before)
+        if not failed or name != os.path.basename(path)
+    ]
+    if left:
+        say(
+            f"left in {system_tmp} by this run: {len(left)} ({', '.join(left[:5])}"
+            f"{', ...' if len(left) > 5 else ''}); fix: the test that made them removes them"
+        )
+        for nodeid, names in _SEEN_LEFT.items():
+            if set(names) & set(left):
+                say(f"  appeared while {nodeid} ran: {', '.join(sorted(set(names) & set(left)))}")
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -4,15 +4,18 @@ are imported when a command runs, not for --help)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
 from kit.commands.progress import byte_bar
+from kit.excerpt import printable
 from kit.image import Limits, convert
 from kit.image.convert import DEFAULT_LEVEL, ConversionReport
 from kit.image.flatten import NOTE_CAP
 from kit.image.writers import FORMATS
+from kit.image_names import SIF
 from kit.jsonout import add_json, emit
 from kit.mpi.inspect import inspect_image
 from kit.sizes import parse_size
@@ -45,7 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="docker-archive, OCI layout dir/archive, rootfs tar/dir",
     )
     conv.add_argument(
-        "out", type=Path, metavar="OUT", help="OUT.tar.gz, OUT.tar, OUT.sqfs or a directory"
+        "out",
+        type=Path,
+        metavar="OUT",
+        help="OUT.tar.gz, OUT.tar, OUT.sqfs, OUT.sif (Apptainer) or a directory",
     )
     conv.add_argument(
         "--format", choices=FORMATS, help="output format (default: from OUT's suffix)"
@@ -62,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--level",
         type=number(0, int, 9),
         default=DEFAULT_LEVEL,
-        help="compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs: 1-9)",
+        help="compression level 0-9 (tar.gz: 0-3 ISA-L, 4-9 zlib-ng; sqfs, sif: 1-9)",
     )
     conv.add_argument(
         "--max-size",
@@ -163,7 +169,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "src",
         type=Path,
         metavar="SRC",
-        help="docker-archive, OCI layout dir/archive, rootfs tar/dir",
+        help="docker-archive, OCI layout dir/archive, rootfs tar/dir, or a SIF (header, objects, "
+        "labels, definition)",
     )
     insp.add_argument("--image", metavar="TAG|DIGEST", help="which image, if SRC holds several")
     add_json(insp, INSPECT_SCHEMA)
@@ -191,7 +198,7 @@ def _build(args: argparse.Namespace) -> int:
     if not quiet():
         print(
             f"recipe {plan.recipe}; build arguments: "
-            + " ".join(f"{k}={v}" for k, v in plan.build_args.items())
+            + printable(" ".join(f"{k}={v}" for k, v in plan.build_args.items()), 2000)
         )
         if plan.storage_driver:
             print(f"storage driver {plan.storage_driver} ({plan.driver_reason})")
@@ -237,12 +244,13 @@ def _convert(args: argparse.Namespace) -> int:
     if paired:
         pair = paired.pair
         if not quiet():
+            container, host = printable(pair.container.describe()), printable(pair.host.describe())
             print(
-                f"MPI pair for site {pair.site.name}: {pair.container.describe()} in the image, "
-                f"{pair.host.describe()} bound in from the host ({pair.document()['verdict']['status']})"
+                f"MPI pair for site {pair.site.name}: {container} in the image, {host} bound in "
+                f"from the host ({pair.document()['verdict']['status']})"
             )
-        for warning in pair.warnings:
-            print(f"  warning: {warning}")
+        for warning in pair.warnings:  # they name the image's libraries
+            print(f"  warning: {printable(warning, 400)}")
         print(f"would write {args.out}.pair.yaml" if args.dry_run else f"wrote {paired.pair_file}")
     return 0
 
@@ -261,22 +269,23 @@ def _print_report(r: ConversionReport) -> None:
 
 
 def _print_notes(r: ConversionReport) -> None:
+    """The image's own names (its ref, its member paths) print escaped and bounded."""
     img = r.image
-    print(
-        f"source: {r.source} ({img.kind}{', ' + img.ref if img.ref else ''}), "
-        f"{len(img.layers)} layer(s)"
-    )
+    ref = f", {printable(img.ref)}" if img.ref else ""
+    print(f"source: {r.source} ({img.kind}{ref}), {len(img.layers)} layer(s)")
     for key, n in r.counts.items():
         action, sep, rule = key.partition(": ")
         if sep and action in ("dropped", "changed"):
-            print(f"  {action} {n} path{'s' if n != 1 else ''}: {rule}")
+            print(f"  {action} {n} path{'s' if n != 1 else ''}: {printable(rule, 400)}")
         else:
-            print(f"  {key}: {n}")
+            print(f"  {printable(key, 400)}: {n}")
     if verbose():
         for note in r.dropped:
-            print(f"  dropped /{note.path}{_layer(note.layer)}: {note.reason}")
+            where = f"/{note.path}{_layer(note.layer)}"
+            print(f"  dropped {printable(where, 400)}: {printable(note.reason, 400)}")
         for note in r.changed:
-            print(f"  changed /{note.path}{_layer(note.layer)}: {note.reason}")
+            where = f"/{note.path}{_layer(note.layer)}"
+            print(f"  changed {printable(where, 400)}: {printable(note.reason, 400)}")
     noted = sum(n for key, n in r.counts.items() if key.startswith(("dropped: ", "changed: ")))
     listed = len(r.dropped) + len(r.changed)
     if noted and not verbose():
@@ -285,9 +294,9 @@ def _print_notes(r: ConversionReport) -> None:
     elif noted > listed:
         print(f"  ... and {noted - listed} more (only the first {NOTE_CAP} of each kind are kept)")
     if r.mount_points:
-        print(f"  mount points created: {' '.join(r.mount_points)}")
+        print(f"  mount points created: {printable(' '.join(r.mount_points), 2000)}")
     if r.links:
-        print(f"  links created: {', '.join(r.links)}")
+        print(f"  links created: {printable(', '.join(r.links), 2000)}")
 
 
 def _layer(index: int | None) -> str:
@@ -295,29 +304,58 @@ def _layer(index: int | None) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.src.name.endswith(SIF):
+        from kit.image.sif import describe, read_sif, summary
+
+        found = read_sif(args.src)
+        if args.json:
+            emit(INSPECT_SCHEMA, {"source": str(args.src), **describe(found)})
+        else:
+            print("\n".join(summary(found, args.src)))
+        return 0
     info = inspect_image(args.src, args.image)
     if args.json:
         emit(INSPECT_SCHEMA, info)
         return 0
-    print(f"{info['source']}: {info['kind']} {info['ref'] or ''}".rstrip())
-    print(f"  architecture: {info['architecture']}  os: {info['os']}")
-    print(f"  entrypoint: {info['entrypoint']}  cmd: {info['cmd']}  workdir: {info['workdir']}")
-    for line in info["env"]:
-        print(f"  env {line}")
-    for key, value in sorted(info["labels"].items()):
-        print(f"  label {key}={value}")
-    for layer in info["layers"]:
+    _print_inspected(info)
+    return 0
+
+
+def _print_inspected(info: dict) -> None:
+    """Every value comes from the image's config, manifest or libraries, none of which the kit
+    wrote: each prints escaped and bounded, each list at most LISTED long (--json has them all)."""
+    p = printable
+    print(f"{info['source']}: {info['kind']} {p(info['ref'] or '')}".rstrip())
+    print(f"  architecture: {p(info['architecture'])}  os: {p(info['os'])}")
+    print(
+        f"  entrypoint: {p(info['entrypoint'])}  cmd: {p(info['cmd'])}  "
+        f"workdir: {p(info['workdir'])}"
+    )
+    for line in _listed(info["env"], "env"):
+        print(f"  env {p(line, 400)}")
+    for key, value in _listed(sorted(info["labels"].items()), "label"):
+        print(f"  label {p(key)}={p(value, 400)}")
+    for layer in _listed(info["layers"], "layer"):
         print(
-            f"  layer {layer['index']}: {layer['digest']} {layer['media_type']} "
+            f"  layer {layer['index']}: {p(layer['digest'])} {p(layer['media_type'])} "
             f"{layer['size']} bytes"
         )
     libs = info["mpi_libraries"]
     if not libs:
         print("  MPI libraries: none found")
-    for lib in libs:
+    for lib in _listed(libs, "MPI library"):
         vendor = " ".join(v for v in (lib["vendor"], lib["mpi_version"]) if v) or "vendor unknown"
         print(
-            f"  MPI library {lib['path']}: SONAME {lib['soname']}, version {lib['version']}, {vendor}; "
-            f"found as {' '.join(lib['names'])}"
+            f"  MPI library {p(lib['path'])}: SONAME {p(lib['soname'])}, "
+            f"version {p(lib['version'])}, {p(vendor)}; found as {p(' '.join(lib['names']), 400)}"
         )
-    return 0
+
+
+LISTED = 200  # of each kind of entry `kit image inspect` prints
+
+
+def _listed(items: list, kind: str) -> Iterator:
+    """The first LISTED items, then a line saying how many more --json would give."""
+    yield from items[:LISTED]
+    if len(items) > LISTED:
+        print(f"  ... and {len(items) - LISTED} more {kind} entries (--json lists them all)")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 import yaml
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import kit.mpi as mpi  # its names import on first use: the ELF reader only when a command runs
 from kit.commands.common import add_dry_run, add_group, add_mpi_mode, add_site, number
+from kit.excerpt import plain_console, printable, printable_lines
 from kit.image_names import pair_path
 from kit.jsonout import add_json, emit
 from kit.verbosity import quiet, verbose
@@ -35,29 +36,26 @@ def _pair(args: argparse.Namespace) -> int:
     if args.json:
         return _pair_json(args)
     pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
-    console = Console()
+    console = plain_console()  # the image's names and versions print as text, never as markup
     if not quiet():
-        console.print(f"host MPI:      {pair.host.describe()}")
-        console.print(f"container MPI: {pair.container.describe()} (found via {pair.found.source})")
+        console.print(f"host MPI:      {printable(pair.host.describe(), 400)}")
+        container = printable(pair.container.describe(), 400)
+        console.print(f"container MPI: {container} (found via {printable(pair.found.source)})")
         for reason in pair.verdict.reasons:
-            console.print(f"  ok: {reason}")
+            console.print(f"  ok: {printable(reason, 400)}")
     for warning in pair.warnings:
-        console.print(f"  [yellow]warning[/yellow]: {warning}")
+        console.print(Text.assemble("  ", ("warning", "yellow"), f": {printable(warning, 400)}"))
     if not quiet():
         for note in pair.found.notes:
-            console.print(f"  note: {note}", markup=False, highlight=False)
-    if args.dry_run:
-        console.print(
-            yaml.safe_dump(pair.document(), sort_keys=False, width=100),
-            markup=False,
-            highlight=False,
-        )
+            console.print(f"  note: {printable(note, 400)}")
+    if args.dry_run:  # YAML escapes the controls in a value
+        console.print(yaml.safe_dump(pair.document(), sort_keys=False, width=100))
         console.print(f"dry run: nothing written (would write {args.out or pair_path(args.image)})")
         return 0
     mpi.pair_target(pair, args.out)  # refused before --prepare changes the image
     if args.prepare:
         made = mpi.prepare_image_dir(pair, args.image)
-        console.print(f"created in the image: {', '.join(made)}")
+        console.print(f"created in the image: {printable(', '.join(made), 2000)}")
     path = mpi.write_pair(pair, args.out)
     console.print(f"wrote {path}")
     return 0
@@ -89,26 +87,28 @@ def _check(args: argparse.Namespace) -> int:
         table.add_row(
             str(r.rank),
             str(r.size),
-            *([r.host] if apart else []),
-            r.library_version.splitlines()[0],
-            "\n".join(shown) or "-",
-            str(r.sum),
+            *([printable(r.host)] if apart else []),
+            printable(r.library_version.partition("\n")[0]),
+            "\n".join(printable(line, 400) for line in shown) or "-",
+            printable(r.sum),
         )
-    console = Console()
+    console = plain_console()  # the ranks' output prints as text, never as markup
     if result.ranks:
         console.print(table)
     for problem in result.problems:
-        console.print(f"[red]FAIL[/red]: {problem}")
+        console.print(Text.assemble(("FAIL", "red"), f": {printable(problem, 2000)}"))
     if not result.ok:
         if (
             result.output and not result.ranks and verbose()
         ):  # the verdict names the launcher's telling line
-            console.print(result.output[-3000:], markup=False, highlight=False)
+            console.print(printable_lines(result.output))
         return 1
     where = f" across {result.nodes} nodes" if result.nodes > 1 else ""
     console.print(
-        f"[green]PASS[/green]: the host MPI is loaded from the bind and a 2-rank allreduce{where} "
-        "is right"
+        Text.assemble(
+            ("PASS", "green"),
+            f": the host MPI is loaded from the bind and a 2-rank allreduce{where} is right",
+        )
     )
     return 0
 

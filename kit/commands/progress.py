@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import ExitStack
 
+from kit.excerpt import printable
 from kit.verbosity import quiet
 
 
@@ -16,13 +17,14 @@ class ByteBar:
             BarColumn,
             DownloadColumn,
             Progress,
+            TextColumn,
             TimeRemainingColumn,
             TransferSpeedColumn,
         )
 
         self.bar = stack.enter_context(
             Progress(
-                "{task.description}",
+                TextColumn("{task.description}", markup=False),  # a file's name, as text
                 BarColumn(),
                 DownloadColumn(),
                 TransferSpeedColumn(),
@@ -30,7 +32,7 @@ class ByteBar:
                 transient=True,
             )
         )
-        self.task = self.bar.add_task(label, total=total)
+        self.task = self.bar.add_task(printable(label, 80), total=total)
 
     def advance(self, n: int) -> None:
         self.bar.advance(self.task, n)

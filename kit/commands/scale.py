@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from gan3d.peak import MAX_SECONDS
 from kit.commands.common import (
@@ -30,6 +31,7 @@ from kit.commands.common import (
     train_args,
 )
 from kit.errors import KitError
+from kit.excerpt import plain_console, printable, printable_lines, printable_text
 from kit.jsonout import add_json, emit
 from kit.mpi.pair_reader import pair_file_for
 from kit.scale import sweep_jobs
@@ -41,7 +43,6 @@ from kit.slurm.spec import walltime
 from kit.verbosity import quiet
 
 if TYPE_CHECKING:
-    from kit.scale.predict import Prediction
     from kit.slurm.submit import Submission
 
 COUNTS = numbers(1, int, maximum=10**6)  # node counts, ranks per node, threads per rank
@@ -89,7 +90,7 @@ def _plan(args: argparse.Namespace) -> int:
             asked=args.layout == "best",
         )
         ranks, threads = [rpn], [tpr]
-        Console().print(
+        plain_console().print(
             f"layout from {tune_file}: {rpn} rank(s) per node x {tpr} thread(s) per rank"
         )
     plan = make_plan(
@@ -106,27 +107,29 @@ def _plan(args: argparse.Namespace) -> int:
         repeats=repeats,
         validate=args.validate,
     )
-    table = Table(title=f"sweep at {site.name}: {len(plan.runs)} run(s)")
+    table = Table(title=f"sweep at {printable(site.name)}: {len(plan.runs)} run(s)")
     for col in ("run", "nodes", "ranks/node", "threads/rank", "ranks"):
         table.add_column(col)
     for r in plan.runs:
         table.add_row(
             r.run_id, str(r.nodes), str(r.ranks_per_node), str(r.threads_per_rank), str(r.ranks)
         )
-    console = Console()
+    console = plain_console()  # paths and values print as text, never as markup
     console.print(table)
     if plan.validate:
         from kit.slurm.script import validation_data
 
         console.print(
             f"physics: each job then runs gan3d validate on its final checkpoint against "
-            f"{validation_data(plan.train_args)}",
-            highlight=False,
+            f"{printable(validation_data(plan.train_args), 400)}"
         )
     for refused in plan.refused:
         console.print(
-            f"[yellow]left out[/yellow] {refused['nodes']} x {refused['ranks_per_node']} x "
-            f"{refused['threads_per_rank']}: {refused['reason']}"
+            Text.assemble(
+                ("left out", "yellow"),
+                f" {refused['nodes']} x {refused['ranks_per_node']} x "
+                f"{refused['threads_per_rank']}: {printable(refused['reason'], 400)}",
+            )
         )
     if args.calibrate:
         from kit.scale.plan import node_hours_bound
@@ -135,8 +138,7 @@ def _plan(args: argparse.Namespace) -> int:
             f"calibration for kit scale predict: {', '.join(map(str, sorted({r.nodes for r in plan.runs})))} "
             f"node(s) x {repeats} repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
             f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, each its nodes for "
-            f"the walltime {plan.walltime}; a job that ends early is charged less)",
-            highlight=False,
+            f"the walltime {plan.walltime}; a job that ends early is charged less)"
         )
     if args.dry_run:
         console.print(f"dry run: {args.dir / 'plan.yaml'} not written")
@@ -159,10 +161,10 @@ def _tune(args: argparse.Namespace) -> int:
         itex=tuple(args.itex),
     )
     slurm = tune.through_slurm(site, args.nodes, bool(args.image or args.no_container))
-    console = Console()
+    console = plain_console()  # the runs' problems and CPU names print as text
     how = f"Slurm jobs of {args.nodes} node(s)" if slurm else "one after another on this machine"
     console.print(
-        f"tuning {len(layouts)} layout(s) on site {site.name}, {how}: "
+        f"tuning {len(layouts)} layout(s) on site {printable(site.name)}, {how}: "
         + ", ".join(layout.name for layout in layouts)
     )
     tune.check_outputs(args.dir)
@@ -210,7 +212,7 @@ def _tune(args: argparse.Namespace) -> int:
             )
     tune_file, png = tune.write_tune(site, args.nodes, measured, out_dir=args.dir)
     top = tune.best(measured)
-    table = Table(title=f"layouts of a {site.name} node (best: {top.layout.name})")
+    table = Table(title=f"layouts of a {printable(site.name)} node (best: {top.layout.name})")
     for col in ("layout", "showers/s", "peak memory/rank", "% of peak (denominator)", "problem"):
         table.add_column(col, overflow="fold")
     for m in measured:
@@ -222,13 +224,13 @@ def _tune(args: argparse.Namespace) -> int:
             else f"{m.peak_rss_bytes_per_rank / 2**30:.2f} GiB",
             "-"
             if m.percent_of_peak is None
-            else f"{m.percent_of_peak:.1f}% of {m.percent_of_peak_denominator}",
-            m.problem or "",
+            else f"{m.percent_of_peak:.1f}% of {printable(m.percent_of_peak_denominator)}",
+            printable(m.problem or "", 1000),
         )
     console.print(table)
     if top.cpu:
-        console.print(f"ran on: {top.cpu}", highlight=False)
-    console.print(f"layer forms of {top.layout.name}: {tune.forms_line(top)}", highlight=False)
+        console.print(f"ran on: {printable(top.cpu)}")
+    console.print(f"layer forms of {top.layout.name}: {printable(tune.forms_line(top), 1000)}")
     itex = " (the best ran with ITEX: give the plan its Python and `-- ... --itex on`)"
     console.print(
         f"wrote {tune_file} and {png}; next: kit scale plan --layout best --tune {tune_file} ..."
@@ -240,15 +242,13 @@ def _tune(args: argparse.Namespace) -> int:
 def _submit_line(console: Console, s: Submission) -> None:
     job = f"job {s.job}" if s.job else "-"
     console.print(
-        f"{s.run_id:<16} {job:<12} {s.note}  {s.script}",
-        highlight=False,
-        markup=False,
+        f"{printable(s.run_id):<16} {printable(job):<12} {printable(s.note, 1000)}  {s.script}",
         soft_wrap=True,  # one line per run, its path whole
     )
 
 
 def _submit(args: argparse.Namespace) -> int:
-    console = Console()
+    console = plain_console()  # sbatch's words print as text, never as markup
     shown: set[str] = set()  # runs that trained here are printed as each ends
 
     def ended(s: Submission) -> None:
@@ -270,7 +270,7 @@ def _submit(args: argparse.Namespace) -> int:
         if s.run_id not in shown:
             _submit_line(console, s)
     if any(s.job and s.job.startswith("local-") for s in done):
-        console.print(f"next: kit scale collect {args.dir}", highlight=False)
+        console.print(f"next: kit scale collect {args.dir}")
     return 1 if any(s.failed or s.note.startswith("not submitted") for s in done) else 0
 
 
@@ -279,14 +279,22 @@ def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
     validated = any(s.physics for s in status)
     for col in ("run", "job", "state", "result", *(["physics"] if validated else [])):
         table.add_column(col, overflow="fold")
-    for s in status:
+    for s in status:  # the plan's run ids and the scheduler's states: as text, never as markup
         table.add_row(
-            s.run_id,
-            s.job or "-",
-            s.state,
-            str(s.result) if s.result else ("[red]missing[/red]" if s.problem else "-"),
+            printable_text(s.run_id),
+            printable_text(s.job or "-"),
+            printable_text(s.state),
+            printable_text(s.result, 400)
+            if s.result
+            else Text("missing", style="red")
+            if s.problem
+            else Text("-"),
             *(
-                [("[red]failed[/red]" if s.physics == "failed" else s.physics or "-")]
+                [
+                    Text("failed", style="red")
+                    if s.physics == "failed"
+                    else printable_text(s.physics or "-")
+                ]
                 if validated
                 else []
             ),
@@ -296,7 +304,7 @@ def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
 
 COLLECT_SCHEMA = "kit-scale-collect/1"
 PREDICT_SCHEMA = (
-    "kit-scale-predict/1"  # kit.scale.predict's, named here so that --help imports no numpy
+    "kit-scale-predict/2"  # kit.scale.predict's, named here so that --help imports no numpy
 )
 
 
@@ -309,7 +317,7 @@ def _collect(args: argparse.Namespace) -> int:
         )
         emit(COLLECT_SCHEMA, sweep_jobs.collect_document(args.dir, status))
         return 1 if any(s.problem for s in status) else 0
-    console = Console()
+    console = plain_console()  # a job's log is printed escaped, never as markup
     if args.wait and not quiet():  # the live table is progress: -q prints only the final one
         with Live(console=console, auto_refresh=False) as live:
             status = sweep_jobs.wait(
@@ -328,16 +336,22 @@ def _collect(args: argparse.Namespace) -> int:
     for s in status:
         if s.problem:
             console.print(
-                f"[red]{s.run_id}[/red] (job {s.job}, {s.state}) has no result; "
-                + ("its log ends:" if s.problem_in_log else "its result file is refused:")
+                Text.assemble(
+                    printable_text(s.run_id, style="red"),
+                    f" (job {printable(s.job)}, {printable(s.state)}) has no result; "
+                    + ("its log ends:" if s.problem_in_log else "its result file is refused:"),
+                )
             )
-            console.print(s.problem, markup=False, highlight=False, soft_wrap=True)
+            console.print(printable_lines(s.problem), soft_wrap=True)
         if s.physics_problem:
             console.print(
-                f"[yellow]{s.run_id}[/yellow] (job {s.job}) has a result but its physics validation "
-                "failed; its validation log ends:"
+                Text.assemble(
+                    printable_text(s.run_id, style="yellow"),
+                    f" (job {printable(s.job)}) has a result but its physics validation failed; "
+                    "its validation log ends:",
+                )
             )
-            console.print(s.physics_problem, markup=False, highlight=False, soft_wrap=True)
+            console.print(printable_lines(s.physics_problem), soft_wrap=True)
     done = sum(s.done for s in status)
     console.print(f"{done} of {len(status)} run(s) have results")
     return 1 if any(s.problem for s in status) else 0
@@ -349,14 +363,14 @@ def _cancel(args: argparse.Namespace) -> int:
     site = load_plan(args.dir).load_site()
     if sweep_jobs.runs_here(site):
         print(
-            f"site {site.name} has no scheduler (scheduler.type local): nothing is queued; "
+            f"site {printable(site.name)} has no scheduler (scheduler.type local): nothing is queued; "
             "Ctrl-C stops a running kit scale submit"
         )
         return 0
     active = sweep_jobs.cancel(args.dir, only=args.only, dry_run=args.dry_run)
     verb = "would cancel" if args.dry_run else "cancelled"
     for run, job in active:
-        print(f"{verb} {run} (job {job})")
+        print(f"{verb} {printable(run)} (job {printable(job)})")
     if not active:
         print("no run of the plan is queued or running")
     return 0
@@ -372,96 +386,10 @@ def _report(args: argparse.Namespace) -> int:
         )
     finally:  # named even when nothing else is left to report
         for problem in failed:
-            print(f"left out (failed run): {problem}", file=sys.stderr)
+            print(f"left out (failed run): {printable(problem, 1000)}", file=sys.stderr)
     for path in written:
         print(path)
     return 0
-
-
-def _band(low: float, high: float, fmt: str = "{:.3g}") -> str:
-    return f"[{fmt.format(low)}–{fmt.format(high)}]"
-
-
-def _forecast_table(
-    title: str, prediction: Prediction, epochs: int | None, measured: dict[int, float] | None = None
-) -> Table:
-    """One row per asked node count; a backtest adds the paper's time and the error."""
-    from kit.scale.rows import flop_unit
-
-    table = Table(title=title)
-    columns = [
-        "nodes",
-        "s/epoch [band]",
-        *(["paper s", "error"] if measured else []),
-        "showers/s",
-        "FLOP/s",
-        "% of peak",
-        "efficiency [band]",
-        "steps/epoch",
-        "global batch",
-        "node-h/epoch [band]",
-        *([f"node-h, {epochs} epochs"] if epochs else []),
-    ]
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    rates = [rate for f in prediction.forecasts if (rate := f.flop_per_second)]
-    unit, scale = flop_unit(max(rates)) if rates else ("FLOP/s", 1.0)
-    for f in prediction.forecasts:
-        paper = []
-        if measured:
-            t = measured[f.nodes]
-            paper = [
-                f"{t:g}",
-                f"{100 * (f.seconds - t) / t:+.1f}%"
-                + ("" if f.seconds_band[0] <= t <= f.seconds_band[1] else " (outside)"),
-            ]
-        table.add_row(
-            str(f.nodes),
-            f"{f.seconds:.4g} {_band(*f.seconds_band)}",
-            *paper,
-            "-" if f.showers_per_second is None else f"{f.showers_per_second:.4g}",
-            "-" if f.flop_per_second is None else f"{f.flop_per_second / scale:.3g} {unit}",
-            "-" if f.percent_of_peak is None else f"{f.percent_of_peak:.1f}%",
-            f"{f.efficiency_percent:.1f}% {_band(*f.efficiency_band, '{:.1f}')}",
-            "-" if f.steps_per_epoch is None else str(f.steps_per_epoch),
-            "-" if f.global_batch is None else str(f.global_batch),
-            f"{f.node_hours_per_epoch:.3g} {_band(*f.node_hours_band)}",
-            *([f"{f.node_hours_total:.3g}"] if epochs else []),
-        )
-    return table
-
-
-def _print_prediction(
-    console: Console,
-    prediction,
-    epochs: int | None,
-    title: str,
-    measured: dict[int, float] | None = None,
-) -> None:
-    from kit.scale.model import MARGIN_PER_DOUBLING
-
-    model, cal = prediction.model, prediction.calibration
-    console.print(_forecast_table(title, prediction, epochs, measured))
-    fits = ", ".join(f.name for f in model.kept)
-    console.print(
-        f"measured: {', '.join(f'{n} node(s) x{len(s)}' for n, s in zip(cal.nodes, cal.seconds))}; "
-        f"estimate: the {model.best.name} shape; band: {fits}, widened "
-        f"{100 * model.margin(cal.nodes[-1]):.1f}% at the largest measured count and "
-        f"{100 * MARGIN_PER_DOUBLING:.1f}% per doubling beyond (kit docs predict)",
-        highlight=False,
-    )
-    if cal.stack:
-        console.print(f"stack: {cal.stack}", highlight=False, markup=False)
-    if cal.peak_denominator:
-        console.print(
-            f"% of peak: of the {cal.peak_denominator} ({cal.node_peak / 1e12:.3g} TFLOP/s per node); "
-            "FLOP/s: model FLOP per shower x showers/s over the wall epoch",
-            highlight=False,
-        )
-    for warning in prediction.warnings:
-        console.print(f"[yellow]warning[/yellow]: {warning}", highlight=False)
-    if prediction.suggestion:
-        console.print(f"next: {prediction.suggestion}", highlight=False)
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -507,26 +435,15 @@ def _predict(args: argparse.Namespace) -> int:
     if args.json:
         emit(PREDICT_SCHEMA, {**document, "written": [str(p) for p in written]})
         return 0
-    console = Console()
-    for left in skipped:
-        console.print(f"[yellow]left out[/yellow] {left.line()}", highlight=False)
-    for p in predictions:
-        if args.reference:
-            rows = {r.nodes: r.measured for r in backtest.rows}
-            _print_prediction(
-                console,
-                p,
-                args.epochs,
-                f"{p.calibration.label}: fitted on its first {args.calibrate_on} rows",
-                rows,
-            )
-            for r in backtest.rows:
-                if r.anomaly and not r.inside:
-                    console.print(
-                        f"{r.nodes} nodes: outside the band: {r.anomaly}", highlight=False
-                    )
-        else:
-            _print_prediction(console, p, args.epochs, f"{p.calibration.label}: predicted")
+    from kit.scale.predict_view import show
+
+    show(
+        predictions,
+        skipped,
+        epochs=args.epochs,
+        backtest=backtest if args.reference else None,
+        calibrate_on=args.calibrate_on,
+    )
     for path in written:
         print(path)
     return 0

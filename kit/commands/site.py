@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from kit.commands.common import SITE_HELP, add_group
+from kit.excerpt import printable
 from kit.jsonout import add_json, emit
 from kit.site import load_site
 from kit.site.probe import probe_yaml, write_probe
@@ -22,7 +23,7 @@ def _validate(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             failed += 1
         else:
-            print(f"{site.path}: ok ({site.name})")
+            print(f"{site.path}: ok ({printable(site.name)})")
     return 1 if failed else 0
 
 

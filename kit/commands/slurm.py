@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
+from rich.text import Text
 
 from kit.commands.common import add_group, add_run_args, number, train_args
 from kit.errors import KitError
+from kit.excerpt import plain_console, printable
 from kit.mpi.pair_reader import pair_file_for, read_pair_file
 from kit.site import load_site
 from kit.slurm import RunFiles, RunSpec, check_run, default_threads, render
@@ -35,9 +36,9 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
     )
     checked = check_run(site, spec)
     pair = read_pair_file(pair_file_for(args.image), site) if args.image else None
-    console = Console(stderr=True)
+    console = plain_console(stderr=True)
     for warning in checked.warnings + (pair.warnings if pair else []):
-        console.print(f"[yellow]warning[/yellow]: {warning}")
+        console.print(Text.assemble(("warning", "yellow"), f": {printable(warning, 400)}"))
     if args.dry_run:
         sys.stdout.write(
             render(

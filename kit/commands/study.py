@@ -8,7 +8,6 @@ import argparse
 from contextlib import nullcontext
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from kit.commands.common import (
@@ -21,6 +20,7 @@ from kit.commands.common import (
     number,
 )
 from kit.errors import KitError
+from kit.excerpt import plain_console, printable
 from kit.jsonout import add_json, emit
 from kit.verbosity import quiet
 
@@ -52,11 +52,12 @@ def _plan(args: argparse.Namespace) -> int:
         else ("Slurm jobs" if header["walltime"] else "this machine")
     )
     say = (
-        f"study at {header['site_name']}: objective {header['objective']} ({header['direction']}), "
-        f"strategy {header['strategy']}, {args.parallel} in flight through {how}"
+        f"study at {printable(header['site_name'])}: objective {printable(header['objective'])} "
+        f"({header['direction']}), strategy {printable(header['strategy'])}, "
+        f"{args.parallel} in flight through {how}"
     )
     if not quiet():
-        Console().print(say, highlight=False)
+        plain_console().print(say)
     if args.dry_run:
         print(f"dry run: {args.dir} not written")
     else:
@@ -136,7 +137,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         emit(STATUS_SCHEMA, doc)
         return 0
-    table = Table(title=f"study {args.dir} ({doc['objective']}, {doc['direction']})")
+    table = Table(title=f"study {args.dir} ({printable(doc['objective'])}, {doc['direction']})")
     for col in ("eval", "state", "objective", "jobs", "config"):
         table.add_column(col, overflow="fold")
     for e in doc["evaluations"]:
@@ -145,15 +146,19 @@ def _status(args: argparse.Namespace) -> int:
             e["state"],
             "-" if e["objective"] is None else f"{e['objective']:.6g}",
             " ".join(e["jobs"]) or "-",
-            ", ".join(f"{k}={v}" for k, v in e["config"].items()),
+            printable(
+                ", ".join(
+                    f"{printable(k, 60)}={printable(v, 100)}" for k, v in e["config"].items()
+                ),
+                1000,
+            ),
         )
-    console = Console()
+    console = plain_console()  # the ledger's names and values print as text, never as markup
     console.print(table)
     best = doc["best"]
     console.print(
         f"{doc['done']} done ({doc['failed']} failed), {doc['in_flight']} in flight; best "
-        + (f"{best['objective']:.6g} ({best['eval']})" if best else "none yet"),
-        highlight=False,
+        + (f"{best['objective']:.6g} ({best['eval']})" if best else "none yet")
     )
     return 0
 

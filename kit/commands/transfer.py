@@ -18,6 +18,7 @@ from kit.commands.common import (
 )
 from kit.commands.progress import byte_bar
 from kit.errors import KitError
+from kit.excerpt import printable
 from kit.jsonout import add_json, emit
 from kit.verbosity import quiet
 
@@ -122,8 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         nargs="+",
         metavar="IMAGE",
-        help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs; its .sha256, .manifest.json and .pair.yaml "
-        "come along",
+        help="IMAGE.tar.gz, IMAGE.tar, IMAGE.sqfs or IMAGE.sif; its .sha256, .manifest.json and "
+        ".pair.yaml come along",
     )
     add_made_dir(b, "the new bundle directory; required")
     b.add_argument(
@@ -178,8 +179,14 @@ def _push(args: argparse.Namespace) -> int:
         )
     if args.dry_run and not quiet():
         print("dry run: nothing was changed")
-    print("\n".join(report.lines()))
+    _print_lines(report.lines())
     return 0
+
+
+def _print_lines(lines: list[str]) -> None:
+    """A report's lines, each escaped and bounded: they quote names from a bundle's SHA256SUMS,
+    a pair file and the remote host's listing, none of which the kit wrote."""
+    print("\n".join(printable(line, 1000) for line in lines))
 
 
 def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
@@ -206,14 +213,23 @@ def _versions(args: argparse.Namespace) -> int:
         emit(VERSIONS_SCHEMA, found.document())
         return 0
     if not found.versions:
-        print(f"no version of {found.name} installed in {found.where}")
+        print(f"no version of {printable(found.name)} installed in {printable(found.where)}")
         return 0
-    print(f"{found.where}:")
-    for v in found.versions:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(v.installed))
-        print(f"  {'*' if v.current else ' '} {v.entry}  ({v.format}, installed {when})")
+    print(f"{printable(found.where)}:")
+    for v in found.versions:  # the remote host's listing: printed escaped
+        when = _when(v.installed)
+        entry, form = printable(v.entry), printable(v.format)
+        print(f"  {'*' if v.current else ' '} {entry}  ({form}, installed {when})")
     print("  (* = current)" if found.current else "  no current version is set")
     return 0
+
+
+def _when(seconds: float) -> str:
+    """An install time from the remote listing; one out of any calendar's range is unknown."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return "at an unknown time"
 
 
 def _rollback(args: argparse.Namespace) -> int:
@@ -221,7 +237,9 @@ def _rollback(args: argparse.Namespace) -> int:
         args.name, args.site, to=args.to, dry_run=args.dry_run, **_endpoint_args(args)
     )
     verb = "would point" if done.dry_run else "pointed"
-    print(f"{verb} {done.current} at {done.target} (was {done.previous or 'unset'})")
+    print(
+        printable(f"{verb} {done.current} at {done.target} (was {done.previous or 'unset'})", 1000)
+    )
     return 0
 
 
@@ -243,7 +261,7 @@ def _bundle(args: argparse.Namespace) -> int:
         bar = byte_bar(stack, f"verifying {args.dir.name}")
         report = _transfer().verify_bundle(out, progress=bar and bar.update)
     if not report.ok:
-        print("\n".join(report.lines()))
+        _print_lines(report.lines())
         return 1
     print(
         f"wrote {out}: {report.files} files; check it on the other side with "
@@ -261,5 +279,5 @@ def _verify(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         bar = byte_bar(stack, f"verifying {args.dir.name}")
         report = _transfer().verify_bundle(args.dir, progress=bar and bar.update)
-    print("\n".join(report.lines()))
+    _print_lines(report.lines())
     return 0 if report.ok else 1

@@ -15,6 +15,7 @@ from kit.commands.common import (
     number,
 )
 from kit.errors import KitError
+from kit.excerpt import printable
 from kit.jsonout import add_json, emit
 from kit.vcluster import down, status, up
 from kit.vcluster.cluster import MAX_NODES, preview
@@ -59,8 +60,11 @@ def _up(args: argparse.Namespace) -> int:
     s = report.state
     named = ", ".join(f"{n['name']} {n['address']}" for n in s.nodes)
     print(
-        f"{'started' if report.started else 'already running:'} virtual cluster {s.name}: {len(s.nodes)} "
-        f"node(s) ({named}) on bridge {s.bridge}, {s.subnet}"
+        printable(  # a running cluster's names come from its state file
+            f"{'started' if report.started else 'already running:'} virtual cluster {s.name}: "
+            f"{len(s.nodes)} node(s) ({named}) on bridge {s.bridge}, {s.subnet}",
+            2000,
+        )
     )
     for path in report.sites:
         print(f"site config {path}")
@@ -99,7 +103,10 @@ def _down(args: argparse.Namespace) -> int:
     _old_dir(args, "down")
     removed = down(args.dir, args.dry_run)
     if args.dry_run:
-        print("\n".join(f"would stop/remove {r}" for r in removed) or "dry run: nothing recorded")
+        print(
+            "\n".join(f"would stop/remove {printable(r, 400)}" for r in removed)
+            or "dry run: nothing recorded"
+        )
         return 0
     print(
         f"removed {len(removed)} thing(s) the cluster in {args.dir.absolute()} made"
@@ -118,14 +125,18 @@ def _status(args: argparse.Namespace) -> int:
     if not doc["nodes"]:
         print(f"no virtual cluster in {doc['dir']}")
         return 1
-    print(
-        f"virtual cluster {doc['name']} in {doc['dir']}: {doc['subnet']}, bridge {doc['bridge']}, "
-        f"SLURM_CONF={doc['slurm_conf']}"
+    print(  # the state file's and sinfo's values: printed escaped
+        printable(
+            f"virtual cluster {doc['name']} in {doc['dir']}: {doc['subnet']}, "
+            f"bridge {doc['bridge']}, SLURM_CONF={doc['slurm_conf']}",
+            2000,
+        )
     )
     for n in doc["nodes"]:
-        print(f"  {n['name']:<12} {n['address']:<15} {n['slurm_state'] or '-'}")
+        name, address = printable(n["name"], 100), printable(n["address"], 100)
+        print(f"  {name:<12} {address:<15} {printable(n['slurm_state'] or '-', 100)}")
     for p in doc["problems"]:
-        print(f"  problem: {p} (fix: kit vcluster down {doc['dir']}, then up)")
+        print(f"  problem: {printable(p, 1000)} (fix: kit vcluster down {doc['dir']}, then up)")
     return 1 if doc["problems"] else 0
 
 

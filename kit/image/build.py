@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from kit.atomic import remove_tree
+from kit.boundedrun import run_bounded
 from kit.code_commit import record_commit
 from kit.data import shipped
 from kit.errors import KitError
-from kit.interrupt import reap
 from kit.openmpi_abi import openmpi_rule
 from kit.site import Site, load_site
 from kit.site.model import FAMILY_OF_VENDOR
@@ -41,6 +41,7 @@ STORAGE_DRIVERS = ("overlay", "vfs")
 DEFAULT_GRAPH_ROOT = Path("/var/lib/containers/storage")
 PROBE_TIMEOUT = 60  # seconds: `buildah info` answers in well under one
 STOP_GRACE = 30  # seconds a builder has, after SIGTERM, to stop its step and unmount its storage
+BUILD_ERRORS = 64 << 10  # bytes kept of a builder's stderr (a RUN step's pip log may be megabytes)
 ITEX_LOCK = (
     "constraints-itex.txt"  # the recipes' LOCK for the ITEX variant (scripts/lock.sh --itex)
 )
@@ -151,7 +152,7 @@ def overlay_works(graph_root: Path) -> tuple[bool, str]:
     except OSError as err:
         return False, f"cannot probe beside {graph_root}: {err.strerror}"
     try:
-        done = subprocess.run(
+        done = run_bounded(
             [
                 "buildah",
                 "--root",
@@ -162,8 +163,6 @@ def overlay_works(graph_root: Path) -> tuple[bool, str]:
                 "overlay",
                 "info",
             ],
-            capture_output=True,
-            text=True,
             timeout=PROBE_TIMEOUT,
         )
     except subprocess.TimeoutExpired:
@@ -171,7 +170,7 @@ def overlay_works(graph_root: Path) -> tuple[bool, str]:
     finally:
         remove_tree(probe)  # mkdtemp: ours
     if done.returncode:
-        why = next((line for line in done.stderr.splitlines() if line.startswith("Error:")), "")
+        why = next((line for line in done.err.splitlines() if line.startswith("Error:")), "")
         return False, why.removeprefix("Error: ")[:200] or f"`buildah info` exit {done.returncode}"
     return True, "root build host, kernel overlay works on the storage's filesystem"
 
@@ -308,20 +307,6 @@ def stage_context(dest: Path) -> Path:
     return dest
 
 
-def _stop_builder(proc: subprocess.Popen) -> None:
-    """SIGTERM, so that the builder stops its RUN step and unmounts its storage (SIGKILL, what
-    subprocess.run sends, left both behind); SIGKILL after STOP_GRACE s or a second Ctrl-C."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            reap(proc)
-
-
 def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Path:
     """Run the plan; OUT appears only when the archive is complete (temp + rename)."""
     plan.out.parent.mkdir(parents=True, exist_ok=True)
@@ -342,18 +327,20 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
         for cmd in plan.commands:
             if echo:
                 echo(" ".join(shlex.quote(w) for w in cmd))
-            done = subprocess.Popen(
-                cmd, stdout=None if echo else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            # A stop (Ctrl-C, kill, scancel) sends the builder SIGTERM, so that it stops its RUN
+            # step and unmounts its storage (SIGKILL at once left both behind); SIGKILL after
+            # STOP_GRACE s or a second Ctrl-C.
+            done = run_bounded(
+                cmd,
+                timeout=None,
+                stdout=None if echo else subprocess.DEVNULL,
+                grace=STOP_GRACE,
+                limit=BUILD_ERRORS,
             )
-            try:
-                _, err = done.communicate()
-            except BaseException:  # Ctrl-C or SIGTERM reached the kit alone (kill, scancel)
-                _stop_builder(done)
-                raise
             if done.returncode:
                 raise KitError(
                     f"{cmd[0]} failed (exit {done.returncode}) building {plan.recipe.name}: "
-                    f"{err.strip()[-1500:]}"
+                    f"{done.err.strip()[-1500:]}"
                 )
         with open(plan.part, "rb") as fh:
             os.fsync(fh.fileno())

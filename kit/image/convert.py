@@ -24,7 +24,7 @@ from kit.image_names import MANIFEST
 from kit.progress import counter
 
 DEFAULT_LEVEL = 5  # zlib-ng 5: within ~1% of gzip -6's size at 3x its speed (docs/benchmarks.md)
-LEVELS = {"tar.gz": (0, 9), "sqfs": (1, 9)}  # 0-3 ISA-L, 4-9 zlib-ng; mksquashfs gzip levels
+LEVELS = {"tar.gz": (0, 9), "sqfs": (1, 9), "sif": (1, 9)}  # 0-3 ISA-L, 4-9 zlib-ng; mksquashfs
 
 
 class Tap(Protocol):
@@ -103,7 +103,7 @@ def convert(
     with claim(target) as work:
         try:
             writer = open_writer(
-                work.path, fmt, level=level, threads=threads, keep_fds=(work.lock_fd,)
+                work.path, fmt, level=level, threads=threads, keep_fds=(work.lock_fd,), image=img
             )
             try:
                 for entry in stream:

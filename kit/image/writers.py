@@ -1,4 +1,4 @@
-"""Write a stream of entries as .tar.gz, .tar, SquashFS or a directory.
+"""Write a stream of entries as .tar.gz, .tar, SquashFS, SIF or a directory.
 
 Every writer builds its output inside the run's work directory (kit.image.output, beside
 OUT); ``finish`` returns the finished image there and kit.image.output puts it into place.
@@ -20,13 +20,15 @@ from typing import IO
 
 from kit.atomic import sync_filesystem
 from kit.errors import KitError
+from kit.image import sif
 from kit.image.flatten import Entry
+from kit.image.sources import Image
 from kit.image.sqfs_root import set_root_mtime
-from kit.image_names import SQUASH, TAR, TAR_GZ, sha256_file
+from kit.image_names import SIF, SQUASH, TAR, TAR_GZ, sha256_file
 from kit.interrupt import reap
 from kit.rootfs import Root
 
-FORMATS = ("tar.gz", "tar", "sqfs", "dir")
+FORMATS = ("tar.gz", "tar", "sqfs", "sif", "dir")
 CHUNK = 1 << 20
 
 
@@ -43,11 +45,14 @@ def format_for(out: Path, fmt: str | None) -> str:
         return "tar"
     if name.endswith(SQUASH):
         return "sqfs"
+    if name.endswith(SIF):
+        return "sif"
     if out.is_dir() or not out.suffix:
         return "dir"
     raise KitError(
         f"{out}: cannot tell the output format from the name",
-        fix="use a name ending in .tar.gz, .tar or .sqfs, or pass --format tar.gz|tar|sqfs|dir",
+        fix="use a name ending in .tar.gz, .tar, .sqfs or .sif, or pass --format "
+        "tar.gz|tar|sqfs|sif|dir",
     )
 
 
@@ -176,7 +181,7 @@ class SquashWriter(Writer):
         super().__init__(work)
         if not shutil.which("mksquashfs"):
             raise KitError("mksquashfs not found", fix="apt-get install squashfs-tools")
-        self.path = self.tmp / "out.sqfs"
+        self.path = self.squash = self.tmp / "out.sqfs"
         self.newest = 0  # the root directory's mtime
         self.errlog = (
             tempfile.TemporaryFile()
@@ -185,7 +190,7 @@ class SquashWriter(Writer):
             [
                 "mksquashfs",
                 "-",
-                str(self.path),
+                str(self.squash),
                 "-tar",
                 "-noappend",
                 "-quiet",
@@ -250,6 +255,13 @@ class SquashWriter(Writer):
         )
 
     def finish(self) -> Path:
+        self._squash()
+        self.sha256, self.size = sha256_file(self.path, fsync=True), self.path.stat().st_size
+        os.chmod(self.path, 0o644)
+        return self.path
+
+    def _squash(self) -> None:
+        """End the stream; wait for mksquashfs; stamp the root (kit.image.sqfs_root)."""
         try:
             self.tar.close()
             self.stdin.close()
@@ -262,15 +274,55 @@ class SquashWriter(Writer):
         if code != 0:
             self._fail()
         self.errlog.close()
-        set_root_mtime(self.path, self.newest)
-        self.sha256, self.size = sha256_file(self.path, fsync=True), self.path.stat().st_size
-        os.chmod(self.path, 0o644)
-        return self.path
+        set_root_mtime(self.squash, self.newest)
 
     def _close_quietly(self) -> None:
         self.proc.kill()
         reap(self.proc)
         self.errlog.close()
+
+
+class SifWriter(SquashWriter):
+    """A SIF (kit.image.sif): the SquashWriter's image as its primary system partition, behind
+    a definition and labels taken from the source image's config. Deterministic like the
+    SquashFS: the UUID comes from the content, every time is the image's newest mtime."""
+
+    def __init__(
+        self,
+        work: Path,
+        level: int,
+        threads: int,
+        keep_fds: Sequence[int] = (),
+        image: Image | None = None,
+    ):
+        config = image.config if image else {}
+        self.arch = sif.arch_code(config.get("architecture"))  # refused before any work
+        self.definition = sif.definition_text(image.config_digest if image else None)
+        self.labels = sif.labels_json(
+            config, config.get("architecture"), image.config_digest if image else None
+        )
+        super().__init__(work, level, threads, keep_fds)
+        self.path = self.tmp / "out.sif"
+
+    def finish(self) -> Path:
+        self._squash()
+        with open(self.path, "xb") as raw:
+            hashed = _HashingFile(raw)
+            sif.write(
+                hashed,  # type: ignore[arg-type]  # write() and flush() are all it uses
+                self.squash,
+                sha256_file(self.squash),
+                definition=self.definition,
+                labels=self.labels,
+                arch=self.arch,
+                mtime=self.newest,
+            )
+            raw.flush()
+            os.fsync(raw.fileno())
+        self.squash.unlink()
+        self.sha256, self.size = hashed.hash.hexdigest(), hashed.size
+        os.chmod(self.path, 0o755)  # as Apptainer leaves a SIF: its launch line runs it
+        return self.path
 
 
 class DirWriter(Writer):
@@ -340,13 +392,22 @@ def _open_dir(root_fd: int, rel: str) -> int:
 
 
 def open_writer(
-    work: Path, fmt: str, *, level: int, threads: int, keep_fds: Sequence[int] = ()
+    work: Path,
+    fmt: str,
+    *,
+    level: int,
+    threads: int,
+    keep_fds: Sequence[int] = (),
+    image: Image | None = None,
 ) -> Writer:
-    """The writer for FMT, building inside WORK; ``keep_fds`` stay open in its subprocess."""
+    """The writer for FMT, building inside WORK; ``keep_fds`` stay open in its subprocess;
+    ``image`` (the source's config) gives a SIF its architecture, definition and labels."""
     if fmt == "tar.gz":
         return TarWriter(work, True, level, threads)
     if fmt == "tar":
         return TarWriter(work, False, level, threads)
     if fmt == "sqfs":
         return SquashWriter(work, level, threads, keep_fds)
+    if fmt == "sif":
+        return SifWriter(work, level, threads, keep_fds, image)
     return DirWriter(work)

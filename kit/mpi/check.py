@@ -17,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from kit.errors import KitError, error_line
+from gan3d.runtime import world_size_refusal
+from kit.errors import KitError
 from kit.excerpt import clipped
 from kit.interrupt import reap
 from kit.mpi.imagefs import image_kind
@@ -418,19 +419,9 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
     if returncode != 0:
         result.problems.append(f"launcher exited with status {_status(returncode)}")
     sizes = sorted({r.size for r in result.ranks})
-    if sizes != [
-        RANKS
-    ]:  # what each rank then reports, and how many do, follows from this one cause
-        result.problems.append(
-            error_line(
-                f"the ranks ran in MPI worlds of {'/'.join(map(str, sizes))} rank(s), not in one of "
-                f"{RANKS}: they did not reach their launcher (its PMI variables or descriptor kept "
-                "from them: a runtime that cleans the environment), or the launcher and the image's "
-                "MPI disagree on PMI",
-                fix="pass the launcher's environment to the ranks (udocker: run --hostenv, which the "
-                "kit gives) and bind the MPI the launcher belongs to",
-            )
-        )
+    # what each rank then reports, and how many do, follows from this one cause
+    if alone := world_size_refusal(sizes, RANKS, "kit mpi check"):
+        result.problems.append(alone)
     elif len(result.ranks) != RANKS:
         result.problems.append(f"{len(result.ranks)} of {RANKS} ranks reported")
     hosts = sorted({r.host for r in result.ranks})

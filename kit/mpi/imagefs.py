@@ -1,8 +1,8 @@
 """Give read access to an image's files as a directory, without running anything from it.
 
-A directory image is used in place. A Charliecloud tarball or a SquashFS image has only the
-files MPI discovery needs extracted (the linker cache and paths mentioning "mpi" or
-"fabric"), so a multi-GB image costs one read, not a full unpack. A source docker/OCI image
+A directory image is used in place. A Charliecloud tarball or a SquashFS image (a SIF's partition
+is one) has only the files MPI discovery needs extracted (the linker cache and paths mentioning
+"mpi" or "fabric"), so a multi-GB image costs one read, not a full unpack. A source docker/OCI image
 is flattened offline by kit.image's Flattener, keeping the same files (and the directories).
 """
 
@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.boundedrun import run_bounded
 from kit.errors import KitError
 from kit.excerpt import one_line
-from kit.image_names import SQUASH
+from kit.image_names import SIF, SQUASH
 from kit.readfile import NotRegularFile, open_regular_fd
 from kit.rootfs import Root, RootError, show
 from kit.tarsafe import first_nonzero, forget_members, open_tar
@@ -35,7 +36,9 @@ SQUASH_TIMEOUT = 1800.0  # seconds for one unsquashfs run over a large image
 # Older unsquashfs follows '..' names and writes through a symlink that shares its name with a
 # directory in a crafted image (CVE-2021-40153, CVE-2021-41072).
 MIN_UNSQUASHFS = (4, 5, 1)
+MAX_LISTING = 64 << 20  # bytes of unsquashfs -lls kept: ~500,000 names
 MAX_NOTES = 100  # skipped files named; a hostile image may have millions
+HEAD = 64  # bytes read to tell a SquashFS or SIF file by its magic
 
 
 def note(notes: list[str], text: str) -> None:
@@ -79,7 +82,7 @@ def _source_kind(image: Path) -> str | None:
 
 
 def image_kind(image: Path) -> str:
-    """dir, tar, squash, or source (a docker/OCI image read through kit.image)."""
+    """dir, tar, squash, sif, or source (a docker/OCI image read through kit.image)."""
     name = image.name.lower()
     try:
         st = os.stat(image)
@@ -96,13 +99,19 @@ def image_kind(image: Path) -> str:
         return "source" if name.endswith(".tar") and _source_kind(image) else "tar"
     if name.endswith(SQUASH):
         return "squash"
+    if name.endswith(SIF):
+        return "sif"
     with open(image, "rb") as fh:
-        head = fh.read(4)
-    if head == b"hsqs":
+        head = fh.read(HEAD)
+    if head[:4] == b"hsqs":
         return "squash"
+    from kit.image.sif import looks_like_sif  # an unnamed file only
+
+    if looks_like_sif(head):
+        return "sif"
     raise KitError(
-        f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}) "
-        f"or SquashFS ({', '.join(SQUASH)}) image"
+        f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}), "
+        f"SquashFS ({', '.join(SQUASH)}) or SIF ({', '.join(SIF)}) image"
     )
 
 
@@ -174,27 +183,33 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tre
 
 
 def _extract_squash(
-    image: Path, dest: Path, notes: list[str], timeout: float = SQUASH_TIMEOUT
+    image: Path, dest: Path, notes: list[str], timeout: float = SQUASH_TIMEOUT, offset: int = 0
 ) -> None:
     """unsquashfs (>= 4.5.1 refuses '..' names and writes through no link of the image)
-    extracts the wanted files into our private ``dest``; directories are made here, inside it."""
+    extracts the wanted files into our private ``dest``; directories are made here, inside it.
+    ``offset``: where the SquashFS starts in the file (a SIF's partition)."""
     _require_safe_unsquashfs()
+    at = ["-o", str(offset)] if offset else []
     try:
-        listing = subprocess.run(
-            ["unsquashfs", "-lls", "-no-progress", str(image)],
-            capture_output=True,
-            text=True,
-            errors="surrogateescape",
+        listing = run_bounded(
+            ["unsquashfs", *at, "-lls", "-no-progress", str(image)],
             timeout=timeout,
+            limit=MAX_LISTING,
         )
     except subprocess.TimeoutExpired:
         raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to list it") from None
     if listing.returncode != 0:
         raise KitError(
-            f"{image}: unsquashfs cannot read it: {one_line(listing.stderr, tail=True) or '(no message)'}"
+            f"{image}: unsquashfs cannot read it: {one_line(listing.err, tail=True) or '(no message)'}"
+        )
+    if listing.stdout_cut:
+        raise KitError(
+            f"{image}: unsquashfs lists more than {MAX_LISTING >> 20} MiB of names, far more than "
+            "any image the kit reads",
+            fix="give the image itself",
         )
     paths, dirs = [], []
-    for line in listing.stdout.splitlines():
+    for line in listing.stdout.decode(errors="surrogateescape").splitlines():
         mode, _sep, rest = line.partition(" ")
         _before, sep, rel = rest.partition(" squashfs-root/")
         if not sep or not rel:
@@ -219,9 +234,10 @@ def _extract_squash(
         lst.write("\n".join(paths) + "\n")
         lst.flush()
         try:
-            run = subprocess.run(
+            run = run_bounded(
                 [
                     "unsquashfs",
+                    *at,
                     "-no-progress",
                     "-no-xattrs",
                     "-no-wildcards",
@@ -233,9 +249,6 @@ def _extract_squash(
                     lst.name,
                     str(image),
                 ],
-                capture_output=True,
-                text=True,
-                errors="replace",
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
@@ -246,19 +259,17 @@ def _extract_squash(
         note(
             notes,
             f"unsquashfs skipped some files of {image.name}: "
-            f"{one_line(run.stderr, tail=True) or '(no message)'}",
+            f"{one_line(run.err, tail=True) or '(no message)'}",
         )
     elif run.returncode != 0:
         raise KitError(
-            f"{image}: unsquashfs failed: {one_line(run.stderr, tail=True) or '(no message)'}"
+            f"{image}: unsquashfs failed: {one_line(run.err, tail=True) or '(no message)'}"
         )
 
 
 def _require_safe_unsquashfs() -> None:
     try:
-        run = subprocess.run(
-            ["unsquashfs", "-version"], capture_output=True, text=True, errors="replace", timeout=60
-        )
+        ran = run_bounded(["unsquashfs", "-version"], timeout=60, limit=64 << 10)
     except FileNotFoundError:
         raise KitError(
             "unsquashfs not found, needed to read a SquashFS image",
@@ -268,7 +279,7 @@ def _require_safe_unsquashfs() -> None:
         raise KitError(
             "unsquashfs -version did not answer within 60 s", fix="check the squashfs-tools install"
         ) from None
-    match = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", run.stdout + run.stderr)
+    match = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", ran.out + ran.err)
     found = tuple(int(g or 0) for g in match.groups()) if match else None
     if found is None or found < MIN_UNSQUASHFS:
         shown = ".".join(map(str, found)) if found else "of unknown version"
@@ -363,5 +374,10 @@ def open_image_tree(image: str | os.PathLike, ref: str | None = None) -> Iterato
             yield ImageTree(_extract_source(image, Path(tmp), ref))
             return
         notes: list[str] = []
-        (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp), notes)
+        if kind == "sif":
+            from kit.image.sif import squashfs_at  # a SIF's partition is a SquashFS
+
+            _extract_squash(image, Path(tmp), notes, offset=squashfs_at(image))
+        else:
+            (_extract_tar if kind == "tar" else _extract_squash)(image, Path(tmp), notes)
         yield ImageTree(_image_root(Path(tmp)), notes)

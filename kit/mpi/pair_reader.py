@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.excerpt import clipped, shown
+from kit.excerpt import clipped, printable, shown
 from kit.image_names import PAIR, SHA256, load_pair_document, pair_path, read_recorded_digest
 from kit.mpi.launch import DEFAULT_COMMAND, FIX_MISSING, Launch
 from kit.schema import Bad, Field, Items, Names, Section, check_doc
@@ -63,6 +63,7 @@ PAIR_SCHEMA = Section(
 )
 
 FIX = "re-run `kit image convert SRC OUT --site {site}` (it writes OUT.pair.yaml)"
+WARNINGS_KEPT, WARNING_LIMIT = 20, 300  # a pair file's warnings are printed: bound them here
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class PairFile:
     path: Path
     site_image: str
     launch: Launch
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # bounded and escaped, safe to print
     digest: str | None = None  # sha256:HEX of the image, from IMAGE.sha256 beside the pair file
 
     def launch_line(self, command: str = DEFAULT_COMMAND, **how) -> str:
@@ -133,9 +134,17 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
         path,
         site_image,
         launch,
-        [str(w) for w in warnings],
+        _kept(warnings),
         _digest(path),
     )
+
+
+def _kept(warnings: list) -> list[str]:
+    """The verdict's warnings as lines safe to print: each escaped and cut, at most WARNINGS_KEPT
+    of them and a "... N more" line, so a hostile pair file costs a render no more than this."""
+    kept = [printable(w, WARNING_LIMIT) for w in warnings[:WARNINGS_KEPT]]
+    more = len(warnings) - WARNINGS_KEPT
+    return kept + ([f"... {more} more (in the pair file's verdict.warnings)"] if more > 0 else [])
 
 
 def _digest(pair: Path) -> str | None:

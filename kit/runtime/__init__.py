@@ -5,12 +5,14 @@ own words, says what it needs on this machine, and what a batch script sets for 
 
 from __future__ import annotations
 
+from kit.runtime.apptainer import APPTAINER
 from kit.runtime.base import Runtime, shell_path
 from kit.runtime.charliecloud import CHARLIECLOUD
 from kit.runtime.udocker import UDOCKER
 from kit.site.model import RUNTIMES as _NAMES
 
-REGISTRY: dict[str, Runtime] = {r.name: r for r in (CHARLIECLOUD, UDOCKER)}
+REGISTRY: dict[str, Runtime] = {r.name: r for r in (CHARLIECLOUD, UDOCKER, APPTAINER)}
+REGISTRY["singularity"] = APPTAINER  # Apptainer's former name: one runtime
 assert tuple(REGISTRY) == _NAMES, (
     "kit/site/model.py RUNTIMES and the registry must name the same runtimes"
 )

@@ -79,7 +79,7 @@ class Charliecloud:
         """Nothing to write before a run."""
 
     def ready(self, site: Site, image: str, image_kind: str) -> None:
-        if image_kind in ("tar", "source"):
+        if image_kind in ("tar", "source", "sif"):
             raise KitError(
                 f"{image}: ch-run needs a directory or SquashFS image; convert it first "
                 "(kit image convert IMAGE OUT.sqfs --site SITE)"

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
 from kit.image_names import SQUASH
+from kit.ownfile import open_own_regular, own_dirs
 from kit.runtime.base import under
 from kit.runtime.imageenv import image_environment
 
@@ -63,16 +64,17 @@ exec {quoted} "$@"
 """
 
 
+def cache_base() -> Path:
+    """$XDG_CACHE_HOME, else ~/.cache: the user's, above the kit's own directories."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+
+
 def cache_dir() -> Path:
     """The kit's own directory for udocker's proot wrappers:
     $XDG_CACHE_HOME/secure-site-kit/udocker.
     """
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    return (
-        (Path(base) if os.path.isabs(base) else Path.home() / ".cache")
-        / "secure-site-kit"
-        / "udocker"
-    )
+    return cache_base() / "secure-site-kit" / "udocker"
 
 
 def wrapper_text(proot: str) -> str:
@@ -86,28 +88,33 @@ def wrapper_path(proot: str) -> Path:
 
 
 def write_wrapper(proot: str) -> Path:
-    """The wrapper for ``proot``, written atomically where absent; one already there is kept only
-    if it is the kit's (the same bytes): anything else at that path is refused, never replaced."""
-    path, text = wrapper_path(proot), wrapper_text(proot)
+    """The wrapper for ``proot``, written atomically where absent. Every rank executes it, so one
+    already there is kept only if it is the kit's own (kit.ownfile: a regular file of the user's
+    that nobody else can write, in directories of the user's alone) with the kit's bytes and
+    executable: anything else at that path is refused, never replaced or run."""
+    path, text = wrapper_path(proot), wrapper_text(proot).encode()
+    own_dirs(path.parent, cache_base(), "proot wrapper")
     for _ in range(2):
-        try:
-            if path.read_text() == text and os.access(path, os.X_OK):
-                return path
-            raise KitError(
-                f"{path}: not the proot wrapper the kit writes",
-                fix="remove it (the kit writes it again)",
-            )
-        except FileNotFoundError:
+        found = open_own_regular(path, len(text), "proot wrapper", executable=True)
+        if found is None:
             try:
-                atomic_write_text(path, text, perm=0o755, replace=False)
+                atomic_write_text(path, text.decode(), perm=0o755, replace=False)
                 return path
             except FileExistsError:  # another rank or check wrote it meanwhile: read that one
                 continue
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KitError(
-                f"{path}: cannot read the proot wrapper ({getattr(exc, 'strerror', None) or exc})",
-                fix="remove it (the kit writes it again)",
-            ) from None
+            except OSError as exc:
+                raise KitError(
+                    f"cannot write the proot wrapper ({exc.strerror})",
+                    where=str(path),
+                    fix=f"make {path.parent} writable",
+                ) from None
+        if found == text:
+            return path
+        raise KitError(
+            "not the proot wrapper the kit writes",
+            where=str(path),
+            fix="remove it (the kit writes it again)",
+        )
     raise KitError(f"{path}: cannot write the proot wrapper", fix=f"make {path.parent} writable")
 
 

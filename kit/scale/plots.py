@@ -253,7 +253,7 @@ def prediction_plot(
         est = np.array([model.seconds(int(n)) for n in grid])
         band = np.array([model.band(int(n)) for n in grid])
         base = model.node_seconds[0]
-        t_ax.plot(grid, est, "-", label=f"{cal.label}: {model.best.name}", **style)
+        t_ax.plot(grid, est, "-", label=f"{cal.label}: {model.describe()}", **style)
         t_ax.fill_between(grid, band[:, 0], band[:, 1], alpha=0.2, **style)
         e_ax.plot(grid, 100 * base / (grid * est), "-", label=cal.label, **style)
         e_ax.fill_between(
@@ -263,7 +263,7 @@ def prediction_plot(
             alpha=0.2,
             **style,
         )
-        points = [(n, s) for n, runs in zip(cal.nodes, cal.seconds) for s in runs]
+        points = p.measured_points()
         t_ax.plot(*zip(*points), "o", label=f"{cal.label}: measured", **style)
         e_ax.plot([n for n, _ in points], [100 * base / (n * s) for n, s in points], "o", **style)
         later = (unseen or {}).get(cal.label)

@@ -2,8 +2,10 @@
 
 The runs are grouped into the report's series (kit.scale.runs.Series: one layout, batch, MPI,
 preset, epoch size, container and precision); each series with two or more node counts gets its
-own model (kit.scale.model) and a forecast per asked node count. `backtest` fits the same model on
-the first rows of a paper table and sets its forecast beside the rows it did not see.
+own model (kit.scale.model: the time per step and the cost paid once per epoch fitted apart, from
+each run's steps and wall epoch) and a forecast per asked node count. `backtest` fits the same
+model on the first rows of a paper table (whole epochs: the paper prints no step times) and sets
+its forecast beside the rows it did not see.
 """
 
 from __future__ import annotations
@@ -12,21 +14,23 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 
 from kit.atomic import write_together
 from kit.errors import KitError, error_line
 from kit.readfile import read_bytes
-from kit.scale.model import MARGIN_PER_DOUBLING, MAX_NODES, Model, fit_model, next_count
+from kit.scale.model import MAX_NODES, Model, Part, fit_model, next_count
 from kit.scale.paper import PAPER_EPOCH_EVENTS, TABLES, PaperTable
 from kit.scale.runs import RunResult, Series, settings_text
 
 EXTRAPOLATION_WARN = 8  # warn beyond this many times the largest measured count
 FEW_STEPS = 32  # below this many steps per epoch, per-epoch costs weigh more than the model assumes
 MIN_REPEATS = 2
-POOR_FIT = 0.10  # a best fit whose residual is above 10% of the node-seconds is named
+POOR_FIT = 0.10  # a best fit whose residual is above 10% of its values is named
+WHAT = {"step": "time per step", "node-seconds": "node-seconds", "per-epoch": "per-epoch cost"}
+DISAGREE = 2.0  # a band whose high end is twice its low end: the calibration cannot tell, say so
 MAX_TARGETS = 64
 # Rows of the paper's tables no model of the first rows can reach, and why (docs/benchmarks.md).
 ANOMALIES = {
@@ -57,6 +61,10 @@ class Calibration:
     notes: tuple[str, ...] = ()  # what the runs could not show (become warnings)
     site_max_nodes: int | None = None  # the site's scheduler.max_nodes, where its config is known
     island_nodes: int | None = None  # nodes per island (full bisection inside one)
+    # Each run's time per step and the rest of its epoch (paid once per epoch, as measured): None
+    # where a run's results hold no step times; then the epoch is fitted whole.
+    step_seconds: tuple[tuple[float, ...], ...] | None = None
+    rest_seconds: tuple[tuple[float, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,14 @@ class Forecast:
     node_hours_per_epoch: float
     node_hours_band: tuple[float, float]
     node_hours_total: float | None  # for the planned epochs
+    # Fitted apart (None when the epoch was fitted whole): the seconds in steps and paid once per
+    # epoch, each with its band, and the time per step's overhead against the smallest count.
+    step_seconds: float | None = None
+    steps_seconds: float | None = None
+    steps_band: tuple[float, float] | None = None
+    per_epoch_seconds: float | None = None
+    per_epoch_band: tuple[float, float] | None = None
+    step_overhead_percent: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,19 @@ class Prediction:
     forecasts: tuple[Forecast, ...]
     warnings: tuple[str, ...]
     suggestion: str | None  # the next node count to measure, and why
+
+    def measured_points(self) -> list[tuple[int, float]]:
+        """Every calibration run as (nodes, seconds of a full epoch): fitted apart, its steps at a
+        full epoch's count plus the per-epoch cost it paid (a cut epoch scaled whole would
+        multiply that cost too)."""
+        cal, model = self.calibration, self.model
+        if model.per_epoch is None or cal.step_seconds is None or cal.rest_seconds is None:
+            return [(n, s) for n, runs in zip(cal.nodes, cal.seconds) for s in runs]
+        return [
+            (n, model.steps(n) * step + rest)
+            for n, steps, rests in zip(cal.nodes, cal.step_seconds, cal.rest_seconds)
+            for step, rest in zip(steps, rests)
+        ]
 
 
 def check_targets(targets: Sequence[int]) -> tuple[int, ...]:
@@ -103,7 +132,15 @@ def predict(
 ) -> Prediction:
     """The forecasts of one calibration at `targets` (default: 4x, 16x and 64x the largest measured
     count); `epochs` adds the node-hours of that many epochs."""
-    model = fit_model(cal.nodes, cal.seconds, cal.ranks_per_node)
+    model = fit_model(
+        cal.nodes,
+        cal.seconds,
+        cal.ranks_per_node,
+        step_seconds=cal.step_seconds,
+        rest_seconds=cal.rest_seconds,
+        events_per_epoch=cal.events_per_epoch,
+        batch_per_rank=cal.batch_per_rank,
+    )
     top = cal.nodes[-1]
     targets = check_targets(targets or [top * 4, top * 16, top * 64])
     if targets[0] < cal.nodes[0]:
@@ -113,16 +150,22 @@ def predict(
             fix="forecast from it up, or measure the smaller count",
         )
     for n in targets:
-        if model.band(n)[0] <= 0:
+        if model.band(n)[0] <= 0 or (model.per_epoch is not None and model.steps(n) == 0):
             raise KitError(
                 f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: the node-seconds grow from "
-                f"{cal.nodes[0]} node(s) faster than any overhead shape can follow",
+                f"{cal.nodes[0]} node(s) faster than any overhead shape can follow, or the epoch's "
+                "showers are fewer than ranks x batch there",
                 fix="check the "
                 f"{cal.nodes[0]}-node runs (kit scale report shows each run's epoch time)",
             )
     forecasts = tuple(_forecast(cal, model, n, epochs) for n in targets)
+    suggestion = _suggestion(model, targets)
     return Prediction(
-        cal, model, forecasts, _warnings(cal, model, forecasts), _suggestion(model, targets)
+        calibration=cal,
+        model=model,
+        forecasts=forecasts,
+        warnings=_warnings(cal, model, forecasts, suggestion),
+        suggestion=suggestion,
     )
 
 
@@ -138,36 +181,58 @@ def _forecast(cal: Calibration, model: Model, nodes: int, epochs: int | None) ->
         else None
     )
     hours = nodes * seconds / 3600
-    efficiency = (100 * base / (nodes * high), 100 * base / (nodes * low))
     peak = 100 * flops / (nodes * cal.node_peak) if flops and cal.node_peak else None
-    return Forecast(
-        nodes,
-        seconds,
-        (low, high),
-        100 * base / (nodes * seconds),
-        efficiency,
-        showers,
-        flops,
-        peak,
-        steps,
-        cal.batch_per_rank * ranks if cal.batch_per_rank else None,
-        hours,
-        (nodes * low / 3600, nodes * high / 3600),
-        hours * epochs if epochs else None,
+    forecast = Forecast(
+        nodes=nodes,
+        seconds=seconds,
+        seconds_band=(low, high),
+        efficiency_percent=100 * base / (nodes * seconds),
+        efficiency_band=(100 * base / (nodes * high), 100 * base / (nodes * low)),
+        showers_per_second=showers,
+        flop_per_second=flops,
+        percent_of_peak=peak,
+        steps_per_epoch=steps,
+        global_batch=cal.batch_per_rank * ranks if cal.batch_per_rank else None,
+        node_hours_per_epoch=hours,
+        node_hours_band=(nodes * low / 3600, nodes * high / 3600),
+        node_hours_total=hours * epochs if epochs else None,
+    )
+    parts = model.parts(nodes)
+    if parts is None or model.per_epoch is None or steps is None:
+        return forecast
+    step = model.step
+    s_low, s_high = step.band(nodes)
+    first = step.value(cal.nodes[0])  # 0 only for a fit through no time at the smallest count
+    return replace(
+        forecast,
+        step_seconds=step.value(nodes),
+        steps_seconds=parts[0],
+        steps_band=(steps * s_low, steps * s_high),
+        per_epoch_seconds=parts[1],
+        per_epoch_band=model.per_epoch.band(nodes),
+        step_overhead_percent=100 * (step.value(nodes) / first - 1) if first > 0 else None,
     )
 
 
-def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> tuple[str, ...]:
+def _warnings(
+    cal: Calibration, model: Model, forecasts: Sequence[Forecast], suggestion: str | None
+) -> tuple[str, ...]:
     out = list(cal.notes)
-    if model.best.error is not None and model.best.error > POOR_FIT:
+    if model.per_epoch is None and cal.events_per_epoch and cal.batch_per_rank:
         out.append(
-            f"no shape follows the measurements (the best, {model.best.name}, misses by "
-            f"{100 * model.best.error:.0f}% of the node-seconds): noisy runs, or a change between them"
+            "the results hold no step times (epoch_step_seconds, older gan3d): the epoch is fitted "
+            "whole, so costs paid once per epoch are taken to grow as the steps' overhead does"
+        )
+    best = model.best
+    if best.error is not None and best.error > POOR_FIT:
+        out.append(
+            f"no shape follows the {WHAT[model.step.what]} (the best, {best.name}, misses by "
+            f"{100 * best.error:.0f}%): noisy runs, or a change between them"
         )
     if len(cal.nodes) == 2:
         out.append(
             f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, so the estimate is "
-            "the straggler shape and the band spans all three; measure a third count to choose"
+            "the straggler shape and the band spans them all; measure a third count to choose"
         )
     few = [n for n, s in zip(cal.nodes, cal.seconds) if len(s) < MIN_REPEATS]
     if few:
@@ -182,8 +247,8 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
     if far:
         out.append(
             f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
-            f"({cal.nodes[-1]}); the band widens {100 * MARGIN_PER_DOUBLING:.1f}% per doubling, "
-            "the shapes may still miss"
+            f"({cal.nodes[-1]}); the band widens {_per_doubling(model)} per doubling beyond it, as far "
+            "as the shapes fitted without that count missed it"
         )
     if cal.site_max_nodes and forecasts[-1].nodes > cal.site_max_nodes:
         out.append(
@@ -209,12 +274,29 @@ def _warnings(cal: Calibration, model: Model, forecasts: Sequence[Forecast]) -> 
         for f in forecasts
         if f.steps_per_epoch and f.steps_per_epoch < FEW_STEPS
     ]
-    if few_steps:
+    if few_steps and model.per_epoch is None:
         out.append(
             f"few steps per epoch at {', '.join(few_steps)} node(s): below {FEW_STEPS}, the costs paid once "
             "per epoch (closing all-reduces, data start) weigh more than at the measured counts"
         )
+    last = forecasts[-1]
+    low, high = last.seconds_band
+    if high > DISAGREE * low:
+        out.append(
+            f"the shapes the calibration cannot rule out disagree at {last.nodes} nodes: the band "
+            f"spans {low:.3g}-{high:.3g} s ({high / low:.1f}x); "
+            + (
+                suggestion.split(":")[0] + " to settle it (next:)"
+                if suggestion
+                else "measure a larger count to settle it"
+            )
+        )
     return tuple(out)
+
+
+def _per_doubling(model: Model) -> str:
+    parts = [model.step] + ([model.per_epoch] if model.per_epoch else [])
+    return " and ".join(f"{100 * p.per_doubling:.1f}% ({p.what})" for p in parts)
 
 
 def _suggestion(model: Model, targets: Sequence[int]) -> str | None:
@@ -276,29 +358,56 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
         f"{settings_text(known.mpi_fabric if known else None)}; Horovod: "
         f"{settings_text(known.horovod_settings if known else None)}"
     )
-    by_nodes: dict[int, list[float]] = {}
+    by_nodes: dict[int, list[RunResult]] = {}
     for run in runs:
-        by_nodes.setdefault(run.nodes, []).append(run.epoch_seconds)
+        by_nodes.setdefault(run.nodes, []).append(run)
+    counts = sorted(by_nodes)
+    parts = [[_parts(r) for r in by_nodes[n]] for n in counts]
+    split = all(p is not None for runs_at in parts for p in runs_at)
     per_shower = [
         r.flop_per_second / r.showers_per_second for r in runs if r.showers_per_second > 0
     ]
     peaks = [(r, percent) for r in runs if (percent := r.percent_of_peak)]
+    site_max_nodes, island_nodes = _site_limits(series.site)
     return Calibration(
-        series.name,
-        series.ranks_per_node,
-        tuple(sorted(by_nodes)),
-        tuple(tuple(by_nodes[n]) for n in sorted(by_nodes)),
-        series.events_per_epoch,
-        series.batch_per_rank,
-        median(per_shower) if per_shower else None,
-        median(r.flop_per_second * 100 / percent / r.nodes for r, percent in peaks)
+        label=series.name,
+        ranks_per_node=series.ranks_per_node,
+        nodes=tuple(counts),
+        seconds=tuple(tuple(r.epoch_seconds for r in by_nodes[n]) for n in counts),
+        events_per_epoch=series.events_per_epoch,
+        batch_per_rank=series.batch_per_rank,
+        flop_per_shower=median(per_shower) if per_shower else None,
+        node_peak=median(r.flop_per_second * 100 / percent / r.nodes for r, percent in peaks)
         if peaks
         else None,
-        " / ".join(dict.fromkeys(r.percent_of_peak_denominator or "" for r, _ in peaks)) or None,
-        stack,
-        notes,
-        *_site_limits(series.site),
+        peak_denominator=" / ".join(
+            dict.fromkeys(r.percent_of_peak_denominator or "" for r, _ in peaks)
+        )
+        or None,
+        stack=stack,
+        notes=notes,
+        site_max_nodes=site_max_nodes,
+        island_nodes=island_nodes,
+        step_seconds=tuple(tuple(p[0] for p in at if p) for at in parts) if split else None,
+        rest_seconds=tuple(tuple(p[1] for p in at if p) for at in parts) if split else None,
     )
+
+
+def _parts(run: RunResult) -> tuple[float, float] | None:
+    """(time per step, seconds paid once per epoch) of one run, from its wall epoch and its steps'
+    time; None where the results hold no wall clock or no step times. The report scales a cut epoch
+    (--steps-per-epoch) whole to a full one; the once-per-epoch rest is taken back to what one
+    epoch paid."""
+    full, ran = run.full_epoch_steps, run.steps_per_epoch
+    if (
+        run.step_epoch_seconds is None
+        or full is None
+        or ran is None
+        or not run.epoch_seconds_from.startswith("epoch_wall_times")
+    ):
+        return None
+    rest = (run.epoch_seconds - run.step_epoch_seconds) * min(ran, full) / full
+    return run.step_epoch_seconds / full, max(0.0, rest)
 
 
 def _site_limits(name: str | None) -> tuple[int | None, int | None]:
@@ -396,12 +505,12 @@ def backtest(table_id: str, calibrate_on: int = 3, epochs: int | None = None) ->
         )
     nodes = table.nodes[:calibrate_on]
     cal = Calibration(
-        table.label,
-        table.ranks_per_node or 1,
-        nodes,
-        tuple((t,) for t in table.seconds_per_epoch[:calibrate_on]),
-        PAPER_EPOCH_EVENTS,
-        None,
+        label=table.label,
+        ranks_per_node=table.ranks_per_node or 1,
+        nodes=nodes,
+        seconds=tuple((t,) for t in table.seconds_per_epoch[:calibrate_on]),
+        events_per_epoch=PAPER_EPOCH_EVENTS,
+        batch_per_rank=None,
     )
     unseen = list(zip(table.nodes[calibrate_on:], table.seconds_per_epoch[calibrate_on:]))
     prediction = predict(cal, [n for n, _ in unseen], epochs)
@@ -413,7 +522,7 @@ def backtest(table_id: str, calibrate_on: int = 3, epochs: int | None = None) ->
     )
 
 
-PREDICT_SCHEMA = "kit-scale-predict/1"
+PREDICT_SCHEMA = "kit-scale-predict/2"
 
 
 def _finite(value: float | None) -> float | None:
@@ -435,6 +544,27 @@ def forecast_document(f: Forecast) -> dict:
         "node_hours_per_epoch": f.node_hours_per_epoch,
         "node_hours_band": list(f.node_hours_band),
         "node_hours_total": f.node_hours_total,
+        # fitted apart (null when the epoch was fitted whole)
+        "step_seconds": f.step_seconds,
+        "steps_seconds": f.steps_seconds,
+        "steps_band": list(f.steps_band) if f.steps_band else None,
+        "per_epoch_seconds": f.per_epoch_seconds,
+        "per_epoch_band": list(f.per_epoch_band) if f.per_epoch_band else None,
+        "step_overhead_percent": f.step_overhead_percent,
+    }
+
+
+def _part_document(part: Part) -> dict:
+    return {
+        "fitted": part.what,
+        "estimate": part.best.name,
+        "band_shapes": [f.name for f in part.kept],
+        "noise": part.sigma,
+        "widening_per_doubling": part.per_doubling,
+        "fits": [
+            {"shape": f.name, "gamma": f.gamma, "a": f.a, "b": f.b, "error": f.error}
+            for f in part.fits
+        ],
     }
 
 
@@ -449,11 +579,10 @@ def prediction_document(p: Prediction) -> dict:
             for n, s in zip(p.calibration.nodes, p.calibration.seconds)
         ],
         "model": {
-            "estimate": m.best.name,
-            "band_shapes": [f.name for f in m.kept],
-            "fits": [
-                {"shape": f.name, "a": f.a, "b": f.b, "c": f.c, "error": f.error} for f in m.fits
-            ],
+            "estimate": m.describe(),
+            "fitted_apart": m.per_epoch is not None,
+            "step": _part_document(m.step),
+            "per_epoch": _part_document(m.per_epoch) if m.per_epoch else None,
         },
         "percent_of_peak_denominator": p.calibration.peak_denominator,
         "stack": p.calibration.stack,

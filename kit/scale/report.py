@@ -18,6 +18,7 @@ from statistics import median
 
 from kit.atomic import write_together
 from kit.errors import KitError
+from kit.excerpt import printable
 from kit.readfile import kind_name, read_bytes
 from kit.scale import sweep_jobs
 from kit.scale.overhead import Overhead, container_overhead
@@ -245,8 +246,10 @@ def _markdown(
 
 
 def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
-    mpi = " / ".join(
-        dict.fromkeys(r.mpi_library_version or "not recorded" for row in rows for r in row.runs)
+    mpi = " / ".join(  # the one label a results file does not bound: cut and escaped here
+        dict.fromkeys(
+            printable(r.mpi_library_version or "not recorded") for row in rows for r in row.runs
+        )
     )
     where = (
         "bare"

@@ -188,6 +188,8 @@ class RunResult:
     validation: Validation | None = (
         None  # set from the sweep's plan and logs, not from the results file
     )
+    steps_per_epoch: int | None = None  # the steps each epoch ran (--steps-per-epoch may cut it)
+    full_epoch_steps: int | None = None  # the steps of a full epoch
 
     @property
     def physics_status(self) -> str:
@@ -295,6 +297,8 @@ def _load_one(path: Path) -> RunResult:
         losses=_losses(fig["losses"]),
         step_losses=_step_losses(fig["step_losses"], fig["steps_per_epoch"]),
         physics=None if fig["physics"] is None else record_of(Physics, fig["physics"]),
+        steps_per_epoch=fig["steps_per_epoch"],
+        full_epoch_steps=fig["full_epoch_steps"],
     )
 
 

@@ -203,7 +203,11 @@ def _network_check(net: dict) -> list[tuple[str, Bad]]:
 
 # The container runtimes a site may name; each is one module in kit/runtime/ (its registry checks
 # that the two agree).
-RUNTIMES = ("charliecloud", "udocker")
+RUNTIMES = ("charliecloud", "udocker", "apptainer", "singularity")  # singularity: apptainer
+APPTAINER_RUNTIMES = ("apptainer", "singularity")
+# Apptainer options that drop the launcher's PMI variables (every rank a job of one, exit 0) or
+# give each rank a private /dev/shm (MPICH aborts): never on an MPI run's line.
+APPTAINER_REFUSED = ("--cleanenv", "-e", "--containall", "-C", "--contain", "-c", "--compat")
 UDOCKER_MODES = ("P1", "P2")  # proot with seccomp acceleration, and without (the fallback)
 
 
@@ -226,7 +230,24 @@ def _container_check(container: dict) -> list[tuple[str, Bad]]:
     if container["udocker"] is not None and container["runtime"] != "udocker":
         what = f"udocker settings for runtime {container['runtime']}"
         return [("udocker", Bad(what, "remove them or set runtime: udocker"))]
+    if container["apptainer"] is not None and container["runtime"] not in APPTAINER_RUNTIMES:
+        what = f"apptainer settings for runtime {container['runtime']}"
+        return [("apptainer", Bad(what, "remove them or set runtime: apptainer"))]
     return []
+
+
+def _apptainer_options(values: list[str]) -> Bad | None:
+    """Options for every `apptainer exec`: none that breaks an MPI run (APPTAINER_REFUSED)."""
+    for value in values:
+        if value.split("=", 1)[0] in APPTAINER_REFUSED:
+            return Bad(
+                f"{shown(value)} would start every rank as a one-rank job or without a shared "
+                "/dev/shm",
+                "remove it (kit docs apptainer)",
+            )
+        if not value.startswith("-"):
+            return Bad(f"{shown(value)} is not an option", "give options such as --sharens")
+    return None
 
 
 # Each key is declared once, in its dataclass field: the type and default there, the doc, checks
@@ -585,12 +606,44 @@ class Udocker:
 
 
 @dataclass(frozen=True)
+class Apptainer:
+    """How Apptainer (or Singularity) runs a rank (runtime apptainer); every field has a default."""
+
+    executable: str | None = field(
+        default=None,
+        metadata=about(
+            "the apptainer command: a name on PATH or an absolute path; null: the runtime's "
+            "name (apptainer or singularity)",
+            check=_command,
+        ),
+    )
+    options: list[str] = field(
+        default_factory=list,
+        metadata=about(
+            "more options for every `apptainer exec`, e.g. --sharens (never --cleanenv, "
+            "--contain or --containall)",
+            check=_apptainer_options,
+            kind="list[str]",
+        ),
+    )
+    userns: bool = field(
+        default=False,
+        metadata=about(
+            "apptainer exec --userns: an unprivileged user namespace (a site without setuid "
+            "Apptainer; sandbox directories)"
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class Container:
     """The runtime that starts each rank in its image, and what it binds."""
 
     runtime: str = field(
         metadata=about(
-            "what starts each rank in its image: charliecloud (ch-run) or udocker", choices=RUNTIMES
+            "what starts each rank in its image: charliecloud (ch-run), udocker, or apptainer "
+            "(singularity: the same)",
+            choices=RUNTIMES,
         )
     )
     image_dir: str = field(
@@ -625,10 +678,20 @@ class Container:
         ),
     )
 
+    apptainer: Apptainer | None = field(
+        default=None,
+        metadata=about("runtime apptainer only: how Apptainer runs (absent: the defaults)"),
+    )
+
     @property
     def udocker_settings(self) -> Udocker:
         """The udocker section, or its defaults where the site gives none."""
         return self.udocker or Udocker()
+
+    @property
+    def apptainer_settings(self) -> Apptainer:
+        """The apptainer section, or its defaults where the site gives none."""
+        return self.apptainer or Apptainer()
 
 
 @dataclass(frozen=True)

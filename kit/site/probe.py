@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from kit.atomic import atomic_write_text
+from kit.boundedrun import run_bounded
 from kit.errors import KitError
 from kit.site.model import SCHEMA, vendor_named_in
 from kit.site.schema import check_document
@@ -40,10 +41,10 @@ def _run(cmd: list[str]) -> str:
     if shutil.which(cmd[0]) is None:
         return ""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        ran = run_bounded(cmd, timeout=30)
     except subprocess.TimeoutExpired:  # a hung probe describes nothing; the field falls back
         return ""
-    return proc.stdout if proc.returncode == 0 else ""
+    return ran.out if ran.returncode == 0 and not ran.stdout_cut else ""
 
 
 def _lscpu() -> dict[str, str]:

@@ -6,8 +6,10 @@ from dataclasses import asdict
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from kit.site.model import PRECISIONS, Site
+from kit.excerpt import plain_console, printable_text
+from kit.site.model import APPTAINER_RUNTIMES, PRECISIONS, Site
 
 
 def _flops(value: float | None) -> str:
@@ -166,6 +168,10 @@ def summary_document(site: Site) -> dict:
         sections["container"]["udocker"] = asdict(site.container.udocker_settings)
     else:
         del sections["container"]["udocker"]
+    if site.container.runtime in APPTAINER_RUNTIMES:
+        sections["container"]["apptainer"] = asdict(site.container.apptainer_settings)
+    else:
+        del sections["container"]["apptainer"]
     node_peak = n.theoretical_peak_flops
     return {
         "name": site.name,
@@ -186,9 +192,10 @@ def summary_document(site: Site) -> dict:
 
 
 def print_summary(site: Site, console: Console | None = None) -> None:
+    """The rows as text: a config's description or paths may hold markup, escapes or megabytes."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in summary_rows(site):
-        table.add_row(key, value)
-    (console or Console()).print(table)
+        table.add_row(Text(key), printable_text(value, 1000))
+    (console or plain_console()).print(table)

@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from kit.boundedrun import run_bounded
 from kit.errors import KitError
 from kit.excerpt import one_line, shown
 
@@ -34,6 +35,8 @@ LOCAL_ENDS = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")  # how a local job 
 # Pending reasons that mean nodes are out of service
 # (drained, down): the nodes are named beside them.
 NODES_UNAVAILABLE = ("Nodes required for job are DOWN", "ReqNodeNotAvail")
+SLURM_OUTPUT = 16 << 20  # bytes kept of a Slurm command's stdout and of its stderr: sacct of
+# thousands of jobs is a few MB
 UNKNOWN = "UNKNOWN"  # Slurm no longer remembers the job (no accounting, MinJobAge passed)
 # Why a job may pend that no waiting will clear: shown,
 # and `kit scale collect --wait` stops on them.
@@ -68,12 +71,18 @@ def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
             f"{argv[0]} not found: run this on the site's login node (or load the slurm module)"
         )
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        ran = run_bounded(argv, timeout=timeout, limit=SLURM_OUTPUT)
     except subprocess.TimeoutExpired:
         raise KitError(
             f"{argv[0]} did not answer in {timeout:.0f} s (slurmctld busy?); nothing was recorded: "
             "check `squeue --me` before running this again"
         ) from None
+    if ran.stdout_cut:  # a cut answer would lose jobs' states without a word
+        raise KitError(
+            f"{argv[0]} answered more than {SLURM_OUTPUT >> 20} MiB",
+            fix="ask about fewer jobs at a time",
+        )
+    return subprocess.CompletedProcess(argv, ran.returncode, ran.out, ran.err)
 
 
 def sbatch(script: Path) -> str:

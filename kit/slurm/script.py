@@ -208,6 +208,8 @@ def train_words(run: Checked, files: RunFiles, *, python: str, site_file: Path) 
         str(site_file),
         "--threads",
         str(spec.threads_per_rank),
+        "--ranks",
+        str(spec.ranks),  # argv reaches every rank, however its runtime cleans the environment
         "--results",
         str(files.result),
         *(["--oversubscribe"] if run.hyperthreads else []),

@@ -14,7 +14,7 @@ from kit.site.model import WALLTIME_RE
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: no trailing newline
 DEFAULT_WALLTIME = "01:00:00"  # a run's walltime when none is asked for (capped at the site's)
 # Flags the batch script sets itself from the run and the site; a second value would fight them.
-OWNED_FLAGS = ("--threads", "--results", "--site", "--oversubscribe")
+OWNED_FLAGS = ("--threads", "--ranks", "--results", "--site", "--oversubscribe")
 
 
 @dataclass(frozen=True)

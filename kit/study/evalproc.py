@@ -20,7 +20,8 @@ from pathlib import Path
 from kit.atomic import atomic_write_text, open_lock_file, open_log
 from kit.errors import KitError
 from kit.excerpt import shown
-from kit.readfile import read_json
+from kit.ownfile import check_own_dir, open_own_regular
+from kit.readfile import MAX_BYTES, read_json
 from kit.schema import Bad, Field, Items, Section, check_value
 
 PLAN = "eval.json"
@@ -85,7 +86,7 @@ def run(eval_dir: Path) -> int:
         os.close(fd)
         return 75
     fix = "kit study run writes it; move it aside and run the study again"
-    plan = read_json(eval_dir / PLAN, "evaluation plan", f"fix: {fix}")
+    plan = _own_plan(eval_dir, fix)
     commands = check_value(plan, eval_dir / PLAN, PLAN_SCHEMA, what="evaluation plan", fix=fix)[
         "commands"
     ]
@@ -110,6 +111,24 @@ def run(eval_dir: Path) -> int:
     atomic_write_text(eval_dir / EXIT, json.dumps({"code": code, "step": step}) + "\n")
     os.close(fd)
     return 0
+
+
+def _own_plan(eval_dir: Path, fix: str) -> object:
+    """EVALDIR/eval.json: the commands this process runs, so taken only from the kit's own file
+    (kit.ownfile: not a link, the user's, writable by nobody else, in a directory of the user's
+    alone), never from one someone else could have written."""
+    path = eval_dir / PLAN
+    check_own_dir(eval_dir, "an evaluation's commands")
+    data = open_own_regular(path, MAX_BYTES, "evaluation plan")
+    if data is None or len(data) > MAX_BYTES:
+        why = "missing" if data is None else f"larger than {MAX_BYTES >> 20} MiB"
+        raise KitError(f"{path}: {why}, not the evaluation plan kit study run writes", fix=fix)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise KitError(
+            f"{path}: not the JSON evaluation plan kit study run writes", fix=fix
+        ) from None
 
 
 def exit_status(eval_dir: Path) -> dict | None:

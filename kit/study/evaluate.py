@@ -182,12 +182,14 @@ def eval_run(eval_id: str, config: dict[str, Any], spec: Any, *, site: Site) -> 
 
 
 def layout_args(run: EvalRun, site: Site) -> list[str]:
-    """gan3d train's layout words for a run on this machine or in a pilot: its threads per rank, and
-    --oversubscribe where ranks x threads exceed a node's cores (a batch script decides the same
-    from kit.slurm.spec.check_run)."""
+    """gan3d train's layout words for a run on this machine or in a pilot: its threads per rank,
+    its ranks (gan3d train refuses a world of another size), and --oversubscribe where ranks x
+    threads exceed a node's cores (a batch script decides the same from kit.slurm.spec.check_run)."""
     return [
         "--threads",
         str(run.threads),
+        "--ranks",
+        str(run.ranks_per_node),  # one node: the step's ranks, refused if a rank is left alone
         *(["--oversubscribe"] if run.ranks_per_node * run.threads > site.node.cores else []),
     ]
 

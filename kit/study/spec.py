@@ -46,7 +46,8 @@ MAX_WALL_S = 366 * 86400
 MAX_MAGNITUDE = 1e15
 LOSS_PARTS = ("loss-weight-bce", "loss-weight-ep", "loss-weight-ecal")  # joined into --loss-weights
 DEFAULT_LOSS_WEIGHTS = ("8", "0.2", "0.1")  # gan3d train's default --loss-weights
-RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints")  # one per evaluation
+# set by the runner for each evaluation (ranks: from ranks-per-node, checked by gan3d train)
+RUNNER_OWNED = ("results", "checkpoint-dir", "resume", "keep-checkpoints", "ranks")
 # The layout: ranks per node x threads per rank, which the runner passes itself (gan3d's --threads,
 # and --oversubscribe where they exceed a node's cores: kit.study.evaluate.layout_args); never in
 # train_args.

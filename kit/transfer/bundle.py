@@ -1,12 +1,12 @@
 """`kit transfer bundle|verify`: removable-media bundles that check themselves on the inside.
 
-A bundle directory holds the images and their sibling files, with `--with-kit` the kit's own
-wheelhouse under `kit/`, `MANIFEST` (one line `<sha256> <size> <name>` per file, read by both
-checkers), `MANIFEST.json` (the same for tools), `verify.sh` (POSIX sh + coreutils only),
-`verify.py` (python3 fallback, the very module kit.transfer.verify) and `SHA256SUMS` over every
-other file, so a site with nothing of ours checks it with `sha256sum -c SHA256SUMS`. The bundle
-is built in a hidden temp directory beside the target and renamed into place whole, so a
-half-written bundle never has the final name.
+A bundle directory holds the images (tarballs, SquashFS, SIF) and their sibling files, with
+`--with-kit` the kit's own wheelhouse under `kit/`, `MANIFEST` (one line `<sha256> <size>
+<name>` per file, read by both checkers), `MANIFEST.json` (the same for tools), `verify.sh`
+(POSIX sh + coreutils only), `verify.py` (python3 fallback, the very module
+kit.transfer.verify) and `SHA256SUMS` over every other file, so a site with nothing of ours
+checks it with `sha256sum -c SHA256SUMS`. The bundle is built in a hidden temp directory beside
+the target and renamed into place whole, so a half-written bundle never has the final name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable
 
 from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
-from kit.image_names import sha256_file
+from kit.image_names import SIF, SUFFIXES, sha256_file
 from kit.progress import counter
 from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
@@ -155,7 +155,7 @@ def bundle(
             f"{out_dir} already exists; a bundle is written whole into a new directory: "
             "choose another path or remove it"
         )
-    imgs = [open_local_image(p) for p in images]
+    imgs = [open_local_image(p, SUFFIXES + SIF) for p in images]  # a SIF travels on media too
     sources = [p for img in imgs for p in (img.path, *img.siblings)]
     seen: dict[str, Path] = {}
     for p in sources:

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.image_names import BUF, NAME_RE, SHA256, SIDECARS, read_recorded_digest, sidecar, stem
+from kit.image_names import (
+    BUF,
+    NAME_RE,
+    SHA256,
+    SIDECARS,
+    SUFFIXES,
+    read_recorded_digest,
+    sidecar,
+    stem,
+)
 
 
 @dataclass
@@ -49,9 +58,10 @@ def _kind(path: Path) -> str | None:
     )
 
 
-def open_local_image(path: str | Path) -> LocalImage:
-    """Check the file and its name; collect the siblings `kit image convert` writes next to it.
-    A sibling name held by a FIFO, device or dangling link is refused (it would block or lie)."""
+def open_local_image(path: str | Path, suffixes: tuple[str, ...] = SUFFIXES) -> LocalImage:
+    """Check the file and its name (one of ``suffixes``); collect the siblings `kit image convert`
+    writes next to it. A sibling name held by a FIFO, device or dangling link is refused (it
+    would block or lie)."""
     path = Path(path)
     kind = _kind(path)
     if kind == "missing":
@@ -65,7 +75,7 @@ def open_local_image(path: str | Path) -> LocalImage:
             f"{path.name}: image names may hold only letters, digits and . _ + - "
             "and must not start with a dot; rename the file"
         )
-    name = stem(path.name)
+    name = stem(path.name, suffixes)
     siblings = [sidecar(path, s) for s in SIDECARS]
     siblings += [path.with_name(name + s) for s in SIDECARS]
     found = []

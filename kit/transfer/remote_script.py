@@ -1436,7 +1436,7 @@ class Tree(object):
         fd = os.dup(fd)
         try:
             for n in range(start, len(parts) - 1):
-                nxt = self.step(fd, parts, n, create, strict)
+                nxt = self.step(fd, parts, n, create=create, strict=strict)
                 os.close(fd)
                 fd = nxt
                 if fd is None:
@@ -1450,7 +1450,7 @@ class Tree(object):
         self.cached, self.cached_fd = key, os.dup(fd)
         return fd
 
-    def step(self, fd, parts, n, create, strict):
+    def step(self, fd, parts, n, *, create, strict):
         """An fd of PARTS[n] in the directory FD (made if missing and `create`), or None."""
         try:
             return os.open(parts[n], DIR_FLAGS, dir_fd=fd)
@@ -1503,7 +1503,7 @@ class Tree(object):
                 finally:
                     os.close(made)
             elif kind == "file":
-                self.write(fd, parts[-1], head, stream)
+                self.write(fd, parts[-1], head=head, stream=stream)
             elif kind == "symlink":
                 self.symlink(fd, parts, head.linkname)
             else:
@@ -1511,7 +1511,7 @@ class Tree(object):
         finally:
             os.close(fd)
 
-    def write(self, dirfd, name, head, stream):
+    def write(self, dirfd, name, *, head, stream):
         self.total += head.size
         if self.total > self.budget:
             raise OSError(errno.ENOSPC, "the image unpacks to more than the free space")

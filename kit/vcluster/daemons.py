@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from kit.boundedrun import run_bounded
 from kit.excerpt import one_line
 from kit.vcluster import net
 from kit.vcluster.state import ClusterState, Made, VclusterError
@@ -43,7 +44,7 @@ def missing_tools() -> list[str]:
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT, env=env)
+        done = run_bounded(argv, timeout=START_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         raise VclusterError(
             f"{what} did not start in {START_TIMEOUT} s",
@@ -51,7 +52,7 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
         ) from None
     if done.returncode:
         raise VclusterError(
-            f"{what} did not start: {one_line(done.stderr or done.stdout, 300)}",
+            f"{what} did not start: {one_line(done.err or done.out, 300)}",
             fix="see the logs in the cluster directory",
         )
 
@@ -113,17 +114,11 @@ def node_states(state: ClusterState) -> dict[str, str]:
     tell.
     """
     try:
-        done = subprocess.run(
-            [tool("sinfo"), "-h", "-N", "-o", "%N|%t|%E"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-            env=state.env,
-        )
+        done = run_bounded([tool("sinfo"), "-h", "-N", "-o", "%N|%t|%E"], timeout=15, env=state.env)
     except subprocess.TimeoutExpired:
         return {n["name"]: "no answer from slurmctld" for n in state.nodes}
     found = {}
-    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+    for line in done.out.splitlines() if done.returncode == 0 else []:
         node, slurm_state, reason = (line.split("|") + ["", ""])[:3]
         found[node] = slurm_state + (f" ({reason})" if reason and reason != "none" else "")
     return {n["name"]: found.get(n["name"], "unknown to slurmctld") for n in state.nodes}

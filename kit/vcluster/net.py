@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kit.boundedrun import run_bounded
 from kit.excerpt import one_line
 from kit.vcluster.state import VclusterError
 
@@ -26,12 +27,13 @@ TIMEOUT = 30
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
-        done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=TIMEOUT)
+        ran = run_bounded(["ip", *args], timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         raise VclusterError(
             f"`ip {' '.join(args)}` did not finish in {TIMEOUT} s",
             fix="check the host's network stack",
         ) from None
+    done = subprocess.CompletedProcess(["ip", *args], ran.returncode, ran.out, ran.err)
     if check and done.returncode:
         raise VclusterError(
             f"`ip {' '.join(args)}` failed: {one_line(done.stderr, 300)}", fix="the cause ip names"

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from kit.atomic import atomic_write_text
+from kit.boundedrun import run_bounded
 from kit.site.model import SCHEMA, binds_problem
 from kit.site.probe import probe_host
 from kit.site.schema import check_document
@@ -49,10 +50,10 @@ def check_intel_mpi(prefix: Path | None) -> None:
 
 def _version(argv: list[str], pattern: str) -> str | None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        done = run_bounded(argv, timeout=20, limit=64 << 10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    match = re.search(pattern, done.stdout + done.stderr)
+    match = re.search(pattern, done.out + done.err)
     return match.group(1) if match else None
 
 

@@ -58,13 +58,13 @@ def test_other_thread_count_than_the_running_runtime_uses_a_fresh_process(monkey
     tf.constant(1.0) + 1  # the runtime is up: its thread pool is fixed from here on
     current = tf.config.threading.get_intra_op_parallelism_threads()
     launched = []
-    real_run = peak.subprocess.run
+    real_run = peak.run_bounded
 
     def spy(cmd, *args, **kwargs):
         launched.append(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(peak.subprocess, "run", spy)
+    monkeypatch.setattr(peak, "run_bounded", spy)
     assert peak.measure_peak_flops(threads=current + 1, seconds=0.2, n=256) > 1e8
     assert len(launched) == 1 and launched[0][1:4] == ["-m", "gan3d", "peak"]
     assert launched[0][-2:] == ["--threads", str(current + 1)]  # measured in a fresh process

@@ -50,6 +50,13 @@ def test_a_child_that_answers_loaded_is_loaded(tmp_path):
     assert state.record() == LOADED
 
 
+def test_a_child_that_floods_its_output_is_read_with_a_bound_and_still_heard(tmp_path):
+    """20 MB of log before its answer: the probe keeps the head and tail of each stream."""
+    flood = "head -c 20000000 /dev/zero | tr '\\0' x\necho\n"
+    state = itex.probe(fake_python(tmp_path, f"{flood}echo '{json.dumps(LOADED)}'\n"))
+    assert state.record() == LOADED
+
+
 def test_a_child_that_aborts_is_a_reason_with_its_last_words(tmp_path):
     body = 'echo "W itex: this CPU is not supported by this build" >&2\nkill -ABRT $$\n'
     state = itex.probe(fake_python(tmp_path, body))
@@ -61,8 +68,8 @@ def test_a_child_that_aborts_is_a_reason_with_its_last_words(tmp_path):
 def test_a_child_that_exits_or_hangs_or_is_missing_is_a_reason(tmp_path):
     state = itex.probe(fake_python(tmp_path, "echo 'no JSON here'\nexit 3\n"))
     assert state.reason == "importing ITEX ended with exit 3: no JSON here"
-    hung = itex.probe(fake_python(tmp_path, "sleep 30\n"), timeout=0.5)
-    assert not hung.loaded and "did not answer in" in hung.reason
+    hung = itex.probe(fake_python(tmp_path, "echo 'stuck in dlopen' >&2\nsleep 30\n"), timeout=0.5)
+    assert not hung.loaded and hung.reason.endswith("did not answer in 0.5 s: stuck in dlopen")
     gone = itex.probe(str(tmp_path / "no-such-python"))
     assert not gone.loaded and not gone.installed and "no-such-python" in gone.reason
 

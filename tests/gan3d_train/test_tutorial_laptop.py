@@ -29,6 +29,7 @@ def test_the_laptop_tutorial_runs_as_written(parts, tmp_path):
     work = tmp_path / "kit-tutorial"
     # what the page tells the reader to look at, beyond what the commands print
     assert sorted(p.name for p in (work / "build" / "demo" / "plots").glob("*.png"))
+    assert (work / "build" / "demo" / "learning" / "learning.png").stat().st_size > 0
     assert (work / "tune" / "tune.png").stat().st_size > 0
     shown = ("time_per_epoch.png", "showers_per_second.png", "loss_overlay.png", "report.md")
     assert all((work / "sweep" / "report" / name).stat().st_size > 0 for name in shown)

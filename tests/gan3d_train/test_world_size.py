@@ -1,7 +1,8 @@
 """gan3d train refuses a rank whose MPI world is not the job its launcher started: a runtime that
-keeps the launcher's PMI variables from the ranks (udocker without --hostenv, runc losing Hydra's
-PMI fd) leaves each rank a 1-rank job that trains alone and ends with status 0. Real MPICH: a rank
-started without its PMI connection initialises as a singleton while its launcher's count stays."""
+keeps the launcher's PMI variables from the ranks (Apptainer --cleanenv, udocker without --hostenv,
+runc losing Hydra's PMI fd) leaves each rank a 1-rank job that trains alone and ends with status 0.
+Real MPICH: a rank started without its PMI connection initialises as a singleton while its
+launcher's count stays (PMI_SIZE), or, its environment wiped, only --ranks says how many."""
 
 import subprocess
 import sys
@@ -49,34 +50,36 @@ def test_a_singleton_rank_of_a_two_rank_launch_is_refused_in_one_line(data, tmp_
 
 
 @pytest.mark.system
-def test_ranks_cut_off_from_mpiexec_each_refuse(data, tmp_path):
-    """Two ranks under MPICH's mpiexec, each started without PMI_FD (what a runtime that drops the
-    launcher's descriptor or environment does): both stop with the one line, nothing is written."""
+def test_ranks_whose_environment_is_wiped_are_refused_by_the_ranks_on_their_line(data, tmp_path):
+    """Two ranks under MPICH's mpiexec, each started by `env -i` (what Apptainer's --cleanenv
+    does: no PMI variable, no size variable left): only the --ranks the kit writes on every line
+    tells them they are not the job; both stop with the one line, nothing is written."""
     require(MPIEXEC is not None and _mpi4py(), "MPICH mpiexec and mpi4py (scripts/setup.sh)")
+    kept = {k: v for k, v in train_env().items() if k in ("PATH", "HOME", "PYTHONPATH", "TMPDIR")}
     cmd = [
         MPIEXEC,
         "-n",
         "2",
         "env",
-        "-u",
-        "PMI_FD",
-        "-u",
-        "PMI_PORT",
+        "-i",
+        *(f"{k}={v}" for k, v in kept.items()),
         sys.executable,
         "-m",
         "gan3d",
         "train",
+        "--ranks",
+        "2",
         *tiny_run_args(data, tmp_path / "r.json"),
     ]
     done = subprocess.run(
         cmd, cwd=REPO, env=train_env(), capture_output=True, text=True, timeout=300
     )
-    assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     lines = _errors(done.stderr)
     assert len(lines) == 2 and all(
-        "MPI world of 1 rank(s), but the launcher started 2 (PMI_SIZE)" in ln for ln in lines
+        "MPI world of 1 rank(s), but the launcher started 2 (--ranks)" in ln for ln in lines
     ), done.stderr
-    assert not (tmp_path / "r.json").exists()
+    assert "Traceback" not in done.stderr and not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.parametrize("key", runtime.WORLD_SIZE_ENV)
@@ -95,6 +98,13 @@ def test_the_launcher_of_this_process_speaks_first_and_a_batch_scripts_count_not
     runtime.check_world_size(1, {"PMI_SIZE": "1", "SLURM_STEP_NUM_TASKS": "8"})
     runtime.check_world_size(1, {"SLURM_NTASKS": "8"})
     runtime.check_world_size(2, {})
+
+
+def test_the_ranks_on_the_command_line_win_over_any_variable():
+    """--ranks survives a runtime that cleans the environment; a variable never overrules it."""
+    runtime.check_world_size(2, {"PMI_SIZE": "1"}, started=2)
+    with pytest.raises(runtime.SettingsError, match=r"started 2 \(--ranks\)"):
+        runtime.check_world_size(1, {"PMI_SIZE": "1"}, started=2)
 
 
 def _mpi4py() -> bool:

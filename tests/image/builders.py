@@ -18,6 +18,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from tests.support.tmpdirs import remove_tree
+
 CACHE = Path(os.environ.get("KIT_CACHE", Path.home() / ".cache/secure-site-kit")) / "test-images"
 
 
@@ -215,8 +217,8 @@ def buildah_image(out: Path) -> None:
     run("buildah", *store, "push", "kit-test:1", f"docker-archive:{out}/docker.tar:kit-test:1")
     run("buildah", *store, "push", "kit-test:1", f"oci-archive:{out}/oci.tar:kit-test:1")
     run("buildah", *store, "rmi", "-a")
-    shutil.rmtree(out / "storage", ignore_errors=True)
-    shutil.rmtree(out / "run", ignore_errors=True)
+    remove_tree(out / "storage")  # rootless: its files are subordinate ids' (buildah unshare)
+    remove_tree(out / "run")
     shutil.rmtree(ctx)
     run("skopeo", "copy", f"oci-archive:{out}/oci.tar", f"oci:{out}/oci:kit-test")
     run(

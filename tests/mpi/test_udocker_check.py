@@ -179,7 +179,7 @@ def test_ranks_that_run_as_jobs_of_their_own_fail_in_one_line(public, python, im
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     fails = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fails) == 1 and fails[0].startswith(
-        "FAIL: the ranks ran in MPI worlds of 1 rank(s), not in one of 2:"
+        "FAIL: MPI world of 1 rank(s), but the launcher started 2 (kit mpi check):"
     ), done.stdout
     assert "udocker: run --hostenv" in fails[0]
 

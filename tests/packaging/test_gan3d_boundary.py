@@ -15,6 +15,7 @@ ALLOWED = {
     "kit.atomic",
     "kit.readfile",
     "kit.excerpt",
+    "kit.boundedrun",
     "kit.errors",
     "kit.crash",
     "kit.extras",

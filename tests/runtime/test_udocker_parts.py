@@ -5,6 +5,7 @@ by a real shell)."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def _image(tmp_path: Path, environment: str | None) -> Path:
 
 
 def test_every_runtime_the_schema_names_is_registered_and_the_laptop_runs_charliecloud():
-    assert tuple(REGISTRY) == RUNTIMES == ("charliecloud", "udocker")
+    assert tuple(REGISTRY) == RUNTIMES == ("charliecloud", "udocker", "apptainer", "singularity")
     assert runtime_of(LAPTOP).name == "charliecloud"
 
 
@@ -161,9 +162,7 @@ def test_the_wrapper_drops_udockers_kernel_flag_and_nothing_after_the_root(tmp_p
     ]
 
 
-def test_the_wrapper_is_written_once_in_the_kits_cache_and_nothing_else_there_is_replaced(
-    tmp_path, monkeypatch
-):
+def test_the_wrapper_is_written_once_in_the_kits_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = write_wrapper("/usr/bin/proot")
     assert (
@@ -171,15 +170,93 @@ def test_the_wrapper_is_written_once_in_the_kits_cache_and_nothing_else_there_is
         and path.parent == tmp_path / "cache/secure-site-kit/udocker"
     )
     assert path.stat().st_mode & 0o777 == 0o755 and "exec /usr/bin/proot \"$@\"" in path.read_text()
-    assert write_wrapper("/usr/bin/proot") == path and [p.name for p in path.parent.iterdir()] == [
-        path.name
-    ]
+    assert [p.stat().st_mode & 0o777 for p in (path.parent, path.parent.parent)] == [0o700] * 2
+    inode = path.stat().st_ino
+    assert write_wrapper("/usr/bin/proot") == path and path.stat().st_ino == inode
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
     assert wrapper_path("/opt/other/proot") != path  # one wrapper per proot
-    path.chmod(0o644)
-    path.write_text("#!/bin/sh\nexec /tmp/evil \"$@\"\n")
-    with pytest.raises(KitError, match="not the proot wrapper the kit writes; fix: remove it"):
+
+
+def _plant(path: Path, kind: str, text: str, tmp_path: Path) -> None:
+    """Put at the wrapper's path what an attacker (or an accident) would: most with the very bytes
+    the kit writes, so only where and whose they are tells them from the kit's."""
+    if kind == "symlink":
+        (tmp_path / "elsewhere").write_text(text)
+        (tmp_path / "elsewhere").chmod(0o755)
+        path.symlink_to(tmp_path / "elsewhere")
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "device":
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero's numbers
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text(text if kind != "other bytes" else "#!/bin/sh\nexec /tmp/evil \"$@\"\n")
+        path.chmod({"world-writable": 0o777, "not executable": 0o644}.get(kind, 0o755))
+        if kind == "another owner":
+            os.chown(path, 65534, 65534)
+
+
+@pytest.mark.timeout(20)  # a FIFO opened without O_NONBLOCK would hang here, /dev/zero fill memory
+@pytest.mark.parametrize(
+    "kind, said",
+    [
+        ("symlink", "is a symlink"),
+        ("zero", "is a symlink"),
+        ("device", "is a character device"),
+        ("fifo", "is a FIFO"),
+        ("directory", "is a directory"),
+        ("another owner", "belongs to uid 65534"),
+        ("world-writable", "is writable by others (mode 0777)"),
+        ("not executable", "is not executable"),
+        ("other bytes", "not the proot wrapper the kit writes"),
+    ],
+)
+def test_anything_but_the_kits_own_wrapper_at_its_path_is_refused_and_left(
+    tmp_path, monkeypatch, kind, said
+):
+    """Every rank executes the wrapper: the right bytes are not enough, the file must be a regular
+    file of the user's that nobody else can write."""
+    if kind in ("device", "another owner") and os.geteuid() != 0:
+        pytest.skip("mknod and chown need root")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = wrapper_path("/usr/bin/proot")
+    path.parent.mkdir(parents=True, mode=0o700)
+    _plant(path, kind, wrapper_text("/usr/bin/proot"), tmp_path)
+    before = os.lstat(path)
+    with pytest.raises(KitError) as err:
         write_wrapper("/usr/bin/proot")
-    assert "evil" in path.read_text()
+    assert err.value.where == str(path) and said in err.value.what and "fix: " in str(err.value)
+    assert "\n" not in str(err.value)
+    after = os.lstat(path)  # left as it was: the kit replaces nothing it did not make
+    assert (after.st_ino, after.st_mode, after.st_uid) == (
+        before.st_ino,
+        before.st_mode,
+        before.st_uid,
+    )
+
+
+@pytest.mark.parametrize(
+    "where, mode, said",
+    [
+        ("cache/secure-site-kit/udocker", 0o770, "is writable by others (mode 0770)"),
+        ("cache/secure-site-kit", 0o757, "is writable by others (mode 0757)"),
+        ("cache", 0o777, "is writable by others (mode 0777) and not sticky"),
+    ],
+)
+def test_the_wrappers_directories_are_the_users_alone(tmp_path, monkeypatch, where, mode, said):
+    """Someone who can rename entries of a directory above the wrapper can put their own there."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "cache/secure-site-kit/udocker").mkdir(parents=True)
+    (tmp_path / where).chmod(mode)
+    with pytest.raises(KitError, match=r"; fix: chmod go-w ") as err:
+        write_wrapper("/usr/bin/proot")
+    assert err.value.where == str(tmp_path / where) and said in err.value.what
+    assert not any((tmp_path / "cache/secure-site-kit/udocker").iterdir())
+    (tmp_path / where).chmod(0o1777 if where == "cache" else 0o700)  # sticky, as /tmp: no one
+    assert write_wrapper("/usr/bin/proot").is_file()  # else renames what is not theirs
 
 
 def test_rank_view_names_host_paths_as_the_rank_sees_them(tmp_path):

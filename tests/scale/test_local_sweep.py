@@ -146,8 +146,8 @@ def test_a_dry_run_prints_the_command_lines_and_runs_nothing(tmp_path, capsys, m
     assert len(lines) == 2 and all(
         "mpiexec" in line and " -m gan3d train " in line for line in lines
     )
-    assert " -n 1 " in lines[0] and "--threads 2" in lines[0]
-    assert " -n 2 " in lines[1] and "--threads 1" in lines[1]
+    assert " -n 1 " in lines[0] and "--threads 2 --ranks 1 " in lines[0]
+    assert " -n 2 " in lines[1] and "--threads 1 --ranks 2 " in lines[1]
     assert not (sweep / "jobs.yaml").exists() and not (sweep / "logs").exists()
 
 

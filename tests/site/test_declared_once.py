@@ -42,7 +42,13 @@ DEFAULTS: dict[str, Any] = {
         "library_version": None,
         "openmpi": None,
     },
-    "container": {"binds": [], "join": True, "mpi_target": "/opt/hostmpi", "udocker": None},
+    "container": {
+        "binds": [],
+        "join": True,
+        "mpi_target": "/opt/hostmpi",
+        "udocker": None,
+        "apptainer": None,
+    },
     "transfer": {
         "user": None,
         "port": 22,
@@ -68,6 +74,7 @@ SUBSECTION_DEFAULTS = {
         "dir": "~/.udocker",
         "allow_root": False,
     },
+    ("container", "apptainer"): {"executable": None, "options": [], "userns": False},
 }
 
 

@@ -11,17 +11,8 @@ import pytest
 import yaml
 
 from kit.cli import main
+from tests.support.pairs import GOOD
 from tests.support.sites import slurm_site_dict, write_site
-
-GOOD = {
-    "kit_pair": 1,
-    "site": "localslurm",
-    "site_image": "/images/gan3d",
-    "binds": ["/usr/lib:/opt/hostmpi/lib0"],
-    "env": {"set": {"FI_PROVIDER": "psm2"}, "prepend": {"LD_LIBRARY_PATH": ["/opt/hostmpi/lib0"]}},
-    "verdict": {"ok": True, "warnings": []},
-    "image_ready": {"ok": True, "missing": []},
-}
 
 
 def render(tmp_path: Path, capsys, pair: Path) -> tuple[int, str]:

@@ -71,6 +71,7 @@ def test_supermuc_script_binds_the_host_intel_mpi_on_768_nodes(sng_pair, tmp_pat
     )  # ~ expands
     assert words[i + 1 : i + 5] == ["python3", "-m", "gan3d", "train"]
     assert words[words.index("--results") + 1] == "/hppfs/work/pr/run1/results/n768.json"
+    assert words[words.index("--ranks") + 1] == "3072"  # 768 x 4: checked by every rank
     # the job start's own peer group: a group a killed job left on a node (ch-run's default tag is the
     # step id, "0" in every job; a job id repeats too) would stop this one
     assert words[5] == "--join-tag=${KIT_JOIN_TAG}"

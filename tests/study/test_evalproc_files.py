@@ -44,3 +44,29 @@ def test_an_evaluation_plan_kit_study_did_not_write_is_refused_by_key(tmp_path, 
     assert str(exc.value).startswith(f"{tmp_path / evalproc.PLAN}: {named}")
     assert "; fix: kit study run writes it" in str(exc.value)
     assert not (tmp_path / evalproc.EXIT).exists()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "world-writable", "group-writable dir", "own"])
+def test_an_evaluation_runs_commands_only_from_the_kits_own_plan(tmp_path, planted):
+    """eval.json is code: one someone else could have written (a link, a file or a directory others
+    can write) is refused and nothing of it runs."""
+    eval_dir, ran = tmp_path / "e0001", tmp_path / "ran"
+    eval_dir.mkdir(mode=0o700)
+    plan = json.dumps({"commands": [["touch", str(ran)]]})
+    if planted == "symlink":
+        (tmp_path / "theirs.json").write_text(plan)
+        (eval_dir / evalproc.PLAN).symlink_to(tmp_path / "theirs.json")
+    else:
+        (eval_dir / evalproc.PLAN).write_text(plan)
+        (eval_dir / evalproc.PLAN).chmod(0o666 if planted == "world-writable" else 0o644)
+        eval_dir.chmod(0o770 if planted == "group-writable dir" else 0o700)
+    if planted == "own":
+        assert evalproc.run(eval_dir) == 0 and ran.exists()
+        assert evalproc.exit_status(eval_dir) == {"code": 0, "step": 0}
+        return
+    with pytest.raises(KitError) as exc:
+        evalproc.run(eval_dir)
+    said = {"symlink": "is a symlink", "world-writable": "is writable by others (mode 0666)"}
+    assert said.get(planted, "is writable by others (mode 0770)") in str(exc.value)
+    assert "; fix: " in str(exc.value) and not ran.exists()
+    assert not (eval_dir / evalproc.EXIT).exists()

@@ -108,6 +108,7 @@ def test_the_physics_score_validates_the_evaluations_own_checkpoint_and_showers(
     train, validate = local_commands(run, study, laptop, launcher=["mpiexec"], python="py")
     e = (study / "evals" / "e0007").absolute()
     args = PARSER.parse_args(train[train.index("train") + 1 :])
+    assert args.ranks == int(train[train.index("-n") + 1])  # what the launcher starts
     assert args.synthetic == 64 and args.synthetic_dir == str(e / "synthetic")
     assert args.checkpoint_dir == str(e / "checkpoints") and args.results == str(
         e / "results" / "e0007.json"
