@@ -16,6 +16,7 @@ import pytest
 from gan3d.checkpoint import META, CheckpointError, EpochCheckpoints, new_run_id
 from kit.atomic import remove_tree_if
 from tests.support.checkpoints import generator_state
+from tests.support.training import train_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -239,6 +240,7 @@ def test_a_checkpoint_is_there_at_every_instant_and_a_kill_leaves_a_whole_one(tm
         ],
         stdout=subprocess.PIPE,
         text=True,
+        env=train_env(),  # TMPDIR: the run's own, where the killed child's AutoGraph files go
     )
     try:
         first, run_id = child.stdout.readline().split()

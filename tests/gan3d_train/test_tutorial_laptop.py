@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kit.scale import tune
+from kit.site import load_site
 from tests.support.paths import REPO
 from tests.support.training import train_env
+from tests.support.tune import check_tune
 from tests.support.tutorial import run_page
 
 PAGE = REPO / "docs" / "tutorial" / "laptop.md"
@@ -30,7 +33,13 @@ def test_the_laptop_tutorial_runs_as_written(parts, tmp_path):
     # what the page tells the reader to look at, beyond what the commands print
     assert sorted(p.name for p in (work / "build" / "demo" / "plots").glob("*.png"))
     assert (work / "build" / "demo" / "learning" / "learning.png").stat().st_size > 0
-    assert (work / "tune" / "tune.png").stat().st_size > 0
+    # the tune the page runs: a row per layout from its own run, the fastest recommended, and the
+    # recommendation is what `kit scale plan --layout best` takes
+    best = check_tune(work / "tune", "laptop", [(1, 2), (2, 1)])["best"]
+    assert tune.load_best(work / "tune" / tune.TUNE_NAME, load_site("laptop")) == (
+        best["ranks_per_node"],
+        best["threads_per_rank"],
+    )
     shown = ("time_per_epoch.png", "showers_per_second.png", "loss_overlay.png", "report.md")
     assert all((work / "sweep" / "report" / name).stat().st_size > 0 for name in shown)
     runs = sorted((work / "sweep" / "results").glob("n1-*.json"))

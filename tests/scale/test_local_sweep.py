@@ -113,7 +113,7 @@ def test_a_failed_run_is_recorded_with_its_log_the_next_runs_and_a_resubmit_skip
     assert failed["job"].startswith("local-") and failed["job"] != done["job"]
     # the run's command line, as its batch job would have it: the run's threads, the site, results
     log = (sweep / "logs" / f"n1-r2-t1-{done['job']}.out").read_text()
-    assert log.count("rank ") == 2 and "--threads 1 --results" in log
+    assert log.count("rank ") == 2 and "--threads 1 --ranks 2 --results" in log
     assert f"--results {sweep.absolute()}/results/n1-r2-t1.json --preset tiny" in log
 
     rc, runs = _collect(sweep, capsys)

@@ -9,7 +9,6 @@ row with the most showers/s, whatever the machine made of them today.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,11 +22,12 @@ from kit.errors import KitError
 from kit.scale import tune
 from kit.scale.plan import load_plan
 from kit.site import load_site
+from kit.slurm.script import RunFiles
 from tests.support.parts import require
 from tests.support.sites import slurm_site_dict, write_site
 from tests.support.training import horovod_with_mpi
+from tests.support.tune import check_tune
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WAIT = 420  # seconds for the Slurm tune's two jobs (TensorFlow start-up included, two shared cores)
 
 
@@ -51,61 +51,6 @@ def _train_args(files: list[Path]) -> list[str]:
         "--seed",
         "3",
     ]
-
-
-def _check_tune(directory: Path, site: str, layouts: list[tuple[int, int]]) -> dict:
-    """tune.yaml has a row per layout with positive figures and recommends the fastest; tune.png is
-    drawn.
-    """
-    doc = yaml.safe_load((directory / tune.TUNE_NAME).read_text())
-    rows = doc["layouts"]
-    assert [(r["ranks_per_node"], r["threads_per_rank"]) for r in rows] == layouts
-    assert all(
-        r["problem"] is None
-        and r["showers_per_second"] > 0
-        and r["peak_rss_bytes_per_rank"] > 50 * 2**20
-        for r in rows
-    ), rows
-    # % of the measured fp32 peak: the runs measured it, and say that is the denominator; a peak measured
-    # below the run's own rate (the other test worker's load on the cores) gives no % and its run says
-    # why, unless frequency-domain layers made the rate an effective one, which may pass the peak
-    for r in rows:
-        record = json.loads(Path(r["results"]).read_text())
-        if r["percent_of_peak"] is None:
-            assert (
-                not record["fft_convolutions"]
-                and r["percent_of_peak_denominator"] is None
-                and "disturbed" in record["peak_fp32_measured_basis"]
-            )
-        else:
-            assert (
-                0 < r["percent_of_peak"]
-                and (record["fft_convolutions"] or r["percent_of_peak"] <= 100)
-                and r["percent_of_peak_denominator"] == "measured fp32 peak"
-            )
-    fastest = max(rows, key=lambda r: r["showers_per_second"])
-    assert (doc["best"]["ranks_per_node"], doc["best"]["threads_per_rank"]) == (
-        fastest["ranks_per_node"],
-        fastest["threads_per_rank"],
-    )
-    assert doc["site_name"] == site and doc["nodes"] == 1 and doc["cpu"]
-    for row in rows:  # each row is its run's results JSON, not a copy that could drift
-        record = json.loads(Path(row["results"]).read_text())
-        assert record["showers_per_second"] == row["showers_per_second"]
-        # the layer forms each layout's run chose (the suite fixes them: GAN3D_FORMS=fft)
-        assert (row["forms"], row["forms_source"]) == (
-            record["layer_forms"]["forms"],
-            record["layer_forms"]["source"],
-        )
-        assert (
-            row["forms_source"] == "fixed table (--forms fft)" and row["forms"]["d_conv1"] == "fft"
-        )
-        assert (record["ranks_per_node"], record["threads_per_rank"]) == (
-            row["ranks_per_node"],
-            row["threads_per_rank"],
-        )
-    assert (directory / tune.PLOT_NAME).read_bytes()[:8] == PNG_MAGIC
-    return doc
 
 
 def test_candidates_split_the_nodes_cores_and_refuse_what_it_cannot_hold():
@@ -234,65 +179,19 @@ def test_a_peak_measurement_gan3d_train_would_refuse_is_a_usage_error(tmp_path, 
     )
 
 
-@pytest.mark.slow
-def test_laptop_tune_measures_1x2_and_2x1_and_recommends_the_faster(
-    showers, tmp_path, capsys, monkeypatch
-):
-    monkeypatch.setenv(
-        "COLUMNS", "250"
-    )  # rich folds table cells at 80 columns when not on a terminal
-    require(
-        shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich"),
-        "MPICH mpiexec (apt-get install mpich)",
-    )
-    require(horovod_with_mpi(), "horovod built with MPI (scripts/setup.sh)")
-    out = tmp_path / "tune"
-    assert (
-        main(
-            [
-                "scale",
-                "tune",
-                "--site",
-                "laptop",
-                "--dir",
-                str(out),
-                "--steps",
-                "3",
-                "--peak-seconds",
-                "0.5",
-                "--timeout",
-                "400",
-                "--",
-                *_train_args(showers),
-            ]
-        )
-        == 0
-    )
-    printed = " ".join(capsys.readouterr().out.split())
-    doc = _check_tune(out, "laptop", [(1, 2), (2, 1)])
-    best = doc["best"]
-    assert f"best: {best['ranks_per_node']}x{best['threads_per_rank']} fp32" in printed
-    assert "% of measured fp32 peak" in printed and "ran on: " in printed
-    assert best["forms"] == next(
-        r["forms"] for r in doc["layouts"] if r["showers_per_second"] == best["showers_per_second"]
-    )
-    assert f"layer forms of {best['ranks_per_node']}x{best['threads_per_rank']} fp32: " in printed
-    assert "fft d_conv1,d_conv2,d_conv3,d_conv4,g_conv1,g_conv2,g_conv3" in printed
-    assert tune.load_best(out / tune.TUNE_NAME, load_site("laptop")) == (
-        best["ranks_per_node"],
-        best["threads_per_rank"],
-    )
-    # a second tune into the same directory would mix two runs' figures: refused before running
+def test_a_second_tune_into_the_same_directory_is_refused_before_running(tmp_path):
+    """Its figures would mix with the earlier tune's (the laptop tutorial's test runs a real tune)."""
+    site = load_site("laptop")
+    layouts = tune.candidate_layouts(site)
+    earlier = RunFiles(tmp_path.absolute(), layouts[-1].run_id).result
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
+    before = sorted(tmp_path.rglob("*"))
     with pytest.raises(KitError, match="an earlier tune's result is there"):
         tune.run_local(
-            load_site("laptop"),
-            tune.candidate_layouts(load_site("laptop")),
-            out,
-            train_args=(),
-            steps=3,
-            peak_seconds=0.5,
-            timeout=60,
+            site, layouts, tmp_path, train_args=(), steps=3, peak_seconds=0.5, timeout=60
         )
+    assert sorted(tmp_path.rglob("*")) == before and earlier.read_text() == "{}"
 
 
 @pytest.mark.slow
@@ -332,7 +231,7 @@ def test_slurm_tune_submits_each_layout_and_the_plan_takes_the_best(
         )
         == 0
     )
-    doc = _check_tune(out, "localslurm", [(1, 2), (2, 1)])
+    doc = check_tune(out, "localslurm", [(1, 2), (2, 1)])
     jobs = yaml.safe_load((out / "fp32" / "jobs.yaml").read_text())
     assert set(jobs) >= {"r1-t2-fp32", "r2-t1-fp32"}  # each layout was a Slurm job
     capsys.readouterr()

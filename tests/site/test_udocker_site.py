@@ -100,10 +100,10 @@ def test_udocker_settings_for_another_runtime_are_refused(tmp_path):
 def test_an_unknown_runtime_lists_the_registered_ones(tmp_path):
     with pytest.raises(
         SiteError,
-        match=r"container.runtime: 'singularity' is not allowed .*\(allowed: "
-        r"charliecloud, udocker\)",
+        match=r"container.runtime: 'podman' is not allowed .*\(allowed: "
+        r"charliecloud, udocker, apptainer, singularity\)",
     ):
-        load_site(_site(tmp_path, "singularity"))
+        load_site(_site(tmp_path, "podman"))
 
 
 def test_show_names_udocker_settings_and_only_for_udocker(tmp_path, capsys):
