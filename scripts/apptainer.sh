@@ -49,11 +49,12 @@ echo "deb [signed-by=$keyring] $mirror sid main" >"$WORK/apt/sources.list"
 APT=(apt-get -q -o "Dir::Etc::SourceList=$WORK/apt/sources.list" -o Dir::Etc::SourceParts=-
   -o "Dir::State::Lists=$WORK/apt/lists" -o "Dir::Cache=$WORK/apt/cache"
   -o Dir::Etc::Preferences=- -o Dir::Etc::PreferencesParts=- -o Acquire::Languages=none
-  -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
+  -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)"
+  -o Acquire::Retries=1 -o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30)
 log "fetching Apptainer from Debian unstable ($mirror) into $DEST"
-"${APT[@]}" update >"$WORK/log" 2>&1 ||
+timeout 600 "${APT[@]}" update >"$WORK/log" 2>&1 ||
   unavailable "apt-get update of $mirror sid failed: $(tail -n1 "$WORK/log")"
-(cd "$WORK/debs" && "${APT[@]}" download apptainer libc6) >>"$WORK/log" 2>&1 ||
+(cd "$WORK/debs" && timeout 600 "${APT[@]}" download apptainer libc6) >>"$WORK/log" 2>&1 ||
   unavailable "apt-get download apptainer libc6 from sid failed: $(tail -n1 "$WORK/log")"
 for deb in "$WORK"/debs/*.deb; do
   dpkg-deb -x "$deb" "$WORK/root" || unavailable "dpkg-deb -x $(basename "$deb") failed"
