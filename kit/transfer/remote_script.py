@@ -968,8 +968,15 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
     made = False
     try:
         check_source(fd, src, version)
-        made = True  # first: a stop signal right after the mkdir still has it removed
-        os.mkdir(os.path.join(imgdir, work), 0o700)
+        # the stop signals wait until `made` says whether the mkdir made it: one arriving between
+        # the two neither leaves the work dir behind nor has a directory this run did not make
+        # removed (a failed mkdir leaves `made` False)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            os.mkdir(os.path.join(imgdir, work), 0o700)
+            made = True
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         out = os.path.join(imgdir, work, "image" + (".sqfs" if entry.endswith(".sqfs") else ""))
         if suffix in SQUASH_SUFFIXES:
             copy_fd(fd, out)
@@ -994,8 +1001,9 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
             or "Disk quota" in text
             or free_bytes(imgdir) < (1 << 20)
         )  # tar may only say "Wrote only N bytes"
-        remove_ours(imgdir, work)
-        made = False
+        if made:
+            remove_ours(imgdir, work)
+            made = False
         if nospace:
             fail(
                 EXIT_NOSPACE,

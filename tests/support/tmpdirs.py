@@ -10,11 +10,14 @@ run removes them at its end when they were not there at its start.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+
+from kit import atomic
 
 # What the suite's programs are known to make in the system's temporary directory: TensorFlow's
 # AutoGraph modules, a stopped gan3d's private directory (kit.scratch), a test run's own directory
@@ -65,24 +68,15 @@ def left_behind(directory: str, before: set[str]) -> list[str]:
         for name, pid in litter(directory).items()
         if name not in before
         and (not name.startswith("kit-tests-") or name.startswith(own_run))
-        and (pid is None or pid == os.getpid() or not _alive(pid))
+        and (pid is None or pid == os.getpid() or not os.path.exists(f"/proc/{pid}"))
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def remove_tree(path: str | os.PathLike) -> bool:
     """Remove ``path`` as the user running the tests; what rootless buildah or podman made there
     as subordinate ids is removed inside their user namespace. True when nothing is left."""
-    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):  # what the user cannot remove is handled below
+        atomic.remove_tree(path)  # read-only directories of an image included
     if not os.path.lexists(path):
         return True
     tool = next((t for t in ("buildah", "podman") if shutil.which(t)), None)

@@ -471,3 +471,26 @@ def test_the_script_compiles_under_the_oldest_python3():
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_work_dir_this_install_did_not_make_is_left_where_it_is(tmp_path):
+    """The work dir is removed on failure only if this install's mkdir made it: a directory
+    already at that name (its mkdir fails) keeps its files."""
+    src = many_files(tmp_path / "up" / "bb.tar.gz", 3)
+    images = tmp_path / "images"
+    entry = f"bb@{sha12(src)}"
+    there = images / f".{entry}.{os.getpid()}.tmp"
+    (there / "kept").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        remote_script.build(
+            str(src),
+            ".tar.gz",
+            str(images),
+            entry=entry,
+            version=sha12(src),
+            fmt="unpack",
+            stall=60,
+            lock=-1,
+            previous=None,
+        )
+    assert (there / "kept").is_dir() and not (images / entry).exists()
