@@ -225,7 +225,8 @@ def wait(
             raise KitError(
                 f"{sweep_dir}: every run still queued pends for a reason only a person can clear: "
                 + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active)
-                + "; fix the cause (scontrol release, partition limits) or kit scale cancel"
+                + "; fix the cause (a failed launch: the node's slurmd log; then scontrol release;"
+                " partition limits) or kit scale cancel"
             )
         if deadline is not None and time.monotonic() > deadline:
             raise KitError(

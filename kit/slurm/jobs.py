@@ -49,6 +49,7 @@ STUCK = {
     "JobHeldUser",
     "JobHeldAdmin",
     "DependencyNeverSatisfied",
+    "launch failed requeued held",  # the node could not start the job (slurmd's log says why)
 }
 
 

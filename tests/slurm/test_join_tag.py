@@ -53,6 +53,9 @@ def fresh_cluster(root: Path, monkeypatch) -> Iterator[int]:
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     try:
         yield job_id
+    except BaseException:
+        print(cluster.log())  # shown with the failure: why the node held or failed the job
+        raise
     finally:
         cluster.stop()
 
