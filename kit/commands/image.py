@@ -33,7 +33,12 @@ def _size(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "image", "build, convert and inspect container images, offline")
+    _add_convert(leaves)
+    _add_build(leaves)
+    _add_inspect(leaves)
 
+
+def _add_convert(leaves: argparse._SubParsersAction) -> None:
     conv = leaves.add_parser(
         "convert",
         extra="convert",
@@ -100,6 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(conv, "report what would be dropped or changed; write nothing")
     conv.set_defaults(func=_convert)
 
+
+def _add_build(leaves: argparse._SubParsersAction) -> None:
     bld = leaves.add_parser(
         "build",
         help="build the site's training image from its recipe in images/",
@@ -162,6 +169,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(bld, "print the commands; build nothing")
     bld.set_defaults(func=_build)
 
+
+def _add_inspect(leaves: argparse._SubParsersAction) -> None:
     insp = leaves.add_parser(
         "inspect", extra="convert", help="config, layers and MPI libraries of an image"
     )

@@ -451,7 +451,16 @@ def _predict(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "scale", "scaling studies: tune a node, sweep node counts, forecast")
+    _add_plan(leaves)
+    _add_tune(leaves)
+    _add_submit(leaves)
+    _add_collect(leaves)
+    _add_cancel(leaves)
+    _add_report(leaves)
+    _add_predict(leaves)
 
+
+def _add_plan(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "plan",
         help="expand nodes x ranks per node x threads into DIR/plan.yaml",
@@ -504,6 +513,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_args(p)
     p.set_defaults(func=_plan)
 
+
+def _add_tune(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "tune",
         help="measure each ranks x threads layout of a node; write the best to DIR/tune.yaml",
@@ -579,6 +590,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_tune)
 
+
+def _add_submit(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "submit",
         help="sbatch the plan's runs (skips runs done or still queued)",
@@ -594,6 +607,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(p, "check and list; write and submit nothing")
     p.set_defaults(func=_submit)
 
+
+def _add_collect(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("collect", help="the state of every run; the log of a run that failed")
     add_read_dir(p, "the sweep directory")
     p.add_argument("--wait", action="store_true", help="until no run is queued or running")
@@ -611,12 +626,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(p, COLLECT_SCHEMA)
     p.set_defaults(func=_collect)
 
+
+def _add_cancel(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("cancel", help="scancel the plan's queued and running jobs")
     add_read_dir(p, "the sweep directory")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
     add_dry_run(p, "say which jobs; cancel nothing")
     p.set_defaults(func=_cancel)
 
+
+def _add_report(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "report",
         extra="report",
@@ -642,6 +661,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_report)
 
+
+def _add_predict(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "predict",
         extra="report",

@@ -49,15 +49,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(
         sub, "site", "describe a site: its nodes, scheduler, host MPI, container runtime"
     )
+    _add_validate(leaves)
+    _add_show(leaves)
+    _add_probe(leaves)
+
+
+def _add_validate(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("validate", help="check site config files (or names) against the schema")
     p.add_argument("files", nargs="+", metavar="FILE", help="a site config file or a site name")
     p.set_defaults(func=_validate)
+
+
+def _add_show(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "show", help="summary of a site, with theoretical peak per node and island"
     )
     p.add_argument("site", metavar="SITE", help=SITE_HELP)
     add_json(p, JSON_SCHEMA)
     p.set_defaults(func=_show)
+
+
+def _add_probe(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("probe", help="write a site config describing this host")
     p.add_argument("--out", metavar="FILE", help="write here (atomically) instead of stdout")
     p.add_argument("--name", help="site name (default: the host name)")

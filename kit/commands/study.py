@@ -186,7 +186,14 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "study", "hyperparameter studies on the kit's runs")
+    _add_plan(leaves)
+    _add_run(leaves)
+    _add_status(leaves)
+    _add_report(leaves)
+    _add_cancel(leaves)
 
+
+def _add_plan(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "plan",
         help="check a study spec against a site and write DIR",
@@ -228,6 +235,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(p, "check; write nothing")
     p.set_defaults(func=_plan)
 
+
+def _add_run(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("run", help="run the study to its budget (resumes where it stopped)")
     add_read_dir(p, "the study directory (kit study plan made it)")
     p.add_argument(
@@ -238,15 +247,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_run)
 
+
+def _add_status(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("status", help="every evaluation's state and objective; the best so far")
     add_read_dir(p, "the study directory")
     add_json(p, STATUS_SCHEMA)
     p.set_defaults(func=_status)
 
+
+def _add_report(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser("report", help="DIR/report: report.md, report.csv and plots")
     add_read_dir(p, "the study directory")
     p.set_defaults(func=_report)
 
+
+def _add_cancel(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "cancel", help="stop the evaluations in flight (kit study run starts them again)"
     )
