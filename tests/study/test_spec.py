@@ -50,7 +50,7 @@ def test_the_shipped_example_loads():
     spec = load_study(EXAMPLE)
     assert spec.strategy.kind == "mbo" and spec.objective.metric == "physics_score"
     assert spec.fixed["preset"] == "tiny" and spec.budget.evaluations >= 1
-    assert {"lr", "optimizer", "ranks-per-node", "threads"} <= set(spec.space.names)
+    assert {"lr", "optimizer", "ranks-per-node", "flip-prob"} <= set(spec.space.names)
 
 
 @given(st.integers(0, 2**32 - 1))
