@@ -90,8 +90,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used to resume; the message names it and the fix."""
+class CheckpointError(KitError, ValueError):
+    """A checkpoint that cannot be used to resume, with where it is and the fix (a ValueError
+    too: gan3d's own checks are)."""
 
 
 class EpochCheckpoints:
@@ -99,7 +100,9 @@ class EpochCheckpoints:
 
     def __init__(self, directory: str | os.PathLike, keep: int = 2, run_id: str | None = None):
         if keep < 1:
-            raise CheckpointError(f"--keep-checkpoints {keep}: must keep at least 1")
+            raise CheckpointError(
+                f"--keep-checkpoints {keep}: must keep at least 1", fix="give 1 or more"
+            )
         self.directory = Path(directory)
         self.keep = keep
         self.run_id = run_id or new_run_id()  # a resume takes over the id of what it restored
@@ -155,8 +158,9 @@ class EpochCheckpoints:
         if found:
             shown = ", ".join(sorted(found)[:3]) + (", ..." if len(found) > 3 else "")
             raise CheckpointError(
-                f"--checkpoint-dir {self.directory}: holds another run's checkpoints ({shown}); "
-                "fix: continue that run with --resume, or give a new --checkpoint-dir"
+                f"holds another run's checkpoints ({shown})",
+                fix="continue that run with --resume, or give a new --checkpoint-dir",
+                where=f"--checkpoint-dir {self.directory}",
             )
 
     def prepare(self) -> None:
@@ -166,8 +170,9 @@ class EpochCheckpoints:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CheckpointError(
-                f"--checkpoint-dir {self.directory}: cannot be created as a directory "
-                f"({exc.strerror}); fix: give a directory path that can be written"
+                f"cannot be created as a directory ({exc.strerror})",
+                fix="give a directory path that can be written",
+                where=f"--checkpoint-dir {self.directory}",
             ) from None
 
     def save(self, checkpoint, generator, epoch: int, *, meta: dict) -> Path:
@@ -183,15 +188,18 @@ class EpochCheckpoints:
         final = self.directory / f"epoch-{epoch:04d}"
         if os.path.lexists(final) and not (Path(final, META).is_file() and not final.is_symlink()):
             raise CheckpointError(
-                f"{final}: is in the way of epoch {epoch}'s checkpoint and is not one the "
-                "trainer wrote (no meta.json); fix: move it out of --checkpoint-dir"
+                f"is in the way of epoch {epoch}'s checkpoint and is not one the trainer wrote "
+                "(no meta.json)",
+                fix="move it out of --checkpoint-dir",
+                where=str(final),
             )
         recognised = os.lstat(final).st_ino if os.path.lexists(final) else None
         if recognised is not None and self.owner(final) != self.run_id:
             raise CheckpointError(
-                f"{final}: is another run's checkpoint (its meta.json has another run id); "
-                "nothing was replaced; fix: continue that run with --resume, or give a new "
-                "--checkpoint-dir"
+                "is another run's checkpoint (its meta.json has another run id); nothing was "
+                "replaced",
+                fix="continue that run with --resume, or give a new --checkpoint-dir",
+                where=str(final),
             )
         tmp = self.directory / self._tmp_name(epoch)
         remove_tree(tmp)
@@ -208,8 +216,10 @@ class EpochCheckpoints:
         except FileExistsError:
             remove_tree(tmp)
             raise CheckpointError(
-                f"{final}: appeared or changed while epoch {epoch}'s checkpoint was saved; "
-                "nothing was replaced; fix: keep other programs out of --checkpoint-dir"
+                f"appeared or changed while epoch {epoch}'s checkpoint was saved; nothing was "
+                "replaced",
+                fix="keep other programs out of --checkpoint-dir",
+                where=str(final),
             ) from None
         except BaseException:
             remove_tree(tmp)
@@ -249,29 +259,30 @@ class EpochCheckpoints:
         """meta.json of checkpoint `path`, checked: a JSON object with an int `epoch` matching the
         name.
         """
-        file, fix = path / META, f"fix: delete {path} to resume from the one before it"
+        file, fix = path / META, f"delete {path} to resume from the one before it"
         try:
             meta = json.loads(read_regular(file, MAX_META_BYTES, follow_symlinks=False))
         except NotRegularFile as exc:
-            raise CheckpointError(f"{file}: is {exc.kind}, not a regular file; {fix}") from None
+            raise CheckpointError(
+                f"is {exc.kind}, not a regular file", fix=fix, where=str(file)
+            ) from None
         except (
             OSError,
             ValueError,
             RecursionError,
         ) as exc:  # unreadable, too big, not JSON, too deep
             raise CheckpointError(
-                f"{file}: unreadable checkpoint metadata ({one_line(exc)}); {fix}"
+                f"unreadable checkpoint metadata ({one_line(exc)})", fix=fix, where=str(file)
             ) from None
-        try:
-            check_value(
-                meta, file, META_SCHEMA, what="checkpoint metadata", fix=fix.removeprefix("fix: ")
-            )
-        except KitError as exc:
-            raise CheckpointError(str(exc)) from None
+        check_value(
+            meta, file, META_SCHEMA, what="checkpoint metadata", fix=fix, error=CheckpointError
+        )
         match = _NAME.fullmatch(path.name)
         if match and int(match.group(1)) != meta["epoch"]:
             raise CheckpointError(
-                f"{file}: epoch: {meta['epoch']} but the directory is {path.name}; {fix}"
+                f"epoch: {meta['epoch']} but the directory is {path.name}",
+                fix=fix,
+                where=str(file),
             )
         return meta
 
@@ -280,17 +291,19 @@ class EpochCheckpoints:
         """Every entry of checkpoint `path` is a regular file, and the state index and data
         exist.
         """
-        fix = f"fix: delete {path} to resume from the one before it"
+        fix = f"delete {path} to resume from the one before it"
         try:
             with os.scandir(path) as listing:
                 entries = list(itertools.islice(listing, MAX_ENTRIES + 1))
         except OSError as exc:
             raise CheckpointError(
-                f"{path}: cannot list the checkpoint ({exc.strerror}); {fix}"
+                f"cannot list the checkpoint ({exc.strerror})", fix=fix, where=str(path)
             ) from None
         if len(entries) > MAX_ENTRIES:
             raise CheckpointError(
-                f"{path}: holds more than {MAX_ENTRIES} entries, not a checkpoint; {fix}"
+                f"holds more than {MAX_ENTRIES} entries, not a checkpoint",
+                fix=fix,
+                where=str(path),
             )
         for entry in entries:
             if not entry.is_file(follow_symlinks=False):
@@ -300,17 +313,17 @@ class EpochCheckpoints:
                 if entry.is_symlink():
                     kind = "a symbolic link"
                 raise CheckpointError(
-                    f"{entry.path}: is {kind}; a checkpoint holds regular files only; {fix}"
+                    f"is {kind}; a checkpoint holds regular files only", fix=fix, where=entry.path
                 )
         names = {e.name for e in entries}
         for need in (f"{STATE}.index", GENERATOR_WEIGHTS):
             if need not in names:
                 raise CheckpointError(
-                    f"{path / need}: missing, the checkpoint is incomplete; {fix}"
+                    "missing, the checkpoint is incomplete", fix=fix, where=str(path / need)
                 )
         if not any(n.startswith(f"{STATE}.data-") for n in names):
             raise CheckpointError(
-                f"{path / STATE}.data-*: missing, the checkpoint is incomplete; {fix}"
+                "missing, the checkpoint is incomplete", fix=fix, where=f"{path / STATE}.data-*"
             )
 
     def restore(self, checkpoint, path: Path, expect: dict) -> dict:
@@ -323,21 +336,24 @@ class EpochCheckpoints:
         for key, value in expect.items():
             if meta.get(key) != value:
                 raise CheckpointError(
-                    f"{path}: checkpoint has {key}={meta.get(key)!r} but this run asks for {value!r}; "
-                    f"fix: resume with the same {key}, or use another --checkpoint-dir"
+                    f"checkpoint has {key}={meta.get(key)!r} but this run asks for {value!r}",
+                    fix=f"resume with the same {key}, or use another --checkpoint-dir",
+                    where=str(path),
                 )
         self.check_files(path)
         try:
             checkpoint.read(str(path / STATE)).assert_existing_objects_matched()
         except (AssertionError, ValueError) as exc:
             raise CheckpointError(
-                f"{path / STATE}: does not match this model ({one_line(exc)}); "
-                f"fix: use another --checkpoint-dir or train without --resume"
+                f"does not match this model ({one_line(exc)})",
+                fix="use another --checkpoint-dir or train without --resume",
+                where=str(path / STATE),
             ) from None
         except (tf.errors.OpError, IndexError) as exc:  # missing or truncated state files
             raise CheckpointError(
-                f"{path / STATE}: cannot be read ({type(exc).__name__}: {one_line(exc)}); "
-                f"fix: delete {path} to resume from the one before it"
+                f"cannot be read ({type(exc).__name__}: {one_line(exc)})",
+                fix=f"delete {path} to resume from the one before it",
+                where=str(path / STATE),
             ) from None
         if meta.get("run_id"):
             self.run_id = meta["run_id"]  # the resumed run goes on as the run that wrote it

@@ -67,9 +67,8 @@ def col2im_input_grad(dy: tf.Tensor, kernel: tf.Tensor, input_shape) -> tf.Tenso
     t = tf.matmul(tf.reshape(dy, (-1, cout)), tf.reshape(kernel, (taps, cout)), transpose_b=True)
     # The 125 shifted adds run in float32 also for bf16 operands: oneDNN's own convolutions
     # accumulate in float32, and 125 roundings to bf16's 8-bit mantissa would not.
-    t = tf.transpose(
-        tf.reshape(tf.cast(t, tf.float32), (-1, d, h, w, taps)), (4, 0, 1, 2, 3)
-    )  # tap-major
+    # tap-major
+    t = tf.transpose(tf.reshape(tf.cast(t, tf.float32), (-1, d, h, w, taps)), (4, 0, 1, 2, 3))
     parts = []
     for i in range(kd):
         for j in range(kh):
@@ -95,9 +94,8 @@ def col2im_pays(dtype: tf.DType) -> bool:
 def image_conv3d(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """Stride-1 SAME conv3d of a 1-channel volume with the col2im input-gradient (where it pays)."""
     strides = [1, 1, 1, 1, 1]
-    col2im = col2im_pays(
-        x.dtype
-    )  # the input: a Keras kernel is an AutoCastVariable, float32 until read
+    # the input: a Keras kernel is an AutoCastVariable, float32 until read
+    col2im = col2im_pays(x.dtype)
 
     @tf.custom_gradient
     def conv(x, kernel):

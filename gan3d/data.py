@@ -206,9 +206,8 @@ class ShowerFiles:
             raise DataError("no data files given; fix: pass --data DIR|GLOB|a.h5,b.h5")
         self.skip_bad_events = skip_bad_events
         self._h5: list = []
-        self._kept: list[
-            np.ndarray | None
-        ] = []  # file event index of each usable event (None: all)
+        # file event index of each usable event (None: all)
+        self._kept: list[np.ndarray | None] = []
         self.counts: list[int] = []
         self.energies: list[np.ndarray] = []  # GeV, per file, usable events only
         self.skipped: list[int] = []
@@ -238,9 +237,8 @@ class ShowerFiles:
         self.energies.append(energy if kept is None else energy[kept])
         self.counts.append(len(self.energies[-1]))
         self.skipped.append(len(energy) - self.counts[-1])
-        if (
-            self.counts[-1] and not self.skip_bad_events
-        ):  # the first and last events decode and are finite
+        # the first and last events decode and are finite
+        if self.counts[-1] and not self.skip_bad_events:
             self.read(k, 0, 1)
             self.read(k, self.counts[-1] - 1, self.counts[-1])
 
@@ -364,9 +362,8 @@ class EventRanges:
         self, files: ShowerFiles, ranges: Sequence[tuple[int, int, int]], label: str, fix: str
     ):
         self.files, self.ranges, self.label, self.fix = files, list(ranges), label, fix
-        self.paths = list(
-            dict.fromkeys(files.paths[k] for k, _, _ in self.ranges)
-        )  # the files drawn from
+        # the files drawn from
+        self.paths = list(dict.fromkeys(files.paths[k] for k, _, _ in self.ranges))
         self.counts = [b - a for _, a, b in self.ranges]
         self.energies = [files.energies[k][a:b] for k, a, b in self.ranges]
         self.num_events = sum(self.counts)
@@ -522,11 +519,12 @@ class ShowerStream:
         """Events held at once by the stream and its consumer: window buffer and batches in
         flight.
         """
+        # queued, in-flight and consumer's batches
         return (
             self.window_blocks * self.block_events
             + self.batch_size  # the window buffer
             + (self.prefetch_batches + 3) * self.batch_size
-        )  # queued, in-flight and consumer's batches
+        )
 
     def plan(self, epoch: int) -> list[tuple[int, int, int]]:
         """This rank's (file, start, stop) reads for an epoch, in reading order."""
@@ -572,9 +570,8 @@ class ShowerStream:
             for i in range(0, full, self.batch_size):
                 take = order[i : i + self.batch_size]
                 yield _preprocess_owned(buffer[take], energy[take], self.xscale)
-            rest = order[
-                full:
-            ]  # fewer than batch_size events carried to the front of the next window
+            # fewer than batch_size events carried to the front of the next window
+            rest = order[full:]
             buffer[: len(rest)], energy[: len(rest)] = buffer[rest], energy[rest]
             carry = len(rest)
         if carry and not self.drop_remainder:

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         return proc.returncode
     console.print(f"training job took {time.time() - t0:.0f} s", style="dim")
     plots = run_validation(args, data, console)
-    record = read_json_object(args.results, "gan3d results file", "fix: run the demo again")
+    record = read_json_object(args.results, "gan3d results file", "run the demo again")
     check_value(record, args.results, TAGGED, what="gan3d results file", fix="run the demo again")
     print_summary(console, record, plots=plots, results=args.results)
     if args.learn_steps > 0:

@@ -75,9 +75,8 @@ def train_from_seed(
         (s.discriminator, model.discriminator(preset, precision)),
     ):
         mine.set_weights(fresh.get_weights())
-    for var in (
-        s.d_optimizer.variables + s.g_optimizer.variables
-    ):  # RMSprop and Adam start from zeros
+    # RMSprop and Adam start from zeros
+    for var in s.d_optimizer.variables + s.g_optimizer.variables:
         var.assign(tf.zeros_like(var))
     s.reseed(0, seed)
     batches = max(1, len(images) // batch)

@@ -105,9 +105,8 @@ def _axes_1_2(z: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.
     """Axis 0's output (K0 re/im, L1 L2 R) -> the spectrum (K0 n1, n2 re/im, R)."""
     half = n[0] // 2 + 1
     z = tf.matmul(mats[1], tf.reshape(z, (half, 2 * length[1], -1)))  # (K0, n1 re/im, L2 R)
-    return tf.matmul(
-        mats[2], tf.reshape(z, (half * n[1], 2 * length[2], -1))
-    )  # (K0 n1, n2 re/im, R)
+    # (K0 n1, n2 re/im, R)
+    return tf.matmul(mats[2], tf.reshape(z, (half * n[1], 2 * length[2], -1)))
 
 
 def _to_freq(t: tf.Tensor, mats: list[tf.Tensor], n: Axes, length: Axes) -> tf.Tensor:

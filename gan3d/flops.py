@@ -67,14 +67,20 @@ def model_forward_flops(model) -> list[LayerFlops]:
         elif isinstance(layer, tf.keras.layers.Dense):
             macs = cin * int(layer.units)
         executed = macs
-        if isinstance(
-            layer, PackedConv3D
-        ):  # ceil(w/2) positions x 2 co channels, kernel one wider in w
+        # ceil(w/2) positions x 2 co channels, kernel one wider in w
+        if isinstance(layer, PackedConv3D):
             (d, h, w, co), (kd, kh, kw) = out_shape, layer.kernel_size
             executed = d * h * -(-w // 2) * 2 * co * kd * kh * (kw + 1) * cin
         first = any(id(t) in inputs for t in _as_list(layer.input))
         rows.append(
-            LayerFlops(layer.name, type(layer).__name__, out_shape, 2 * macs, first, 2 * executed)
+            LayerFlops(
+                name=layer.name,
+                kind=type(layer).__name__,
+                output_shape=out_shape,
+                forward=2 * macs,
+                takes_model_input=first,
+                executed=2 * executed,
+            )
         )
     return rows
 

@@ -1,6 +1,7 @@
 """The layer forms a probe chose, kept per machine so that the next run starts without probing.
 
-One JSON file per key in `$XDG_CACHE_HOME/secure-site-kit/gan3d-forms/` (default `~/.cache`). The
+One JSON file per key in gan3d-forms/ of the kit's cache (`kit.cachedir`: `$KIT_CACHE`, else
+`$XDG_CACHE_HOME/secure-site-kit`, else `~/.cache/secure-site-kit`). The
 key is everything the choice depends on: the CPU model and its flags, the TensorFlow version,
 whether ITEX's kernels run the model, the preset, precision, batch per rank, threads per rank,
 inter-op threads, ranks per node, and the forms each layer could take. The file is named by the
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from kit.atomic import atomic_write_text
+from kit.cachedir import kit_cache
 from kit.errors import KitError
 from kit.readfile import read_json_object
 from kit.schema import Field, Section, check_value
@@ -30,12 +31,8 @@ FILE_NAME = re.compile(r"[0-9a-f]{24}\.json")
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """$XDG_CACHE_HOME/secure-site-kit/gan3d-forms (a relative XDG_CACHE_HOME is ignored, as the
-    XDG specification says), else ~/.cache/secure-site-kit/gan3d-forms."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CACHE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "secure-site-kit" / "gan3d-forms"
+    """gan3d-forms/ in the kit's cache (kit.cachedir)."""
+    return kit_cache(environ) / "gan3d-forms"
 
 
 def cache_path(directory: Path, key: Mapping) -> Path:
@@ -59,7 +56,7 @@ def read(
     """(the cached forms, "") or (None, why not: "" where there is no file, else a warning)."""
     fix = "none needed, it is measured again"
     try:
-        doc = read_json_object(path, "layer forms cache file", f"fix: {fix}", limit=MAX_BYTES)
+        doc = read_json_object(path, "layer forms cache file", fix, limit=MAX_BYTES)
         doc = check_value(doc, path, schema(allowed), what="layer forms cache file", fix=fix)
     except FileNotFoundError:
         return None, ""

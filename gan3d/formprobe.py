@@ -123,9 +123,8 @@ def probe(
     t0 = clock()
     tf_log = logging.getLogger("tensorflow")
     level = tf_log.level
-    tf_log.setLevel(
-        logging.ERROR
-    )  # not "N calls triggered tf.function retracing": 20 first calls do
+    # not "N calls triggered tf.function retracing": 20 first calls do
+    tf_log.setLevel(logging.ERROR)
     try:
         times, rounds = time_forms(
             candidates, min_rounds=min_rounds, max_rounds=max_rounds, budget=budget, clock=clock

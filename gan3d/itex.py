@@ -30,12 +30,10 @@ from kit.excerpt import one_line
 MODULE = "intel_extension_for_tensorflow"
 DISTRIBUTION = "intel-extension-for-tensorflow"
 PROBE_TIMEOUT = 600.0  # seconds: importing TensorFlow and ITEX on a loaded node takes 10-60 s
-MAX_PROBE_OUTPUT = (
-    64 << 10
-)  # bytes kept of each stream of the child: one JSON line, ITEX's last words
-MAX_MAPS = (
-    8 << 20
-)  # bytes of /proc/self/maps read (a TensorFlow process maps ~1,500 lines, ~200 KB)
+# bytes kept of each stream of the child: one JSON line, ITEX's last words
+MAX_PROBE_OUTPUT = 64 << 10
+# bytes of /proc/self/maps read (a TensorFlow process maps ~1,500 lines, ~200 KB)
+MAX_MAPS = 8 << 20
 KERNELS = re.compile(r"libitex_(?P<device>cpu|gpu|xpu)_internal_(?P<isa>[a-z0-9_]+)\.so")
 NOT_INSTALLED = (
     f"{DISTRIBUTION} is not installed in this Python ({sys.executable}): the kit's main stack pins "
@@ -98,7 +96,9 @@ def seen_here() -> ItexState:
     match = KERNELS.fullmatch(library)
     assert match is not None
     backend = f"{match['device'].upper()} {match['isa'].upper()}"
-    return ItexState(True, True, _version(), backend, library)
+    return ItexState(
+        installed=True, loaded=True, version=_version(), backend=backend, library=library
+    )
 
 
 def load_here() -> ItexState:

@@ -114,7 +114,11 @@ def choose_forms(
     cached = share(cached)
     if cached is not None:
         return Choice(
-            model.check_forms(cached, shape.precision), "cache", str(path), None, warnings
+            forms=model.check_forms(cached, shape.precision),
+            source="cache",
+            cache_file=str(path),
+            probe=None,
+            warnings=warnings,
         )
     if run_probe is None:
 
@@ -135,4 +139,6 @@ def choose_forms(
             warnings.append(why)
         else:
             written = str(path)
-    return Choice(forms, "probe", written, measured.record(), warnings)
+    return Choice(
+        forms=forms, source="probe", cache_file=written, probe=measured.record(), warnings=warnings
+    )

@@ -26,8 +26,8 @@ Conventions, so that a report can compare runs:
   `epoch_step_seconds` is each epoch's steps alone (their wall times summed, the first step
   included), so that a report sets an epoch's steps beside the same epoch's wall clock.
 - `container` names the runtime the job ran in ("charliecloud": ch-run sets CH_RUNNING; "udocker":
-  udocker sets container_execmode and container_root) or is null
-  for a bare run; a report compares the two.
+  udocker sets container_execmode and container_root; "apptainer": Apptainer and Singularity set
+  APPTAINER_CONTAINER or SINGULARITY_CONTAINER) or is null for a bare run; a report compares them.
 - `memory_available_bytes_min_per_rank`: each rank's lowest MemAvailable of its node, sampled at
   the end of every epoch (the paper's Table 9 compares free memory with and without the container).
 - `precision` is the compute precision of the step: "fp32" (absent in older records: fp32),
@@ -93,9 +93,8 @@ from kit import __version__ as kit_version
 from kit.atomic import atomic_write_text
 from kit.schema import Field, Section
 
-if (
-    TYPE_CHECKING
-):  # the trainer's phase records, for types only: kit reads this module without the trainer
+# the trainer's phase records, for types only: kit reads this module without the trainer
+if TYPE_CHECKING:
     from gan3d.train import Data, Host, Model, Progress
 
 SCHEMA = "gan3d-run/2"
@@ -179,12 +178,15 @@ def communication(environ: Mapping[str, str] | None = None) -> dict:
 
 def container_runtime(environ: Mapping[str, str] | None = None) -> str | None:
     """ "charliecloud" inside ch-run (it exports CH_RUNNING to the contained process), "udocker"
-    inside udocker run (it exports container_execmode, e.g. P1, and container_root), else None: the
-    run is bare. Recorded so a report never merges container and bare runs, or two runtimes, into
-    one series."""
+    inside udocker run (it exports container_execmode, e.g. P1, and container_root), "apptainer"
+    inside apptainer or singularity exec (they export APPTAINER_CONTAINER, SINGULARITY_CONTAINER:
+    the image), else None: the run is bare. Recorded so a report never merges container and bare
+    runs, or two runtimes, into one series."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     if "CH_RUNNING" in env:
         return "charliecloud"
+    if "APPTAINER_CONTAINER" in env or "SINGULARITY_CONTAINER" in env:
+        return "apptainer"
     return "udocker" if "container_execmode" in env and "container_root" in env else None
 
 

@@ -16,9 +16,8 @@ MAX_POINTS = 1024
 class StepLosses:
     def __init__(self, max_points: int = MAX_POINTS):
         self.stride = 1
-        self.points: list[
-            tuple[int, int, int, float, float]
-        ] = []  # (global step, epoch, step, d, g)
+        # (global step, epoch, step, d, g)
+        self.points: list[tuple[int, int, int, float, float]] = []
         self._max = max(2, max_points)
 
     def add(self, global_step: int, epoch: int, step: int, *, losses: dict[str, float]) -> None:

@@ -302,12 +302,11 @@ class LossDiverged(KitError):
     reported.
     """
 
-    def __init__(self, message: str, epoch: int, step: int | None):
-        super().__init__(message)
+    def __init__(self, message: str, epoch: int, step: int | None, *, fix: str | None = None):
+        super().__init__(message, fix=fix)
         self.epoch, self.step = epoch, step
-        self.history: list[
-            dict
-        ] = []  # the epochs completed before, all finite (the epoch loop fills it in)
+        # the epochs completed before, all finite (the epoch loop fills it in)
+        self.history: list[dict] = []
 
 
 def check_losses(
@@ -322,11 +321,11 @@ def check_losses(
         )
         raise LossDiverged(
             f"losses became {what} at {where} ({', '.join(bad[:4])}"
-            f"{', ...' if len(bad) > 4 else ''}); this state is not checkpointed; fix: try a "
-            f"lower --lr (the step used {lr:g}), check the data scale (--xscale {args.xscale:g}), "
-            "or --resume from the last checkpoint",
+            f"{', ...' if len(bad) > 4 else ''}); this state is not checkpointed",
             epoch,
             step,
+            fix=f"try a lower --lr (the step used {lr:g}), check the data scale (--xscale "
+            f"{args.xscale:g}), or --resume from the last checkpoint",
         )
 
 
@@ -337,10 +336,11 @@ def check_weights(models, epoch: int, args) -> None:
             if not np.isfinite(var.numpy()).all():
                 raise LossDiverged(
                     f"weights became NaN or Inf in epoch {epoch} ({var.name}); this state is not "
-                    f"checkpointed; fix: try a lower --lr (now {args.lr:g} per rank) or "
-                    "--resume from the last checkpoint",
+                    "checkpointed",
                     epoch,
                     None,
+                    fix=f"try a lower --lr (now {args.lr:g} per rank) or --resume from the last "
+                    "checkpoint",
                 )
 
 
@@ -438,9 +438,8 @@ def _data_files(
                 ValueError
             ) as exc:  # a file there that the simulator did not write, too many showers
                 raise SettingsError(f"--synthetic-dir {exc}") from None
-        if (
-            layout.size > 1
-        ):  # Horovod (not started yet, so mpi4py): rank 0 simulated them; every rank reads them
+        # Horovod (not started yet, so mpi4py): rank 0 simulated them; every rank reads them
+        if layout.size > 1:
             from mpi4py import MPI
 
             target = MPI.COMM_WORLD.bcast(target, root=0)
@@ -518,9 +517,8 @@ def _train_epoch(
         if done == 0:
             lr_first = step.learning_rate
         ts = time.perf_counter()
-        losses = {
-            k: float(v) for k, v in step(images, ep, cellsum).items()
-        }  # float() waits for the step
+        # float() waits for the step
+        losses = {k: float(v) for k, v in step(images, ep, cellsum).items()}
         times.add(time.perf_counter() - ts, epoch + 1, done + 1)
         check_losses(losses, epoch + 1, done + 1, lr=step.learning_rate, args=args)
         logged.add(epoch * steps + done, epoch + 1, done + 1, losses=losses)
@@ -592,18 +590,15 @@ class Progress:
     times: StepTimes = field(default_factory=StepTimes)
     step_losses: StepLosses = field(default_factory=StepLosses)
     history: list[dict] = field(default_factory=list)
-    epoch_times: list[float] = field(
-        default_factory=list
-    )  # the train loop, before the closing all-reduces
+    # the train loop, before the closing all-reduces
+    epoch_times: list[float] = field(default_factory=list)
     wall_times: list[float] = field(default_factory=list)  # the paper's epoch clock
-    step_sums: list[float] = field(
-        default_factory=list
-    )  # each epoch's steps alone, beside its wall clock
+    # each epoch's steps alone, beside its wall clock
+    step_sums: list[float] = field(default_factory=list)
     val_times: list[float] = field(default_factory=list)
     ckpt_times: list[float] = field(default_factory=list)
-    available: list[int | None] = field(
-        default_factory=list
-    )  # the node's MemAvailable at epoch ends
+    # the node's MemAvailable at epoch ends
+    available: list[int | None] = field(default_factory=list)
 
 
 def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
@@ -634,7 +629,15 @@ def _plan_host(args: argparse.Namespace, layout: RankLayout) -> Host:
             "--itex off, but TensorFlow loads an installed ITEX plugin by itself; "
             "for a plain-TensorFlow run use an environment without intel-extension-for-tensorflow"
         )
-    return Host(site, cores, threads, settings, bf16_unit, itex, warnings)
+    return Host(
+        site=site,
+        cores=cores,
+        threads=threads,
+        settings=settings,
+        bf16_unit=bf16_unit,
+        itex=itex,
+        warnings=warnings,
+    )
 
 
 def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
@@ -683,7 +686,15 @@ def _open_data(args: argparse.Namespace, layout: RankLayout) -> Data:
         val_stream.batches_per_epoch, args.validation_steps or val_stream.batches_per_epoch
     )
     return Data(
-        train_files, val_files, held_out, skipped, stream, val_stream, steps, val_steps, temp_dir
+        train_files=train_files,
+        val_files=val_files,
+        held_out=held_out,
+        skipped=skipped,
+        stream=stream,
+        val_stream=val_stream,
+        steps=steps,
+        val_steps=val_steps,
+        temp_dir=temp_dir,
     )
 
 
@@ -733,9 +744,8 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
             f"{layout.size}: horovod and mpi4py are built against different MPIs; "
             "fix: rebuild both against the MPI the launcher belongs to"
         )
-    tf.keras.utils.set_random_seed(
-        args.seed
-    )  # same initial weights everywhere (rank 0's are broadcast)
+    # same initial weights everywhere (rank 0's are broadcast)
+    tf.keras.utils.set_random_seed(args.seed)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
     in_force = runtime.settings_in_force()
@@ -762,9 +772,8 @@ def _measure_peaks(args: argparse.Namespace, host: Host, hvd) -> dict[str, float
     if args.measure_peak:
         from gan3d.peak import measure_peak_flops
 
-        for p in dict.fromkeys(
-            (_peak_precision(args), "fp64")
-        ):  # all ranks at once: what this layout reaches
+        # all ranks at once: what this layout reaches
+        for p in dict.fromkeys((_peak_precision(args), "fp64")):
             mine = measure_peak_flops(host.threads, seconds=args.measure_peak, precision=p)
             # Horovod: the job's peak is the sum of every rank's.
             peaks[p] = float(sum(hvd.allgather_object(mine)))
@@ -778,12 +787,12 @@ def _choose_forms(args: argparse.Namespace, layout: RankLayout, host: Host, hvd)
     from gan3d.precision import model_precision
 
     shape = RunShape(
-        args.preset,
-        model_precision(args.precision),
-        args.batch_size,
-        host.threads,
-        args.inter_op_threads,
-        layout.ranks_per_node,
+        preset=args.preset,
+        precision=model_precision(args.precision),
+        batch_per_rank=args.batch_size,
+        threads_per_rank=host.threads,
+        inter_op_threads=args.inter_op_threads,
+        ranks_per_node=layout.ranks_per_node,
     )
     # Horovod: every rank builds the model with rank 0's forms.
     choice = choose_forms(
@@ -846,7 +855,14 @@ def _build_model(
     )
     step = TrainStep(gen, disc, config=config, hvd=hvd)
     state = tf.train.Checkpoint(generator=gen, discriminator=disc, **step.variables_to_checkpoint())
-    return Model(gen, disc, step, state, loss_weights, _weights_digest((gen, disc)))
+    return Model(
+        gen=gen,
+        disc=disc,
+        step=step,
+        state=state,
+        loss_weights=loss_weights,
+        initial_digest=_weights_digest((gen, disc)),
+    )
 
 
 def _restore_and_broadcast(
@@ -865,8 +881,9 @@ def _restore_and_broadcast(
         latest = checkpoints.latest()
         if latest is None:
             raise CheckpointError(
-                f"--resume: no complete checkpoint in {checkpoints.directory}; "
-                "fix: train without --resume first, or point --checkpoint-dir at the run"
+                f"no complete checkpoint in {checkpoints.directory}",
+                fix="train without --resume first, or point --checkpoint-dir at the run",
+                where="--resume",
             )
         meta = checkpoints.restore(model.state, latest, {"preset": args.preset})
         start_epoch = int(meta["epoch"])
@@ -882,9 +899,8 @@ def _restore_and_broadcast(
         + step.g_optimizer.variables,
         root_rank=0,
     )
-    step.set_learning_rate(
-        step.config.learning_rate
-    )  # this run's --lr, not the one restored with the optimizer
+    # this run's --lr, not the one restored with the optimizer
+    step.set_learning_rate(step.config.learning_rate)
     if start_epoch:
         _say(layout, f"gan3d train: resumed from {latest} after epoch {start_epoch}")
     if start_epoch >= args.epochs:
@@ -967,9 +983,8 @@ def _train(
                 lr=step.learning_rate,
                 args=args,
             )
-            check_weights(
-                (model.gen, model.disc), epoch + 1, args
-            )  # identical on all ranks: all stop together
+            # identical on all ranks: all stop together
+            check_weights((model.gen, model.disc), epoch + 1, args)
 
             t0 = time.perf_counter()
             # Horovod: checkpoint on rank 0 only, so that ranks do not overwrite each other's.

@@ -87,8 +87,7 @@ PLOT_SOFTWARE = "python -m gan3d validate"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PNG_HEAD = 64 * 1024  # read of a PNG: matplotlib writes its text chunks right after the header
 RESULTS_FIX = (
-    "fix: point --results at the results JSON gan3d train wrote (its --results), "
-    "or leave --results out"
+    "point --results at the results JSON gan3d train wrote (its --results), or leave --results out"
 )
 SCORE_MEANING = (
     "1 = as close to the data as held-out data showers, 0 = as far as empty showers, "
@@ -383,10 +382,11 @@ def plot_features(
             ax.set_ylabel("mean energy per cell slice")
             ax.legend()
         for ax, key in zip(axes[3:], ("cellsum_over_ep", "m1_z", "m2_z", "m1_x", "m2_x")):
+            # empty showers have no moments
             rv, fv = (
                 r[key][np.isfinite(r[key])],
                 f[key][np.isfinite(f[key])],
-            )  # empty showers have no moments
+            )
             both = np.concatenate([rv, fv])
             n_bins = int(np.clip(np.sqrt(len(both)), 10, 40))
             if len(both):
@@ -471,13 +471,16 @@ def read_results(path: str | Path) -> dict:
             parse_constant=_no_constant,
         )
     except FileNotFoundError:
-        raise KitError(f"{path}: no such results file; {RESULTS_FIX}") from None
+        raise KitError("no such results file", fix=RESULTS_FIX, where=str(path)) from None
     except NotRegularFile as exc:
-        raise KitError(f"{path}: is {exc.kind}, not a regular file; {RESULTS_FIX}") from None
+        raise KitError(
+            f"is {exc.kind}, not a regular file", fix=RESULTS_FIX, where=str(path)
+        ) from None
     except (ValueError, RecursionError) as exc:
-        raise KitError(f"{path}: not valid JSON ({one_line(exc)}); {RESULTS_FIX}") from None
-    fix = RESULTS_FIX.removeprefix("fix: ")
-    check_value(record, path, TAGGED, what="results file of gan3d train", fix=fix)
+        raise KitError(
+            f"not valid JSON ({one_line(exc)})", fix=RESULTS_FIX, where=str(path)
+        ) from None
+    check_value(record, path, TAGGED, what="results file of gan3d train", fix=RESULTS_FIX)
     return record
 
 
@@ -618,9 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     from gan3d.data import DataError, ShowerFiles, expand_data_arg
 
     try:
-        check_out(
-            Path(args.out)
-        )  # what would be refused at the end is refused now, before any work
+        # what would be refused at the end is refused now, before any work
+        check_out(Path(args.out))
         if args.results:
             read_results(args.results)
         weights, meta = _weights_path(args)

@@ -171,9 +171,8 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
 def _open_up(directory: str) -> None:
     """chmod 700 a directory of a tree being removed, never through a link (os.chmod follows one:
     a name swapped for a link meanwhile would open up what it points to, as root)."""
-    fd = os.open(
-        directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    )  # no r bit needed
+    # no r bit needed
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.chmod(f"/proc/self/fd/{fd}", 0o700)  # what fd holds (fchmod refuses an O_PATH fd)
     finally:

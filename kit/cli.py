@@ -98,11 +98,12 @@ class _Version(argparse.Action):
         from kit.code_commit import source_commit
 
         code = source_commit()
+        # "unknown: why"
         commit = (
             f"{code['git_commit']}: {code['git_commit_basis']}"
             if code["git_commit"]
             else code["git_commit_basis"]
-        )  # "unknown: why"
+        )
         print(f"kit (secure-site-kit) {__version__}\ncommit {commit}")
         parser.exit()
 

@@ -27,9 +27,8 @@ RECORD = (
 )
 FORMAT = "kit-build-commit/1"
 GIT_TIMEOUT_S = 10  # a hung network filesystem must not hold a run
-GIT_OUTPUT = (
-    64 << 10
-)  # bytes kept of git's stdout and stderr: a commit, or whether anything changed
+# bytes kept of git's stdout and stderr: a commit, or whether anything changed
+GIT_OUTPUT = 64 << 10
 
 
 def _installed() -> Path:
@@ -38,9 +37,8 @@ def _installed() -> Path:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("GIT_")
-    }  # the tree's own repository
+    # the tree's own repository
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     ran = run_bounded(["git", *args], cwd=cwd, env=env, timeout=GIT_TIMEOUT_S, limit=GIT_OUTPUT)
     return subprocess.CompletedProcess(["git", *args], ran.returncode, ran.out, ran.err)
 
@@ -92,7 +90,7 @@ def source_commit(package_dir: Path | None = None) -> dict:
         found = read_json(
             record,
             "build commit record",
-            "fix: rebuild the image with `kit image build`",
+            "rebuild the image with `kit image build`",
             limit=4096,
         )
         if not (
@@ -101,7 +99,11 @@ def source_commit(package_dir: Path | None = None) -> dict:
             and isinstance(found.get("git_commit"), str)
             and isinstance(found.get("git_commit_basis"), str)
         ):
-            raise KitError(f"{record}: not a build commit record (format {FORMAT!r})")
+            raise KitError(
+                f"not a build commit record (format {FORMAT!r})",
+                fix="rebuild the image with `kit image build`",
+                where=str(record),
+            )
     except KitError as exc:
         return {"git_commit": None, "git_commit_basis": f"unknown: {one_line(str(exc), 200)}"}
     return {

@@ -16,6 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
+from kit.cachedir import kit_state
 from kit.errors import KitError
 
 EXIT_ERROR = 1  # an expected failure: the message names the file, the field and the fix
@@ -32,10 +33,9 @@ def debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
 
 
 def _crash_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(os.environ.get("KIT_CRASH_DIR") or os.path.join(state, "secure-site-kit"))
+    """$KIT_CRASH_DIR, else the kit's state directory (kit.cachedir)."""
+    moved = os.environ.get("KIT_CRASH_DIR", "")
+    return Path(moved) if moved else kit_state()
 
 
 def write_report(prog: str, exc: BaseException) -> Path | None:

@@ -18,12 +18,10 @@ def error_line(what: str, *, fix: str | None = None, where: str | None = None) -
 
 class KitError(Exception):
     """A user-facing error: ``what`` went wrong, ``where`` (a file, file:line or field) and the
-    ``fix``. A message given as one string "WHAT; fix: FIX" is read into the same parts."""
+    ``fix`` (an empty one is none), each given apart: a script reads them from --json."""
 
     def __init__(self, what: str, *, fix: str | None = None, where: str | None = None):
-        if fix is None and FIX in what:
-            what, fix = what.split(FIX, 1)
-        self.what, self.fix, self.where = what, fix, where
+        self.what, self.fix, self.where = what, fix or None, where
         super().__init__(self.line())
 
     def line(self) -> str:

@@ -4,10 +4,11 @@ files beside it, and where it is installed.
 OUT (.tar.gz, .tar, .sqfs, .sif or a directory), written by `kit image convert`, has beside it
 OUT.sha256 (sha256sum format), OUT.manifest.json (the conversion's record, which proves OUT is
 the kit's) and, with --site, OUT.pair.yaml (the MPI pair). `kit transfer push --install` puts
-it on the site as IMAGE_DIR/NAME@<sha12> with the link IMAGE_DIR/NAME.current naming the
-version in use. The names, the one .sha256 parser, the pair file's bounded reader and the one
-sha256-of-a-file function live here; transfer/remote_script.py, which runs on the site with a
-bare python3, keeps a standard-library copy of what it needs (tests/transfer check they agree).
+it on the site as IMAGE_DIR/NAME@<sha12> (a directory), NAME@<sha12>.sqfs or NAME@<sha12>.sif,
+with the link IMAGE_DIR/NAME.current naming the version in use. The names, the one .sha256
+parser, the pair file's bounded reader and the one sha256-of-a-file function live here;
+transfer/remote_script.py, which runs on the site with a bare python3, keeps a standard-library
+copy of what it needs (tests/transfer check they agree).
 Kept free of heavy imports: the batch-script renderer reads it.
 """
 
@@ -23,8 +24,8 @@ from kit.readfile import decode, read_bytes
 from kit.yamlbound import Document, load_tagged, parse
 
 TAR_GZ, TAR, SQUASH = (".tar.gz", ".tgz"), (".tar",), (".sqfs", ".squashfs", ".squash")
-SIF = (".sif",)  # Apptainer's single-file image (kit.image.sif): bundled, not yet pushed
-SUFFIXES = TAR_GZ + SQUASH + TAR  # what kit image convert writes and kit transfer moves
+SIF = (".sif",)  # Apptainer's single-file image (kit.image.sif)
+SUFFIXES = TAR_GZ + SQUASH + TAR + SIF  # the files kit image convert writes and kit transfer moves
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")  # \Z: also safe under .match()
 SHA256, PAIR, MANIFEST = ".sha256", ".pair.yaml", ".manifest.json"
 # The files beside OUT, in the order a conversion commits them: the manifest, which records the
@@ -37,25 +38,26 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 BUF = 8 << 20
 
 
-def stem(name: str, suffixes: tuple[str, ...] = SUFFIXES) -> str:
-    """gan3d for gan3d.tar.gz / gan3d.sqfs / gan3d.tar (and, where ``suffixes`` has it, .sif)."""
-    for suffix in suffixes:
+def stem(name: str) -> str:
+    """gan3d for gan3d.tar.gz / gan3d.sqfs / gan3d.tar / gan3d.sif."""
+    for suffix in SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
     raise KitError(
-        f"{name}: not an image file; expected one of {', '.join(suffixes)} "
-        "(as written by kit image convert)"
+        f"{name}: not an image file",
+        fix=f"give one ending in {', '.join(SUFFIXES)} (as kit image convert writes)",
     )
 
 
 def image_name(text: str) -> str:
     """The installed name of an image given as NAME, an image file name or its path."""
     base = Path(text).name
-    name = next((base[: -len(s)] for s in SUFFIXES + SIF if base.endswith(s)), text)
+    name = next((base[: -len(s)] for s in SUFFIXES if base.endswith(s)), text)
     if not NAME_RE.fullmatch(name):
         raise KitError(
-            f"image name {text!r}: give the image's name (gan3d for gan3d.sqfs): letters, "
-            "digits and . _ + -, not starting with a dot"
+            f"image name {text!r}: not an image's name",
+            fix="give the image's name (gan3d for gan3d.sqfs): letters, digits and . _ + -, not "
+            "starting with a dot",
         )
     return name
 
@@ -101,7 +103,9 @@ def read_recorded_digest(sha_file: Path, name: str) -> str | None:
     )
 
 
-def load_pair_document(path: str | os.PathLike, fix: str, missing: str) -> Document:
+def load_pair_document(
+    path: str | os.PathLike, fix: str, missing: str, *, missing_fix: str | None = None
+) -> Document:
     """IMAGE.pair.yaml parsed with the kit's bounds (kit.yamlbound) and its format tag checked;
     KitError naming the file, the line and ``fix`` otherwise (``missing``: no such file)."""
     return load_tagged(
@@ -111,6 +115,7 @@ def load_pair_document(path: str | os.PathLike, fix: str, missing: str) -> Docum
         version=PAIR_FORMAT,
         fix=fix,
         missing=missing,
+        missing_fix=missing_fix,
         wrote="a pair file this kit wrote",
     )
 

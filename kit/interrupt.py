@@ -55,9 +55,8 @@ _held = 0  # depth of held() blocks
 _owed = False  # a stop arrived while held: raised when the outermost block ends
 _heard: set[int] = set()  # stopping signals whose handler has run in the main thread
 _watching = False  # the watcher thread runs
-_last_words: list[
-    Callable[[], None]
-] = []  # quick clean-ups run before the watcher ends a stuck process
+# quick clean-ups run before the watcher ends a stuck process
+_last_words: list[Callable[[], None]] = []
 
 
 class Terminated(KeyboardInterrupt):
@@ -150,9 +149,8 @@ def install() -> None:
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     os.set_blocking(write_end, False)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    os.register_at_fork(
-        after_in_child=lambda: signal.set_wakeup_fd(-1)
-    )  # a forked child's signals are its own
+    # a forked child's signals are its own
+    os.register_at_fork(after_in_child=lambda: signal.set_wakeup_fd(-1))
     # started with the stops blocked, which it keeps: the kernel hands them to the main thread,
     # whose blocking calls they must interrupt (a signal taken by another thread wakes nothing
     # there)

@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-VERSION_RE = re.compile(
-    r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,4}))?(?:[a-z][a-z0-9]*)?", re.ASCII
-)  # fullmatch
+# fullmatch
+VERSION_RE = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,4}))?(?:[a-z][a-z0-9]*)?", re.ASCII)
 # (host major, image major) pairs Open MPI documents as C-ABI compatible across majors.
 C_ABI_ACROSS_MAJORS = {(5, 4)}
 

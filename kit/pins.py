@@ -192,9 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "version":
             versions = sorted({p.version for p in select(pins, [args.arg or ""], [])})
             print(versions[-1] if len(versions) == 1 else " ".join(versions))
-        elif (
-            args.command == "replaced"
-        ):  # "OLD NEW" lines: what this Python has that the list replaced
+        # "OLD NEW" lines: what this Python has that the list replaced
+        elif args.command == "replaced":
             for old, new in replaced(pins, installed_distributions()):
                 print(old, new)
         else:

@@ -73,13 +73,15 @@ def _open_regular(
         raise
     except NotRegularFile as exc:
         raise error(
-            f"{path}: is {exc.kind}, not the regular file a {what} is",
+            f"is {exc.kind}, not the regular file a {what} is",
             fix=f"give the {what} itself",
+            where=str(path),
         ) from None
     except OSError as exc:
         raise error(
-            f"{path}: cannot read the {what} ({exc.strerror})",
+            f"cannot read the {what} ({exc.strerror})",
             fix="check the path and its permissions",
+            where=str(path),
         ) from None
 
 
@@ -98,7 +100,9 @@ def read_bytes(
     if len(data) > limit:
         size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit} bytes"
         raise error(
-            f"{path}: larger than {size}, far more than any {what}", fix=f"give the {what} itself"
+            f"larger than {size}, far more than any {what}",
+            fix=f"give the {what} itself",
+            where=str(path),
         )
     return data
 
@@ -119,8 +123,9 @@ def decode(
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise error(
-            f"{path}:{line}: the {what} is not UTF-8 (byte 0x{data[exc.start]:02x})",
+            f"the {what} is not UTF-8 (byte 0x{data[exc.start]:02x})",
             fix="save it as UTF-8",
+            where=f"{path}:{line}",
         ) from None
 
 
@@ -149,26 +154,34 @@ def json_kind(value: Any) -> str:
 def read_json_object(
     path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES
 ) -> dict:
-    """A JSON document whose top level is an object; any other is one line naming the file."""
+    """A JSON document whose top level is an object; any other is one line naming the file.
+    ``fix``: what the user does about a file that is not one (KitError's fix)."""
     doc = read_json(path, what, fix, limit=limit)
     if not isinstance(doc, dict):
         raise KitError(
-            f"{path}: the top level is {json_kind(doc)}, not the object a {what} is; {fix}"
+            f"the top level is {json_kind(doc)}, not the object a {what} is",
+            fix=fix,
+            where=str(path),
         )
     return doc
 
 
 def read_json(path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES) -> Any:
-    """A JSON document; truncated, malformed or absurdly nested JSON is one line naming the line."""
+    """A JSON document; truncated, malformed or absurdly nested JSON is one line naming the line,
+    with ``fix``."""
     text = read_text(path, what, limit=limit)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise KitError(
-            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}), as a job "
-            f"that died while writing leaves it; {fix}"
+            f"not valid JSON ({exc.msg}, column {exc.colno}), as a job that died while writing "
+            "leaves it",
+            fix=fix,
+            where=f"{path}:{exc.lineno}",
         ) from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise KitError(f"{path}: not a {what} ({str(exc).splitlines()[0][:80]}); {fix}") from None
+        raise KitError(
+            f"not a {what} ({str(exc).splitlines()[0][:80]})", fix=fix, where=str(path)
+        ) from None
     except RecursionError:  # the C decoder's own depth guard: no partial value exists
-        raise KitError(f"{path}: JSON nested too deeply to be a {what}; {fix}") from None
+        raise KitError(f"JSON nested too deeply to be a {what}", fix=fix, where=str(path)) from None

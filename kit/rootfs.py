@@ -82,7 +82,11 @@ class Root:
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            raise KitError(f"{self.path}: cannot open the image root ({exc.strerror})") from None
+            raise KitError(
+                f"cannot open the image root ({exc.strerror})",
+                fix="check the path and its permissions",
+                where=str(self.path),
+            ) from None
         self._dirs: dict[str, int] = {}  # canonical dir -> open fd, for walks that cross no link
         self._closer = weakref.finalize(self, _close_all, self.fd, self._dirs)
 

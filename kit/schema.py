@@ -477,7 +477,7 @@ def check_yaml(
     """Parse ``text`` (bounded: depth, aliases, tags) and validate it against ``schema``; one
     ``error`` line lists the problems with their lines and fixes (``fix``: where a problem has
     none of its own)."""
-    loader, root = compose(text, file, error=error, fix="fix: correct the YAML at that line")
+    loader, root = compose(text, file, error=error)
     if root is None:
         raise error(f"{file}: the file is empty; expected a {what} mapping", fix=fix)
     return check_node(_Yaml(loader, root), str(file), schema, what=what, fix=fix, error=error)
@@ -627,7 +627,18 @@ def about(
 ) -> dict[str, About]:
     """Metadata declaring a key where its dataclass field is, so the schema and the record cannot
     drift apart: ``port: int = field(default=22, metadata=about("SSH port", check=_port))``."""
-    return {ABOUT: About(doc, check, choices, minimum, maximum, positive, kind, section_check)}
+    return {
+        ABOUT: About(
+            doc=doc,
+            check=check,
+            choices=choices,
+            minimum=minimum,
+            maximum=maximum,
+            positive=positive,
+            kind=kind,
+            section_check=section_check,
+        )
+    }
 
 
 def _with_about(spec: Field, extra: About) -> Field:

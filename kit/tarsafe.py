@@ -15,7 +15,8 @@ import tarfile
 from collections.abc import Iterable
 from typing import Protocol
 
-MAX_META = 1 << 20  # bytes of one pax header or GNU long name/link record
+from kit.archive_rules import MAX_META, RuleError, parse_pax
+
 _META_TYPES = (
     tarfile.XHDTYPE,
     tarfile.XGLTYPE,
@@ -56,7 +57,10 @@ class CheckedInfo(tarfile.TarInfo):
         buf = tarfile_.fileobj.read(self._block(self.size))
         if len(buf) < self.size:
             raise tarfile.ReadError(f"header at byte {self.offset}: unexpected end of data")
-        records = parse_pax(buf[: self.size], self.offset)
+        try:
+            records = parse_pax(buf[: self.size], self.offset)
+        except RuleError as exc:
+            raise TarBoundsError(str(exc)) from None
         headers = (
             tarfile_.pax_headers if self.type == tarfile.XGLTYPE else tarfile_.pax_headers.copy()
         )
@@ -88,26 +92,6 @@ class CheckedInfo(tarfile.TarInfo):
             if "size" in headers and (member.isreg() or member.type not in tarfile.SUPPORTED_TYPES):
                 tarfile_.offset = member.offset_data + member._block(member.size)
         return member
-
-
-def parse_pax(buf: bytes, where: int) -> dict[bytes, bytes]:
-    """``LEN KEY=VALUE\\n`` records that tile BUF exactly (trailing NUL padding allowed)."""
-    records: dict[bytes, bytes] = {}
-    pos, end = 0, len(buf)
-    while pos < end:
-        if buf[pos] == 0 and buf.count(0, pos) == end - pos:
-            break
-        space = buf.find(b" ", pos, min(end, pos + 20))
-        digits = buf[pos:space] if space > pos else b""
-        if not digits.isdigit():
-            raise TarBoundsError(f"pax header at byte {where}: malformed record at offset {pos}")
-        stop = pos + int(digits)
-        equals = buf.find(b"=", space + 1, stop)
-        if stop > end or equals <= space + 1 or buf[stop - 1 : stop] != b"\n":
-            raise TarBoundsError(f"pax header at byte {where}: malformed record at offset {pos}")
-        records[buf[space + 1 : equals]] = buf[equals + 1 : stop - 1]
-        pos = stop
-    return records
 
 
 class Readable(Protocol):

@@ -30,17 +30,18 @@ from pathlib import Path
 from kit import markers, pins, readfile
 from kit.atomic import atomic_write_text
 from kit.boundedrun import run_bounded
+from kit.cachedir import kit_cache
 from kit.errors import KitError
 
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")  # README: the core on Python 3.9-3.12
+# README: glibc >= 2.17, glibc >= 2.28
 PLATFORMS = (
     "manylinux2014_x86_64",
     "manylinux_2_28_x86_64",
-)  # README: glibc >= 2.17, glibc >= 2.28
+)
 PROMISED = tuple((python, platform) for python in PYTHONS for platform in PLATFORMS)
-SOURCE_ONLY = (
-    "horovod",
-)  # built on the site against its own MPI from the pinned sdist (horovod/BUILD.sh)
+# built on the site against its own MPI from the pinned sdist (horovod/BUILD.sh)
+SOURCE_ONLY = ("horovod",)
 # Markers and Requires-Python are judged at a late patch release of each minor version, as a site's
 # Python is (pip's "--python-version 3.9" means 3.9.0, which some releases exclude).
 PATCH = 99
@@ -315,7 +316,15 @@ def check_pair(
             ),
             "",
         )
-        missing.append(Missing(name, version, python, platform, newest_release(versions)))
+        missing.append(
+            Missing(
+                name=name,
+                version=version,
+                python=python,
+                platform=platform,
+                newest=newest_release(versions),
+            )
+        )
         todo.remove((name, version))
     if todo:
         raise CheckError(f"pip did not settle for Python {python} on {platform}", fix="run again")
@@ -451,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--cache",
             type=Path,
-            default=Path(os.environ.get("KIT_CACHE") or Path.home() / ".cache" / "secure-site-kit"),
+            default=kit_cache(),
         )
     args = ap.parse_args(argv)
     pip = [sys.executable, "-m", "pip"]

@@ -98,11 +98,11 @@ def reason(exc: Exception) -> str:
     return what[:120]
 
 
-def problem_of(text: str, file: str | os.PathLike, exc: yaml.YAMLError) -> str:
-    """One line: FILE:LINE: what was found."""
+def problem_of(text: str, file: str | os.PathLike, exc: yaml.YAMLError) -> tuple[str, str]:
+    """(FILE:LINE, what was found): an error's where and what."""
     line = _line(text, exc)
     kind = "YAML refused" if isinstance(exc, _Bound) else "not valid YAML"
-    return f"{file}{f':{line}' if line else ''}: {kind}: {reason(exc)}"
+    return f"{file}{f':{line}' if line else ''}", f"{kind}: {reason(exc)}"
 
 
 def compose(
@@ -110,10 +110,10 @@ def compose(
     file: str | os.PathLike,
     *,
     error: type[KitError] = KitError,
-    fix: str = "fix the file",
+    fix: str = "correct the YAML at that line",
 ) -> tuple[BoundedLoader, yaml.Node | None]:
     """The node tree of a single-document YAML text (None if empty), and the loader to build
-    values.
+    values; ``fix``: the error's fix for a text that is not one.
     """
     try:
         loader = BoundedLoader(text)  # the reader refuses raw control characters here
@@ -122,7 +122,8 @@ def compose(
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        raise error(f"{problem_of(text, file, exc)}; {fix}") from None
+        where, what = problem_of(text, file, exc)
+        raise error(what, fix=fix, where=where) from None
 
 
 def construct(
@@ -131,7 +132,7 @@ def construct(
     file: str | os.PathLike,
     *,
     error: type[KitError] = KitError,
-    fix: str = "fix the file",
+    fix: str = "correct the YAML at that line",
 ) -> Any:
     """The Python value of a composed node; a value YAML cannot build is one line naming its
     line.
@@ -139,10 +140,13 @@ def construct(
     try:
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError as exc:
-        raise error(f"{problem_of('', file, exc)}; {fix}") from None
+        where, what = problem_of("", file, exc)
+        raise error(what, fix=fix, where=where) from None
     except (ValueError, OverflowError) as exc:  # an integer of more than 4300 digits, a bad date
         raise error(
-            f"{file}:{node.start_mark.line + 1}: a value YAML cannot build ({reason(exc)}); {fix}"
+            f"a value YAML cannot build ({reason(exc)})",
+            fix=fix,
+            where=f"{file}:{node.start_mark.line + 1}",
         ) from None
 
 
@@ -163,9 +167,8 @@ class Document:
                     ((k, v) for k, v in node.value if getattr(k, "value", None) == step),
                     (None, None),
                 )
-                line = (
-                    key.start_mark.line + 1 if key else line
-                )  # the key's line: where a reader looks
+                # the key's line: where a reader looks
+                line = key.start_mark.line + 1 if key else line
             elif (
                 isinstance(node, yaml.SequenceNode)
                 and isinstance(step, int)
@@ -186,7 +189,7 @@ def parse(
     file: str | os.PathLike,
     *,
     error: type[KitError] = KitError,
-    fix: str = "fix the file",
+    fix: str = "correct the YAML at that line",
 ) -> Document:
     loader, root = compose(text, file, error=error, fix=fix)
     value = None if root is None else construct(loader, root, file, error=error, fix=fix)
@@ -201,8 +204,9 @@ def load_file(
     error: type[KitError] = KitError,
     limit: int = MAX_BYTES,
 ) -> Document:
-    """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded;
-    FileNotFoundError passes through so that callers can say what creates the file."""
+    """A YAML file the kit reads: regular, at most ``limit`` bytes, UTF-8, bounded (``fix``: the
+    errors' fix); FileNotFoundError passes through so that callers can say what creates the
+    file."""
     return parse(read_text(path, what, limit=limit, error=error), path, error=error, fix=fix)
 
 
@@ -225,5 +229,5 @@ def load_tagged(
     except FileNotFoundError:
         raise KitError(missing, where=str(path), fix=missing_fix) from None
     if not isinstance(doc.value, dict) or doc.value.get(tag) != version:
-        raise KitError(f"{doc.where(tag)}: key {tag} is not {version}: not {wrote}; {fix}")
+        raise KitError(f"key {tag} is not {version}: not {wrote}", fix=fix, where=doc.where(tag))
     return doc

@@ -7,7 +7,7 @@
 # KIT_CACHE/apptainer.unavailable, and the tests that need a real Apptainer skip with it.
 # Idempotent: an Apptainer that runs is kept. Run by scripts/setup.sh; FORCE=1 redoes it.
 set -uo pipefail
-CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
+case ${XDG_CACHE_HOME:-} in /*) CACHE=${KIT_CACHE:-$XDG_CACHE_HOME/secure-site-kit} ;; *) CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit} ;; esac  # kit/cachedir.py
 DEST=$CACHE/apptainer
 WHY=$CACHE/apptainer.unavailable
 LIBDIR=usr/lib/kit-glibc  # the unstable loader and libraries, for Apptainer's binaries only

@@ -12,7 +12,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${KIT_VENV:-$ROOT/.venv}
 TOOLS=${KIT_LINT_VENV:-$VENV}
-CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
+case ${XDG_CACHE_HOME:-} in /*) CACHE=${KIT_CACHE:-$XDG_CACHE_HOME/secure-site-kit} ;; *) CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit} ;; esac  # kit/cachedir.py
 export RUFF_CACHE_DIR=$CACHE/ruff MYPY_CACHE_DIR=$CACHE/mypy  # no cache directories in the checkout
 cd "$ROOT"
 for tool in ruff mypy lint-imports; do

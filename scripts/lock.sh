@@ -14,7 +14,7 @@
 #                             newest version pyproject.toml allows (else the current pins are kept)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
+case ${XDG_CACHE_HOME:-} in /*) CACHE=${KIT_CACHE:-$XDG_CACHE_HOME/secure-site-kit} ;; *) CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit} ;; esac  # kit/cachedir.py
 export KIT_CACHE=$CACHE
 cd "$ROOT"
 # The check's pip, in a private venv (nothing installed into the project's): pip before 24 judges a

@@ -18,7 +18,7 @@ for arg in "$@"; do
   esac
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
+case ${XDG_CACHE_HOME:-} in /*) CACHE=${KIT_CACHE:-$XDG_CACHE_HOME/secure-site-kit} ;; *) CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit} ;; esac  # kit/cachedir.py
 if [ "$ITEX" = 1 ]; then
   VENV=${KIT_VENV:-$ROOT/.venv-itex}
   LOCK=$ROOT/constraints-itex.txt  # the ITEX stack's pin list (scripts/lock.sh --itex)

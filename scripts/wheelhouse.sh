@@ -16,7 +16,7 @@ PY=${PYTHON:-python3}
 EXTRAS=${EXTRAS:-report}
 PLATFORM=${PLATFORM:-manylinux2014_x86_64}
 OUT=${OUT:-$ROOT/dist/wheelhouse}
-CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit}
+case ${XDG_CACHE_HOME:-} in /*) CACHE=${KIT_CACHE:-$XDG_CACHE_HOME/secure-site-kit} ;; *) CACHE=${KIT_CACHE:-$HOME/.cache/secure-site-kit} ;; esac  # kit/cachedir.py
 LOCK=$ROOT/constraints.txt
 MARK=.secure-site-kit-wheelhouse  # what this script made, and so may replace
 die() { echo "wheelhouse: $*" >&2; exit 1; }

@@ -102,5 +102,5 @@ def test_the_wait_itself_refuses_an_unbounded_poll_or_timeout(tmp_path):
         (-1.0, None),
         (1.0, float("nan")),
     ):
-        with pytest.raises(KitError, match="give a finite number of seconds"):
+        with pytest.raises(KitError, match="not a number of seconds; fix: give a finite number"):
             sweep_jobs.wait(tmp_path, poll_seconds=poll, timeout=timeout)

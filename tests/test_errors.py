@@ -18,10 +18,14 @@ PART = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size
 
 
 @given(what=PART, fix=PART)
-def test_the_parts_and_the_one_string_form_are_the_same_error(what, fix):
-    parts, line = KitError(what, fix=fix), KitError(f"{what}; fix: {fix}")
-    assert (parts.what, parts.fix) == (line.what, line.fix) == (what, fix)
-    assert str(parts) == str(line) == f"{what}; fix: {fix}"
+def test_the_fix_is_a_part_given_apart_never_read_back_out_of_the_text(what, fix):
+    """The parts are what a script reads (--json): a fix is given as fix=, and a text that merely
+    reads like one line is kept whole as what went wrong."""
+    parts, text = KitError(what, fix=fix), KitError(f"{what}; fix: {fix}")
+    assert (parts.what, parts.fix) == (what, fix)
+    assert (text.what, text.fix) == (f"{what}; fix: {fix}", None)
+    assert str(parts) == str(text) == f"{what}; fix: {fix}"
+    assert KitError(what, fix="").fix is None  # an empty fix is none: JSON's null, not ""
 
 
 def test_where_leads_the_line_and_a_message_without_a_fix_has_none():

@@ -238,9 +238,10 @@ def add_dry_run(p: argparse.ArgumentParser, text: str) -> None:
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """Arguments a single run and a sweep share."""
+    # here, not at the top: `kit site ...` imports no kit.slurm
     from kit.slurm.spec import (
         DEFAULT_WALLTIME,
-    )  # here, not at the top: `kit site ...` imports no kit.slurm
+    )
 
     add_site(p)
     where = p.add_mutually_exclusive_group(required=True)

@@ -65,9 +65,8 @@ def _check(args: argparse.Namespace) -> int:
     pair = mpi.make_pair(args.site, args.image, mode=args.mpi_mode)
     result = mpi.run_check(pair, python=args.python, timeout=args.timeout, nodes=args.nodes)
     table = Table(title=f"kit mpi check: {args.image} at {pair.site.name}")
-    apart = (
-        result.nodes > 1
-    )  # the node column only where it proves something: ranks on different nodes
+    # the node column only where it proves something: ranks on different nodes
+    apart = result.nodes > 1
     for col in (
         "rank",
         "size",
@@ -98,9 +97,8 @@ def _check(args: argparse.Namespace) -> int:
     for problem in result.problems:
         console.print(Text.assemble(("FAIL", "red"), f": {printable(problem, 2000)}"))
     if not result.ok:
-        if (
-            result.output and not result.ranks and verbose()
-        ):  # the verdict names the launcher's telling line
+        # the verdict names the launcher's telling line
+        if result.output and not result.ranks and verbose():
             console.print(printable_lines(result.output))
         return 1
     where = f" across {result.nodes} nodes" if result.nodes > 1 else ""

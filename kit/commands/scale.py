@@ -69,8 +69,8 @@ def _plan(args: argparse.Namespace) -> int:
 
         if nodes and len(nodes) > 1:
             raise KitError(
-                f"--calibrate --nodes {','.join(map(str, nodes))}: give the smallest count n0 alone; "
-                "the calibration adds 2n0 and 8n0"
+                f"--calibrate --nodes {','.join(map(str, nodes))}: the calibration adds 2n0 and 8n0",
+                fix="give the smallest count n0 alone",
             )
         nodes = calibration_nodes(nodes[0] if nodes else 1, site.scheduler.max_nodes)
         repeats = CALIBRATION_REPEATS if args.repeats is None else args.repeats
@@ -417,8 +417,9 @@ def _predict(args: argparse.Namespace) -> int:
             print(f"left out (failed run): {problem}", file=sys.stderr)
         if not paths:
             raise KitError(
-                f"no results to predict from: {args.dir or 'no sweep dir'} has none yet (kit scale "
-                "collect shows why) and no --results JSON was named"
+                f"no results to predict from: {args.dir or 'no sweep dir'} has none yet and no "
+                "--results JSON was named",
+                fix="kit scale collect DIR shows why; or name --results files",
             )
         predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
         document = {

@@ -25,14 +25,14 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
     )
     name = args.run_id or run_id(args.nodes, args.ranks_per_node, threads)
     spec = RunSpec(
-        name,
-        args.nodes,
-        args.ranks_per_node,
-        threads,
-        walltime(args.walltime, site.scheduler.max_walltime),
-        train_args(args),
-        args.partition,
-        args.account,
+        run_id=name,
+        nodes=args.nodes,
+        ranks_per_node=args.ranks_per_node,
+        threads_per_rank=threads,
+        walltime=walltime(args.walltime, site.scheduler.max_walltime),
+        train_args=train_args(args),
+        partition=args.partition,
+        account=args.account,
     )
     checked = check_run(site, spec)
     pair = read_pair_file(pair_file_for(args.image), site) if args.image else None
@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace, submit: bool) -> int:
             f"run {name} in {args.dir.absolute()}: {done.note}", fix="another --run-id or --dir"
         )
     if submit and done.job is None:  # sbatch refused it
-        raise KitError(f"run {name}: {done.note}")
+        raise KitError(f"run {name}: {done.note}", fix="clear what sbatch names, then submit again")
     files = RunFiles(args.dir.absolute(), name)
     if not (submit and quiet()):  # with -q a submission's result is the job id alone
         console.print(f"wrote {files.script}")

@@ -46,7 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "into place.",
     )
     p.add_argument(
-        "image", type=Path, metavar="IMAGE", help="IMAGE.tar.gz, IMAGE.tar or IMAGE.sqfs"
+        "image",
+        type=Path,
+        metavar="IMAGE",
+        help="IMAGE.tar.gz, IMAGE.tar, IMAGE.sqfs or IMAGE.sif (an Apptainer site)",
     )
     _add_endpoint_args(p)
     p.add_argument("--remote-dir", help="upload directory (default: transfer.image_dir)")
@@ -54,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--install",
         action="store_true",
         help="unpack into container.image_dir as NAME@SHA (with the site's ch-convert; a "
-        "udocker site: by the installer itself) and point NAME.current at it",
+        "udocker site: by the installer itself; a .sif: as it is, NAME@SHA.sif) and point "
+        "NAME.current at it",
     )
     p.add_argument(
         "--install-as",

@@ -28,12 +28,13 @@ RECIPES = shipped("images")
 # What the recipes COPY, staged from the installed kit when no --context is given.
 CONTEXT_PACKAGES = ("kit", "gan3d")
 SHIPPED_FOLDERS = ("site-configs", "slurm", "images")
+# the wheel's build needs the last two
 SHIPPED_FILES = (
     "constraints.txt",
     "constraints-itex.txt",  # the ITEX variant's pin list (--itex: the recipes' LOCK)
     "pyproject.toml",
     "README.md",
-)  # the wheel's build needs the last two
+)
 BUILDERS = ("buildah", "podman", "docker")
 FORMATS = ("docker-archive", "oci-archive")
 STORAGE_DRIVERS = ("overlay", "vfs")
@@ -180,7 +181,10 @@ def choose_storage_driver(requested: str | None, graph_root: Path) -> tuple[str,
     else vfs, which works everywhere; an explicit --storage-driver is taken as given."""
     if requested:
         if requested not in STORAGE_DRIVERS:
-            raise KitError(f"--storage-driver {requested}: use one of {', '.join(STORAGE_DRIVERS)}")
+            raise KitError(
+                f"--storage-driver {requested}: not a driver the build takes",
+                fix=f"use one of {', '.join(STORAGE_DRIVERS)}",
+            )
         return requested, "--storage-driver"
     works, why = overlay_works(graph_root)
     return ("overlay", why) if works else ("vfs", f"overlay unavailable: {why}")
@@ -192,7 +196,7 @@ def parse_build_args(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise KitError(f"--build-arg {item!r}: write KEY=VALUE")
+            raise KitError(f"--build-arg {item!r}: not KEY=VALUE", fix="write KEY=VALUE")
         extra[key] = value
     return extra
 
@@ -217,9 +221,11 @@ def plan_build(
     site = load_site(site)
     recipe = Path(recipe) if recipe else recipe_for(site)
     if not recipe.is_file():
-        raise KitError(f"--recipe {recipe}: no such file")
+        raise KitError(f"--recipe {recipe}: no such file", fix="check the path")
     if fmt not in FORMATS:
-        raise KitError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
+        raise KitError(
+            f"--format {fmt}: not a format the build writes", fix=f"use one of {', '.join(FORMATS)}"
+        )
     args = {**site_build_args(site), **({"LOCK": ITEX_LOCK} if itex else {}), **(extra_args or {})}
     if itex and args["LOCK"] != ITEX_LOCK:
         raise KitError(
@@ -228,9 +234,8 @@ def plan_build(
         )
     if itex and tag == DEFAULT_TAG:
         tag = ITEX_TAG
-    if (
-        recipe.resolve() == (RECIPES / "gan3d-openmpi.Dockerfile").resolve()
-    ):  # its default MPI is known
+    # its default MPI is known
+    if recipe.resolve() == (RECIPES / "gan3d-openmpi.Dockerfile").resolve():
         check_image_mpi(site, args)
     out = Path(out).resolve()
     part = out.with_name(f".{out.name}.part")
@@ -283,7 +288,16 @@ def plan_build(
             [builder, "build", "--force-rm", "-f", str(recipe), "-t", tag, *flags, str(context)],
             [builder, "save", *save, "-o", str(part), tag],
         ]
-    return BuildPlan(recipe, args, commands, out, part, staged, driver, why)
+    return BuildPlan(
+        recipe=recipe,
+        build_args=args,
+        commands=commands,
+        out=out,
+        part=part,
+        staged=staged,
+        storage_driver=driver,
+        driver_reason=why,
+    )
 
 
 def stage_context(dest: Path) -> Path:
@@ -301,9 +315,8 @@ def stage_context(dest: Path) -> Path:
         shutil.copytree(shipped(folder), dest / folder, ignore=ignore)
     for name in SHIPPED_FILES:
         shutil.copyfile(shipped(name), dest / name)
-    record_commit(
-        dest / "kit"
-    )  # the image has no .git: its results name the commit from this record
+    # the image has no .git: its results name the commit from this record
+    record_commit(dest / "kit")
     return dest
 
 
@@ -317,9 +330,8 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
                 "build of it leaves (a link, or another kind)",
                 fix="move it away",
             )
-    plan.part.unlink(
-        missing_ok=True
-    )  # a killed build's leftover: `buildah push` will not overwrite it
+    # a killed build's leftover: `buildah push` will not overwrite it
+    plan.part.unlink(missing_ok=True)
     if plan.staged:
         remove_tree(plan.staged)  # a killed build's context: the name is the kit's own, beside OUT
         stage_context(plan.staged)
@@ -340,7 +352,8 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
             if done.returncode:
                 raise KitError(
                     f"{cmd[0]} failed (exit {done.returncode}) building {plan.recipe.name}: "
-                    f"{done.err.strip()[-1500:]}"
+                    f"{done.err.strip()[-1500:]}",
+                    fix=f"correct what {cmd[0]} names, then build again",
                 )
         with open(plan.part, "rb") as fh:
             os.fsync(fh.fileno())

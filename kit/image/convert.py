@@ -86,7 +86,7 @@ def convert(
     fmt = target.fmt
     lo, hi = LEVELS.get(fmt, (level, level))
     if not lo <= level <= hi:
-        raise KitError(f"--level {level}: {fmt} output takes {lo}..{hi}")
+        raise KitError(f"--level {level}: out of range for {fmt}", fix=f"give {lo}..{hi}")
     img = open_source_image(src, image)
     total = sum(l.blob.size for l in img.layers) + sum(l.blob.size for l in img.layers[1:])
     flat = Flattener(img, limits, counter(total, progress))

@@ -325,7 +325,8 @@ class Flattener:
             if kind == SYM:
                 raise LayerError(
                     f"{layer.label}: member {name!r} would be written through the "
-                    f"symlink {parent!r}; the image is unsafe, rebuild it"
+                    f"symlink {parent!r}; the image is unsafe",
+                    fix="rebuild it",
                 )
             if kind is not None:
                 raise LayerError(
@@ -367,7 +368,8 @@ class Flattener:
         if not _contained(link_dir, target):
             raise LayerError(
                 f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the "
-                "image; the image is unsafe, rebuild it"
+                "image; the image is unsafe",
+                fix="rebuild it",
             )
         return target
 
@@ -448,14 +450,21 @@ class Flattener:
 
     def _mount_name(self, path: str, what: str = "--mount-point") -> str:
         if not path.startswith("/"):
-            raise KitError(f"{what} {path!r}: must be an absolute path inside the image")
+            raise KitError(
+                f"{what} {path!r}: not an absolute path",
+                fix="give an absolute path inside the image",
+            )
         dummy = Layer(-1, what, self.image.layers[0].blob)
         try:
             name = safe_name(path, dummy, what)
         except LayerError as exc:
-            raise KitError(f"{what} {path!r}: {exc}") from None
+            raise KitError(
+                f"{what} {path!r}: {exc}", fix="give a plain absolute path inside the image"
+            ) from None
         if not name:
-            raise KitError(f"{what} {path!r}: cannot be the image root")
+            raise KitError(
+                f"{what} {path!r}: cannot be the image root", fix="give a directory below /"
+            )
         return name
 
     def _link_names(self, links: Mapping[str, str]) -> dict[str, str]:
@@ -536,7 +545,8 @@ class Flattener:
         if self.emitted.get("ch", DIR) != DIR:
             raise KitError(
                 f"{self.image.source}: /ch is a {self.emitted['ch']} in the image; "
-                "Charliecloud needs it as a directory for its metadata"
+                "Charliecloud needs it as a directory for its metadata",
+                fix="rebuild the image without a /ch of its own",
             )
         meta = charliecloud_metadata(self.image.config)
         env_text = "".join(f"{k}={v}\n" for k, v in sorted(meta["env"].items()))
@@ -563,7 +573,10 @@ def charliecloud_metadata(config: dict) -> dict:
     for line in cfg.get("Env") or []:
         key, sep, value = line.partition("=")
         if not sep:
-            raise KitError(f"image config: Env entry {line!r} is not KEY=VALUE")
+            raise KitError(
+                f"image config: Env entry {line!r} is not KEY=VALUE",
+                fix="rebuild the image with ENV KEY=VALUE lines",
+            )
         env[key] = value
     return {
         "arch": config.get("architecture") or "amd64",

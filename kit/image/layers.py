@@ -11,7 +11,6 @@ import contextlib
 import functools
 import hashlib
 import io
-import math
 import os
 import stat
 import tarfile
@@ -21,15 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Protocol
 
+from kit.archive_rules import (
+    MAX_MEMBERS,
+    MAX_RATIO,
+    MAX_SIZE,
+    RATIO_FLOOR,
+    RuleError,
+    member_path,
+    mtime_ok,
+    symlink_target_problem,
+)
 from kit.errors import KitError
 from kit.image.regular import kind_name, open_regular
 from kit.image.sources import Layer
 from kit.tarsafe import first_nonzero, forget_members, open_tar
 
 CHUNK = 1 << 20
-MAX_PATH = 4095
-MAX_COMPONENT = 255
-MAX_MTIME = 1 << 32  # SquashFS keeps 32-bit unsigned times (until 2106)
 
 
 @functools.cache
@@ -55,10 +61,10 @@ def read_errors() -> tuple[type[BaseException], ...]:
 class Limits:
     """Bounds on what one conversion reads; the ratio check catches decompression bombs."""
 
-    max_size: int = 64 << 30  # uncompressed bytes over all layers
-    max_members: int = 2_000_000  # tar members over all layers
-    max_ratio: int = 100  # uncompressed / stored bytes of one layer ...
-    ratio_floor: int = 1 << 30  # ... checked once a layer has expanded past this
+    max_size: int = MAX_SIZE  # uncompressed bytes over all layers
+    max_members: int = MAX_MEMBERS  # tar members over all layers
+    max_ratio: int = MAX_RATIO  # uncompressed / stored bytes of one layer ...
+    ratio_floor: int = RATIO_FLOOR  # ... checked once a layer has expanded past this
 
 
 class Budget:
@@ -172,7 +178,8 @@ class _CountingReader(_HashingReader):
             raise LayerError(
                 f"{self.layer.label}: expands more than {lim.max_ratio}x "
                 f"({self.stored} stored bytes, {self.count}+ unpacked): "
-                "a decompression bomb? fix: raise --max-size only if it is genuine"
+                "a decompression bomb?",
+                fix="raise --max-size only if it is genuine",
             )
         if self.hash:
             self.hash.update(data)
@@ -230,9 +237,8 @@ def _compression(layer: Layer) -> str:
         return "zstd"
     if mt.startswith(("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")):
         return "none"
-    with open_regular(
-        layer.blob.path, "the layer blob"
-    ) as fh:  # docker-archive, flat rootfs: sniff
+    # docker-archive, flat rootfs: sniff
+    with open_regular(layer.blob.path, "the layer blob") as fh:
         fh.seek(layer.blob.offset)
         magic = fh.read(4)
     if magic[:2] == b"\x1f\x8b":
@@ -242,34 +248,24 @@ def _compression(layer: Layer) -> str:
     return "none"
 
 
+# what the one who made the image can do about each broken rule (kit.archive_rules)
+RULE_FIXES = {
+    "encoding": "rename it in the image",
+    "nul": "rebuild the layer",
+    "traversal": "rebuild the image without it",
+    "length": "shorten it",
+}
+
+
 def safe_name(raw: str, layer: Layer, what: str = "member") -> str:
     """Normalise a member name ('' for the root); reject traversal, bad encoding, overlength."""
     try:
-        encoded = raw.encode("utf-8")
-    except UnicodeEncodeError:
+        return member_path(raw)
+    except RuleError as exc:
+        shown = raw.encode("utf-8", "surrogateescape") if exc.rule == "encoding" else raw[:80]
         raise LayerError(
-            f"{layer.label}: {what} {raw.encode('utf-8', 'surrogateescape')!r} "
-            "has a name that is not UTF-8",
-            fix="rename it in the image",
+            f"{layer.label}: {what} {shown!r} {exc}", fix=RULE_FIXES[exc.rule]
         ) from None
-    if "\0" in raw:
-        raise LayerError(
-            f"{layer.label}: {what} {raw[:80]!r} has a NUL byte in its name (a forged pax header?)",
-            fix="rebuild the layer",
-        )
-    parts = [p for p in raw.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise LayerError(
-            f"{layer.label}: {what} {raw!r} has a '..' component (path traversal); "
-            "the image is unsafe, rebuild it without it"
-        )
-    if len(encoded) > MAX_PATH or any(len(p.encode()) > MAX_COMPONENT for p in parts):
-        raise LayerError(
-            f"{layer.label}: {what} {raw[:80]!r}... has an overlong name "
-            f"(> {MAX_PATH} bytes or a component > {MAX_COMPONENT})",
-            fix="shorten it",
-        )
-    return "/".join(parts)
 
 
 @dataclass
@@ -419,17 +415,12 @@ def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
     info.name = safe_name(info.name, layer)
     if info.islnk():
         info.linkname = safe_name(info.linkname, layer, f"hard link {info.name!r} target")
-    elif info.issym():
-        size = len(info.linkname.encode("utf-8", "surrogateescape"))
-        if size > MAX_PATH or "\0" in info.linkname:
-            what = "with a NUL byte" if "\0" in info.linkname else f"of {size} bytes"
-            raise LayerError(
-                f"{layer.label}: symlink {info.name!r} has a target {what} (at most "
-                f"{MAX_PATH} bytes, no NUL)",
-                fix="rebuild the layer without it",
-            )
+    elif info.issym() and (problem := symlink_target_problem(info.linkname)):
+        raise LayerError(
+            f"{layer.label}: symlink {info.name!r} {problem}", fix="rebuild the layer without it"
+        )
     mtime = info.mtime
-    if not (isinstance(mtime, (int, float)) and math.isfinite(mtime) and 0 <= mtime < MAX_MTIME):
+    if not mtime_ok(mtime):
         raise LayerError(
             f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its "
             "header, not a time between 1970 and 2106",

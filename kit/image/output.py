@@ -75,9 +75,8 @@ class Work:
                     fix="move it away or choose another OUT",
                 ) from None
         elif t.fmt == "dir":
-            if not exchange_if(
-                self.dir_fd, inner, t.name, expected=t.existing["inode"]
-            ):  # old image: WORK/root
+            # old image: WORK/root
+            if not exchange_if(self.dir_fd, inner, t.name, expected=t.existing["inode"]):
                 raise KitError(
                     f"{t.out}: changed while converting; nothing was replaced", fix="run again"
                 )

@@ -35,4 +35,8 @@ def open_regular(path: Path, what: str, follow: bool = True) -> BinaryIO:
             fix="give the image archive or layout itself",
         ) from None
     except OSError as exc:
-        raise KitError(f"{path}: cannot read {what}: {exc.strerror}") from None
+        raise KitError(
+            f"cannot read {what}: {exc.strerror}",
+            fix="check the path and its permissions",
+            where=str(path),
+        ) from None

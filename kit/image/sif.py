@@ -33,9 +33,8 @@ from kit.readfile import NotRegularFile, open_regular_fd
 LAUNCH = b"#!/usr/bin/env run-singularity\n"  # what Apptainer writes; lets ./IMAGE.sif run
 MAGIC, VERSION = b"SIF_MAGIC\0", b"01\0"
 HEADER = struct.Struct("<32s10s3s3s16s8q")  # launch, magic, version, arch, uuid, 8 x int64
-DESCRIPTOR = struct.Struct(
-    "<i?IIIqqqqqqq128s384s"
-)  # type, used, id, group, link, 7 x int64, name, extra
+# type, used, id, group, link, 7 x int64, name, extra
+DESCRIPTOR = struct.Struct("<i?IIIqqqqqqq128s384s")
 PARTITION_EXTRA = struct.Struct("<ii3s")  # filesystem type, partition type, arch
 DEFINITION, LABELS, PARTITION = 0x4001, 0x4003, 0x4004
 TYPE_NAMES = {

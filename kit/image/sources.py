@@ -277,7 +277,10 @@ class _Store:
 
 def _digest_path(digest: str) -> str:
     if not DIGEST.fullmatch(digest):
-        raise KitError(f"unsupported or malformed digest {digest[:80]!r}")
+        raise KitError(
+            f"unsupported or malformed digest {digest[:80]!r}",
+            fix="export the image again (a sha256 digest of 64 hex digits)",
+        )
     algo, _, hexpart = digest.partition(":")
     return f"blobs/{algo}/{hexpart}"
 
@@ -383,13 +386,16 @@ def open_source_image(src: str | Path, image: str | None = None) -> Image:
     if image:
         chosen = [c for c in cands if _matches(c, image)]
         if not chosen:
-            raise KitError(f"{src}: no image matches {image!r}; it holds: {_describe(cands)}")
+            raise KitError(
+                f"{src}: no image matches {image!r}",
+                fix=f"give --image one it holds: {_describe(cands)}",
+            )
     else:
         chosen = cands
     if len(chosen) != 1:
         raise KitError(
-            f"{src}: holds {len(chosen)} images, choose one with --image TAG|DIGEST: "
-            f"{_describe(chosen) or 'none'}"
+            f"{src}: holds {len(chosen)} images: {_describe(chosen) or 'none'}",
+            fix="choose one with --image TAG|DIGEST",
         )
     cand = chosen[0]
     store = _Store(src)

@@ -23,10 +23,11 @@ _UNCOMPRESSED_INODES = 0x0001
 _UNCOMPRESSED_BLOCK = 0x8000
 _METADATA_SIZE = 8192
 _DIR_TYPES = (1, 8)  # basic and extended directory inodes
+# inode header: type, mode, uid, gid (u16 each), mtime, number (u32)
 _MTIME_AT, _HEADER_SIZE = (
     8,
     16,
-)  # inode header: type, mode, uid, gid (u16 each), mtime, number (u32)
+)
 
 
 def set_root_mtime(path: Path, mtime: int) -> None:

@@ -80,7 +80,16 @@ def plan(src: str | os.PathLike, out: str | os.PathLike, *, fmt: str | None, for
             )
     for suffix in SIDECARS:
         _check_sidecar(Path(f"{path}{suffix}"), suffix, name)
-    return Target(src, out, parent, name, fmt, force, existing, pending)
+    return Target(
+        src=src,
+        out=out,
+        parent=parent,
+        name=name,
+        fmt=fmt,
+        force=force,
+        existing=existing,
+        pending=pending,
+    )
 
 
 def _lstat(path: Path) -> os.stat_result | None:

@@ -36,7 +36,10 @@ def format_for(out: Path, fmt: str | None) -> str:
     """The output format: --format if given, else OUT's suffix."""
     if fmt:
         if fmt not in FORMATS:
-            raise KitError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+            raise KitError(
+                f"--format {fmt!r}: not a format kit writes",
+                fix=f"choose one of {', '.join(FORMATS)}",
+            )
         return fmt
     name = out.name
     if name.endswith(TAR_GZ):
@@ -183,9 +186,8 @@ class SquashWriter(Writer):
             raise KitError("mksquashfs not found", fix="apt-get install squashfs-tools")
         self.path = self.squash = self.tmp / "out.sqfs"
         self.newest = 0  # the root directory's mtime
-        self.errlog = (
-            tempfile.TemporaryFile()
-        )  # not beside OUT: when that disk is full, the reason must fit
+        # not beside OUT: when that disk is full, the reason must fit
+        self.errlog = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [
                 "mksquashfs",

@@ -66,9 +66,8 @@ class Verdict:
     mode: str
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    aliases: dict[str, str] = field(
-        default_factory=dict
-    )  # image soname -> host soname to load instead
+    # image soname -> host soname to load instead
+    aliases: dict[str, str] = field(default_factory=dict)
     advice: str | None = None
 
 

@@ -36,9 +36,8 @@ WATCH = 1.0  # s between two looks at the launcher's processes
 RUN_MARK = "KIT_CHECK_RUN"  # the variable whose value marks one check's processes
 SHM = Path("/dev/shm")  # where ch-run --join keeps a peer group's segment and semaphore
 MCA_MARK = "/mca_"  # Open MPI's components are DIR/mca_<framework>_<name>.so
-REPORT_LINE = re.compile(
-    r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)"
-)  # rank 0's report, line I of N (rank_report.py)
+# rank 0's report, line I of N (rank_report.py)
+REPORT_LINE = re.compile(r"KITCHECK (\d{1,6}) (\d{1,6}) (.*)")
 # a launcher's lines that say why ranks ended, most telling first: a signal (hydra's "KILLED BY
 # SIGNAL: 11", mpirun's "exited on signal"), then an exit code or an error
 TELLING = (
@@ -132,12 +131,13 @@ def run_check(
     (ch-run, udocker: kit.runtime), on `nodes` nodes and judge what they report."""
     if timeout < 2 * STOP_GRACE:
         raise KitError(
-            f"--timeout {timeout:g}: give at least {2 * STOP_GRACE:g} s (the last {STOP_GRACE:g} "
-            "stop a check that hangs)"
+            f"--timeout {timeout:g}: too short (the last {STOP_GRACE:g} s stop a check that hangs)",
+            fix=f"give at least {2 * STOP_GRACE:g} s",
         )
     if nodes not in NODES:
         raise KitError(
-            f"--nodes {nodes}: give one of {', '.join(map(str, NODES))} (the check runs {RANKS} ranks)"
+            f"--nodes {nodes}: the check runs {RANKS} ranks",
+            fix=f"give one of {', '.join(map(str, NODES))}",
         )
     image = Path(pair.image)
     runtime = pair.launch.runtime
@@ -153,9 +153,8 @@ def run_check(
     env.setdefault("USER", "root")
     env.update(pair.site.host_mpi.launch_env)  # the launcher side sees the site's MPI settings too
     env.update(runtime.check_env(pair.site))
-    with tempfile.TemporaryDirectory(
-        prefix="kit-check-"
-    ) as workdir:  # the ranks' own, where the runtime wants one
+    # the ranks' own, where the runtime wants one
+    with tempfile.TemporaryDirectory(prefix="kit-check-") as workdir:
         chrun = pair.launch.run_args(str(image), join=join)
         cmd = launcher + chrun + [python, "-c", program]
         result = CheckResult(
@@ -261,9 +260,8 @@ def _run_bounded(
                 timed_out = True
                 break
             try:
-                stdout, stderr = proc.communicate(
-                    timeout=min(WATCH, left)
-                )  # retried: no output is lost
+                # retried: no output is lost
+                stdout, stderr = proc.communicate(timeout=min(WATCH, left))
                 break
             except subprocess.TimeoutExpired:
                 continue
@@ -391,9 +389,9 @@ def _no_report(what: str, output: str, stopped: bool = False) -> str:
         for line in output.splitlines()
         if line.strip(" =") and not line.startswith("KITINIT ")
     ]
-    lines = [
-        line for line in lines if not AFTERMATH.match(line)
-    ] or lines  # the cause, where the launcher gave one
+    # the cause, where the launcher gave one
+    lines = [line for line in lines if not AFTERMATH.match(line)] or lines
+    # once stopped, it speaks of the stop
     said = (
         ""
         if stopped
@@ -401,7 +399,7 @@ def _no_report(what: str, output: str, stopped: bool = False) -> str:
             (line for telling in TELLING for line in reversed(lines) if telling.search(line)),
             lines[-1] if lines else "",
         )
-    )  # once stopped, it speaks of the stop
+    )
     return f"{what}: {len(init)} of {RANKS} ranks finished MPI_Init{hint}" + (
         f"; the launcher says: {clipped(said, 200)}" if said else ""
     )
@@ -430,14 +428,12 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
             f"ranks ran on {len(hosts)} node(s) ({', '.join(hosts)}), not on {result.nodes}"
         )
     expected_sum = RANKS * (RANKS + 1) // 2
-    banner = VENDOR_BANNERS[
-        pair.host.vendor
-    ]  # a site names one of MPI_VENDORS, each with its banner
+    # a site names one of MPI_VENDORS, each with its banner
+    banner = VENDOR_BANNERS[pair.host.vendor]
     targets = [dst.rstrip("/") + "/" for _src, dst in pair.binds]
     for r in result.ranks:
-        if r.sum != expected_sum and sizes == [
-            RANKS
-        ]:  # in a world of another size it follows from that
+        # in a world of another size it follows from that
+        if r.sum != expected_sum and sizes == [RANKS]:
             result.problems.append(
                 f"rank {r.rank}: allreduce gave {r.sum}, expected {expected_sum}"
             )

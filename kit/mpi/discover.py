@@ -38,9 +38,8 @@ DPKG_MPI = {"libmpich12": "mpich", "libopenmpi3": "openmpi", "libmvapich2-12": "
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
 MAX_DPKG_STATUS = 64 << 20  # a full distribution's is a few MB
 MAX_MPI_NAMES = 256  # MPI entries looked at (real images: a few, times their hwcap dirs)
-Facts = tuple[
-    Optional[str], Optional[str], Optional[str]
-]  # soname, vendor, MPI version of one file
+# soname, vendor, MPI version of one file
+Facts = tuple[Optional[str], Optional[str], Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -61,9 +60,8 @@ class ImageMPI:
     image: str
     source: str  # "ld.so.cache" or "library scan"
     libraries: list[MPILibrary] = field(default_factory=list)
-    users: dict[str, list[str]] = field(
-        default_factory=dict
-    )  # in-image ELF path -> MPI sonames it needs
+    # in-image ELF path -> MPI sonames it needs
+    users: dict[str, list[str]] = field(default_factory=dict)
     static: list[str] = field(default_factory=list)  # ELF files with MPI linked in
     notes: list[str] = field(default_factory=list)  # what was skipped, and why
 
@@ -217,13 +215,13 @@ def _library(
         return None
     soname, vendor, version = facts
     return MPILibrary(
-        name,
-        path,
-        "/" + real_rel,
-        soname,
-        _image_file_version(tree, real_rel, st.st_size, soname),
-        vendor,
-        version,
+        name=name,
+        path=path,
+        real_path="/" + real_rel,
+        soname=soname,
+        file_version=_image_file_version(tree, real_rel, st.st_size, soname),
+        vendor=vendor,
+        mpi_version=version,
     )
 
 

@@ -115,7 +115,7 @@ class Elf:
             _name, kind, _flags, _addr, offset, length, link, _info, _align, _ent = (
                 self._sh.unpack_from(self.data, shoff + i * entsize)
             )
-            out.append(_Section(i, kind, offset, length, link))
+            out.append(_Section(index=i, type=kind, offset=offset, size=length, link=link))
         return out
 
     def _bytes(self, section: _Section) -> bytes:

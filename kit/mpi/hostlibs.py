@@ -46,9 +46,8 @@ class Placement:
     links: dict[str, str] = field(default_factory=dict)
     from_image: list[str] = field(default_factory=list)  # SONAMEs the image's copy serves
     problems: list[str] = field(default_factory=list)  # one line each, with the fix
-    shadowed: list[str] = field(
-        default_factory=list
-    )  # what the host dirs, whole on the path, would override
+    # what the host dirs, whole on the path, would override
+    shadowed: list[str] = field(default_factory=list)
 
 
 def host_ld_cache(path: Path = HOST_LD_CACHE) -> dict[str, str]:

@@ -53,11 +53,12 @@ def wanted(relpath: str) -> bool:
     """Files worth extracting: the linker cache, dpkg status, the image's environment (ch-run
     imports it) and MPI-looking paths."""
     rel = relpath.lstrip("./")
+    # TOP/ch/...
     if (
         rel in ("etc/ld.so.cache", "etc/ld.so.conf", "var/lib/dpkg/status", "ch/environment")
         or rel.startswith("etc/ld.so.conf.d/")
         or rel.partition("/")[2] == "ch/environment"
-    ):  # TOP/ch/...
+    ):
         return True
     return any(word in rel.lower() for word in WANTED_WORDS)
 
@@ -87,7 +88,11 @@ def image_kind(image: Path) -> str:
     try:
         st = os.stat(image)
     except OSError as exc:
-        raise KitError(f"{image}: cannot read the image ({exc.strerror})") from None
+        raise KitError(
+            f"cannot read the image ({exc.strerror})",
+            fix="check the path and its permissions",
+            where=str(image),
+        ) from None
     if stat.S_ISDIR(st.st_mode):
         return "source" if _source_kind(image) else "dir"
     if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: not opened
@@ -111,7 +116,8 @@ def image_kind(image: Path) -> str:
         return "sif"
     raise KitError(
         f"{image}: not a directory, Charliecloud tarball ({', '.join(TAR_SUFFIXES)}), "
-        f"SquashFS ({', '.join(SQUASH)}) or SIF ({', '.join(SIF)}) image"
+        f"SquashFS ({', '.join(SQUASH)}) or SIF ({', '.join(SIF)}) image",
+        fix="give an image kit image convert wrote",
     )
 
 
@@ -134,7 +140,11 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                 fix="name an image directory, tarball or SquashFS file",
             ) from None
         except OSError as exc:
-            raise KitError(f"{image}: cannot read the image ({exc.strerror})") from None
+            raise KitError(
+                f"cannot read the image ({exc.strerror})",
+                fix="check the path and its permissions",
+                where=str(image),
+            ) from None
         try:
             with fh, open_tar(fh, compressed=True) as tar:
                 while (member := tar.next()) is not None:
@@ -150,7 +160,9 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
                 bad = first_nonzero(iter(lambda: tar.fileobj.read(1 << 20), b""), tar.offset)
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
             raise KitError(
-                f"{image}: cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}"
+                f"cannot read the tarball: {one_line(exc, tail=True) or '(no message)'}",
+                fix="convert the image again (kit image convert SRC OUT.tar.gz)",
+                where=str(image),
             ) from None
     if bad is not None:
         raise KitError(
@@ -164,13 +176,11 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, rel: str, tre
     if member.isdir():
         tree.makedirs(rel, 0o755)
     elif member.issym():
-        tree.symlink(
-            rel, member.linkname, through_links=True, make_parents=0o755
-        )  # read via Root only
+        # read via Root only
+        tree.symlink(rel, member.linkname, through_links=True, make_parents=0o755)
     elif member.isfile() and (src := tar.extractfile(member)) is not None:  # None: not a file
-        out = tree.create(
-            rel, through_links=True, make_parents=0o755, replace=True
-        )  # a later member wins
+        # a later member wins
+        out = tree.create(rel, through_links=True, make_parents=0o755, replace=True)
         with src, out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
@@ -197,10 +207,16 @@ def _extract_squash(
             limit=MAX_LISTING,
         )
     except subprocess.TimeoutExpired:
-        raise KitError(f"{image}: unsquashfs took more than {timeout:.0f} s to list it") from None
+        raise KitError(
+            f"unsquashfs took more than {timeout:.0f} s to list it",
+            fix="check the image is on a file system that answers, then run again",
+            where=str(image),
+        ) from None
     if listing.returncode != 0:
         raise KitError(
-            f"{image}: unsquashfs cannot read it: {one_line(listing.err, tail=True) or '(no message)'}"
+            f"unsquashfs cannot read it: {one_line(listing.err, tail=True) or '(no message)'}",
+            fix="convert the image again (kit image convert SRC OUT.sqfs)",
+            where=str(image),
         )
     if listing.stdout_cut:
         raise KitError(
@@ -253,7 +269,9 @@ def _extract_squash(
             )
         except subprocess.TimeoutExpired:
             raise KitError(
-                f"{image}: unsquashfs took more than {timeout:.0f} s to extract its MPI files"
+                f"unsquashfs took more than {timeout:.0f} s to extract its MPI files",
+                fix="check the image is on a file system that answers, then run again",
+                where=str(image),
             ) from None
     if run.returncode == 2:  # non-fatal: some files could not be written (e.g. an overlong link)
         note(
@@ -263,7 +281,9 @@ def _extract_squash(
         )
     elif run.returncode != 0:
         raise KitError(
-            f"{image}: unsquashfs failed: {one_line(run.err, tail=True) or '(no message)'}"
+            f"unsquashfs failed: {one_line(run.err, tail=True) or '(no message)'}",
+            fix="convert the image again (kit image convert SRC OUT.sqfs)",
+            where=str(image),
         )
 
 
@@ -364,7 +384,7 @@ def open_image_tree(image: str | os.PathLike, ref: str | None = None) -> Iterato
     ``ref`` picks one image of a docker/OCI source that holds several."""
     image = Path(image)
     if not os.path.lexists(image):
-        raise KitError(f"{image}: no such image")
+        raise KitError("no such image", fix="check the path", where=str(image))
     kind = image_kind(image)
     if kind == "dir":
         yield ImageTree(image)

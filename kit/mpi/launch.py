@@ -28,9 +28,8 @@ from kit.runtime.charliecloud import CHARLIECLOUD, JOIN_TAG_LINE, JOIN_TAG_VAR  
 from kit.site import Site
 
 DEFAULT_COMMAND = "python3 -m gan3d train"
-GROUP_RE = re.compile(
-    r"[A-Za-z0-9_.-]{1,16}"
-)  # a step's suffix (e0001): no shell or path character
+# a step's suffix (e0001): no shell or path character
+GROUP_RE = re.compile(r"[A-Za-z0-9_.-]{1,16}")
 FIX_MISSING = (
     "convert the source image with `kit image convert SRC OUT --site SITE` (it creates "
     "the mount points and links), or run `kit mpi pair --prepare` on a directory image"
@@ -100,8 +99,8 @@ def _host_mpiexec_script(
 def _host_mpiexec_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
     if not (exe := _host_exe(site, words[0])).is_file():
         raise KitError(
-            f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}; fix "
-            "host_mpi.prefix in the site config"
+            f"site {site.name}: host_mpi.launcher {words[0]!r} is not at {exe}",
+            fix="correct host_mpi.prefix in the site config",
         )
     return _ranked_now(site, [str(exe), *words[1:]], ranks, nodes)
 
@@ -119,7 +118,10 @@ def _ranked_script(
 
 def _path_now(site: Site, words: list[str], ranks: int, nodes: int) -> list[str]:
     if (exe := shutil.which(words[0])) is None:
-        raise KitError(f"site {site.name}: launcher {words[0]!r} not found on PATH")
+        raise KitError(
+            f"site {site.name}: launcher {words[0]!r} not found on PATH",
+            fix="load the site's MPI module, or give host_mpi.prefix in the site config",
+        )
     return _ranked_now(site, [exe, *words[1:]], ranks, nodes)
 
 

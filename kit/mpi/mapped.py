@@ -32,9 +32,8 @@ DEPENDENCY = re.compile(
     r"|open-(?:pal|rte)|event(?:_\w+)?-[\d.]+)\.so\.\d+",
     re.ASCII,
 )
-UCT_MODULE = re.compile(
-    r"libuct_\w+\.so(?:\.[\d.]+)?", re.ASCII
-)  # UCX's transports, dlopen'ed from its module dir
+# UCX's transports, dlopen'ed from its module dir
+UCT_MODULE = re.compile(r"libuct_\w+\.so(?:\.[\d.]+)?", re.ASCII)
 SONAME = re.compile(r"(.+?\.so(?:\.\d+)?)(?:\.[\d.]+)?")  # libfabric.so.1.20.0 -> libfabric.so.1
 FIX_IMAGE_FIRST = (
     "let nothing in the image load it ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, "

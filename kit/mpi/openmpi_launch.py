@@ -47,7 +47,6 @@ def mpirun_job_words(site: Site, hwthreads: bool, exports: Sequence[str]) -> lis
     exported by name. Values stay in the batch script's shell variables."""
     pe = "ppr:${RANKS_PER_NODE}:node:PE=${OMP_NUM_THREADS}"
     bind = ["--use-hwthread-cpus", "--bind-to", "hwthread"] if hwthreads else ["--bind-to", "core"]
-    names = [
-        n for n in dict.fromkeys(exports) if not n.startswith("OMPI_")
-    ]  # mpirun passes OMPI_* itself
+    # mpirun passes OMPI_* itself
+    names = [n for n in dict.fromkeys(exports) if not n.startswith("OMPI_")]
     return ["--map-by", pe, *bind, *root_words(site), *[w for n in names for w in ("-x", n)]]

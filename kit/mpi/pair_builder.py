@@ -76,7 +76,12 @@ class Pair:
     @property
     def launch(self) -> Launch:
         return Launch(
-            self.site, self.binds, self.env_set, self.env_prepend, self.image_env, self.environment
+            site=self.site,
+            binds=self.binds,
+            env_set=self.env_set,
+            env_prepend=self.env_prepend,
+            image_env=self.image_env,
+            environment=self.environment,
         )
 
     def ch_run_options(self, join: list[str] | None = None) -> list[str]:
@@ -167,17 +172,19 @@ def image_abi(found: ImageMPI) -> AbiId:
         if found.static:
             raise KitError(
                 f"{found.image}: MPI is linked statically into {', '.join(found.static[:3])}: "
-                "a host MPI cannot be bound in; rebuild them against a shared MPI library "
-                "(libmpi.so.12 for an MPICH-ABI host)"
+                "a host MPI cannot be bound in",
+                fix="rebuild them against a shared MPI library (libmpi.so.12 for an MPICH-ABI "
+                "host)",
             )
         raise KitError(
             f"{found.image}: no MPI library found (searched the image's {found.source} for "
-            "libmpi.so.N / libmpich.so.N); install the MPI the site's ABI needs into the image"
+            "libmpi.so.N / libmpich.so.N)",
+            fix="install the MPI the site's ABI needs into the image",
         )
     if lib.vendor is None:
         raise KitError(
-            f"{found.image}: {lib.real_path} has MPI symbols but no known vendor banner "
-            "(MPICH, Intel MPI, Open MPI, MVAPICH2)"
+            f"{found.image}: {lib.real_path} has MPI symbols but no known vendor banner",
+            fix="install MPICH, Intel MPI, Open MPI or MVAPICH2 into the image",
         )
     return AbiId(lib.vendor, lib.mpi_version, lib.soname or lib.name, lib.file_version)
 
@@ -222,8 +229,8 @@ def pair_from_root(
     if not verdict.ok:
         raise KitError(
             f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
-            f"{container.describe()}: {'; '.join(r for r in verdict.reasons if 'same' not in r)}. "
-            f"Put {advice_for(host)} into the image instead."
+            f"{container.describe()}: {', '.join(r for r in verdict.reasons if 'same' not in r)}",
+            fix=f"put {advice_for(host)} into the image instead",
         )
     target = site.container.mpi_target.rstrip("/")
     lib_dirs = site.host_mpi.lib_dirs
@@ -257,9 +264,8 @@ def pair_from_root(
     if placed is not None:
         verdict.warnings.extend(placed.problems)
         if placed.shadowed:
-            first = sorted(
-                placed.shadowed, key=lambda n: not n.startswith("libc.so")
-            )  # the one that hurts first
+            # the one that hurts first
+            first = sorted(placed.shadowed, key=lambda n: not n.startswith("libc.so"))
             shown = ", ".join(first[:5]) + (", ..." if len(first) > 5 else "")
             verdict.reasons.append(
                 f"the host's library dirs also hold {len(placed.shadowed)} libraries the image "
@@ -275,16 +281,16 @@ def pair_from_root(
         | ucx_module_env(links, binds)
     )
     pair = Pair(
-        site,
-        image,
-        host,
-        container,
-        found,
-        verdict,
-        binds,
-        env_set,
-        {"LD_LIBRARY_PATH": prepend},
-        links,
+        site=site,
+        image=image,
+        host=host,
+        container=container,
+        found=found,
+        verdict=verdict,
+        binds=binds,
+        env_set=env_set,
+        env_prepend={"LD_LIBRARY_PATH": prepend},
+        links=links,
     )
     with Root(root) as tree:
         pair.missing = missing_in_root(pair, tree)

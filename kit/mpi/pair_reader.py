@@ -92,7 +92,7 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
     """
     path = Path(path)
     fix = FIX.format(site=site.name)
-    doc = load_pair_document(path, fix, missing=f"no such pair file; {fix}")
+    doc = load_pair_document(path, fix, missing="no such pair file", missing_fix=fix)
     if doc.value.get("site") != site.name:
         raise KitError(
             f"key site is {shown(doc.value.get('site'))}, but the job runs at {site.name!r}",
@@ -105,11 +105,11 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
     env_prepend = env["prepend"] or {}
     pairs = [tuple(b.split(":", 1)) for b in pair["binds"]]
     launch = Launch(
-        site,
-        pairs,
-        env_set,
-        env_prepend,
-        pair["image_environment"],
+        site=site,
+        binds=pairs,
+        env_set=env_set,
+        env_prepend=env_prepend,
+        image_env=pair["image_environment"],
     )
     verdict, ready = pair["verdict"], pair["image_ready"]
     site_image = pair["site_image"]
@@ -131,11 +131,11 @@ def read_pair_file(path: str | os.PathLike, site: Site) -> PairFile:
             where=doc.where("image_ready"),
         )
     return PairFile(
-        path,
-        site_image,
-        launch,
-        _kept(warnings),
-        _digest(path),
+        path=path,
+        site_image=site_image,
+        launch=launch,
+        warnings=_kept(warnings),
+        digest=_digest(path),
     )
 
 

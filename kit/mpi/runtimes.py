@@ -32,12 +32,10 @@ class Runtime:
     """One MPI family's runtime on the host."""
 
     name: str  # as messages name it
-    libs: (
-        re.Pattern
-    )  # always the host's, even where the image has the SONAME: one version with the launcher
-    dlopened: tuple[
-        str, ...
-    ]  # loaded by name, so in no DT_NEEDED (taken from the host where it has them)
+    # always the host's, even where the image has the SONAME: one version with the launcher
+    libs: re.Pattern
+    # loaded by name, so in no DT_NEEDED (taken from the host where it has them)
+    dlopened: tuple[str, ...]
     component_dirs: Callable[[HostMPI], Sequence[str | None]]  # shared objects dlopen'ed by path
 
 
@@ -89,9 +87,8 @@ def runtime_links(
     the host's MPI is not on this machine nothing can be judged: None, and why, in a Placement's
     problems."""
     runtime = RUNTIMES[family]
-    if not any(
-        (Path(d) / soname).exists() for d in mpi.lib_dirs
-    ):  # e.g. converting outside the perimeter
+    # e.g. converting outside the perimeter
+    if not any((Path(d) / soname).exists() for d in mpi.lib_dirs):
         return Placement(
             problems=[
                 error_line(

@@ -72,13 +72,16 @@ def bind_words(binds: list[tuple[str, str]]) -> list[str]:
 
 def file_environment(image: str) -> dict[str, str]:
     """The image's own environment (ch/environment) in a SIF or SquashFS image file, read with
-    unsquashfs -cat from the SIF's primary partition or the SquashFS; {} when it has none."""
+    unsquashfs -cat from the SIF's primary partition or the SquashFS; {} when it has none. A SIF
+    is told by its header, not its name: the image a job runs is NAME.current, a link to the
+    installed NAME@SHA.sif."""
     path = os.path.expanduser(image)
-    offset = 0
-    if path.endswith(SIF):
-        from kit.image.sif import squashfs_at  # kit.image: only for an image file, not for --help
+    # kit.image: only for an image file, not for --help
+    from kit.image.sif import HEADER, looks_like_sif, squashfs_at
 
-        offset = squashfs_at(path)
+    with open(path, "rb") as fh:
+        head = fh.read(HEADER.size)
+    offset = squashfs_at(path) if looks_like_sif(head) else 0
     cmd = ["unsquashfs", "-o", str(offset), "-cat", path, ENVIRONMENT]
     try:
         ran = run_bounded(cmd, timeout=ENV_TIMEOUT, limit=ENV_MAX)
@@ -165,16 +168,19 @@ class ApptainerRuntime:
         return {}
 
     def install_format(self, site: Site, install_as: str, source: str) -> str:
-        """A directory unpacked by the installer itself, or a SquashFS file copied as it is:
-        an Apptainer site need not have Charliecloud's ch-convert."""
+        """A SIF copied as it is (Apptainer's own form, whatever ``install_as`` says), a directory
+        unpacked by the installer itself, or a SquashFS file copied as it is: an Apptainer site
+        need not have Charliecloud's ch-convert."""
+        if source.endswith(SIF):
+            return "sif"
         if install_as == "dir" and not source.endswith(SQUASH):
             return "unpack"
         if install_as == "squash" and source.endswith(SQUASH):
             return "squash"
         raise KitError(
             f"site {site.name}: {source} cannot be installed as {install_as} without ch-convert",
-            fix="push a tarball with --install-as dir, or a .sqfs (kit image convert SRC "
-            "OUT.sqfs) with --install-as squash",
+            fix="push a .sif (kit image convert SRC OUT.sif), a tarball with --install-as dir, "
+            "or a .sqfs with --install-as squash",
         )
 
     def rank_view(self, launch: Launch, image: str) -> Callable[[str], str]:

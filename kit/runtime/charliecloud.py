@@ -59,9 +59,8 @@ class Charliecloud:
         join = ["--join"] if (srun or is_openmpi_mpirun(site)) and site.container.join else []
         body = [shlex.quote(a) for a in self.options(launch, join)]
         if not join and site.container.join:
-            body.insert(
-                1, "--join-ct=${RANKS_PER_NODE}"
-            )  # Hydra sets no variable ch-run --join reads
+            # Hydra sets no variable ch-run --join reads
+            body.insert(1, "--join-ct=${RANKS_PER_NODE}")
         if site.container.join:
             # ch-run's default tag is SLURM_STEP_ID, the same "0" for every job's first step, and a
             # job id repeats too: one tag per job start (JOIN_TAG_LINE), left for the shell to
@@ -81,11 +80,13 @@ class Charliecloud:
     def ready(self, site: Site, image: str, image_kind: str) -> None:
         if image_kind in ("tar", "source", "sif"):
             raise KitError(
-                f"{image}: ch-run needs a directory or SquashFS image; convert it first "
-                "(kit image convert IMAGE OUT.sqfs --site SITE)"
+                f"{image}: ch-run needs a directory or SquashFS image",
+                fix="convert it first (kit image convert IMAGE OUT.sqfs --site SITE)",
             )
         if shutil.which("ch-run") is None:
-            raise KitError("ch-run not found: install Charliecloud (Debian package charliecloud)")
+            raise KitError(
+                "ch-run not found", fix="install Charliecloud (Debian package charliecloud)"
+            )
 
     def check_env(self, site: Site) -> dict[str, str]:
         return {}

@@ -41,8 +41,9 @@ def parse_environment(data: bytes, where: Path) -> dict[str, str]:
         match = ENV_LINE.fullmatch(line)
         if match is None:
             raise KitError(
-                f"{where}:{number}: {shown(line, 80)} is not KEY=VALUE",
+                f"{shown(line, 80)} is not KEY=VALUE",
                 fix="re-convert the image (kit image convert writes one KEY=VALUE a line)",
+                where=f"{where}:{number}",
             )
         value = match[2]
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":

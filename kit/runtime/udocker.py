@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from kit.atomic import atomic_write_text
+from kit.cachedir import cache_base, kit_cache
 from kit.errors import KitError
 from kit.image_names import SQUASH
 from kit.ownfile import open_own_regular, own_dirs
@@ -64,17 +65,9 @@ exec {quoted} "$@"
 """
 
 
-def cache_base() -> Path:
-    """$XDG_CACHE_HOME, else ~/.cache: the user's, above the kit's own directories."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    return Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-
-
 def cache_dir() -> Path:
-    """The kit's own directory for udocker's proot wrappers:
-    $XDG_CACHE_HOME/secure-site-kit/udocker.
-    """
-    return cache_base() / "secure-site-kit" / "udocker"
+    """The kit's own directory for udocker's proot wrappers: udocker/ in the kit's cache."""
+    return kit_cache() / "udocker"
 
 
 def wrapper_text(proot: str) -> str:

@@ -8,9 +8,8 @@ def node_axis(ax, ylabel: str, title: str, *, ticks: list[int], log_y: bool = Fa
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(
-        FixedLocator(ticks)
-    )  # node counts are whole numbers: the ones measured
+    # node counts are whole numbers: the ones measured
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(ScalarFormatter())
     if len(ticks) == 1:

@@ -37,11 +37,11 @@ class Band:
 def _band(label: str, points: dict[float, list[float]]) -> Band:
     xs = sorted(points)
     return Band(
-        label,
-        tuple(xs),
-        tuple(median(points[x]) for x in xs),
-        tuple(min(points[x]) for x in xs),
-        tuple(max(points[x]) for x in xs),
+        label=label,
+        x=tuple(xs),
+        median=tuple(median(points[x]) for x in xs),
+        low=tuple(min(points[x]) for x in xs),
+        high=tuple(max(points[x]) for x in xs),
     )
 
 
@@ -75,7 +75,9 @@ def throughput(rows: Sequence[Row]) -> tuple[Band, Band]:
     )
     base_nodes, base = measured.x[0], measured.median[0]
     ideal = tuple(base * n / base_nodes for n in measured.x)
-    return measured, Band("ideal (linear in nodes)", measured.x, ideal, ideal, ideal)
+    return measured, Band(
+        label="ideal (linear in nodes)", x=measured.x, median=ideal, low=ideal, high=ideal
+    )
 
 
 def physics(rows: Sequence[Row]) -> Band | None:
@@ -240,9 +242,8 @@ def _epoch_axis(ax, ylabel: str, title: str) -> None:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     values = [y for line in ax.lines for y in line.get_ydata()]
-    if (
-        values and min(values) > 0
-    ):  # a first epoch 100x the later ones would flatten them on a linear axis
+    # a first epoch 100x the later ones would flatten them on a linear axis
+    if values and min(values) > 0:
         ax.set_yscale("log")
         ylabel += " (log)"
     ax.set_xlabel("epoch")

@@ -26,6 +26,7 @@ from kit.atomic import open_log, own_dir
 from kit.errors import KitError
 from kit.excerpt import shown
 from kit.site import Site
+from kit.site.model import FILE_FIX as SITE_FILE_FIX
 from kit.slurm.jobs import LOCAL_ENDS, LOCAL_JOB_RE, UNKNOWN
 from kit.slurm.ledger import latest_job, locked, read_jobs, record_job
 from kit.slurm.script import RunFiles, train_words
@@ -92,7 +93,9 @@ def command(site: Site, run: Checked, files: RunFiles, *, python: str) -> list[s
     """The launcher with the run's ranks and its `gan3d train` line, as its batch job would have
     it."""
     if site.path is None:
-        raise KitError(f"site {site.name}: no config file behind it to give the run")
+        raise KitError(
+            f"site {site.name}: no config file behind it to give the run", fix=SITE_FILE_FIX
+        )
     return [
         *local_launcher(site),
         "-n",

@@ -72,7 +72,13 @@ def container_overhead(series: Mapping[Series, Sequence[Row]]) -> list[Overhead]
             continue
         by_nodes = {row.nodes: row for row in match}
         out += [
-            Overhead(key.layout, key, row.nodes, row, by_nodes[row.nodes])
+            Overhead(
+                layout=key.layout,
+                container=key,
+                nodes=row.nodes,
+                inside=row,
+                bare=by_nodes[row.nodes],
+            )
             for row in rows
             if row.nodes in by_nodes
         ]

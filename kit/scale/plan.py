@@ -15,6 +15,7 @@ from kit.mpi.pair_reader import PairFile, pair_file_for, read_pair_file
 from kit.scale.local import command
 from kit.schema import Bad, Field, Items, check_doc, record, section_of
 from kit.site import Site, load_site
+from kit.site.model import FILE_FIX as SITE_FILE_FIX
 from kit.slurm.script import RunFiles, render, validation_data
 from kit.slurm.spec import (
     RUN_ID_RE,
@@ -102,7 +103,9 @@ def make_plan(
     scores its final checkpoint's physics (gan3d validate against the run's --validation-data,
     else its --data)."""
     if not 1 <= repeats <= 100:
-        raise KitError(f"--repeats {repeats}: give 1..100 runs of each combination")
+        raise KitError(
+            f"--repeats {repeats}: out of range", fix="give 1..100 runs of each combination"
+        )
     if validate and validation_data(tuple(train_args)) is None:
         raise KitError(
             "--validate: the training arguments name no --data, --validation-data or --synthetic-dir, "
@@ -111,7 +114,7 @@ def make_plan(
         )
     site = load_site(site)
     if site.path is None:
-        raise KitError(f"site {site.name}: a plan needs a site config file")
+        raise KitError(f"site {site.name}: a plan needs a site config file", fix=SITE_FILE_FIX)
     if site.scheduler.type == "local":
         _here(site, nodes, image, validate)
     pair = str(pair_file_for(image).absolute()) if image else None
@@ -122,7 +125,15 @@ def make_plan(
     for n, r in itertools.product(sorted(set(nodes)), sorted(set(ranks_per_node))):
         for t in sorted(set(threads)) if threads else [default_threads(site, r)]:
             spec = RunSpec(
-                run_id(n, r, t), n, r, t, walltime, tuple(train_args), partition, account, validate
+                run_id=run_id(n, r, t),
+                nodes=n,
+                ranks_per_node=r,
+                threads_per_rank=t,
+                walltime=walltime,
+                train_args=tuple(train_args),
+                partition=partition,
+                account=account,
+                validate=validate,
             )
             try:
                 check_run(site, spec, here=True)
@@ -140,7 +151,10 @@ def make_plan(
             )
     if not runs:
         reasons = "; ".join(sorted({str(r["reason"]) for r in refused}))
-        raise KitError(f"no run of the sweep fits site {site.name}: {reasons}")
+        raise KitError(
+            f"no run of the sweep fits site {site.name}: {reasons}",
+            fix="ask for node counts and a layout the site allows (kit site show)",
+        )
     shared = matching(tuple(train_args), PER_RUN_FLAGS)
     if shared and len(runs) > 1:
         raise KitError(
@@ -149,14 +163,14 @@ def make_plan(
             fix="leave them out of the sweep (or plan one run per directory)",
         )
     return Plan(
-        str(Path(site.path).resolve()),
-        walltime,
-        runs,
-        pair,
-        python,
-        tuple(train_args),
-        refused,
-        validate,
+        site=str(Path(site.path).resolve()),
+        walltime=walltime,
+        runs=runs,
+        pair=pair,
+        python=python,
+        train_args=tuple(train_args),
+        refused=refused,
+        validate=validate,
     )
 
 
@@ -176,11 +190,12 @@ def _here(site: Site, nodes: list[int], image: str | None, validate: bool) -> No
         )
 
 
+# n0, 2n0, 8n0: three counts, far enough apart to tell predict's shapes apart
 CALIBRATION_FACTORS = (
     1,
     2,
     8,
-)  # n0, 2n0, 8n0: three counts, far enough apart to tell predict's shapes apart
+)
 CALIBRATION_REPEATS = 3
 CALIBRATION_STEPS = (
     20  # optimizer steps per epoch of a calibration run (the report scales to a full epoch)
@@ -275,7 +290,7 @@ def load_plan(sweep_dir: Path) -> Plan:
     """
     path = sweep_dir / PLAN_NAME
     fix = (
-        "fix: restore the plan.yaml kit scale plan wrote, "
+        "restore the plan.yaml kit scale plan wrote, "
         f"or plan again with kit scale plan --dir {sweep_dir}"
     )
     doc = load_tagged(
@@ -288,7 +303,7 @@ def load_plan(sweep_dir: Path) -> Plan:
         missing_fix=f"kit scale plan --dir {sweep_dir} ...",
         wrote="a plan kit scale plan wrote",
     )
-    data = check_doc(doc, PLAN_SCHEMA, "sweep plan", fix=fix.removeprefix("fix: "))
+    data = check_doc(doc, PLAN_SCHEMA, "sweep plan", fix=fix)
     shared = {k: data[k] for k in ("walltime", "train_args", "validate")}
     runs = [record(RunSpec, run, **shared) for run in data["runs"]]
     return record(Plan, data, runs=runs, refused=list(data["refused"] or []))

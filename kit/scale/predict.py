@@ -121,8 +121,8 @@ class Prediction:
 def check_targets(targets: Sequence[int]) -> tuple[int, ...]:
     if not targets or len(targets) > MAX_TARGETS or not all(1 <= n <= MAX_NODES for n in targets):
         raise KitError(
-            f"--nodes {','.join(map(str, targets))}: give 1..{MAX_TARGETS} node counts from 1 to "
-            f"{MAX_NODES:,}"
+            f"--nodes {','.join(map(str, targets))}: out of range",
+            fix=f"give 1..{MAX_TARGETS} node counts from 1 to {MAX_NODES:,}",
         )
     return tuple(sorted(set(targets)))
 

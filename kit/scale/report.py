@@ -63,18 +63,18 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
         seconds = [r.epoch_seconds for r in group]
         rows.append(
             Row(
-                nodes,
-                median(seconds),
-                min(seconds),
-                max(seconds),
-                _median([r.step_epoch_seconds for r in group]),
-                _median([r.data_stall_percent for r in group]),
-                0.0,
-                None,
-                median(r.showers_per_second for r in group),
-                median(r.flop_per_second for r in group),
-                _median([r.percent_of_peak for r in group]),
-                " / ".join(
+                nodes=nodes,
+                seconds_per_epoch=median(seconds),
+                seconds_min=min(seconds),
+                seconds_max=max(seconds),
+                step_seconds=_median([r.step_epoch_seconds for r in group]),
+                data_stall_percent=_median([r.data_stall_percent for r in group]),
+                linear_seconds=0.0,
+                efficiency_percent=None,
+                showers_per_second=median(r.showers_per_second for r in group),
+                flop_per_second=median(r.flop_per_second for r in group),
+                percent_of_peak=_median([r.percent_of_peak for r in group]),
+                percent_of_peak_denominator=" / ".join(
                     dict.fromkeys(
                         r.percent_of_peak_denominator or UNNAMED_PEAK
                         for r in group
@@ -82,8 +82,10 @@ def scaling_table(runs: Sequence[RunResult]) -> list[Row]:
                     )
                 )
                 or None,
-                _median([r.percent_of_peak_fp64_max_clock for r in group]),
-                tuple(group),
+                percent_of_peak_fp64_max_clock=_median(
+                    [r.percent_of_peak_fp64_max_clock for r in group]
+                ),
+                runs=tuple(group),
             )
         )
     base = rows[0]
@@ -123,8 +125,9 @@ def report_sweep(
     paths += results
     if not paths:
         raise KitError(
-            f"no results to report: {sweep_dir or 'no sweep dir'} has none yet "
-            "(kit scale collect shows why) and no RESULT.json was named"
+            f"no results to report: {sweep_dir or 'no sweep dir'} has none yet and no RESULT.json "
+            "was named",
+            fix="kit scale collect DIR shows why; or name the results files",
         )
     if out is None and sweep_dir:  # the sweep's own report directory: never written through a link
         out = sweep_dir / "report"
@@ -393,10 +396,11 @@ def _physics_score(run: RunResult, name: str) -> str:
     )
 
 
+# per bin and overall; energy response
 PHYSICS_SUMMARY = (
     "physics_score.png",
     "physics_cellsum_vs_energy.png",
-)  # per bin and overall; energy response
+)
 MAX_PNG_BYTES = 16 * 2**20
 
 

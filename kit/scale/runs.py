@@ -35,7 +35,7 @@ from kit.schema import Bad, Field, Items, Names, Section, check_value, section_o
 from kit.schema import record as record_of
 from kit.site.model import vendor_named_in
 
-_RERUN = "fix: re-run the job with the current gan3d, or leave this file out"
+_RERUN = "re-run the job with the current gan3d, or leave this file out"
 MAX_COUNT = 10**12  # nodes, ranks, batches, steps, events: far past any machine
 # FLOP/s, showers/s, % of peak, seconds: 1e24 is a thousand zettaFLOP/s; 1e308 overflows sums
 MAX_RATE = 1e24
@@ -163,9 +163,8 @@ class RunResult:
     step_epoch_seconds: float | None  # the step-only estimate of a full epoch
     showers_per_second: float
     flop_per_second: float
-    percent_of_peak: (
-        float | None
-    )  # None: not known, or a results file from before per-precision peaks
+    # None: not known, or a results file from before per-precision peaks
+    percent_of_peak: float | None
     percent_of_peak_denominator: str | None  # e.g. "fp32 theoretical peak", "fp32 measured peak"
     percent_of_peak_fp64_max_clock: float | None  # the seed paper's convention (its Table 7)
     mpi_library_version: str | None
@@ -174,9 +173,8 @@ class RunResult:
     container: str | None = None
     container_from: str = "recorded"
     precision: str = "fp32"
-    fft_convolutions: tuple[
-        str, ...
-    ] = ()  # layers run through FFTs: flop_per_second is then model FLOP/s
+    # layers run through FFTs: flop_per_second is then model FLOP/s
+    fft_convolutions: tuple[str, ...] = ()
     image_digest: str | None = None
     mpi_fabric: tuple[tuple[str, str], ...] | None = None  # the set variables; None: not recorded
     horovod_settings: tuple[tuple[str, str], ...] | None = None
@@ -244,9 +242,7 @@ def load_results(paths: Iterable[str | os.PathLike]) -> list[RunResult]:
 
 def _load_one(path: Path) -> RunResult:
     try:
-        record = read_json(
-            path, "gan3d results file", "fix: re-run the job, or leave this file out"
-        )
+        record = read_json(path, "gan3d results file", "re-run the job, or leave this file out")
     except FileNotFoundError:
         raise KitError(
             f"{path}: no such file", fix="pass the results JSON of a finished job"
@@ -258,9 +254,7 @@ def _load_one(path: Path) -> RunResult:
             f"{path}: the run failed ({shown(record.get('error'))}), it has no figures to report",
             fix="leave this file out, or re-run the job",
         )
-    fig = check_value(
-        record, path, RESULTS, what="gan3d results file", fix=_RERUN.removeprefix("fix: ")
-    )
+    fig = check_value(record, path, RESULTS, what="gan3d results file", fix=_RERUN)
     counts = {k: fig[k] for k in _COUNTS}
     seconds, source = _epoch_seconds(fig)
     digest = fig["image_digest"]

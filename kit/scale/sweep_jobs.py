@@ -123,7 +123,16 @@ def collect(sweep_dir: Path) -> list[RunStatus]:
         except KitError as exc:  # the result replaced since it was read: shown with the run
             physics, physics_problem = "failed", str(exc)
         out.append(
-            RunStatus(spec.run_id, job, state, result, problem, physics, physics_problem, in_log)
+            RunStatus(
+                run_id=spec.run_id,
+                job=job,
+                state=state,
+                result=result,
+                problem=problem,
+                physics=physics,
+                physics_problem=physics_problem,
+                problem_in_log=in_log,
+            )
         )
     return out
 
@@ -152,7 +161,7 @@ def _recorded_physics(result: Path, run_id: str) -> dict | None:
     """The `physics` key of a run's results file, read again (a file replaced since run_result read
     it is named in one line, whatever it holds)."""
     fix = f"kit scale submit --resubmit --only {run_id}"
-    record = read_json_object(result, "gan3d results file", "fix: " + fix)
+    record = read_json_object(result, "gan3d results file", fix)
     return check_value(record, result, _PHYSICS, what="gan3d results file", fix=fix)["physics"]
 
 
@@ -212,7 +221,9 @@ def wait(
         if value is not None and not (
             isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
         ):
-            raise KitError(f"--{name} {value!r}: give a finite number of seconds >= 0")
+            raise KitError(
+                f"--{name} {value!r}: not a number of seconds", fix="give a finite number >= 0"
+            )
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         status = collect(sweep_dir)
@@ -223,15 +234,18 @@ def wait(
             return status
         if all(is_stuck(s.state) for s in active):
             raise KitError(
-                f"{sweep_dir}: every run still queued pends for a reason only a person can clear: "
-                + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active)
-                + "; fix the cause (a failed launch: the node's slurmd log; then scontrol release;"
-                " partition limits) or kit scale cancel"
+                "every run still queued pends for a reason only a person can clear: "
+                + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active),
+                fix="clear the cause (a failed launch: the node's slurmd log, then scontrol "
+                "release; partition limits) or kit scale cancel",
+                where=str(sweep_dir),
             )
         if deadline is not None and time.monotonic() > deadline:
             raise KitError(
-                f"{sweep_dir}: runs still queued or running after {timeout:.0f} s: "
-                + ", ".join(f"{s.run_id} ({s.state})" for s in active)
+                f"runs still queued or running after {timeout:.0f} s: "
+                + ", ".join(f"{s.run_id} ({s.state})" for s in active),
+                fix="wait longer (--timeout), or see them with kit scale status",
+                where=str(sweep_dir),
             )
         time.sleep(poll_seconds)
 
@@ -303,7 +317,8 @@ def _select(plan: Plan, only: list[str] | None) -> list:
     unknown = [o for o in only if o not in known]
     if unknown:
         raise KitError(
-            f"--only {', '.join(unknown)}: not in the plan (runs: {', '.join(sorted(known))})"
+            f"--only {', '.join(unknown)}: not in the plan",
+            fix=f"give runs of the plan: {', '.join(sorted(known))}",
         )
     return [r for r in plan.runs if r.run_id in only]
 

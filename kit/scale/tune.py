@@ -31,6 +31,7 @@ from kit.scale.plan import Plan, write_plan
 from kit.scale.runs import BYTE_COUNTS, MAX_RATE
 from kit.schema import Bad, Field, Names, Section, check_doc, check_value
 from kit.site import Site, load_site
+from kit.site.model import FILE_FIX as SITE_FILE_FIX
 from kit.slurm.script import RunFiles
 from kit.slurm.spec import RunSpec, check_run, matching, one_machine
 from kit.yamlbound import load_tagged
@@ -117,7 +118,8 @@ def candidate_layouts(
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:
         raise KitError(
-            f"--precision {','.join(bad)}: gan3d train computes in {' or '.join(PRECISIONS)}"
+            f"--precision {','.join(bad)}: gan3d train does not compute in it",
+            fix=f"give {' or '.join(PRECISIONS)}",
         )
     bad = [i for i in itex if i not in ITEX]
     if bad or not itex:
@@ -175,7 +177,8 @@ def check_train_args(train_args: tuple[str, ...]) -> None:
     if owned:
         raise KitError(
             f"training arguments {' '.join(owned)}: kit scale tune sets {', '.join(TUNE_FLAGS)} "
-            "itself for every layout (use --steps, --peak-seconds, --precision); drop them"
+            "itself for every layout",
+            fix="drop them (use --steps, --peak-seconds, --precision)",
         )
 
 
@@ -300,7 +303,12 @@ def run_slurm(
         args = tuple(train_args) + tune_args(group[0], steps, peak_seconds)
         runs = [
             RunSpec(
-                layout.run_id, nodes, layout.ranks_per_node, layout.threads_per_rank, walltime, args
+                run_id=layout.run_id,
+                nodes=nodes,
+                ranks_per_node=layout.ranks_per_node,
+                threads_per_rank=layout.threads_per_rank,
+                walltime=walltime,
+                train_args=args,
             )
             for layout in group
         ]
@@ -308,11 +316,25 @@ def run_slurm(
             check_run(site, spec)
         sweep = out_dir / (precision + ("-itex" if itex == "on" else ""))
         py = (itex_python or python) if itex == "on" else python
-        write_plan(Plan(_site_file(site), walltime, runs, pair, py, args), sweep)
+        write_plan(
+            Plan(
+                site=_site_file(site),
+                walltime=walltime,
+                runs=runs,
+                pair=pair,
+                python=py,
+                train_args=args,
+            ),
+            sweep,
+        )
         submitted = sweep_jobs.submit(sweep)
         refused = [s for s in submitted if s.note.startswith("not submitted")]
         if refused:
-            raise KitError(f"{sweep}: {refused[0].run_id} {refused[0].note}")
+            raise KitError(
+                f"{refused[0].run_id} {refused[0].note}",
+                fix="clear what the note names, then tune again in a new --dir",
+                where=str(sweep),
+            )
         status = {
             s.run_id: s
             for s in sweep_jobs.wait(
@@ -382,7 +404,7 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
     """
     if problem:
         return Measured(layout, path, problem=problem)
-    fix = "fix: run kit scale tune again in a new --dir"
+    fix = "run kit scale tune again in a new --dir"
     try:
         record = read_json(path, "gan3d results file", fix)
     except FileNotFoundError:
@@ -416,13 +438,15 @@ def read_measured(layout: Layout, path: Path, problem: str = "") -> Measured:
         )
     )
     return Measured(
-        layout,
-        path,
-        float(rate),
-        max(x for x in rss if x),
-        None if percent is None else float(percent),
-        None if percent is None else f"measured {layout.precision} peak",
-        cpu,
+        layout=layout,
+        results=path,
+        showers_per_second=float(rate),
+        peak_rss_bytes_per_rank=max(x for x in rss if x),
+        percent_of_peak=None if percent is None else float(percent),
+        percent_of_peak_denominator=None
+        if percent is None
+        else f"measured {layout.precision} peak",
+        cpu=cpu,
         forms=dict(forms["forms"]) if forms else None,
         forms_source=forms["source"] if forms else None,
     )
@@ -446,7 +470,8 @@ def best(measured: list[Measured]) -> Measured:
     if not ran:
         raise KitError(
             "no layout produced figures: "
-            + "; ".join(f"{m.layout.name}: {one_line(m.problem, 600)}" for m in measured)
+            + ", ".join(f"{m.layout.name} ({one_line(m.problem, 600)})" for m in measured),
+            fix="clear the first layout's problem, then tune again in a new --dir",
         )
     return max(ran, key=lambda m: m.showers_per_second or 0.0)  # ran: all have a figure
 
@@ -455,7 +480,7 @@ def check_outputs(out_dir: Path) -> None:
     """Refuse, before any training, a DIR whose tune.yaml or tune.png the kit did not write: they
     are replaced at the end, and the kit never overwrites what it did not make."""
     tune_file, png = out_dir / TUNE_NAME, out_dir / PLOT_NAME
-    fix = "fix: give kit scale tune a new --dir"
+    fix = "give kit scale tune a new --dir"
     if tune_file.exists() or tune_file.is_symlink():
         try:
             ours = (
@@ -466,9 +491,9 @@ def check_outputs(out_dir: Path) -> None:
         except KitError:
             ours = False
         if not ours:
-            raise KitError(f"{tune_file}: not a tune file kit scale tune wrote; {fix}")
+            raise KitError("not a tune file kit scale tune wrote", fix=fix, where=str(tune_file))
     elif png.exists() or png.is_symlink():
-        raise KitError(f"{png}: there without a {TUNE_NAME}, so not the kit's; {fix}")
+        raise KitError(f"there without a {TUNE_NAME}, so not the kit's", fix=fix, where=str(png))
 
 
 def write_tune(
@@ -511,13 +536,11 @@ def write_tune(
             for m in measured
         ],
     }
-    png = plot(
-        measured, top, f"{site.name}, {nodes} node(s)"
-    )  # rendered before anything is written
+    # rendered before anything is written
+    png = plot(measured, top, f"{site.name}, {nodes} node(s)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    check_outputs(
-        out_dir
-    )  # again: the trainings took minutes, and a link or a file may be there now
+    # again: the trainings took minutes, and a link or a file may be there now
+    check_outputs(out_dir)
     atomic_write_bytes(out_dir / PLOT_NAME, png)
     atomic_write_text(out_dir / TUNE_NAME, yaml.safe_dump(doc, sort_keys=False, width=110))
     return out_dir / TUNE_NAME, out_dir / PLOT_NAME
@@ -570,8 +593,9 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
     if site.scheduler.type == "slurm":
         if not said_how:
             raise KitError(
-                f"site {site.name} runs jobs through Slurm: say how: --image IMAGE (ch-run with the "
-                "host MPI) or --no-container (the site's own Python)"
+                f"site {site.name} runs jobs through Slurm: say how",
+                fix="give --image IMAGE (ch-run with the host MPI) or --no-container (the site's "
+                "own Python)",
             )
         return True
     one_machine(site, [nodes])
@@ -603,7 +627,8 @@ def _load_tune(path: Path, fix: str):
         "kit_tune",
         version=TUNE_FORMAT,
         fix=fix,
-        missing=f"no tune file here; {fix}",
+        missing="no tune file here",
+        missing_fix=fix,
         wrote="a file kit scale tune wrote",
     )
 
@@ -630,7 +655,7 @@ def load_best(path: Path, site: Site) -> tuple[int, int]:
     """(ranks per node, threads per rank) recommended by a tune.yaml for this site; anything else
     (another site's tune, a damaged file) is one line naming the file and key."""
     fix = (
-        f"fix: run kit scale tune --site {site.name} --dir DIR, "
+        f"run kit scale tune --site {site.name} --dir DIR, "
         f"then kit scale plan --layout best --tune DIR/{TUNE_NAME}"
     )
     doc = _load_tune(path, fix)
@@ -638,10 +663,10 @@ def load_best(path: Path, site: Site) -> tuple[int, int]:
         raise KitError(
             f"key site_name is {shown(doc.value.get('site_name'))}, but the plan is for site "
             f"{site.name}: a layout tuned on another machine",
-            fix=fix.removeprefix("fix: "),
+            fix=fix,
             where=doc.where("site_name"),
         )
-    best = check_doc(doc, TUNE_SCHEMA, "layout tune file", fix=fix.removeprefix("fix: "))["best"]
+    best = check_doc(doc, TUNE_SCHEMA, "layout tune file", fix=fix)["best"]
     return best["ranks_per_node"], best["threads_per_rank"]
 
 
@@ -649,5 +674,5 @@ def site_of(name: str) -> Site:
     """The site config by name or path; a tune needs the file (its runs read it)."""
     site = load_site(name)
     if site.path is None:
-        raise KitError(f"site {site.name}: a tune needs a site config file")
+        raise KitError(f"site {site.name}: a tune needs a site config file", fix=SITE_FILE_FIX)
     return site

@@ -71,15 +71,20 @@ def resolve_site(name_or_path: str | os.PathLike) -> Path:
     candidate = Path(os.path.expanduser(text))  # ~unknown-user stays as typed; Path's would raise
     if candidate.is_file() or "/" in text or text.endswith((".yaml", ".yml")):
         if not candidate.exists():  # a FIFO or a device is refused when read, by what it is
-            raise SiteError(f"{shown(text)}: no such site config file")
+            raise SiteError(
+                f"{shown(text)}: no such site config file",
+                fix="check the path, or give a name kit site list shows",
+            )
         return candidate
     if not NAME_RE.fullmatch(text):
-        raise SiteError(f"{shown(text)} is neither a site config file nor a valid site name")
+        raise SiteError(
+            f"{shown(text)} is neither a site config file nor a valid site name",
+            fix="give a name kit site list shows, or the path of a site config",
+        )
     for directory in search_dirs():
         path = directory / f"{text}.yaml"
-        if (
-            path.exists()
-        ):  # not only regular files: a FIFO here is refused by what it is, not skipped
+        # not only regular files: a FIFO here is refused by what it is, not skipped
+        if path.exists():
             return path
     raise unknown_site(text)
 
@@ -93,5 +98,5 @@ def load_site(name_or_path: str | os.PathLike | Site) -> Site:
     try:
         text = read_text(path, "site config", limit=MAX_SITE_BYTES, error=SiteError)
     except FileNotFoundError:
-        raise SiteError(f"{path}: no such site config file") from None
+        raise SiteError("no such site config file", fix="check the path", where=str(path)) from None
     return Site.from_dict(check_document(text, path, SCHEMA), path=path)

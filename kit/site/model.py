@@ -543,11 +543,11 @@ class HostMPI:
         given = self.openmpi or OpenMPI()
         prefix = Path(self.prefix)
         return OpenMPI(
-            given.components or str(prefix / "lib" / "openmpi"),
-            given.help_files or str(prefix / "share" / "openmpi"),
-            given.pmix_components,
-            dict(given.mca),
-            given.allow_run_as_root,
+            components=given.components or str(prefix / "lib" / "openmpi"),
+            help_files=given.help_files or str(prefix / "share" / "openmpi"),
+            pmix_components=given.pmix_components,
+            mca=dict(given.mca),
+            allow_run_as_root=given.allow_run_as_root,
         )
 
     @property
@@ -759,6 +759,10 @@ class Network:
             "nodes per island (full bisection inside an island); null: no islands", positive=True
         ),
     )
+
+
+# what a command that hands the site config to its jobs asks for a Site made in code, not read
+FILE_FIX = "give --site a site config file, or a name kit site list shows"
 
 
 @dataclass(frozen=True)

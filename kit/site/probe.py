@@ -88,8 +88,8 @@ def probe_mpi() -> dict:
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:
         raise KitError(
-            "kit site probe: no mpiexec on PATH, so host_mpi cannot be described; load "
-            "the site's MPI module (or install one) and probe again"
+            "kit site probe: no mpiexec on PATH, so host_mpi cannot be described",
+            fix="load the site's MPI module (or install one) and probe again",
         )
     text = _run([mpiexec, "--version"]) + _run(["mpichversion"])
     real = Path(mpiexec).resolve()
@@ -250,14 +250,17 @@ def write_probe(out: str | os.PathLike, name: str | None = None) -> Path:
     (its header asks for it), so an existing OUT is the user's, and a second probe must not undo
     it."""
     out = Path(out)
-    fix = "fix: remove it first if it is to go, or give another --out"
+    fix = "remove it first if it is to go, or give another --out"
     if os.path.lexists(out):
-        raise KitError(f"{out}: already exists; kit site probe writes a new file only; {fix}")
+        raise KitError(
+            "already exists; kit site probe writes a new file only", fix=fix, where=str(out)
+        )
     try:
         atomic_write_text(out, probe_yaml(name), replace=False)
     except FileExistsError:  # made while the host was probed
         raise KitError(
-            f"{out}: appeared while the host was probed; kit site probe writes a new file only; "
-            f"{fix}"
+            "appeared while the host was probed; kit site probe writes a new file only",
+            fix=fix,
+            where=str(out),
         ) from None
     return out

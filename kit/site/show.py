@@ -162,9 +162,8 @@ def summary_document(site: Site) -> dict:
     sections["host_mpi"]["library_dirs"] = site.host_mpi.lib_dirs
     if site.host_mpi.vendor == "openmpi":
         sections["host_mpi"]["openmpi"] = asdict(site.host_mpi.ompi)
-    if (
-        site.container.runtime == "udocker"
-    ):  # its settings with their defaults; no key for other runtimes
+    # its settings with their defaults; no key for other runtimes
+    if site.container.runtime == "udocker":
         sections["container"]["udocker"] = asdict(site.container.udocker_settings)
     else:
         del sections["container"]["udocker"]

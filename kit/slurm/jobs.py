@@ -25,9 +25,8 @@ TERMINAL = {
     "DEADLINE",
     "REVOKED",
 }
-JOB_ID_RE = re.compile(
-    r"[0-9]{1,12}(?:[_+][0-9]{1,12})?"
-)  # 123, an array's 123_4, a het job's 123+0
+# 123, an array's 123_4, a het job's 123+0
+JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:[_+][0-9]{1,12})?")
 # A run kit scale submit ran on a site without a batch system (kit.scale.local): never queued, its end
 # state is in the job ledger, and no Slurm command is asked about it.
 LOCAL_JOB_RE = re.compile(r"local-[0-9]{1,20}")
@@ -69,14 +68,15 @@ def is_stuck(state: str) -> bool:
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     if shutil.which(argv[0]) is None:
         raise KitError(
-            f"{argv[0]} not found: run this on the site's login node (or load the slurm module)"
+            f"{argv[0]} not found",
+            fix="run this on the site's login node (or load the slurm module)",
         )
     try:
         ran = run_bounded(argv, timeout=timeout, limit=SLURM_OUTPUT)
     except subprocess.TimeoutExpired:
         raise KitError(
-            f"{argv[0]} did not answer in {timeout:.0f} s (slurmctld busy?); nothing was recorded: "
-            "check `squeue --me` before running this again"
+            f"{argv[0]} did not answer in {timeout:.0f} s (slurmctld busy?); nothing was recorded",
+            fix="check `squeue --me` before running this again",
         ) from None
     if ran.stdout_cut:  # a cut answer would lose jobs' states without a word
         raise KitError(
@@ -90,12 +90,15 @@ def sbatch(script: Path) -> str:
     """Submit; the job id. A refusal is passed on in Slurm's words, with the script named."""
     done = _run(["sbatch", "--parsable", str(script)])
     if done.returncode != 0:
-        raise KitError(f"sbatch refused {script}: {one_line(done.stderr or done.stdout, 400)}")
+        raise KitError(
+            f"sbatch refused {script}: {one_line(done.stderr or done.stdout, 400)}",
+            fix="clear what sbatch names (the site's limits: kit site show), then submit again",
+        )
     job = done.stdout.strip().split(";")[0]
     if not JOB_ID_RE.fullmatch(job):  # recorded, it would go to squeue -j and scancel later
         raise KitError(
-            f"sbatch accepted {script} but answered {shown(done.stdout)}, not a job id; check "
-            "`squeue --me` before submitting again"
+            f"sbatch accepted {script} but answered {shown(done.stdout)}, not a job id",
+            fix="check `squeue --me` before submitting again",
         )
     return job
 
@@ -110,7 +113,8 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
     done = _run(["squeue", "-h", "-t", "all", "-j", ",".join(queued), "-o", "%i|%T|%r"])
     if done.returncode != 0 and "Invalid job id" not in done.stderr:  # all forgotten: not an error
         raise KitError(
-            f"squeue failed: {one_line(done.stderr, 400)}; try again when slurmctld answers"
+            f"squeue failed: {one_line(done.stderr, 400)}",
+            fix="try again when slurmctld answers",
         )
     unavailable = None
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
@@ -127,9 +131,8 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
     left = [j for j, s in states.items() if s == UNKNOWN]
     if left and shutil.which("sacct"):
         acct = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(left), "-o", "JobID,State"])
-        for line in (
-            acct.stdout.splitlines() if acct.returncode == 0 else []
-        ):  # no accounting: stay UNKNOWN
+        # no accounting: stay UNKNOWN
+        for line in acct.stdout.splitlines() if acct.returncode == 0 else []:
             job, _, state = line.partition("|")
             if job in states and state:
                 states[job] = state.split()[0]
@@ -152,7 +155,10 @@ def _unavailable_nodes() -> str:
 def scancel(job_ids: list[str]) -> None:
     done = _run(["scancel", *job_ids])
     if done.returncode != 0:
-        raise KitError(f"scancel {' '.join(job_ids)} failed: {one_line(done.stderr, 400)}")
+        raise KitError(
+            f"scancel {' '.join(job_ids)} failed: {one_line(done.stderr, 400)}",
+            fix="check `squeue --me`, then cancel again when slurmctld answers",
+        )
 
 
 def wait_gone(jobs: list[str], timeout: float = 300.0, poll: float = 1.0) -> None:

@@ -63,7 +63,7 @@ def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
         "(queued jobs are then forgotten)"
     )
     try:
-        doc = load_file(path, "job ledger", f"fix: {fix}")
+        doc = load_file(path, "job ledger", fix)
     except FileNotFoundError:
         return {}
     if doc.value is None:

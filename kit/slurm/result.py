@@ -37,7 +37,7 @@ def run_result(files: RunFiles, job: str | None) -> Path | None:
     failed, RunFailed."""
     fix = "move it aside and kit scale submit --resubmit --only " + files.run_id
     try:
-        record = read_json_object(files.result, "gan3d results file", "fix: " + fix)
+        record = read_json_object(files.result, "gan3d results file", fix)
     except FileNotFoundError:
         return None
     written = check_value(record, files.result, WRITTEN, what="gan3d results file", fix=fix)

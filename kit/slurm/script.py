@@ -22,7 +22,7 @@ from kit.readfile import read_text
 from kit.runtime import runtime_of
 from kit.site import Site, SiteError
 from kit.site.load import MAX_SITE_BYTES
-from kit.site.model import SLURM_WORD_RE
+from kit.site.model import FILE_FIX, SLURM_WORD_RE
 from kit.slurm.spec import Checked, RunSpec
 
 TEMPLATE = shipped("slurm", "run.sbatch")
@@ -116,7 +116,10 @@ def scheduler_directives(
         if value is None:
             continue
         if not SLURM_WORD_RE.fullmatch(value):
-            raise KitError(f"{key} {shown(value)}: not a Slurm name (letters, digits, ._,:+-)")
+            raise KitError(
+                f"{key} {shown(value)}: not a Slurm name",
+                fix="use letters, digits and ._,:+- only",
+            )
         out.append(f"#SBATCH --{flag}={value}")
     return out
 
@@ -128,8 +131,8 @@ def render(
     spec = run.spec
     if not SAFE_PATH.fullmatch(str(files.run_dir)):
         raise KitError(
-            f"run dir {shown(str(files.run_dir))}: use an absolute path of letters, digits and "
-            "._/+- only (sbatch reads #SBATCH --output without a shell)"
+            f"run dir {shown(str(files.run_dir))}: sbatch reads #SBATCH --output without a shell",
+            fix="use an absolute path of letters, digits and ._/+- only",
         )
     if bad := control_character(python):
         raise KitError(
@@ -139,9 +142,8 @@ def render(
     directives = scheduler_directives(site, spec.partition, spec.account)
     if run.hyperthreads:
         directives.append("#SBATCH --hint=multithread")
-    elif (
-        site.node.threads_per_core > 1
-    ):  # Slurm counts hardware threads: one rank's threads on whole cores
+    # Slurm counts hardware threads: one rank's threads on whole cores
+    elif site.node.threads_per_core > 1:
         directives.append("#SBATCH --hint=nomultithread")
     checkpoints = _checkpoints(spec, files)
     train = train_words(run, files, python=python, site_file=files.site_file)
@@ -280,9 +282,8 @@ def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: st
 def _physics_step(spec: RunSpec, files: RunFiles, check: str) -> str:
     """The batch script's lines after training: one rank (one node) through the same launcher and
     container; a failure is written to the run's validation log and leaves the job's exit alone."""
-    before, after = str(files.validate_log("@")).split(
-        "@"
-    )  # the job id is the shell's (SAFE_PATH has no @)
+    # the job id is the shell's (SAFE_PATH has no @)
+    before, after = str(files.validate_log("@")).split("@")
     log = shlex.quote(before) + '"${SLURM_JOB_ID}"' + shlex.quote(after)
     return "\n" + "\n".join(
         [
@@ -365,12 +366,11 @@ def write_run(
     site config the script was rendered from."""
     files = RunFiles(run_dir.absolute(), run.spec.run_id)
     if site.path is None:
-        raise KitError(f"site {site.name}: no config file behind it to give the job")
+        raise KitError(f"site {site.name}: no config file behind it to give the job", fix=FILE_FIX)
     text = render(site, run, files, pair=pair, python=python)
     if pair is not None:
-        runtime_of(site).prepare(
-            site
-        )  # what the job's runtime needs written first (kit-owned files)
+        # what the job's runtime needs written first (kit-owned files)
+        runtime_of(site).prepare(site)
     for sub in ("scripts", "logs", "results"):  # the job writes into them too: never through a link
         own_dir(files.run_dir / sub, f"the run directory's {sub}/")
     atomic_write_text(

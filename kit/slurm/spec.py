@@ -102,25 +102,29 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
     where = f"site {site.name}" + (f" ({Path(site.path).resolve()})" if site.path else "")
     if site.scheduler.type != "slurm" and not here:
         raise KitError(
-            f"{where}: scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch "
-            "system to submit to; `kit scale plan` and `kit scale submit` run sweeps on this "
-            "machine (kit docs howto/scaling-study)"
+            f"scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch system to "
+            "submit to",
+            fix="run sweeps on this machine with `kit scale plan` and `kit scale submit` (kit docs "
+            "howto/scaling-study)",
+            where=where,
         )
     if site.scheduler.type == "local":
         one_machine(site, [spec.nodes])
     if not RUN_ID_RE.fullmatch(spec.run_id):
         raise KitError(
-            f"run id {shown(spec.run_id)}: use letters, digits, '.', '_', '-' (at most 64)"
+            f"run id {shown(spec.run_id)}: not a run id",
+            fix="use letters, digits, '.', '_', '-' (at most 64)",
         )
     if not 1 <= spec.nodes <= site.scheduler.max_nodes:
         raise KitError(
             f"--nodes {spec.nodes}: {where} allows 1..{site.scheduler.max_nodes} "
-            "(scheduler.max_nodes)"
+            "(scheduler.max_nodes)",
+            fix=f"give 1..{site.scheduler.max_nodes} nodes",
         )
     if spec.ranks_per_node < 1 or spec.threads_per_rank < 1:
         raise KitError(
-            f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s): "
-            "both must be at least 1"
+            f"{spec.ranks_per_node} rank(s) per node x {spec.threads_per_rank} thread(s)",
+            fix="give at least 1 of each",
         )
     node = site.node
     wanted = spec.ranks_per_node * spec.threads_per_rank
@@ -134,11 +138,14 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
             fix=f"{fix}",
         )
     if not WALLTIME_RE.fullmatch(spec.walltime):
-        raise KitError(f"--walltime {shown(spec.walltime)}: write HH:MM:SS or D-HH:MM:SS")
+        raise KitError(
+            f"--walltime {shown(spec.walltime)}: not a walltime", fix="write HH:MM:SS or D-HH:MM:SS"
+        )
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(
             f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
-            "(scheduler.max_walltime)"
+            "(scheduler.max_walltime)",
+            fix=f"give at most {site.scheduler.max_walltime}",
         )
     for arg in spec.train_args:
         if bad := control_character(arg):
@@ -150,7 +157,8 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
     if owned:
         raise KitError(
             f"training arguments {' '.join(owned)}: the batch script sets "
-            f"{', '.join(OWNED_FLAGS)} itself from the run and the site; drop them"
+            f"{', '.join(OWNED_FLAGS)} itself from the run and the site",
+            fix="drop them",
         )
     hyper = wanted > node.cores
     warnings = (

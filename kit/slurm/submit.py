@@ -52,9 +52,8 @@ class Submission:
 
     run_id: str
     script: Path  # the batch script; for a run on this machine, its log
-    job: (
-        str | None
-    )  # None: not submitted (dry run, held back by the rule, written only, or refused)
+    # None: not submitted (dry run, held back by the rule, written only, or refused)
+    job: str | None
     note: str = ""
     held_back: bool = (
         False  # the rule kept the run back (a job still there, or a result): ``note`` says which

@@ -22,6 +22,7 @@ from kit.scale import sweep_jobs
 from kit.scale.plan import Plan, write_plan
 from kit.scale.tune import local_launcher
 from kit.site import Site
+from kit.site.model import FILE_FIX as SITE_FILE_FIX
 from kit.slurm.jobs import wait_gone
 from kit.slurm.ledger import latest_job, read_jobs
 from kit.slurm.script import RunFiles
@@ -143,7 +144,10 @@ def site_config(site: Site) -> Path:
     """The site's config file, which an evaluation's job reads (kit study plan refuses a site
     without one)."""
     if site.path is None:
-        raise KitError(f"site {site.name}: a study needs a site config file (its runs read it)")
+        raise KitError(
+            f"site {site.name}: a study needs a site config file (its runs read it)",
+            fix=SITE_FILE_FIX,
+        )
     return site.path
 
 
@@ -156,7 +160,7 @@ def ended(d: Path) -> dict | str | None:
     except EvaluationFailed:
         raise
     except KitError as exc:
-        raise EvaluationFailed(str(exc)) from None
+        raise EvaluationFailed(exc.what, fix=exc.fix, where=exc.where) from None
 
 
 def _holder_group(d: Path) -> int | None:
@@ -202,24 +206,24 @@ class SlurmBackend:
         d = checked_eval_dir(self.study_dir, run.eval_id)
         args = slurm_train_args(run, d)
         spec = RunSpec(
-            run.eval_id,
-            1,
-            run.ranks_per_node,
-            run.threads,
-            self.walltime,
-            args,
-            self.partition,
-            self.account,
+            run_id=run.eval_id,
+            nodes=1,
+            ranks_per_node=run.ranks_per_node,
+            threads_per_rank=run.threads,
+            walltime=self.walltime,
+            train_args=args,
+            partition=self.partition,
+            account=self.account,
             validate=run.validate,
         )
         write_plan(
             Plan(
-                str(site_config(self.site).resolve()),
-                self.walltime,
-                [spec],
-                self.pair,
-                self.python,
-                args,
+                site=str(site_config(self.site).resolve()),
+                walltime=self.walltime,
+                runs=[spec],
+                pair=self.pair,
+                python=self.python,
+                train_args=args,
                 validate=run.validate,
             ),
             d,
@@ -228,7 +232,9 @@ class SlurmBackend:
         if sub.job:
             return {"how": self.how, "job": sub.job}
         if sub.note.startswith("not submitted"):
-            raise EvaluationFailed(f"{run.eval_id}: {sub.note}")
+            raise EvaluationFailed(
+                f"{run.eval_id}: {sub.note}", fix="clear what the note names; the study goes on"
+            )
         return {"how": self.how, "job": latest_job(read_jobs(d), run.eval_id), "attached": True}
 
     def poll(self, eval_id: str) -> Outcome | str:

@@ -75,9 +75,8 @@ def is_running(eval_dir: Path) -> bool:
 def run(eval_dir: Path) -> int:
     """Run the planned commands in order with the lock held; the first failing one ends it.
     Returns 0, or 75 (EX_TEMPFAIL) if another process is already running this evaluation."""
-    if (
-        not eval_dir.is_dir() or eval_dir.is_symlink()
-    ):  # a link swapped in: nothing is written through it
+    # a link swapped in: nothing is written through it
+    if not eval_dir.is_dir() or eval_dir.is_symlink():
         return 1
     fd = lock_fd(eval_dir)
     try:
@@ -134,7 +133,7 @@ def _own_plan(eval_dir: Path, fix: str) -> object:
 def exit_status(eval_dir: Path) -> dict | None:
     """EVALDIR/exit.json once the evaluation's commands ended; None before."""
     try:
-        doc = read_json(eval_dir / EXIT, "evaluation exit file", "fix: kit study run writes it")
+        doc = read_json(eval_dir / EXIT, "evaluation exit file", "kit study run writes it")
     except FileNotFoundError:
         return None
     return check_value(

@@ -97,9 +97,8 @@ def checked_eval_dir(study_dir: Path, eval_id: str, create: bool = True) -> Path
     d = eval_dir(study_dir, eval_id).absolute()
     for path in (d.parent, d):
         if create:
-            make_subdir(
-                path, "kit study run" if path == d.parent else ""
-            )  # never follows a link (EEXIST)
+            # never follows a link (EEXIST)
+            make_subdir(path, "kit study run" if path == d.parent else "")
             continue
         try:
             mode = os.lstat(path).st_mode
@@ -177,7 +176,11 @@ def eval_run(eval_id: str, config: dict[str, Any], spec: Any, *, site: Site) -> 
     ranks = int(ranks or 1)
     threads = int(threads or max(1, site.node.cores // ranks))
     return EvalRun(
-        eval_id, ranks, threads, tuple(spec.train_args(config)), spec.objective.metric == PHYSICS
+        eval_id=eval_id,
+        ranks_per_node=ranks,
+        threads=threads,
+        train_args=tuple(spec.train_args(config)),
+        validate=spec.objective.metric == PHYSICS,
     )
 
 
@@ -294,13 +297,16 @@ def read_objective(results: Path, objective: str) -> float:
     """The objective's value in a run's results JSON (after validation for the physics score)."""
     fix = "the evaluation is recorded as failed"
     try:
-        record = read_json_object(results, "gan3d results file", f"fix: {fix}")
+        record = read_json_object(results, "gan3d results file", fix)
     except FileNotFoundError:
-        raise EvaluationFailed(f"{results}: no results file") from None
+        raise EvaluationFailed("no results file", where=str(results)) from None
     except KitError as exc:
-        raise EvaluationFailed(str(exc)) from None
+        raise EvaluationFailed(exc.what, fix=exc.fix, where=exc.where) from None
     if record.get("status") == "failed":
-        raise EvaluationFailed(f"{results}: the run failed: {one_line(record.get('error'), 300)}")
+        raise EvaluationFailed(
+            f"the run failed: {one_line(record.get('error'), 300)}",
+            where=str(results),
+        )
     section = _objective_section(objective)
     read = check_value(
         record, results, section, what="gan3d results file", fix=fix, error=EvaluationFailed
@@ -309,7 +315,10 @@ def read_objective(results: Path, objective: str) -> float:
         physics = read["physics"]
         if physics["score"] is None:
             reason = one_line(physics["score_null_reason"] or "gan3d validate gave none", 200)
-            raise EvaluationFailed(f"{results}: no physics score ({reason})")
+            raise EvaluationFailed(
+                f"no physics score ({reason})",
+                where=str(results),
+            )
         return physics["score"]
     if objective.startswith(VALIDATION_PREFIX):
         name = objective[len(VALIDATION_PREFIX) :]

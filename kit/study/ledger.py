@@ -34,7 +34,7 @@ MAX_LINES = 200_000
 MAX_DEPTH = 6  # configs are flat mappings; the header nests the study options one level
 EVAL_RE = re.compile(r"e[0-9]{4,6}")
 KINDS = ("study", "proposed", "submitted", "finished", "failed", "cancelled", "started")
-FIX = "fix: restore the ledger.jsonl kit study wrote (or start a new study with kit study plan)"
+FIX = "restore the ledger.jsonl kit study wrote (or start a new study with kit study plan)"
 MAX_PARALLEL = 1000  # evaluations in flight (kit study plan --parallel)
 MAX_PILOT_NODES = 100_000
 MAX_OBJECTIVE = (
@@ -145,12 +145,14 @@ def read(study_dir: Path) -> Ledger:
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty, or a record a killed driver did not finish
     if len(lines) > MAX_LINES:
-        raise KitError(f"{path}: more than {MAX_LINES} lines, more than a study writes; {FIX}")
+        raise KitError(
+            f"more than {MAX_LINES} lines, more than a study writes", fix=FIX, where=str(path)
+        )
     if torn and len(lines) == 0:
         lines, torn = [torn], b""
     records = [_decode(path, i + 1, raw) for i, raw in enumerate(lines)]
     if not records or records[0].get("event") != "study":
-        raise KitError(f"{path}:1: the first line is not the study's header; {FIX}")
+        raise KitError("the first line is not the study's header", fix=FIX, where=f"{path}:1")
     return fold(path, records)
 
 
@@ -159,7 +161,9 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
     header = records[0]
     if header.get("format") != FORMAT:
         raise KitError(
-            f"{path}:1: key format is {shown(header.get('format'))}, this kit reads {FORMAT}; {FIX}"
+            f"key format is {shown(header.get('format'))}, this kit reads {FORMAT}",
+            fix=FIX,
+            where=f"{path}:1",
         )
     check_header(path, header)
     evals: dict[str, Evaluation] = {}
@@ -174,16 +178,19 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
         assert isinstance(eid, str)
         if event == "proposed":
             if eid in evals:
-                raise KitError(f"{where}: {eid} proposed twice", fix=FIX.removeprefix("fix: "))
+                raise KitError(f"{eid} proposed twice", fix=FIX, where=where)
             evals[eid] = Evaluation(eid, rec["config"], rec["prediction"], line=n)
             continue
         if eid not in evals:
-            raise KitError(f"{where}: {eid} has a {event} record before it was proposed; {FIX}")
+            raise KitError(
+                f"{eid} has a {event} record before it was proposed", fix=FIX, where=where
+            )
         ev = evals[eid]
         if ev.done and event != "cancelled":
             raise KitError(
-                f"{where}: {eid} has a {event} record after it {ev.state}: "
-                f"no evaluation is counted twice; {FIX}"
+                f"{eid} has a {event} record after it {ev.state}: no evaluation is counted twice",
+                fix=FIX,
+                where=where,
             )
         if event == "submitted":
             ev.submissions.append({k: raw.get(k) for k in ("how", "job", "pid", "attached", "t")})
@@ -196,7 +203,7 @@ def fold(path: Path, records: list[dict[str, Any]]) -> Ledger:
             end_order[eid] = n
         elif event == "cancelled" and not ev.done:
             ev.state = "cancelled"
-    return Ledger(path, header, evals, started, end_order)
+    return Ledger(path=path, header=header, evaluations=evals, started=started, end_order=end_order)
 
 
 def bounded_number(value: Any, limit: float) -> bool:
@@ -301,9 +308,8 @@ _KIND_ONLY = Section(_EVENT, open=True)
 def _checked(where: str, rec: dict[str, Any]) -> dict[str, Any]:
     """A record after its header, checked by its kind's section; one line naming the ledger line,
     the key and the fix otherwise."""
-    fix = FIX.removeprefix("fix: ")
-    check_value(rec, where, _KIND_ONLY, what="ledger record", fix=fix)
-    return check_value(rec, where, RECORDS[rec["event"]], what="ledger record", fix=fix)
+    check_value(rec, where, _KIND_ONLY, what="ledger record", fix=FIX)
+    return check_value(rec, where, RECORDS[rec["event"]], what="ledger record", fix=FIX)
 
 
 def _line_of_text(value: str) -> Bad | None:
@@ -343,7 +349,7 @@ HEADER = Section(
 
 def check_header(path: Path, header: dict[str, Any]) -> None:
     """The header's keys as `kit study plan` wrote them; one line naming ledger line 1 otherwise."""
-    check_value(header, f"{path}:1", HEADER, what="study header", fix=FIX.removeprefix("fix: "))
+    check_value(header, f"{path}:1", HEADER, what="study header", fix=FIX)
 
 
 def _encode(record: dict[str, Any]) -> bytes:
@@ -362,15 +368,17 @@ def _encode(record: dict[str, Any]) -> bytes:
 def _decode(path: Path, n: int, raw: bytes) -> dict[str, Any]:
     where = f"{path}:{n}"
     if len(raw) > MAX_LINE:
-        raise KitError(f"{where}: a line of {len(raw)} bytes (at most {MAX_LINE}); {FIX}")
+        raise KitError(f"a line of {len(raw)} bytes (at most {MAX_LINE})", fix=FIX, where=where)
     if raw.count(b"{") + raw.count(b"[") > 4 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
-        raise KitError(f"{where}: nested deeper than {MAX_DEPTH}; {FIX}")
+        raise KitError(f"nested deeper than {MAX_DEPTH}", fix=FIX, where=where)
     try:
         record = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise KitError(f"{where}: not a JSON record ({shown(str(exc), 80)}); {FIX}") from None
+        raise KitError(f"not a JSON record ({shown(str(exc), 80)})", fix=FIX, where=where) from None
     if not isinstance(record, dict):
-        raise KitError(f"{where}: {json_kind(record)}, not a ledger record (an object); {FIX}")
+        raise KitError(
+            f"{json_kind(record)}, not a ledger record (an object)", fix=FIX, where=where
+        )
     return record
 
 

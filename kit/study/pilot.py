@@ -113,13 +113,14 @@ def _container_step(
     inside = container_view(pair, files.run_dir, run.train_args)
     threads = run.threads
     hyper = run.ranks_per_node * run.threads > site.node.cores
+    # steps side by side: a peer group each
     line = pair.launch_line(
         " ".join(shlex.quote(inside(w)) for w in words),
         hwthreads=hyper,
         exports=job_exports(pair),
         step=_step_options(site, ranks, threads),
         group=run.eval_id,
-    )  # steps side by side: a peer group each
+    )
     env = [*job_env(site, pair, threads), f"NRANKS={int(ranks)}", f"RANKS_PER_NODE={int(ranks)}"]
     return ["bash", "-c", "set -euo pipefail\n" + "\n".join([*env, line])]
 
@@ -140,8 +141,8 @@ def render_pilot(
     d = study_dir.absolute()
     if not SAFE_PATH.fullmatch(str(d)):
         raise KitError(
-            f"study dir {shown(str(d))}: use an absolute path of letters, digits and ._/+- only "
-            "(sbatch reads #SBATCH --output without a shell)"
+            f"study dir {shown(str(d))}: sbatch reads #SBATCH --output without a shell",
+            fix="use an absolute path of letters, digits and ._/+- only",
         )
     directives = scheduler_directives(site)  # the constraint too: the pilot needs the same nodes
     worker = " ".join(shlex.quote(w) for w in (python, "-m", "kit.study.pilot", str(d)))
@@ -185,9 +186,8 @@ class PilotBackend:
     ):
         self.study_dir, self.site, self.objective = study_dir, site, objective
         self.walltime, self.nodes, self.workers, self.python = walltime, nodes, workers, python
-        self.pair = (
-            read_pair_file(pair, site) if pair else None
-        )  # None: the site's own Python, bare
+        # None: the site's own Python, bare
+        self.pair = read_pair_file(pair, site) if pair else None
         self.pilot_dir = study_dir / PILOT
         for sub in (QUEUE, CLAIMED, PILOT):
             make_subdir(study_dir / sub, "kit study run")
@@ -229,9 +229,8 @@ class PilotBackend:
             commands = inside_commands(
                 run, self.study_dir, self.site, python=self.python, pair=self.pair
             )
-            if (
-                self.pair is not None
-            ):  # the container reads the site config from the evaluation's dir
+            # the container reads the site config from the evaluation's dir
+            if self.pair is not None:
                 runtime_of(self.site).prepare(self.site)  # what the runtime needs written first
                 files = RunFiles(d, run.eval_id)
                 make_subdir(files.site_file.parent)

@@ -59,7 +59,13 @@ def rows(led: ledger.Ledger, direction: str) -> list[Row]:
             best = ev.objective if best is None else better(best, ev.objective)
         out.append(
             Row(
-                len(out) + 1, ev.eval_id, ev.state, ev.objective, best, ev.config, _reason(ev.error)
+                order=len(out) + 1,
+                eval_id=ev.eval_id,
+                state=ev.state,
+                objective=ev.objective,
+                running_best=best,
+                config=ev.config,
+                error=_reason(ev.error),
             )
         )
     return out
@@ -135,13 +141,15 @@ def _check_out(out: Path, names: list[str]) -> None:
     report's names are replaced only where report.md is a regular file this command wrote (its last
     line). A link, a directory, a FIFO or a user's file there is refused in one line and left
     alone."""
-    fix = "fix: move it aside, then kit study report again"
+    fix = "move it aside, then kit study report again"
     with contextlib.suppress(FileExistsError):
         os.mkdir(out)
     mode = os.lstat(out).st_mode
     if not stat.S_ISDIR(mode):
         raise KitError(
-            f"{out}: is {kind_name(mode)}, not the report directory kit study makes; {fix}"
+            f"is {kind_name(mode)}, not the report directory kit study makes",
+            fix=fix,
+            where=str(out),
         )
     there = [name for name in names if os.path.lexists(out / name)]
     if not there:
@@ -157,8 +165,10 @@ def _check_out(out: Path, names: list[str]) -> None:
     if odd is not None or not ours:
         name = odd or there[0]
         raise KitError(
-            f"{out / name}: is {kind_name(kinds[name])} that kit study report did not write, so it is "
-            f"not replaced; {fix}"
+            f"is {kind_name(kinds[name])} that kit study report did not write, so it is not "
+            "replaced",
+            fix=fix,
+            where=str(out / name),
         )
 
 

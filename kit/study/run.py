@@ -62,12 +62,12 @@ def progress(led: ledger.Ledger, t: Terms) -> Progress:
     eid, value = best_of(led, t.direction)
     done = led.done()
     return Progress(
-        len(done),
-        sum(e.state == "failed" for e in done),
-        len(led.in_flight()),
-        t.evaluations,
-        value,
-        eid,
+        done=len(done),
+        failed=sum(e.state == "failed" for e in done),
+        in_flight=len(led.in_flight()),
+        budget=t.evaluations,
+        best=value,
+        best_eval=eid,
     )
 
 
@@ -98,19 +98,25 @@ def check_header_fits_site(path: Path, site: Site, header: dict[str, Any]) -> No
         wrong = next((k for k in ("walltime", "pilot", "pair") if header.get(k) is not None), None)
         if wrong:
             raise KitError(
-                f"{path}:1: key {wrong} is {shown(header[wrong])}, but site {site.name} runs evaluations "
-                f"on this machine (scheduler.type local); {ledger.FIX}"
+                f"key {wrong} is {shown(header[wrong])}, but site {site.name} runs evaluations "
+                "on this machine (scheduler.type local)",
+                fix=ledger.FIX,
+                where=f"{path}:1",
             )
         return
     if walltime is None or seconds(walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(
-            f"{path}:1: key walltime is {shown(walltime)}, but site {site.name} needs a walltime of at "
-            f"most {site.scheduler.max_walltime}; {ledger.FIX}"
+            f"key walltime is {shown(walltime)}, but site {site.name} needs a walltime of at "
+            f"most {site.scheduler.max_walltime}",
+            fix=ledger.FIX,
+            where=f"{path}:1",
         )
     if pilot is not None and pilot > site.scheduler.max_nodes:
         raise KitError(
-            f"{path}:1: key pilot is {pilot}, but site {site.name} allows 1..{site.scheduler.max_nodes} "
-            f"nodes; {ledger.FIX}"
+            f"key pilot is {pilot}, but site {site.name} allows 1..{site.scheduler.max_nodes} "
+            "nodes",
+            fix=ledger.FIX,
+            where=f"{path}:1",
         )
 
 

@@ -54,7 +54,7 @@ class Searcher:
     ) -> list[dict]:
         """Up to ``q`` new configs, none in history or pending, none twice; fewer when spent."""
         if q < 0:
-            raise KitError(f"asked for {q} configs; ask for 0 or more")
+            raise KitError(f"asked for {q} configs", fix="ask for 0 or more")
         seen = {self.space.key(o.config) for o in history} | {self.space.key(c) for c in pending}
         return self._propose(list(history), len(history) + len(pending), seen, q)
 

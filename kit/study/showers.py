@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.errors import KitError
+from kit.errors import FIX, KitError
 from kit.study.space import Param, Space, Value
 
 LAYOUT = "ranks-per-node"  # the kit's layout option: not gan3d's, it shapes the job around it
@@ -172,8 +172,8 @@ def data_counts(fixed: Mapping[str, Value], fail: Fail) -> DataCounts | None:
                 return None
             found[key] = tuple((path, declared_events(path)) for path in paths)
         except DataError as exc:  # gan3d train would stop every evaluation at its start
-            said = KitError(str(exc))  # its what and its fix, as gan3d wrote them
+            what, _, fix = str(exc).partition(FIX)  # gan3d's DataError: "WHAT; fix: FIX"
             raise fail(
-                ("fixed", key), said.what, said.fix or "give fixed data files gan3d train can read"
+                ("fixed", key), what, fix or "give fixed data files gan3d train can read"
             ) from None
     return DataCounts(found["data"], found.get("validation-data"))

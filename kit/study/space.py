@@ -31,9 +31,8 @@ def _snap_float(value: float, low: float, high: float) -> float:
 
 
 def _round_half_up(value: float) -> int:
-    return int(
-        math.floor(value + 0.5)
-    )  # round() is banker's: it would merge evenly spaced grid ints
+    # round() is banker's: it would merge evenly spaced grid ints
+    return int(math.floor(value + 0.5))
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -141,36 +140,61 @@ class Param:
                 if same_value(v, value):
                     return v
             raise KitError(
-                f"parameter {self.name}: {shown(value)} is not one of {shown(list(self.values))}"
+                f"parameter {self.name}: {shown(value)} is not one of its values",
+                fix=f"give one of {shown(list(self.values))}",
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise KitError(f"parameter {self.name}: {shown(value)} is not a number")
-        if (
-            isinstance(value, int) and value.bit_length() > 64
-        ):  # no float holds it: outside any range
             raise KitError(
-                f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]"
+                f"parameter {self.name}: {shown(value)} is not a number", fix="give a number"
+            )
+        # no float holds it: outside any range
+        if isinstance(value, int) and value.bit_length() > 64:
+            raise KitError(
+                f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]",
+                fix="give a value in that range",
             )
         if self.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
-            raise KitError(f"parameter {self.name}: {shown(value)} is not a whole number")
+            raise KitError(
+                f"parameter {self.name}: {shown(value)} is not a whole number",
+                fix="give a whole number",
+            )
         low, high = self.bounds
         if not math.isfinite(value) or not low <= value <= high:
             raise KitError(
-                f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]"
+                f"parameter {self.name}: {shown(value)} is outside [{self.low!r}, {self.high!r}]",
+                fix="give a value in that range",
             )
         return int(value) if self.kind == "int" else float(value)
 
 
 def real(name: str, low: float, high: float, *, log: bool = False, when=None) -> Param:
-    return Param(name, "float", float(low), float(high), log, (), _when(when))
+    return Param(
+        name=name,
+        kind="float",
+        low=float(low),
+        high=float(high),
+        log=log,
+        values=(),
+        when=_when(when),
+    )
 
 
 def integer(name: str, low: int, high: int, *, log: bool = False, when=None) -> Param:
-    return Param(name, "int", int(low), int(high), log, (), _when(when))
+    return Param(
+        name=name, kind="int", low=int(low), high=int(high), log=log, values=(), when=_when(when)
+    )
 
 
 def choice(name: str, values: Sequence[Value], when=None) -> Param:
-    return Param(name, "choice", None, None, False, tuple(values), _when(when))
+    return Param(
+        name=name,
+        kind="choice",
+        low=None,
+        high=None,
+        log=False,
+        values=tuple(values),
+        when=_when(when),
+    )
 
 
 def _when(when: Mapping[str, Any] | None) -> dict[str, tuple[Value, ...]]:
@@ -199,10 +223,12 @@ class Space:
                         or f"when: {other} values {shown(list(values))} are not among its values"
                     )
             if problem:
-                raise KitError(f"parameter {p.name}: {problem}")
+                raise KitError(
+                    f"parameter {p.name}: {problem}", fix="correct the parameter (kit docs study)"
+                )
             seen[p.name] = p
         if not self.params:
-            raise KitError("a study needs at least one parameter")
+            raise KitError("a study needs at least one parameter", fix="give one under parameters:")
         self.by_name = seen
 
     @property
@@ -256,8 +282,8 @@ class Space:
         appears twice."""
         if points_per_axis < 2:
             raise KitError(
-                f"a grid needs at least 2 points per axis (got {points_per_axis}); "
-                "a parameter with one value belongs in fixed:"
+                f"a grid needs at least 2 points per axis (got {points_per_axis})",
+                fix="give 2 or more; a parameter with one value belongs in fixed:",
             )
         axes = {p.name: p.axis(points_per_axis) for p in self.params}
         out: list[dict[str, Value]] = []
@@ -302,23 +328,28 @@ class Space:
         """``config`` checked and in the space's order and types; KitError naming the parameter."""
         if not isinstance(config, Mapping):
             raise KitError(
-                f"a config must be a mapping of parameter names to values, not {shown(config)}"
+                f"a config must be a mapping of parameter names to values, not {shown(config)}",
+                fix="give name: value pairs",
             )
         unknown = [k for k in config if k not in self.by_name]
         if unknown:
             raise KitError(
-                f"parameter {shown(unknown[0])} is not in the space ({', '.join(self.names)})"
+                f"parameter {shown(unknown[0])} is not in the space",
+                fix=f"give only {', '.join(self.names)}",
             )
         out: dict[str, Value] = {}
         for p in self.params:
             if self.active(p, out):
                 if p.name not in config:
-                    raise KitError(f"parameter {p.name}: missing, and it is active")
+                    raise KitError(
+                        f"parameter {p.name}: missing, and it is active", fix="give it a value"
+                    )
                 out[p.name] = p.canonical(config[p.name])
             elif p.name in config:
                 raise KitError(
                     f"parameter {p.name}: given, but inactive (its condition "
-                    f"{shown(dict(p.when))} does not hold)"
+                    f"{shown(dict(p.when))} does not hold)",
+                    fix="leave it out where its condition does not hold",
                 )
         return out
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from kit.errors import FIX as ERROR_FIX
 from kit.errors import KitError
 from kit.excerpt import clipped, control_character, shown
 from kit.readfile import read_text
@@ -366,7 +367,7 @@ def load_study(path: str | Path, data_files: bool = False, train_rules: bool = T
             f"{path}: no such study file",
             fix="write one (`kit docs study` describes it; an example: kit/_data/studies/tiny-mbo.yaml)",
         ) from None
-    loader, root = compose(text, path, fix=f"fix: {FIX}")
+    loader, root = compose(text, path, fix=FIX)
     if root is None:
         raise KitError("the file is empty; expected a study file", fix=FIX, where=str(path))
     _short_strategy(root)
@@ -422,14 +423,14 @@ class _Meaning:
             if k != "type" and v is not None
         }
         return StudySpec(
-            self.doc.file,
-            space,
-            fixed,
-            Objective(metric, objective["direction"] or default),
-            Budget(budget.get("evaluations"), seconds(budget.get("wall_time"))),
-            Strategy(strategy["type"], **settings),
-            int(data["seed"]),
-            frozenset(n for n, a in self.options.items() if a.nargs == 0),
+            path=self.doc.file,
+            space=space,
+            fixed=fixed,
+            objective=Objective(metric, objective["direction"] or default),
+            budget=Budget(budget.get("evaluations"), seconds(budget.get("wall_time"))),
+            strategy=Strategy(strategy["type"], **settings),
+            seed=int(data["seed"]),
+            flags=frozenset(n for n, a in self.options.items() if a.nargs == 0),
         )
 
     def action(self, name: str) -> argparse.Action | None:
@@ -449,7 +450,7 @@ class _Meaning:
         try:
             return Space(out)
         except KitError as exc:  # the space's own rules: named in the file, like every refusal
-            raise self.fail(("parameters",), str(exc)) from None
+            raise self.fail(("parameters",), exc.what, exc.fix or FIX) from None
 
     def param(self, name: str, spec: dict[str, Any], earlier: list[Param]) -> Param:
         path: tuple[str | int, ...] = ("parameters", name)
@@ -475,7 +476,7 @@ class _Meaning:
             low, high = (int(spec[k]) if kind == "int" else spec[k] for k in ("low", "high"))
             self.value(name, action, low, path=(*path, "low"))
             self.value(name, action, high, path=(*path, "high"))
-            param = Param(name, kind, low, high, bool(spec["log"]))
+            param = Param(name=name, kind=kind, low=low, high=high, log=bool(spec["log"]))
         problem = param.problem()
         if problem and kind == "choice":
             raise self.fail((*path, "values"), problem, "list each value once")
@@ -599,6 +600,6 @@ class _Meaning:
         if problem is not None:
             raise self.fail(
                 path,
-                f"{shown(value)} is refused by gan3d train ({KitError(problem).what})",
+                f"{shown(value)} is refused by gan3d train ({problem.partition(ERROR_FIX)[0]})",
                 "keep every range end, choice and fixed value within what gan3d train takes",
             )

@@ -17,6 +17,7 @@ from kit.errors import KitError
 from kit.mpi.pair_reader import pair_file_for, read_pair_file
 from kit.readfile import read_bytes
 from kit.site import Site, load_site
+from kit.site.model import FILE_FIX as SITE_FILE_FIX
 from kit.slurm.spec import RunSpec, check_run
 from kit.study import ledger
 from kit.study.evaluate import eval_run
@@ -39,11 +40,11 @@ class Terms:
 
 def terms(spec: Any) -> Terms:
     return Terms(
-        spec.objective.metric,
-        spec.objective.direction,
-        spec.budget.evaluations,
-        spec.budget.wall_time_s,
-        spec.strategy.kind,
+        objective=spec.objective.metric,
+        direction=spec.objective.direction,
+        evaluations=spec.budget.evaluations,
+        wall_seconds=spec.budget.wall_time_s,
+        strategy=spec.strategy.kind,
     )
 
 
@@ -71,9 +72,14 @@ def plan_study(
     t = terms(spec)
     site = load_site(site_name)
     if site.path is None:
-        raise KitError(f"site {site.name}: a study needs a site config file (its runs read it)")
+        raise KitError(
+            f"site {site.name}: a study needs a site config file (its runs read it)",
+            fix=SITE_FILE_FIX,
+        )
     if not 1 <= parallel <= 1000:
-        raise KitError(f"--parallel {parallel}: give 1..1000 evaluations in flight")
+        raise KitError(
+            f"--parallel {parallel}: out of range", fix="give 1..1000 evaluations in flight"
+        )
     slurm = site.scheduler.type == "slurm"
     if pilot is not None and not slurm:
         raise KitError(
@@ -83,7 +89,8 @@ def plan_study(
         )
     if pilot is not None and not 1 <= pilot <= site.scheduler.max_nodes:
         raise KitError(
-            f"--pilot {pilot}: site {site.name} allows 1..{site.scheduler.max_nodes} nodes"
+            f"--pilot {pilot}: site {site.name} allows 1..{site.scheduler.max_nodes} nodes",
+            fix=f"give --pilot 1..{site.scheduler.max_nodes}",
         )
     if not slurm and (image or walltime):
         raise KitError(
@@ -101,17 +108,16 @@ def plan_study(
         check_run(
             site,
             RunSpec(
-                "e0001",
-                1,
-                run.ranks_per_node,
-                run.threads,
-                walltime or site.scheduler.max_walltime,
-                run.train_args,
+                run_id="e0001",
+                nodes=1,
+                ranks_per_node=run.ranks_per_node,
+                threads_per_rank=run.threads,
+                walltime=walltime or site.scheduler.max_walltime,
+                train_args=run.train_args,
             ),
         )
-        if (
-            pilot is not None and paired is not None
-        ):  # its paths as the container sees them: bound, or refused
+        # its paths as the container sees them: bound, or refused
+        if pilot is not None and paired is not None:
             from kit.study.pilot import inside_commands
 
             inside_commands(
@@ -172,22 +178,21 @@ def open_study(study_dir: Path) -> tuple[Any, Terms, Site, ledger.Ledger]:
     """The spec copy, its terms, the site and the ledger of a planned study; every config in the
     ledger checked against the spec's space."""
     led = ledger.read(study_dir)
-    spec = load_spec(
-        study_dir / SPEC_NAME, train_rules=False
-    )  # checked at plan; its ledger stays readable
+    # checked at plan; its ledger stays readable
+    spec = load_spec(study_dir / SPEC_NAME, train_rules=False)
     site_path = led.header.get("site")
     if not isinstance(site_path, str):
-        raise KitError(f"{led.path}:1: key site is missing; {ledger.FIX}")
-    for ev in (
-        led.evaluations.values()
-    ):  # a config that is no point of the space never reaches a command line
+        raise KitError("key site is missing", fix=ledger.FIX, where=f"{led.path}:1")
+    # a config that is no point of the space never reaches a command line
+    for ev in led.evaluations.values():
         try:
             spec.space.validate(ev.config)
         except KitError as exc:
             raise KitError(
-                f"{led.path}:{ev.line}: {ev.eval_id}'s config is not a point of the study's space "
-                f"in {study_dir / SPEC_NAME} ({exc})",
+                f"{ev.eval_id}'s config is not a point of the study's space in "
+                f"{study_dir / SPEC_NAME} ({exc.what})",
                 fix=f"restore {SPEC_NAME} and ledger.jsonl as kit "
                 "study wrote them (an edited study belongs in a new study: kit study plan)",
+                where=f"{led.path}:{ev.line}",
             ) from None
     return spec, terms(spec), load_site(site_path), led

@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable
 
 from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
-from kit.image_names import SIF, SUFFIXES, sha256_file
+from kit.image_names import sha256_file
 from kit.progress import counter
 from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
@@ -155,7 +155,7 @@ def bundle(
             f"{out_dir} already exists; a bundle is written whole into a new directory: "
             "choose another path or remove it"
         )
-    imgs = [open_local_image(p, SUFFIXES + SIF) for p in images]  # a SIF travels on media too
+    imgs = [open_local_image(p) for p in images]
     sources = [p for img in imgs for p in (img.path, *img.siblings)]
     seen: dict[str, Path] = {}
     for p in sources:

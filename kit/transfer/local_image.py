@@ -15,7 +15,6 @@ from kit.image_names import (
     NAME_RE,
     SHA256,
     SIDECARS,
-    SUFFIXES,
     read_recorded_digest,
     sidecar,
     stem,
@@ -58,8 +57,8 @@ def _kind(path: Path) -> str | None:
     )
 
 
-def open_local_image(path: str | Path, suffixes: tuple[str, ...] = SUFFIXES) -> LocalImage:
-    """Check the file and its name (one of ``suffixes``); collect the siblings `kit image convert`
+def open_local_image(path: str | Path) -> LocalImage:
+    """Check the file and its name (kit.image_names.SUFFIXES); collect the siblings `kit image convert`
     writes next to it. A sibling name held by a FIFO, device or dangling link is refused (it
     would block or lie)."""
     path = Path(path)
@@ -75,7 +74,7 @@ def open_local_image(path: str | Path, suffixes: tuple[str, ...] = SUFFIXES) -> 
             f"{path.name}: image names may hold only letters, digits and . _ + - "
             "and must not start with a dot; rename the file"
         )
-    name = stem(path.name, suffixes)
+    name = stem(path.name)
     siblings = [sidecar(path, s) for s in SIDECARS]
     siblings += [path.with_name(name + s) for s in SIDECARS]
     found = []

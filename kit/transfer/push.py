@@ -38,6 +38,7 @@ from kit.image_names import (
     PAIR,
     SHA256,
     SIDECARS,
+    SIF,
     is_pair_document,
     is_sha256_file,
     load_pair_document,
@@ -49,7 +50,7 @@ from kit.runtime import runtime_of
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, recorded_sha256
-from kit.transfer.remote_script import EXIT_MISMATCH, HASHED_MARK, PROBE_MARK
+from kit.transfer.remote_common import EXIT_MISMATCH, HASHED_MARK, PROBE_MARK
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 from kit.transfer.watchdog import Watchdog
 
@@ -60,20 +61,20 @@ INSTALL_STALL = (
     900  # s: the remote ch-convert is stopped after this long without reading or writing
 )
 INSTALL_WAIT = 300  # s: how long an install waits for another one in the same image dir
-INSTALL_TIMEOUT = (
-    4 * 3600
-)  # s: the whole remote install (hash, wait, ch-convert); --install-timeout
+# s: the whole remote install (hash, wait, ch-convert); --install-timeout
+INSTALL_TIMEOUT = 4 * 3600
 PROBE_TIMEOUT = 1800  # s: the dry-run probe's own work, plus its re-hash at REHASH_FLOOR
 REHASH_FLOOR = 20e6  # B/s: slower than any working filesystem re-reads a partial upload
 BANNER_LINES = 1000  # lines a login shell may print before the receiver's probe line
 STREAM_STALL = 900  # s in which no byte moves and the remote re-hash reports no progress
 OUTPUT_MAX = 1 << 16  # bytes of the receiver's stdout/stderr kept (its answer is the last line)
 SFTP_TIMEOUT = 300  # s one SFTP request may take (siblings are small files)
+# bytes of a remote sidecar read (kit.image.target)
 SIDECAR_MAX = {
     SHA256: 4096,
     PAIR: 1 << 20,
     MANIFEST: 64 << 20,
-}  # bytes of a remote sidecar read (kit.image.target)
+}
 
 # What the remote answers must hold (remote.parse checks the types)
 PROBE = {
@@ -102,15 +103,13 @@ class PushReport:
     resent_chunks: list[int] = field(default_factory=list)
     siblings: list[str] = field(default_factory=list)
     direct_io: bool | None = None  # how the receiver wrote the bytes (None: nothing written)
-    pair_warnings: list[str] = field(
-        default_factory=list
-    )  # the image's pair vs this site; sidecars unchecked
+    # the image's pair vs this site; sidecars unchecked
+    pair_warnings: list[str] = field(default_factory=list)
     installed: str | None = None
     current: str | None = None
     pruned: list[str] = field(default_factory=list)
-    stale: list[str] = field(
-        default_factory=list
-    )  # an earlier image's sidecars removed beside this one
+    # an earlier image's sidecars removed beside this one
+    stale: list[str] = field(default_factory=list)
     dry_run: bool = False
     seconds: float = 0.0
 
@@ -534,7 +533,8 @@ def push(
     install_timeout: float | None = None,
 ) -> PushReport:
     """Upload `image` (+ its siblings) to the site's transfer host; resume, verify, install
-    (as an unpacked directory, or with install_as="squash" a SquashFS file).
+    (as an unpacked directory, or with install_as="squash" a SquashFS file; a .sqfs or a .sif as
+    it is).
 
     `progress(n)` is called with each block of bytes sent (the CLI draws a bar with it).
     `direct_io` (default: the site's transfer.direct_io) lets the receiver bypass the page cache.
@@ -551,7 +551,7 @@ def push(
     if install_as not in ("dir", "squash"):
         raise KitError(f"install format {install_as!r}: use dir or squash")
     # what the site's runtime runs decides how it is installed (before any byte is sent)
-    install_fmt = runtime_of(site).install_format(site, install_as, img.path.name)
+    install_fmt = install_format(site, install_as, img.path.name) if install else ""
     stall = STREAM_STALL if stall is None else stall
     install_timeout = INSTALL_TIMEOUT if install_timeout is None else install_timeout
     if stall <= 0 or install_timeout <= 0:
@@ -604,9 +604,8 @@ def push(
                     ep, img, directory, sha, chunk_size, direct, pair_paths, progress, stall
                 )
             except StreamLost as exc:
-                if (
-                    not exc.answered
-                ):  # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
+                # ssh(1) could not log in: Fabric's reason (host key, auth) is clearer
+                if not exc.answered:
                     opening.result()
                 raise
             report.remote_path, report.direct_io = answer["path"], answer.get("direct_io")
@@ -626,6 +625,20 @@ def push(
             opening.result().close()
     report.seconds = time.monotonic() - started
     return report
+
+
+def install_format(site, install_as: str, source: str) -> str:
+    """The remote installer's FMT for ``source`` on the site's runtime (kit.runtime). A SIF only
+    where the runtime installs it as one (Apptainer): Charliecloud and udocker do not run it."""
+    fmt = runtime_of(site).install_format(site, install_as, source)
+    if source.endswith(SIF) and fmt != "sif":
+        raise KitError(
+            f"site {site.name}: {source} is a SIF, which its runtime {site.container.runtime} "
+            "does not run; nothing was sent",
+            fix=f"convert the image for this site to OUT.tar.gz or OUT.sqfs (kit image convert "
+            f"SRC OUT.sqfs --site {site.name})",
+        )
+    return fmt
 
 
 def _install(

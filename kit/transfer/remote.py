@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import shlex
 import time
-from pathlib import Path
 
 import fabric
 import paramiko
@@ -15,9 +15,8 @@ from invoke.exceptions import CommandTimedOut
 
 from kit.errors import KitError
 from kit.excerpt import one_line
+from kit.transfer.assemble import script
 
-_SCRIPT = (Path(__file__).with_name("remote_script.py")).read_bytes()
-_BOOT = f"import base64;exec(base64.b64decode('{base64.b64encode(_SCRIPT).decode()}'))"
 _ERROR = re.compile(r"KIT-ERROR (\d+) ([^\n]*)")
 Schema = dict  # key -> the type (or tuple of types) the answer's value must have
 
@@ -49,9 +48,15 @@ _PICK = (
 )
 
 
+@functools.cache
+def boot() -> str:
+    """python3 -c's program: the assembled remote script (kit.transfer.assemble), in base64."""
+    return f"import base64;exec(base64.b64decode('{base64.b64encode(script()).decode()}'))"
+
+
 def command(mode: str, *args: object) -> str:
     """One shell-safe line running remote_script MODE ARGS under python3 (fine under sh and csh)."""
-    return " ".join(shlex.quote(str(a)) for a in ("sh", "-c", _PICK, _BOOT, mode, *args))
+    return " ".join(shlex.quote(str(a)) for a in ("sh", "-c", _PICK, boot(), mode, *args))
 
 
 def fits(value: object, types: type | tuple) -> bool:

@@ -19,9 +19,9 @@ from kit.transfer.ssh import connect, site_endpoint
 
 @dataclass
 class Installed:
-    entry: str  # NAME@<sha12> (a directory) or NAME@<sha12>.sqfs
+    entry: str  # NAME@<sha12> (a directory), NAME@<sha12>.sqfs or NAME@<sha12>.sif
     current: bool
-    format: str  # dir | squash
+    format: str  # dir | squash | sif
     installed: float  # mtime on the site: install order
 
 
@@ -107,14 +107,12 @@ def pick(versions: Versions, name: str, to: str | None) -> str:
     current.
     """
     entries = [v.entry for v in versions.versions]
-    if (
-        to is not None
-    ):  # an empty --to (a script's unset variable) names nothing: never "the one before"
+    # an empty --to (a script's unset variable) names nothing: never "the one before"
+    if to is not None:
         found = [
             e
-            for e in entries  # NAME@SHA names a SquashFS version (NAME@SHA.sqfs) too
-            if to.strip()
-            and (to in (e, e.removesuffix(".sqfs")) or e.split("@", 1)[1].startswith(to))
+            for e in entries  # NAME@SHA names a SquashFS or SIF version (NAME@SHA.sqfs) too
+            if to.strip() and (to in (e, _bare(e)) or e.split("@", 1)[1].startswith(to))
         ]
         if len(found) != 1:
             raise KitError(
@@ -134,6 +132,11 @@ def pick(versions: Versions, name: str, to: str | None) -> str:
             "there is nothing to roll back to"
         )
     return older[0]
+
+
+def _bare(entry: str) -> str:
+    """NAME@SHA of an installed version (a file version's .sqfs or .sif dropped)."""
+    return entry.removesuffix(".sqfs").removesuffix(".sif")
 
 
 def rollback(

@@ -53,12 +53,13 @@ def _locked(directory: Path) -> Iterator[None]:
 def _check_names(name: str, count: int) -> None:
     if not NAME_RE.fullmatch(name):
         raise VclusterError(
-            f"--name {name!r}: 1-8 lower-case letters and digits, a letter first (it prefixes "
-            "interface names, which Linux limits to 15 characters)"
+            f"--name {name!r}: it prefixes interface names, which Linux limits to 15 characters",
+            fix="give 1-8 lower-case letters and digits, a letter first",
         )
     if not 1 <= count <= MAX_NODES:
         raise VclusterError(
-            f"{count} nodes: give 1 to {MAX_NODES} (every node shares this machine's cores)"
+            f"{count} nodes: every node shares this machine's cores",
+            fix=f"give 1 to {MAX_NODES}",
         )
 
 
@@ -143,20 +144,19 @@ def up(
                         fix="--name OTHER, or kit vcluster down THE_DIR_THAT_MADE_THEM",
                     )
                 state = ClusterState(
-                    name,
-                    str(directory),
-                    str(network),
-                    nodes,
-                    bridge,
-                    str(hosts[0]),
-                    socket.gethostname().split(".")[0],
-                    name,
+                    name=name,
+                    directory=str(directory),
+                    subnet=str(network),
+                    nodes=nodes,
+                    bridge=bridge,
+                    host_address=str(hosts[0]),
+                    controller=socket.gethostname().split(".")[0],
+                    partition=name,
                 )
                 _create(state, Made("bridge", bridge), lambda: net.add_bridge(bridge))
                 net.configure_bridge(bridge, state.host_address, network.prefixlen)
-            _make(
-                state
-            )  # each part recorded before it is made: a kill here leaves it all for `down`
+            # each part recorded before it is made: a kill here leaves it all for `down`
+            _make(state)
             sites = write_sites(state, intel_mpi, list(binds))
         except (KitError, OSError) as exc:
             if state is None:
@@ -214,9 +214,8 @@ def _make(state: ClusterState) -> None:
         net.configure_node(
             node["netns"], node["veth"], state.bridge, address=node["address"], prefixlen=prefixlen
         )
-    per_node = [
-        f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes
-    ]  # tmp: slurm.conf's TmpFS
+    # tmp: slurm.conf's TmpFS
+    per_node = [f"{kind}/{n['name']}" for kind in ("spool", "tmp") for n in state.nodes]
     for sub in ("munge", "run", "logs", "slurmctld", *per_node):
         try:
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -324,9 +323,8 @@ def down(directory: Path, dry_run: bool = False) -> list[str]:
     """Stop and remove, newest first, exactly what the state records; what is already gone is
     skipped. The directory's config and logs stay (they are the user's to read)."""
     directory = directory.absolute()
-    if (
-        dry_run or not directory.is_dir()
-    ):  # a dry run only reads (the state is written atomically), and
+    # a dry run only reads (the state is written atomically), and
+    if dry_run or not directory.is_dir():
         state = load_state(directory)  # no directory records no cluster: neither makes the lock
         return [f"{made.kind} {made.name}" for made in reversed(state.made)] if state else []
     with _locked(directory):

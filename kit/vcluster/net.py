@@ -19,9 +19,8 @@ from kit.excerpt import one_line
 from kit.vcluster.state import VclusterError
 
 NODE_IFACE = "vc0"  # the veth end inside every node: MPI's interface settings name it
-POOL = ipaddress.IPv4Network(
-    "10.213.0.0/16"
-)  # private, /24 each; none of it routed here by default
+# private, /24 each; none of it routed here by default
+POOL = ipaddress.IPv4Network("10.213.0.0/16")
 TIMEOUT = 30
 
 
@@ -80,7 +79,9 @@ def check_subnet(text: str) -> ipaddress.IPv4Network:
     except ValueError:
         net = None
     if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen != 24 or not net.is_private:
-        raise VclusterError(f"--subnet {text!r}: give a private IPv4 /24 such as 10.213.5.0/24")
+        raise VclusterError(
+            f"--subnet {text!r}: not a private IPv4 /24", fix="give one such as 10.213.5.0/24"
+        )
     clash = [u for u in _used_networks() if u.overlaps(net)]
     if clash:
         raise VclusterError(

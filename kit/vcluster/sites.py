@@ -3,7 +3,6 @@ or Intel MPI's own mpiexec over Slurm as on SuperMUC-NG) or with Debian's Open M
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import yaml
 
 from kit.atomic import atomic_write_text
 from kit.boundedrun import run_bounded
+from kit.cachedir import kit_cache
 from kit.site.model import SCHEMA, binds_problem
 from kit.site.probe import probe_host
 from kit.site.schema import check_document
@@ -20,7 +20,6 @@ from kit.vcluster.net import NODE_IFACE
 from kit.vcluster.state import ClusterState, VclusterError
 
 SITE_FILES = ("vcluster.yaml", "vcluster-hydra.yaml", "vcluster-openmpi.yaml")  # the srun one first
-IMPI_CACHE = Path("secure-site-kit") / "impi"  # where the tests (and `make test`) install impi-rt
 PMI2 = Path("/usr/lib/x86_64-linux-gnu/libpmi2.so.0")  # Slurm's PMI-2 client (Debian libpmi2-0)
 HEADER = """\
 # Written by `kit vcluster up` for the virtual cluster {name} ({count} nodes on {subnet}): {what}.
@@ -31,8 +30,8 @@ HEADER = """\
 
 
 def default_intel_mpi() -> Path | None:
-    """The newest impi-rt prefix in the kit's cache (~/.cache/secure-site-kit/impi/VERSION)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / IMPI_CACHE
+    """The newest impi-rt prefix in the kit's cache (impi/VERSION, where the tests install it)."""
+    cache = kit_cache() / "impi"
     found = sorted(
         (p for p in cache.glob("*") if (p / "bin" / "mpiexec.hydra").is_file()),
         key=lambda p: [int(x) if x.isdigit() else 0 for x in p.name.split(".")],

@@ -77,7 +77,7 @@ def load_state(directory: Path) -> ClusterState | None:
     """
     path = directory / STATE_NAME
     fix = (
-        "fix: restore the state file kit vcluster up wrote, "
+        "restore the state file kit vcluster up wrote, "
         f"or remove what it made by hand and delete {path}"
     )
     try:
@@ -92,5 +92,7 @@ def load_state(directory: Path) -> ClusterState | None:
         if not NAME_RE.fullmatch(state.name) or any(m.kind not in KINDS for m in made):
             raise ValueError("names")
     except (AttributeError, KeyError, TypeError, ValueError):
-        raise VclusterError(f"{path}: not a virtual cluster state kit wrote; {fix}") from None
+        raise VclusterError(
+            "not a virtual cluster state kit wrote", fix=fix, where=str(path)
+        ) from None
     return state

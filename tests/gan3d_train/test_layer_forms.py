@@ -22,6 +22,7 @@ def data(tmp_path_factory):
 
 def _train(args: list[str], cache, forms: str = "auto") -> subprocess.CompletedProcess:
     env = dict(train_env(), GAN3D_FORMS=forms, XDG_CACHE_HOME=str(cache))
+    env.pop("KIT_CACHE", None)  # it would move the cache past XDG_CACHE_HOME
     return subprocess.run(
         [sys.executable, "-m", "gan3d", "train", *args],
         cwd=REPO,

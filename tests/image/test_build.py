@@ -189,7 +189,7 @@ def test_cli_dry_run_prints_the_commands_with_the_shipped_recipe(tmp_path, capsy
         )
         == 1
     )
-    assert "--build-arg 'NOEQUALS': write KEY=VALUE" in capsys.readouterr().err
+    assert "--build-arg 'NOEQUALS': not KEY=VALUE; fix: write KEY=VALUE" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -278,7 +278,7 @@ def test_storage_driver_overrides_the_choice(tmp_path, on_overlayfs, capsys):
         )
         == 2
     )
-    with pytest.raises(KitError, match=r"--storage-driver btrfs: use one of overlay, vfs"):
+    with pytest.raises(KitError, match=r"--storage-driver btrfs: .*; fix: use one of overlay, vfs"):
         plan_build("laptop", tmp_path / "a.tar", builder="buildah", storage_driver="btrfs")
     with pytest.raises(SystemExit):
         main(

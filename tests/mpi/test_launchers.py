@@ -108,7 +108,7 @@ def test_a_host_launcher_missing_from_the_prefix_names_the_field(tmp_path):
     site = _site(tmp_path, "mpiexec")
     (Path(site.host_mpi.prefix) / "bin" / "mpiexec").unlink()
     with pytest.raises(
-        KitError, match=r"host_mpi\.launcher 'mpiexec' is not at .*fix host_mpi\.prefix"
+        KitError, match=r"host_mpi\.launcher 'mpiexec' is not at .*fix: correct host_mpi\.prefix"
     ):
         launch.launcher_now(site, 2, 1)
 

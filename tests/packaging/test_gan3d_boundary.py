@@ -13,6 +13,7 @@ import gan3d
 ALLOWED = {
     "kit",
     "kit.atomic",
+    "kit.cachedir",
     "kit.readfile",
     "kit.excerpt",
     "kit.boundedrun",

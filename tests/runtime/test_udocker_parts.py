@@ -164,6 +164,7 @@ def test_the_wrapper_drops_udockers_kernel_flag_and_nothing_after_the_root(tmp_p
 
 def test_the_wrapper_is_written_once_in_the_kits_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KIT_CACHE", raising=False)  # it would move the cache past XDG
     path = write_wrapper("/usr/bin/proot")
     assert (
         path == wrapper_path("/usr/bin/proot")
@@ -222,6 +223,7 @@ def test_anything_but_the_kits_own_wrapper_at_its_path_is_refused_and_left(
     if kind in ("device", "another owner") and os.geteuid() != 0:
         pytest.skip("mknod and chown need root")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KIT_CACHE", raising=False)  # it would move the cache past XDG
     path = wrapper_path("/usr/bin/proot")
     path.parent.mkdir(parents=True, mode=0o700)
     _plant(path, kind, wrapper_text("/usr/bin/proot"), tmp_path)
@@ -249,6 +251,7 @@ def test_anything_but_the_kits_own_wrapper_at_its_path_is_refused_and_left(
 def test_the_wrappers_directories_are_the_users_alone(tmp_path, monkeypatch, where, mode, said):
     """Someone who can rename entries of a directory above the wrapper can put their own there."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KIT_CACHE", raising=False)  # it would move the cache past XDG
     (tmp_path / "cache/secure-site-kit/udocker").mkdir(parents=True)
     (tmp_path / where).chmod(mode)
     with pytest.raises(KitError, match=r"; fix: chmod go-w ") as err:

@@ -127,10 +127,10 @@ def test_hyperthreads_are_allowed_up_to_the_hardware_threads_and_then_refused():
             r"training arguments --threads=4: the batch script sets",
         ),
         (_spec(run_id="a b"), r"run id 'a b'"),
-        (_spec(walltime="2h"), r"--walltime '2h': write HH:MM:SS"),
+        (_spec(walltime="2h"), r"--walltime '2h': not a walltime; fix: write HH:MM:SS"),
         (
             _spec(walltime="1\n:00:00"),
-            r"--walltime '1\\n:00:00': write HH:MM:SS",
+            r"--walltime '1\\n:00:00': not a walltime; fix: write HH:MM:SS",
         ),  # would end the #SBATCH block
         (
             _spec(train_args=("--thread", "4")),

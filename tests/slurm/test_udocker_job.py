@@ -56,6 +56,7 @@ def test_two_ranks_train_through_udocker_under_slurm(
     data = [Path(shutil.copy(f, work / f.name)) for f in showers]
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # sbatch passes it on, udocker --hostenv too
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KIT_CACHE", raising=False)  # it would move the cache past XDG
     run_dir = work / "run"
     assert (
         main(

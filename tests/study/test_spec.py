@@ -373,10 +373,14 @@ def test_a_config_of_the_example_trains_for_real_with_its_settings(tmp_path):
     import json
     import os
 
+    from kit.site import load_site
+    from kit.study.evaluate import eval_run
+
     spec = load_study(EXAMPLE)
     config = next(
         c for c in (spec.space.sample(random.Random(s)) for s in range(100)) if c[LAYOUT] == 1
     )
+    threads = eval_run("e0001", config, spec, site=load_site("laptop")).threads  # the runner's
     results = tmp_path / "r.json"
     env = dict(
         os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(Path(__file__).resolve().parents[2])
@@ -392,7 +396,7 @@ def test_a_config_of_the_example_trains_for_real_with_its_settings(tmp_path):
             *spec.train_args(config),
             *("--epochs", "1", "--steps-per-epoch", "16"),  # the example's 500 steps: minutes
             "--threads",
-            str(spec.layout(config)[1]),
+            str(threads),
             "--results",
             str(results),
             "--synthetic-dir",
@@ -412,7 +416,7 @@ def test_a_config_of_the_example_trains_for_real_with_its_settings(tmp_path):
     assert record["learning_rate"]["per_rank"] == config["lr"]
     assert record["loss_weights"][0] == config["loss-weight-bce"]
     assert record["learning_rate"]["warmup_epochs"] == config.get("warmup-epochs", 0.0)
-    assert record["threads_per_rank"] == config["threads"] and record["preset"] == "tiny"
+    assert record["threads_per_rank"] == threads and record["preset"] == "tiny"
 
 
 _SCALARS = st.one_of(

@@ -44,8 +44,13 @@ def make_site(tmp_path, repo):
     base = yaml.safe_load((repo / "site-configs" / "laptop.yaml").read_text())
 
     def make(
-        name: str = "sshtest", remote: Path | None = None, images: Path | None = None, **transfer
+        name: str = "sshtest",
+        remote: Path | None = None,
+        images: Path | None = None,
+        container: dict | None = None,
+        **transfer,
     ) -> Path:
+        """``container``: more container keys (e.g. another runtime); ``transfer``: transfer's."""
         data = dict(base, name=name)
         data["transfer"] = dict(
             base["transfer"],
@@ -55,7 +60,9 @@ def make_site(tmp_path, repo):
             image_dir=str(remote or tmp_path / "remote"),
             **transfer,
         )
-        data["container"] = dict(base["container"], image_dir=str(images or tmp_path / "images"))
+        data["container"] = dict(
+            base["container"], image_dir=str(images or tmp_path / "images"), **(container or {})
+        )
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path

@@ -4,6 +4,7 @@ FIFO for an image, and an image directory with other people's names in it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kit.transfer import push, remote_script
+from kit.transfer import assemble, push, remote_install
+from kit.transfer.assemble import script
 from tests.support.installer import call, install_argv, sha12
 from tests.support.transfer import (
     busybox_image,
@@ -26,6 +28,8 @@ from tests.support.transfer import (
     kit_leftovers,
     live_processes,
 )
+from tests.transfer.oldest import oldest_python3
+from tests.transfer.sifs import random_sif
 
 MiB = 1 << 20
 BOUND = 300  # s: an installer that blocks is stopped here (and the test fails); nothing is timed
@@ -198,6 +202,59 @@ def test_prune_removes_only_the_kits_own_versions(tmp_path, planted):
     )
 
 
+def test_a_sif_is_copied_listed_switched_and_pruned_only_if_it_is_one(tmp_path):
+    """FMT sif (an Apptainer site), run by the oldest Python 3 here as on a site: each upload is
+    checked and copied as it is to NAME@VERSION.sif; listing, switch and prune take .sif versions
+    as they take .sqfs ones. A .sif without SIF's magic, or a SIF with another FMT, changes
+    nothing."""
+    python = oldest_python3() or sys.executable
+    images, sent = tmp_path / "images", tmp_path / "remote_script.py"
+    sent.write_bytes(script())  # the text the site runs
+
+    def install(src: Path, fmt: str = "sif") -> subprocess.CompletedProcess:
+        argv = [python, str(sent), *install_argv(src, images, keep="1", fmt=fmt)[2:]]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=BOUND)
+
+    shas = []
+    for seed in (1, 2, 3):
+        src = random_sif(tmp_path / "up" / "bb.sif", seed)
+        done = install(src)
+        assert done.returncode == 0, done.stderr
+        shas.append(sha12(src))
+    assert sorted(p.name for p in images.iterdir()) == sorted(
+        ["bb.current", f"bb@{shas[1]}.sif", f"bb@{shas[2]}.sif"]
+    ), "keep 1: the first version was pruned"
+    assert (images / "bb.current").read_bytes() == src.read_bytes()
+    listed = subprocess.run(
+        [python, str(sent), "versions", str(images), "bb"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )
+    doc = json.loads(listed.stdout)
+    assert [(v["entry"], v["format"], v["current"]) for v in doc["versions"]] == [
+        (f"bb@{shas[2]}.sif", "sif", True),
+        (f"bb@{shas[1]}.sif", "sif", False),
+    ]
+    assert call(["switch", str(images), "bb", f"bb@{shas[1]}.sif", "0"])[0] == 0
+    assert os.readlink(images / "bb.current") == f"bb@{shas[1]}.sif"
+
+    before = sorted(p.name for p in images.iterdir())
+    fake = tmp_path / "fake" / "bb.sif"
+    fake.parent.mkdir()
+    fake.write_bytes(os.urandom(4096))
+    done = install(fake)
+    assert done.returncode == 6, done.stderr
+    assert "is not a SIF file" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    sqfs = tmp_path / "up" / "bb.sqfs"
+    sqfs.write_bytes(os.urandom(4096))
+    for upload, fmt in ((src, "dir"), (src, "squash"), (sqfs, "sif")):
+        done = install(upload, fmt)
+        assert done.returncode == 5 and "a SIF is installed only as a SIF" in done.stderr, fmt
+    assert sorted(p.name for p in images.iterdir()) == before, "nothing added, nothing pruned"
+    assert os.readlink(images / "bb.current") == f"bb@{shas[1]}.sif"
+
+
 @pytest.mark.parametrize("planted", ["target-link", "current-file", "current-dir"])
 def test_what_the_kit_did_not_make_is_refused_not_replaced(tmp_path, planted):
     images, src = tmp_path / "images", tmp_path / "up" / "bb.sqfs"
@@ -303,9 +360,9 @@ def test_a_prune_cut_short_leaves_no_half_version_under_a_version_name(tmp_path,
         real_unlink(path, *args, **kw)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(remote_script.os, "unlink", cut)
+    monkeypatch.setattr(remote_install.os, "unlink", cut)
     with pytest.raises(KeyboardInterrupt):
-        remote_script.install(
+        remote_install.install(
             str(src),
             str(images),
             "bb",
@@ -317,7 +374,7 @@ def test_a_prune_cut_short_leaves_no_half_version_under_a_version_name(tmp_path,
             wait=0,
         )
     monkeypatch.undo()
-    assert remote_script.versions(str(images), "bb") == [f"bb@{sha12(src)}.sqfs"]
+    assert remote_install.versions(str(images), "bb") == [f"bb@{sha12(src)}.sqfs"]
     assert not old.exists() and kit_leftovers(images), "what is left of it sits under a temp name"
     assert run_install(src, images, keep="0", fmt="squash").returncode == 0
     assert kit_leftovers(images) == [] and sorted(p.name for p in images.iterdir()) == [
@@ -344,6 +401,8 @@ def test_a_pruned_directory_version_with_closed_directories_goes_for_a_non_root_
         (old / "usr/locked/deeper").chmod(0o000)
         (old / "usr/locked").chmod(0o500)
         (old / "usr/readonly").chmod(0o555)
+        sent = base / "remote_script.py"  # the script as the site gets it (kit.transfer.assemble)
+        sent.write_bytes(assemble.script())
         code = "import runpy, sys; runpy.run_path(sys.argv[1])['retire'](sys.argv[2], sys.argv[3])"
         done = subprocess.run(
             [
@@ -354,7 +413,7 @@ def test_a_pruned_directory_version_with_closed_directories_goes_for_a_non_root_
                 sys.executable,
                 "-c",
                 code,
-                remote_script.__file__,
+                str(sent),
                 str(images),
                 old.name,
             ],

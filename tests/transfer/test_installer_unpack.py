@@ -9,12 +9,10 @@ second stop signal cutting the clean-up short, a stop that hangs in Popen.wait."
 from __future__ import annotations
 
 import contextlib
-import glob
 import gzip
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import tarfile
@@ -28,15 +26,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from kit.archive_rules import MAX_PATH
 from kit.errors import KitError
 from kit.image import convert
-from kit.image import layers as image_layers
-from kit.transfer import remote_script
+from kit.transfer import assemble, remote, remote_install, remote_unpack
 from tests.image import fuzz_strategies as fuzz
 from tests.image import rawtar
 from tests.support.installer import call, install_argv, sha12
 from tests.support.transfer import kit_leftovers
 from tests.support.unpacked import assert_same_tree
+from tests.transfer.oldest import oldest_python3
 from tests.transfer.unpack_driver import describe, unpack_one
 
 DRIVER = Path(__file__).with_name("unpack_driver.py")
@@ -51,27 +50,18 @@ TYPES = {
 }
 
 
-def oldest_python3() -> str | None:
-    """The oldest Python 3 (3.6 or 3.7) on this machine: on PATH or under pyenv."""
-    for version in ("3.6", "3.7"):
-        found = [shutil.which(f"python{version}") or ""]
-        found += sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}*/bin/python3")))
-        for python in filter(None, found):
-            done = subprocess.run([python, "-c", "pass"], capture_output=True, timeout=60)
-            if done.returncode == 0:
-                return python
-    return None
-
-
 @pytest.fixture(scope="module")
-def old_unpack():
-    """unpack(archive, out, umask) -> the driver's answer, in the oldest Python 3 (None: none)."""
+def old_unpack(tmp_path_factory):
+    """unpack(archive, out, umask) -> the driver's answer, in the oldest Python 3 (None: none),
+    from the script's text as the kit sends it (its shared rules inlined)."""
     python = oldest_python3()
     if python is None:
         yield None
         return
+    sent = tmp_path_factory.mktemp("sent") / "remote_script.py"
+    sent.write_bytes(assemble.script())
     proc = subprocess.Popen(
-        [python, str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [python, str(DRIVER), str(sent)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
 
     def run(archive: Path, out: Path, umask: int) -> dict:
@@ -162,7 +152,7 @@ def both(data: bytes, name: str, umask: int, old_unpack) -> None:
             converted = exc
         finally:
             os.umask(old)
-        mine = unpack_one(remote_script.__dict__, str(src), str(Path(tmp) / "mine"), umask)
+        mine = unpack_one(remote_unpack.__dict__, str(src), str(Path(tmp) / "mine"), umask)
         answers = [mine]
         if old_unpack:
             answers.append(old_unpack(src, Path(tmp) / "old", umask))
@@ -313,7 +303,7 @@ def test_modes_take_the_umask_and_only_a_sticky_directory_stays_world_writable(t
             ]
         )
     )
-    tree = unpack_one(remote_script.__dict__, str(src), str(tmp_path / "out"), umask)["tree"]
+    tree = unpack_one(remote_unpack.__dict__, str(src), str(tmp_path / "out"), umask)["tree"]
     modes = {name: oct(entry[1]) for name, entry in tree.items()}
     tmp, opened, file = {0o022: (0o1755, 0o755, 0o644), 0o002: (0o1775, 0o775, 0o664)}.get(
         umask, (0o1777, 0o775, 0o664)
@@ -334,7 +324,7 @@ def test_pax_records_are_read_in_linear_time(tmp_path):
     takes hours on it; the unpack refuses it at once."""
     src = tmp_path / "bb.tar"
     src.write_bytes(rawtar.archive(rawtar.pax_member("x", b"1" * (1 << 20), b"x")))
-    answer = unpack_one(remote_script.__dict__, str(src), str(tmp_path / "out"), 0o022)
+    answer = unpack_one(remote_unpack.__dict__, str(src), str(tmp_path / "out"), 0o022)
     assert "malformed record" in answer.get("refused", ""), answer
 
 
@@ -358,7 +348,7 @@ def test_memory_does_not_grow_with_the_member_count(tmp_path):
         src.write_bytes(fifos(count))
         tracemalloc.start()
         try:
-            answer = unpack_one(remote_script.__dict__, str(src), str(tmp_path / str(count)), 0o22)
+            answer = unpack_one(remote_unpack.__dict__, str(src), str(tmp_path / str(count)), 0o22)
             peaks.append(tracemalloc.get_traced_memory()[1])
         finally:
             tracemalloc.stop()
@@ -417,7 +407,7 @@ def test_stopping_ch_convert_never_waits_on_a_lock_an_interrupted_wait_left_held
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
     proc._waitpid_lock.acquire()  # as the interrupted wait left it
     try:
-        stopper = threading.Thread(target=remote_script.stop_group, args=(proc,), daemon=True)
+        stopper = threading.Thread(target=remote_install.stop_group, args=(proc,), daemon=True)
         stopper.start()
         stopper.join(20)
         assert not stopper.is_alive(), "stop_group hangs"
@@ -431,7 +421,7 @@ def test_stopping_ch_convert_never_waits_on_a_lock_an_interrupted_wait_left_held
 def test_a_name_of_4095_bytes_is_taken_and_one_of_4096_refused_by_both(tmp_path):
     """Linux's PATH_MAX (4096) counts the final NUL: 4095 bytes is the longest path (and link
     target) the kernel takes, which kit.image.layers and the installer both allow."""
-    assert remote_script.MAX_PATH == image_layers.MAX_PATH == 4095
+    assert MAX_PATH == 4095  # one rule for both (kit.archive_rules)
     for size, taken in ((4095, True), (4096, False)):
         name = "/".join(["n" * 255] * 15 + ["m" * 200, "k" * (size - 15 * 256 - 201)])
         assert len(name) == size
@@ -444,7 +434,7 @@ def test_a_name_of_4095_bytes_is_taken_and_one_of_4096_refused_by_both(tmp_path)
             converted = False
         fd = os.open(src, os.O_RDONLY)
         try:
-            remote_script.unpack(fd, str(tmp_path / f"{size}-mine"), 1 << 30)
+            remote_unpack.unpack(fd, str(tmp_path / f"{size}-mine"), 1 << 30)
             mine = True
         except RuntimeError:
             mine = False
@@ -453,24 +443,20 @@ def test_a_name_of_4095_bytes_is_taken_and_one_of_4096_refused_by_both(tmp_path)
         assert (converted, mine) == (taken, taken), size
 
 
-def test_the_script_compiles_under_the_oldest_python3():
-    """The remote side runs on a site's stock python3, 3.6 and up."""
+def test_the_script_sent_runs_under_the_oldest_python3(tmp_path):
+    """The remote side runs on a site's stock python3, 3.6 and up: the text the kit sends (its
+    shared rules inlined) runs there, as `python3 -c`, and answers."""
     python = oldest_python3()
     if python is None:
         pytest.skip("no Python 3.6 or 3.7 here (python3.6 on PATH or under ~/.pyenv)")
-    script = remote_script.__file__
     done = subprocess.run(
-        [
-            python,
-            "-c",
-            "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')",
-            script,
-        ],
+        [python, "-c", remote.boot(), "versions", str(tmp_path), "img"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"dir": str(tmp_path), "current": None, "versions": []}
 
 
 def test_a_work_dir_this_install_did_not_make_is_left_where_it_is(tmp_path):
@@ -482,7 +468,7 @@ def test_a_work_dir_this_install_did_not_make_is_left_where_it_is(tmp_path):
     there = images / f".{entry}.{os.getpid()}.tmp"
     (there / "kept").mkdir(parents=True)
     with pytest.raises(SystemExit):
-        remote_script.build(
+        remote_install.build(
             str(src),
             ".tar.gz",
             str(images),

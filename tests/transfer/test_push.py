@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kit.errors import KitError
-from kit.transfer import push
+from kit.transfer import installed_versions, push, rollback
+from tests.support import apptainer
 from tests.support.transfer import (
     busybox_image,
     ch_run,
@@ -21,6 +22,7 @@ from tests.support.transfer import (
     have_charliecloud,
     random_image,
 )
+from tests.transfer.sifs import busybox_sif
 from tests.transfer.sshd import start_sshd
 
 pytestmark = pytest.mark.system  # an sshd of its own, or files of another user: root
@@ -289,6 +291,41 @@ def test_install_as_squashfs(sshd, user_home, make_site, tmp_path):
     assert os.readlink(current) == f"sq@{report.sha256[:12]}.sqfs"
     assert (tmp_path / "images" / os.readlink(current)).is_file()
     assert ch_run(current, "/bin/busybox", "cat", "/etc/kit-version") == "squashed"
+
+
+def test_an_apptainer_site_installs_a_sif_as_it_is_a_charliecloud_site_refuses_it(
+    sshd, user_home, make_site, tmp_path
+):
+    """Apptainer: each push --install of a SIF is NAME@SHA.sif, the very upload the receiver
+    checked; versions lists it as sif, --keep prunes it, rollback switches back to it, and the
+    real Apptainer (where there is one) runs NAME.current. Charliecloud: refused before a byte
+    is sent, in one line naming the fix."""
+    one = busybox_sif(tmp_path / "v1" / "bb.sif", b"one")
+    with pytest.raises(KitError, match="bb.sif is a SIF, which its runtime charliecloud") as err:
+        push(one, make_site(), install=True)
+    assert "kit image convert SRC OUT.sqfs" in str(err.value)
+    assert not (tmp_path / "remote").exists()
+
+    site = make_site(name="sshtest-apptainer", container={"runtime": "apptainer"}, keep_versions=1)
+    images, current = tmp_path / "images", tmp_path / "images" / "bb.current"
+    shas = []
+    for image in (one, *(busybox_sif(tmp_path / v / "bb.sif", v.encode()) for v in ("2", "3"))):
+        report = push(image, site, install=True)
+        shas.append(report.sha256[:12])
+        assert os.readlink(current) == f"bb@{shas[-1]}.sif"
+        assert sha(current) == sha(image) == report.sha256
+    assert report.pruned == [f"bb@{shas[0]}.sif"]
+    found = installed_versions("bb", site).versions
+    assert [(v.entry, v.format, v.current) for v in found] == [
+        (f"bb@{shas[2]}.sif", "sif", True),
+        (f"bb@{shas[1]}.sif", "sif", False),
+    ]
+    assert rollback("bb.sif", site).target == f"bb@{shas[1]}.sif"
+    assert os.readlink(current) == f"bb@{shas[1]}.sif"
+    assert not [p.name for p in images.iterdir() if p.name.startswith(".")], "no work file left"
+    if apptainer.found() and os.geteuid() == 0:  # a SIF is loop-mounted here: root
+        ran = apptainer.run("exec", current, "/bin/busybox", "cat", "/etc/kit-version")
+        assert (ran.returncode, ran.stdout) == (0, "2"), ran.stderr
 
 
 def test_pair_file_is_checked_against_the_site(sshd, user_home, make_site, tmp_path):

@@ -132,7 +132,7 @@ def _write_through(path: Path, data: bytes, monkeypatch, refuse: str) -> bool:
     """Write `data` with the receiver's Writer on a filesystem that refuses O_DIRECT at `refuse`
     ("open" or "write"). tmpfs before Linux 6.6 and some network filesystems do; this machine's
     do not, so the refusal is simulated here (the only stand-in in this file)."""
-    from kit.transfer import remote_script as rs
+    from kit.transfer import remote_receive as rs
 
     real_open, real_pwrite = os.open, os.pwrite
 

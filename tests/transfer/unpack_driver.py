@@ -1,5 +1,5 @@
 """The remote installer's unpack (kit/transfer/remote_script.py) run by any python3 >= 3.6, as a
-site's stock python3 runs it: `python3 unpack_driver.py` reads lines `ARCHIVE<TAB>OUT<TAB>UMASK`
+site's stock python3 runs it: `python3 unpack_driver.py SCRIPT` reads lines `ARCHIVE<TAB>OUT<TAB>UMASK`
 and answers each with one JSON line, {"tree": ...} or {"refused": "..."} ({"bug": "..."} for
 anything but the installer's one-line refusals). Python 3.6 syntax only: the suite runs it under the
 oldest Python 3 on the machine; `describe` is also what the tests compare trees with."""
@@ -10,16 +10,13 @@ import os
 import stat
 import sys
 
-SCRIPT = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "kit", "transfer", "remote_script.py"
-)
 
-
-def load_script() -> dict:
-    """The script's functions, loaded as the site loads it (exec of its text, no kit package)."""
+def load_script(path: str) -> dict:
+    """The script's functions, loaded as the site loads it: an exec of the text the kit sends
+    (kit.transfer.assemble, written to PATH by the test), no kit package."""
     space = {"__name__": "remote_script"}
-    with open(SCRIPT) as fh:
-        exec(compile(fh.read(), SCRIPT, "exec"), space)
+    with open(path) as fh:
+        exec(compile(fh.read(), path, "exec"), space)
     return space
 
 
@@ -65,7 +62,7 @@ def unpack_one(script: dict, archive: str, out: str, umask: int) -> dict:
 
 
 def main() -> None:
-    script = load_script()
+    script = load_script(sys.argv[1])
     for line in sys.stdin:
         archive, out, umask = line.rstrip("\n").split("\t")
         sys.stdout.write(json.dumps(unpack_one(script, archive, out, int(umask, 8))) + "\n")
