@@ -97,7 +97,7 @@ def test_own_identical_link_is_kept_a_conflicting_path_refused_dry_run_writes_no
 
 def test_an_image_that_cannot_pair_is_not_converted(impi_site, openmpi_tar, tmp_path, capsys):
     out = tmp_path / "ompi.tar.gz"
-    with pytest.raises(KitError, match="ABI families differ.*Put an MPICH-ABI MPI"):
+    with pytest.raises(KitError, match="ABI families differ.*; fix: put an MPICH-ABI MPI"):
         convert_paired(openmpi_tar, out, impi_site)
     assert main(["image", "convert", str(openmpi_tar), str(out), "--site", str(impi_site)]) == 1
     assert "ABI families differ" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_open_mpi_image_is_refused_with_what_to_install(impi_site, openmpi_dir):
         make_pair(impi_site, openmpi_dir)
     msg = str(err.value)
     assert "openmpi 4.1.4 (libmpi.so.40" in msg and "ABI families differ" in msg
-    assert "Put an MPICH-ABI MPI with libmpi.so.12" in msg and "minor <= 0" in msg
+    assert "fix: put an MPICH-ABI MPI with libmpi.so.12" in msg and "minor <= 0" in msg
 
 
 def test_image_without_mpi_gets_a_clear_message(impi_site, tmp_path):

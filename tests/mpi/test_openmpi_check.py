@@ -179,7 +179,7 @@ def test_a_host_older_than_the_image_is_refused_with_the_fix(openmpi_image, tmp_
     with pytest.raises(
         KitError,
         match=r"the host's Open MPI 4\.0\.7 is older than the image's 4\.1\.4: .*"
-        r"Put Open MPI 4\.0\.x \(the host's major",
+        r"fix: put Open MPI 4\.0\.x \(the host's major",
     ):
         make_pair(site, openmpi_image)
 
@@ -194,7 +194,7 @@ def test_a_two_node_check_needs_slurm_and_two_nodes_is_the_most(
         KitError, match=r"site ompi-host: a 2-node check needs Slurm .*; fix: .*--nodes 1"
     ):
         run_check(pair, nodes=2)
-    with pytest.raises(KitError, match=r"--nodes 3: give one of 1, 2 \(the check runs 2 ranks\)"):
+    with pytest.raises(KitError, match=r"--nodes 3: the check runs 2 ranks; fix: give one of 1, 2"):
         run_check(pair, nodes=3)
     with pytest.raises(SystemExit) as usage:
         main(["mpi", "check", "--site", str(openmpi_site), str(openmpi_image), "--nodes", "3"])

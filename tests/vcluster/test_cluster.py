@@ -154,8 +154,12 @@ def test_bad_input_is_one_line_and_makes_nothing(cluster_dir, tmp_path, capsys):
     )
     lo = next(a["local"] for e in used for a in e["addr_info"] if a["local"].startswith("127."))
     for argv, message in (
-        (["--name", "Bad_Name"], "--name 'Bad_Name': 1-8 lower-case letters and digits"),
-        (["--subnet", "8.8.8.0/24"], "give a private IPv4 /24"),
+        (
+            ["--name", "Bad_Name"],
+            "--name 'Bad_Name': it prefixes interface names, which Linux limits to 15 characters; "
+            "fix: give 1-8 lower-case letters and digits",
+        ),
+        (["--subnet", "8.8.8.0/24"], "not a private IPv4 /24; fix: give one such as"),
         (["--subnet", f"{lo.rsplit('.', 1)[0]}.0/24"], "overlaps 127.0.0.0/8 on this host"),
         (["--intel-mpi", str(tmp_path)], "no lib/libmpi.so.12 there"),
     ):
