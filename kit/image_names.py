@@ -7,8 +7,8 @@ the kit's) and, with --site, OUT.pair.yaml (the MPI pair). `kit transfer push --
 it on the site as IMAGE_DIR/NAME@<sha12> (a directory), NAME@<sha12>.sqfs or NAME@<sha12>.sif,
 with the link IMAGE_DIR/NAME.current naming the version in use. The names, the one .sha256
 parser, the pair file's bounded reader and the one sha256-of-a-file function live here;
-transfer/remote_script.py, which runs on the site with a bare python3, keeps a standard-library
-copy of what it needs (tests/transfer check they agree).
+transfer/remote_common.py, part of the script the site runs with a bare python3, keeps a
+standard-library copy of what it needs (tests/transfer check they agree).
 Kept free of heavy imports: the batch-script renderer reads it.
 """
 
