@@ -35,7 +35,13 @@ def _transfer():
 
 def register(sub: argparse._SubParsersAction) -> None:
     leaves = add_group(sub, "transfer", "move images into the secure site (SSH push, bundles)")
+    _add_push(leaves)
+    _add_versions_and_rollback(leaves)
+    _add_bundle(leaves)
+    _add_verify(leaves)
 
+
+def _add_push(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "push",
         extra="transfer",
@@ -95,6 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dry_run(p, "say what would happen; change nothing")
     p.set_defaults(func=_push)
 
+
+def _add_versions_and_rollback(leaves: argparse._SubParsersAction) -> None:
     for name, func, text in (
         ("versions", _versions, "list the installed versions of an image on the site"),
         ("rollback", _rollback, "point NAME.current back at the version before it"),
@@ -116,6 +124,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             add_json(r, VERSIONS_SCHEMA)
         r.set_defaults(func=func)
 
+
+def _add_bundle(leaves: argparse._SubParsersAction) -> None:
     b = leaves.add_parser(
         "bundle",
         help="write a self-checking removable-media bundle",
@@ -146,6 +156,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.set_defaults(func=_bundle)
 
+
+def _add_verify(leaves: argparse._SubParsersAction) -> None:
     v = leaves.add_parser(
         "verify",
         help="check a bundle: names missing, truncated, altered files and every file "
