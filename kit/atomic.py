@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from kit import interrupt
+from kit.tree_removal import remove_dir
 
 
 @contextlib.contextmanager
@@ -168,37 +168,10 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def _open_up(directory: str) -> None:
-    """chmod 700 a directory of a tree being removed, never through a link (os.chmod follows one:
-    a name swapped for a link meanwhile would open up what it points to, as root)."""
-    # no r bit needed
-    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.chmod(f"/proc/self/fd/{fd}", 0o700)  # what fd holds (fchmod refuses an O_PATH fd)
-    finally:
-        os.close(fd)
-
-
 def remove_tree(path: str | os.PathLike[str]) -> None:
     """Remove a tree the kit made, read-only directories in it included; never follows links."""
-
-    def writable(func: object, name: str, exc_info: tuple[Any, BaseException, Any]) -> None:
-        if isinstance(exc_info[1], FileNotFoundError):
-            return
-        parent = os.path.dirname(name)
-        if not (isinstance(exc_info[1], PermissionError) and parent):
-            raise exc_info[1]
-        # A directory of the image without w or x bits: open it up, then remove what failed
-        # (``func`` may be os.open, os.rmdir or os.unlink: the retry is by what ``name`` is).
-        _open_up(parent)
-        if os.path.isdir(name) and not os.path.islink(name):
-            _open_up(name)
-            shutil.rmtree(name, onerror=writable)
-        else:
-            os.unlink(name)
-
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=writable)
+        remove_dir(os.fspath(path))
 
 
 def remove_tree_if(

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
@@ -45,6 +44,7 @@ from kit.transfer.remote_common import (
 from kit.transfer.remote_unpack import (
     unpack,
 )
+from kit.tree_removal import remove_dir
 
 # ------------------------------------------------------- the installer (install, versions, switch)
 
@@ -106,38 +106,9 @@ def remove_ours(imgdir, entry):
     if st.st_uid != os.geteuid():
         return
     if stat.S_ISDIR(st.st_mode):
-        # the fd-based rmtree: it never descends through a symlink
-        shutil.rmtree(path, onerror=_open_up)
+        remove_dir(path)
     else:
         os.unlink(path)
-
-
-def _open_up(func, name, exc_info):
-    """rmtree's retry for an image directory without w or x bits (ch-convert keeps the image's
-    modes; only root ignores them): give the owner rwx on it and its parent, then remove again.
-    The same rule as kit.atomic.remove_tree, which this standard-library script cannot import."""
-    exc, parent = exc_info[1], os.path.dirname(name)
-    if isinstance(exc, FileNotFoundError):
-        return
-    if not isinstance(exc, PermissionError) or not parent:
-        raise exc
-    _chmod_dir_nofollow(parent)
-    if os.path.isdir(name) and not os.path.islink(name):
-        _chmod_dir_nofollow(name)
-        shutil.rmtree(name, onerror=_open_up)
-    else:
-        os.unlink(name)
-
-
-def _chmod_dir_nofollow(path):
-    """chmod 700 the directory at PATH through an O_PATH|O_NOFOLLOW fd: a name swapped for a link
-    after the check (an image's /tmp is world-writable) fails here instead of opening up its
-    target."""
-    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.chmod("/proc/self/fd/%d" % fd, 0o700)
-    finally:
-        os.close(fd)
 
 
 def retire(imgdir, entry):

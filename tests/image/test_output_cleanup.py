@@ -69,7 +69,7 @@ def test_a_tree_with_closed_directories_is_removed_as_a_non_root_user(public_tmp
 def test_opening_up_a_locked_directory_never_goes_through_a_link(tmp_path):
     """remove_tree gives a locked directory of the tree rwx before removing it; a name swapped for a
     link meanwhile must not open up what it points to (as root, any directory)."""
-    from kit.atomic import _open_up
+    from kit.tree_removal import open_up as _open_up
 
     target = tmp_path / "elsewhere"
     target.mkdir(mode=0o500)
