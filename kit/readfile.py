@@ -37,12 +37,12 @@ def kind_name(mode: int) -> str:
 class NotRegularFile(OSError):
     """The path exists but is no regular file; ``kind`` says what it is instead."""
 
-    def __init__(self, path: str | os.PathLike, kind: str):
+    def __init__(self, path: str | os.PathLike[str], kind: str):
         super().__init__(f"{path} is {kind}, not a regular file")
         self.path, self.kind = path, kind
 
 
-def open_regular_fd(path: str | os.PathLike, follow_symlinks: bool = True) -> int:
+def open_regular_fd(path: str | os.PathLike[str], follow_symlinks: bool = True) -> int:
     """A read-only fd of PATH once stat and fstat both say it is a regular file.
 
     What the kit's readers of host files it did not make build on: a stat first (a device is
@@ -86,7 +86,7 @@ def _open_regular(
 
 
 def read_bytes(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     what: str,
     limit: int = MAX_BYTES,
     *,
@@ -107,7 +107,7 @@ def read_bytes(
     return data
 
 
-def read_tail(path: str | os.PathLike, limit: int, what: str = "log") -> bytes:
+def read_tail(path: str | os.PathLike[str], limit: int, what: str = "log") -> bytes:
     """The last ``limit`` bytes of a regular file (a job's log may be gigabytes)."""
     with _open_regular(Path(path), what, KitError) as fh:
         fh.seek(max(0, os.fstat(fh.fileno()).st_size - limit))
@@ -115,7 +115,7 @@ def read_tail(path: str | os.PathLike, limit: int, what: str = "log") -> bytes:
 
 
 def decode(
-    data: bytes, path: str | os.PathLike, what: str, *, error: type[KitError] = KitError
+    data: bytes, path: str | os.PathLike[str], what: str, *, error: type[KitError] = KitError
 ) -> str:
     """UTF-8 text; a bad byte is named by its line."""
     try:
@@ -130,7 +130,11 @@ def decode(
 
 
 def read_text(
-    path: str | os.PathLike, what: str, *, limit: int = MAX_BYTES, error: type[KitError] = KitError
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    limit: int = MAX_BYTES,
+    error: type[KitError] = KitError,
 ) -> str:
     return decode(read_bytes(path, what, limit, error=error), path, what, error=error)
 
@@ -152,8 +156,8 @@ def json_kind(value: Any) -> str:
 
 
 def read_json_object(
-    path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES
-) -> dict:
+    path: str | os.PathLike[str], what: str, fix: str, *, limit: int = MAX_BYTES
+) -> dict[str, Any]:
     """A JSON document whose top level is an object; any other is one line naming the file.
     ``fix``: what the user does about a file that is not one (KitError's fix)."""
     doc = read_json(path, what, fix, limit=limit)
@@ -166,7 +170,7 @@ def read_json_object(
     return doc
 
 
-def read_json(path: str | os.PathLike, what: str, fix: str, *, limit: int = MAX_BYTES) -> Any:
+def read_json(path: str | os.PathLike[str], what: str, fix: str, *, limit: int = MAX_BYTES) -> Any:
     """A JSON document; truncated, malformed or absurdly nested JSON is one line naming the line,
     with ``fix``."""
     text = read_text(path, what, limit=limit)

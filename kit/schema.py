@@ -467,7 +467,7 @@ def _raise(walker: _Walker, file: str, what: str, fix: str | None, error: type[K
 
 def check_yaml(
     text: str,
-    file: str | os.PathLike,
+    file: str | os.PathLike[str],
     schema: Section,
     *,
     what: str,
@@ -480,12 +480,15 @@ def check_yaml(
     loader, root = compose(text, file, error=error)
     if root is None:
         raise error(f"{file}: the file is empty; expected a {what} mapping", fix=fix)
-    return check_node(_Yaml(loader, root), str(file), schema, what=what, fix=fix, error=error)
+    doc: dict[str, Any] = check_node(
+        _Yaml(loader, root), str(file), schema, what=what, fix=fix, error=error
+    )
+    return doc
 
 
 def check_value(
     value: Any,
-    file: str | os.PathLike,
+    file: str | os.PathLike[str],
     schema: Section,
     *,
     what: str,
@@ -494,7 +497,10 @@ def check_value(
 ) -> dict[str, Any]:
     """A value already built (a JSON document) checked against ``schema``; problems are named by
     their key path."""
-    return check_node(_Value(value), str(file), schema, what=what, fix=fix, error=error)
+    doc: dict[str, Any] = check_node(
+        _Value(value), str(file), schema, what=what, fix=fix, error=error
+    )
+    return doc
 
 
 def check_doc(

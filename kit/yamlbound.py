@@ -82,7 +82,8 @@ class BoundedLoader(yaml.SafeLoader):
 def _line(text: str, exc: yaml.YAMLError) -> int | None:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     if mark is not None:
-        return mark.line + 1
+        line: int = mark.line + 1
+        return line
     position = getattr(exc, "position", None)  # ReaderError: an unacceptable character
     return text.count("\n", 0, position) + 1 if isinstance(position, int) else None
 
@@ -98,7 +99,7 @@ def reason(exc: Exception) -> str:
     return what[:120]
 
 
-def problem_of(text: str, file: str | os.PathLike, exc: yaml.YAMLError) -> tuple[str, str]:
+def problem_of(text: str, file: str | os.PathLike[str], exc: yaml.YAMLError) -> tuple[str, str]:
     """(FILE:LINE, what was found): an error's where and what."""
     line = _line(text, exc)
     kind = "YAML refused" if isinstance(exc, _Bound) else "not valid YAML"
@@ -107,7 +108,7 @@ def problem_of(text: str, file: str | os.PathLike, exc: yaml.YAMLError) -> tuple
 
 def compose(
     text: str,
-    file: str | os.PathLike,
+    file: str | os.PathLike[str],
     *,
     error: type[KitError] = KitError,
     fix: str = "correct the YAML at that line",
@@ -129,7 +130,7 @@ def compose(
 def construct(
     loader: BoundedLoader,
     node: yaml.Node,
-    file: str | os.PathLike,
+    file: str | os.PathLike[str],
     *,
     error: type[KitError] = KitError,
     fix: str = "correct the YAML at that line",
@@ -186,7 +187,7 @@ class Document:
 
 def parse(
     text: str,
-    file: str | os.PathLike,
+    file: str | os.PathLike[str],
     *,
     error: type[KitError] = KitError,
     fix: str = "correct the YAML at that line",
@@ -197,7 +198,7 @@ def parse(
 
 
 def load_file(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     what: str,
     fix: str,
     *,
@@ -211,7 +212,7 @@ def load_file(
 
 
 def load_tagged(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     what: str,
     tag: str,
     *,

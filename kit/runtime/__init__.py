@@ -10,6 +10,7 @@ from kit.runtime.base import Runtime, shell_path
 from kit.runtime.charliecloud import CHARLIECLOUD
 from kit.runtime.udocker import UDOCKER
 from kit.site.model import RUNTIMES as _NAMES
+from kit.site.model import Site
 
 REGISTRY: dict[str, Runtime] = {r.name: r for r in (CHARLIECLOUD, UDOCKER, APPTAINER)}
 REGISTRY["singularity"] = APPTAINER  # Apptainer's former name: one runtime
@@ -18,7 +19,7 @@ assert tuple(REGISTRY) == _NAMES, (
 )
 
 
-def runtime_of(site) -> Runtime:
+def runtime_of(site: Site) -> Runtime:
     """The runtime the site's container.runtime names (the schema admits only registered ones)."""
     return REGISTRY[site.container.runtime]
 

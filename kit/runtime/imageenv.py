@@ -17,7 +17,7 @@ ENV_MAX = 1 << 16  # bytes of an image's environment file read
 ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,127})=(.*)")
 
 
-def image_environment(image: str | os.PathLike) -> dict[str, str]:
+def image_environment(image: str | os.PathLike[str]) -> dict[str, str]:
     """The image's own environment (IMAGE/ch/environment, read inside the image root: a link there
     never leads out of it), in file order; {} when the image has none."""
     root_path = Path(os.path.expanduser(str(image)))
