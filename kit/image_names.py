@@ -7,8 +7,7 @@ the kit's) and, with --site, OUT.pair.yaml (the MPI pair). `kit transfer push --
 it on the site as IMAGE_DIR/NAME@<sha12> (a directory), NAME@<sha12>.sqfs or NAME@<sha12>.sif,
 with the link IMAGE_DIR/NAME.current naming the version in use. The names, the one .sha256
 parser, the pair file's bounded reader and the one sha256-of-a-file function live here;
-transfer/remote_common.py, part of the script the site runs with a bare python3, keeps a
-standard-library copy of what it needs (tests/transfer check they agree).
+the names themselves are kit.artifact_names', which the script the site runs shares.
 Kept free of heavy imports: the batch-script renderer reads it.
 """
 
@@ -16,25 +15,38 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from pathlib import Path
 
+from kit.artifact_names import (
+    CURRENT,
+    MANIFEST,
+    NAME_MAX,
+    NAME_RE,
+    PAIR,
+    SHA256,
+    SHA256_RE,
+    SIDECARS,
+    SIF,
+    SQUASH,
+    SUFFIXES,
+    TAR,
+    TAR_GZ,
+    is_name,
+)
 from kit.errors import KitError
 from kit.readfile import decode, read_bytes
 from kit.yamlbound import Document, load_tagged, parse
 
-TAR_GZ, TAR, SQUASH = (".tar.gz", ".tgz"), (".tar",), (".sqfs", ".squashfs", ".squash")
-SIF = (".sif",)  # Apptainer's single-file image (kit.image.sif)
-SUFFIXES = TAR_GZ + SQUASH + TAR + SIF  # the files kit image convert writes and kit transfer moves
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")  # \Z: also safe under .match()
-SHA256, PAIR, MANIFEST = ".sha256", ".pair.yaml", ".manifest.json"
-# The files beside OUT, in the order a conversion commits them: the manifest, which records the
-# image's identity, last, so that a manifest describing OUT vouches for every other one.
-SIDECARS = (SHA256, PAIR, MANIFEST)
-CURRENT = ".current"  # IMAGE_DIR/NAME.current -> NAME@<sha12>: the installed version in use
+__all__ = [  # the names, for the kit's modules: kit.artifact_names' and this module's own
+    "CURRENT", "MANIFEST", "NAME_MAX", "NAME_RE", "PAIR", "SHA256", "SHA256_RE", "SIDECARS", "SIF",
+    "SQUASH", "SUFFIXES", "TAR", "TAR_GZ", "is_name",
+    "BUF", "PAIR_FORMAT", "PAIR_TAG", "SHA256_FILE_MAX", "current_link", "image_name",
+    "is_pair_document", "is_sha256_file", "load_pair_document", "pair_path", "read_recorded_digest",
+    "recorded_digest", "sha256_file", "sha256_line", "sidecar", "stem",
+]  # fmt: skip
+
 PAIR_TAG, PAIR_FORMAT = "kit_pair", 1  # IMAGE.pair.yaml's format tag
 SHA256_FILE_MAX = 64 << 10  # bytes of IMAGE.sha256 worth reading (one line is 64 + 2 + a name)
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
 BUF = 8 << 20
 
 
@@ -53,11 +65,11 @@ def image_name(text: str) -> str:
     """The installed name of an image given as NAME, an image file name or its path."""
     base = Path(text).name
     name = next((base[: -len(s)] for s in SUFFIXES if base.endswith(s)), text)
-    if not NAME_RE.fullmatch(name):
+    if not is_name(name):
         raise KitError(
             f"image name {text!r}: not an image's name",
-            fix="give the image's name (gan3d for gan3d.sqfs): letters, digits and . _ + -, not "
-            "starting with a dot",
+            fix="give the image's name (gan3d for gan3d.sqfs): letters, digits and . _ + -, "
+            f"not starting with a dot, no '..', at most {NAME_MAX}",
         )
     return name
 

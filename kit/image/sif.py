@@ -26,12 +26,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from kit.artifact_names import SIF_MAGIC, SIF_MAGIC_AT
 from kit.errors import KitError
 from kit.excerpt import printable
 from kit.readfile import NotRegularFile, open_regular_fd
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"  # what Apptainer writes; lets ./IMAGE.sif run
-MAGIC, VERSION = b"SIF_MAGIC\0", b"01\0"
+MAGIC, VERSION = SIF_MAGIC, b"01\0"
 HEADER = struct.Struct("<32s10s3s3s16s8q")  # launch, magic, version, arch, uuid, 8 x int64
 # type, used, id, group, link, 7 x int64, name, extra
 DESCRIPTOR = struct.Struct("<i?IIIqqqqqqq128s384s")
@@ -368,8 +369,7 @@ def read_sif(path: str | os.PathLike) -> Sif:
 
 def looks_like_sif(head: bytes) -> bool:
     """A file's first bytes are a SIF header's (its magic after the 32-byte launch line)."""
-    at = HEADER.size - struct.calcsize("<10s3s3s16s8q")
-    return head[at : at + len(MAGIC)] == MAGIC
+    return head[SIF_MAGIC_AT : SIF_MAGIC_AT + len(MAGIC)] == MAGIC
 
 
 def squashfs_at(path: str | os.PathLike) -> int:

@@ -17,6 +17,8 @@ import stat
 import sys
 import time
 
+from kit.artifact_names import NAME_MAX, is_name
+
 BUF = 1 << 20
 ALIGN = 4096  # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
@@ -34,19 +36,9 @@ NOFOLLOW, CLOEXEC = os.O_NOFOLLOW, getattr(os, "O_CLOEXEC", 0)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a mode like Ctrl-C
 STOPPING = []  # type: list[int]  # the stop signal received (on_signal): later ones are ignored
 
-# Names the kit makes: an upload's file name is an image file name (kit.image_names.NAME_RE);
-# versions are NAME@<hex sha prefix>, with .sqfs for SquashFS and .sif for SIF installs.
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+# Versions are NAME@<hex sha prefix>, with .sqfs for SquashFS and .sif for SIF installs.
 VERSION_RE = re.compile(r"[0-9a-f]{12,64}")
-SHA_RE = re.compile(r"[0-9a-f]{64}")
-TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-SQUASH_SUFFIXES = (".sqfs", ".squashfs", ".squash")  # kit.image_names.SQUASH
-SIF_SUFFIXES = (".sif",)  # kit.image_names.SIF
 FILE_ENTRY = r"(\.sqfs|\.sif)?"  # after NAME@VERSION: a SquashFS or SIF file; none: a directory
-SIF_MAGIC, SIF_MAGIC_AT = b"SIF_MAGIC\0", 32  # kit.image.sif: after the 32-byte launch line
-CURRENT = (
-    ".current"  # kit.image_names.CURRENT (tests/transfer/test_layout_copy.py: the copies agree)
-)
 
 
 class Refused(Exception):
@@ -72,10 +64,10 @@ def fail(code, message):
 
 
 def check_name(text, what):
-    if not NAME_RE.fullmatch(text) or ".." in text:
+    if not is_name(text):
         raise Usage(
-            "%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', at "
-            "most 200" % (what, text)
+            "%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', "
+            "at most %d" % (what, text, NAME_MAX)
         )
     return text
 

@@ -16,20 +16,15 @@ import subprocess
 import threading
 import time
 
+from kit.artifact_names import CURRENT, SIF, SIF_MAGIC, SIF_MAGIC_AT, SQUASH, TAR, TAR_GZ
 from kit.transfer.remote_common import (
     BUF,
-    CURRENT,
     EXIT_INSTALL,
     EXIT_MISMATCH,
     EXIT_NOSPACE,
     EXIT_USAGE,
     FILE_ENTRY,
-    SIF_MAGIC,
-    SIF_MAGIC_AT,
-    SIF_SUFFIXES,
-    SQUASH_SUFFIXES,
     STOP_SIGNALS,
-    TAR_SUFFIXES,
     Refused,
     Usage,
     create_new,
@@ -232,7 +227,7 @@ def switch(imgdir, name, entry, *, dry, wait):
 
 
 def source_suffix(src):
-    known = TAR_SUFFIXES + SQUASH_SUFFIXES + SIF_SUFFIXES
+    known = TAR_GZ + TAR + SQUASH + SIF
     for suffix in known:
         if src.endswith(suffix):
             return suffix
@@ -242,19 +237,19 @@ def source_suffix(src):
 def entry_suffix(suffix, fmt):
     """What follows NAME@VERSION for SRC's suffix installed as FMT; Usage where FMT cannot make an
     image of that source (the sender's runtime chose FMT: kit.runtime's install_format)."""
-    if suffix in SIF_SUFFIXES or fmt == "sif":
-        if suffix not in SIF_SUFFIXES or fmt != "sif":
+    if suffix in SIF or fmt == "sif":
+        if suffix not in SIF or fmt != "sif":
             raise Usage(
                 "a SIF is installed only as a SIF (FMT sif, an Apptainer site), and FMT sif "
                 "installs only a .sif; got SRC suffix %s with FMT %s" % (suffix, fmt)
             )
         return ".sif"
-    if suffix in SQUASH_SUFFIXES and fmt == "unpack":
+    if suffix in SQUASH and fmt == "unpack":
         raise Usage(
             "a SquashFS image is not unpacked without Charliecloud; push the image as a tarball "
             "(kit image convert SRC OUT.tar.gz)"
         )
-    return ".sqfs" if suffix in SQUASH_SUFFIXES or fmt == "squash" else ""
+    return ".sqfs" if suffix in SQUASH or fmt == "squash" else ""
 
 
 def stop_when_stdin_closes():
@@ -367,7 +362,7 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
     made = False
     try:
         check_source(fd, src, version)
-        if suffix in SIF_SUFFIXES:
+        if suffix in SIF:
             check_sif(fd, src)
         # the stop signals wait until `made` says whether the mkdir made it: one arriving between
         # the two neither leaves the work dir behind nor has a directory this run did not make
@@ -379,7 +374,7 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         out = os.path.join(imgdir, work, "image" + entry_suffix(suffix, fmt))
-        if suffix in SQUASH_SUFFIXES + SIF_SUFFIXES:
+        if suffix in SQUASH + SIF:
             copy_fd(fd, out)
         elif fmt == "unpack":
             unpack(fd, out, free_bytes(imgdir))

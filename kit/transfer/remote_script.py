@@ -39,6 +39,7 @@ import os
 import signal
 import sys
 
+from kit.artifact_names import SHA256_RE
 from kit.transfer.remote_common import (
     EXIT_BUG,
     EXIT_NOSPACE,
@@ -47,7 +48,6 @@ from kit.transfer.remote_common import (
     EXIT_USAGE,
     FORMATS,
     INSTALL_WAIT,
-    SHA_RE,
     STALL,
     STOP_SIGNALS,
     STOPPING,
@@ -89,7 +89,7 @@ def main(argv):
             directory, name = args[0], check_name(args[1], "NAME")
             trusted_dir(directory)
             size, sha, chunk = number(args[2], "SIZE"), args[3], number(args[4], "CHUNK", 1)
-            if not SHA_RE.fullmatch(sha):
+            if not SHA256_RE.fullmatch(sha):
                 raise Usage("SHA %r: 64 lowercase hex digits" % sha)
             if mode == "probe":
                 probe(directory, name, size, sha=sha, chunk=chunk, paths=args[5:])

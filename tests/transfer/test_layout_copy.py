@@ -1,6 +1,7 @@
-"""remote_common.py runs on the site with a bare python3, so it keeps its own copy of the artifact
-layout (kit.image_names): the names it accepts, NAME.current, the sha256 of a file. The copies
-must agree, or a push would install what the local side cannot name (or the reverse)."""
+"""Both ends of a push read the artifact layout's names from kit.artifact_names (the site's script
+gets its text inlined). What is still written twice is the code around them, for the site's bare
+python3: the NAME.current path and the file hash. They must agree, or a push would install what
+the local side cannot name (or the reverse)."""
 
 from __future__ import annotations
 
@@ -9,28 +10,37 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kit import image_names
+from kit import artifact_names, image_names
 from kit.image import sif
 from kit.transfer import remote_common, remote_install
+from kit.transfer.assemble import script
+from kit.transfer.remote_common import Usage
 
 NAME_CHARS = st.sampled_from("abcXYZ019._+-/\n @é")
 
 
-def test_the_constants_are_the_same():
-    assert remote_common.CURRENT == image_names.CURRENT
-    assert set(remote_common.TAR_SUFFIXES) == set(image_names.TAR_GZ + image_names.TAR)
-    assert set(remote_common.SQUASH_SUFFIXES) == set(image_names.SQUASH)
-    assert set(remote_common.SIF_SUFFIXES) == set(image_names.SIF)
-    assert remote_common.SIF_MAGIC == sif.MAGIC and sif.looks_like_sif(
-        bytes(remote_common.SIF_MAGIC_AT) + remote_common.SIF_MAGIC
-    ), "the installer looks for SIF's magic where the kit's reader does"
-    assert remote_common.SHA_RE.pattern == image_names.SHA256_RE.pattern
+def test_the_script_sent_holds_the_names_once_and_the_kit_reads_them_from_there():
+    text = script().decode()
+    assert text.count("\nNAME_RE = ") == 1 and text.count("\nCURRENT = ") == 1
+    assert image_names.NAME_RE is artifact_names.NAME_RE
+    assert sif.looks_like_sif(bytes(artifact_names.SIF_MAGIC_AT) + artifact_names.SIF_MAGIC)
+    assert sif.HEADER.unpack(bytes(sif.HEADER.size))[0] == bytes(artifact_names.SIF_MAGIC_AT), (
+        "SIF's launch line is the bytes before its magic"
+    )
 
 
-@given(name=st.text(NAME_CHARS, max_size=12))
+@given(name=st.text(NAME_CHARS, max_size=12) | st.just("a" * 200) | st.just("a" * 201))
 def test_both_sides_accept_the_same_image_names(name):
-    """(The remote side also caps a name at 200 characters; the local side's names are shorter.)"""
-    assert bool(remote_common.NAME_RE.fullmatch(name)) == bool(image_names.NAME_RE.fullmatch(name))
+    try:
+        remote_common.check_name(name, "NAME")
+        remote = True
+    except Usage:
+        remote = False
+    try:
+        local = image_names.image_name(name) == name
+    except image_names.KitError:
+        local = False
+    assert remote == local == artifact_names.is_name(name)
 
 
 @given(
