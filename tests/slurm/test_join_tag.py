@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,10 +49,7 @@ def container_site(
 def fresh_cluster(root: Path, monkeypatch) -> Iterator[int]:
     """A fresh one-node Slurm whose first job gets the id this yields (below Slurm's MaxJobId)."""
     job_id = random.randrange(10_000_000, 60_000_000)
-    # slurmstepd's socket, SPOOL/vm_JOBID.STEP, must fit a socket path's 108 bytes: a spool under
-    # the test's own long tmp_path does not with an 8-digit job id
-    short = Path(tempfile.mkdtemp(prefix="jt"))
-    cluster = start_slurm(short / root.name, first_job_id=job_id)
+    cluster = start_slurm(root, first_job_id=job_id)
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     try:
         yield job_id
@@ -63,7 +58,6 @@ def fresh_cluster(root: Path, monkeypatch) -> Iterator[int]:
         raise
     finally:
         cluster.stop()
-        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_a_job_given_the_id_of_a_killed_job_runs_beside_its_leftover_peer_group(

@@ -1,7 +1,8 @@
 """A real one-node Slurm for the tests: munged, slurmctld and slurmd on loopback, private to a dir.
 
-Everything lives under `root` (munge key and socket, slurm.conf, state, spool, logs), on free
-ports, so it neither needs nor disturbs a system Slurm; clients find it through SLURM_CONF.
+Everything lives under `root` (slurm.conf, state, logs) and a short temporary directory (munge's
+key and socket, the spool, TmpFS) that stop() removes, on free ports, so it neither needs nor
+disturbs a system Slurm; clients find it through SLURM_CONF.
 Cgroup-free plugins (proctrack/linuxproc, task/none) let it run in a VM or container as root.
 """
 
@@ -12,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ class Slurm:
     conf: Path
     node: str
     cpus: int
+    sockets: Path  # munge's socket, slurmd's spool, TmpFS: made apart from root (see start_slurm)
     pids: list[Path] = field(default_factory=list)
 
     @property
@@ -51,6 +54,7 @@ class Slurm:
             except (OSError, ValueError):
                 pass
         time.sleep(0.5)
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 def _sbin(name: str) -> str:
@@ -61,18 +65,16 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
     """munged + slurmctld + slurmd with one partition `debug` on this host; waits until idle. Its job
     ids count from ``first_job_id``, as every fresh cluster's (and a controller's after a state reset)."""
     root.mkdir(parents=True, exist_ok=True)
-    for d in (
-        "munge",
-        "state",
-        "spool",
-        "tmp",
-    ):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
-        (root / d).mkdir(mode=0o700, exist_ok=True)
-    key = root / "munge" / "munge.key"
-    if not key.exists():
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
-    sock = root / "munge" / "munge.socket"
+    (root / "state").mkdir(mode=0o700, exist_ok=True)
+    # The daemons' sockets (munge's; slurmstepd's SPOOL/vm_JOBID.STEP; pmix's under TmpFS) must
+    # fit a socket path's 108 bytes, which a test's long tmp_path and an 8-digit job id do not
+    sockets = Path(tempfile.mkdtemp(prefix="slurm"))
+    for d in ("munge", "spool", "tmp"):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
+        (sockets / d).mkdir(mode=0o700)
+    key = sockets / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    sock = sockets / "munge" / "munge.socket"
     node = socket.gethostname().split(".")[0]
     cpus = cpus or os.cpu_count() or 1
     conf = root / "slurm.conf"
@@ -80,7 +82,7 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
         f"ClusterName=kittest\nSlurmctldHost={node}(127.0.0.1)\nSlurmUser=root\nFirstJobId={first_job_id}\n"
         f"SlurmctldPort={free_port()}\nSlurmdPort={free_port()}\n"
         f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock}\n"
-        f"StateSaveLocation={root / 'state'}\nSlurmdSpoolDir={root / 'spool'}\nTmpFS={root / 'tmp'}\n"
+        f"StateSaveLocation={root / 'state'}\nSlurmdSpoolDir={sockets / 'spool'}\nTmpFS={sockets / 'tmp'}\n"
         f"SlurmctldPidFile={root / 'slurmctld.pid'}\nSlurmdPidFile={root / 'slurmd.pid'}\n"
         f"SlurmctldLogFile={root / 'slurmctld.log'}\nSlurmdLogFile={root / 'slurmd.log'}\n"
         "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n"
@@ -89,7 +91,7 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n"
         f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4\n"
     )
-    cluster = Slurm(root, conf, node, cpus)
+    cluster = Slurm(root, conf, node, cpus, sockets)
     env = dict(os.environ, SLURM_CONF=str(conf))
     starts = [
         (
@@ -97,12 +99,12 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
                 _sbin("munged"),
                 f"--socket={sock}",
                 f"--key-file={key}",
-                f"--pid-file={root / 'munge' / 'munged.pid'}",
+                f"--pid-file={sockets / 'munge' / 'munged.pid'}",
                 f"--log-file={root / 'munged.log'}",
-                f"--seed-file={root / 'munge' / 'seed'}",
+                f"--seed-file={sockets / 'munge' / 'seed'}",
                 "--force",
             ],
-            root / "munge" / "munged.pid",
+            sockets / "munge" / "munged.pid",
         ),
         ([_sbin("slurmctld"), "-c", "-f", str(conf)], root / "slurmctld.pid"),
         ([_sbin("slurmd"), "-f", str(conf)], root / "slurmd.pid"),
