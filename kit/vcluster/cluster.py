@@ -16,7 +16,7 @@ from kit.atomic import atomic_write_bytes, atomic_write_text
 from kit.errors import KitError
 from kit.vcluster import daemons, net
 from kit.vcluster.sites import SITE_FILES, check_binds, check_intel_mpi, write_sites
-from kit.vcluster.slurmconf import hosts_file, slurm_conf
+from kit.vcluster.slurmconf import SOCKET_PATH_MAX, hosts_file, longest_socket, slurm_conf
 from kit.vcluster.state import NAME_RE, ClusterState, Made, VclusterError, load_state
 
 MAX_NODES = 16
@@ -63,8 +63,24 @@ def _check_names(name: str, count: int) -> None:
         )
 
 
-def _preflight(name: str, count: int) -> None:
+def _check_room(directory: Path, name: str, count: int) -> None:
+    """Slurm's sockets fit a socket path under DIRECTORY, or `up` is refused before anything is
+    made (a job would only stay PENDING, 'launch failed requeued held')."""
+    path = longest_socket(directory, [f"{name}-{i}" for i in range(1, count + 1)])
+    over = len(os.fsencode(path)) - SOCKET_PATH_MAX
+    if over > 0:
+        raise VclusterError(
+            f"the cluster's directory is too long for Slurm: its socket {path} would take "
+            f"{SOCKET_PATH_MAX + over} bytes, and a socket's path holds {SOCKET_PATH_MAX}",
+            fix=f"give a --dir at most {len(os.fsencode(str(directory))) - over} bytes long "
+            "(e.g. /tmp/vc)",
+            where=str(directory),
+        )
+
+
+def _preflight(directory: Path, name: str, count: int) -> None:
     _check_names(name, count)
+    _check_room(directory, name, count)
     if os.geteuid() != 0:
         raise VclusterError(
             "kit vcluster needs root (network and UTS namespaces, a bridge)",
@@ -89,6 +105,7 @@ def preview(
 ) -> tuple[str, list[dict]]:
     """What `up` would make now (for --dry-run): the subnet and the nodes; nothing is made."""
     _check_names(name, count)
+    _check_room(directory.absolute(), name, count)
     check_intel_mpi(intel_mpi)
     check_binds(directory.absolute(), list(binds))
     network = net.check_subnet(subnet) if subnet else net.free_subnet()
@@ -121,7 +138,7 @@ def up(
     killed, a daemon dead) is refused: `down` first. An `up` that fails half-way removes what it
     made (and nothing else) before it says why."""
     directory = directory.absolute()
-    _preflight(name, count)
+    _preflight(directory, name, count)
     check_intel_mpi(intel_mpi)
     check_binds(directory, list(binds))
     with _locked(directory):

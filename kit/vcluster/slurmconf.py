@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path: sun_path's 108, with its NUL
+# The longest ids in a socket's name: Slurm's MaxJobId (67043328) and a batch step's (4294967291)
+JOB_ID_DIGITS, STEP_ID_DIGITS = 8, 10
 
 
 def slurm_conf(
@@ -61,6 +66,18 @@ def slurm_conf(
         + "\n".join(lines)
         + "\n"
     )
+
+
+def longest_socket(directory: Path, node_names: list[str]) -> str:
+    """The longest path of a socket the cluster's daemons make under DIRECTORY: munged's, and per
+    node slurmstepd's SPOOL/NODE_JOB.STEP and the PMIx plugin's SPOOL/stepd.slurm.pmix.JOB.STEP
+    (as seen from these daemons). Past SOCKET_PATH_MAX, a job cannot launch and Slurm holds it."""
+    ids = "9" * JOB_ID_DIGITS + "." + "9" * STEP_ID_DIGITS
+    paths = [str(directory / "munge" / "munge.socket")]
+    for node in node_names:
+        spool = directory / "spool" / node
+        paths += [f"{spool}/{node}_{ids}", f"{spool}/stepd.slurm.pmix.{ids}"]
+    return max(paths, key=lambda p: len(os.fsencode(p)))
 
 
 def hosts_file(controller: str, host_address: str, nodes: list[dict]) -> str:

@@ -138,11 +138,14 @@ def on_vcluster(vcluster, monkeypatch):
 
 
 @pytest.fixture
-def cluster_dir(tmp_path):
-    """A cluster directory that is cleaned up whatever the test did to it."""
+def cluster_dir():
+    """A cluster directory that is cleaned up whatever the test did to it: short, as Slurm's
+    sockets under it must be (a test's own tmp_path is too long)."""
     require_namespaces()
     from kit.vcluster import down
 
-    directory = tmp_path / "vc"
+    parent = Path(tempfile.mkdtemp(prefix="vc"))
+    directory = parent / "vc"
     yield directory
     down(directory)
+    shutil.rmtree(parent, ignore_errors=True)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from kit.cli import main
+from kit.vcluster.slurmconf import SOCKET_PATH_MAX, longest_socket
 from kit.vcluster.state import load_state
 from tests.support.vcluster import cluster_links, fresh_name
 
@@ -56,6 +57,26 @@ def test_an_up_that_fails_half_way_removes_what_it_made_and_nothing_else(
     assert not subprocess.run(
         ["pgrep", "-f", f"{cluster_dir}/"], capture_output=True, text=True
     ).stdout
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_directory_too_long_for_slurms_sockets_is_refused_before_anything_is_made(
+    tmp_path, capsys, dry
+):
+    """Under a long directory, slurmstepd cannot bind its socket and Slurm holds every job: `up`
+    says so first, with the length that would do."""
+    where = tmp_path / ("d" * 80)
+    assert main(["vcluster", "up", "--nodes", "2", "--dir", str(where), *dry]) == 1
+    err = capsys.readouterr().err
+    path = longest_socket(where, ["vc-1", "vc-2"])
+    room = len(str(where)) - (len(path) - SOCKET_PATH_MAX)
+    assert err == (
+        f"kit: error: {where}: the cluster's directory is too long for Slurm: its socket {path} "
+        f"would take {len(path)} bytes, and a socket's path holds {SOCKET_PATH_MAX}; fix: give a "
+        f"--dir at most {room} bytes long (e.g. /tmp/vc)\n"
+    ), err
+    assert path == f"{where}/spool/vc-1/stepd.slurm.pmix.99999999.9999999999"
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]])
