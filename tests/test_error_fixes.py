@@ -23,17 +23,8 @@ WITHOUT_FIX = {
     ("kit/rootfs.py", "*"): "RootError: what is wrong inside the image; its caller adds the image",
     ("kit/mpi/discover.py", "_library"): "RootError: the library is skipped, the scan goes on",
     ("kit/image/layers.py", "_member_data"): "a guard: only a regular file's data is asked for",
-    ("kit/study/evaluate.py", "read_objective"): "a failed evaluation, recorded in the ledger: the "
-    "study goes on without it",
-    # owned elsewhere this round: the transfer's and Apptainer's raises are being reworked
-    ("kit/transfer/bundle.py", "*"): "owned elsewhere this round",
-    ("kit/transfer/local_image.py", "*"): "owned elsewhere this round",
-    ("kit/transfer/push.py", "*"): "owned elsewhere this round",
-    ("kit/transfer/remote.py", "*"): "owned elsewhere this round",
-    ("kit/transfer/ssh.py", "*"): "owned elsewhere this round",
-    ("kit/transfer/sums.py", "*"): "owned elsewhere this round",
-    ("kit/transfer/versions.py", "*"): "owned elsewhere this round",
-    ("kit/runtime/apptainer.py", "*"): "owned elsewhere this round",
+    ("kit/study/evaluate.py", "read_objective"): "a failed evaluation, recorded in the ledger: "
+    "the study goes on without it",
 }
 
 

@@ -51,8 +51,7 @@ def env_words(env: dict[str, str]) -> list[str]:
             raise KitError(
                 f"the value of {key}, {shown(value)}, holds a '\"', or both ',' and '=': "
                 "apptainer exec --env would split or unquote it",
-                fix="set it without those characters (container.binds, host_mpi.env or the "
-                "image's ENV)",
+                fix="set it without those characters, in container.binds, host_mpi.env or the image's ENV",
             )
         words.append(f"--env={key}={value}")
     return words
@@ -63,8 +62,8 @@ def bind_words(binds: list[tuple[str, str]]) -> list[str]:
     for src, dst in binds:
         if "," in src or "," in dst:
             raise KitError(
-                f"bind {shown(src)}:{shown(dst)} holds a ',', which apptainer --bind reads as "
-                "two binds",
+                f"bind {shown(src)}:{shown(dst)} holds a ',', "
+                "which apptainer --bind reads as two binds",
                 fix="bind a directory whose path has no ','",
             )
     return [f"--bind={src}:{dst}" for src, dst in binds]
@@ -89,7 +88,10 @@ def file_environment(image: str) -> dict[str, str]:
         raise KitError("unsquashfs not found", fix="apt-get install squashfs-tools") from None
     except subprocess.TimeoutExpired:
         raise KitError(
-            f"unsquashfs took more than {ENV_TIMEOUT} s to read {ENVIRONMENT}", where=path
+            f"unsquashfs took more than {ENV_TIMEOUT} s to read {ENVIRONMENT}",
+            fix="check that the filesystem holding the image answers (a hung mount?), "
+            "then run the same command again",
+            where=path,
         ) from None
     if ran.returncode != 0 and "no matches" in ran.err:
         return {}  # the image keeps no environment
@@ -100,7 +102,12 @@ def file_environment(image: str) -> dict[str, str]:
             where=path,
         )
     if ran.stdout_cut:
-        raise KitError(f"{ENVIRONMENT} is larger than {ENV_MAX} bytes", where=path)
+        raise KitError(
+            f"{ENVIRONMENT} is larger than {ENV_MAX} bytes",
+            fix="give the image a smaller environment (its recipe's ENV), "
+            "then convert it again (kit image convert)",
+            where=path,
+        )
     return parse_environment(ran.stdout, Path(path) / ENVIRONMENT)
 
 
@@ -160,8 +167,8 @@ class ApptainerRuntime:
         if shutil.which(command) is None:
             raise KitError(
                 f"site {site.name}: {command} not found (container.apptainer.executable)",
-                fix="install Apptainer (kit docs apptainer), or name it in "
-                "container.apptainer.executable",
+                fix="install Apptainer (kit docs apptainer), "
+                "or name it in container.apptainer.executable",
             )
 
     def check_env(self, site: Site) -> dict[str, str]:

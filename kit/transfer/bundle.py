@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable
 
 from kit.atomic import fsync_dir, fsync_path, remove_tree, rename_noreplace
 from kit.errors import KitError
-from kit.image_names import sha256_file
+from kit.image_names import SHA256, sha256_file
 from kit.progress import counter
 from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
@@ -149,11 +149,12 @@ def bundle(
     bytes copied."""
     out_dir = Path(out_dir)
     if not images:
-        raise KitError("no images given: kit transfer bundle IMAGE... DIR")
+        raise KitError("no images given", fix="name them: kit transfer bundle IMAGE... --dir DIR")
     if out_dir.exists():
         raise KitError(
-            f"{out_dir} already exists; a bundle is written whole into a new directory: "
-            "choose another path or remove it"
+            "already exists; a bundle is written whole into a new directory",
+            fix="choose another --dir, or remove that one",
+            where=str(out_dir),
         )
     imgs = [open_local_image(p) for p in images]
     sources = [p for img in imgs for p in (img.path, *img.siblings)]
@@ -161,7 +162,8 @@ def bundle(
     for p in sources:
         if p.name in seen and seen[p.name] != p:
             raise KitError(
-                f"{p} and {seen[p.name]} have the same name; a bundle is flat: rename one"
+                f"{p} and {seen[p.name]} have the same name; a bundle is flat",
+                fix="rename one of them, or write two bundles",
             )
         seen[p.name] = p
     wh = open_wheelhouse(kit_wheelhouse) if kit_wheelhouse is not None else None
@@ -186,8 +188,10 @@ def bundle(
             copied = next(sha for sha, _, name in entries if name == img.path.name)
             if recorded and recorded != copied:
                 raise KitError(
-                    f"{img.path} does not match {img.sha_file} (sha256 {copied}, recorded "
-                    f"{recorded}): the image is damaged or changed; re-run kit image convert"
+                    f"does not match {img.sha_file} (sha256 {copied}, recorded {recorded}): "
+                    "the image is damaged or changed",
+                    fix=f"re-run kit image convert to write the image and its {SHA256} again",
+                    where=str(img.path),
                 )
         if wh:
             entries += _copy_wheelhouse(wh, tmp, tick)
@@ -236,8 +240,9 @@ def _rename_new(tmp: Path, out_dir: Path) -> None:
         fsync_dir(fd)
     except FileExistsError:
         raise KitError(
-            f"{out_dir} appeared while the bundle was written; it is left alone: choose another "
-            "path or remove it"
+            "appeared while the bundle was written; it is left alone",
+            fix="choose another --dir, or remove that one and run the same command again",
+            where=str(out_dir),
         ) from None
     finally:
         os.close(fd)
@@ -256,5 +261,9 @@ def verify_bundle(
             str(directory), counter(sum(size for _, size, _ in entries), progress)
         )
     except checker.ManifestError as exc:
-        raise KitError(str(exc)) from exc
+        raise KitError(
+            str(exc),
+            fix="give the directory kit transfer bundle wrote; "
+            f"if {directory} is one, copy it again from its medium",
+        ) from exc
     return VerifyReport(directory, len(entries), problems)

@@ -64,15 +64,22 @@ def open_local_image(path: str | Path) -> LocalImage:
     path = Path(path)
     kind = _kind(path)
     if kind == "missing":
-        raise KitError(f"{path}: no such image file")
+        raise KitError(
+            "no such image file",
+            fix="give an image kit image convert wrote (OUT.tar.gz, OUT.sqfs or OUT.sif)",
+            where=str(path),
+        )
     if kind:
         raise KitError(
-            f"{path}: the image is {kind}, not a regular file; give the image file itself"
+            f"the image is {kind}, not a regular file",
+            fix="give the image file itself",
+            where=str(path),
         )
     if not NAME_RE.fullmatch(path.name):
         raise KitError(
-            f"{path.name}: image names may hold only letters, digits and . _ + - "
-            "and must not start with a dot; rename the file"
+            "image names may hold only letters, digits and . _ + - and must not start with a dot",
+            fix="rename the file (gan3d.tar.gz, say) and its sibling files with it",
+            where=str(path),
         )
     name = stem(path.name)
     siblings = [sidecar(path, s) for s in SIDECARS]
@@ -82,8 +89,9 @@ def open_local_image(path: str | Path) -> LocalImage:
         kind = _kind(p)
         if kind not in (None, "missing"):
             raise KitError(
-                f"{p}: this sibling of {path.name} is {kind}, not a regular file; "
-                f"remove it or regenerate it (kit image convert)"
+                f"this sibling of {path.name} is {kind}, not a regular file",
+                fix="remove it, or write it again with kit image convert",
+                where=str(p),
             )
         if kind is None and p not in found:
             found.append(p)

@@ -50,7 +50,14 @@ from kit.runtime import runtime_of
 from kit.site import load_site
 from kit.transfer import remote
 from kit.transfer.local_image import LocalImage, chunk_sha256, open_local_image, recorded_sha256
-from kit.transfer.remote_common import EXIT_MISMATCH, HASHED_MARK, PROBE_MARK
+from kit.transfer.remote_common import (
+    EXIT_MISMATCH,
+    EXIT_NOSPACE,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    HASHED_MARK,
+    PROBE_MARK,
+)
 from kit.transfer.ssh import Endpoint, connect, site_endpoint, ssh_argv
 from kit.transfer.watchdog import Watchdog
 
@@ -88,6 +95,26 @@ PROBE = {
 PUSHED = {"path": str, "sha256": str}
 INSTALLED = {"target": str, "current": str, "prune": list}
 
+# the fixes of the receiver's failures where the upload directory is --remote-dir's (remote.FIXES)
+UPLOAD_FIXES = {
+    EXIT_NOSPACE: "free space there (df -h on that host) or pass --remote-dir DIR with room, "
+    "then run the same command again: it resumes",
+    EXIT_USAGE: "check that the login user can write there (ls -ld on that host), "
+    "or pass --remote-dir DIR",
+    EXIT_REFUSED: "move what the line names aside on that host (the kit leaves it alone), "
+    "or pass --remote-dir DIR",
+}
+CHECKING = "checking the upload directory"  # what the probe does, in its errors
+# the installer's, in container.image_dir: the verified upload stays where it is
+INSTALL_FIXES = {
+    EXIT_NOSPACE: "free space in container.image_dir on that host (df -h there), "
+    "or keep fewer versions (--keep N), then run the same command again: nothing is sent twice",
+    EXIT_USAGE: "check that the login user can write container.image_dir on that host, "
+    "then run the same command again",
+    EXIT_MISMATCH: "run the same command again: it sends the image again and installs that",
+}
+RESUME = "run the same command again: it resumes from the last verified chunk"
+
 
 @dataclass
 class PushReport:
@@ -117,8 +144,8 @@ class PushReport:
         verb = "would" if self.dry_run else "did"
         out = [
             (
-                f"{self.image} ({self.size} bytes, sha256 {self.sha256[:16]}...) -> "
-                f"{self.endpoint}:{self.remote_path}"
+                f"{self.image} ({self.size} bytes, "
+                f"sha256 {self.sha256[:16]}...) -> {self.endpoint}:{self.remote_path}"
             ),
             f"{verb} send {self.bytes_sent} bytes; {self.bytes_skipped} bytes already there and verified",
         ]
@@ -149,8 +176,8 @@ class PushReport:
 class StreamLost(KitError):
     """The ssh data session ended early; `answered` tells whether the receiver ever spoke."""
 
-    def __init__(self, answered: bool, message: str):
-        super().__init__(message)
+    def __init__(self, answered: bool, what: str, *, fix: str, where: str):
+        super().__init__(what, fix=fix, where=where)
         self.answered = answered
 
 
@@ -164,13 +191,16 @@ class _Plan:
 
 
 def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
-    """Compare the remote chunk hashes with ours; refuse early if the space is not there."""
+    """Compare the remote chunk hashes with ours; refuse early if the space is not there
+    (``where``: HOST:DIR of the upload)."""
     size = img.size
     if len(probe["chunk_hashes"]) > (size + chunk - 1) // chunk or not all(
         isinstance(x, str) for x in probe["chunk_hashes"] + probe["missing"]
     ):
         raise KitError(
-            f"checking {where}: the remote side answered a malformed probe; nothing was sent"
+            "the remote side answered a malformed probe; nothing was sent",
+            fix=remote.ODD_ANSWER_FIX,
+            where=where,
         )
     if probe["final_matches"]:
         return _Plan(set(range((size + chunk - 1) // chunk)), [], size, True, probe["missing"])
@@ -180,8 +210,10 @@ def _plan(probe: dict, img: LocalImage, chunk: int, where: str) -> _Plan:
     need = size - min(probe["part_size"], size) + SPACE_MARGIN
     if probe["free"] < need:
         raise KitError(
-            f"not enough space in {where}: {probe['free']} bytes free, the upload needs "
-            f"{need}; nothing was changed. Free space there or pass --remote-dir"
+            f"not enough space: {probe['free']} bytes free, the upload needs {need}; "
+            "nothing was changed",
+            fix=UPLOAD_FIXES[EXIT_NOSPACE],
+            where=where,
         )
     kept = sum(min(chunk, size - i * chunk) for i in keep)
     return _Plan(
@@ -231,7 +263,8 @@ def _stream(
                 first[len(PROBE_MARK) :].decode(errors="replace"),
                 "",
                 0,
-                what=f"checking {where}",
+                what=CHECKING,
+                where=where,
                 schema=PROBE,
             )
             plan = _plan(probe, img, chunk, where)
@@ -260,34 +293,40 @@ def _stream(
     if dog.fired:
         raise StreamLost(
             plan is not None,
-            f"the push to {ep} moved no byte for {stall:g} s after {sent} "
-            "bytes, and the remote side reported no re-hash progress (a hung remote filesystem "
-            "or receiver?); it was stopped. Run the same command again: it resumes from the "
-            "last verified chunk",
+            f"the push to {ep} moved no byte for {stall:g} s after {sent} bytes, "
+            "and the remote side reported no re-hash progress (a hung filesystem or receiver?); "
+            "it was stopped",
+            fix=f"check that host's filesystem, then {RESUME} (--stall SECONDS waits longer)",
+            where=where,
         )
     if code == 255 or (broken and "KIT-ERROR" not in stderr):
         raise StreamLost(
             plan is not None,
-            f"the connection to {ep} was lost after {sent} bytes of this push "
-            f"({one_line(stderr, tail=True) or 'no message'}); run the same command again: "
-            "it resumes from the last verified chunk",
+            f"the connection to {ep} was lost after {sent} bytes of this push: "
+            f"{one_line(stderr, tail=True) or 'no message'}",
+            fix=RESUME,
+            where=where,
         )
+    upload = f"upload of {img.path.name}"
     try:
         answer = remote.parse(
-            stdout, stderr, code, what=f"upload of {img.path.name} to {where}", schema=PUSHED
+            stdout, stderr, code, what=upload, where=where, schema=PUSHED, fixes=UPLOAD_FIXES
         )
     except remote.RemoteError as exc:
         if exc.code == EXIT_MISMATCH and img.sha_file:
             raise KitError(
-                f"{img.path} does not match {img.sha_file}: {exc}. The image changed or is "
-                "damaged; re-run kit image convert (nothing was installed)"
+                f"does not match {img.sha_file.name} ({exc.where}: {exc.what}): "
+                "the image changed or is damaged; nothing was installed",
+                fix=f"re-run kit image convert to write the image and its {SHA256} again",
+                where=str(img.path),
             ) from exc
         raise
     if plan is None:  # an answer without the probe line that the plan answers
         raise KitError(
-            f"upload of {img.path.name} to {where}: the receiver answered without first saying "
-            "what it has; nothing it reported was checked",
+            f"{upload}: the receiver answered without first saying what it has; "
+            "nothing it reported was checked",
             fix="run the same command again",
+            where=where,
         )
     return answer, plan, sent
 
@@ -349,7 +388,10 @@ def _send_chunks(
                 n = os.sendfile(pipe, fh.fileno(), offset, min(BLOCK, end - offset))
                 if n == 0:
                     raise KitError(
-                        f"{img.path} shrank while being sent; do not modify it during a push"
+                        "shrank while being sent",
+                        fix="leave the image unchanged during a push, "
+                        "then run the same command again",
+                        where=str(img.path),
                     )
                 offset += n
                 sent += n
@@ -387,9 +429,9 @@ def _read_pair(site, img: LocalImage) -> tuple[list[str], list[str]]:
 def _missing_warning(missing: list[str], host: str) -> list[str]:
     return (
         [
-            f"the host paths the pair binds are missing on {host}: {', '.join(missing)}; fix "
-            "host_mpi.prefix/library_dirs (or container.binds) in the site config and re-pair (the "
-            "transfer host may not see every compute-node path)"
+            f"the host paths the pair binds are missing on {host}: {', '.join(missing)}; "
+            "fix host_mpi.prefix/library_dirs (or container.binds) in the site config, "
+            "then re-pair (the transfer host may not see every compute-node path)"
         ]
         if missing
         else []
@@ -417,10 +459,10 @@ def _put_siblings(
                 [],
                 [],
                 [
-                    f"could not look for an earlier image's sidecars beside {img.path.name} on "
-                    f"{conn.host} (SFTP: {one_line(str(exc), 200) or type(exc).__name__}); a "
-                    f"{SHA256} or {PAIR} left there by another image under this name would not "
-                    "describe this one: check that directory"
+                    f"could not look for an earlier image's sidecars beside {img.path.name}: "
+                    f"SFTP to {conn.host} failed ({one_line(str(exc), 200) or type(exc).__name__}); "
+                    f"if another image under this name left a {SHA256} or {PAIR} there, "
+                    "it does not describe this one: check that directory"
                 ],
             )
         stale = _drop_stale_sidecars(sftp, conn.host, img, directory, sha)
@@ -435,8 +477,10 @@ def _put_siblings(
                 mode = None
             if mode is not None and not stat.S_ISREG(mode):
                 raise KitError(
-                    f"{conn.host}:{final} exists and is not a regular file (a symlink?); kit "
-                    "transfer does not replace it: remove it or use another --remote-dir"
+                    "exists and is not a regular file (a symlink?); "
+                    "kit transfer does not replace it",
+                    fix="remove it on that host, or pass --remote-dir DIR",
+                    where=f"{conn.host}:{final}",
                 )
             with open(sib, "rb") as src, sftp.open(tmp, "wx") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
@@ -444,8 +488,10 @@ def _put_siblings(
             names.append(sib.name)
     except (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError) as exc:
         raise KitError(
-            f"copying {img.path.name}'s sibling files to {conn.host}:{directory} failed "
-            f"({' '.join(str(exc).split()) or type(exc).__name__}); run the same command again"
+            f"copying {img.path.name}'s sibling files failed: "
+            f"{one_line(exc) or type(exc).__name__}",
+            fix="run the same command again (the upload is kept: nothing is sent twice)",
+            where=f"{conn.host}:{directory}",
         ) from exc
     finally:
         if sftp is not None:
@@ -478,8 +524,8 @@ def _drop_stale_sidecars(
                 continue  # a checksum of this very image (e.g. sha256sum's): right, so kept
             if data is None or not _kit_sidecar(data, suffix, img.path.name, path):
                 raise KitError(
-                    f"{host}:{path} is beside the image but was not written by kit for it, and "
-                    f"{img.path.name} has no {suffix} to replace it; it is left alone",
+                    f"{host}:{path} is beside the image but was not written by kit for it, "
+                    f"and {img.path.name} has no {suffix} to replace it; it is left alone",
                     fix="remove it or use another --remote-dir (nothing was installed)",
                 )
             sftp.remove(path)
@@ -547,16 +593,23 @@ def push(
     t = site.transfer
     keep_n = t.keep_versions if keep is None else keep
     if keep_n < 0:
-        raise KitError(f"--keep {keep_n}: the number of previous versions to keep must be >= 0")
+        raise KitError(
+            f"--keep {keep_n}: the number of previous versions to keep must be >= 0",
+            fix="give --keep 0 or more (its default: transfer.keep_versions in the site config)",
+        )
     if install_as not in ("dir", "squash"):
-        raise KitError(f"install format {install_as!r}: use dir or squash")
+        raise KitError(
+            f"install format {install_as!r} is neither dir nor squash",
+            fix="give --install-as dir or --install-as squash",
+        )
     # what the site's runtime runs decides how it is installed (before any byte is sent)
     install_fmt = install_format(site, install_as, img.path.name) if install else ""
     stall = STREAM_STALL if stall is None else stall
     install_timeout = INSTALL_TIMEOUT if install_timeout is None else install_timeout
     if stall <= 0 or install_timeout <= 0:
         raise KitError(
-            f"--stall {stall:g} / --install-timeout {install_timeout:g}: give a number of seconds > 0"
+            f"--stall {stall:g} / --install-timeout {install_timeout:g}: not a number of seconds > 0",
+            fix="give each a number of seconds > 0, or leave it out for its default",
         )
     ep = site_endpoint(t, host=host, user=user, port=port, ssh_config=ssh_config)
     directory = remote.remote_path(remote_dir or t.image_dir)
@@ -589,9 +642,11 @@ def push(
                 sha,
                 chunk_size,
                 *pair_paths,
-                what=f"checking {where}",
+                what=CHECKING,
+                where=where,
                 schema=PROBE,
                 timeout=round(PROBE_TIMEOUT + img.size / REHASH_FLOOR),
+                fixes=UPLOAD_FIXES,
             )
             plan = _plan(probe, img, chunk_size, where)
             report.remote_path = f"{probe['dir']}/{img.path.name}"
@@ -633,10 +688,10 @@ def install_format(site, install_as: str, source: str) -> str:
     fmt = runtime_of(site).install_format(site, install_as, source)
     if source.endswith(SIF) and fmt != "sif":
         raise KitError(
-            f"site {site.name}: {source} is a SIF, which its runtime {site.container.runtime} "
-            "does not run; nothing was sent",
-            fix=f"convert the image for this site to OUT.tar.gz or OUT.sqfs (kit image convert "
-            f"SRC OUT.sqfs --site {site.name})",
+            f"site {site.name}: {source} is a SIF, "
+            f"which its runtime {site.container.runtime} does not run; nothing was sent",
+            fix="convert the image for this site: "
+            f"kit image convert SRC OUT.sqfs --site {site.name} (or OUT.tar.gz)",
         )
     return fmt
 
@@ -669,14 +724,16 @@ def _install(
         INSTALL_STALL,
         INSTALL_WAIT,
         "1",
-        what=f"installing {img.stem} in {conn.host}:{imgdir}",
+        what=f"installing {img.stem}",
+        where=f"{conn.host}:{imgdir}",
         schema=INSTALLED,
         timeout=timeout,
-        on_timeout=f"the install (sha256 check, ch-convert, switch of {img.stem}.current) was "
-        f"stopped there, {img.stem}.current is unchanged",
-        timeout_fix="check that host (load, a hung filesystem, a stuck ch-convert), or allow more "
-        "with --install-timeout SECONDS, then run the same command again (the upload is kept: "
-        "nothing is sent twice)",
+        on_timeout=f"the install (sha256 check, ch-convert, switch of {img.stem}.current) "
+        f"was stopped there, {img.stem}.current is unchanged",
+        timeout_fix="check that host (load, a hung filesystem, a stuck ch-convert), "
+        "or allow more with --install-timeout SECONDS, "
+        "then run the same command again (the upload is kept: nothing is sent twice)",
+        fixes=INSTALL_FIXES,
     )
     report.installed, report.current, report.pruned = (
         answer["target"],

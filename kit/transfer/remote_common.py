@@ -23,18 +23,18 @@ BUF = 1 << 20
 ALIGN = 4096  # O_DIRECT: buffer address, length and offset
 BLOCK, NBUF = 4 << 20, 4  # write buffers in flight between the pipe and the disk
 PROBE_MARK = "KIT-PROBE "
-HASHED_MARK = (
-    "KIT-HASHED "  # push: the re-hash of what is already there moves (the sender's watchdog)
-)
+# push: the re-hash of what is already there moves (the sender's watchdog)
+HASHED_MARK = "KIT-HASHED "
 EXIT_NOSPACE, EXIT_SHORT, EXIT_MISMATCH, EXIT_USAGE, EXIT_INSTALL, EXIT_BUSY = 28, 3, 4, 5, 6, 7
 EXIT_REFUSED, EXIT_BUG, EXIT_STOPPED = 8, 9, 10
 STALL, INSTALL_WAIT, PUSH_WAIT = 900, 300, 5  # seconds (install's defaults; push.py passes its own)
 STATE_MAX, LINE_MAX = 4096, 1 << 20  # bytes a state file / a control line may have
-FORMATS = ("dir", "squash", "unpack", "sif")  # install's FMT: ch-convert's two, unpacked here,
-# or a SIF copied as it is
+# install's FMT: ch-convert's two, unpacked here, or a SIF copied as it is
+FORMATS = ("dir", "squash", "unpack", "sif")
 NOFOLLOW, CLOEXEC = os.O_NOFOLLOW, getattr(os, "O_CLOEXEC", 0)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a mode like Ctrl-C
-STOPPING = []  # type: list[int]  # the stop signal received (on_signal): later ones are ignored
+# The stop signal received (on_signal): later ones are ignored
+STOPPING = []  # type: list[int]
 
 # Versions are NAME@<hex sha prefix>, with .sqfs for SquashFS and .sif for SIF installs.
 VERSION_RE = re.compile(r"[0-9a-f]{12,64}")
@@ -114,12 +114,12 @@ def own_file(path):
         raise
     if not stat.S_ISREG(st.st_mode):
         raise Refused(
-            "%s is %s, which kit transfer did not make; it is neither followed nor replaced: "
-            "remove it (or use another directory)" % (path, describe(st))
+            "%s is %s, which kit transfer did not make; it is neither followed nor replaced; "
+            "fix: remove it (or use another directory)" % (path, describe(st))
         )
     if st.st_uid != os.geteuid():
         raise Refused(
-            "%s belongs to uid %d, not to this user; it is left alone: remove it (or use "
+            "%s belongs to uid %d, not to this user; it is left alone; fix: remove it (or use "
             "another directory)" % (path, st.st_uid)
         )
     return st
@@ -132,7 +132,7 @@ def open_regular(path):
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused(
-                "%s is a symlink; kit transfer does not follow links here: replace it by "
+                "%s is a symlink; kit transfer does not follow links here; fix: replace it by "
                 "the file itself" % path
             ) from None
         raise
@@ -221,7 +221,7 @@ def trusted_dir(directory):
         if st.st_uid not in (0, os.geteuid()):
             raise Refused(
                 "%s is a symlink of uid %d, neither this user's nor root's, on the way to %s; kit "
-                "transfer does not follow it: remove it (or use another directory)"
+                "transfer does not follow it; fix: remove it (or use another directory)"
                 % (path, st.st_uid, directory)
             )
         hops += 1

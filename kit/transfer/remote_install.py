@@ -85,7 +85,7 @@ def installed(imgdir, entry):
     want = stat.S_ISREG if entry.endswith((".sqfs", ".sif")) else stat.S_ISDIR
     if not want(st.st_mode) or st.st_uid != os.geteuid():
         raise Refused(
-            "%s is %s, not a version kit transfer installed; it is left alone: remove it"
+            "%s is %s, not a version kit transfer installed; it is left alone; fix: remove it"
             % (path, describe(st) if not want(st.st_mode) else "another user's")
         )
     return True
@@ -145,7 +145,7 @@ def check_current(imgdir, name):
         return
     if not stat.S_ISLNK(st.st_mode):
         raise Refused(
-            "%s is %s, not the link kit transfer makes; it is left alone: remove it"
+            "%s is %s, not the link kit transfer makes; it is left alone; fix: remove it"
             % (current, describe(st))
         )
 
@@ -194,7 +194,7 @@ def switch(imgdir, name, entry, *, dry, wait):
         else lock_dir(
             imgdir,
             wait,
-            "another kit transfer install or rollback is running in %s; try again when it ends",
+            "another kit transfer install or rollback is running in %s; fix: try again when it ends",
         )
     )
     try:
@@ -246,8 +246,8 @@ def entry_suffix(suffix, fmt):
         return ".sif"
     if suffix in SQUASH and fmt == "unpack":
         raise Usage(
-            "a SquashFS image is not unpacked without Charliecloud; push the image as a tarball "
-            "(kit image convert SRC OUT.tar.gz)"
+            "a SquashFS image is not unpacked without Charliecloud; fix: push the image as a "
+            "tarball (kit image convert SRC OUT.tar.gz)"
         )
     return ".sqfs" if suffix in SQUASH or fmt == "squash" else ""
 
@@ -281,8 +281,8 @@ def install(src, imgdir, name, *, version, keep_n, dry, fmt, stall, wait):
     lock = lock_dir(
         imgdir,
         wait,
-        "another kit transfer install is running in %s (or the ch-convert it "
-        "started); push again when it ends: nothing is sent twice",
+        "another kit transfer install is running in %s (or the ch-convert it started); fix: "
+        "push again when it ends, nothing is sent twice",
     )
     try:
         clean_install_leftovers(imgdir, name)
@@ -335,8 +335,8 @@ def check_sif(fd, src):
     if os.pread(fd, len(SIF_MAGIC), SIF_MAGIC_AT) != SIF_MAGIC:
         fail(
             EXIT_INSTALL,
-            "%s is not a SIF file (no SIF_MAGIC at byte %d); nothing was installed: push a SIF "
-            "written by kit image convert SRC OUT.sif" % (src, SIF_MAGIC_AT),
+            "%s is not a SIF file (no SIF_MAGIC at byte %d); nothing was installed; fix: push a "
+            "SIF written by kit image convert SRC OUT.sif" % (src, SIF_MAGIC_AT),
         )
 
 
@@ -349,8 +349,8 @@ def check_source(fd, src, version):
     if not h.hexdigest().startswith(version):
         fail(
             EXIT_MISMATCH,
-            "%s is no longer the image uploaded as %s (sha256 %s): another push "
-            "replaced it; push again (nothing was installed)" % (src, version, h.hexdigest()[:16]),
+            "%s is no longer the image uploaded as %s (sha256 %s): another push replaced it, "
+            "nothing was installed; fix: push again" % (src, version, h.hexdigest()[:16]),
         )
 
 
@@ -413,9 +413,9 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
         ):
             fail(
                 EXIT_INSTALL,
-                "ch-convert is not on the PATH of a non-interactive login on this "
-                "host; install Charliecloud there (or put it on PATH in the login files); "
-                "the image itself was uploaded and verified",
+                "ch-convert is not on the PATH of a non-interactive login on this host; the "
+                "image itself was uploaded and verified; fix: install Charliecloud there, or "
+                "put it on PATH in the login files",
             )
         tool = "the unpack" if fmt == "unpack" else "ch-convert"
         fail(EXIT_INSTALL, "%s of %s failed; nothing changed: %s" % (tool, src, text))

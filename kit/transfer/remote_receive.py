@@ -113,8 +113,8 @@ def push(directory, name, size, *, sha, chunk, direct, paths):
     lock_dir(
         directory,
         PUSH_WAIT,
-        "another kit transfer push is writing into %s right now; wait for "
-        "it to end (or stop it: its upload resumes later)",
+        "another kit transfer push is writing into %s right now; fix: wait for it to end (or "
+        "stop it: its upload resumes later)",
     )
     clean_receiver_leftovers(directory, name)
     beat = Heartbeat(sys.stderr, chunk)
@@ -155,13 +155,15 @@ def open_part(path, fresh, extra):
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused(
-                "%s is a symlink; kit transfer does not follow links here: remove it" % path
+                "%s is a symlink; kit transfer does not follow links here; fix: remove it" % path
             ) from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
         os.close(fd)
-        raise Refused("%s is not a regular file of this user; it is left alone: remove it" % path)
+        raise Refused(
+            "%s is not a regular file of this user; it is left alone; fix: remove it" % path
+        )
     return fd
 
 

@@ -142,7 +142,7 @@ def main(argv):
         fail(
             EXIT_STOPPED,
             "kit transfer %s was stopped by a signal; what it had begun was removed (any "
-            "NAME.current still names a complete image); run it again" % mode,
+            "NAME.current still names a complete image); fix: run it again" % mode,
         )
     except OSError as exc:
         fail(

@@ -22,6 +22,7 @@ import paramiko
 
 from kit.atomic import atomic_write_text
 from kit.errors import KitError
+from kit.excerpt import one_line
 
 
 @dataclass
@@ -61,7 +62,9 @@ def _split_target(text: str) -> tuple[str | None, str, int | None]:
         host, _, p = rest.partition(":")
         if not p.isdigit():
             raise KitError(
-                f"jump host {text!r}: port {p!r} is not a number; write [user@]host[:port]"
+                f"jump host {text!r}: port {p!r} is not a number",
+                fix="write it as [user@]host[:port] "
+                "(transfer.jump_host, or ProxyJump in ~/.ssh/config)",
             )
         port = int(p)
     return user or None, host, port
@@ -77,7 +80,9 @@ def resolve(
 ) -> Endpoint:
     """Apply ~/.ssh/config to `host`; explicit arguments win over the file."""
     if not host:
-        raise KitError("no SSH host given: set transfer.host in the site config or pass --host")
+        raise KitError(
+            "no SSH host given", fix="set transfer.host in the site config, or pass --host HOST"
+        )
     cfg_path = ssh_config if ssh_config is not None else default_ssh_config()
     cfg = (
         paramiko.SSHConfig.from_path(str(cfg_path)) if cfg_path.is_file() else paramiko.SSHConfig()
@@ -143,11 +148,13 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     ) -> None:
         files = ", ".join(map(str, self.ep.known_hosts))
         if not self.accept_new:
+            kind = key.get_name().split("-")[-1]
             raise KitError(
-                f"unknown SSH host key for {self.ep.host_key_name}: {key.get_name()} {fingerprint(key)} "
-                f"(not in {files}). Verify this fingerprint with the site's administrators "
-                f"(on the host: ssh-keygen -lf /etc/ssh/ssh_host_{key.get_name().split('-')[-1]}_key.pub), "
-                "then re-run with --accept-new-host-key to record it"
+                f"unknown SSH host key for {self.ep.host_key_name}: "
+                f"{key.get_name()} {fingerprint(key)} (not in {files})",
+                fix="verify this fingerprint with the site's administrators, "
+                f"on the host: ssh-keygen -lf /etc/ssh/ssh_host_{kind}_key.pub; "
+                "then run the same command again with --accept-new-host-key to record it",
             )
         target = self.ep.known_hosts[0]
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -190,19 +197,25 @@ def connect(
         conn.open()
     except paramiko.BadHostKeyException as exc:
         raise KitError(
-            f"the SSH host key of {ep.host_key_name} ({fingerprint(exc.key)}) does NOT match the one in "
-            f"{', '.join(map(str, ep.known_hosts))}: possible man-in-the-middle. If the site really "
-            f"changed its key, verify the new fingerprint and remove the old entry with "
-            f"ssh-keygen -R {shlex.quote(ep.host_key_name)}"
+            f"the SSH host key of {ep.host_key_name} ({fingerprint(exc.key)}) "
+            f"does NOT match the one in {', '.join(map(str, ep.known_hosts))}: "
+            "possible man-in-the-middle",
+            fix="if the site really changed its key, verify the new fingerprint with its administrators, "
+            f"then remove the old entry with ssh-keygen -R {shlex.quote(ep.host_key_name)}",
         ) from exc
     except paramiko.AuthenticationException as exc:
         raise KitError(
-            f"SSH authentication as {ep.user} to {ep.hostname}:{ep.port} failed ({exc}); keys tried: "
-            f"{', '.join(ep.identity_files) or 'default ~/.ssh/id_*'} and the agent. Fix: set IdentityFile "
-            "for this host in ~/.ssh/config or add the key to ssh-agent"
+            f"SSH authentication as {ep.user} to {ep.hostname}:{ep.port} failed ({one_line(exc)}); "
+            f"keys tried: {', '.join(ep.identity_files) or 'default ~/.ssh/id_*'} and the agent",
+            fix="set IdentityFile for this host in ~/.ssh/config, "
+            "or add the key to ssh-agent (ssh-add KEY)",
         ) from exc
     except (OSError, paramiko.SSHException) as exc:
-        raise KitError(f"cannot reach {ep} over SSH: {exc}") from exc
+        raise KitError(
+            f"cannot reach {ep} over SSH: {one_line(exc) or type(exc).__name__}",
+            fix="check the host and port (transfer.host and transfer.port in the site config, "
+            "--host, --port, ~/.ssh/config) and that ssh to it works from here",
+        ) from exc
     return conn
 
 

@@ -22,8 +22,9 @@ def format_sums(entries: list[tuple[str, str]]) -> str:
     for _, name in entries:
         if not checker.NAME.fullmatch(name):
             raise KitError(
-                f"{name!r}: a bundle holds only names of letters, digits and . _ + - "
-                "(up to four levels, none starting with a dot); rename the file"
+                f"{name!r}: not a name for a bundle, "
+                "which holds only letters, digits and . _ + - (up to four levels, none starting with a dot)",
+                fix="rename the file",
             )
     return "".join(f"{sha}  {name}\n" for sha, name in entries)
 
@@ -38,10 +39,10 @@ def read_sums(path: Path, fix: str) -> list[tuple[str, str]]:
             data = fh.read(SUMS_MAX + 1)
     except (OSError, ValueError) as exc:
         raise KitError(
-            f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})", fix=f"{fix}"
+            f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})", fix=fix
         ) from None
     if len(data) > SUMS_MAX:
-        raise KitError(f"{path}: larger than {SUMS_MAX} bytes, not a list of sums", fix=f"{fix}")
+        raise KitError(f"{path}: larger than {SUMS_MAX} bytes, not a list of sums", fix=fix)
     entries = []
     for number, line in enumerate(data.decode("ascii", "replace").split("\n"), 1):
         if not line and number > data.count(b"\n"):
@@ -51,10 +52,10 @@ def read_sums(path: Path, fix: str) -> list[tuple[str, str]]:
             raise KitError(
                 f"{path} line {number}: expected '<sha256>  <name>' with a plain relative name, "
                 f"got {line[:80]!r}",
-                fix=f"{fix}",
+                fix=fix,
             )
         entries.append((found.group(1), found.group(2)))
     names = [name for _, name in entries]
     if len(set(names)) != len(names) or SUMS in names:
-        raise KitError(f"{path}: a name is listed twice or lists {SUMS} itself", fix=f"{fix}")
+        raise KitError(f"{path}: a name is listed twice or lists {SUMS} itself", fix=fix)
     return entries

@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kit.errors import KitError
+from kit.excerpt import shown
 from kit.image_names import image_name
 from kit.site import load_site
 from kit.transfer import remote
+from kit.transfer.remote_common import EXIT_REFUSED, EXIT_USAGE
 from kit.transfer.ssh import connect, site_endpoint
 
 
@@ -50,6 +52,12 @@ class Switch:
 LISTED = {"dir": str, "current": (str, type(None)), "versions": list}
 SWITCHED = {"current": str, "previous": (str, type(None))}
 CALL_TIMEOUT = 600  # s: a listing, or a switch that may wait for an install's lock
+# the fixes of the listing's failures where the directory is container.image_dir (remote.FIXES)
+LISTING_FIXES = {
+    EXIT_USAGE: "check that the login user can read container.image_dir on that host",
+    EXIT_REFUSED: "move what the line names aside on that host (the kit leaves it alone), "
+    "or set container.image_dir in the site config to another directory",
+}
 
 
 def _connection(site, host, user, port, ssh_config, accept_new_host_key):
@@ -60,9 +68,17 @@ def _connection(site, host, user, port, ssh_config, accept_new_host_key):
 
 def _list(conn, site, name: str) -> tuple[str, Versions]:
     imgdir = remote.remote_path(site.container.image_dir)
-    what = f"listing {name} in {conn.host}:{imgdir}"
+    what, where = f"listing {name}", f"{conn.host}:{imgdir}"
     answer = remote.run(
-        conn, "versions", imgdir, name, what=what, schema=LISTED, timeout=CALL_TIMEOUT
+        conn,
+        "versions",
+        imgdir,
+        name,
+        what=what,
+        where=where,
+        schema=LISTED,
+        timeout=CALL_TIMEOUT,
+        fixes=LISTING_FIXES,
     )
     item: dict[str, type | tuple[type, ...]] = {
         "entry": str,
@@ -76,7 +92,11 @@ def _list(conn, site, name: str) -> tuple[str, Versions]:
         and all(remote.fits(v[k], t) for k, t in item.items())
         for v in answer["versions"]
     ):
-        raise KitError(f"{what}: unexpected answer from the remote side: {str(answer)[:300]!r}")
+        raise KitError(
+            f"{what}: unexpected answer from the remote side: {shown(answer, 300)}",
+            fix=remote.ODD_ANSWER_FIX,
+            where=where,
+        )
     return imgdir, Versions(
         name,
         f"{conn.host}:{answer['dir']}",
@@ -115,21 +135,26 @@ def pick(versions: Versions, name: str, to: str | None) -> str:
             if to.strip() and (to in (e, _bare(e)) or e.split("@", 1)[1].startswith(to))
         ]
         if len(found) != 1:
+            matched = f"matches {', '.join(found)}" if found else "matches no version"
             raise KitError(
-                f"--to {to}: {'matches ' + ', '.join(found) if found else 'matches no version'} "
-                f"of {name} in {versions.where}; installed: {', '.join(entries) or 'none'}"
+                f"--to {to}: {matched} of {name} in {versions.where}; "
+                f"installed: {', '.join(entries) or 'none'}",
+                fix="give --to one installed version: NAME@SHA, or a SHA prefix that names only it",
             )
         return found[0]
     if versions.current not in entries:
         raise KitError(
-            f"{name} has no current version in {versions.where}; pick one with --to "
-            f"(installed: {', '.join(entries) or 'none'})"
+            f"{name} has no current version in {versions.where}; "
+            f"installed: {', '.join(entries) or 'none'}",
+            fix="pick one with --to VERSION (NAME@SHA or a SHA prefix)",
         )
     older = entries[entries.index(versions.current) + 1 :]
     if not older:
         raise KitError(
             f"{versions.current} is the oldest version of {name} kept in {versions.where}; "
-            "there is nothing to roll back to"
+            "there is nothing to roll back to",
+            fix="to switch to a newer one, name it with --to; "
+            f"kit transfer versions {name} lists them",
         )
     return older[0]
 
@@ -164,8 +189,13 @@ def rollback(
             name,
             target,
             "1" if dry_run else "0",
-            what=f"switching {name} in {versions.where}",
+            what=f"switching {name}",
+            where=versions.where,
             schema=SWITCHED,
             timeout=CALL_TIMEOUT,
+            fixes={
+                EXIT_USAGE: f"list the installed versions again (kit transfer versions {name}) "
+                "and pick one with --to",
+            },
         )
     return Switch(f"{conn.host}:{done['current']}", done["previous"], target, dry_run)

@@ -37,6 +37,6 @@ def test_a_sif_that_disagrees_with_its_recorded_sha256_is_refused(tmp_path):
     image = random_sif(tmp_path / "src" / "gan3d.sif")
     with open(image, "ab") as fh:
         fh.write(b"x")
-    with pytest.raises(KitError, match=r"gan3d\.sif does not match .*gan3d\.sif\.sha256"):
+    with pytest.raises(KitError, match=r"gan3d\.sif: does not match .*gan3d\.sif\.sha256"):
         bundle([image], tmp_path / "usb" / "b")
     assert not (tmp_path / "usb" / "b").exists()

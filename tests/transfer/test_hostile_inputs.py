@@ -4,6 +4,7 @@ connection. Each gives one clean line (KitError, exit 1), quickly, never a trace
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kit.errors import KitError
-from kit.transfer import bundle, installed_versions, push, verify_bundle
+from kit.transfer import bundle, installed_versions, push, remote, verify_bundle
 from kit.transfer import verify as checker
 from kit.transfer.local_image import open_local_image, recorded_sha256
 from kit.transfer.push import _read_pair
@@ -341,7 +342,7 @@ def test_a_push_whose_connection_drops_after_the_upload(liar, tmp_path, repo):
     )
     img = random_image(tmp_path / "d.tar.gz", 3000)
     with pytest.raises(
-        KitError, match="sibling files .* failed .* run the same command again"
+        KitError, match="sibling files failed: .*; fix: run the same command again"
     ) as err:
         push(
             img,
@@ -369,7 +370,7 @@ def test_a_push_to_a_remote_that_never_answers_is_stopped(liar, tmp_path, repo, 
     img = random_image(tmp_path / "w.tar.gz", 3000)
     (tmp_path / "w.tar.gz.sha256").unlink()
     with pytest.raises(
-        KitError, match="moved no byte for 2 s .* Run the same command again"
+        KitError, match="moved no byte for 2 s .*; fix: .* run the same command again"
     ) as err:
         push(
             img,
@@ -393,7 +394,7 @@ def test_a_push_whose_sftp_server_stops_answering_is_stopped(liar, tmp_path, rep
     monkeypatch.setattr(sys.modules["kit.transfer.push"], "SFTP_TIMEOUT", 2, raising=False)
     img = random_image(tmp_path / "t.tar.gz", 3000)
     with pytest.raises(
-        KitError, match="sibling files .* failed .* run the same command again"
+        KitError, match="sibling files failed: .*; fix: run the same command again"
     ) as err:
         push(
             img,
@@ -422,11 +423,14 @@ LISTINGS = [
 def test_versions_from_a_remote_that_answers_garbage(liar, tmp_path, repo, said):
     says(liar, said + b"\n")
     site = site_file(tmp_path, repo)
-    with pytest.raises(KitError, match="listing app .* unexpected answer") as err:
+    with pytest.raises(KitError, match="listing app: unexpected answer") as err:
         installed_versions("app", site, host="liar", ssh_config=liar.config)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and err.value.where.endswith(":images")  # the site's ~/images
     env = dict(os.environ, HOME=str(liar.home))
-    for cmd in (["versions", "app"], ["rollback", "app"]):
-        assert_clean_exit_1(
-            kit_cli("transfer", *cmd, "--site", str(site), "--host", "liar", env=env), "app"
-        )
+    where = ("--site", str(site), "--host", "liar")
+    assert_clean_exit_1(kit_cli("transfer", "rollback", "app", *where, env=env), "app")
+    # with --json, the parts a script acts on: HOST:DIR and the fix
+    listed = kit_cli("transfer", "versions", "app", "--json", *where, env=env)
+    assert (listed.returncode, listed.stdout, listed.stderr.count("\n")) == (1, "", 1)
+    error = json.loads(listed.stderr)["error"]
+    assert (error["where"], error["fix"]) == (err.value.where, remote.ODD_ANSWER_FIX)

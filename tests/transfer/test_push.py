@@ -14,6 +14,8 @@ import pytest
 
 from kit.errors import KitError
 from kit.transfer import installed_versions, push, rollback
+from kit.transfer.push import INSTALL_FIXES, UPLOAD_FIXES
+from kit.transfer.remote_common import EXIT_NOSPACE
 from tests.support import apptainer
 from tests.support.transfer import (
     busybox_image,
@@ -151,10 +153,15 @@ def test_out_of_space_keeps_previous_version(sshd, user_home, make_site, tmp_pat
         assert ch_run(current, "/bin/busybox", "cat", "/etc/kit-version") == "v1"
         assert not list((small_fs / "images").glob(".*")), "no temp version may remain"
 
+    # each failure names where (HOST:DIR, apart for --json) and its fix: for the upload
+    # directory --remote-dir, for the image directory fewer versions (--keep)
+    upload, images = f"{sshd.host}:{small_fs / 'upload'}", f"{sshd.host}:{small_fs / 'images'}"
+
     # 1. checked before sending: too big for what is free
     big = random_image(tmp_path / "big" / "app.tar.gz", 12 * MiB)
-    with pytest.raises(KitError, match="not enough space .* nothing was changed"):
+    with pytest.raises(KitError, match="not enough space: .* nothing was changed") as err:
         push(big, site, install=True)
+    assert (err.value.where, err.value.fix) == (upload, UPLOAD_FIXES[EXIT_NOSPACE])
     still_v1()
 
     # 2. the space goes away while sending (another writer fills the disk): ENOSPC mid-way
@@ -171,15 +178,17 @@ def test_out_of_space_keeps_previous_version(sshd, user_home, make_site, tmp_pat
                 except OSError:
                     pass
 
-    with pytest.raises(KitError, match="no space left"):
+    with pytest.raises(KitError, match="no space left") as err:
         push(mid, site, install=True, progress=fill, chunk_size=MiB)
+    assert (err.value.where, err.value.fix) == (upload, UPLOAD_FIXES[EXIT_NOSPACE])
     still_v1()
     filler.unlink()
 
     # 3. the upload fits but unpacking does not: ch-convert fails, the old version stays current
     bomb = busybox_image(tmp_path / "bomb" / "app.tar.gz", b"\0" * (9 * MiB))
-    with pytest.raises(KitError, match="no space left .* installing"):
+    with pytest.raises(KitError, match="no space left .* installing") as err:
         push(bomb, site, install=True)
+    assert (err.value.where, err.value.fix) == (images, INSTALL_FIXES[EXIT_NOSPACE])
     still_v1()
 
 
@@ -348,8 +357,8 @@ def test_pair_file_is_checked_against_the_site(sshd, user_home, make_site, tmp_p
     pair.write_text(f"kit_pair: 1\nsite: supermuc-ng\nbinds:\n- {present}:/opt/hostmpi/lib0\n")
     other = push(img, site)
     assert other.pair_warnings == [
-        "p.tar.gz.pair.yaml pairs the image with site 'supermuc-ng', not "
-        "'sshtest'; re-run kit image convert --site sshtest"
+        "p.tar.gz.pair.yaml pairs the image with site 'supermuc-ng', "
+        "not 'sshtest'; re-run kit image convert --site sshtest"
     ]
 
 

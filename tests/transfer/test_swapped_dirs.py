@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.transfer.remote import RemoteError, parse
 from tests.support.receiver import (
     BOUND,
     DATA,
@@ -98,7 +99,9 @@ def test_a_directory_swapped_for_another_users_link_is_not_followed(tmp_path, mo
     assert res.returncode == EXIT_REFUSED, res.stderr
     line = one_error_line(res.stderr)
     assert f"{up} is a symlink of uid {NOBODY}, neither this user's nor root's" in line, line
-    assert "remove it (or use another directory)" in line
+    with pytest.raises(RemoteError) as relayed:  # as the kit shows it: the script's own fix
+        parse("", res.stderr.decode(), res.returncode, what=mode, where=f"host:{up}")
+    assert relayed.value.fix == "remove it (or use another directory)", relayed.value.line()
     assert sorted(p.name for p in elsewhere.iterdir()) == before and res.stdout == b""
     assert os.readlink(up) == str(elsewhere) and sorted(p.name for p in images.iterdir()) == []
 
