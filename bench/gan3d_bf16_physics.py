@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     spread = out["fp32_seed_spread"]
     print(
         f"\n{args.preset} preset, {out['steps']} steps × batch {args.batch_size}, "
-        f"{args.generated} generated showers; per seed: the fp32 seed spread (farthest other fp32 "
-        "run), then each bf16 run's distance to the fp32 run of its seed\n"
+        f"{args.generated} generated showers; per seed: the fp32 seed spread (farthest other fp32 run), "
+        "then each bf16 run's distance to the fp32 run of its seed\n"
     )
     bf16_seeds = sorted(next(iter(runs.values()))["per_seed"])  # the same seeds in every set
     print(

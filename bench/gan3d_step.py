@@ -760,8 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fused-ab",
         action="store_true",
-        help="also A/B the step (1x2, one process, interleaved) with D's pad-2 convs as the reference "
-        "ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D",
+        help="also A/B the step (1x2, one process, interleaved) "
+        "with D's pad-2 convs as the reference ZeroPadding3D + VALID pair, Keras 'same' and SameConv3D",
     )
     ap.add_argument(
         "--floors",
@@ -772,15 +772,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--forms",
         action="store_true",
-        help="only every convolution (its passes of one step, gan3d.formprobe.step_passes) in each "
-        "of its forms (direct, packed, col2im, folded, frequency domain), one process, "
+        help="only every convolution (its passes of one step, gan3d.formprobe.step_passes) "
+        "in each of its forms (direct, packed, col2im, folded, frequency domain), one process, "
         "interleaved: what gan3d train --forms auto probes",
     )
     ap.add_argument(
         "--elementwise",
         action="store_true",
-        help="only every BatchNorm and Dropout layer (fwd + grads) as Keras has it and as "
-        "gan3d.fast_layers has it, one process, interleaved",
+        help="only every BatchNorm and Dropout layer (fwd + grads) "
+        "as Keras has it and as gan3d.fast_layers has it, one process, interleaved",
     )
     ap.add_argument(
         "--precision",
@@ -791,8 +791,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--isa",
         choices=ISA_UNITS,
-        help="cap oneDNN's instruction set (ONEDNN_MAX_CPU_ISA) in the workers: a stand-in for a "
-        "CPU family this machine is not (same cores, caches and clocks; only the kernels change)",
+        help="cap oneDNN's instruction set (ONEDNN_MAX_CPU_ISA) in the workers: "
+        "a stand-in for a CPU family this machine is not (same cores, caches and clocks; "
+        "only the kernels change)",
     )
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
@@ -868,8 +869,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.tune:
         print(
-            "\n| step variant (1 rank) | showers/s | GFLOP/s | % of theoretical | % of matmul peak measured "
-            "in the same process | load |"
+            "\n| step variant (1 rank) | showers/s | GFLOP/s | % of theoretical | "
+            "% of matmul peak measured in the same process | load |"
         )
         print("|---|---|---|---|---|---|")
         for name, (threads, inter, batch, env) in TUNING.items():
@@ -908,9 +909,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in conv.items():
             f = r["flop"]
             print(
-                f"| {name} | {f / r['forward'] / 1e9:.1f} | {f / r['input_grad'] / 1e9:.1f} "
-                f"| {f / r['weight_grad'] / 1e9:.1f} | {1e3 * r['forward']:.1f} / "
-                f"{1e3 * r['input_grad']:.1f} / {1e3 * r['weight_grad']:.1f} |"
+                f"| {name} | {f / r['forward'] / 1e9:.1f} | {f / r['input_grad'] / 1e9:.1f} | "
+                f"{f / r['weight_grad'] / 1e9:.1f} | "
+                f"{1e3 * r['forward']:.1f} / {1e3 * r['input_grad']:.1f} / {1e3 * r['weight_grad']:.1f} |"
             )
     return 0
 
@@ -952,11 +953,10 @@ def floors(args) -> int:
     ref = "reference structure fp32"
     unit = _isa_unit(args.isa)
     print(
-        f"| step, batch {args.batch_size}, 1×2 (one process, {args.repeat} interleaved rounds "
-        f"× {args.steps} steps) "
-        f"| best s/step | showers/s | GFLOP/s | × reference fp32 (best) "
-        f"| × reference fp32 (median of rounds) "
-        f"| × reference fp32 (CPU s/step, median of rounds) | floor |"
+        f"| step, batch {args.batch_size}, 1×2 (one process, "
+        f"{args.repeat} interleaved rounds × {args.steps} steps) | best s/step | showers/s | "
+        "GFLOP/s | × reference fp32 (best) | × reference fp32 (median of rounds) | "
+        "× reference fp32 (CPU s/step, median of rounds) | floor |"
     )
     print("|---|---|---|---|---|---|---|---|")
     cpu_rounds = f["cpu_rounds"]
@@ -1003,8 +1003,8 @@ def forms(args) -> int:
     fixed = fixed_forms(args.precision)
     names = ("direct", "packed", "col2im", "folded", "fft")
     print(
-        f"| convolution, one step's passes (D's halved), {args.precision}, batch {args.batch_size}, 1×2 "
-        f"({args.repeat} interleaved rounds × {args.steps}) | "
+        f"| convolution, one step's passes (D's halved), {args.precision}, "
+        f"batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds × {args.steps}) | "
         + " | ".join(f"{n}, best ms" for n in names)
         + " | fastest (median wall) | fastest (median CPU s) | --forms fft |"
     )
@@ -1024,8 +1024,9 @@ def elementwise(args) -> int:
     and the median of the rounds' ratios."""
     e = run_worker("elementwise", args, 2)
     print(
-        f"| layer, fwd + grads, batch {args.batch_size}, 1×2 ({args.repeat} interleaved rounds × "
-        f"{args.steps}) | Keras, best ms | kit (gan3d.fast_layers), best ms | × (median of rounds) |"
+        f"| layer, fwd + grads, batch {args.batch_size}, "
+        f"1×2 ({args.repeat} interleaved rounds × {args.steps}) | Keras, best ms | "
+        "kit (gan3d.fast_layers), best ms | × (median of rounds) |"
     )
     print("|---|---|---|---|")
     for name, r in e["rounds"].items():

@@ -68,8 +68,9 @@ def laws(
 def summary(rows: list[tuple[str, int, bool, float, float]]) -> str:
     inside = sum(r[2] for r in rows)
     return (
-        f"{100 * inside / len(rows):5.1f}% inside ({inside}/{len(rows)}), median width "
-        f"{100 * median(r[3] for r in rows):5.1f}%, median error {100 * median(r[4] for r in rows):4.1f}%"
+        f"{100 * inside / len(rows):5.1f}% inside ({inside}/{len(rows)}), "
+        f"median width {100 * median(r[3] for r in rows):5.1f}%, "
+        f"median error {100 * median(r[4] for r in rows):4.1f}%"
     )
 
 

@@ -61,8 +61,8 @@ def run_sweep(sweep: Path, deadline: float) -> None:
     order = sorted((_repeat(r.run_id), r.nodes, r.run_id) for r in load_plan(sweep).runs)
     for i, (_, nodes, run_id) in enumerate(order, 1):
         print(
-            f"--- job {i}/{len(order)}: {run_id} ({nodes} node(s)); load average "
-            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+            f"--- job {i}/{len(order)}: {run_id} ({nodes} node(s)); "
+            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
             flush=True,
         )
         started = time.monotonic()
@@ -275,8 +275,8 @@ def tabulate(work: Path) -> None:
     cal, check = work / "calibration", work / "check"
     prediction = json.loads((cal / "predict" / "predict.json").read_text())["series"][0]
     print(
-        f"\nseries {prediction['series']}; estimate {prediction['model']['estimate']}, band "
-        f"{band_shapes(prediction['model'])}; stack: {prediction['stack']}"
+        f"\nseries {prediction['series']}; estimate {prediction['model']['estimate']}, "
+        f"band {band_shapes(prediction['model'])}; stack: {prediction['stack']}"
     )
     for w in prediction["warnings"]:
         print(f"warning: {w}")
@@ -322,8 +322,8 @@ def main() -> None:
         "--calibration",
         type=Path,
         metavar="DIR",
-        help="reuse the calibration sweep DIR of an earlier run (its results/*.json): only the "
-        "check runs run",
+        help="reuse the calibration sweep DIR of an earlier run (its results/*.json): "
+        "only the check runs run",
     )
     ap.add_argument(
         "--tabulate",

@@ -155,9 +155,9 @@ def main() -> None:
         rate = {t: size / statistics.median(walls[t]) / 1e6 for t in tools}
         for t in tools:
             print(
-                f"{t:8s} wall {[round(x, 2) for x in walls[t]]} median {statistics.median(walls[t]):.2f} s "
-                f"= {rate[t]:.0f} MB/s; CPU s {[round(x, 2) for x in cpus[t]]} median "
-                f"{statistics.median(cpus[t]):.2f}"
+                f"{t:8s} wall {[round(x, 2) for x in walls[t]]} median "
+                f"{statistics.median(walls[t]):.2f} s = {rate[t]:.0f} MB/s; "
+                f"CPU s {[round(x, 2) for x in cpus[t]]} median {statistics.median(cpus[t]):.2f}"
             )
         for t in tools:
             if t != "scp" and "scp" in rate:

@@ -132,9 +132,8 @@ def interleaved(runs: dict[str, list[tuple[int, int, str]]]) -> list[tuple[str, 
     out, counts = [], sorted({nodes for _, nodes, _ in runs["container"]})
     for c, b in zip(runs["container"], runs["bare"]):
         assert c == b, (c, b)  # the same sweep both ways
-        repeat, nodes, run_id = (
-            c  # each node count alternates across the repeats, and they with each other
-        )
+        # each node count alternates across the repeats, and they with each other
+        repeat, nodes, run_id = c
         ways = (
             ("container", "bare") if (repeat + counts.index(nodes)) % 2 else ("bare", "container")
         )

@@ -196,8 +196,8 @@ class EpochCheckpoints:
         recognised = os.lstat(final).st_ino if os.path.lexists(final) else None
         if recognised is not None and self.owner(final) != self.run_id:
             raise CheckpointError(
-                "is another run's checkpoint (its meta.json has another run id); nothing was "
-                "replaced",
+                "is another run's checkpoint (its meta.json has another run id); "
+                "nothing was replaced",
                 fix="continue that run with --resume, or give a new --checkpoint-dir",
                 where=str(final),
             )
@@ -216,8 +216,8 @@ class EpochCheckpoints:
         except FileExistsError:
             remove_tree(tmp)
             raise CheckpointError(
-                f"appeared or changed while epoch {epoch}'s checkpoint was saved; nothing was "
-                "replaced",
+                f"appeared or changed while epoch {epoch}'s checkpoint was saved; "
+                "nothing was replaced",
                 fix="keep other programs out of --checkpoint-dir",
                 where=str(final),
             ) from None

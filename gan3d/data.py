@@ -73,8 +73,8 @@ def expand_data_arg(spec: str) -> list[Path]:
             found = [path]
         else:
             raise DataError(
-                f"not found: {part} (no such file or directory); fix: check --data, or make showers "
-                "with `python -m gan3d simulate --out DIR`"
+                f"not found: {part} (no such file or directory); fix: check --data, "
+                "or make showers with `python -m gan3d simulate --out DIR`"
             )
         out.extend(p for p in found if p not in out)
     if not out:
@@ -84,9 +84,8 @@ def expand_data_arg(spec: str) -> list[Path]:
     return out
 
 
-HELD_OUT_TOLERANCE = (
-    0.25  # whole files are held out only if they come this close (relative) to the asked count
-)
+# whole files are held out only if they come this close (relative) to the asked count
+HELD_OUT_TOLERANCE = 0.25
 SPLIT_STREAM = 7919  # the split's random stream, apart from the epochs' (seed, epoch) streams
 
 
@@ -228,9 +227,10 @@ class ShowerFiles:
         elif not good.all():
             bad = np.flatnonzero(~good)
             raise DataError(
-                f"data file {self.paths[k]}: dataset {source} event {bad[0]} holds the energy "
-                f"{energy[bad[0]]!r} (NaN, Inf or not positive; {len(bad)} such event(s)); "
-                f"fix: repair or drop them ({MAKE_DATA_HINT}), {SKIP_HINT}"
+                f"data file {self.paths[k]}: "
+                f"dataset {source} event {bad[0]} holds the energy {energy[bad[0]]!r} (NaN, "
+                f"Inf or not positive; {len(bad)} such event(s)); fix: "
+                f"repair or drop them ({MAKE_DATA_HINT}), {SKIP_HINT}"
             )
         kept = None if good.all() else np.flatnonzero(good)
         self._kept.append(kept)
@@ -264,8 +264,8 @@ class ShowerFiles:
             self._h5[k]["ECAL"].read_direct(out, np.s_[start:stop])
         except (OSError, ValueError, TypeError) as exc:
             raise DataError(
-                f"data file {self.paths[k]}: dataset ECAL events {start}..{stop} cannot "
-                f"be read ({one_line(exc)}); fix: {MAKE_DATA_HINT}"
+                f"data file {self.paths[k]}: "
+                f"dataset ECAL events {start}..{stop} cannot be read ({one_line(exc)}); fix: {MAKE_DATA_HINT}"
             ) from None
         return out
 
@@ -317,8 +317,8 @@ class ShowerFiles:
             first = int(np.argmin(np.isfinite(out.reshape(len(out), -1)).all(axis=1))) + start
             event = first if kept is None else int(kept[first])
             raise DataError(
-                f"data file {self.paths[file_index]}: dataset ECAL event {event} holds NaN or Inf "
-                f"cells; fix: repair or drop it ({MAKE_DATA_HINT}), {SKIP_HINT}"
+                f"data file {self.paths[file_index]}: dataset ECAL event {event} holds NaN or Inf cells; "
+                f"fix: repair or drop it ({MAKE_DATA_HINT}), {SKIP_HINT}"
             )
         return out
 
@@ -510,8 +510,8 @@ class ShowerStream:
             what = getattr(files, "label", f"data files {[str(p) for p in files.paths]}")
             fix = getattr(files, "fix", "simulate more events or lower --batch-size")
             raise DataError(
-                f"{what} hold {files.num_events} events: fewer than {size} rank(s) x batch size "
-                f"{batch_size}; fix: {fix}"
+                f"{what} hold {files.num_events} events: "
+                f"fewer than {size} rank(s) x batch size {batch_size}; fix: {fix}"
             )
 
     @property

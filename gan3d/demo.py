@@ -139,8 +139,9 @@ def summary(record: dict, plots: Path | None, results: Path) -> tuple[Table, lis
         )
     table = Table(
         title=Text(
-            f"3DGAN demo on site '{printable(record['site'])}': {record['ranks']} ranks x "
-            f"{record['threads_per_rank']} thread(s), preset {printable(record['preset'])}"
+            f"3DGAN demo on site '{printable(record['site'])}': "
+            f"{record['ranks']} ranks x {record['threads_per_rank']} thread(s), "
+            f"preset {printable(record['preset'])}"
         )
     )
     table.add_column("quantity")

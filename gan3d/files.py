@@ -13,9 +13,8 @@ from kit.readfile import NotRegularFile, open_regular_fd
 
 __all__ = ["NotRegularFile", "open_regular", "read_regular"]
 
-open_regular = (
-    open_regular_fd  # a read-only fd of a regular file; NotRegularFile names anything else
-)
+# a read-only fd of a regular file; NotRegularFile names anything else
+open_regular = open_regular_fd
 
 
 def read_regular(path: str | os.PathLike, limit: int, follow_symlinks: bool = True) -> bytes:

@@ -36,9 +36,9 @@ MAX_PROBE_OUTPUT = 64 << 10
 MAX_MAPS = 8 << 20
 KERNELS = re.compile(r"libitex_(?P<device>cpu|gpu|xpu)_internal_(?P<isa>[a-z0-9_]+)\.so")
 NOT_INSTALLED = (
-    f"{DISTRIBUTION} is not installed in this Python ({sys.executable}): the kit's main stack pins "
-    "tensorflow-cpu, which ITEX cannot use; fix: run with the ITEX stack's Python "
-    "(scripts/setup.sh --itex makes .venv-itex), or with --itex off"
+    f"{DISTRIBUTION} is not installed in this Python ({sys.executable}): "
+    "the kit's main stack pins tensorflow-cpu, which ITEX cannot use; fix: "
+    "run with the ITEX stack's Python (scripts/setup.sh --itex makes .venv-itex), or with --itex off"
 )
 
 
@@ -121,8 +121,8 @@ def load_here() -> ItexState:
             True,
             False,
             state.version,
-            reason="ITEX imported, but no ITEX kernel library (libitex_cpu_internal_*.so) is "
-            "mapped: TensorFlow did not load its plugin for this CPU",
+            reason="ITEX imported, but no ITEX kernel library (libitex_cpu_internal_*.so) "
+            "is mapped: TensorFlow did not load its plugin for this CPU",
         )
     return state
 

@@ -193,8 +193,8 @@ def demo_part(
         python, [*train_files, heldout], out / "ckpt", steps=steps, threads=threads, seed=seed
     )
     console.print(
-        f"\nPart 2: the tiny preset, {steps} steps (at most {minutes:g} minutes), to watch it "
-        "learn:\n  " + " ".join(cmd),
+        f"\nPart 2: the tiny preset, {steps} steps (at most {minutes:g} minutes), "
+        "to watch it learn:\n  " + " ".join(cmd),
         highlight=False,
     )
     code, started = train(cmd, minutes)

@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     # (a hang); a huge matrix is allocated whole.
     if not (0 < args.seconds <= MAX_SECONDS and 1 <= args.matrix <= MAX_MATRIX):
         ap.error(
-            f"--seconds {args.seconds:g}, --matrix {args.matrix}: give 0 < seconds <= {MAX_SECONDS:g} "
-            f"and a matrix of 1..{MAX_MATRIX}"
+            f"--seconds {args.seconds:g}, --matrix {args.matrix}: "
+            f"give 0 < seconds <= {MAX_SECONDS:g} and a matrix of 1..{MAX_MATRIX}"
         )
     site = None
     if args.site:

@@ -33,8 +33,9 @@ def check_supported(choice: str, flags: frozenset[str] | None = None) -> str | N
     unit = cpu.bf16_support(cpu.cpu_flags() if flags is None else flags)
     if choice == "bf16" and unit is None:
         raise SettingsError(
-            "--precision bf16: this CPU has no bfloat16 unit (/proc/cpuinfo flags show neither "
-            "avx512_bf16 nor amx_bf16), bf16 would run emulated and slower than fp32; "
-            "fix: use --precision fp32, or --precision bf16-emulated to run it anyway"
+            "--precision bf16: "
+            "this CPU has no bfloat16 unit (/proc/cpuinfo flags show neither avx512_bf16 nor amx_bf16), "
+            "bf16 would run emulated and slower than fp32; fix: use --precision fp32, "
+            "or --precision bf16-emulated to run it anyway"
         )
     return unit if choice != "fp32" else None

@@ -304,8 +304,8 @@ def peak_fields(
             f"peak_{p}_theoretical_basis": basis,
             f"peak_{p}_measured_flop_per_second": mine,
             f"peak_{p}_measured_basis": (
-                f"{measured_basis}; below the run's own FLOP/s, so disturbed (other "
-                "work on the cores while it was measured): no % of it"
+                f"{measured_basis}; below the run's own FLOP/s, "
+                "so disturbed (other work on the cores while it was measured): no % of it"
                 if disturbed
                 else measured_basis
             )

@@ -109,8 +109,8 @@ def discover_layout(
 RANKS_FLAG = "--ranks"  # gan3d train's: the ranks its launcher starts, on every line the kit writes
 ALONE_FIX = (
     "let the launcher's environment reach the ranks (Apptainer: no --cleanenv or --containall, "
-    "nor APPTAINER_CLEANENV or APPTAINER_CONTAINALL set; udocker: run --hostenv, which the kit "
-    "gives) and use the MPI the launcher belongs to (the host's, bound in; mpi4py built on it)"
+    "nor APPTAINER_CLEANENV or APPTAINER_CONTAINALL set; udocker: run --hostenv, "
+    "which the kit gives) and use the MPI the launcher belongs to (the host's, bound in; mpi4py built on it)"
 )
 
 
@@ -124,9 +124,9 @@ def world_size_refusal(sizes: list[int], started: int, source: str) -> str | Non
         return None
     worlds = "/".join(str(s) for s in sorted(set(sizes)))
     return (
-        f"MPI world of {worlds} rank(s), but the launcher started {started} ({source}): the "
-        "ranks did not reach their launcher (its PMI variables or descriptor kept from them), or "
-        f"the launcher and the ranks' MPI disagree on PMI; fix: {ALONE_FIX}"
+        f"MPI world of {worlds} rank(s), but the launcher started {started} ({source}): "
+        "the ranks did not reach their launcher (its PMI variables or descriptor kept from them), "
+        f"or the launcher and the ranks' MPI disagree on PMI; fix: {ALONE_FIX}"
     )
 
 
@@ -154,9 +154,10 @@ def _one_process_layout(environ: Mapping[str, str]) -> RankLayout:
         value = environ.get(key, "1")
         if value != "1":
             raise SettingsError(
-                f"the launcher started {value[:20]!r} ranks ({key}) but mpi4py is not installed, so "
-                "this rank cannot join them; fix: install mpi4py built against the launcher's MPI "
-                "(scripts/setup.sh), or run one process without a launcher"
+                f"the launcher started {value[:20]!r} ranks ({key}) but mpi4py is not installed, "
+                "so this rank cannot join them; fix: "
+                "install mpi4py built against the launcher's MPI (scripts/setup.sh), "
+                "or run one process without a launcher"
             )
     host = socket.gethostname()
     return RankLayout(
@@ -199,8 +200,8 @@ def check_capacity(
     if wanted > cores and not oversubscribe:
         fit = max(1, cores // ranks_per_node)
         raise SettingsError(
-            f"{ranks_per_node} rank(s) per node x --threads {threads} = {wanted} threads, but a {where} "
-            f"node has {cores} cores; fix: use --threads {fit}"
+            f"{ranks_per_node} rank(s) per node x --threads {threads} = {wanted} threads, "
+            f"but a {where} node has {cores} cores; fix: use --threads {fit}"
             + (f" or at most {cores} ranks per node" if ranks_per_node > cores else "")
             + ", or pass --oversubscribe to run anyway (slow; for laptops)"
         )

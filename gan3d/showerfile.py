@@ -131,8 +131,8 @@ def _ecal(h5, path: Path):
         )
     if ecal.shape[0] > MAX_EVENTS_PER_FILE:
         raise DataError(
-            f"data file {path}: dataset ECAL declares {ecal.shape[0]} events, more than the "
-            f"{MAX_EVENTS_PER_FILE} a shower file may hold; fix: {MAKE_DATA_HINT}"
+            f"data file {path}: dataset ECAL declares {ecal.shape[0]} events, "
+            f"more than the {MAX_EVENTS_PER_FILE} a shower file may hold; fix: {MAKE_DATA_HINT}"
         )
     return ecal
 
@@ -145,8 +145,8 @@ def _layout(h5, path: Path):
         raw, source = _dataset(h5, path, "target"), "target[:,1]"
         if raw.ndim != 2 or raw.shape[1] < 2:
             raise DataError(
-                f"data file {path}: dataset target has shape {raw.shape}, expected (N,>=2) with "
-                "the energy in column 1; fix: regenerate or repair the file"
+                f"data file {path}: dataset target has shape {raw.shape}, expected (N,>=2) "
+                "with the energy in column 1; fix: regenerate or repair the file"
             )
     elif h5.get("energy", getlink=True) is not None:
         raw, source = _dataset(h5, path, "energy"), "energy"
@@ -157,13 +157,14 @@ def _layout(h5, path: Path):
             )
     else:
         raise DataError(
-            f"data file {path} has no energy: neither dataset target (energy in target[:,1]) "
-            f"nor dataset energy (datasets found: {_names(h5)}); fix: {MAKE_DATA_HINT}"
+            f"data file {path} has no energy: "
+            "neither dataset target (energy in target[:,1]) nor dataset energy (datasets found: "
+            f"{_names(h5)}); fix: {MAKE_DATA_HINT}"
         )
     if raw.shape[0] != events:  # compared before reading, so a huge declared length is never read
         raise DataError(
-            f"data file {path}: dataset ECAL has {events} events but dataset {source} has "
-            f"{raw.shape[0]}; fix: {MAKE_DATA_HINT}"
+            f"data file {path}: "
+            f"dataset ECAL has {events} events but dataset {source} has {raw.shape[0]}; fix: {MAKE_DATA_HINT}"
         )
     _check_dataset(raw, path, source.split("[")[0])
     energy = np.asarray(
@@ -197,15 +198,17 @@ def _dataset(h5, path: Path, name: str):
         link = node.get(part, getlink=True)
         if link is None:
             raise DataError(
-                f"data file {path}: dataset {name} is a dangling link (nothing at {part!r} in "
-                f"{node.name!r}); fix: {MAKE_DATA_HINT}"
+                f"data file {path}: "
+                f"dataset {name} is a dangling link (nothing at {part!r} in {node.name!r}); fix: "
+                f"{MAKE_DATA_HINT}"
             )
         if isinstance(link, h5py.SoftLink):
             hops += 1
             if hops > MAX_LINK_HOPS:
                 raise DataError(
-                    f"data file {path}: dataset {name} is a soft link that does not end after "
-                    f"{MAX_LINK_HOPS} links (a loop); fix: {MAKE_DATA_HINT}"
+                    f"data file {path}: "
+                    f"dataset {name} is a soft link that does not end after {MAX_LINK_HOPS} links (a loop); "
+                    f"fix: {MAKE_DATA_HINT}"
                 )
             target = link.path
             parts = [p for p in target.split("/") if p not in ("", ".")] + parts
@@ -213,8 +216,8 @@ def _dataset(h5, path: Path, name: str):
             continue
         if not isinstance(link, h5py.HardLink):
             raise DataError(
-                f"data file {path}: dataset {name} is an external link ({link!r}); shower data "
-                f"must be inside the file itself; fix: {MAKE_DATA_HINT}"
+                f"data file {path}: dataset {name} is an external link ({link!r}); "
+                f"shower data must be inside the file itself; fix: {MAKE_DATA_HINT}"
             )
         node = node[part]
     if not isinstance(node, h5py.Dataset):
@@ -233,16 +236,16 @@ def _check_dataset(ds, path: Path, name: str) -> None:
     plist = ds.id.get_create_plist()
     if ds.is_virtual or plist.get_external_count():
         raise DataError(
-            f"{where} keeps its data in other files (virtual or external storage); shower "
-            f"data must be inside the file itself; fix: {MAKE_DATA_HINT}"
+            f"{where} keeps its data in other files (virtual or external storage); "
+            f"shower data must be inside the file itself; fix: {MAKE_DATA_HINT}"
         )
     itemsize, shape = ds.dtype.itemsize, ds.shape
     if ds.chunks:
         chunk_bytes = math.prod(ds.chunks) * itemsize
         if chunk_bytes > MAX_CHUNK_BYTES:
             raise DataError(
-                f"{where} has chunks of shape {ds.chunks} ({chunk_bytes} bytes each, more than "
-                f"{MAX_CHUNK_BYTES}); fix: rewrite it with smaller chunks, e.g. (64,25,25,25)"
+                f"{where} has chunks of shape {ds.chunks} ({chunk_bytes} bytes each, "
+                f"more than {MAX_CHUNK_BYTES}); fix: rewrite it with smaller chunks, e.g. (64,25,25,25)"
             )
         expected = math.prod(math.ceil(s / c) for s, c in zip(shape, ds.chunks))
         stored = ds.id.get_num_chunks()
@@ -255,6 +258,6 @@ def _check_dataset(ds, path: Path, name: str) -> None:
         need, stored = math.prod(shape) * itemsize, ds.id.get_storage_size()
         if stored < need:
             raise DataError(
-                f"{where} declares shape {shape} ({need} bytes) but stores {stored} bytes "
-                f"(an unfinished or forged file); fix: {MAKE_DATA_HINT}"
+                f"{where} declares shape {shape} ({need} bytes) "
+                f"but stores {stored} bytes (an unfinished or forged file); fix: {MAKE_DATA_HINT}"
             )

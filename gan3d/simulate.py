@@ -65,9 +65,8 @@ AXIS_JITTER_CELLS = 1.0
 SPOTS_BASE, SPOTS_PER_GEV = 100.0, 2.0
 SPOT_WEIGHT_SHAPE = 2.0
 PARTICLE_ID = 11  # electron
-MAX_ENERGY_GEV = (
-    10_000.0  # 20x the reference scans' 500 GeV; spots per event grow with E (memory, time)
-)
+# 20x the reference scans' 500 GeV; spots per event grow with E (memory, time)
+MAX_ENERGY_GEV = 10_000.0
 MAX_FILES = 100_000
 # marks the files it wrote
 GENERATOR = "gan3d.simulate (GFLASH-style parametrization, see module docstring)"
@@ -251,8 +250,8 @@ def _rename_new(tmp: Path, path: Path) -> None:
         rename_noreplace(dir_fd, tmp.name, path.name)
     except FileExistsError:
         raise ValueError(
-            f"{path}: appeared while gan3d simulate wrote it; it is never replaced; fix: give "
-            "a new or empty directory"
+            f"{path}: appeared while gan3d simulate wrote it; it is never replaced; fix: "
+            "give a new or empty directory"
         ) from None
     finally:
         os.close(dir_fd)

@@ -39,9 +39,8 @@ class StepConfig:
     xscale: float = 1.0
     latent_dim: int | None = None  # None: taken from the generator's input
     seed: int = 0
-    allreduce_dtype: str = (
-        "fp32"  # gradients on the wire with Horovod: "fp32" or "fp16" (compressed)
-    )
+    # gradients on the wire with Horovod: "fp32" or "fp16" (compressed)
+    allreduce_dtype: str = "fp32"
     extra: dict = field(default_factory=dict, compare=False)  # optimizer keyword arguments
 
     def __post_init__(self) -> None:

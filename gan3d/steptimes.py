@@ -23,9 +23,8 @@ class StepTimes:
         self.first: float | None = None
         self.steps = 0  # timed steps: the first one excluded
         self.seconds = 0.0
-        self.every_step = (
-            0.0  # the first included: an epoch's share is compared with its wall clock
-        )
+        # the first included: an epoch's share is compared with its wall clock
+        self.every_step = 0.0
         self._all = array("d")
         self._slowest: list[tuple[float, int, int]] = []  # a min-heap of (seconds, epoch, step)
         self._keep = slowest

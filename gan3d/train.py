@@ -102,8 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         runtime.RANKS_FLAG,
         type=int,
         metavar="N",
-        help="the ranks the launcher starts (the kit's lines give it): an MPI world of another "
-        "size is refused, where a runtime that cleans the environment left each rank alone",
+        help="the ranks the launcher starts (the kit's lines give it): "
+        "an MPI world of another size is refused, "
+        "where a runtime that cleans the environment left each rank alone",
     )
     ap.add_argument(
         "--oversubscribe",
@@ -136,9 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision",
         choices=["fp32", "bf16", "bf16-emulated"],
         default="fp32",
-        help="compute precision: bf16 computes in bfloat16 with float32 master weights, optimizer "
-        "state, losses and BatchNorm statistics (refused on a CPU without avx512_bf16/AMX "
-        "unless bf16-emulated)",
+        help="compute precision: bf16 computes in bfloat16 with float32 master weights, optimizer state, "
+        "losses and BatchNorm statistics (refused on a CPU without avx512_bf16/AMX unless bf16-emulated)",
     )
     ap.add_argument(
         "--allreduce-dtype",
@@ -183,18 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--forms",
         choices=layerforms.MODES,
         default=layerforms.default_mode(),
-        help="each convolution's form (direct, packed, col2im, folded, frequency domain): auto "
-        f"(default, else ${layerforms.ENV}) takes this machine's cached choice or measures it at "
-        "start (seconds; whole steps too where the frequency domain's saving is small) and caches "
-        "it; probe measures again; fft is the fixed table of one CPU family; direct puts no layer "
-        "in the frequency domain",
+        help="each convolution's form (direct, packed, col2im, folded, frequency domain): auto (default, "
+        f"else ${layerforms.ENV}) takes this machine's cached choice or measures it at start (seconds; "
+        "whole steps too where the frequency domain's saving is small) and caches it; probe measures again; "
+        "fft is the fixed table of one CPU family; direct puts no layer in the frequency domain",
     )
     ap.add_argument(
         "--itex",
         choices=["on", "off"],
         default="off",
-        help="Intel Extension for TensorFlow: on needs the ITEX stack's Python (scripts/setup.sh "
-        "--itex: .venv-itex) and a CPU ITEX loads on; refused in one line otherwise",
+        help="Intel Extension for TensorFlow: on needs the ITEX stack's Python (scripts/setup.sh --itex: "
+        ".venv-itex) and a CPU ITEX loads on; refused in one line otherwise",
     )
     return ap
 
@@ -229,8 +228,8 @@ def _check_args(args: argparse.Namespace) -> None:
         )
     if args.forms not in layerforms.MODES:  # a default from the environment skips argparse's check
         raise SettingsError(
-            f"--forms {args.forms!r} (from ${layerforms.ENV}): choose one of "
-            f"{', '.join(layerforms.MODES)}; fix: set {layerforms.ENV} to one, or unset it"
+            f"--forms {args.forms!r} (from ${layerforms.ENV}): "
+            f"choose one of {', '.join(layerforms.MODES)}; fix: set {layerforms.ENV} to one, or unset it"
         )
     if args.resume and not args.checkpoint_dir:
         raise SettingsError("--resume needs --checkpoint-dir (where the checkpoints are)")
@@ -320,12 +319,12 @@ def check_losses(
             f"epoch {epoch} step {step}" if step is not None else f"validation after epoch {epoch}"
         )
         raise LossDiverged(
-            f"losses became {what} at {where} ({', '.join(bad[:4])}"
-            f"{', ...' if len(bad) > 4 else ''}); this state is not checkpointed",
+            f"losses became {what} at {where} ({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''}); "
+            "this state is not checkpointed",
             epoch,
             step,
-            fix=f"try a lower --lr (the step used {lr:g}), check the data scale (--xscale "
-            f"{args.xscale:g}), or --resume from the last checkpoint",
+            fix=f"try a lower --lr (the step used {lr:g}), "
+            f"check the data scale (--xscale {args.xscale:g}), or --resume from the last checkpoint",
         )
 
 
@@ -335,12 +334,12 @@ def check_weights(models, epoch: int, args) -> None:
         for var in model.variables:
             if not np.isfinite(var.numpy()).all():
                 raise LossDiverged(
-                    f"weights became NaN or Inf in epoch {epoch} ({var.name}); this state is not "
-                    "checkpointed",
+                    f"weights became NaN or Inf in epoch {epoch} ({var.name}); "
+                    "this state is not checkpointed",
                     epoch,
                     None,
-                    fix=f"try a lower --lr (now {args.lr:g} per rank) or --resume from the last "
-                    "checkpoint",
+                    fix=f"try a lower --lr (now {args.lr:g} per rank) "
+                    "or --resume from the last checkpoint",
                 )
 
 
@@ -731,8 +730,8 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
     except ImportError:
         if layout.size > 1:  # mpi4py started several ranks, but nothing can average their gradients
             raise SettingsError(
-                f"{layout.size} ranks but Horovod is not installed; fix: build it against "
-                "the launcher's MPI (scripts/setup.sh), or run one process"
+                f"{layout.size} ranks but Horovod is not installed; fix: "
+                "build it against the launcher's MPI (scripts/setup.sh), or run one process"
             ) from None
         from gan3d import solo as hvd
 
@@ -740,9 +739,9 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
     hvd.init()
     if (hvd.rank(), hvd.size()) != (layout.rank, layout.size):
         raise SettingsError(
-            f"Horovod sees rank {hvd.rank()} of {hvd.size()} but MPI rank {layout.rank} of "
-            f"{layout.size}: horovod and mpi4py are built against different MPIs; "
-            "fix: rebuild both against the MPI the launcher belongs to"
+            f"Horovod sees rank {hvd.rank()} of {hvd.size()} but MPI rank {layout.rank} of {layout.size}: "
+            "horovod and mpi4py are built against different MPIs; fix: "
+            "rebuild both against the MPI the launcher belongs to"
         )
     # same initial weights everywhere (rank 0's are broadcast)
     tf.keras.utils.set_random_seed(args.seed)
@@ -752,8 +751,8 @@ def _start_horovod(args: argparse.Namespace, layout: RankLayout, host: Host):
     _say(
         layout,
         f"gan3d train: {layout.size} rank(s) on {layout.nodes} node(s), {layout.ranks_per_node} per node; "
-        f"intra-op {in_force['intra_op_threads']}, inter-op {in_force['inter_op_threads']} threads "
-        f"per rank; " + " ".join(f"{k}={v}" for k, v in in_force["env"].items()),
+        f"intra-op {in_force['intra_op_threads']}, inter-op {in_force['inter_op_threads']} threads per rank; "
+        + " ".join(f"{k}={v}" for k, v in in_force["env"].items()),
     )
     for w in host.warnings:
         _say(layout, f"gan3d train: warning: {w}")
@@ -1015,8 +1014,8 @@ def _train(
                 layout,
                 f"gan3d train: epoch {epoch + 1}/{args.epochs}: {run.epoch_times[-1]:.2f} s, {steps} steps, "
                 f"d_loss {train_losses.get('d_loss', float('nan')):.4f} g_loss "
-                f"{train_losses.get('g_loss', float('nan')):.4f}, validation d_loss "
-                f"{val_losses.get('d_loss', float('nan')):.4f}",
+                f"{train_losses.get('g_loss', float('nan')):.4f}, "
+                f"validation d_loss {val_losses.get('d_loss', float('nan')):.4f}",
             )
     except LossDiverged as exc:
         exc.history = run.history  # the completed epochs, all finite

@@ -63,12 +63,10 @@ MIN_EVENTS = 2
 UNDEFINED_TERM = 10.0  # a moment that cannot be computed (e.g. a generator of empty showers)
 _IDX = np.arange(25, dtype=np.float64)
 MAX_RESULTS_BYTES = 64 * 2**20
-HALVES_STREAM = (
-    4099  # the halves' random stream, apart from the generator's latent noise (same --seed)
-)
-MIN_SCALE_GAP = (
-    0.5  # held-out data must score at most half the empty showers' raw score to set a scale
-)
+# the halves' random stream, apart from the generator's latent noise (same --seed)
+HALVES_STREAM = 4099
+# held-out data must score at most half the empty showers' raw score to set a scale
+MIN_SCALE_GAP = 0.5
 PRINTED = (
     "score",
     "score_null_reason",
@@ -197,9 +195,8 @@ def score_features(
     return {
         "score_raw": float(np.mean(scores)) if scores else None,
         "bins": out_bins,
-        "definition": "raw score: mean over energy bins of [sum_{z,x,y} L1(normalized mean profiles) + "
-        "D(cellsum/Ep) + mean_{m1_xyz, m2_xyz} D(moment)], D = (|dmean|+|dstd|)/std_data; "
-        "lower is better",
+        "definition": "raw score: mean over energy bins of [sum_{z,x,y} L1(normalized mean profiles) "
+        "+ D(cellsum/Ep) + mean_{m1_xyz, m2_xyz} D(moment)], D = (|dmean|+|dstd|)/std_data; lower is better",
     }
 
 
@@ -237,13 +234,13 @@ def normalise(
     """
     if raw is None or data is None or empty is None:
         return None, (
-            f"no energy bin holds {MIN_EVENTS} showers of the data, of the held-out data and of the "
-            "generator; fix: compare more --events"
+            f"no energy bin holds {MIN_EVENTS} showers of the data, "
+            "of the held-out data and of the generator; fix: compare more --events"
         )
     if empty - data <= MIN_SCALE_GAP * empty:
         return None, (
-            f"held-out data scores {data:.3g} against data, not well below the {empty:.3g} of empty "
-            "showers: too few showers per energy bin to set the scale; fix: compare more --events"
+            f"held-out data scores {data:.3g} against data, not well below the {empty:.3g} of empty showers: "
+            "too few showers per energy bin to set the scale; fix: compare more --events"
         )
     return (empty - raw) / (empty - data), None
 
@@ -585,8 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         "--precision",
         choices=["fp32", "bf16"],
         default=None,
-        help="precision the generator computes in (default: the checkpoint's, else fp32; the "
-        "weights are float32 either way)",
+        help="precision the generator computes in (default: the checkpoint's, else fp32; "
+        "the weights are float32 either way)",
     )
     ap.add_argument(
         "--out",
@@ -601,8 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         "--events",
         type=int,
         default=2000,
-        help="data showers used (the first N): a random half is the reference, the generator makes "
-        "showers at the other half's energies, and that half sets the score's scale",
+        help="data showers used (the first N): a random half is the reference, "
+        "the generator makes showers at the other half's energies, and that half sets the score's scale",
     )
     ap.add_argument("--xscale", type=float, default=1.0, help="image scale used in training")
     ap.add_argument(

@@ -283,8 +283,8 @@ def own_dir(path: Path, what: str) -> Path:
     mode = os.lstat(path).st_mode
     if not stat.S_ISDIR(mode):
         raise KitError(
-            f"{path}: is {kind_name(mode)}, not {what} the kit makes there; it writes nothing through "
-            "what it did not make",
+            f"{path}: is {kind_name(mode)}, not {what} the kit makes there; "
+            "it writes nothing through what it did not make",
             fix="move it aside",
         )
     return path

@@ -22,9 +22,8 @@ from kit.errors import KitError
 from kit.excerpt import one_line
 from kit.readfile import read_json
 
-RECORD = (
-    "build_commit.json"  # inside the kit package of a staged build context, and so of its wheel
-)
+# inside the kit package of a staged build context, and so of its wheel
+RECORD = "build_commit.json"
 FORMAT = "kit-build-commit/1"
 GIT_TIMEOUT_S = 10  # a hung network filesystem must not hold a run
 # bytes kept of git's stdout and stderr: a commit, or whether anything changed

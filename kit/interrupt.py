@@ -31,9 +31,8 @@ if TYPE_CHECKING:
 
 RETRY = 0.005  # seconds between attempts
 PATIENCE = 2.0  # seconds after which a deferred interrupt is raised wherever the main thread is
-UNHEARD = (
-    10.0  # seconds after which a stop the main thread never ran its handler for ends the process
-)
+# seconds after which a stop the main thread never ran its handler for ends the process
+UNHEARD = 10.0
 
 # Standard modules whose frames may hold a lock between an acquire and the statement that
 # releases it (named, not imported: the kit's start-up time is what every command pays).
@@ -107,9 +106,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     now = time.monotonic()
     _heard.add(signum)
     if signum in STOPPING and (_deferred_since is None or signum == signal.SIGTERM):
-        _deferred_signal = (
-            signum  # SIGTERM wins over an earlier Ctrl-C: its exit status is the one owed
-        )
+        # SIGTERM wins over an earlier Ctrl-C: its exit status is the one owed
+        _deferred_signal = signum
     if _held:
         _owed = True
         return
@@ -172,8 +170,8 @@ def _watch(fd: int) -> None:
                     name = signal.Signals(signum).name
                     os.write(
                         2,
-                        f"kit: {name} not heard in {UNHEARD:g} s (the program is stuck in native "
-                        f"code); ending it now\n".encode(),
+                        f"kit: {name} not heard in {UNHEARD:g} s (the program is stuck in native code); "
+                        "ending it now\n".encode(),
                     )
                     for clean_up in _last_words:
                         try:

@@ -43,8 +43,8 @@ def openmpi_rule(
     if host is None or image is None:
         side, value = ("host", host_version) if host is None else ("image", image_version)
         warn(
-            f"the {side}'s Open MPI release ({value or 'unknown'}) is not A.B.C: only the SONAME was "
-            "compared; give host_mpi.version as A.B.C or check the image's Open MPI"
+            f"the {side}'s Open MPI release ({value or 'unknown'}) is not A.B.C: "
+            "only the SONAME was compared; give host_mpi.version as A.B.C or check the image's Open MPI"
         )
         return
     h, i = ".".join(map(str, host)), ".".join(map(str, image))
@@ -64,19 +64,20 @@ def openmpi_rule(
             )
         elif ha < ia:
             refuse(
-                f"the image's Open MPI {i} is of a newer major series than the host's {h}: Open MPI "
-                "promises backward compatibility only (a newer library runs older programs)"
+                f"the image's Open MPI {i} is of a newer major series than the host's {h}: "
+                "Open MPI promises backward compatibility only (a newer library runs older programs)"
             )
         else:
             removed = " (4.0 removed the MPI-1 functions, e.g. MPI_Address)" if ia < 4 <= ha else ""
             refuse(
-                f"Open MPI majors differ: host {h}, image {i}: a new major series breaks backward "
-                f"compatibility{removed}"
+                f"Open MPI majors differ: host {h}, image {i}: "
+                f"a new major series breaks backward compatibility{removed}"
             )
     elif hb < ib:
         refuse(
-            f"the host's Open MPI {h} is older than the image's {i}: programs built with {ia}.{ib} may call "
-            "what the host lacks (Open MPI promises backward, not forward, compatibility)"
+            f"the host's Open MPI {h} is older than the image's {i}: "
+            f"programs built with {ia}.{ib} may call what the host lacks (Open MPI promises backward, "
+            "not forward, compatibility)"
         )
     elif hb > ib and mode == "strict":
         refuse(

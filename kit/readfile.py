@@ -178,8 +178,8 @@ def read_json(path: str | os.PathLike[str], what: str, fix: str, *, limit: int =
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise KitError(
-            f"not valid JSON ({exc.msg}, column {exc.colno}), as a job that died while writing "
-            "leaves it",
+            f"not valid JSON ({exc.msg}, column {exc.colno}), "
+            "as a job that died while writing leaves it",
             fix=fix,
             where=f"{path}:{exc.lineno}",
         ) from None

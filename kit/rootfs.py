@@ -147,14 +147,15 @@ class Root:
                     if not through_links:
                         where = "/".join([n for _fd, n in stack[1:]] + [name])
                         raise RootError(
-                            f"{self.path}: /{show(path.lstrip('/'))} would pass through the symlink "
-                            f"/{show(where)}; the image is unsafe, rebuild it"
+                            f"{self.path}: "
+                            f"/{show(path.lstrip('/'))} would pass through the symlink /{show(where)}; "
+                            "the image is unsafe, rebuild it"
                         )
                     hops += 1
                     if hops > MAX_HOPS:
                         raise RootError(
-                            f"{self.path}: /{show(path.lstrip('/'))}: more than {MAX_HOPS} symlinks "
-                            "(a loop?); fix the image's links"
+                            f"{self.path}: /{show(path.lstrip('/'))}: "
+                            f"more than {MAX_HOPS} symlinks (a loop?); fix the image's links"
                         )
                     target = os.readlink(name, dir_fd=dirfd)
                     if target.startswith("/"):
@@ -306,14 +307,15 @@ class Root:
             size = os.fstat(fh.fileno()).st_size
             if size > limit:
                 raise RootError(
-                    f"{self.path}: /{show(path.lstrip('/'))} has {size} bytes, more than the "
-                    f"{limit} this reader takes; it is not read"
+                    f"{self.path}: /{show(path.lstrip('/'))} has {size} bytes, "
+                    f"more than the {limit} this reader takes; it is not read"
                 )
             data = fh.read(limit + 1)
         if len(data) > limit:  # it grew after the fstat: never a silently cut copy
             raise RootError(
-                f"{self.path}: /{show(path.lstrip('/'))} grew past the {limit} bytes this reader "
-                "takes while it was read; it is not read"
+                f"{self.path}: "
+                f"/{show(path.lstrip('/'))} grew past the {limit} bytes this reader takes while it was read; "
+                "it is not read"
             )
         return data
 
@@ -325,8 +327,8 @@ class Root:
             )
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise RootError(
-                f"{self.path}: cannot create /{show(path.lstrip('/'))}: a parent "
-                f"{'is missing' if isinstance(exc, FileNotFoundError) else 'is not a directory'}"
+                f"{self.path}: cannot create /{show(path.lstrip('/'))}: "
+                f"a parent {'is missing' if isinstance(exc, FileNotFoundError) else 'is not a directory'}"
             ) from None
         except RootError:
             raise

@@ -338,8 +338,8 @@ def lock_problem(miss: Missing) -> KitError:
     newest = f" (the newest with one: {miss.newest})" if miss.newest else ""
     cap = f"{miss.name}<={miss.newest}" if miss.newest else f"a {miss.name} version that has one"
     return KitError(
-        f"{miss.name} {miss.version} has no wheel for Python {miss.python} on {miss.platform}"
-        f"{newest}",
+        f"{miss.name} {miss.version} has no wheel for Python {miss.python} on "
+        f"{miss.platform}{newest}",
         fix=f"require {cap} in pyproject.toml (with a python_version marker only if some Pythons "
         f"need another) and run scripts/lock.sh --upgrade-package {miss.name}",
     )
@@ -364,8 +364,8 @@ def wheelhouse_problem(misses: Sequence[Missing], other: str | None) -> KitError
         f"pin {newest} in pyproject.toml and run scripts/lock.sh --upgrade-package {first.name}"
     )
     return KitError(
-        f"{first.name} {first.version} (constraints.txt) has no wheel for Python {first.python} "
-        f"on {first.platform}{also}",
+        f"{first.name} {first.version} (constraints.txt) "
+        f"has no wheel for Python {first.python} on {first.platform}{also}",
         fix=", or ".join(fixes),
     )
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Static checks, configured in pyproject.toml: ruff (pyflakes, import order, pyupgrade for Python 3.9,
 # bugbear; the formatter's layout, 100 columns) over the repository, mypy over kit/ and gan3d/ with the
-# imports resolved in the project's venv, and lint-imports (the layers of docs/architecture.md, no
-# import cycles within a package). make test and make check run it before the tests.
+# imports resolved in the project's venv, lint-imports (the layers of docs/architecture.md, no import
+# cycles within a package), and scripts/string_splits.py (a string split over lines is split between
+# phrases, so a grep for a message's words finds it). make test and make check run it before the
+# tests.
 #   scripts/lint.sh         check only; exit 1 on any finding
-#   scripts/lint.sh --fix   first the mechanical part: ruff's safe fixes (import order, pyupgrade
-#                           rewrites) and its formatter (long lines wrapped), then the checks
+#   scripts/lint.sh --fix   first the mechanical part: strings split mid-phrase reflowed, ruff's
+#                           safe fixes (import order, pyupgrade rewrites) and its formatter (long
+#                           lines wrapped), then the checks
 # KIT_VENV: the project's venv (default .venv); KIT_LINT_VENV: where the checkers are installed
 # (default: the project's venv, whose test extra pins them).
 set -euo pipefail
@@ -22,6 +25,7 @@ for tool in ruff mypy lint-imports; do
   fi
 done
 if [ "${1:-}" = --fix ]; then
+  "$VENV/bin/python" -m scripts.string_splits --fix >/dev/null || true  # before the formatter, which joins what fits
   "$TOOLS/bin/ruff" check --fix --quiet . || true  # what is left is reported by the check below
   "$TOOLS/bin/ruff" format --quiet .
 elif [ -n "${1:-}" ]; then
@@ -31,6 +35,7 @@ fi
 status=0
 "$TOOLS/bin/ruff" check . || status=1
 "$TOOLS/bin/ruff" format --check --quiet . || { echo "lint: fix: scripts/lint.sh --fix (the formatter)" >&2; status=1; }
+"$VENV/bin/python" -m scripts.string_splits || status=1
 "$TOOLS/bin/mypy" --python-executable "$VENV/bin/python" || status=1
 # This checkout's packages, not the ones an editable install elsewhere points at.
 PYTHONPATH=$ROOT "$TOOLS/bin/lint-imports" --cache-dir "$CACHE/import-linter" || status=1

@@ -128,8 +128,9 @@ def pytest_sessionfinish(session, exitstatus):
     ]
     if left:
         say(
-            f"left in {system_tmp} by this run: {len(left)} ({', '.join(left[:5])}"
-            f"{', ...' if len(left) > 5 else ''}); fix: the test that made them removes them"
+            f"left in {system_tmp} by this run: "
+            f"{len(left)} ({', '.join(left[:5])}{', ...' if len(left) > 5 else ''}); fix: "
+            "the test that made them removes them"
         )
         for nodeid, names in _SEEN_LEFT.items():
             if set(names) & set(left):
@@ -158,8 +159,8 @@ def pytest_make_collect_report(collector):
             report.longrepr = (
                 str(collector.path),
                 0,
-                f"needs the module {module!r}: pip install -e "
-                f"'.[test,{EXTRA_OF_MODULE[module]}]' (or scripts/setup.sh)",
+                f"needs the module {module!r}: "
+                f"pip install -e '.[test,{EXTRA_OF_MODULE[module]}]' (or scripts/setup.sh)",
             )
 
 
@@ -211,9 +212,8 @@ class _FileOrGroupScheduling:
                     return ONE_WORKER
                 return nodeid if path.endswith(CASE_BY_CASE) else path
 
-        config.option.loadscopereorder = (
-            False  # xdist would put the files with the most tests first
-        )
+        # xdist would put the files with the most tests first
+        config.option.loadscopereorder = False
         return FileOrGroup(config, log)
 
 

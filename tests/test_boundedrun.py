@@ -23,8 +23,8 @@ def test_a_child_writing_100_mb_on_each_stream_costs_a_bounded_memory_and_little
     """Both streams at once (a child blocked on a full stderr pipe would stall a reader of stdout
     alone); the whole output, as capture_output held it, would be 200 MB."""
     script = (
-        f"head -c {HUNDRED_MB} /dev/zero >&2 & "
-        f"head -c {HUNDRED_MB} /dev/zero | tr '\\0' o; printf END; wait"
+        f"head -c {HUNDRED_MB} /dev/zero >&2 & head -c {HUNDRED_MB} /dev/zero | tr '\\0' o; "
+        "printf END; wait"
     )
     tracemalloc.start()
     start = time.monotonic()

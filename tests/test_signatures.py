@@ -55,8 +55,8 @@ def _audit(most: int = MOST) -> list[str]:
 def test_public_functions_take_at_most_three_positional_parameters():
     offenders = _audit()
     assert not offenders, (
-        f"more than {MOST} positional parameters; put the rest after `*` (keyword-only) and name "
-        "them at the call sites:\n" + "\n".join(offenders)
+        f"more than {MOST} positional parameters; put the rest after `*` (keyword-only) "
+        "and name them at the call sites:\n" + "\n".join(offenders)
     )
 
 
@@ -147,8 +147,8 @@ def test_a_record_of_more_than_four_fields_is_built_with_their_names():
         for line, name, count in positional_records(source, records)
     ]
     assert not offenders, (
-        f"a record built from more than {MOST_FIELDS} positional values: name each field "
-        "(Row(nodes=..., seconds=...)), or dataclasses.replace(old, changed=...):\n"
+        f"a record built from more than {MOST_FIELDS} positional values: "
+        "name each field (Row(nodes=..., seconds=...)), or dataclasses.replace(old, changed=...):\n"
         + "\n".join(offenders)
     )
 

@@ -247,8 +247,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--image",
-        help="the image as the site sees it, or its IMAGE.pair.yaml "
-        "(ch-run or udocker, the site's container.runtime, with the host MPI bound in)",
+        help="the image as the site sees it, or its IMAGE.pair.yaml (ch-run or udocker, "
+        "the site's container.runtime, with the host MPI bound in)",
     )
     where.add_argument(
         "--no-container",

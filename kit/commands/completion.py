@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "completion",
         help="print a shell completion script",
-        description="Print a completion script for SHELL, e.g. "
-        "`kit completion bash > ~/.local/share/bash-completion/completions/kit`.",
+        description="Print a completion script for SHELL, "
+        "e.g. `kit completion bash > ~/.local/share/bash-completion/completions/kit`.",
     )
     p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
     p.set_defaults(func=_print)

@@ -58,15 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "docs",
         help="read the kit's documentation offline",
         description="Without TOPIC, list the topics; with one, print its page (through $PAGER, "
-        "else `less -R`, when stdout is a terminal). The pages ship with the kit: no network "
-        "and no checkout needed.",
+        "else `less -R`, when stdout is a terminal). The pages ship with the kit: "
+        "no network and no checkout needed.",
     )
     p.add_argument(
         "topic",
         nargs="?",
         metavar="TOPIC",
-        help="a topic from the list, e.g. `security`, `howto/deploy`, or a unique end of one "
-        "(`deploy`)",
+        help="a topic from the list, e.g. `security`, `howto/deploy`, "
+        "or a unique end of one (`deploy`)",
     )
     p.add_argument(
         "--path",

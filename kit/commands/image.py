@@ -43,8 +43,8 @@ def _add_convert(leaves: argparse._SubParsersAction) -> None:
         "convert",
         extra="convert",
         help="docker-archive / OCI / rootfs -> Charliecloud image",
-        description="Convert SRC into a Charliecloud image OUT without a "
-        "daemon; writes OUT.sha256 and OUT.manifest.json beside it.",
+        description="Convert SRC into a Charliecloud image OUT without a daemon; "
+        "writes OUT.sha256 and OUT.manifest.json beside it.",
     )
     conv.add_argument(
         "src",
@@ -91,9 +91,9 @@ def _add_convert(leaves: argparse._SubParsersAction) -> None:
     add_site(
         conv,
         required=False,
-        more="in the same pass, pair the image's MPI with this site's host MPI (an "
-        "image that cannot pair fails the conversion: nothing is written), create the pair's mount points "
-        "and links, write OUT.pair.yaml",
+        more="in the same pass, "
+        "pair the image's MPI with this site's host MPI (an image that cannot pair fails the conversion: "
+        "nothing is written), create the pair's mount points and links, write OUT.pair.yaml",
     )
     add_mpi_mode(conv, "with --site")
     conv.add_argument(
@@ -110,9 +110,9 @@ def _add_build(leaves: argparse._SubParsersAction) -> None:
     bld = leaves.add_parser(
         "build",
         help="build the site's training image from its recipe in images/",
-        description="Outside the perimeter: pick the recipe whose MPI the site's host MPI "
-        "can replace, pass the site's build arguments, build with buildah (or podman, "
-        "docker) and write a docker-archive/oci-archive ready for `kit image convert`.",
+        description="Outside the perimeter: pick the recipe whose MPI the site's host MPI can replace, "
+        "pass the site's build arguments, build with buildah (or podman, docker) "
+        "and write a docker-archive/oci-archive ready for `kit image convert`.",
     )
     bld.add_argument("out", type=Path, metavar="OUT", help="the archive to write, e.g. gan3d.tar")
     add_site(bld)
@@ -151,8 +151,8 @@ def _add_build(leaves: argparse._SubParsersAction) -> None:
     bld.add_argument(
         "--storage-driver",
         choices=("overlay", "vfs"),
-        help="buildah's storage driver (default: overlay where it works, i.e. as root with the "
-        "kernel's overlay on the storage's filesystem; else vfs)",
+        help="buildah's storage driver (default: overlay where it works, "
+        "i.e. as root with the kernel's overlay on the storage's filesystem; else vfs)",
     )
     bld.add_argument(
         "--storage",
@@ -163,8 +163,9 @@ def _add_build(leaves: argparse._SubParsersAction) -> None:
     bld.add_argument(
         "--itex",
         action="store_true",
-        help="the variant with Intel Extension for TensorFlow: its stack from constraints-itex.txt "
-        "(full tensorflow in place of tensorflow-cpu), tagged gan3d-itex:latest unless --tag",
+        help="the variant with Intel Extension for TensorFlow: "
+        "its stack from constraints-itex.txt (full tensorflow in place of tensorflow-cpu), "
+        "tagged gan3d-itex:latest unless --tag",
     )
     add_dry_run(bld, "print the commands; build nothing")
     bld.set_defaults(func=_build)
@@ -255,8 +256,8 @@ def _convert(args: argparse.Namespace) -> int:
         if not quiet():
             container, host = printable(pair.container.describe()), printable(pair.host.describe())
             print(
-                f"MPI pair for site {pair.site.name}: {container} in the image, {host} bound in "
-                f"from the host ({pair.document()['verdict']['status']})"
+                f"MPI pair for site {pair.site.name}: {container} in the image, "
+                f"{host} bound in from the host ({pair.document()['verdict']['status']})"
             )
         for warning in pair.warnings:  # they name the image's libraries
             print(f"  warning: {printable(warning, 400)}")
@@ -337,8 +338,8 @@ def _print_inspected(info: dict) -> None:
     print(f"{info['source']}: {info['kind']} {p(info['ref'] or '')}".rstrip())
     print(f"  architecture: {p(info['architecture'])}  os: {p(info['os'])}")
     print(
-        f"  entrypoint: {p(info['entrypoint'])}  cmd: {p(info['cmd'])}  "
-        f"workdir: {p(info['workdir'])}"
+        f"  entrypoint: {p(info['entrypoint'])}  cmd: {p(info['cmd'])}  workdir: "
+        f"{p(info['workdir'])}"
     )
     for line in _listed(info["env"], "env"):
         print(f"  env {p(line, 400)}")
@@ -346,8 +347,8 @@ def _print_inspected(info: dict) -> None:
         print(f"  label {p(key)}={p(value, 400)}")
     for layer in _listed(info["layers"], "layer"):
         print(
-            f"  layer {layer['index']}: {p(layer['digest'])} {p(layer['media_type'])} "
-            f"{layer['size']} bytes"
+            f"  layer {layer['index']}: "
+            f"{p(layer['digest'])} {p(layer['media_type'])} {layer['size']} bytes"
         )
     libs = info["mpi_libraries"]
     if not libs:

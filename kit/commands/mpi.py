@@ -149,6 +149,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                 choices=(1, 2),
                 default=1,
                 metavar="N",
-                help="1 or 2: 2 puts one rank on each of 2 nodes (a Slurm site; salloc's, or the "
-                "job's)",
+                help="1 or 2: 2 puts one rank on each of 2 nodes (a Slurm site; salloc's, "
+                "or the job's)",
             )

@@ -127,18 +127,19 @@ def _plan(args: argparse.Namespace) -> int:
         console.print(
             Text.assemble(
                 ("left out", "yellow"),
-                f" {refused['nodes']} x {refused['ranks_per_node']} x "
-                f"{refused['threads_per_rank']}: {printable(refused['reason'], 400)}",
+                f" {refused['nodes']} x {refused['ranks_per_node']} x {refused['threads_per_rank']}: "
+                f"{printable(refused['reason'], 400)}",
             )
         )
     if args.calibrate:
         from kit.scale.plan import node_hours_bound
 
         console.print(
-            f"calibration for kit scale predict: {', '.join(map(str, sorted({r.nodes for r in plan.runs})))} "
-            f"node(s) x {repeats} repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
-            f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, each its nodes for "
-            f"the walltime {plan.walltime}; a job that ends early is charged less)"
+            "calibration for kit scale predict: "
+            f"{', '.join(map(str, sorted({r.nodes for r in plan.runs})))} node(s) x {repeats} "
+            f"repeats{' (added: ' + ', '.join(added) + ')' if added else ''}; "
+            f"at most {node_hours_bound(plan):.3g} node-hours ({len(plan.runs)} jobs, "
+            f"each its nodes for the walltime {plan.walltime}; a job that ends early is charged less)"
         )
     if args.dry_run:
         console.print(f"dry run: {args.dir / 'plan.yaml'} not written")
@@ -303,9 +304,8 @@ def _status_table(status: list[sweep_jobs.RunStatus]) -> Table:
 
 
 COLLECT_SCHEMA = "kit-scale-collect/1"
-PREDICT_SCHEMA = (
-    "kit-scale-predict/2"  # kit.scale.predict's, named here so that --help imports no numpy
-)
+# kit.scale.predict's, named here so that --help imports no numpy
+PREDICT_SCHEMA = "kit-scale-predict/2"
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -417,8 +417,8 @@ def _predict(args: argparse.Namespace) -> int:
             print(f"left out (failed run): {problem}", file=sys.stderr)
         if not paths:
             raise KitError(
-                f"no results to predict from: {args.dir or 'no sweep dir'} has none yet and no "
-                "--results JSON was named",
+                "no results to predict from: "
+                f"{args.dir or 'no sweep dir'} has none yet and no --results JSON was named",
                 fix="kit scale collect DIR shows why; or name --results files",
             )
         predictions, skipped = pr.predict_runs(load_results(paths), args.nodes, args.epochs)
@@ -465,8 +465,8 @@ def _add_plan(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "plan",
         help="expand nodes x ranks per node x threads into DIR/plan.yaml",
-        description="Every combination the site can hold becomes a run; the others are "
-        "listed with the reason. Nothing is submitted.",
+        description="Every combination the site can hold becomes a run; "
+        "the others are listed with the reason. Nothing is submitted.",
     )
     p.add_argument(
         "--nodes",
@@ -487,14 +487,15 @@ def _add_plan(leaves: argparse._SubParsersAction) -> None:
         "--repeats",
         type=number(1, int, 100),
         metavar="N",
-        help="run each combination N times (RUN-x1..xN); the report shows median and min-max "
-        "(default 1; 3 with --calibrate)",
+        help="run each combination N times (RUN-x1..xN); "
+        "the report shows median and min-max (default 1; 3 with --calibrate)",
     )
     p.add_argument(
         "--calibrate",
         action="store_true",
-        help="the cheapest sweep kit scale predict needs: n0, 2n0, 8n0 nodes x 3 repeats of short epochs "
-        "(--steps-per-epoch 20, --epochs 2 unless given), with what it can cost in node-hours",
+        help="the cheapest sweep kit scale predict needs: n0, 2n0, "
+        "8n0 nodes x 3 repeats of short epochs (--steps-per-epoch 20, --epochs 2 unless given), "
+        "with what it can cost in node-hours",
     )
     p.add_argument(
         "--validate",
@@ -519,9 +520,9 @@ def _add_tune(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "tune",
         help="measure each ranks x threads layout of a node; write the best to DIR/tune.yaml",
-        description="Short measured trainings, one per layout (through Slurm where the site has "
-        "it, else on this machine): showers/s, memory and % of the measured peak of each, a "
-        "table, DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.",
+        description="Short measured trainings, one per layout (through Slurm where the site has it, "
+        "else on this machine): showers/s, memory and % of the measured peak of each, a table, "
+        "DIR/tune.png, and DIR/tune.yaml for kit scale plan --layout best.",
     )
     p.add_argument("--nodes", type=number(1), default=1, metavar="N", help="nodes per tuning run")
     p.add_argument(
@@ -542,8 +543,8 @@ def _add_tune(leaves: argparse._SubParsersAction) -> None:
         choices=Words(ITEX),
         default=ITEX[:1],
         metavar=f"{{{','.join(ITEX)}}}[,...]",
-        help="Intel Extension for TensorFlow as one more dimension, a comma list (an on layout "
-        "where ITEX does not load is reported refused, with ITEX's reason)",
+        help="Intel Extension for TensorFlow as one more dimension, "
+        "a comma list (an on layout where ITEX does not load is reported refused, with ITEX's reason)",
     )
     p.add_argument(
         "--itex-python",
@@ -586,8 +587,8 @@ def _add_tune(leaves: argparse._SubParsersAction) -> None:
     add_dry_run(p, "list the layouts; run nothing")
     add_train_args(
         p,
-        "after --: data and model arguments for python -m gan3d train (e.g. --synthetic 256 "
-        "--preset tiny)",
+        "after --: "
+        "data and model arguments for python -m gan3d train (e.g. --synthetic 256 --preset tiny)",
     )
     p.set_defaults(func=_tune)
 
@@ -596,9 +597,9 @@ def _add_submit(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "submit",
         help="sbatch the plan's runs (skips runs done or still queued)",
-        description="On a Slurm site each run becomes a batch job. On a site without a scheduler "
-        "(scheduler.type local) the runs train here, one after another, each bounded by the "
-        "walltime; Ctrl-C stops the one running and keeps the results of those done.",
+        description="On a Slurm site each run becomes a batch job. "
+        "On a site without a scheduler (scheduler.type local) the runs train here, one after another, "
+        "each bounded by the walltime; Ctrl-C stops the one running and keeps the results of those done.",
     )
     add_read_dir(p, "the sweep directory (kit scale plan wrote its plan.yaml)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="just these runs")
@@ -669,9 +670,9 @@ def _add_predict(leaves: argparse._SubParsersAction) -> None:
         extra="report",
         help="forecast epoch time, efficiency and node-hours at N nodes from a few runs",
         description="Fits how the node-seconds per epoch grow with the ranks on each series of "
-        "measured runs (two node counts or more; three tell the shapes apart) and forecasts the "
-        "asked node counts with a band (kit docs predict). --reference backtests the model on a "
-        "paper table instead.",
+        "measured runs (two node counts or more; three tell the shapes apart) "
+        "and forecasts the asked node counts with a band (kit docs predict). "
+        "--reference backtests the model on a paper table instead.",
     )
     add_read_dir(p, "the sweep directory", optional=True)
     p.add_argument(

@@ -103,8 +103,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument(
                 "--resubmit",
                 action="store_true",
-                help="submit a run that has a result again (its result is moved aside); never beside "
-                "a job of the same run still queued or running",
+                help="submit a run that has a result again (its result is moved aside); "
+                "never beside a job of the same run still queued or running",
             )
         else:
             p.set_defaults(resubmit=False)

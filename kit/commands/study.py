@@ -52,9 +52,9 @@ def _plan(args: argparse.Namespace) -> int:
         else ("Slurm jobs" if header["walltime"] else "this machine")
     )
     say = (
-        f"study at {printable(header['site_name'])}: objective {printable(header['objective'])} "
-        f"({header['direction']}), strategy {printable(header['strategy'])}, "
-        f"{args.parallel} in flight through {how}"
+        f"study at {printable(header['site_name'])}: "
+        f"objective {printable(header['objective'])} ({header['direction']}), "
+        f"strategy {printable(header['strategy'])}, {args.parallel} in flight through {how}"
     )
     if not quiet():
         plain_console().print(say)
@@ -197,8 +197,8 @@ def _add_plan(leaves: argparse._SubParsersAction) -> None:
     p = leaves.add_parser(
         "plan",
         help="check a study spec against a site and write DIR",
-        description="Writes DIR/study.yaml (the spec) and an empty DIR/ledger.jsonl; DIR must be "
-        "new or empty. Nothing runs.",
+        description="Writes DIR/study.yaml (the spec) and an empty DIR/ledger.jsonl; "
+        "DIR must be new or empty. Nothing runs.",
     )
     p.add_argument(
         "spec",

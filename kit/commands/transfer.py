@@ -46,10 +46,9 @@ def _add_push(leaves: argparse._SubParsersAction) -> None:
         "push",
         extra="transfer",
         help="resumable, verified upload to the site (optionally install)",
-        description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings "
-        "to the site's transfer host over SSH (your ~/.ssh/config, agent and keys). "
-        "An interrupted push resumes; the remote checks sha256 before renaming "
-        "into place.",
+        description="Upload IMAGE and its .sha256/.manifest.json/.pair.yaml siblings to the site's "
+        "transfer host over SSH (your ~/.ssh/config, agent and keys). An interrupted push resumes; "
+        "the remote checks sha256 before renaming into place.",
     )
     p.add_argument(
         "image",
@@ -62,9 +61,8 @@ def _add_push(leaves: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--install",
         action="store_true",
-        help="unpack into container.image_dir as NAME@SHA (with the site's ch-convert; a "
-        "udocker site: by the installer itself; a .sif: as it is, NAME@SHA.sif) and point "
-        "NAME.current at it",
+        help="unpack into container.image_dir as NAME@SHA (with the site's ch-convert; a udocker site: "
+        "by the installer itself; a .sif: as it is, NAME@SHA.sif) and point NAME.current at it",
     )
     p.add_argument(
         "--install-as",
@@ -82,15 +80,15 @@ def _add_push(leaves: argparse._SubParsersAction) -> None:
         "--direct-io",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="remote writes bypass the page cache where the filesystem allows it "
-        "(default: transfer.direct_io, true)",
+        help="remote writes bypass the page cache where the filesystem allows it (default: "
+        "transfer.direct_io, true)",
     )
     p.add_argument(
         "--stall",
         type=number(1, float, 366 * 86400),
         metavar="SECONDS",
-        help="stop the upload after this long with no byte moving and no remote re-hash "
-        "progress (default: 15 minutes)",
+        help="stop the upload after this long with no byte moving and no remote re-hash progress (default: "
+        "15 minutes)",
     )
     p.add_argument(
         "--install-timeout",
@@ -116,8 +114,8 @@ def _add_versions_and_rollback(leaves: argparse._SubParsersAction) -> None:
             r.add_argument(
                 "--to",
                 metavar="VERSION",
-                help="this version (NAME@SHA or a SHA prefix) instead "
-                "of the one installed before the current",
+                help="this version (NAME@SHA or a SHA prefix) "
+                "instead of the one installed before the current",
             )
             add_dry_run(r, "say what would happen; change nothing")
         else:
@@ -129,16 +127,16 @@ def _add_bundle(leaves: argparse._SubParsersAction) -> None:
     b = leaves.add_parser(
         "bundle",
         help="write a self-checking removable-media bundle",
-        description="Copy images (+ siblings) into the new directory DIR with a "
-        "MANIFEST, verify.sh / verify.py checkers and SHA256SUMS (sha256sum -c).",
+        description="Copy images (+ siblings) into the new directory DIR with a MANIFEST, "
+        "verify.sh / verify.py checkers and SHA256SUMS (sha256sum -c).",
     )
     b.add_argument(
         "images",
         type=Path,
         nargs="+",
         metavar="IMAGE",
-        help="IMAGE.tar.gz, IMAGE.tar, IMAGE.sqfs or IMAGE.sif; its .sha256, .manifest.json and "
-        ".pair.yaml come along",
+        help="IMAGE.tar.gz, IMAGE.tar, IMAGE.sqfs or IMAGE.sif; its .sha256, "
+        ".manifest.json and .pair.yaml come along",
     )
     add_made_dir(b, "the new bundle directory; required")
     b.add_argument(
@@ -160,8 +158,8 @@ def _add_bundle(leaves: argparse._SubParsersAction) -> None:
 def _add_verify(leaves: argparse._SubParsersAction) -> None:
     v = leaves.add_parser(
         "verify",
-        help="check a bundle: names missing, truncated, altered files and every file "
-        "its manifest does not list",
+        help="check a bundle: names missing, truncated, "
+        "altered files and every file its manifest does not list",
     )
     add_read_dir(v, "the bundle directory (kit transfer bundle wrote it)")
     v.set_defaults(func=_verify)
@@ -280,8 +278,8 @@ def _bundle(args: argparse.Namespace) -> int:
         _print_lines(report.lines())
         return 1
     print(
-        f"wrote {out}: {report.files} files; check it on the other side with "
-        f"'sh {out}/verify.sh', 'python3 {out}/verify.py' or 'cd {out} && sha256sum -c SHA256SUMS'"
+        f"wrote {out}: {report.files} files; check it on the other side with 'sh {out}/verify.sh', "
+        f"'python3 {out}/verify.py' or 'cd {out} && sha256sum -c SHA256SUMS'"
     )
     if args.with_kit:
         print(

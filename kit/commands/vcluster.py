@@ -43,8 +43,8 @@ def _up(args: argparse.Namespace) -> int:
             binds=tuple(args.bind),
         )
         print(
-            f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, bridge kvc-{args.name} "
-            f"on {subnet}"
+            f"dry run: would start {args.nodes} node(s) in {args.dir.absolute()}, "
+            f"bridge kvc-{args.name} on {subnet}"
         )
         for n in nodes:
             print(f"  {n['name']}: namespace {n['netns']}, address {n['address']}, slurmd")
@@ -82,8 +82,8 @@ def _up(args: argparse.Namespace) -> int:
         )
         if not intel:
             print(
-                "no Intel MPI runtime found: pip install --prefix DIR impi-rt==2021.18.1, then kit vcluster "
-                "down and up --intel-mpi DIR for the Intel MPI site configs"
+                "no Intel MPI runtime found: pip install --prefix DIR impi-rt==2021.18.1, "
+                "then kit vcluster down and up --intel-mpi DIR for the Intel MPI site configs"
             )
     return 0
 
@@ -152,8 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = leaves.add_parser(
         "up",
-        help="start N nodes (namespaces with slurmd), slurmctld and munged; write site "
-        "configs; a running cluster is reported, not restarted",
+        help="start N nodes (namespaces with slurmd), slurmctld and munged; write site configs; "
+        "a running cluster is reported, not restarted",
     )
     nodes = number(1, int, MAX_NODES)
     p.add_argument("--nodes", type=nodes, metavar="N", help="how many nodes; required")
@@ -169,8 +169,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--intel-mpi",
         type=Path,
         metavar="PREFIX",
-        help="Intel MPI runtime prefix for the Intel MPI site configs (default: the newest impi-rt "
-        "in ~/.cache/secure-site-kit/impi)",
+        help="Intel MPI runtime prefix for the Intel MPI site configs (default: "
+        "the newest impi-rt in ~/.cache/secure-site-kit/impi)",
     )
     p.add_argument(
         "--bind",

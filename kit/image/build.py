@@ -43,9 +43,8 @@ DEFAULT_GRAPH_ROOT = Path("/var/lib/containers/storage")
 PROBE_TIMEOUT = 60  # seconds: `buildah info` answers in well under one
 STOP_GRACE = 30  # seconds a builder has, after SIGTERM, to stop its step and unmount its storage
 BUILD_ERRORS = 64 << 10  # bytes kept of a builder's stderr (a RUN step's pip log may be megabytes)
-ITEX_LOCK = (
-    "constraints-itex.txt"  # the recipes' LOCK for the ITEX variant (scripts/lock.sh --itex)
-)
+# the recipes' LOCK for the ITEX variant (scripts/lock.sh --itex)
+ITEX_LOCK = "constraints-itex.txt"
 DEFAULT_TAG = "gan3d:latest"
 ITEX_TAG = "gan3d-itex:latest"  # the variant's own name in the builder's store
 DEBIAN_OPENMPI = "4.1.4"  # gan3d-openmpi.Dockerfile's Open MPI without OPENMPI_VERSION (bookworm's)
@@ -115,10 +114,10 @@ def check_image_mpi(site: Site, args: dict[str, str]) -> None:
     )
     if refused:
         raise KitError(
-            f"site {site.name}: the recipe's default Open MPI (Debian's {DEBIAN_OPENMPI}) cannot be "
-            f"replaced by the host's: {refused[0]}",
-            fix="--build-arg OPENMPI_VERSION="
-            f"{site.host_mpi.version} --build-arg OPENMPI_SHA256=<that release tarball's sha256>",
+            f"site {site.name}: the recipe's default Open MPI (Debian's {DEBIAN_OPENMPI}) "
+            f"cannot be replaced by the host's: {refused[0]}",
+            fix=f"--build-arg OPENMPI_VERSION={site.host_mpi.version} --build-arg "
+            "OPENMPI_SHA256=<that release tarball's sha256>",
         )
 
 
@@ -246,8 +245,8 @@ def plan_build(
     driver, why = None, ""
     if builder != "buildah" and (storage_driver or storage):
         raise KitError(
-            f"--storage-driver/--storage apply to buildah, not {builder} (its own configuration "
-            "decides)",
+            "--storage-driver/--storage apply to buildah, "
+            f"not {builder} (its own configuration decides)",
             fix="drop them or use --builder buildah",
         )
     if builder == "buildah":
@@ -326,8 +325,8 @@ def run_build(plan: BuildPlan, echo: Callable[[str], None] | None = None) -> Pat
     for leftover, kind in ((plan.part, stat.S_ISREG), (plan.staged, stat.S_ISDIR)):
         if leftover and os.path.lexists(leftover) and not kind(os.lstat(leftover).st_mode):
             raise KitError(
-                f"{leftover}: the kit builds here, and this is not the file or directory a killed "
-                "build of it leaves (a link, or another kind)",
+                f"{leftover}: the kit builds here, "
+                "and this is not the file or directory a killed build of it leaves (a link, or another kind)",
                 fix="move it away",
             )
     # a killed build's leftover: `buildah push` will not overwrite it

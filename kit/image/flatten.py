@@ -229,9 +229,9 @@ class Flattener:
             if prev == DIR and kind == DIR:
                 return  # a directory merged across layers: emitted once, top layer's metadata
             raise LayerError(
-                f"{layer.label}: member {name!r} ({kind}) clashes with the {prev} "
-                "this layer already has there (the name appears twice, or is the "
-                "parent of an earlier member)",
+                f"{layer.label}: member {name!r} ({kind}) "
+                f"clashes with the {prev} this layer already has there (the name appears twice, "
+                "or is the parent of an earlier member)",
                 fix="rebuild the layer",
             )
         yield from self._parents(layer, name)
@@ -268,8 +268,7 @@ class Flattener:
             else:
                 raise LayerError(
                     f"{layer.label}: hard link {name!r} points to {info.linkname!r}, "
-                    f"which is {'a ' + tkind if tkind else 'not'} in the image before "
-                    "it",
+                    f"which is {'a ' + tkind if tkind else 'not'} in the image before it",
                     fix="rebuild the layer",
                 )
         elif kind == REG:
@@ -324,8 +323,8 @@ class Flattener:
                 return
             if kind == SYM:
                 raise LayerError(
-                    f"{layer.label}: member {name!r} would be written through the "
-                    f"symlink {parent!r}; the image is unsafe",
+                    f"{layer.label}: "
+                    f"member {name!r} would be written through the symlink {parent!r}; the image is unsafe",
                     fix="rebuild it",
                 )
             if kind is not None:
@@ -367,8 +366,8 @@ class Flattener:
             return rel
         if not _contained(link_dir, target):
             raise LayerError(
-                f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the "
-                "image; the image is unsafe",
+                f"{layer.label}: symlink {name!r} -> {target!r} climbs out of the image; "
+                "the image is unsafe",
                 fix="rebuild it",
             )
         return target
@@ -443,8 +442,8 @@ class Flattener:
                     break
             if todo:
                 raise LayerError(
-                    f"{layer.label}: hard link {next(iter(todo.values()))!r}: its "
-                    f"target in layer {li} vanished",
+                    f"{layer.label}: hard link {next(iter(todo.values()))!r}: "
+                    f"its target in layer {li} vanished",
                     fix="export the image again",
                 )
 
@@ -486,8 +485,8 @@ class Flattener:
             if have is not None:
                 now = f"a symlink to {self.symlinks[name]}" if have == SYM else f"a {have}"
                 raise KitError(
-                    f"/{name} is {now} in the image, but the site's MPI pair needs a "
-                    f"symlink to /{target} there",
+                    f"/{name} is {now} in the image, "
+                    f"but the site's MPI pair needs a symlink to /{target} there",
                     fix="remove it from the image recipe",
                 )
             info = tarfile.TarInfo(name)
@@ -534,8 +533,8 @@ class Flattener:
             elif have != want and not (have == LNK and want == REG):
                 if strict:
                     raise KitError(
-                        f"{what} /{path}: /{q} is a {have} in the image, so it cannot be "
-                        "created without following or replacing it",
+                        f"{what} /{path}: /{q} is a {have} in the image, "
+                        "so it cannot be created without following or replacing it",
                         fix="choose another path",
                     )
                 self.report.change(q, None, f"mount point kept as {have} (not followed)")

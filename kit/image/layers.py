@@ -176,9 +176,8 @@ class _CountingReader(_HashingReader):
             )
         if self.count > lim.ratio_floor and self.count > lim.max_ratio * self.stored:
             raise LayerError(
-                f"{self.layer.label}: expands more than {lim.max_ratio}x "
-                f"({self.stored} stored bytes, {self.count}+ unpacked): "
-                "a decompression bomb?",
+                f"{self.layer.label}: expands more than {lim.max_ratio}x ({self.stored} stored bytes, "
+                f"{self.count}+ unpacked): a decompression bomb?",
                 fix="raise --max-size only if it is genuine",
             )
         if self.hash:
@@ -391,8 +390,8 @@ def iter_members(
                 budget.members += 1
                 if budget.members > budget.limits.max_members:
                     raise LayerError(
-                        f"{layer.label}: more than --max-members "
-                        f"{budget.limits.max_members} members at {last!r}",
+                        f"{layer.label}: "
+                        f"more than --max-members {budget.limits.max_members} members at {last!r}",
                         fix="raise --max-members if the image is genuine",
                     )
                 _check_member(info, layer, budget.limits)
@@ -422,8 +421,8 @@ def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
     mtime = info.mtime
     if not mtime_ok(mtime):
         raise LayerError(
-            f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its "
-            "header, not a time between 1970 and 2106",
+            f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its header, "
+            "not a time between 1970 and 2106",
             fix="rebuild the layer with real timestamps (e.g. SOURCE_DATE_EPOCH)",
         )
     if info.size > limits.max_size:
@@ -439,9 +438,8 @@ def _check_end(offset: int, stream: _Forward | _Window, layer: Layer, last: str)
     bad = first_nonzero(stream.rest_from(offset), offset)
     if bad is not None:
         raise LayerError(
-            f"{layer.label}: corrupt tar header at byte {offset} of the layer "
-            f"(after member {last!r}, non-zero data at byte {bad}): the members "
-            "after it would be lost",
+            f"{layer.label}: corrupt tar header at byte {offset} of the layer (after member {last!r}, "
+            f"non-zero data at byte {bad}): the members after it would be lost",
             fix="export the image again",
         )
 

@@ -209,8 +209,8 @@ def _check_exchange(target: Target) -> None:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             raise
         raise KitError(
-            f"{target.out}: this filesystem cannot swap directories atomically, so the "
-            "directory image cannot be replaced in place",
+            f"{target.out}: this filesystem cannot swap directories atomically, "
+            "so the directory image cannot be replaced in place",
             fix="move the old image away yourself, or write a file image (.sqfs, .tar.gz)",
         ) from None
     finally:

@@ -311,8 +311,8 @@ def parse(pread: Pread, size: int, where: str) -> Sif:
         seen.add(ident_no)
         if offset < 0 or length < 0 or offset + length > size or padded < length:
             raise bad(
-                f"{what}: {length} bytes at {offset} (padded {padded}) do not fit the file of "
-                f"{size} bytes"
+                f"{what}: {length} bytes at {offset} (padded {padded}) "
+                f"do not fit the file of {size} bytes"
             )
         obj = SifObject(
             ident_no, kind, offset, length, name.split(b"\0", 1)[0].decode("utf-8", "replace"),

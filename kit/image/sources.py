@@ -118,8 +118,8 @@ def _scan(src: Path) -> Iterator[tarfile.TarInfo]:
                 count += 1
                 if count > MAX_ARCHIVE_MEMBERS:
                     raise KitError(
-                        f"{src}: more than {MAX_ARCHIVE_MEMBERS} members; an image "
-                        "archive holds a few per layer",
+                        f"{src}: more than {MAX_ARCHIVE_MEMBERS} members; "
+                        "an image archive holds a few per layer",
                         fix="pass the image archive",
                     )
                 yield info
@@ -132,9 +132,9 @@ def _scan(src: Path) -> Iterator[tarfile.TarInfo]:
             ) from None
     if bad is not None:
         raise KitError(
-            f"{src}: corrupt tar header at byte {tf.offset} (data at byte {bad} "
-            "after what tar reads as the end): the members from there on would be "
-            "lost",
+            f"{src}: "
+            f"corrupt tar header at byte {tf.offset} (data at byte {bad} after what tar reads as the end): "
+            "the members from there on would be lost",
             fix="copy or export the archive again",
         )
 
@@ -182,8 +182,8 @@ class _Doc:
         digest = self.want(value, str, field)
         if not DIGEST.fullmatch(digest):
             raise KitError(
-                f"{self.where}: {field} {digest[:80]!r} is not a digest of the form "
-                "sha256:<64 hex digits>",
+                f"{self.where}: "
+                f"{field} {digest[:80]!r} is not a digest of the form sha256:<64 hex digits>",
                 fix=f"{self.fix}",
             )
         return digest
@@ -462,8 +462,8 @@ def _oci_image(src: Path, kind: str, store: _Store, cand: Candidate) -> Image:
         blob = store.blob(_digest_path(digest))
         if "size" in desc and doc.want(desc["size"], int, f"layers[{i}].size") != blob.size:
             raise KitError(
-                f"{src}: layer {i} ({digest}) is {blob.size} bytes but its "
-                f"descriptor says {desc['size']}",
+                f"{src}: layer {i} ({digest}) "
+                f"is {blob.size} bytes but its descriptor says {desc['size']}",
                 fix="the blob is truncated or corrupt, copy the image again",
             )
         layers.append(Layer(i, media_type, blob, digest=digest))

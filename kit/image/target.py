@@ -157,9 +157,9 @@ def _recognise(out: Path, path: Path, fmt: str, st: os.stat_result) -> tuple[Ide
             if staged and _describes(staged, fmt, found):
                 return found, work  # the image went in, its sidecars did not: finished next run
     raise KitError(
-        f"{out}: exists as {kind} that is not an earlier kit image convert {fmt} output "
-        f"(no {path.name}{MANIFEST} describes it); the kit never replaces what it did not "
-        "make",
+        f"{out}: "
+        f"exists as {kind} that is not an earlier kit image convert {fmt} output (no "
+        f"{path.name}{MANIFEST} describes it); the kit never replaces what it did not make",
         fix="choose another OUT, or move it away yourself",
     )
 

@@ -54,8 +54,8 @@ def format_for(out: Path, fmt: str | None) -> str:
         return "dir"
     raise KitError(
         f"{out}: cannot tell the output format from the name",
-        fix="use a name ending in .tar.gz, .tar, .sqfs or .sif, or pass --format "
-        "tar.gz|tar|sqfs|sif|dir",
+        fix="use a name ending in .tar.gz, .tar, .sqfs or .sif, "
+        "or pass --format tar.gz|tar|sqfs|sif|dir",
     )
 
 

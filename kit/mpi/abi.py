@@ -19,8 +19,8 @@ MODES = ("major", "full", "strict")
 DEFAULT_SONAME = {"mpich": "libmpi.so.12", "openmpi": "libmpi.so.40"}
 # What to put into an image so that it pairs with a host of each family.
 ADVICE = {
-    "mpich": "an MPICH-ABI MPI with libmpi.so.12 (e.g. Debian/Ubuntu 'mpich' {hint}, or Intel MPI "
-    "matching the host's {host})",
+    "mpich": "an MPICH-ABI MPI with libmpi.so.12 (e.g. Debian/Ubuntu 'mpich' {hint}, "
+    "or Intel MPI matching the host's {host})",
     "openmpi": "Open MPI {hint} (the host's major version, minor no newer than the host's {host})",
 }
 
@@ -110,8 +110,8 @@ def decide(host: AbiId, image: AbiId, mode: str = "full") -> Verdict:
     if v.ok and host.linker_name != image.linker_name:
         v.aliases[image.soname] = host.soname
         v.reasons.append(
-            f"linker names differ ({image.linker_name} in the image, {host.linker_name} "
-            f"on the host): the image's {image.soname} is served by the host's {host.soname}"
+            f"linker names differ ({image.linker_name} in the image, {host.linker_name} on the host): "
+            f"the image's {image.soname} is served by the host's {host.soname}"
         )
     if v.ok and host.family == "openmpi":
         openmpi_rule(
@@ -145,6 +145,6 @@ def _minor_rule(host: AbiId, image: AbiId, mode: str, v: Verdict, refuse) -> Non
         v.reasons.append(f"host minor {hmin} >= image minor {imin}")
     else:
         v.warnings.append(
-            f"host minor {hmin} is older than the image's minor {imin}: programs built "
-            f"against the image's MPI may call functions the host lacks"
+            f"host minor {hmin} is older than the image's minor {imin}: "
+            "programs built against the image's MPI may call functions the host lacks"
         )

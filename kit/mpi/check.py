@@ -29,9 +29,8 @@ from kit.site.model import VENDOR_BANNERS
 
 RANKS = 2
 NODES = (1, 2)  # a node count RANKS divides: the same ranks per node
-STOP_GRACE = (
-    5.0  # s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
-)
+# s before the timeout at which a check that hangs is stopped (SIGTERM, then SIGKILL)
+STOP_GRACE = 5.0
 WATCH = 1.0  # s between two looks at the launcher's processes
 RUN_MARK = "KIT_CHECK_RUN"  # the variable whose value marks one check's processes
 SHM = Path("/dev/shm")  # where ch-run --join keeps a peer group's segment and semaphore
@@ -109,8 +108,8 @@ def _allocation(pair: Pair, nodes: int, per_node: int) -> list[str]:
         return []
     if site.scheduler.type != "slurm" or shutil.which("salloc") is None:
         raise KitError(
-            f"site {site.name}: a {nodes}-node check needs Slurm (scheduler.type: slurm and salloc "
-            "on PATH)",
+            f"site {site.name}: a {nodes}-node check needs Slurm (scheduler.type: "
+            "slurm and salloc on PATH)",
             fix="run it on the site's login node, or with --nodes 1",
         )
     partition = [f"--partition={site.scheduler.partition}"] if site.scheduler.partition else []
@@ -170,8 +169,8 @@ def run_check(
     if timed_out:
         result.problems.append(
             _no_report(
-                f"the ranks did not finish within {timeout:.0f} s; every process of "
-                "the check was stopped",
+                f"the ranks did not finish within {timeout:.0f} s; "
+                "every process of the check was stopped",
                 result.output,
                 stopped=True,
             )
@@ -244,8 +243,8 @@ def _run_bounded(
     except OSError as exc:
         raise KitError(
             f"launcher {cmd[0]}: cannot be started ({exc.strerror})",
-            fix="host_mpi.launcher and "
-            "host_mpi.prefix in the site config must name an installed, executable launcher",
+            fix="host_mpi.launcher and host_mpi.prefix in the site config must name an installed, "
+            "executable launcher",
         ) from None
     known: dict[int, str] = {}  # pid -> its start time (a pid used again is another process)
     deadline = time.monotonic() + timeout - STOP_GRACE
@@ -449,7 +448,7 @@ def _judge(pair: Pair, returncode: int, result: CheckResult) -> None:
             )
         if not r.libraries or not all(any(m.startswith(t) for t in targets) for m in r.libraries):
             result.problems.append(
-                f"rank {r.rank}: MPI libraries mapped from {r.libraries}, not from the "
-                f"host bind ({', '.join(targets)})"
+                f"rank {r.rank}: MPI libraries mapped from {r.libraries}, "
+                f"not from the host bind ({', '.join(targets)})"
             )
         result.problems += judge_libraries(pair, r) + judge_components(pair, r)

@@ -106,9 +106,8 @@ def convert_paired(
             pair.image_env = True  # the converter always writes /ch/environment
             if tap.environment is not None and pair.environment is None:
                 pair.environment = parse_environment(tap.environment, Path(out) / ENVIRONMENT)
-            pair.site_image = (
-                installed  # where `kit transfer push --install` puts it: the launch line's image
-            )
+            # where `kit transfer push --install` puts it: the launch line's image
+            pair.site_image = installed
             return pair
 
         try:

@@ -279,8 +279,8 @@ def _inspect(tree: Root, root: Path, label: str, notes: list[str]) -> ImageMPI:
     read: dict[tuple[int, int], Facts | Exception | None] = {}
     if len(candidates) > MAX_MPI_NAMES:
         result.note(
-            f"{len(candidates)} MPI library names listed ({result.source}); only the first "
-            f"{MAX_MPI_NAMES} were looked at"
+            f"{len(candidates)} MPI library names listed ({result.source}); "
+            f"only the first {MAX_MPI_NAMES} were looked at"
         )
     for name, path in candidates[:MAX_MPI_NAMES]:
         try:

@@ -43,8 +43,8 @@ VERSION_PATTERNS = [
     (
         "mpich",
         re.compile(
-            rb"\x00\d+:\d+:\d+\x00+[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} [A-Z]+ \d{4}"
-            rb"\x00(\d+\.\d+(?:\.\d+)?(?:[a-z]+\d*)?)\x00"
+            rb"\x00\d+:\d+:\d+\x00+[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} [A-Z]+ "
+            rb"\d{4}\x00(\d+\.\d+(?:\.\d+)?(?:[a-z]+\d*)?)\x00"
         ),
     ),
 ]
@@ -107,8 +107,8 @@ class Elf:
             )
         if shoff + count * entsize > size:
             raise ElfError(
-                f"{self.label}: section table ({count} entries at offset {shoff}) runs past "
-                f"the end of the file ({size} bytes)"
+                f"{self.label}: section table ({count} entries at offset {shoff}) "
+                f"runs past the end of the file ({size} bytes)"
             )
         out = []
         for i in range(count):
@@ -123,8 +123,8 @@ class Elf:
             return b""
         if section.offset + section.size > len(self.data):
             raise ElfError(
-                f"{self.label}: section {section.index} (offset {section.offset}, size "
-                f"{section.size}) runs past the end of the file ({len(self.data)} bytes)"
+                f"{self.label}: section {section.index} (offset {section.offset}, "
+                f"size {section.size}) runs past the end of the file ({len(self.data)} bytes)"
             )
         return self.data[section.offset : section.offset + section.size]
 

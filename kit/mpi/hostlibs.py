@@ -32,9 +32,8 @@ from kit.rootfs import Root, RootError
 MAX_LIBRARIES = 1000  # files of one closure read (Open MPI with UCX and fabrics: about 40)
 MAX_COMPONENTS = 2000  # files of one component dir read (Debian's Open MPI 4.1: 121)
 MAX_LD_CACHE = 16 << 20  # real caches are ~100 KB
-MAX_DIR_ENTRIES = (
-    100_000  # names of one host library dir looked at (Debian's /usr/lib/x86_64-linux-gnu: ~3000)
-)
+# names of one host library dir looked at (Debian's /usr/lib/x86_64-linux-gnu: ~3000)
+MAX_DIR_ENTRIES = 100_000
 HOST_LD_CACHE = Path("/etc/ld.so.cache")
 DEFAULT_DIRS = (Path("/lib64"), Path("/usr/lib64"), Path("/lib"), Path("/usr/lib"))
 

@@ -166,8 +166,8 @@ def _extract_tar(image: Path, dest: Path, notes: list[str]) -> None:
             ) from None
     if bad is not None:
         raise KitError(
-            f"{image}: cannot read the tarball: corrupt tar header at byte {tar.offset} (data at "
-            f"byte {bad} after what tar reads as the end)",
+            f"{image}: cannot read the tarball: "
+            f"corrupt tar header at byte {tar.offset} (data at byte {bad} after what tar reads as the end)",
             fix="copy or convert the image again",
         )
 
@@ -220,8 +220,8 @@ def _extract_squash(
         )
     if listing.stdout_cut:
         raise KitError(
-            f"{image}: unsquashfs lists more than {MAX_LISTING >> 20} MiB of names, far more than "
-            "any image the kit reads",
+            f"{image}: unsquashfs lists more than {MAX_LISTING >> 20} MiB of names, "
+            "far more than any image the kit reads",
             fix="give the image itself",
         )
     paths, dirs = [], []

@@ -175,9 +175,8 @@ class Launch:
     env_set: dict[str, str]
     env_prepend: dict[str, list[str]]
     image_env: bool = True
-    environment: dict[str, str] | None = (
-        None  # the image's own, where the pair read it (None: not read)
-    )
+    # the image's own, where the pair read it (None: not read)
+    environment: dict[str, str] | None = None
 
     @property
     def runtime(self):

@@ -78,8 +78,8 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
             want = host_copy(pair, soname)
             problems.append(
                 error_line(
-                    f"rank {rank.rank}: {soname} is mapped twice ({', '.join(sorted(paths))}); it "
-                    f"should come once, from {want or 'one place'}",
+                    f"rank {rank.rank}: {soname} is mapped twice ({', '.join(sorted(paths))}); "
+                    f"it should come once, from {want or 'one place'}",
                     fix=FIX_IMAGE_FIRST,
                 )
             )
@@ -92,8 +92,8 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
         ):
             problems.append(
                 error_line(
-                    f"rank {rank.rank}: {soname} mapped from {path} (the image's), but the pair "
-                    f"binds the host's ({want})",
+                    f"rank {rank.rank}: {soname} mapped from {path} (the image's), "
+                    f"but the pair binds the host's ({want})",
                     fix=FIX_IMAGE_FIRST,
                 )
             )
@@ -105,8 +105,9 @@ def judge_libraries(pair: Pair, rank: RankReport) -> list[str]:
             if UCT_MODULE.fullmatch(name) and posixpath.dirname(lib) != module_dir:
                 problems.append(
                     error_line(
-                        f"rank {rank.rank}: UCX transport module {name} mapped from "
-                        f"{posixpath.dirname(lib)}, not from the host UCX's module dir {module_dir}",
+                        f"rank {rank.rank}: "
+                        f"UCX transport module {name} mapped from {posixpath.dirname(lib)}, "
+                        f"not from the host UCX's module dir {module_dir}",
                         fix="re-make the pair where the site's MPI is installed (it sets "
                         f"UCX_MODULE_DIR={module_dir})",
                     )
@@ -144,8 +145,8 @@ def judge_components(pair: Pair, rank: RankReport) -> list[str]:
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             problems.append(
                 error_line(
-                    f"rank {rank.rank}: Open MPI components ({shown}) mapped from {directory}, not "
-                    f"from the host's component dirs ({', '.join(sorted(allowed)) or 'none bound'})",
+                    f"rank {rank.rank}: Open MPI components ({shown}) mapped from {directory}, "
+                    f"not from the host's component dirs ({', '.join(sorted(allowed)) or 'none bound'})",
                     fix="drop what points Open MPI elsewhere (OMPI_MCA_mca_base_component_path, "
                     "~/.openmpi/components) and bind host_mpi.openmpi.components (kit mpi pair)",
                 )

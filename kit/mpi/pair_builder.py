@@ -50,12 +50,10 @@ class Pair:
     missing: list[str] = field(default_factory=list)  # mount points / links the image lacks
     site_image: str | None = None  # where the image will be on the site, if not at `image`
     image_env: bool = True  # the image has /ch/environment (its ENV) for ch-run to import
-    image_id: tuple[int, ...] | None = (
-        None  # IMAGE as make_pair read it (write_pair: still the same?)
-    )
-    environment: dict[str, str] | None = (
-        None  # the image's ch/environment as read with the pair (None: not read)
-    )
+    # IMAGE as make_pair read it (write_pair: still the same?)
+    image_id: tuple[int, ...] | None = None
+    # the image's ch/environment as read with the pair (None: not read)
+    environment: dict[str, str] | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -177,8 +175,8 @@ def image_abi(found: ImageMPI) -> AbiId:
                 "host)",
             )
         raise KitError(
-            f"{found.image}: no MPI library found (searched the image's {found.source} for "
-            "libmpi.so.N / libmpich.so.N)",
+            f"{found.image}: "
+            f"no MPI library found (searched the image's {found.source} for libmpi.so.N / libmpich.so.N)",
             fix="install the MPI the site's ABI needs into the image",
         )
     if lib.vendor is None:
@@ -228,8 +226,9 @@ def pair_from_root(
     verdict = decide(host, container, mode)
     if not verdict.ok:
         raise KitError(
-            f"{image}: cannot bind {host.describe()} from site {site.name} over the image's "
-            f"{container.describe()}: {', '.join(r for r in verdict.reasons if 'same' not in r)}",
+            f"{image}: "
+            f"cannot bind {host.describe()} from site {site.name} over the image's {container.describe()}: "
+            f"{', '.join(r for r in verdict.reasons if 'same' not in r)}",
             fix=f"put {advice_for(host)} into the image instead",
         )
     target = site.container.mpi_target.rstrip("/")
@@ -268,9 +267,8 @@ def pair_from_root(
             first = sorted(placed.shadowed, key=lambda n: not n.startswith("libc.so"))
             shown = ", ".join(first[:5]) + (", ..." if len(first) > 5 else "")
             verdict.reasons.append(
-                f"the host's library dirs also hold {len(placed.shadowed)} libraries the image "
-                f"has ({shown}): only the MPI's go on the loader's path, as links in "
-                f"{target}/{COMPAT_DIR}"
+                f"the host's library dirs also hold {len(placed.shadowed)} libraries the image has "
+                f"({shown}): only the MPI's go on the loader's path, as links in {target}/{COMPAT_DIR}"
             )
         if placed.links:
             links |= placed.links

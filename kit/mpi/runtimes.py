@@ -92,9 +92,10 @@ def runtime_links(
         return Placement(
             problems=[
                 error_line(
-                    f"the host's {soname} is not in host_mpi.library_dirs on this machine, so the "
-                    "libraries it needs are unknown: its library dirs go on the loader's path whole "
-                    "(with whatever else they hold, e.g. a libc)",
+                    f"the host's {soname} is not in host_mpi.library_dirs on this machine, "
+                    "so the libraries it needs are unknown: "
+                    "its library dirs go on the loader's path whole (with whatever else they hold, "
+                    "e.g. a libc)",
                     fix=f"make the pair where the site's {runtime.name} is installed (kit mpi pair "
                     "--prepare, or kit image convert --site on the login node)",
                 )

@@ -34,16 +34,16 @@ def render() -> str:
         "# Command reference\n",
         paragraph(GENERATED),
         paragraph(
-            "Every `kit` command, then gan3d's (`python -m gan3d COMMAND`, the training inside the "
-            "image). Each command's own `--help` says the same; `kit docs` lists the guides."
+            "Every `kit` command, then gan3d's (`python -m gan3d COMMAND`, the training inside the image). "
+            "Each command's own `--help` says the same; `kit docs` lists the guides."
         ),
     ]
     parts += ["## Conventions", common.CONVENTIONS.strip()]  # the CLI's own text, as written
     parts += [
         "## Options of every command",
         paragraph(
-            "Given before the command (`kit -v scale plan ...`); `-q` and `-v` also after it "
-            "(`kit scale plan -v ...`)."
+            "Given before the command (`kit -v scale plan ...`); "
+            "`-q` and `-v` also after it (`kit scale plan -v ...`)."
         ),
         _arguments(kit, leaf=False),
     ]

@@ -30,8 +30,8 @@ _WORLD = "a rank checks that it joined the job its launcher started"
 # One line per variable: what it changes. tests/docs/test_reference.py fails when the code reads a
 # variable this table does not describe.
 MEANINGS = {
-    "APPTAINER_CONTAINER": "set by `apptainer exec` in its container: results record the run as "
-    "`apptainer`",
+    "APPTAINER_CONTAINER": "set by `apptainer exec` in its container: "
+    "results record the run as `apptainer`",
     "CH_RUNNING": "set by `ch-run` in a Charliecloud container: results record the run as `charliecloud`",
     "FI_PROVIDER": f"libfabric's provider (Intel MPI, MPICH ch4:ofi); {_FABRIC}",
     "GAN3D_FORMS": "`gan3d train --forms` when the option is not given (default `auto`)",
@@ -48,9 +48,8 @@ MEANINGS = {
     "I_MPI_OFI_PROVIDER": f"Intel MPI's libfabric provider; {_FABRIC}",
     "I_MPI_PIN_DOMAIN": f"Intel MPI's pinning of a rank's threads; {_RUN}",
     "I_MPI_PIN_RESPECT_CPUSET": f"Intel MPI's pinning within the job's CPU set; {_RUN}",
-    "KIT_CACHE": "moves the kit's cache (gan3d's layer forms, udocker's tools, `kit vcluster`'s Intel "
-    "MPI, `make lock`'s wheel checks, the set-up's downloads); default "
-    "`$XDG_CACHE_HOME/secure-site-kit`",
+    "KIT_CACHE": "moves the kit's cache (gan3d's layer forms, udocker's tools, `kit vcluster`'s Intel MPI, "
+    "`make lock`'s wheel checks, the set-up's downloads); default `$XDG_CACHE_HOME/secure-site-kit`",
     "KIT_CRASH_DIR": "where an internal error's traceback goes; default `$XDG_STATE_HOME/secure-site-kit`",
     "KIT_DEBUG": "1: print an internal error's traceback instead of writing it to a file (as `--debug`)",
     "KIT_IMAGE_DIGEST": "the image's digest, exported by the batch script; recorded in results",
@@ -70,8 +69,8 @@ MEANINGS = {
     "OMP_PROC_BIND": f"OpenMP's thread binding; {_RUN}",
     "PAGER": "the pager of `kit docs TOPIC` on a terminal (empty: none); default `less -R`",
     "PMI_SIZE": f"the PMI rank count (Hydra, srun): {_WORLD}",
-    "SINGULARITY_CONTAINER": "set by `singularity exec` in its container: results record the run as "
-    "`apptainer`",
+    "SINGULARITY_CONTAINER": "set by `singularity exec` in its container: "
+    "results record the run as `apptainer`",
     "SLURM_CPUS_PER_TASK": f"Slurm's cores per rank: gan3d's default `--threads`; {_RUN}",
     "SLURM_JOB_ID": "inside a Slurm job: where `kit mpi check --nodes 2` runs; results record it",
     "SLURM_NNODES": f"the job's node count; {_RUN}",
@@ -88,8 +87,8 @@ MEANINGS = {
     "XDG_CACHE_HOME": "base of the kit's cache (`$XDG_CACHE_HOME/secure-site-kit` unless `KIT_CACHE` "
     "is set); default `~/.cache`; a relative path is ignored",
     "XDG_CONFIG_HOME": "base of your own site configs (`$XDG_CONFIG_HOME/kit/sites`); default `~/.config`",
-    "XDG_STATE_HOME": "base of the crash reports' directory; default `~/.local/state`; a relative "
-    "path is ignored",
+    "XDG_STATE_HOME": "base of the crash reports' directory; default `~/.local/state`; "
+    "a relative path is ignored",
     "container_execmode": "set by `udocker run` in its container: results record the run as `udocker`",
     "container_root": "set by `udocker run` in its container: results record the run as `udocker`",
 }
@@ -133,9 +132,10 @@ def render() -> str:
         for var, mods in sorted(found.readers.items(), key=lambda kv: kv[0].upper())
     ]
     intro = paragraph(
-        "Every environment variable the kit and gan3d read, found in their code, with the modules "
-        "that read it. What the ranks of a job are given is the site config's `host_mpi.env` "
-        "(`kit docs reference/site-config`) and the pair's settings (`kit docs reference/files`)."
+        "Every environment variable the kit and gan3d read, found in their code, "
+        "with the modules that read it. "
+        "What the ranks of a job are given is the site config's `host_mpi.env` (`kit docs "
+        "reference/site-config`) and the pair's settings (`kit docs reference/files`)."
     )
     listed = table(["variable", "read by", "meaning"], rows, (34, 60, 94))
     return f"# Environment variables\n\n{paragraph(GENERATED)}\n\n{intro}\n\n{listed}"

@@ -161,8 +161,8 @@ def render() -> str:
         paragraph(GENERATED),
         paragraph(
             "The files the kit writes and reads. Where the kit declares the schema a reader checks, "
-            "its keys follow (a mapping marked open lets other keys pass). `DIR` is the directory a "
-            "command makes or reads (`--dir DIR` or the positional `DIR`)."
+            "its keys follow (a mapping marked open lets other keys pass). "
+            "`DIR` is the directory a command makes or reads (`--dir DIR` or the positional `DIR`)."
         ),
         "## Files",
         table(
@@ -177,9 +177,9 @@ def render() -> str:
     parts += [
         "## --json documents",
         paragraph(
-            "A command given `--json` prints one JSON document on stdout, its `schema` key naming the "
-            "format below; an error is one JSON object on stderr (`{\"error\": {\"what\", \"where\", "
-            '"fix", "message", "exit"}}`) with the exit status.'
+            "A command given `--json` prints one JSON document on stdout, "
+            "its `schema` key naming the format below; an error is one JSON object on stderr (`{\"error\": "
+            '{"what", "where", "fix", "message", "exit"}}`) with the exit status.'
         ),
         table(["command", "schema"], json_documents(), (60, 40)),
     ]

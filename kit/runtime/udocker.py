@@ -39,8 +39,9 @@ FIX_INSTALL = (
     "or name it in container.udocker.executable"
 )
 FIX_PROOT = (
-    "apt-get install proot (Debian's), or set container.udocker.proot to a proot executable "
-    "(null with container.udocker.tarball: udocker's own)"
+    "apt-get install proot (Debian's), "
+    "or set container.udocker.proot to a proot executable (null with container.udocker.tarball: "
+    "udocker's own)"
 )
 FIX_ROOT = "run as an ordinary user, or set container.udocker.allow_root: true in the site config"
 # Runs PROOT with every argument udocker gives it but `-k KERNEL`; from `-r ROOT` on (the root, the
@@ -217,8 +218,8 @@ class UdockerRuntime:
             raise KitError(f"site {site.name}: udocker refuses to run as root", fix=f"{FIX_ROOT}")
         if shutil.which(s.executable) is None:
             raise KitError(
-                f"site {site.name}: udocker not found (container.udocker.executable "
-                f"{s.executable!r})",
+                f"site {site.name}: "
+                f"udocker not found (container.udocker.executable {s.executable!r})",
                 fix=f"{FIX_INSTALL}",
             )
         if s.proot is not None and not (os.path.isfile(s.proot) and os.access(s.proot, os.X_OK)):
@@ -228,15 +229,15 @@ class UdockerRuntime:
             )
         if s.tarball is not None and not os.path.isfile(os.path.expanduser(s.tarball)):
             raise KitError(
-                f"site {site.name}: udocker's tools tarball {s.tarball} (container.udocker.tarball) is not "
-                "a file",
+                f"site {site.name}: "
+                f"udocker's tools tarball {s.tarball} (container.udocker.tarball) is not a file",
                 fix="copy the tarball there, or set tarball: null with a proot executable",
             )
         if image_kind != "dir":
             raise KitError(
                 f"{image}: udocker runs a directory image (--location)",
-                fix="convert it to one "
-                "(kit image convert SRC OUT --site SITE, OUT without a suffix)",
+                fix="convert it to one (kit image convert SRC OUT --site SITE, "
+                "OUT without a suffix)",
             )
 
     def check_env(self, site: Site) -> dict[str, str]:
@@ -247,10 +248,10 @@ class UdockerRuntime:
         udocker runs no SquashFS image."""
         if install_as != "dir" or source.endswith(SQUASH):
             raise KitError(
-                f"site {site.name}: udocker runs a directory image; {source} cannot be installed "
-                f"as {install_as} there",
-                fix="push the image as a tarball (kit image convert SRC OUT.tar.gz) with "
-                "--install-as dir",
+                f"site {site.name}: udocker runs a directory image; "
+                f"{source} cannot be installed as {install_as} there",
+                fix="push the image as a tarball (kit image convert SRC OUT.tar.gz) "
+                "with --install-as dir",
             )
         return "unpack"
 

@@ -59,8 +59,8 @@ def loss_overlay(rows: Sequence[Row], kind: str, name: str) -> list[Band]:
             batches = sorted({run.global_batch for run in row.runs})
             bands.append(
                 _band(
-                    f"{row.nodes} node{'s' if row.nodes > 1 else ''}, global batch "
-                    f"{'/'.join(map(str, batches))}",
+                    f"{row.nodes} node{'s' if row.nodes > 1 else ''}, "
+                    f"global batch {'/'.join(map(str, batches))}",
                     points,
                 )
             )

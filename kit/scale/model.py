@@ -342,8 +342,8 @@ def _check(nodes: Sequence[int], seconds: Sequence[Sequence[float]]) -> None:
     if len(nodes) < 2:
         raise KitError(
             f"one node count ({nodes[0] if nodes else 'none'}) cannot show how the overhead grows",
-            fix="measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 "
-            "--repeats 3), better three",
+            fix="measure at least two node counts (kit scale plan --nodes N0,2N0,8N0 --repeats 3), "
+            "better three",
         )
 
 

@@ -80,8 +80,8 @@ TABLES: dict[str, PaperTable] = {
             linear_seconds=(2302, 1151, 575.5, 287.75, 143.87, 79.93, 35.96, 17.98),
             efficiency_percent=(None, 93.0, 90.2, 89.1, 87.7, 81.8, 76.6, 71.9),
             notes=(
-                "128 nodes: linear time printed as 79.93 s; 2302*4/128 = 71.94 s, which the printed "
-                "efficiency (81.8% = 71.94/88) uses.",
+                "128 nodes: linear time printed as 79.93 s; 2302*4/128 = 71.94 s, "
+                "which the printed efficiency (81.8% = 71.94/88) uses.",
             ),
         ),
         PaperTable(
@@ -111,9 +111,10 @@ TABLES: dict[str, PaperTable] = {
             linear_seconds=(907.26, 453.63, 226.82, 113.41, 56.70, 28.35, 14.18, 7.09, 3.54),
             efficiency_percent=(None, 94.6, 92.8, 91.3, 91.1, 90.8, 90.7, 90.4, 89.9),
             notes=(
-                "768 nodes: linear time printed as 3.54 s (half the 512-node 7.09 s, as for 1024 nodes) and "
-                "efficiency 89.9% = 3.54/3.94; by the paper's definition linear is 907.26*4/768 = 4.73 s and "
-                "3.94 s would be 120% efficient.",
+                "768 nodes: linear time printed as 3.54 s (half the 512-node 7.09 s, "
+                "as for 1024 nodes) and efficiency 89.9% = 3.54/3.94; "
+                "by the paper's definition linear is 907.26*4/768 = 4.73 s and 3.94 s would be "
+                "120% efficient.",
             ),
         ),
         PaperTable(
@@ -142,8 +143,8 @@ TABLES: dict[str, PaperTable] = {
             linear_seconds=(17831, 8915.5, 4457.75, 2228.87, 1114.44, 557.22, 278.61, 139.60),
             efficiency_percent=(None, 99.1, 98.08, 97.4, 96.8, 95.9, 95.1, 94.1),
             notes=(
-                "128 nodes: linear time printed as 139.60 s; 17831/128 = 139.30 s, which the printed "
-                "efficiency (94.1% = 139.30/148) uses.",
+                "128 nodes: linear time printed as 139.60 s; 17831/128 = 139.30 s, "
+                "which the printed efficiency (94.1% = 139.30/148) uses.",
             ),
         ),
         PaperTable(
@@ -170,8 +171,7 @@ TABLES: dict[str, PaperTable] = {
             percent_of_peak=(66.17, 66.21, 67.01, 63.14, 65.17, 67.60, 66.39, 65.60, 65.29),
             notes=(
                 f"% of peak = PFLOP/s / (nodes x {SNG_NODE_PEAK_TFLOP_PER_SECOND} TFLOP/s); "
-                "128 nodes: printed "
-                "67.60%, but 0.31878 PFLOP/s is 60.01% of 128 nodes' peak.",
+                "128 nodes: printed 67.60%, but 0.31878 PFLOP/s is 60.01% of 128 nodes' peak.",
             ),
         ),
     )
@@ -207,8 +207,8 @@ class OverheadTable:
 
 
 _TF111 = (
-    "the caption says TensorFlow 1.11, the text before Table 8 says \"TensorFlow version 1.9 "
-    "workloads\"; which one ran is not resolved in the paper"
+    "the caption says TensorFlow 1.11, the text before Table 8 says \"TensorFlow version 1.9 workloads\"; "
+    "which one ran is not resolved in the paper"
 )
 _INTEL_4 = "4-node Intel Xeon Gold 6148 cluster (2 sockets x 20 cores, 2 threads/core)"
 OVERHEAD_TABLES: dict[str, OverheadTable] = {
@@ -216,8 +216,8 @@ OVERHEAD_TABLES: dict[str, OverheadTable] = {
     for t in (
         OverheadTable(
             id="table8",
-            caption="Achieved throughput (img/s) for AlexNet and ResNet-50 based on TensorFlow 1.11 with and "
-            "without Charliecloud",
+            caption="Achieved throughput (img/s) "
+            "for AlexNet and ResNet-50 based on TensorFlow 1.11 with and without Charliecloud",
             machine=_INTEL_4,
             setup="TensorFlow 1.11 in a Charliecloud container vs on the host",
             quantity="throughput (img/s)",
@@ -227,8 +227,8 @@ OVERHEAD_TABLES: dict[str, OverheadTable] = {
             higher_is_better=True,
             notes=(
                 _TF111,
-                "the paper calls the difference a negligible overhead; ResNet-50 ran faster in the "
-                "container (75 vs 74 img/s)",
+                "the paper calls the difference a negligible overhead; "
+                "ResNet-50 ran faster in the container (75 vs 74 img/s)",
             ),
         ),
         OverheadTable(

@@ -158,8 +158,8 @@ def make_plan(
     shared = matching(tuple(train_args), PER_RUN_FLAGS)
     if shared and len(runs) > 1:
         raise KitError(
-            f"training arguments {' '.join(shared)}: every run of the sweep would write the same "
-            "directory at once",
+            f"training arguments {' '.join(shared)}: "
+            "every run of the sweep would write the same directory at once",
             fix="leave them out of the sweep (or plan one run per directory)",
         )
     return Plan(
@@ -197,17 +197,16 @@ CALIBRATION_FACTORS = (
     8,
 )
 CALIBRATION_REPEATS = 3
-CALIBRATION_STEPS = (
-    20  # optimizer steps per epoch of a calibration run (the report scales to a full epoch)
-)
+# optimizer steps per epoch of a calibration run (the report scales to a full epoch)
+CALIBRATION_STEPS = 20
 
 
 def calibration_nodes(n0: int, max_nodes: int) -> list[int]:
     """The node counts kit scale predict needs: n0, 2n0 and 8n0 (4n0 where the site holds fewer)."""
     if 2 * n0 > max_nodes:
         raise KitError(
-            f"--calibrate --nodes {n0}: a calibration needs {n0} and {2 * n0} nodes, the site allows "
-            f"1..{max_nodes} (scheduler.max_nodes)",
+            f"--calibrate --nodes {n0}: a calibration needs {n0} and {2 * n0} nodes, "
+            f"the site allows 1..{max_nodes} (scheduler.max_nodes)",
             fix="a smaller --nodes",
         )
     top = next((n0 * f for f in (8, 4) if n0 * f <= max_nodes), None)

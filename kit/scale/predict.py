@@ -52,9 +52,8 @@ class Calibration:
     seconds: tuple[tuple[float, ...], ...]  # the repeats' wall epochs at each count
     events_per_epoch: int | None
     batch_per_rank: int | None
-    flop_per_shower: float | None = (
-        None  # model FLOP of one shower's training (results: FLOP/s / showers/s)
-    )
+    # model FLOP of one shower's training (results: FLOP/s / showers/s)
+    flop_per_shower: float | None = None
     node_peak: float | None = None  # FLOP/s of one node, of `peak_denominator`
     peak_denominator: str | None = None
     stack: str | None = None  # the MPI library, fabric and Horovod settings the runs share
@@ -145,16 +144,16 @@ def predict(
     targets = check_targets(targets or [top * 4, top * 16, top * 64])
     if targets[0] < cal.nodes[0]:
         raise KitError(
-            f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); the model knows "
-            "how the overhead grows above it",
+            f"--nodes {targets[0]}: below the smallest measured count ({cal.nodes[0]}); "
+            "the model knows how the overhead grows above it",
             fix="forecast from it up, or measure the smaller count",
         )
     for n in targets:
         if model.band(n)[0] <= 0 or (model.per_epoch is not None and model.steps(n) == 0):
             raise KitError(
-                f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: the node-seconds grow from "
-                f"{cal.nodes[0]} node(s) faster than any overhead shape can follow, or the epoch's "
-                "showers are fewer than ranks x batch there",
+                f"{cal.label}: the fit leaves no time for an epoch at {n} nodes: "
+                f"the node-seconds grow from {cal.nodes[0]} node(s) faster than any overhead shape "
+                "can follow, or the epoch's showers are fewer than ranks x batch there",
                 fix="check the "
                 f"{cal.nodes[0]}-node runs (kit scale report shows each run's epoch time)",
             )
@@ -220,47 +219,48 @@ def _warnings(
     out = list(cal.notes)
     if model.per_epoch is None and cal.events_per_epoch and cal.batch_per_rank:
         out.append(
-            "the results hold no step times (epoch_step_seconds, older gan3d): the epoch is fitted "
-            "whole, so costs paid once per epoch are taken to grow as the steps' overhead does"
+            "the results hold no step times (epoch_step_seconds, older gan3d): the epoch is fitted whole, "
+            "so costs paid once per epoch are taken to grow as the steps' overhead does"
         )
     best = model.best
     if best.error is not None and best.error > POOR_FIT:
         out.append(
-            f"no shape follows the {WHAT[model.step.what]} (the best, {best.name}, misses by "
-            f"{100 * best.error:.0f}%): noisy runs, or a change between them"
+            f"no shape follows the {WHAT[model.step.what]} (the best, {best.name}, "
+            f"misses by {100 * best.error:.0f}%): noisy runs, or a change between them"
         )
     if len(cal.nodes) == 2:
         out.append(
-            f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, so the estimate is "
-            "the straggler shape and the band spans them all; measure a third count to choose"
+            f"only 2 node counts ({cal.nodes[0]}, {cal.nodes[1]}): every shape fits them, "
+            "so the estimate is the straggler shape and the band spans them all; "
+            "measure a third count to choose"
         )
     few = [n for n, s in zip(cal.nodes, cal.seconds) if len(s) < MIN_REPEATS]
     if few:
         out.append(
             error_line(
-                f"{', '.join(map(str, few))} node(s): one run each, so the band holds no "
-                "run-to-run spread",
+                f"{', '.join(map(str, few))} node(s): one run each, "
+                "so the band holds no run-to-run spread",
                 fix="kit scale plan --repeats 3",
             )
         )
     far = [f.nodes for f in forecasts if f.nodes > EXTRAPOLATION_WARN * cal.nodes[-1]]
     if far:
         out.append(
-            f"{', '.join(map(str, far))} node(s): more than {EXTRAPOLATION_WARN}x the largest measured count "
-            f"({cal.nodes[-1]}); the band widens {_per_doubling(model)} per doubling beyond it, as far "
-            "as the shapes fitted without that count missed it"
+            f"{', '.join(map(str, far))} node(s): "
+            f"more than {EXTRAPOLATION_WARN}x the largest measured count ({cal.nodes[-1]}); "
+            f"the band widens {_per_doubling(model)} per doubling beyond it, "
+            "as far as the shapes fitted without that count missed it"
         )
     if cal.site_max_nodes and forecasts[-1].nodes > cal.site_max_nodes:
         out.append(
-            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} "
-            "node(s): more than "
-            f"the site's jobs may hold ({cal.site_max_nodes}, scheduler.max_nodes)"
+            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.site_max_nodes)} node(s): "
+            f"more than the site's jobs may hold ({cal.site_max_nodes}, scheduler.max_nodes)"
         )
     if cal.island_nodes and cal.nodes[-1] <= cal.island_nodes < forecasts[-1].nodes:
         out.append(
-            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.island_nodes)} node(s): more than "
-            f"one island ({cal.island_nodes} nodes, full bisection only inside one); every run measured fit "
-            "in one, so the fit has not seen the links between islands"
+            f"{', '.join(str(f.nodes) for f in forecasts if f.nodes > cal.island_nodes)} node(s): "
+            f"more than one island ({cal.island_nodes} nodes, full bisection only inside one); "
+            "every run measured fit in one, so the fit has not seen the links between islands"
         )
     none = [f.nodes for f in forecasts if f.steps_per_epoch == 0]
     if none:
@@ -276,15 +276,16 @@ def _warnings(
     ]
     if few_steps and model.per_epoch is None:
         out.append(
-            f"few steps per epoch at {', '.join(few_steps)} node(s): below {FEW_STEPS}, the costs paid once "
-            "per epoch (closing all-reduces, data start) weigh more than at the measured counts"
+            f"few steps per epoch at {', '.join(few_steps)} node(s): below {FEW_STEPS}, "
+            "the costs paid once per epoch (closing all-reduces, data start) "
+            "weigh more than at the measured counts"
         )
     last = forecasts[-1]
     low, high = last.seconds_band
     if high > DISAGREE * low:
         out.append(
-            f"the shapes the calibration cannot rule out disagree at {last.nodes} nodes: the band "
-            f"spans {low:.3g}-{high:.3g} s ({high / low:.1f}x); "
+            f"the shapes the calibration cannot rule out disagree at {last.nodes} nodes: "
+            f"the band spans {low:.3g}-{high:.3g} s ({high / low:.1f}x); "
             + (
                 suggestion.split(":")[0] + " to settle it (next:)"
                 if suggestion
@@ -310,8 +311,8 @@ def _suggestion(model: Model, targets: Sequence[int]) -> str | None:
     if found is None or found[1] >= now:
         return None
     return (
-        f"measure {found[0]} nodes: if it lands on the estimate, the band at {target} nodes narrows "
-        f"from {100 * now:.0f}% to {100 * found[1]:.0f}% of the estimate"
+        f"measure {found[0]} nodes: if it lands on the estimate, "
+        f"the band at {target} nodes narrows from {100 * now:.0f}% to {100 * found[1]:.0f}% of the estimate"
     )
 
 
@@ -344,8 +345,7 @@ def calibration_from_runs(series: Series, runs: Sequence[RunResult]) -> Calibrat
     notes = (
         (
             f"{unrecorded} of {len(runs)} run(s) predate the mpi_fabric and horovod_settings fields: "
-            "whether they "
-            "ran on the others' fabric and Horovod settings is unknown",
+            "whether they ran on the others' fabric and Horovod settings is unknown",
         )
         if unrecorded
         else ()
@@ -438,8 +438,8 @@ def predict_runs(
         if len(cal.nodes) < 2:
             skipped.append(
                 KitError(
-                    f"series {key.name}: one node count ({cal.nodes[0]}) cannot show how the "
-                    "overhead grows",
+                    f"series {key.name}: one node count ({cal.nodes[0]}) "
+                    "cannot show how the overhead grows",
                     fix="measure at least two (kit scale plan --nodes N0,2N0,8N0 --repeats 3)",
                 )
             )
@@ -635,8 +635,8 @@ def write_outputs(out: Path, document: dict, plot: bytes) -> list[Path]:
             ours = False
         if not ours:
             raise KitError(
-                f"{out / there[0]}: already there, and {out} holds no prediction kit scale predict "
-                "wrote, so it is not replaced",
+                f"{out / there[0]}: already there, "
+                f"and {out} holds no prediction kit scale predict wrote, so it is not replaced",
                 fix="give --out a new or empty directory",
             )
     text = json.dumps({"schema": PREDICT_SCHEMA, **document}, indent=2, allow_nan=False) + "\n"

@@ -115,8 +115,8 @@ def print_prediction(
     console.print(forecast_table(title, prediction, epochs, measured=measured))
     parts = [model.step] + ([model.per_epoch] if model.per_epoch else [])
     shapes = "; ".join(
-        f"{p.what}: {_shapes(p.kept)}, widened "
-        f"{100 * p.per_doubling:.1f}% per doubling beyond the largest measured count"
+        f"{p.what}: {_shapes(p.kept)}, "
+        f"widened {100 * p.per_doubling:.1f}% per doubling beyond the largest measured count"
         for p in parts
     )
     counts = ", ".join(f"{n} node(s) x{len(s)}" for n, s in zip(cal.nodes, cal.seconds))
@@ -127,8 +127,8 @@ def print_prediction(
     )
     _line(
         console,
-        f"measured: {counts}; {how}; estimate: {model.describe()}; band: {shapes} "
-        "(kit docs predict)",
+        f"measured: {counts}; {how}; estimate: {model.describe()}; band: "
+        f"{shapes} (kit docs predict)",
     )
     if cal.stack:
         _line(console, cal.stack, "stack")

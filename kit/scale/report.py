@@ -125,8 +125,8 @@ def report_sweep(
     paths += results
     if not paths:
         raise KitError(
-            f"no results to report: {sweep_dir or 'no sweep dir'} has none yet and no RESULT.json "
-            "was named",
+            "no results to report: "
+            f"{sweep_dir or 'no sweep dir'} has none yet and no RESULT.json was named",
             fix="kit scale collect DIR shows why; or name the results files",
         )
     if out is None and sweep_dir:  # the sweep's own report directory: never written through a link
@@ -134,8 +134,8 @@ def report_sweep(
         mode = os.lstat(out).st_mode if os.path.lexists(out) else None
         if mode is not None and not stat.S_ISDIR(mode):
             raise KitError(
-                f"{out}: is {kind_name(mode)}, not the report directory kit scale report makes in the "
-                "sweep; it writes nothing through what it did not make",
+                f"{out}: is {kind_name(mode)}, not the report directory kit scale report makes in the sweep; "
+                "it writes nothing through what it did not make",
                 fix="move it aside, or give --out",
             )
     out = out or Path("report")
@@ -174,9 +174,8 @@ def write_report(
     return [out / name for name in outputs]
 
 
-SIGNATURE = (
-    "A series holds the runs that differ only in their node count"  # every report.md says it
-)
+# every report.md says it
+SIGNATURE = "A series holds the runs that differ only in their node count"
 
 
 def _check_out(out: Path, names: Iterable[str]) -> None:
@@ -194,20 +193,22 @@ def _check_out(out: Path, names: Iterable[str]) -> None:
         ours = False
     if not ours:
         raise KitError(
-            f"{out / there[0]}: already there, and {out} holds no report kit scale report wrote, so "
-            "it is not replaced",
+            f"{out / there[0]}: already there, and {out} holds no report kit scale report wrote, "
+            "so it is not replaced",
             fix="give --out a new or empty directory",
         )
 
 
 DEFINITIONS = (
-    "Time per epoch: the wall clock of a full epoch (the paper's definition), from its first batch to "
-    "the end of its closing all-reduces, data loading included; the mean of a run's epochs after the "
-    "first (which traces the step), scaled to a full epoch when --steps-per-epoch cut it; the median of "
-    "the repeats with [min-max]. Step-only: the same epochs' steps alone, scaled alike (older files: the "
-    "mean timed step x the steps of a full epoch), which leaves out data loading between steps and "
-    "the all-reduces after the last step; data stall = "
-    "(wall - step-only) / wall. Linear time = T(n0) x n0 / n with n0 the series' smallest node count; "
+    "Time per epoch: the wall clock of a full epoch (the paper's definition), "
+    "from its first batch to the end of its closing all-reduces, data loading included; "
+    "the mean of a run's epochs after the first (which traces the step), "
+    "scaled to a full epoch when --steps-per-epoch cut it; "
+    "the median of the repeats with [min-max]. Step-only: the same epochs' steps alone, "
+    "scaled alike (older files: the mean timed step x the steps of a full epoch), "
+    "which leaves out data loading between steps and the all-reduces after the last step; "
+    "data stall = (wall - step-only) / wall. "
+    "Linear time = T(n0) x n0 / n with n0 the series' smallest node count; "
     "scaling efficiency = linear / measured (the paper's definitions)."
 )
 
@@ -222,19 +223,21 @@ def _markdown(
     lines = [
         f"# {title or 'Scaling report'}",
         "",
-        f"Runs: {len(runs)}, in {len(series)} series. A series holds the runs that differ only in their node "
-        "count: same site, layout, batch, MPI, preset, epoch size, container or bare, precision and image. "
+        f"Runs: {len(runs)}, in {len(series)} series. "
+        "A series holds the runs that differ only in their node count: same site, layout, batch, "
+        "MPI, preset, epoch size, container or bare, precision and image. "
         "Each % of peak names its denominator: \"% of peak\" is of the peak in the run's precision, "
-        "theoretical (site config: cores x AVX clock x FLOP/cycle) where the site states it, else measured "
-        "(a dense matmul in that precision by all ranks at once); \"% of FP64 max-clock peak\" is the seed "
-        "paper's convention (its Table 7: cores x max clock x FP64 FLOP/cycle).",
+        "theoretical (site config: cores x AVX clock x FLOP/cycle) where the site states it, "
+        "else measured (a dense matmul in that precision by all ranks at once); "
+        "\"% of FP64 max-clock peak\" is the seed paper's convention (its Table 7: "
+        "cores x max clock x FP64 FLOP/cycle).",
         "",
     ]
     inferred = [r for r in runs if r.container_from != "recorded"]
     if inferred:
         lines += [
-            f"{len(inferred)} result(s) predate the `container` field: container when they name an image "
-            "digest, else bare.",
+            f"{len(inferred)} result(s) predate the `container` field: "
+            "container when they name an image digest, else bare.",
             "",
         ]
     for key, rows in series.items():
@@ -266,8 +269,7 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
     )
     unit, scale = flop_unit(max(r.flop_per_second for r in rows))
     lines = [
-        f"## {key.site or 'no site'}: {key.ranks_per_node} ranks/node × "
-        f"{key.threads_per_rank} threads/rank, "
+        f"## {key.site or 'no site'}: {key.ranks_per_node} ranks/node × {key.threads_per_rank} threads/rank, "
         f"batch {key.batch_per_rank}/rank, MPI: {mpi}",
         "",
         f"Preset {key.preset or 'not recorded'}, {epoch}, {where}, {key.precision}. "
@@ -294,15 +296,15 @@ def _series_markdown(key: Series, rows: list[Row]) -> list[str]:
             "",
             f"{unit} count model FLOP (the direct convolutions' multiply-adds, the paper's count): "
             f"{', '.join(fft)} ran in the frequency domain, which does less arithmetic, "
-            "so the rate and its % of peak are "
-            "effective figures, more than the arithmetic the CPU executed (`kit docs peaks`).",
+            "so the rate and its % of peak are effective figures, "
+            "more than the arithmetic the CPU executed (`kit docs peaks`).",
         ]
     if any(r.percent_of_peak_denominator is None for r in rows):
         lines += [
             "",
-            "— : no % of peak: the site states no peak for the run and it measured none "
-            "(gan3d train --measure-peak), or its results file predates per-precision peaks "
-            "(re-run it with the current gan3d).",
+            "— : no % of peak: "
+            "the site states no peak for the run and it measured none (gan3d train --measure-peak), "
+            "or its results file predates per-precision peaks (re-run it with the current gan3d).",
         ]
     sources = sorted({run.epoch_seconds_from for row in rows for run in row.runs})
     return lines + ["", f"Wall clock from: {'; '.join(sources)}.", "", DEFINITIONS, ""]
@@ -320,25 +322,25 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
         "",
         "![showers/s vs nodes](showers_per_second.png)",
         "",
-        "Showers/s: the job's training throughput after its first (tracing) step; ideal = the smallest node "
-        "count's median x nodes / its nodes.",
+        "Showers/s: the job's training throughput after its first (tracing) step; "
+        "ideal = the smallest node count's median x nodes / its nodes.",
         "",
     ]
     if any(run.losses for run in runs):
         lines += [
             "![loss vs epoch across node counts](loss_overlay.png)",
             "",
-            "Losses: gan3d train's mean over each epoch's steps and the ranks (validation: over its "
-            "validation steps); the global batch grows with the nodes, so lines that part show scaling "
-            "changed convergence.",
+            "Losses: gan3d train's mean over each epoch's steps and the ranks (validation: "
+            "over its validation steps); the global batch grows with the nodes, "
+            "so lines that part show scaling changed convergence.",
             "",
         ]
     failed = [names[i] for i, run in enumerate(runs) if run.physics_status == "failed"]
     if failed:
         lines += [
-            f"Physics validation failed for {len(failed)} run(s): {', '.join(failed)} (why: the Physics "
-            "score column; the validation log: kit scale collect). They have no score, unlike a run never "
-            "validated (\"-\").",
+            f"Physics validation failed for {len(failed)} run(s): {', '.join(failed)} (why: "
+            "the Physics score column; the validation log: kit scale collect). They have no score, "
+            "unlike a run never validated (\"-\").",
             "",
         ]
     if any(run.physics for run in runs):
@@ -346,12 +348,11 @@ def _runs_markdown(series: dict[Series, list[Row]]) -> list[str]:
             "![physics score vs nodes](physics.png)",
             "",
             "Physics score (gan3d validate on the run's final checkpoint, `kit docs physics`): "
-            "1 = as close to "
-            "the data as held-out data showers, 0 = as far as empty showers; raw = the unscaled score "
-            "(lower is better), data / empty = the raw scores of held-out data and of empty showers. "
-            "Each run's "
-            "score plot and energy response (generated vs data) are copied under physics/RUN/; the "
-            "validator's per-energy-bin comparisons stay beside its results, in RUN.physics/.",
+            "1 = as close to the data as held-out data showers, 0 = as far as empty showers; "
+            "raw = the unscaled score (lower is better), "
+            "data / empty = the raw scores of held-out data and of empty showers. "
+            "Each run's score plot and energy response (generated vs data) are copied under physics/RUN/; "
+            "the validator's per-energy-bin comparisons stay beside its results, in RUN.physics/.",
             "",
         ]
     if not any(run.losses or run.physics or run.validation for run in runs):
@@ -454,19 +455,20 @@ def _overhead_markdown(overheads: list[Overhead]) -> list[str]:
     for o in overheads:
         low, high = o.percent_range
         lines.append(
-            f"| `{o.layout.name}` | {o.container.container}"
+            f"| `{o.layout.name}` | "
+            f"{o.container.container}"
             f"{'@' + o.container.image_digest.split(':')[-1][:12] if o.container.image_digest else ''} "
-            f"| {o.nodes} | {o.inside.seconds_per_epoch:.2f} [{o.inside.seconds_min:.2f}–"
-            f"{o.inside.seconds_max:.2f}] | {o.bare.seconds_per_epoch:.2f} [{o.bare.seconds_min:.2f}–"
-            f"{o.bare.seconds_max:.2f}] | {o.percent:+.1f}% [{low:+.1f}–{high:+.1f}] "
-            f"| {o.inside.repeats}/{o.bare.repeats} | {_gb_pair(o.peak_rss_bytes())} "
-            f"| {_gb_pair(o.memory_available_bytes())} |"
+            f"| {o.nodes} | "
+            f"{o.inside.seconds_per_epoch:.2f} [{o.inside.seconds_min:.2f}–{o.inside.seconds_max:.2f}] "
+            f"| {o.bare.seconds_per_epoch:.2f} [{o.bare.seconds_min:.2f}–{o.bare.seconds_max:.2f}] "
+            f"| {o.percent:+.1f}% [{low:+.1f}–{high:+.1f}] | {o.inside.repeats}/{o.bare.repeats} | "
+            f"{_gb_pair(o.peak_rss_bytes())} | {_gb_pair(o.memory_available_bytes())} |"
         )
     return lines + [
         "",
-        "Overhead = (container - bare) / bare of the median wall epochs; [range] pairs the extremes "
-        "of the repeats. Peak RSS: the largest rank's; MemAvailable: the lowest any node had at an "
-        "epoch's end (both medians over the repeats).",
+        "Overhead = (container - bare) / bare of the median wall epochs; [range] "
+        "pairs the extremes of the repeats. Peak RSS: the largest rank's; MemAvailable: "
+        "the lowest any node had at an epoch's end (both medians over the repeats).",
         "",
     ]
 
@@ -504,9 +506,9 @@ def _reference_markdown(ref: PaperTable, series: dict[Series, list[Row]]) -> lis
     unlike = [key.name for key in series if not comparable_with_paper(key)]
     if unlike and ref.seconds_per_epoch:
         lines += [
-            f"Times not compared with the paper's (epoch of {PAPER_EPOCH_EVENTS:,} showers, {PAPER_PRESET} "
-            f"model): {', '.join(f'`{n}`' for n in unlike)} (another preset or epoch size); only "
-            "efficiencies are drawn beside the paper's.",
+            f"Times not compared with the paper's (epoch of {PAPER_EPOCH_EVENTS:,} showers, "
+            f"{PAPER_PRESET} model): {', '.join(f'`{n}`' for n in unlike)} (another preset or epoch size); "
+            "only efficiencies are drawn beside the paper's.",
             "",
         ]
     return lines

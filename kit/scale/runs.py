@@ -183,9 +183,8 @@ class RunResult:
     losses: tuple[LossCurve, ...] = ()
     step_losses: tuple[StepLossCurve, ...] = ()  # rank 0's logged steps; () in older results
     physics: Physics | None = None  # None: not validated, or see `validation`
-    validation: Validation | None = (
-        None  # set from the sweep's plan and logs, not from the results file
-    )
+    # set from the sweep's plan and logs, not from the results file
+    validation: Validation | None = None
     steps_per_epoch: int | None = None  # the steps each epoch ran (--steps-per-epoch may cut it)
     full_epoch_steps: int | None = None  # the steps of a full epoch
 

@@ -41,13 +41,11 @@ class RunStatus:
     state: str  # Slurm's state, or NOT SUBMITTED
     result: Path | None  # the run's results JSON, once it is there and readable
     problem: str = ""  # why a finished run has no result, with the log's last lines
-    physics: str | None = (
-        None  # plan --validate: scored, no scale, pending or failed; None: not asked
-    )
+    # plan --validate: scored, no scale, pending or failed; None: not asked
+    physics: str | None = None
     physics_problem: str = ""  # why a finished run has no physics: its validation log's last lines
-    problem_in_log: bool = (
-        False  # the problem is the job log's last lines, not a result file refused
-    )
+    # the problem is the job log's last lines, not a result file refused
+    problem_in_log: bool = False
 
     @property
     def done(self) -> bool:
@@ -236,8 +234,8 @@ def wait(
             raise KitError(
                 "every run still queued pends for a reason only a person can clear: "
                 + ", ".join(f"{s.run_id} (job {s.job}, {s.state})" for s in active),
-                fix="clear the cause (a failed launch: the node's slurmd log, then scontrol "
-                "release; partition limits) or kit scale cancel",
+                fix="clear the cause (a failed launch: the node's slurmd log, "
+                "then scontrol release; partition limits) or kit scale cancel",
                 where=str(sweep_dir),
             )
         if deadline is not None and time.monotonic() > deadline:

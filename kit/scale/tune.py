@@ -176,8 +176,8 @@ def check_train_args(train_args: tuple[str, ...]) -> None:
     owned = matching(train_args, TUNE_FLAGS)
     if owned:
         raise KitError(
-            f"training arguments {' '.join(owned)}: kit scale tune sets {', '.join(TUNE_FLAGS)} "
-            "itself for every layout",
+            f"training arguments {' '.join(owned)}: "
+            f"kit scale tune sets {', '.join(TUNE_FLAGS)} itself for every layout",
             fix="drop them (use --steps, --peak-seconds, --precision)",
         )
 
@@ -594,8 +594,8 @@ def through_slurm(site: Site, nodes: int, said_how: bool) -> bool:
         if not said_how:
             raise KitError(
                 f"site {site.name} runs jobs through Slurm: say how",
-                fix="give --image IMAGE (ch-run with the host MPI) or --no-container (the site's "
-                "own Python)",
+                fix="give --image IMAGE (ch-run with the host MPI) "
+                "or --no-container (the site's own Python)",
             )
         return True
     one_machine(site, [nodes])
@@ -661,8 +661,8 @@ def load_best(path: Path, site: Site) -> tuple[int, int]:
     doc = _load_tune(path, fix)
     if doc.value.get("site_name") != site.name:
         raise KitError(
-            f"key site_name is {shown(doc.value.get('site_name'))}, but the plan is for site "
-            f"{site.name}: a layout tuned on another machine",
+            f"key site_name is {shown(doc.value.get('site_name'))}, "
+            f"but the plan is for site {site.name}: a layout tuned on another machine",
             fix=fix,
             where=doc.where("site_name"),
         )

@@ -55,8 +55,8 @@ def unknown_site(name: str) -> SiteError:
         listed += f", ... ({len(known) - MAX_LISTED} more)"
     where = ", ".join(shown(str(d)) for d in search_dirs())
     return SiteError(
-        f"unknown site {name!r}{hint} known sites: {listed} "
-        f"(searched {where}; a path to a site config works too)"
+        f"unknown site {name!r}{hint} known sites: {listed} (searched {where}; "
+        "a path to a site config works too)"
     )
 
 

@@ -123,8 +123,7 @@ def _image_dir(value: str) -> Bad | None:
     if not IMAGE_DIR_RE.fullmatch(value):
         return Bad(
             f"{shown(value)} is not a directory inside the image below / (components of letters, "
-            "digits and ._+-, none starting with '.'; no ':', which splits --bind and "
-            "LD_LIBRARY_PATH)",
+            "digits and ._+-, none starting with '.'; no ':', which splits --bind and LD_LIBRARY_PATH)",
             "e.g. /opt/hostmpi",
         )
     return None
@@ -155,8 +154,8 @@ def _mca_names(mca: dict) -> Bad | None:
     bad = [k for k in mca if not MCA_NAME_RE.fullmatch(k)]
     if bad:
         return Bad(
-            f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), e.g. "
-            "btl_tcp_if_include"
+            f"{shown(bad)}: not MCA parameter names (lower-case letters, digits, _), "
+            "e.g. btl_tcp_if_include"
         )
     return None
 
@@ -341,8 +340,8 @@ class Node:
     clock_ghz_avx: float | None = field(
         default=None,
         metadata=about(
-            "sustained all-core clock under AVX-512 load, GHz: the clock of the fp32/bf16/fp64 "
-            "peaks; null when unknown",
+            "sustained all-core clock under AVX-512 load, GHz: "
+            "the clock of the fp32/bf16/fp64 peaks; null when unknown",
             positive=True,
         ),
     )
@@ -365,8 +364,8 @@ class Node:
     bf16_flop_per_cycle_per_core: int | None = field(
         default=None,
         metadata=about(
-            "BF16 FLOP per cycle per core, with AVX512_BF16 or AMX; null where the CPU has no "
-            "bf16 arithmetic (TensorFlow then computes bf16 in fp32)",
+            "BF16 FLOP per cycle per core, with AVX512_BF16 or AMX; "
+            "null where the CPU has no bf16 arithmetic (TensorFlow then computes bf16 in fp32)",
             positive=True,
         ),
     )
@@ -422,8 +421,8 @@ class Node:
             return Peak(
                 precision,
                 None,
-                f"unknown {' and '.join(missing)}: the site config gives no "
-                f"{', no '.join(missing.values())}",
+                f"unknown {' and '.join(missing)}: "
+                f"the site config gives no {', no '.join(missing.values())}",
             )
         return Peak(
             precision,
@@ -500,8 +499,8 @@ class HostMPI:
     library_dirs: list[str] = field(
         default_factory=list,
         metadata=about(
-            "host dirs of the MPI's libraries (and its fabric's), bound under "
-            "container.mpi_target; empty: PREFIX/lib",
+            "host dirs of the MPI's libraries (and its fabric's), "
+            "bound under container.mpi_target; empty: PREFIX/lib",
             check=_library_dirs,
             kind="list[str]",
         ),
@@ -580,8 +579,8 @@ class Udocker:
     proot: str | None = field(
         default="/usr/bin/proot",
         metadata=about(
-            "the proot executable (Debian's: the kit runs it through a wrapper that drops "
-            "udocker's -k); null: udocker's own, from the tools tarball",
+            "the proot executable (Debian's: the kit runs it through a wrapper that drops udocker's -k); "
+            "null: udocker's own, from the tools tarball",
             check=_absolute,
         ),
     )
@@ -612,8 +611,8 @@ class Apptainer:
     executable: str | None = field(
         default=None,
         metadata=about(
-            "the apptainer command: a name on PATH or an absolute path; null: the runtime's "
-            "name (apptainer or singularity)",
+            "the apptainer command: a name on PATH or an absolute path; null: "
+            "the runtime's name (apptainer or singularity)",
             check=_command,
         ),
     )
@@ -629,8 +628,8 @@ class Apptainer:
     userns: bool = field(
         default=False,
         metadata=about(
-            "apptainer exec --userns: an unprivileged user namespace (a site without setuid "
-            "Apptainer; sandbox directories)"
+            "apptainer exec --userns: "
+            "an unprivileged user namespace (a site without setuid Apptainer; sandbox directories)"
         ),
     )
 
@@ -641,8 +640,8 @@ class Container:
 
     runtime: str = field(
         metadata=about(
-            "what starts each rank in its image: charliecloud (ch-run), udocker, or apptainer "
-            "(singularity: the same)",
+            "what starts each rank in its image: charliecloud (ch-run), udocker, "
+            "or apptainer (singularity: the same)",
             choices=RUNTIMES,
         )
     )
@@ -726,8 +725,8 @@ class Transfer:
     direct_io: bool = field(
         default=True,
         metadata=about(
-            "write uploads with O_DIRECT where the filesystem allows it (no page cache to fill "
-            "and flush); false for buffered writes"
+            "write uploads with O_DIRECT where the filesystem allows it (no page cache to fill and flush); "
+            "false for buffered writes"
         ),
     )
 

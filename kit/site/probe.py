@@ -129,8 +129,8 @@ def probe_mpi() -> dict:
 PROOT_VERSION = re.compile(r"[^\n]*?\| ([0-9]{1,3}(?:\.[0-9]{1,4}){1,3})")  # the banner's last line
 PROOT_LIMITS = (
     "without seccomp acceleration each system call costs about 20-28 times a native one (a "
-    "CPU-bound loop runs at bare speed, a process starts about 0.1 s later); statx is not "
-    "translated (ls/stat of some paths show host metadata)"
+    "CPU-bound loop runs at bare speed, a process starts about 0.1 s later); "
+    "statx is not translated (ls/stat of some paths show host metadata)"
 )
 
 
@@ -148,9 +148,9 @@ def proot_note() -> str:
         "unknown",
     )
     note = (
-        f"proot: {path} (version {found}); with container.runtime: udocker the kit runs it through a "
-        "wrapper without udocker's -k (Debian's 5.1.0 breaks glibc 2.36 with it). Limits measured with "
-        f"Debian's 5.1.0: {PROOT_LIMITS}."
+        f"proot: {path} (version {found}); with container.runtime: "
+        "udocker the kit runs it through a wrapper without udocker's -k (Debian's 5.1.0 breaks "
+        f"glibc 2.36 with it). Limits measured with Debian's 5.1.0: {PROOT_LIMITS}."
     )
     return "".join(f"# {line}\n" for line in _wrap(note))
 

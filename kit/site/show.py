@@ -62,8 +62,8 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
         rows.append(
             (
                 "peak per island",
-                f"FP32 {_flops(site.peak_per_island('fp32'))}, FP64 "
-                f"{_flops(site.peak_per_island('fp64'))} ({site.network.island_nodes} nodes; "
+                f"FP32 {_flops(site.peak_per_island('fp32'))}, "
+                f"FP64 {_flops(site.peak_per_island('fp64'))} ({site.network.island_nodes} nodes; "
                 f"{site.network.islands} islands)",
             )
         )
@@ -79,8 +79,8 @@ def summary_rows(site: Site) -> list[tuple[str, str]]:
         *_openmpi_rows(mpi),
         (
             "container",
-            f"{site.container.runtime}, images in {site.container.image_dir}, host MPI "
-            f"bound under {site.container.mpi_target}, join={site.container.join}",
+            f"{site.container.runtime}, images in {site.container.image_dir}, "
+            f"host MPI bound under {site.container.mpi_target}, join={site.container.join}",
         ),
         *_udocker_rows(site),
         ("modules", ", ".join(site.modules) or "-"),
@@ -106,9 +106,9 @@ def _udocker_rows(site: Site) -> list[tuple[str, str]]:
     return [
         (
             "udocker",
-            f"{u.executable}, mode {u.mode}, proot {u.proot or 'udocker’s own'}"
-            f"{', tools tarball ' + u.tarball if u.tarball else ''}, repository {u.dir}"
-            + (", --allow-root" if u.allow_root else ""),
+            f"{u.executable}, mode {u.mode}, "
+            f"proot {u.proot or 'udocker’s own'}{', tools tarball ' + u.tarball if u.tarball else ''}, "
+            f"repository {u.dir}" + (", --allow-root" if u.allow_root else ""),
         )
     ]
 
@@ -120,8 +120,8 @@ def _openmpi_rows(mpi) -> list[tuple[str, str]]:
     return [
         (
             "Open MPI",
-            f"components {o.components}, help files {o.help_files}, PMIx components "
-            f"{o.pmix_components or '- (inside Open MPI)'}"
+            f"components {o.components}, help files {o.help_files}, "
+            f"PMIx components {o.pmix_components or '- (inside Open MPI)'}"
             + (", mpirun --allow-run-as-root" if o.allow_run_as_root else ""),
         )
     ]

@@ -59,8 +59,8 @@ def read_jobs(run_dir: Path) -> dict[str, list[dict]]:
     ids from it go to squeue and scancel."""
     path = run_dir / NAME
     fix = (
-        "restore the jobs.yaml kit wrote, or move it aside to start afresh "
-        "(queued jobs are then forgotten)"
+        "restore the jobs.yaml kit wrote, "
+        "or move it aside to start afresh (queued jobs are then forgotten)"
     )
     try:
         doc = load_file(path, "job ledger", fix)

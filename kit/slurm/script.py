@@ -253,8 +253,8 @@ def _validate_words(spec: RunSpec, files: RunFiles, python: str, checkpoints: st
     data = validation_data(spec.train_args)
     if data is None:
         raise KitError(
-            f"run {spec.run_id}: --validate needs showers to compare the generator with, and the "
-            "training arguments name no --data, --validation-data or --synthetic-dir",
+            f"run {spec.run_id}: --validate needs showers to compare the generator with, "
+            "and the training arguments name no --data, --validation-data or --synthetic-dir",
             fix="give --data FILES after --",
         )
     xscale = [

@@ -89,8 +89,8 @@ def one_machine(site: Site, nodes: list[int]) -> None:
     more = sorted({n for n in nodes if n != 1})
     if more:
         raise KitError(
-            f"--nodes {','.join(map(str, more))}: site {site.name} has no scheduler "
-            "(scheduler.type local): its runs run on this one machine",
+            f"--nodes {','.join(map(str, more))}: "
+            f"site {site.name} has no scheduler (scheduler.type local): its runs run on this one machine",
             fix="--nodes 1",
         )
 
@@ -102,8 +102,8 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
     where = f"site {site.name}" + (f" ({Path(site.path).resolve()})" if site.path else "")
     if site.scheduler.type != "slurm" and not here:
         raise KitError(
-            f"scheduler.type is {site.scheduler.type!r}, not slurm: there is no batch system to "
-            "submit to",
+            f"scheduler.type is {site.scheduler.type!r}, not slurm: "
+            "there is no batch system to submit to",
             fix="run sweeps on this machine with `kit scale plan` and `kit scale submit` (kit docs "
             "howto/scaling-study)",
             where=where,
@@ -117,8 +117,8 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
         )
     if not 1 <= spec.nodes <= site.scheduler.max_nodes:
         raise KitError(
-            f"--nodes {spec.nodes}: {where} allows 1..{site.scheduler.max_nodes} "
-            "(scheduler.max_nodes)",
+            f"--nodes {spec.nodes}: "
+            f"{where} allows 1..{site.scheduler.max_nodes} (scheduler.max_nodes)",
             fix=f"give 1..{site.scheduler.max_nodes} nodes",
         )
     if spec.ranks_per_node < 1 or spec.threads_per_rank < 1:
@@ -143,8 +143,8 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
         )
     if seconds(spec.walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(
-            f"--walltime {spec.walltime}: {where} allows at most {site.scheduler.max_walltime} "
-            "(scheduler.max_walltime)",
+            f"--walltime {spec.walltime}: "
+            f"{where} allows at most {site.scheduler.max_walltime} (scheduler.max_walltime)",
             fix=f"give at most {site.scheduler.max_walltime}",
         )
     for arg in spec.train_args:
@@ -156,15 +156,15 @@ def check_run(site: Site, spec: RunSpec, *, here: bool = False) -> Checked:
     owned = matching(spec.train_args, OWNED_FLAGS)
     if owned:
         raise KitError(
-            f"training arguments {' '.join(owned)}: the batch script sets "
-            f"{', '.join(OWNED_FLAGS)} itself from the run and the site",
+            f"training arguments {' '.join(owned)}: "
+            f"the batch script sets {', '.join(OWNED_FLAGS)} itself from the run and the site",
             fix="drop them",
         )
     hyper = wanted > node.cores
     warnings = (
         [
-            f"{wanted} threads on {node.cores} cores: the run uses hyperthreads "
-            "(the paper's 2 x 48 layout on SuperMUC-NG)"
+            f"{wanted} threads on {node.cores} cores: "
+            "the run uses hyperthreads (the paper's 2 x 48 layout on SuperMUC-NG)"
         ]
         if hyper
         else []

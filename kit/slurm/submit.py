@@ -55,9 +55,8 @@ class Submission:
     # None: not submitted (dry run, held back by the rule, written only, or refused)
     job: str | None
     note: str = ""
-    held_back: bool = (
-        False  # the rule kept the run back (a job still there, or a result): ``note`` says which
-    )
+    # the rule kept the run back (a job still there, or a result): ``note`` says which
+    held_back: bool = False
     failed: bool = False  # it ran on this machine and ended without success: ``note`` says how
 
 
@@ -130,8 +129,8 @@ def _checkpoints_aside(files: RunFiles, old: str | None) -> None:
         rename_noreplace(fd, ckpt.name, aside)
     except FileExistsError:
         raise KitError(
-            f"{ckpt}: the earlier job's checkpoints cannot be moved aside, {ckpt.parent / aside} "
-            "exists",
+            f"{ckpt}: the earlier job's checkpoints cannot be moved aside, "
+            f"{ckpt.parent / aside} exists",
             fix="move one of them away, then submit again",
         ) from None
     finally:

@@ -120,8 +120,8 @@ class LocalBackend:
         problem = (
             None
             if status["code"] == 0
-            else f"step {status.get('step')} "
-            f"({'training' if status.get('step') == 0 else 'validation'}) exited {status['code']}"
+            else f"step {status.get('step')} ({'training' if status.get('step') == 0 else 'validation'}) "
+            f"exited {status['code']}"
         )
         return _outcome(RunFiles(d, d.name).result, self.objective, problem, d / evalproc.LOG)
 

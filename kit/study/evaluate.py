@@ -31,9 +31,8 @@ from kit.study.ledger import MAX_OBJECTIVE
 PHYSICS = "physics_score"
 THROUGHPUT = "showers_per_second"
 VALIDATION_PREFIX = "validation."  # validation.g_loss: the last epoch's validation g_loss
-SYNTHETIC = (
-    "synthetic"  # EVALDIR/synthetic: an evaluation's generated showers, kept to validate against
-)
+# EVALDIR/synthetic: an evaluation's generated showers, kept to validate against
+SYNTHETIC = "synthetic"
 
 
 @dataclass(frozen=True)
@@ -138,8 +137,8 @@ def make_subdir(path: Path, then: str = "") -> Path:
     if not stat.S_ISDIR(mode):
         if then:
             raise StudyDirRefused(
-                f"{path}: is {kind_name(mode)}, not the directory kit study makes there: it never "
-                "writes through what it did not make",
+                f"{path}: is {kind_name(mode)}, not the directory kit study makes there: "
+                "it never writes through what it did not make",
                 fix=f"move it aside, then {then} again",
             )
         raise _refused(path, kind_name(mode), "the directory kit study makes there")

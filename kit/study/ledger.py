@@ -37,9 +37,8 @@ KINDS = ("study", "proposed", "submitted", "finished", "failed", "cancelled", "s
 FIX = "restore the ledger.jsonl kit study wrote (or start a new study with kit study plan)"
 MAX_PARALLEL = 1000  # evaluations in flight (kit study plan --parallel)
 MAX_PILOT_NODES = 100_000
-MAX_OBJECTIVE = (
-    1e15  # kit.study.evaluate refuses a larger objective: no loss, score or rate is near it
-)
+# kit.study.evaluate refuses a larger objective: no loss, score or rate is near it
+MAX_OBJECTIVE = 1e15
 MAX_VALUE = 1e15  # a config's numbers (kit.study.spec.MAX_MAGNITUDE)
 MAX_TIME = 1e11  # seconds since the epoch (year 5138)
 MAX_CONFIG_KEYS = 256
@@ -358,8 +357,8 @@ def _encode(record: dict[str, Any]) -> bytes:
     ).encode()
     if len(line) > MAX_LINE:
         raise KitError(
-            f"a ledger record of {len(line)} bytes (at most {MAX_LINE}): a config or log tail "
-            "too large",
+            f"a ledger record of {len(line)} bytes (at most {MAX_LINE}): "
+            "a config or log tail too large",
             fix="shorter parameter values",
         )
     return line

@@ -165,8 +165,8 @@ def _check_out(out: Path, names: list[str]) -> None:
     if odd is not None or not ours:
         name = odd or there[0]
         raise KitError(
-            f"is {kind_name(kinds[name])} that kit study report did not write, so it is not "
-            "replaced",
+            f"is {kind_name(kinds[name])} that kit study report did not write, "
+            "so it is not replaced",
             fix=fix,
             where=str(out / name),
         )
@@ -204,8 +204,8 @@ def to_markdown(
     lines = [
         f"# Study {study_dir.absolute().name}",
         "",
-        f"Objective: **{t.objective}** ({t.direction}); strategy {t.strategy}; budget "
-        f"{' and '.join(budget) or 'none'}; {len(table)} evaluation(s) ended, {len(failed)} failed.",
+        f"Objective: **{t.objective}** ({t.direction}); strategy {t.strategy}; "
+        f"budget {' and '.join(budget) or 'none'}; {len(table)} evaluation(s) ended, {len(failed)} failed.",
         "",
         "## Best configurations",
         "",

@@ -31,9 +31,8 @@ from kit.study.evaluate import EvaluationFailed, StudyDirRefused, eval_run
 from kit.study.studydir import Terms, open_study
 
 DRIVER_LOCK = ".driver.lock"
-MAX_STARTS = (
-    3  # an evaluation lost this often (its node or process killed each time) counts as failed
-)
+# an evaluation lost this often (its node or process killed each time) counts as failed
+MAX_STARTS = 3
 
 
 @dataclass(frozen=True)
@@ -98,23 +97,23 @@ def check_header_fits_site(path: Path, site: Site, header: dict[str, Any]) -> No
         wrong = next((k for k in ("walltime", "pilot", "pair") if header.get(k) is not None), None)
         if wrong:
             raise KitError(
-                f"key {wrong} is {shown(header[wrong])}, but site {site.name} runs evaluations "
-                "on this machine (scheduler.type local)",
+                f"key {wrong} is {shown(header[wrong])}, "
+                f"but site {site.name} runs evaluations on this machine (scheduler.type local)",
                 fix=ledger.FIX,
                 where=f"{path}:1",
             )
         return
     if walltime is None or seconds(walltime) > seconds(site.scheduler.max_walltime):
         raise KitError(
-            f"key walltime is {shown(walltime)}, but site {site.name} needs a walltime of at "
-            f"most {site.scheduler.max_walltime}",
+            f"key walltime is {shown(walltime)}, "
+            f"but site {site.name} needs a walltime of at most {site.scheduler.max_walltime}",
             fix=ledger.FIX,
             where=f"{path}:1",
         )
     if pilot is not None and pilot > site.scheduler.max_nodes:
         raise KitError(
-            f"key pilot is {pilot}, but site {site.name} allows 1..{site.scheduler.max_nodes} "
-            "nodes",
+            f"key pilot is {pilot}, "
+            f"but site {site.name} allows 1..{site.scheduler.max_nodes} nodes",
             fix=ledger.FIX,
             where=f"{path}:1",
         )

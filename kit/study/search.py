@@ -25,9 +25,8 @@ from kit.study import missing_study_extra
 from kit.study.space import Value
 from kit.study.spec import StudySpec
 
-MAX_DRAWS = (
-    200  # random draws per proposal before a (finite, nearly exhausted) space counts as spent
-)
+# random draws per proposal before a (finite, nearly exhausted) space counts as spent
+MAX_DRAWS = 200
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,8 @@ class DataCounts:
 
         if self.held_out is not None:
             return (
-                f"data {files(self.data)} with validation-data {files(self.held_out)} "
-                "(from their headers) have"
+                f"data {files(self.data)} with validation-data {files(self.held_out)} (from their headers) "
+                "have"
             )
         return f"data {files(self.data)} (from the header) with test-fraction {fraction:g} have"
 

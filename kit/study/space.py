@@ -347,8 +347,8 @@ class Space:
                 out[p.name] = p.canonical(config[p.name])
             elif p.name in config:
                 raise KitError(
-                    f"parameter {p.name}: given, but inactive (its condition "
-                    f"{shown(dict(p.when))} does not hold)",
+                    f"parameter {p.name}: given, "
+                    f"but inactive (its condition {shown(dict(p.when))} does not hold)",
                     fix="leave it out where its condition does not hold",
                 )
         return out

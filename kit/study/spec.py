@@ -503,8 +503,8 @@ class _Meaning:
                 raise self.fail(
                     (*path, other),
                     "lists no value",
-                    f"give the values of {other} under which "
-                    "this parameter is active, or drop the condition",
+                    f"give the values of {other} under which this parameter is active, "
+                    "or drop the condition",
                 )
             for v in values:
                 if not any(same_value(v, c) for c in ref.values):
@@ -526,8 +526,8 @@ class _Meaning:
             raise self.fail(
                 ("fixed",),
                 "gan3d train needs exactly one of data and synthetic",
-                "add e.g. 'synthetic: 256' (generated showers) or 'data: /path/to/showers' "
-                "to fixed:",
+                "add e.g. 'synthetic: 256' (generated showers) or 'data: "
+                "/path/to/showers' to fixed:",
             )
         return fixed
 

@@ -83,8 +83,8 @@ def plan_study(
     slurm = site.scheduler.type == "slurm"
     if pilot is not None and not slurm:
         raise KitError(
-            f"--pilot {pilot}: site {site.name} has no Slurm (scheduler.type local): a pilot job "
-            "needs one",
+            f"--pilot {pilot}: site {site.name} has no Slurm (scheduler.type local): "
+            "a pilot job needs one",
             fix="drop --pilot",
         )
     if pilot is not None and not 1 <= pilot <= site.scheduler.max_nodes:
@@ -168,8 +168,8 @@ def _check_empty(study_dir: Path) -> None:
     others = sorted(p.name for p in study_dir.iterdir())
     if others:
         raise KitError(
-            f"{study_dir}: holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
-            "kit study did not make",
+            f"{study_dir}: holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, "
+            "which kit study did not make",
             fix="plan into a new or empty directory",
         )
 

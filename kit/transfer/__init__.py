@@ -26,8 +26,9 @@ except ImportError as exc:  # missing, or installed but broken (e.g. a mismatche
             from kit.errors import KitError
 
             raise KitError(
-                f"kit transfer {name}: the [transfer] extra is installed but does not import "
-                f"({type(_unusable).__name__}: {str(_unusable)[:120]})",
+                f"kit transfer {name}: the [transfer] "
+                f"extra is installed but does not import ({type(_unusable).__name__}: "
+                f"{str(_unusable)[:120]})",
                 fix="pip install --force-reinstall 'secure-site-kit[transfer]'",
             )
         raise AttributeError(f"module 'kit.transfer' has no attribute {name!r}")

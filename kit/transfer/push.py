@@ -64,9 +64,8 @@ from kit.transfer.watchdog import Watchdog
 CHUNK = 64 << 20
 BLOCK = 4 << 20
 SPACE_MARGIN = 1 << 20
-INSTALL_STALL = (
-    900  # s: the remote ch-convert is stopped after this long without reading or writing
-)
+# s: the remote ch-convert is stopped after this long without reading or writing
+INSTALL_STALL = 900
 INSTALL_WAIT = 300  # s: how long an install waits for another one in the same image dir
 # s: the whole remote install (hash, wait, ch-convert); --install-timeout
 INSTALL_TIMEOUT = 4 * 3600

@@ -66,8 +66,8 @@ def fail(code, message):
 def check_name(text, what):
     if not is_name(text):
         raise Usage(
-            "%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', "
-            "at most %d" % (what, text, NAME_MAX)
+            "%s %r: letters, digits and . _ + - only, not starting with a dot, no '..', at most %d"
+            % (what, text, NAME_MAX)
         )
     return text
 
@@ -119,8 +119,8 @@ def own_file(path):
         )
     if st.st_uid != os.geteuid():
         raise Refused(
-            "%s belongs to uid %d, not to this user; it is left alone; fix: remove it (or use "
-            "another directory)" % (path, st.st_uid)
+            "%s belongs to uid %d, not to this user; it is left alone; fix: "
+            "remove it (or use another directory)" % (path, st.st_uid)
         )
     return st
 
@@ -132,8 +132,8 @@ def open_regular(path):
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused(
-                "%s is a symlink; kit transfer does not follow links here; fix: replace it by "
-                "the file itself" % path
+                "%s is a symlink; kit transfer does not follow links here; fix: "
+                "replace it by the file itself" % path
             ) from None
         raise
     st = os.fstat(fd)
@@ -220,8 +220,8 @@ def trusted_dir(directory):
             continue
         if st.st_uid not in (0, os.geteuid()):
             raise Refused(
-                "%s is a symlink of uid %d, neither this user's nor root's, on the way to %s; kit "
-                "transfer does not follow it; fix: remove it (or use another directory)"
+                "%s is a symlink of uid %d, neither this user's nor root's, on the way to %s; "
+                "kit transfer does not follow it; fix: remove it (or use another directory)"
                 % (path, st.st_uid, directory)
             )
         hops += 1

@@ -240,14 +240,14 @@ def entry_suffix(suffix, fmt):
     if suffix in SIF or fmt == "sif":
         if suffix not in SIF or fmt != "sif":
             raise Usage(
-                "a SIF is installed only as a SIF (FMT sif, an Apptainer site), and FMT sif "
-                "installs only a .sif; got SRC suffix %s with FMT %s" % (suffix, fmt)
+                "a SIF is installed only as a SIF (FMT sif, an Apptainer site), "
+                "and FMT sif installs only a .sif; got SRC suffix %s with FMT %s" % (suffix, fmt)
             )
         return ".sif"
     if suffix in SQUASH and fmt == "unpack":
         raise Usage(
-            "a SquashFS image is not unpacked without Charliecloud; fix: push the image as a "
-            "tarball (kit image convert SRC OUT.tar.gz)"
+            "a SquashFS image is not unpacked without Charliecloud; fix: "
+            "push the image as a tarball (kit image convert SRC OUT.tar.gz)"
         )
     return ".sqfs" if suffix in SQUASH or fmt == "squash" else ""
 
@@ -335,8 +335,8 @@ def check_sif(fd, src):
     if os.pread(fd, len(SIF_MAGIC), SIF_MAGIC_AT) != SIF_MAGIC:
         fail(
             EXIT_INSTALL,
-            "%s is not a SIF file (no SIF_MAGIC at byte %d); nothing was installed; fix: push a "
-            "SIF written by kit image convert SRC OUT.sif" % (src, SIF_MAGIC_AT),
+            "%s is not a SIF file (no SIF_MAGIC at byte %d); nothing was installed; fix: "
+            "push a SIF written by kit image convert SRC OUT.sif" % (src, SIF_MAGIC_AT),
         )
 
 
@@ -404,8 +404,8 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
         if nospace:
             fail(
                 EXIT_NOSPACE,
-                "no space left in %s while installing %s; nothing changed, %s is "
-                "still current" % (imgdir, entry, previous or "no version"),
+                "no space left in %s while installing %s; nothing changed, %s is still current"
+                % (imgdir, entry, previous or "no version"),
             )
         if (
             getattr(exc, "errno", None) == errno.ENOENT
@@ -413,9 +413,9 @@ def build(src, suffix, imgdir, *, entry, version, fmt, stall, lock, previous):
         ):
             fail(
                 EXIT_INSTALL,
-                "ch-convert is not on the PATH of a non-interactive login on this host; the "
-                "image itself was uploaded and verified; fix: install Charliecloud there, or "
-                "put it on PATH in the login files",
+                "ch-convert is not on the PATH of a non-interactive login on this host; "
+                "the image itself was uploaded and verified; fix: install Charliecloud there, "
+                "or put it on PATH in the login files",
             )
         tool = "the unpack" if fmt == "unpack" else "ch-convert"
         fail(EXIT_INSTALL, "%s of %s failed; nothing changed: %s" % (tool, src, text))

@@ -113,8 +113,8 @@ def push(directory, name, size, *, sha, chunk, direct, paths):
     lock_dir(
         directory,
         PUSH_WAIT,
-        "another kit transfer push is writing into %s right now; fix: wait for it to end (or "
-        "stop it: its upload resumes later)",
+        "another kit transfer push is writing into %s right now; fix: "
+        "wait for it to end (or stop it: its upload resumes later)",
     )
     clean_receiver_leftovers(directory, name)
     beat = Heartbeat(sys.stderr, chunk)

@@ -141,8 +141,9 @@ def main(argv):
     except KeyboardInterrupt:
         fail(
             EXIT_STOPPED,
-            "kit transfer %s was stopped by a signal; what it had begun was removed (any "
-            "NAME.current still names a complete image); fix: run it again" % mode,
+            "kit transfer %s was stopped by a signal; "
+            "what it had begun was removed (any NAME.current still names a complete image); fix: run it again"
+            % mode,
         )
     except OSError as exc:
         fail(

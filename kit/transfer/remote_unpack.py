@@ -320,8 +320,8 @@ def zero_rest(stream, block, offset):
     while block:
         if block.count(0) != len(block):
             raise RuntimeError(
-                "corrupt tar header at byte %d (non-zero data after the archive's end): the "
-                "members from there on would be lost" % offset
+                "corrupt tar header at byte %d (non-zero data after the archive's end): "
+                "the members from there on would be lost" % offset
             )
         block = stream.read(BUF)
 
@@ -469,8 +469,8 @@ class Tree(object):
                 return
             if had:
                 raise RuntimeError(
-                    "member %r (%s) clashes with the %s already there (a name that appears "
-                    "twice, or the parent of an earlier member)" % (rel.decode(), kind, had)
+                    "member %r (%s) clashes with the %s already there (a name that appears twice, "
+                    "or the parent of an earlier member)" % (rel.decode(), kind, had)
                 )
             if kind == "directory":
                 os.mkdir(parts[-1], 0o700, dir_fd=fd)

@@ -100,8 +100,8 @@ def read_manifest(directory):
             data = fh.read(MANIFEST_MAX + 1)
     except (OSError, ValueError) as exc:
         raise ManifestError(
-            "%s: cannot read the bundle manifest (%s); is %s a bundle made by "
-            "kit transfer bundle?" % (path, getattr(exc, "strerror", None) or exc, directory)
+            "%s: cannot read the bundle manifest (%s); is %s a bundle made by kit transfer bundle?"
+            % (path, getattr(exc, "strerror", None) or exc, directory)
         ) from None
     if len(data) > MANIFEST_MAX:
         raise ManifestError(

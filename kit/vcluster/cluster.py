@@ -70,8 +70,9 @@ def _check_room(directory: Path, name: str, count: int) -> None:
     over = len(os.fsencode(path)) - SOCKET_PATH_MAX
     if over > 0:
         raise VclusterError(
-            f"the cluster's directory is too long for Slurm: its socket {path} would take "
-            f"{SOCKET_PATH_MAX + over} bytes, and a socket's path holds {SOCKET_PATH_MAX}",
+            "the cluster's directory is too long for Slurm: "
+            f"its socket {path} would take {SOCKET_PATH_MAX + over} bytes, "
+            f"and a socket's path holds {SOCKET_PATH_MAX}",
             fix=f"give a --dir at most {len(os.fsencode(str(directory))) - over} bytes long "
             "(e.g. /tmp/vc)",
             where=str(directory),
@@ -238,8 +239,8 @@ def _make(state: ClusterState) -> None:
             (d / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise VclusterError(
-                f"{d / sub}: {exc.strerror}, where the cluster keeps its {sub.split('/')[0]} "
-                "directory",
+                f"{d / sub}: {exc.strerror}, "
+                f"where the cluster keeps its {sub.split('/')[0]} directory",
                 fix="move it away, or use another --dir",
             ) from None
     (d / "munge").chmod(0o755)  # munged wants the socket's directory searchable by every client

@@ -140,8 +140,8 @@ def intel_sites(state: ClusterState, prefix: Path, binds: list[str]) -> dict[str
         out["vcluster.yaml"] = srun
     hydra = _base(state, binds, f"{state.name}-hydra")
     hydra["description"] = (
-        f"virtual cluster {state.name}, Intel MPI {version} started by its own mpiexec "
-        "(Hydra, proxies started with srun)"
+        f"virtual cluster {state.name}, Intel MPI {version} started by its own mpiexec (Hydra, "
+        "proxies started with srun)"
     )
     hydra["scheduler"]["mpi_plugin"] = None
     hydra["host_mpi"] = host_mpi | {

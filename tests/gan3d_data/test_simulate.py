@@ -168,9 +168,9 @@ def test_simulate_never_replaces_a_file_it_did_not_write(tmp_path: Path, capsys,
     assert main(["--out", str(out), "--files", "3", "--events-per-file", "2"]) == 1
     err = capsys.readouterr().err
     assert err == (
-        f"gan3d simulate: error: {target}: already there and not written by gan3d simulate (no "
-        "generator attribute 'gan3d.simulate'); it is never replaced; fix: simulate into a new or "
-        "empty directory\n"
+        f"gan3d simulate: error: {target}: "
+        "already there and not written by gan3d simulate (no generator attribute 'gan3d.simulate'); "
+        "it is never replaced; fix: simulate into a new or empty directory\n"
     )
     assert _foreign(out) == before and outside.read_text() == "mine\n"
 

@@ -190,8 +190,8 @@ def test_too_few_held_out_events_for_the_ranks_name_the_fraction(tmp_path: Path)
     assert test.num_events == 5
     with pytest.raises(
         DataError,
-        match=r"^the events held out by --test-fraction 0.1 hold 5 events: fewer than "
-        r"2 rank\(s\) x batch size 4; fix: raise --test-fraction",
+        match=r"^the events held out by --test-fraction 0.1 hold 5 events: "
+        r"fewer than 2 rank\(s\) x batch size 4; fix: raise --test-fraction",
     ):
         ShowerStream(test, batch_size=4, size=2)
     assert ShowerStream(train, batch_size=4, size=2).batches_per_epoch == 43 // 2 // 4

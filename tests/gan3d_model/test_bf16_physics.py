@@ -44,8 +44,8 @@ def test_bf16_showers_lie_within_the_fp32_seed_spread():
         for seed, r in run["per_seed"].items():
             for key, d in r["vs_fp32"].items():
                 assert d <= spread[seed][key], (
-                    f"{key}: bf16 ({forms}) seed {seed} vs fp32 {d:.4g} > fp32 seed spread "
-                    f"{spread[seed][key]:.4g}"
+                    f"{key}: bf16 ({forms}) "
+                    f"seed {seed} vs fp32 {d:.4g} > fp32 seed spread {spread[seed][key]:.4g}"
                 )
 
 

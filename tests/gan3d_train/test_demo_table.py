@@ -27,8 +27,8 @@ def test_fp32_run_on_a_site_without_peaks_shows_the_measured_fp32_one_and_says_w
     assert peak_rows(rec)[0] == [("% of measured matmul fp32 peak (200 GFLOP/s)", "25.0 %")]
     [note] = peak_rows(rec)[1]
     assert note == (
-        "theoretical peaks unknown: the site config gives no clock_ghz_avx, no "
-        "fp32_flop_per_cycle_per_core; the % above is of the fp32 peak measured here"
+        "theoretical peaks unknown: the site config gives no clock_ghz_avx, "
+        "no fp32_flop_per_cycle_per_core; the % above is of the fp32 peak measured here"
     )
     shown = text(rec)
     assert note in shown.splitlines() and note in text(rec, width=60).splitlines()  # never cut

@@ -190,8 +190,9 @@ def test_a_fresh_run_into_another_runs_checkpoints_is_refused_before_tensorflow(
     )
     line = _error_line(proc)
     assert line == (
-        f"gan3d train: error: --checkpoint-dir {tmp_path / 'ckpt'}: holds another run's checkpoints "
-        "(epoch-0001); fix: continue that run with --resume, or give a new --checkpoint-dir"
+        f"gan3d train: error: --checkpoint-dir {tmp_path / 'ckpt'}: "
+        "holds another run's checkpoints (epoch-0001); fix: continue that run with --resume, "
+        "or give a new --checkpoint-dir"
     )
     imported = re.findall(r"^import time:.*\|\s+(\S+)$", proc.stderr, re.M)
     assert (

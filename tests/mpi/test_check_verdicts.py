@@ -55,10 +55,10 @@ def test_check_names_a_ucx_module_mapped_from_the_image(mpich_host_site, mpich_p
     assert len(result.ranks) == 2 and not result.ok, result.output[-2000:]
     for rank in (0, 1):
         assert (
-            f"rank {rank}: UCX transport module libuct_cma.so.0.0.0 mapped from "
-            f"{IMAGE_UCX_MODULES}, not from "
-            f"the host UCX's module dir {HOST_UCX_MODULES}; fix: re-make the pair where the site's MPI is "
-            f"installed (it sets UCX_MODULE_DIR={HOST_UCX_MODULES})" in result.problems
+            f"rank {rank}: UCX transport module libuct_cma.so.0.0.0 mapped from {IMAGE_UCX_MODULES}, "
+            f"not from the host UCX's module dir {HOST_UCX_MODULES}; fix: "
+            f"re-make the pair where the site's MPI is installed (it sets UCX_MODULE_DIR={HOST_UCX_MODULES})"
+            in result.problems
         ), result.problems
 
 
@@ -71,10 +71,12 @@ def test_check_names_an_mpi_dependency_mapped_from_the_image(mpich_host_site, mp
     assert all(HOST_HWLOC not in r.libs for r in result.ranks)
     for rank in (0, 1):
         assert (
-            f"rank {rank}: libhwloc.so.15 mapped from /usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1 (the "
-            f"image's), but the pair binds the host's ({HOST_HWLOC}); fix: let nothing in the image load it "
-            "ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, an image binary's RPATH, a dlopen by full "
-            "path), or remove the image's copy" in result.problems
+            f"rank {rank}: "
+            "libhwloc.so.15 mapped from /usr/lib/x86_64-linux-gnu/libhwloc.so.15.6.1 (the image's), "
+            f"but the pair binds the host's ({HOST_HWLOC}); fix: "
+            "let nothing in the image load it ahead of the pair's LD_LIBRARY_PATH (an LD_PRELOAD, "
+            "an image binary's RPATH, a dlopen by full path), or remove the image's copy"
+            in result.problems
         ), result.problems
 
 
@@ -110,10 +112,8 @@ def test_check_names_open_mpi_components_from_a_foreign_dir(openmpi_site, openmp
     for rank in (0, 1):
         assert any(
             p.startswith(f"rank {rank}: Open MPI components (")
-            and f") mapped from {IMAGE_COMPONENTS}, not from the host's component dirs "
-            f"({TARGET}/ompi-components, "
-            f"{TARGET}/pmix-components); "
-            "fix: "
+            and f") mapped from {IMAGE_COMPONENTS}, "
+            f"not from the host's component dirs ({TARGET}/ompi-components, {TARGET}/pmix-components); fix: "
             in p
             for p in result.problems
         ), result.problems
@@ -175,8 +175,8 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_check_at_its_timeout(
     result = run_check(make_pair(site, mpich_paired), timeout=20)
     assert len(result.problems) == 1 and not result.ranks, result.problems
     assert result.problems[0].startswith(
-        "the ranks did not finish within 20 s; every process of the check was "
-        "stopped: 0 of 2 ranks finished MPI_Init (a rank that never reached it, "
+        "the ranks did not finish within 20 s; every process of the check was stopped: "
+        "0 of 2 ranks finished MPI_Init (a rank that never reached it, "
         "or a launcher waiting for a peer that never started)"
     ), result.problems
     assert not _ours(sleep) and not _ours(f"kitcheck-{os.getpid()}-"), (
@@ -197,8 +197,8 @@ def test_a_rank_that_crashes_ends_the_check_with_one_line(
     # hydra's status is the signal's number, or 255 when its wait on the dead ranks fails first
     # (a race inside hydra, seen under load); either way the line carries the launcher's words
     verdict = re.fullmatch(
-        r"no rank reported \(launcher exit status (11|255)\): 0 of 2 ranks finished "
-        r"MPI_Init; the launcher says: (\S.*)",
+        r"no rank reported \(launcher exit status (11|255)\): 0 of 2 ranks finished MPI_Init; "
+        r"the launcher says: (\S.*)",
         result.problems[0],
     )
     assert verdict, result.problems
@@ -222,9 +222,8 @@ def test_a_rank_that_crashes_ends_the_check_with_one_line(
     [
         (
             "srun",
-            "site mpich-system: launcher 'srun' not found on PATH; fix: run the check where Slurm's "
-            "clients are "
-            "installed (the site's login node)",
+            "site mpich-system: launcher 'srun' not found on PATH; fix: "
+            "run the check where Slurm's clients are installed (the site's login node)",
         ),
         (
             "{tmp}/not-a-program",

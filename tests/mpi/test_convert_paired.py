@@ -70,8 +70,8 @@ def test_own_identical_link_is_kept_a_conflicting_path_refused_dry_run_writes_no
     (bare_source / LINK.lstrip("/")).write_text("not a link\n")
     with pytest.raises(
         KitError,
-        match=rf"{LINK[1:]} is a file in the image, but the site's MPI pair "
-        r"needs a symlink to /opt/hostmpi/lib0/libmpi.so.12",
+        match=rf"{LINK[1:]} is a file in the image, "
+        r"but the site's MPI pair needs a symlink to /opt/hostmpi/lib0/libmpi.so.12",
     ):
         convert_paired(bare_source, tmp_path / "bad.tar.gz", impi_site)
     assert not list(tmp_path.glob("bad*"))

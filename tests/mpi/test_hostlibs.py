@@ -139,8 +139,8 @@ def test_what_cannot_be_placed_is_one_line_with_the_fix(tmp_path):
         cache={},
     )
     assert got.problems == [
-        "libgone.so.1, needed by libown0.so.1, is neither in the image nor found on the host; fix: add its "
-        "directory to host_mpi.library_dirs",
+        "libgone.so.1, needed by libown0.so.1, is neither in the image nor found on the host; fix: "
+        "add its directory to host_mpi.library_dirs",
         f"libelse.so.1 ({elsewhere / 'libelse.so.1'}), needed by libown0.so.1, "
         "is outside host_mpi.library_dirs; "
         "fix: add its directory to host_mpi.library_dirs",

@@ -143,9 +143,8 @@ def test_a_failed_srun_step_is_told_by_the_ranks_error_not_by_sruns_clean_up():
         "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
     )
     assert _no_report("no rank reported", failed) == (
-        "no rank reported: 0 of 2 ranks finished MPI_Init; the launcher says: "
-        "srun: error: n2: task 1: Exited "
-        "with exit code 1"
+        "no rank reported: 0 of 2 ranks finished MPI_Init; the launcher says: srun: error: n2: "
+        "task 1: Exited with exit code 1"
     )
     only_clean_up = "srun: launch/slurm: _step_signal: Terminating StepId=5.0\n"
     assert _no_report("no rank reported", only_clean_up).endswith(

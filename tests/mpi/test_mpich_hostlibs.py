@@ -14,9 +14,8 @@ from kit.rootfs import Root
 from tests.support.hostmpi import SYSTEM, TARGET
 
 pytestmark = pytest.mark.slow
-IMAGE_LIBC = (
-    "/usr/lib/x86_64-linux-gnu/libc.so.6"  # the image's; the host's is under /opt/hostmpi/lib0
-)
+# the image's; the host's is under /opt/hostmpi/lib0
+IMAGE_LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 
 
 @pytest.mark.parametrize(

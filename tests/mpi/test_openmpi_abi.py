@@ -39,8 +39,8 @@ def test_each_branch_of_the_open_mpi_rule(host, image, mode, ok, words):
 def test_an_older_host_release_of_the_same_series_pairs_with_a_warning():
     v = decide(ompi("4.1.2"), ompi("4.1.4"), "full")
     assert v.ok and v.warnings == [
-        "host Open MPI 4.1.2 is an older release of the image's series 4.1 "
-        "(4.1.4): same ABI, but the image's bug fixes are missing"
+        "host Open MPI 4.1.2 is an older release of the image's series 4.1 (4.1.4): same ABI, "
+        "but the image's bug fixes are missing"
     ]
 
 

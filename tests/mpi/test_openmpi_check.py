@@ -178,8 +178,8 @@ def test_a_host_older_than_the_image_is_refused_with_the_fix(openmpi_image, tmp_
     site = _site(tmp_path, version="4.0.7")
     with pytest.raises(
         KitError,
-        match=r"the host's Open MPI 4\.0\.7 is older than the image's 4\.1\.4: .*"
-        r"fix: put Open MPI 4\.0\.x \(the host's major",
+        match=r"the host's Open MPI 4\.0\.7 is older than the image's 4\.1\.4: .*fix: "
+        r"put Open MPI 4\.0\.x \(the host's major",
     ):
         make_pair(site, openmpi_image)
 

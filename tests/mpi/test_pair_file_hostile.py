@@ -87,8 +87,8 @@ def test_a_pair_for_an_image_replaced_before_the_write_is_not_written(tmp_path):
     os.rename(other, image)  # IMAGE now names another tree than the one paired
     with pytest.raises(
         KitError,
-        match=r"img: was replaced or changed while it was being paired; no pair "
-        r"file was written; fix: run kit mpi pair again",
+        match=r"img: was replaced or changed while it was being paired; no pair file was written; "
+        r"fix: run kit mpi pair again",
     ) as refused:
         write_pair(pair)
     assert refused.value.where == str(image)

@@ -243,7 +243,7 @@ def test_install_sh_refuses_a_damaged_copy_another_python_and_a_missing_extra(
     wheel.write_bytes(wheel.read_bytes()[:-1] + b"?")
     done = install("report")
     assert done.returncode == 1 and done.stderr == (
-        f"install.sh: {copy / wheel.name} does not match SHA256SUMS (a "
-        "damaged or partial copy); fix: copy the wheelhouse again\n"
+        f"install.sh: {copy / wheel.name} does not match SHA256SUMS (a damaged or partial copy); "
+        "fix: copy the wheelhouse again\n"
     )
     assert not venv.exists()

@@ -119,10 +119,10 @@ def test_the_wheel_installed_outside_the_checkout_finds_its_sites_template_and_r
     work = tmp_path / "elsewhere"
     work.mkdir()
     probe = (
-        "import kit.site.load as l, kit.slurm.script as s, kit.image.build as b, kit.data as d;"
-        "print(l.available_sites()); print(s._template().template[:9]); print(b.RECIPES);"
-        "print(d.shipped('constraints.txt').read_text()[:1]);"
-        "import kit.docs as k; print(k.topics()['security'], k.title('security'))"
+        "import kit.site.load as l, kit.slurm.script as s, kit.image.build as b, "
+        "kit.data as d;print(l.available_sites()); print(s._template().template[:9]); "
+        "print(b.RECIPES);print(d.shipped('constraints.txt').read_text()[:1]);import kit.docs as k; "
+        "print(k.topics()['security'], k.title('security'))"
     )
     paths = f"{target}:{':'.join(p for p in sys.path if p.endswith('site-packages'))}"
     done = run([sys.executable, "-c", probe], cwd=work, env=outside_env(PYTHONPATH=paths))

@@ -170,9 +170,9 @@ def test_a_pin_without_a_wheel_is_named_with_its_platform_and_the_newest_release
     assert done.returncode == 1, done.stdout + done.stderr
     [line] = done.stderr.splitlines()
     match = re.fullmatch(
-        r"lock: pillow 13\.0\.0 has no wheel for Python 3\.11 on manylinux2014_x86_64 \(the newest "
-        r"with one: (?P<newest>[0-9.]+)\); fix: require pillow<=(?P=newest) in pyproject\.toml .*"
-        r"and run scripts/lock\.sh --upgrade-package pillow",
+        r"lock: pillow 13\.0\.0 has no wheel for Python 3\.11 on manylinux2014_x86_64 \(the newest with one: "
+        r"(?P<newest>[0-9.]+)\); fix: "
+        r"require pillow<=(?P=newest) in pyproject\.toml .*and run scripts/lock\.sh --upgrade-package pillow",
         line,
     )
     assert match and int(match["newest"].split(".")[0]) <= 12, line
@@ -200,11 +200,10 @@ def test_a_wheelhouse_for_a_platform_without_the_wheels_fails_in_one_line_with_t
     assert done.returncode == 1, done.stdout + done.stderr
     [line] = done.stderr.splitlines()
     assert re.fullmatch(
-        rf"wheelhouse: [a-z0-9-]+ \S+ \(constraints\.txt\) has no wheel for Python {python} on "
-        rf"manylinux1_x86_64.*; fix: PLATFORM=manylinux2014_x86_64 if the login node's glibc is "
-        rf">= 2\.17 \(ldd --version\), or pin .* in pyproject\.toml and run "
-        rf"scripts/lock\.sh --upgrade-package "
-        rf"[a-z0-9-]+",
+        r"wheelhouse: "
+        rf"[a-z0-9-]+ \S+ \(constraints\.txt\) has no wheel for Python {python} on manylinux1_x86_64.*; fix: "
+        r"PLATFORM=manylinux2014_x86_64 if the login node's glibc is >= 2\.17 \(ldd --version\), "
+        r"or pin .* in pyproject\.toml and run scripts/lock\.sh --upgrade-package [a-z0-9-]+",
         line,
     ), line
     assert "ResolutionImpossible" not in done.stdout + done.stderr
@@ -258,14 +257,14 @@ def test_a_pin_without_a_wheel_is_what_went_wrong_and_how_to_lock_another():
     miss = wheelcheck.Missing("pillow", "13.0.0", "3.11", "manylinux2014_x86_64", "12.1.0")
     problem = wheelcheck.lock_problem(miss)
     assert problem.what == (
-        "pillow 13.0.0 has no wheel for Python 3.11 on manylinux2014_x86_64 "
-        "(the newest with one: 12.1.0)"
+        "pillow 13.0.0 has no wheel for Python 3.11 on manylinux2014_x86_64 (the newest with one: "
+        "12.1.0)"
     )
     assert problem.fix is not None and problem.fix.startswith("require pillow<=12.1.0 in ")
     house = wheelcheck.wheelhouse_problem([miss], "manylinux_2_28_x86_64")
     assert house.what.startswith("pillow 13.0.0 (constraints.txt) has no wheel for Python 3.11")
     assert house.fix == (
         "PLATFORM=manylinux_2_28_x86_64 if the login node's glibc is >= 2.28 (ldd --version), "
-        "or pin pillow 12.1.0, the newest with such a wheel, in pyproject.toml and run "
-        "scripts/lock.sh --upgrade-package pillow"
+        "or pin pillow 12.1.0, the newest with such a wheel, "
+        "in pyproject.toml and run scripts/lock.sh --upgrade-package pillow"
     )

@@ -284,8 +284,8 @@ def test_the_next_count_to_measure_narrows_the_band(tmp_path):
     t = EpochLaw("straggler", 1.5, 0.1, rest=5.0)
     [p], _ = predict_runs(load_results(_sweep(tmp_path, t)), [768])
     found = re.fullmatch(
-        r"measure (\d+) nodes: if it lands on the estimate, the band at 768 nodes narrows "
-        r"from (\d+)% to (\d+)% of the estimate",
+        r"measure (\d+) nodes: if it lands on the estimate, "
+        r"the band at 768 nodes narrows from (\d+)% to (\d+)% of the estimate",
         p.suggestion,
     )
     assert found and int(found[1]) in (16, 32, 64) and int(found[3]) < int(found[2])

@@ -86,9 +86,8 @@ def test_probe_never_replaces_a_file_at_out(tmp_path, capsys, kind):
     assert main(["site", "probe", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert (
-        err
-        == f"kit: error: {out}: already exists; kit site probe writes a new file only; fix: remove it "
-        "first if it is to go, or give another --out\n"
+        err == f"kit: error: {out}: already exists; kit site probe writes a new file only; fix: "
+        "remove it first if it is to go, or give another --out\n"
     )
     assert {
         p.name: (p.is_symlink(), p.read_bytes() if p.exists() else None) for p in tmp_path.iterdir()

@@ -168,8 +168,8 @@ def test_the_cli_plan_says_what_each_job_validates_against(slurm_site, tmp_path,
 def test_validate_without_data_is_refused_before_anything_is_written(slurm_site, tmp_path, capsys):
     with pytest.raises(
         KitError,
-        match="--validate: the training arguments name no --data, --validation-data or "
-        "--synthetic-dir",
+        match="--validate: the training arguments name no --data, "
+        "--validation-data or --synthetic-dir",
     ):
         make_plan(
             slurm_site,

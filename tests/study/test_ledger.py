@@ -120,8 +120,8 @@ def test_no_evaluation_is_counted_twice(tmp_path):
     ledger.append(d, "finished", eval="e0001", objective=2.0)
     with pytest.raises(
         KitError,
-        match=r"ledger.jsonl:4: e0001 has a finished record after it finished: no "
-        r"evaluation is counted twice",
+        match=r"ledger.jsonl:4: e0001 has a finished record after it finished: "
+        r"no evaluation is counted twice",
     ):
         ledger.read(d)
 

@@ -371,9 +371,10 @@ def test_data_files_too_small_for_a_config_are_refused_at_plan_naming_the_file_a
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "a").exists()
     assert re.search(
-        rf"held.yaml:\d+: parameters.ranks-per-node: with batch-size 4 and 4 rank\(s\) per node a step "
-        rf"needs 16 showers \(ranks x batch size\), but data {re.escape(str(one))} \({events} events\) .*"
-        rf"with test-fraction 0.1 have {held} held out; fix: .*raise test-fraction",
+        r"held.yaml:\d+: parameters.ranks-per-node: "
+        r"with batch-size 4 and 4 rank\(s\) per node a step needs 16 showers \(ranks x batch size\), "
+        rf"but data {re.escape(str(one))} \({events} events\) .*with test-fraction 0.1 have {held} held out; "
+        r"fix: .*raise test-fraction",
         err,
     ), err
 
@@ -388,10 +389,10 @@ def test_data_files_too_small_for_a_config_are_refused_at_plan_naming_the_file_a
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(
         KitError,
-        match=rf"held.yaml:\d+: parameters.ranks-per-node: with batch-size {events // 2} "
-        rf"and 3 rank\(s\) per node a step needs {3 * (events // 2)} showers .* have "
-        rf"{events} left to train on; fix: lower batch-size or ranks-per-node, or give "
-        r"more data showers$",
+        match=r"held.yaml:\d+: parameters.ranks-per-node: "
+        rf"with batch-size {events // 2} and 3 rank\(s\) per node a step needs {3 * (events // 2)} "
+        rf"showers .* have {events} left to train on; fix: lower batch-size or ranks-per-node, "
+        r"or give more data showers$",
     ):
         plan_study(spec, "laptop", tmp_path / "b")
     doc["parameters"]["ranks-per-node"]["high"] = 2  # 2 x 32 = 64: one batch a rank

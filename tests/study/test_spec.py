@@ -160,23 +160,23 @@ REFUSALS = [
     (
         _swap("  preset: tiny", "  preset: tiny\n  batch-size: 128"),
         9,
-        "fixed.batch-size: with batch-size 128 and 1 rank(s) per node a step needs 128 showers "
-        "(ranks x batch size), "
+        "fixed.batch-size: "
+        "with batch-size 128 and 1 rank(s) per node a step needs 128 showers (ranks x batch size), "
         "but synthetic 640 with test-fraction 0.1 has 64 held out",
     ),
     (
         _swap("  preset: tiny", "  preset: tiny\n  test-fraction: 0.99"),
         10,
-        "fixed.synthetic: with batch-size 16 and 1 rank(s) per node a step needs 16 showers "
-        "(ranks x batch size), "
+        "fixed.synthetic: "
+        "with batch-size 16 and 1 rank(s) per node a step needs 16 showers (ranks x batch size), "
         "but synthetic 640 with test-fraction 0.99 has 6 left to train on",
     ),
     (
         _swap("  lr:", "  ranks-per-node: {type: int, low: 1, high: 8}\n  lr:"),
         4,
-        "parameters.ranks-per-node: with batch-size 16 and 8 rank(s) per node a step needs 128 showers "
-        "(ranks x batch "
-        "size), but synthetic 640 with test-fraction 0.1 has 64 held out",
+        "parameters.ranks-per-node: "
+        "with batch-size 16 and 8 rank(s) per node a step needs 128 showers (ranks x batch size), "
+        "but synthetic 640 with test-fraction 0.1 has 64 held out",
     ),
     (
         _swap("metric: validation.g_loss", "metric: accuracy"),
@@ -606,8 +606,8 @@ def test_the_showers_check_tries_only_configs_the_conditions_allow(tmp_path):
     )
     with pytest.raises(
         KitError,
-        match=r"study.yaml:5: parameters.batch-size: with batch-size 64 and 4 rank\(s\) "
-        r"per node a step needs 256 showers",
+        match=r"study.yaml:5: parameters.batch-size: "
+        r"with batch-size 64 and 4 rank\(s\) per node a step needs 256 showers",
     ):
         load_study(
             write(tmp_path, _swap("  lr:", layout.replace(", when: {ranks-per-node: 1}", "")))

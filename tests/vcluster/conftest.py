@@ -96,8 +96,8 @@ def vc_openmpi_image(vcluster) -> tuple[Path, Path]:
     site = Path(vcluster.directory) / "vcluster-openmpi.yaml"
     require(
         site.is_file(),
-        "no vcluster-openmpi.yaml: Debian's Open MPI missing (apt-get install openmpi-bin "
-        "libopenmpi3 libpmix-dev; scripts/setup.sh)",
+        "no vcluster-openmpi.yaml: "
+        "Debian's Open MPI missing (apt-get install openmpi-bin libopenmpi3 libpmix-dev; scripts/setup.sh)",
     )
     require(
         shutil.which("ch-run") is not None and shutil.which("mmdebstrap") is not None,

@@ -133,7 +133,7 @@ def test_horovod_trains_across_two_nodes_over_the_host_open_mpi_started_by_mpiru
     for me, peer in ((0, 1), (1, 0)):
         assert re.search(rf"\[{nodes[me]}:\d+\] btl: tcp: Using interface: vc0", log), log[-3000:]
         assert re.search(
-            rf"\[{nodes[me]}:\d+\] mca: bml: Using tcp btl for send to \[\[\d+,\d+\],{peer}\] "
-            rf"on node {nodes[peer]}",
+            rf"\[{nodes[me]}:\d+\] mca: bml: "
+            rf"Using tcp btl for send to \[\[\d+,\d+\],{peer}\] on node {nodes[peer]}",
             log,
         ), log[-3000:]

@@ -71,9 +71,9 @@ def test_a_directory_too_long_for_slurms_sockets_is_refused_before_anything_is_m
     path = longest_socket(where, ["vc-1", "vc-2"])
     room = len(str(where)) - (len(path) - SOCKET_PATH_MAX)
     assert err == (
-        f"kit: error: {where}: the cluster's directory is too long for Slurm: its socket {path} "
-        f"would take {len(path)} bytes, and a socket's path holds {SOCKET_PATH_MAX}; fix: give a "
-        f"--dir at most {room} bytes long (e.g. /tmp/vc)\n"
+        f"kit: error: {where}: the cluster's directory is too long for Slurm: "
+        f"its socket {path} would take {len(path)} bytes, and a socket's path holds {SOCKET_PATH_MAX}; "
+        f"fix: give a --dir at most {room} bytes long (e.g. /tmp/vc)\n"
     ), err
     assert path == f"{where}/spool/vc-1/stepd.slurm.pmix.99999999.9999999999"
     assert list(tmp_path.iterdir()) == []
