@@ -68,7 +68,7 @@ def start_slurm(root: Path, cpus: int | None = None, first_job_id: int = 1) -> S
     (root / "state").mkdir(mode=0o700, exist_ok=True)
     # The daemons' sockets (munge's; slurmstepd's SPOOL/vm_JOBID.STEP; pmix's under TmpFS) must
     # fit a socket path's 108 bytes, which a test's long tmp_path and an 8-digit job id do not
-    sockets = Path(tempfile.mkdtemp(prefix="slurm"))
+    sockets = Path(tempfile.mkdtemp(prefix="kit-slurm-", dir="/tmp"))
     for d in ("munge", "spool", "tmp"):  # tmp: TmpFS, where srun --mpi=pmix makes per-step dirs
         (sockets / d).mkdir(mode=0o700)
     key = sockets / "munge" / "munge.key"

@@ -144,7 +144,7 @@ def cluster_dir():
     require_namespaces()
     from kit.vcluster import down
 
-    parent = Path(tempfile.mkdtemp(prefix="vc"))
+    parent = Path(tempfile.mkdtemp(prefix="kit-vc-", dir="/tmp"))
     directory = parent / "vc"
     yield directory
     down(directory)
