@@ -52,6 +52,17 @@ ABORT_GRACE_S = 0.5  # seconds for the launcher to forward a failing rank's last
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m gan3d train", description=__doc__.split("\n")[0])
+    _data_options(ap)
+    _schedule_options(ap)
+    _parallel_options(ap)
+    _optimizer_options(ap)
+    _output_options(ap)
+    _kernel_options(ap)
+    return ap
+
+
+def _data_options(ap: argparse.ArgumentParser) -> None:
+    """Where the showers come from and how they are checked."""
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--data", help="HDF5 shower files: a directory, a glob, or a comma-separated list"
@@ -81,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out events with NaN/Inf cells or a NaN/Inf/non-positive energy instead of "
         "stopping (costs one extra read of the data at start; the results count them)",
     )
+
+
+def _schedule_options(ap: argparse.ArgumentParser) -> None:
+    """How long the run is and how much each step takes."""
     ap.add_argument("--preset", choices=["full", "tiny"], default="full")
     ap.add_argument(
         "--epochs", type=int, default=2, help="total epochs (a resumed run continues up to it)"
@@ -90,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--validation-steps", type=int, help="cap on validation batches per epoch")
     ap.add_argument("--batch-size", type=int, default=16, help="showers per rank per step")
+
+
+def _parallel_options(ap: argparse.ArgumentParser) -> None:
+    """Ranks, threads and the node they share (the hybrid MPI/OpenMP layout)."""
     ap.add_argument(
         "--threads",
         type=int,
@@ -123,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure the dense-matmul peak in the run's precision and in fp64 on every rank "
         "before training (default 3 s each)",
     )
+
+
+def _optimizer_options(ap: argparse.ArgumentParser) -> None:
+    """What the optimizer does, and in which precision."""
     ap.add_argument(
         "--lr", type=float, default=1e-3, help="learning rate per rank (scaled by the rank count)"
     )
@@ -157,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="TensorFlow op determinism: bit-identical reruns and resumes (slower)",
     )
+
+
+def _output_options(ap: argparse.ArgumentParser) -> None:
+    """What the run writes while it trains."""
     ap.add_argument("--results", help="results JSON written by rank 0")
     ap.add_argument(
         "--heartbeat-steps",
@@ -179,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue after the last checkpoint in --checkpoint-dir",
     )
+
+
+def _kernel_options(ap: argparse.ArgumentParser) -> None:
+    """How the convolutions run on this CPU."""
     ap.add_argument(
         "--forms",
         choices=layerforms.MODES,
@@ -195,7 +226,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="Intel Extension for TensorFlow: on needs the ITEX stack's Python (scripts/setup.sh --itex: "
         ".venv-itex) and a CPU ITEX loads on; refused in one line otherwise",
     )
-    return ap
 
 
 def _loss_weights(text: str) -> tuple[float, float, float]:
