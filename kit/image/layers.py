@@ -20,16 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Protocol
 
-from kit.archive_rules import (
-    MAX_MEMBERS,
-    MAX_RATIO,
-    MAX_SIZE,
-    RATIO_FLOOR,
-    RuleError,
-    member_path,
-    mtime_ok,
-    symlink_target_problem,
-)
+from kit import archive_rules as rules
 from kit.errors import KitError
 from kit.image.regular import kind_name, open_regular
 from kit.image.sources import Layer
@@ -61,10 +52,10 @@ def read_errors() -> tuple[type[BaseException], ...]:
 class Limits:
     """Bounds on what one conversion reads; the ratio check catches decompression bombs."""
 
-    max_size: int = MAX_SIZE  # uncompressed bytes over all layers
-    max_members: int = MAX_MEMBERS  # tar members over all layers
-    max_ratio: int = MAX_RATIO  # uncompressed / stored bytes of one layer ...
-    ratio_floor: int = RATIO_FLOOR  # ... checked once a layer has expanded past this
+    max_size: int = rules.MAX_SIZE  # uncompressed bytes over all layers
+    max_members: int = rules.MAX_MEMBERS  # tar members over all layers
+    max_ratio: int = rules.MAX_RATIO  # uncompressed / stored bytes of one layer ...
+    ratio_floor: int = rules.RATIO_FLOOR  # ... checked once a layer has expanded past this
 
 
 class Budget:
@@ -259,8 +250,8 @@ RULE_FIXES = {
 def safe_name(raw: str, layer: Layer, what: str = "member") -> str:
     """Normalise a member name ('' for the root); reject traversal, bad encoding, overlength."""
     try:
-        return member_path(raw)
-    except RuleError as exc:
+        return rules.member_path(raw)
+    except rules.RuleError as exc:
         shown = raw.encode("utf-8", "surrogateescape") if exc.rule == "encoding" else raw[:80]
         raise LayerError(
             f"{layer.label}: {what} {shown!r} {exc}", fix=RULE_FIXES[exc.rule]
@@ -414,12 +405,12 @@ def _check_member(info: tarfile.TarInfo, layer: Layer, limits: Limits) -> None:
     info.name = safe_name(info.name, layer)
     if info.islnk():
         info.linkname = safe_name(info.linkname, layer, f"hard link {info.name!r} target")
-    elif info.issym() and (problem := symlink_target_problem(info.linkname)):
+    elif info.issym() and (problem := rules.symlink_target_problem(info.linkname)):
         raise LayerError(
             f"{layer.label}: symlink {info.name!r} {problem}", fix="rebuild the layer without it"
         )
     mtime = info.mtime
-    if not mtime_ok(mtime):
+    if not rules.mtime_ok(mtime):
         raise LayerError(
             f"{layer.label}: member {info.name!r} has mtime {str(mtime)[:40]} in its header, "
             "not a time between 1970 and 2106",
