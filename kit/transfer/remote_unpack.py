@@ -27,6 +27,7 @@ from kit.transfer.remote_common import (
     CLOEXEC,
     NOFOLLOW,
 )
+from kit.tree_removal import DIR_FLAGS
 
 # ----------------------------------------------------- the unpack (install FMT unpack: udocker)
 #
@@ -45,7 +46,6 @@ PAX_FIELDS = {"path": "name", "linkpath": "linkname", "size": "size", "mtime": "
 KINDS = {b"5": "directory", b"2": "symlink", b"1": "hard link"}  # others: REGULAR, or dropped
 HIGH = bytes(range(128, 256))  # the bytes a signed checksum counts negative
 GZ_IN = 1 << 16  # compressed bytes inflated at a time: what stays unconsumed is copied per read
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC
 
 
 class Gunzip(object):

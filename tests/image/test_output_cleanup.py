@@ -81,3 +81,48 @@ def test_opening_up_a_locked_directory_never_goes_through_a_link(tmp_path):
     locked.mkdir(mode=0)
     _open_up(str(locked))
     assert locked.stat().st_mode & 0o777 == 0o700
+
+
+DEEP_TREE = """
+import os, resource, sys
+rules = {}
+with open(sys.argv[2]) as fh:  # the module's text, as the site's script carries it
+    exec(fh.read(), rules)
+top = sys.argv[1]
+os.mkdir(top)
+fd = os.open(top, os.O_RDONLY)
+for level in range(2500):  # past the recursion limit and the 2,047 levels a member name may nest
+    os.mkdir("d", dir_fd=fd)
+    with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as fh:
+        fh.write("x")
+    os.symlink("/", "up", dir_fd=fd)  # a link: unlinked, never followed
+    child = os.open("d", os.O_RDONLY, dir_fd=fd)
+    if level == 2000:
+        os.fchmod(fd, 0o500)  # read-only, as an image may keep it
+    os.close(fd)
+    fd = child
+os.close(fd)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))  # a site's limit: no descriptor per level
+rules["remove_dir"](top + "/")
+print(os.path.exists(top))
+"""
+
+
+@pytest.mark.parametrize("python", ["suite", "oldest"])
+def test_a_tree_deeper_than_the_recursion_and_descriptor_limits_is_removed(tmp_path, python):
+    """shutil.rmtree recursed once per level and kept a descriptor per level: RecursionError at
+    about 1,000 levels. An image may nest 2,000; the kit and the site's installer remove it."""
+    from tests.transfer.oldest import oldest_python3
+
+    exe = sys.executable if python == "suite" else oldest_python3()
+    if exe is None:
+        pytest.skip("no Python 3.6 or 3.7 on this machine")
+    top = tmp_path / "tree"
+    done = subprocess.run(
+        [exe, "-c", DEEP_TREE, str(top), str(REPO / "kit/tree_removal.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
