@@ -34,8 +34,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kit.transfer import push  # noqa: E402
 from kit.image_names import sha256_file  # noqa: E402
+from kit.transfer import push  # noqa: E402
 from tests.transfer.sshd import start_sshd  # noqa: E402
 
 

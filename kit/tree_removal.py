@@ -13,7 +13,7 @@ import stat
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_up(name, dir_fd=None):
+def open_up(name: str, dir_fd: "int | None" = None) -> None:
     """chmod 700 the directory NAME, never through a link (os.chmod follows one: a name swapped for
     a link meanwhile would open up what it points to, as root)."""
     fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -24,7 +24,7 @@ def open_up(name, dir_fd=None):
         os.close(fd)
 
 
-def _open_dir(name, parent_fd):
+def _open_dir(name: str, parent_fd: int) -> int:
     """A descriptor that lists and empties the directory NAME (an image keeps its own modes, which
     may shut out even its owner: only root ignores them); never through a link."""
     try:
@@ -37,12 +37,12 @@ def _open_dir(name, parent_fd):
     return fd
 
 
-def _identity(fd):
+def _identity(fd: int) -> "tuple[int, int]":
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
 
 
-def remove_dir(path):
+def remove_dir(path: str) -> None:
     """Remove the directory PATH and all in it, depth first, without recursion and with two
     descriptors open at any depth: an image's tree may be 2,000 directories deep, past Python's
     recursion limit and a site's descriptor limit, which shutil.rmtree would reach."""
@@ -52,7 +52,8 @@ def remove_dir(path):
     top_parent = os.open(os.path.dirname(path) or ".", DIR_FLAGS & ~os.O_NOFOLLOW)
     try:
         fd = _open_dir(os.path.basename(path), top_parent)
-        above = []  # per directory above fd: its identity, fd's name in it, its names left
+        # per directory above fd: its identity, fd's name in it, its names left
+        above = []  # type: list[tuple[tuple[int, int], str, list[str]]]
         todo = os.listdir(fd)
         try:
             while True:
